@@ -1,0 +1,117 @@
+/*
+ * main.c: the plancc driver. It reads like the pipeline: parse options, load the model, verify,
+ * differentiate, verify, report. Later phases (transform, schedule, preserve, memory plan, emit)
+ * join this row as they land.
+ *
+ * Exit codes (documented in --help and README.md): 0 success, 1 internal error, 2 invalid input
+ * or usage, 3 infeasible.
+ */
+#include "plancc.h"
+
+#include <getopt.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: plancc --check MODEL [--json] [-v] [-q]\n"
+            "       plancc --help | --version\n"
+            "\n"
+            "plancc compiles a DNN training job (a model graph in JSON and a cluster in JSON) into a\n"
+            "parallel execution plan. This build provides the front end:\n"
+            "\n"
+            "  --check MODEL      load and check MODEL completely, derive its backward pass and\n"
+            "                     optimizer step, and print per-operator parameters, FLOPs and kept\n"
+            "                     activations, with totals per step and the memory of one device\n"
+            "  --json             print the --check report as JSON\n"
+            "  --micro-batches N  gradient accumulation over N micro-batches (default 1)\n"
+            "  -v, --verbose      more detail (IR sizes)\n"
+            "  -q, --quiet        no warnings\n"
+            "  -h, --help         this text\n"
+            "  -V, --version      the version\n"
+            "\n"
+            "Model format: schemas/README.md and schemas/model.schema.json.\n"
+            "Diagnostics: \"plancc: FILE:JSON-POINTER: message\" on stderr.\n"
+            "Exit codes: 0 success, 1 internal error, 2 invalid input or usage, 3 infeasible.\n");
+}
+
+typedef struct options {
+    const char *model;
+    bool check, json, quiet;
+    int verbose;
+    int micro_batches;
+} options;
+
+static pcc_status parse_options(int argc, char **argv, options *o, bool *done) {
+    static const struct option longopts[] = {
+        {"check", no_argument, NULL, 'c'},   {"json", no_argument, NULL, 'j'},
+        {"verbose", no_argument, NULL, 'v'}, {"quiet", no_argument, NULL, 'q'},
+        {"help", no_argument, NULL, 'h'},    {"version", no_argument, NULL, 'V'},
+        {"micro-batches", required_argument, NULL, 'm'}, {NULL, 0, NULL, 0},
+    };
+    *done = false;
+    o->micro_batches = 1;
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, ":cjvqhV", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'c': o->check = true; break;
+        case 'j': o->json = true; break;
+        case 'v': o->verbose++; break;
+        case 'q': o->quiet = true; break;
+        case 'h': usage(stdout); *done = true; return PCC_OK;
+        case 'V': printf("plancc %s\n", PCC_VERSION); *done = true; return PCC_OK;
+        case 'm': {
+            char *end;
+            long v = strtol(optarg, &end, 10);
+            if (*end || v < 1 || v > 65536) {
+                fprintf(stderr, "plancc: --micro-batches wants an integer in [1, 65536], got \"%s\"\n", optarg);
+                return PCC_ERR_INPUT;
+            }
+            o->micro_batches = (int)v;
+            break;
+        }
+        case ':': fprintf(stderr, "plancc: option %s needs a value\n", argv[optind - 1]); return PCC_ERR_INPUT;
+        default: fprintf(stderr, "plancc: unknown option %s (see plancc --help)\n", argv[optind - 1]); return PCC_ERR_INPUT;
+        }
+    }
+    if (optind + 1 != argc) {
+        fprintf(stderr, optind == argc ? "plancc: no model given (see plancc --help)\n"
+                                       : "plancc: more than one model given (see plancc --help)\n");
+        return PCC_ERR_INPUT;
+    }
+    o->model = argv[optind];
+    if (!o->check) {
+        fprintf(stderr, "plancc: this build only checks models: use plancc --check %s (the three-phase compiler is not built yet)\n", o->model);
+        return PCC_ERR_INPUT;
+    }
+    return PCC_OK;
+}
+
+int main(int argc, char **argv) {
+    options o = {0};
+    bool done;
+    pcc_status st = parse_options(argc, argv, &o, &done);
+    if (st || done) return st;
+    pcc_quiet = o.quiet;
+
+    pcc_arena *arena = arena_init();
+    pcc_graph *g = NULL;
+    st = model_load(arena, o.model, &g);
+    if (!st) st = graph_check(g);
+    if (!st) {
+        g->micro_batches = o.micro_batches;
+        st = autodiff(g);
+    }
+    if (!st) st = graph_check(g);
+    if (!st) {
+        pcc_report_opts ro = {.json = o.json, .verbose = o.verbose};
+        report_print(stdout, g, &ro);
+        if (fflush(stdout) != 0) {
+            fprintf(stderr, "plancc: cannot write the report\n");
+            st = PCC_ERR_INTERNAL;
+        }
+    }
+    arena_free(arena);
+    return st;
+}

@@ -1,0 +1,541 @@
+/*
+ * ops.c: the operator table's compiler side: shape rules and costs of every operator.
+ *
+ * Most operators are checked by their annotation alone (runtime/ops.def): each letter binds one
+ * of the model's named dimensions, each "*x" group a run of leading dimensions, and every
+ * occurrence must agree. Letters that occur only in outputs (a convolution's output height, the
+ * vocabulary of an embedding's gradient) bind from the declared output and are then checked by
+ * the operator's own rule. Operators whose annotation is "" (concat, reshape, ...) have only
+ * their own rule. A failing check names the operand (FILE:/ops/3/in/1) and says what it wanted.
+ *
+ * FLOPs follow the usual convention (a multiply-add is 2); attention counts the full s x s score
+ * matrix as Megatron-LM does, causal or not.
+ */
+#include "plancc.h"
+
+#include <stdarg.h>
+#include <string.h>
+
+#define USER PCC_OPF_USER
+#define INTERNAL PCC_OPF_INTERNAL
+#define ELEMENTWISE PCC_OPF_ELEMENTWISE
+#define MATMUL PCC_OPF_MATMUL
+#define LOSS PCC_OPF_LOSS
+#define INPLACE PCC_OPF_INPLACE
+#define BCAST PCC_OPF_BCAST
+#define RNG PCC_OPF_RNG
+const pcc_op_info pcc_ops[PCC_OP_COUNT] = {
+#define OP(E, name, imin, imax, nout, ann, flags) [PCC_OP_##E] = {#name, imin, imax, nout, ann, flags},
+#include "../runtime/ops.def"
+#undef OP
+};
+#undef USER
+#undef INTERNAL
+#undef ELEMENTWISE
+#undef MATMUL
+#undef LOSS
+#undef INPLACE
+#undef BCAST
+#undef RNG
+_Static_assert(PCC_OP_COUNT == 61, "operator count changed: update the tests' operator list");
+
+int op_lookup(const char *name) {
+    for (int i = 0; i < PCC_OP_COUNT; i++)
+        if (strcmp(pcc_ops[i].name, name) == 0) return i;
+    return -1;
+}
+
+/* ---- annotations ---- */
+
+typedef struct ann_dim {
+    char name[8];
+    bool variadic, reduce, nosplit;
+} ann_dim;
+typedef struct ann_tensor {
+    int n;
+    ann_dim d[PCC_MAX_RANK];
+} ann_tensor;
+typedef struct ann {
+    bool parsed, custom;
+    int nin, nout;
+    ann_tensor in[6], out[3];
+} ann;
+
+static ann anns[PCC_OP_COUNT];
+
+static const char *parse_tensor(const char *s, ann_tensor *t) {
+    t->n = 0;
+    for (;;) {
+        while (*s == ' ') s++;
+        if (!*s || *s == ',' || *s == '-') return s;
+        ann_dim *d = &t->d[t->n++];
+        PCC_ASSERT(t->n <= PCC_MAX_RANK);
+        memset(d, 0, sizeof *d);
+        if (*s == '*') {
+            d->variadic = true;
+            s++;
+        }
+        int k = 0;
+        while ((*s >= 'a' && *s <= 'z')) {
+            PCC_ASSERT(k < 7);
+            d->name[k++] = *s++;
+        }
+        PCC_ASSERT(k > 0);
+        if (*s == '+') d->reduce = true, s++;
+        if (*s == '^') d->nosplit = true, s++;
+    }
+}
+
+static const ann *ann_get(pcc_op_kind k) {
+    ann *a = &anns[k];
+    if (a->parsed) return a;
+    a->parsed = true;
+    const char *s = pcc_ops[k].annotation;
+    if (!*s) {
+        a->custom = true;
+        return a;
+    }
+    ann_tensor *side = a->in;
+    int *count = &a->nin;
+    for (;;) {
+        s = parse_tensor(s, &side[*count]);
+        (*count)++;
+        if (*s == ',') {
+            s++;
+            continue;
+        }
+        if (*s == '-') {
+            PCC_ASSERT(s[1] == '>');
+            s += 2;
+            side = a->out;
+            count = &a->nout;
+            while (*s == ' ') s++;
+            if (!*s) {
+                // " -> ": scalar output(s)
+                a->nout = pcc_ops[k].nout > 0 ? pcc_ops[k].nout : 0;
+                for (int i = 0; i < a->nout; i++) a->out[i].n = 0;
+                return a;
+            }
+            continue;
+        }
+        PCC_ASSERT(*s == 0);
+        return a;
+    }
+}
+
+/* ---- checking ---- */
+
+typedef struct checker {
+    const pcc_graph *g;
+    const pcc_op *op;
+    const char *src; // file for diagnostics; NULL: stay silent (verifier)
+    struct {
+        char name[8];
+        int first, n;   // variadic: dims[first..first+n) of `owner`; letter: n = 1
+        int dims[PCC_MAX_RANK];
+        int operand;    // where it was bound: input i, or -(1 + output i)
+    } bind[24];
+    int nbind;
+} checker;
+
+static const char *operand_ptr(const checker *c, int operand) {
+    if (operand >= 0) return arena_printf(c->g->arena, "%s/in/%d", c->op->ptr, operand);
+    return arena_printf(c->g->arena, "%s/out/%d", c->op->ptr, -1 - operand);
+}
+
+static const pcc_tensor *operand(const checker *c, int operand) {
+    return &c->g->tensors[operand >= 0 ? c->op->in[operand] : c->op->out[-1 - operand]];
+}
+
+static const char *operand_desc(const checker *c, int o) {
+    const pcc_tensor *t = operand(c, o);
+    char sh[256];
+    return arena_printf(c->g->arena, "%s %d \"%s\" %s", o >= 0 ? "input" : "output",
+                        o >= 0 ? o : -1 - o, t->name, shape_str(c->g, t, sh, sizeof sh));
+}
+
+static pcc_status fail(const checker *c, int o, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static pcc_status fail(const checker *c, int o, const char *fmt, ...) {
+    if (!c->src) return PCC_ERR_INPUT;
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return diag(c->src, operand_ptr(c, o), "%s: %s %s", pcc_ops[c->op->kind].name, operand_desc(c, o), msg);
+}
+
+static char *dims_str(const pcc_graph *g, const int *dims, int n, char *buf, size_t cap) {
+    size_t k = (size_t)snprintf(buf, cap, "[");
+    for (int i = 0; i < n && k < cap; i++)
+        k += (size_t)snprintf(buf + k, cap - k, "%s%s", i ? "," : "", g->dims[dims[i]].name);
+    if (k < cap) snprintf(buf + k, cap - k, "]");
+    return buf;
+}
+
+// Binds or checks letter `d` against dims[0..n) of operand o.
+static pcc_status bind_dim(checker *c, const ann_dim *d, const int *dims, int n, int o) {
+    for (int i = 0; i < c->nbind; i++) {
+        if (strcmp(c->bind[i].name, d->name) != 0) continue;
+        if (c->bind[i].n == n && memcmp(c->bind[i].dims, dims, sizeof(int) * (size_t)n) == 0)
+            return PCC_OK;
+        char want[256], got[256];
+        dims_str(c->g, c->bind[i].dims, c->bind[i].n, want, sizeof want);
+        dims_str(c->g, dims, n, got, sizeof got);
+        return fail(c, o, "has %s where the annotation \"%s\" wants %s%s, as in %s", got,
+                    pcc_ops[c->op->kind].annotation, d->variadic ? "*" : "", d->name,
+                    operand_desc(c, c->bind[i].operand));
+    }
+    PCC_ASSERT(c->nbind < 24);
+    strcpy(c->bind[c->nbind].name, d->name);
+    c->bind[c->nbind].n = n;
+    memcpy(c->bind[c->nbind].dims, dims, sizeof(int) * (size_t)n);
+    c->bind[c->nbind].operand = o;
+    c->nbind++;
+    return PCC_OK;
+}
+
+static pcc_status bind_tensor(checker *c, const ann_tensor *a, int o) {
+    const pcc_tensor *t = operand(c, o);
+    bool var = a->n > 0 && a->d[0].variadic;
+    int fixed = var ? a->n - 1 : a->n;
+    if (t->rank < fixed || (!var && t->rank != fixed)) {
+        char want[128];
+        size_t k = 0;
+        for (int i = 0; i < a->n; i++)
+            k += (size_t)snprintf(want + k, sizeof want - k, "%s%s%s", i ? " " : "", a->d[i].variadic ? "*" : "", a->d[i].name);
+        return fail(c, o, "has rank %d; the annotation wants [%s]%s", t->rank, want,
+                    var ? " (any number of leading dimensions)" : "");
+    }
+    int lead = t->rank - fixed;
+    int pos = 0;
+    for (int i = 0; i < a->n; i++) {
+        int n = a->d[i].variadic ? lead : 1;
+        pcc_status st = bind_dim(c, &a->d[i], t->dims + pos, n, o);
+        if (st) return st;
+        pos += n;
+    }
+    return PCC_OK;
+}
+
+static int64_t dsize(const pcc_graph *g, const pcc_tensor *t, int i) { return g->dims[t->dims[i]].size; }
+
+static bool same_shape(const pcc_tensor *a, const pcc_tensor *b) {
+    return a->rank == b->rank && memcmp(a->dims, b->dims, sizeof(int) * (size_t)a->rank) == 0;
+}
+
+static bool is_float(pcc_dtype t) { return t != PCC_I32; }
+
+// Which operands hold integer ids (everything else is float); data-movement ops take any dtype
+// and keep it.
+static bool int_operand(pcc_op_kind k, int o) {
+    switch (k) {
+    case PCC_OP_EMBEDDING: case PCC_OP_EMBEDDING_BAG: return o == 0;
+    case PCC_OP_CROSS_ENTROPY: return o == 1;
+    case PCC_OP_EMBEDDING_GRAD: case PCC_OP_EMBEDDING_BAG_GRAD: return o == 1;
+    case PCC_OP_CROSS_ENTROPY_GRAD: return o == 2;
+    default: return false;
+    }
+}
+
+static bool moves_data(pcc_op_kind k) {
+    return k == PCC_OP_CONCAT || k == PCC_OP_SPLIT || k == PCC_OP_SLICE || k == PCC_OP_RESHAPE ||
+           k == PCC_OP_TRANSPOSE || k == PCC_OP_SLICE_GRAD;
+}
+
+static pcc_status check_dtypes(checker *c) {
+    const pcc_op *op = c->op;
+    const pcc_graph *g = c->g;
+    if (moves_data(op->kind)) {
+        pcc_dtype t = g->tensors[op->in[0]].dtype;
+        for (int i = 1; i < op->nin; i++)
+            if (g->tensors[op->in[i]].dtype != t)
+                return fail(c, i, "is %s; input 0 is %s and all inputs must agree",
+                            pcc_dtype_names[g->tensors[op->in[i]].dtype], pcc_dtype_names[t]);
+        for (int i = 0; i < op->nout; i++)
+            if (g->tensors[op->out[i]].dtype != t)
+                return fail(c, -1 - i, "is %s; the input is %s", pcc_dtype_names[g->tensors[op->out[i]].dtype], pcc_dtype_names[t]);
+        return PCC_OK;
+    }
+    int ref = -1; // first float operand that is not a loss output
+    bool loss = pcc_ops[op->kind].flags & PCC_OPF_LOSS;
+    for (int o = 0; o < op->nin + op->nout; o++) {
+        int oo = o < op->nin ? o : -1 - (o - op->nin);
+        const pcc_tensor *t = operand(c, oo);
+        bool want_int = o < op->nin && int_operand(op->kind, o);
+        if (want_int && t->dtype != PCC_I32) return fail(c, oo, "is %s; this operand holds integer ids and must be i32", pcc_dtype_names[t->dtype]);
+        if (want_int) continue;
+        if (!is_float(t->dtype)) return fail(c, oo, "is %s; this operand must be a float tensor", pcc_dtype_names[t->dtype]);
+        if (loss && oo < 0) continue;
+        if (ref < 0 && !(op->kind == PCC_OP_SGD || op->kind == PCC_OP_ADAMW)) ref = oo;
+        else if (ref != -1 && !(op->kind == PCC_OP_SGD || op->kind == PCC_OP_ADAMW) && t->dtype != operand(c, ref)->dtype)
+            return fail(c, oo, "is %s while %s is %s; an operator's float operands share one dtype",
+                        pcc_dtype_names[t->dtype], operand_desc(c, ref), pcc_dtype_names[operand(c, ref)->dtype]);
+    }
+    return PCC_OK;
+}
+
+// Everything but `axis` equal between a and b.
+static bool same_but_axis(const pcc_tensor *a, const pcc_tensor *b, int axis) {
+    if (a->rank != b->rank) return false;
+    for (int i = 0; i < a->rank; i++)
+        if (i != axis && a->dims[i] != b->dims[i]) return false;
+    return true;
+}
+
+static pcc_status check_join(checker *c, const int *parts, int nparts, int whole, bool parts_are_inputs) {
+    const pcc_graph *g = c->g;
+    const pcc_tensor *w = &g->tensors[whole];
+    int axis = c->op->attrs.axis;
+    if (axis < 0 || axis >= w->rank)
+        return fail(c, parts_are_inputs ? -1 : 0, "has rank %d; axis %d is out of range", w->rank, axis);
+    int64_t sum = 0;
+    for (int i = 0; i < nparts; i++) {
+        const pcc_tensor *p = &g->tensors[parts[i]];
+        int o = parts_are_inputs ? i : -1 - i;
+        if (!same_but_axis(p, w, axis)) {
+            char sh[256];
+            return fail(c, o, "must equal %s in every dimension but axis %d", shape_str(g, w, sh, sizeof sh), axis);
+        }
+        sum += dsize(g, p, axis);
+    }
+    if (sum != dsize(g, w, axis))
+        return fail(c, parts_are_inputs ? -1 : 0, "has size %lld along axis %d, but the parts add up to %lld",
+                    (long long)dsize(g, w, axis), axis, (long long)sum);
+    return PCC_OK;
+}
+
+static pcc_status check_reshape(checker *c) {
+    const pcc_graph *g = c->g;
+    const pcc_tensor *x = &g->tensors[c->op->in[0]], *y = &g->tensors[c->op->out[0]];
+    if (tensor_numel(g, x) != tensor_numel(g, y))
+        return fail(c, -1, "has %lld elements; the input has %lld", (long long)tensor_numel(g, y), (long long)tensor_numel(g, x));
+    // Walk both shapes in groups whose products agree: a group is one input dim split into
+    // several, several merged into one, or one to one. A 2-to-2 regrouping ([6,4] -> [4,6]) has
+    // no dimension-wise meaning and is refused.
+    int i = 0, j = 0;
+    while (i < x->rank || j < y->rank) {
+        int i0 = i, j0 = j;
+        int64_t pi = i < x->rank ? dsize(g, x, i++) : 1, pj = j < y->rank ? dsize(g, y, j++) : 1;
+        while (pi != pj) {
+            if (pi < pj && i < x->rank) pi *= dsize(g, x, i++);
+            else if (pj < pi && j < y->rank) pj *= dsize(g, y, j++);
+            else break;
+        }
+        if (pi != pj || (i - i0 > 1 && j - j0 > 1))
+            return fail(c, -1, "regroups input dimensions %d..%d into output dimensions %d..%d in a way that is "
+                        "neither a split of one dimension nor a merge of adjacent ones", i0, i - 1, j0, j - 1);
+    }
+    return PCC_OK;
+}
+
+static pcc_status check_transpose(checker *c) {
+    const pcc_graph *g = c->g;
+    const pcc_tensor *x = &g->tensors[c->op->in[0]], *y = &g->tensors[c->op->out[0]];
+    if (x->rank != y->rank) return fail(c, -1, "has rank %d; the input has rank %d", y->rank, x->rank);
+    for (int i = 0; i < y->rank; i++)
+        if (y->dims[i] != x->dims[c->op->attrs.perm[i]])
+            return fail(c, -1, "dimension %d is %s; perm[%d] = %d selects the input's %s", i,
+                        g->dims[y->dims[i]].name, i, c->op->attrs.perm[i], g->dims[x->dims[c->op->attrs.perm[i]]].name);
+    return PCC_OK;
+}
+
+static pcc_status check_slice(checker *c, const pcc_tensor *whole, const pcc_tensor *part, int part_operand) {
+    const pcc_graph *g = c->g;
+    const pcc_attrs *a = &c->op->attrs;
+    if (a->axis < 0 || a->axis >= whole->rank) return fail(c, part_operand, "axis %d is out of range", a->axis);
+    if (a->start < 0 || a->end > dsize(g, whole, a->axis) || a->start >= a->end)
+        return fail(c, part_operand, "slice [%lld, %lld) is not inside [0, %lld)", (long long)a->start,
+                    (long long)a->end, (long long)dsize(g, whole, a->axis));
+    if (!same_but_axis(whole, part, a->axis) || dsize(g, part, a->axis) != a->end - a->start)
+        return fail(c, part_operand, "must have size %lld along axis %d and agree elsewhere", (long long)(a->end - a->start), a->axis);
+    return PCC_OK;
+}
+
+// Output size of a sliding window: (in + 2 pad - k) / stride + 1, or -1 if the window does not fit.
+static int64_t window_out(int64_t in, int k, int stride, int pad) {
+    if (in + 2 * pad < k || stride < 1) return -1;
+    return (in + 2 * pad - k) / stride + 1;
+}
+
+static pcc_status check_window(checker *c, const pcc_tensor *x, const pcc_tensor *y, int yo, int kh, int kw) {
+    const pcc_graph *g = c->g;
+    const pcc_attrs *a = &c->op->attrs;
+    int k[2] = {kh, kw};
+    for (int i = 0; i < 2; i++) {
+        int64_t want = window_out(dsize(g, x, 2 + i), k[i], a->stride[i], a->pad[i]);
+        if (want < 0)
+            return fail(c, yo, "window %d with padding %d does not fit the input's %s = %lld", k[i], a->pad[i],
+                        g->dims[x->dims[2 + i]].name, (long long)dsize(g, x, 2 + i));
+        if (dsize(g, y, 2 + i) != want)
+            return fail(c, yo, "%s should be %lld = (%lld + 2*%d - %d) / %d + 1, but %s = %lld", i ? "width" : "height",
+                        (long long)want, (long long)dsize(g, x, 2 + i), a->pad[i], k[i], a->stride[i],
+                        g->dims[y->dims[2 + i]].name, (long long)dsize(g, y, 2 + i));
+    }
+    return PCC_OK;
+}
+
+// Rules beyond the annotation.
+static pcc_status check_extra(checker *c) {
+    const pcc_graph *g = c->g;
+    const pcc_op *op = c->op;
+    const pcc_tensor *in0 = &g->tensors[op->in[0]];
+    switch (op->kind) {
+    case PCC_OP_CONV2D: {
+        const pcc_tensor *w = &g->tensors[op->in[1]];
+        return check_window(c, in0, &g->tensors[op->out[0]], -1, (int)dsize(g, w, 2), (int)dsize(g, w, 3));
+    }
+    case PCC_OP_CONV2D_GRAD_X: {
+        const pcc_tensor *w = &g->tensors[op->in[1]];
+        return check_window(c, &g->tensors[op->out[0]], in0, 0, (int)dsize(g, w, 2), (int)dsize(g, w, 3));
+    }
+    case PCC_OP_CONV2D_GRAD_W: {
+        const pcc_tensor *w = &g->tensors[op->out[0]];
+        return check_window(c, &g->tensors[op->in[1]], in0, 0, (int)dsize(g, w, 2), (int)dsize(g, w, 3));
+    }
+    case PCC_OP_MAXPOOL: case PCC_OP_AVGPOOL:
+        if (op->attrs.pad[0] * 2 > op->attrs.kernel[0] || op->attrs.pad[1] * 2 > op->attrs.kernel[1])
+            return fail(c, 0, "padding %d,%d is more than half the kernel %d,%d", op->attrs.pad[0], op->attrs.pad[1],
+                        op->attrs.kernel[0], op->attrs.kernel[1]);
+        return check_window(c, in0, &g->tensors[op->out[0]], -1, op->attrs.kernel[0], op->attrs.kernel[1]);
+    case PCC_OP_MAXPOOL_GRAD:
+        return check_window(c, &g->tensors[op->in[1]], in0, 0, op->attrs.kernel[0], op->attrs.kernel[1]);
+    case PCC_OP_AVGPOOL_GRAD:
+        return check_window(c, &g->tensors[op->out[0]], in0, 0, op->attrs.kernel[0], op->attrs.kernel[1]);
+    default: return PCC_OK;
+    }
+}
+
+static pcc_status check_custom(checker *c) {
+    const pcc_graph *g = c->g;
+    const pcc_op *op = c->op;
+    const pcc_tensor *x = &g->tensors[op->in[0]];
+    switch (op->kind) {
+    case PCC_OP_CONCAT: return check_join(c, op->in, op->nin, op->out[0], true);
+    case PCC_OP_SPLIT: return check_join(c, op->out, op->nout, op->in[0], false);
+    case PCC_OP_SLICE: return check_slice(c, x, &g->tensors[op->out[0]], -1);
+    case PCC_OP_SLICE_GRAD: return check_slice(c, &g->tensors[op->out[0]], x, 0);
+    case PCC_OP_RESHAPE: return check_reshape(c);
+    case PCC_OP_FILL: return PCC_OK; // any shape
+    case PCC_OP_TRANSPOSE: return check_transpose(c);
+    case PCC_OP_REDUCE_SUM: {
+        const pcc_tensor *y = &g->tensors[op->out[0]];
+        if (y->rank > x->rank || memcmp(y->dims, x->dims + (x->rank - y->rank), sizeof(int) * (size_t)y->rank) != 0)
+            return fail(c, -1, "must be a suffix of the input's shape");
+        return PCC_OK;
+    }
+    default: PCC_ASSERT(!"operator without a shape rule");
+    }
+}
+
+pcc_status op_check_shapes(const pcc_graph *g, const pcc_op *op, const char *src) {
+    checker c = {.g = g, .op = op, .src = src};
+    const pcc_op_info *info = &pcc_ops[op->kind];
+    pcc_status st = check_dtypes(&c);
+    if (st) return st;
+    if (info->flags & PCC_OPF_BCAST) {
+        // b equals a or is a suffix of it (broadcast over a's leading dimensions); out equals a.
+        const pcc_tensor *a = &g->tensors[op->in[0]], *b = &g->tensors[op->in[1]], *y = &g->tensors[op->out[0]];
+        char sh[256];
+        if (b->rank > a->rank || memcmp(b->dims, a->dims + (a->rank - b->rank), sizeof(int) * (size_t)b->rank) != 0)
+            return fail(&c, 1, "must equal input 0's shape %s or a suffix of it", shape_str(g, a, sh, sizeof sh));
+        if (!same_shape(a, y)) return fail(&c, -1, "must have input 0's shape %s", shape_str(g, a, sh, sizeof sh));
+        return PCC_OK;
+    }
+    const ann *a = ann_get(op->kind);
+    if (a->custom) return check_custom(&c);
+    for (int i = 0; i < op->nin && i < a->nin; i++)
+        if ((st = bind_tensor(&c, &a->in[i], i))) return st;
+    for (int i = 0; i < op->nout && i < a->nout; i++)
+        if ((st = bind_tensor(&c, &a->out[i], -1 - i))) return st;
+    return check_extra(&c);
+}
+
+/* ---- costs ---- */
+
+static double numel(const pcc_graph *g, int t) { return (double)tensor_numel(g, &g->tensors[t]); }
+
+// FLOPs per output element of simple ops (forward or backward), by rough operation counts.
+static double per_elem(pcc_op_kind k) {
+    switch (k) {
+    case PCC_OP_ADD: case PCC_OP_MUL: case PCC_OP_SCALE: case PCC_OP_RELU: case PCC_OP_RELU_GRAD: return 1;
+    case PCC_OP_DROPOUT: case PCC_OP_DROPOUT_GRAD: return 2;
+    case PCC_OP_SILU: return 4;
+    case PCC_OP_SILU_GRAD: return 6;
+    case PCC_OP_GELU: return 8;
+    case PCC_OP_GELU_GRAD: return 12;
+    case PCC_OP_LAYERNORM: case PCC_OP_BATCHNORM: return 8;
+    case PCC_OP_RMSNORM: return 5;
+    case PCC_OP_SOFTMAX: return 5;
+    case PCC_OP_SOFTMAX_GRAD: return 4;
+    case PCC_OP_LAYERNORM_GRAD_X: case PCC_OP_BATCHNORM_GRAD_X: return 10;
+    case PCC_OP_RMSNORM_GRAD_X: return 8;
+    case PCC_OP_MSE_LOSS_GRAD: return 3;
+    case PCC_OP_BCE_LOGITS_GRAD: return 5;
+    case PCC_OP_CROSS_ENTROPY_GRAD: return 3;
+    default: return 0;
+    }
+}
+
+double op_flops(const pcc_graph *g, const pcc_op *op) {
+    const pcc_tensor *in0 = op->nin ? &g->tensors[op->in[0]] : NULL;
+    double out0 = op->nout ? numel(g, op->out[0]) : 0;
+    switch (op->kind) {
+    case PCC_OP_MATMUL: case PCC_OP_BMM:
+        return 2 * out0 * (double)dsize(g, in0, in0->rank - 1);
+    case PCC_OP_LINEAR:
+        return 2 * out0 * (double)dsize(g, in0, in0->rank - 1) + (op->nin > 2 ? out0 : 0);
+    case PCC_OP_MATMUL_GRAD_A: case PCC_OP_BMM_GRAD_A: case PCC_OP_LINEAR_GRAD_X:
+        return 2 * out0 * (double)dsize(g, in0, in0->rank - 1);
+    case PCC_OP_MATMUL_GRAD_B: // A [*b, m, k] -> [k, n]: contraction over *b and m
+        return 2 * out0 * numel(g, op->in[0]) / (double)dsize(g, in0, in0->rank - 1);
+    case PCC_OP_BMM_GRAD_B: // A [*b, m, k] -> [*b, k, n]: contraction over m
+        return 2 * out0 * (double)dsize(g, in0, in0->rank - 2);
+    case PCC_OP_LINEAR_GRAD_W: // dY [*b, n], X [*b, k] -> [n, k]
+        return 2 * out0 * numel(g, op->in[0]) / (double)dsize(g, in0, in0->rank - 1);
+    case PCC_OP_ATTENTION: { // q [b, s, n, d]: scores 2 b n s s d, weighted sum 2 b n s s d
+        double s = (double)dsize(g, in0, 1);
+        return 4 * numel(g, op->in[0]) * s;
+    }
+    case PCC_OP_ATTENTION_GRAD: {
+        double s = (double)dsize(g, in0, 1);
+        return 8 * numel(g, op->in[0]) * s;
+    }
+    case PCC_OP_CONV2D: case PCC_OP_CONV2D_GRAD_X: case PCC_OP_CONV2D_GRAD_W: {
+        // all three: 2 * (n o ho wo) * (c kh kw)
+        const pcc_tensor *w = &g->tensors[op->kind == PCC_OP_CONV2D ? op->in[1] : op->kind == PCC_OP_CONV2D_GRAD_X ? op->in[1] : op->out[0]];
+        const pcc_tensor *dy = &g->tensors[op->kind == PCC_OP_CONV2D ? op->out[0] : op->in[0]];
+        double f = 2 * (double)tensor_numel(g, dy) * (double)(dsize(g, w, 1) * dsize(g, w, 2) * dsize(g, w, 3));
+        return f + (op->kind == PCC_OP_CONV2D && op->nin > 2 ? out0 : 0);
+    }
+    case PCC_OP_CONV2D_GRAD_B: case PCC_OP_REDUCE_SUM: case PCC_OP_EMBEDDING_GRAD:
+        return numel(g, op->in[0]);
+    case PCC_OP_EMBEDDING_BAG: case PCC_OP_EMBEDDING_BAG_GRAD: { // b x l rows of width e
+        double l = (double)dsize(g, &g->tensors[op->in[op->kind == PCC_OP_EMBEDDING_BAG ? 0 : 1]], 1);
+        double e = op->kind == PCC_OP_EMBEDDING_BAG ? (double)dsize(g, &g->tensors[op->out[0]], 1) : (double)dsize(g, in0, 1);
+        double b = (double)dsize(g, in0, 0);
+        return b * l * e;
+    }
+    case PCC_OP_MAXPOOL: case PCC_OP_AVGPOOL:
+        return out0 * op->attrs.kernel[0] * op->attrs.kernel[1];
+    case PCC_OP_MAXPOOL_GRAD: case PCC_OP_AVGPOOL_GRAD:
+        return numel(g, op->in[0]) * op->attrs.kernel[0] * op->attrs.kernel[1];
+    case PCC_OP_CROSS_ENTROPY: case PCC_OP_LAYERNORM_GRAD_W: case PCC_OP_RMSNORM_GRAD_W:
+    case PCC_OP_BATCHNORM_GRAD_W:
+        return 5 * numel(g, op->in[0]);
+    case PCC_OP_MSE_LOSS: case PCC_OP_BCE_LOGITS:
+        return 4 * numel(g, op->in[0]);
+    case PCC_OP_SGD: return 4 * numel(g, op->in[0]);
+    case PCC_OP_ADAMW: return 12 * numel(g, op->in[0]);
+    default: return per_elem(op->kind) * out0;
+    }
+}
+
+double op_bytes(const pcc_graph *g, const pcc_op *op) {
+    double b = 0;
+    for (int i = 0; i < op->nin; i++) b += tensor_bytes(g, &g->tensors[op->in[i]]);
+    for (int i = 0; i < op->nout; i++) b += tensor_bytes(g, &g->tensors[op->out[i]]);
+    if (pcc_ops[op->kind].flags & PCC_OPF_INPLACE) // read and written back: all but the gradient
+        b += b - tensor_bytes(g, &g->tensors[op->in[1]]);
+    return b;
+}

@@ -1,0 +1,356 @@
+/*
+ * plancc.h: the compiler's one internal header, sectioned by file.
+ *
+ * plancc turns a model (JSON graph) and a cluster (JSON) into a parallel training plan. The
+ * compile is a row of passes over one graph IR (this header's "graph IR" section):
+ *
+ *   model_load (model.c)  ->  graph_check  ->  autodiff (autodiff.c)  ->  graph_check  -> ...
+ *
+ * Every pass returns a pcc_status. Bad input is reported through diag() with the input file and
+ * the JSON Pointer of the node at fault, and the pass returns PCC_ERR_INPUT; broken internal
+ * invariants use PCC_ASSERT, which aborts with file:line. Input data never reaches an assert.
+ *
+ * Memory: one arena per compilation (pcc_arena); nothing in the IR is freed on its own.
+ */
+#ifndef PLANCC_H
+#define PLANCC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define PCC_VERSION "0.1.0"
+
+/* ---------------------------------------------------------------- util.c */
+
+typedef enum pcc_status {
+    PCC_OK = 0,
+    PCC_ERR_INTERNAL = 1,   // a bug in plancc, or out of memory
+    PCC_ERR_INPUT = 2,      // invalid input: model, cluster, options, unreadable file
+    PCC_ERR_INFEASIBLE = 3, // nothing fits
+} pcc_status;
+
+#define PCC_ASSERT(x)                                                                              \
+    do {                                                                                           \
+        if (!(x)) pcc_assert_fail(__FILE__, __LINE__, #x);                                         \
+    } while (0)
+
+_Noreturn void pcc_assert_fail(const char *file, int line, const char *expr);
+
+// An arena: bump allocation in chunks, freed all at once. Allocation never fails (it aborts on
+// out-of-memory with a message), so callers need no NULL checks.
+typedef struct pcc_arena pcc_arena;
+pcc_arena *arena_init(void);
+void arena_free(pcc_arena *a); // accepts NULL
+void *arena_alloc(pcc_arena *a, size_t n);           // zeroed, aligned to 16
+void *arena_realloc(pcc_arena *a, void *p, size_t old_n, size_t new_n);
+char *arena_strdup(pcc_arena *a, const char *s);
+char *arena_printf(pcc_arena *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+size_t arena_bytes(const pcc_arena *a); // bytes held (for the memory figures of --check -v)
+
+// Growable array of T in an arena: `T *v; int n, cap;` plus VEC_PUSH(arena, v, n, cap), which
+// returns a pointer to the new (zeroed) last element. Growth may move the array.
+void *vec_reserve(pcc_arena *a, void *v, size_t elem, int n, int *cap);
+#define VEC_PUSH(ar, v, n, cap) ((v) = vec_reserve((ar), (v), sizeof(*(v)), (n), &(cap)), &(v)[(n)++])
+
+// String -> int map (open addressing), for name lookups. Keys are not copied.
+typedef struct pcc_symtab {
+    const char **keys;
+    int *vals;
+    int cap, n;
+} pcc_symtab;
+void symtab_init(pcc_symtab *t, pcc_arena *a, int expect);
+int symtab_get(const pcc_symtab *t, const char *key);           // -1 if absent
+bool symtab_put(pcc_symtab *t, pcc_arena *a, const char *key, int val); // false if present
+
+// Diagnostics: "plancc: FILE:WHERE: message" on stderr. WHERE is a JSON Pointer ("/ops/3/in/1",
+// "" for the whole document) or "LINE:COL" for syntax errors. Always returns PCC_ERR_INPUT so a
+// check can `return diag(...)`.
+extern const char *pcc_progname;
+extern bool pcc_quiet; // warn() prints nothing
+pcc_status diag(const char *file, const char *where, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+void warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+// Reads a whole file into an arena; NUL-terminated; *len excludes the NUL. Reports and returns
+// PCC_ERR_INPUT when it cannot.
+pcc_status file_read_all(pcc_arena *a, const char *path, char **out, size_t *len, size_t max_bytes);
+
+// Human-readable counts: "124.44 M", "1.23 GiB", "3.10 TFLOP". Writes into buf, returns buf.
+char *fmt_count(char *buf, size_t n, double x);
+char *fmt_bytes(char *buf, size_t n, double bytes);
+char *fmt_flops(char *buf, size_t n, double flops);
+
+/* ---------------------------------------------------------------- json.c */
+
+/* A thin checked reader over cJSON. cJSON never leaves json.c: callers see opaque pcc_json
+ * handles and a reader that knows the file name and builds JSON Pointers, so each type check
+ * reports "FILE:POINTER: expected an integer, got a string". */
+typedef struct pcc_json pcc_json; // a cJSON node
+typedef struct pcc_jreader {
+    pcc_arena *arena;
+    const char *file;
+    void *root; // cJSON *
+} pcc_jreader;
+
+typedef enum pcc_jtype {
+    PCC_J_NULL, PCC_J_BOOL, PCC_J_NUMBER, PCC_J_STRING, PCC_J_ARRAY, PCC_J_OBJECT, PCC_J_INVALID
+} pcc_jtype;
+
+pcc_status json_open(pcc_jreader *r, pcc_arena *a, const char *file, const char *text, size_t len,
+                     pcc_json **root);
+void json_close(pcc_jreader *r); // frees the cJSON tree; accepts a reader never opened
+pcc_jtype json_type(const pcc_json *v);
+const char *json_type_name(pcc_jtype t);
+int json_size(const pcc_json *v);                       // array/object member count
+pcc_json *json_at(const pcc_json *arr, int i);          // i-th element / member
+const char *json_key(const pcc_json *member);           // key of an object member
+pcc_json *json_get(const pcc_json *obj, const char *key); // NULL if absent
+// Pointer of a child: ptr + "/" + escaped key, or ptr + "/" + index.
+const char *json_ptr_key(pcc_jreader *r, const char *ptr, const char *key);
+const char *json_ptr_idx(pcc_jreader *r, const char *ptr, int i);
+
+// Checked accessors: each reports at ptr and returns PCC_ERR_INPUT on a wrong type or range.
+pcc_status json_expect(pcc_jreader *r, const pcc_json *v, const char *ptr, pcc_jtype t);
+pcc_status json_int(pcc_jreader *r, const pcc_json *v, const char *ptr, int64_t lo, int64_t hi,
+                    int64_t *out);
+pcc_status json_num(pcc_jreader *r, const pcc_json *v, const char *ptr, double lo, double hi,
+                    double *out);
+pcc_status json_str(pcc_jreader *r, const pcc_json *v, const char *ptr, const char **out);
+pcc_status json_bool(pcc_jreader *r, const pcc_json *v, const char *ptr, bool *out);
+// Rejects keys not in `allowed` (NULL-terminated) and duplicate keys; requires the `required` ones.
+pcc_status json_keys(pcc_jreader *r, const pcc_json *obj, const char *ptr,
+                     const char *const *allowed, const char *const *required);
+// A name: non-empty, [A-Za-z0-9_.:-], at most 128 chars.
+pcc_status json_name(pcc_jreader *r, const pcc_json *v, const char *ptr, const char **out);
+
+/* ---------------------------------------------------------------- graph IR (graph.c) */
+
+#define PCC_MAX_RANK 8
+#define PCC_MAX_NAME 128
+
+typedef enum pcc_dtype { PCC_F32, PCC_F16, PCC_BF16, PCC_I32, PCC_DTYPE_COUNT } pcc_dtype;
+extern const char *const pcc_dtype_names[PCC_DTYPE_COUNT];
+int pcc_dtype_bytes(pcc_dtype t);
+
+typedef enum pcc_tensor_kind {
+    PCC_T_INPUT,    // fed by the data loader each step
+    PCC_T_PARAM,    // trained; has an initializer
+    PCC_T_ACT,      // produced by a forward op
+    PCC_T_GRAD,     // produced by a backward op (gradient of .of)
+    PCC_T_STATE,    // optimizer state of parameter .of (momentum, Adam moments, fp32 master)
+    PCC_T_KIND_COUNT
+} pcc_tensor_kind;
+extern const char *const pcc_tensor_kind_names[PCC_T_KIND_COUNT];
+
+typedef enum pcc_init_kind { PCC_INIT_ZEROS, PCC_INIT_ONES, PCC_INIT_NORMAL, PCC_INIT_UNIFORM } pcc_init_kind;
+typedef struct pcc_init {
+    pcc_init_kind kind;
+    double a, b; // normal: mean, std; uniform: low, high
+} pcc_init;
+
+typedef enum pcc_data_kind {
+    PCC_DATA_NORMAL,   // float, N(0, 1)
+    PCC_DATA_BINARY,   // float, 0 or 1 (labels of bce_logits)
+    PCC_DATA_RANDINT,  // i32, uniform in [0, high)
+    PCC_DATA_TOKENS,   // i32 tokens of the corpus (random in [0, high) with synthetic data)
+    PCC_DATA_TARGETS,  // i32 next tokens of the corpus (tokens shifted by one)
+    PCC_DATA_ARANGE,   // i32 0, 1, ... along the last dimension (positions)
+    PCC_DATA_KIND_COUNT
+} pcc_data_kind;
+extern const char *const pcc_data_kind_names[PCC_DATA_KIND_COUNT];
+typedef struct pcc_data {
+    pcc_data_kind kind;
+    int64_t high; // RANDINT/TOKENS/TARGETS: exclusive upper bound
+} pcc_data;
+
+typedef struct pcc_dim {
+    const char *name;
+    int64_t size;
+    const char *ptr;
+} pcc_dim;
+
+enum {
+    PCC_PROD_NONE = -1,     // inputs, params, optimizer state
+    PCC_PROD_BLOCK = -2,    // an outer tensor bound by a block's "out" or "acc"
+    PCC_PROD_BOUND = -3,    // an inner tensor bound by a block's "in" (and maybe "carry")
+};
+
+typedef struct pcc_tensor {
+    const char *name;
+    const char *ptr;        // JSON Pointer of its declaration (or of the op that made it)
+    pcc_tensor_kind kind;
+    pcc_dtype dtype;
+    int rank;
+    int dims[PCC_MAX_RANK]; // indices into graph.dims
+    int block;              // -1: one instance; else one instance per copy of that block
+    int producer;           // op index, or PCC_PROD_* (< 0) when no op makes it
+    int of;                 // GRAD/STATE: the tensor it belongs to; else -1
+    int grad;               // its gradient tensor, -1 if none
+    pcc_init init;          // PARAM
+    pcc_data data;          // INPUT
+    bool saved;             // forward tensor read by the backward pass (an activation to keep)
+} pcc_tensor;
+
+typedef enum pcc_op_kind {
+#define OP(E, name, imin, imax, nout, ann, flags) PCC_OP_##E,
+#include "../runtime/ops.def"
+#undef OP
+    PCC_OP_COUNT
+} pcc_op_kind;
+
+enum {
+    PCC_OPF_USER = 1 << 0,
+    PCC_OPF_INTERNAL = 1 << 1,
+    PCC_OPF_ELEMENTWISE = 1 << 2,
+    PCC_OPF_MATMUL = 1 << 3,
+    PCC_OPF_LOSS = 1 << 4,
+    PCC_OPF_INPLACE = 1 << 5,
+    PCC_OPF_BCAST = 1 << 6,
+    PCC_OPF_RNG = 1 << 7,
+};
+
+typedef struct pcc_op_info {
+    const char *name;
+    int in_min, in_max, nout;
+    const char *annotation;
+    unsigned flags;
+} pcc_op_info;
+extern const pcc_op_info pcc_ops[PCC_OP_COUNT];
+int op_lookup(const char *name); // -1 if unknown
+
+typedef enum pcc_phase { PCC_PHASE_FWD, PCC_PHASE_BWD, PCC_PHASE_OPT } pcc_phase;
+
+// Operator attributes: one struct for all ops; each op reads the fields it documents.
+typedef struct pcc_attrs {
+    double scale;       // scale: factor; fill: value
+    double eps;         // layernorm, rmsnorm, batchnorm
+    double p;           // dropout probability
+    int64_t seed;       // dropout
+    int axis;           // concat, split, slice (negative counts from the end, normalized on load)
+    int64_t start, end; // slice
+    int perm[PCC_MAX_RANK]; // transpose
+    int kernel[2], stride[2], pad[2]; // conv2d, maxpool, avgpool
+    bool causal;        // attention
+    // optimizer (sgd, adamw)
+    double lr, beta1, beta2, weight_decay, momentum;
+} pcc_attrs;
+
+typedef struct pcc_op {
+    pcc_op_kind kind;
+    pcc_phase phase;
+    int block;          // -1 top level; else the block it belongs to (one instance per copy)
+    int fwd;            // backward and optimizer ops: the forward op they come from (-1 if none)
+    int nin, nout;
+    int *in, *out;      // tensor indices
+    pcc_attrs attrs;
+    const char *ptr;    // JSON Pointer of the op (for derived ops, of the forward op)
+    const char *label;  // the model's "name" for it, or NULL
+    bool accumulate;    // adds into its output (gradient accumulation over micro-batches)
+} pcc_op;
+
+// A block is written once and stands for `repeat` identical copies in sequence. Its tensors
+// (params included) have one instance per copy. Bindings connect copies to the outside:
+//   in:    inner tensor <- outer tensor; every copy reads it (or copy 0 only, if it is carried)
+//   carry: inner input  <- inner tensor of the previous copy          (.outer holds that inner id)
+//   out:   outer tensor <- inner tensor of the last copy
+//   acc:   outer tensor <- sum over all copies of an inner tensor      (backward blocks only)
+// A backward block (fwd >= 0) runs its copies in reverse order; a reference from it to a forward
+// block's tensor means the instance of the same copy.
+typedef struct pcc_bind {
+    int inner, outer;
+} pcc_bind;
+typedef struct pcc_block {
+    const char *name;
+    const char *ptr;
+    int64_t repeat;
+    int fwd;                 // -1 for a forward block; else the forward block it differentiates
+    pcc_bind *in, *carry, *out, *acc;
+    int n_in, n_carry, n_out, n_acc;
+    int first_op, n_ops;     // its ops are contiguous in graph.ops
+} pcc_block;
+
+typedef enum pcc_opt_kind { PCC_OPTIM_SGD, PCC_OPTIM_ADAMW } pcc_opt_kind;
+typedef struct pcc_optim {
+    pcc_opt_kind kind;
+    double lr, beta1, beta2, eps, weight_decay, momentum;
+} pcc_optim;
+
+typedef struct pcc_graph {
+    pcc_arena *arena;
+    const char *file;       // the model file, for diagnostics
+    const char *name;
+    pcc_dtype dtype;        // default dtype of float tensors
+    pcc_dim *dims;          int n_dims, cap_dims;
+    pcc_tensor *tensors;    int n_tensors, cap_tensors;
+    pcc_op *ops;            int n_ops, cap_ops;   // program order: forward, backward, optimizer
+    pcc_block *blocks;      int n_blocks, cap_blocks;
+    int loss;               // the scalar loss tensor
+    pcc_optim optim;
+    int micro_batches;      // gradient accumulation: backward ops with .accumulate add into grads
+    int n_fwd_ops;          // ops[0 .. n_fwd_ops) are the forward program
+    pcc_symtab dim_names;
+} pcc_graph;
+
+pcc_graph *graph_init(pcc_arena *a, const char *file);
+int graph_add_dim(pcc_graph *g, const char *name, int64_t size, const char *ptr);
+int graph_add_tensor(pcc_graph *g, const pcc_tensor *t);   // copies *t; returns its index
+int graph_add_op(pcc_graph *g, pcc_op_kind k, int block, const int *in, int nin, const int *out,
+                 int nout, const char *ptr);
+int64_t tensor_numel(const pcc_graph *g, const pcc_tensor *t);
+double tensor_bytes(const pcc_graph *g, const pcc_tensor *t); // one instance
+int64_t tensor_copies(const pcc_graph *g, const pcc_tensor *t); // 1, or its block's repeat
+int64_t op_copies(const pcc_graph *g, const pcc_op *op);
+// "[B,S,H]" into buf.
+char *shape_str(const pcc_graph *g, const pcc_tensor *t, char *buf, size_t n);
+
+// Verifier, run after every pass: indices in range, every tensor produced once and before it is
+// read (in program order, blocks respected), shapes agree with each op's rule, bindings typed
+// alike. Returns PCC_ERR_INTERNAL with a message on a broken IR (input errors were caught in
+// model.c already, so a failure here is plancc's bug).
+pcc_status graph_check(const pcc_graph *g);
+
+/* ---------------------------------------------------------------- ops.c */
+
+// Checks op's tensor shapes against its annotation and shape rule; reports against `where`
+// (the op's pointer) and the input's/output's pointer. `src` is the file for diagnostics.
+pcc_status op_check_shapes(const pcc_graph *g, const pcc_op *op, const char *src);
+// FLOPs of one instance of op (multiply-add = 2).
+double op_flops(const pcc_graph *g, const pcc_op *op);
+// Bytes read and written by one instance (each operand once).
+double op_bytes(const pcc_graph *g, const pcc_op *op);
+
+/* ---------------------------------------------------------------- model.c */
+
+// Loads and fully checks a model file; builds the forward graph. On bad input reports one
+// diagnostic with the file and JSON Pointer and returns PCC_ERR_INPUT; *out is then NULL.
+pcc_status model_load(pcc_arena *a, const char *path, pcc_graph **out);
+
+/* ---------------------------------------------------------------- autodiff.c */
+
+// Appends the backward graph (gradients of the loss with respect to every parameter) and one
+// optimizer step per parameter. Repeated blocks stay blocks: the backward of a block is one
+// backward block with the same repeat. Fails with PCC_ERR_INPUT if the loss does not depend on
+// any parameter.
+pcc_status autodiff(pcc_graph *g);
+
+/* ---------------------------------------------------------------- report.c */
+
+typedef struct pcc_report_opts {
+    bool json;
+    int verbose;
+} pcc_report_opts;
+// The --check report: per op and block, parameters, FLOPs and activation bytes; totals.
+void report_print(FILE *f, const pcc_graph *g, const pcc_report_opts *o);
+
+// Totals the report prints, exposed for tests and later phases.
+typedef struct pcc_totals {
+    double params;          // parameter elements
+    double flops_fwd, flops_bwd, flops_opt;
+    double flops_fwd_matmul, flops_bwd_matmul;
+    double bytes_weights, bytes_grads, bytes_optim, bytes_acts;
+} pcc_totals;
+void graph_totals(const pcc_graph *g, pcc_totals *t);
+
+#endif
