@@ -26,11 +26,13 @@ pcc_status json_open(pcc_jreader *r, pcc_arena *a, const char *file, const char 
     cJSON *doc = cJSON_ParseWithLengthOpts(text, len, &end, 0);
     if (!end) end = text;
     const char *stop = text + len;
+    bool trailing = false;
     if (doc) {
         while (end < stop && (*end == ' ' || *end == '\t' || *end == '\n' || *end == '\r')) end++;
         if (end < stop) {
             cJSON_Delete(doc);
             doc = NULL;
+            trailing = true;
         }
     }
     if (!doc) {
@@ -49,8 +51,39 @@ pcc_status json_open(pcc_jreader *r, pcc_arena *a, const char *file, const char 
         if (len == 0) return diag(file, "1:1", "syntax error: the file is empty");
         if (end < stop && end > text && memchr(text, 0, (size_t)(end - text + 1)))
             return diag(file, where, "syntax error: NUL byte in the document");
-        return diag(file, where, "syntax error: %s",
-                    end >= stop ? "unexpected end of the document" : "invalid JSON here");
+        if (trailing) return diag(file, where, "syntax error: content after the end of the JSON document");
+        // A document that ends inside a string or with brackets open was cut short; say so,
+        // and where the innermost open bracket began, rather than blame its last token.
+        enum { MAXD = 1024 };
+        static int open_l[MAXD], open_c[MAXD];
+        int depth = 0, l = 1, c = 1;
+        bool in_str = false, esc = false;
+        for (const char *p = text; p < stop; p++) {
+            if (in_str) {
+                if (esc) esc = false;
+                else if (*p == '\\') esc = true;
+                else if (*p == '"') in_str = false;
+            } else if (*p == '"') {
+                in_str = true;
+            } else if (*p == '{' || *p == '[') {
+                if (depth < MAXD) open_l[depth] = l, open_c[depth] = c;
+                depth++;
+            } else if ((*p == '}' || *p == ']') && depth > 0) {
+                depth--;
+            }
+            if (*p == '\n') l++, c = 1;
+            else c++;
+        }
+        int open_line = depth > 0 && depth <= MAXD ? open_l[depth - 1] : 0;
+        int open_col = depth > 0 && depth <= MAXD ? open_c[depth - 1] : 0;
+        if (in_str || depth > 0) {
+            char at[64];
+            snprintf(at, sizeof at, "%d:%d", l, c);
+            if (in_str) return diag(file, at, "syntax error: unexpected end of the document inside a string");
+            return diag(file, at, "syntax error: unexpected end of the document (the bracket opened at %d:%d is not closed)",
+                        open_line, open_col);
+        }
+        return diag(file, where, "syntax error: invalid JSON here");
     }
     r->root = doc;
     *root = (pcc_json *)(void *)doc;
@@ -144,7 +177,7 @@ pcc_status json_int(pcc_jreader *r, const pcc_json *v, const char *ptr, int64_t 
         return diag(r->file, ptr, "expected an integer, got %s", json_type_name(got));
     double d = J(v)->valuedouble;
     if (!isfinite(d) || d != floor(d))
-        return diag(r->file, ptr, "expected an integer, got %s", J(v)->valuestring ? J(v)->valuestring : "a fraction");
+        return diag(r->file, ptr, "expected an integer, got %g", d);
     if (d < (double)lo || d > (double)hi)
         return diag(r->file, ptr, "integer %.0f is out of range [%lld, %lld]", d, (long long)lo,
                     (long long)hi);

@@ -106,7 +106,7 @@ static pcc_status load_optimizer(loader *L, const pcc_json *o) {
     if (type && !sgd && strcmp(type, "adamw") != 0)
         return diag(file_of(L), "/optimizer/type", "unknown optimizer \"%s\" (expected adamw or sgd)", type);
     if ((st = json_keys(&L->r, o, "/optimizer", sgd ? sgd_keys : adamw_keys, req))) return st;
-    if (sgd) *opt = (pcc_optim){PCC_OPTIM_SGD, 0.01, 0, 0, 0, 0, 0};
+    if (sgd) *opt = (pcc_optim){PCC_OPTIM_SGD, 1e-3, 0, 0, 0, 0, 0};
     const pcc_json *v;
     if ((v = json_get(o, "lr")) && (st = json_num(&L->r, v, "/optimizer/lr", 0, 1e3, &opt->lr))) return st;
     if ((v = json_get(o, "eps")) && (st = json_num(&L->r, v, "/optimizer/eps", 0, 1, &opt->eps))) return st;
@@ -155,8 +155,10 @@ static pcc_status load_init(loader *L, const pcc_json *v, const char *ptr, pcc_i
         if (strcmp(kind, kinds[i]) == 0) ki = i;
     if (ki < 0) return diag(file_of(L), json_ptr_key(&L->r, ptr, "kind"), "unknown initializer \"%s\" (expected zeros, ones, normal or uniform)", kind);
     init->kind = (pcc_init_kind)ki;
+    static const char *const req_normal[] = {"kind", "std", NULL}, *const req_uniform[] = {"kind", "low", "high", NULL};
     const char *const *allowed = ki == PCC_INIT_NORMAL ? k_normal : ki == PCC_INIT_UNIFORM ? k_uniform : k_plain;
-    if ((st = json_keys(&L->r, v, ptr, allowed, req))) return st;
+    const char *const *required = ki == PCC_INIT_NORMAL ? req_normal : ki == PCC_INIT_UNIFORM ? req_uniform : req;
+    if ((st = json_keys(&L->r, v, ptr, allowed, required))) return st;
     const pcc_json *x;
     if (ki == PCC_INIT_NORMAL) {
         init->a = 0, init->b = 1;
@@ -341,7 +343,8 @@ static pcc_status load_attrs(loader *L, pcc_op *op, const pcc_json *v, const cha
 #define P(key) json_ptr_key(&L->r, ptr, key)
     if ((x = json_get(v, "scale")) && (st = json_num(&L->r, x, P("scale"), -1e30, 1e30, &a->scale))) return st;
     if ((x = json_get(v, "eps")) && (st = json_num(&L->r, x, P("eps"), 1e-30, 1, &a->eps))) return st;
-    if ((x = json_get(v, "p")) && (st = json_num(&L->r, x, P("p"), 0, 0.999, &a->p))) return st;
+    if ((x = json_get(v, "p")) && (st = json_num(&L->r, x, P("p"), 0, 1, &a->p))) return st;
+    if (a->p >= 1) return diag(file_of(L), P("p"), "dropout probability must be below 1");
     if ((x = json_get(v, "seed")) && (st = json_int(&L->r, x, P("seed"), 0, INT64_MAX / 2, &a->seed))) return st;
     if ((x = json_get(v, "causal")) && (st = json_bool(&L->r, x, P("causal"), &a->causal))) return st;
     if ((x = json_get(v, "axis")) && (st = load_axis(L, x, P("axis"), rank, &a->axis))) return st;
@@ -442,7 +445,7 @@ static pcc_status load_op(loader *L, scope *sc, const pcc_json *v, const char *p
     op->phase = PCC_PHASE_FWD;
     const pcc_json *name = json_get(v, "name");
     const char *label;
-    if (name && (st = json_str(&L->r, name, json_ptr_key(&L->r, ptr, "name"), &label))) return st;
+    if (name && (st = json_name(&L->r, name, json_ptr_key(&L->r, ptr, "name"), &label))) return st;
     if (name) op->label = label;
     if ((st = load_attrs(L, op, json_get(v, "attrs"), json_ptr_key(&L->r, ptr, "attrs")))) return st;
     return op_check_shapes(L->g, op, file_of(L));
@@ -520,6 +523,7 @@ static item op_item(loader *L, const pcc_op *op) {
 static pcc_status load_block_in(loader *L, scope *sc, pcc_block *bl, const pcc_json *v, const char *ptr) {
     pcc_status st = json_keys(&L->r, v, ptr, NULL, NULL);
     if (st) return st;
+    if (json_size(v) == 0) return diag(file_of(L), ptr, "a block needs at least one input");
     bl->in = arena_alloc(L->g->arena, sizeof(pcc_bind) * (size_t)(json_size(v) + 1));
     for (int i = 0; i < json_size(v); i++) {
         const pcc_json *m = json_at(v, i);
@@ -599,7 +603,7 @@ static pcc_status load_block_out(loader *L, scope *sc, pcc_block *bl, const pcc_
 
 static pcc_status load_block(loader *L, const pcc_json *v, const char *ptr) {
     static const char *const keys[] = {"block", "repeat", "in", "carry", "out", "tensors", "ops", NULL};
-    static const char *const req[] = {"block", "repeat", "out", "ops", NULL};
+    static const char *const req[] = {"block", "repeat", "in", "out", "ops", NULL};
     pcc_status st = json_keys(&L->r, v, ptr, keys, req);
     if (st) return st;
     pcc_graph *g = L->g;
@@ -615,7 +619,7 @@ static pcc_status load_block(loader *L, const pcc_json *v, const char *ptr) {
     scope sc = {.block = b};
     symtab_init(&sc.names, g->arena, 32);
     const pcc_json *x;
-    if ((x = json_get(v, "in")) && (st = load_block_in(L, &sc, bl, x, json_ptr_key(&L->r, ptr, "in")))) return st;
+    if ((st = load_block_in(L, &sc, bl, json_get(v, "in"), json_ptr_key(&L->r, ptr, "in")))) return st;
     if ((x = json_get(v, "tensors")) && (st = load_tensors(L, &sc, x, json_ptr_key(&L->r, ptr, "tensors")))) return st;
     const pcc_json *ops = json_get(v, "ops");
     const char *optr = json_ptr_key(&L->r, ptr, "ops");

@@ -180,11 +180,17 @@ static pcc_status bind_dim(checker *c, const ann_dim *d, const int *dims, int n,
         if (c->bind[i].n == n && memcmp(c->bind[i].dims, dims, sizeof(int) * (size_t)n) == 0)
             return PCC_OK;
         char want[256], got[256];
-        dims_str(c->g, c->bind[i].dims, c->bind[i].n, want, sizeof want);
-        dims_str(c->g, dims, n, got, sizeof got);
-        return fail(c, o, "has %s where the annotation \"%s\" wants %s%s, as in %s", got,
-                    pcc_ops[c->op->kind].annotation, d->variadic ? "*" : "", d->name,
-                    operand_desc(c, c->bind[i].operand));
+        if (d->variadic) {
+            dims_str(c->g, c->bind[i].dims, c->bind[i].n, want, sizeof want);
+            dims_str(c->g, dims, n, got, sizeof got);
+        } else {
+            snprintf(want, sizeof want, "%s", c->g->dims[c->bind[i].dims[0]].name);
+            snprintf(got, sizeof got, "%s", c->g->dims[dims[0]].name);
+        }
+        const char *what = d->variadic ? "leading dimensions" : "dimension";
+        return fail(c, o, "has %s %s%s = %s, but %s has %s%s = %s (annotation \"%s\")", what, d->variadic ? "*" : "",
+                    d->name, got, operand_desc(c, c->bind[i].operand), d->variadic ? "*" : "", d->name, want,
+                    pcc_ops[c->op->kind].annotation);
     }
     PCC_ASSERT(c->nbind < 24);
     strcpy(c->bind[c->nbind].name, d->name);

@@ -1,0 +1,60 @@
+#!/usr/bin/env python3
+"""The bad-input corpus: every model in tests/bad/ must be refused with its diagnostic.
+
+tests/bad/expect.tsv lists, one per line, FILE<TAB>JSON-POINTER<TAB>FRAGMENT. For each, plancc
+--check must exit 2 and print exactly one diagnostic line "plancc: tests/bad/FILE:POINTER: ..."
+containing FRAGMENT (POINTER may be "LINE:COL" for syntax errors). No crash, no sanitizer report:
+a run under ASan/UBSan shows its report on stderr and a different exit code, and fails here.
+Every file in tests/bad/ must be listed, so nothing in the corpus goes unchecked.
+
+usage: run_reject.py PLANCC SOURCE_ROOT
+"""
+import os
+import subprocess
+import sys
+
+
+def main():
+    plancc, root = sys.argv[1], sys.argv[2]
+    bad = os.path.join(root, "tests", "bad")
+    cases = []
+    with open(os.path.join(bad, "expect.tsv"), encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            line = line.rstrip("\n")
+            if not line or line.startswith("#"):
+                continue
+            parts = line.split("\t")
+            if len(parts) != 3:
+                print(f"expect.tsv:{n}: want FILE<TAB>POINTER<TAB>FRAGMENT")
+                return 1
+            cases.append(parts)
+    listed = {c[0] for c in cases}
+    files = {f for f in os.listdir(bad) if f != "expect.tsv"}
+    passed = failed = 0
+    for extra in sorted(files - listed):
+        print(f"FAIL {extra}: in tests/bad/ but not in expect.tsv")
+        failed += 1
+    env = dict(os.environ, ASAN_OPTIONS="detect_leaks=1:exitcode=99", UBSAN_OPTIONS="halt_on_error=1:exitcode=98")
+    for name, pointer, fragment in cases:
+        path = os.path.join("tests", "bad", name)
+        if not os.path.exists(os.path.join(root, path)):
+            print(f"FAIL {name}: listed in expect.tsv but missing")
+            failed += 1
+            continue
+        p = subprocess.run([plancc, "--check", path], cwd=root, capture_output=True, text=True, env=env)
+        lines = [l for l in p.stderr.splitlines() if not l.startswith("plancc: warning:")]
+        want = f"plancc: {path}:{pointer}: "
+        ok = p.returncode == 2 and len(lines) == 1 and lines[0].startswith(want) and fragment in lines[0]
+        if ok:
+            passed += 1
+            print(f"ok   {name}: {lines[0][len('plancc: '):]}")
+        else:
+            failed += 1
+            print(f"FAIL {name}: exit {p.returncode}, want 2 and a line starting {want!r} containing {fragment!r}; stderr:")
+            print("     " + p.stderr.replace("\n", "\n     "))
+    print(f"{passed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
