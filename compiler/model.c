@@ -136,6 +136,10 @@ static pcc_status load_shape(loader *L, const pcc_json *v, const char *ptr, pcc_
         if (d < 0) return diag(file_of(L), p, "unknown dimension \"%s\" (declare it in /dims)", name);
         t->dims[i] = d;
     }
+    // Element counts are kept exactly (int64, and doubles in the cost figures): cap at 2^53.
+    double numel = 1;
+    for (int i = 0; i < t->rank; i++) numel *= (double)L->g->dims[t->dims[i]].size;
+    if (numel > 9007199254740992.0) return diag(file_of(L), ptr, "tensor has %.3g elements, more than 2^53", numel);
     return PCC_OK;
 }
 

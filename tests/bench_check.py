@@ -30,7 +30,7 @@ def run_once(plancc, path):
 
 
 def main():
-    plancc, root = sys.argv[1], sys.argv[2]
+    plancc, root = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
     with open(os.path.join(root, "models", "gpt3-175b.json")) as f:
         model = json.load(f)
     blocks = [e for e in model["ops"] if "block" in e]

@@ -4,10 +4,11 @@
 usage: cli.py PLANCC SOURCE_ROOT
 """
 import json
+import os
 import subprocess
 import sys
 
-plancc, root = sys.argv[1], sys.argv[2]
+plancc, root = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
 passed = failed = 0
 
 

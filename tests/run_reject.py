@@ -15,7 +15,7 @@ import sys
 
 
 def main():
-    plancc, root = sys.argv[1], sys.argv[2]
+    plancc, root = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
     bad = os.path.join(root, "tests", "bad")
     cases = []
     with open(os.path.join(bad, "expect.tsv"), encoding="utf-8") as f:
