@@ -537,6 +537,13 @@ double op_flops(const pcc_graph *g, const pcc_op *op) {
     }
 }
 
+double op_flops_matmul(const pcc_graph *g, const pcc_op *op) {
+    if (!(pcc_ops[op->kind].flags & PCC_OPF_MATMUL)) return 0;
+    double f = op_flops(g, op);
+    bool bias = (op->kind == PCC_OP_LINEAR || op->kind == PCC_OP_CONV2D) && op->nin > 2;
+    return bias ? f - numel(g, op->out[0]) : f; // a bias add is element-wise work
+}
+
 double op_bytes(const pcc_graph *g, const pcc_op *op) {
     double b = 0;
     for (int i = 0; i < op->nin; i++) b += tensor_bytes(g, &g->tensors[op->in[i]]);

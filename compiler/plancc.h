@@ -318,6 +318,9 @@ pcc_status graph_check(const pcc_graph *g);
 pcc_status op_check_shapes(const pcc_graph *g, const pcc_op *op, const char *src);
 // FLOPs of one instance of op (multiply-add = 2).
 double op_flops(const pcc_graph *g, const pcc_op *op);
+// The part of op_flops that is matrix multiplication (tensor-core work: what Megatron-LM's
+// FLOP formula counts); bias adds and everything element-wise are left out.
+double op_flops_matmul(const pcc_graph *g, const pcc_op *op);
 // Bytes read and written by one instance (each operand once).
 double op_bytes(const pcc_graph *g, const pcc_op *op);
 

@@ -51,11 +51,10 @@ void graph_totals(const pcc_graph *g, pcc_totals *t) {
     }
     for (int o = 0; o < g->n_ops; o++) {
         const pcc_op *op = &g->ops[o];
-        double f = op_flops(g, op) * (double)op_copies(g, op);
-        bool mm = pcc_ops[op->kind].flags & PCC_OPF_MATMUL;
+        double f = op_flops(g, op) * (double)op_copies(g, op), mm = op_flops_matmul(g, op) * (double)op_copies(g, op);
         switch (op->phase) {
-        case PCC_PHASE_FWD: t->flops_fwd += f; t->flops_fwd_matmul += mm ? f : 0; break;
-        case PCC_PHASE_BWD: t->flops_bwd += f; t->flops_bwd_matmul += mm ? f : 0; break;
+        case PCC_PHASE_FWD: t->flops_fwd += f; t->flops_fwd_matmul += mm; break;
+        case PCC_PHASE_BWD: t->flops_bwd += f; t->flops_bwd_matmul += mm; break;
         case PCC_PHASE_OPT: t->flops_opt += f; break;
         }
     }

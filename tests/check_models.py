@@ -11,7 +11,8 @@ For every models/*.json it runs `PLANCC --check --json MODEL` and checks:
     its block's repeat), and its forward matmul FLOPs equal a recount made here from the JSON
     (2 per multiply-add: linear, matmul, bmm and conv2d as 2 * output elements * reduced size,
     attention as 4*b*s^2*n*d: q k^T and p v, with no discount for the causal mask, as Megatron
-    counts it);
+    counts it; a bias add is an element-wise epilogue, not a matmul FLOP, as in Megatron's
+    formula);
   * published figures:
       gpt2-small   124,439,808 parameters (Hugging Face 'gpt2', tied LM head)
       vgg16        138,357,544 parameters (torchvision vgg16); 15.47 G multiply-adds per image
