@@ -53,6 +53,16 @@ static int edit_distance(const char *a, const char *b) {
     return d[la][lb];
 }
 
+static const char NAME_CHARS[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.:-";
+
+// An object key used as a name (a dimension, a tensor): the same rule as json_name.
+static pcc_status check_key_name(loader *L, const char *key, const char *ptr, const char *what) {
+    size_t n = strlen(key);
+    if (n == 0 || n > PCC_MAX_NAME || strspn(key, NAME_CHARS) != n)
+        return diag(file_of(L), ptr, "%s name \"%s\" must be 1-%d characters of [A-Za-z0-9_.:-]", what, key, PCC_MAX_NAME);
+    return PCC_OK;
+}
+
 /* ---- top level: version, dtype, dims, optimizer ---- */
 
 static pcc_status load_dtype(loader *L, const pcc_json *v, const char *ptr, bool allow_int, pcc_dtype *out) {
@@ -74,16 +84,10 @@ static pcc_status load_dims(loader *L, const pcc_json *dims) {
     for (int i = 0; i < json_size(dims); i++) {
         const pcc_json *m = json_at(dims, i);
         const char *ptr = json_ptr_key(&L->r, "/dims", json_key(m));
-        const char *name;
+        const char *name = arena_strdup(L->g->arena, json_key(m));
         int64_t size;
-        pcc_jreader *r = &L->r;
-        // The key is the name; check it like any name.
-        char *key = arena_strdup(r->arena, json_key(m));
-        size_t n = strlen(key);
-        if (n == 0 || n > PCC_MAX_NAME || strspn(key, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.:-") != n)
-            return diag(file_of(L), ptr, "dimension name \"%s\" must be 1-%d characters of [A-Za-z0-9_.:-]", key, PCC_MAX_NAME);
-        name = key;
-        if ((st = json_int(r, m, ptr, 1, MAX_DIM_SIZE, &size))) return st;
+        if ((st = check_key_name(L, name, ptr, "dimension"))) return st;
+        if ((st = json_int(&L->r, m, ptr, 1, MAX_DIM_SIZE, &size))) return st;
         int id = graph_add_dim(L->g, name, size, ptr);
         symtab_put(&L->g->dim_names, L->g->arena, name, id);
     }
@@ -261,9 +265,7 @@ static pcc_status load_tensors(loader *L, scope *sc, const pcc_json *v, const ch
         const pcc_json *m = json_at(v, i);
         const char *tptr = json_ptr_key(&L->r, ptr, json_key(m));
         const char *name = arena_strdup(L->g->arena, json_key(m));
-        size_t n = strlen(name);
-        if (n == 0 || n > PCC_MAX_NAME || strspn(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.:-") != n)
-            return diag(file_of(L), tptr, "tensor name \"%s\" must be 1-%d characters of [A-Za-z0-9_.:-]", name, PCC_MAX_NAME);
+        if ((st = check_key_name(L, name, tptr, "tensor"))) return st;
         if (symtab_get(&sc->names, name) >= 0)
             return diag(file_of(L), tptr, "tensor \"%s\" is already bound by the block's \"in\"", name);
         if ((st = load_tensor(L, sc, m, tptr, name))) return st;
@@ -533,9 +535,7 @@ static pcc_status load_block_in(loader *L, scope *sc, pcc_block *bl, const pcc_j
         const pcc_json *m = json_at(v, i);
         const char *p = json_ptr_key(&L->r, ptr, json_key(m)), *outer_name;
         const char *inner_name = arena_strdup(L->g->arena, json_key(m));
-        size_t n = strlen(inner_name);
-        if (n == 0 || n > PCC_MAX_NAME || strspn(inner_name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.:-") != n)
-            return diag(file_of(L), p, "tensor name \"%s\" must be 1-%d characters of [A-Za-z0-9_.:-]", inner_name, PCC_MAX_NAME);
+        if ((st = check_key_name(L, inner_name, p, "tensor"))) return st;
         if ((st = json_str(&L->r, m, p, &outer_name))) return st;
         int outer = symtab_get(&L->top.names, outer_name);
         if (outer < 0) return diag(file_of(L), p, "unknown tensor \"%s\"", outer_name);
