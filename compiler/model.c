@@ -37,6 +37,8 @@ typedef struct loader {
 
 static const char *file_of(loader *L) { return L->r.file; }
 
+static const char *article(const char *noun) { return strchr("aeiou", noun[0]) ? "an" : "a"; }
+
 static int edit_distance(const char *a, const char *b) {
     int la = (int)strlen(a), lb = (int)strlen(b);
     if (la > 64 || lb > 64) return 99;
@@ -61,6 +63,13 @@ static pcc_status check_key_name(loader *L, const char *key, const char *ptr, co
     if (n == 0 || n > PCC_MAX_NAME || strspn(key, NAME_CHARS) != n)
         return diag(file_of(L), ptr, "%s name \"%s\" must be 1-%d characters of [A-Za-z0-9_.:-]", what, key, PCC_MAX_NAME);
     return PCC_OK;
+}
+
+// A number in (lo, hi]: above lo, which it may not equal (a learning rate, an epsilon).
+static pcc_status num_open(loader *L, const pcc_json *v, const char *ptr, double lo, double hi, double *out) {
+    pcc_status st = json_num(&L->r, v, ptr, lo, hi, out);
+    if (!st && *out <= lo) return diag(file_of(L), ptr, "must be greater than %g", lo);
+    return st;
 }
 
 /* ---- top level: version, dtype, dims, optimizer ---- */
@@ -112,10 +121,11 @@ static pcc_status load_optimizer(loader *L, const pcc_json *o) {
     if ((st = json_keys(&L->r, o, "/optimizer", sgd ? sgd_keys : adamw_keys, req))) return st;
     if (sgd) *opt = (pcc_optim){PCC_OPTIM_SGD, 1e-3, 0, 0, 0, 0, 0};
     const pcc_json *v;
-    if ((v = json_get(o, "lr")) && (st = json_num(&L->r, v, "/optimizer/lr", 0, 1e3, &opt->lr))) return st;
-    if ((v = json_get(o, "eps")) && (st = json_num(&L->r, v, "/optimizer/eps", 0, 1, &opt->eps))) return st;
+    if ((v = json_get(o, "lr")) && (st = num_open(L, v, "/optimizer/lr", 0, 1e3, &opt->lr))) return st;
+    if ((v = json_get(o, "eps")) && (st = num_open(L, v, "/optimizer/eps", 0, 1, &opt->eps))) return st;
     if ((v = json_get(o, "weight_decay")) && (st = json_num(&L->r, v, "/optimizer/weight_decay", 0, 1e3, &opt->weight_decay))) return st;
     if ((v = json_get(o, "momentum")) && (st = json_num(&L->r, v, "/optimizer/momentum", 0, 1, &opt->momentum))) return st;
+    if (opt->momentum >= 1) return diag(file_of(L), "/optimizer/momentum", "momentum must be below 1");
     if ((v = json_get(o, "betas"))) {
         if ((st = json_expect(&L->r, v, "/optimizer/betas", PCC_J_ARRAY))) return st;
         if (json_size(v) != 2) return diag(file_of(L), "/optimizer/betas", "expected 2 numbers, got %d", json_size(v));
@@ -348,7 +358,7 @@ static pcc_status load_attrs(loader *L, pcc_op *op, const pcc_json *v, const cha
     const pcc_json *x;
 #define P(key) json_ptr_key(&L->r, ptr, key)
     if ((x = json_get(v, "scale")) && (st = json_num(&L->r, x, P("scale"), -1e30, 1e30, &a->scale))) return st;
-    if ((x = json_get(v, "eps")) && (st = json_num(&L->r, x, P("eps"), 1e-30, 1, &a->eps))) return st;
+    if ((x = json_get(v, "eps")) && (st = num_open(L, x, P("eps"), 0, 1, &a->eps))) return st;
     if ((x = json_get(v, "p")) && (st = json_num(&L->r, x, P("p"), 0, 1, &a->p))) return st;
     if (a->p >= 1) return diag(file_of(L), P("p"), "dropout probability must be below 1");
     if ((x = json_get(v, "seed")) && (st = json_int(&L->r, x, P("seed"), 0, INT64_MAX / 2, &a->seed))) return st;
@@ -356,10 +366,21 @@ static pcc_status load_attrs(loader *L, pcc_op *op, const pcc_json *v, const cha
     if ((x = json_get(v, "axis")) && (st = load_axis(L, x, P("axis"), rank, &a->axis))) return st;
     if ((x = json_get(v, "start")) && (st = json_int(&L->r, x, P("start"), 0, MAX_DIM_SIZE, &a->start))) return st;
     if ((x = json_get(v, "end")) && (st = json_int(&L->r, x, P("end"), 0, MAX_DIM_SIZE, &a->end))) return st;
+    if (op->kind == PCC_OP_SLICE) {
+        const pcc_tensor *in = &g->tensors[op->in[0]];
+        int64_t size = g->dims[in->dims[a->axis]].size;
+        if (a->start >= a->end)
+            return diag(file_of(L), ptr, "slice [%lld, %lld) is empty; start must be below end", (long long)a->start, (long long)a->end);
+        if (a->end > size)
+            return diag(file_of(L), P("end"), "slice [%lld, %lld) is not inside [0, %lld): input 0 \"%s\" has %s = %lld along axis %d",
+                        (long long)a->start, (long long)a->end, (long long)size, in->name, g->dims[in->dims[a->axis]].name, (long long)size, a->axis);
+    }
     if ((x = json_get(v, "kernel")) && (st = attr_pair(L, x, P("kernel"), 1, a->kernel))) return st;
     if (op->kind == PCC_OP_MAXPOOL || op->kind == PCC_OP_AVGPOOL) a->stride[0] = a->kernel[0], a->stride[1] = a->kernel[1];
     if ((x = json_get(v, "stride")) && (st = attr_pair(L, x, P("stride"), 1, a->stride))) return st;
     if ((x = json_get(v, "padding")) && (st = attr_pair(L, x, P("padding"), 0, a->pad))) return st;
+    if ((op->kind == PCC_OP_MAXPOOL || op->kind == PCC_OP_AVGPOOL) && (2 * a->pad[0] > a->kernel[0] || 2 * a->pad[1] > a->kernel[1]))
+        return diag(file_of(L), P("padding"), "padding %d,%d is more than half the kernel %d,%d", a->pad[0], a->pad[1], a->kernel[0], a->kernel[1]);
     if ((x = json_get(v, "perm"))) {
         const char *pp = P("perm");
         if ((st = json_expect(&L->r, x, pp, PCC_J_ARRAY))) return st;
@@ -379,7 +400,7 @@ static pcc_status load_attrs(loader *L, pcc_op *op, const pcc_json *v, const cha
 }
 
 // Resolves a list of tensor names in scope `sc` into ids.
-static pcc_status load_refs(loader *L, scope *sc, const pcc_json *v, const char *ptr, int **ids, int *n) {
+static pcc_status load_refs(loader *L, scope *sc, const pcc_json *v, const char *ptr, bool outputs, int **ids, int *n) {
     pcc_status st = json_expect(&L->r, v, ptr, PCC_J_ARRAY);
     if (st) return st;
     *n = json_size(v);
@@ -389,6 +410,8 @@ static pcc_status load_refs(loader *L, scope *sc, const pcc_json *v, const char 
         if ((st = json_str(&L->r, json_at(v, i), p, &name))) return st;
         int t = symtab_get(&sc->names, name);
         if (t < 0) {
+            if (sc->block >= 0 && symtab_get(&L->top.names, name) >= 0 && outputs)
+                return diag(file_of(L), p, "tensor \"%s\" is outside the block; declare a block tensor and export it with the block's \"out\"", name);
             if (sc->block >= 0 && symtab_get(&L->top.names, name) >= 0)
                 return diag(file_of(L), p, "tensor \"%s\" is outside the block; bind it with the block's \"in\"", name);
             return diag(file_of(L), p, "unknown tensor \"%s\"", name);
@@ -423,20 +446,23 @@ static pcc_status load_op(loader *L, scope *sc, const pcc_json *v, const char *p
     const pcc_op_info *info = &pcc_ops[k];
     int *in, *out, nin, nout;
     const char *iptr = json_ptr_key(&L->r, ptr, "in"), *optr = json_ptr_key(&L->r, ptr, "out");
-    if ((st = load_refs(L, sc, json_get(v, "in"), iptr, &in, &nin))) return st;
-    if ((st = load_refs(L, sc, json_get(v, "out"), optr, &out, &nout))) return st;
+    if ((st = load_refs(L, sc, json_get(v, "in"), iptr, false, &in, &nin))) return st;
+    if ((st = load_refs(L, sc, json_get(v, "out"), optr, true, &out, &nout))) return st;
     if (nin < info->in_min || nin > info->in_max) {
-        if (info->in_min == info->in_max) return diag(file_of(L), iptr, "%s takes %d inputs, got %d", type, info->in_min, nin);
+        if (info->in_min == info->in_max)
+            return diag(file_of(L), iptr, "%s takes %d input%s, got %d", type, info->in_min, info->in_min == 1 ? "" : "s", nin);
         return diag(file_of(L), iptr, "%s takes %d to %d inputs, got %d", type, info->in_min, info->in_max, nin);
     }
     if (info->nout >= 0 && nout != info->nout) return diag(file_of(L), optr, "%s makes %d output%s, got %d", type, info->nout, info->nout == 1 ? "" : "s", nout);
     if (nout < 1) return diag(file_of(L), optr, "%s needs at least one output", type);
+    if (k == PCC_OP_SPLIT && nout > pcc_ops[PCC_OP_CONCAT].in_max)
+        return diag(file_of(L), optr, "split makes at most %d outputs, got %d", pcc_ops[PCC_OP_CONCAT].in_max, nout);
     for (int i = 0; i < nout; i++) {
         pcc_tensor *t = &L->g->tensors[out[i]];
         const char *p = json_ptr_idx(&L->r, optr, i);
         if (t->kind != PCC_T_ACT)
             return diag(file_of(L), p, "\"%s\" is %s %s; only activations can be written by an op", t->name,
-                        t->kind == PCC_T_INPUT ? "an" : "a", pcc_tensor_kind_names[t->kind]);
+                        article(pcc_tensor_kind_names[t->kind]), pcc_tensor_kind_names[t->kind]);
         if (t->producer >= 0)
             return diag(file_of(L), p, "tensor \"%s\" is produced twice: first at %s", t->name, L->g->ops[t->producer].ptr);
         if (t->producer == PCC_PROD_BLOCK)
@@ -462,6 +488,7 @@ static pcc_status load_op(loader *L, scope *sc, const pcc_json *v, const char *p
 // A unit of program order in one scope: an op, or (at the top level) a whole block.
 typedef struct item {
     const char *ptr;
+    bool is_block;
     int *reads, nreads;
     const char **read_ptrs;
     int *writes, nwrites;
@@ -499,15 +526,23 @@ static pcc_status check_order(loader *L, const item *it, int n) {
             if (p < 0 && x->kind == PCC_T_ACT && x->producer != PCC_PROD_BOUND)
                 return diag(file_of(L), it[i].read_ptrs[r], "tensor \"%s\" is read, but no op produces it", x->name);
             if (p < i) continue;
-            if (p == i) return diag(file_of(L), it[i].read_ptrs[r], "cycle: the op reads its own output \"%s\"", x->name);
+            if (p == i)
+                return diag(file_of(L), it[i].read_ptrs[r], "cycle: the %s reads its own output \"%s\"", it[i].is_block ? "block" : "op", x->name);
             unsigned char *seen = arena_alloc(g->arena, (size_t)n);
             int *path = arena_alloc(g->arena, sizeof(int) * (size_t)(n + 1)), np = 0;
             if (depends_on(it, prod, p, i, seen, path, &np)) {
+                // The path, cut in the middle when long: "A -> B -> ... -> Y -> Z".
                 char buf[1024];
                 size_t k = 0;
-                for (int j = 0; j < np && k < sizeof buf - 8; j++)
-                    k += (size_t)snprintf(buf + k, sizeof buf - k, "%s -> ", it[path[j]].ptr);
-                snprintf(buf + k, sizeof buf - k, "%s", it[i].ptr);
+                for (int j = 0; j < np; j++) {
+                    if (np > 8 && j == 4) {
+                        k += (size_t)snprintf(buf + k, sizeof buf - k, "... (%d more) -> ", np - 8);
+                        j = np - 4;
+                    }
+                    if (k < sizeof buf) k += (size_t)snprintf(buf + k, sizeof buf - k, "%s -> ", it[path[j]].ptr);
+                    if (k >= sizeof buf) break;
+                }
+                if (k < sizeof buf) snprintf(buf + k, sizeof buf - k, "%s", it[i].ptr);
                 return diag(file_of(L), it[i].read_ptrs[r], "cycle through tensor \"%s\": %s", x->name, buf);
             }
             return diag(file_of(L), it[i].read_ptrs[r], "tensor \"%s\" is read before %s produces it; list ops in program order",
@@ -588,7 +623,9 @@ static pcc_status load_block_out(loader *L, scope *sc, pcc_block *bl, const pcc_
         int outer = symtab_get(&L->top.names, json_key(m));
         if (outer < 0) return diag(file_of(L), p, "unknown tensor \"%s\" (declare it in /tensors)", json_key(m));
         pcc_tensor *o = &L->g->tensors[outer];
-        if (o->kind != PCC_T_ACT) return diag(file_of(L), p, "\"%s\" is a %s; a block's output must be an activation", o->name, pcc_tensor_kind_names[o->kind]);
+        if (o->kind != PCC_T_ACT)
+            return diag(file_of(L), p, "\"%s\" is %s %s; a block's output must be an activation", o->name,
+                        article(pcc_tensor_kind_names[o->kind]), pcc_tensor_kind_names[o->kind]);
         if (o->producer >= 0) return diag(file_of(L), p, "tensor \"%s\" is produced twice: first at %s", o->name, L->g->ops[o->producer].ptr);
         if (o->producer == PCC_PROD_BLOCK) return diag(file_of(L), p, "tensor \"%s\" is produced twice: first by a block's \"out\"", o->name);
         if ((st = json_str(&L->r, m, p, &inner_name))) return st;
@@ -683,7 +720,7 @@ static pcc_status check_top_order(loader *L) {
         }
         const pcc_block *bl = &g->blocks[op->block];
         if (o != bl->first_op) continue;
-        item b = {.ptr = bl->ptr, .nreads = bl->n_in, .nwrites = bl->n_out};
+        item b = {.ptr = bl->ptr, .is_block = true, .nreads = bl->n_in, .nwrites = bl->n_out};
         b.reads = arena_alloc(g->arena, sizeof(int) * (size_t)(bl->n_in + 1));
         b.read_ptrs = arena_alloc(g->arena, sizeof(char *) * (size_t)(bl->n_in + 1));
         b.writes = arena_alloc(g->arena, sizeof(int) * (size_t)(bl->n_out + 1));
@@ -725,7 +762,9 @@ static pcc_status check_loss(loader *L, const pcc_json *v) {
     const pcc_tensor *x = &L->g->tensors[t];
     char sh[256];
     if (x->rank != 0) return diag(file_of(L), "/loss", "the loss \"%s\" has shape %s; it must be a scalar ([])", name, shape_str(L->g, x, sh, sizeof sh));
-    if (x->kind != PCC_T_ACT) return diag(file_of(L), "/loss", "the loss \"%s\" is a %s; it must be computed by an op", name, pcc_tensor_kind_names[x->kind]);
+    if (x->kind != PCC_T_ACT)
+        return diag(file_of(L), "/loss", "the loss \"%s\" is %s %s; it must be computed by an op", name,
+                    article(pcc_tensor_kind_names[x->kind]), pcc_tensor_kind_names[x->kind]);
     if (x->dtype == PCC_I32) return diag(file_of(L), "/loss", "the loss \"%s\" is i32; it must be a float", name);
     L->g->loss = t;
     return PCC_OK;

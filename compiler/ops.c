@@ -206,7 +206,7 @@ static pcc_status bind_tensor(checker *c, const ann_tensor *a, int o) {
     bool var = a->n > 0 && a->d[0].variadic;
     int fixed = var ? a->n - 1 : a->n;
     if (t->rank < fixed || (!var && t->rank != fixed)) {
-        char want[128];
+        char want[128] = "";
         size_t k = 0;
         for (int i = 0; i < a->n; i++)
             k += (size_t)snprintf(want + k, sizeof want - k, "%s%s%s", i ? " " : "", a->d[i].variadic ? "*" : "", a->d[i].name);
@@ -244,6 +244,18 @@ static bool int_operand(pcc_op_kind k, int o) {
     }
 }
 
+// Float operands exempt from the one-dtype rule: a loss's scalar (its output, and the seed its
+// gradient reads) may be wider than the logits; optimizer state and master weights are f32
+// whatever the parameter's dtype.
+static bool own_dtype(pcc_op_kind k, int o) {
+    switch (k) {
+    case PCC_OP_CROSS_ENTROPY: case PCC_OP_MSE_LOSS: case PCC_OP_BCE_LOGITS: return o < 0;
+    case PCC_OP_CROSS_ENTROPY_GRAD: case PCC_OP_MSE_LOSS_GRAD: case PCC_OP_BCE_LOGITS_GRAD: return o == 0;
+    case PCC_OP_SGD: case PCC_OP_ADAMW: return o >= 2;
+    default: return false;
+    }
+}
+
 static bool moves_data(pcc_op_kind k) {
     return k == PCC_OP_CONCAT || k == PCC_OP_SPLIT || k == PCC_OP_SLICE || k == PCC_OP_RESHAPE ||
            k == PCC_OP_TRANSPOSE || k == PCC_OP_SLICE_GRAD;
@@ -263,8 +275,7 @@ static pcc_status check_dtypes(checker *c) {
                 return fail(c, -1 - i, "is %s; the input is %s", pcc_dtype_names[g->tensors[op->out[i]].dtype], pcc_dtype_names[t]);
         return PCC_OK;
     }
-    int ref = -1; // first float operand that is not a loss output
-    bool loss = pcc_ops[op->kind].flags & PCC_OPF_LOSS;
+    int ref = -1; // the first float operand whose dtype the others must share
     for (int o = 0; o < op->nin + op->nout; o++) {
         int oo = o < op->nin ? o : -1 - (o - op->nin);
         const pcc_tensor *t = operand(c, oo);
@@ -272,9 +283,9 @@ static pcc_status check_dtypes(checker *c) {
         if (want_int && t->dtype != PCC_I32) return fail(c, oo, "is %s; this operand holds integer ids and must be i32", pcc_dtype_names[t->dtype]);
         if (want_int) continue;
         if (!is_float(t->dtype)) return fail(c, oo, "is %s; this operand must be a float tensor", pcc_dtype_names[t->dtype]);
-        if (loss && oo < 0) continue;
-        if (ref < 0 && !(op->kind == PCC_OP_SGD || op->kind == PCC_OP_ADAMW)) ref = oo;
-        else if (ref != -1 && !(op->kind == PCC_OP_SGD || op->kind == PCC_OP_ADAMW) && t->dtype != operand(c, ref)->dtype)
+        if (own_dtype(op->kind, oo)) continue;
+        if (ref == -1) ref = oo;
+        else if (t->dtype != operand(c, ref)->dtype)
             return fail(c, oo, "is %s while %s is %s; an operator's float operands share one dtype",
                         pcc_dtype_names[t->dtype], operand_desc(c, ref), pcc_dtype_names[operand(c, ref)->dtype]);
     }
@@ -364,14 +375,16 @@ static int64_t window_out(int64_t in, int k, int stride, int pad) {
     return (in + 2 * pad - k) / stride + 1;
 }
 
-static pcc_status check_window(checker *c, const pcc_tensor *x, const pcc_tensor *y, int yo, int kh, int kw) {
+// x is the input side, y the output side; yo the operand reported for a wrong output size, ko the
+// operand that holds the kernel (the weight for conv2d; for pooling the kernel is an attr).
+static pcc_status check_window(checker *c, const pcc_tensor *x, const pcc_tensor *y, int yo, int ko, int kh, int kw) {
     const pcc_graph *g = c->g;
     const pcc_attrs *a = &c->op->attrs;
     int k[2] = {kh, kw};
     for (int i = 0; i < 2; i++) {
         int64_t want = window_out(dsize(g, x, 2 + i), k[i], a->stride[i], a->pad[i]);
         if (want < 0)
-            return fail(c, yo, "window %d with padding %d does not fit the input's %s = %lld", k[i], a->pad[i],
+            return fail(c, ko, "kernel %d with padding %d does not fit the input's %s = %lld", k[i], a->pad[i],
                         g->dims[x->dims[2 + i]].name, (long long)dsize(g, x, 2 + i));
         if (dsize(g, y, 2 + i) != want)
             return fail(c, yo, "%s should be %lld = (%lld + 2*%d - %d) / %d + 1, but %s = %lld", i ? "width" : "height",
@@ -389,25 +402,22 @@ static pcc_status check_extra(checker *c) {
     switch (op->kind) {
     case PCC_OP_CONV2D: {
         const pcc_tensor *w = &g->tensors[op->in[1]];
-        return check_window(c, in0, &g->tensors[op->out[0]], -1, (int)dsize(g, w, 2), (int)dsize(g, w, 3));
+        return check_window(c, in0, &g->tensors[op->out[0]], -1, 1, (int)dsize(g, w, 2), (int)dsize(g, w, 3));
     }
     case PCC_OP_CONV2D_GRAD_X: {
         const pcc_tensor *w = &g->tensors[op->in[1]];
-        return check_window(c, &g->tensors[op->out[0]], in0, 0, (int)dsize(g, w, 2), (int)dsize(g, w, 3));
+        return check_window(c, &g->tensors[op->out[0]], in0, 0, 1, (int)dsize(g, w, 2), (int)dsize(g, w, 3));
     }
     case PCC_OP_CONV2D_GRAD_W: {
         const pcc_tensor *w = &g->tensors[op->out[0]];
-        return check_window(c, &g->tensors[op->in[1]], in0, 0, (int)dsize(g, w, 2), (int)dsize(g, w, 3));
+        return check_window(c, &g->tensors[op->in[1]], in0, 0, -1, (int)dsize(g, w, 2), (int)dsize(g, w, 3));
     }
-    case PCC_OP_MAXPOOL: case PCC_OP_AVGPOOL:
-        if (op->attrs.pad[0] * 2 > op->attrs.kernel[0] || op->attrs.pad[1] * 2 > op->attrs.kernel[1])
-            return fail(c, 0, "padding %d,%d is more than half the kernel %d,%d", op->attrs.pad[0], op->attrs.pad[1],
-                        op->attrs.kernel[0], op->attrs.kernel[1]);
-        return check_window(c, in0, &g->tensors[op->out[0]], -1, op->attrs.kernel[0], op->attrs.kernel[1]);
+    case PCC_OP_MAXPOOL: case PCC_OP_AVGPOOL: // padding was checked against the kernel on load
+        return check_window(c, in0, &g->tensors[op->out[0]], -1, 0, op->attrs.kernel[0], op->attrs.kernel[1]);
     case PCC_OP_MAXPOOL_GRAD:
-        return check_window(c, &g->tensors[op->in[1]], in0, 0, op->attrs.kernel[0], op->attrs.kernel[1]);
+        return check_window(c, &g->tensors[op->in[1]], in0, 0, 1, op->attrs.kernel[0], op->attrs.kernel[1]);
     case PCC_OP_AVGPOOL_GRAD:
-        return check_window(c, &g->tensors[op->out[0]], in0, 0, op->attrs.kernel[0], op->attrs.kernel[1]);
+        return check_window(c, &g->tensors[op->out[0]], in0, 0, -1, op->attrs.kernel[0], op->attrs.kernel[1]);
     default: return PCC_OK;
     }
 }

@@ -172,23 +172,43 @@ bool symtab_put(pcc_symtab *t, pcc_arena *a, const char *key, int val) {
 
 /* ---- diagnostics ---- */
 
+// Writes s with control characters escaped, so that names taken from the input can never break
+// a diagnostic into two lines or forge one.
+static void put_escaped(FILE *f, const char *s) {
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '\n') fputs("\\n", f);
+        else if (c == '\t') fputs("\\t", f);
+        else if (c < 0x20 || c == 0x7f) fprintf(f, "\\x%02x", c);
+        else fputc(c, f);
+    }
+}
+
 pcc_status diag(const char *file, const char *where, const char *fmt, ...) {
+    char msg[2048];
     va_list ap;
-    fprintf(stderr, "%s: %s:%s: ", pcc_progname, file ? file : "<input>", where ? where : "");
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    fprintf(stderr, "%s: ", pcc_progname);
+    put_escaped(stderr, file ? file : "<input>");
+    fputc(':', stderr);
+    put_escaped(stderr, where ? where : "");
+    fputs(": ", stderr);
+    put_escaped(stderr, msg);
     fputc('\n', stderr);
     return PCC_ERR_INPUT;
 }
 
 void warn(const char *fmt, ...) {
+    char msg[2048];
     va_list ap;
     if (pcc_quiet) return;
-    fprintf(stderr, "%s: warning: ", pcc_progname);
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    fprintf(stderr, "%s: warning: ", pcc_progname);
+    put_escaped(stderr, msg);
     fputc('\n', stderr);
 }
 

@@ -7,7 +7,9 @@ containing FRAGMENT (POINTER may be "LINE:COL" for syntax errors). No crash, no 
 a run under ASan/UBSan shows its report on stderr and a different exit code, and fails here.
 Every file in tests/bad/ must be listed, so nothing in the corpus goes unchecked.
 
-usage: run_reject.py PLANCC SOURCE_ROOT
+usage: run_reject.py PLANCC SOURCE_ROOT [WRAPPER ...]
+WRAPPER (e.g. valgrind -q --error-exitcode=97) runs plancc under a memory checker: its reports
+go to stderr and change the exit code, so they fail the case.
 """
 import os
 import subprocess
@@ -16,6 +18,7 @@ import sys
 
 def main():
     plancc, root = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
+    wrapper = sys.argv[3:]
     bad = os.path.join(root, "tests", "bad")
     cases = []
     with open(os.path.join(bad, "expect.tsv"), encoding="utf-8") as f:
@@ -41,8 +44,14 @@ def main():
             print(f"FAIL {name}: listed in expect.tsv but missing")
             failed += 1
             continue
-        p = subprocess.run([plancc, "--check", path], cwd=root, capture_output=True, text=True, env=env)
-        lines = [l for l in p.stderr.splitlines() if not l.startswith("plancc: warning:")]
+        p = subprocess.run([*wrapper, plancc, "--check", path], cwd=root, capture_output=True, env=env)
+        try:
+            stderr = p.stderr.decode("utf-8")
+        except UnicodeDecodeError as e:  # garbage in a diagnostic: uninitialized memory, say
+            failed += 1
+            print(f"FAIL {name}: the diagnostic is not UTF-8 ({e}): {p.stderr!r}")
+            continue
+        lines = [l for l in stderr.splitlines() if not l.startswith("plancc: warning:")]
         want = f"plancc: {path}:{pointer}: "
         ok = p.returncode == 2 and len(lines) == 1 and lines[0].startswith(want) and fragment in lines[0]
         if ok:
@@ -51,7 +60,7 @@ def main():
         else:
             failed += 1
             print(f"FAIL {name}: exit {p.returncode}, want 2 and a line starting {want!r} containing {fragment!r}; stderr:")
-            print("     " + p.stderr.replace("\n", "\n     "))
+            print("     " + stderr.replace("\n", "\n     "))
     print(f"{passed} passed, {failed} failed")
     return 1 if failed else 0
 

@@ -12,6 +12,7 @@ need=(
   libglpk-dev                          # the scheduler's ILP solver
   libopenblas-dev                      # GEMM for the CPU backend of planrun
   python3 python3-jsonschema           # schema validation of models/ in the test suite
+  valgrind                             # the bad-input corpus also runs under memcheck
 )
 
 missing=()
