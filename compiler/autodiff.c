@@ -45,11 +45,6 @@ static int new_grad(ad *A, int of, const char *suffix) {
     return graph_add_tensor(A->g, &t);
 }
 
-// A fresh gradient-shaped tensor of `like`'s shape (for intermediate results such as dy*a).
-static int new_temp(ad *A, int like, const char *what) {
-    return new_grad(A, like, what);
-}
-
 static int emit(ad *A, pcc_op_kind k, int fwd, const int *in, int nin, const int *out, int nout) {
     const char *ptr = fwd >= 0 ? A->g->ops[fwd].ptr : "";
     int id = graph_add_op(A->g, k, A->scope, in, nin, out, nout, ptr);
@@ -83,7 +78,7 @@ static int grad_sum(ad *A, int t) {
 }
 
 static int emit_fill(ad *A, int like, double value) {
-    int out = new_temp(A, like, ":zero");
+    int out = new_grad(A, like, ":zero");
     int id = emit(A, PCC_OP_FILL, -1, NULL, 0, &out, 1);
     A->g->ops[id].attrs.scale = value;
     A->g->ops[id].ptr = A->g->tensors[like].ptr;
@@ -121,7 +116,7 @@ static void rule_binary(ad *A, int o, int dy) {
     int in_a[2] = {dy, b};
     grad_into(A, a, PCC_OP_MUL, o, in_a, 2);
     if (A->needs[b]) {
-        int t = new_temp(A, a, arena_printf(A->g->arena, "*@%d", A->g->n_ops));
+        int t = new_grad(A, a, arena_printf(A->g->arena, "*@%d", A->g->n_ops));
         int in_b[2] = {dy, a};
         emit(A, PCC_OP_MUL, o, in_b, 2, &t, 1);
         contribute(A, b, reduce_to(A, t, b, o));

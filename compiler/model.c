@@ -490,9 +490,14 @@ typedef struct item {
     const char *ptr;
     bool is_block;
     int *reads, nreads;
-    const char **read_ptrs;
+    const char **read_ptrs; // blocks: the pointer of each "in" binding; ops: NULL (ptr/in/i)
     int *writes, nwrites;
 } item;
+
+// The pointer of read r, built only when a diagnostic needs it.
+static const char *read_ptr(loader *L, const item *it, int r) {
+    return it->read_ptrs ? it->read_ptrs[r] : arena_printf(L->g->arena, "%s/in/%d", it->ptr, r);
+}
 
 // Does item `from` depend, directly or through earlier items, on item `target`'s outputs?
 // Fills path[] (item indices from `from` back to `target`) when it does.
@@ -524,10 +529,10 @@ static pcc_status check_order(loader *L, const item *it, int n) {
             int t = it[i].reads[r], p = prod[t];
             const pcc_tensor *x = &g->tensors[t];
             if (p < 0 && x->kind == PCC_T_ACT && x->producer != PCC_PROD_BOUND)
-                return diag(file_of(L), it[i].read_ptrs[r], "tensor \"%s\" is read, but no op produces it", x->name);
+                return diag(file_of(L), read_ptr(L, &it[i], r), "tensor \"%s\" is read, but no op produces it", x->name);
             if (p < i) continue;
             if (p == i)
-                return diag(file_of(L), it[i].read_ptrs[r], "cycle: the %s reads its own output \"%s\"", it[i].is_block ? "block" : "op", x->name);
+                return diag(file_of(L), read_ptr(L, &it[i], r), "cycle: the %s reads its own output \"%s\"", it[i].is_block ? "block" : "op", x->name);
             unsigned char *seen = arena_alloc(g->arena, (size_t)n);
             int *path = arena_alloc(g->arena, sizeof(int) * (size_t)(n + 1)), np = 0;
             if (depends_on(it, prod, p, i, seen, path, &np)) {
@@ -543,20 +548,17 @@ static pcc_status check_order(loader *L, const item *it, int n) {
                     if (k >= sizeof buf) break;
                 }
                 if (k < sizeof buf) snprintf(buf + k, sizeof buf - k, "%s", it[i].ptr);
-                return diag(file_of(L), it[i].read_ptrs[r], "cycle through tensor \"%s\": %s", x->name, buf);
+                return diag(file_of(L), read_ptr(L, &it[i], r), "cycle through tensor \"%s\": %s", x->name, buf);
             }
-            return diag(file_of(L), it[i].read_ptrs[r], "tensor \"%s\" is read before %s produces it; list ops in program order",
+            return diag(file_of(L), read_ptr(L, &it[i], r), "tensor \"%s\" is read before %s produces it; list ops in program order",
                         x->name, it[p].ptr);
         }
     }
     return PCC_OK;
 }
 
-static item op_item(loader *L, const pcc_op *op) {
-    item it = {.ptr = op->ptr, .reads = op->in, .nreads = op->nin, .writes = op->out, .nwrites = op->nout};
-    it.read_ptrs = arena_alloc(L->g->arena, sizeof(char *) * (size_t)(op->nin ? op->nin : 1));
-    for (int i = 0; i < op->nin; i++) it.read_ptrs[i] = arena_printf(L->g->arena, "%s/in/%d", op->ptr, i);
-    return it;
+static item op_item(const pcc_op *op) {
+    return (item){.ptr = op->ptr, .reads = op->in, .nreads = op->nin, .writes = op->out, .nwrites = op->nout};
 }
 
 /* ---- blocks ---- */
@@ -696,7 +698,7 @@ static pcc_status load_block(loader *L, const pcc_json *v, const char *ptr) {
     }
     // Order inside the block: its ops are the items.
     item *it = arena_alloc(g->arena, sizeof(item) * (size_t)bl->n_ops);
-    for (int i = 0; i < bl->n_ops; i++) it[i] = op_item(L, &g->ops[bl->first_op + i]);
+    for (int i = 0; i < bl->n_ops; i++) it[i] = op_item(&g->ops[bl->first_op + i]);
     if ((st = check_order(L, it, bl->n_ops))) return st;
     // A carried input must be computed by the copy itself, or copy i+1 would read a stale value.
     for (int i = 0; i < bl->n_carry; i++)
@@ -715,7 +717,7 @@ static pcc_status check_top_order(loader *L) {
     for (int o = 0; o < g->n_ops; o++) {
         const pcc_op *op = &g->ops[o];
         if (op->block < 0) {
-            it[n++] = op_item(L, op);
+            it[n++] = op_item(op);
             continue;
         }
         const pcc_block *bl = &g->blocks[op->block];

@@ -76,7 +76,7 @@ static void print_row(FILE *f, const char *indent, const char *name, const char 
             fmt_flops(c, sizeof c, r->bwd * mult), fmt_bytes(d, sizeof d, r->acts * mult));
 }
 
-static void text_ops(FILE *f, const pcc_graph *g, const op_row *rows, int verbose) {
+static void text_ops(FILE *f, const pcc_graph *g, const op_row *rows) {
     fprintf(f, "  %-32s %-14s %10s %12s %12s %11s\n", "operator (output)", "type", "params", "fwd", "bwd", "kept acts");
     for (int o = 0; o < g->n_fwd_ops; o++) {
         const pcc_op *op = &g->ops[o];
@@ -99,7 +99,6 @@ static void text_ops(FILE *f, const pcc_graph *g, const op_row *rows, int verbos
             print_row(f, "      ", label(g, &g->ops[i], name, sizeof name), pcc_ops[g->ops[i].kind].name, &rows[i], 1);
         o = bl->first_op + bl->n_ops - 1;
     }
-    (void)verbose;
 }
 
 static void text_report(FILE *f, const pcc_graph *g, const op_row *rows, const pcc_totals *t, int verbose) {
@@ -113,7 +112,7 @@ static void text_report(FILE *f, const pcc_graph *g, const op_row *rows, const p
     fprintf(f, "dims:");
     for (int i = 0; i < g->n_dims; i++) fprintf(f, " %s=%lld", g->dims[i].name, (long long)g->dims[i].size);
     fprintf(f, "\n\n");
-    text_ops(f, g, rows, verbose);
+    text_ops(f, g, rows);
     fprintf(f, "\ntotals (one device, the model's batch, one micro-batch)\n");
     fprintf(f, "  parameters           %s (%.0f)\n", fmt_count(a, sizeof a, t->params), t->params);
     fprintf(f, "  FLOPs per step       %s = forward %s + backward %s + optimizer %s\n",
