@@ -338,6 +338,40 @@ pcc_status model_load(pcc_arena *a, const char *path, pcc_graph **out);
 // any parameter.
 pcc_status autodiff(pcc_graph *g);
 
+/* ---------------------------------------------------------------- cluster.c */
+
+typedef enum pcc_link_kind { PCC_LINK_NVLINK, PCC_LINK_PCIE, PCC_LINK_SHM, PCC_LINK_INFINIBAND, PCC_LINK_ETHERNET, PCC_LINK_NONE } pcc_link_kind;
+
+// Peak FLOP/s by operand dtype; tf32 is f32 matrix products on tensor cores.
+typedef enum pcc_math { PCC_MATH_F32, PCC_MATH_TF32, PCC_MATH_BF16, PCC_MATH_F16, PCC_MATH_COUNT } pcc_math;
+
+typedef struct pcc_link {
+    pcc_link_kind kind;
+    double bandwidth_Bps;   // per device (intra) or per NIC (network), one direction
+    double latency_s;       // per hop
+} pcc_link;
+
+typedef struct pcc_cluster {
+    const char *file, *name;
+    bool cpu;                       // device.kind "cpu": ranks of planrun's cpu backend
+    int nodes, devices_per_node;    // after --nodes / --devices
+    int n_devices;                  // nodes * devices_per_node (or the --devices count)
+    const char *device_name;
+    double memory_bytes;            // per device
+    double memory_bandwidth_Bps;    // per device
+    double peak_flops[PCC_MATH_COUNT]; // a dtype the file leaves out runs at the f32 figure
+    double launch_overhead_s;       // 0 if the file gives none (the cost model has a default)
+    pcc_link intra;                 // between the devices of a node
+    pcc_link network;               // between nodes (kind NONE on a single-node cluster)
+    int nics_per_node;
+} pcc_cluster;
+
+// Loads and checks a cluster file (schemas/cluster.schema.json) with the same diagnostics as the
+// model loader. nodes > 0 overrides the file's node count; devices > 0 sets the total device
+// count (a whole number of nodes, or fewer devices than one node; a cpu cluster takes any count
+// as one node). Both 0: as the file says. Returns PCC_ERR_INPUT on bad input or overrides.
+pcc_status cluster_load(pcc_arena *a, const char *path, int nodes, int devices, pcc_cluster **out);
+
 /* ---------------------------------------------------------------- report.c */
 
 typedef struct pcc_report_opts {
