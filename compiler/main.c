@@ -1,6 +1,6 @@
 /*
  * main.c: the plancc driver. It reads like the pipeline: parse options, load the model, verify,
- * differentiate, verify, report. Later phases (transform, schedule, preserve, memory plan, emit)
+ * differentiate, verify, load the cluster (--cluster, with --nodes/--devices), report. Later phases (transform, schedule, preserve, memory plan, emit)
  * join this row as they land.
  *
  * Exit codes (documented in --help and README.md): 0 success, 1 internal error, 2 invalid input
@@ -14,7 +14,7 @@
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: plancc --check MODEL [--json] [-v] [-q]\n"
+            "usage: plancc --check MODEL [--cluster FILE [--nodes N] [--devices N]] [--json] [-v] [-q]\n"
             "       plancc --help | --version\n"
             "\n"
             "plancc compiles a DNN training job (a model graph in JSON and a cluster in JSON) into a\n"
@@ -23,6 +23,12 @@ static void usage(FILE *f) {
             "  --check MODEL      load and check MODEL completely, derive its backward pass and\n"
             "                     optimizer step, and print per-operator parameters, FLOPs and kept\n"
             "                     activations, with totals per step and the memory of one device\n"
+            "  --cluster FILE     also load and check the cluster FILE, and add a section: its devices,\n"
+            "                     whether one step's memory fits one device, and the compute lower\n"
+            "                     bound of one step at the device's peak FLOP/s for the model's dtype\n"
+            "  --nodes N          the cluster has N nodes (default: as FILE says)\n"
+            "  --devices N        the cluster has N devices in all: a whole number of nodes, or fewer\n"
+            "                     than one node; on a cpu cluster, any N (one node of N ranks)\n"
             "  --json             print the --check report as JSON\n"
             "  --micro-batches N  gradient accumulation over N micro-batches (default 1)\n"
             "  -v, --verbose      more detail (IR sizes)\n"
@@ -30,24 +36,43 @@ static void usage(FILE *f) {
             "  -h, --help         this text\n"
             "  -V, --version      the version\n"
             "\n"
-            "Model format: schemas/README.md and schemas/model.schema.json.\n"
+            "Model and cluster formats: schemas/README.md, schemas/model.schema.json and\n"
+            "schemas/cluster.schema.json.\n"
             "Diagnostics: \"plancc: FILE:JSON-POINTER: message\" on stderr.\n"
             "Exit codes: 0 success, 1 internal error, 2 invalid input or usage, 3 infeasible.\n");
 }
 
 typedef struct options {
     const char *model;
+    const char *cluster; // NULL: no cluster section
     bool check, json, quiet;
     int verbose;
     int micro_batches;
+    int nodes, devices;  // 0: as the cluster file says
 } options;
+
+enum { OPT_CLUSTER = 256, OPT_NODES, OPT_DEVICES };
+
+// An integer option's value in [lo, hi]; a usage error otherwise.
+static pcc_status int_option(const char *name, const char *arg, long lo, long hi, int *out) {
+    char *end;
+    long v = strtol(arg, &end, 10);
+    if (end == arg || *end || v < lo || v > hi) {
+        fprintf(stderr, "plancc: %s wants an integer in [%ld, %ld], got \"%s\"\n", name, lo, hi, arg);
+        return PCC_ERR_INPUT;
+    }
+    *out = (int)v;
+    return PCC_OK;
+}
 
 static pcc_status parse_options(int argc, char **argv, options *o, bool *done) {
     static const struct option longopts[] = {
         {"check", no_argument, NULL, 'c'},   {"json", no_argument, NULL, 'j'},
         {"verbose", no_argument, NULL, 'v'}, {"quiet", no_argument, NULL, 'q'},
         {"help", no_argument, NULL, 'h'},    {"version", no_argument, NULL, 'V'},
-        {"micro-batches", required_argument, NULL, 'm'}, {NULL, 0, NULL, 0},
+        {"micro-batches", required_argument, NULL, 'm'}, {"cluster", required_argument, NULL, OPT_CLUSTER},
+        {"nodes", required_argument, NULL, OPT_NODES},   {"devices", required_argument, NULL, OPT_DEVICES},
+        {NULL, 0, NULL, 0},
     };
     *done = false;
     o->micro_batches = 1;
@@ -61,16 +86,10 @@ static pcc_status parse_options(int argc, char **argv, options *o, bool *done) {
         case 'q': o->quiet = true; break;
         case 'h': usage(stdout); *done = true; return PCC_OK;
         case 'V': printf("plancc %s\n", PCC_VERSION); *done = true; return PCC_OK;
-        case 'm': {
-            char *end;
-            long v = strtol(optarg, &end, 10);
-            if (*end || v < 1 || v > 65536) {
-                fprintf(stderr, "plancc: --micro-batches wants an integer in [1, 65536], got \"%s\"\n", optarg);
-                return PCC_ERR_INPUT;
-            }
-            o->micro_batches = (int)v;
-            break;
-        }
+        case 'm': if (int_option("--micro-batches", optarg, 1, 65536, &o->micro_batches)) return PCC_ERR_INPUT; break;
+        case OPT_CLUSTER: o->cluster = optarg; break;
+        case OPT_NODES: if (int_option("--nodes", optarg, 1, 1 << 20, &o->nodes)) return PCC_ERR_INPUT; break;
+        case OPT_DEVICES: if (int_option("--devices", optarg, 1, 1 << 24, &o->devices)) return PCC_ERR_INPUT; break;
         case ':': fprintf(stderr, "plancc: option %s needs a value\n", argv[optind - 1]); return PCC_ERR_INPUT;
         default: fprintf(stderr, "plancc: unknown option %s (see plancc --help)\n", argv[optind - 1]); return PCC_ERR_INPUT;
         }
@@ -78,6 +97,10 @@ static pcc_status parse_options(int argc, char **argv, options *o, bool *done) {
     if (optind + 1 != argc) {
         fprintf(stderr, optind == argc ? "plancc: no model given (see plancc --help)\n"
                                        : "plancc: more than one model given (see plancc --help)\n");
+        return PCC_ERR_INPUT;
+    }
+    if ((o->nodes || o->devices) && !o->cluster) {
+        fprintf(stderr, "plancc: %s needs --cluster FILE (see plancc --help)\n", o->nodes ? "--nodes" : "--devices");
         return PCC_ERR_INPUT;
     }
     o->model = argv[optind];
@@ -104,9 +127,11 @@ int main(int argc, char **argv) {
         st = autodiff(g);
     }
     if (!st) st = graph_check(g);
+    pcc_cluster *cluster = NULL;
+    if (!st && o.cluster) st = cluster_load(arena, o.cluster, o.nodes, o.devices, &cluster);
     if (!st) {
         pcc_report_opts ro = {.json = o.json, .verbose = o.verbose};
-        report_print(stdout, g, &ro);
+        report_print_cluster(stdout, g, cluster, &ro);
         if (fflush(stdout) != 0) {
             fprintf(stderr, "plancc: cannot write the report\n");
             st = PCC_ERR_INTERNAL;

@@ -467,6 +467,122 @@ pcc_status op_check_shapes(const pcc_graph *g, const pcc_op *op, const char *src
     return check_extra(&c);
 }
 
+/* ---- letters: which axis of each operand a dimension letter is ---- */
+
+static pcc_letter *letter_get(const pcc_graph *g, pcc_letter *out, int *n, const char *name, int dim, bool reduce, bool nosplit) {
+    for (int i = 0; i < *n; i++)
+        if (strcmp(out[i].name, name) == 0) return &out[i];
+    PCC_ASSERT(*n < PCC_MAX_LETTERS);
+    pcc_letter *l = &out[(*n)++];
+    memset(l, 0, sizeof *l);
+    snprintf(l->name, sizeof l->name, "%s", name);
+    memset(l->axis, -1, sizeof l->axis);
+    l->dim = dim, l->reduce = reduce, l->nosplit = nosplit;
+    (void)g;
+    return l;
+}
+
+static int operand_tensor(const pcc_op *op, int o) { return o < op->nin ? op->in[o] : op->out[o - op->nin]; }
+
+static int letters_annotated(const pcc_graph *g, const pcc_op *op, const ann *a, pcc_letter *out) {
+    int n = 0;
+    for (int o = 0; o < op->nin + op->nout; o++) {
+        const ann_tensor *at = o < op->nin ? (o < a->nin ? &a->in[o] : NULL) : (o - op->nin < a->nout ? &a->out[o - op->nin] : NULL);
+        if (!at) continue;
+        const pcc_tensor *t = &g->tensors[operand_tensor(op, o)];
+        bool var = at->n > 0 && at->d[0].variadic;
+        int lead = t->rank - (var ? at->n - 1 : at->n), pos = 0;
+        for (int k = 0; k < at->n; k++) {
+            const ann_dim *d = &at->d[k];
+            int cnt = d->variadic ? lead : 1;
+            for (int j = 0; j < cnt; j++, pos++) {
+                char name[16];
+                if (d->variadic) snprintf(name, sizeof name, "%.7s.%d", d->name, j & 7);
+                else snprintf(name, sizeof name, "%s", d->name);
+                pcc_letter *l = letter_get(g, out, &n, name, t->dims[pos], d->reduce, d->nosplit);
+                l->axis[o] = (signed char)pos;
+            }
+        }
+    }
+    return n;
+}
+
+// Positional letters "x0", "x1", ... shared by operands whose axes line up (concat, split,
+// slice, add/mul with b aligned to a's trailing axes).
+static int letters_positional(const pcc_graph *g, const pcc_op *op, int fixed_axis, pcc_letter *out) {
+    int n = 0, rank = g->tensors[op->in[0]].rank;
+    for (int i = 0; i < rank; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "x%d", i & 7);
+        pcc_letter *l = letter_get(g, out, &n, name, g->tensors[op->in[0]].dims[i], false, i == fixed_axis);
+        for (int o = 0; o < op->nin + op->nout; o++) {
+            int r = g->tensors[operand_tensor(op, o)].rank;
+            int ax = i - (rank - r); // a shorter operand (a broadcast b) holds the trailing axes
+            if (ax >= 0) l->axis[o] = (signed char)ax;
+        }
+    }
+    return n;
+}
+
+static int letters_transpose(const pcc_graph *g, const pcc_op *op, pcc_letter *out) {
+    int n = 0;
+    const pcc_tensor *x = &g->tensors[op->in[0]];
+    for (int i = 0; i < x->rank; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "x%d", i & 7);
+        pcc_letter *l = letter_get(g, out, &n, name, x->dims[i], false, false);
+        l->axis[0] = (signed char)i;
+        for (int j = 0; j < x->rank; j++)
+            if (op->attrs.perm[j] == i) l->axis[1] = (signed char)j;
+    }
+    return n;
+}
+
+// Reshape: in each group of axes whose products agree, the major input axis and the major
+// output axis are one letter (splitting it cuts both into the same contiguous pieces); the
+// minor axes of a split or merged group cannot be split on their own.
+static int letters_reshape(const pcc_graph *g, const pcc_op *op, pcc_letter *out) {
+    const pcc_tensor *x = &g->tensors[op->in[0]], *y = &g->tensors[op->out[0]];
+    int n = 0, i = 0, j = 0;
+    while (i < x->rank || j < y->rank) {
+        int i0 = i, j0 = j;
+        int64_t pi = i < x->rank ? dsize(g, x, i++) : 1, pj = j < y->rank ? dsize(g, y, j++) : 1;
+        while (pi != pj) {
+            if (pi < pj && i < x->rank) pi *= dsize(g, x, i++);
+            else if (pj < pi && j < y->rank) pj *= dsize(g, y, j++);
+            else break;
+        }
+        for (int k = i0; k < i; k++) {
+            char name[16];
+            snprintf(name, sizeof name, "g%d.%d", i0 & 7, (k - i0) & 7);
+            pcc_letter *l = letter_get(g, out, &n, name, x->dims[k], false, k > i0);
+            l->axis[0] = (signed char)k;
+            if (k == i0 && j0 < y->rank) l->axis[1] = (signed char)j0;
+        }
+        for (int k = j0 + 1; k < j; k++) {
+            char name[16];
+            snprintf(name, sizeof name, "h%d.%d", j0 & 7, (k - j0) & 7);
+            letter_get(g, out, &n, name, y->dims[k], false, true)->axis[1] = (signed char)k;
+        }
+    }
+    return n;
+}
+
+int op_letters(const pcc_graph *g, const pcc_op *op, pcc_letter *out) {
+    PCC_ASSERT(op->nin + op->nout <= PCC_MAX_OPERANDS);
+    switch (op->kind) {
+    case PCC_OP_CONCAT: case PCC_OP_SPLIT: case PCC_OP_SLICE: case PCC_OP_SLICE_GRAD:
+        return letters_positional(g, op, op->attrs.axis, out);
+    case PCC_OP_ADD: case PCC_OP_MUL: return letters_positional(g, op, -1, out);
+    case PCC_OP_TRANSPOSE: return letters_transpose(g, op, out);
+    case PCC_OP_RESHAPE: return letters_reshape(g, op, out);
+    default: break;
+    }
+    const ann *a = ann_get(op->kind);
+    PCC_ASSERT(!a->custom);
+    return letters_annotated(g, op, a, out);
+}
+
 /* ---- costs ---- */
 
 static double numel(const pcc_graph *g, int t) { return (double)tensor_numel(g, &g->tensors[t]); }

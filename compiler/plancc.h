@@ -321,6 +321,20 @@ double op_flops(const pcc_graph *g, const pcc_op *op);
 // The part of op_flops that is matrix multiplication (tensor-core work: what Megatron-LM's
 // FLOP formula counts); bias adds and everything element-wise are left out.
 double op_flops_matmul(const pcc_graph *g, const pcc_op *op);
+// The dimension letters of one op instance: for each, the model dimension it binds and its axis
+// in every operand (inputs, then outputs; -1 where it does not occur). Variadic groups give one
+// letter per dimension ("b.0", "b.1"); operators with their own shape rule get letters from it
+// (concat, split, slice: every axis but the joined one; transpose: each axis and where it goes;
+// reshape: the major dimension of each split or merged group). Returns the count.
+#define PCC_MAX_OPERANDS 72
+#define PCC_MAX_LETTERS 24
+typedef struct pcc_letter {
+    char name[16];
+    bool reduce, nosplit;
+    int dim;
+    signed char axis[PCC_MAX_OPERANDS];
+} pcc_letter;
+int op_letters(const pcc_graph *g, const pcc_op *op, pcc_letter *out);
 // Bytes read and written by one instance (each operand once).
 double op_bytes(const pcc_graph *g, const pcc_op *op);
 
@@ -372,6 +386,124 @@ typedef struct pcc_cluster {
 // as one node). Both 0: as the file says. Returns PCC_ERR_INPUT on bad input or overrides.
 pcc_status cluster_load(pcc_arena *a, const char *path, int nodes, int devices, pcc_cluster **out);
 
+/* ---------------------------------------------------------------- cost.c */
+
+/* The cost model behind one interface: the scheduler and the reports ask it for times, and the
+ * cost-model issue replaces its inside (shape-dependent efficiency, profile tables, NCCL's
+ * tree algorithm) without touching its callers. Today: a roofline for compute and NCCL's ring
+ * alpha-beta model for collectives, over the cluster's datasheet figures. */
+
+typedef enum pcc_coll {
+    PCC_COLL_ALL_REDUCE, PCC_COLL_ALL_GATHER, PCC_COLL_REDUCE_SCATTER, PCC_COLL_ALL_TO_ALL,
+    PCC_COLL_SEND_RECV, PCC_COLL_BROADCAST, PCC_COLL_COUNT
+} pcc_coll;
+extern const char *const pcc_coll_names[PCC_COLL_COUNT];
+
+// A group of `size` devices whose ranks are base + i * stride (the shape every mesh axis has).
+typedef struct pcc_group_shape {
+    int size, stride;
+} pcc_group_shape;
+
+// Seconds for `flops` of arithmetic moving `bytes` of memory on one device, in the given dtype;
+// `matmul` work runs at the tensor-core peak, the rest at the vector (f32) peak.
+double cost_compute_s(const pcc_cluster *c, double flops, double bytes, pcc_dtype dt, bool matmul);
+// Seconds for one collective over a group, `bytes` being the full tensor each member ends with
+// (all-reduce, all-gather, broadcast), starts with (reduce-scatter), or sends in all
+// (all-to-all, send/recv). Ring algorithm: alpha per step, bus bandwidth of the slowest link.
+double cost_collective_s(const pcc_cluster *c, pcc_coll kind, double bytes, pcc_group_shape g);
+// Bytes per second one member of the group can move: NVLink inside a node, its share of the
+// node's NICs across nodes.
+double cost_group_bandwidth(const pcc_cluster *c, pcc_group_shape g);
+// Fixed cost of issuing one kernel or one collective call (the file's launch_overhead_s, or a
+// default of a few microseconds).
+double cost_launch_s(const pcc_cluster *c);
+bool cost_group_crosses_nodes(const pcc_cluster *c, pcc_group_shape g);
+
+/* ---------------------------------------------------------------- transform.c */
+
+/* Phase 1, model transformation: for every forward operator, the ways to run it on n devices.
+ * A candidate splits one dimension letter of the operator's annotation n ways (or replicates
+ * it: n = 1 on a group of size 1, or "replicate" on a larger group), and may recompute the
+ * operator in the backward pass. The backward operators derived from a forward operator follow
+ * its choice. Each candidate carries per-device FLOPs, parameter and activation bytes, and the
+ * layout of every operand. */
+
+// nnScaler's RVD layout of a tensor on a group of devices: r replicas, v partial-sum parts, and
+// d[i] pieces along dimension i; r * v * prod(d) = the group size.
+typedef struct pcc_layout {
+    int r, v;
+    int d[PCC_MAX_RANK];
+} pcc_layout;
+
+typedef struct pcc_cand {
+    int dim;                // the model dimension split (index into graph.dims), -1: replicated
+    char letter[16];        // the annotation letter it is ("" when replicated)
+    int ways;               // pieces along it (1 when replicated)
+    bool recompute;         // forward recomputed in the backward pass; its kept activations dropped
+    double flops;           // per device, forward + backward (+ the recomputed forward)
+    double flops_matmul;    // the matmul share of flops
+    double param_bytes;     // per device: the parameters it reads, split or whole
+    double act_bytes;       // per device: its outputs the backward pass keeps
+    pcc_layout *in, *out;   // layout of each operand (nin, nout)
+} pcc_cand;
+
+typedef struct pcc_op_cands {
+    int op;                 // forward op index
+    pcc_cand *c;
+    int n;
+} pcc_op_cands;
+
+typedef struct pcc_transform {
+    int devices;            // the group size the candidates are for
+    pcc_op_cands *ops;      // one per forward op, in op order
+    int n_ops;
+} pcc_transform;
+
+// Enumerates the candidates of every forward op of g (after autodiff) on a group of `devices`.
+// Splits need the dimension's size divisible by the ways; a group of 1 has the one trivial
+// candidate (and its recomputed twin where recompute applies). This function can't fail on a
+// checked graph.
+pcc_transform *transform(const pcc_graph *g, int devices);
+// Writes the candidates in a fixed text form (one op per line group), for -d t and tests.
+void transform_dump(FILE *f, const pcc_graph *g, const pcc_transform *t);
+
+/* ---------------------------------------------------------------- rvd.c */
+
+/* Resharding: the cheapest chain of steps that turns a tensor's layout on a group into another
+ * layout on the same group (nnScaler's intra-RVD search). Steps, each changing one factor:
+ *   D->R all-gather, V->R all-reduce, V->D reduce-scatter, D->D all-to-all (between two dims),
+ *   R->D local slice, R->V local scale (no communication).
+ * The search is Dijkstra over all layouts of the tensor on the group, with the cost model's
+ * time per step plus a launch per collective, so that a chain of small collectives does not win
+ * over one bigger one only by the alpha-beta model's count of ring hops. */
+
+typedef enum pcc_step_kind {
+    PCC_STEP_ALL_GATHER, PCC_STEP_ALL_REDUCE, PCC_STEP_REDUCE_SCATTER, PCC_STEP_ALL_TO_ALL,
+    PCC_STEP_SLICE, PCC_STEP_SCALE, PCC_STEP_KIND_COUNT
+} pcc_step_kind;
+extern const char *const pcc_step_names[PCC_STEP_KIND_COUNT];
+
+#define PCC_MAX_STEPS 12
+typedef struct pcc_reshard {
+    int n_steps;
+    struct {
+        pcc_step_kind kind;
+        int dim, dim_to;    // the dimension split or gathered (all-to-all: from dim to dim_to)
+        int k;              // the factor: devices taking part in each collective
+        double bytes;       // collective size as cost_collective_s takes it (0 for local steps)
+        double seconds;     // the collective's time and its launch (local steps: 0)
+    } step[PCC_MAX_STEPS];
+    double seconds;         // total
+} pcc_reshard;
+
+// The cheapest way from `from` to `to` for tensor t on a group of `grp.size` devices (both
+// layouts multiply out to it). Fills *path when non-NULL. Returns the time in seconds, 0 when
+// the layouts are equal, or -1 when no chain exists (a split that does not divide a dimension).
+double rvd_reshard(const pcc_cluster *c, const pcc_graph *g, const pcc_tensor *t, const pcc_layout *from,
+                   const pcc_layout *to, pcc_group_shape grp, pcc_reshard *path);
+// "R2V1D(4,1)" into buf.
+char *layout_str(const pcc_layout *l, int rank, char *buf, size_t n);
+
 /* ---------------------------------------------------------------- report.c */
 
 typedef struct pcc_report_opts {
@@ -380,6 +512,10 @@ typedef struct pcc_report_opts {
 } pcc_report_opts;
 // The --check report: per op and block, parameters, FLOPs and activation bytes; totals.
 void report_print(FILE *f, const pcc_graph *g, const pcc_report_opts *o);
+// The same report with a cluster section after it (in JSON, a "cluster" member): the cluster's
+// shape and device, whether one step's memory fits one device, and the compute lower bound of
+// one step at the peak FLOP/s of the model's dtype. c NULL: exactly report_print. Can't fail.
+void report_print_cluster(FILE *f, const pcc_graph *g, const pcc_cluster *c, const pcc_report_opts *o);
 
 // Totals the report prints, exposed for tests and later phases.
 typedef struct pcc_totals {

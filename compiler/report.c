@@ -9,6 +9,12 @@
  * optimizer; the matmul share is what Megatron-LM's formula counts) and the memory of weights,
  * gradients, optimizer state and kept activations on one device at the model's batch size.
  * Numbers in JSON are exact (integers where they are integers); the text rounds.
+ *
+ * With a cluster (--cluster), a section follows: the cluster's shape and device, whether one
+ * step's memory (the totals above) fits one device and by how much, and the compute lower bound
+ * of one step: FLOPs per step over the device's peak for the model's dtype (bf16 and f16 at
+ * their tensor-core peak, f32 at the f32 peak), on one device and split perfectly over all.
+ * These are bounds from datasheet peaks, not predictions; the cost model (cost.c) predicts.
  */
 #include "plancc.h"
 
@@ -186,15 +192,109 @@ static void json_report(FILE *f, const pcc_graph *g, const op_row *rows, const p
         fprintf(f, ", \"params\": %.0f, \"flops_forward\": %.17g, \"flops_backward\": %.17g, \"activation_bytes\": %.0f}",
                 rows[o].params, rows[o].fwd, rows[o].bwd, rows[o].acts);
     }
-    fprintf(f, "]}\n");
+    fprintf(f, "]"); // the caller closes the object, after the cluster section if any
 }
 
-void report_print(FILE *f, const pcc_graph *g, const pcc_report_opts *o) {
+/* ---- the cluster section ---- */
+
+// What one device of the cluster makes of the model: does one step fit, and how fast could it be.
+typedef struct cluster_fit {
+    pcc_math math;      // the peak that the model's dtype runs at
+    double peak_flops;  // FLOP/s
+    double need_bytes;  // weights + gradients + optimizer state + kept activations
+    double spare_bytes; // device memory - need_bytes; negative when it does not fit
+    double step_s;      // FLOPs per step / peak: no device can be faster
+    double step_all_s;  // the same split perfectly over every device of the cluster
+} cluster_fit;
+
+static const char *const math_names[PCC_MATH_COUNT] = {"f32", "tf32", "bf16", "f16"};
+
+static void cluster_fit_compute(const pcc_graph *g, const pcc_cluster *c, const pcc_totals *t, cluster_fit *fit) {
+    fit->math = g->dtype == PCC_BF16 ? PCC_MATH_BF16 : g->dtype == PCC_F16 ? PCC_MATH_F16 : PCC_MATH_F32;
+    fit->peak_flops = c->peak_flops[fit->math];
+    fit->need_bytes = t->bytes_weights + t->bytes_grads + t->bytes_optim + t->bytes_acts;
+    fit->spare_bytes = c->memory_bytes - fit->need_bytes;
+    fit->step_s = (t->flops_fwd + t->flops_bwd + t->flops_opt) / fit->peak_flops;
+    fit->step_all_s = fit->step_s / c->n_devices;
+}
+
+// Seconds, always in seconds, with a reading in larger or smaller units where that helps.
+static char *fmt_seconds(char *buf, size_t n, double s) {
+    if (s >= 86400) snprintf(buf, n, "%.4g s (%.2f days)", s, s / 86400);
+    else if (s >= 3600) snprintf(buf, n, "%.4g s (%.2f h)", s, s / 3600);
+    else if (s >= 60) snprintf(buf, n, "%.4g s (%.2f min)", s, s / 60);
+    else if (s >= 1e-3 || s == 0) snprintf(buf, n, "%.4g s", s);
+    else if (s >= 1e-6) snprintf(buf, n, "%.4g s (%.4g ms)", s, s * 1e3);
+    else snprintf(buf, n, "%.4g s (%.4g us)", s, s * 1e6);
+    return buf;
+}
+
+static const char *link_name(pcc_link_kind k) {
+    static const char *const names[] = {"nvlink", "pcie", "shm", "infiniband", "ethernet", "none"};
+    return names[k];
+}
+
+static void text_cluster(FILE *f, const pcc_cluster *c, const cluster_fit *fit, const pcc_totals *t) {
+    char a[48], b[48], d[48];
+    fprintf(f, "\ncluster %s (%s): %d devices = %d node%s x %d per node\n", c->name, c->file, c->n_devices, c->nodes,
+            c->nodes == 1 ? "" : "s", c->devices_per_node);
+    fprintf(f, "  device (%s)         %s: memory %s (%.0f B), peak %s/s %s\n", c->cpu ? "cpu" : "gpu", c->device_name,
+            fmt_bytes(a, sizeof a, c->memory_bytes), c->memory_bytes, fmt_flops(b, sizeof b, fit->peak_flops),
+            math_names[fit->math]);
+    fprintf(f, "  links                %s %.4g GB/s per device, %.3g us", link_name(c->intra.kind), c->intra.bandwidth_Bps / 1e9,
+            c->intra.latency_s * 1e6);
+    if (c->network.kind != PCC_LINK_NONE)
+        fprintf(f, "; %s %d x %.4g GB/s per node, %.3g us", link_name(c->network.kind), c->nics_per_node,
+                c->network.bandwidth_Bps / 1e9, c->network.latency_s * 1e6);
+    fprintf(f, "\n");
+    if (fit->spare_bytes >= 0)
+        fprintf(f, "  one device, memory   fits: needs %s of %s (%s to spare)\n", fmt_bytes(a, sizeof a, fit->need_bytes),
+                fmt_bytes(b, sizeof b, c->memory_bytes), fmt_bytes(d, sizeof d, fit->spare_bytes));
+    else
+        fprintf(f, "  one device, memory   does not fit: needs %s, has %s (short by %s; %.1fx its memory)\n",
+                fmt_bytes(a, sizeof a, fit->need_bytes), fmt_bytes(b, sizeof b, c->memory_bytes),
+                fmt_bytes(d, sizeof d, -fit->spare_bytes), fit->need_bytes / c->memory_bytes);
+    fprintf(f, "  one device, compute  at least %s per step = %s / %s/s (%s peak)\n", fmt_seconds(a, sizeof a, fit->step_s),
+            fmt_flops(b, sizeof b, t->flops_fwd + t->flops_bwd + t->flops_opt), fmt_flops(d, sizeof d, fit->peak_flops),
+            math_names[fit->math]);
+    fprintf(f, "  all devices          at least %s per step on %d device%s, if the work split perfectly\n",
+            fmt_seconds(a, sizeof a, fit->step_all_s), c->n_devices, c->n_devices == 1 ? "" : "s");
+}
+
+static void json_cluster(FILE *f, const pcc_cluster *c, const cluster_fit *fit) {
+    fprintf(f, ",\n \"cluster\": {\"name\": ");
+    json_string(f, c->name);
+    fprintf(f, ", \"file\": ");
+    json_string(f, c->file);
+    fprintf(f, ", \"nodes\": %d, \"devices_per_node\": %d, \"devices\": %d,\n  \"device\": {\"kind\": \"%s\", \"name\": ",
+            c->nodes, c->devices_per_node, c->n_devices, c->cpu ? "cpu" : "gpu");
+    json_string(f, c->device_name);
+    fprintf(f, ", \"memory_bytes\": %.0f, \"memory_bandwidth_Bps\": %.17g, \"peak_flops\": {", c->memory_bytes,
+            c->memory_bandwidth_Bps);
+    for (int m = 0; m < PCC_MATH_COUNT; m++) fprintf(f, "%s\"%s\": %.17g", m ? ", " : "", math_names[m], c->peak_flops[m]);
+    fprintf(f, "}},\n  \"model_math\": \"%s\", \"peak_flops\": %.17g,\n  \"one_device\": {\"memory_needed_bytes\": %.0f, "
+               "\"fits\": %s, \"memory_spare_bytes\": %.0f, \"step_lower_bound_s\": %.17g},\n  "
+               "\"all_devices\": {\"step_lower_bound_s\": %.17g}}",
+            math_names[fit->math], fit->peak_flops, fit->need_bytes, fit->spare_bytes >= 0 ? "true" : "false",
+            fit->spare_bytes, fit->step_s, fit->step_all_s);
+}
+
+void report_print_cluster(FILE *f, const pcc_graph *g, const pcc_cluster *c, const pcc_report_opts *o) {
     op_row *rows = arena_alloc(g->arena, sizeof(op_row) * (size_t)(g->n_fwd_ops + 1));
     bool *counted = arena_alloc(g->arena, sizeof(bool) * (size_t)g->n_tensors);
     rows_compute(g, rows, counted);
     pcc_totals t;
     graph_totals(g, &t);
-    if (o->json) json_report(f, g, rows, &t);
-    else text_report(f, g, rows, &t, o->verbose);
+    cluster_fit fit;
+    if (c) cluster_fit_compute(g, c, &t, &fit);
+    if (o->json) {
+        json_report(f, g, rows, &t);
+        if (c) json_cluster(f, c, &fit);
+        fprintf(f, "}\n");
+    } else {
+        text_report(f, g, rows, &t, o->verbose);
+        if (c) text_cluster(f, c, &fit, &t);
+    }
 }
+
+void report_print(FILE *f, const pcc_graph *g, const pcc_report_opts *o) { report_print_cluster(f, g, NULL, o); }

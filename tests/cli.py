@@ -70,5 +70,69 @@ check("--json report parses; per-op and per-block figures add up to the totals",
 p = run("--check", "--micro-batches", "4", "--json", "models/mlp.json")
 check("--micro-batches accepted", p.returncode == 0 and json.loads(p.stdout)["totals"]["params"] > 0, p)
 
+p = run("--help")
+check("--help documents --cluster, --nodes, --devices", all(o in p.stdout for o in ("--cluster FILE", "--nodes N", "--devices N")), p)
+
+# --cluster, --nodes, --devices
+A100 = "models/clusters/dgx-a100.json"
+p = run("--check", "models/gpt3-175b.json", "--cluster", A100, "--nodes", "128")
+check("--cluster --nodes 128: the cluster section", p.returncode == 0 and "cluster dgx-a100" in p.stdout
+      and "1024 devices = 128 nodes x 8 per node" in p.stdout and "peak 312.00 TFLOP/s bf16" in p.stdout
+      and "does not fit" in p.stdout and "at least" in p.stdout, p)
+p = run("--check", "models/mlp.json", "--cluster", A100, "--devices", "4")
+check("--devices 4 on dgx-a100: one node of 4; mlp fits", p.returncode == 0
+      and "4 devices = 1 node x 4 per node" in p.stdout and "fits: needs" in p.stdout, p)
+p = run("--check", "models/mlp.json", "--cluster", "models/clusters/cpu.json", "--devices", "3")
+check("--devices 3 on the cpu cluster: one node of 3", p.returncode == 0 and "3 devices = 1 node x 3 per node" in p.stdout, p)
+p = run("--check", "--json", "models/gpt3-175b.json", "--cluster", A100, "--nodes", "2")
+try:
+    r = json.loads(p.stdout)
+    c, t = r["cluster"], r["totals"]
+    flops = sum(t["flops"][k] for k in ("forward", "backward", "optimizer"))
+    need = t["memory_bytes"]["total"]
+    ok = (p.returncode == 0 and c["name"] == "dgx-a100" and c["nodes"] == 2 and c["devices"] == 16
+          and c["devices_per_node"] == 8 and c["device"]["memory_bytes"] == 80000000000
+          and c["device"]["peak_flops"]["bf16"] == 312e12 and c["model_math"] == "bf16" and c["peak_flops"] == 312e12
+          and c["one_device"]["memory_needed_bytes"] == need and c["one_device"]["fits"] is False
+          and c["one_device"]["memory_spare_bytes"] == 80000000000 - need
+          and abs(c["one_device"]["step_lower_bound_s"] - flops / 312e12) <= 1e-12 * flops / 312e12
+          and abs(c["all_devices"]["step_lower_bound_s"] * 16 - flops / 312e12) <= 1e-12 * flops / 312e12)
+except (ValueError, KeyError) as e:
+    ok = False
+    print("     ", e)
+check("--json --cluster: a \"cluster\" object with the same figures", ok, p)
+p = run("--check", "--json", "models/mlp.json", "--cluster", A100)
+check("--json --cluster on an f32 model: the f32 peak", p.returncode == 0
+      and json.loads(p.stdout)["cluster"]["peak_flops"] == 19.5e12 and json.loads(p.stdout)["cluster"]["one_device"]["fits"], p)
+p = run("--check", "models/mlp.json", "--nodes", "2")
+check("--nodes without --cluster: usage error", p.returncode == 2 and "--nodes needs --cluster" in p.stderr and p.stdout == "", p)
+p = run("--check", "models/mlp.json", "--devices", "2")
+check("--devices without --cluster: usage error", p.returncode == 2 and "--devices needs --cluster" in p.stderr, p)
+for flag, value in (("--nodes", "0"), ("--nodes", "-1"), ("--nodes", "two"), ("--devices", "0"), ("--devices", "3.5"),
+                    ("--devices", ""), ("--devices", "99999999999"), ("--nodes", "1048577")):
+    p = run("--check", "models/mlp.json", "--cluster", A100, flag, value)
+    check(f"{flag} {value!r}: exit 2", p.returncode == 2 and f"{flag} wants an integer" in p.stderr and p.stdout == "", p)
+p = run("--check", "models/mlp.json", "--cluster")
+check("--cluster without a value: exit 2", p.returncode == 2 and "needs a value" in p.stderr, p)
+p = run("--check", "models/mlp.json", "--cluster", "models/clusters/none.json")
+check("--cluster missing file: exit 2, FILE named", p.returncode == 2
+      and p.stderr.startswith("plancc: models/clusters/none.json:") and "cannot open" in p.stderr and p.stdout == "", p)
+p = run("--check", "models/mlp.json", "--cluster", "tests/bad_cluster/device-kind-tpu.json")
+check("bad cluster: exit 2, no report printed", p.returncode == 2 and p.stdout == ""
+      and p.stderr.startswith("plancc: tests/bad_cluster/device-kind-tpu.json:/device/kind: "), p)
+bad_overrides = [
+    ((A100, "--devices", "12"), f"plancc: {A100}:: --devices 12 is not a whole number of nodes (8 devices each) nor fewer than one node"),
+    ((A100, "--nodes", "2", "--devices", "4"), f"plancc: {A100}:: --nodes 2 and --devices 4 disagree"),
+    ((A100, "--nodes", "3", "--devices", "16"), f"plancc: {A100}:: --nodes 3 and --devices 16 disagree"),
+    (("models/clusters/cpu.json", "--nodes", "2"), "plancc: models/clusters/cpu.json:: --nodes 2: the cluster has no network"),
+    (("models/clusters/cpu.json", "--nodes", "2", "--devices", "4"), "plancc: models/clusters/cpu.json:: --nodes 2: "),
+]
+for args, want in bad_overrides:
+    p = run("--check", "models/mlp.json", "--cluster", *args)
+    check(f"--cluster {' '.join(args)}: refused at the file", p.returncode == 2 and p.stderr.startswith(want)
+          and len(p.stderr.splitlines()) == 1 and p.stdout == "", p)
+p = run("--check", "models/mlp.json", "--cluster", A100, "--nodes", "2", "--devices", "16")
+check("--nodes 2 --devices 16 agree on dgx-a100", p.returncode == 0 and "16 devices = 2 nodes x 8 per node" in p.stdout, p)
+
 print(f"{passed} passed, {failed} failed")
 sys.exit(1 if failed else 0)

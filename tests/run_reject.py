@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""The bad-input corpus: every model in tests/bad/ must be refused with its diagnostic.
+"""The bad-input corpora: every model in tests/bad/ (or, with --cluster, every cluster in
+tests/bad_cluster/) must be refused with its diagnostic.
 
 tests/bad/expect.tsv lists, one per line, FILE<TAB>JSON-POINTER<TAB>FRAGMENT. For each, plancc
 --check must exit 2 and print exactly one diagnostic line "plancc: tests/bad/FILE:POINTER: ..."
@@ -7,7 +8,9 @@ containing FRAGMENT (POINTER may be "LINE:COL" for syntax errors). No crash, no 
 a run under ASan/UBSan shows its report on stderr and a different exit code, and fails here.
 Every file in tests/bad/ must be listed, so nothing in the corpus goes unchecked.
 
-usage: run_reject.py PLANCC SOURCE_ROOT [WRAPPER ...]
+usage: run_reject.py [--cluster] PLANCC SOURCE_ROOT [WRAPPER ...]
+--cluster: the corpus is tests/bad_cluster/ (same expect.tsv format), each case run as
+plancc --check models/mlp.json --cluster tests/bad_cluster/FILE.
 WRAPPER (e.g. valgrind -q --error-exitcode=97) runs plancc under a memory checker: its reports
 go to stderr and change the exit code, so they fail the case.
 """
@@ -17,9 +20,14 @@ import sys
 
 
 def main():
-    plancc, root = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
-    wrapper = sys.argv[3:]
-    bad = os.path.join(root, "tests", "bad")
+    args = sys.argv[1:]
+    cluster = bool(args) and args[0] == "--cluster"
+    if cluster:
+        args = args[1:]
+    plancc, root = os.path.abspath(args[0]), os.path.abspath(args[1])
+    wrapper = args[2:]
+    corpus = "bad_cluster" if cluster else "bad"
+    bad = os.path.join(root, "tests", corpus)
     cases = []
     with open(os.path.join(bad, "expect.tsv"), encoding="utf-8") as f:
         for n, line in enumerate(f, 1):
@@ -35,16 +43,17 @@ def main():
     files = {f for f in os.listdir(bad) if f != "expect.tsv"}
     passed = failed = 0
     for extra in sorted(files - listed):
-        print(f"FAIL {extra}: in tests/bad/ but not in expect.tsv")
+        print(f"FAIL {extra}: in tests/{corpus}/ but not in expect.tsv")
         failed += 1
     env = dict(os.environ, ASAN_OPTIONS="detect_leaks=1:exitcode=99", UBSAN_OPTIONS="halt_on_error=1:exitcode=98")
     for name, pointer, fragment in cases:
-        path = os.path.join("tests", "bad", name)
+        path = os.path.join("tests", corpus, name)
         if not os.path.exists(os.path.join(root, path)):
             print(f"FAIL {name}: listed in expect.tsv but missing")
             failed += 1
             continue
-        p = subprocess.run([*wrapper, plancc, "--check", path], cwd=root, capture_output=True, env=env)
+        check = ["--check", "models/mlp.json", "--cluster", path] if cluster else ["--check", path]
+        p = subprocess.run([*wrapper, plancc, *check], cwd=root, capture_output=True, env=env)
         try:
             stderr = p.stderr.decode("utf-8")
         except UnicodeDecodeError as e:  # garbage in a diagnostic: uninitialized memory, say

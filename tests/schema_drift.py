@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""The JSON Schema and the C loader must agree: every model the schema rejects
-(tests/schema_bad/model-*.json) plancc rejects too (exit 2), and every model the schema accepts
-(tests/schema_good/*.json, models/*.json) plancc accepts (exit 0). validate_schemas.py proves
-the schema side; this proves plancc's.
+"""The JSON Schemas and the C loaders must agree: every model or cluster the schema rejects
+(tests/schema_bad/model-*.json, cluster-*.json) plancc rejects too (exit 2), and every one the
+schema accepts (tests/schema_good/*.json, models/*.json, models/clusters/*.json) plancc accepts
+(exit 0). validate_schemas.py proves the schema side; this proves plancc's.
 
 usage: schema_drift.py PLANCC SOURCE_ROOT
 """
@@ -16,8 +16,13 @@ passed = failed = 0
 cases = [(f, 2) for f in sorted(glob.glob(os.path.join(root, "tests", "schema_bad", "model-*.json")))]
 cases += [(f, 0) for f in sorted(glob.glob(os.path.join(root, "tests", "schema_good", "*.json")))]
 cases += [(f, 0) for f in sorted(glob.glob(os.path.join(root, "models", "*.json")))]
+cases += [(f, 2) for f in sorted(glob.glob(os.path.join(root, "tests", "schema_bad", "cluster-*.json")))]
+cases += [(f, 0) for f in sorted(glob.glob(os.path.join(root, "models", "clusters", "*.json")))]
+mlp = os.path.join(root, "models", "mlp.json")
 for path, want in cases:
-    p = subprocess.run([plancc, "--check", "-q", path], capture_output=True, text=True)
+    cluster = os.path.basename(path).startswith("cluster-") or os.path.basename(os.path.dirname(path)) == "clusters"
+    args = ["--check", "-q", mlp, "--cluster", path] if cluster else ["--check", "-q", path]
+    p = subprocess.run([plancc, *args], capture_output=True, text=True)
     rel = os.path.relpath(path, root)
     if p.returncode == want:
         passed += 1

@@ -1,0 +1,289 @@
+/*
+ * cluster.c: the cluster loader. Reads a cluster file (schemas/cluster.schema.json, documented
+ * in schemas/README.md, "The cluster") into a pcc_cluster, and applies the --nodes and
+ * --devices overrides of the command line.
+ *
+ * It checks the file the way model.c checks a model, and reports the first fault as
+ * "plancc: FILE:JSON-POINTER: message" (exit code 2 from the driver):
+ *   - JSON syntax (line:column), unknown or duplicate keys at every level, missing required
+ *     keys, wrong types, non-integral integers, the version (1), the cluster's name;
+ *   - ranges: memory, bandwidths and peak FLOP/s above zero, latencies and the launch overhead
+ *     zero or more, devices_per_node, nodes and nics_per_node at least 1;
+ *   - the enums (device.kind, node.intra.kind, network.kind); a network of kind "none" has no
+ *     other keys, and a cluster without a network has one node;
+ *   - sources: keys are JSON Pointers of the form /key/key..., values non-empty strings. A
+ *     pointer that names nothing in the file only gets a warning: sources are documentation.
+ * Figures the file leaves out take the defaults the schema gives: peak FLOP/s of a dtype without
+ * a figure is the f32 figure; launch_overhead_s 0 means "the cost model's default".
+ *
+ * Overrides are checked after the file, and reported against the whole file (pointer "") with
+ * the flag named. The result always satisfies n_devices == nodes * devices_per_node: --devices
+ * on a gpu cluster is either a whole number of nodes or one partial node (devices_per_node then
+ * becomes that count), and on a cpu cluster any count is one node of that many ranks.
+ *
+ * Limits: at most 2^20 nodes, 2^16 devices per node in the file and 2^24 devices in all (the
+ * device count is an int everywhere downstream). The cJSON tree is freed before cluster_load
+ * returns; the cluster lives in the caller's arena.
+ */
+#include "plancc.h"
+
+#include <float.h>
+#include <string.h>
+
+#define CLUSTER_MAX_BYTES ((size_t)1 << 20)
+#define MAX_NODES (1 << 20)
+#define MAX_DEVICES_PER_NODE (1 << 16)
+#define MAX_DEVICES (1 << 24)
+#define MAX_MEMORY_BYTES ((int64_t)1 << 53)
+
+/* ---- checked figures ---- */
+
+// A finite number above zero (a bandwidth, a peak rate).
+static pcc_status num_pos(pcc_jreader *r, const pcc_json *v, const char *ptr, double *out) {
+    pcc_status st = json_num(r, v, ptr, -DBL_MAX, DBL_MAX, out);
+    if (!st && *out <= 0) return diag(r->file, ptr, "must be greater than 0, got %g", *out);
+    return st;
+}
+
+// A finite number, zero or more (a latency, an overhead).
+static pcc_status num_nonneg(pcc_jreader *r, const pcc_json *v, const char *ptr, double *out) {
+    pcc_status st = json_num(r, v, ptr, -DBL_MAX, DBL_MAX, out);
+    if (!st && *out < 0) return diag(r->file, ptr, "must be 0 or more, got %g", *out);
+    return st;
+}
+
+// A string from `names` (NULL-terminated); *out is its index. `what` names it in the message.
+static pcc_status load_enum(pcc_jreader *r, const pcc_json *v, const char *ptr, const char *what,
+                            const char *const *names, const char *expected, int *out) {
+    const char *s;
+    pcc_status st = json_str(r, v, ptr, &s);
+    if (st) return st;
+    for (int i = 0; names[i]; i++)
+        if (strcmp(s, names[i]) == 0) {
+            *out = i;
+            return PCC_OK;
+        }
+    return diag(r->file, ptr, "unknown %s \"%s\" (expected %s)", what, s, expected);
+}
+
+/* ---- device ---- */
+
+static pcc_status load_peak_flops(pcc_jreader *r, const pcc_json *v, pcc_cluster *c) {
+    // Indexed by pcc_math.
+    static const char *const keys[] = {"f32", "tf32", "bf16", "f16", NULL};
+    static const char *const req[] = {"f32", NULL};
+    _Static_assert(PCC_MATH_COUNT == 4, "one key per pcc_math");
+    pcc_status st = json_keys(r, v, "/device/peak_flops", keys, req);
+    if (st) return st;
+    if ((st = num_pos(r, json_get(v, "f32"), "/device/peak_flops/f32", &c->peak_flops[PCC_MATH_F32]))) return st;
+    for (int m = PCC_MATH_TF32; m < PCC_MATH_COUNT; m++) {
+        const pcc_json *x = json_get(v, keys[m]);
+        c->peak_flops[m] = c->peak_flops[PCC_MATH_F32];
+        if (x && (st = num_pos(r, x, json_ptr_key(r, "/device/peak_flops", keys[m]), &c->peak_flops[m]))) return st;
+    }
+    return PCC_OK;
+}
+
+static pcc_status load_device(pcc_jreader *r, const pcc_json *v, pcc_cluster *c) {
+    static const char *const keys[] = {"kind", "name", "memory_bytes", "memory_bandwidth_Bps", "peak_flops",
+                                       "launch_overhead_s", NULL};
+    static const char *const req[] = {"kind", "name", "memory_bytes", "memory_bandwidth_Bps", "peak_flops", NULL};
+    static const char *const kinds[] = {"gpu", "cpu", NULL};
+    pcc_status st = json_keys(r, v, "/device", keys, req);
+    if (st) return st;
+    int kind;
+    if ((st = load_enum(r, json_get(v, "kind"), "/device/kind", "device kind", kinds, "gpu or cpu", &kind))) return st;
+    c->cpu = kind == 1;
+    if ((st = json_str(r, json_get(v, "name"), "/device/name", &c->device_name))) return st;
+    if (!c->device_name[0]) return diag(r->file, "/device/name", "the device name is empty");
+    int64_t mem;
+    if ((st = json_int(r, json_get(v, "memory_bytes"), "/device/memory_bytes", 1, MAX_MEMORY_BYTES, &mem))) return st;
+    c->memory_bytes = (double)mem;
+    if ((st = num_pos(r, json_get(v, "memory_bandwidth_Bps"), "/device/memory_bandwidth_Bps", &c->memory_bandwidth_Bps)))
+        return st;
+    if ((st = load_peak_flops(r, json_get(v, "peak_flops"), c))) return st;
+    const pcc_json *x = json_get(v, "launch_overhead_s");
+    c->launch_overhead_s = 0;
+    if (x && (st = num_nonneg(r, x, "/device/launch_overhead_s", &c->launch_overhead_s))) return st;
+    return PCC_OK;
+}
+
+/* ---- node and network ---- */
+
+static pcc_status load_node(pcc_jreader *r, const pcc_json *v, pcc_cluster *c) {
+    static const char *const keys[] = {"devices_per_node", "intra", NULL};
+    static const char *const intra_keys[] = {"kind", "bandwidth_Bps", "latency_s", NULL};
+    static const char *const kinds[] = {"nvlink", "pcie", "shm", NULL};
+    static const pcc_link_kind link_of[] = {PCC_LINK_NVLINK, PCC_LINK_PCIE, PCC_LINK_SHM};
+    pcc_status st = json_keys(r, v, "/node", keys, keys);
+    if (st) return st;
+    int64_t dpn;
+    if ((st = json_int(r, json_get(v, "devices_per_node"), "/node/devices_per_node", 1, MAX_DEVICES_PER_NODE, &dpn)))
+        return st;
+    c->devices_per_node = (int)dpn;
+    const pcc_json *in = json_get(v, "intra");
+    if ((st = json_keys(r, in, "/node/intra", intra_keys, intra_keys))) return st;
+    int kind;
+    if ((st = load_enum(r, json_get(in, "kind"), "/node/intra/kind", "intra-node link kind", kinds,
+                        "nvlink, pcie or shm", &kind)))
+        return st;
+    c->intra.kind = link_of[kind];
+    if ((st = num_pos(r, json_get(in, "bandwidth_Bps"), "/node/intra/bandwidth_Bps", &c->intra.bandwidth_Bps))) return st;
+    return num_nonneg(r, json_get(in, "latency_s"), "/node/intra/latency_s", &c->intra.latency_s);
+}
+
+static pcc_status load_network(pcc_jreader *r, const pcc_json *v, pcc_cluster *c) {
+    static const char *const keys[] = {"kind", "nics_per_node", "nic_bandwidth_Bps", "latency_s", NULL};
+    static const char *const none_keys[] = {"kind", NULL};
+    static const char *const kinds[] = {"infiniband", "ethernet", "none", NULL};
+    static const pcc_link_kind link_of[] = {PCC_LINK_INFINIBAND, PCC_LINK_ETHERNET, PCC_LINK_NONE};
+    pcc_status st = json_expect(r, v, "/network", PCC_J_OBJECT);
+    if (st) return st;
+    const pcc_json *k = json_get(v, "kind");
+    if (!k) return diag(r->file, "/network", "missing required key \"kind\"");
+    int kind;
+    if ((st = load_enum(r, k, "/network/kind", "network kind", kinds, "infiniband, ethernet or none", &kind))) return st;
+    c->network = (pcc_link){.kind = link_of[kind]};
+    c->nics_per_node = 0;
+    if (c->network.kind == PCC_LINK_NONE) return json_keys(r, v, "/network", none_keys, none_keys);
+    if ((st = json_keys(r, v, "/network", keys, keys))) return st;
+    int64_t nics;
+    if ((st = json_int(r, json_get(v, "nics_per_node"), "/network/nics_per_node", 1, MAX_DEVICES_PER_NODE, &nics)))
+        return st;
+    c->nics_per_node = (int)nics;
+    if ((st = num_pos(r, json_get(v, "nic_bandwidth_Bps"), "/network/nic_bandwidth_Bps", &c->network.bandwidth_Bps)))
+        return st;
+    return num_nonneg(r, json_get(v, "latency_s"), "/network/latency_s", &c->network.latency_s);
+}
+
+/* ---- sources ---- */
+
+// The schema's pattern for a source key: ^(/[A-Za-z0-9_]+)+$.
+static bool source_key_ok(const char *k) {
+    static const char seg[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_";
+    if (*k != '/') return false;
+    while (*k == '/') {
+        size_t n = strspn(k + 1, seg);
+        if (n == 0) return false;
+        k += 1 + n;
+    }
+    return *k == 0;
+}
+
+// Whether pointer k (already known to match source_key_ok) names a node of the document.
+static bool source_resolves(pcc_jreader *r, const pcc_json *root, const char *k) {
+    const pcc_json *v = root;
+    while (*k == '/' && v) {
+        size_t n = strcspn(k + 1, "/");
+        char *seg = arena_alloc(r->arena, n + 1);
+        memcpy(seg, k + 1, n);
+        v = json_type(v) == PCC_J_OBJECT ? json_get(v, seg) : NULL;
+        k += 1 + n;
+    }
+    return v != NULL;
+}
+
+static pcc_status load_sources(pcc_jreader *r, const pcc_json *root, const pcc_json *v) {
+    pcc_status st = json_keys(r, v, "/sources", NULL, NULL);
+    if (st) return st;
+    for (int i = 0; i < json_size(v); i++) {
+        const pcc_json *m = json_at(v, i);
+        const char *k = json_key(m), *ptr = json_ptr_key(r, "/sources", k), *text;
+        if (!source_key_ok(k))
+            return diag(r->file, ptr, "\"%s\" is not a JSON Pointer into this file (/key/key..., letters, digits and _)", k);
+        if ((st = json_str(r, m, ptr, &text))) return st;
+        if (!text[0]) return diag(r->file, ptr, "the source is empty");
+        if (!source_resolves(r, root, k)) warn("%s:%s: \"%s\" points at nothing in the file", r->file, ptr, k);
+    }
+    return PCC_OK;
+}
+
+/* ---- the document ---- */
+
+static pcc_status load_root(pcc_jreader *r, const pcc_json *root, pcc_cluster *c) {
+    static const char *const keys[] = {"version", "name", "description", "nodes", "device", "node", "network", "sources", NULL};
+    static const char *const req[] = {"version", "name", "device", "node", "network", NULL};
+    pcc_status st = json_keys(r, root, "", keys, req);
+    if (st) return st;
+    int64_t version, nodes = 1;
+    if ((st = json_int(r, json_get(root, "version"), "/version", 0, INT32_MAX, &version))) return st;
+    if (version != 1)
+        return diag(r->file, "/version", "unsupported cluster format version %lld (this plancc reads version 1)", (long long)version);
+    if ((st = json_name(r, json_get(root, "name"), "/name", &c->name))) return st;
+    const pcc_json *x;
+    const char *desc;
+    if ((x = json_get(root, "description")) && (st = json_str(r, x, "/description", &desc))) return st;
+    if ((x = json_get(root, "nodes")) && (st = json_int(r, x, "/nodes", 1, MAX_NODES, &nodes))) return st;
+    c->nodes = (int)nodes;
+    if ((st = load_device(r, json_get(root, "device"), c))) return st;
+    if ((st = load_node(r, json_get(root, "node"), c))) return st;
+    if ((st = load_network(r, json_get(root, "network"), c))) return st;
+    if (c->network.kind == PCC_LINK_NONE && c->nodes > 1)
+        return diag(r->file, "/nodes", "%d nodes, but a cluster without a network (network.kind \"none\") has one node", c->nodes);
+    if ((x = json_get(root, "sources")) && (st = load_sources(r, root, x))) return st;
+    return PCC_OK;
+}
+
+/* ---- --nodes and --devices ---- */
+
+// The node count and node size that `devices` devices make on cluster c; PCC_ERR_INPUT (reported)
+// when they make none.
+static pcc_status devices_shape(const pcc_cluster *c, int devices, int *nodes, int *per_node) {
+    int dpn = c->devices_per_node;
+    if (c->cpu || devices < dpn) {
+        *nodes = 1, *per_node = devices;
+        return PCC_OK;
+    }
+    if (devices % dpn != 0)
+        return diag(c->file, "", "--devices %d is not a whole number of nodes (%d devices each) nor fewer than one node; "
+                    "use 1 to %d, or a multiple of %d", devices, dpn, dpn - 1, dpn);
+    *nodes = devices / dpn, *per_node = dpn;
+    if (*nodes > 1 && c->network.kind == PCC_LINK_NONE)
+        return diag(c->file, "", "--devices %d needs %d nodes of %d, but the cluster has no network between nodes "
+                    "(network.kind \"none\"): at most %d devices", devices, *nodes, dpn, dpn);
+    return PCC_OK;
+}
+
+static pcc_status apply_overrides(pcc_arena *a, pcc_cluster *c, int nodes, int devices) {
+    if (nodes > 1 && c->network.kind == PCC_LINK_NONE)
+        return diag(c->file, "", "--nodes %d: the cluster has no network between nodes (network.kind \"none\"), so it is "
+                    "one node", nodes);
+    int n = nodes > 0 ? nodes : c->nodes, per_node = c->devices_per_node;
+    if (devices > 0) {
+        int dn = 0;
+        pcc_status st = devices_shape(c, devices, &dn, &per_node);
+        if (st) return st;
+        if (nodes > 0 && nodes != dn && c->cpu)
+            return diag(c->file, "", "--nodes %d and --devices %d disagree: on a cpu cluster --devices sets the ranks "
+                        "of one node", nodes, devices);
+        if (nodes > 0 && nodes != dn)
+            return diag(c->file, "", "--nodes %d and --devices %d disagree: %d devices are %s (%d devices each)", nodes,
+                        devices, devices, per_node < c->devices_per_node ? "part of one node" :
+                        dn == 1 ? "one node" : arena_printf(a, "%d nodes", dn), c->devices_per_node);
+        n = dn;
+    }
+    if ((int64_t)n * per_node > MAX_DEVICES)
+        return diag(c->file, nodes > 0 || devices > 0 ? "" : "/nodes", "%d nodes of %d devices are more than the %d "
+                    "devices plancc supports", n, per_node, MAX_DEVICES);
+    c->nodes = n, c->devices_per_node = per_node, c->n_devices = n * per_node;
+    return PCC_OK;
+}
+
+pcc_status cluster_load(pcc_arena *a, const char *path, int nodes, int devices, pcc_cluster **out) {
+    *out = NULL;
+    char *text;
+    size_t len;
+    pcc_status st = file_read_all(a, path, &text, &len, CLUSTER_MAX_BYTES);
+    if (st) return st;
+    pcc_cluster *c = arena_alloc(a, sizeof *c);
+    c->file = arena_strdup(a, path);
+    pcc_jreader r;
+    pcc_json *root;
+    if ((st = json_open(&r, a, path, text, len, &root))) return st;
+    st = load_root(&r, root, c);
+    json_close(&r);
+    if (!st) st = apply_overrides(a, c, nodes, devices);
+    if (st) return st;
+    *out = c;
+    return PCC_OK;
+}

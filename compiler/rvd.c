@@ -1,0 +1,199 @@
+/*
+ * rvd.c: resharding between RVD layouts, by shortest path (nnScaler's intra-RVD search).
+ *
+ * A layout of a tensor on a group of n devices is <r, v, d0..dk-1> with r * v * prod(d) = n
+ * (rvd.h comment in plancc.h). The states are every such vector whose splits divide the
+ * tensor's dimensions; the edges are the six primitive steps, each moving a factor k between
+ * two slots; an edge costs what the cost model says its collective takes on k devices of the
+ * group, plus a launch for a collective and STEP_CHARGE for every step. Dijkstra from `from`
+ * finds the cheapest chain to `to`.
+ *
+ * State count: the ways to spread n's prime factors over rank + 2 slots; for n = 64 and rank 4
+ * that is C(6 + 5, 5) = 462, so a search is a few thousand edge relaxations. The scheduler asks
+ * once per (producer layout, consumer layout) pair and may cache.
+ *
+ * Limits: the members of each collective are taken to be on the group's own links (the group's
+ * stride); uniform splits only; a layout change between different device groups is send/recv
+ * and is phase 3's business, not this file's.
+ */
+#include "plancc.h"
+
+#include <math.h>
+#include <string.h>
+
+const char *const pcc_step_names[PCC_STEP_KIND_COUNT] = {"all_gather", "all_reduce", "reduce_scatter",
+                                                         "all_to_all", "slice", "scale"};
+
+// Ties go to the chain with fewer steps: a nanosecond per local step is below any real work;
+// a collective step also pays a launch (cost_launch_s).
+#define STEP_CHARGE 1e-9
+#define MAX_STATES 4096
+
+typedef struct rvd_space {
+    const pcc_graph *g;
+    const pcc_tensor *t;
+    int n, rank;
+    pcc_layout *states;
+    int count;
+} rvd_space;
+
+static bool layout_eq(const pcc_layout *a, const pcc_layout *b, int rank) {
+    if (a->r != b->r || a->v != b->v) return false;
+    for (int i = 0; i < rank; i++)
+        if (a->d[i] != b->d[i]) return false;
+    return true;
+}
+
+static int state_find(const rvd_space *s, const pcc_layout *l) {
+    for (int i = 0; i < s->count; i++)
+        if (layout_eq(&s->states[i], l, s->rank)) return i;
+    return -1;
+}
+
+// All layouts: distribute n over r, v, d[0..rank) (each d[i] dividing its dimension).
+static void enumerate(rvd_space *s, pcc_layout *cur, int slot, int left) {
+    if (s->count >= MAX_STATES) return;
+    if (slot == s->rank + 1) { // the last slot, r, takes what is left
+        cur->r = left;
+        s->states[s->count++] = *cur;
+        return;
+    }
+    for (int f = 1; f <= left; f++) {
+        if (left % f) continue;
+        if (slot < s->rank) {
+            if (s->g->dims[s->t->dims[slot]].size % f) continue;
+            cur->d[slot] = f;
+        } else {
+            cur->v = f;
+        }
+        enumerate(s, cur, slot + 1, left / f);
+    }
+}
+
+static double piece_bytes(const rvd_space *s, const pcc_layout *l) {
+    double b = tensor_bytes(s->g, s->t);
+    for (int i = 0; i < s->rank; i++) b /= l->d[i];
+    return b;
+}
+
+typedef struct edge {
+    pcc_step_kind kind;
+    int dim, dim_to, k;
+    pcc_layout to;
+} edge;
+
+// The steps out of layout l, for every factor k that divides what it moves.
+static int edges_from(const rvd_space *s, const pcc_layout *l, edge *out, int cap) {
+    int n = 0;
+    for (int k = 2; k <= s->n; k++) {
+        for (int i = 0; i < s->rank; i++) {
+            int64_t size = s->g->dims[s->t->dims[i]].size;
+            bool can_split = size % (l->d[i] * k) == 0;
+            edge e = {.dim = i, .dim_to = i, .k = k, .to = *l};
+#define ADD(kind_) do { e.kind = kind_; if (n < cap) out[n++] = e; e.to = *l; } while (0)
+            if (l->d[i] % k == 0) { e.to.d[i] /= k; e.to.r *= k; ADD(PCC_STEP_ALL_GATHER); }
+            if (l->v % k == 0 && can_split) { e.to.v /= k; e.to.d[i] *= k; ADD(PCC_STEP_REDUCE_SCATTER); }
+            if (l->r % k == 0 && can_split) { e.to.r /= k; e.to.d[i] *= k; ADD(PCC_STEP_SLICE); }
+            for (int j = 0; j < s->rank; j++) {
+                if (j == i || l->d[i] % k || s->g->dims[s->t->dims[j]].size % (l->d[j] * k)) continue;
+                e.dim_to = j;
+                e.to.d[i] /= k;
+                e.to.d[j] *= k;
+                ADD(PCC_STEP_ALL_TO_ALL);
+                e.dim_to = i;
+            }
+        }
+        edge e = {.dim = -1, .dim_to = -1, .k = k, .to = *l};
+        if (l->v % k == 0) { e.to.v /= k; e.to.r *= k; ADD(PCC_STEP_ALL_REDUCE); }
+        if (l->r % k == 0) { e.to.r /= k; e.to.v *= k; ADD(PCC_STEP_SCALE); }
+#undef ADD
+    }
+    return n;
+}
+
+static double edge_cost(const pcc_cluster *c, const rvd_space *s, const pcc_layout *from, const edge *e,
+                        pcc_group_shape grp, double *bytes) {
+    pcc_group_shape sub = {e->k, grp.stride};
+    double piece = piece_bytes(s, from);
+    switch (e->kind) {
+    case PCC_STEP_ALL_GATHER: *bytes = piece * e->k; return cost_collective_s(c, PCC_COLL_ALL_GATHER, *bytes, sub);
+    case PCC_STEP_ALL_REDUCE: *bytes = piece; return cost_collective_s(c, PCC_COLL_ALL_REDUCE, *bytes, sub);
+    case PCC_STEP_REDUCE_SCATTER: *bytes = piece; return cost_collective_s(c, PCC_COLL_REDUCE_SCATTER, *bytes, sub);
+    case PCC_STEP_ALL_TO_ALL: *bytes = piece; return cost_collective_s(c, PCC_COLL_ALL_TO_ALL, *bytes, sub);
+    default: *bytes = 0; return 0;
+    }
+}
+
+// Dijkstra over the states; prev[] and via[] give the chain back.
+static void shortest(const pcc_cluster *c, const rvd_space *s, int src, pcc_group_shape grp, double *dist, int *prev, edge *via) {
+    bool *done = arena_alloc(s->g->arena, sizeof(bool) * (size_t)s->count);
+    edge *es = arena_alloc(s->g->arena, sizeof(edge) * 1024);
+    for (int i = 0; i < s->count; i++) dist[i] = INFINITY, prev[i] = -1;
+    dist[src] = 0;
+    for (;;) {
+        int u = -1;
+        for (int i = 0; i < s->count; i++)
+            if (!done[i] && dist[i] < INFINITY && (u < 0 || dist[i] < dist[u])) u = i;
+        if (u < 0) return;
+        done[u] = true;
+        int ne = edges_from(s, &s->states[u], es, 1024);
+        for (int k = 0; k < ne; k++) {
+            int w = state_find(s, &es[k].to);
+            if (w < 0 || done[w]) continue;
+            double bytes, d = dist[u] + edge_cost(c, s, &s->states[u], &es[k], grp, &bytes) + STEP_CHARGE;
+            if (bytes > 0) d += cost_launch_s(c);
+            if (d < dist[w]) dist[w] = d, prev[w] = u, via[w] = es[k];
+        }
+    }
+}
+
+static void chain_fill(const pcc_cluster *c, const rvd_space *s, int dst, const int *prev, const edge *via,
+                       pcc_group_shape grp, pcc_reshard *path) {
+    int order[PCC_MAX_STEPS * 4], n = 0;
+    for (int v = dst; prev[v] >= 0 && n < PCC_MAX_STEPS * 4; v = prev[v]) order[n++] = v;
+    path->n_steps = 0;
+    path->seconds = 0;
+    for (int i = n - 1; i >= 0 && path->n_steps < PCC_MAX_STEPS; i--) {
+        int v = order[i];
+        const edge *e = &via[v];
+        double bytes, sec = edge_cost(c, s, &s->states[prev[v]], e, grp, &bytes);
+        if (bytes > 0) sec += cost_launch_s(c);
+        path->step[path->n_steps].kind = e->kind;
+        path->step[path->n_steps].dim = e->dim;
+        path->step[path->n_steps].dim_to = e->dim_to;
+        path->step[path->n_steps].k = e->k;
+        path->step[path->n_steps].bytes = bytes;
+        path->step[path->n_steps].seconds = sec;
+        path->n_steps++;
+        path->seconds += sec;
+    }
+}
+
+double rvd_reshard(const pcc_cluster *c, const pcc_graph *g, const pcc_tensor *t, const pcc_layout *from,
+                   const pcc_layout *to, pcc_group_shape grp, pcc_reshard *path) {
+    if (path) memset(path, 0, sizeof *path);
+    if (layout_eq(from, to, t->rank)) return 0;
+    rvd_space s = {.g = g, .t = t, .n = grp.size, .rank = t->rank};
+    s.states = arena_alloc(g->arena, sizeof(pcc_layout) * MAX_STATES);
+    pcc_layout cur = {0};
+    for (int i = 0; i < PCC_MAX_RANK; i++) cur.d[i] = 1;
+    enumerate(&s, &cur, 0, grp.size);
+    int src = state_find(&s, from), dst = state_find(&s, to);
+    if (src < 0 || dst < 0) return -1;
+    double *dist = arena_alloc(g->arena, sizeof(double) * (size_t)s.count);
+    int *prev = arena_alloc(g->arena, sizeof(int) * (size_t)s.count);
+    edge *via = arena_alloc(g->arena, sizeof(edge) * (size_t)s.count);
+    shortest(c, &s, src, grp, dist, prev, via);
+    if (dist[dst] == INFINITY) return -1;
+    pcc_reshard local;
+    if (!path) path = &local;
+    chain_fill(c, &s, dst, prev, via, grp, path);
+    return path->seconds;
+}
+
+char *layout_str(const pcc_layout *l, int rank, char *buf, size_t n) {
+    size_t k = (size_t)snprintf(buf, n, "R%dV%dD(", l->r, l->v);
+    for (int i = 0; i < rank && k < n; i++) k += (size_t)snprintf(buf + k, n - k, "%s%d", i ? "," : "", l->d[i]);
+    if (k < n) snprintf(buf + k, n - k, ")");
+    return buf;
+}

@@ -1,0 +1,157 @@
+/*
+ * transform.c: phase 1, model transformation (nnScaler's op-trans).
+ *
+ * For every forward operator and a group of n devices it lists the ways to run the operator
+ * there, read off the operator's dimension annotation (ops.c, op_letters):
+ *   - split: one splittable letter cut n ways (its size divisible by n). Operands that carry
+ *     the letter are split along it (D); inputs without it are replicated (R); outputs without
+ *     it hold partial sums (V) when the letter is a reduction ("+"), which is how a split of the
+ *     contraction dimension of a matmul or the rows of an embedding table works;
+ *   - replicate: every device computes the whole operator (R everywhere);
+ *   - and each of those again with recompute: the operator's kept activations are dropped and
+ *     its forward runs again in the backward pass.
+ * The backward operators autodiff derived from an operator follow its choice, so a candidate's
+ * cost is its forward plus its backward. The scheduler (phase 2) picks one per operator.
+ *
+ * Limits: one letter per candidate (the device mesh supplies the second axis: data parallel
+ * replicas of a stage, or the pipeline); uniform splits only.
+ */
+#include "plancc.h"
+
+#include <string.h>
+
+typedef struct op_cost {
+    double fwd, bwd, fwd_mm, bwd_mm; // one instance
+} op_cost;
+
+static op_cost *op_costs(const pcc_graph *g) {
+    op_cost *c = arena_alloc(g->arena, sizeof(op_cost) * (size_t)(g->n_fwd_ops + 1));
+    for (int o = 0; o < g->n_ops; o++) {
+        const pcc_op *op = &g->ops[o];
+        if (op->phase == PCC_PHASE_FWD) {
+            c[o].fwd = op_flops(g, op);
+            c[o].fwd_mm = op_flops_matmul(g, op);
+        } else if (op->phase == PCC_PHASE_BWD && op->fwd >= 0) {
+            c[op->fwd].bwd += op_flops(g, op);
+            c[op->fwd].bwd_mm += op_flops_matmul(g, op);
+        }
+    }
+    return c;
+}
+
+// Layouts of all operands when `l` (NULL: replicate) is cut n ways.
+static void layouts(const pcc_graph *g, const pcc_op *op, const pcc_letter *l, int n, pcc_cand *c) {
+    c->in = arena_alloc(g->arena, sizeof(pcc_layout) * (size_t)(op->nin + 1));
+    c->out = arena_alloc(g->arena, sizeof(pcc_layout) * (size_t)(op->nout + 1));
+    for (int o = 0; o < op->nin + op->nout; o++) {
+        bool is_out = o >= op->nin;
+        pcc_layout *lay = is_out ? &c->out[o - op->nin] : &c->in[o];
+        lay->r = lay->v = 1;
+        for (int i = 0; i < PCC_MAX_RANK; i++) lay->d[i] = 1;
+        if (!l) lay->r = n;
+        else if (l->axis[o] >= 0) lay->d[(int)l->axis[o]] = n;
+        else if (is_out && l->reduce) lay->v = n;
+        else lay->r = n;
+    }
+}
+
+// Per-device bytes of the operands selected by `want` (params or kept outputs) under the layouts.
+static double operand_bytes(const pcc_graph *g, const pcc_op *op, const pcc_cand *c, bool params) {
+    double b = 0;
+    int first = params ? 0 : op->nin, last = params ? op->nin : op->nin + op->nout;
+    for (int o = first; o < last; o++) {
+        const pcc_tensor *t = &g->tensors[o < op->nin ? op->in[o] : op->out[o - op->nin]];
+        if (params ? t->kind != PCC_T_PARAM : !t->saved) continue;
+        const pcc_layout *lay = o < op->nin ? &c->in[o] : &c->out[o - op->nin];
+        double pieces = 1;
+        for (int i = 0; i < t->rank; i++) pieces *= lay->d[i];
+        b += tensor_bytes(g, t) / pieces;
+    }
+    return b;
+}
+
+static void cand_fill(const pcc_graph *g, const pcc_op *op, const op_cost *cost, const pcc_letter *l, int n, bool recompute,
+                      pcc_cand *c) {
+    memset(c, 0, sizeof *c);
+    c->dim = l ? l->dim : -1;
+    snprintf(c->letter, sizeof c->letter, "%s", l ? l->name : "");
+    c->ways = l ? n : 1;
+    c->recompute = recompute;
+    double share = l ? 1.0 / n : 1.0;
+    c->flops = (cost->fwd * (recompute ? 2 : 1) + cost->bwd) * share;
+    c->flops_matmul = (cost->fwd_mm * (recompute ? 2 : 1) + cost->bwd_mm) * share;
+    layouts(g, op, l, n, c);
+    c->param_bytes = operand_bytes(g, op, c, true);
+    c->act_bytes = recompute ? 0 : operand_bytes(g, op, c, false);
+}
+
+static bool has_kept_outputs(const pcc_graph *g, const pcc_op *op) {
+    for (int i = 0; i < op->nout; i++)
+        if (g->tensors[op->out[i]].saved) return true;
+    return false;
+}
+
+static void op_candidates(const pcc_graph *g, int o, const op_cost *cost, int n, pcc_op_cands *out) {
+    const pcc_op *op = &g->ops[o];
+    pcc_letter letters[PCC_MAX_LETTERS];
+    int nl = op_letters(g, op, letters);
+    bool rc = has_kept_outputs(g, op);
+    int cap = 2 * (nl + 1);
+    out->op = o;
+    out->c = arena_alloc(g->arena, sizeof(pcc_cand) * (size_t)cap);
+    out->n = 0;
+    for (int pass = 0; pass < (rc ? 2 : 1); pass++) {
+        cand_fill(g, op, &cost[o], NULL, n, pass == 1, &out->c[out->n++]);
+        if (n == 1) continue;
+        for (int i = 0; i < nl; i++) {
+            const pcc_letter *l = &letters[i];
+            if (l->nosplit || g->dims[l->dim].size % n != 0) continue;
+            cand_fill(g, op, &cost[o], l, n, pass == 1, &out->c[out->n++]);
+        }
+    }
+}
+
+pcc_transform *transform(const pcc_graph *g, int devices) {
+    PCC_ASSERT(devices >= 1);
+    pcc_transform *t = arena_alloc(g->arena, sizeof *t);
+    t->devices = devices;
+    t->n_ops = g->n_fwd_ops;
+    t->ops = arena_alloc(g->arena, sizeof(pcc_op_cands) * (size_t)(g->n_fwd_ops + 1));
+    op_cost *cost = op_costs(g);
+    for (int o = 0; o < g->n_fwd_ops; o++) op_candidates(g, o, cost, devices, &t->ops[o]);
+    return t;
+}
+
+/* ---- dump ---- */
+
+static void layout_print(FILE *f, const pcc_layout *l, int rank) {
+    fprintf(f, "R%dV%dD(", l->r, l->v);
+    for (int i = 0; i < rank; i++) fprintf(f, "%s%d", i ? "," : "", l->d[i]);
+    fputc(')', f);
+}
+
+void transform_dump(FILE *f, const pcc_graph *g, const pcc_transform *t) {
+    fprintf(f, "transform: %d devices, %d forward ops\n", t->devices, t->n_ops);
+    for (int i = 0; i < t->n_ops; i++) {
+        const pcc_op_cands *oc = &t->ops[i];
+        const pcc_op *op = &g->ops[oc->op];
+        fprintf(f, "op %s %s -> %s: %d candidates\n", op->ptr, pcc_ops[op->kind].name, g->tensors[op->out[0]].name, oc->n);
+        for (int k = 0; k < oc->n; k++) {
+            const pcc_cand *c = &oc->c[k];
+            if (c->dim >= 0) fprintf(f, "  split %s=%s/%d", c->letter, g->dims[c->dim].name, c->ways);
+            else fprintf(f, "  replicate");
+            fprintf(f, "%s flops %.6g params %.6g acts %.6g in", c->recompute ? " recompute" : "", c->flops, c->param_bytes,
+                    c->act_bytes);
+            for (int o = 0; o < op->nin; o++) {
+                fputc(' ', f);
+                layout_print(f, &c->in[o], g->tensors[op->in[o]].rank);
+            }
+            fprintf(f, " out");
+            for (int o = 0; o < op->nout; o++) {
+                fputc(' ', f);
+                layout_print(f, &c->out[o], g->tensors[op->out[o]].rank);
+            }
+            fputc('\n', f);
+        }
+    }
+}
