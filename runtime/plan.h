@@ -1,0 +1,219 @@
+/*
+ * plan.h: the plan, in memory and on disk. One small library shared by the compiler (which
+ * builds and writes plans), plandump (which shows, checks and re-assembles them) and planrun
+ * (which loads one rank's program and runs it). It depends on nothing but libc.
+ *
+ * A plan is what every rank runs for one training step:
+ *   - a device mesh (up to 4 named axes, e.g. pp x dp x tp) and the world size; rank r has mesh
+ *     coordinates digits(r) with the LAST axis varying fastest (Megatron's order: tp fastest);
+ *   - logical tensors (the model's tensors, whole, as the model declares them);
+ *   - communicator groups: the ranks that differ only along a set of mesh axes (a mask), or an
+ *     explicit list of ranks;
+ *   - programs, each shared by every rank that runs it (all data-parallel replicas of a stage,
+ *     say), parameterized by the rank's mesh coordinates; a rank table says which rank runs
+ *     which program;
+ *   - per program: its arena size, buffers at static offsets, streams with priorities, events,
+ *     and one instruction list. Repetition is a loop, not a copy: micro-batches and the copies of
+ *     a repeated block are loops, and a buffer that holds a different slice per micro-batch or
+ *     per block copy has slots at a fixed stride.
+ *
+ * File layout (all integers little-endian; every offset from the start of the file):
+ *
+ *   header, PLAN_HEADER_BYTES = 64:
+ *     0   u8[8]  magic "PLANCC\r\n"
+ *     8   u32    version (PLAN_VERSION); a reader refuses any other
+ *     12  u32    header bytes (64)
+ *     16  u64    file bytes (the whole file; a shorter file is truncated)
+ *     24  u32    section count
+ *     28  u32    CRC-32C of the section table
+ *     32  u64    model hash      (FNV-1a 64 of the model file's bytes)
+ *     40  u64    cluster hash    (of the cluster file's bytes)
+ *     48  u64    options hash    (of the canonical option string in META)
+ *     56  u32    CRC-32C of header bytes 0..55
+ *     60  u32    reserved, 0
+ *   section table: section count entries of 24 bytes:
+ *     u32 kind (plan_section_kind), u32 index (program number for PROGRAM, else 0),
+ *     u64 offset, u32 bytes, u32 CRC-32C of the section's bytes
+ *   sections, each 8-byte aligned, in table order: META, STRINGS, TENSORS, GROUPS, RANKS, then
+ *   one PROGRAM section per program. A rank reads the header, the table, META, STRINGS,
+ *   TENSORS, GROUPS, RANKS and its own PROGRAM section only, checking each one's CRC.
+ *
+ * The byte layout inside each section is plan.c's (documented there, and in
+ * runtime/PLAN_FORMAT.md, the one document that specifies the format). The same plan always
+ * serializes to the same bytes: order by index, never by pointer; no padding left uninitialized.
+ *
+ * Errors: every reader returns a plan_status and fills a message (a buffer the caller passes);
+ * a wrong magic, another version, a bad CRC, a truncated file, an index out of range are errors,
+ * never asserts.
+ */
+#ifndef PLAN_H
+#define PLAN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define PLAN_MAGIC "PLANCC\r\n"
+#define PLAN_VERSION 1u
+#define PLAN_HEADER_BYTES 64u
+#define PLAN_MAX_AXES 4
+#define PLAN_MAX_RANK 8
+#define PLAN_NONE UINT32_MAX
+
+typedef enum plan_status {
+    PLAN_OK = 0,
+    PLAN_ERR_IO = 1,        // cannot open, read or write
+    PLAN_ERR_FORMAT = 2,    // not a plan, truncated, bad CRC, other version, index out of range
+    PLAN_ERR_INVALID = 3,   // well-formed but fails plan_check (a deadlock, an overlap, ...)
+    PLAN_ERR_STALE = 4,     // the hashes do not match the model/cluster/options given
+} plan_status;
+
+typedef enum plan_section_kind {
+    PLAN_SEC_META = 1, PLAN_SEC_STRINGS, PLAN_SEC_TENSORS, PLAN_SEC_GROUPS, PLAN_SEC_RANKS, PLAN_SEC_PROGRAM,
+} plan_section_kind;
+
+typedef enum plan_schedule { PLAN_SCHED_NONE, PLAN_SCHED_GPIPE, PLAN_SCHED_1F1B, PLAN_SCHED_1F1B_INTERLEAVED } plan_schedule;
+
+/* ---- what the plan holds ---- */
+
+typedef struct plan_meta {
+    char compiler[32];          // "plancc 0.1.0"
+    const char *model_name;
+    const char *options;        // the canonical option string the plan was compiled with
+    uint64_t model_hash, cluster_hash, options_hash;
+    uint32_t world;             // number of ranks = product of mesh
+    uint32_t n_axes;
+    uint32_t mesh[PLAN_MAX_AXES];
+    char axis_names[PLAN_MAX_AXES][8]; // "pp", "dp", "tp", ...
+    uint32_t micro_batches;
+    plan_schedule schedule;
+    uint32_t zero_stage;        // 0..3
+    double est_step_s;          // the cost model's estimate of one step (seconds)
+    double est_peak_bytes;      // the largest arena of any program
+} plan_meta;
+
+typedef struct plan_tensor {
+    const char *name;
+    uint8_t dtype;              // pcc_dtype values: 0 f32, 1 f16, 2 bf16, 3 i32
+    uint8_t kind;               // pcc_tensor_kind values: input, param, activation, grad, state
+    uint8_t rank;
+    int64_t shape[PLAN_MAX_RANK];
+} plan_tensor;
+
+typedef struct plan_group {
+    uint32_t axes;              // bit i: the group spans mesh axis i (0: an explicit group)
+    uint32_t n_ranks;           // explicit groups only: the member ranks, ascending
+    uint32_t *ranks;
+} plan_group;
+
+typedef struct plan_rank {
+    uint32_t program;
+    uint32_t coord[PLAN_MAX_AXES];
+} plan_rank;
+
+// Which slice of a logical tensor a buffer holds: nnScaler's RVD layout over a group, with the
+// rank's coordinate in that group read as mixed-radix digits (r, v, d[0], ..., d[rank-1]), r the
+// most significant: the digit for d[i] picks the piece along dimension i, the digit for v the
+// partial-sum part, and the digit for r the replica.
+typedef struct plan_slice {
+    uint32_t group;             // PLAN_NONE: the whole tensor, no group
+    uint16_t r, v;
+    uint16_t d[PLAN_MAX_RANK];
+} plan_slice;
+
+typedef struct plan_buffer {
+    uint32_t tensor;            // logical tensor, or PLAN_NONE for scratch
+    uint8_t dtype;
+    plan_slice slice;
+    uint64_t offset, bytes;     // in the program's arena; bytes of one slot
+    uint32_t mb_slots;          // >= 1: slot (mb % mb_slots) for micro-batch mb ...
+    uint64_t mb_stride;         // ... at offset + slot * mb_stride
+    uint32_t layer_slots;       // >= 1: slot (copy index) for block copies ...
+    uint64_t layer_stride;      // ... at + copy * layer_stride
+} plan_buffer;
+
+typedef enum plan_insn_kind {
+    PLAN_I_COMPUTE,     // code: pcc_op_kind; args: inputs then outputs; attrs: index
+    PLAN_I_COLL,        // code: pcc_coll; a: group; args: [in, out] (in == out: in place)
+    PLAN_I_SEND,        // to the rank whose coord[a] is this rank's + b (other coords equal); args: [buf]
+    PLAN_I_RECV,        // from the rank whose coord[a] is this rank's + b (b = -1: the previous stage)
+    PLAN_I_COPY,        // args: [src, dst], local copy (or slice) between buffers
+    PLAN_I_RECORD,      // a: event, recorded on this instruction's stream
+    PLAN_I_WAIT,        // a: event; this stream waits until it is recorded
+    PLAN_I_LOOP,        // code: plan_loop_var; a: count; b: number of instructions in the body
+    PLAN_I_KIND_COUNT
+} plan_insn_kind;
+
+typedef enum plan_loop_var { PLAN_LOOP_MB, PLAN_LOOP_LAYER, PLAN_LOOP_REVERSE_LAYER } plan_loop_var;
+
+// A loop sets its variable to 0..count-1 (REVERSE_LAYER: count-1..0) around its body; a
+// buffer's micro-batch slot is (mb + insn.mb_delta), its layer slot the innermost layer var.
+typedef struct plan_insn {
+    uint8_t kind;
+    uint8_t stream;
+    uint16_t code;
+    uint16_t nargs;
+    int16_t mb_delta;
+    uint32_t args;              // index of the first of nargs buffer ids in the program's args
+    int32_t a, b;
+    uint32_t attrs;             // index into the program's attrs, PLAN_NONE if none
+} plan_insn;
+
+// Operator attributes as the compiler's pcc_attrs carries them, flattened for the file.
+typedef struct plan_attrs {
+    double f[8];                // scale, eps, p, lr, beta1, beta2, weight_decay, momentum
+    int64_t i[8];               // seed, axis, start, end, causal, accumulate, ...
+    int32_t perm[PLAN_MAX_RANK];
+    int32_t win[6];             // kernel[2], stride[2], pad[2]
+} plan_attrs;
+
+typedef struct plan_program {
+    const char *name;
+    uint64_t arena_bytes;       // the exact peak: every buffer slot lies below it
+    uint32_t n_streams;
+    int32_t priority[8];        // per stream; lower runs first (CUDA's convention)
+    uint32_t n_events;
+    plan_buffer *buffers;  uint32_t n_buffers;
+    plan_insn *insns;      uint32_t n_insns;
+    uint32_t *args;        uint32_t n_args;
+    plan_attrs *attrs;     uint32_t n_attrs;
+} plan_program;
+
+typedef struct plan {
+    plan_meta meta;
+    plan_tensor *tensors;   uint32_t n_tensors;
+    plan_group *groups;     uint32_t n_groups;
+    plan_rank *ranks;       uint32_t n_ranks;   // == meta.world
+    plan_program *programs; uint32_t n_programs;
+    void *owner;            // the allocation(s) behind a plan that plan_read made
+} plan;
+
+/* ---- the library (runtime/plan.c, plan_text.c, plan_check.c) ---- */
+
+// CRC-32C (Castagnoli) and FNV-1a 64, as the header uses them.
+uint32_t plan_crc32c(uint32_t crc, const void *data, size_t n);
+uint64_t plan_fnv1a64(const void *data, size_t n);
+
+// Serializes p into a malloc'd buffer (*out, *n). Deterministic: the same plan, the same bytes.
+plan_status plan_encode(const plan *p, uint8_t **out, size_t *n, char *err, size_t err_n);
+// Parses a whole file's bytes. With rank >= 0, decodes only that rank's PROGRAM section (the
+// other programs are left with n_insns = 0 and name NULL); with rank < 0, all of them.
+plan_status plan_decode(const uint8_t *data, size_t n, int rank, plan *out, char *err, size_t err_n);
+plan_status plan_write(const plan *p, const char *path, char *err, size_t err_n); // via a temp file + rename
+plan_status plan_read(const char *path, int rank, plan *out, char *err, size_t err_n);
+void plan_free(plan *p); // what plan_decode/plan_read allocated; accepts a zeroed plan
+
+// The text form: one line per item, every number exact, so that plan_parse(plan_print(p))
+// encodes to the same bytes as p. plandump prints it; plandump --assemble parses it.
+void plan_print(FILE *f, const plan *p, int only_rank /* -1: all */);
+plan_status plan_parse(const char *text, size_t n, const char *file, plan *out, char *err, size_t err_n);
+
+// The verifier, run by the compiler after emitting and by every reader: indices in range;
+// every buffer slot inside the arena; no two buffers that are live at once overlap; every
+// buffer written before it is read; every send has its matching receive on the peer; every
+// member of a group issues that group's collectives in the same order (no deadlock); loops
+// well nested. Returns PLAN_ERR_INVALID with a message naming the rank, program, instruction.
+plan_status plan_check(const plan *p, char *err, size_t err_n);
+
+#endif
