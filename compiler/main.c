@@ -29,6 +29,11 @@ static void usage(FILE *f) {
             "  --nodes N          the cluster has N nodes (default: as FILE says)\n"
             "  --devices N        the cluster has N devices in all: a whole number of nodes, or fewer\n"
             "                     than one node; on a cpu cluster, any N (one node of N ranks)\n"
+            "  -d, --dump LETTERS with --cluster: print phase 1's candidates (t) and phase 2's\n"
+            "                     choice per operator with the ILP's figures (s), all devices as one group\n"
+            "  --time-limit S     the scheduler's ILP stops after S seconds with its best (default 60)\n"
+            "  --mip-gap G        ... or once within relative gap G of the bound (default 1e-4)\n"
+            "  --dump-ilp FILE    write the scheduler's ILP as CPLEX LP text\n"
             "  --json             print the --check report as JSON\n"
             "  --micro-batches N  gradient accumulation over N micro-batches (default 1)\n"
             "  -v, --verbose      more detail (IR sizes)\n"
@@ -49,9 +54,22 @@ typedef struct options {
     int verbose;
     int micro_batches;
     int nodes, devices;  // 0: as the cluster file says
+    const char *dumps;   // -d letters: t (phase 1 candidates), s (phase 2 schedule)
+    pcc_ilp_opts ilp;
 } options;
 
-enum { OPT_CLUSTER = 256, OPT_NODES, OPT_DEVICES };
+enum { OPT_CLUSTER = 256, OPT_NODES, OPT_DEVICES, OPT_TIME_LIMIT, OPT_MIP_GAP, OPT_DUMP_ILP };
+
+static pcc_status num_option(const char *name, const char *arg, double lo, double hi, double *out) {
+    char *end;
+    double v = strtod(arg, &end);
+    if (*end || end == arg || !(v >= lo && v <= hi)) {
+        fprintf(stderr, "plancc: %s wants a number in [%g, %g], got \"%s\"\n", name, lo, hi, arg);
+        return PCC_ERR_INPUT;
+    }
+    *out = v;
+    return PCC_OK;
+}
 
 // An integer option's value in [lo, hi]; a usage error otherwise.
 static pcc_status int_option(const char *name, const char *arg, long lo, long hi, int *out) {
@@ -72,13 +90,15 @@ static pcc_status parse_options(int argc, char **argv, options *o, bool *done) {
         {"help", no_argument, NULL, 'h'},    {"version", no_argument, NULL, 'V'},
         {"micro-batches", required_argument, NULL, 'm'}, {"cluster", required_argument, NULL, OPT_CLUSTER},
         {"nodes", required_argument, NULL, OPT_NODES},   {"devices", required_argument, NULL, OPT_DEVICES},
+        {"time-limit", required_argument, NULL, OPT_TIME_LIMIT}, {"mip-gap", required_argument, NULL, OPT_MIP_GAP},
+        {"dump-ilp", required_argument, NULL, OPT_DUMP_ILP}, {"dump", required_argument, NULL, 'd'},
         {NULL, 0, NULL, 0},
     };
     *done = false;
     o->micro_batches = 1;
     opterr = 0;
     int c;
-    while ((c = getopt_long(argc, argv, ":cjvqhV", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":cjvqhVd:", longopts, NULL)) != -1) {
         switch (c) {
         case 'c': o->check = true; break;
         case 'j': o->json = true; break;
@@ -90,6 +110,16 @@ static pcc_status parse_options(int argc, char **argv, options *o, bool *done) {
         case OPT_CLUSTER: o->cluster = optarg; break;
         case OPT_NODES: if (int_option("--nodes", optarg, 1, 1 << 20, &o->nodes)) return PCC_ERR_INPUT; break;
         case OPT_DEVICES: if (int_option("--devices", optarg, 1, 1 << 24, &o->devices)) return PCC_ERR_INPUT; break;
+        case OPT_TIME_LIMIT: if (num_option("--time-limit", optarg, 0.001, 1e6, &o->ilp.time_limit_s)) return PCC_ERR_INPUT; break;
+        case OPT_MIP_GAP: if (num_option("--mip-gap", optarg, 0, 0.999, &o->ilp.mip_gap)) return PCC_ERR_INPUT; break;
+        case OPT_DUMP_ILP: o->ilp.dump_lp = optarg; break;
+        case 'd':
+            if (strspn(optarg, "ts") != strlen(optarg) || !*optarg) {
+                fprintf(stderr, "plancc: -d wants letters of \"ts\" (t: phase 1 candidates, s: phase 2 schedule), got \"%s\"\n", optarg);
+                return PCC_ERR_INPUT;
+            }
+            o->dumps = optarg;
+            break;
         case ':': fprintf(stderr, "plancc: option %s needs a value\n", argv[optind - 1]); return PCC_ERR_INPUT;
         default: fprintf(stderr, "plancc: unknown option %s (see plancc --help)\n", argv[optind - 1]); return PCC_ERR_INPUT;
         }
@@ -97,6 +127,10 @@ static pcc_status parse_options(int argc, char **argv, options *o, bool *done) {
     if (optind + 1 != argc) {
         fprintf(stderr, optind == argc ? "plancc: no model given (see plancc --help)\n"
                                        : "plancc: more than one model given (see plancc --help)\n");
+        return PCC_ERR_INPUT;
+    }
+    if ((o->dumps || o->ilp.dump_lp) && !o->cluster) {
+        fprintf(stderr, "plancc: %s needs --cluster FILE (the phases cost their choices on a cluster)\n", o->dumps ? "-d" : "--dump-ilp");
         return PCC_ERR_INPUT;
     }
     if ((o->nodes || o->devices) && !o->cluster) {
@@ -111,8 +145,21 @@ static pcc_status parse_options(int argc, char **argv, options *o, bool *done) {
     return PCC_OK;
 }
 
+// Phases 1 and 2 on all the cluster's devices as one group, for the -d dumps. (The driver's
+// full pipeline, with the mesh, phase 3 and the plan, takes their place as those land.)
+static pcc_status run_phases(const pcc_graph *g, const pcc_cluster *c, const options *o) {
+    pcc_transform *t = transform(g, c->n_devices);
+    if (o->dumps && strchr(o->dumps, 't')) transform_dump(stdout, g, t);
+    if (!(o->dumps && strchr(o->dumps, 's')) && !o->ilp.dump_lp) return PCC_OK;
+    pcc_sched_opts so = {.group = {c->n_devices, 1}, .memory_bytes = c->memory_bytes, .ilp = o->ilp};
+    pcc_sched *s;
+    pcc_status st = sched_intra(g, c, t, &so, &s);
+    if (!st && o->dumps && strchr(o->dumps, 's')) sched_dump(stdout, g, s);
+    return st;
+}
+
 int main(int argc, char **argv) {
-    options o = {0};
+    options o = {.ilp = {.time_limit_s = 60, .mip_gap = 1e-4, .progress = true}};
     bool done;
     pcc_status st = parse_options(argc, argv, &o, &done);
     if (st || done) return st;
@@ -132,6 +179,9 @@ int main(int argc, char **argv) {
     if (!st) {
         pcc_report_opts ro = {.json = o.json, .verbose = o.verbose};
         report_print_cluster(stdout, g, cluster, &ro);
+    }
+    if (!st && cluster && (o.dumps || o.ilp.dump_lp)) st = run_phases(g, cluster, &o);
+    if (!st) {
         if (fflush(stdout) != 0) {
             fprintf(stderr, "plancc: cannot write the report\n");
             st = PCC_ERR_INTERNAL;

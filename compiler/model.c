@@ -812,7 +812,7 @@ pcc_status model_load(pcc_arena *a, const char *path, pcc_graph **out) {
     size_t len;
     pcc_status st = file_read_all(a, path, &text, &len, MODEL_MAX_BYTES);
     if (st) return st;
-    loader L = {.g = graph_init(a, path)};
+    loader L = {.g = graph_init(a, arena_strdup(a, path))};
     L.top.block = -1;
     symtab_init(&L.top.names, a, 64);
     pcc_json *root;

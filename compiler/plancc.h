@@ -504,6 +504,74 @@ double rvd_reshard(const pcc_cluster *c, const pcc_graph *g, const pcc_tensor *t
 // "R2V1D(4,1)" into buf.
 char *layout_str(const pcc_layout *l, int rank, char *buf, size_t n);
 
+/* ---------------------------------------------------------------- ilp.c */
+
+/* A mixed-integer program builder and one GLPK solve (GLPK never leaves ilp.c). */
+typedef struct pcc_ilp pcc_ilp;
+typedef enum pcc_ilp_sense { PCC_ILP_EQ, PCC_ILP_LE, PCC_ILP_GE } pcc_ilp_sense;
+typedef enum pcc_ilp_status {
+    PCC_ILP_OPTIMAL, PCC_ILP_GAP, PCC_ILP_TIME_LIMIT, // a solution (proven, within the gap, best so far)
+    PCC_ILP_INFEASIBLE, PCC_ILP_NO_SOLUTION, PCC_ILP_ERROR,
+} pcc_ilp_status;
+typedef struct pcc_ilp_opts {
+    double time_limit_s;    // > 0
+    double mip_gap;         // relative, in [0, 1)
+    bool progress;          // a progress line on stderr when it is a terminal
+    const char *dump_lp;    // write the model as CPLEX LP text here first (NULL: no)
+} pcc_ilp_opts;
+typedef struct pcc_ilp_result {
+    pcc_ilp_status status;
+    double objective, bound, gap, seconds;
+    int rows, cols, nonzeros;
+    double *x;              // column values (when there is a solution)
+} pcc_ilp_result;
+
+pcc_ilp *ilp_init(pcc_arena *a);
+// Columns and rows get names (kept, not copied: arena strings) so --dump-ilp reads well.
+int ilp_add_col(pcc_ilp *p, const char *name, bool binary, double lo, double hi, double cost);
+int ilp_add_row(pcc_ilp *p, const char *name, pcc_ilp_sense sense, double rhs);
+void ilp_set(pcc_ilp *p, int row, int col, double coef);
+int ilp_cols(const pcc_ilp *p);
+int ilp_rows(const pcc_ilp *p);
+// Solves; PCC_ERR_INPUT for bad parameters or an unwritable dump file; otherwise PCC_OK with
+// the outcome in r->status (the caller decides what an infeasible model means).
+pcc_status ilp_solve(pcc_ilp *p, const pcc_ilp_opts *o, pcc_ilp_result *r);
+const char *ilp_status_name(pcc_ilp_status s);
+
+/* ---------------------------------------------------------------- sched.c */
+
+/* Phase 2, space-time scheduling, its intra-operator part (Alpa's formulation): one candidate
+ * per forward operator on a group of devices, minimizing compute + gradient synchronization +
+ * resharding on every producer->consumer edge (forward and backward), under a memory limit per
+ * device. A repeated block is in the program once, its costs weighted by the repeat count, and
+ * its carried state an edge from one copy to the next. */
+
+typedef struct pcc_sched_opts {
+    pcc_group_shape group;  // the devices the operators are split over
+    double memory_bytes;    // per device budget
+    pcc_ilp_opts ilp;
+} pcc_sched_opts;
+
+typedef struct pcc_sched {
+    const pcc_transform *t;
+    int *choice;            // per forward op (index into t->ops[i].c)
+    const char **cause;     // per forward op: why ("ilp")
+    pcc_ilp_result ilp;
+    double compute_s, sync_s, reshard_s; // per device per step, at the choice
+    double memory_bytes;    // per device at the choice
+} pcc_sched;
+
+// Returns PCC_ERR_INFEASIBLE (with a message saying what would fit) when no choice fits memory.
+pcc_status sched_intra(const pcc_graph *g, const pcc_cluster *c, const pcc_transform *t, const pcc_sched_opts *o,
+                       pcc_sched **out);
+// The ILP's objective for a given choice (one candidate index per forward op), computed
+// directly rather than by the solver; *memory gets the choice's bytes per device. -1 when an
+// edge of the choice has no resharding chain. (For tests, and to cost a template's choice.)
+double sched_eval(const pcc_graph *g, const pcc_cluster *c, const pcc_transform *t, const pcc_sched_opts *o,
+                  const int *choice, double *memory);
+// The choice per operator with its cause, and the ILP's figures.
+void sched_dump(FILE *f, const pcc_graph *g, const pcc_sched *s);
+
 /* ---------------------------------------------------------------- report.c */
 
 typedef struct pcc_report_opts {

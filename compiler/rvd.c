@@ -19,6 +19,7 @@
 #include "plancc.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 const char *const pcc_step_names[PCC_STEP_KIND_COUNT] = {"all_gather", "all_reduce", "reduce_scatter",
@@ -125,9 +126,8 @@ static double edge_cost(const pcc_cluster *c, const rvd_space *s, const pcc_layo
 }
 
 // Dijkstra over the states; prev[] and via[] give the chain back.
-static void shortest(const pcc_cluster *c, const rvd_space *s, int src, pcc_group_shape grp, double *dist, int *prev, edge *via) {
-    bool *done = arena_alloc(s->g->arena, sizeof(bool) * (size_t)s->count);
-    edge *es = arena_alloc(s->g->arena, sizeof(edge) * 1024);
+static void shortest(const pcc_cluster *c, const rvd_space *s, int src, pcc_group_shape grp, double *dist, int *prev, edge *via,
+                     bool *done, edge *es) {
     for (int i = 0; i < s->count; i++) dist[i] = INFINITY, prev[i] = -1;
     dist[src] = 0;
     for (;;) {
@@ -173,22 +173,33 @@ double rvd_reshard(const pcc_cluster *c, const pcc_graph *g, const pcc_tensor *t
                    const pcc_layout *to, pcc_group_shape grp, pcc_reshard *path) {
     if (path) memset(path, 0, sizeof *path);
     if (layout_eq(from, to, t->rank)) return 0;
+    // Scratch for one search, freed before returning: the scheduler asks thousands of times.
     rvd_space s = {.g = g, .t = t, .n = grp.size, .rank = t->rank};
-    s.states = arena_alloc(g->arena, sizeof(pcc_layout) * MAX_STATES);
+    s.states = malloc(sizeof(pcc_layout) * MAX_STATES);
+    double *dist = malloc(sizeof(double) * MAX_STATES);
+    int *prev = malloc(sizeof(int) * MAX_STATES);
+    edge *via = malloc(sizeof(edge) * MAX_STATES), *es = malloc(sizeof(edge) * 1024);
+    bool *done = calloc(MAX_STATES, sizeof(bool));
+    if (!s.states || !dist || !prev || !via || !es || !done) {
+        fprintf(stderr, "%s: out of memory\n", pcc_progname);
+        exit(PCC_ERR_INTERNAL);
+    }
     pcc_layout cur = {0};
     for (int i = 0; i < PCC_MAX_RANK; i++) cur.d[i] = 1;
     enumerate(&s, &cur, 0, grp.size);
     int src = state_find(&s, from), dst = state_find(&s, to);
-    if (src < 0 || dst < 0) return -1;
-    double *dist = arena_alloc(g->arena, sizeof(double) * (size_t)s.count);
-    int *prev = arena_alloc(g->arena, sizeof(int) * (size_t)s.count);
-    edge *via = arena_alloc(g->arena, sizeof(edge) * (size_t)s.count);
-    shortest(c, &s, src, grp, dist, prev, via);
-    if (dist[dst] == INFINITY) return -1;
-    pcc_reshard local;
-    if (!path) path = &local;
-    chain_fill(c, &s, dst, prev, via, grp, path);
-    return path->seconds;
+    double seconds = -1;
+    if (src >= 0 && dst >= 0) {
+        shortest(c, &s, src, grp, dist, prev, via, done, es);
+        if (dist[dst] < INFINITY) {
+            pcc_reshard local;
+            if (!path) path = &local;
+            chain_fill(c, &s, dst, prev, via, grp, path);
+            seconds = path->seconds;
+        }
+    }
+    free(s.states), free(dist), free(prev), free(via), free(es), free(done);
+    return seconds;
 }
 
 char *layout_str(const pcc_layout *l, int rank, char *buf, size_t n) {

@@ -134,5 +134,23 @@ for args, want in bad_overrides:
 p = run("--check", "models/mlp.json", "--cluster", A100, "--nodes", "2", "--devices", "16")
 check("--nodes 2 --devices 16 agree on dgx-a100", p.returncode == 0 and "16 devices = 2 nodes x 8 per node" in p.stdout, p)
 
+# Phases 1 and 2 as dumps (-d), their options, and "does not fit" as exit code 3.
+p = run("--check", "-q", "models/mlp.json", "-d", "s")
+check("-d without --cluster: exit 2", p.returncode == 2 and "needs --cluster" in p.stderr, p)
+p = run("--check", "-q", "models/mlp.json", "--cluster", "models/clusters/dgx-a100.json", "--devices", "4", "-d", "x")
+check("-d with an unknown letter: exit 2", p.returncode == 2 and "-d wants letters" in p.stderr, p)
+p = run("--check", "-q", "models/mlp.json", "--cluster", "models/clusters/dgx-a100.json", "--time-limit", "0")
+check("--time-limit 0: exit 2", p.returncode == 2 and "--time-limit" in p.stderr, p)
+p = run("--check", "-q", "models/mlp.json", "--cluster", "models/clusters/dgx-a100.json", "--mip-gap", "x")
+check("--mip-gap not a number: exit 2", p.returncode == 2 and "--mip-gap" in p.stderr, p)
+p = run("--check", "-q", "models/mlp.json", "--cluster", "models/clusters/dgx-a100.json", "--devices", "4", "-d", "ts")
+check("-d ts prints candidates and the schedule", p.returncode == 0 and "transform: 4 devices" in p.stdout
+      and "schedule: 4 devices" in p.stdout and "optimal" in p.stdout, p)
+p = run("--check", "-q", "models/gpt3-175b.json", "--cluster", "models/clusters/dgx-a100.json", "--devices", "8", "-d", "s")
+check("GPT-3 on 8 GPUs does not fit: exit 3 with what it needs", p.returncode == 3 and "does not fit" in p.stderr
+      and "per device" in p.stderr, p)
+p = run("--check", "-q", "models/mlp.json", "--cluster", "models/clusters/dgx-a100.json", "--dump-ilp", "/nonexistent/dir/x.lp")
+check("--dump-ilp to an unwritable path: exit 2", p.returncode == 2 and "cannot write" in p.stderr, p)
+
 print(f"{passed} passed, {failed} failed")
 sys.exit(1 if failed else 0)

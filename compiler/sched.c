@@ -1,0 +1,321 @@
+/*
+ * sched.c: phase 2, space-time scheduling: the intra-operator ILP.
+ *
+ * Given each forward operator's candidates on a group of n devices (transform.c), pick one per
+ * operator. Alpa's formulation, as an integer program for GLPK (ilp.c):
+ *
+ *   x[o][k] in {0,1}, sum_k x[o][k] = 1                 one candidate per operator
+ *   y[e][k][l] in [0,1] for each edge e = (p -> c):      the pair chosen at both ends
+ *     sum_l y[e][k][l] = x[p][k],  sum_k y[e][k][l] = x[c][l]
+ *   minimize  sum w_o * (compute + gradient sync)(o, k) * x[o][k]
+ *           + sum w_e * (reshard forward + reshard backward)(e, k, l) * y[e][k][l]
+ *   subject to sum w_o * memory(o, k) * x[o][k] <= memory per device
+ *
+ * Compute is the cost model's roofline of the candidate's per-device FLOPs; gradient sync an
+ * all-reduce of every parameter the candidate replicates over the group; resharding the
+ * cheapest chain of collectives (rvd.c) from the producer's output layout to the consumer's
+ * input layout, and back for the gradient (a replicated input's gradient comes back as partial
+ * sums; a partial-sum output needs its gradient replicated). Memory is parameters times
+ * (weights + gradients + optimizer state) plus kept activations.
+ *
+ * Repeated blocks are solved once: a block op's costs weigh `repeat`, an edge inside the block
+ * weighs `repeat`, and a carried state is one more edge, from the op that makes it to the ops
+ * that read it in the next copy, weighing repeat - 1. Pairs with no resharding chain (a split
+ * that does not divide) get no y variable, which forbids them.
+ *
+ * Not here yet (later parts of phase 2): merging cheap element-wise operators into their
+ * neighbours, pipeline stages and the device mesh, the order in time.
+ */
+#include "plancc.h"
+
+#include <math.h>
+#include <string.h>
+
+typedef struct edge {
+    int p, po;      // producer forward op and the index of the tensor among its outputs
+    int c, ci;      // consumer forward op and input index
+    double w;       // how many times per step the edge is crossed
+} edge;
+
+typedef struct builder {
+    const pcc_graph *g;
+    const pcc_cluster *c;
+    const pcc_transform *t;
+    const pcc_sched_opts *o;
+    edge *edges;
+    int n_edges, cap_edges;
+    double mem_factor; // bytes of weights + grads + optimizer state per byte of parameter
+} builder;
+
+/* ---- per-candidate costs ---- */
+
+static double cand_compute_s(const builder *B, const pcc_op *op, const pcc_cand *c) {
+    double bytes = 3 * op_bytes(B->g, op) / c->ways; // forward once, backward about twice
+    pcc_dtype dt = B->g->tensors[op->out[0]].dtype;
+    double t = cost_compute_s(B->c, c->flops_matmul, 0, dt, true);
+    // A recomputed forward runs its kernels again: one more launch.
+    return t + cost_compute_s(B->c, c->flops - c->flops_matmul, bytes, dt, false) + (c->recompute ? cost_launch_s(B->c) : 0);
+}
+
+// A parameter's gradient needs an all-reduce when the op is split along a letter the parameter
+// does not carry (each device saw part of the work: data parallelism is the common case). A
+// replicated op computes the same full gradient everywhere and needs none.
+static double cand_sync_s(const builder *B, const pcc_op *op, const pcc_cand *c) {
+    double s = 0;
+    if (c->dim < 0) return 0;
+    for (int i = 0; i < op->nin; i++) {
+        const pcc_tensor *t = &B->g->tensors[op->in[i]];
+        if (t->kind != PCC_T_PARAM || c->in[i].r <= 1) continue;
+        double piece = tensor_bytes(B->g, t);
+        for (int d = 0; d < t->rank; d++) piece /= c->in[i].d[d];
+        s += cost_collective_s(B->c, PCC_COLL_ALL_REDUCE, piece, (pcc_group_shape){c->in[i].r, B->o->group.stride});
+    }
+    return s;
+}
+
+static double cand_memory(const builder *B, const pcc_cand *c) { return c->param_bytes * B->mem_factor + c->act_bytes; }
+
+/* ---- edges ---- */
+
+static int out_index(const pcc_op *op, int t) {
+    for (int i = 0; i < op->nout; i++)
+        if (op->out[i] == t) return i;
+    return -1;
+}
+
+// The forward op that makes the value of t seen from a reader (following a block's "out" to
+// the op of the last copy); -1 for inputs, params and values bound from outside.
+static int maker(const pcc_graph *g, int t) {
+    if (g->tensors[t].producer >= 0) return t;
+    if (g->tensors[t].producer != PCC_PROD_BLOCK) return -1;
+    for (int b = 0; b < g->n_blocks; b++)
+        for (int i = 0; i < g->blocks[b].n_out; i++)
+            if (g->blocks[b].out[i].outer == t && g->blocks[b].fwd < 0) return maker(g, g->blocks[b].out[i].inner);
+    return -1;
+}
+
+static void add_edge(builder *B, int src_tensor, int c, int ci, double w) {
+    int t = maker(B->g, src_tensor);
+    if (t < 0 || w <= 0) return;
+    int p = B->g->tensors[t].producer;
+    *VEC_PUSH(B->g->arena, B->edges, B->n_edges, B->cap_edges) = (edge){p, out_index(&B->g->ops[p], t), c, ci, w};
+}
+
+static void collect_edges(builder *B) {
+    const pcc_graph *g = B->g;
+    for (int c = 0; c < g->n_fwd_ops; c++) {
+        const pcc_op *op = &g->ops[c];
+        double w = (double)op_copies(g, op);
+        for (int i = 0; i < op->nin; i++) {
+            int t = op->in[i];
+            if (g->tensors[t].producer != PCC_PROD_BOUND) {
+                add_edge(B, t, c, i, w);
+                continue;
+            }
+            const pcc_block *bl = &g->blocks[op->block];
+            int carried = -1;
+            for (int k = 0; k < bl->n_carry; k++)
+                if (bl->carry[k].inner == t) carried = bl->carry[k].outer;
+            for (int k = 0; k < bl->n_in; k++)
+                if (bl->in[k].inner == t) add_edge(B, bl->in[k].outer, c, i, carried >= 0 ? 1 : w);
+            if (carried >= 0) add_edge(B, carried, c, i, w - 1);
+        }
+    }
+}
+
+// The layout the gradient of consumer input ci comes back in.
+static pcc_layout grad_in_layout(const pcc_cand *c, int ci, int n) {
+    const pcc_layout *in = &c->in[ci];
+    if (c->dim < 0 || in->r == 1) return *in; // replicated op: full gradient; split input: split gradient
+    pcc_layout l = *in;                        // the op split along a letter this input lacks:
+    l.v = l.r, l.r = 1;                        // each device holds a partial gradient
+    (void)n;
+    return l;
+}
+
+// The layout a producer needs its output's gradient in.
+static pcc_layout grad_out_layout(const pcc_cand *c, int po) {
+    const pcc_layout *out = &c->out[po];
+    if (out->v == 1) return *out;
+    pcc_layout l = *out;                       // partial sums forward: the gradient is replicated
+    l.r *= l.v, l.v = 1;
+    return l;
+}
+
+// Seconds to cross edge e with candidates k (producer) and l (consumer); -1 if impossible.
+static double edge_cost(const builder *B, const edge *e, const pcc_cand *pk, const pcc_cand *cl) {
+    const pcc_graph *g = B->g;
+    const pcc_op *c = &g->ops[e->c];
+    const pcc_tensor *t = &g->tensors[c->in[e->ci]];
+    double fwd = rvd_reshard(B->c, g, t, &pk->out[e->po], &cl->in[e->ci], B->o->group, NULL);
+    if (fwd < 0) return -1;
+    if (t->grad < 0 && g->tensors[g->ops[e->p].out[e->po]].grad < 0) return fwd;
+    pcc_layout gi = grad_in_layout(cl, e->ci, B->o->group.size), go = grad_out_layout(pk, e->po);
+    double bwd = rvd_reshard(B->c, g, t, &gi, &go, B->o->group, NULL);
+    return bwd < 0 ? -1 : fwd + bwd;
+}
+
+/* ---- the program ---- */
+
+typedef struct cols {
+    int *x_first; // per forward op: the column of its first candidate
+} cols;
+
+static void add_choices(builder *B, pcc_ilp *P, cols *C, int mem_row) {
+    const pcc_graph *g = B->g;
+    C->x_first = arena_alloc(g->arena, sizeof(int) * (size_t)(B->t->n_ops + 1));
+    for (int i = 0; i < B->t->n_ops; i++) {
+        const pcc_op_cands *oc = &B->t->ops[i];
+        const pcc_op *op = &g->ops[oc->op];
+        double w = (double)op_copies(g, op);
+        int row = ilp_add_row(P, arena_printf(g->arena, "one_op%d", oc->op), PCC_ILP_EQ, 1);
+        for (int k = 0; k < oc->n; k++) {
+            const pcc_cand *c = &oc->c[k];
+            double cost = w * (cand_compute_s(B, op, c) + cand_sync_s(B, op, c));
+            int col = ilp_add_col(P, arena_printf(g->arena, "x_op%d_%d", oc->op, k), true, 0, 1, cost);
+            if (k == 0) C->x_first[i] = col;
+            ilp_set(P, row, col, 1);
+            ilp_set(P, mem_row, col, w * cand_memory(B, c) / (1 << 30));
+        }
+    }
+}
+
+static void add_edges(builder *B, pcc_ilp *P, const cols *C) {
+    const pcc_graph *g = B->g;
+    for (int e = 0; e < B->n_edges; e++) {
+        const edge *ed = &B->edges[e];
+        const pcc_op_cands *pc = &B->t->ops[ed->p], *cc = &B->t->ops[ed->c];
+        int *row_k = arena_alloc(g->arena, sizeof(int) * (size_t)pc->n), *row_l = arena_alloc(g->arena, sizeof(int) * (size_t)cc->n);
+        for (int k = 0; k < pc->n; k++) {
+            row_k[k] = ilp_add_row(P, arena_printf(g->arena, "e%d_out%d", e, k), PCC_ILP_EQ, 0);
+            ilp_set(P, row_k[k], C->x_first[ed->p] + k, -1);
+        }
+        for (int l = 0; l < cc->n; l++) {
+            row_l[l] = ilp_add_row(P, arena_printf(g->arena, "e%d_in%d", e, l), PCC_ILP_EQ, 0);
+            ilp_set(P, row_l[l], C->x_first[ed->c] + l, -1);
+        }
+        for (int k = 0; k < pc->n; k++)
+            for (int l = 0; l < cc->n; l++) {
+                double s = edge_cost(B, ed, &pc->c[k], &cc->c[l]);
+                if (s < 0) continue;
+                int col = ilp_add_col(P, arena_printf(g->arena, "y_e%d_%d_%d", e, k, l), false, 0, 1, ed->w * s);
+                ilp_set(P, row_k[k], col, 1);
+                ilp_set(P, row_l[l], col, 1);
+            }
+    }
+}
+
+static double mem_factor(const pcc_graph *g) {
+    pcc_totals t;
+    graph_totals(g, &t);
+    return t.bytes_weights > 0 ? 1 + t.bytes_grads / t.bytes_weights + t.bytes_optim / t.bytes_weights : 1;
+}
+
+// The least memory any choice needs (each op at its most frugal candidate).
+static double min_memory(const builder *B) {
+    double m = 0;
+    for (int i = 0; i < B->t->n_ops; i++) {
+        const pcc_op_cands *oc = &B->t->ops[i];
+        double best = INFINITY;
+        for (int k = 0; k < oc->n; k++) best = fmin(best, cand_memory(B, &oc->c[k]));
+        m += best * (double)op_copies(B->g, &B->g->ops[oc->op]);
+    }
+    return m;
+}
+
+static pcc_status infeasible(const builder *B) {
+    char need[32], have[32];
+    fmt_bytes(need, sizeof need, min_memory(B));
+    fmt_bytes(have, sizeof have, B->o->memory_bytes);
+    fprintf(stderr, "%s: %s: does not fit: on %d devices the most memory-frugal choice of splits and recompute needs "
+                    "%s per device, which has %s; use more devices (or more of them per operator), ZeRO, or a smaller "
+                    "micro-batch\n", pcc_progname, B->g->file, B->o->group.size, need, have);
+    return PCC_ERR_INFEASIBLE;
+}
+
+static void read_choice(builder *B, const cols *C, pcc_sched *s) {
+    for (int i = 0; i < B->t->n_ops; i++) {
+        const pcc_op_cands *oc = &B->t->ops[i];
+        const pcc_op *op = &B->g->ops[oc->op];
+        double w = (double)op_copies(B->g, op);
+        for (int k = 0; k < oc->n; k++) {
+            if (s->ilp.x[C->x_first[i] + k] < 0.5) continue;
+            s->choice[i] = k;
+            s->compute_s += w * cand_compute_s(B, op, &oc->c[k]);
+            s->sync_s += w * cand_sync_s(B, op, &oc->c[k]);
+            s->memory_bytes += w * cand_memory(B, &oc->c[k]);
+        }
+    }
+    s->reshard_s = s->ilp.objective - s->compute_s - s->sync_s;
+}
+
+pcc_status sched_intra(const pcc_graph *g, const pcc_cluster *c, const pcc_transform *t, const pcc_sched_opts *o,
+                       pcc_sched **out) {
+    *out = NULL;
+    PCC_ASSERT(t->devices == o->group.size);
+    builder B = {.g = g, .c = c, .t = t, .o = o, .mem_factor = mem_factor(g)};
+    collect_edges(&B);
+    pcc_ilp *P = ilp_init(g->arena);
+    int mem_row = ilp_add_row(P, "memory_gib", PCC_ILP_LE, o->memory_bytes / (1 << 30));
+    cols C;
+    add_choices(&B, P, &C, mem_row);
+    add_edges(&B, P, &C);
+    pcc_sched *s = arena_alloc(g->arena, sizeof *s);
+    s->t = t;
+    s->choice = arena_alloc(g->arena, sizeof(int) * (size_t)(t->n_ops + 1));
+    s->cause = arena_alloc(g->arena, sizeof(char *) * (size_t)(t->n_ops + 1));
+    pcc_status st = ilp_solve(P, &o->ilp, &s->ilp);
+    if (st) return st;
+    if (s->ilp.status == PCC_ILP_INFEASIBLE) return infeasible(&B);
+    if (s->ilp.status == PCC_ILP_NO_SOLUTION || s->ilp.status == PCC_ILP_ERROR) {
+        fprintf(stderr, "%s: %s: the scheduler's ILP: %s after %.1f s (%d rows, %d columns); raise --time-limit\n",
+                pcc_progname, g->file, ilp_status_name(s->ilp.status), s->ilp.seconds, s->ilp.rows, s->ilp.cols);
+        return PCC_ERR_INFEASIBLE;
+    }
+    if (s->ilp.status == PCC_ILP_TIME_LIMIT)
+        warn("%s: the scheduler stopped at its time limit with a gap of %.2f%%", g->file, 100 * s->ilp.gap);
+    read_choice(&B, &C, s);
+    for (int i = 0; i < t->n_ops; i++) s->cause[i] = "ilp";
+    *out = s;
+    return PCC_OK;
+}
+
+double sched_eval(const pcc_graph *g, const pcc_cluster *c, const pcc_transform *t, const pcc_sched_opts *o,
+                  const int *choice, double *memory) {
+    builder B = {.g = g, .c = c, .t = t, .o = o, .mem_factor = mem_factor(g)};
+    collect_edges(&B);
+    double cost = 0, mem = 0;
+    for (int i = 0; i < t->n_ops; i++) {
+        const pcc_op *op = &g->ops[t->ops[i].op];
+        const pcc_cand *k = &t->ops[i].c[choice[i]];
+        double w = (double)op_copies(g, op);
+        cost += w * (cand_compute_s(&B, op, k) + cand_sync_s(&B, op, k));
+        mem += w * cand_memory(&B, k);
+    }
+    for (int e = 0; e < B.n_edges; e++) {
+        const edge *ed = &B.edges[e];
+        double s = edge_cost(&B, ed, &t->ops[ed->p].c[choice[ed->p]], &t->ops[ed->c].c[choice[ed->c]]);
+        if (s < 0) return -1;
+        cost += ed->w * s;
+    }
+    if (memory) *memory = mem;
+    return cost;
+}
+
+void sched_dump(FILE *f, const pcc_graph *g, const pcc_sched *s) {
+    char mem[32];
+    fprintf(f, "schedule: %d devices; ILP %d rows, %d columns, %d nonzeros: %s in %.3f s\n", s->t->devices, s->ilp.rows,
+            s->ilp.cols, s->ilp.nonzeros, ilp_status_name(s->ilp.status), s->ilp.seconds);
+    fprintf(f, "  objective %.6g s per step (compute %.6g + gradient sync %.6g + resharding %.6g), bound %.6g, gap %.2f%%\n",
+            s->ilp.objective, s->compute_s, s->sync_s, s->reshard_s, s->ilp.bound, 100 * s->ilp.gap);
+    fprintf(f, "  memory per device %s\n", fmt_bytes(mem, sizeof mem, s->memory_bytes));
+    for (int i = 0; i < s->t->n_ops; i++) {
+        const pcc_op_cands *oc = &s->t->ops[i];
+        const pcc_op *op = &g->ops[oc->op];
+        const pcc_cand *c = &oc->c[s->choice[i]];
+        fprintf(f, "  %-18s %-14s %-16s ", op->ptr, pcc_ops[op->kind].name, g->tensors[op->out[0]].name);
+        if (c->dim >= 0) fprintf(f, "split %s=%s/%d", c->letter, g->dims[c->dim].name, c->ways);
+        else fprintf(f, "replicate");
+        fprintf(f, "%s  (%s)\n", c->recompute ? " recompute" : "", s->cause[i]);
+    }
+}

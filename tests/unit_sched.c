@@ -1,0 +1,119 @@
+/*
+ * unit_sched.c: phase 2's ILP. The solver's choice is checked against sched_eval, which costs a
+ * choice directly (no solver): the objective must equal the evaluation of the choice, no
+ * sampled feasible choice may beat it, the memory limit must hold, an impossible limit must be
+ * reported as infeasible, the same problem must give the same choice, and --dump-ilp must
+ * write an LP file.
+ */
+#include "plancc.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int fails, passes;
+#define EXPECT(c)                                                                                  \
+    do {                                                                                           \
+        if (c) passes++;                                                                           \
+        else {                                                                                     \
+            fails++;                                                                               \
+            fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #c);                          \
+        }                                                                                          \
+    } while (0)
+
+static const char *root;
+
+static pcc_graph *load(pcc_arena *a, const char *model) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/models/%s", root, model);
+    pcc_graph *g = NULL;
+    if (model_load(a, path, &g) || autodiff(g)) return NULL;
+    return g;
+}
+
+static pcc_cluster *cluster(pcc_arena *a, int devices) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/models/clusters/dgx-a100.json", root);
+    pcc_cluster *c = NULL;
+    return cluster_load(a, path, 0, devices, &c) ? NULL : c;
+}
+
+static void check_model(pcc_arena *a, const char *model, int devices) {
+    pcc_graph *g = load(a, model);
+    pcc_cluster *c = cluster(a, devices);
+    EXPECT(g && c);
+    if (!g || !c) return;
+    pcc_transform *t = transform(g, devices);
+    pcc_sched_opts o = {.group = {devices, 1}, .memory_bytes = c->memory_bytes, .ilp = {.time_limit_s = 30, .mip_gap = 0}};
+    pcc_sched *s;
+    EXPECT(sched_intra(g, c, t, &o, &s) == PCC_OK);
+    if (!s) return;
+    EXPECT(s->ilp.status == PCC_ILP_OPTIMAL);
+    double mem, eval = sched_eval(g, c, t, &o, s->choice, &mem);
+    EXPECT(fabs(eval - s->ilp.objective) <= 1e-6 * eval);
+    EXPECT(mem <= o.memory_bytes * (1 + 1e-9));
+    // No sampled choice does better: all-replicate, and random ones.
+    int *choice = arena_alloc(g->arena, sizeof(int) * (size_t)t->n_ops);
+    double rep = sched_eval(g, c, t, &o, choice, NULL); // candidate 0 is "replicate"
+    EXPECT(rep < 0 || rep >= s->ilp.objective * (1 - 1e-9));
+    srand(7);
+    int beaten = 0, tried = 0;
+    for (int trial = 0; trial < 300; trial++) {
+        for (int i = 0; i < t->n_ops; i++) choice[i] = rand() % t->ops[i].n;
+        double m, v = sched_eval(g, c, t, &o, choice, &m);
+        if (v < 0 || m > o.memory_bytes) continue;
+        tried++;
+        beaten += v < s->ilp.objective * (1 - 1e-9);
+    }
+    EXPECT(tried > 0 && beaten == 0);
+    // The same problem, the same choice.
+    pcc_sched *s2;
+    EXPECT(sched_intra(g, c, t, &o, &s2) == PCC_OK && memcmp(s->choice, s2->choice, sizeof(int) * (size_t)t->n_ops) == 0);
+}
+
+static void check_limits(pcc_arena *a) {
+    pcc_graph *g = load(a, "gpt-tiny.json");
+    pcc_cluster *c = cluster(a, 4);
+    if (!g || !c) return;
+    pcc_transform *t = transform(g, 4);
+    pcc_sched_opts o = {.group = {4, 1}, .memory_bytes = c->memory_bytes, .ilp = {.time_limit_s = 30, .mip_gap = 0}};
+    pcc_sched *loose, *tight, *none;
+    EXPECT(sched_intra(g, c, t, &o, &loose) == PCC_OK);
+    // Just below what the unconstrained choice uses: the solver must find another that fits.
+    o.memory_bytes = loose->memory_bytes * 0.9;
+    EXPECT(sched_intra(g, c, t, &o, &tight) == PCC_OK);
+    EXPECT(tight && tight->memory_bytes <= o.memory_bytes * (1 + 1e-9) && tight->ilp.objective >= loose->ilp.objective);
+    // Nothing fits in a kilobyte: infeasible, exit code 3's status.
+    o.memory_bytes = 1024;
+    fprintf(stderr, "(an expected 'does not fit' follows)\n");
+    EXPECT(sched_intra(g, c, t, &o, &none) == PCC_ERR_INFEASIBLE);
+    // --dump-ilp writes CPLEX LP text.
+    o.memory_bytes = c->memory_bytes;
+    o.ilp.dump_lp = "/tmp/plancc-unit-sched.lp";
+    EXPECT(sched_intra(g, c, t, &o, &loose) == PCC_OK);
+    FILE *f = fopen(o.ilp.dump_lp, "r");
+    static char buf[1 << 20];
+    size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0; // the whole file
+    buf[n] = 0;
+    if (f) fclose(f);
+    remove(o.ilp.dump_lp);
+    EXPECT(strstr(buf, "Minimize") && strstr(buf, "Subject To"));
+    // Bad solver parameters are refused before GLPK sees them.
+    o.ilp.dump_lp = NULL;
+    o.ilp.time_limit_s = -1;
+    fprintf(stderr, "(an expected 'bad ILP parameters' follows)\n");
+    EXPECT(sched_intra(g, c, t, &o, &none) == PCC_ERR_INPUT);
+}
+
+int main(int argc, char **argv) {
+    root = argc > 1 ? argv[1] : ".";
+    pcc_arena *a = arena_init();
+    check_model(a, "mlp.json", 4);
+    check_model(a, "gpt-tiny.json", 8);
+    check_model(a, "cnn-small.json", 4);
+    check_model(a, "dlrm.json", 8);
+    check_limits(a);
+    arena_free(a);
+    printf("%d passed, %d failed\n", passes, fails);
+    return fails ? 1 : 0;
+}
