@@ -544,7 +544,8 @@ const char *ilp_status_name(pcc_ilp_status s);
  * per forward operator on a group of devices, minimizing compute + gradient synchronization +
  * resharding on every producer->consumer edge (forward and backward), under a memory limit per
  * device. A repeated block is in the program once, its costs weighted by the repeat count, and
- * its carried state an edge from one copy to the next. */
+ * its carried state an edge from one copy to the next. Cheap element-wise operators follow
+ * their producer (no variables of their own), which keeps the program small. */
 
 typedef struct pcc_sched_opts {
     pcc_group_shape group;  // the devices the operators are split over
@@ -555,7 +556,9 @@ typedef struct pcc_sched_opts {
 typedef struct pcc_sched {
     const pcc_transform *t;
     int *choice;            // per forward op (index into t->ops[i].c)
-    const char **cause;     // per forward op: why ("ilp")
+    const char **cause;     // per forward op: why ("ilp", "follow:/ops/3")
+    int *leader;            // per forward op: the op whose ILP variable decides it (itself if none)
+    int **follow;           // per forward op: its candidate for each of its leader's candidates
     pcc_ilp_result ilp;
     double compute_s, sync_s, reshard_s; // per device per step, at the choice
     double memory_bytes;    // per device at the choice

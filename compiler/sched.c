@@ -23,8 +23,13 @@
  * that read it in the next copy, weighing repeat - 1. Pairs with no resharding chain (a split
  * that does not divide) get no y variable, which forbids them.
  *
- * Not here yet (later parts of phase 2): merging cheap element-wise operators into their
- * neighbours, pipeline stages and the device mesh, the order in time.
+ * Element-wise operators (relu, add, dropout, ...) follow their first input's producer, as
+ * Alpa's "follow" does: they get no variables; for each candidate of the producer (the leader)
+ * the follower takes the candidate that is cheapest locally (its own cost plus resharding the
+ * producer's output into it), and that cost is folded into the leader's. Chains follow
+ * transitively. This restricts the search a little and shrinks the program a lot.
+ *
+ * Not here yet (later parts of phase 2): pipeline stages and the device mesh, the order in time.
  */
 #include "plancc.h"
 
@@ -45,6 +50,8 @@ typedef struct builder {
     edge *edges;
     int n_edges, cap_edges;
     double mem_factor; // bytes of weights + grads + optimizer state per byte of parameter
+    int *leader;       // per forward op
+    int **follow;      // per forward op: candidate for each leader candidate
 } builder;
 
 /* ---- per-candidate costs ---- */
@@ -155,27 +162,96 @@ static double edge_cost(const builder *B, const edge *e, const pcc_cand *pk, con
     return bwd < 0 ? -1 : fwd + bwd;
 }
 
+/* ---- element-wise followers ---- */
+
+// The edge that feeds op o's first input from inside its own block, or -1.
+static int feeding_edge(const builder *B, int o) {
+    for (int e = 0; e < B->n_edges; e++)
+        if (B->edges[e].c == o && B->edges[e].ci == 0 && B->g->ops[B->edges[e].p].block == B->g->ops[o].block &&
+            B->edges[e].w == (double)op_copies(B->g, &B->g->ops[o]))
+            return e;
+    return -1;
+}
+
+static double cand_local_s(const builder *B, int o, int k) {
+    const pcc_op *op = &B->g->ops[o];
+    const pcc_cand *c = &B->t->ops[o].c[k];
+    return cand_compute_s(B, op, c) + cand_sync_s(B, op, c);
+}
+
+// Decides leaders and follow maps, in op order (a producer is settled before its readers).
+static void plan_followers(builder *B) {
+    const pcc_graph *g = B->g;
+    int n = B->t->n_ops;
+    B->leader = arena_alloc(g->arena, sizeof(int) * (size_t)(n + 1));
+    B->follow = arena_alloc(g->arena, sizeof(int *) * (size_t)(n + 1));
+    for (int o = 0; o < n; o++) {
+        int e = (pcc_ops[g->ops[o].kind].flags & PCC_OPF_ELEMENTWISE) ? feeding_edge(B, o) : -1;
+        int lead = e >= 0 ? B->leader[B->edges[e].p] : o;
+        int nl = B->t->ops[lead].n;
+        B->leader[o] = lead;
+        B->follow[o] = arena_alloc(g->arena, sizeof(int) * (size_t)nl);
+        for (int k = 0; k < nl; k++) {
+            if (e < 0) {
+                B->follow[o][k] = k;
+                continue;
+            }
+            const pcc_cand *pk = &B->t->ops[B->edges[e].p].c[B->follow[B->edges[e].p][k]];
+            double best = INFINITY;
+            int arg = 0;
+            for (int f = 0; f < B->t->ops[o].n; f++) {
+                double r = edge_cost(B, &B->edges[e], pk, &B->t->ops[o].c[f]);
+                if (r >= 0 && r + cand_local_s(B, o, f) < best) best = r + cand_local_s(B, o, f), arg = f;
+            }
+            B->follow[o][k] = arg;
+        }
+    }
+}
+
+// The candidate op o takes when its leader takes k.
+static const pcc_cand *cand_at(const builder *B, int o, int k) { return &B->t->ops[o].c[B->follow[o][k]]; }
+
 /* ---- the program ---- */
 
 typedef struct cols {
     int *x_first; // per forward op: the column of its first candidate
 } cols;
 
+// What leader l costs (time, memory) with candidate k: its own and every follower's candidate,
+// and every edge between two ops it decides.
+static void leader_cost(const builder *B, int l, int k, double *time, double *mem) {
+    const pcc_graph *g = B->g;
+    *time = *mem = 0;
+    for (int o = 0; o < B->t->n_ops; o++) {
+        if (B->leader[o] != l) continue;
+        const pcc_cand *c = cand_at(B, o, k);
+        double w = (double)op_copies(g, &g->ops[o]);
+        *time += w * (cand_compute_s(B, &g->ops[o], c) + cand_sync_s(B, &g->ops[o], c));
+        *mem += w * cand_memory(B, c);
+    }
+    for (int e = 0; e < B->n_edges; e++) {
+        const edge *ed = &B->edges[e];
+        if (B->leader[ed->p] != l || B->leader[ed->c] != l) continue;
+        double r = edge_cost(B, ed, cand_at(B, ed->p, k), cand_at(B, ed->c, k));
+        *time += r < 0 ? 1e30 : ed->w * r; // (a follower always has a feasible candidate; guard anyway)
+    }
+}
+
 static void add_choices(builder *B, pcc_ilp *P, cols *C, int mem_row) {
     const pcc_graph *g = B->g;
     C->x_first = arena_alloc(g->arena, sizeof(int) * (size_t)(B->t->n_ops + 1));
     for (int i = 0; i < B->t->n_ops; i++) {
+        C->x_first[i] = -1;
+        if (B->leader[i] != i) continue;
         const pcc_op_cands *oc = &B->t->ops[i];
-        const pcc_op *op = &g->ops[oc->op];
-        double w = (double)op_copies(g, op);
         int row = ilp_add_row(P, arena_printf(g->arena, "one_op%d", oc->op), PCC_ILP_EQ, 1);
         for (int k = 0; k < oc->n; k++) {
-            const pcc_cand *c = &oc->c[k];
-            double cost = w * (cand_compute_s(B, op, c) + cand_sync_s(B, op, c));
-            int col = ilp_add_col(P, arena_printf(g->arena, "x_op%d_%d", oc->op, k), true, 0, 1, cost);
+            double time, mem;
+            leader_cost(B, i, k, &time, &mem);
+            int col = ilp_add_col(P, arena_printf(g->arena, "x_op%d_%d", oc->op, k), true, 0, 1, time);
             if (k == 0) C->x_first[i] = col;
             ilp_set(P, row, col, 1);
-            ilp_set(P, mem_row, col, w * cand_memory(B, c) / (1 << 30));
+            ilp_set(P, mem_row, col, mem / (1 << 30));
         }
     }
 }
@@ -184,19 +260,21 @@ static void add_edges(builder *B, pcc_ilp *P, const cols *C) {
     const pcc_graph *g = B->g;
     for (int e = 0; e < B->n_edges; e++) {
         const edge *ed = &B->edges[e];
-        const pcc_op_cands *pc = &B->t->ops[ed->p], *cc = &B->t->ops[ed->c];
-        int *row_k = arena_alloc(g->arena, sizeof(int) * (size_t)pc->n), *row_l = arena_alloc(g->arena, sizeof(int) * (size_t)cc->n);
-        for (int k = 0; k < pc->n; k++) {
+        int lp = B->leader[ed->p], lc = B->leader[ed->c];
+        if (lp == lc) continue; // inside one leader's group: in leader_cost
+        int np = B->t->ops[lp].n, nc = B->t->ops[lc].n;
+        int *row_k = arena_alloc(g->arena, sizeof(int) * (size_t)np), *row_l = arena_alloc(g->arena, sizeof(int) * (size_t)nc);
+        for (int k = 0; k < np; k++) {
             row_k[k] = ilp_add_row(P, arena_printf(g->arena, "e%d_out%d", e, k), PCC_ILP_EQ, 0);
-            ilp_set(P, row_k[k], C->x_first[ed->p] + k, -1);
+            ilp_set(P, row_k[k], C->x_first[lp] + k, -1);
         }
-        for (int l = 0; l < cc->n; l++) {
+        for (int l = 0; l < nc; l++) {
             row_l[l] = ilp_add_row(P, arena_printf(g->arena, "e%d_in%d", e, l), PCC_ILP_EQ, 0);
-            ilp_set(P, row_l[l], C->x_first[ed->c] + l, -1);
+            ilp_set(P, row_l[l], C->x_first[lc] + l, -1);
         }
-        for (int k = 0; k < pc->n; k++)
-            for (int l = 0; l < cc->n; l++) {
-                double s = edge_cost(B, ed, &pc->c[k], &cc->c[l]);
+        for (int k = 0; k < np; k++)
+            for (int l = 0; l < nc; l++) {
+                double s = edge_cost(B, ed, cand_at(B, ed->p, k), cand_at(B, ed->c, l));
                 if (s < 0) continue;
                 int col = ilp_add_col(P, arena_printf(g->arena, "y_e%d_%d_%d", e, k, l), false, 0, 1, ed->w * s);
                 ilp_set(P, row_k[k], col, 1);
@@ -211,14 +289,18 @@ static double mem_factor(const pcc_graph *g) {
     return t.bytes_weights > 0 ? 1 + t.bytes_grads / t.bytes_weights + t.bytes_optim / t.bytes_weights : 1;
 }
 
-// The least memory any choice needs (each op at its most frugal candidate).
+// The least memory any choice needs (each leader at its most frugal candidate).
 static double min_memory(const builder *B) {
     double m = 0;
-    for (int i = 0; i < B->t->n_ops; i++) {
-        const pcc_op_cands *oc = &B->t->ops[i];
+    for (int l = 0; l < B->t->n_ops; l++) {
+        if (B->leader[l] != l) continue;
         double best = INFINITY;
-        for (int k = 0; k < oc->n; k++) best = fmin(best, cand_memory(B, &oc->c[k]));
-        m += best * (double)op_copies(B->g, &B->g->ops[oc->op]);
+        for (int k = 0; k < B->t->ops[l].n; k++) {
+            double time, mem;
+            leader_cost(B, l, k, &time, &mem);
+            best = fmin(best, mem);
+        }
+        m += best;
     }
     return m;
 }
@@ -234,19 +316,22 @@ static pcc_status infeasible(const builder *B) {
 }
 
 static void read_choice(builder *B, const cols *C, pcc_sched *s) {
+    const pcc_graph *g = B->g;
     for (int i = 0; i < B->t->n_ops; i++) {
-        const pcc_op_cands *oc = &B->t->ops[i];
-        const pcc_op *op = &B->g->ops[oc->op];
-        double w = (double)op_copies(B->g, op);
-        for (int k = 0; k < oc->n; k++) {
-            if (s->ilp.x[C->x_first[i] + k] < 0.5) continue;
-            s->choice[i] = k;
-            s->compute_s += w * cand_compute_s(B, op, &oc->c[k]);
-            s->sync_s += w * cand_sync_s(B, op, &oc->c[k]);
-            s->memory_bytes += w * cand_memory(B, &oc->c[k]);
-        }
+        int l = B->leader[i], k = 0;
+        while (s->ilp.x[C->x_first[l] + k] < 0.5) k++;
+        s->choice[i] = B->follow[i][k];
+        s->cause[i] = l == i ? "ilp" : arena_printf(g->arena, "follow:%s", g->ops[l].ptr);
+        const pcc_op *op = &g->ops[i];
+        const pcc_cand *c = &B->t->ops[i].c[s->choice[i]];
+        double w = (double)op_copies(g, op);
+        s->compute_s += w * cand_compute_s(B, op, c);
+        s->sync_s += w * cand_sync_s(B, op, c);
+        s->memory_bytes += w * cand_memory(B, c);
     }
     s->reshard_s = s->ilp.objective - s->compute_s - s->sync_s;
+    s->leader = B->leader;
+    s->follow = B->follow;
 }
 
 pcc_status sched_intra(const pcc_graph *g, const pcc_cluster *c, const pcc_transform *t, const pcc_sched_opts *o,
@@ -255,6 +340,7 @@ pcc_status sched_intra(const pcc_graph *g, const pcc_cluster *c, const pcc_trans
     PCC_ASSERT(t->devices == o->group.size);
     builder B = {.g = g, .c = c, .t = t, .o = o, .mem_factor = mem_factor(g)};
     collect_edges(&B);
+    plan_followers(&B);
     pcc_ilp *P = ilp_init(g->arena);
     int mem_row = ilp_add_row(P, "memory_gib", PCC_ILP_LE, o->memory_bytes / (1 << 30));
     cols C;
@@ -275,7 +361,6 @@ pcc_status sched_intra(const pcc_graph *g, const pcc_cluster *c, const pcc_trans
     if (s->ilp.status == PCC_ILP_TIME_LIMIT)
         warn("%s: the scheduler stopped at its time limit with a gap of %.2f%%", g->file, 100 * s->ilp.gap);
     read_choice(&B, &C, s);
-    for (int i = 0; i < t->n_ops; i++) s->cause[i] = "ilp";
     *out = s;
     return PCC_OK;
 }
