@@ -52,6 +52,9 @@ typedef struct builder {
     double mem_factor; // bytes of weights + grads + optimizer state per byte of parameter
     int *leader;       // per forward op
     int **follow;      // per forward op: candidate for each leader candidate
+    pcc_symtab memo;   // resharding times already searched, by shape and layouts
+    double *memo_s;
+    int n_memo, cap_memo;
 } builder;
 
 /* ---- per-candidate costs ---- */
@@ -149,23 +152,41 @@ static pcc_layout grad_out_layout(const pcc_cand *c, int po) {
     return l;
 }
 
+// rvd_reshard, remembered: edges between tensors of one shape ask the same question often.
+static double reshard(builder *B, const pcc_tensor *t, const pcc_layout *from, const pcc_layout *to) {
+    char key[256];
+    int n = snprintf(key, sizeof key, "%d", t->dtype);
+    for (int i = 0; i < t->rank; i++) n += snprintf(key + n, sizeof key - (size_t)n, ",%lld", (long long)B->g->dims[t->dims[i]].size);
+    n += snprintf(key + n, sizeof key - (size_t)n, "|%d,%d", from->r, from->v);
+    for (int i = 0; i < t->rank; i++) n += snprintf(key + n, sizeof key - (size_t)n, ",%d", from->d[i]);
+    n += snprintf(key + n, sizeof key - (size_t)n, "|%d,%d", to->r, to->v);
+    for (int i = 0; i < t->rank; i++) n += snprintf(key + n, sizeof key - (size_t)n, ",%d", to->d[i]);
+    int hit = symtab_get(&B->memo, key);
+    if (hit >= 0) return B->memo_s[hit];
+    double sec = rvd_reshard(B->c, B->g, t, from, to, B->o->group, NULL);
+    int id = B->n_memo;
+    *VEC_PUSH(B->g->arena, B->memo_s, B->n_memo, B->cap_memo) = sec;
+    symtab_put(&B->memo, B->g->arena, arena_strdup(B->g->arena, key), id);
+    return sec;
+}
+
 // Seconds to cross edge e with candidates k (producer) and l (consumer); -1 if impossible.
-static double edge_cost(const builder *B, const edge *e, const pcc_cand *pk, const pcc_cand *cl) {
+static double edge_cost(builder *B, const edge *e, const pcc_cand *pk, const pcc_cand *cl) {
     const pcc_graph *g = B->g;
     const pcc_op *c = &g->ops[e->c];
     const pcc_tensor *t = &g->tensors[c->in[e->ci]];
-    double fwd = rvd_reshard(B->c, g, t, &pk->out[e->po], &cl->in[e->ci], B->o->group, NULL);
+    double fwd = reshard(B, t, &pk->out[e->po], &cl->in[e->ci]);
     if (fwd < 0) return -1;
     if (t->grad < 0 && g->tensors[g->ops[e->p].out[e->po]].grad < 0) return fwd;
     pcc_layout gi = grad_in_layout(cl, e->ci, B->o->group.size), go = grad_out_layout(pk, e->po);
-    double bwd = rvd_reshard(B->c, g, t, &gi, &go, B->o->group, NULL);
+    double bwd = reshard(B, t, &gi, &go);
     return bwd < 0 ? -1 : fwd + bwd;
 }
 
 /* ---- element-wise followers ---- */
 
 // The edge that feeds op o's first input from inside its own block, or -1.
-static int feeding_edge(const builder *B, int o) {
+static int feeding_edge(builder *B, int o) {
     for (int e = 0; e < B->n_edges; e++)
         if (B->edges[e].c == o && B->edges[e].ci == 0 && B->g->ops[B->edges[e].p].block == B->g->ops[o].block &&
             B->edges[e].w == (double)op_copies(B->g, &B->g->ops[o]))
@@ -219,7 +240,7 @@ typedef struct cols {
 
 // What leader l costs (time, memory) with candidate k: its own and every follower's candidate,
 // and every edge between two ops it decides.
-static void leader_cost(const builder *B, int l, int k, double *time, double *mem) {
+static void leader_cost(builder *B, int l, int k, double *time, double *mem) {
     const pcc_graph *g = B->g;
     *time = *mem = 0;
     for (int o = 0; o < B->t->n_ops; o++) {
@@ -290,7 +311,7 @@ static double mem_factor(const pcc_graph *g) {
 }
 
 // The least memory any choice needs (each leader at its most frugal candidate).
-static double min_memory(const builder *B) {
+static double min_memory(builder *B) {
     double m = 0;
     for (int l = 0; l < B->t->n_ops; l++) {
         if (B->leader[l] != l) continue;
@@ -305,7 +326,7 @@ static double min_memory(const builder *B) {
     return m;
 }
 
-static pcc_status infeasible(const builder *B) {
+static pcc_status infeasible(builder *B) {
     char need[32], have[32];
     fmt_bytes(need, sizeof need, min_memory(B));
     fmt_bytes(have, sizeof have, B->o->memory_bytes);
@@ -339,6 +360,7 @@ pcc_status sched_intra(const pcc_graph *g, const pcc_cluster *c, const pcc_trans
     *out = NULL;
     PCC_ASSERT(t->devices == o->group.size);
     builder B = {.g = g, .c = c, .t = t, .o = o, .mem_factor = mem_factor(g)};
+    symtab_init(&B.memo, g->arena, 256);
     collect_edges(&B);
     plan_followers(&B);
     pcc_ilp *P = ilp_init(g->arena);
@@ -368,6 +390,7 @@ pcc_status sched_intra(const pcc_graph *g, const pcc_cluster *c, const pcc_trans
 double sched_eval(const pcc_graph *g, const pcc_cluster *c, const pcc_transform *t, const pcc_sched_opts *o,
                   const int *choice, double *memory) {
     builder B = {.g = g, .c = c, .t = t, .o = o, .mem_factor = mem_factor(g)};
+    symtab_init(&B.memo, g->arena, 256);
     collect_edges(&B);
     double cost = 0, mem = 0;
     for (int i = 0; i < t->n_ops; i++) {
