@@ -161,6 +161,10 @@ typedef struct plan_insn {
 } plan_insn;
 
 // Operator attributes as the compiler's pcc_attrs carries them, flattened for the file.
+// The slots of f[] and i[] by name (PLAN_AI_ACCUMULATE != 0: the op adds into its outputs, which
+// the runtime zeroes once per step; plan_check counts such outputs as written at the start):
+enum { PLAN_AF_SCALE, PLAN_AF_EPS, PLAN_AF_P, PLAN_AF_LR, PLAN_AF_BETA1, PLAN_AF_BETA2, PLAN_AF_WEIGHT_DECAY, PLAN_AF_MOMENTUM };
+enum { PLAN_AI_SEED, PLAN_AI_AXIS, PLAN_AI_START, PLAN_AI_END, PLAN_AI_CAUSAL, PLAN_AI_ACCUMULATE };
 typedef struct plan_attrs {
     double f[8];                // scale, eps, p, lr, beta1, beta2, weight_decay, momentum
     int64_t i[8];               // seed, axis, start, end, causal, accumulate, ...
@@ -196,16 +200,46 @@ uint32_t plan_crc32c(uint32_t crc, const void *data, size_t n);
 uint64_t plan_fnv1a64(const void *data, size_t n);
 
 // Serializes p into a malloc'd buffer (*out, *n). Deterministic: the same plan, the same bytes.
+// Refuses (PLAN_ERR_FORMAT) a plan that fails plan_validate or was read for one rank.
 plan_status plan_encode(const plan *p, uint8_t **out, size_t *n, char *err, size_t err_n);
 // Parses a whole file's bytes. With rank >= 0, decodes only that rank's PROGRAM section (the
-// other programs are left with n_insns = 0 and name NULL); with rank < 0, all of them.
+// other programs are left with n_insns = 0 and name NULL); with rank < 0, all of them. A rank
+// >= the plan's world loads no program (the caller compares meta.world with its own world).
+// On error, *out is left zeroed (nothing to free).
 plan_status plan_decode(const uint8_t *data, size_t n, int rank, plan *out, char *err, size_t err_n);
 plan_status plan_write(const plan *p, const char *path, char *err, size_t err_n); // via a temp file + rename
 plan_status plan_read(const char *path, int rank, plan *out, char *err, size_t err_n);
-void plan_free(plan *p); // what plan_decode/plan_read allocated; accepts a zeroed plan
+void plan_free(plan *p); // what plan_decode/plan_read allocated; accepts a zeroed plan and NULL
+
+// n zeroed bytes (aligned for any type) that p owns: plan_free releases them. NULL when out of
+// memory. plan_decode and plan_parse allocate this way; a compiler may too.
+void *plan_alloc(plan *p, size_t n);
+
+// The well-formedness that the file format itself needs (plan_check's first part): every index
+// in range (tensors, groups, programs, buffers, args, attrs, streams, events, mesh axes), every
+// enum value known, the mesh consistent with world and the rank table, loops nested inside their
+// program (at most PLAN_MAX_LOOP_DEPTH deep). plan_encode refuses and plan_decode rejects a plan
+// that fails it. Returns PLAN_ERR_FORMAT with a message naming the item, or PLAN_OK.
+#define PLAN_MAX_LOOP_DEPTH 32
+plan_status plan_validate(const plan *p, char *err, size_t err_n);
+
+// The names the text form uses (plan_text.c), NULL for a value out of range: operators in
+// runtime/ops.def's order (pcc_op_kind's), collectives in pcc_coll's order (all_reduce,
+// all_gather, reduce_scatter, all_to_all, send_recv, broadcast), dtypes (f32 f16 bf16 i32),
+// tensor kinds (input param activation grad state), instruction kinds, loop variables, schedules.
+const char *plan_op_name(uint32_t op);
+const char *plan_coll_name(uint32_t coll);
+const char *plan_dtype_name(uint32_t dtype);
+uint32_t plan_dtype_bytes(uint32_t dtype); // 0 for a value out of range
+const char *plan_tensor_kind_name(uint32_t kind);
+const char *plan_insn_kind_name(uint32_t kind);
+const char *plan_loop_var_name(uint32_t var);
+const char *plan_schedule_name(uint32_t schedule);
 
 // The text form: one line per item, every number exact, so that plan_parse(plan_print(p))
-// encodes to the same bytes as p. plandump prints it; plandump --assemble parses it.
+// encodes to the same bytes as p. plandump prints it; plandump --assemble parses it. The parser
+// checks syntax, not cross-references (an out-of-range group or buffer is plan_check's to find);
+// its errors are "FILE:LINE: message" with PLAN_ERR_FORMAT, and leave *out zeroed.
 void plan_print(FILE *f, const plan *p, int only_rank /* -1: all */);
 plan_status plan_parse(const char *text, size_t n, const char *file, plan *out, char *err, size_t err_n);
 

@@ -1,0 +1,440 @@
+/*
+ * unit_plan.c: unit tests of the plan library (runtime/plan*.c): the hashes; for every plan in
+ * tests/plans/, text -> plan -> bytes -> plan -> text gives the same text and the same bytes,
+ * twice; every single-byte corruption of an encoded plan is refused (and every corruption with
+ * its CRCs fixed up either is refused or decodes to a plan that encodes to the same bytes);
+ * every truncation is refused, as are a wrong magic, version 2 and trailing bytes; a plan read
+ * for one rank reads only that rank's program (a corrupted other program goes unnoticed, its
+ * own does not); strings and doubles that need escapes, NaN payloads and -0 survive the text
+ * form; plan_check scales with long loops through its periodic expansion. The source root is
+ * argv[1].
+ */
+#include "plan.h"
+
+#include <dirent.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static int fails, passes;
+#define EXPECT(c)                                                                                  \
+    do {                                                                                           \
+        if (c) passes++;                                                                           \
+        else {                                                                                     \
+            fails++;                                                                               \
+            fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #c);                          \
+        }                                                                                          \
+    } while (0)
+
+static const char *root;
+static char err[1024];
+
+// A file's bytes, NUL-terminated (NULL if it cannot be read).
+static char *slurp(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = malloc((size_t)len + 1);
+    if (buf && fread(buf, 1, (size_t)len, f) != (size_t)len) {
+        free(buf);
+        buf = NULL;
+    }
+    fclose(f);
+    if (buf) buf[len] = 0;
+    *n = (size_t)len;
+    return buf;
+}
+
+// text without its comment lines (the printer writes one; the plans in tests/ have more).
+static char *strip_comments(const char *text) {
+    char *out = malloc(strlen(text) + 1), *o = out;
+    for (const char *line = text; out && *line;) {
+        const char *end = strchr(line, '\n');
+        size_t n = end ? (size_t)(end - line) + 1 : strlen(line);
+        const char *first = line + strspn(line, " ");
+        if (*first != '#') memcpy(o, line, n), o += n;
+        line += n;
+    }
+    if (out) *o = 0;
+    return out;
+}
+
+static bool same_text(const char *a, const char *b) {
+    char *x = a ? strip_comments(a) : NULL, *y = b ? strip_comments(b) : NULL;
+    bool same = x && y && strcmp(x, y) == 0;
+    free(x);
+    free(y);
+    return same;
+}
+
+// plan_print into a malloc'd string.
+static char *print_to_string(const plan *p, int only_rank) {
+    char *buf = NULL;
+    size_t n = 0;
+    FILE *f = open_memstream(&buf, &n);
+    if (!f) return NULL;
+    plan_print(f, p, only_rank);
+    fclose(f);
+    return buf;
+}
+
+static bool parse_file(const char *name, plan *p, char **text) {
+    char path[1024];
+    size_t n;
+    snprintf(path, sizeof(path), "%s/tests/plans/%s", root, name);
+    *text = slurp(path, &n);
+    if (!*text) return false;
+    return plan_parse(*text, n, path, p, err, sizeof(err)) == PLAN_OK;
+}
+
+static void test_hashes(void) {
+    EXPECT(plan_crc32c(0, "123456789", 9) == 0xe3069283u);
+    EXPECT(plan_crc32c(plan_crc32c(0, "1234", 4), "56789", 5) == 0xe3069283u);
+    EXPECT(plan_crc32c(0, "", 0) == 0);
+    EXPECT(plan_fnv1a64("", 0) == 0xcbf29ce484222325ull);
+    EXPECT(plan_fnv1a64("a", 1) == 0xaf63dc4c8601ec8cull);
+}
+
+// Text -> plan -> bytes -> plan -> text, and the bytes twice.
+static void test_round_trip(const char *name) {
+    plan p, q;
+    char *text = NULL;
+    bool ok = parse_file(name, &p, &text);
+    EXPECT(ok);
+    if (!ok) {
+        fprintf(stderr, "     %s: %s\n", name, err);
+        free(text);
+        return;
+    }
+    EXPECT(plan_check(&p, err, sizeof(err)) == PLAN_OK);
+    char *printed = print_to_string(&p, -1);
+    EXPECT(same_text(printed, text));
+    uint8_t *a = NULL, *b = NULL, *c = NULL;
+    size_t na = 0, nb = 0, nc = 0;
+    EXPECT(plan_encode(&p, &a, &na, err, sizeof(err)) == PLAN_OK);
+    EXPECT(plan_encode(&p, &b, &nb, err, sizeof(err)) == PLAN_OK);
+    EXPECT(na == nb && na % 8 == 0 && memcmp(a, b, na) == 0);
+    EXPECT(plan_decode(a, na, -1, &q, err, sizeof(err)) == PLAN_OK);
+    char *again = print_to_string(&q, -1);
+    EXPECT(again && printed && strcmp(again, printed) == 0);
+    EXPECT(plan_encode(&q, &c, &nc, err, sizeof(err)) == PLAN_OK);
+    EXPECT(nc == na && memcmp(a, c, na) == 0);
+    EXPECT(plan_check(&q, err, sizeof(err)) == PLAN_OK);
+    plan_free(&p);
+    plan_free(&q);
+    free(a);
+    free(b);
+    free(c);
+    free(printed);
+    free(again);
+    free(text);
+}
+
+static void test_all_good_plans(void) {
+    char dir[1024];
+    snprintf(dir, sizeof(dir), "%s/tests/plans", root);
+    DIR *d = opendir(dir);
+    EXPECT(d != NULL);
+    int n = 0;
+    for (struct dirent *e; d && (e = readdir(d));) {
+        size_t len = strlen(e->d_name);
+        if (len < 9 || strcmp(e->d_name + len - 9, ".plan.txt") != 0) continue;
+        test_round_trip(e->d_name);
+        n++;
+    }
+    if (d) closedir(d);
+    EXPECT(n >= 3);
+}
+
+static bool encode_file(const char *name, uint8_t **bytes, size_t *n) {
+    plan p;
+    char *text = NULL;
+    bool ok = parse_file(name, &p, &text) && plan_encode(&p, bytes, n, err, sizeof(err)) == PLAN_OK;
+    plan_free(&p);
+    free(text);
+    return ok;
+}
+
+static void put32(uint8_t *d, uint32_t v) {
+    for (int i = 0; i < 4; i++) d[i] = (uint8_t)(v >> (8 * i));
+}
+static uint32_t get32(const uint8_t *d) { return (uint32_t)d[0] | (uint32_t)d[1] << 8 | (uint32_t)d[2] << 16 | (uint32_t)d[3] << 24; }
+static uint64_t get64(const uint8_t *d) { return get32(d) | (uint64_t)get32(d + 4) << 32; }
+
+// Recomputes every CRC of an encoded plan after a change.
+static void fix_crcs(uint8_t *d, size_t n) {
+    uint32_t count = get32(d + 24);
+    for (uint32_t i = 0; i < count && 64 + 24 * (uint64_t)(i + 1) <= n; i++) {
+        uint8_t *e = d + 64 + 24 * i;
+        uint64_t off = get64(e + 8), bytes = get32(e + 16);
+        if (off + bytes <= n) put32(e + 20, plan_crc32c(0, d + off, bytes));
+    }
+    if (64 + 24 * (uint64_t)count <= n) put32(d + 28, plan_crc32c(0, d + 64, 24 * (size_t)count));
+    put32(d + 56, plan_crc32c(0, d, 56));
+}
+
+// Every byte flipped on its own: refused, with PLAN_ERR_FORMAT, by a full decode; a decode for
+// one rank does not crash and refuses with FORMAT or reads on (if the byte lies in a section
+// it does not read).
+static void test_corruption(void) {
+    uint8_t *good = NULL;
+    size_t n = 0;
+    EXPECT(encode_file("tp2pp2.plan.txt", &good, &n));
+    if (!good) return;
+    uint8_t *d = malloc(n);
+    int refused = 0, rank_ok = 0;
+    for (size_t i = 0; i < n; i++) {
+        memcpy(d, good, n);
+        d[i] ^= 0x5a;
+        plan p;
+        plan_status st = plan_decode(d, n, -1, &p, err, sizeof(err));
+        refused += st == PLAN_ERR_FORMAT;
+        plan_free(&p);
+        st = plan_decode(d, n, (int)(i % 4), &p, err, sizeof(err));
+        rank_ok += st == PLAN_OK || st == PLAN_ERR_FORMAT;
+        plan_free(&p);
+    }
+    EXPECT(refused == (int)n);
+    EXPECT(rank_ok == (int)n);
+    free(d);
+    free(good);
+}
+
+// Corruptions behind valid CRCs: the structural checks. Decode never crashes; whatever it
+// accepts is canonical (encodes back to the same bytes) and passes plan_validate.
+static void test_corruption_behind_crcs(void) {
+    uint8_t *good = NULL;
+    size_t n = 0;
+    EXPECT(encode_file("tp2pp2.plan.txt", &good, &n));
+    if (!good) return;
+    uint8_t *d = malloc(n);
+    static const uint8_t flips[] = {0x01, 0x80, 0xff, 0x10};
+    int bad_canon = 0, bad_status = 0, accepted = 0;
+    for (size_t i = 0; i < n; i++)
+        for (size_t f = 0; f < sizeof(flips); f++) {
+            memcpy(d, good, n);
+            d[i] ^= flips[f];
+            fix_crcs(d, n);
+            plan p;
+            plan_status st = plan_decode(d, n, -1, &p, err, sizeof(err));
+            bad_status += st != PLAN_OK && st != PLAN_ERR_FORMAT;
+            if (st == PLAN_OK) {
+                uint8_t *e = NULL;
+                size_t ne = 0;
+                accepted++;
+                bool canon = plan_encode(&p, &e, &ne, err, sizeof(err)) == PLAN_OK && ne == n && memcmp(e, d, n) == 0;
+                if (!canon && !bad_canon++) fprintf(stderr, "     byte %zu ^ 0x%02x decodes but does not encode back\n", i, flips[f]);
+                free(e);
+            }
+            plan_free(&p);
+        }
+    EXPECT(bad_status == 0);
+    EXPECT(bad_canon == 0);
+    EXPECT(accepted > 0); // some fields (sizes, offsets, hashes, doubles) take any value
+    free(d);
+    free(good);
+}
+
+static void test_truncation_magic_version(void) {
+    uint8_t *good = NULL;
+    size_t n = 0;
+    EXPECT(encode_file("dp2.plan.txt", &good, &n));
+    if (!good) return;
+    plan p;
+    int refused = 0;
+    for (size_t len = 0; len < n; len++) {
+        refused += plan_decode(good, len, -1, &p, err, sizeof(err)) == PLAN_ERR_FORMAT;
+        plan_free(&p);
+    }
+    EXPECT(refused == (int)n);
+    EXPECT(plan_decode(good, n - 8, -1, &p, err, sizeof(err)) == PLAN_ERR_FORMAT && strstr(err, "truncated: file is"));
+    uint8_t *d = malloc(n + 8);
+    memcpy(d, good, n);
+    memset(d + n, 0, 8);
+    EXPECT(plan_decode(d, n + 8, -1, &p, err, sizeof(err)) == PLAN_ERR_FORMAT && strstr(err, "trailing bytes"));
+    memcpy(d, good, n);
+    d[0] = 'X';
+    EXPECT(plan_decode(d, n, -1, &p, err, sizeof(err)) == PLAN_ERR_FORMAT && strstr(err, "bad magic"));
+    memcpy(d, good, n);
+    put32(d + 8, 2);
+    EXPECT(plan_decode(d, n, -1, &p, err, sizeof(err)) == PLAN_ERR_FORMAT && strcmp(err, "version 2 (this reader knows 1)") == 0);
+    fix_crcs(d, n);
+    EXPECT(plan_decode(d, n, -1, &p, err, sizeof(err)) == PLAN_ERR_FORMAT && strstr(err, "version 2"));
+    memcpy(d, good, n);
+    d[n - 60] ^= 1; // inside the last section: PROGRAM 0
+    EXPECT(plan_decode(d, n, -1, &p, err, sizeof(err)) == PLAN_ERR_FORMAT && strstr(err, "section 5 (PROGRAM 0): CRC mismatch"));
+    free(d);
+    free(good);
+}
+
+// One rank's read: its program only; another program's corruption goes unnoticed.
+static void test_rank_read(void) {
+    plan p, q;
+    char *text = NULL;
+    EXPECT(parse_file("tp2pp2.plan.txt", &p, &text));
+    char path[] = "/tmp/unit-plan-XXXXXX";
+    int fd = mkstemp(path);
+    EXPECT(fd >= 0);
+    if (fd >= 0) close(fd);
+    EXPECT(plan_write(&p, path, err, sizeof(err)) == PLAN_OK);
+    for (int r = 0; r < 4; r++) {
+        EXPECT(plan_read(path, r, &q, err, sizeof(err)) == PLAN_OK);
+        uint32_t k = q.ranks[r].program, other = 1 - k;
+        EXPECT(q.n_programs == 2 && q.programs[k].name && q.programs[k].n_insns == p.programs[k].n_insns);
+        EXPECT(!q.programs[other].name && q.programs[other].n_insns == 0 && q.programs[other].n_buffers == 0);
+        EXPECT(plan_check(&q, err, sizeof(err)) == PLAN_OK);
+        char *t = print_to_string(&q, r);
+        EXPECT(t && strstr(t, "not loaded") && strstr(t, k ? "\"stage1\"" : "\"stage0\"") && !strstr(t, k ? "\"stage0\"" : "\"stage1\""));
+        free(t);
+        uint8_t *b = NULL;
+        size_t nb = 0;
+        EXPECT(plan_encode(&q, &b, &nb, err, sizeof(err)) == PLAN_ERR_FORMAT && strstr(err, "not loaded"));
+        free(b);
+        plan_free(&q);
+    }
+    EXPECT(plan_read(path, 4, &q, err, sizeof(err)) == PLAN_OK && q.meta.world == 4);
+    EXPECT(!q.programs[0].name && !q.programs[1].name);
+    plan_free(&q);
+    // corrupt the last byte of PROGRAM 1 (the file's last section)
+    size_t n;
+    char *bytes = slurp(path, &n);
+    bytes[n - 1] ^= 0x40;
+    FILE *f = fopen(path, "wb");
+    fwrite(bytes, 1, n, f);
+    fclose(f);
+    EXPECT(plan_read(path, 0, &q, err, sizeof(err)) == PLAN_OK);
+    plan_free(&q);
+    EXPECT(plan_read(path, 2, &q, err, sizeof(err)) == PLAN_ERR_FORMAT && strstr(err, "section 6 (PROGRAM 1): CRC mismatch"));
+    EXPECT(plan_read(path, -1, &q, err, sizeof(err)) == PLAN_ERR_FORMAT);
+    EXPECT(plan_read("/nonexistent/x.plan", -1, &q, err, sizeof(err)) == PLAN_ERR_IO && strstr(err, "cannot open"));
+    EXPECT(plan_read("/tmp", 0, &q, err, sizeof(err)) == PLAN_ERR_IO);
+    EXPECT(plan_write(&p, "/nonexistent/dir/x.plan", err, sizeof(err)) == PLAN_ERR_IO);
+    remove(path);
+    free(bytes);
+    plan_free(&p);
+    free(text);
+}
+
+static void test_free(void) {
+    plan z;
+    memset(&z, 0, sizeof(z));
+    plan_free(&z);
+    plan_free(NULL);
+    void *m = plan_alloc(&z, 100);
+    EXPECT(m && ((unsigned char *)m)[99] == 0 && z.owner);
+    plan_free(&z);
+    EXPECT(!z.owner);
+}
+
+// Strings that need escapes and doubles that %g cannot show survive the text form exactly.
+static void test_text_edges(void) {
+    plan p, q;
+    char *text = NULL;
+    EXPECT(parse_file("single.plan.txt", &p, &text));
+    p.meta.model_name = "quote \" back \\ nl \n tab \t cr \r ctl \x01 del \x7f high \xc3\xa9";
+    p.meta.options = NULL;
+    uint64_t nan_bits = 0x7ff8000000000123ull;
+    double nan_payload;
+    memcpy(&nan_payload, &nan_bits, sizeof(nan_payload));
+    plan_attrs *a = &p.programs[0].attrs[1];
+    double vals[8] = {0.1, -0.0, INFINITY, -INFINITY, nan_payload, 4.9e-324, 1.7976931348623157e308, 2.5};
+    memcpy(a->f, vals, sizeof(vals));
+    a->i[7] = INT64_MIN;
+    a->perm[0] = -1;
+    a->win[5] = INT32_MIN;
+    p.meta.est_step_s = 1.0 / 3.0;
+    p.meta.est_peak_bytes = 1e100;
+    uint8_t *b1 = NULL, *b2 = NULL;
+    size_t n1 = 0, n2 = 0;
+    EXPECT(plan_encode(&p, &b1, &n1, err, sizeof(err)) == PLAN_OK);
+    char *t1 = print_to_string(&p, -1);
+    EXPECT(plan_parse(t1, strlen(t1), "edges", &q, err, sizeof(err)) == PLAN_OK);
+    EXPECT(plan_encode(&q, &b2, &n2, err, sizeof(err)) == PLAN_OK);
+    EXPECT(n1 == n2 && memcmp(b1, b2, n1) == 0);
+    char *t2 = print_to_string(&q, -1);
+    EXPECT(t2 && strcmp(t1, t2) == 0);
+    EXPECT(strstr(t1, "nan:0x7ff8000000000123") && strstr(t1, "\\x01") && strstr(t1, "\\xc3\\xa9"));
+    free(t1);
+    free(t2);
+    free(b1);
+    free(b2);
+    plan_free(&q);
+    plan_free(&p);
+    free(text);
+}
+
+// The same plan with 20000 micro-batches: the periodic expansion keeps the data-flow check
+// fast, the communication check walks every message, and a missing last receive is found.
+static void test_long_loops(void) {
+    char path[1024];
+    size_t n;
+    snprintf(path, sizeof(path), "%s/tests/plans/tp2pp2.plan.txt", root);
+    char *text = slurp(path, &n);
+    EXPECT(text != NULL);
+    if (!text) return;
+    char *big = malloc(n + 64);
+    const char *subs[][2] = {{"micro_batches 4 ", "micro_batches 20000 "}, {"loop mb 3 body", "loop mb 19999 body"},
+                             {"mb+3 pp +1 args 4", "mb+19999 pp +1 args 4"}, {"mb+3 args 4,0", "mb+19999 args 4,0"},
+                             {"loop mb 4 body", "loop mb 20000 body"}};
+    strcpy(big, text);
+    for (size_t i = 0; i < sizeof(subs) / sizeof(subs[0]); i++) {
+        char *at = strstr(big, subs[i][0]);
+        EXPECT(at != NULL);
+        if (!at) continue;
+        size_t lo = strlen(subs[i][0]), ln = strlen(subs[i][1]);
+        memmove(at + ln, at + lo, strlen(at + lo) + 1);
+        memcpy(at, subs[i][1], ln);
+    }
+    plan p;
+    bool parsed = plan_parse(big, strlen(big), "big", &p, err, sizeof(err)) == PLAN_OK;
+    EXPECT(parsed);
+    if (!parsed) {
+        fprintf(stderr, "     %s\n", err);
+        free(big);
+        free(text);
+        return;
+    }
+    clock_t t0 = clock();
+    EXPECT(plan_check(&p, err, sizeof(err)) == PLAN_OK);
+    double s = (double)(clock() - t0) / CLOCKS_PER_SEC;
+    EXPECT(s < 5);
+    p.programs[1].insns[0].a = 19999; // stage 1 runs one micro-batch fewer
+    EXPECT(plan_check(&p, err, sizeof(err)) == PLAN_ERR_INVALID && strstr(err, "unmatched send") && strstr(err, "message 20000"));
+    plan_free(&p);
+    free(big);
+    free(text);
+}
+
+// plan_encode refuses what plan_validate refuses, with the validator's message.
+static void test_encode_refuses(void) {
+    plan p;
+    char *text = NULL;
+    EXPECT(parse_file("dp2.plan.txt", &p, &text));
+    p.programs[0].insns[11].a = 7;
+    uint8_t *b = NULL;
+    size_t n = 0;
+    EXPECT(plan_encode(&p, &b, &n, err, sizeof(err)) == PLAN_ERR_FORMAT && strstr(err, "group 7 out of range") && !b);
+    EXPECT(plan_check(&p, err, sizeof(err)) == PLAN_ERR_INVALID && strstr(err, "group 7 out of range"));
+    plan_free(&p);
+    free(text);
+}
+
+int main(int argc, char **argv) {
+    root = argc > 1 ? argv[1] : ".";
+    test_hashes();
+    test_all_good_plans();
+    test_corruption();
+    test_corruption_behind_crcs();
+    test_truncation_magic_version();
+    test_rank_read();
+    test_free();
+    test_text_edges();
+    test_long_loops();
+    test_encode_refuses();
+    printf("%d passed, %d failed\n", passes, fails);
+    return fails ? 1 : 0;
+}
