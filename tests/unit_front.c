@@ -9,15 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int fails, passes;
-#define EXPECT(c)                                                                                  \
-    do {                                                                                           \
-        if (c) passes++;                                                                           \
-        else {                                                                                     \
-            fails++;                                                                               \
-            fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #c);                          \
-        }                                                                                          \
-    } while (0)
+#include "test.h"
 
 static const char *root;
 
@@ -213,6 +205,5 @@ int main(int argc, char **argv) {
     test_gpt_blocks();
     test_repeat_invariance();
     test_shape_messages();
-    printf("%d passed, %d failed\n", passes, fails);
-    return fails ? 1 : 0;
+    return test_summary();
 }

@@ -7,15 +7,7 @@
 #include <math.h>
 #include <string.h>
 
-static int fails, passes;
-#define EXPECT(c)                                                                                  \
-    do {                                                                                           \
-        if (c) passes++;                                                                           \
-        else {                                                                                     \
-            fails++;                                                                               \
-            fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #c);                          \
-        }                                                                                          \
-    } while (0)
+#include "test.h"
 #define NEAR(a, b) (fabs((a) - (b)) <= 1e-9 * fabs(b) + 1e-15)
 
 static const char *root;
@@ -219,6 +211,5 @@ int main(int argc, char **argv) {
     }
     test_cost();
     arena_free(a);
-    printf("%d passed, %d failed\n", passes, fails);
-    return fails ? 1 : 0;
+    return test_summary();
 }

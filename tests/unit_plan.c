@@ -18,15 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
-static int fails, passes;
-#define EXPECT(c)                                                                                  \
-    do {                                                                                           \
-        if (c) passes++;                                                                           \
-        else {                                                                                     \
-            fails++;                                                                               \
-            fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #c);                          \
-        }                                                                                          \
-    } while (0)
+#include "test.h"
 
 static const char *root;
 static char err[1024];
@@ -435,6 +427,5 @@ int main(int argc, char **argv) {
     test_text_edges();
     test_long_loops();
     test_encode_refuses();
-    printf("%d passed, %d failed\n", passes, fails);
-    return fails ? 1 : 0;
+    return test_summary();
 }

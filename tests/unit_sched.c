@@ -11,15 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int fails, passes;
-#define EXPECT(c)                                                                                  \
-    do {                                                                                           \
-        if (c) passes++;                                                                           \
-        else {                                                                                     \
-            fails++;                                                                               \
-            fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #c);                          \
-        }                                                                                          \
-    } while (0)
+#include "test.h"
 
 static const char *root;
 
@@ -124,6 +116,5 @@ int main(int argc, char **argv) {
     check_model(a, "dlrm.json", 8);
     check_limits(a);
     arena_free(a);
-    printf("%d passed, %d failed\n", passes, fails);
-    return fails ? 1 : 0;
+    return test_summary();
 }
