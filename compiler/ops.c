@@ -322,6 +322,19 @@ static pcc_status check_join(checker *c, const int *parts, int nparts, int whole
     return PCC_OK;
 }
 
+// Reshape's shapes walked in groups whose products agree: from axes *i of x and *j of y, advances
+// both past the next group (one input axis split into several, several merged into one, or one
+// to one) and says whether the products met. Used by the shape rule and by the letters.
+static bool reshape_group(const pcc_graph *g, const pcc_tensor *x, const pcc_tensor *y, int *i, int *j) {
+    int64_t pi = *i < x->rank ? dsize(g, x, (*i)++) : 1, pj = *j < y->rank ? dsize(g, y, (*j)++) : 1;
+    while (pi != pj) {
+        if (pi < pj && *i < x->rank) pi *= dsize(g, x, (*i)++);
+        else if (pj < pi && *j < y->rank) pj *= dsize(g, y, (*j)++);
+        else break;
+    }
+    return pi == pj;
+}
+
 static pcc_status check_reshape(checker *c) {
     const pcc_graph *g = c->g;
     const pcc_tensor *x = &g->tensors[c->op->in[0]], *y = &g->tensors[c->op->out[0]];
@@ -333,13 +346,8 @@ static pcc_status check_reshape(checker *c) {
     int i = 0, j = 0;
     while (i < x->rank || j < y->rank) {
         int i0 = i, j0 = j;
-        int64_t pi = i < x->rank ? dsize(g, x, i++) : 1, pj = j < y->rank ? dsize(g, y, j++) : 1;
-        while (pi != pj) {
-            if (pi < pj && i < x->rank) pi *= dsize(g, x, i++);
-            else if (pj < pi && j < y->rank) pj *= dsize(g, y, j++);
-            else break;
-        }
-        if (pi != pj || (i - i0 > 1 && j - j0 > 1))
+        bool met = reshape_group(g, x, y, &i, &j);
+        if (!met || (i - i0 > 1 && j - j0 > 1))
             return fail(c, -1, "regroups input dimensions %d..%d into output dimensions %d..%d in a way that is "
                         "neither a split of one dimension nor a merge of adjacent ones", i0, i - 1, j0, j - 1);
     }
@@ -546,12 +554,7 @@ static int letters_reshape(const pcc_graph *g, const pcc_op *op, pcc_letter *out
     int n = 0, i = 0, j = 0;
     while (i < x->rank || j < y->rank) {
         int i0 = i, j0 = j;
-        int64_t pi = i < x->rank ? dsize(g, x, i++) : 1, pj = j < y->rank ? dsize(g, y, j++) : 1;
-        while (pi != pj) {
-            if (pi < pj && i < x->rank) pi *= dsize(g, x, i++);
-            else if (pj < pi && j < y->rank) pj *= dsize(g, y, j++);
-            else break;
-        }
+        reshape_group(g, x, y, &i, &j);
         for (int k = i0; k < i; k++) {
             char name[16];
             snprintf(name, sizeof name, "g%d.%d", i0 & 7, (k - i0) & 7);
