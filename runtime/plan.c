@@ -7,8 +7,9 @@
  * endianness or uninitialized padding: the same plan gives the same bytes. It writes the
  * canonical form: fields that an item does not use (an instruction kind's unused fields, mesh
  * axes past n_axes, dimensions past a tensor's rank, stream priorities past n_streams, the bytes
- * after a name's NUL) are written as zero (attrs as PLAN_NONE), and the argument lists are laid
- * out in instruction order. plan_decode accepts the canonical form only, so any file it accepts
+ * after a name's NUL) are written as zero (attrs as PLAN_NONE; a shard's entries past n_axes
+ * must already be zero: plan_validate refuses others), and the argument lists are laid out in
+ * instruction order. plan_decode accepts the canonical form only, so any file it accepts
  * encodes back to the same bytes; everything else in the file is checked before it is trusted:
  * the magic, the version, the header and table CRCs, each section's CRC, the layout of the
  * table (sections contiguous, 8-byte aligned, in the order META, STRINGS, TENSORS, GROUPS,
@@ -20,16 +21,18 @@
  * multiple of 8 bytes, and the table's byte count includes the padding). runtime/PLAN_FORMAT.md
  * has the same tables with the meaning of every field.
  *
- *   META (128 bytes)     0 u8[32] compiler, NUL-padded; 32 u32 model name (string offset, or
+ *   META (136 bytes)     0 u8[32] compiler, NUL-padded; 32 u32 model name (string offset, or
  *                        PLAN_NONE); 36 u32 options (string offset or PLAN_NONE); 40 u32 world;
  *                        44 u32 n_axes; 48 u32 mesh[4]; 64 u8[4][8] axis names, NUL-padded;
- *                        96 u32 micro_batches; 100 u32 schedule; 104 u32 zero_stage; 108 u32 0;
- *                        112 f64 est_step_s; 120 f64 est_peak_bytes
+ *                        96 u32 micro_batches; 100 u32 schedule; 104 u32 zero_stage; 108 u32 loss
+ *                        (tensor index or PLAN_NONE); 112 f64 est_step_s; 120 f64 est_peak_bytes;
+ *                        128 u32 notes (string offset or PLAN_NONE); 132 u32 0
  *   STRINGS              0 u32 n (bytes of string data); 4 u32 0; 8 u8[n]: NUL-terminated
  *                        strings back to back (n = 0, or the last byte is NUL). A string is
  *                        referenced by the offset of its first byte in that data.
- *   TENSORS              0 u32 count; 4 u32 0; then count records of 72 bytes: 0 u32 name;
- *                        4 u8 dtype; 5 u8 kind; 6 u8 rank; 7 u8 0; 8 i64 shape[8]
+ *   TENSORS              0 u32 count; 4 u32 0; then count records of 80 bytes: 0 u32 name;
+ *                        4 u8 dtype; 5 u8 kind; 6 u8 rank; 7 u8 0; 8 u32 copies; 12 u32 0;
+ *                        16 i64 shape[8]
  *   GROUPS               0 u32 count; 4 u32 m (member ranks of all explicit groups); then count
  *                        records of 8 bytes: u32 axes, u32 n_ranks; then u32 ranks[m], each
  *                        explicit group's members in group order
@@ -38,11 +41,11 @@
  *   PROGRAM k (72-byte head, then arrays)
  *                        0 u32 k; 4 u32 name; 8 u64 arena_bytes; 16 u32 n_streams;
  *                        20 u32 n_events; 24 i32 priority[8]; 56 u32 n_buffers; 60 u32 n_attrs;
- *                        64 u32 n_insns; 68 u32 n_args; 72 buffers (72 bytes each), then attrs
+ *                        64 u32 n_insns; 68 u32 n_args; 72 buffers (56 bytes each), then attrs
  *                        (184 bytes each), then insns (24 bytes each), then u32 args[n_args]
- *     buffer:  0 u32 tensor; 4 u8 dtype; 5 u8[3] 0; 8 u32 slice.group; 12 u16 r; 14 u16 v;
- *              16 u16 d[8]; 32 u64 offset; 40 u64 bytes; 48 u32 mb_slots; 52 u32 layer_slots;
- *              56 u64 mb_stride; 64 u64 layer_stride
+ *     buffer:  0 u32 tensor; 4 u8 dtype; 5 u8 flags (1: persist); 6 u8[2] 0; 8 u8 shard.map[4]; 12 u32 layer_base;
+ *              16 u64 offset; 24 u64 bytes; 32 u32 mb_slots; 36 u32 layer_slots; 40 u64 mb_stride;
+ *              48 u64 layer_stride
  *     attrs:   0 f64 f[8]; 64 i64 i[8]; 128 i32 perm[8]; 160 i32 win[6]
  *     insn:    0 u8 kind; 1 u8 stream; 2 u16 code; 4 u16 nargs; 6 i16 mb_delta; 8 u32 args;
  *              12 i32 a; 16 i32 b; 20 u32 attrs
@@ -62,11 +65,11 @@
 enum {
     TABLE_ENTRY_BYTES = 24,
     FIXED_SECTIONS = 5,     // META, STRINGS, TENSORS, GROUPS, RANKS
-    META_BYTES = 128,
-    TENSOR_BYTES = 72,
+    META_BYTES = 136,
+    TENSOR_BYTES = 80,
     GROUP_BYTES = 8,
     PROGRAM_HEAD_BYTES = 72,
-    BUFFER_BYTES = 72,
+    BUFFER_BYTES = 56,
     ATTRS_BYTES = 184,
     INSN_BYTES = 24,
 };
@@ -290,7 +293,8 @@ static double get_f64(const uint8_t *d) {
 
 /* ---- the encoder ---- */
 
-// The strings go into STRINGS in this order: model name, options, tensor names, program names.
+// The strings go into STRINGS in this order: model name, options, notes, tensor names, program
+// names.
 // Writing the other sections in the same order, str_next gives each string's offset.
 static uint32_t str_next(uint64_t *cursor, const char *s) {
     if (!s) return PLAN_NONE;
@@ -309,6 +313,7 @@ static bool enc_strings(wbuf *w, const plan *p) {
     w_zero(w, 8);
     w_string(w, p->meta.model_name);
     w_string(w, p->meta.options);
+    w_string(w, p->meta.notes);
     for (uint32_t i = 0; i < p->n_tensors; i++) w_string(w, p->tensors[i].name);
     for (uint32_t i = 0; i < p->n_programs; i++) w_string(w, p->programs[i].name);
     size_t n = w->n - start - 8;
@@ -330,9 +335,11 @@ static void enc_meta(wbuf *w, const plan *p, uint64_t *sc) {
     w_u32(w, m->micro_batches);
     w_u32(w, (uint32_t)m->schedule);
     w_u32(w, m->zero_stage);
-    w_u32(w, 0);
+    w_u32(w, m->loss);
     w_f64(w, m->est_step_s);
     w_f64(w, m->est_peak_bytes);
+    w_u32(w, str_next(sc, m->notes));
+    w_u32(w, 0);
 }
 
 static void enc_tensors(wbuf *w, const plan *p, uint64_t *sc) {
@@ -345,6 +352,8 @@ static void enc_tensors(wbuf *w, const plan *p, uint64_t *sc) {
         w_u8(w, t->kind);
         w_u8(w, t->rank);
         w_u8(w, 0);
+        w_u32(w, t->copies);
+        w_u32(w, 0);
         for (int d = 0; d < PLAN_MAX_RANK; d++) w_u64(w, d < t->rank ? (uint64_t)t->shape[d] : 0);
     }
 }
@@ -371,11 +380,10 @@ static void enc_ranks(wbuf *w, const plan *p) {
 static void enc_buffer(wbuf *w, const plan_buffer *b) {
     w_u32(w, b->tensor);
     w_u8(w, b->dtype);
-    w_zero(w, 3);
-    w_u32(w, b->slice.group);
-    w_u16(w, b->slice.r);
-    w_u16(w, b->slice.v);
-    for (int d = 0; d < PLAN_MAX_RANK; d++) w_u16(w, b->slice.d[d]);
+    w_u8(w, b->flags);
+    w_zero(w, 2);
+    w_bytes(w, b->shard.map, PLAN_MAX_AXES);
+    w_u32(w, b->layer_base);
     w_u64(w, b->offset);
     w_u64(w, b->bytes);
     w_u32(w, b->mb_slots);
@@ -756,10 +764,12 @@ static plan_status decode_meta(dctx *c, const uint8_t *d, uint32_t bytes) {
     if (sched > PLAN_SCHED_1F1B_INTERLEAVED) return dfail(c, "schedule %u unknown", sched);
     m->schedule = (plan_schedule)sched;
     m->zero_stage = get_u32(d + 104);
-    if (get_u32(d + 108)) return dfail(c, "reserved bytes 108..111 are not zero");
+    m->loss = get_u32(d + 108);
     m->est_step_s = get_f64(d + 112);
     m->est_peak_bytes = get_f64(d + 120);
-    return PLAN_OK;
+    st = dstr(c, get_u32(d + 128), &m->notes, "field", 128);
+    if (!st && get_u32(d + 132)) st = dfail(c, "reserved bytes 132..135 are not zero");
+    return st;
 }
 
 static plan_status decode_tensor(dctx *c, const uint8_t *r, uint32_t i, plan_tensor *t) {
@@ -769,9 +779,11 @@ static plan_status decode_tensor(dctx *c, const uint8_t *r, uint32_t i, plan_ten
     t->kind = r[5];
     t->rank = r[6];
     if (r[7]) return dfail(c, "tensor %u: reserved byte 7 is not zero", i);
+    t->copies = get_u32(r + 8);
+    if (get_u32(r + 12)) return dfail(c, "tensor %u: reserved bytes 12..15 are not zero", i);
     if (t->rank > PLAN_MAX_RANK) return dfail(c, "tensor %u: rank %u, at most %d", i, t->rank, PLAN_MAX_RANK);
     for (int k = 0; k < PLAN_MAX_RANK; k++) {
-        t->shape[k] = (int64_t)get_u64(r + 8 + 8 * k);
+        t->shape[k] = (int64_t)get_u64(r + 16 + 8 * k);
         if (k >= t->rank && t->shape[k])
             return dfail(c, "tensor %u: dimension %d is past its rank (%u) but not zero", i, k, t->rank);
     }
@@ -847,17 +859,16 @@ static plan_status decode_ranks(dctx *c, const uint8_t *d, uint32_t bytes) {
 static plan_status decode_buffer(dctx *c, const uint8_t *r, uint32_t i, plan_buffer *b) {
     b->tensor = get_u32(r);
     b->dtype = r[4];
-    if (r[5] || r[6] || r[7]) return dfail(c, "buffer %u: reserved bytes 5..7 are not zero", i);
-    b->slice.group = get_u32(r + 8);
-    b->slice.r = get_u16(r + 12);
-    b->slice.v = get_u16(r + 14);
-    for (int k = 0; k < PLAN_MAX_RANK; k++) b->slice.d[k] = get_u16(r + 16 + 2 * k);
-    b->offset = get_u64(r + 32);
-    b->bytes = get_u64(r + 40);
-    b->mb_slots = get_u32(r + 48);
-    b->layer_slots = get_u32(r + 52);
-    b->mb_stride = get_u64(r + 56);
-    b->layer_stride = get_u64(r + 64);
+    b->flags = r[5];
+    if (r[6] || r[7]) return dfail(c, "buffer %u: reserved bytes 6..7 are not zero", i);
+    memcpy(b->shard.map, r + 8, PLAN_MAX_AXES);
+    b->layer_base = get_u32(r + 12);
+    b->offset = get_u64(r + 16);
+    b->bytes = get_u64(r + 24);
+    b->mb_slots = get_u32(r + 32);
+    b->layer_slots = get_u32(r + 36);
+    b->mb_stride = get_u64(r + 40);
+    b->layer_stride = get_u64(r + 48);
     return PLAN_OK;
 }
 
@@ -1091,6 +1102,40 @@ static plan_status read_whole(FILE *f, uint64_t size, plan *out, char *err, size
     if (!st) st = plan_decode(data, (size_t)size, -1, out, err, err_n);
     free(data);
     return st;
+}
+
+static plan_status file_fnv(const char *path, uint64_t *h, char *err, size_t err_n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return fail(PLAN_ERR_IO, err, err_n, "%s: cannot open: %s", path, strerror(errno));
+    uint64_t x = 0xcbf29ce484222325ull;
+    uint8_t buf[1 << 16];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof(buf), f)) > 0)
+        for (size_t i = 0; i < n; i++) x = (x ^ buf[i]) * 0x100000001b3ull;
+    bool bad = ferror(f) != 0;
+    fclose(f);
+    if (bad) return fail(PLAN_ERR_IO, err, err_n, "%s: cannot read", path);
+    *h = x;
+    return PLAN_OK;
+}
+
+plan_status plan_verify_inputs(const plan *p, const char *model_path, const char *cluster_path, char *err, size_t err_n) {
+    const char *opts = p->meta.options ? p->meta.options : "";
+    if (plan_fnv1a64(opts, strlen(opts)) != p->meta.options_hash)
+        return fail(PLAN_ERR_STALE, err, err_n, "stale: the options hash 0x%016llx is not that of the plan's options (0x%016llx)",
+                    (unsigned long long)p->meta.options_hash, (unsigned long long)plan_fnv1a64(opts, strlen(opts)));
+    const char *paths[2] = {model_path, cluster_path}, *what[2] = {"model", "cluster"};
+    uint64_t want[2] = {p->meta.model_hash, p->meta.cluster_hash};
+    for (int i = 0; i < 2; i++) {
+        if (!paths[i]) continue;
+        uint64_t h;
+        plan_status st = file_fnv(paths[i], &h, err, err_n);
+        if (st) return st;
+        if (h != want[i])
+            return fail(PLAN_ERR_STALE, err, err_n, "stale: the plan was compiled from another %s (hash 0x%016llx; %s hashes to 0x%016llx): compile it again",
+                        what[i], (unsigned long long)want[i], paths[i], (unsigned long long)h);
+    }
+    return PLAN_OK;
 }
 
 plan_status plan_read(const char *path, int rank, plan *out, char *err, size_t err_n) {

@@ -6,14 +6,16 @@
  * A plan is what every rank runs for one training step:
  *   - a device mesh (up to 4 named axes, e.g. pp x dp x tp) and the world size; rank r has mesh
  *     coordinates digits(r) with the LAST axis varying fastest (Megatron's order: tp fastest);
- *   - logical tensors (the model's tensors, whole, as the model declares them);
+ *   - logical tensors (the model's tensors, whole: one micro-batch's, one block copy's, with the
+ *     number of copies of a repeated block), and the loss tensor;
  *   - communicator groups: the ranks that differ only along a set of mesh axes (a mask), or an
  *     explicit list of ranks;
  *   - programs, each shared by every rank that runs it (all data-parallel replicas of a stage,
  *     say), parameterized by the rank's mesh coordinates; a rank table says which rank runs
  *     which program;
- *   - per program: its arena size, buffers at static offsets, streams with priorities, events,
- *     and one instruction list. Repetition is a loop, not a copy: micro-batches and the copies of
+ *   - per program: its arena size, buffers at static offsets (each holding the piece of a tensor
+ *     that its shard names, or scratch), streams with priorities, events, and one instruction
+ *     list. Repetition is a loop, not a copy: micro-batches and the copies of
  *     a repeated block are loops, and a buffer that holds a different slice per micro-batch or
  *     per block copy has slots at a fixed stride.
  *
@@ -91,6 +93,8 @@ typedef struct plan_meta {
     uint32_t zero_stage;        // 0..3
     double est_step_s;          // the cost model's estimate of one step (seconds)
     double est_peak_bytes;      // the largest arena of any program
+    uint32_t loss;              // the loss tensor (per micro-batch), or PLAN_NONE
+    const char *notes;          // the compiler's decisions, one per line, for plandump; or NULL
 } plan_meta;
 
 typedef struct plan_tensor {
@@ -98,6 +102,7 @@ typedef struct plan_tensor {
     uint8_t dtype;              // pcc_dtype values: 0 f32, 1 f16, 2 bf16, 3 i32
     uint8_t kind;               // pcc_tensor_kind values: input, param, activation, grad, state
     uint8_t rank;
+    uint32_t copies;            // >= 1: instances (the repeat of the block it belongs to)
     int64_t shape[PLAN_MAX_RANK];
 } plan_tensor;
 
@@ -112,25 +117,36 @@ typedef struct plan_rank {
     uint32_t coord[PLAN_MAX_AXES];
 } plan_rank;
 
-// Which slice of a logical tensor a buffer holds: nnScaler's RVD layout over a group, with the
-// rank's coordinate in that group read as mixed-radix digits (r, v, d[0], ..., d[rank-1]), r the
-// most significant: the digit for d[i] picks the piece along dimension i, the digit for v the
-// partial-sum part, and the digit for r the replica.
-typedef struct plan_slice {
-    uint32_t group;             // PLAN_NONE: the whole tensor, no group
-    uint16_t r, v;
-    uint16_t d[PLAN_MAX_RANK];
-} plan_slice;
+// How a buffer holds its logical tensor on the mesh (the sharding spec of GSPMD and Alpa, which
+// expresses nnScaler's RVD layouts on a multi-axis mesh): for each mesh axis, map[a] is
+//   PLAN_SHARD_R (0)      replicated along axis a (every rank along it holds the same data),
+//   PLAN_SHARD_V (1)      partial sums along axis a (the tensor is the sum over its ranks),
+//   PLAN_SHARD_D(i)       dimension i split evenly along axis a (the rank's coordinate picks the piece).
+// Several axes may split one dimension: the pieces are numbered with the earlier axis the more
+// significant digit. Axes past n_axes are 0. A scratch buffer (no tensor) is all R.
+#define PLAN_SHARD_R 0
+#define PLAN_SHARD_V 1
+#define PLAN_SHARD_D(i) (2 + (i))
+typedef struct plan_shard {
+    uint8_t map[PLAN_MAX_AXES];
+} plan_shard;
 
+// A buffer that holds data when the step starts and keeps it across steps: the home of a
+// parameter or optimizer state (initialized once, updated in place, never overwritten by another
+// buffer), or of an input (filled by the runtime before each step). Other buffers of the same
+// tensor are temporaries (a gathered copy of a parameter, say).
+#define PLAN_BUF_PERSIST 1u
 typedef struct plan_buffer {
     uint32_t tensor;            // logical tensor, or PLAN_NONE for scratch
     uint8_t dtype;
-    plan_slice slice;
+    plan_shard shard;
     uint64_t offset, bytes;     // in the program's arena; bytes of one slot
     uint32_t mb_slots;          // >= 1: slot (mb % mb_slots) for micro-batch mb ...
     uint64_t mb_stride;         // ... at offset + slot * mb_stride
     uint32_t layer_slots;       // >= 1: slot (copy index) for block copies ...
     uint64_t layer_stride;      // ... at + copy * layer_stride
+    uint32_t layer_base;        // the block copy that layer slot 0 holds (layer slot l: copy layer_base + l)
+    uint8_t flags;              // PLAN_BUF_PERSIST
 } plan_buffer;
 
 typedef enum plan_insn_kind {
@@ -216,9 +232,12 @@ void plan_free(plan *p); // what plan_decode/plan_read allocated; accepts a zero
 void *plan_alloc(plan *p, size_t n);
 
 // The well-formedness that the file format itself needs (plan_check's first part): every index
-// in range (tensors, groups, programs, buffers, args, attrs, streams, events, mesh axes), every
-// enum value known, the mesh consistent with world and the rank table, loops nested inside their
-// program (at most PLAN_MAX_LOOP_DEPTH deep). plan_encode refuses and plan_decode rejects a plan
+// in range (tensors, the loss, groups, programs, buffers, args, attrs, streams, events, mesh
+// axes), every enum value known, the mesh consistent with world and the rank table, tensors with
+// at least one copy, shards that name mesh axes and (for a tensor buffer) dimensions of its
+// tensor (all R for scratch), layer slots inside their tensor's copies (layer_base +
+// layer_slots <= copies; layer_base 0 for scratch), loops nested inside their program (at most
+// PLAN_MAX_LOOP_DEPTH deep). plan_encode refuses and plan_decode rejects a plan
 // that fails it. Returns PLAN_ERR_FORMAT with a message naming the item, or PLAN_OK.
 #define PLAN_MAX_LOOP_DEPTH 32
 plan_status plan_validate(const plan *p, char *err, size_t err_n);
@@ -236,6 +255,11 @@ const char *plan_insn_kind_name(uint32_t kind);
 const char *plan_loop_var_name(uint32_t var);
 const char *plan_schedule_name(uint32_t schedule);
 
+// Refuses a stale plan: the model and cluster files' FNV-1a 64 hashes (paths NULL: not checked)
+// must be the ones the header records, and the options hash must be that of META's option
+// string. PLAN_ERR_STALE with a message saying which differs; PLAN_ERR_IO if a file cannot be read.
+plan_status plan_verify_inputs(const plan *p, const char *model_path, const char *cluster_path, char *err, size_t err_n);
+
 // The text form: one line per item, every number exact, so that plan_parse(plan_print(p))
 // encodes to the same bytes as p. plandump prints it; plandump --assemble parses it. The parser
 // checks syntax, not cross-references (an out-of-range group or buffer is plan_check's to find);
@@ -243,11 +267,30 @@ const char *plan_schedule_name(uint32_t schedule);
 void plan_print(FILE *f, const plan *p, int only_rank /* -1: all */);
 plan_status plan_parse(const char *text, size_t n, const char *file, plan *out, char *err, size_t err_n);
 
+// Shards (see plan_shard). The piece of tensor t that a buffer with shard s holds on every rank:
+// local[i] = shape[i] / ways(i), where ways(i) is the product of the mesh sizes of the axes that
+// map to PLAN_SHARD_D(i) (1 when none does); dimensions past t's rank are 0. Returns false when
+// a split does not divide its dimension (local[i] is then 0), or when s splits a dimension past
+// t's rank or names an axis past the mesh; true otherwise. It does not check t's shape (a
+// dimension below 1 is plan_check's to find).
+bool plan_shard_local_shape(const plan *p, const plan_tensor *t, plan_shard s, int64_t local[PLAN_MAX_RANK]);
+// The bytes one slot of a tensor buffer must have (plan_check's shard-bytes): the element count
+// of its local shape times the bytes of the buffer's dtype. 0 when there is no such figure: a
+// scratch buffer, a tensor out of range, an unknown dtype, a split that does not divide, or more
+// than 2^64 - 1 bytes.
+uint64_t plan_buffer_expected_bytes(const plan *p, const plan_buffer *b);
+// s as the text form writes it: the axes that are not R, in mesh order, as AXIS=v or AXIS=dI
+// separated by spaces ("dp=d0 tp=v"); "" when every axis is R. An axis past the mesh shows as
+// ?A. Writes at most n bytes, NUL included (cut short if n is too small).
+void plan_shard_text(const plan *p, plan_shard s, char *buf, size_t n);
+
 // The verifier, run by the compiler after emitting and by every reader: indices in range;
-// every buffer slot inside the arena; no two buffers that are live at once overlap; every
-// buffer written before it is read; every send has its matching receive on the peer; every
-// member of a group issues that group's collectives in the same order (no deadlock); loops
-// well nested. Returns PLAN_ERR_INVALID with a message naming the rank, program, instruction.
+// every buffer slot inside the arena; each tensor buffer's shard divides its tensor and its
+// bytes are its piece's; collectives and copies move shards as their kinds do (see
+// runtime/PLAN_FORMAT.md); no two buffers that are live at once overlap; every buffer written
+// before it is read; every send has its matching receive on the peer, into the same tensor and
+// shard; every member of a group issues that group's collectives in the same order (no
+// deadlock); loops well nested. Returns PLAN_ERR_INVALID with a message naming the rank, program, instruction.
 plan_status plan_check(const plan *p, char *err, size_t err_n);
 
 #endif

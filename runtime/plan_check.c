@@ -1,7 +1,9 @@
 /*
- * plan_check.c: the verifier. plan_validate checks what the format itself needs (every index and
- * enum value in range, the mesh consistent, loops nested); plan_check adds what makes a plan
- * runnable: arities, slices, the arena, the data flow inside each program, and the matching of
+ * plan_check.c: the verifier, and the shards' geometry. plan_validate checks what the format
+ * itself needs (every index and enum value in range, the mesh consistent, shards that name axes
+ * and dimensions that exist, layer slots inside their tensor's copies, loops nested); plan_check
+ * adds what makes a plan runnable: arities, shards against their tensors and the instructions
+ * that move data between them, the arena, the data flow inside each program, and the matching of
  * communication between programs.
  *
  * What plan_check proves, per program (once per program, not once per rank: every rank that
@@ -10,8 +12,14 @@
  *     send/recv name a peer other than themselves; a wait follows a record of its event; a
  *     collective's buffers have the sizes its kind implies for its group (all_gather: out = in x
  *     n, reduce_scatter: in = out x n, the others in = out);
- *   - every buffer has at least one slot of each kind, its slice's pieces (r x v x d...) equal
- *     its group's size, and every slot lies inside the arena;
+ *   - every buffer has at least one slot of each kind and every slot lies inside the arena; a
+ *     tensor buffer's shard divides each dimension it splits, and its bytes are its piece's;
+ *   - a collective on a group over mesh axes moves its tensor from one shard to the one its kind
+ *     makes (all_reduce V -> R, all_gather D(i) -> R, reduce_scatter V -> D(i), all_to_all
+ *     D(i) -> D(j), broadcast unchanged) on the group's axes and keeps the others; in place, only
+ *     all_reduce, declared R there; a copy between tensor buffers keeps its tensor and takes a
+ *     piece of src (an axis R -> D(i) or V, dst's splits of each dimension extending src's); a
+ *     copy with a scratch buffer copies equal sizes;
  *   - the micro-batch an instruction touches (the innermost mb loop's variable + mb_delta, 0
  *     outside any mb loop) lies in 0..micro_batches-1;
  *   - data flow, in program order with loops expanded: every buffer slot is written before it
@@ -24,7 +32,8 @@
  * Across programs (each (program, peer program) channel and each (group, program pair) once):
  *   - every send has its receive: for each rank, the rank at the send's offset along its mesh
  *     axis exists, and its program receives from this rank, along the same axis, the same number
- *     of messages of the same sizes in the same order;
+ *     of messages of the same sizes in the same order, each into a buffer of the same tensor (or
+ *     scratch) with the same shard;
  *   - every member of a group issues that group's collectives in the same order, with the same
  *     kinds and sizes (members that run the same program agree by construction; members that
  *     run different programs are compared), and no rank outside an explicit group uses it.
@@ -151,7 +160,10 @@ static plan_status validate_tensors(vctx *v) {
         if (!plan_dtype_name(t->dtype)) return bad(v, "tensor %u: dtype %u unknown", i, t->dtype);
         if (!plan_tensor_kind_name(t->kind)) return bad(v, "tensor %u: kind %u unknown", i, t->kind);
         if (t->rank > PLAN_MAX_RANK) return bad(v, "tensor %u: rank %u, at most %d", i, t->rank, PLAN_MAX_RANK);
+        if (t->copies < 1) return bad(v, "tensor %u: copies 0, at least 1", i);
     }
+    if (p->meta.loss != PLAN_NONE && p->meta.loss >= p->n_tensors)
+        return bad(v, "the loss tensor %u is out of range (%u tensors)", p->meta.loss, p->n_tensors);
     return PLAN_OK;
 }
 
@@ -198,7 +210,8 @@ static plan_status validate_fields(vctx *v, uint32_t k, uint32_t i) {
     const char *kn = plan_insn_kind_name(in->kind);
     switch (in->kind) {
     case PLAN_I_COMPUTE:
-        if (in->code >= N_OPS) return bad(v, "program %u: insn %u (%s): operator %u unknown (%u operators)", k, i, kn, in->code, N_OPS);
+        if (in->code >= N_OPS)
+            return bad(v, "program %u: insn %u (%s): operator %u unknown (%u operators)", k, i, kn, in->code, N_OPS);
         if (in->attrs != PLAN_NONE && in->attrs >= pg->n_attrs)
             return bad(v, "program %u: insn %u (%s): attrs %u out of range (%u attrs)", k, i, kn, in->attrs, pg->n_attrs);
         return PLAN_OK;
@@ -265,6 +278,37 @@ static plan_status validate_loops(vctx *v, uint32_t k) {
     return PLAN_OK;
 }
 
+// A buffer's tensor and dtype; its shard names mesh axes and (for a tensor) dimensions that
+// exist, and is all R for scratch; its layer slots hold copies its tensor has.
+static plan_status validate_buffer(vctx *v, uint32_t k, uint32_t b) {
+    const plan *p = v->p;
+    const plan_buffer *bf = &p->programs[k].buffers[b];
+    if (bf->tensor != PLAN_NONE && bf->tensor >= p->n_tensors)
+        return bad(v, "program %u: buffer %u: tensor %u out of range (%u tensors)", k, b, bf->tensor, p->n_tensors);
+    if (!plan_dtype_name(bf->dtype)) return bad(v, "program %u: buffer %u: dtype %u unknown", k, b, bf->dtype);
+    const plan_tensor *t = bf->tensor == PLAN_NONE ? NULL : &p->tensors[bf->tensor];
+    char shard[80];
+    plan_shard_text(p, bf->shard, shard, sizeof(shard));
+    for (uint32_t a = 0; a < PLAN_MAX_AXES; a++) {
+        uint8_t m = bf->shard.map[a];
+        if (m != PLAN_SHARD_R && a >= p->meta.n_axes)
+            return bad(v, "program %u: buffer %u: shard %s names mesh axis %u, past the mesh (%u axes)", k, b, shard, a, p->meta.n_axes);
+        if (m != PLAN_SHARD_R && !t)
+            return bad(v, "program %u: buffer %u: shard %s on a scratch buffer, which holds no tensor (it is all R)", k, b, shard);
+        if (t && m >= PLAN_SHARD_D(0) && m - PLAN_SHARD_D(0) >= t->rank)
+            return bad(v, "program %u: buffer %u: shard %s splits dimension %d of tensor %u, which has rank %u", k, b, shard,
+                       m - PLAN_SHARD_D(0), bf->tensor, t->rank);
+    }
+    if (bf->flags & ~PLAN_BUF_PERSIST) return bad(v, "program %u: buffer %u: flags %u (known: 1, persist)", k, b, bf->flags);
+    if (!t && bf->flags) return bad(v, "program %u: buffer %u: a scratch buffer cannot persist (it holds no tensor)", k, b);
+    if (!t && bf->layer_base)
+        return bad(v, "program %u: buffer %u: layer_base %u on a scratch buffer, which holds no block copy", k, b, bf->layer_base);
+    if (t && (uint64_t)bf->layer_base + bf->layer_slots > t->copies)
+        return bad(v, "program %u: buffer %u: layer_base %u + layer_slots %u is more than the %u copies of tensor %u", k, b,
+                   bf->layer_base, bf->layer_slots, t->copies, bf->tensor);
+    return PLAN_OK;
+}
+
 static plan_status validate_program(vctx *v, uint32_t k) {
     const plan_program *pg = &v->p->programs[k];
     if (!pg->name) {
@@ -275,15 +319,8 @@ static plan_status validate_program(vctx *v, uint32_t k) {
     if ((pg->n_buffers && !pg->buffers) || (pg->n_insns && !pg->insns) || (pg->n_args && !pg->args) ||
         (pg->n_attrs && !pg->attrs))
         return bad(v, "program %u: a count is not zero but its array is NULL", k);
-    for (uint32_t b = 0; b < pg->n_buffers; b++) {
-        const plan_buffer *bf = &pg->buffers[b];
-        if (bf->tensor != PLAN_NONE && bf->tensor >= v->p->n_tensors)
-            return bad(v, "program %u: buffer %u: tensor %u out of range (%u tensors)", k, b, bf->tensor, v->p->n_tensors);
-        if (!plan_dtype_name(bf->dtype)) return bad(v, "program %u: buffer %u: dtype %u unknown", k, b, bf->dtype);
-        if (bf->slice.group != PLAN_NONE && bf->slice.group >= v->p->n_groups)
-            return bad(v, "program %u: buffer %u: slice group %u out of range (%u groups)", k, b, bf->slice.group, v->p->n_groups);
-    }
     plan_status st = PLAN_OK;
+    for (uint32_t b = 0; b < pg->n_buffers && !st; b++) st = validate_buffer(v, k, b);
     for (uint32_t i = 0; i < pg->n_insns && !st; i++) st = validate_insn(v, k, i);
     return st ? st : validate_loops(v, k);
 }
@@ -298,6 +335,90 @@ plan_status plan_validate(const plan *p, char *err, size_t err_n) {
     if (!st) st = validate_ranks(&v);
     for (uint32_t k = 0; k < p->n_programs && !st; k++) st = validate_program(&v, k);
     return st;
+}
+
+/* ---- shards ---- */
+
+// The ways s splits dimension d: the product of the mesh sizes of the axes that map to D(d),
+// UINT64_MAX past 2^64.
+static uint64_t shard_ways(const plan *p, plan_shard s, int d) {
+    uint64_t w = 1;
+    for (uint32_t a = 0; a < p->meta.n_axes && a < PLAN_MAX_AXES; a++)
+        if (s.map[a] == PLAN_SHARD_D(d) && __builtin_mul_overflow(w, (uint64_t)p->meta.mesh[a], &w)) return UINT64_MAX;
+    return w;
+}
+
+bool plan_shard_local_shape(const plan *p, const plan_tensor *t, plan_shard s, int64_t local[PLAN_MAX_RANK]) {
+    bool ok = true;
+    for (uint32_t a = 0; a < PLAN_MAX_AXES; a++)
+        if (s.map[a] != PLAN_SHARD_R &&
+            (a >= p->meta.n_axes || (s.map[a] >= PLAN_SHARD_D(0) && s.map[a] - PLAN_SHARD_D(0) >= t->rank)))
+            ok = false;
+    for (int d = 0; d < PLAN_MAX_RANK; d++) {
+        uint64_t w = d < t->rank ? shard_ways(p, s, d) : 0;
+        local[d] = 0;
+        if (d >= t->rank) continue;
+        if (w == 0 || w > INT64_MAX || t->shape[d] % (int64_t)w) ok = false;
+        else local[d] = t->shape[d] / (int64_t)w;
+    }
+    return ok;
+}
+
+uint64_t plan_buffer_expected_bytes(const plan *p, const plan_buffer *b) {
+    if (b->tensor == PLAN_NONE || b->tensor >= p->n_tensors) return 0;
+    const plan_tensor *t = &p->tensors[b->tensor];
+    int64_t local[PLAN_MAX_RANK];
+    uint64_t n = plan_dtype_bytes(b->dtype);
+    if (!n || t->rank > PLAN_MAX_RANK || !plan_shard_local_shape(p, t, b->shard, local)) return 0;
+    for (int d = 0; d < t->rank; d++)
+        if (local[d] < 0 || __builtin_mul_overflow(n, (uint64_t)local[d], &n)) return 0;
+    return n;
+}
+
+// "[16,8]"
+static void shape_text(const int64_t *v, int rank, char *buf, size_t n) {
+    size_t at = (size_t)snprintf(buf, n, "[");
+    for (int d = 0; d < rank && at < n; d++) at += (size_t)snprintf(buf + at, n - at, "%s%lld", d ? "," : "", (long long)v[d]);
+    if (at < n) snprintf(buf + at, n - at, "]");
+}
+
+// "dp+tp": the mesh axes in mask, joined by +.
+static void axes_text(const plan *p, uint32_t mask, char *buf, size_t n) {
+    size_t at = 0;
+    buf[0] = 0;
+    for (uint32_t a = 0; a < p->meta.n_axes && at < n; a++)
+        if (mask >> a & 1u) at += (size_t)snprintf(buf + at, n - at, "%s%.8s", at ? "+" : "", p->meta.axis_names[a]);
+}
+
+// The axes on which s splits dimension d, as a mask.
+static uint32_t split_axes(const plan *p, plan_shard s, int d) {
+    uint32_t mask = 0;
+    for (uint32_t a = 0; a < p->meta.n_axes && a < PLAN_MAX_AXES; a++)
+        if (s.map[a] == PLAN_SHARD_D(d)) mask |= 1u << a;
+    return mask;
+}
+
+// plan_shard_text, or "all R" for a shard that splits nothing.
+static void shard_desc(const plan *p, plan_shard s, char *buf, size_t n) {
+    plan_shard_text(p, s, buf, n);
+    if (!buf[0]) snprintf(buf, n, "all R");
+}
+
+// One axis's entry as the text form writes it: "R" (which the text form leaves out), "v", "d1".
+static const char *shard_value(uint8_t v, char buf[8]) {
+    if (v == PLAN_SHARD_R) return "R";
+    if (v == PLAN_SHARD_V) return "v";
+    snprintf(buf, 8, "d%u", v - PLAN_SHARD_D(0));
+    return buf;
+}
+
+// "buffer 3 (param "w")" or "buffer 2 (scratch)".
+static void buffer_desc(const plan *p, const plan_program *pg, uint32_t b, char *buf, size_t n) {
+    const plan_buffer *bf = &pg->buffers[b];
+    if (bf->tensor == PLAN_NONE) snprintf(buf, n, "buffer %u (scratch)", b);
+    else
+        snprintf(buf, n, "buffer %u (%s \"%s\")", b, plan_tensor_kind_name(p->tensors[bf->tensor].kind),
+                 name_or(p->tensors[bf->tensor].name, "?"));
 }
 
 /* ---- plan_check: messages ---- */
@@ -371,6 +492,8 @@ static plan_status bfail(checker *c, uint32_t k, uint32_t b, const char *fmt, ..
     return cfail(c, "%s: buffer %u: %s", label, b, msg);
 }
 
+static plan_status pfail(checker *c, uint32_t k, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
 /* ---- plan_check: items one by one ---- */
 
 static uint64_t group_size(const plan *p, uint32_t g) {
@@ -403,23 +526,37 @@ static bool buffer_end(const plan_buffer *b, uint64_t *end) {
            !__builtin_add_overflow(*end, b->bytes, end);
 }
 
-// The pieces of the slice (r x v x d...) against its group's size.
-static plan_status check_slice(checker *c, uint32_t k, uint32_t b) {
-    const plan_buffer *bf = &c->p->programs[k].buffers[b];
-    const plan_slice *s = &bf->slice;
-    if (!s->r || !s->v) return bfail(c, k, b, "slice r %u v %u: both must be at least 1", s->r, s->v);
-    uint64_t pieces = (uint64_t)s->r * s->v;
-    for (int d = 0; d < PLAN_MAX_RANK; d++)
-        if (__builtin_mul_overflow(pieces, (uint64_t)(s->d[d] ? s->d[d] : 1), &pieces)) pieces = UINT64_MAX;
-    uint64_t gs = group_size(c->p, s->group);
-    if (pieces != gs) {
-        if (s->group == PLAN_NONE)
-            return bfail(c, k, b, "its slice has %llu pieces but no group (a slice without a group is whole: r 1 v 1 d 1)",
-                         (unsigned long long)pieces);
-        return bfail(c, k, b, "its slice has %llu pieces (r x v x d) but group %u has %llu ranks",
-                     (unsigned long long)pieces, s->group, (unsigned long long)gs);
+// A tensor buffer's shard against its tensor: each split divides its dimension (shard-divides),
+// and the buffer's bytes are those of the piece it holds (shard-bytes).
+static plan_status check_shard(checker *c, uint32_t k, uint32_t b) {
+    const plan *p = c->p;
+    const plan_buffer *bf = &p->programs[k].buffers[b];
+    if (bf->tensor == PLAN_NONE) return PLAN_OK;
+    const plan_tensor *t = &p->tensors[bf->tensor];
+    char who[160], axes[48], shard[80], whole[200], piece[200];
+    buffer_desc(p, &p->programs[k], b, who, sizeof(who));
+    for (int d = 0; d < t->rank; d++) {
+        uint64_t w = shard_ways(p, bf->shard, d);
+        if (w <= INT64_MAX && t->shape[d] % (int64_t)w == 0) continue;
+        axes_text(p, split_axes(p, bf->shard, d), axes, sizeof(axes));
+        return pfail(c, k, "%s: dimension %d (%lld) is split %llu ways (axes %s), which does not divide it", who, d,
+                     (long long)t->shape[d], (unsigned long long)w, axes);
     }
-    return PLAN_OK;
+    uint64_t want = plan_buffer_expected_bytes(p, bf);
+    if (want && bf->bytes == want) return PLAN_OK;
+    int64_t local[PLAN_MAX_RANK];
+    plan_shard_local_shape(p, t, bf->shard, local);
+    shape_text(t->shape, t->rank, whole, sizeof(whole));
+    shape_text(local, t->rank, piece, sizeof(piece));
+    plan_shard_text(p, bf->shard, shard, sizeof(shard));
+    char is[48];
+    if (want) snprintf(is, sizeof(is), "%llu bytes", (unsigned long long)want);
+    else snprintf(is, sizeof(is), "more than 2^64 bytes");
+    if (!shard[0])
+        return pfail(c, k, "%s: %llu bytes, but the whole of %s %s (no axis splits it) is %s", who,
+                     (unsigned long long)bf->bytes, whole, plan_dtype_name(bf->dtype), is);
+    return pfail(c, k, "%s: %llu bytes, but its shard of %s %s on %s is %s = %s", who, (unsigned long long)bf->bytes,
+                 whole, plan_dtype_name(bf->dtype), shard, piece, is);
 }
 
 static plan_status check_buffer(checker *c, uint32_t k, uint32_t b) {
@@ -434,7 +571,7 @@ static plan_status check_buffer(checker *c, uint32_t k, uint32_t b) {
     if (end > pg->arena_bytes)
         return bfail(c, k, b, "slot (mb %u, layer %u) ends at byte %llu, past the end of the arena (%llu bytes)",
                      bf->mb_slots - 1, bf->layer_slots - 1, (unsigned long long)end, (unsigned long long)pg->arena_bytes);
-    return check_slice(c, k, b);
+    return check_shard(c, k, b);
 }
 
 // The arity of instruction i: an operator's inputs and outputs (ops.def), 2 buffers for a
@@ -466,13 +603,129 @@ static plan_status check_coll_sizes(checker *c, uint32_t k, uint32_t i) {
     uint64_t bi = pg->buffers[pg->args[in->args]].bytes, bo = pg->buffers[pg->args[in->args + 1]].bytes;
     const char *name = plan_coll_name(in->code);
     bool gather = strcmp(name, "all_gather") == 0, scatter = strcmp(name, "reduce_scatter") == 0;
-    uint64_t want_out = bi, want_in = bo;
+    uint64_t want_in = bi, want_out = bi; // 0: the product overflows
     if (gather && __builtin_mul_overflow(bi, n, &want_out)) want_out = 0;
-    if (scatter && __builtin_mul_overflow(bo, n, &want_in)) want_in = 0;
+    if (scatter) {
+        want_out = bo;
+        if (__builtin_mul_overflow(bo, n, &want_in)) want_in = 0;
+    }
     if (bi == want_in && bo == want_out) return PLAN_OK;
     return ifail(c, k, i, "in %llu bytes, out %llu bytes, but %s on group %d (%llu ranks) wants %s", (unsigned long long)bi,
                  (unsigned long long)bo, name, in->a, (unsigned long long)n,
                  gather ? "out = in x ranks" : scatter ? "in = out x ranks" : "in = out");
+}
+
+// The collectives' codes: pcc_coll's values, in plan_coll_name's order.
+enum { COLL_ALL_REDUCE, COLL_ALL_GATHER, COLL_REDUCE_SCATTER, COLL_ALL_TO_ALL, COLL_SEND_RECV, COLL_BROADCAST };
+
+// Whether a collective of this kind moves a group axis from shard value `in` to `out`; its rule
+// in words.
+static bool coll_moves(uint32_t coll, uint8_t in, uint8_t out, const char **rule) {
+    bool din = in >= PLAN_SHARD_D(0), dout = out >= PLAN_SHARD_D(0);
+    switch (coll) {
+    case COLL_ALL_REDUCE: *rule = "V -> R"; return in == PLAN_SHARD_V && out == PLAN_SHARD_R;
+    case COLL_ALL_GATHER: *rule = "D(i) -> R"; return din && out == PLAN_SHARD_R;
+    case COLL_REDUCE_SCATTER: *rule = "V -> D(i)"; return in == PLAN_SHARD_V && dout;
+    case COLL_ALL_TO_ALL: *rule = "D(i) -> D(j), i != j"; return din && dout && in != out;
+    case COLL_BROADCAST: *rule = "the same shard in and out"; return in == out;
+    default: *rule = ""; return true; // send_recv: no rule
+    }
+}
+
+// An in-place collective on a tensor buffer (coll-shard): only all_reduce, and the buffer's
+// declared shard (the result) is R on the group's axes.
+static plan_status check_coll_in_place(checker *c, uint32_t k, uint32_t i, uint32_t b, uint32_t axes) {
+    const plan *p = c->p;
+    const plan_program *pg = &p->programs[k];
+    const plan_insn *in = &pg->insns[i];
+    char who[160], shard[80], ax[48];
+    buffer_desc(p, pg, b, who, sizeof(who));
+    shard_desc(p, pg->buffers[b].shard, shard, sizeof(shard));
+    axes_text(p, axes, ax, sizeof(ax));
+    if (in->code != COLL_ALL_REDUCE)
+        return ifail(c, k, i, "in place on %s: only all_reduce runs in place on a tensor buffer", who);
+    for (uint32_t a = 0; a < p->meta.n_axes; a++)
+        if (axes >> a & 1u && pg->buffers[b].shard.map[a] != PLAN_SHARD_R)
+            return ifail(c, k, i, "in place on %s, whose shard is %s: an in-place all_reduce leaves the whole sum (R) on "
+                         "the group's axes (%s)", who, shard, ax);
+    return PLAN_OK;
+}
+
+// The shards of a collective on a group over mesh axes (coll-shard), when both buffers hold a
+// tensor: the same tensor; off the group's axes the same shard; on them what the kind makes.
+static plan_status check_coll_shard(checker *c, uint32_t k, uint32_t i) {
+    const plan *p = c->p;
+    const plan_program *pg = &p->programs[k];
+    const plan_insn *in = &pg->insns[i];
+    uint32_t axes = p->groups[in->a].axes, bi = pg->args[in->args], bo = pg->args[in->args + 1];
+    const plan_buffer *x = &pg->buffers[bi], *y = &pg->buffers[bo];
+    if (!axes || x->tensor == PLAN_NONE || y->tensor == PLAN_NONE) return PLAN_OK;
+    if (bi == bo) return check_coll_in_place(c, k, i, bi, axes);
+    if (x->tensor != y->tensor)
+        return ifail(c, k, i, "in holds tensor %u \"%s\", out tensor %u \"%s\": a collective keeps its tensor", x->tensor,
+                     name_or(p->tensors[x->tensor].name, "?"), y->tensor, name_or(p->tensors[y->tensor].name, "?"));
+    char sx[80], sy[80], ax[48], vx[8], vy[8];
+    shard_desc(p, x->shard, sx, sizeof(sx));
+    shard_desc(p, y->shard, sy, sizeof(sy));
+    axes_text(p, axes, ax, sizeof(ax));
+    const char *name = plan_coll_name(in->code), *rule = "";
+    for (uint32_t a = 0; a < p->meta.n_axes; a++) {
+        uint8_t mx = x->shard.map[a], my = y->shard.map[a];
+        bool on = axes >> a & 1u;
+        if (on ? coll_moves(in->code, mx, my, &rule) : mx == my) continue;
+        if (!on)
+            return ifail(c, k, i, "on group %d (axes %s) in is %s, out is %s: off the group's axes a collective keeps the "
+                         "shard, but on %.8s it goes %s -> %s", in->a, ax, sx, sy, p->meta.axis_names[a],
+                         shard_value(mx, vx), shard_value(my, vy));
+        return ifail(c, k, i, "on group %d (axes %s) in is %s, out is %s: %s wants %s on each of the group's axes, but on "
+                     "%.8s it goes %s -> %s", in->a, ax, sx, sy, name, rule, p->meta.axis_names[a], shard_value(mx, vx),
+                     shard_value(my, vy));
+    }
+    return PLAN_OK;
+}
+
+// A copy (copy-shard). Between tensor buffers: the same tensor; on each axis the same shard, or
+// R in src and D(i) or V in dst; for each dimension, dst's splitting axes extend src's (src's
+// come first in mesh order), so dst's piece lies inside src's. With a scratch buffer on either
+// side the bytes are copied as they are: the sizes are equal.
+static plan_status check_copy_shard(checker *c, uint32_t k, uint32_t i) {
+    const plan *p = c->p;
+    const plan_program *pg = &p->programs[k];
+    const plan_insn *in = &pg->insns[i];
+    uint32_t bs = pg->args[in->args], bd = pg->args[in->args + 1];
+    const plan_buffer *x = &pg->buffers[bs], *y = &pg->buffers[bd];
+    char ws[160], wd[160], sx[80], sy[80], vx[8], vy[8];
+    buffer_desc(p, pg, bs, ws, sizeof(ws));
+    buffer_desc(p, pg, bd, wd, sizeof(wd));
+    if (x->tensor == PLAN_NONE || y->tensor == PLAN_NONE) {
+        if (x->bytes == y->bytes) return PLAN_OK;
+        return ifail(c, k, i, "src %s is %llu bytes, dst %s %llu bytes: a copy with a scratch buffer copies bytes as they "
+                     "are, so the sizes must be equal", ws, (unsigned long long)x->bytes, wd, (unsigned long long)y->bytes);
+    }
+    if (x->tensor != y->tensor)
+        return ifail(c, k, i, "src %s and dst %s hold different tensors: a copy keeps its tensor", ws, wd);
+    shard_desc(p, x->shard, sx, sizeof(sx));
+    shard_desc(p, y->shard, sy, sizeof(sy));
+    for (uint32_t a = 0; a < p->meta.n_axes; a++) {
+        uint8_t ms = x->shard.map[a], md = y->shard.map[a];
+        if (ms != md && ms != PLAN_SHARD_R)
+            return ifail(c, k, i, "src %s is %s, dst %s is %s: a copy keeps each axis's shard or goes from R to a piece "
+                         "(dI or v), but on %.8s it goes %s -> %s", ws, sx, wd, sy, p->meta.axis_names[a],
+                         shard_value(ms, vx), shard_value(md, vy));
+    }
+    const plan_tensor *t = &p->tensors[x->tensor];
+    for (int d = 0; d < t->rank; d++) {
+        uint32_t ms = split_axes(p, x->shard, d), md = split_axes(p, y->shard, d);
+        // src's axes are a prefix of dst's: dst's first extra axis comes after src's last
+        uint32_t extra = md & ~ms;
+        if (!extra || !ms || __builtin_ctz(extra) > 31 - __builtin_clz(ms)) continue;
+        char as[48], ad[48];
+        axes_text(p, ms, as, sizeof(as));
+        axes_text(p, md, ad, sizeof(ad));
+        return ifail(c, k, i, "src %s is %s, dst %s is %s: dimension %d is split over %s in src but %s in dst, so dst's "
+                     "piece is not inside src's (src's axes must come first, in mesh order)", ws, sx, wd, sy, d, as, ad);
+    }
+    return PLAN_OK;
 }
 
 // Record before wait: a wait on an event that no earlier instruction records never ends.
@@ -499,6 +752,8 @@ static plan_status check_insn(checker *c, uint32_t k, uint32_t i, uint32_t mb_co
     const plan_insn *in = &c->p->programs[k].insns[i];
     plan_status st = check_arity(c, k, i);
     if (!st && in->kind == PLAN_I_COLL) st = check_coll_sizes(c, k, i);
+    if (!st && in->kind == PLAN_I_COLL) st = check_coll_shard(c, k, i);
+    if (!st && in->kind == PLAN_I_COPY) st = check_copy_shard(c, k, i);
     if (!st && in->kind == PLAN_I_WAIT) st = check_wait(c, k, i);
     if (!st && (in->kind == PLAN_I_SEND || in->kind == PLAN_I_RECV) && in->b == 0)
         st = ifail(c, k, i, "peer offset 0 along mesh axis \"%s\": a rank cannot %s itself",
@@ -506,8 +761,6 @@ static plan_status check_insn(checker *c, uint32_t k, uint32_t i, uint32_t mb_co
     if (!st) st = check_mb_range(c, k, i, mb_count);
     return st;
 }
-
-static plan_status pfail(checker *c, uint32_t k, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 #define MAX_EXECUTED (1ull << 30) // instructions one program may execute per step, for the walks below
 
@@ -633,12 +886,9 @@ static void slot_desc(const flow *f, uint64_t s, char *buf, size_t n) {
     if (bf->mb_slots > 1 || bf->layer_slots > 1)
         snprintf(slot, sizeof(slot), " slot mb %llu layer %llu", (unsigned long long)(rel / f->layer_n[b]),
                  (unsigned long long)(rel % f->layer_n[b]));
-    if (bf->tensor == PLAN_NONE) {
-        snprintf(buf, n, "buffer %u (scratch)%s", b, slot);
-        return;
-    }
-    const plan_tensor *t = &f->c->p->tensors[bf->tensor];
-    snprintf(buf, n, "buffer %u (%s \"%s\")%s", b, plan_tensor_kind_name(t->kind), name_or(t->name, "?"), slot);
+    char who[160];
+    buffer_desc(f->c->p, f->pg, b, who, sizeof(who));
+    snprintf(buf, n, "%s%s", who, slot);
 }
 
 // "insn i (op) at mb 2 layer 1: " + the message.
@@ -755,13 +1005,13 @@ static plan_status flow_overlaps(flow *f) {
 }
 
 static bool holds_at_start(const plan *p, const plan_buffer *bf) {
-    if (bf->tensor == PLAN_NONE) return false;
-    uint8_t kind = p->tensors[bf->tensor].kind;
-    return kind == 0 || kind == 1 || kind == 4; // input, param, state
+    (void)p;
+    return (bf->flags & PLAN_BUF_PERSIST) != 0;
 }
 
-// Slots that hold data when the step starts (input, param and state tensors; the outputs of
-// accumulating operators, which the runtime zeroes); no two of them may share bytes.
+// Slots that hold data when the step starts (persistent buffers: inputs, params, optimizer
+// state; the outputs of accumulating operators, which the runtime zeroes); no two of them may
+// share bytes.
 static plan_status flow_start(flow *f) {
     const plan_program *pg = f->pg;
     f->held = calloc((size_t)pg->n_buffers + 1, 1);
@@ -781,8 +1031,8 @@ static plan_status flow_start(flow *f) {
                 char a[160], b[160];
                 slot_desc(f, s, a, sizeof(a));
                 slot_desc(f, f->ov[o], b, sizeof(b));
-                return pfail(f->c, f->k, "%s and %s both hold data when the step starts (input, param or state "
-                             "tensors, or outputs the runtime zeroes) and overlap in the arena", a, b);
+                return pfail(f->c, f->k, "%s and %s both hold data when the step starts (persistent "
+                             "buffers, or outputs the runtime zeroes) and overlap in the arena", a, b);
             }
     return PLAN_OK;
 }
@@ -931,7 +1181,7 @@ static plan_status flow_end(flow *f) {
         const plan_buffer *bf = &f->pg->buffers[f->slot_buf[s]];
         if (bf->tensor == PLAN_NONE) continue;
         uint8_t kind = p->tensors[bf->tensor].kind;
-        if (kind != 1 && kind != 4) continue;
+        if ((kind != 1 && kind != 4) || !(bf->flags & PLAN_BUF_PERSIST)) continue;
         for (uint64_t o = f->ov_at[s]; o < f->ov_at[s + 1]; o++) {
             uint64_t x = f->ov[o];
             if (f->last[x] <= f->last[s]) continue;
@@ -1042,6 +1292,25 @@ static int channel_cmp(const void *x, const void *y) {
     return a->delta < b->delta ? -1 : a->delta > b->delta;
 }
 
+// A message is received into a buffer of the same tensor (or scratch, as it was sent) with the
+// same shard (send-recv-shard).
+static plan_status check_message_shard(comm *m, const channel *ch, const comm_iter *s, uint32_t i, const comm_iter *r,
+                                       uint32_t j) {
+    const plan *p = m->c->p;
+    uint32_t bs = s->pg->args[s->pg->insns[i].args], br = r->pg->args[r->pg->insns[j].args];
+    const plan_buffer *x = &s->pg->buffers[bs], *y = &r->pg->buffers[br];
+    if (x->tensor == y->tensor && memcmp(x->shard.map, y->shard.map, PLAN_MAX_AXES) == 0) return PLAN_OK;
+    char ws[160], wr[160], sx[80], sy[80];
+    buffer_desc(p, s->pg, bs, ws, sizeof(ws));
+    buffer_desc(p, r->pg, br, wr, sizeof(wr));
+    shard_desc(p, x->shard, sx, sizeof(sx));
+    shard_desc(p, y->shard, sy, sizeof(sy));
+    return cfail(m->c, "send/recv shard mismatch: message %llu from rank %u (program %u, insn %u) to rank %u (program %u, "
+                 "insn %u) along %s: sent from %s, %s; received into %s, %s: a message keeps its tensor and shard",
+                 (unsigned long long)s->n, ch->from_rank, ch->from, i, ch->to_rank, ch->to, j,
+                 p->meta.axis_names[ch->axis], ws, sx, wr, sy);
+}
+
 // Compares the sends of one channel with its receives, message by message.
 static plan_status check_channel(comm *m, const channel *ch) {
     const plan *p = m->c->p;
@@ -1064,6 +1333,8 @@ static plan_status check_channel(comm *m, const channel *ch) {
             return cfail(m->c, "send/recv size mismatch: message %llu from rank %u (program %u, insn %u) to rank %u "
                          "(program %u, insn %u) along %s: %llu bytes sent, %llu bytes received", (unsigned long long)s.n,
                          ch->from_rank, ch->from, i, ch->to_rank, ch->to, j, ax, (unsigned long long)bs, (unsigned long long)br);
+        plan_status st = check_message_shard(m, ch, &s, i, &r, j);
+        if (st) return st;
     }
 }
 

@@ -22,19 +22,25 @@
  *   mesh pp 2 tp 2                          required: axis names and sizes (world = product)
  *   micro_batches 4 schedule 1f1b zero_stage 0
  *   estimate step_s 0.5 peak_bytes 1048576
+ *   loss 8                                    the loss tensor (absent: none)
+ *   notes "tp 2: ...\n..."                    the compiler's decisions (absent: none)
  *   tensor 0 "x" f32 input [4,8]            tensors, numbered from 0: name dtype kind shape
+ *   tensor 1 "w" f32 param [8,8] copies 12    [copies N] when N != 1 (a repeated block's)
  *   group 0 axes tp                         groups: over mesh axes (tp, dp+tp), or
  *   group 1 ranks 0,2                         an explicit list of ranks
  *   ranks 0-1 program 0                     the rank table, as runs of ranks (all ranks)
  *   program 0 "stage0" arena 4096 streams 2 priority 0,-1 events 1
  *     buffer 0 tensor 0 f32 at 0 bytes 128 [mb_slots 4 mb_stride 128] [layer_slots 2
- *       layer_stride 512] [slice group 0 r 1 v 1 d 2,1]   (or: buffer 1 scratch f32 ...)
+ *       layer_stride 512] [layer_base 2] [persist] [shard pp=d0 tp=v]   (or: buffer 1 scratch f32 ...)
  *     attrs 0 f 1,1e-05 i 7 perm 1,0 win 3,3,1,1,0,0   (each list without trailing zeros)
  *     0: loop mb 4 body 2
  *     1:   compute linear s0 mb-1 args 0,1 -> 2 attrs 0
  *     2:   send s1 pp +1 args 2
  *          recv s1 pp -1 args 3          coll all_reduce s1 group 0 args 4 -> 4
  *          copy s0 args 2 -> 3           record s0 event 0     wait s1 event 0
+ *
+ * A shard lists the axes that are not R, in mesh order: AXIS=v (partial sums) or AXIS=dI
+ * (dimension I split); "shard" is left out when every axis is R.
  *
  * An instruction line starts with its index and a colon. "args IN -> OUT" lists buffer ids; the
  * arrow only helps the reader (an operator's outputs per ops.def, a collective's or copy's
@@ -168,6 +174,12 @@ static void print_head(FILE *f, const plan *p) {
     fputs(" peak_bytes ", f);
     print_f64(f, m->est_peak_bytes);
     fputc('\n', f);
+    if (m->loss != PLAN_NONE) fprintf(f, "loss %u\n", m->loss);
+    if (m->notes) {
+        fputs("notes ", f);
+        print_str(f, m->notes);
+        fputc('\n', f);
+    }
 }
 
 static void print_tensor(FILE *f, const plan *p, uint32_t i) {
@@ -177,7 +189,9 @@ static void print_tensor(FILE *f, const plan *p, uint32_t i) {
     print_str(f, t->name);
     fprintf(f, " %s %s [", dt ? dt : "?", kind ? kind : "?");
     for (int d = 0; d < t->rank && d < PLAN_MAX_RANK; d++) fprintf(f, "%s%lld", d ? "," : "", (long long)t->shape[d]);
-    fputs("]\n", f);
+    fputc(']', f);
+    if (t->copies != 1) fprintf(f, " copies %u", t->copies);
+    fputc('\n', f);
 }
 
 static void print_group(FILE *f, const plan *p, uint32_t g) {
@@ -217,7 +231,23 @@ static void print_list(FILE *f, const char *key, const int64_t *v, int n) {
     for (int i = 0; i < n; i++) fprintf(f, "%s%lld", i ? "," : "", (long long)v[i]);
 }
 
-static void print_buffer(FILE *f, const plan_program *pg, uint32_t b) {
+void plan_shard_text(const plan *p, plan_shard s, char *buf, size_t n) {
+    size_t at = 0;
+    if (n) buf[0] = 0;
+    for (uint32_t a = 0; a < PLAN_MAX_AXES && at < n; a++) {
+        uint8_t v = s.map[a];
+        if (v == PLAN_SHARD_R) continue;
+        char axis[16], val[8];
+        if (a < p->meta.n_axes) snprintf(axis, sizeof(axis), "%.8s", p->meta.axis_names[a]);
+        else snprintf(axis, sizeof(axis), "?%u", a);
+        if (v == PLAN_SHARD_V) snprintf(val, sizeof(val), "v");
+        else snprintf(val, sizeof(val), "d%u", v - PLAN_SHARD_D(0));
+        int k = snprintf(buf + at, n - at, "%s%s=%s", at ? " " : "", axis, val);
+        at = k < 0 ? n : at + (size_t)k;
+    }
+}
+
+static void print_buffer(FILE *f, const plan *p, const plan_program *pg, uint32_t b) {
     const plan_buffer *bf = &pg->buffers[b];
     const char *dt = plan_dtype_name(bf->dtype);
     if (bf->tensor == PLAN_NONE) fprintf(f, "  buffer %u scratch", b);
@@ -227,15 +257,11 @@ static void print_buffer(FILE *f, const plan_program *pg, uint32_t b) {
         fprintf(f, " mb_slots %u mb_stride %llu", bf->mb_slots, (unsigned long long)bf->mb_stride);
     if (bf->layer_slots != 1 || bf->layer_stride)
         fprintf(f, " layer_slots %u layer_stride %llu", bf->layer_slots, (unsigned long long)bf->layer_stride);
-    const plan_slice *s = &bf->slice;
-    int64_t d[PLAN_MAX_RANK];
-    bool dzero = true;
-    for (int i = 0; i < PLAN_MAX_RANK; i++) dzero = (d[i] = s->d[i]) == 0 && dzero;
-    if (s->group != PLAN_NONE || s->r != 1 || s->v != 1 || !dzero) {
-        if (s->group == PLAN_NONE) fprintf(f, " slice group - r %u v %u", s->r, s->v);
-        else fprintf(f, " slice group %u r %u v %u", s->group, s->r, s->v);
-        print_list(f, "d", d, PLAN_MAX_RANK);
-    }
+    if (bf->layer_base) fprintf(f, " layer_base %u", bf->layer_base);
+    if (bf->flags & PLAN_BUF_PERSIST) fprintf(f, " persist");
+    char shard[80];
+    plan_shard_text(p, bf->shard, shard, sizeof(shard));
+    if (shard[0]) fprintf(f, " shard %s", shard);
     fputc('\n', f);
 }
 
@@ -339,7 +365,7 @@ static void print_program(FILE *f, const plan *p, uint32_t k) {
     fprintf(f, " arena %llu streams %u", (unsigned long long)pg->arena_bytes, pg->n_streams);
     for (uint32_t s = 0; s < pg->n_streams && s < 8; s++) fprintf(f, s ? ",%d" : " priority %d", pg->priority[s]);
     fprintf(f, " events %u\n", pg->n_events);
-    for (uint32_t b = 0; b < pg->n_buffers; b++) print_buffer(f, pg, b);
+    for (uint32_t b = 0; b < pg->n_buffers; b++) print_buffer(f, p, pg, b);
     for (uint32_t a = 0; a < pg->n_attrs; a++) print_attrs(f, pg, a);
     uint32_t end[PLAN_MAX_LOOP_DEPTH];
     int depth = 0;
@@ -376,7 +402,7 @@ typedef struct tok {
 
 // The order of the lines: header lines once each, in order; then items; then programs, each
 // with its buffers, attrs and instructions in that order.
-enum { S_START, S_PLAN, S_COMPILER, S_MODEL, S_OPTIONS, S_HASHES, S_MESH, S_MB, S_ESTIMATE,
+enum { S_START, S_PLAN, S_COMPILER, S_MODEL, S_OPTIONS, S_HASHES, S_MESH, S_MB, S_ESTIMATE, S_LOSS, S_NOTES,
        S_TENSOR, S_GROUP, S_RANKS, S_PROGRAM, S_BUFFER, S_ATTRS, S_INSN };
 
 typedef struct parser {
@@ -728,6 +754,16 @@ static plan_status parse_estimate(parser *ps) {
     return st;
 }
 
+// "loss T": the loss tensor (checked against the tensors by plan_validate).
+static plan_status parse_loss(parser *ps) {
+    uint64_t v = 0;
+    plan_status st = get_u64(ps, "loss", UINT32_MAX - 1, &v);
+    ps->p->meta.loss = (uint32_t)v;
+    return st;
+}
+
+static plan_status parse_notes(parser *ps) { return get_str(ps, "notes", &ps->p->meta.notes); }
+
 /* Tensors, groups, ranks. */
 
 static plan_status parse_tensor(parser *ps) {
@@ -756,6 +792,8 @@ static plan_status parse_tensor(parser *ps) {
     t->dtype = (uint8_t)dtype;
     t->kind = (uint8_t)kind;
     t->rank = (uint8_t)n;
+    t->copies = 1;
+    if (!st && ps->at < ps->nt && is(ps->t[ps->at], "copies") && ++ps->at) st = get_u32(ps, "copies", &t->copies);
     if (!st) p->n_tensors++;
     return st;
 }
@@ -866,29 +904,37 @@ static plan_status parse_program(parser *ps) {
     return PLAN_OK;
 }
 
-static plan_status parse_slice(parser *ps, plan_slice *s) {
-    plan_status st = expect(ps, "group");
-    tok g = next(ps);
-    uint64_t gv = 0;
-    if (!st && !is(g, "-")) st = tok_u64(ps, g, "slice group", UINT32_MAX - 1, &gv);
-    s->group = is(g, "-") ? PLAN_NONE : (uint32_t)gv;
-    uint64_t r = 0, v = 0;
-    if (!st) st = expect(ps, "r");
-    if (!st) st = get_u64(ps, "slice r", UINT16_MAX, &r);
-    if (!st) st = expect(ps, "v");
-    if (!st) st = get_u64(ps, "slice v", UINT16_MAX, &v);
-    s->r = (uint16_t)r;
-    s->v = (uint16_t)v;
-    if (st || ps->at == ps->nt || !is(ps->t[ps->at], "d")) return st;
-    ps->at++;
-    int64_t d[PLAN_MAX_RANK];
+// One "AXIS=v" or "AXIS=dI" of a shard (the axis not given before).
+static plan_status shard_word(parser *ps, tok t, plan_shard *s) {
+    const plan_meta *m = &ps->p->meta;
+    char b[64];
+    uint32_t eq = 0;
+    while (eq < t.n && t.s[eq] != '=') eq++;
+    uint32_t a = 0;
+    while (a < m->n_axes && !(strlen(m->axis_names[a]) == eq && memcmp(m->axis_names[a], t.s, eq) == 0)) a++;
+    if (a == m->n_axes) return perr(ps, "shard: no mesh axis named %s", shown((tok){t.s, eq}, b, sizeof(b)));
+    if (s->map[a] != PLAN_SHARD_R) return perr(ps, "shard: axis %s is given twice", m->axis_names[a]);
+    tok v = {t.s + eq + 1, t.n - eq - 1};
+    uint64_t dim;
+    bool neg;
+    if (is(v, "v")) s->map[a] = PLAN_SHARD_V;
+    else if (v.n >= 2 && v.s[0] == 'd' && tok_int((tok){v.s + 1, v.n - 1}, false, &dim, &neg) &&
+             dim <= UINT8_MAX - PLAN_SHARD_D(0))
+        s->map[a] = (uint8_t)PLAN_SHARD_D(dim);
+    else return perr(ps, "shard: %s: expected AXIS=v (partial sums) or AXIS=dI (dimension I split)", shown(t, b, sizeof(b)));
+    return PLAN_OK;
+}
+
+// "shard AXIS=v|dI ...": the axes that are not R (at least one), to the next word without "=".
+static plan_status parse_shard(parser *ps, plan_shard *s) {
+    plan_status st = PLAN_OK;
     int n = 0;
-    st = get_list(ps, "slice d", 0, UINT16_MAX, d, PLAN_MAX_RANK, &n);
-    for (int i = 0; i < n; i++) s->d[i] = (uint16_t)d[i];
+    while (!st && ps->at < ps->nt && memchr(ps->t[ps->at].s, '=', ps->t[ps->at].n)) st = shard_word(ps, next(ps), s), n++;
+    if (!st && !n) return perr(ps, "shard: expected AXIS=v or AXIS=dI (an all-R shard is written without 'shard')");
     return st;
 }
 
-// The optional parts of a buffer line: slots and strides, slice.
+// The optional parts of a buffer line: slots and strides, layer base, shard.
 static plan_status buffer_options(parser *ps, plan_buffer *b) {
     plan_status st = PLAN_OK;
     while (!st && ps->at < ps->nt) {
@@ -898,8 +944,11 @@ static plan_status buffer_options(parser *ps, plan_buffer *b) {
         else if (is(k, "mb_stride")) st = get_u64(ps, "mb_stride", UINT64_MAX, &b->mb_stride);
         else if (is(k, "layer_slots")) st = get_u32(ps, "layer_slots", &b->layer_slots);
         else if (is(k, "layer_stride")) st = get_u64(ps, "layer_stride", UINT64_MAX, &b->layer_stride);
-        else if (is(k, "slice")) st = parse_slice(ps, &b->slice);
-        else st = perr(ps, "buffer: unexpected %s (known: mb_slots, mb_stride, layer_slots, layer_stride, slice)", shown(k, s, sizeof(s)));
+        else if (is(k, "layer_base")) st = get_u32(ps, "layer_base", &b->layer_base);
+        else if (is(k, "persist")) b->flags |= PLAN_BUF_PERSIST;
+        else if (is(k, "shard")) st = parse_shard(ps, &b->shard);
+        else st = perr(ps, "buffer: unexpected %s (known: mb_slots, mb_stride, layer_slots, layer_stride, layer_base, persist, shard)",
+                       shown(k, s, sizeof(s)));
     }
     return st;
 }
@@ -910,7 +959,7 @@ static plan_status parse_buffer(parser *ps) {
     if (!v) return oom(ps);
     pg->buffers = v;
     plan_buffer *b = &v[pg->n_buffers];
-    *b = (plan_buffer){.tensor = PLAN_NONE, .slice = {.group = PLAN_NONE, .r = 1, .v = 1}, .mb_slots = 1, .layer_slots = 1};
+    *b = (plan_buffer){.tensor = PLAN_NONE, .mb_slots = 1, .layer_slots = 1};
     plan_status st = get_index(ps, "buffer", pg->n_buffers);
     tok t = next(ps);
     char s[64];
@@ -1101,6 +1150,7 @@ static const line_kind line_kinds[] = {
     {"model", S_MODEL, parse_model},        {"options", S_OPTIONS, parse_options},
     {"hashes", S_HASHES, parse_hashes},     {"mesh", S_MESH, parse_mesh},
     {"micro_batches", S_MB, parse_micro_batches}, {"estimate", S_ESTIMATE, parse_estimate},
+    {"loss", S_LOSS, parse_loss},           {"notes", S_NOTES, parse_notes},
     {"tensor", S_TENSOR, parse_tensor},     {"group", S_GROUP, parse_group},
     {"ranks", S_RANKS, parse_ranks},        {"program", S_PROGRAM, parse_program},
     {"buffer", S_BUFFER, parse_buffer},     {"attrs", S_ATTRS, parse_attrs},
@@ -1109,10 +1159,10 @@ static const line_kind line_kinds[] = {
 // Whether a line of this stage may follow the lines so far.
 static plan_status check_order(parser *ps, const char *word, int stage) {
     if (ps->stage == S_START && stage != S_PLAN) return perr(ps, "the first line must be 'plan %u'", PLAN_VERSION);
-    if (stage <= S_ESTIMATE && stage <= ps->stage)
+    if (stage <= S_NOTES && stage <= ps->stage)
         return perr(ps, "'%s' is out of place: the header lines come once each, in the order plan, compiler, model, "
-                    "options, hashes, mesh, micro_batches, estimate", word);
-    if (stage > S_ESTIMATE && !ps->have_mesh) return perr(ps, "'%s' before 'mesh' (the mesh line is required)", word);
+                    "options, hashes, mesh, micro_batches, estimate, loss, notes", word);
+    if (stage > S_NOTES && !ps->have_mesh) return perr(ps, "'%s' before 'mesh' (the mesh line is required)", word);
     if (stage >= S_TENSOR && stage <= S_RANKS && stage < ps->stage)
         return perr(ps, "'%s' is out of place: tensors, groups, ranks and programs come in that order", word);
     if (stage > S_PROGRAM && ps->stage < S_PROGRAM) return perr(ps, "'%s' outside a program", word);
@@ -1157,6 +1207,7 @@ plan_status plan_parse(const char *text, size_t n, const char *file, plan *out, 
     parser ps = {.p = out, .file = file ? file : "<text>", .err = err, .err_n = err_n};
     plan_status st = PLAN_OK;
     out->meta.micro_batches = 1;
+    out->meta.loss = PLAN_NONE;
     for (size_t at = 0; !st && at < n;) {
         size_t e = at;
         while (e < n && text[e] != '\n' && text[e]) e++;

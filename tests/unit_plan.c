@@ -6,8 +6,9 @@
  * every truncation is refused, as are a wrong magic, version 2 and trailing bytes; a plan read
  * for one rank reads only that rank's program (a corrupted other program goes unnoticed, its
  * own does not); strings and doubles that need escapes, NaN payloads and -0 survive the text
- * form; plan_check scales with long loops through its periodic expansion. The source root is
- * argv[1].
+ * form, as do the loss, the notes, block copies and layer bases; shards: local shapes, expected
+ * bytes, their text, and the rules plan_check applies to collectives and copies, kind by kind;
+ * plan_check scales with long loops through its periodic expansion. The source root is argv[1].
  */
 #include "plan.h"
 
@@ -340,6 +341,10 @@ static void test_text_edges(void) {
     a->win[5] = INT32_MIN;
     p.meta.est_step_s = 1.0 / 3.0;
     p.meta.est_peak_bytes = 1e100;
+    p.meta.notes = "line 1\nline \"2\"\ttab \x01";
+    p.meta.loss = 2;
+    p.tensors[1].copies = 3;
+    p.programs[0].buffers[1].layer_base = 2;
     uint8_t *b1 = NULL, *b2 = NULL;
     size_t n1 = 0, n2 = 0;
     EXPECT(plan_encode(&p, &b1, &n1, err, sizeof(err)) == PLAN_OK);
@@ -350,6 +355,10 @@ static void test_text_edges(void) {
     char *t2 = print_to_string(&q, -1);
     EXPECT(t2 && strcmp(t1, t2) == 0);
     EXPECT(strstr(t1, "nan:0x7ff8000000000123") && strstr(t1, "\\x01") && strstr(t1, "\\xc3\\xa9"));
+    EXPECT(strstr(t1, "\nloss 2\nnotes \"line 1\\nline \\\"2\\\"\\ttab \\x01\"\n") && strstr(t1, "[16,8] copies 3\n") &&
+           strstr(t1, " bytes 512 layer_base 2 persist\n"));
+    EXPECT(q.meta.loss == 2 && q.meta.notes && strcmp(q.meta.notes, p.meta.notes) == 0 && q.tensors[1].copies == 3 &&
+           q.programs[0].buffers[1].layer_base == 2);
     free(t1);
     free(t2);
     free(b1);
@@ -357,6 +366,126 @@ static void test_text_edges(void) {
     plan_free(&q);
     plan_free(&p);
     free(text);
+}
+
+// plan_shard_local_shape, plan_buffer_expected_bytes and plan_shard_text on a pp 2 x tp 3 mesh.
+static void test_shard_geometry(void) {
+    const char *text = "plan 1\nmesh pp 2 tp 3\ntensor 0 \"t\" f16 param [16,6]\ntensor 1 \"s\" f32 activation []\n"
+                       "ranks 0-5 program 0\nprogram 0 \"p\" arena 0 streams 1 priority 0 events 0\n";
+    plan p;
+    EXPECT(plan_parse(text, strlen(text), "geometry", &p, err, sizeof(err)) == PLAN_OK);
+    if (!p.tensors) return;
+    int64_t l[PLAN_MAX_RANK];
+    plan_shard s = {{0}};
+    EXPECT(plan_shard_local_shape(&p, &p.tensors[0], s, l) && l[0] == 16 && l[1] == 6 && l[2] == 0);
+    s.map[1] = PLAN_SHARD_D(1);
+    EXPECT(plan_shard_local_shape(&p, &p.tensors[0], s, l) && l[0] == 16 && l[1] == 2);
+    s.map[0] = PLAN_SHARD_D(0);
+    EXPECT(plan_shard_local_shape(&p, &p.tensors[0], s, l) && l[0] == 8 && l[1] == 2);
+    s.map[0] = PLAN_SHARD_V;
+    EXPECT(plan_shard_local_shape(&p, &p.tensors[0], s, l) && l[0] == 16 && l[1] == 2);
+    char buf[64];
+    plan_shard_text(&p, s, buf, sizeof(buf));
+    EXPECT(strcmp(buf, "pp=v tp=d1") == 0);
+    plan_shard_text(&p, s, buf, 6);
+    EXPECT(strcmp(buf, "pp=v ") == 0);
+    plan_shard_text(&p, (plan_shard){{0}}, buf, sizeof(buf));
+    EXPECT(buf[0] == 0);
+    plan_buffer b = {.tensor = 0, .dtype = 1, .shard = s, .mb_slots = 1, .layer_slots = 1};
+    EXPECT(plan_buffer_expected_bytes(&p, &b) == 16 * 2 * 2);
+    b.dtype = 0;
+    EXPECT(plan_buffer_expected_bytes(&p, &b) == 16 * 2 * 4);
+    s.map[1] = PLAN_SHARD_D(0); // 16 rows in 3 pieces
+    EXPECT(!plan_shard_local_shape(&p, &p.tensors[0], s, l) && l[0] == 0 && l[1] == 6);
+    b.shard = s;
+    EXPECT(plan_buffer_expected_bytes(&p, &b) == 0);
+    s.map[1] = PLAN_SHARD_D(2); // past the rank
+    EXPECT(!plan_shard_local_shape(&p, &p.tensors[0], s, l));
+    s = (plan_shard){{0, 0, PLAN_SHARD_V}}; // past the mesh
+    EXPECT(!plan_shard_local_shape(&p, &p.tensors[0], s, l));
+    plan_shard_text(&p, s, buf, sizeof(buf));
+    EXPECT(strcmp(buf, "?2=v") == 0);
+    b = (plan_buffer){.tensor = 1, .dtype = 0, .shard = {{PLAN_SHARD_V}}};
+    EXPECT(plan_buffer_expected_bytes(&p, &b) == 4);
+    b.tensor = PLAN_NONE;
+    EXPECT(plan_buffer_expected_bytes(&p, &b) == 0);
+    b.tensor = 7;
+    EXPECT(plan_buffer_expected_bytes(&p, &b) == 0);
+    plan_free(&p);
+}
+
+// plan_check on one instruction over two buffers of one [8,8] param on a dp 2 x tp 2 mesh, held
+// with shards `in` and `out` (text words, "" for all R), each buffer's bytes its shard's.
+// Group 0 spans tp, group 1 dp+tp.
+static plan_status check_pair(const char *in, const char *out, const char *insn) {
+    char text[1024];
+    snprintf(text, sizeof(text),
+             "plan 1\nmesh dp 2 tp 2\ntensor 0 \"t\" f32 param [8,8]\ntensor 1 \"u\" f32 param [8,8]\n"
+             "group 0 axes tp\ngroup 1 axes dp+tp\nranks 0-3 program 0\n"
+             "program 0 \"p\" arena 1024 streams 1 priority 0 events 0\n"
+             "  buffer 0 tensor 0 f32 at 0 bytes 1 persist%s%s\n  buffer 1 tensor 0 f32 at 512 bytes 1%s%s\n"
+             "  buffer 2 tensor 1 f32 at 256 bytes 256\n  0: %s\n",
+             *in ? " shard " : "", in, *out ? " shard " : "", out, insn);
+    plan p;
+    plan_status st = plan_parse(text, strlen(text), "pair", &p, err, sizeof(err));
+    if (st) return st;
+    for (int b = 0; b < 2; b++) p.programs[0].buffers[b].bytes = plan_buffer_expected_bytes(&p, &p.programs[0].buffers[b]);
+    st = plan_check(&p, err, sizeof(err));
+    plan_free(&p);
+    return st;
+}
+
+static bool refused(plan_status st, const char *fragment) {
+    bool ok = st == PLAN_ERR_INVALID && strstr(err, fragment);
+    if (!ok) fprintf(stderr, "     status %d: %s\n", st, st ? err : "(ok)");
+    return ok;
+}
+
+// "coll KIND s0 group G args 0 -> 1"
+static const char *coll(const char *kind, int group) {
+    static char insn[64];
+    snprintf(insn, sizeof(insn), "coll %s s0 group %d args 0 -> 1", kind, group);
+    return insn;
+}
+
+// The collectives' shard rules, kind by kind, and the in-place rules.
+static void test_coll_shards(void) {
+    EXPECT(check_pair("tp=v", "", coll("all_reduce", 0)) == PLAN_OK);
+    EXPECT(check_pair("dp=d0 tp=v", "dp=d0", coll("all_reduce", 0)) == PLAN_OK);
+    EXPECT(check_pair("dp=v tp=v", "", coll("all_reduce", 1)) == PLAN_OK);
+    EXPECT(refused(check_pair("dp=d0 tp=v", "dp=d1", coll("all_reduce", 0)), "off the group's axes a collective keeps the shard, but on dp it goes d0 -> d1"));
+    EXPECT(refused(check_pair("dp=v", "", coll("all_reduce", 1)), "all_reduce wants V -> R on each of the group's axes, but on tp it goes R -> R"));
+    EXPECT(check_pair("tp=d0", "", coll("all_gather", 0)) == PLAN_OK);
+    EXPECT(check_pair("tp=d1", "", coll("all_gather", 0)) == PLAN_OK);
+    EXPECT(check_pair("dp=d0 tp=d1", "", coll("all_gather", 1)) == PLAN_OK);
+    EXPECT(refused(check_pair("tp=d0", "tp=d1", coll("all_gather", 0)), "all_gather"));
+    EXPECT(check_pair("tp=v", "tp=d1", coll("reduce_scatter", 0)) == PLAN_OK);
+    EXPECT(check_pair("dp=v tp=v", "dp=d0 tp=d0", coll("reduce_scatter", 1)) == PLAN_OK);
+    EXPECT(refused(check_pair("tp=d0", "tp=d1", coll("reduce_scatter", 0)), "in = out x ranks"));
+    EXPECT(check_pair("tp=d0", "tp=d1", coll("all_to_all", 0)) == PLAN_OK);
+    EXPECT(refused(check_pair("tp=d0", "tp=d0", coll("all_to_all", 0)), "all_to_all wants D(i) -> D(j), i != j"));
+    EXPECT(refused(check_pair("tp=v", "tp=d0", coll("all_to_all", 0)), "all_to_all on group 0 (2 ranks) wants in = out"));
+    EXPECT(check_pair("tp=d1", "tp=d1", coll("broadcast", 0)) == PLAN_OK);
+    EXPECT(refused(check_pair("tp=v", "", coll("broadcast", 0)), "broadcast wants the same shard in and out"));
+    EXPECT(check_pair("", "", "coll all_reduce s0 group 0 args 0 -> 0") == PLAN_OK);
+    EXPECT(check_pair("dp=v", "", "coll all_reduce s0 group 0 args 0 -> 0") == PLAN_OK); // dp is off the group
+    EXPECT(refused(check_pair("tp=v", "", "coll all_reduce s0 group 0 args 0 -> 0"), "whose shard is tp=v: an in-place all_reduce"));
+    EXPECT(refused(check_pair("", "", "coll broadcast s0 group 0 args 0 -> 0"), "only all_reduce runs in place"));
+    EXPECT(refused(check_pair("", "", "coll all_reduce s0 group 0 args 0 -> 2"), "in holds tensor 0 \"t\", out tensor 1 \"u\""));
+}
+
+// The copy rules: R -> a piece, splits that extend src's in mesh order, no piece -> R.
+static void test_copy_shards(void) {
+    const char *copy = "copy s0 args 0 -> 1";
+    EXPECT(check_pair("", "", copy) == PLAN_OK);
+    EXPECT(check_pair("", "dp=d0 tp=d0", copy) == PLAN_OK);
+    EXPECT(check_pair("dp=d0", "dp=d0 tp=d0", copy) == PLAN_OK);
+    EXPECT(check_pair("", "tp=v", copy) == PLAN_OK);
+    EXPECT(check_pair("tp=d1", "dp=d0 tp=d1", copy) == PLAN_OK);
+    EXPECT(refused(check_pair("tp=d0", "dp=d0 tp=d0", copy), "dimension 0 is split over tp in src but dp+tp in dst"));
+    EXPECT(refused(check_pair("tp=v", "", copy), "but on tp it goes v -> R"));
+    EXPECT(refused(check_pair("dp=d0", "dp=d1", copy), "but on dp it goes d0 -> d1"));
+    EXPECT(refused(check_pair("", "", "copy s0 args 0 -> 2"), "hold different tensors: a copy keeps its tensor"));
 }
 
 // The same plan with 20000 micro-batches: the periodic expansion keeps the data-flow check
@@ -426,6 +555,9 @@ int main(int argc, char **argv) {
     test_rank_read();
     test_free();
     test_text_edges();
+    test_shard_geometry();
+    test_coll_shards();
+    test_copy_shards();
     test_long_loops();
     test_encode_refuses();
     return test_summary();

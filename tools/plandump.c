@@ -6,8 +6,9 @@
  *
  * It reads a plan (all of it, or with --rank only the sections that rank reads: the header, the
  * table, META..RANKS and its own program), runs plan_check on it, and prints a summary a person
- * reads (the default), the same summary as JSON (schemas/plan.schema.json), or the full text
- * form that --assemble turns back into the same bytes. Assembling parses the text, checks it and
+ * reads (the default, with the compiler's notes), the same summary as JSON with the tensors and
+ * each program's buffers and shards added (schemas/plan.schema.json), or the full text form that
+ * --assemble turns back into the same bytes. Assembling parses the text, checks it and
  * writes the plan (through a temporary file and a rename); --force writes a plan that fails the
  * check (for tests of the readers), as long as the format can hold it.
  *
@@ -20,7 +21,7 @@
  *
  * Exit codes: 0 success, 1 internal error, 2 usage error or a file that cannot be opened,
  * read or written, 4 not a valid plan file (magic, version, CRC, truncation, a malformed
- * section or text), 5 the plan fails plan_check. The output is printed before the exit code 5,
+ * section or text), 5 the plan fails plan_check, 6 a stale plan (--model/--cluster). The output is printed before the exit code 5,
  * so a broken plan can still be looked at. Diagnostics go to stderr as "plandump: FILE: message".
  */
 #include "plan.h"
@@ -35,7 +36,7 @@
 #define PLANDUMP_VERSION "0.1.0"
 #endif
 
-enum { EXIT_OK = 0, EXIT_INTERNAL = 1, EXIT_USAGE = 2, EXIT_FORMAT = 4, EXIT_INVALID = 5 };
+enum { EXIT_OK = 0, EXIT_INTERNAL = 1, EXIT_USAGE = 2, EXIT_FORMAT = 4, EXIT_INVALID = 5, EXIT_STALE = 6 };
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -47,14 +48,17 @@ static void usage(FILE *f) {
             "data flow, matching sends and receives, collective order), and assembles plans from\n"
             "their text form.\n"
             "\n"
-            "  (default)          a summary: mesh, micro-batches and schedule, and per program the\n"
-            "                     ranks that run it, its arena, instructions by kind and\n"
-            "                     communication per step\n"
-            "  --json             the summary as JSON (schemas/plan.schema.json)\n"
+            "  (default)          a summary: mesh, micro-batches and schedule, the loss tensor,\n"
+            "                     the compiler's notes, and per program the ranks that run it,\n"
+            "                     its arena, instructions by kind and communication per step\n"
+            "  --json             the summary as JSON, with the tensors and each program's\n"
+            "                     buffers and shards (schemas/plan.schema.json)\n"
             "  --text             the whole plan in its text form (runtime/PLAN_FORMAT.md), which\n"
             "                     --assemble turns back into the same bytes\n"
             "  --check-only       print nothing; the exit code says whether the plan is valid\n"
             "  --rank R           read only what rank R reads (its own program section)\n"
+            "  --model FILE       refuse the plan (exit 6) unless it was compiled from FILE ...\n"
+            "  --cluster FILE     ... and this cluster file (the hashes in its header)\n"
             "  --assemble TEXT    parse the text form TEXT, check it and write the plan to -o PLAN\n"
             "  -o, --output PLAN  where --assemble writes\n"
             "  --force            with --assemble: write the plan even if it fails the check\n"
@@ -64,19 +68,21 @@ static void usage(FILE *f) {
             "Diagnostics: \"plandump: FILE: message\" on stderr.\n"
             "Exit codes: 0 success, 1 internal error, 2 usage error or a file that cannot be opened,\n"
             "read or written, 4 not a valid plan file (bad magic, version, CRC, truncated, malformed\n"
-            "section or text), 5 the plan fails plan_check (the output is printed first).\n");
+            "section or text), 5 the plan fails plan_check (the output is printed first), 6 a stale\n"
+            "plan (--model or --cluster differ from what it was compiled from).\n");
 }
 
 typedef enum out_mode { OUT_SUMMARY, OUT_JSON, OUT_TEXT, OUT_NONE } out_mode;
 
 typedef struct options {
     const char *plan, *assemble, *output;
+    const char *model, *cluster;    // verify the plan's hashes against these
     out_mode mode;
     int rank;       // -1: all
     bool force;
 } options;
 
-enum { OPT_RANK = 256, OPT_JSON, OPT_TEXT, OPT_CHECK_ONLY, OPT_ASSEMBLE, OPT_FORCE };
+enum { OPT_RANK = 256, OPT_JSON, OPT_TEXT, OPT_CHECK_ONLY, OPT_ASSEMBLE, OPT_FORCE, OPT_MODEL, OPT_CLUSTER };
 
 static int set_mode(options *o, out_mode m, const char *flag) {
     if (o->mode != OUT_SUMMARY && o->mode != m) {
@@ -102,7 +108,7 @@ static int rank_option(const char *arg, int *out) {
 // The combinations the options allow, once they are all read.
 static int check_options(int argc, char **argv, options *o) {
     if (o->assemble) {
-        if (optind != argc || !o->output || o->rank >= 0 || o->mode != OUT_SUMMARY) {
+        if (optind != argc || !o->output || o->rank >= 0 || o->mode != OUT_SUMMARY || o->model || o->cluster) {
             fprintf(stderr, "plandump: --assemble TEXT takes -o PLAN (and --force) and nothing else (see plandump --help)\n");
             return EXIT_USAGE;
         }
@@ -127,7 +133,8 @@ static int parse_options(int argc, char **argv, options *o, bool *done) {
         {"text", no_argument, NULL, OPT_TEXT},             {"check-only", no_argument, NULL, OPT_CHECK_ONLY},
         {"assemble", required_argument, NULL, OPT_ASSEMBLE}, {"output", required_argument, NULL, 'o'},
         {"force", no_argument, NULL, OPT_FORCE},           {"help", no_argument, NULL, 'h'},
-        {"version", no_argument, NULL, 'V'},               {NULL, 0, NULL, 0},
+        {"version", no_argument, NULL, 'V'},               {"model", required_argument, NULL, OPT_MODEL},
+        {"cluster", required_argument, NULL, OPT_CLUSTER}, {NULL, 0, NULL, 0},
     };
     *done = false;
     o->rank = -1;
@@ -142,6 +149,8 @@ static int parse_options(int argc, char **argv, options *o, bool *done) {
         case OPT_ASSEMBLE: o->assemble = optarg; break;
         case 'o': o->output = optarg; break;
         case OPT_FORCE: o->force = true; break;
+        case OPT_MODEL: o->model = optarg; break;
+        case OPT_CLUSTER: o->cluster = optarg; break;
         case 'h': usage(stdout); *done = true; return EXIT_OK;
         case 'V': printf("plandump %s (plan format %u)\n", PLANDUMP_VERSION, PLAN_VERSION); *done = true; return EXIT_OK;
         case ':': fprintf(stderr, "plandump: option %s needs a value\n", argv[optind - 1]); return EXIT_USAGE;
@@ -255,6 +264,16 @@ static void print_program_summary(FILE *f, const plan *p, uint32_t k) {
     fputs(*sep ? " per step\n" : "none\n", f);
 }
 
+// The compiler's notes, one line each under the heading (control characters shown as ?).
+static void print_notes(FILE *f, const char *notes) {
+    fputs("  notes           ", f);
+    for (const char *c = notes; *c; c++) {
+        if (*c == '\n') fputs(c[1] ? "\n                  " : "", f);
+        else fputc((unsigned char)*c < 0x20 ? '?' : *c, f);
+    }
+    fputc('\n', f);
+}
+
 static void print_summary(FILE *f, const char *file, const plan *p, int rank, const char *check) {
     const plan_meta *m = &p->meta;
     char b[32];
@@ -268,9 +287,13 @@ static void print_summary(FILE *f, const char *file, const plan *p, int rank, co
             m->zero_stage);
     fprintf(f, "  estimate        %.6g s per step, peak %s\n", m->est_step_s,
             m->est_peak_bytes >= 0 && m->est_peak_bytes < 1.8e19 ? fmt_bytes(b, sizeof(b), (uint64_t)m->est_peak_bytes) : "?");
+    if (m->loss != PLAN_NONE)
+        fprintf(f, "  loss            tensor %u \"%s\" (mean over micro-batches)\n", m->loss,
+                p->tensors[m->loss].name ? p->tensors[m->loss].name : "");
     fprintf(f, "  items           %u tensor%s, %u group%s, %u program%s\n", p->n_tensors, p->n_tensors == 1 ? "" : "s",
             p->n_groups, p->n_groups == 1 ? "" : "s", p->n_programs, p->n_programs == 1 ? "" : "s");
     fprintf(f, "  check           %s\n", check ? "FAILED (see the diagnostic)" : "ok");
+    if (m->notes) print_notes(f, m->notes);
     if (rank >= 0) fprintf(f, "rank %d runs program %u (only its section was read)\n", rank, p->ranks[rank].program);
     for (uint32_t k = 0; k < p->n_programs; k++)
         if (p->programs[k].name) print_program_summary(f, p, k);
@@ -312,6 +335,46 @@ static void json_num(FILE *f, double x) {
     fputs(buf, f);
 }
 
+static void json_shard(FILE *f, const plan *p, plan_shard s) {
+    bool first = true;
+    fputc('{', f);
+    for (uint32_t a = 0; a < p->meta.n_axes; a++) {
+        if (s.map[a] == PLAN_SHARD_R) continue;
+        fprintf(f, "%s\"%s\": ", first ? "" : ", ", p->meta.axis_names[a]);
+        if (s.map[a] == PLAN_SHARD_V) fputs("\"v\"", f);
+        else fprintf(f, "\"d%u\"", s.map[a] - PLAN_SHARD_D(0));
+        first = false;
+    }
+    fputc('}', f);
+}
+
+static void json_buffer(FILE *f, const plan *p, const plan_buffer *b, uint32_t i) {
+    fprintf(f, "       {\"index\": %u, \"tensor\": ", i);
+    if (b->tensor == PLAN_NONE) fputs("null", f);
+    else fprintf(f, "%u", b->tensor);
+    fprintf(f, ", \"dtype\": \"%s\", \"offset\": %llu, \"bytes\": %llu, \"mb_slots\": %u, \"mb_stride\": %llu, "
+            "\"layer_slots\": %u, \"layer_stride\": %llu, \"layer_base\": %u, \"persist\": %s, \"shard\": ",
+            plan_dtype_name(b->dtype), (unsigned long long)b->offset, (unsigned long long)b->bytes, b->mb_slots,
+            (unsigned long long)b->mb_stride, b->layer_slots, (unsigned long long)b->layer_stride, b->layer_base,
+            (b->flags & PLAN_BUF_PERSIST) ? "true" : "false");
+    json_shard(f, p, b->shard);
+    fputc('}', f);
+}
+
+static void json_tensors(FILE *f, const plan *p) {
+    fputs("  \"tensors\": [", f);
+    for (uint32_t i = 0; i < p->n_tensors; i++) {
+        const plan_tensor *t = &p->tensors[i];
+        fprintf(f, "%s\n    {\"index\": %u, \"name\": ", i ? "," : "", i);
+        json_str(f, t->name);
+        fprintf(f, ", \"dtype\": \"%s\", \"kind\": \"%s\", \"shape\": [", plan_dtype_name(t->dtype),
+                plan_tensor_kind_name(t->kind));
+        for (int d = 0; d < t->rank; d++) fprintf(f, "%s%lld", d ? ", " : "", (long long)t->shape[d]);
+        fprintf(f, "], \"copies\": %u}", t->copies);
+    }
+    fputs(p->n_tensors ? "\n  ],\n" : "],\n", f);
+}
+
 static void json_program(FILE *f, const plan *p, uint32_t k) {
     const plan_program *pg = &p->programs[k];
     prog_stats s;
@@ -320,8 +383,13 @@ static void json_program(FILE *f, const plan *p, uint32_t k) {
     json_str(f, pg->name);
     fputs(", \"ranks\": [", f);
     print_rank_runs(f, p, k, true);
-    fprintf(f, "], \"arena_bytes\": %llu, \"buffers\": %u, \"streams\": %u, \"events\": %u,\n",
-            (unsigned long long)pg->arena_bytes, pg->n_buffers, pg->n_streams, pg->n_events);
+    fprintf(f, "], \"arena_bytes\": %llu, \"streams\": %u, \"events\": %u,\n     \"buffers\": [",
+            (unsigned long long)pg->arena_bytes, pg->n_streams, pg->n_events);
+    for (uint32_t b = 0; b < pg->n_buffers; b++) {
+        fputs(b ? ",\n" : "\n", f);
+        json_buffer(f, p, &pg->buffers[b], b);
+    }
+    fputs(pg->n_buffers ? "\n     ],\n" : "],\n", f);
     fputs("     \"instructions\": {", f);
     for (int i = 0; i < PLAN_I_KIND_COUNT; i++)
         fprintf(f, "%s\"%s\": {\"count\": %llu, \"per_step\": %llu}", i ? ", " : "", plan_insn_kind_name((uint32_t)i),
@@ -351,7 +419,17 @@ static void print_json(FILE *f, const char *file, const plan *p, int rank, const
     json_num(f, m->est_step_s);
     fputs(", \"peak_bytes\": ", f);
     json_num(f, m->est_peak_bytes);
-    fprintf(f, "},\n  \"n_tensors\": %u,\n  \"n_groups\": %u,\n  \"n_programs\": %u,\n", p->n_tensors, p->n_groups, p->n_programs);
+    fputs("},\n  \"loss\": ", f);
+    if (m->loss == PLAN_NONE) fputs("null", f);
+    else {
+        fprintf(f, "{\"tensor\": %u, \"name\": ", m->loss);
+        json_str(f, p->tensors[m->loss].name);
+        fputc('}', f);
+    }
+    fputs(",\n  \"notes\": ", f);
+    json_str(f, m->notes);
+    fprintf(f, ",\n  \"n_tensors\": %u,\n  \"n_groups\": %u,\n  \"n_programs\": %u,\n", p->n_tensors, p->n_groups, p->n_programs);
+    json_tensors(f, p);
     if (rank >= 0) fprintf(f, "  \"rank\": %d,\n", rank);
     fprintf(f, "  \"check\": {\"ok\": %s", check ? "false, \"message\": " : "true");
     if (check) json_str(f, check);
@@ -395,6 +473,14 @@ static int dump(const options *o) {
         fprintf(stderr, "plandump: %s: --rank %d is out of range: the plan has %u ranks\n", o->plan, o->rank, p.meta.world);
         plan_free(&p);
         return EXIT_USAGE;
+    }
+    if (o->model || o->cluster) {
+        st = plan_verify_inputs(&p, o->model, o->cluster, err, sizeof(err));
+        if (st) {
+            fprintf(stderr, "plandump: %s: %s\n", o->plan, err);
+            plan_free(&p);
+            return st == PLAN_ERR_STALE ? EXIT_STALE : EXIT_USAGE;
+        }
     }
     char check[1024];
     plan_status cst = plan_check(&p, check, sizeof(check));
