@@ -509,11 +509,14 @@ def gpt2_small():
 def gpt3_175b():
     return gpt("gpt3-175b",
                "GPT-3 175B (Brown et al. 2020, Table 2.1): 96 layers, h=12288, 96 heads of 128, "
-               "context 2048, GPT-2's vocabulary of 50257, bf16, micro-batch 1. 174.6 B "
+               "context 2048, GPT-2's vocabulary of 50257, bf16. Batch 8: Megatron-LM's micro-batch "
+               "of 1 on each of 8 data-parallel replicas, as in its 1024-GPU run of this model "
+               "(Narayanan et al., SC'21: tp 8, pp 16, dp 8); plancc's batch dimension is the "
+               "micro-batch of all replicas together, which data parallelism splits. 174.6 B "
                "parameters. Dense attention in every layer (GPT-3 alternates dense and locally "
                "banded sparse attention; this format has only dense). Adam betas (0.9, 0.95), "
                "weight decay 0.1 and lr 0.6e-4 as in the paper. " + GPT_NOTE,
-               layers=96, hidden=12288, heads=96, seq=2048, vocab=50257, batch=1, dtype="bf16",
+               layers=96, hidden=12288, heads=96, seq=2048, vocab=50257, batch=8, dtype="bf16",
                optimizer=adamw(0.6e-4, (0.9, 0.95), 1e-8, 0.1))
 
 
