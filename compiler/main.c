@@ -7,44 +7,60 @@
  * or usage, 3 infeasible.
  */
 #include "plancc.h"
+#include "plan.h"
 
 #include <getopt.h>
+#include <math.h>
+#include <time.h>
 #include <stdlib.h>
 #include <string.h>
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: plancc --check MODEL [--cluster FILE [--nodes N] [--devices N]] [--json] [-v] [-q]\n"
+            "usage: plancc MODEL --cluster FILE [-o PLAN] [--nodes N | --devices N] [strategy] [options]\n"
+            "       plancc --check MODEL [--cluster FILE [--nodes N] [--devices N]] [--json] [-v] [-q]\n"
             "       plancc --help | --version\n"
             "\n"
             "plancc compiles a DNN training job (a model graph in JSON and a cluster in JSON) into a\n"
-            "parallel execution plan. This build provides the front end:\n"
+            "parallel execution plan: phase 1 splits every operator, phase 2 picks the splits (an ILP\n"
+            "solved with GLPK), the device mesh and the pipeline, phase 3 inserts the collectives and\n"
+            "sends that keep every producer->consumer edge correct; the memory planner places every\n"
+            "buffer; the plan file is verified (plan_check) and written.\n"
             "\n"
-            "  --check MODEL      load and check MODEL completely, derive its backward pass and\n"
-            "                     optimizer step, and print per-operator parameters, FLOPs and kept\n"
-            "                     activations, with totals per step and the memory of one device\n"
-            "  --cluster FILE     also load and check the cluster FILE, and add a section: its devices,\n"
-            "                     whether one step's memory fits one device, and the compute lower\n"
-            "                     bound of one step at the device's peak FLOP/s for the model's dtype\n"
+            "  -o, --output PLAN  write the plan here (default: MODEL's name + .plan)\n"
+            "  --cluster FILE     the cluster (models/clusters/*.json)\n"
             "  --nodes N          the cluster has N nodes (default: as FILE says)\n"
             "  --devices N        the cluster has N devices in all: a whole number of nodes, or fewer\n"
             "                     than one node; on a cpu cluster, any N (one node of N ranks)\n"
-            "  -d, --dump LETTERS with --cluster: print phase 1's candidates (t) and phase 2's\n"
-            "                     choice per operator with the ILP's figures (s), all devices as one group\n"
-            "  --time-limit S     the scheduler's ILP stops after S seconds with its best (default 60)\n"
+            "strategy (default --auto):\n"
+            "  --auto             search every factorization pp x dp x tp of the devices, each with the\n"
+            "                     ILP for its tensor-parallel splits, and keep the fastest that fits\n"
+            "  --dp N --tp N --pp N\n"
+            "                     the Megatron-LM template: batch split over dp, tensor parallelism of\n"
+            "                     tp (inside a node), pp pipeline stages; the product is the device count\n"
+            "  --micro-batches N  micro-batches per step, the gradient accumulation (default 1;\n"
+            "                     --micro-batch is the same option)\n"
+            "  --schedule S       gpipe or 1f1b (default 1f1b when pp > 1)\n"
+            "  --zero N           ZeRO stage 0..3 over dp: optimizer state (1, 2) and parameters (3) sharded\n"
+            "  --recompute R      none, full (recompute every block operator in the backward pass) or\n"
+            "                     auto (the ILP decides per operator; default)\n"
+            "  --time-limit S     the ILP stops after S seconds with its best (default 60)\n"
             "  --mip-gap G        ... or once within relative gap G of the bound (default 1e-4)\n"
-            "  --dump-ilp FILE    write the scheduler's ILP as CPLEX LP text\n"
+            "  --dump-ilp FILE    write the ILP as CPLEX LP text\n"
+            "  -d, --dump LETTERS print phase 1's candidates (t) and phase 2's choice per operator (s)\n"
+            "other:\n"
+            "  --check MODEL      only load and check MODEL, derive its backward pass and optimizer step,\n"
+            "                     and print per-operator parameters, FLOPs and kept activations; with\n"
+            "                     --cluster, whether one step fits one device and its compute bound\n"
             "  --json             print the --check report as JSON\n"
-            "  --micro-batches N  gradient accumulation over N micro-batches (default 1)\n"
-            "  -v, --verbose      more detail (IR sizes)\n"
-            "  -q, --quiet        no warnings\n"
+            "  -v, --verbose      more detail\n"
+            "  -q, --quiet        no warnings, no summary\n"
             "  -h, --help         this text\n"
             "  -V, --version      the version\n"
             "\n"
-            "Model and cluster formats: schemas/README.md, schemas/model.schema.json and\n"
-            "schemas/cluster.schema.json.\n"
-            "Diagnostics: \"plancc: FILE:JSON-POINTER: message\" on stderr.\n"
-            "Exit codes: 0 success, 1 internal error, 2 invalid input or usage, 3 infeasible.\n");
+            "Formats: schemas/README.md (model, cluster), runtime/PLAN_FORMAT.md (plan). Show a plan with\n"
+            "plandump PLAN. Diagnostics: \"plancc: FILE:JSON-POINTER: message\" on stderr.\n"
+            "Exit codes: 0 success, 1 internal error, 2 invalid input or usage, 3 infeasible (does not fit).\n");
 }
 
 typedef struct options {
@@ -56,9 +72,13 @@ typedef struct options {
     int nodes, devices;  // 0: as the cluster file says
     const char *dumps;   // -d letters: t (phase 1 candidates), s (phase 2 schedule)
     pcc_ilp_opts ilp;
+    const char *output;
+    pcc_strategy_opts strat;
+    bool template_given;
 } options;
 
-enum { OPT_CLUSTER = 256, OPT_NODES, OPT_DEVICES, OPT_TIME_LIMIT, OPT_MIP_GAP, OPT_DUMP_ILP };
+enum { OPT_CLUSTER = 256, OPT_NODES, OPT_DEVICES, OPT_TIME_LIMIT, OPT_MIP_GAP, OPT_DUMP_ILP, OPT_DP, OPT_TP, OPT_PP,
+       OPT_ZERO, OPT_RECOMPUTE, OPT_SCHEDULE, OPT_AUTO };
 
 static pcc_status num_option(const char *name, const char *arg, double lo, double hi, double *out) {
     char *end;
@@ -92,13 +112,20 @@ static pcc_status parse_options(int argc, char **argv, options *o, bool *done) {
         {"nodes", required_argument, NULL, OPT_NODES},   {"devices", required_argument, NULL, OPT_DEVICES},
         {"time-limit", required_argument, NULL, OPT_TIME_LIMIT}, {"mip-gap", required_argument, NULL, OPT_MIP_GAP},
         {"dump-ilp", required_argument, NULL, OPT_DUMP_ILP}, {"dump", required_argument, NULL, 'd'},
+        {"output", required_argument, NULL, 'o'}, {"dp", required_argument, NULL, OPT_DP},
+        {"tp", required_argument, NULL, OPT_TP}, {"pp", required_argument, NULL, OPT_PP},
+        {"micro-batch", required_argument, NULL, 'm'}, {"zero", required_argument, NULL, OPT_ZERO},
+        {"recompute", required_argument, NULL, OPT_RECOMPUTE}, {"schedule", required_argument, NULL, OPT_SCHEDULE},
+        {"auto", no_argument, NULL, OPT_AUTO},
         {NULL, 0, NULL, 0},
     };
     *done = false;
     o->micro_batches = 1;
     opterr = 0;
     int c;
-    while ((c = getopt_long(argc, argv, ":cjvqhVd:", longopts, NULL)) != -1) {
+    bool auto_given = false;
+    o->strat.recompute = PCC_RECOMPUTE_AUTO;
+    while ((c = getopt_long(argc, argv, ":cjvqhVd:o:", longopts, NULL)) != -1) {
         switch (c) {
         case 'c': o->check = true; break;
         case 'j': o->json = true; break;
@@ -113,6 +140,29 @@ static pcc_status parse_options(int argc, char **argv, options *o, bool *done) {
         case OPT_TIME_LIMIT: if (num_option("--time-limit", optarg, 0.001, 1e6, &o->ilp.time_limit_s)) return PCC_ERR_INPUT; break;
         case OPT_MIP_GAP: if (num_option("--mip-gap", optarg, 0, 0.999, &o->ilp.mip_gap)) return PCC_ERR_INPUT; break;
         case OPT_DUMP_ILP: o->ilp.dump_lp = optarg; break;
+        case 'o': o->output = optarg; break;
+        case OPT_DP: if (int_option("--dp", optarg, 1, 1 << 24, &o->strat.dp)) return PCC_ERR_INPUT; o->template_given = true; break;
+        case OPT_TP: if (int_option("--tp", optarg, 1, 1 << 24, &o->strat.tp)) return PCC_ERR_INPUT; o->template_given = true; break;
+        case OPT_PP: if (int_option("--pp", optarg, 1, 1 << 24, &o->strat.pp)) return PCC_ERR_INPUT; o->template_given = true; break;
+        case OPT_ZERO: if (int_option("--zero", optarg, 0, 3, &o->strat.zero)) return PCC_ERR_INPUT; break;
+        case OPT_AUTO: auto_given = true; break;
+        case OPT_RECOMPUTE:
+            if (strcmp(optarg, "none") == 0) o->strat.recompute = PCC_RECOMPUTE_NONE;
+            else if (strcmp(optarg, "full") == 0) o->strat.recompute = PCC_RECOMPUTE_FULL;
+            else if (strcmp(optarg, "auto") == 0) o->strat.recompute = PCC_RECOMPUTE_AUTO;
+            else {
+                fprintf(stderr, "plancc: --recompute wants none, full or auto, got \"%s\"\n", optarg);
+                return PCC_ERR_INPUT;
+            }
+            break;
+        case OPT_SCHEDULE:
+            if (strcmp(optarg, "gpipe") == 0) o->strat.schedule = PCC_PIPE_GPIPE;
+            else if (strcmp(optarg, "1f1b") == 0) o->strat.schedule = PCC_PIPE_1F1B;
+            else {
+                fprintf(stderr, "plancc: --schedule wants gpipe or 1f1b, got \"%s\"\n", optarg);
+                return PCC_ERR_INPUT;
+            }
+            break;
         case 'd':
             if (strspn(optarg, "ts") != strlen(optarg) || !*optarg) {
                 fprintf(stderr, "plancc: -d wants letters of \"ts\" (t: phase 1 candidates, s: phase 2 schedule), got \"%s\"\n", optarg);
@@ -138,8 +188,17 @@ static pcc_status parse_options(int argc, char **argv, options *o, bool *done) {
         return PCC_ERR_INPUT;
     }
     o->model = argv[optind];
-    if (!o->check) {
-        fprintf(stderr, "plancc: this build only checks models: use plancc --check %s (the three-phase compiler is not built yet)\n", o->model);
+    if (auto_given && o->template_given) {
+        fprintf(stderr, "plancc: --auto searches the mesh; it does not go with --dp, --tp or --pp\n");
+        return PCC_ERR_INPUT;
+    }
+    o->strat.auto_mesh = !o->template_given;
+    if (!o->check && !o->cluster) {
+        fprintf(stderr, "plancc: compiling a plan needs --cluster FILE (models/clusters/ has some; see plancc --help)\n");
+        return PCC_ERR_INPUT;
+    }
+    if (o->check && (o->output || o->template_given || auto_given)) {
+        fprintf(stderr, "plancc: --check only checks the model; it writes no plan (leave out -o and the strategy)\n");
         return PCC_ERR_INPUT;
     }
     return PCC_OK;
@@ -156,6 +215,154 @@ static pcc_status run_phases(const pcc_graph *g, const pcc_cluster *c, const opt
     pcc_status st = sched_intra(g, c, t, &so, &s);
     if (!st && o->dumps && strchr(o->dumps, 's')) sched_dump(stdout, g, s);
     return st;
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static uint64_t file_hash(pcc_arena *a, const char *path) {
+    char *text;
+    size_t n;
+    if (file_read_all(a, path, &text, &n, (size_t)1 << 31)) return 0;
+    return plan_fnv1a64(text, n);
+}
+
+// The options that decide the plan, in one canonical order (the plan's META and its hash).
+static const char *canonical_options(pcc_arena *a, const pcc_cluster *c, const options *o) {
+    static const char *const rc[] = {"none", "full", "auto"};
+    const pcc_strategy_opts *s = &o->strat;
+    char mesh[96] = "--auto";
+    if (!s->auto_mesh) snprintf(mesh, sizeof mesh, "--dp %d --tp %d --pp %d", s->dp ? s->dp : 1, s->tp ? s->tp : 1, s->pp ? s->pp : 1);
+    return arena_printf(a, "--devices %d %s --micro-batches %d --schedule %s --zero %d --recompute %s --time-limit %g --mip-gap %g",
+                        c->n_devices, mesh, o->micro_batches, s->schedule == PCC_PIPE_GPIPE ? "gpipe" : "1f1b", s->zero,
+                        rc[s->recompute], o->ilp.time_limit_s, o->ilp.mip_gap);
+}
+
+static const char *default_output(pcc_arena *a, const char *model) {
+    const char *base = strrchr(model, '/');
+    base = base ? base + 1 : model;
+    size_t n = strlen(base);
+    if (n > 5 && strcmp(base + n - 5, ".json") == 0) n -= 5;
+    return arena_printf(a, "%.*s.plan", (int)n, base);
+}
+
+// Emits the candidates best first; the first that fits memory wins. *peak_out: the smallest
+// peak among those that did not fit (for the message).
+static pcc_status emit_first_fit(const pcc_graph *g, const pcc_cluster *c, pcc_strategy **cand, int n,
+                                 const pcc_emit_opts *eo, pcc_emitted *out, int *which, double *peak_out) {
+    *peak_out = INFINITY;
+    for (int i = 0; i < n; i++) {
+        pcc_emitted e;
+        pcc_status st = emit_plan(g, c, cand[i], eo, &e);
+        if (st == PCC_OK) {
+            *out = e, *which = i;
+            return PCC_OK;
+        }
+        if (e.p) plan_free(e.p), free(e.p);
+        if (st != PCC_ERR_INFEASIBLE) return st;
+        if (e.peak_bytes < *peak_out) *peak_out = e.peak_bytes;
+    }
+    return PCC_ERR_INFEASIBLE;
+}
+
+static pcc_status try_fit(const pcc_graph *g, const pcc_cluster *c, pcc_strategy_opts so, const pcc_emit_opts *eo) {
+    pcc_strategy **cand;
+    int n, which;
+    double peak;
+    pcc_emitted e;
+    pcc_status st = strategy_plan(g, c, &so, &cand, &n);
+    if (st) return st;
+    st = emit_first_fit(g, c, cand, n, eo, &e, &which, &peak);
+    if (st == PCC_OK) plan_free(e.p), free(e.p);
+    return st;
+}
+
+// Nothing fits: say by how much, and the smallest change that would fit.
+static void explain_infeasible(const pcc_graph *g, const pcc_cluster *c, const options *o, const pcc_emit_opts *eo,
+                               double peak) {
+    char need[32], have[32];
+    fmt_bytes(need, sizeof need, peak);
+    fmt_bytes(have, sizeof have, c->memory_bytes);
+    fprintf(stderr, "plancc: %s: does not fit: the smallest plan needs %s per device (its largest stage's arena), and a %s "
+                    "has %s\n", g->file, need, c->device_name, have);
+    pcc_emit_opts q = *eo;
+    q.quiet = true;
+    const char *fix = NULL;
+    pcc_strategy_opts so = o->strat;
+    so.quiet = true;
+    if (so.recompute != PCC_RECOMPUTE_FULL) {
+        pcc_strategy_opts t = so;
+        t.recompute = PCC_RECOMPUTE_FULL;
+        if (try_fit(g, c, t, &q) == PCC_OK) fix = "--recompute full";
+    }
+    if (!fix && so.zero < 3 && (so.auto_mesh || so.dp > 1)) {
+        pcc_strategy_opts t = so;
+        t.zero = 3;
+        if (try_fit(g, c, t, &q) == PCC_OK) fix = "--zero 3";
+        else {
+            t.recompute = PCC_RECOMPUTE_FULL;
+            if (try_fit(g, c, t, &q) == PCC_OK) fix = "--zero 3 --recompute full";
+        }
+    }
+    if (fix) fprintf(stderr, "plancc: it fits with %s\n", fix);
+    else
+        fprintf(stderr, "plancc: neither recompute nor ZeRO-3 make it fit: use more devices (--nodes, --devices, or more "
+                        "pipeline stages with --pp), or a smaller micro-batch (the batch dimension in the model)\n");
+}
+
+static pcc_status compile(pcc_arena *a, const pcc_graph *g, const pcc_cluster *c, const options *o) {
+    double t0 = now_s();
+    pcc_strategy_opts so = o->strat;
+    so.ilp = o->ilp;
+    so.quiet = o->quiet;
+    pcc_strategy **cand;
+    int n;
+    pcc_status st = strategy_plan(g, c, &so, &cand, &n);
+    if (st) return st;
+    pcc_emit_opts eo = {.options = canonical_options(a, c, o), .quiet = o->quiet};
+    eo.model_hash = file_hash(a, o->model);
+    eo.cluster_hash = file_hash(a, o->cluster);
+    pcc_emitted e;
+    int which = 0;
+    double peak;
+    st = emit_first_fit(g, c, cand, n, &eo, &e, &which, &peak);
+    if (st == PCC_ERR_INFEASIBLE) explain_infeasible(g, c, o, &eo, peak);
+    if (st) return st;
+    const char *out = o->output ? o->output : default_output(a, o->model);
+    char err[512];
+    plan_status ps = plan_write(e.p, out, err, sizeof err);
+    if (ps != PLAN_OK) {
+        fprintf(stderr, "plancc: %s: %s\n", out, err);
+        plan_free(e.p), free(e.p);
+        return PCC_ERR_INPUT;
+    }
+    uint8_t *bytes;
+    size_t nbytes = 0;
+    if (plan_encode(e.p, &bytes, &nbytes, err, sizeof err) == PLAN_OK) free(bytes);
+    double t1 = now_s();
+    if (!o->quiet) {
+        const pcc_strategy *s = cand[which];
+        char buf[160], b1[32], b2[32], b3[32];
+        printf("plancc: %s on %d x %s (%s): %s%s\n", g->name, c->n_devices, c->device_name, c->file,
+               strategy_str(s, buf, sizeof buf), o->strat.auto_mesh ? " (--auto)" : "");
+        if (o->strat.auto_mesh) printf("  searched %d factorizations; this one ranked %d by the cost model\n", n, which + 1);
+        printf("  ILP (tp group of %d): %d rows x %d columns, %s, objective %.6g s, bound %.6g s, gap %.2f%%, %.3f s\n",
+               s->mesh[PCC_AX_TP], s->ilp.rows, s->ilp.cols, ilp_status_name(s->ilp.status), s->ilp.objective,
+               s->ilp.bound, 100 * s->ilp.gap, s->ilp.seconds);
+        const plan *p = e.p;
+        for (uint32_t k = 0; k < p->n_programs; k++)
+            printf("  %s: arena %s, %u buffers, %u instructions\n", p->programs[k].name,
+                   fmt_bytes(b1, sizeof b1, (double)p->programs[k].arena_bytes), p->programs[k].n_buffers, p->programs[k].n_insns);
+        printf("  peak memory per device %s of %s (stage %d; live-buffer bound %s); estimated step %.6g s\n",
+               fmt_bytes(b1, sizeof b1, e.peak_bytes), fmt_bytes(b2, sizeof b2, c->memory_bytes), e.peak_stage,
+               fmt_bytes(b3, sizeof b3, e.live_bound_bytes), s->est_step_s);
+        printf("  wrote %s: %s, plan_check passed; compiled in %.3f s\n", out, fmt_bytes(b1, sizeof b1, (double)nbytes), t1 - t0);
+    }
+    plan_free(e.p), free(e.p);
+    return PCC_OK;
 }
 
 int main(int argc, char **argv) {
@@ -176,11 +383,13 @@ int main(int argc, char **argv) {
     if (!st) st = graph_check(g);
     pcc_cluster *cluster = NULL;
     if (!st && o.cluster) st = cluster_load(arena, o.cluster, o.nodes, o.devices, &cluster);
-    if (!st) {
+    if (!st && o.check) {
         pcc_report_opts ro = {.json = o.json, .verbose = o.verbose};
         report_print_cluster(stdout, g, cluster, &ro);
+        if (cluster && (o.dumps || o.ilp.dump_lp)) st = run_phases(g, cluster, &o);
+    } else if (!st) {
+        st = compile(arena, g, cluster, &o);
     }
-    if (!st && cluster && (o.dumps || o.ilp.dump_lp)) st = run_phases(g, cluster, &o);
     if (!st) {
         if (fflush(stdout) != 0) {
             fprintf(stderr, "plancc: cannot write the report\n");

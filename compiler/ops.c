@@ -571,9 +571,26 @@ static int letters_reshape(const pcc_graph *g, const pcc_op *op, pcc_letter *out
     return n;
 }
 
+// reduce_sum: the input's leading axes are summed (reduction letters), its trailing ones are the
+// output's.
+static int letters_reduce_sum(const pcc_graph *g, const pcc_op *op, pcc_letter *out) {
+    const pcc_tensor *in = &g->tensors[op->in[0]], *o = &g->tensors[op->out[0]];
+    int n = 0, lead = in->rank - o->rank;
+    for (int i = 0; i < in->rank; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "x%d", i & 7);
+        pcc_letter *l = letter_get(g, out, &n, name, in->dims[i], i < lead, false);
+        l->axis[0] = (signed char)i;
+        if (i >= lead) l->axis[1] = (signed char)(i - lead);
+    }
+    return n;
+}
+
 int op_letters(const pcc_graph *g, const pcc_op *op, pcc_letter *out) {
     PCC_ASSERT(op->nin + op->nout <= PCC_MAX_OPERANDS);
     switch (op->kind) {
+    case PCC_OP_FILL: return 0;
+    case PCC_OP_REDUCE_SUM: return letters_reduce_sum(g, op, out);
     case PCC_OP_CONCAT: case PCC_OP_SPLIT: case PCC_OP_SLICE: case PCC_OP_SLICE_GRAD:
         return letters_positional(g, op, op->attrs.axis, out);
     case PCC_OP_ADD: case PCC_OP_MUL: return letters_positional(g, op, -1, out);

@@ -20,6 +20,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "plan.h" // the plan (runtime/plan.h), which phase 3 emits
+
 #define PCC_VERSION "0.1.0"
 
 /* ---------------------------------------------------------------- util.c */
@@ -551,6 +553,7 @@ typedef struct pcc_sched_opts {
     pcc_group_shape group;  // the devices the operators are split over
     double memory_bytes;    // per device budget
     pcc_ilp_opts ilp;
+    bool quiet;             // an infeasible program returns PCC_ERR_INFEASIBLE without a message
 } pcc_sched_opts;
 
 typedef struct pcc_sched {
@@ -574,6 +577,104 @@ double sched_eval(const pcc_graph *g, const pcc_cluster *c, const pcc_transform 
                   const int *choice, double *memory);
 // The choice per operator with its cause, and the ILP's figures.
 void sched_dump(FILE *f, const pcc_graph *g, const pcc_sched *s);
+
+/* ---------------------------------------------------------------- strategy.c */
+
+/* Phase 2, the mesh and the pipeline: how the devices factor into pp x dp x tp (tp varying
+ * fastest, so a tensor-parallel group stays inside a node), which layers each pipeline stage
+ * runs, and the split of every operator along the dp and tp axes. Two ways to get one:
+ *   - a template (--dp --tp --pp): Megatron-LM's plan. The batch dimension is split over dp;
+ *     the tp split of each operator comes from the intra-operator ILP (sched.c) on the tp group
+ *     with the batch dimension excluded, which gives Megatron's column- then row-parallel
+ *     linears; stages balance the layers' FLOPs.
+ *   - --auto: every factorization of the devices (tp inside a node, dp dividing the batch, pp
+ *     at most the number of layers), each with the ILP for its tp group, ranked by the cost
+ *     model's step time; the emitter (emit.c) takes the best one that fits memory exactly. */
+
+typedef enum pcc_recompute { PCC_RECOMPUTE_NONE, PCC_RECOMPUTE_FULL, PCC_RECOMPUTE_AUTO } pcc_recompute;
+typedef enum pcc_pipe_sched { PCC_PIPE_GPIPE = 1, PCC_PIPE_1F1B = 2 } pcc_pipe_sched; // plan_schedule's values
+
+typedef struct pcc_strategy_opts {
+    int dp, tp, pp;             // 0: not given (auto)
+    bool auto_mesh;             // search the factorizations (--auto, the default without --dp/--tp/--pp)
+    int zero;                   // 0..3
+    pcc_recompute recompute;
+    pcc_pipe_sched schedule;    // 0: 1F1B when pp > 1
+    pcc_ilp_opts ilp;
+    bool quiet;
+} pcc_strategy_opts;
+
+enum { PCC_AX_PP, PCC_AX_DP, PCC_AX_TP, PCC_AXES };
+
+typedef struct pcc_strategy {
+    int mesh[PCC_AXES];         // pp, dp, tp
+    int micro_batches;          // the graph's
+    pcc_pipe_sched schedule;
+    int zero;
+    int batch_dim;              // the model dimension data parallelism splits (-1: none found)
+    // Per forward op: the letter (index into op_letters) split along dp and along tp, -1 none;
+    // whether it is recomputed in the backward pass; why (for plandump's notes).
+    int *letter[PCC_AXES];
+    bool *recompute;
+    const char **cause;
+    // Pipeline stages: per forward top-level op its stage; per forward block, per copy.
+    int *op_stage;              // per op (forward ops only; -1 for block ops)
+    int **copy_stage;           // per block (forward blocks), [repeat]
+    double est_step_s;          // the cost model's estimate of one step
+    double est_memory_bytes;    // its estimate of the largest stage's memory per device
+    pcc_ilp_result ilp;         // the tp group's ILP (status OPTIMAL with 0 rows when tp = 1)
+} pcc_strategy;
+
+// The candidate strategies for the options: one for a template, all that the search finds for
+// --auto, best first (by est_step_s). PCC_ERR_INPUT (with a message) when a template does not
+// fit the devices or the model (dp not dividing the batch, pp above the number of layers, ...);
+// PCC_ERR_INFEASIBLE when no factorization is possible.
+pcc_status strategy_plan(const pcc_graph *g, const pcc_cluster *c, const pcc_strategy_opts *o, pcc_strategy ***out,
+                         int *n_out);
+// "pp 2 x dp 2 x tp 2, 1f1b, 4 micro-batches" into buf.
+char *strategy_str(const pcc_strategy *s, char *buf, size_t n);
+
+/* ---------------------------------------------------------------- emit.c */
+
+/* Phase 3, data dependency preservation, the memory planner and the plan: per pipeline stage
+ * one program that every dp x tp rank of the stage runs. For each operator it finds the layout
+ * of every operand from the strategy's split (the backward and optimizer operators from their
+ * forward operator's), and where a producer's layout differs from a consumer's it inserts the
+ * collectives that turn one into the other (all-gather, all-reduce, reduce-scatter,
+ * all-to-all, a local slice), or a send/receive where they are on different stages. Gradients
+ * of parameters replicated over dp are all-reduced (ZeRO: reduce-scattered, the parameters
+ * all-gathered) on a second stream, overlapped with the backward pass of the last
+ * micro-batch. Micro-batches run in the strategy's schedule (GPipe or 1F1B), repeated blocks
+ * as loops. The memory planner then places every buffer at a static offset from its
+ * liveness; the arena is the exact peak. */
+
+// Phase 3's resharding chain from layout `from` to `to` of a tensor of rank `rank` on the mesh
+// pp x dp x tp: collectives over one axis each (kind: pcc_coll), undoing splits from the least
+// significant axis up, then at most one local slice (kind -1) to what is left. Each step has the
+// layout after it. Returns the count (0 when equal; at most PCC_AXES + 1).
+typedef struct pcc_reshard_step {
+    int kind, axis;
+    plan_shard after;
+} pcc_reshard_step;
+int reshard_steps(plan_shard from, plan_shard to, int rank, pcc_reshard_step *steps);
+
+typedef struct pcc_emit_opts {
+    const char *options;        // canonical option string, for META
+    uint64_t model_hash, cluster_hash;
+    bool quiet;
+} pcc_emit_opts;
+
+typedef struct pcc_emitted {
+    plan *p;                    // malloc'd via plan_alloc; plan_free it
+    double peak_bytes;          // the largest program's arena
+    int peak_stage;
+    double live_bound_bytes;    // the largest sum of buffers live at one instruction (a lower bound)
+} pcc_emitted;
+
+// Emits the plan of strategy s. PCC_ERR_INFEASIBLE when a stage's arena exceeds the device's
+// memory (*e is still filled, so that the caller can report by how much).
+pcc_status emit_plan(const pcc_graph *g, const pcc_cluster *c, const pcc_strategy *s, const pcc_emit_opts *o,
+                     pcc_emitted *e);
 
 /* ---------------------------------------------------------------- report.c */
 

@@ -327,6 +327,7 @@ static double min_memory(builder *B) {
 }
 
 static pcc_status infeasible(builder *B) {
+    if (B->o->quiet) return PCC_ERR_INFEASIBLE;
     char need[32], have[32];
     fmt_bytes(need, sizeof need, min_memory(B));
     fmt_bytes(have, sizeof have, B->o->memory_bytes);

@@ -1,0 +1,1279 @@
+/*
+ * emit.c: phase 3 (data dependency preservation), the memory planner and the plan.
+ *
+ * One program per pipeline stage; every rank of the stage (its dp x tp ranks) runs it. The
+ * program is built in execution order:
+ *
+ *   [zero the accumulators of block-summed gradients]
+ *   the schedule's micro-batch loops:  F(mb) = recv inputs; forward units; send outputs
+ *                                      B(mb) = recv gradients; backward units; send gradients
+ *   the last micro-batch's backward, peeled out of its loop, with each parameter's gradient
+ *   synchronized on stream 1 as soon as it is final (overlapped with the rest of the backward)
+ *   wait for the synchronization; the optimizer; parameter copies to the stages that share them
+ *
+ * Layouts. Every operand of every operator gets a sharding spec over the mesh (plan_shard: per
+ * axis replicated, partial sums, or a split dimension), from the strategy's split letter per
+ * axis; backward operators find the letter of their forward operator's split by matching the
+ * axes of the operands they share with it (the same tensor, or its gradient). Where the buffer
+ * that holds a value has another layout than a reader wants, reshard() inserts the chain:
+ * collectives over one mesh axis at a time, undoing splits from the least significant axis up
+ * (all-reduce of partial sums, all-gather of pieces; reduce-scatter and all-to-all where they
+ * land directly on the wanted layout), then one local copy that slices what is left.
+ *
+ * Values that cross stages are sent at the end of the producer's phase and received at the
+ * start of the consumer's, in tensor order on every channel, so both sides agree. A parameter
+ * used on several stages (tied embeddings) lives on the stage of its first use, which runs its
+ * optimizer; the others hold a copy that is received after the optimizer, and send their
+ * gradient contributions to it per micro-batch.
+ *
+ * Memory: every buffer gets an interval of instruction indices in which it is live (the whole
+ * program for parameters, optimizer state, inputs, the loss and accumulators; a loop's whole
+ * span for a buffer that carries data from one iteration to the next); the planner places the
+ * buffers at the lowest offset free over their interval, largest first. The arena is the
+ * exact peak of the plan; plan_check proves that no two live buffers overlap.
+ */
+#include "plancc.h"
+#include "plan.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define ALIGN 256u
+#define STREAM_MAIN 0
+#define STREAM_SYNC 1
+#define EV_GRAD 0
+#define EV_SYNCED 1
+
+typedef struct ebuf {
+    uint32_t tensor;
+    uint8_t dtype;
+    plan_shard shard;
+    uint64_t bytes;
+    uint32_t mb_slots, layer_slots, layer_base;
+    bool whole;                 // live for the whole program
+    bool persist;               // the home of a param, optimizer state or input (PLAN_BUF_PERSIST)
+    int first, last;            // liveness (instruction indices)
+    uint64_t offset, extent;
+} ebuf;
+
+typedef struct cache_entry {
+    int src;
+    plan_shard want;
+    int buf;
+} cache_entry;
+
+typedef struct prog {
+    int stage;
+    ebuf *buf;          int n_buf, cap_buf;
+    plan_insn *insn;    int n_insn, cap_insn;
+    uint32_t *args;     int n_args, cap_args;
+    plan_attrs *attrs;  int n_attrs, cap_attrs;
+    int loops[PLAN_MAX_LOOP_DEPTH], depth;
+    int *home;          // per tensor: its buffer on this stage, -1
+    int **carry;        // per block, per carried value: its carry register (scratch), -1
+    cache_entry *cache; int n_cache, cap_cache;
+    bool used_sync;
+    uint64_t arena;
+} prog;
+
+typedef struct emitter {
+    const pcc_graph *g;
+    const pcc_cluster *c;
+    const pcc_strategy *s;
+    int pp, dp, tp, M;
+    plan_shard **sh;    // per op: the shard of each operand (inputs, then outputs)
+    plan_shard *home_sh;// per tensor: the layout of the buffer that holds it
+    plan_shard *opt_sh; // per param: the layout its optimizer runs in
+    bool *sync;         // per param grad tensor: needs a gradient synchronization
+    int *tstage;        // per tensor: the stage that holds it (-1: inputs, every stage)
+    bool *kept;         // per tensor: read in the backward pass (keep a slot per micro-batch)
+    bool *recomp;       // per op: a forward op re-run in the backward pass
+    int *ostage;        // per op: stage (block ops: -2, by copy)
+    int **copy_lo, **copy_hi; // per forward block, per stage: its copies [lo, hi)
+    int (*groups)[2];   int n_groups, cap_groups; // (axes mask, stream) per plan group
+    int delta;          // the micro-batch offset of the instructions being emitted
+} emitter;
+
+/* ---- small helpers ---- */
+
+static uint64_t align_up(uint64_t x) { return (x + ALIGN - 1) / ALIGN * ALIGN; }
+
+static bool shard_eq(plan_shard a, plan_shard b) { return memcmp(a.map, b.map, sizeof a.map) == 0; }
+
+static plan_shard shard_r(void) {
+    plan_shard s;
+    memset(&s, 0, sizeof s);
+    return s;
+}
+
+static uint64_t shard_bytes(const emitter *E, int t, plan_shard s) {
+    const pcc_tensor *T = &E->g->tensors[t];
+    int ways[PCC_MAX_RANK] = {0};
+    for (int i = 0; i < T->rank; i++) ways[i] = 1;
+    for (int a = 0; a < PCC_AXES; a++)
+        if (s.map[a] >= 2) ways[s.map[a] - 2] *= E->s->mesh[a];
+    uint64_t n = (uint64_t)pcc_dtype_bytes(T->dtype);
+    for (int i = 0; i < T->rank; i++) {
+        int64_t d = E->g->dims[T->dims[i]].size;
+        PCC_ASSERT(d % ways[i] == 0);
+        n *= (uint64_t)(d / ways[i]);
+    }
+    return n;
+}
+
+static int block_of(const pcc_graph *g, int b) { return g->blocks[b].fwd < 0 ? b : g->blocks[b].fwd; }
+
+static int group(emitter *E, int axes, int stream) {
+    for (int i = 0; i < E->n_groups; i++)
+        if (E->groups[i][0] == axes && E->groups[i][1] == stream) return i;
+    int *g = *VEC_PUSH(E->g->arena, E->groups, E->n_groups, E->cap_groups);
+    g[0] = axes, g[1] = stream;
+    return E->n_groups - 1;
+}
+
+/* ---- layouts ---- */
+
+// The shard of operand o of op under split letter l (or none) along axis a, into s.
+static void shard_axis(const pcc_op *op, const pcc_letter *l, int o, int a, plan_shard *s) {
+    if (!l) return;
+    if (l->axis[o] >= 0) s->map[a] = (uint8_t)PLAN_SHARD_D(l->axis[o]);
+    else if (o >= op->nin && l->reduce) s->map[a] = PLAN_SHARD_V;
+}
+
+// The tensor of the forward op's operands that operand tensor u of a backward op stands for:
+// u itself or the tensor u is the gradient of. -1 if none.
+static int fwd_operand(const pcc_graph *g, const pcc_op *f, int u) {
+    for (int pass = 0; pass < 2; pass++) {
+        int t = pass == 0 ? u : g->tensors[u].kind == PCC_T_GRAD ? g->tensors[u].of : -1;
+        if (t < 0) continue;
+        for (int o = 0; o < f->nin + f->nout; o++)
+            if ((o < f->nin ? f->in[o] : f->out[o - f->nin]) == t) return o;
+    }
+    return -1;
+}
+
+// The backward op's letter that is its forward op's letter fl: the same axis in every operand
+// the two share. NULL if none (the backward op then runs replicated along that mesh axis).
+static const pcc_letter *match_letter(const pcc_graph *g, const pcc_op *b, const pcc_letter *bl, int nbl,
+                                      const pcc_op *f, const pcc_letter *fl) {
+    for (int k = 0; k < nbl; k++) {
+        bool ok = !bl[k].nosplit, any = false;
+        for (int o = 0; ok && o < b->nin + b->nout; o++) {
+            int u = o < b->nin ? b->in[o] : b->out[o - b->nin];
+            int fo = fwd_operand(g, f, u);
+            if (fo < 0) continue;
+            if (bl[k].axis[o] != fl->axis[fo]) ok = false;
+            any |= fl->axis[fo] >= 0;
+        }
+        if (ok && any) return &bl[k];
+    }
+    return NULL;
+}
+
+static void op_shards(emitter *E, int o) {
+    const pcc_graph *g = E->g;
+    const pcc_op *op = &g->ops[o];
+    int n = op->nin + op->nout;
+    E->sh[o] = arena_alloc(g->arena, sizeof(plan_shard) * (size_t)(n + 1));
+    int f = op->phase == PCC_PHASE_FWD ? o : op->fwd;
+    if (f < 0 || op->phase == PCC_PHASE_OPT) return; // decided later, from the tensors
+    pcc_letter fl[PCC_MAX_LETTERS], bl[PCC_MAX_LETTERS];
+    int nfl = op_letters(g, &g->ops[f], fl), nbl = f == o ? nfl : op_letters(g, op, bl);
+    for (int a = PCC_AX_DP; a < PCC_AXES; a++) {
+        int li = E->s->letter[a][f];
+        if (li < 0) continue;
+        PCC_ASSERT(li < nfl);
+        const pcc_letter *l = f == o ? &fl[li] : match_letter(g, op, bl, nbl, &g->ops[f], &fl[li]);
+        for (int k = 0; k < n; k++) shard_axis(op, l, k, a, &E->sh[o][k]);
+    }
+}
+
+// A dimension of tensor t that no axis of s splits and dp divides, for ZeRO's shards; -1 if none.
+static int zero_dim(const emitter *E, int t, plan_shard s) {
+    const pcc_tensor *T = &E->g->tensors[t];
+    for (int i = 0; i < T->rank; i++) {
+        bool used = false;
+        for (int a = 0; a < PCC_AXES; a++) used |= s.map[a] == PLAN_SHARD_D(i);
+        if (!used && E->g->dims[T->dims[i]].size % E->dp == 0) return i;
+    }
+    return -1;
+}
+
+/* ---- stages ---- */
+
+static int copy_stage(const emitter *E, int b, int copy) { return E->s->copy_stage[block_of(E->g, b)][copy]; }
+
+// The stage of an op that is not in a block.
+static int top_stage(const emitter *E, int o) {
+    const pcc_graph *g = E->g;
+    const pcc_op *op = &g->ops[o];
+    if (op->phase == PCC_PHASE_FWD) return E->s->op_stage[o];
+    if (op->fwd >= 0) return E->s->op_stage[op->fwd];
+    int t = op->phase == PCC_PHASE_OPT ? op->in[0] : op->out[0];
+    if (op->phase == PCC_PHASE_BWD && g->tensors[t].of >= 0) t = g->tensors[t].of;
+    return E->tstage[t] >= 0 ? E->tstage[t] : 0;
+}
+
+// Stages: forward tensors where they are made; parameters where first used; gradients where
+// the tensor they belong to is; optimizer state with its parameter.
+static void place(emitter *E) {
+    const pcc_graph *g = E->g;
+    E->tstage = arena_alloc(g->arena, sizeof(int) * (size_t)(g->n_tensors + 1));
+    E->ostage = arena_alloc(g->arena, sizeof(int) * (size_t)(g->n_ops + 1));
+    for (int t = 0; t < g->n_tensors; t++) E->tstage[t] = -1;
+    for (int o = 0; o < g->n_fwd_ops; o++) {
+        const pcc_op *op = &g->ops[o];
+        int st = op->block < 0 ? E->s->op_stage[o] : -2;
+        for (int i = 0; i < op->nin; i++) {
+            int t = op->in[i];
+            if (g->tensors[t].kind == PCC_T_PARAM && E->tstage[t] == -1) E->tstage[t] = op->block < 0 ? st : -2;
+        }
+        for (int i = 0; i < op->nout; i++) E->tstage[op->out[i]] = st;
+    }
+    // Block tensors are per copy (-2); the outer ends of a block's bindings are where its
+    // first or last copy runs.
+    for (int b = 0; b < g->n_blocks; b++) {
+        const pcc_block *bl = &g->blocks[b];
+        int fb = block_of(g, b), R = (int)bl->repeat;
+        int last = bl->fwd < 0 ? E->s->copy_stage[fb][R - 1] : E->s->copy_stage[fb][0];
+        for (int i = 0; i < bl->n_out; i++) E->tstage[bl->out[i].outer] = last;
+        for (int i = 0; i < bl->n_acc; i++) E->tstage[bl->acc[i].outer] = last;
+    }
+    for (int t = 0; t < g->n_tensors; t++) {
+        const pcc_tensor *T = &g->tensors[t];
+        if (T->block >= 0) E->tstage[t] = -2;
+    }
+    for (int o = 0; o < g->n_ops; o++) {
+        const pcc_op *op = &g->ops[o];
+        E->ostage[o] = op->block >= 0 ? -2 : top_stage(E, o);
+        if (op->block < 0 && op->phase != PCC_PHASE_FWD)
+            for (int i = 0; i < op->nout; i++) E->tstage[op->out[i]] = E->ostage[o];
+        if (op->phase == PCC_PHASE_OPT)
+            for (int i = 2; i < op->nin; i++) E->tstage[op->in[i]] = E->tstage[op->in[0]];
+    }
+}
+
+// Tensors the backward pass reads (with recompute: what the recomputed ops read instead of
+// what they make).
+static void keep(emitter *E) {
+    const pcc_graph *g = E->g;
+    E->kept = arena_alloc(g->arena, sizeof(bool) * (size_t)(g->n_tensors + 1));
+    E->recomp = arena_alloc(g->arena, sizeof(bool) * (size_t)(g->n_ops + 1));
+    for (int o = 0; o < g->n_fwd_ops; o++) E->recomp[o] = E->s->recompute[o];
+    for (int o = g->n_fwd_ops; o < g->n_ops; o++)
+        if (g->ops[o].phase == PCC_PHASE_BWD)
+            for (int i = 0; i < g->ops[o].nin; i++) E->kept[g->ops[o].in[i]] = true;
+    for (int o = g->n_fwd_ops - 1; o >= 0; o--) {
+        const pcc_op *op = &g->ops[o];
+        if (!E->recomp[o]) continue;
+        bool needed = false;
+        for (int i = 0; i < op->nout; i++) needed |= E->kept[op->out[i]];
+        if (!needed) continue;
+        for (int i = 0; i < op->nin; i++) E->kept[op->in[i]] = true;
+    }
+    for (int o = 0; o < g->n_fwd_ops; o++)
+        if (E->recomp[o])
+            for (int i = 0; i < g->ops[o].nout; i++) E->kept[g->ops[o].out[i]] = false;
+    for (int t = 0; t < g->n_tensors; t++) {
+        pcc_tensor_kind k = g->tensors[t].kind;
+        if (k != PCC_T_ACT && k != PCC_T_INPUT) E->kept[t] = false;
+    }
+}
+
+/* ---- the layout of every value ---- */
+
+static void layouts(emitter *E) {
+    const pcc_graph *g = E->g;
+    E->sh = arena_alloc(g->arena, sizeof(plan_shard *) * (size_t)(g->n_ops + 1));
+    E->home_sh = arena_alloc(g->arena, sizeof(plan_shard) * (size_t)(g->n_tensors + 1));
+    E->opt_sh = arena_alloc(g->arena, sizeof(plan_shard) * (size_t)(g->n_tensors + 1));
+    E->sync = arena_alloc(g->arena, sizeof(bool) * (size_t)(g->n_tensors + 1));
+    bool *set = arena_alloc(g->arena, sizeof(bool) * (size_t)(g->n_tensors + 1));
+    for (int o = 0; o < g->n_ops; o++) op_shards(E, o);
+    // Values made by letter-split ops hold their producer's layout; params and inputs their
+    // first reader's.
+    for (int o = 0; o < g->n_ops; o++) {
+        const pcc_op *op = &g->ops[o];
+        if (op->phase == PCC_PHASE_OPT || (op->phase == PCC_PHASE_BWD && op->fwd < 0)) continue;
+        for (int i = 0; i < op->nout; i++) E->home_sh[op->out[i]] = E->sh[o][op->nin + i], set[op->out[i]] = true;
+        for (int i = 0; i < op->nin; i++) {
+            int t = op->in[i];
+            pcc_tensor_kind k = g->tensors[t].kind;
+            if (!set[t] && (k == PCC_T_PARAM || k == PCC_T_INPUT)) E->home_sh[t] = E->sh[o][i], set[t] = true;
+        }
+    }
+    for (int pass = 0; pass < 2; pass++) {
+        // Block bindings: a carried input holds what its source does; an outer end what its inner does.
+        for (int b = 0; b < g->n_blocks; b++) {
+            const pcc_block *bl = &g->blocks[b];
+            for (int i = 0; i < bl->n_in; i++)
+                if (!set[bl->in[i].inner]) E->home_sh[bl->in[i].inner] = E->home_sh[bl->in[i].outer];
+            for (int i = 0; i < bl->n_carry; i++) E->home_sh[bl->carry[i].inner] = E->home_sh[bl->carry[i].outer];
+            for (int i = 0; i < bl->n_out; i++) E->home_sh[bl->out[i].outer] = E->home_sh[bl->out[i].inner];
+            for (int i = 0; i < bl->n_acc; i++) E->home_sh[bl->acc[i].outer] = E->home_sh[bl->acc[i].inner];
+        }
+        // Ops without a forward op, in program order: fills take the layout of what they stand
+        // for (a scalar loss seed: replicated), sums their first input's.
+        for (int o = 0; o < g->n_ops; o++) {
+            const pcc_op *op = &g->ops[o];
+            if (op->phase != PCC_PHASE_BWD || op->fwd >= 0) continue;
+            plan_shard s = shard_r();
+            if (op->kind == PCC_OP_FILL) {
+                int of = g->tensors[op->out[0]].of;
+                if (of >= 0 && g->tensors[op->out[0]].rank > 0) s = E->home_sh[of];
+                for (int a = 0; a < PCC_AXES; a++) // a fill of partial sums would count its value per rank
+                    if (s.map[a] == PLAN_SHARD_V) s.map[a] = PLAN_SHARD_R;
+            } else {
+                s = E->home_sh[op->in[0]];
+            }
+            for (int i = 0; i < op->nin + op->nout; i++) E->sh[o][i] = s;
+            for (int i = 0; i < op->nout; i++) E->home_sh[op->out[i]] = s;
+        }
+    }
+    // Parameters: their gradients are synchronized over the axes where they hold partial sums;
+    // the optimizer runs on the parameter's layout, or with ZeRO on a dp shard of it.
+    for (int o = 0; o < g->n_ops; o++) {
+        const pcc_op *op = &g->ops[o];
+        if (op->phase != PCC_PHASE_OPT) continue;
+        int p = op->in[0], gp = op->in[1];
+        plan_shard ps = E->home_sh[p], os = ps;
+        if (E->s->zero > 0 && ps.map[PCC_AX_DP] == PLAN_SHARD_R) {
+            int d = zero_dim(E, p, ps);
+            if (d >= 0) os.map[PCC_AX_DP] = (uint8_t)PLAN_SHARD_D(d);
+        }
+        E->opt_sh[p] = os;
+        if (E->s->zero == 3) E->home_sh[p] = os;
+        plan_shard gs = E->home_sh[gp];
+        for (int a = 0; a < PCC_AXES; a++)
+            if (gs.map[a] == PLAN_SHARD_V) E->sync[gp] = true;
+        if (!shard_eq(os, ps)) E->sync[gp] = true;
+        // Synchronized in place (all-reduce) where the optimizer wants the whole sum: the
+        // buffer's layout is the one after it. (Where it wants a shard: a reduce-scatter.)
+        for (int a = 0; a < PCC_AXES; a++)
+            if (gs.map[a] == PLAN_SHARD_V && os.map[a] == PLAN_SHARD_R) gs.map[a] = PLAN_SHARD_R;
+        E->home_sh[gp] = gs;
+        for (int i = 0; i < op->nin; i++) E->sh[o][i] = os;
+        for (int i = 2; i < op->nin; i++) E->home_sh[op->in[i]] = os;
+    }
+}
+
+/* ---- building a program ---- */
+
+static int in_flight(const emitter *E, int stage) {
+    if (E->s->schedule == PCC_PIPE_GPIPE || E->pp == 1) return E->M;
+    int k = E->pp - stage;
+    return k < E->M ? k : E->M;
+}
+
+static int new_buf(emitter *E, prog *P, int t, plan_shard s, uint32_t mb_slots, uint32_t layer_slots, uint32_t base) {
+    ebuf *b = VEC_PUSH(E->g->arena, P->buf, P->n_buf, P->cap_buf);
+    b->tensor = t >= 0 ? (uint32_t)t : PLAN_NONE;
+    b->dtype = (uint8_t)(t >= 0 ? E->g->tensors[t].dtype : PCC_F32);
+    b->shard = s;
+    b->bytes = t >= 0 ? shard_bytes(E, t, s) : 0;
+    b->mb_slots = mb_slots, b->layer_slots = layer_slots, b->layer_base = base;
+    b->first = b->last = -1;
+    return P->n_buf - 1;
+}
+
+// The buffer that holds tensor t on this stage (made on first use).
+static int home(emitter *E, prog *P, int t) {
+    if (P->home[t] >= 0) return P->home[t];
+    const pcc_graph *g = E->g;
+    const pcc_tensor *T = &g->tensors[t];
+    uint32_t mb = 1, layers = 1, base = 0;
+    if (T->block >= 0) {
+        int fb = block_of(g, T->block);
+        bool per_copy = T->kind == PCC_T_PARAM || T->kind == PCC_T_STATE || E->kept[t] ||
+                        (T->kind == PCC_T_GRAD && T->of >= 0 && g->tensors[T->of].kind == PCC_T_PARAM);
+        if (per_copy) {
+            layers = (uint32_t)(E->copy_hi[fb][P->stage] - E->copy_lo[fb][P->stage]);
+            base = (uint32_t)E->copy_lo[fb][P->stage];
+        }
+    }
+    if (T->kind == PCC_T_INPUT || t == g->loss) mb = (uint32_t)E->M;
+    else if (E->kept[t]) mb = (uint32_t)in_flight(E, P->stage);
+    int b = new_buf(E, P, t, E->home_sh[t], mb, layers, base);
+    bool whole = T->kind == PCC_T_PARAM || T->kind == PCC_T_STATE || T->kind == PCC_T_INPUT || t == g->loss ||
+                 (T->kind == PCC_T_GRAD && T->of >= 0 && g->tensors[T->of].kind == PCC_T_PARAM && g->tensors[T->of].grad == t);
+    P->buf[b].whole = whole;
+    P->buf[b].persist = T->kind == PCC_T_PARAM || T->kind == PCC_T_STATE || T->kind == PCC_T_INPUT;
+    P->home[t] = b;
+    return b;
+}
+
+static void forget(prog *P, int buf) {
+    for (int i = 0; i < P->n_cache; i++)
+        if (P->cache[i].src == buf || P->cache[i].buf == buf) P->cache[i--] = P->cache[--P->n_cache];
+}
+
+static plan_insn *insn(emitter *E, prog *P, plan_insn_kind k, int stream, const int *args, int nargs) {
+    plan_insn *in = VEC_PUSH(E->g->arena, P->insn, P->n_insn, P->cap_insn);
+    in->kind = (uint8_t)k;
+    in->stream = (uint8_t)stream;
+    in->nargs = (uint16_t)nargs;
+    in->args = (uint32_t)P->n_args;
+    in->attrs = PLAN_NONE;
+    in->mb_delta = (int16_t)E->delta;
+    for (int i = 0; i < nargs; i++) *VEC_PUSH(E->g->arena, P->args, P->n_args, P->cap_args) = (uint32_t)args[i];
+    return in;
+}
+
+static void loop_open(emitter *E, prog *P, plan_loop_var var, int count) {
+    PCC_ASSERT(P->depth < PLAN_MAX_LOOP_DEPTH);
+    P->n_cache = 0;
+    int saved = E->delta;
+    E->delta = 0;
+    plan_insn *in = insn(E, P, PLAN_I_LOOP, 0, NULL, 0);
+    E->delta = saved;
+    in->code = (uint16_t)var;
+    in->a = count;
+    P->loops[P->depth++] = P->n_insn - 1;
+}
+
+static void loop_close(prog *P) {
+    int l = P->loops[--P->depth];
+    P->insn[l].b = P->n_insn - l - 1;
+    P->n_cache = 0;
+    PCC_ASSERT(P->insn[l].b > 0);
+}
+
+static void event(emitter *E, prog *P, plan_insn_kind k, int stream, int ev) {
+    int saved = E->delta;
+    E->delta = 0;
+    insn(E, P, k, stream, NULL, 0)->a = ev;
+    E->delta = saved;
+}
+
+static void coll(emitter *E, prog *P, pcc_coll kind, int axis, int stream, int in, int out) {
+    int args[2] = {in, out};
+    plan_insn *i = insn(E, P, PLAN_I_COLL, stream, args, 2);
+    i->code = (uint16_t)kind;
+    i->a = group(E, 1 << axis, stream);
+    forget(P, out);
+}
+
+static void copy(emitter *E, prog *P, int src, int dst) {
+    int args[2] = {src, dst};
+    insn(E, P, PLAN_I_COPY, STREAM_MAIN, args, 2);
+    forget(P, dst);
+}
+
+/* ---- phase 3: resharding ---- */
+
+// The axes that split dimension i, in mesh order.
+static int split_axes(plan_shard s, int i, int *ax) {
+    int n = 0;
+    for (int a = 0; a < PCC_AXES; a++)
+        if (s.map[a] == PLAN_SHARD_D(i)) ax[n++] = a;
+    return n;
+}
+
+// Is (cur's axes on dim i) + [a] a prefix of want's axes on dim i?
+static bool extends_prefix(plan_shard cur, plan_shard want, int i, int a) {
+    int c[PCC_AXES], w[PCC_AXES];
+    int nc = split_axes(cur, i, c), nw = split_axes(want, i, w);
+    if (nc + 1 > nw) return false;
+    for (int k = 0; k < nc; k++)
+        if (c[k] != w[k]) return false;
+    return w[nc] == a;
+}
+
+int reshard_steps(plan_shard cur, plan_shard want, int rank, pcc_reshard_step *step) {
+    if (shard_eq(cur, want)) return 0;
+    // Axes to undo: partial sums the reader does not want, and every split past the longest
+    // common prefix of the splits of a dimension (pieces are undone least significant first).
+    bool undo[PCC_AXES] = {false};
+    for (int a = 0; a < PCC_AXES; a++)
+        if (cur.map[a] == PLAN_SHARD_V && want.map[a] != PLAN_SHARD_V) undo[a] = true;
+    for (int i = 0; i < rank; i++) {
+        int c[PCC_AXES], w[PCC_AXES];
+        int nc = split_axes(cur, i, c), nw = split_axes(want, i, w), p = 0;
+        while (p < nc && p < nw && c[p] == w[p]) p++;
+        for (int k = p; k < nc; k++) undo[c[k]] = true;
+    }
+    int n = 0;
+    for (int a = PCC_AXES - 1; a >= 0; a--) {
+        if (!undo[a]) continue;
+        plan_shard next = cur;
+        pcc_coll kind;
+        int w = want.map[a];
+        if (cur.map[a] == PLAN_SHARD_V) {
+            if (w >= 2 && extends_prefix(cur, want, w - 2, a)) kind = PCC_COLL_REDUCE_SCATTER, next.map[a] = (uint8_t)w;
+            else kind = PCC_COLL_ALL_REDUCE, next.map[a] = PLAN_SHARD_R;
+        } else {
+            int i = cur.map[a] - 2, c[PCC_AXES];
+            int nc = split_axes(cur, i, c);
+            PCC_ASSERT(nc > 0 && c[nc - 1] == a);
+            if (w >= 2 && w - 2 != i && extends_prefix(cur, want, w - 2, a)) kind = PCC_COLL_ALL_TO_ALL, next.map[a] = (uint8_t)w;
+            else kind = PCC_COLL_ALL_GATHER, next.map[a] = PLAN_SHARD_R;
+        }
+        step[n++] = (pcc_reshard_step){(int)kind, a, next};
+        cur = next;
+    }
+    if (!shard_eq(cur, want)) step[n++] = (pcc_reshard_step){-1, -1, want}; // the local slice
+    return n;
+}
+
+// Emits the chain that turns the value in buffer src into layout want; the last step writes
+// into buffer dst (>= 0, which has layout want) or a new buffer. Returns the buffer written.
+static int reshard_to(emitter *E, prog *P, int src, plan_shard want, int dst) {
+    ebuf *sb = &P->buf[src];
+    if (shard_eq(sb->shard, want)) {
+        if (dst < 0 || dst == src) return src;
+        copy(E, P, src, dst);
+        return dst;
+    }
+    if (dst < 0)
+        for (int i = 0; i < P->n_cache; i++)
+            if (P->cache[i].src == src && shard_eq(P->cache[i].want, want)) return P->cache[i].buf;
+    int t = (int)sb->tensor;
+    pcc_reshard_step step[PCC_AXES + 1];
+    int n = reshard_steps(sb->shard, want, E->g->tensors[t].rank, step), b = src;
+    for (int k = 0; k < n; k++) {
+        int nb = k == n - 1 && dst >= 0 ? dst : new_buf(E, P, t, step[k].after, 1, 1, 0);
+        if (step[k].kind < 0) copy(E, P, b, nb);
+        else coll(E, P, (pcc_coll)step[k].kind, step[k].axis, STREAM_MAIN, b, nb);
+        b = nb;
+    }
+    if (dst < 0) *VEC_PUSH(E->g->arena, P->cache, P->n_cache, P->cap_cache) = (cache_entry){src, want, b};
+    return b;
+}
+
+static int reshard(emitter *E, prog *P, int src, plan_shard want) { return reshard_to(E, P, src, want, -1); }
+
+/* ---- operators ---- */
+
+static uint32_t attrs_of(emitter *E, prog *P, const pcc_op *op) {
+    plan_attrs a;
+    memset(&a, 0, sizeof a);
+    const pcc_attrs *s = &op->attrs;
+    a.f[PLAN_AF_SCALE] = s->scale, a.f[PLAN_AF_EPS] = s->eps, a.f[PLAN_AF_P] = s->p, a.f[PLAN_AF_LR] = s->lr;
+    a.f[PLAN_AF_BETA1] = s->beta1, a.f[PLAN_AF_BETA2] = s->beta2, a.f[PLAN_AF_WEIGHT_DECAY] = s->weight_decay;
+    a.f[PLAN_AF_MOMENTUM] = s->momentum;
+    a.i[PLAN_AI_SEED] = s->seed, a.i[PLAN_AI_AXIS] = s->axis, a.i[PLAN_AI_START] = s->start, a.i[PLAN_AI_END] = s->end;
+    a.i[PLAN_AI_CAUSAL] = s->causal, a.i[PLAN_AI_ACCUMULATE] = op->accumulate;
+    for (int i = 0; i < PLAN_MAX_RANK; i++) a.perm[i] = s->perm[i];
+    for (int i = 0; i < 2; i++) a.win[i] = s->kernel[i], a.win[2 + i] = s->stride[i], a.win[4 + i] = s->pad[i];
+    plan_attrs zero;
+    memset(&zero, 0, sizeof zero);
+    if (memcmp(&a, &zero, sizeof a) == 0) return PLAN_NONE;
+    for (int i = 0; i < P->n_attrs; i++)
+        if (memcmp(&P->attrs[i], &a, sizeof a) == 0) return (uint32_t)i;
+    *VEC_PUSH(E->g->arena, P->attrs, P->n_attrs, P->cap_attrs) = a;
+    return (uint32_t)(P->n_attrs - 1);
+}
+
+static void sync_grad(emitter *E, prog *P, int gp);
+
+static void emit_op(emitter *E, prog *P, int o, bool last_mb) {
+    const pcc_graph *g = E->g;
+    const pcc_op *op = &g->ops[o];
+    int args[PCC_MAX_OPERANDS + 1];
+    for (int i = 0; i < op->nin; i++) args[i] = reshard(E, P, home(E, P, op->in[i]), E->sh[o][i]);
+    for (int i = 0; i < op->nout; i++) {
+        args[op->nin + i] = home(E, P, op->out[i]);
+        PCC_ASSERT(P->buf[args[op->nin + i]].bytes == shard_bytes(E, op->out[i], E->sh[o][op->nin + i]));
+    }
+    plan_insn *in = insn(E, P, PLAN_I_COMPUTE, STREAM_MAIN, args, op->nin + op->nout);
+    in->code = (uint16_t)op->kind;
+    in->attrs = attrs_of(E, P, op);
+    for (int i = 0; i < op->nout; i++) forget(P, args[op->nin + i]);
+    if (pcc_ops[op->kind].flags & PCC_OPF_INPLACE) {
+        // The update lands in the buffers it was given; carry it back to where the values live
+        // (ZeRO 1 and 2: the parameter's shard is all-gathered into the whole parameter).
+        for (int i = 0; i < op->nin; i++) forget(P, args[i]);
+        for (int i = 0; i < op->nin; i++) {
+            int hb = home(E, P, op->in[i]);
+            if (args[i] != hb && i != 1) reshard_to(E, P, args[i], P->buf[hb].shard, hb);
+        }
+        P->n_cache = 0;
+    }
+    if (last_mb)
+        for (int i = 0; i < op->nout; i++) {
+            int t = op->out[i];
+            if (E->sync[t] && g->tensors[t].of >= 0 && g->tensors[g->tensors[t].of].grad == t) sync_grad(E, P, t);
+        }
+}
+
+// The gradient gp is final: synchronize it on stream 1 while the backward pass goes on.
+static void sync_grad(emitter *E, prog *P, int gp) {
+    const pcc_graph *g = E->g;
+    int p = g->tensors[gp].of, hb = home(E, P, gp);
+    plan_shard want = E->opt_sh[p];
+    event(E, P, PLAN_I_RECORD, STREAM_MAIN, EV_GRAD);
+    event(E, P, PLAN_I_WAIT, STREAM_SYNC, EV_GRAD);
+    P->used_sync = true;
+    // Which axes hold partial sums: those the producer left V.
+    const pcc_op *prod = &g->ops[g->tensors[gp].producer];
+    int oi = 0;
+    while (prod->out[oi] != gp) oi++;
+    plan_shard made = E->sh[g->tensors[gp].producer][prod->nin + oi];
+    int b = hb;
+    for (int a = PCC_AXES - 1; a >= 0; a--) {
+        if (made.map[a] != PLAN_SHARD_V) continue;
+        if (want.map[a] >= 2 && P->buf[b].shard.map[a] == PLAN_SHARD_V) {
+            plan_shard next = P->buf[b].shard;
+            next.map[a] = want.map[a];
+            int nb = new_buf(E, P, gp, next, 1, P->buf[hb].layer_slots, P->buf[hb].layer_base);
+            P->buf[nb].whole = true;
+            coll(E, P, PCC_COLL_REDUCE_SCATTER, a, STREAM_SYNC, b, nb);
+            b = nb;
+        } else {
+            coll(E, P, PCC_COLL_ALL_REDUCE, a, STREAM_SYNC, b, b);
+        }
+    }
+    P->home[gp] = b; // the optimizer reads the synchronized gradient
+}
+
+/* ---- units: top-level ops and block ranges ---- */
+
+static bool on_stage(const emitter *E, int o, int stage) { return E->ostage[o] == stage; }
+
+// The register that carries value k of block b from one copy to the next (a scratch buffer of
+// the carried tensor's size: the carry's source and destination hold the same layout).
+static int carry_reg(emitter *E, prog *P, int b, int k) {
+    if (P->carry[b][k] < 0) {
+        int src = E->g->blocks[b].carry[k].inner;
+        P->carry[b][k] = new_buf(E, P, -1, shard_r(), 1, 1, 0);
+        P->buf[P->carry[b][k]].bytes = shard_bytes(E, src, E->home_sh[src]);
+    }
+    return P->carry[b][k];
+}
+
+// One copy of block b: the body of its layer loop.
+static void block_body(emitter *E, prog *P, int b, bool last_mb) {
+    const pcc_graph *g = E->g;
+    const pcc_block *bl = &g->blocks[b];
+    // The carried inputs arrive from the previous copy through the carry registers.
+    for (int i = 0; i < bl->n_carry; i++) copy(E, P, carry_reg(E, P, b, i), home(E, P, bl->carry[i].inner));
+    if (bl->fwd >= 0) {
+        // Backward: re-run the recomputed forward ops of this copy first.
+        const pcc_block *fb = &g->blocks[bl->fwd];
+        for (int o = fb->first_op; o < fb->first_op + fb->n_ops; o++)
+            if (E->recomp[o]) emit_op(E, P, o, false);
+    }
+    for (int o = bl->first_op; o < bl->first_op + bl->n_ops; o++) emit_op(E, P, o, last_mb);
+    for (int i = 0; i < bl->n_acc; i++) {
+        int G = home(E, P, bl->acc[i].outer), dx = reshard(E, P, home(E, P, bl->acc[i].inner), P->buf[G].shard);
+        int args[3] = {G, dx, G};
+        plan_insn *in = insn(E, P, PLAN_I_COMPUTE, STREAM_MAIN, args, 3);
+        in->code = PCC_OP_ADD;
+    }
+    for (int i = 0; i < bl->n_carry; i++) copy(E, P, home(E, P, bl->carry[i].outer), carry_reg(E, P, b, i));
+}
+
+static void block_range(emitter *E, prog *P, int b, bool last_mb) {
+    const pcc_graph *g = E->g;
+    const pcc_block *bl = &g->blocks[b];
+    int fb = block_of(g, b), lo = E->copy_lo[fb][P->stage], hi = E->copy_hi[fb][P->stage];
+    if (hi <= lo) return;
+    bool bwd = bl->fwd >= 0;
+    int R = (int)bl->repeat;
+    // The carry registers: from outside for the first copy, else from the previous stage.
+    if (bwd ? hi == R : lo == 0) {
+        for (int i = 0; i < bl->n_in; i++)
+            for (int k = 0; k < bl->n_carry; k++)
+                if (bl->carry[k].inner == bl->in[i].inner) {
+                    int outer = bl->in[i].outer;
+                    int ob = reshard(E, P, home(E, P, outer), E->home_sh[bl->in[i].inner]);
+                    copy(E, P, ob, carry_reg(E, P, b, k));
+                }
+    }
+    // Non-carried inputs: every copy reads the outer tensor's buffer.
+    for (int i = 0; i < bl->n_in; i++) {
+        bool carried = false;
+        for (int k = 0; k < bl->n_carry; k++) carried |= bl->carry[k].inner == bl->in[i].inner;
+        if (!carried) P->home[bl->in[i].inner] = reshard(E, P, home(E, P, bl->in[i].outer), E->home_sh[bl->in[i].inner]);
+    }
+    for (int i = 0; i < bl->n_acc; i++) {
+        int G = home(E, P, bl->acc[i].outer);
+        const pcc_tensor *T = &g->tensors[bl->acc[i].outer];
+        bool param_grad = T->of >= 0 && g->tensors[T->of].kind == PCC_T_PARAM;
+        if (!param_grad) { // zeroed per micro-batch (param gradients: once, at the start)
+            plan_insn *in = insn(E, P, PLAN_I_COMPUTE, STREAM_MAIN, &G, 1);
+            in->code = PCC_OP_FILL;
+        }
+    }
+    loop_open(E, P, bwd ? PLAN_LOOP_REVERSE_LAYER : PLAN_LOOP_LAYER, hi - lo);
+    block_body(E, P, b, last_mb);
+    loop_close(P);
+    if ((bwd ? lo == 0 : hi == R))
+        for (int i = 0; i < bl->n_out; i++) {
+            int ob = home(E, P, bl->out[i].outer);
+            int carried = -1;
+            for (int k = 0; k < bl->n_carry; k++)
+                if (bl->carry[k].outer == bl->out[i].inner) carried = k;
+            copy(E, P, carried >= 0 ? carry_reg(E, P, b, carried) : home(E, P, bl->out[i].inner), ob);
+        }
+}
+
+/* ---- stage boundaries ---- */
+
+typedef struct xfer {
+    int key;        // tensor id, or n_tensors + block: a block's carry register
+    int peer;       // the other stage
+} xfer;
+
+static int xfer_cmp(const void *a, const void *b) {
+    const xfer *x = a, *y = b;
+    if (x->peer != y->peer) return x->peer - y->peer;
+    return x->key - y->key;
+}
+
+// What stage `stage` receives (dir = -1) or sends (dir = +1) in the forward (bwd false) or
+// backward phase: values read on one stage and held on another.
+static int transfers(emitter *E, int stage, bool bwd, bool send, xfer *out) {
+    const pcc_graph *g = E->g;
+    int n = 0;
+    for (int o = 0; o < g->n_ops; o++) {
+        const pcc_op *op = &g->ops[o];
+        if (op->block >= 0 || op->phase == PCC_PHASE_OPT || (op->phase == PCC_PHASE_BWD) != bwd) continue;
+        int rs = E->ostage[o];
+        for (int i = 0; i < op->nin; i++) {
+            int t = op->in[i], hs = E->tstage[t];
+            pcc_tensor_kind k = g->tensors[t].kind;
+            if (hs < 0 || hs == rs || k == PCC_T_INPUT || k == PCC_T_PARAM || k == PCC_T_STATE) continue;
+            if (send ? hs != stage : rs != stage) continue;
+            xfer x = {t, send ? rs : hs};
+            bool dup = false;
+            for (int j = 0; j < n; j++) dup |= out[j].key == x.key && out[j].peer == x.peer;
+            if (!dup) out[n++] = x;
+        }
+    }
+    // Blocks: outer inputs read by copies on other stages, and carries between stages.
+    for (int b = 0; b < g->n_blocks; b++) {
+        const pcc_block *bl = &g->blocks[b];
+        if ((bl->fwd >= 0) != bwd || g->blocks[b].n_ops == 0) continue;
+        if (bl->fwd >= 0 && g->ops[bl->first_op].phase == PCC_PHASE_OPT) continue;
+        int fb = block_of(g, b);
+        for (int s = 0; s < E->pp; s++) {
+            if (E->copy_hi[fb][s] <= E->copy_lo[fb][s]) continue;
+            for (int i = 0; i < bl->n_in; i++) {
+                int t = bl->in[i].outer, hs = E->tstage[t];
+                bool carried = false;
+                for (int k = 0; k < bl->n_carry; k++) carried |= bl->carry[k].inner == bl->in[i].inner;
+                bool first = bwd ? E->copy_hi[fb][s] == (int)bl->repeat : E->copy_lo[fb][s] == 0;
+                if (carried && !first) continue;
+                if (hs < 0 || hs == s || g->tensors[t].kind == PCC_T_PARAM || g->tensors[t].kind == PCC_T_INPUT) continue;
+                if (send ? hs != stage : s != stage) continue;
+                xfer x = {t, send ? s : hs};
+                bool dup = false;
+                for (int j = 0; j < n; j++) dup |= out[j].key == x.key && out[j].peer == x.peer;
+                if (!dup) out[n++] = x;
+            }
+            // The carry from the copy before (forward) or after (backward), on another stage.
+            int prev = bwd ? E->copy_hi[fb][s] : E->copy_lo[fb][s] - 1;
+            if (bl->n_carry > 0 && prev >= 0 && prev < (int)bl->repeat) {
+                int ps = copy_stage(E, b, prev);
+                if (ps != s && (send ? ps == stage : s == stage))
+                    for (int k = 0; k < bl->n_carry; k++) out[n++] = (xfer){g->n_tensors + b * 8 + k, send ? s : ps};
+            }
+        }
+    }
+    qsort(out, (size_t)n, sizeof *out, xfer_cmp);
+    return n;
+}
+
+static void p2p(emitter *E, prog *P, bool bwd, bool send) {
+    const pcc_graph *g = E->g;
+    xfer *x = arena_alloc(g->arena, sizeof(xfer) * (size_t)(2 * g->n_ops + 16 * g->n_blocks * E->pp + 1));
+    int n = transfers(E, P->stage, bwd, send, x);
+    for (int i = 0; i < n; i++) {
+        int buf;
+        if (x[i].key >= g->n_tensors) {
+            int k = x[i].key - g->n_tensors;
+            buf = carry_reg(E, P, k / 8, k % 8);
+        } else {
+            buf = home(E, P, x[i].key);
+        }
+        plan_insn *in = insn(E, P, send ? PLAN_I_SEND : PLAN_I_RECV, STREAM_MAIN, &buf, 1);
+        in->a = PCC_AX_PP;
+        in->b = x[i].peer - P->stage;
+        if (!send) forget(P, buf);
+    }
+}
+
+/* ---- phases ---- */
+
+static void forward(emitter *E, prog *P, int delta) {
+    const pcc_graph *g = E->g;
+    E->delta = delta;
+    P->n_cache = 0;
+    p2p(E, P, false, false);
+    for (int o = 0; o < g->n_fwd_ops; o++) {
+        const pcc_op *op = &g->ops[o];
+        if (op->block < 0) {
+            if (on_stage(E, o, P->stage)) emit_op(E, P, o, false);
+            continue;
+        }
+        block_range(E, P, op->block, false);
+        o = g->blocks[op->block].first_op + g->blocks[op->block].n_ops - 1;
+    }
+    p2p(E, P, false, true);
+    P->n_cache = 0;
+}
+
+static void backward(emitter *E, prog *P, int delta, bool last_mb) {
+    const pcc_graph *g = E->g;
+    E->delta = delta;
+    P->n_cache = 0;
+    p2p(E, P, true, false);
+    for (int o = g->n_fwd_ops; o < g->n_ops; o++) {
+        const pcc_op *op = &g->ops[o];
+        if (op->phase != PCC_PHASE_BWD) continue;
+        if (op->block < 0) {
+            if (on_stage(E, o, P->stage)) emit_op(E, P, o, last_mb);
+            continue;
+        }
+        block_range(E, P, op->block, last_mb);
+        o = g->blocks[op->block].first_op + g->blocks[op->block].n_ops - 1;
+    }
+    p2p(E, P, true, true);
+    P->n_cache = 0;
+}
+
+static void optimizer(emitter *E, prog *P) {
+    const pcc_graph *g = E->g;
+    E->delta = 0;
+    for (int o = g->n_fwd_ops; o < g->n_ops; o++) {
+        const pcc_op *op = &g->ops[o];
+        if (op->phase != PCC_PHASE_OPT) continue;
+        if (op->block < 0) {
+            if (on_stage(E, o, P->stage)) emit_op(E, P, o, false);
+            continue;
+        }
+        const pcc_block *bl = &g->blocks[op->block];
+        int fb = block_of(g, op->block), lo = E->copy_lo[fb][P->stage], hi = E->copy_hi[fb][P->stage];
+        if (hi > lo) {
+            loop_open(E, P, PLAN_LOOP_LAYER, hi - lo);
+            for (int k = bl->first_op; k < bl->first_op + bl->n_ops; k++) emit_op(E, P, k, false);
+            loop_close(P);
+        }
+        o = bl->first_op + bl->n_ops - 1;
+    }
+}
+
+// Parameters used on several stages: the owner sends the updated value to the others.
+static void share_params(emitter *E, prog *P) {
+    const pcc_graph *g = E->g;
+    for (int t = 0; t < g->n_tensors; t++) {
+        if (g->tensors[t].kind != PCC_T_PARAM || g->tensors[t].block >= 0) continue;
+        int owner = E->tstage[t];
+        bool *users = arena_alloc(g->arena, sizeof(bool) * (size_t)E->pp);
+        for (int o = 0; o < g->n_ops; o++) {
+            const pcc_op *op = &g->ops[o];
+            if (op->block >= 0 || op->phase == PCC_PHASE_OPT) continue;
+            for (int i = 0; i < op->nin; i++)
+                if (op->in[i] == t) users[E->ostage[o]] = true;
+        }
+        for (int s = 0; s < E->pp; s++) {
+            if (s == owner || !users[s]) continue;
+            if (P->stage != owner && P->stage != s) continue;
+            int buf = home(E, P, t);
+            plan_insn *in = insn(E, P, P->stage == owner ? PLAN_I_SEND : PLAN_I_RECV, STREAM_MAIN, &buf, 1);
+            in->a = PCC_AX_PP;
+            in->b = P->stage == owner ? s - owner : owner - s;
+        }
+    }
+}
+
+static void program(emitter *E, prog *P) {
+    const pcc_graph *g = E->g;
+    P->home = arena_alloc(g->arena, sizeof(int) * (size_t)(g->n_tensors + 1));
+    P->carry = arena_alloc(g->arena, sizeof(int *) * (size_t)(g->n_blocks + 1));
+    for (int t = 0; t < g->n_tensors; t++) P->home[t] = -1;
+    for (int b = 0; b < g->n_blocks; b++) {
+        P->carry[b] = arena_alloc(g->arena, sizeof(int) * (size_t)(g->blocks[b].n_carry + 1));
+        for (int k = 0; k < g->blocks[b].n_carry; k++) P->carry[b][k] = -1;
+    }
+    // Block-summed parameter gradients start at zero once per step.
+    for (int b = 0; b < g->n_blocks; b++)
+        for (int i = 0; i < g->blocks[b].n_acc; i++) {
+            int t = g->blocks[b].acc[i].outer, fb = block_of(g, b);
+            const pcc_tensor *T = &g->tensors[t];
+            if (!(T->of >= 0 && g->tensors[T->of].kind == PCC_T_PARAM)) continue;
+            if (E->copy_hi[fb][P->stage] <= E->copy_lo[fb][P->stage]) continue;
+            int G = home(E, P, t);
+            insn(E, P, PLAN_I_COMPUTE, STREAM_MAIN, &G, 1)->code = PCC_OP_FILL;
+        }
+    int M = E->M, w = 0;
+    if (E->s->schedule == PCC_PIPE_1F1B && E->pp > 1) w = E->pp - P->stage - 1 < M ? E->pp - P->stage - 1 : M;
+    if (E->s->schedule == PCC_PIPE_GPIPE || E->pp == 1) {
+        loop_open(E, P, PLAN_LOOP_MB, M);
+        forward(E, P, 0);
+        loop_close(P);
+        if (M > 1) {
+            loop_open(E, P, PLAN_LOOP_MB, M - 1);
+            backward(E, P, 0, false);
+            loop_close(P);
+        }
+        backward(E, P, M - 1, true);
+    } else {
+        if (w > 0) {
+            loop_open(E, P, PLAN_LOOP_MB, w);
+            forward(E, P, 0);
+            loop_close(P);
+        }
+        int steady = M - w; // F(mb + w), B(mb)
+        if (w == 0) {
+            if (steady > 1) {
+                loop_open(E, P, PLAN_LOOP_MB, steady - 1);
+                forward(E, P, w);
+                backward(E, P, 0, false);
+                loop_close(P);
+            }
+            forward(E, P, M - 1);
+            backward(E, P, M - 1, true);
+        } else {
+            if (steady > 0) {
+                loop_open(E, P, PLAN_LOOP_MB, steady);
+                forward(E, P, w);
+                backward(E, P, 0, false);
+                loop_close(P);
+            }
+            if (w > 1) {
+                loop_open(E, P, PLAN_LOOP_MB, w - 1);
+                backward(E, P, M - w, false);
+                loop_close(P);
+            }
+            backward(E, P, M - 1, true);
+        }
+    }
+    E->delta = 0;
+    if (P->used_sync) {
+        event(E, P, PLAN_I_RECORD, STREAM_SYNC, EV_SYNCED);
+        event(E, P, PLAN_I_WAIT, STREAM_MAIN, EV_SYNCED);
+    }
+    optimizer(E, P);
+    share_params(E, P);
+}
+
+/* ---- the memory planner ---- */
+
+// Liveness: [first, last] use, widened to the whole span of the outermost loop around any use
+// unless the buffer lives and dies within one iteration (one slot, written before it is read
+// in the innermost loop that holds all its uses).
+static void liveness(prog *P) {
+    int n = P->n_insn;
+    int *outer = malloc(sizeof(int) * (size_t)(n + 1)), *inner = malloc(sizeof(int) * (size_t)(n + 1));
+    int *end = malloc(sizeof(int) * (size_t)(n + 1));
+    int stack[PLAN_MAX_LOOP_DEPTH + 1], depth = 0;
+    for (int i = 0; i < n; i++) {
+        while (depth > 0 && i > end[stack[depth - 1]]) depth--;
+        outer[i] = depth ? stack[0] : -1;
+        inner[i] = depth ? stack[depth - 1] : -1;
+        if (P->insn[i].kind == PLAN_I_LOOP) {
+            end[i] = i + P->insn[i].b;
+            stack[depth++] = i;
+        } else {
+            end[i] = i;
+        }
+    }
+    bool *first_is_write = calloc((size_t)P->n_buf + 1, 1);
+    int *loop_of = malloc(sizeof(int) * (size_t)(P->n_buf + 1));
+    bool *one_loop = malloc((size_t)P->n_buf + 1);
+    for (int b = 0; b < P->n_buf; b++) P->buf[b].first = P->buf[b].last = -1, loop_of[b] = -2, one_loop[b] = true;
+    for (int i = 0; i < n; i++) {
+        const plan_insn *in = &P->insn[i];
+        for (int k = 0; k < in->nargs; k++) {
+            int b = (int)P->args[in->args + k];
+            ebuf *eb = &P->buf[b];
+            bool write = (in->kind == PLAN_I_COMPUTE && k >= (int)in->nargs - pcc_ops[in->code].nout && pcc_ops[in->code].nout > 0) ||
+                         ((in->kind == PLAN_I_COLL || in->kind == PLAN_I_COPY) && k == 1) || in->kind == PLAN_I_RECV;
+            if (in->kind == PLAN_I_COMPUTE && in->code == PCC_OP_ADD && in->nargs == 3) write = k == 2;
+            if (in->kind == PLAN_I_COMPUTE && in->code == PCC_OP_FILL) write = true;
+            if (eb->first < 0) {
+                eb->first = i;
+                first_is_write[b] = write && !(in->kind == PLAN_I_COLL && k == 1 && P->args[in->args] == (uint32_t)b);
+            }
+            eb->last = i;
+            if (loop_of[b] == -2) loop_of[b] = inner[i];
+            else if (loop_of[b] != inner[i]) one_loop[b] = false;
+        }
+    }
+    for (int b = 0; b < P->n_buf; b++) {
+        ebuf *eb = &P->buf[b];
+        if (eb->first < 0) { // never used (a buffer reshard replaced): no space
+            eb->first = eb->last = 0;
+            eb->extent = 0;
+            continue;
+        }
+        if (eb->whole) {
+            eb->first = 0, eb->last = n - 1;
+            continue;
+        }
+        bool tight = one_loop[b] && first_is_write[b] && eb->mb_slots == 1 && eb->layer_slots == 1;
+        if (!tight) {
+            int lo = outer[eb->first], hi = outer[eb->last];
+            if (lo >= 0) eb->first = lo;
+            if (hi >= 0 && end[hi] > eb->last) eb->last = end[hi];
+        }
+    }
+    free(outer), free(inner), free(end), free(first_is_write), free(loop_of), free(one_loop);
+}
+
+typedef struct span {
+    uint64_t lo, hi;
+} span;
+
+static int span_cmp(const void *a, const void *b) {
+    const span *x = a, *y = b;
+    return x->lo < y->lo ? -1 : x->lo > y->lo;
+}
+
+static const prog *g_order_prog; // the program place_cmp sorts the buffers of
+static int place_cmp(const void *a, const void *b) {
+    const ebuf *x = &g_order_prog->buf[*(const int *)a], *y = &g_order_prog->buf[*(const int *)b];
+    if (x->whole != y->whole) return x->whole ? -1 : 1;
+    if (x->extent != y->extent) return x->extent > y->extent ? -1 : 1;
+    if (x->first != y->first) return x->first - y->first;
+    return *(const int *)a - *(const int *)b;
+}
+
+// Places the buffers; returns the arena size and the largest sum live at one instruction.
+static uint64_t memplan(prog *P, uint64_t *live_bound) {
+    for (int b = 0; b < P->n_buf; b++) {
+        ebuf *eb = &P->buf[b];
+        uint64_t slot = align_up(eb->bytes);
+        eb->extent = slot * eb->mb_slots * eb->layer_slots;
+    }
+    liveness(P);
+    int *order = malloc(sizeof(int) * (size_t)(P->n_buf + 1));
+    for (int b = 0; b < P->n_buf; b++) order[b] = b;
+    g_order_prog = P;
+    qsort(order, (size_t)P->n_buf, sizeof(int), place_cmp);
+    span *busy = malloc(sizeof(span) * (size_t)(P->n_buf + 1));
+    bool *placed = calloc((size_t)P->n_buf + 1, 1);
+    uint64_t arena = 0;
+    for (int k = 0; k < P->n_buf; k++) {
+        ebuf *eb = &P->buf[order[k]];
+        if (eb->extent == 0) {
+            eb->offset = 0;
+            placed[order[k]] = true;
+            continue;
+        }
+        int nb = 0;
+        for (int j = 0; j < P->n_buf; j++) {
+            const ebuf *o = &P->buf[j];
+            if (!placed[j] || o->extent == 0 || o->last < eb->first || o->first > eb->last) continue;
+            busy[nb++] = (span){o->offset, o->offset + o->extent};
+        }
+        qsort(busy, (size_t)nb, sizeof *busy, span_cmp);
+        uint64_t at = 0;
+        for (int j = 0; j < nb; j++) {
+            if (busy[j].lo >= at + eb->extent) break;
+            if (busy[j].hi > at) at = align_up(busy[j].hi);
+        }
+        eb->offset = at;
+        placed[order[k]] = true;
+        if (at + eb->extent > arena) arena = at + eb->extent;
+    }
+    // The lower bound: the most bytes live at one instruction.
+    uint64_t best = 0;
+    int64_t *delta = calloc((size_t)P->n_insn + 2, sizeof(int64_t));
+    for (int b = 0; b < P->n_buf; b++) {
+        const ebuf *eb = &P->buf[b];
+        if (eb->extent == 0) continue;
+        delta[eb->first] += (int64_t)eb->extent;
+        delta[eb->last + 1] -= (int64_t)eb->extent;
+    }
+    int64_t run = 0;
+    for (int i = 0; i <= P->n_insn; i++) {
+        run += delta[i];
+        if (run > (int64_t)best) best = (uint64_t)run;
+    }
+    *live_bound = best;
+    free(delta), free(order), free(busy), free(placed);
+    return arena;
+}
+
+/* ---- the plan ---- */
+
+static char *notes(emitter *E) {
+    const pcc_graph *g = E->g;
+    size_t cap = 256, n = 0;
+    char *s = arena_alloc(g->arena, cap);
+    for (int o = 0; o < g->n_fwd_ops; o++) {
+        const pcc_op *op = &g->ops[o];
+        pcc_letter l[PCC_MAX_LETTERS];
+        int nl = op_letters(g, op, l);
+        char line[512];
+        int k = snprintf(line, sizeof line, "%s %s %s:", op->ptr, pcc_ops[op->kind].name, op->nout ? g->tensors[op->out[0]].name : "");
+        static const char *const axn[PCC_AXES] = {"pp", "dp", "tp"};
+        for (int a = PCC_AX_DP; a < PCC_AXES; a++) {
+            int li = E->s->letter[a][o];
+            if (E->s->mesh[a] == 1) continue;
+            if (li >= 0 && li < nl) k += snprintf(line + k, sizeof line - (size_t)k, " %s=%s(%s)", axn[a], l[li].name, g->dims[l[li].dim].name);
+            else k += snprintf(line + k, sizeof line - (size_t)k, " %s=replicate", axn[a]);
+        }
+        int st = op->block >= 0 ? -1 : E->s->op_stage[o];
+        if (st >= 0 && E->pp > 1) k += snprintf(line + k, sizeof line - (size_t)k, " stage %d", st);
+        else if (op->block >= 0 && E->pp > 1) k += snprintf(line + k, sizeof line - (size_t)k, " block %s", g->blocks[op->block].name);
+        if (E->s->recompute[o]) k += snprintf(line + k, sizeof line - (size_t)k, " recompute");
+        snprintf(line + k, sizeof line - (size_t)k, " (%s)\n", E->s->cause[o] ? E->s->cause[o] : "template");
+        size_t len = strlen(line);
+        if (n + len + 1 > cap) {
+            size_t nc = (cap + len + 1) * 2;
+            s = arena_realloc(g->arena, s, cap, nc);
+            cap = nc;
+        }
+        memcpy(s + n, line, len + 1);
+        n += len;
+    }
+    if (n > 0) s[n - 1] = 0; // no trailing newline
+    return s;
+}
+
+static const char *pstr(plan *p, const char *s) {
+    if (!s) return NULL;
+    size_t n = strlen(s) + 1;
+    char *d = plan_alloc(p, n);
+    PCC_ASSERT(d);
+    memcpy(d, s, n);
+    return d;
+}
+
+static void *pdup(plan *p, const void *src, size_t n) {
+    void *d = plan_alloc(p, n ? n : 1);
+    PCC_ASSERT(d);
+    if (n) memcpy(d, src, n);
+    return d;
+}
+
+pcc_status emit_plan(const pcc_graph *g, const pcc_cluster *c, const pcc_strategy *s, const pcc_emit_opts *o,
+                     pcc_emitted *e) {
+    memset(e, 0, sizeof *e);
+    emitter E = {.g = g, .c = c, .s = s, .pp = s->mesh[PCC_AX_PP], .dp = s->mesh[PCC_AX_DP], .tp = s->mesh[PCC_AX_TP],
+                 .M = s->micro_batches};
+    int nfb = g->n_blocks;
+    E.copy_lo = arena_alloc(g->arena, sizeof(int *) * (size_t)(nfb + 1));
+    E.copy_hi = arena_alloc(g->arena, sizeof(int *) * (size_t)(nfb + 1));
+    for (int b = 0; b < nfb; b++) {
+        if (g->blocks[b].fwd >= 0) continue;
+        E.copy_lo[b] = arena_alloc(g->arena, sizeof(int) * (size_t)E.pp);
+        E.copy_hi[b] = arena_alloc(g->arena, sizeof(int) * (size_t)E.pp);
+        for (int st = 0; st < E.pp; st++) E.copy_lo[b][st] = E.copy_hi[b][st] = 0;
+        for (int k = (int)g->blocks[b].repeat - 1; k >= 0; k--) E.copy_lo[b][s->copy_stage[b][k]] = k;
+        for (int k = 0; k < (int)g->blocks[b].repeat; k++) E.copy_hi[b][s->copy_stage[b][k]] = k + 1;
+    }
+    for (int b = 0; b < nfb; b++) {
+        const pcc_block *bl = &g->blocks[b];
+        int fb = block_of(g, b), spans = 0;
+        for (int st = 0; st < E.pp; st++) spans += E.copy_hi[fb][st] > E.copy_lo[fb][st];
+        if (bl->n_carry > 8) {
+            fprintf(stderr, "%s: %s: block \"%s\" carries %d values from copy to copy; plancc supports 8\n", pcc_progname,
+                    g->file, bl->name, bl->n_carry);
+            return PCC_ERR_INPUT;
+        }
+        if (bl->n_acc > 0 && spans > 1) {
+            fprintf(stderr, "%s: %s: block \"%s\" sums a gradient over its copies, and its copies are on %d pipeline "
+                            "stages; plancc cannot yet sum across stages (use fewer stages)\n",
+                    pcc_progname, g->file, bl->name, spans);
+            return PCC_ERR_INPUT;
+        }
+    }
+    place(&E);
+    keep(&E);
+    layouts(&E);
+    prog *P = arena_alloc(g->arena, sizeof(prog) * (size_t)E.pp);
+    plan *p = calloc(1, sizeof *p);
+    PCC_ASSERT(p);
+    e->p = p;
+    for (int st = 0; st < E.pp; st++) {
+        P[st].stage = st;
+        program(&E, &P[st]);
+    }
+    // Memory.
+    uint64_t peak = 0;
+    double bound = 0;
+    for (int st = 0; st < E.pp; st++) {
+        uint64_t lb;
+        uint64_t a = memplan(&P[st], &lb);
+        if (a > peak) peak = a, e->peak_stage = st;
+        if ((double)lb > bound) bound = (double)lb;
+        P[st].arena = a;
+    }
+    e->peak_bytes = (double)peak;
+    e->live_bound_bytes = bound;
+    // Assemble.
+    plan_meta *m = &p->meta;
+    snprintf(m->compiler, sizeof m->compiler, "plancc %s", PCC_VERSION);
+    m->model_name = pstr(p, g->name);
+    m->options = pstr(p, o->options);
+    m->model_hash = o->model_hash, m->cluster_hash = o->cluster_hash;
+    m->options_hash = plan_fnv1a64(o->options, strlen(o->options));
+    m->world = (uint32_t)(E.pp * E.dp * E.tp);
+    m->n_axes = PCC_AXES;
+    static const char *const axn[PCC_AXES] = {"pp", "dp", "tp"};
+    for (int a = 0; a < PCC_AXES; a++) {
+        m->mesh[a] = (uint32_t)s->mesh[a];
+        snprintf(m->axis_names[a], sizeof m->axis_names[a], "%s", axn[a]);
+    }
+    m->micro_batches = (uint32_t)E.M;
+    m->schedule = E.pp == 1 ? PLAN_SCHED_NONE : s->schedule == PCC_PIPE_GPIPE ? PLAN_SCHED_GPIPE : PLAN_SCHED_1F1B;
+    m->zero_stage = (uint32_t)s->zero;
+    m->est_step_s = s->est_step_s;
+    m->est_peak_bytes = (double)peak;
+    m->loss = (uint32_t)g->loss;
+    m->notes = pstr(p, notes(&E));
+    p->n_tensors = (uint32_t)g->n_tensors;
+    p->tensors = plan_alloc(p, sizeof(plan_tensor) * (size_t)(g->n_tensors + 1));
+    for (int t = 0; t < g->n_tensors; t++) {
+        const pcc_tensor *T = &g->tensors[t];
+        plan_tensor *pt = &p->tensors[t];
+        pt->name = pstr(p, T->name);
+        pt->dtype = (uint8_t)T->dtype, pt->kind = (uint8_t)T->kind, pt->rank = (uint8_t)T->rank;
+        pt->copies = (uint32_t)tensor_copies(g, T);
+        for (int i = 0; i < T->rank; i++) pt->shape[i] = g->dims[T->dims[i]].size;
+    }
+    p->n_groups = (uint32_t)E.n_groups;
+    p->groups = plan_alloc(p, sizeof(plan_group) * (size_t)(E.n_groups + 1));
+    for (int i = 0; i < E.n_groups; i++) p->groups[i].axes = (uint32_t)E.groups[i][0];
+    p->n_ranks = m->world;
+    p->ranks = plan_alloc(p, sizeof(plan_rank) * m->world);
+    for (uint32_t r = 0; r < m->world; r++) {
+        uint32_t x = r;
+        for (int a = PCC_AXES - 1; a >= 0; a--) p->ranks[r].coord[a] = x % m->mesh[a], x /= m->mesh[a];
+        p->ranks[r].program = p->ranks[r].coord[PCC_AX_PP];
+    }
+    p->n_programs = (uint32_t)E.pp;
+    p->programs = plan_alloc(p, sizeof(plan_program) * (size_t)E.pp);
+    for (int st = 0; st < E.pp; st++) {
+        prog *Q = &P[st];
+        plan_program *pr = &p->programs[st];
+        char name[32];
+        snprintf(name, sizeof name, "stage%d", st);
+        pr->name = pstr(p, name);
+        pr->arena_bytes = Q->arena;
+        pr->n_streams = Q->used_sync ? 2 : 1;
+        pr->priority[STREAM_SYNC] = Q->used_sync ? -1 : 0;
+        pr->n_events = Q->used_sync ? 2 : 0;
+        pr->n_buffers = (uint32_t)Q->n_buf;
+        pr->buffers = plan_alloc(p, sizeof(plan_buffer) * (size_t)(Q->n_buf + 1));
+        for (int b = 0; b < Q->n_buf; b++) {
+            const ebuf *eb = &Q->buf[b];
+            plan_buffer *pb = &pr->buffers[b];
+            pb->tensor = eb->tensor, pb->dtype = eb->dtype, pb->shard = eb->shard;
+            pb->offset = eb->offset, pb->bytes = eb->bytes;
+            pb->mb_slots = eb->mb_slots, pb->layer_slots = eb->layer_slots, pb->layer_base = eb->layer_base;
+            pb->flags = eb->persist ? PLAN_BUF_PERSIST : 0;
+            uint64_t slot = align_up(eb->bytes);
+            pb->mb_stride = eb->mb_slots > 1 ? slot : 0;
+            pb->layer_stride = eb->layer_slots > 1 ? slot * eb->mb_slots : 0;
+        }
+        pr->n_insns = (uint32_t)Q->n_insn;
+        pr->insns = pdup(p, Q->insn, sizeof(plan_insn) * (size_t)Q->n_insn);
+        pr->n_args = (uint32_t)Q->n_args;
+        pr->args = pdup(p, Q->args, sizeof(uint32_t) * (size_t)Q->n_args);
+        pr->n_attrs = (uint32_t)Q->n_attrs;
+        pr->attrs = pdup(p, Q->attrs, sizeof(plan_attrs) * (size_t)Q->n_attrs);
+    }
+    char err[1024];
+    if (plan_check(p, err, sizeof err) != PLAN_OK) {
+        fprintf(stderr, "%s: internal error: the emitted plan fails plan_check: %s\n", pcc_progname, err);
+        return PCC_ERR_INTERNAL;
+    }
+    if ((double)peak > c->memory_bytes) return PCC_ERR_INFEASIBLE;
+    return PCC_OK;
+}

@@ -1,0 +1,262 @@
+/*
+ * unit_emit.c: phase 3 and the memory planner.
+ *
+ *  - Resharding: each single layout change gives the collective it should (V->R all-reduce,
+ *    D->R all-gather, V->D reduce-scatter, D(i)->D(j) all-to-all, R->D and R->V a local slice),
+ *    and every pair of layouts of a [4, 4] tensor on a dp 2 x tp 2 mesh (256 pairs) is carried
+ *    out by a simulator of the steps' meaning (runtime/PLAN_FORMAT.md, "What instructions
+ *    mean") on every rank, ending with exactly the wanted pieces: splits undone in the right
+ *    order, partial sums summed once.
+ *  - The memory planner: plans from emit_plan pass plan_check (no two live buffers overlap),
+ *    every buffer lies inside the arena, the arena is reached (it is the exact peak), buffers
+ *    share memory (the arena is below the sum of the buffers), and the same input gives the
+ *    same bytes.
+ */
+#include "plancc.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "test.h"
+
+static const char *root;
+
+/* ---- resharding ---- */
+
+static plan_shard sh(int dp, int tp) {
+    plan_shard s;
+    memset(&s, 0, sizeof s);
+    s.map[PCC_AX_DP] = (uint8_t)dp, s.map[PCC_AX_TP] = (uint8_t)tp;
+    return s;
+}
+
+enum { R = PLAN_SHARD_R, V = PLAN_SHARD_V, D0 = PLAN_SHARD_D(0), D1 = PLAN_SHARD_D(1) };
+
+static bool steps_are(plan_shard from, plan_shard to, int n, const int *kinds, const int *axes) {
+    pcc_reshard_step st[PCC_AXES + 1];
+    int got = reshard_steps(from, to, 2, st);
+    if (got != n) return false;
+    for (int i = 0; i < n; i++)
+        if (st[i].kind != kinds[i] || (kinds[i] >= 0 && st[i].axis != axes[i])) return false;
+    return memcmp(st[n - 1].after.map, to.map, sizeof to.map) == 0;
+}
+
+static void single_changes(void) {
+    pcc_reshard_step st[PCC_AXES + 1];
+    EXPECT(reshard_steps(sh(D0, V), sh(D0, V), 2, st) == 0);
+    int tp = PCC_AX_TP, dp = PCC_AX_DP;
+    EXPECT(steps_are(sh(R, V), sh(R, R), 1, (int[]){PCC_COLL_ALL_REDUCE}, &tp));
+    EXPECT(steps_are(sh(R, D0), sh(R, R), 1, (int[]){PCC_COLL_ALL_GATHER}, &tp));
+    EXPECT(steps_are(sh(R, V), sh(R, D1), 1, (int[]){PCC_COLL_REDUCE_SCATTER}, &tp));
+    EXPECT(steps_are(sh(R, D0), sh(R, D1), 1, (int[]){PCC_COLL_ALL_TO_ALL}, &tp));
+    EXPECT(steps_are(sh(R, R), sh(R, D1), 1, (int[]){-1}, &tp));
+    EXPECT(steps_are(sh(R, R), sh(R, V), 1, (int[]){-1}, &tp));
+    EXPECT(steps_are(sh(V, R), sh(R, R), 1, (int[]){PCC_COLL_ALL_REDUCE}, &dp));
+    // Two axes on one dimension: the less significant (tp) is undone first.
+    EXPECT(steps_are(sh(D0, D0), sh(R, D0), 3, (int[]){PCC_COLL_ALL_GATHER, PCC_COLL_ALL_GATHER, -1}, (int[]){tp, dp, 0}));
+    EXPECT(steps_are(sh(D0, D0), sh(D0, R), 1, (int[]){PCC_COLL_ALL_GATHER}, &tp));
+    EXPECT(steps_are(sh(V, V), sh(R, R), 2, (int[]){PCC_COLL_ALL_REDUCE, PCC_COLL_ALL_REDUCE}, (int[]){tp, dp}));
+    EXPECT(steps_are(sh(V, R), sh(D0, R), 1, (int[]){PCC_COLL_REDUCE_SCATTER}, &dp));
+}
+
+// A rank's view of a [4, 4] tensor on dp 2 x tp 2 (pp 1): the value of each element it holds
+// (0 where it holds none).
+#define N 4
+#define RANKS 4
+typedef struct view {
+    double v[N][N];
+} view;
+
+static int coord(int rank, int axis) { return axis == PCC_AX_DP ? rank / 2 : axis == PCC_AX_TP ? rank % 2 : 0; }
+
+// Does `rank` hold element (i, j) under s?
+static bool holds(plan_shard s, int rank, int i, int j) {
+    int idx[2] = {i, j};
+    for (int d = 0; d < 2; d++) {
+        int ways = 1, digit = 0;
+        for (int a = 0; a < PCC_AXES; a++)
+            if (s.map[a] == PLAN_SHARD_D(d)) ways *= 2, digit = digit * 2 + coord(rank, a);
+        int piece = N / ways;
+        if (idx[d] / piece != digit) return false;
+    }
+    return true;
+}
+
+// The partial-sum part `rank` holds: its index among the ranks that differ only on V axes.
+static void v_group(plan_shard s, int rank, int *q, int *m) {
+    *q = 0, *m = 1;
+    for (int a = 0; a < PCC_AXES; a++)
+        if (s.map[a] == PLAN_SHARD_V) *q = *q * 2 + coord(rank, a), *m *= 2;
+}
+
+static double G(int i, int j) { return (double)(3 * i + 7 * j + 1); }
+
+static void start(plan_shard s, view *r) {
+    for (int k = 0; k < RANKS; k++) {
+        int q, m;
+        v_group(s, k, &q, &m);
+        for (int i = 0; i < N; i++)
+            for (int j = 0; j < N; j++)
+                r[k].v[i][j] = holds(s, k, i, j) ? G(i, j) / m + (q - (m - 1) / 2.0) * (i + 2 * j + 1) : 0;
+    }
+}
+
+static bool same_group(int a, int b, int axis) {
+    for (int x = 0; x < PCC_AXES; x++)
+        if (x != axis && coord(a, x) != coord(b, x)) return false;
+    return true;
+}
+
+// One step, by its meaning: a collective sums what the members of the rank's group hold (the
+// pieces of a split are disjoint, the parts of a sum add up) and keeps what the new layout
+// names; a copy keeps what the new layout names of what the rank has (R -> V: on coordinate 0).
+static bool apply(const pcc_reshard_step *st, plan_shard from, view *r) {
+    view next[RANKS];
+    for (int k = 0; k < RANKS; k++) {
+        for (int i = 0; i < N; i++)
+            for (int j = 0; j < N; j++) {
+                double x = 0;
+                if (st->kind >= 0) {
+                    for (int p = 0; p < RANKS; p++)
+                        if (same_group(k, p, st->axis)) x += r[p].v[i][j];
+                } else {
+                    x = r[k].v[i][j];
+                    if (!holds(from, k, i, j) && holds(st->after, k, i, j)) return false; // not inside its piece
+                    for (int a = 0; a < PCC_AXES; a++)
+                        if (from.map[a] != PLAN_SHARD_V && st->after.map[a] == PLAN_SHARD_V && coord(k, a) != 0) x = 0;
+                }
+                next[k].v[i][j] = holds(st->after, k, i, j) ? x : 0;
+            }
+    }
+    memcpy(r, next, sizeof next);
+    return true;
+}
+
+// Each rank holds exactly its piece of the tensor (summed over the V axes' ranks).
+static bool ends_as(plan_shard s, const view *r) {
+    for (int k = 0; k < RANKS; k++)
+        for (int i = 0; i < N; i++)
+            for (int j = 0; j < N; j++) {
+                if (!holds(s, k, i, j)) {
+                    if (r[k].v[i][j] != 0) return false;
+                    continue;
+                }
+                double sum = 0;
+                for (int p = 0; p < RANKS; p++) {
+                    bool peer = true;
+                    for (int a = 0; a < PCC_AXES; a++)
+                        if (s.map[a] != PLAN_SHARD_V && coord(p, a) != coord(k, a)) peer = false;
+                    if (peer) sum += r[p].v[i][j];
+                }
+                if (fabs(sum - G(i, j)) > 1e-9) return false;
+            }
+    return true;
+}
+
+static void all_pairs(void) {
+    static const int kinds[4] = {R, V, D0, D1};
+    int ok = 0, total = 0, colls = 0;
+    for (int a = 0; a < 16; a++)
+        for (int b = 0; b < 16; b++) {
+            plan_shard from = sh(kinds[a / 4], kinds[a % 4]), to = sh(kinds[b / 4], kinds[b % 4]);
+            pcc_reshard_step st[PCC_AXES + 1];
+            int n = reshard_steps(from, to, 2, st);
+            view r[RANKS];
+            start(from, r);
+            bool good = true;
+            plan_shard cur = from;
+            for (int k = 0; k < n && good; k++) {
+                good = apply(&st[k], cur, r);
+                cur = st[k].after;
+                colls += st[k].kind >= 0;
+            }
+            good = good && ends_as(to, r);
+            if (!good) fprintf(stderr, "reshard dp %d tp %d -> dp %d tp %d: wrong result\n", from.map[1], from.map[2], to.map[1], to.map[2]);
+            ok += good;
+            total++;
+        }
+    EXPECT(ok == total);
+    printf("resharding: %d of %d layout pairs correct on dp 2 x tp 2 (%d collectives)\n", ok, total, colls);
+}
+
+/* ---- the memory planner ---- */
+
+static pcc_graph *load(pcc_arena *a, const char *model, int micro_batches) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/models/%s", root, model);
+    pcc_graph *g = NULL;
+    if (model_load(a, path, &g)) return NULL;
+    g->micro_batches = micro_batches;
+    return autodiff(g) ? NULL : g;
+}
+
+static pcc_cluster *cpu(pcc_arena *a, int devices) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/models/clusters/cpu.json", root);
+    pcc_cluster *c = NULL;
+    return cluster_load(a, path, 0, devices, &c) ? NULL : c;
+}
+
+static void planner(const char *model, int dp, int tp, int pp, int mb, int zero) {
+    pcc_arena *a = arena_init();
+    pcc_graph *g = load(a, model, mb);
+    pcc_cluster *c = cpu(a, dp * tp * pp);
+    EXPECT(g && c);
+    if (!g || !c) {
+        arena_free(a);
+        return;
+    }
+    pcc_strategy_opts so = {.dp = dp, .tp = tp, .pp = pp, .zero = zero, .recompute = PCC_RECOMPUTE_NONE,
+                            .ilp = {.time_limit_s = 30, .mip_gap = 1e-6}, .quiet = true};
+    pcc_strategy **s;
+    int n;
+    EXPECT(strategy_plan(g, c, &so, &s, &n) == PCC_OK && n == 1);
+    pcc_emit_opts eo = {.options = "unit", .quiet = true};
+    pcc_emitted e, e2;
+    EXPECT(emit_plan(g, c, s[0], &eo, &e) == PCC_OK);
+    EXPECT(emit_plan(g, c, s[0], &eo, &e2) == PCC_OK);
+    char err[512];
+    EXPECT(plan_check(e.p, err, sizeof err) == PLAN_OK);
+    uint64_t peak = 0;
+    for (uint32_t k = 0; k < e.p->n_programs; k++) {
+        const plan_program *pr = &e.p->programs[k];
+        uint64_t end = 0, sum = 0;
+        bool inside = true;
+        for (uint32_t b = 0; b < pr->n_buffers; b++) {
+            const plan_buffer *pb = &pr->buffers[b];
+            uint64_t ext = pb->bytes + (pb->mb_slots - 1) * pb->mb_stride + (pb->layer_slots - 1) * pb->layer_stride;
+            if (pb->offset + ext > end) end = pb->offset + ext;
+            inside &= pb->offset + ext <= pr->arena_bytes;
+            sum += ext;
+        }
+        EXPECT(inside);
+        EXPECT(end <= pr->arena_bytes && pr->arena_bytes - end < 256); // the arena is the peak (to the alignment)
+        EXPECT(pr->arena_bytes < sum);                                // memory is reused
+        if (pr->arena_bytes > peak) peak = pr->arena_bytes;
+    }
+    EXPECT((double)peak == e.peak_bytes && e.live_bound_bytes <= e.peak_bytes);
+    uint8_t *b1, *b2;
+    size_t n1, n2;
+    EXPECT(plan_encode(e.p, &b1, &n1, err, sizeof err) == PLAN_OK);
+    EXPECT(plan_encode(e2.p, &b2, &n2, err, sizeof err) == PLAN_OK);
+    EXPECT(n1 == n2 && memcmp(b1, b2, n1) == 0);
+    printf("%s dp %d tp %d pp %d, %d micro-batches, zero %d: %u programs, peak %.0f bytes, live bound %.0f, %zu-byte plan\n",
+           model, dp, tp, pp, mb, zero, e.p->n_programs, e.peak_bytes, e.live_bound_bytes, n1);
+    free(b1), free(b2);
+    plan_free(e.p), free(e.p), plan_free(e2.p), free(e2.p);
+    arena_free(a);
+}
+
+int main(int argc, char **argv) {
+    root = argc > 1 ? argv[1] : ".";
+    pcc_quiet = true;
+    single_changes();
+    all_pairs();
+    planner("mlp.json", 1, 1, 1, 1, 0);
+    planner("mlp.json", 2, 2, 1, 2, 0);
+    planner("gpt-tiny.json", 2, 2, 2, 4, 0);
+    planner("gpt-tiny.json", 2, 1, 2, 4, 3);
+    planner("cnn-small.json", 4, 1, 1, 2, 1);
+    return test_summary();
+}
