@@ -293,6 +293,9 @@ static void explain_infeasible(const pcc_graph *g, const pcc_cluster *c, const o
     const char *fix = NULL;
     pcc_strategy_opts so = o->strat;
     so.quiet = true;
+    so.ilp = o->ilp;
+    so.ilp.progress = false;
+    so.ilp.dump_lp = NULL;
     if (so.recompute != PCC_RECOMPUTE_FULL) {
         pcc_strategy_opts t = so;
         t.recompute = PCC_RECOMPUTE_FULL;

@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# tools/run.sh: the main job, from a fresh machine: install what is missing, build, and run
-# plancc on the default model (today: `plancc --check`, the front end's report).
+# tools/run.sh: the main job, from a fresh machine: install what is missing, build, compile the
+# default model into a plan for 4 CPU ranks, and show the plan. (Running it on the CPU backend,
+# planrun, comes with the runtime issue.)
 #
-#   bash tools/run.sh [MODEL]        (default: models/gpt-tiny.json)
+#   bash tools/run.sh [MODEL [DEVICES]]     (default: models/gpt-tiny.json on 4 ranks)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 model=${1:-models/gpt-tiny.json}
+devices=${2:-4}
+plan=build/$(basename "$model" .json).plan
 
 bash tools/setup.sh
 if [ ! -f build/build.ninja ]; then
@@ -15,3 +18,9 @@ ninja -C build
 echo
 echo "\$ build/plancc --check $model"
 build/plancc --check "$model"
+echo
+echo "\$ build/plancc $model --cluster models/clusters/cpu.json --devices $devices -o $plan"
+build/plancc "$model" --cluster models/clusters/cpu.json --devices "$devices" -o "$plan"
+echo
+echo "\$ build/plandump $plan"
+build/plandump "$plan"
