@@ -33,7 +33,6 @@
  * exact peak of the plan; plan_check proves that no two live buffers overlap.
  */
 #include "plancc.h"
-#include "plan.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -53,7 +52,8 @@ typedef struct ebuf {
     bool whole;                 // live for the whole program
     bool persist;               // the home of a param, optimizer state or input (PLAN_BUF_PERSIST)
     int first, last;            // liveness (instruction indices)
-    uint64_t offset, extent;
+    uint64_t mb_stride, layer_stride, extent; // slots at aligned strides; extent: all of them
+    uint64_t offset;
 } ebuf;
 
 typedef struct cache_entry {
@@ -122,6 +122,24 @@ static uint64_t shard_bytes(const emitter *E, int t, plan_shard s) {
 }
 
 static int block_of(const pcc_graph *g, int b) { return g->blocks[b].fwd < 0 ? b : g->blocks[b].fwd; }
+
+// A gradient of a parameter (a contribution to it, or the sum itself).
+static bool is_param_grad(const pcc_graph *g, int t) {
+    const pcc_tensor *T = &g->tensors[t];
+    return T->kind == PCC_T_GRAD && T->of >= 0 && g->tensors[T->of].kind == PCC_T_PARAM;
+}
+
+// The gradient the optimizer of a parameter reads.
+static bool is_final_param_grad(const pcc_graph *g, int t) {
+    return is_param_grad(g, t) && g->tensors[g->tensors[t].of].grad == t;
+}
+
+// The carry of block bl whose inner input (inner: true) or source (false) is tensor t, or -1.
+static int carry_of(const pcc_block *bl, int t, bool inner) {
+    for (int k = 0; k < bl->n_carry; k++)
+        if ((inner ? bl->carry[k].inner : bl->carry[k].outer) == t) return k;
+    return -1;
+}
 
 static int group(emitter *E, int axes, int stream) {
     for (int i = 0; i < E->n_groups; i++)
@@ -384,8 +402,7 @@ static int home(emitter *E, prog *P, int t) {
     uint32_t mb = 1, layers = 1, base = 0;
     if (T->block >= 0) {
         int fb = block_of(g, T->block);
-        bool per_copy = T->kind == PCC_T_PARAM || T->kind == PCC_T_STATE || E->kept[t] ||
-                        (T->kind == PCC_T_GRAD && T->of >= 0 && g->tensors[T->of].kind == PCC_T_PARAM);
+        bool per_copy = T->kind == PCC_T_PARAM || T->kind == PCC_T_STATE || E->kept[t] || is_param_grad(g, t);
         if (per_copy) {
             layers = (uint32_t)(E->copy_hi[fb][P->stage] - E->copy_lo[fb][P->stage]);
             base = (uint32_t)E->copy_lo[fb][P->stage];
@@ -394,10 +411,8 @@ static int home(emitter *E, prog *P, int t) {
     if (T->kind == PCC_T_INPUT || t == g->loss) mb = (uint32_t)E->M;
     else if (E->kept[t]) mb = (uint32_t)in_flight(E, P->stage);
     int b = new_buf(E, P, t, E->home_sh[t], mb, layers, base);
-    bool whole = T->kind == PCC_T_PARAM || T->kind == PCC_T_STATE || T->kind == PCC_T_INPUT || t == g->loss ||
-                 (T->kind == PCC_T_GRAD && T->of >= 0 && g->tensors[T->of].kind == PCC_T_PARAM && g->tensors[T->of].grad == t);
-    P->buf[b].whole = whole;
     P->buf[b].persist = T->kind == PCC_T_PARAM || T->kind == PCC_T_STATE || T->kind == PCC_T_INPUT;
+    P->buf[b].whole = P->buf[b].persist || t == g->loss || is_final_param_grad(g, t);
     P->home[t] = b;
     return b;
 }
@@ -592,7 +607,7 @@ static void emit_op(emitter *E, prog *P, int o, bool last_mb) {
     if (last_mb)
         for (int i = 0; i < op->nout; i++) {
             int t = op->out[i];
-            if (E->sync[t] && g->tensors[t].of >= 0 && g->tensors[g->tensors[t].of].grad == t) sync_grad(E, P, t);
+            if (E->sync[t] && is_final_param_grad(g, t)) sync_grad(E, P, t);
         }
 }
 
@@ -646,7 +661,12 @@ static void block_body(emitter *E, prog *P, int b, bool last_mb) {
     const pcc_graph *g = E->g;
     const pcc_block *bl = &g->blocks[b];
     // The carried inputs arrive from the previous copy through the carry registers.
-    for (int i = 0; i < bl->n_carry; i++) copy(E, P, carry_reg(E, P, b, i), home(E, P, bl->carry[i].inner));
+    // (Each call that may make a buffer is a statement of its own: the order of a call's arguments
+    // is unspecified, and buffer numbers must not depend on the C compiler.)
+    for (int i = 0; i < bl->n_carry; i++) {
+        int dst = home(E, P, bl->carry[i].inner);
+        copy(E, P, carry_reg(E, P, b, i), dst);
+    }
     if (bl->fwd >= 0) {
         // Backward: re-run the recomputed forward ops of this copy first.
         const pcc_block *fb = &g->blocks[bl->fwd];
@@ -660,7 +680,10 @@ static void block_body(emitter *E, prog *P, int b, bool last_mb) {
         plan_insn *in = insn(E, P, PLAN_I_COMPUTE, STREAM_MAIN, args, 3);
         in->code = PCC_OP_ADD;
     }
-    for (int i = 0; i < bl->n_carry; i++) copy(E, P, home(E, P, bl->carry[i].outer), carry_reg(E, P, b, i));
+    for (int i = 0; i < bl->n_carry; i++) {
+        int reg = carry_reg(E, P, b, i);
+        copy(E, P, home(E, P, bl->carry[i].outer), reg);
+    }
 }
 
 static void block_range(emitter *E, prog *P, int b, bool last_mb) {
@@ -670,27 +693,22 @@ static void block_range(emitter *E, prog *P, int b, bool last_mb) {
     if (hi <= lo) return;
     bool bwd = bl->fwd >= 0;
     int R = (int)bl->repeat;
-    // The carry registers: from outside for the first copy, else from the previous stage.
-    if (bwd ? hi == R : lo == 0) {
-        for (int i = 0; i < bl->n_in; i++)
-            for (int k = 0; k < bl->n_carry; k++)
-                if (bl->carry[k].inner == bl->in[i].inner) {
-                    int outer = bl->in[i].outer;
-                    int ob = reshard(E, P, home(E, P, outer), E->home_sh[bl->in[i].inner]);
-                    copy(E, P, ob, carry_reg(E, P, b, k));
-                }
+    // Inputs: a carried one goes into its carry register for the first copy (later ones get it
+    // from the stage before); every copy reads the buffer of one that is not carried.
+    bool first = bwd ? hi == R : lo == 0;
+    for (int i = 0; first && i < bl->n_in; i++) {
+        int inner = bl->in[i].inner, k = carry_of(bl, inner, true);
+        if (k < 0) continue;
+        int ob = reshard(E, P, home(E, P, bl->in[i].outer), E->home_sh[inner]);
+        copy(E, P, ob, carry_reg(E, P, b, k));
     }
-    // Non-carried inputs: every copy reads the outer tensor's buffer.
     for (int i = 0; i < bl->n_in; i++) {
-        bool carried = false;
-        for (int k = 0; k < bl->n_carry; k++) carried |= bl->carry[k].inner == bl->in[i].inner;
-        if (!carried) P->home[bl->in[i].inner] = reshard(E, P, home(E, P, bl->in[i].outer), E->home_sh[bl->in[i].inner]);
+        int inner = bl->in[i].inner;
+        if (carry_of(bl, inner, true) < 0) P->home[inner] = reshard(E, P, home(E, P, bl->in[i].outer), E->home_sh[inner]);
     }
     for (int i = 0; i < bl->n_acc; i++) {
         int G = home(E, P, bl->acc[i].outer);
-        const pcc_tensor *T = &g->tensors[bl->acc[i].outer];
-        bool param_grad = T->of >= 0 && g->tensors[T->of].kind == PCC_T_PARAM;
-        if (!param_grad) { // zeroed per micro-batch (param gradients: once, at the start)
+        if (!is_param_grad(g, bl->acc[i].outer)) { // zeroed per micro-batch (param gradients: once, at the start)
             plan_insn *in = insn(E, P, PLAN_I_COMPUTE, STREAM_MAIN, &G, 1);
             in->code = PCC_OP_FILL;
         }
@@ -700,11 +718,8 @@ static void block_range(emitter *E, prog *P, int b, bool last_mb) {
     loop_close(P);
     if ((bwd ? lo == 0 : hi == R))
         for (int i = 0; i < bl->n_out; i++) {
-            int ob = home(E, P, bl->out[i].outer);
-            int carried = -1;
-            for (int k = 0; k < bl->n_carry; k++)
-                if (bl->carry[k].outer == bl->out[i].inner) carried = k;
-            copy(E, P, carried >= 0 ? carry_reg(E, P, b, carried) : home(E, P, bl->out[i].inner), ob);
+            int ob = home(E, P, bl->out[i].outer), k = carry_of(bl, bl->out[i].inner, false);
+            copy(E, P, k >= 0 ? carry_reg(E, P, b, k) : home(E, P, bl->out[i].inner), ob);
         }
 }
 
@@ -721,11 +736,19 @@ static int xfer_cmp(const void *a, const void *b) {
     return x->key - y->key;
 }
 
-// What stage `stage` receives (dir = -1) or sends (dir = +1) in the forward (bwd false) or
-// backward phase: values read on one stage and held on another.
-static int transfers(emitter *E, int stage, bool bwd, bool send, xfer *out) {
+// Adds a transfer once.
+static void xfer_add(const pcc_graph *g, xfer **v, int *n, int *cap, xfer x) {
+    for (int j = 0; j < *n; j++)
+        if ((*v)[j].key == x.key && (*v)[j].peer == x.peer) return;
+    *VEC_PUSH(g->arena, *v, *n, *cap) = x;
+}
+
+// What stage `stage` sends (send) or receives in the forward (bwd false) or backward phase:
+// values read on one stage and held on another, in a fixed order (by peer, then key).
+static int transfers(emitter *E, int stage, bool bwd, bool send, xfer **out) {
     const pcc_graph *g = E->g;
-    int n = 0;
+    xfer *v = NULL;
+    int n = 0, cap = 0;
     for (int o = 0; o < g->n_ops; o++) {
         const pcc_op *op = &g->ops[o];
         if (op->block >= 0 || op->phase == PCC_PHASE_OPT || (op->phase == PCC_PHASE_BWD) != bwd) continue;
@@ -735,10 +758,7 @@ static int transfers(emitter *E, int stage, bool bwd, bool send, xfer *out) {
             pcc_tensor_kind k = g->tensors[t].kind;
             if (hs < 0 || hs == rs || k == PCC_T_INPUT || k == PCC_T_PARAM || k == PCC_T_STATE) continue;
             if (send ? hs != stage : rs != stage) continue;
-            xfer x = {t, send ? rs : hs};
-            bool dup = false;
-            for (int j = 0; j < n; j++) dup |= out[j].key == x.key && out[j].peer == x.peer;
-            if (!dup) out[n++] = x;
+            xfer_add(g, &v, &n, &cap, (xfer){t, send ? rs : hs});
         }
     }
     // Blocks: outer inputs read by copies on other stages, and carries between stages.
@@ -749,36 +769,32 @@ static int transfers(emitter *E, int stage, bool bwd, bool send, xfer *out) {
         int fb = block_of(g, b);
         for (int s = 0; s < E->pp; s++) {
             if (E->copy_hi[fb][s] <= E->copy_lo[fb][s]) continue;
+            bool first = bwd ? E->copy_hi[fb][s] == (int)bl->repeat : E->copy_lo[fb][s] == 0;
             for (int i = 0; i < bl->n_in; i++) {
                 int t = bl->in[i].outer, hs = E->tstage[t];
-                bool carried = false;
-                for (int k = 0; k < bl->n_carry; k++) carried |= bl->carry[k].inner == bl->in[i].inner;
-                bool first = bwd ? E->copy_hi[fb][s] == (int)bl->repeat : E->copy_lo[fb][s] == 0;
-                if (carried && !first) continue;
+                if (carry_of(bl, bl->in[i].inner, true) >= 0 && !first) continue;
                 if (hs < 0 || hs == s || g->tensors[t].kind == PCC_T_PARAM || g->tensors[t].kind == PCC_T_INPUT) continue;
                 if (send ? hs != stage : s != stage) continue;
-                xfer x = {t, send ? s : hs};
-                bool dup = false;
-                for (int j = 0; j < n; j++) dup |= out[j].key == x.key && out[j].peer == x.peer;
-                if (!dup) out[n++] = x;
+                xfer_add(g, &v, &n, &cap, (xfer){t, send ? s : hs});
             }
             // The carry from the copy before (forward) or after (backward), on another stage.
             int prev = bwd ? E->copy_hi[fb][s] : E->copy_lo[fb][s] - 1;
             if (bl->n_carry > 0 && prev >= 0 && prev < (int)bl->repeat) {
                 int ps = copy_stage(E, b, prev);
                 if (ps != s && (send ? ps == stage : s == stage))
-                    for (int k = 0; k < bl->n_carry; k++) out[n++] = (xfer){g->n_tensors + b * 8 + k, send ? s : ps};
+                    for (int k = 0; k < bl->n_carry; k++) xfer_add(g, &v, &n, &cap, (xfer){g->n_tensors + b * 8 + k, send ? s : ps});
             }
         }
     }
-    qsort(out, (size_t)n, sizeof *out, xfer_cmp);
+    if (n > 0) qsort(v, (size_t)n, sizeof *v, xfer_cmp);
+    *out = v;
     return n;
 }
 
 static void p2p(emitter *E, prog *P, bool bwd, bool send) {
     const pcc_graph *g = E->g;
-    xfer *x = arena_alloc(g->arena, sizeof(xfer) * (size_t)(2 * g->n_ops + 16 * g->n_blocks * E->pp + 1));
-    int n = transfers(E, P->stage, bwd, send, x);
+    xfer *x;
+    int n = transfers(E, P->stage, bwd, send, &x);
     for (int i = 0; i < n; i++) {
         int buf;
         if (x[i].key >= g->n_tensors) {
@@ -796,32 +812,16 @@ static void p2p(emitter *E, prog *P, bool bwd, bool send) {
 
 /* ---- phases ---- */
 
-static void forward(emitter *E, prog *P, int delta) {
+// One micro-batch's forward (bwd false) or backward pass on this stage: receive, the stage's
+// top-level ops and block ranges in program order, send.
+static void pass(emitter *E, prog *P, int delta, bool bwd, bool last_mb) {
     const pcc_graph *g = E->g;
     E->delta = delta;
     P->n_cache = 0;
-    p2p(E, P, false, false);
-    for (int o = 0; o < g->n_fwd_ops; o++) {
+    p2p(E, P, bwd, false);
+    for (int o = bwd ? g->n_fwd_ops : 0; o < (bwd ? g->n_ops : g->n_fwd_ops); o++) {
         const pcc_op *op = &g->ops[o];
-        if (op->block < 0) {
-            if (on_stage(E, o, P->stage)) emit_op(E, P, o, false);
-            continue;
-        }
-        block_range(E, P, op->block, false);
-        o = g->blocks[op->block].first_op + g->blocks[op->block].n_ops - 1;
-    }
-    p2p(E, P, false, true);
-    P->n_cache = 0;
-}
-
-static void backward(emitter *E, prog *P, int delta, bool last_mb) {
-    const pcc_graph *g = E->g;
-    E->delta = delta;
-    P->n_cache = 0;
-    p2p(E, P, true, false);
-    for (int o = g->n_fwd_ops; o < g->n_ops; o++) {
-        const pcc_op *op = &g->ops[o];
-        if (op->phase != PCC_PHASE_BWD) continue;
+        if (op->phase != (bwd ? PCC_PHASE_BWD : PCC_PHASE_FWD)) continue;
         if (op->block < 0) {
             if (on_stage(E, o, P->stage)) emit_op(E, P, o, last_mb);
             continue;
@@ -829,9 +829,12 @@ static void backward(emitter *E, prog *P, int delta, bool last_mb) {
         block_range(E, P, op->block, last_mb);
         o = g->blocks[op->block].first_op + g->blocks[op->block].n_ops - 1;
     }
-    p2p(E, P, true, true);
+    p2p(E, P, bwd, true);
     P->n_cache = 0;
 }
+
+static void forward(emitter *E, prog *P, int delta) { pass(E, P, delta, false, false); }
+static void backward(emitter *E, prog *P, int delta, bool last_mb) { pass(E, P, delta, true, last_mb); }
 
 static void optimizer(emitter *E, prog *P) {
     const pcc_graph *g = E->g;
@@ -857,10 +860,11 @@ static void optimizer(emitter *E, prog *P) {
 // Parameters used on several stages: the owner sends the updated value to the others.
 static void share_params(emitter *E, prog *P) {
     const pcc_graph *g = E->g;
+    bool *users = arena_alloc(g->arena, sizeof(bool) * (size_t)E->pp);
     for (int t = 0; t < g->n_tensors; t++) {
         if (g->tensors[t].kind != PCC_T_PARAM || g->tensors[t].block >= 0) continue;
         int owner = E->tstage[t];
-        bool *users = arena_alloc(g->arena, sizeof(bool) * (size_t)E->pp);
+        memset(users, 0, sizeof(bool) * (size_t)E->pp);
         for (int o = 0; o < g->n_ops; o++) {
             const pcc_op *op = &g->ops[o];
             if (op->block >= 0 || op->phase == PCC_PHASE_OPT) continue;
@@ -891,8 +895,7 @@ static void program(emitter *E, prog *P) {
     for (int b = 0; b < g->n_blocks; b++)
         for (int i = 0; i < g->blocks[b].n_acc; i++) {
             int t = g->blocks[b].acc[i].outer, fb = block_of(g, b);
-            const pcc_tensor *T = &g->tensors[t];
-            if (!(T->of >= 0 && g->tensors[T->of].kind == PCC_T_PARAM)) continue;
+            if (!is_param_grad(g, t)) continue;
             if (E->copy_hi[fb][P->stage] <= E->copy_lo[fb][P->stage]) continue;
             int G = home(E, P, t);
             insn(E, P, PLAN_I_COMPUTE, STREAM_MAIN, &G, 1)->code = PCC_OP_FILL;
@@ -1036,6 +1039,8 @@ static uint64_t memplan(prog *P, uint64_t *live_bound) {
     for (int b = 0; b < P->n_buf; b++) {
         ebuf *eb = &P->buf[b];
         uint64_t slot = align_up(eb->bytes);
+        eb->mb_stride = eb->mb_slots > 1 ? slot : 0;
+        eb->layer_stride = eb->layer_slots > 1 ? slot * eb->mb_slots : 0;
         eb->extent = slot * eb->mb_slots * eb->layer_slots;
     }
     liveness(P);
@@ -1258,9 +1263,7 @@ pcc_status emit_plan(const pcc_graph *g, const pcc_cluster *c, const pcc_strateg
             pb->offset = eb->offset, pb->bytes = eb->bytes;
             pb->mb_slots = eb->mb_slots, pb->layer_slots = eb->layer_slots, pb->layer_base = eb->layer_base;
             pb->flags = eb->persist ? PLAN_BUF_PERSIST : 0;
-            uint64_t slot = align_up(eb->bytes);
-            pb->mb_stride = eb->mb_slots > 1 ? slot : 0;
-            pb->layer_stride = eb->layer_slots > 1 ? slot * eb->mb_slots : 0;
+            pb->mb_stride = eb->mb_stride, pb->layer_stride = eb->layer_stride;
         }
         pr->n_insns = (uint32_t)Q->n_insn;
         pr->insns = pdup(p, Q->insn, sizeof(plan_insn) * (size_t)Q->n_insn);

@@ -7,13 +7,13 @@
  * or usage, 3 infeasible.
  */
 #include "plancc.h"
-#include "plan.h"
 
 #include <getopt.h>
 #include <math.h>
-#include <time.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -223,11 +223,11 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static uint64_t file_hash(pcc_arena *a, const char *path) {
-    char *text;
-    size_t n;
-    if (file_read_all(a, path, &text, &n, (size_t)1 << 31)) return 0;
-    return plan_fnv1a64(text, n);
+static uint64_t file_hash(const char *path) {
+    uint64_t h = 0;
+    char err[256];
+    if (plan_file_hash(path, &h, err, sizeof err)) warn("%s: the plan records no hash of it", err);
+    return h;
 }
 
 // The options that decide the plan, in one canonical order (the plan's META and its hash).
@@ -326,8 +326,8 @@ static pcc_status compile(pcc_arena *a, const pcc_graph *g, const pcc_cluster *c
     pcc_status st = strategy_plan(g, c, &so, &cand, &n);
     if (st) return st;
     pcc_emit_opts eo = {.options = canonical_options(a, c, o), .quiet = o->quiet};
-    eo.model_hash = file_hash(a, o->model);
-    eo.cluster_hash = file_hash(a, o->cluster);
+    eo.model_hash = file_hash(o->model);
+    eo.cluster_hash = file_hash(o->cluster);
     pcc_emitted e;
     int which = 0;
     double peak;
@@ -342,9 +342,8 @@ static pcc_status compile(pcc_arena *a, const pcc_graph *g, const pcc_cluster *c
         plan_free(e.p), free(e.p);
         return PCC_ERR_INPUT;
     }
-    uint8_t *bytes;
-    size_t nbytes = 0;
-    if (plan_encode(e.p, &bytes, &nbytes, err, sizeof err) == PLAN_OK) free(bytes);
+    struct stat sb;
+    double nbytes = stat(out, &sb) == 0 ? (double)sb.st_size : 0;
     double t1 = now_s();
     if (!o->quiet) {
         const pcc_strategy *s = cand[which];
@@ -362,7 +361,7 @@ static pcc_status compile(pcc_arena *a, const pcc_graph *g, const pcc_cluster *c
         printf("  peak memory per device %s of %s (stage %d; live-buffer bound %s); estimated step %.6g s\n",
                fmt_bytes(b1, sizeof b1, e.peak_bytes), fmt_bytes(b2, sizeof b2, c->memory_bytes), e.peak_stage,
                fmt_bytes(b3, sizeof b3, e.live_bound_bytes), s->est_step_s);
-        printf("  wrote %s: %s, plan_check passed; compiled in %.3f s\n", out, fmt_bytes(b1, sizeof b1, (double)nbytes), t1 - t0);
+        printf("  wrote %s: %s, plan_check passed; compiled in %.3f s\n", out, fmt_bytes(b1, sizeof b1, nbytes), t1 - t0);
     }
     plan_free(e.p), free(e.p);
     return PCC_OK;

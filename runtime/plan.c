@@ -132,15 +132,18 @@ uint32_t plan_crc32c(uint32_t crc, const void *data, size_t n) {
     return ~crc;
 }
 
-uint64_t plan_fnv1a64(const void *data, size_t n) {
+#define FNV_BASIS 0xcbf29ce484222325ull
+
+static uint64_t fnv_continue(uint64_t h, const void *data, size_t n) {
     const uint8_t *p = data;
-    uint64_t h = 0xcbf29ce484222325ull;
     for (size_t i = 0; i < n; i++) {
         h ^= p[i];
         h *= 0x100000001b3ull;
     }
     return h;
 }
+
+uint64_t plan_fnv1a64(const void *data, size_t n) { return fnv_continue(FNV_BASIS, data, n); }
 
 /* ---- memory a plan owns: a list of blocks, each aligned for any type ---- */
 
@@ -1104,14 +1107,14 @@ static plan_status read_whole(FILE *f, uint64_t size, plan *out, char *err, size
     return st;
 }
 
-static plan_status file_fnv(const char *path, uint64_t *h, char *err, size_t err_n) {
+plan_status plan_file_hash(const char *path, uint64_t *h, char *err, size_t err_n) {
     FILE *f = fopen(path, "rb");
     if (!f) return fail(PLAN_ERR_IO, err, err_n, "%s: cannot open: %s", path, strerror(errno));
-    uint64_t x = 0xcbf29ce484222325ull;
+    uint64_t x = FNV_BASIS;
     uint8_t buf[1 << 16];
     size_t n;
     while ((n = fread(buf, 1, sizeof(buf), f)) > 0)
-        for (size_t i = 0; i < n; i++) x = (x ^ buf[i]) * 0x100000001b3ull;
+        x = fnv_continue(x, buf, n);
     bool bad = ferror(f) != 0;
     fclose(f);
     if (bad) return fail(PLAN_ERR_IO, err, err_n, "%s: cannot read", path);
@@ -1129,7 +1132,7 @@ plan_status plan_verify_inputs(const plan *p, const char *model_path, const char
     for (int i = 0; i < 2; i++) {
         if (!paths[i]) continue;
         uint64_t h;
-        plan_status st = file_fnv(paths[i], &h, err, err_n);
+        plan_status st = plan_file_hash(paths[i], &h, err, err_n);
         if (st) return st;
         if (h != want[i])
             return fail(PLAN_ERR_STALE, err, err_n, "stale: the plan was compiled from another %s (hash 0x%016llx; %s hashes to 0x%016llx): compile it again",

@@ -255,6 +255,10 @@ const char *plan_insn_kind_name(uint32_t kind);
 const char *plan_loop_var_name(uint32_t var);
 const char *plan_schedule_name(uint32_t schedule);
 
+// The FNV-1a 64 of a file's bytes (the header's model and cluster hashes); PLAN_ERR_IO with a
+// message if it cannot be read.
+plan_status plan_file_hash(const char *path, uint64_t *hash, char *err, size_t err_n);
+
 // Refuses a stale plan: the model and cluster files' FNV-1a 64 hashes (paths NULL: not checked)
 // must be the ones the header records, and the options hash must be that of META's option
 // string. PLAN_ERR_STALE with a message saying which differs; PLAN_ERR_IO if a file cannot be read.
