@@ -977,18 +977,15 @@ static void liveness(prog *P) {
     int *loop_of = malloc(sizeof(int) * (size_t)(P->n_buf + 1));
     bool *one_loop = malloc((size_t)P->n_buf + 1);
     for (int b = 0; b < P->n_buf; b++) P->buf[b].first = P->buf[b].last = -1, loop_of[b] = -2, one_loop[b] = true;
+    const plan_program view = {.insns = P->insn, .args = P->args, .attrs = P->attrs}; // what plan_arg_role reads
     for (int i = 0; i < n; i++) {
         const plan_insn *in = &P->insn[i];
         for (int k = 0; k < in->nargs; k++) {
             int b = (int)P->args[in->args + k];
             ebuf *eb = &P->buf[b];
-            bool write = (in->kind == PLAN_I_COMPUTE && k >= (int)in->nargs - pcc_ops[in->code].nout && pcc_ops[in->code].nout > 0) ||
-                         ((in->kind == PLAN_I_COLL || in->kind == PLAN_I_COPY) && k == 1) || in->kind == PLAN_I_RECV;
-            if (in->kind == PLAN_I_COMPUTE && in->code == PCC_OP_ADD && in->nargs == 3) write = k == 2;
-            if (in->kind == PLAN_I_COMPUTE && in->code == PCC_OP_FILL) write = true;
             if (eb->first < 0) {
                 eb->first = i;
-                first_is_write[b] = write && !(in->kind == PLAN_I_COLL && k == 1 && P->args[in->args] == (uint32_t)b);
+                first_is_write[b] = plan_arg_role(&view, in, (uint32_t)k) == PLAN_ARG_WRITE; // written, not read
             }
             eb->last = i;
             if (loop_of[b] == -2) loop_of[b] = inner[i];
@@ -997,7 +994,7 @@ static void liveness(prog *P) {
     }
     for (int b = 0; b < P->n_buf; b++) {
         ebuf *eb = &P->buf[b];
-        if (eb->first < 0) { // never used (a buffer reshard replaced): no space
+        if (eb->first < 0) { // never used: no space
             eb->first = eb->last = 0;
             eb->extent = 0;
             continue;

@@ -242,6 +242,13 @@ void *plan_alloc(plan *p, size_t n);
 #define PLAN_MAX_LOOP_DEPTH 32
 plan_status plan_validate(const plan *p, char *err, size_t err_n);
 
+// How instruction `in` of program pg uses its argument j: PLAN_ARG_READ, PLAN_ARG_WRITE or both
+// (an in-place operator; an accumulating operator's outputs), as plan_check's data flow counts
+// it. The instruction must be valid (plan_validate).
+#define PLAN_ARG_READ 1u
+#define PLAN_ARG_WRITE 2u
+unsigned plan_arg_role(const plan_program *pg, const plan_insn *in, uint32_t j);
+
 // The names the text form uses (plan_text.c), NULL for a value out of range: operators in
 // runtime/ops.def's order (pcc_op_kind's), collectives in pcc_coll's order (all_reduce,
 // all_gather, reduce_scatter, all_to_all, send_recv, broadcast), dtypes (f32 f16 bf16 i32),

@@ -801,7 +801,7 @@ static plan_status check_insns(checker *c, uint32_t k) {
 #define MAX_OVERLAPS (1ull << 26) // pairs of slots that share arena bytes
 #define MAX_STEPS (1ull << 28)    // instructions (weighted by arguments) the expansion may visit
 
-enum { A_READ = 1, A_WRITE = 2 };
+enum { A_READ = PLAN_ARG_READ, A_WRITE = PLAN_ARG_WRITE };
 
 typedef struct flow {
     checker *c;
@@ -856,8 +856,7 @@ static bool accumulates(const plan_program *pg, const plan_insn *in) {
     return in->kind == PLAN_I_COMPUTE && in->attrs != PLAN_NONE && pg->attrs[in->attrs].i[PLAN_AI_ACCUMULATE] != 0;
 }
 
-// Whether argument j of instruction in is read, written or both.
-static unsigned arg_role(const plan_program *pg, const plan_insn *in, uint32_t j) {
+unsigned plan_arg_role(const plan_program *pg, const plan_insn *in, uint32_t j) {
     switch (in->kind) {
     case PLAN_I_COMPUTE:
         if (op_arities[in->code].inplace) return A_READ | A_WRITE;
@@ -1098,7 +1097,7 @@ static plan_status flow_write_check(flow *f, uint32_t i, uint32_t j, uint64_t s)
     for (uint32_t j2 = 0; j2 < in->nargs; j2++) {
         if (j2 == j) continue;
         uint64_t s2 = slot_of(f, in, j2);
-        unsigned role2 = arg_role(f->pg, in, j2);
+        unsigned role2 = plan_arg_role(f->pg, in, j2);
         if (s2 == s && !(role2 & A_WRITE)) continue;
         if (s2 != s && (f->hi[s] <= f->lo[s2] || f->hi[s2] <= f->lo[s] || f->hi[s] == f->lo[s] || f->hi[s2] == f->lo[s2]))
             continue;
@@ -1119,11 +1118,11 @@ static plan_status flow_insn(flow *f, uint32_t i) {
         return pfail(f->c, f->k, "more than %llu steps after expanding its loops: too large to check", MAX_STEPS);
     plan_status st = PLAN_OK;
     for (uint32_t j = 0; j < in->nargs && !st; j++)
-        if (arg_role(f->pg, in, j) & A_READ) st = flow_read(f, i, slot_of(f, in, j));
+        if (plan_arg_role(f->pg, in, j) & A_READ) st = flow_read(f, i, slot_of(f, in, j));
     for (uint32_t j = 0; j < in->nargs && !st; j++)
-        if (arg_role(f->pg, in, j) & A_WRITE) st = flow_write_check(f, i, j, slot_of(f, in, j));
+        if (plan_arg_role(f->pg, in, j) & A_WRITE) st = flow_write_check(f, i, j, slot_of(f, in, j));
     for (uint32_t j = 0; j < in->nargs && !st; j++)
-        if (arg_role(f->pg, in, j) & A_WRITE) {
+        if (plan_arg_role(f->pg, in, j) & A_WRITE) {
             uint64_t s = slot_of(f, in, j);
             f->last[s] = f->time;
             f->writer[s] = i;
