@@ -1143,6 +1143,26 @@ static void *pdup(plan *p, const void *src, size_t n) {
     return d;
 }
 
+// A param's initializer or an input's data source, as the plan carries it (other kinds: none).
+// The pcc enums and the plan's differ by the plan's NONE; mapped by name, not by arithmetic.
+static void fill_source(const pcc_tensor *T, plan_tensor *pt) {
+    static const uint8_t init[] = {[PCC_INIT_ZEROS] = PLAN_INIT_ZEROS, [PCC_INIT_ONES] = PLAN_INIT_ONES,
+                                   [PCC_INIT_NORMAL] = PLAN_INIT_NORMAL, [PCC_INIT_UNIFORM] = PLAN_INIT_UNIFORM};
+    static const uint8_t data[PCC_DATA_KIND_COUNT] = {
+        [PCC_DATA_NORMAL] = PLAN_DATA_NORMAL,   [PCC_DATA_BINARY] = PLAN_DATA_BINARY,
+        [PCC_DATA_RANDINT] = PLAN_DATA_RANDINT, [PCC_DATA_TOKENS] = PLAN_DATA_TOKENS,
+        [PCC_DATA_TARGETS] = PLAN_DATA_TARGETS, [PCC_DATA_ARANGE] = PLAN_DATA_ARANGE};
+    if (T->kind == PCC_T_PARAM) {
+        PCC_ASSERT((unsigned)T->init.kind < sizeof init);
+        pt->source = init[T->init.kind];
+        if (pt->source == PLAN_INIT_NORMAL || pt->source == PLAN_INIT_UNIFORM) pt->a = T->init.a, pt->b = T->init.b;
+    } else if (T->kind == PCC_T_INPUT) {
+        PCC_ASSERT((unsigned)T->data.kind < PCC_DATA_KIND_COUNT);
+        pt->source = data[T->data.kind];
+        if (plan_source_args(PLAN_T_INPUT, pt->source)) pt->a = (double)T->data.high;
+    }
+}
+
 pcc_status emit_plan(const pcc_graph *g, const pcc_cluster *c, const pcc_strategy *s, const pcc_emit_opts *o,
                      pcc_emitted *e) {
     memset(e, 0, sizeof *e);
@@ -1228,6 +1248,7 @@ pcc_status emit_plan(const pcc_graph *g, const pcc_cluster *c, const pcc_strateg
         pt->dtype = (uint8_t)T->dtype, pt->kind = (uint8_t)T->kind, pt->rank = (uint8_t)T->rank;
         pt->copies = (uint32_t)tensor_copies(g, T);
         for (int i = 0; i < T->rank; i++) pt->shape[i] = g->dims[T->dims[i]].size;
+        fill_source(T, pt);
     }
     p->n_groups = (uint32_t)E.n_groups;
     p->groups = plan_alloc(p, sizeof(plan_group) * (size_t)(E.n_groups + 1));

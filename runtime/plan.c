@@ -3,19 +3,20 @@
  * and the memory a decoded plan owns.
  *
  * What it guarantees. plan_encode writes every field little-endian, field by field, in a fixed
- * order (never a struct copy), so the bytes do not depend on the compiler, the host's
- * endianness or uninitialized padding: the same plan gives the same bytes. It writes the
- * canonical form: fields that an item does not use (an instruction kind's unused fields, mesh
- * axes past n_axes, dimensions past a tensor's rank, stream priorities past n_streams, the bytes
- * after a name's NUL) are written as zero (attrs as PLAN_NONE; a shard's entries past n_axes
- * must already be zero: plan_validate refuses others), and the argument lists are laid out in
- * instruction order. plan_decode accepts the canonical form only, so any file it accepts
- * encodes back to the same bytes; everything else in the file is checked before it is trusted:
- * the magic, the version, the header and table CRCs, each section's CRC, the layout of the
- * table (sections contiguous, 8-byte aligned, in the order META, STRINGS, TENSORS, GROUPS,
- * RANKS, PROGRAM 0..n-1), every count against its section's size, every reserved or padding
- * byte (zero), every string offset, and finally plan_validate (plan_check.c) for every index and
- * enum value. A fault is PLAN_ERR_FORMAT with a message that names the section and the item.
+ * order (never a struct copy), so the bytes do not depend on the compiler, the host's endianness
+ * or uninitialized padding: the same plan gives the same bytes. It writes the canonical form:
+ * fields that an item does not use (an instruction kind's unused fields, mesh axes past n_axes,
+ * dimensions past a tensor's rank, the numbers a tensor's source does not take, stream
+ * priorities past n_streams, the bytes after a name's NUL) are written as zero (attrs as
+ * PLAN_NONE; a shard's entries past n_axes must already be zero: plan_validate refuses others),
+ * and the argument lists are laid out in instruction order. plan_decode accepts the canonical
+ * form only, so any file it accepts encodes back to the same bytes; everything else in the file
+ * is checked before it is trusted: the magic, the version, the header and table CRCs, each
+ * section's CRC, the layout of the table (sections contiguous, 8-byte aligned, in the order
+ * META, STRINGS, TENSORS, GROUPS, RANKS, PROGRAM 0..n-1), every count against its section's
+ * size, every reserved or padding byte (zero), every string offset, and finally plan_validate
+ * (plan_check.c) for every index and enum value. A fault is PLAN_ERR_FORMAT with a message that
+ * names the section and the item.
  *
  * Layout of each section (offsets inside the section; all sections are padded with zeros to a
  * multiple of 8 bytes, and the table's byte count includes the padding). runtime/PLAN_FORMAT.md
@@ -30,9 +31,10 @@
  *   STRINGS              0 u32 n (bytes of string data); 4 u32 0; 8 u8[n]: NUL-terminated
  *                        strings back to back (n = 0, or the last byte is NUL). A string is
  *                        referenced by the offset of its first byte in that data.
- *   TENSORS              0 u32 count; 4 u32 0; then count records of 80 bytes: 0 u32 name;
- *                        4 u8 dtype; 5 u8 kind; 6 u8 rank; 7 u8 0; 8 u32 copies; 12 u32 0;
- *                        16 i64 shape[8]
+ *   TENSORS              0 u32 count; 4 u32 0; then count records of 96 bytes: 0 u32 name;
+ *                        4 u8 dtype; 5 u8 kind; 6 u8 rank; 7 u8 source; 8 u32 copies; 12 u32 0;
+ *                        16 i64 shape[8]; 80 f64 a; 88 f64 b (0 where the source does not use
+ *                        them: plan_source_args)
  *   GROUPS               0 u32 count; 4 u32 m (member ranks of all explicit groups); then count
  *                        records of 8 bytes: u32 axes, u32 n_ranks; then u32 ranks[m], each
  *                        explicit group's members in group order
@@ -66,7 +68,7 @@ enum {
     TABLE_ENTRY_BYTES = 24,
     FIXED_SECTIONS = 5,     // META, STRINGS, TENSORS, GROUPS, RANKS
     META_BYTES = 136,
-    TENSOR_BYTES = 80,
+    TENSOR_BYTES = 96,
     GROUP_BYTES = 8,
     PROGRAM_HEAD_BYTES = 72,
     BUFFER_BYTES = 56,
@@ -354,10 +356,13 @@ static void enc_tensors(wbuf *w, const plan *p, uint64_t *sc) {
         w_u8(w, t->dtype);
         w_u8(w, t->kind);
         w_u8(w, t->rank);
-        w_u8(w, 0);
+        w_u8(w, t->source);
         w_u32(w, t->copies);
         w_u32(w, 0);
         for (int d = 0; d < PLAN_MAX_RANK; d++) w_u64(w, d < t->rank ? (uint64_t)t->shape[d] : 0);
+        unsigned used = plan_source_args(t->kind, t->source);
+        w_f64(w, used >= 1 ? t->a : 0);
+        w_f64(w, used >= 2 ? t->b : 0);
     }
 }
 
@@ -781,7 +786,7 @@ static plan_status decode_tensor(dctx *c, const uint8_t *r, uint32_t i, plan_ten
     t->dtype = r[4];
     t->kind = r[5];
     t->rank = r[6];
-    if (r[7]) return dfail(c, "tensor %u: reserved byte 7 is not zero", i);
+    t->source = r[7];
     t->copies = get_u32(r + 8);
     if (get_u32(r + 12)) return dfail(c, "tensor %u: reserved bytes 12..15 are not zero", i);
     if (t->rank > PLAN_MAX_RANK) return dfail(c, "tensor %u: rank %u, at most %d", i, t->rank, PLAN_MAX_RANK);
@@ -790,6 +795,14 @@ static plan_status decode_tensor(dctx *c, const uint8_t *r, uint32_t i, plan_ten
         if (k >= t->rank && t->shape[k])
             return dfail(c, "tensor %u: dimension %d is past its rank (%u) but not zero", i, k, t->rank);
     }
+    // The source's numbers: those it does not take are zero (bits, so -0 is refused too).
+    unsigned used = plan_source_args(t->kind, t->source);
+    for (unsigned k = used; k < 2; k++)
+        if (get_u64(r + 80 + 8 * k))
+            return dfail(c, "tensor %u: %c (bytes %u..%u) is not zero, but its source takes %u number%s", i, k ? 'b' : 'a',
+                         80 + 8 * k, 87 + 8 * k, used, used == 1 ? "" : "s");
+    t->a = get_f64(r + 80);
+    t->b = get_f64(r + 88);
     return PLAN_OK;
 }
 

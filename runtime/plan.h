@@ -7,7 +7,8 @@
  *   - a device mesh (up to 4 named axes, e.g. pp x dp x tp) and the world size; rank r has mesh
  *     coordinates digits(r) with the LAST axis varying fastest (Megatron's order: tp fastest);
  *   - logical tensors (the model's tensors, whole: one micro-batch's, one block copy's, with the
- *     number of copies of a repeated block), and the loss tensor;
+ *     number of copies of a repeated block; each param with its initializer, each input with its
+ *     data source, so that a plan needs no model file to run), and the loss tensor;
  *   - communicator groups: the ranks that differ only along a set of mesh axes (a mask), or an
  *     explicit list of ranks;
  *   - programs, each shared by every rank that runs it (all data-parallel replicas of a stage,
@@ -97,13 +98,37 @@ typedef struct plan_meta {
     const char *notes;          // the compiler's decisions, one per line, for plandump; or NULL
 } plan_meta;
 
+// A tensor's kind: pcc_tensor_kind's values, in its order.
+typedef enum plan_tensor_kind { PLAN_T_INPUT, PLAN_T_PARAM, PLAN_T_ACTIVATION, PLAN_T_GRAD, PLAN_T_STATE } plan_tensor_kind;
+
+// Where a tensor's values come from, so that a plan alone says how to start training (the
+// model file is not needed to run it). A param's source is its initializer, drawn once before
+// the first step: a plan_init, with a = mean and b = std (>= 0) for NORMAL, a = low and b = high
+// (low < high) for UNIFORM. An input's source says how the runtime fills it before each step: a
+// plan_data, with a = high (the exclusive bound, an integer from 1 to 2^31) for RANDINT, TOKENS
+// and TARGETS. Every other kind has source 0 (optimizer state starts at zero; activations and
+// gradients are computed). a and b are 0 where the source does not use them (plan_source_args).
+// The orders are pcc_init_kind's and pcc_data_kind's (compiler/plancc.h), shifted by one.
+typedef enum plan_init { PLAN_INIT_NONE, PLAN_INIT_ZEROS, PLAN_INIT_ONES, PLAN_INIT_NORMAL, PLAN_INIT_UNIFORM } plan_init;
+typedef enum plan_data {
+    PLAN_DATA_NONE,
+    PLAN_DATA_NORMAL,   // float, N(0, 1)
+    PLAN_DATA_BINARY,   // float, 0 or 1 (labels of bce_logits)
+    PLAN_DATA_RANDINT,  // i32, uniform in [0, high)
+    PLAN_DATA_TOKENS,   // i32 tokens of the corpus (random in [0, high) with synthetic data)
+    PLAN_DATA_TARGETS,  // i32 next tokens of the corpus (the tokens shifted by one)
+    PLAN_DATA_ARANGE,   // i32 0, 1, ... along the last dimension (positions)
+} plan_data;
+
 typedef struct plan_tensor {
     const char *name;
     uint8_t dtype;              // pcc_dtype values: 0 f32, 1 f16, 2 bf16, 3 i32
-    uint8_t kind;               // pcc_tensor_kind values: input, param, activation, grad, state
+    uint8_t kind;               // plan_tensor_kind
     uint8_t rank;
+    uint8_t source;             // a param's plan_init, an input's plan_data; 0 for other kinds
     uint32_t copies;            // >= 1: instances (the repeat of the block it belongs to)
     int64_t shape[PLAN_MAX_RANK];
+    double a, b;                // the source's numbers (see plan_init, plan_data); 0 where unused
 } plan_tensor;
 
 typedef struct plan_group {
@@ -234,10 +259,13 @@ void *plan_alloc(plan *p, size_t n);
 // The well-formedness that the file format itself needs (plan_check's first part): every index
 // in range (tensors, the loss, groups, programs, buffers, args, attrs, streams, events, mesh
 // axes), every enum value known, the mesh consistent with world and the rank table, tensors with
-// at least one copy, shards that name mesh axes and (for a tensor buffer) dimensions of its
-// tensor (all R for scratch), layer slots inside their tensor's copies (layer_base +
-// layer_slots <= copies; layer_base 0 for scratch), loops nested inside their program (at most
-// PLAN_MAX_LOOP_DEPTH deep). plan_encode refuses and plan_decode rejects a plan
+// at least one copy, every param with an initializer and every input with a data source (and no
+// other tensor with either) whose numbers are in range (normal: finite mean, finite std >= 0;
+// uniform: finite low < high; randint, tokens, targets: an integral high from 1 to 2^31),
+// shards that name mesh axes and (for a tensor buffer) dimensions of its tensor (all R for
+// scratch), layer slots inside their tensor's copies (layer_base + layer_slots <= copies;
+// layer_base 0 for scratch), loops nested inside their program (at most PLAN_MAX_LOOP_DEPTH
+// deep). plan_encode refuses and plan_decode rejects a plan
 // that fails it. Returns PLAN_ERR_FORMAT with a message naming the item, or PLAN_OK.
 #define PLAN_MAX_LOOP_DEPTH 32
 plan_status plan_validate(const plan *p, char *err, size_t err_n);
@@ -252,12 +280,21 @@ unsigned plan_arg_role(const plan_program *pg, const plan_insn *in, uint32_t j);
 // The names the text form uses (plan_text.c), NULL for a value out of range: operators in
 // runtime/ops.def's order (pcc_op_kind's), collectives in pcc_coll's order (all_reduce,
 // all_gather, reduce_scatter, all_to_all, send_recv, broadcast), dtypes (f32 f16 bf16 i32),
-// tensor kinds (input param activation grad state), instruction kinds, loop variables, schedules.
+// tensor kinds (input param activation grad state), initializers (none zeros ones normal uniform),
+// data sources (none normal binary randint tokens targets arange), instruction kinds, loop
+// variables, schedules.
 const char *plan_op_name(uint32_t op);
 const char *plan_coll_name(uint32_t coll);
 const char *plan_dtype_name(uint32_t dtype);
 uint32_t plan_dtype_bytes(uint32_t dtype); // 0 for a value out of range
 const char *plan_tensor_kind_name(uint32_t kind);
+const char *plan_init_name(uint32_t init);
+const char *plan_data_name(uint32_t data);
+// How many of a, b a tensor's source uses, given the tensor's kind: 2 for init normal and
+// uniform, 1 for data randint, tokens and targets, else 0 (the others are 0 in the file). An
+// input's source is read as a plan_data, any other kind's as a plan_init (only a param may
+// have one: plan_validate's rule); 0 for a value out of range. This function can't fail.
+unsigned plan_source_args(uint32_t kind, uint32_t source);
 const char *plan_insn_kind_name(uint32_t kind);
 const char *plan_loop_var_name(uint32_t var);
 const char *plan_schedule_name(uint32_t schedule);

@@ -1,6 +1,7 @@
 /*
  * plan_check.c: the verifier, and the shards' geometry. plan_validate checks what the format
- * itself needs (every index and enum value in range, the mesh consistent, shards that name axes
+ * itself needs (every index and enum value in range, the mesh consistent, every param with an
+ * initializer and every input with a data source, their numbers in range, shards that name axes
  * and dimensions that exist, layer slots inside their tensor's copies, loops nested); plan_check
  * adds what makes a plan runnable: arities, shards against their tensors and the instructions
  * that move data between them, the arena, the data flow inside each program, and the matching of
@@ -57,6 +58,7 @@
  */
 #include "plan.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -152,6 +154,44 @@ static plan_status validate_meta(vctx *v) {
     return validate_axis_names(v);
 }
 
+// A param's initializer and its numbers (normal: finite mean, finite std >= 0; uniform:
+// finite low < high).
+static plan_status validate_init(vctx *v, uint32_t i, const plan_tensor *t) {
+    const char *name = name_or(t->name, "?");
+    if (t->source == PLAN_INIT_NONE)
+        return bad(v, "tensor %u \"%s\": a param needs an initializer (init zeros, ones, normal or uniform)", i, name);
+    if (!plan_init_name(t->source)) return bad(v, "tensor %u \"%s\": init %u unknown", i, name, t->source);
+    if (t->source == PLAN_INIT_NORMAL && !(isfinite(t->a) && isfinite(t->b) && t->b >= 0))
+        return bad(v, "tensor %u \"%s\": init normal wants a finite mean and a finite std >= 0, but has mean %g, std %g", i,
+                   name, t->a, t->b);
+    if (t->source == PLAN_INIT_UNIFORM && !(isfinite(t->a) && isfinite(t->b) && t->a < t->b))
+        return bad(v, "tensor %u \"%s\": init uniform wants finite low < high, but has low %g, high %g", i, name, t->a, t->b);
+    return PLAN_OK;
+}
+
+// An input's data source and its bound (randint, tokens, targets: an integral high, 1 to 2^31).
+static plan_status validate_data(vctx *v, uint32_t i, const plan_tensor *t) {
+    const char *name = name_or(t->name, "?");
+    if (t->source == PLAN_DATA_NONE)
+        return bad(v, "tensor %u \"%s\": an input needs a data source (data normal, binary, randint, tokens, targets or arange)",
+                   i, name);
+    if (!plan_data_name(t->source)) return bad(v, "tensor %u \"%s\": data %u unknown", i, name, t->source);
+    if (plan_source_args(t->kind, t->source) && !(t->a >= 1 && t->a <= 2147483648.0 && t->a == floor(t->a)))
+        return bad(v, "tensor %u \"%s\": data %s wants an integral high (the exclusive bound) from 1 to 2^31, but has %g", i,
+                   name, plan_data_name(t->source), t->a);
+    return PLAN_OK;
+}
+
+// Only params have an initializer and only inputs a data source.
+static plan_status validate_source(vctx *v, uint32_t i, const plan_tensor *t) {
+    if (t->kind == PLAN_T_PARAM) return validate_init(v, i, t);
+    if (t->kind == PLAN_T_INPUT) return validate_data(v, i, t);
+    if (t->source)
+        return bad(v, "tensor %u \"%s\" (%s): only a param takes an init and only an input data, but its source is %u", i,
+                   name_or(t->name, "?"), plan_tensor_kind_name(t->kind), t->source);
+    return PLAN_OK;
+}
+
 static plan_status validate_tensors(vctx *v) {
     const plan *p = v->p;
     if (p->n_tensors && !p->tensors) return bad(v, "%u tensors but no array", p->n_tensors);
@@ -161,6 +201,8 @@ static plan_status validate_tensors(vctx *v) {
         if (!plan_tensor_kind_name(t->kind)) return bad(v, "tensor %u: kind %u unknown", i, t->kind);
         if (t->rank > PLAN_MAX_RANK) return bad(v, "tensor %u: rank %u, at most %d", i, t->rank, PLAN_MAX_RANK);
         if (t->copies < 1) return bad(v, "tensor %u: copies 0, at least 1", i);
+        plan_status st = validate_source(v, i, t);
+        if (st) return st;
     }
     if (p->meta.loss != PLAN_NONE && p->meta.loss >= p->n_tensors)
         return bad(v, "the loss tensor %u is out of range (%u tensors)", p->meta.loss, p->n_tensors);
@@ -1180,7 +1222,7 @@ static plan_status flow_end(flow *f) {
         const plan_buffer *bf = &f->pg->buffers[f->slot_buf[s]];
         if (bf->tensor == PLAN_NONE) continue;
         uint8_t kind = p->tensors[bf->tensor].kind;
-        if ((kind != 1 && kind != 4) || !(bf->flags & PLAN_BUF_PERSIST)) continue;
+        if ((kind != PLAN_T_PARAM && kind != PLAN_T_STATE) || !(bf->flags & PLAN_BUF_PERSIST)) continue;
         for (uint64_t o = f->ov_at[s]; o < f->ov_at[s + 1]; o++) {
             uint64_t x = f->ov[o];
             if (f->last[x] <= f->last[s]) continue;

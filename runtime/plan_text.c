@@ -1,6 +1,7 @@
 /*
  * plan_text.c: the plan's text form, printed by plan_print and read back by plan_parse, and the
- * name tables it uses (operators from runtime/ops.def, collectives, dtypes, kinds).
+ * name tables it uses (operators from runtime/ops.def, collectives, dtypes, kinds, initializers,
+ * data sources).
  *
  * The text form says everything the file says, one item per line, so that a plan can be read,
  * diffed, hand-written (broken ones included, for tests) and assembled back into the same bytes:
@@ -24,8 +25,11 @@
  *   estimate step_s 0.5 peak_bytes 1048576
  *   loss 8                                    the loss tensor (absent: none)
  *   notes "tp 2: ...\n..."                    the compiler's decisions (absent: none)
- *   tensor 0 "x" f32 input [4,8]            tensors, numbered from 0: name dtype kind shape
- *   tensor 1 "w" f32 param [8,8] copies 12    [copies N] when N != 1 (a repeated block's)
+ *   tensor 0 "x" f32 input [4,8] data normal    tensors, numbered from 0: name dtype kind shape,
+ *   tensor 1 "w" f32 param [8,8] copies 12 init normal 0 0.02    [copies N] when N != 1 (a
+ *                                             repeated block's), then an input's "data NAME
+ *                                             [HIGH]" or another tensor's "init NAME [A B]"
+ *                                             (absent: source 0), with the numbers the name takes
  *   group 0 axes tp                         groups: over mesh axes (tp, dp+tp), or
  *   group 1 ranks 0,2                         an explicit list of ranks
  *   ranks 0-1 program 0                     the rank table, as runs of ranks (all ranks)
@@ -83,6 +87,8 @@ _Static_assert(sizeof(coll_names) / sizeof(coll_names[0]) == 6, "pcc_coll has 6 
 static const char *const dtype_names[] = {"f32", "f16", "bf16", "i32"}; // pcc_dtype's order
 static const uint32_t dtype_bytes[] = {4, 2, 2, 4};
 static const char *const tensor_kind_names[] = {"input", "param", "activation", "grad", "state"}; // pcc_tensor_kind's
+static const char *const init_names[] = {"none", "zeros", "ones", "normal", "uniform"};   // plan_init's
+static const char *const data_names[] = {"none", "normal", "binary", "randint", "tokens", "targets", "arange"}; // plan_data's
 static const char *const insn_kind_names[] = {"compute", "coll", "send", "recv", "copy", "record", "wait", "loop"};
 _Static_assert(sizeof(insn_kind_names) / sizeof(insn_kind_names[0]) == PLAN_I_KIND_COUNT, "one name per insn kind");
 static const char *const loop_var_names[] = {"mb", "layer", "reverse_layer"};
@@ -96,9 +102,19 @@ const char *plan_coll_name(uint32_t coll) { return NAME_OR_NULL(coll_names, coll
 const char *plan_dtype_name(uint32_t dtype) { return NAME_OR_NULL(dtype_names, dtype); }
 uint32_t plan_dtype_bytes(uint32_t dtype) { return dtype < COUNT(dtype_bytes) ? dtype_bytes[dtype] : 0; }
 const char *plan_tensor_kind_name(uint32_t kind) { return NAME_OR_NULL(tensor_kind_names, kind); }
+const char *plan_init_name(uint32_t init) { return NAME_OR_NULL(init_names, init); }
+const char *plan_data_name(uint32_t data) { return NAME_OR_NULL(data_names, data); }
 const char *plan_insn_kind_name(uint32_t kind) { return NAME_OR_NULL(insn_kind_names, kind); }
 const char *plan_loop_var_name(uint32_t var) { return NAME_OR_NULL(loop_var_names, var); }
 const char *plan_schedule_name(uint32_t schedule) { return NAME_OR_NULL(schedule_names, schedule); }
+_Static_assert(COUNT(init_names) == PLAN_INIT_UNIFORM + 1, "one name per plan_init");
+_Static_assert(COUNT(data_names) == PLAN_DATA_ARANGE + 1, "one name per plan_data");
+
+unsigned plan_source_args(uint32_t kind, uint32_t source) {
+    if (kind == PLAN_T_INPUT)
+        return source == PLAN_DATA_RANDINT || source == PLAN_DATA_TOKENS || source == PLAN_DATA_TARGETS ? 1 : 0;
+    return source == PLAN_INIT_NORMAL || source == PLAN_INIT_UNIFORM ? 2 : 0;
+}
 
 /* ---- printing ---- */
 
@@ -191,6 +207,15 @@ static void print_tensor(FILE *f, const plan *p, uint32_t i) {
     for (int d = 0; d < t->rank && d < PLAN_MAX_RANK; d++) fprintf(f, "%s%lld", d ? "," : "", (long long)t->shape[d]);
     fputc(']', f);
     if (t->copies != 1) fprintf(f, " copies %u", t->copies);
+    if (t->source) { // an input's data source, any other tensor's initializer (a param's, in a valid plan)
+        const char *name = t->kind == PLAN_T_INPUT ? plan_data_name(t->source) : plan_init_name(t->source);
+        fprintf(f, " %s %s", t->kind == PLAN_T_INPUT ? "data" : "init", name ? name : "?");
+        unsigned used = plan_source_args(t->kind, t->source);
+        for (unsigned k = 0; k < used; k++) {
+            fputc(' ', f);
+            print_f64(f, k ? t->b : t->a);
+        }
+    }
     fputc('\n', f);
 }
 
@@ -766,6 +791,24 @@ static plan_status parse_notes(parser *ps) { return get_str(ps, "notes", &ps->p-
 
 /* Tensors, groups, ranks. */
 
+// "init NAME [A B]" (any kind but input) or "data NAME [A]" (an input): the source and the
+// numbers its name takes. Whether the kind may have a source at all is plan_validate's to say.
+static plan_status tensor_source(parser *ps, plan_tensor *t) {
+    bool data = is(next(ps), "data");
+    if (data && t->kind != PLAN_T_INPUT)
+        return perr(ps, "data: only an input takes 'data' (the %s's source is written 'init NAME')", tensor_kind_names[t->kind]);
+    if (!data && t->kind == PLAN_T_INPUT) return perr(ps, "init: an input takes 'data NAME', not 'init'");
+    uint32_t v = 0; // "none" is not written: a tensor without a source has no init or data
+    plan_status st = data ? get_name(ps, "data", data_names + 1, COUNT(data_names) - 1, &v)
+                          : get_name(ps, "init", init_names + 1, COUNT(init_names) - 1, &v);
+    t->source = (uint8_t)(v + 1);
+    unsigned used = plan_source_args(t->kind, t->source);
+    static const char *const what[2][2] = {{"init normal mean", "init normal std"}, {"init uniform low", "init uniform high"}};
+    for (unsigned k = 0; !st && k < used; k++)
+        st = tok_f64(ps, next(ps), data ? "data high" : what[t->source == PLAN_INIT_UNIFORM][k], k ? &t->b : &t->a);
+    return st;
+}
+
 static plan_status parse_tensor(parser *ps) {
     plan *p = ps->p;
     plan_tensor *v = grow(ps, p->tensors, p->n_tensors, &ps->cap_tensors, sizeof(plan_tensor));
@@ -794,6 +837,7 @@ static plan_status parse_tensor(parser *ps) {
     t->rank = (uint8_t)n;
     t->copies = 1;
     if (!st && ps->at < ps->nt && is(ps->t[ps->at], "copies") && ++ps->at) st = get_u32(ps, "copies", &t->copies);
+    if (!st && ps->at < ps->nt && (is(ps->t[ps->at], "init") || is(ps->t[ps->at], "data"))) st = tensor_source(ps, t);
     if (!st) p->n_tensors++;
     return st;
 }

@@ -8,6 +8,8 @@ For mlp, gpt-tiny, cnn-small and dlrm on 1, 2, 4 and 8 CPU ranks (models/cluster
 --auto, DP, TP, PP (1F1B and GPipe), DP x TP x PP, ZeRO-3 and full recompute:
   - plancc exits 0 and says "plan_check passed" (plancc runs plan_check on what it emits);
   - plandump PLAN (summary) and plandump --check-only exit 0;
+  - (under --auto) every param carries its initializer and every input its data source, as the
+    model file gives them (plandump --json), and no other tensor has either;
   - plandump --text PLAN | plandump --assemble gives the same bytes;
   - a second compile of the same input gives the same bytes (determinism).
 A strategy the model cannot take (dp not dividing the batch, more stages than layers) must be
@@ -63,6 +65,55 @@ def strategies(n):
     return s
 
 
+def model_sources(root, name):
+    """Each param's init and each input's data, by tensor name, as plandump --json writes them
+    (defaults filled in, a dimension name as "high" resolved to its size)."""
+    with open(os.path.join(root, "models", name + ".json"), encoding="utf-8") as f:
+        m = json.load(f)
+    found = {}
+
+    def walk(o):
+        if isinstance(o, list):
+            for x in o:
+                walk(x)
+        elif isinstance(o, dict):
+            for tname, t in (o.get("tensors") or {}).items():
+                if isinstance(t, dict) and t.get("kind") == "param":
+                    init = dict(t["init"])
+                    if init["kind"] == "normal":
+                        init = {"kind": "normal", "mean": init.get("mean", 0), "std": init["std"]}
+                    found.setdefault(tname, []).append(("init", init))
+                elif isinstance(t, dict) and t.get("kind") == "input":
+                    data = dict(t["data"])
+                    if isinstance(data.get("high"), str):
+                        data["high"] = m["dims"][data["high"]]
+                    found.setdefault(tname, []).append(("data", data))
+            for v in o.values():
+                walk(v)
+
+    walk(m)
+    return found
+
+
+def check_sources(name, plandump, plan, want):
+    """The plan carries every param's initializer and every input's data source, as the model says."""
+    d = run(plandump, "--json", plan)
+    tensors = json.loads(d.stdout)["tensors"] if d.returncode == 0 else []
+    bad = []
+    for t in tensors:
+        if t["kind"] not in ("param", "input"):
+            if "init" in t or "data" in t:
+                bad.append(f"{t['name']} ({t['kind']}) has a source")
+            continue
+        key = "init" if t["kind"] == "param" else "data"
+        if (key, t.get(key)) not in want.get(t["name"], []):
+            bad.append(f"{t['name']}: {key} {t.get(key)}, the model says {want.get(t['name'])}")
+    named = {t["name"] for t in tensors if t["kind"] in ("param", "input")}
+    bad += [f"{n}: not in the plan" for n in want if n not in named]
+    check(name + ": params' inits and inputs' data as the model says", d.returncode == 0 and tensors and not bad,
+          d if d.returncode else None, "; ".join(bad[:3]))
+
+
 def valid(strategy, batch, layers):
     w = strategy.split()
     get = lambda k: int(w[w.index(k) + 1]) if k in w else 1
@@ -77,6 +128,7 @@ def main():
     try:
         for model in ["mlp", "gpt-tiny", "cnn-small", "dlrm"]:
             batch, layers = model_facts(root, model)
+            sources = model_sources(root, model)
             path = os.path.join(root, "models", model + ".json")
             for n in [1, 2, 4, 8]:
                 for strat in strategies(n):
@@ -92,6 +144,8 @@ def main():
                         continue
                     d = run(plandump, plan)
                     check(name + ": plandump", d.returncode == 0 and "program" in d.stdout, d)
+                    if strat == "--auto":
+                        check_sources(name, plandump, plan, sources)
                     d = run(plandump, "--check-only", plan)
                     check(name + ": plandump --check-only", d.returncode == 0, d)
                     text = os.path.join(tmp, "a.txt")

@@ -7,8 +7,9 @@ usage: run_plans.py [--good | --bad | --cli] PLANDUMP SOURCE_ROOT [WRAPPER ...]
   check (summary "check ... ok", --check-only exit 0 and silent); --text prints the file (but for
   its comments); that text assembles to the same bytes (compared with cmp) and prints the same
   text again; --json follows
-  schemas/plan.schema.json (when python3-jsonschema is there); --rank R reads each rank (its
-  program only) and --rank WORLD is a usage error.
+  schemas/plan.schema.json (when python3-jsonschema is there), which refuses it with a param's
+  init, an input's data taken away or an activation given an init; the summary counts the
+  sources; --rank R reads each rank (its program only) and --rank WORLD is a usage error.
 --bad (tests/bad_plans/, listed in expect.tsv as FILE<TAB>EXIT<TAB>FRAGMENT): --assemble exits
   with EXIT and prints one diagnostic line "plandump: tests/bad_plans/FILE..." containing
   FRAGMENT; a plan that fails only plan_check (exit 5) and that the format can hold is written
@@ -78,6 +79,20 @@ def json_validator(root):
     return Draft202012Validator(schema)
 
 
+def schema_refuses_bad_sources(name, validator, doc):
+    """The schema holds every param to an init and every input to a data source, and no other
+    tensor to either: a copy of doc broken in each of these ways is refused."""
+    breaks = {"param": lambda t: t.pop("init"), "input": lambda t: t.pop("data"),
+              "activation": lambda t: t.update(init={"kind": "zeros"})}
+    for kind, spoil in breaks.items():
+        index = next((i for i, t in enumerate(doc["tensors"]) if t["kind"] == kind), None)
+        if index is None:
+            continue
+        bad = json.loads(json.dumps(doc))
+        spoil(bad["tensors"][index])
+        check(f"{name}: the schema refuses a broken {kind} source", any(True for _ in validator.iter_errors(bad)))
+
+
 def good_plan(run, tmp, path, validator):
     name = os.path.basename(path)
     rel = os.path.relpath(path, run.root)
@@ -111,6 +126,11 @@ def good_plan(run, tmp, path, validator):
     if validator is not None:
         errors = [e.message for e in validator.iter_errors(doc)]
         check(f"{name}: --json follows schemas/plan.schema.json", not errors, None, "; ".join(errors[:3]))
+        schema_refuses_bad_sources(name, validator, doc)
+    kinds = {t["kind"] for t in doc["tensors"]}
+    p = run(a)
+    check(f"{name}: the summary counts the params' inits and the inputs' data",
+          ("\n  params          " in p.stdout) == ("param" in kinds) and ("\n  inputs          " in p.stdout) == ("input" in kinds), p)
     world = doc["world"]
     for r in range(world):
         p = run("--rank", str(r), "--json", a)

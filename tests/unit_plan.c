@@ -6,7 +6,11 @@
  * every truncation is refused, as are a wrong magic, version 2 and trailing bytes; a plan read
  * for one rank reads only that rank's program (a corrupted other program goes unnoticed, its
  * own does not); strings and doubles that need escapes, NaN payloads and -0 survive the text
- * form, as do the loss, the notes, block copies and layer bases; shards: local shapes, expected
+ * form, as do the loss, the notes, block copies and layer bases; every initializer and data
+ * source survives text and bytes at its offsets (byte 7, 80, 88 of a tensor's record), unused
+ * numbers are written as zero and refused when not, and plan_validate refuses a param without an
+ * initializer, an input without data, a source on another kind and numbers out of range, each
+ * at its limit; shards: local shapes, expected
  * bytes, their text, and the rules plan_check applies to collectives and copies, kind by kind;
  * plan_check scales with long loops through its periodic expansion. The source root is argv[1].
  */
@@ -355,7 +359,7 @@ static void test_text_edges(void) {
     char *t2 = print_to_string(&q, -1);
     EXPECT(t2 && strcmp(t1, t2) == 0);
     EXPECT(strstr(t1, "nan:0x7ff8000000000123") && strstr(t1, "\\x01") && strstr(t1, "\\xc3\\xa9"));
-    EXPECT(strstr(t1, "\nloss 2\nnotes \"line 1\\nline \\\"2\\\"\\ttab \\x01\"\n") && strstr(t1, "[16,8] copies 3\n") &&
+    EXPECT(strstr(t1, "\nloss 2\nnotes \"line 1\\nline \\\"2\\\"\\ttab \\x01\"\n") && strstr(t1, "[16,8] copies 3 init normal 0 0.02\n") &&
            strstr(t1, " bytes 512 layer_base 2 persist\n"));
     EXPECT(q.meta.loss == 2 && q.meta.notes && strcmp(q.meta.notes, p.meta.notes) == 0 && q.tensors[1].copies == 3 &&
            q.programs[0].buffers[1].layer_base == 2);
@@ -370,7 +374,7 @@ static void test_text_edges(void) {
 
 // plan_shard_local_shape, plan_buffer_expected_bytes and plan_shard_text on a pp 2 x tp 3 mesh.
 static void test_shard_geometry(void) {
-    const char *text = "plan 1\nmesh pp 2 tp 3\ntensor 0 \"t\" f16 param [16,6]\ntensor 1 \"s\" f32 activation []\n"
+    const char *text = "plan 1\nmesh pp 2 tp 3\ntensor 0 \"t\" f16 param [16,6] init zeros\ntensor 1 \"s\" f32 activation []\n"
                        "ranks 0-5 program 0\nprogram 0 \"p\" arena 0 streams 1 priority 0 events 0\n";
     plan p;
     EXPECT(plan_parse(text, strlen(text), "geometry", &p, err, sizeof(err)) == PLAN_OK);
@@ -420,7 +424,7 @@ static void test_shard_geometry(void) {
 static plan_status check_pair(const char *in, const char *out, const char *insn) {
     char text[1024];
     snprintf(text, sizeof(text),
-             "plan 1\nmesh dp 2 tp 2\ntensor 0 \"t\" f32 param [8,8]\ntensor 1 \"u\" f32 param [8,8]\n"
+             "plan 1\nmesh dp 2 tp 2\ntensor 0 \"t\" f32 param [8,8] init zeros\ntensor 1 \"u\" f32 param [8,8] init ones\n"
              "group 0 axes tp\ngroup 1 axes dp+tp\nranks 0-3 program 0\n"
              "program 0 \"p\" arena 1024 streams 1 priority 0 events 0\n"
              "  buffer 0 tensor 0 f32 at 0 bytes 1 persist%s%s\n  buffer 1 tensor 0 f32 at 512 bytes 1%s%s\n"
@@ -545,6 +549,190 @@ static void test_encode_refuses(void) {
     free(text);
 }
 
+/* ---- tensors' sources ---- */
+
+// A one-rank plan of the given tensor lines (no programs to speak of: one empty program).
+static plan_status parse_tensors(const char *tensors, plan *p) {
+    char text[2048];
+    snprintf(text, sizeof(text), "plan 1\nmesh dp 1\n%sranks 0 program 0\nprogram 0 \"p\" arena 0 streams 1 priority 0 events 0\n",
+             tensors);
+    return plan_parse(text, strlen(text), "sources", p, err, sizeof(err));
+}
+
+static const char *const source_lines =
+    "tensor 0 \"a\" f32 param [2] init zeros\n"
+    "tensor 1 \"b\" f32 param [2] init ones\n"
+    "tensor 2 \"c\" f32 param [2] init normal -0 1e-300\n"
+    "tensor 3 \"d\" f32 param [2] copies 3 init uniform -0.1 0.30000000000000004\n"
+    "tensor 4 \"e\" f32 input [2] data normal\n"
+    "tensor 5 \"f\" f32 input [2] data binary\n"
+    "tensor 6 \"g\" i32 input [2] data randint 2147483648\n"
+    "tensor 7 \"h\" i32 input [2] data tokens 50257\n"
+    "tensor 8 \"i\" i32 input [2] data targets 1\n"
+    "tensor 9 \"j\" i32 input [2] data arange\n"
+    "tensor 10 \"k\" f32 activation [2]\n"
+    "tensor 11 \"l\" f32 state [2]\n";
+
+// The offset of section `entry` of an encoded plan (its table entry's offset field).
+static size_t section_at(const uint8_t *d, uint32_t entry) { return (size_t)get64(d + 64 + 24 * entry + 8); }
+
+// The names, and how many numbers each source takes.
+static void test_source_names(void) {
+    EXPECT(strcmp(plan_init_name(PLAN_INIT_NONE), "none") == 0 && strcmp(plan_init_name(PLAN_INIT_UNIFORM), "uniform") == 0);
+    EXPECT(plan_init_name(PLAN_INIT_UNIFORM + 1) == NULL && plan_data_name(PLAN_DATA_ARANGE + 1) == NULL);
+    EXPECT(strcmp(plan_data_name(PLAN_DATA_NONE), "none") == 0 && strcmp(plan_data_name(PLAN_DATA_TARGETS), "targets") == 0);
+    EXPECT(plan_source_args(PLAN_T_PARAM, PLAN_INIT_NORMAL) == 2 && plan_source_args(PLAN_T_PARAM, PLAN_INIT_UNIFORM) == 2);
+    EXPECT(plan_source_args(PLAN_T_PARAM, PLAN_INIT_ONES) == 0 && plan_source_args(PLAN_T_PARAM, 99) == 0);
+    EXPECT(plan_source_args(PLAN_T_INPUT, PLAN_DATA_RANDINT) == 1 && plan_source_args(PLAN_T_INPUT, PLAN_DATA_ARANGE) == 0);
+    EXPECT(plan_source_args(PLAN_T_INPUT, PLAN_INIT_NORMAL) == 1); // 3 is randint for an input
+    EXPECT(plan_source_args(PLAN_T_ACTIVATION, PLAN_INIT_NORMAL) == 2);
+}
+
+// The f64 at byte `at` of an encoded plan.
+static double f64_at(const uint8_t *d) {
+    uint64_t bits = get64(d);
+    double x;
+    memcpy(&x, &bits, sizeof(x));
+    return x;
+}
+
+// Every source through text and bytes: the same text back, the same bytes, the fields at their
+// offsets in the 96-byte record, and the numbers a source does not take written as zero.
+static void test_source_round_trip(void) {
+    plan p, q;
+    bool parsed = parse_tensors(source_lines, &p) == PLAN_OK;
+    EXPECT(parsed);
+    if (!parsed) {
+        fprintf(stderr, "     %s\n", err);
+        return;
+    }
+    EXPECT(plan_validate(&p, err, sizeof(err)) == PLAN_OK);
+    EXPECT(p.tensors[2].source == PLAN_INIT_NORMAL && signbit(p.tensors[2].a) && p.tensors[2].b == 1e-300);
+    EXPECT(p.tensors[6].source == PLAN_DATA_RANDINT && p.tensors[6].a == 2147483648.0 && p.tensors[6].b == 0);
+    EXPECT(p.tensors[9].source == PLAN_DATA_ARANGE && p.tensors[10].source == 0);
+    char *t1 = print_to_string(&p, -1), *t2 = NULL;
+    EXPECT(t1 && strstr(t1, source_lines));
+    p.tensors[0].a = 5, p.tensors[5].b = 7, p.tensors[6].b = 9; // unused: written as zero
+    uint8_t *b1 = NULL, *b2 = NULL;
+    size_t n1 = 0, n2 = 0;
+    EXPECT(plan_encode(&p, &b1, &n1, err, sizeof(err)) == PLAN_OK);
+    const uint8_t *rec = b1 ? b1 + section_at(b1, 2) + 8 : NULL; // TENSORS: count, reserved, 96-byte records
+    EXPECT(rec && get32(rec - 8) == 12);
+    EXPECT(rec && rec[3 * 96 + 5] == PLAN_T_PARAM && rec[3 * 96 + 7] == PLAN_INIT_UNIFORM && get32(rec + 3 * 96 + 8) == 3);
+    EXPECT(rec && f64_at(rec + 3 * 96 + 80) == -0.1 && f64_at(rec + 3 * 96 + 88) == 0.30000000000000004);
+    EXPECT(rec && rec[6 * 96 + 7] == PLAN_DATA_RANDINT && f64_at(rec + 6 * 96 + 80) == 2147483648.0);
+    EXPECT(rec && !get64(rec + 0 * 96 + 80) && !get64(rec + 5 * 96 + 88) && !get64(rec + 6 * 96 + 88));
+    EXPECT(rec && rec[10 * 96 + 7] == 0 && rec[11 * 96 + 7] == 0);
+    EXPECT(b1 && plan_decode(b1, n1, -1, &q, err, sizeof(err)) == PLAN_OK);
+    t2 = print_to_string(&q, -1);
+    EXPECT(t1 && t2 && strcmp(t1, t2) == 0);
+    EXPECT(plan_encode(&q, &b2, &n2, err, sizeof(err)) == PLAN_OK && n2 == n1 && b1 && memcmp(b1, b2, n1) == 0);
+    plan_free(&q);
+    plan_free(&p);
+    free(b1);
+    free(b2);
+    free(t1);
+    free(t2);
+}
+
+// A number a source does not take that is not zero (-0 included) is not canonical: refused.
+static void test_source_canonical(void) {
+    plan p;
+    uint8_t *good = NULL;
+    size_t n = 0;
+    EXPECT(parse_tensors(source_lines, &p) == PLAN_OK && plan_encode(&p, &good, &n, err, sizeof(err)) == PLAN_OK);
+    plan_free(&p);
+    if (!good) return;
+    static const struct { uint32_t tensor, at; uint64_t bits; const char *msg; } cases[] = {
+        {0, 80, 0x3ff0000000000000ull, "tensor 0: a (bytes 80..87) is not zero, but its source takes 0 numbers"},
+        {6, 88, 0x8000000000000000ull, "tensor 6: b (bytes 88..95) is not zero, but its source takes 1 number"},
+        {10, 80, 1, "tensor 10: a (bytes 80..87) is not zero"},
+    };
+    uint8_t *d = malloc(n);
+    for (size_t i = 0; d && i < sizeof(cases) / sizeof(cases[0]); i++) {
+        memcpy(d, good, n);
+        uint8_t *r = d + section_at(d, 2) + 8 + 96 * cases[i].tensor + cases[i].at;
+        put32(r, (uint32_t)cases[i].bits);
+        put32(r + 4, (uint32_t)(cases[i].bits >> 32));
+        fix_crcs(d, n);
+        EXPECT(plan_decode(d, n, -1, &p, err, sizeof(err)) == PLAN_ERR_FORMAT && strstr(err, cases[i].msg));
+        plan_free(&p);
+    }
+    free(d);
+    free(good);
+}
+
+// plan_validate's rules, each just past its limit (refused) and at it (accepted).
+static void test_source_validate(void) {
+    static const struct { const char *line, *msg; } cases[] = {
+        {"tensor 0 \"w\" f32 param [2]", "tensor 0 \"w\": a param needs an initializer (init zeros, ones, normal or uniform)"},
+        {"tensor 0 \"x\" f32 input [2]", "tensor 0 \"x\": an input needs a data source"},
+        {"tensor 0 \"h\" f32 activation [2] init ones", "tensor 0 \"h\" (activation): only a param takes an init and only an input data, but its source is 2"},
+        {"tensor 0 \"g\" f32 grad [2] init zeros", "tensor 0 \"g\" (grad): only a param"},
+        {"tensor 0 \"s\" f32 state [2] init zeros", "tensor 0 \"s\" (state): only a param"},
+        {"tensor 0 \"w\" f32 param [2] init normal 0 -1e-300", "init normal wants a finite mean and a finite std >= 0, but has mean 0, std -1e-300"},
+        {"tensor 0 \"w\" f32 param [2] init normal 0 inf", "init normal wants a finite mean"},
+        {"tensor 0 \"w\" f32 param [2] init normal -inf 1", "init normal wants a finite mean"},
+        {"tensor 0 \"w\" f32 param [2] init normal 0 nan:0x7ff8000000000000", "init normal wants a finite mean"},
+        {"tensor 0 \"w\" f32 param [2] init uniform 1 -1", "init uniform wants finite low < high, but has low 1, high -1"},
+        {"tensor 0 \"w\" f32 param [2] init uniform -inf 0", "init uniform wants finite low < high"},
+        {"tensor 0 \"x\" i32 input [2] data randint 0", "data randint wants an integral high (the exclusive bound) from 1 to 2^31, but has 0"},
+        {"tensor 0 \"x\" i32 input [2] data tokens 2147483649", "data tokens wants an integral high"},
+        {"tensor 0 \"x\" i32 input [2] data targets 2.5", "data targets wants an integral high"},
+        {"tensor 0 \"x\" i32 input [2] data randint -inf", "data randint wants an integral high"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char line[256];
+        snprintf(line, sizeof(line), "%s\n", cases[i].line);
+        plan p;
+        bool parsed = parse_tensors(line, &p) == PLAN_OK;
+        EXPECT(parsed);
+        if (!parsed) continue;
+        bool ok = plan_validate(&p, err, sizeof(err)) == PLAN_ERR_FORMAT && strstr(err, cases[i].msg);
+        if (!ok) fprintf(stderr, "     %s: %s\n", cases[i].line, err);
+        EXPECT(ok);
+        EXPECT(plan_check(&p, err, sizeof(err)) == PLAN_ERR_INVALID && strstr(err, cases[i].msg));
+        plan_free(&p);
+    }
+    plan p;
+    EXPECT(parse_tensors("tensor 0 \"w\" f32 param [2] init normal 1e308 0\ntensor 1 \"x\" i32 input [2] data randint 1\n"
+                         "tensor 2 \"u\" f32 param [2] init uniform -1e308 -1e307\n", &p) == PLAN_OK);
+    EXPECT(plan_validate(&p, err, sizeof(err)) == PLAN_OK);
+    p.tensors[1].source = PLAN_DATA_ARANGE + 1;
+    EXPECT(plan_validate(&p, err, sizeof(err)) == PLAN_ERR_FORMAT && strstr(err, "tensor 1 \"x\": data 7 unknown"));
+    p.tensors[1].source = PLAN_DATA_RANDINT;
+    p.tensors[0].source = PLAN_INIT_UNIFORM + 1;
+    EXPECT(plan_validate(&p, err, sizeof(err)) == PLAN_ERR_FORMAT && strstr(err, "tensor 0 \"w\": init 5 unknown"));
+    plan_free(&p);
+}
+
+// The text form's syntax for sources: the names and the numbers each takes, nothing else.
+static void test_source_syntax(void) {
+    static const struct { const char *line, *msg; } cases[] = {
+        {"tensor 0 \"w\" f32 param [2] init gaussian 0 1", "sources:3: init: unknown name 'gaussian'"},
+        {"tensor 0 \"w\" f32 param [2] init none", "sources:3: init: unknown name 'none'"},
+        {"tensor 0 \"x\" f32 input [2] data none", "sources:3: data: unknown name 'none'"},
+        {"tensor 0 \"w\" f32 param [2] init normal 0", "sources:3: init normal std: expected a number, found the end of the line"},
+        {"tensor 0 \"w\" f32 param [2] init uniform x 1", "sources:3: init uniform low: expected a number, found 'x'"},
+        {"tensor 0 \"w\" f32 param [2] init zeros 1", "sources:3: unexpected '1'"},
+        {"tensor 0 \"x\" i32 input [2] data randint", "sources:3: data high: expected a number, found the end of the line"},
+        {"tensor 0 \"x\" f32 input [2] data normal 1", "sources:3: unexpected '1'"},
+        {"tensor 0 \"x\" f32 input [2] init zeros", "sources:3: init: an input takes 'data NAME', not 'init'"},
+        {"tensor 0 \"w\" f32 param [2] data normal", "sources:3: data: only an input takes 'data' (the param's source is written 'init NAME')"},
+        {"tensor 0 \"w\" f32 param [2] init zeros copies 2", "sources:3: unexpected 'copies'"},
+        {"tensor 0 \"w\" f32 param [2] init ones init ones", "sources:3: unexpected 'init'"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char line[256];
+        snprintf(line, sizeof(line), "%s\n", cases[i].line);
+        plan p;
+        bool ok = parse_tensors(line, &p) == PLAN_ERR_FORMAT && strstr(err, cases[i].msg);
+        if (!ok) fprintf(stderr, "     %s: %s\n", cases[i].line, err);
+        EXPECT(ok);
+        plan_free(&p);
+    }
+}
+
 int main(int argc, char **argv) {
     root = argc > 1 ? argv[1] : ".";
     test_hashes();
@@ -560,5 +748,10 @@ int main(int argc, char **argv) {
     test_copy_shards();
     test_long_loops();
     test_encode_refuses();
+    test_source_names();
+    test_source_round_trip();
+    test_source_canonical();
+    test_source_validate();
+    test_source_syntax();
     return test_summary();
 }

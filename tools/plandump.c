@@ -6,11 +6,12 @@
  *
  * It reads a plan (all of it, or with --rank only the sections that rank reads: the header, the
  * table, META..RANKS and its own program), runs plan_check on it, and prints a summary a person
- * reads (the default, with the compiler's notes), the same summary as JSON with the tensors and
- * each program's buffers and shards added (schemas/plan.schema.json), or the full text form that
- * --assemble turns back into the same bytes. Assembling parses the text, checks it and
- * writes the plan (through a temporary file and a rename); --force writes a plan that fails the
- * check (for tests of the readers), as long as the format can hold it.
+ * reads (the default, with the compiler's notes and how many params and inputs take each
+ * initializer and data source), the same summary as JSON with the tensors (their sources
+ * included) and each program's buffers and shards added (schemas/plan.schema.json), or the
+ * full text form that --assemble turns back into the same bytes. Assembling parses the text,
+ * checks it and writes the plan (through a temporary file and a rename); --force writes a plan
+ * that fails the check (for tests of the readers), as long as the format can hold it.
  *
  * The summary's figures per program: the ranks that run it, its arena (the exact peak, as the
  * plan says), its buffers, streams and events, its instructions by kind (in the program, and
@@ -49,10 +50,11 @@ static void usage(FILE *f) {
             "their text form.\n"
             "\n"
             "  (default)          a summary: mesh, micro-batches and schedule, the loss tensor,\n"
-            "                     the compiler's notes, and per program the ranks that run it,\n"
+            "                     the params' initializers and the inputs' data sources, the\n"
+            "                     compiler's notes, and per program the ranks that run it,\n"
             "                     its arena, instructions by kind and communication per step\n"
-            "  --json             the summary as JSON, with the tensors and each program's\n"
-            "                     buffers and shards (schemas/plan.schema.json)\n"
+            "  --json             the summary as JSON, with the tensors (and their sources) and\n"
+            "                     each program's buffers and shards (schemas/plan.schema.json)\n"
             "  --text             the whole plan in its text form (runtime/PLAN_FORMAT.md), which\n"
             "                     --assemble turns back into the same bytes\n"
             "  --check-only       print nothing; the exit code says whether the plan is valid\n"
@@ -274,6 +276,25 @@ static void print_notes(FILE *f, const char *notes) {
     fputc('\n', f);
 }
 
+// "  params          3: init normal 2, zeros 1": the tensors of one kind (input or param) and
+// how many take each source; nothing when the plan has none of that kind.
+static void print_sources(FILE *f, const plan *p, uint32_t kind) {
+    uint32_t n = 0, count[8] = {0};
+    for (uint32_t i = 0; i < p->n_tensors; i++)
+        if (p->tensors[i].kind == kind) n++, count[p->tensors[i].source < 8 ? p->tensors[i].source : 7]++;
+    if (!n) return;
+    bool input = kind == PLAN_T_INPUT;
+    fprintf(f, "  %-16s%u:", input ? "inputs" : "params", n);
+    const char *sep = input ? " data " : " init ";
+    for (uint32_t s = 0; s < 8; s++) {
+        const char *name = input ? plan_data_name(s) : plan_init_name(s);
+        if (!count[s]) continue;
+        fprintf(f, "%s%s %u", sep, name ? name : "?", count[s]);
+        sep = ", ";
+    }
+    fputc('\n', f);
+}
+
 static void print_summary(FILE *f, const char *file, const plan *p, int rank, const char *check) {
     const plan_meta *m = &p->meta;
     char b[32];
@@ -292,6 +313,8 @@ static void print_summary(FILE *f, const char *file, const plan *p, int rank, co
                 p->tensors[m->loss].name ? p->tensors[m->loss].name : "");
     fprintf(f, "  items           %u tensor%s, %u group%s, %u program%s\n", p->n_tensors, p->n_tensors == 1 ? "" : "s",
             p->n_groups, p->n_groups == 1 ? "" : "s", p->n_programs, p->n_programs == 1 ? "" : "s");
+    print_sources(f, p, PLAN_T_PARAM);
+    print_sources(f, p, PLAN_T_INPUT);
     fprintf(f, "  check           %s\n", check ? "FAILED (see the diagnostic)" : "ok");
     if (m->notes) print_notes(f, m->notes);
     if (rank >= 0) fprintf(f, "rank %d runs program %u (only its section was read)\n", rank, p->ranks[rank].program);
@@ -361,6 +384,22 @@ static void json_buffer(FILE *f, const plan *p, const plan_buffer *b, uint32_t i
     fputc('}', f);
 }
 
+// A tensor's source as the model file writes it: an input's "data": {"kind": ..., "high": H},
+// another tensor's "init": {"kind": ..., "mean"/"std" or "low"/"high"}; nothing when it has none.
+static void json_source(FILE *f, const plan_tensor *t) {
+    if (!t->source) return;
+    bool input = t->kind == PLAN_T_INPUT;
+    const char *name = input ? plan_data_name(t->source) : plan_init_name(t->source);
+    fprintf(f, ", \"%s\": {\"kind\": \"%s\"", input ? "data" : "init", name ? name : "?");
+    static const char *const keys[2][2] = {{"mean", "std"}, {"low", "high"}};
+    unsigned used = plan_source_args(t->kind, t->source);
+    for (unsigned k = 0; k < used; k++) {
+        fprintf(f, ", \"%s\": ", input ? "high" : keys[t->source == PLAN_INIT_UNIFORM][k]);
+        json_num(f, k ? t->b : t->a);
+    }
+    fputc('}', f);
+}
+
 static void json_tensors(FILE *f, const plan *p) {
     fputs("  \"tensors\": [", f);
     for (uint32_t i = 0; i < p->n_tensors; i++) {
@@ -370,7 +409,9 @@ static void json_tensors(FILE *f, const plan *p) {
         fprintf(f, ", \"dtype\": \"%s\", \"kind\": \"%s\", \"shape\": [", plan_dtype_name(t->dtype),
                 plan_tensor_kind_name(t->kind));
         for (int d = 0; d < t->rank; d++) fprintf(f, "%s%lld", d ? ", " : "", (long long)t->shape[d]);
-        fprintf(f, "], \"copies\": %u}", t->copies);
+        fprintf(f, "], \"copies\": %u", t->copies);
+        json_source(f, t);
+        fputc('}', f);
     }
     fputs(p->n_tensors ? "\n  ],\n" : "],\n", f);
 }
