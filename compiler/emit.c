@@ -757,6 +757,7 @@ static int transfers(emitter *E, int stage, bool bwd, bool send, xfer **out) {
             int t = op->in[i], hs = E->tstage[t];
             pcc_tensor_kind k = g->tensors[t].kind;
             if (hs < 0 || hs == rs || k == PCC_T_INPUT || k == PCC_T_PARAM || k == PCC_T_STATE) continue;
+            if (bwd && k == PCC_T_ACT) continue; // received in the forward phase, and kept
             if (send ? hs != stage : rs != stage) continue;
             xfer_add(g, &v, &n, &cap, (xfer){t, send ? rs : hs});
         }
@@ -774,6 +775,7 @@ static int transfers(emitter *E, int stage, bool bwd, bool send, xfer **out) {
                 int t = bl->in[i].outer, hs = E->tstage[t];
                 if (carry_of(bl, bl->in[i].inner, true) >= 0 && !first) continue;
                 if (hs < 0 || hs == s || g->tensors[t].kind == PCC_T_PARAM || g->tensors[t].kind == PCC_T_INPUT) continue;
+                if (bwd && g->tensors[t].kind == PCC_T_ACT) continue; // as above
                 if (send ? hs != stage : s != stage) continue;
                 xfer_add(g, &v, &n, &cap, (xfer){t, send ? s : hs});
             }
