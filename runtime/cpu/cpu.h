@@ -1,0 +1,204 @@
+/*
+ * cpu.h: what the CPU backend's kernel files share (kernels.c, kernels_nn.c); private to
+ * runtime/cpu/. The backend's contract with the rest of the runtime is in rt.h.
+ *
+ * The kernels are written once over a `real` type and compiled twice: as they are (real is
+ * float: rt_cpu_kernel) and with RT_REAL_DOUBLE defined (real is double: rt_cpu_kernel_f64, for
+ * the gradient checks). This header is included once per translation unit, after that choice,
+ * so everything here that touches `real` comes out in the precision of the file that includes
+ * it; the functions one kernel file exports to the other carry the precision in their names
+ * (CPU_KERNEL(conv2d) is rt_cpu_f32_conv2d or rt_cpu_f64_conv2d).
+ *
+ * A kernel is `int kernel(kctx *c)`: it checks that the shapes of its views fit the operator,
+ * computes, and returns 0, or returns cpu_fail's -1 with a message naming the operator and the
+ * operands. Dispatch (kernels.c) has already checked the arity, the dtypes and each view on its
+ * own (rank, sizes, start and full, data), so a kernel checks only how the views relate.
+ *
+ * Accumulation (rt_kernel.accumulate): element-wise kernels store through cpu_put (overwrite or
+ * add), GEMM-based ones pass cpu_beta(c) as GEMM's beta, and kernels that scatter or sum into
+ * their output first call cpu_clear (which zeroes it unless accumulating) and then add.
+ */
+#ifndef RT_CPU_H
+#define RT_CPU_H
+
+#include "../rt.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#ifdef RT_REAL_DOUBLE
+typedef double real;
+#define CPU_KERNEL(name) rt_cpu_f64_##name
+#define CPU_GEMM cblas_dgemm
+#define R_EXP exp
+#define R_LOG log
+#define R_SQRT sqrt
+#define R_LOG1P log1p
+#else
+typedef float real;
+#define CPU_KERNEL(name) rt_cpu_f32_##name
+#define CPU_GEMM cblas_sgemm
+#define R_EXP expf
+#define R_LOG logf
+#define R_SQRT sqrtf
+#define R_LOG1P log1pf
+#endif
+
+// The operators, in runtime/ops.def's order (the same codes as the compiler's pcc_op_kind).
+enum {
+#define OP(E, name, imin, imax, nout, ann, flags) CPU_OP_##E,
+#include "../ops.def"
+#undef OP
+    CPU_OP_COUNT
+};
+
+// Plan dtypes the CPU backend knows (plan.h): 0 is `real`, 3 is int32.
+enum { CPU_DT_REAL = 0, CPU_DT_I32 = 3 };
+
+typedef struct kctx {
+    const rt_kernel *k;
+    const plan_attrs *a;        // &k->attrs
+    const rt_view *in, *out;
+    uint32_t nin, nout;
+    const char *name;           // the operator's name, for messages
+    bool acc;                   // add into the outputs
+    char *err;
+    size_t err_n;
+} kctx;
+
+/* ---- messages ---- */
+
+// Writes "NAME: message" into c->err and returns -1.
+static inline int cpu_fail(kctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static inline int cpu_fail(kctx *c, const char *fmt, ...) {
+    if (!c->err || c->err_n == 0) return -1;
+    int k = snprintf(c->err, c->err_n, "%s: ", c->name);
+    if (k >= 0 && (size_t)k < c->err_n) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(c->err + k, c->err_n - (size_t)k, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+// A view's local sizes as text, "[64,32]" ("[]" for a scalar). Use as CPU_SHAPE(v): the
+// returned struct lives until the end of the full expression (a printf argument).
+typedef struct cpu_shape_text {
+    char s[8 * 21 + 3];
+} cpu_shape_text;
+static inline cpu_shape_text cpu_shape_str(const int64_t *d, int rank) {
+    cpu_shape_text t;
+    size_t k = 0;
+    t.s[k++] = '[';
+    for (int i = 0; i < rank && i < PLAN_MAX_RANK; i++)
+        k += (size_t)snprintf(t.s + k, sizeof t.s - k, "%s%lld", i ? "," : "", (long long)d[i]);
+    snprintf(t.s + k, sizeof t.s - k, "]");
+    return t;
+}
+#define CPU_SHAPE(v) (cpu_shape_str((v)->shape, (v)->rank).s)
+
+/* ---- shapes ---- */
+
+typedef struct kshape {
+    int rank;
+    int64_t d[PLAN_MAX_RANK];
+} kshape;
+
+static inline kshape cpu_shape_of(const rt_view *v) {
+    kshape s = {.rank = v->rank};
+    for (int i = 0; i < v->rank; i++) s.d[i] = v->shape[i];
+    return s;
+}
+
+static inline bool cpu_shape_is(const rt_view *v, kshape s) {
+    if (v->rank != s.rank) return false;
+    for (int i = 0; i < s.rank; i++)
+        if (v->shape[i] != s.d[i]) return false;
+    return true;
+}
+
+// 0 if v has shape `want`; else fails with "WHAT is [..] but should be [..]".
+static inline int cpu_expect(kctx *c, const char *what, const rt_view *v, kshape want) {
+    if (cpu_shape_is(v, want)) return 0;
+    return cpu_fail(c, "%s is %s but should be %s", what, CPU_SHAPE(v), cpu_shape_str(want.d, want.rank).s);
+}
+
+static inline bool cpu_same_shape(const rt_view *a, const rt_view *b) { return cpu_shape_is(a, cpu_shape_of(b)); }
+
+static inline int64_t cpu_numel(const rt_view *v) {
+    int64_t n = 1;
+    for (int i = 0; i < v->rank; i++) n *= v->shape[i];
+    return n;
+}
+
+// The product of the sizes before the last `trail` dimensions (the rows of a [*b, ...] operand).
+static inline int64_t cpu_lead(const rt_view *v, int trail) {
+    int64_t n = 1;
+    for (int i = 0; i < v->rank - trail; i++) n *= v->shape[i];
+    return n;
+}
+
+// The size of dimension i counted from the end (-1: the last); 1 past the rank.
+static inline int64_t cpu_dim(const rt_view *v, int i) { return v->rank + i >= 0 ? v->shape[v->rank + i] : 1; }
+
+// The product of the logical sizes of v (the global count a loss divides by).
+static inline int64_t cpu_full_numel(const rt_view *v) {
+    int64_t n = 1;
+    for (int i = 0; i < v->rank; i++) n *= v->full[i];
+    return n;
+}
+
+/* ---- data ---- */
+
+static inline real *cpu_r(const rt_view *v) { return (real *)v->data; }
+static inline const int32_t *cpu_i(const rt_view *v) { return (const int32_t *)v->data; }
+
+static inline real cpu_beta(const kctx *c) { return c->acc ? (real)1 : (real)0; }
+
+static inline void cpu_put(real *o, real v, bool acc) { *o = acc ? *o + v : v; }
+
+// Zeroes output j unless the kernel accumulates.
+static inline void cpu_clear(const kctx *c, uint32_t j) {
+    if (!c->acc && c->out[j].data) memset(c->out[j].data, 0, (size_t)cpu_numel(&c->out[j]) * sizeof(real));
+}
+
+// C = alpha op(A) op(B) + beta C, row-major, through CBLAS. Sizes fit an int: dispatch refuses
+// views of more than INT_MAX elements. An empty product (k = 0) scales C by beta.
+static inline void cpu_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, real alpha, const real *a, int64_t lda,
+                            const real *b, int64_t ldb, real beta, real *cc, int64_t ldc) {
+    if (m == 0 || n == 0) return;
+    if (k == 0) {
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < n; j++) cc[i * ldc + j] = beta == 0 ? 0 : beta * cc[i * ldc + j];
+        return;
+    }
+    CPU_GEMM(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)m, (int)n, (int)k, alpha,
+             a, (int)lda, b, (int)ldb, beta, cc, (int)ldc);
+}
+
+/* ---- the kernels of kernels_nn.c ---- */
+
+int CPU_KERNEL(conv2d)(kctx *c);
+int CPU_KERNEL(conv2d_grad_x)(kctx *c);
+int CPU_KERNEL(conv2d_grad_w)(kctx *c);
+int CPU_KERNEL(conv2d_grad_b)(kctx *c);
+int CPU_KERNEL(maxpool)(kctx *c);
+int CPU_KERNEL(maxpool_grad)(kctx *c);
+int CPU_KERNEL(avgpool)(kctx *c);
+int CPU_KERNEL(avgpool_grad)(kctx *c);
+int CPU_KERNEL(batchnorm)(kctx *c);
+int CPU_KERNEL(batchnorm_grad_x)(kctx *c);
+int CPU_KERNEL(batchnorm_grad_w)(kctx *c);
+int CPU_KERNEL(attention)(kctx *c);
+int CPU_KERNEL(attention_grad)(kctx *c);
+int CPU_KERNEL(embedding)(kctx *c);
+int CPU_KERNEL(embedding_grad)(kctx *c);
+int CPU_KERNEL(embedding_bag)(kctx *c);
+int CPU_KERNEL(embedding_bag_grad)(kctx *c);
+int CPU_KERNEL(dropout)(kctx *c);
+
+#endif

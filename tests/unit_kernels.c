@@ -1,0 +1,883 @@
+/*
+ * unit_kernels.c: the CPU backend's kernels (runtime/cpu/), checked against themselves in
+ * double precision and against what the operators mean.
+ *
+ *  - Gradients: for every forward operator with a gradient rule, random inputs and a random
+ *    upstream gradient dy; the analytic gradient of each differentiable input, computed by the
+ *    backward operators exactly as compiler/autodiff.c wires them (linear's bias through
+ *    reduce_sum, mul's broadcast operand through mul then reduce_sum, concat's through split,
+ *    split's through concat with fill's zeros for an output no gradient reaches, transpose's
+ *    through the inverse permutation, ...), must match central differences (h = 1e-6) of
+ *    sum(dy * forward(x)) within 1e-6 relative, all in rt_cpu_kernel_f64.
+ *  - f32 against f64: every kernel call these tests make (forward, backward and optimizer
+ *    steps alike) also runs in rt_cpu_kernel on the same values rounded to float; the results
+ *    agree within 1e-4 of the output's largest magnitude. At the end every row of
+ *    runtime/ops.def must have run this way at least once.
+ *  - Splits (rt.h): linear's input split over k and conv2d's over its input channels, into two
+ *    pieces with the bias counted `once`, sum to the whole; add leaves out an addend whose
+ *    `once` is false; a row-split embedding (and embedding_bag) table sums to the whole lookup
+ *    and its gradient pieces are the whole gradient's rows; losses split over their batch sum
+ *    to the whole loss and their gradient pieces are the whole gradient's; dropout's mask on
+ *    pieces (rows, columns, a middle dimension) is the whole mask's, dropout_grad draws the
+ *    same mask, another step or micro-batch another.
+ *  - Accumulate: outputs z + y instead of y, for kernels of every kind (GEMM, element-wise,
+ *    scatter, multi-output, losses, data movement).
+ *  - Optimizer steps against hand-computed SGD (with and without momentum, master weights) and
+ *    AdamW updates over two steps; rt_normal's moments.
+ *  - Errors: shapes that do not fit the operator, unknown operators, wrong arity and dtypes,
+ *    pieces outside their tensor, ids and labels out of range, bad attributes: -1 and a message
+ *    naming the operator, never a crash.
+ */
+#include "rt.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "test.h"
+
+enum {
+#define OP(E, name, imin, imax, nout, ann, flags) OP_##E,
+#include "ops.def"
+#undef OP
+    OP_COUNT
+};
+
+static const char *const op_names[OP_COUNT] = {
+#define OP(E, name, imin, imax, nout, ann, flags) #name,
+#include "ops.def"
+#undef OP
+};
+
+/* ---- tensors: doubles (or int32 ids), with a float copy for the f32 runs ---- */
+
+typedef struct tensor {
+    int rank;
+    int64_t shape[PLAN_MAX_RANK], start[PLAN_MAX_RANK], full[PLAN_MAX_RANK];
+    int64_t n;
+    bool ints, once;
+    int dtype;      // -1: the natural one (0, or 3 for ids); else forced (error tests)
+    bool no_data;   // error tests: a view without data
+    double *d;
+    int32_t *i;
+    float *f;
+} tensor;
+
+#define MAX_TENSORS 4096
+static tensor *pool[MAX_TENSORS];
+static int npool;
+static uint64_t rng;
+
+static double urand(void) { return rt_uniform(rt_key(0x5eed, rng++)) * 2 - 1; }
+
+static tensor *tnew(bool ints, int rank, const int64_t *shape) {
+    tensor *t = calloc(1, sizeof *t);
+    t->rank = rank, t->ints = ints, t->once = true, t->dtype = -1, t->n = 1;
+    for (int i = 0; i < rank; i++) t->shape[i] = t->full[i] = shape[i], t->n *= shape[i];
+    t->d = calloc((size_t)t->n + 1, sizeof(double));
+    t->i = calloc((size_t)t->n + 1, sizeof(int32_t));
+    t->f = calloc((size_t)t->n + 1, sizeof(float));
+    if (npool < MAX_TENSORS) pool[npool++] = t;
+    return t;
+}
+
+static tensor *vtensor(bool ints, int rank, va_list ap) {
+    int64_t s[PLAN_MAX_RANK];
+    for (int i = 0; i < rank; i++) s[i] = va_arg(ap, int);
+    return tnew(ints, rank, s);
+}
+
+static tensor *zeros(int rank, ...) {
+    va_list ap;
+    va_start(ap, rank);
+    tensor *t = vtensor(false, rank, ap);
+    va_end(ap);
+    return t;
+}
+
+// Uniform in (-1, 1).
+static tensor *randu(int rank, ...) {
+    va_list ap;
+    va_start(ap, rank);
+    tensor *t = vtensor(false, rank, ap);
+    va_end(ap);
+    for (int64_t e = 0; e < t->n; e++) t->d[e] = urand();
+    return t;
+}
+
+// int32 ids in [0, high).
+static tensor *ids(int high, int rank, ...) {
+    va_list ap;
+    va_start(ap, rank);
+    tensor *t = vtensor(true, rank, ap);
+    va_end(ap);
+    for (int64_t e = 0; e < t->n; e++) t->i[e] = (int32_t)((urand() + 1) / 2 * high) % high;
+    return t;
+}
+
+static tensor *zeros_like(const tensor *t) { return tnew(t->ints, t->rank, t->shape); }
+
+static tensor *randu_like(const tensor *t) {
+    tensor *r = zeros_like(t);
+    for (int64_t e = 0; e < r->n; e++) r->d[e] = urand();
+    return r;
+}
+
+static tensor *copy_of(const tensor *t) {
+    tensor *r = zeros_like(t);
+    memcpy(r->d, t->d, sizeof(double) * (size_t)t->n);
+    memcpy(r->i, t->i, sizeof(int32_t) * (size_t)t->n);
+    memcpy(r->start, t->start, sizeof t->start);
+    memcpy(r->full, t->full, sizeof t->full);
+    return r;
+}
+
+// Elements [lo, hi) of dimension dim of t, as a piece of t (start and full set).
+static tensor *piece(const tensor *t, int dim, int64_t lo, int64_t hi) {
+    int64_t s[PLAN_MAX_RANK];
+    memcpy(s, t->shape, sizeof s);
+    s[dim] = hi - lo;
+    tensor *p = tnew(t->ints, t->rank, s);
+    memcpy(p->full, t->shape, sizeof p->full);
+    p->start[dim] = lo;
+    int64_t inner = 1, outer = 1;
+    for (int i = dim + 1; i < t->rank; i++) inner *= t->shape[i];
+    for (int i = 0; i < dim; i++) outer *= t->shape[i];
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t k = 0; k < (hi - lo) * inner; k++) {
+            int64_t from = (o * t->shape[dim] + lo) * inner + k, to = o * (hi - lo) * inner + k;
+            p->d[to] = t->d[from], p->i[to] = t->i[from];
+        }
+    return p;
+}
+
+static double max_abs_diff(const tensor *a, const tensor *b) {
+    double w = a->n == b->n ? 0 : INFINITY;
+    for (int64_t e = 0; e < a->n && e < b->n; e++) w = fmax(w, fabs(a->d[e] - b->d[e]));
+    return w;
+}
+
+static void free_all(void) {
+    for (int k = 0; k < npool; k++) free(pool[k]->d), free(pool[k]->i), free(pool[k]->f), free(pool[k]);
+}
+
+/* ---- running kernels ---- */
+
+typedef struct call {
+    uint32_t op;
+    plan_attrs a;
+    int nin, nout;
+    tensor *in[8], *out[8];
+    bool acc;
+    uint64_t step;  // 0: 3
+    bool step0;     // error tests: step 0 after all
+    uint32_t mb;
+} call;
+
+static char err[1024];
+static int covered[OP_COUNT];
+
+static rt_view view_of(const tensor *t, bool f32) {
+    rt_view v = {.rank = (uint8_t)t->rank, .once = t->once};
+    v.dtype = (uint8_t)(t->dtype >= 0 ? t->dtype : t->ints ? 3 : 0);
+    v.data = t->no_data ? NULL : t->ints ? (void *)t->i : f32 ? (void *)t->f : (void *)t->d;
+    for (int i = 0; i < PLAN_MAX_RANK; i++) {
+        v.shape[i] = i < t->rank ? t->shape[i] : 1;
+        v.start[i] = i < t->rank ? t->start[i] : 0;
+        v.full[i] = i < t->rank ? t->full[i] : 1;
+    }
+    return v;
+}
+
+static int exec(const call *c, bool f32) {
+    rt_view in[8], out[8];
+    for (int i = 0; i < c->nin; i++) in[i] = view_of(c->in[i], f32);
+    for (int i = 0; i < c->nout; i++) out[i] = view_of(c->out[i], f32);
+    rt_kernel k = {.op = c->op, .attrs = c->a, .nin = (uint32_t)c->nin, .nout = (uint32_t)c->nout, .in = in, .out = out,
+                   .accumulate = c->acc, .seed = 42, .step = c->step0 ? 0 : c->step ? c->step : 3, .mb = c->mb, .layer = 2};
+    err[0] = 0;
+    return f32 ? rt_cpu_kernel(&k, err, sizeof err) : rt_cpu_kernel_f64(&k, err, sizeof err);
+}
+
+static void to_float(tensor *t) {
+    for (int64_t e = 0; e < t->n; e++) t->f[e] = (float)t->d[e];
+}
+
+// f32 against f64 on one tensor: within 1e-4 of its largest magnitude.
+static bool agree(const call *c, const char *side, int j, const tensor *t) {
+    double scale = 1, worst = 0;
+    int64_t at = 0;
+    for (int64_t e = 0; e < t->n; e++) scale = fmax(scale, fabs(t->d[e]));
+    for (int64_t e = 0; e < t->n; e++)
+        if (fabs(t->f[e] - t->d[e]) > worst) worst = fabs(t->f[e] - t->d[e]), at = e;
+    if (worst <= 1e-4 * scale) return true;
+    fprintf(stderr, "%s: %s %d: f32 %.9g but f64 %.9g at element %lld\n", op_names[c->op], side, j, t->f[at], t->d[at],
+            (long long)at);
+    return false;
+}
+
+// Runs c in f64 and in f32 (from the same values) and compares every output (and, for the
+// in-place optimizer steps, every input). Failures count.
+static void run(const call *c) {
+    for (int i = 0; i < c->nin; i++) to_float(c->in[i]);
+    for (int i = 0; i < c->nout; i++) to_float(c->out[i]);
+    int rc64 = exec(c, false);
+    if (rc64) fprintf(stderr, "%s (f64): %s\n", op_names[c->op], err);
+    EXPECT(rc64 == 0);
+    int rc32 = exec(c, true);
+    if (rc32) fprintf(stderr, "%s (f32): %s\n", op_names[c->op], err);
+    EXPECT(rc32 == 0);
+    if (rc64 || rc32) return;
+    bool ok = true;
+    for (int i = 0; i < c->nout; i++) ok &= agree(c, "output", i, c->out[i]);
+    if (c->op == OP_SGD || c->op == OP_ADAMW)
+        for (int i = 0; i < c->nin; i++) ok &= agree(c, "input", i, c->in[i]);
+    EXPECT(ok);
+    covered[c->op]++;
+}
+
+// Calls of one, two or three inputs and one output.
+static call c1(uint32_t op, plan_attrs a, tensor *x, tensor *y) {
+    return (call){.op = op, .a = a, .nin = 1, .in = {x}, .nout = 1, .out = {y}};
+}
+static call c2(uint32_t op, plan_attrs a, tensor *x0, tensor *x1, tensor *y) {
+    return (call){.op = op, .a = a, .nin = 2, .in = {x0, x1}, .nout = 1, .out = {y}};
+}
+static call c3(uint32_t op, plan_attrs a, tensor *x0, tensor *x1, tensor *x2, tensor *y) {
+    return (call){.op = op, .a = a, .nin = 3, .in = {x0, x1, x2}, .nout = 1, .out = {y}};
+}
+
+/* ---- gradient checks ---- */
+
+// sum over the forward's outputs of dy . y, by the f64 kernels.
+static double objective(const call *fwd, tensor *const *dy) {
+    if (exec(fwd, false)) fprintf(stderr, "%s: %s\n", op_names[fwd->op], err);
+    double s = 0;
+    for (int o = 0; o < fwd->nout; o++)
+        for (int64_t e = 0; e < dy[o]->n; e++) s += dy[o]->d[e] * fwd->out[o]->d[e];
+    return s;
+}
+
+// The analytic gradient `grad` of forward input `input` against central differences.
+static void gradcheck(const char *what, const call *fwd, tensor *const *dy, int input, const tensor *grad) {
+    tensor *x = fwd->in[input];
+    const double h = 1e-6;
+    double worst = 0, num_at = 0, ana_at = 0;
+    int64_t at = -1;
+    bool shape_ok = grad->n == x->n;
+    for (int64_t e = 0; shape_ok && e < x->n; e++) {
+        double keep = x->d[e];
+        x->d[e] = keep + h;
+        double fp = objective(fwd, dy);
+        x->d[e] = keep - h;
+        double fm = objective(fwd, dy);
+        x->d[e] = keep;
+        double num = (fp - fm) / (2 * h), rel = fabs(num - grad->d[e]) / fmax(1, fabs(num));
+        if (rel > worst) worst = rel, at = e, num_at = num, ana_at = grad->d[e];
+    }
+    bool ok = shape_ok && worst <= 1e-6;
+    if (!ok)
+        fprintf(stderr, "gradient of %s input %d: element %lld: analytic %.12g, numeric %.12g (%lld elements, grad %lld)\n", what,
+                input, (long long)at, ana_at, num_at, (long long)x->n, (long long)grad->n);
+    EXPECT(ok);
+}
+
+// The upstream gradients of a forward call's outputs, random.
+static void upstream(const call *fwd, tensor **dy) {
+    for (int o = 0; o < fwd->nout; o++) dy[o] = randu_like(fwd->out[o]);
+}
+
+static void grad_matmul(bool bmm) {
+    tensor *a = randu(3, 2, 3, 4), *b = bmm ? randu(3, 2, 4, 5) : randu(2, 4, 5);
+    call f = {.op = bmm ? OP_BMM : OP_MATMUL, .nin = 2, .in = {a, b}, .nout = 1, .out = {zeros(3, 2, 3, 5)}};
+    tensor *dy[1], *da = zeros_like(a), *db = zeros_like(b);
+    run(&f);
+    upstream(&f, dy);
+    run(&(call){.op = bmm ? OP_BMM_GRAD_A : OP_MATMUL_GRAD_A, .nin = 2, .in = {dy[0], b}, .nout = 1, .out = {da}});
+    run(&(call){.op = bmm ? OP_BMM_GRAD_B : OP_MATMUL_GRAD_B, .nin = 2, .in = {a, dy[0]}, .nout = 1, .out = {db}});
+    gradcheck(op_names[f.op], &f, dy, 0, da);
+    gradcheck(op_names[f.op], &f, dy, 1, db);
+}
+
+static void grad_linear(void) {
+    tensor *x = randu(3, 2, 3, 4), *w = randu(2, 5, 4), *b = randu(1, 5);
+    call f = {.op = OP_LINEAR, .nin = 3, .in = {x, w, b}, .nout = 1, .out = {zeros(3, 2, 3, 5)}};
+    tensor *dy[1], *dx = zeros_like(x), *dw = zeros_like(w), *dbias = zeros_like(b);
+    run(&f);
+    upstream(&f, dy);
+    run(&(call){.op = OP_LINEAR_GRAD_X, .nin = 2, .in = {dy[0], w}, .nout = 1, .out = {dx}});
+    run(&(call){.op = OP_LINEAR_GRAD_W, .nin = 2, .in = {dy[0], x}, .nout = 1, .out = {dw}});
+    run(&(call){.op = OP_REDUCE_SUM, .nin = 1, .in = {dy[0]}, .nout = 1, .out = {dbias}});
+    gradcheck("linear", &f, dy, 0, dx);
+    gradcheck("linear", &f, dy, 1, dw);
+    gradcheck("linear", &f, dy, 2, dbias);
+}
+
+// add: da = dy, db = reduce_sum(dy); mul: da = mul(dy, b), db = reduce_sum(mul(dy, a)).
+static void grad_binary(uint32_t op, bool bcast) {
+    tensor *a = randu(3, 2, 3, 4), *b = bcast ? randu(2, 3, 4) : randu(3, 2, 3, 4);
+    call f = {.op = op, .nin = 2, .in = {a, b}, .nout = 1, .out = {zeros(3, 2, 3, 4)}};
+    tensor *dy[1], *da = zeros_like(a), *db = zeros_like(b), *t = zeros_like(a);
+    run(&f);
+    upstream(&f, dy);
+    if (op == OP_ADD) {
+        memcpy(da->d, dy[0]->d, sizeof(double) * (size_t)da->n);
+        t = dy[0];
+    } else {
+        run(&(call){.op = OP_MUL, .nin = 2, .in = {dy[0], b}, .nout = 1, .out = {da}});
+        run(&(call){.op = OP_MUL, .nin = 2, .in = {dy[0], a}, .nout = 1, .out = {t}});
+    }
+    if (bcast) run(&(call){.op = OP_REDUCE_SUM, .nin = 1, .in = {t}, .nout = 1, .out = {db}});
+    else memcpy(db->d, t->d, sizeof(double) * (size_t)db->n);
+    gradcheck(op_names[op], &f, dy, 0, da);
+    gradcheck(op_names[op], &f, dy, 1, db);
+}
+
+// scale, relu, gelu, silu, dropout: one input, one output of its shape.
+static void grad_unary(uint32_t op, uint32_t grad_op, plan_attrs a) {
+    tensor *x = randu(2, 4, 5);
+    call f = {.op = op, .a = a, .nin = 1, .in = {x}, .nout = 1, .out = {zeros(2, 4, 5)}};
+    tensor *dy[1], *dx = zeros_like(x);
+    run(&f);
+    upstream(&f, dy);
+    bool with_x = op == OP_RELU || op == OP_GELU || op == OP_SILU;
+    run(&(call){.op = grad_op, .a = a, .nin = with_x ? 2 : 1, .in = {dy[0], x}, .nout = 1, .out = {dx}});
+    gradcheck(op_names[op], &f, dy, 0, dx);
+}
+
+static void grad_norm(uint32_t op) {
+    bool ln = op == OP_LAYERNORM;
+    tensor *x = randu(3, 2, 3, 6), *g = randu(1, 6), *b = randu(1, 6);
+    plan_attrs a = {.f[PLAN_AF_EPS] = 1e-5};
+    call f = {.op = op, .a = a, .nin = ln ? 3 : 2, .in = {x, g, b}, .nout = 1, .out = {zeros(3, 2, 3, 6)}};
+    tensor *dy[1], *dx = zeros_like(x), *dg = zeros_like(g), *db = zeros_like(b);
+    run(&f);
+    upstream(&f, dy);
+    run(&(call){
+        .op = ln ? OP_LAYERNORM_GRAD_X : OP_RMSNORM_GRAD_X, .a = a, .nin = 3, .in = {dy[0], x, g}, .nout = 1, .out = {dx}});
+    run(&(call){.op = ln ? OP_LAYERNORM_GRAD_W : OP_RMSNORM_GRAD_W, .a = a, .nin = 2, .in = {dy[0], x}, .nout = ln ? 2 : 1,
+                .out = {dg, db}});
+    gradcheck(op_names[op], &f, dy, 0, dx);
+    gradcheck(op_names[op], &f, dy, 1, dg);
+    if (ln) gradcheck(op_names[op], &f, dy, 2, db);
+}
+
+static void grad_softmax(void) {
+    tensor *x = randu(3, 2, 3, 5), *y = zeros(3, 2, 3, 5);
+    for (int64_t e = 0; e < x->n; e++) x->d[e] *= 3;
+    call f = {.op = OP_SOFTMAX, .nin = 1, .in = {x}, .nout = 1, .out = {y}};
+    tensor *dy[1], *dx = zeros_like(x), *ysaved;
+    run(&f);
+    ysaved = copy_of(y);
+    upstream(&f, dy);
+    run(&(call){.op = OP_SOFTMAX_GRAD, .nin = 2, .in = {dy[0], ysaved}, .nout = 1, .out = {dx}});
+    gradcheck("softmax", &f, dy, 0, dx);
+}
+
+static void grad_attention(bool causal, double scale) {
+    tensor *q = randu(4, 2, 4, 2, 3), *k = randu(4, 2, 4, 2, 3), *v = randu(4, 2, 4, 2, 3);
+    plan_attrs a = {.f[PLAN_AF_SCALE] = scale, .i[PLAN_AI_CAUSAL] = causal};
+    call f = {.op = OP_ATTENTION, .a = a, .nin = 3, .in = {q, k, v}, .nout = 1, .out = {zeros(4, 2, 4, 2, 3)}};
+    tensor *dy[1], *dq = zeros_like(q), *dk = zeros_like(k), *dv = zeros_like(v);
+    run(&f);
+    upstream(&f, dy);
+    run(&(call){.op = OP_ATTENTION_GRAD, .a = a, .nin = 4, .in = {dy[0], q, k, v}, .nout = 3, .out = {dq, dk, dv}});
+    for (int i = 0; i < 3; i++) gradcheck(causal ? "attention (causal)" : "attention", &f, dy, i, (tensor *[]){dq, dk, dv}[i]);
+}
+
+static void grad_embedding(bool bag) {
+    tensor *id = bag ? ids(6, 2, 3, 2) : ids(7, 2, 2, 3), *t = bag ? randu(2, 6, 4) : randu(2, 7, 4);
+    call f = {.op = bag ? OP_EMBEDDING_BAG : OP_EMBEDDING, .nin = 2, .in = {id, t}, .nout = 1,
+              .out = {bag ? zeros(2, 3, 4) : zeros(3, 2, 3, 4)}};
+    tensor *dy[1], *dt = zeros_like(t);
+    run(&f);
+    upstream(&f, dy);
+    run(&(call){.op = bag ? OP_EMBEDDING_BAG_GRAD : OP_EMBEDDING_GRAD, .nin = 2, .in = {dy[0], id}, .nout = 1, .out = {dt}});
+    gradcheck(op_names[f.op], &f, dy, 1, dt);
+}
+
+// concat's gradient is split (the same axis), split's is concat.
+static void grad_concat_split(void) {
+    plan_attrs ax1 = {.i[PLAN_AI_AXIS] = 1}, ax0 = {.i[PLAN_AI_AXIS] = 0};
+    tensor *a = randu(2, 2, 3), *b = randu(2, 2, 2);
+    call f = {.op = OP_CONCAT, .a = ax1, .nin = 2, .in = {a, b}, .nout = 1, .out = {zeros(2, 2, 5)}};
+    tensor *dy[3], *da = zeros_like(a), *db = zeros_like(b);
+    run(&f);
+    upstream(&f, dy);
+    run(&(call){.op = OP_SPLIT, .a = ax1, .nin = 1, .in = {dy[0]}, .nout = 2, .out = {da, db}});
+    gradcheck("concat", &f, dy, 0, da);
+    gradcheck("concat", &f, dy, 1, db);
+
+    tensor *x = randu(3, 4, 3, 2), *dx = zeros_like(x);
+    call s = c1(OP_SPLIT, ax0, x, zeros(3, 1, 3, 2));
+    s.nout = 3, s.out[1] = zeros(3, 2, 3, 2), s.out[2] = zeros(3, 1, 3, 2);
+    run(&s);
+    upstream(&s, dy);
+    // No gradient flows into the middle output: autodiff fills zeros for it.
+    run(&(call){.op = OP_FILL, .nout = 1, .out = {dy[1]}});
+    run(&(call){.op = OP_CONCAT, .a = ax0, .nin = 3, .in = {dy[0], dy[1], dy[2]}, .nout = 1, .out = {dx}});
+    gradcheck("split", &s, dy, 0, dx);
+}
+
+static void grad_slice(void) {
+    plan_attrs a = {.i[PLAN_AI_AXIS] = 1, .i[PLAN_AI_START] = 1, .i[PLAN_AI_END] = 4};
+    tensor *x = randu(3, 3, 6, 2);
+    call f = {.op = OP_SLICE, .a = a, .nin = 1, .in = {x}, .nout = 1, .out = {zeros(3, 3, 3, 2)}};
+    tensor *dy[1], *dx = zeros_like(x);
+    run(&f);
+    upstream(&f, dy);
+    run(&(call){.op = OP_SLICE_GRAD, .a = a, .nin = 1, .in = {dy[0]}, .nout = 1, .out = {dx}});
+    gradcheck("slice", &f, dy, 0, dx);
+}
+
+static void grad_reshape_transpose(void) {
+    tensor *x = randu(3, 2, 3, 4), *dy[1], *dx = zeros_like(x);
+    call r = {.op = OP_RESHAPE, .nin = 1, .in = {x}, .nout = 1, .out = {zeros(2, 6, 4)}};
+    run(&r);
+    upstream(&r, dy);
+    run(&(call){.op = OP_RESHAPE, .nin = 1, .in = {dy[0]}, .nout = 1, .out = {dx}});
+    gradcheck("reshape", &r, dy, 0, dx);
+
+    plan_attrs p = {.perm = {2, 0, 1}}, inv = {.perm = {1, 2, 0}};
+    call t = {.op = OP_TRANSPOSE, .a = p, .nin = 1, .in = {x}, .nout = 1, .out = {zeros(3, 4, 2, 3)}};
+    tensor *dx2 = zeros_like(x);
+    run(&t);
+    upstream(&t, dy);
+    run(&(call){.op = OP_TRANSPOSE, .a = inv, .nin = 1, .in = {dy[0]}, .nout = 1, .out = {dx2}});
+    gradcheck("transpose", &t, dy, 0, dx2);
+    // A transpose moves what it should: y[i][j][k] = x[j][k][i].
+    EXPECT(t.out[0]->d[(1 * 2 + 1) * 3 + 2] == x->d[(1 * 3 + 2) * 4 + 1]);
+}
+
+static void grad_conv2d(int stride, int pad, bool bias) {
+    tensor *x = randu(4, 2, 3, 5, 6), *w = randu(4, 4, 3, 3, 2), *b = randu(1, 4);
+    int ho = (5 + 2 * pad - 3) / stride + 1, wo = (6 + 2 * pad - 2) / stride + 1;
+    plan_attrs a = {.win = {0, 0, stride, stride, pad, pad}};
+    call f = {.op = OP_CONV2D, .a = a, .nin = bias ? 3 : 2, .in = {x, w, b}, .nout = 1, .out = {zeros(4, 2, 4, ho, wo)}};
+    tensor *dy[1], *dx = zeros_like(x), *dw = zeros_like(w), *db = zeros_like(b);
+    run(&f);
+    upstream(&f, dy);
+    run(&(call){.op = OP_CONV2D_GRAD_X, .a = a, .nin = 2, .in = {dy[0], w}, .nout = 1, .out = {dx}});
+    run(&(call){.op = OP_CONV2D_GRAD_W, .a = a, .nin = 2, .in = {dy[0], x}, .nout = 1, .out = {dw}});
+    run(&(call){.op = OP_CONV2D_GRAD_B, .a = a, .nin = 1, .in = {dy[0]}, .nout = 1, .out = {db}});
+    gradcheck("conv2d", &f, dy, 0, dx);
+    gradcheck("conv2d", &f, dy, 1, dw);
+    if (bias) gradcheck("conv2d", &f, dy, 2, db);
+}
+
+static void grad_pool(uint32_t op, int k, int stride, int pad) {
+    tensor *x = randu(4, 2, 2, 5, 5);
+    int ho = (5 + 2 * pad - k) / stride + 1;
+    plan_attrs a = {.win = {k, k, stride, stride, pad, pad}};
+    call f = {.op = op, .a = a, .nin = 1, .in = {x}, .nout = 1, .out = {zeros(4, 2, 2, ho, ho)}};
+    tensor *dy[1], *dx = zeros_like(x);
+    run(&f);
+    upstream(&f, dy);
+    if (op == OP_MAXPOOL) run(&(call){.op = OP_MAXPOOL_GRAD, .a = a, .nin = 2, .in = {dy[0], x}, .nout = 1, .out = {dx}});
+    else run(&(call){.op = OP_AVGPOOL_GRAD, .a = a, .nin = 1, .in = {dy[0]}, .nout = 1, .out = {dx}});
+    gradcheck(op_names[op], &f, dy, 0, dx);
+}
+
+static void grad_batchnorm(void) {
+    tensor *x = randu(4, 3, 2, 2, 3), *g = randu(1, 2), *b = randu(1, 2);
+    plan_attrs a = {.f[PLAN_AF_EPS] = 1e-5};
+    call f = {.op = OP_BATCHNORM, .a = a, .nin = 3, .in = {x, g, b}, .nout = 1, .out = {zeros(4, 3, 2, 2, 3)}};
+    tensor *dy[1], *dx = zeros_like(x), *dg = zeros_like(g), *db = zeros_like(b);
+    run(&f);
+    upstream(&f, dy);
+    run(&(call){.op = OP_BATCHNORM_GRAD_X, .a = a, .nin = 3, .in = {dy[0], x, g}, .nout = 1, .out = {dx}});
+    run(&(call){.op = OP_BATCHNORM_GRAD_W, .a = a, .nin = 2, .in = {dy[0], x}, .nout = 2, .out = {dg, db}});
+    gradcheck("batchnorm", &f, dy, 0, dx);
+    gradcheck("batchnorm", &f, dy, 1, dg);
+    gradcheck("batchnorm", &f, dy, 2, db);
+}
+
+// The losses: the seed dy is a scalar.
+static void grad_losses(void) {
+    tensor *logits = randu(3, 2, 3, 5), *lab = ids(5, 2, 2, 3), *dy[1];
+    call ce = {.op = OP_CROSS_ENTROPY, .nin = 2, .in = {logits, lab}, .nout = 1, .out = {zeros(0)}};
+    tensor *dl = zeros_like(logits);
+    run(&ce);
+    upstream(&ce, dy);
+    run(&(call){.op = OP_CROSS_ENTROPY_GRAD, .nin = 3, .in = {dy[0], logits, lab}, .nout = 1, .out = {dl}});
+    gradcheck("cross_entropy", &ce, dy, 0, dl);
+
+    tensor *a = randu(2, 3, 4), *b = randu(2, 3, 4), *da = zeros_like(a), *db = zeros_like(b);
+    call mse = {.op = OP_MSE_LOSS, .nin = 2, .in = {a, b}, .nout = 1, .out = {zeros(0)}};
+    run(&mse);
+    upstream(&mse, dy);
+    run(&(call){.op = OP_MSE_LOSS_GRAD, .nin = 3, .in = {dy[0], a, b}, .nout = 1, .out = {da}});
+    run(&(call){.op = OP_MSE_LOSS_GRAD, .nin = 3, .in = {dy[0], b, a}, .nout = 1, .out = {db}});
+    gradcheck("mse_loss", &mse, dy, 0, da);
+    gradcheck("mse_loss", &mse, dy, 1, db);
+
+    tensor *x = randu(2, 3, 4), *y = randu(2, 3, 4), *dx = zeros_like(x);
+    for (int64_t e = 0; e < x->n; e++) x->d[e] *= 4, y->d[e] = (y->d[e] + 1) / 2;
+    call bce = {.op = OP_BCE_LOGITS, .nin = 2, .in = {x, y}, .nout = 1, .out = {zeros(0)}};
+    run(&bce);
+    upstream(&bce, dy);
+    run(&(call){.op = OP_BCE_LOGITS_GRAD, .nin = 3, .in = {dy[0], x, y}, .nout = 1, .out = {dx}});
+    gradcheck("bce_logits", &bce, dy, 0, dx);
+}
+
+static void gradients(void) {
+    grad_matmul(false);
+    grad_matmul(true);
+    grad_linear();
+    grad_binary(OP_ADD, true);
+    grad_binary(OP_ADD, false);
+    grad_binary(OP_MUL, true);
+    grad_binary(OP_MUL, false);
+    grad_unary(OP_SCALE, OP_SCALE, (plan_attrs){.f[PLAN_AF_SCALE] = 1.7});
+    grad_unary(OP_RELU, OP_RELU_GRAD, (plan_attrs){0});
+    grad_unary(OP_GELU, OP_GELU_GRAD, (plan_attrs){0});
+    grad_unary(OP_SILU, OP_SILU_GRAD, (plan_attrs){0});
+    grad_unary(OP_DROPOUT, OP_DROPOUT_GRAD, (plan_attrs){.f[PLAN_AF_P] = 0.3, .i[PLAN_AI_SEED] = 7});
+    grad_norm(OP_LAYERNORM);
+    grad_norm(OP_RMSNORM);
+    grad_softmax();
+    grad_attention(true, 0);
+    grad_attention(false, 0);
+    grad_attention(true, 0.7);
+    grad_embedding(false);
+    grad_embedding(true);
+    grad_concat_split();
+    grad_slice();
+    grad_reshape_transpose();
+    grad_conv2d(1, 0, true);
+    grad_conv2d(2, 1, true);
+    grad_conv2d(2, 2, false);
+    grad_pool(OP_MAXPOOL, 2, 2, 0);
+    grad_pool(OP_MAXPOOL, 3, 2, 1);
+    grad_pool(OP_AVGPOOL, 2, 2, 1);
+    grad_pool(OP_AVGPOOL, 3, 1, 1);
+    grad_batchnorm();
+    grad_losses();
+}
+
+/* ---- splits: pieces against the whole ---- */
+
+static bool close_to(const tensor *a, const tensor *b, double tol) { return max_abs_diff(a, b) <= tol; }
+
+// a + b of two tensors of one shape.
+static tensor *sum2(const tensor *a, const tensor *b) {
+    tensor *s = zeros_like(a);
+    for (int64_t e = 0; e < s->n; e++) s->d[e] = a->d[e] + b->d[e];
+    return s;
+}
+
+// linear with x split over k: each piece holds partial sums; the bias counts on one only.
+static void split_linear(void) {
+    tensor *x = randu(2, 3, 8), *w = randu(2, 5, 8), *b = randu(1, 5), *y = zeros(2, 3, 5);
+    run(&(call){.op = OP_LINEAR, .nin = 3, .in = {x, w, b}, .nout = 1, .out = {y}});
+    tensor *x0 = piece(x, 1, 0, 4), *x1 = piece(x, 1, 4, 8), *w0 = piece(w, 1, 0, 4), *w1 = piece(w, 1, 4, 8);
+    tensor *b1 = copy_of(b), *y0 = zeros(2, 3, 5), *y1 = zeros(2, 3, 5);
+    b1->once = false;
+    run(&(call){.op = OP_LINEAR, .nin = 3, .in = {x0, w0, b}, .nout = 1, .out = {y0}});
+    run(&(call){.op = OP_LINEAR, .nin = 3, .in = {x1, w1, b1}, .nout = 1, .out = {y1}});
+    EXPECT(close_to(sum2(y0, y1), y, 1e-12));
+    // conv2d with its input channels split: the same, with conv2d's bias.
+    tensor *cx = randu(4, 2, 4, 5, 5), *cw = randu(4, 3, 4, 3, 3), *cb = randu(1, 3), *cb1 = copy_of(cb);
+    tensor *cy = zeros(4, 2, 3, 3, 3), *cy0 = zeros_like(cy), *cy1 = zeros_like(cy);
+    plan_attrs win = {.win = {0, 0, 1, 1, 0, 0}};
+    cb1->once = false;
+    call whole = c3(OP_CONV2D, win, cx, cw, cb, cy);
+    call first = c3(OP_CONV2D, win, piece(cx, 1, 0, 1), piece(cw, 1, 0, 1), cb, cy0);
+    call rest = c3(OP_CONV2D, win, piece(cx, 1, 1, 4), piece(cw, 1, 1, 4), cb1, cy1);
+    run(&whole), run(&first), run(&rest);
+    EXPECT(close_to(sum2(cy0, cy1), cy, 1e-12));
+    // add: an addend whose `once` is false is left out.
+    tensor *a = randu(2, 3, 5), *ya = zeros(2, 3, 5);
+    run(&(call){.op = OP_ADD, .nin = 2, .in = {a, b1}, .nout = 1, .out = {ya}});
+    EXPECT(close_to(ya, a, 0));
+}
+
+// A table split by rows: the pieces' lookups sum to the whole; their gradients are its rows.
+static void split_embedding(bool bag) {
+    tensor *id = bag ? ids(8, 2, 3, 4) : ids(8, 2, 2, 5), *t = randu(2, 8, 4);
+    tensor *y = bag ? zeros(2, 3, 4) : zeros(3, 2, 5, 4), *dt = zeros_like(t);
+    uint32_t op = bag ? OP_EMBEDDING_BAG : OP_EMBEDDING, gop = bag ? OP_EMBEDDING_BAG_GRAD : OP_EMBEDDING_GRAD;
+    run(&(call){.op = op, .nin = 2, .in = {id, t}, .nout = 1, .out = {y}});
+    tensor *dy = randu_like(y);
+    run(&(call){.op = gop, .nin = 2, .in = {dy, id}, .nout = 1, .out = {dt}});
+    tensor *t0 = piece(t, 0, 0, 3), *t1 = piece(t, 0, 3, 8), *y0 = zeros_like(y), *y1 = zeros_like(y);
+    run(&(call){.op = op, .nin = 2, .in = {id, t0}, .nout = 1, .out = {y0}});
+    run(&(call){.op = op, .nin = 2, .in = {id, t1}, .nout = 1, .out = {y1}});
+    EXPECT(close_to(sum2(y0, y1), y, 1e-12));
+    tensor *d0 = piece(dt, 0, 0, 3), *d1 = piece(dt, 0, 3, 8), *g0 = copy_of(d0), *g1 = copy_of(d1);
+    run(&(call){.op = gop, .nin = 2, .in = {dy, id}, .nout = 1, .out = {g0}});
+    run(&(call){.op = gop, .nin = 2, .in = {dy, id}, .nout = 1, .out = {g1}});
+    EXPECT(close_to(g0, d0, 1e-12) && close_to(g1, d1, 1e-12));
+}
+
+// A loss split over its batch: the pieces sum to the whole loss, their gradients are its pieces.
+static void split_loss(uint32_t op, uint32_t gop, int dim) {
+    bool ce = op == OP_CROSS_ENTROPY;
+    tensor *a = randu(2, 4, 6), *b = ce ? ids(6, 1, 4) : randu(2, 4, 6), *l = zeros(0), *seed = randu(0), *da = zeros_like(a);
+    if (op == OP_BCE_LOGITS)
+        for (int64_t e = 0; e < b->n; e++) b->d[e] = (b->d[e] + 1) / 2;
+    run(&(call){.op = op, .nin = 2, .in = {a, b}, .nout = 1, .out = {l}});
+    run(&(call){.op = gop, .nin = 3, .in = {seed, a, b}, .nout = 1, .out = {da}});
+    tensor *lsum = zeros(0);
+    for (int k = 0; k < 2; k++) {
+        int64_t lo = k ? 1 : 0, hi = k ? a->shape[dim] : 1; // uneven pieces
+        tensor *ap = piece(a, dim, lo, hi), *bp = piece(b, dim, lo, hi), *lp = zeros(0), *gp = zeros_like(ap);
+        run(&(call){.op = op, .nin = 2, .in = {ap, bp}, .nout = 1, .out = {lp}});
+        run(&(call){.op = gop, .nin = 3, .in = {seed, ap, bp}, .nout = 1, .out = {gp}});
+        lsum->d[0] += lp->d[0];
+        EXPECT(close_to(gp, piece(da, dim, lo, hi), 1e-12));
+    }
+    EXPECT(fabs(lsum->d[0] - l->d[0]) <= 1e-12);
+}
+
+// Dropout's output on a piece of x is the same piece of its output on the whole of x.
+static void split_dropout_on(tensor *x, int dim, int64_t lo, int64_t hi, const tensor *whole_y, plan_attrs a) {
+    tensor *xp = piece(x, dim, lo, hi), *yp = zeros_like(xp);
+    run(&(call){.op = OP_DROPOUT, .a = a, .nin = 1, .in = {xp}, .nout = 1, .out = {yp}});
+    EXPECT(close_to(yp, piece(whole_y, dim, lo, hi), 0));
+}
+
+static void split_dropout(void) {
+    plan_attrs a = {.f[PLAN_AF_P] = 0.4, .i[PLAN_AI_SEED] = 11};
+    tensor *x = randu(3, 3, 4, 5), *y = zeros(3, 3, 4, 5);
+    run(&(call){.op = OP_DROPOUT, .a = a, .nin = 1, .in = {x}, .nout = 1, .out = {y}});
+    for (int dim = 0; dim < 3; dim++) {
+        split_dropout_on(x, dim, 0, 1, y, a);
+        split_dropout_on(x, dim, 1, 3, y, a);
+    }
+    // dropout_grad draws the same mask; the kept elements are scaled by 1 / (1 - p).
+    tensor *ones = zeros(2, 100, 100), *mask = zeros(2, 100, 100), *gmask = zeros(2, 100, 100);
+    for (int64_t e = 0; e < ones->n; e++) ones->d[e] = 1;
+    run(&(call){.op = OP_DROPOUT, .a = a, .nin = 1, .in = {ones}, .nout = 1, .out = {mask}});
+    run(&(call){.op = OP_DROPOUT_GRAD, .a = a, .nin = 1, .in = {ones}, .nout = 1, .out = {gmask}});
+    EXPECT(close_to(mask, gmask, 0));
+    int64_t dropped = 0, bad = 0;
+    for (int64_t e = 0; e < mask->n; e++) {
+        dropped += mask->d[e] == 0;
+        bad += mask->d[e] != 0 && fabs(mask->d[e] - 1 / 0.6) > 1e-12;
+    }
+    EXPECT(bad == 0 && dropped > 3800 && dropped < 4200);
+    // Another step, micro-batch or seed gives another mask.
+    tensor *other = zeros(2, 100, 100);
+    run(&(call){.op = OP_DROPOUT, .a = a, .nin = 1, .in = {ones}, .nout = 1, .out = {other}, .step = 4});
+    EXPECT(!close_to(mask, other, 0));
+    run(&(call){.op = OP_DROPOUT, .a = a, .nin = 1, .in = {ones}, .nout = 1, .out = {other}, .mb = 1});
+    EXPECT(!close_to(mask, other, 0));
+}
+
+static void splits(void) {
+    split_linear();
+    split_embedding(false);
+    split_embedding(true);
+    split_loss(OP_CROSS_ENTROPY, OP_CROSS_ENTROPY_GRAD, 0);
+    split_loss(OP_MSE_LOSS, OP_MSE_LOSS_GRAD, 0);
+    split_loss(OP_MSE_LOSS, OP_MSE_LOSS_GRAD, 1);
+    split_loss(OP_BCE_LOGITS, OP_BCE_LOGITS_GRAD, 1);
+    split_dropout();
+}
+
+/* ---- accumulate ---- */
+
+// With accumulate, every output becomes z + y where z is what it held and y the plain result.
+static void accumulates(call c) {
+    tensor *y[8], *z[8];
+    run(&c);
+    for (int o = 0; o < c.nout; o++) {
+        y[o] = copy_of(c.out[o]);
+        z[o] = randu_like(c.out[o]);
+        memcpy(c.out[o]->d, z[o]->d, sizeof(double) * (size_t)z[o]->n);
+    }
+    c.acc = true;
+    run(&c);
+    bool ok = true;
+    for (int o = 0; o < c.nout; o++) ok &= close_to(c.out[o], sum2(z[o], y[o]), 1e-12);
+    if (!ok) fprintf(stderr, "accumulate: %s\n", op_names[c.op]);
+    EXPECT(ok);
+}
+
+static void accumulate(void) {
+    const plan_attrs none = {0}, eps = {.f[PLAN_AF_EPS] = 1e-5}, pad = {.win = {0, 0, 1, 1, 1, 1}};
+    tensor *x = randu(2, 3, 4), *w = randu(2, 5, 4), *b = randu(1, 5), *dy = randu(2, 3, 5), *q = randu(4, 1, 3, 2, 2);
+    accumulates(c3(OP_LINEAR, none, x, w, b, zeros(2, 3, 5)));
+    accumulates(c2(OP_LINEAR_GRAD_W, none, dy, x, zeros(2, 5, 4)));
+    accumulates(c2(OP_MATMUL_GRAD_B, none, x, dy, zeros(2, 4, 5)));
+    accumulates(c2(OP_ADD, none, dy, b, zeros(2, 3, 5)));
+    accumulates(c1(OP_REDUCE_SUM, none, dy, zeros(1, 5)));
+    accumulates((call){.op = OP_FILL, .a.f[PLAN_AF_SCALE] = 0.25, .nout = 1, .out = {zeros(2, 2, 3)}});
+    call lnw = c2(OP_LAYERNORM_GRAD_W, eps, dy, randu(2, 3, 5), zeros(1, 5));
+    lnw.nout = 2, lnw.out[1] = zeros(1, 5);
+    accumulates(lnw);
+    accumulates(c2(OP_EMBEDDING_GRAD, none, randu(2, 6, 3), ids(4, 1, 6), zeros(2, 4, 3)));
+    accumulates(c2(OP_CONV2D_GRAD_W, pad, randu(4, 2, 3, 4, 4), randu(4, 2, 2, 4, 4), zeros(4, 3, 2, 3, 3)));
+    call ag = c3(OP_ATTENTION_GRAD, (plan_attrs){.i[PLAN_AI_CAUSAL] = 1}, randu(4, 1, 3, 2, 2), q, q, zeros(4, 1, 3, 2, 2));
+    ag.nin = 4, ag.in[3] = q, ag.nout = 3, ag.out[1] = zeros(4, 1, 3, 2, 2), ag.out[2] = zeros(4, 1, 3, 2, 2);
+    accumulates(ag);
+    accumulates(c2(OP_CROSS_ENTROPY, none, randu(2, 3, 4), ids(4, 1, 3), zeros(0)));
+    accumulates(c2(OP_CONCAT, none, x, x, zeros(2, 6, 4)));
+    plan_attrs sl = {.i = {[PLAN_AI_AXIS] = 1, [PLAN_AI_START] = 1, [PLAN_AI_END] = 6}};
+    accumulates(c1(OP_SLICE_GRAD, sl, dy, zeros(2, 3, 7)));
+    accumulates(c1(OP_TRANSPOSE, (plan_attrs){.perm = {1, 0}}, x, zeros(2, 4, 3)));
+    accumulates(c1(OP_DROPOUT, (plan_attrs){.f[PLAN_AF_P] = 0.5}, x, zeros(2, 3, 4)));
+}
+
+/* ---- fill, and the optimizer steps against hand-computed updates ---- */
+
+static void fill_and_reduce(void) {
+    tensor *y = zeros(2, 2, 3);
+    run(&(call){.op = OP_FILL, .a.f[PLAN_AF_SCALE] = 0.125, .nout = 1, .out = {y}});
+    bool ok = true;
+    for (int64_t e = 0; e < y->n; e++) ok &= y->d[e] == 0.125;
+    EXPECT(ok);
+    tensor *x = randu(3, 2, 3, 4), *s = zeros(2, 3, 4);
+    run(&(call){.op = OP_REDUCE_SUM, .nin = 1, .in = {x}, .nout = 1, .out = {s}});
+    EXPECT(fabs(s->d[5] - (x->d[5] + x->d[17])) <= 1e-15);
+}
+
+static void optim_sgd(void) {
+    double lr = 0.1, wd = 0.01, mom = 0.9;
+    tensor *p = randu(1, 6), *g = randu(1, 6), *p0 = copy_of(p);
+    run(&(call){.op = OP_SGD, .a.f = {[PLAN_AF_LR] = lr, [PLAN_AF_WEIGHT_DECAY] = wd}, .nin = 2, .in = {p, g}});
+    bool ok = true;
+    for (int e = 0; e < 6; e++) ok &= fabs(p->d[e] - (p0->d[e] - lr * (g->d[e] + wd * p0->d[e]))) <= 1e-15;
+    EXPECT(ok);
+    // Momentum over two steps.
+    tensor *q = copy_of(p0), *buf = zeros(1, 6), *g2 = randu(1, 6);
+    plan_attrs a = {.f = {[PLAN_AF_LR] = lr, [PLAN_AF_WEIGHT_DECAY] = wd, [PLAN_AF_MOMENTUM] = mom}};
+    run(&(call){.op = OP_SGD, .a = a, .nin = 3, .in = {q, g, buf}});
+    run(&(call){.op = OP_SGD, .a = a, .nin = 3, .in = {q, g2, buf}});
+    ok = true;
+    for (int e = 0; e < 6; e++) {
+        double b1 = g->d[e] + wd * p0->d[e], p1 = p0->d[e] - lr * b1;
+        double b2 = mom * b1 + g2->d[e] + wd * p1, p2 = p1 - lr * b2;
+        ok &= fabs(q->d[e] - p2) <= 1e-14 && fabs(buf->d[e] - b2) <= 1e-14;
+    }
+    EXPECT(ok);
+    // Master weights: the update lands in the master, and the parameter takes its value.
+    tensor *pm = zeros(1, 6), *master = copy_of(p0);
+    run(&(call){.op = OP_SGD, .a.f = {[PLAN_AF_LR] = lr}, .nin = 3, .in = {pm, g, master}});
+    ok = true;
+    for (int e = 0; e < 6; e++) ok &= fabs(master->d[e] - (p0->d[e] - lr * g->d[e])) <= 1e-15 && pm->d[e] == master->d[e];
+    EXPECT(ok);
+}
+
+static void optim_adamw(void) {
+    double lr = 0.01, b1 = 0.9, b2 = 0.999, eps = 1e-8, wd = 0.1;
+    plan_attrs a = {
+        .f = {[PLAN_AF_LR] = lr, [PLAN_AF_BETA1] = b1, [PLAN_AF_BETA2] = b2, [PLAN_AF_EPS] = eps, [PLAN_AF_WEIGHT_DECAY] = wd}};
+    tensor *p = randu(1, 7), *m = zeros(1, 7), *v = zeros(1, 7), *g[2] = {randu(1, 7), randu(1, 7)};
+    double hp[7], hm[7] = {0}, hv[7] = {0};
+    for (int e = 0; e < 7; e++) hp[e] = p->d[e];
+    for (int t = 1; t <= 2; t++) {
+        run(&(call){.op = OP_ADAMW, .a = a, .nin = 4, .in = {p, g[t - 1], m, v}, .step = (uint64_t)t});
+        for (int e = 0; e < 7; e++) { // PyTorch's AdamW, written out
+            double gr = g[t - 1]->d[e];
+            hp[e] -= lr * wd * hp[e];
+            hm[e] = b1 * hm[e] + (1 - b1) * gr;
+            hv[e] = b2 * hv[e] + (1 - b2) * gr * gr;
+            double mhat = hm[e] / (1 - pow(b1, t)), vhat = hv[e] / (1 - pow(b2, t));
+            hp[e] -= lr * mhat / (sqrt(vhat) + eps);
+        }
+    }
+    bool ok = true;
+    for (int e = 0; e < 7; e++)
+        ok &= fabs(p->d[e] - hp[e]) <= 1e-14 && fabs(m->d[e] - hm[e]) <= 1e-15 && fabs(v->d[e] - hv[e]) <= 1e-15;
+    EXPECT(ok);
+}
+
+static void normals(void) {
+    double s = 0, s2 = 0;
+    const int n = 20000;
+    for (int i = 0; i < n; i++) {
+        double z = rt_normal(rt_key(99, (uint64_t)i));
+        s += z, s2 += z * z;
+    }
+    EXPECT(fabs(s / n) < 0.03 && fabs(s2 / n - 1) < 0.05);
+    EXPECT(rt_normal(12345) == rt_normal(12345));
+}
+
+/* ---- errors ---- */
+
+// c fails in both precisions with a message that contains `want`.
+static void refused(call c, const char *want) {
+    for (int f32 = 0; f32 < 2; f32++) {
+        int rc = exec(&c, f32);
+        bool ok = rc == -1 && strstr(err, want) != NULL;
+        if (!ok) fprintf(stderr, "expected an error with \"%s\", got rc %d: \"%s\"\n", want, rc, err);
+        EXPECT(ok);
+    }
+}
+
+// The operator, its arity, dtypes and views on their own.
+static void errors_views(void) {
+    const plan_attrs none = {0};
+    refused(c2(OP_LINEAR, none, zeros(2, 4, 48), zeros(2, 64, 32), zeros(2, 4, 64)),
+            "linear: input 1 is [64,32] but input 0's last dimension is 48");
+    refused(c2(OP_LINEAR, none, zeros(2, 4, 32), zeros(2, 64, 32), zeros(2, 4, 63)),
+            "linear: output 0 is [4,63] but should be [4,64]");
+    refused(c1(OP_LINEAR, none, zeros(2, 4, 48), zeros(2, 4, 64)),
+            "linear: 1 input and 1 output, but it takes 2 to 3 inputs and 1 output");
+    refused(c1(999, none, zeros(1, 2), zeros(1, 2)), "operator 999");
+    tensor *half = zeros(2, 2, 2), *nodata = zeros(1, 3), *outside = zeros(1, 3);
+    half->dtype = 1;
+    nodata->no_data = true;
+    outside->start[0] = 2;
+    refused(c2(OP_MATMUL, none, half, zeros(2, 2, 2), zeros(2, 2, 2)), "matmul: input 0 is f16");
+    refused(c2(OP_EMBEDDING, none, zeros(1, 3), zeros(2, 4, 2), zeros(2, 3, 2)), "input 0 is f32; the CPU backend wants i32");
+    refused(c1(OP_RELU, none, nodata, zeros(1, 3)), "has no data");
+    refused(c1(OP_RELU, none, outside, zeros(1, 3)), "holds [2, 5) of a logical size 3");
+    rt_view v = {.rank = 3, .shape = {2, 3, 4}};
+    EXPECT(rt_view_numel(&v) == 24);
+}
+
+// Shapes or attributes that do not fit the operator.
+static void errors_shapes(void) {
+    const plan_attrs none = {0};
+    tensor *lab = ids(3, 1, 2);
+    lab->i[1] = 7;
+    refused(c2(OP_MATMUL, none, zeros(3, 2, 3, 4), zeros(2, 5, 6), zeros(3, 2, 3, 6)), "matmul: input 1 is [5,6]");
+    refused(c2(OP_BMM, none, zeros(3, 2, 3, 4), zeros(3, 3, 4, 5), zeros(3, 2, 3, 5)), "leading dimensions");
+    refused(c2(OP_ADD, none, zeros(2, 3, 4), zeros(1, 3), zeros(2, 3, 4)), "suffix");
+    plan_attrs stride0 = {.win = {0, 0, 0, 1, 0, 0}}, stride1 = {.win = {0, 0, 1, 1, 0, 0}};
+    plan_attrs kernel0 = {.win = {0, 2, 1, 1, 0, 0}};
+    refused(c2(OP_CONV2D, stride0, zeros(4, 1, 2, 5, 5), zeros(4, 3, 2, 3, 3), zeros(4, 1, 3, 3, 3)), "stride");
+    refused(c2(OP_CONV2D, stride1, zeros(4, 1, 2, 5, 5), zeros(4, 3, 3, 3, 3), zeros(4, 1, 3, 3, 3)), "channels");
+    refused(c2(OP_CONV2D, stride1, zeros(4, 1, 2, 2, 2), zeros(4, 3, 2, 3, 3), zeros(4, 1, 3, 1, 1)), "does not fit");
+    refused(c1(OP_MAXPOOL, kernel0, zeros(4, 1, 1, 4, 4), zeros(4, 1, 1, 4, 3)), "kernel 0x2");
+    refused(c1(OP_TRANSPOSE, (plan_attrs){.perm = {0, 0}}, zeros(2, 2, 3), zeros(2, 3, 2)), "permutation");
+    refused(c2(OP_EMBEDDING, none, ids(9, 1, 5), zeros(2, 4, 2), zeros(2, 5, 2)), "outside the table");
+    refused(c2(OP_CROSS_ENTROPY, none, zeros(2, 2, 3), lab, zeros(0)), "label 7");
+    refused(c2(OP_CROSS_ENTROPY, none, zeros(2, 2, 3), ids(3, 1, 2), zeros(1, 2)), "scalar");
+    plan_attrs ax1 = {.i[PLAN_AI_AXIS] = 1}, ax2 = {.i[PLAN_AI_AXIS] = 2};
+    refused(c2(OP_CONCAT, ax1, zeros(2, 2, 3), zeros(2, 2, 3), zeros(2, 2, 7)), "add up to 6");
+    refused(c1(OP_CONCAT, ax2, zeros(2, 2, 3), zeros(2, 2, 3)), "axis 2");
+    plan_attrs past_end = {.i = {[PLAN_AI_START] = 1, [PLAN_AI_END] = 5}};
+    refused(c1(OP_SLICE, past_end, zeros(1, 4), zeros(1, 4)), "slice [1, 5)");
+    refused(c1(OP_RESHAPE, none, zeros(2, 2, 3), zeros(1, 7)), "7 elements");
+    call adamw0 = {.op = OP_ADAMW, .nin = 4, .in = {zeros(1, 2), zeros(1, 2), zeros(1, 2), zeros(1, 2)}, .step0 = true};
+    refused(adamw0, "step 0");
+    refused((call){.op = OP_SGD, .a.f[PLAN_AF_MOMENTUM] = 0.9, .nin = 2, .in = {zeros(1, 2), zeros(1, 2)}}, "momentum");
+    refused(c3(OP_ATTENTION, none, zeros(4, 1, 2, 1, 2), zeros(4, 1, 3, 1, 2), zeros(4, 1, 2, 1, 2), zeros(4, 1, 2, 1, 2)),
+            "input 1 is [1,3,1,2]");
+    refused(c1(OP_DROPOUT, (plan_attrs){.f[PLAN_AF_P] = 1}, zeros(1, 2), zeros(1, 2)), "p = 1");
+    refused(c3(OP_LAYERNORM, none, zeros(2, 2, 4), zeros(1, 4), zeros(1, 3), zeros(2, 2, 4)), "input 2 is [3] but should be [4]");
+}
+
+int main(void) {
+    gradients();
+    splits();
+    accumulate();
+    fill_and_reduce();
+    optim_sgd();
+    optim_adamw();
+    normals();
+    errors_views();
+    errors_shapes();
+    // Every operator ran in both precisions and agreed.
+    for (int op = 0; op < OP_COUNT; op++) {
+        if (!covered[op]) fprintf(stderr, "operator %s never ran in the f32 against f64 check\n", op_names[op]);
+        EXPECT(covered[op] > 0);
+    }
+    free_all();
+    return test_summary();
+}
