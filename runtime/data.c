@@ -1,0 +1,166 @@
+/*
+ * data.c: what the runtime writes into parameters and inputs: initializers, synthetic data and
+ * token files (nanoGPT's train.bin: little-endian uint16 tokens).
+ *
+ * Every value is a pure function of a key built from the run's seed, the tensor's name and the
+ * element's GLOBAL index (rt.h, rand.c), so a piece of a tensor is the same numbers whichever
+ * rank holds it and however the plan splits it: the one-device plan and a 64-way plan of the
+ * same model start from the same weights and see the same samples. Keys use the name, not the
+ * tensor's index, because plans of one model built with other options number their tensors
+ * differently.
+ *
+ * Tokens and targets are windows of a corpus: row r (every dimension but the last) of
+ * micro-batch m of step s starts at rt_sample_offset(seed, s, m, r, n - len - 1), where len is
+ * the last dimension; targets are the same window shifted by one. Without --data, the corpus is
+ * a virtual one of 2^40 tokens drawn uniformly from [0, high).
+ */
+#include "rt.h"
+
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define DOMAIN_INIT 0x696e6974ull   // "init"
+#define DOMAIN_DATA 0x64617461ull   // "data"
+#define DOMAIN_SAMPLE 0x73616d70ull // "samp"
+#define DOMAIN_CORPUS 0x636f7270ull // "corp"
+#define SYNTHETIC_CORPUS (1ull << 40)
+
+static uint64_t name_hash(const char *name) {
+    return name ? plan_fnv1a64(name, strlen(name)) : 0;
+}
+
+uint64_t rt_sample_offset(uint64_t seed, uint64_t step, uint32_t mb, uint64_t row, uint64_t range) {
+    uint64_t k = rt_key(rt_key(rt_key(rt_key(seed, DOMAIN_SAMPLE), step), mb), row);
+    return range ? rt_mix(k) % range : 0;
+}
+
+int rt_corpus_open(rt_corpus *c, const char *path, char *err, size_t err_n) {
+    memset(c, 0, sizeof *c);
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) { snprintf(err, err_n, "%s: cannot open the token file", path); return -1; }
+    struct stat st;
+    if (fstat(fd, &st) || st.st_size < 4 || st.st_size % 2) {
+        close(fd);
+        snprintf(err, err_n, "%s: a token file holds uint16 tokens (an even number of bytes, at least 2 tokens); this one has %lld bytes",
+                 path, (long long)st.st_size);
+        return -1;
+    }
+    void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (m == MAP_FAILED) { snprintf(err, err_n, "%s: cannot map the token file", path); return -1; }
+    c->map = m, c->map_bytes = (size_t)st.st_size;
+    c->tok = m;
+    c->n = (uint64_t)st.st_size / 2;
+    for (uint64_t i = 0; i < c->n; i++)
+        if (c->tok[i] > c->max_token) c->max_token = c->tok[i];
+    return 0;
+}
+
+int rt_corpus_check(const rt_corpus *c, const plan *p, const char *path, char *err, size_t err_n) {
+    for (uint32_t i = 0; c->tok && i < p->n_tensors; i++) {
+        const plan_tensor *t = &p->tensors[i];
+        if (t->kind != 0 || (t->source != PLAN_DATA_TOKENS && t->source != PLAN_DATA_TARGETS)) continue;
+        int64_t len = t->rank ? t->shape[t->rank - 1] : 1;
+        if ((uint64_t)len + 2 > c->n) {
+            snprintf(err, err_n, "%s: %llu tokens, fewer than input \"%s\"'s rows of %lld plus 2", path,
+                     (unsigned long long)c->n, t->name ? t->name : "?", (long long)len);
+            return -1;
+        }
+        if ((double)c->max_token >= t->a) {
+            snprintf(err, err_n, "%s: holds token %u, outside the vocabulary of input \"%s\" (%.0f tokens)", path,
+                     c->max_token, t->name ? t->name : "?", t->a);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+void rt_corpus_free(rt_corpus *c) {
+    if (c && c->map) munmap(c->map, c->map_bytes);
+    if (c) memset(c, 0, sizeof *c);
+}
+
+// Calls fn(global index, local index) for every element of v's piece, in local order.
+#define FOR_EACH_ELEMENT(v, gi, li, ...)                                                          \
+    do {                                                                                           \
+        int r_ = (v)->rank;                                                                        \
+        int64_t idx_[PLAN_MAX_RANK] = {0}, n_ = rt_view_numel(v);                                  \
+        for (int64_t li = 0; li < n_; li++) {                                                      \
+            int64_t gi = 0;                                                                        \
+            for (int d_ = 0; d_ < r_; d_++) gi = gi * (v)->full[d_] + (v)->start[d_] + idx_[d_];   \
+            __VA_ARGS__;                                                                           \
+            for (int d_ = r_ - 1; d_ >= 0 && ++idx_[d_] == (v)->shape[d_]; d_--) idx_[d_] = 0;     \
+        }                                                                                          \
+    } while (0)
+
+void rt_init_param(const plan_tensor *t, uint64_t seed, uint32_t copy, const rt_view *v) {
+    float *x = v->data;
+    uint64_t base = rt_key(rt_key(rt_key(seed, DOMAIN_INIT), name_hash(t->name)), copy);
+    switch (t->source) {
+    case PLAN_INIT_ONES: FOR_EACH_ELEMENT(v, gi, li, x[li] = 1.0f); break;
+    case PLAN_INIT_NORMAL:
+        FOR_EACH_ELEMENT(v, gi, li, x[li] = (float)(t->a + t->b * rt_normal(rt_key(base, (uint64_t)gi))));
+        break;
+    case PLAN_INIT_UNIFORM:
+        FOR_EACH_ELEMENT(v, gi, li, x[li] = (float)(t->a + (t->b - t->a) * rt_uniform(rt_key(base, (uint64_t)gi))));
+        break;
+    default: FOR_EACH_ELEMENT(v, gi, li, x[li] = 0.0f); break; // zeros
+    }
+}
+
+// The token at corpus position pos.
+static uint32_t corpus_token(const rt_corpus *c, uint64_t seed, uint64_t pos, int64_t high) {
+    if (c && c->tok) return c->tok[pos];
+    return (uint32_t)(rt_uniform(rt_key(rt_key(seed, DOMAIN_CORPUS), pos)) * (double)high);
+}
+
+static int fill_tokens(const plan_tensor *t, uint64_t seed, uint64_t step, uint32_t mb, const rt_corpus *c,
+                       const rt_view *v, char *err, size_t err_n) {
+    int64_t high = (int64_t)t->a, len = v->rank ? v->full[v->rank - 1] : 1;
+    uint64_t n = c && c->tok ? c->n : SYNTHETIC_CORPUS;
+    if (c && c->tok && (uint64_t)len + 2 > n) {
+        snprintf(err, err_n, "input \"%s\": the token file has %llu tokens, fewer than a row of %lld plus 2",
+                 t->name, (unsigned long long)n, (long long)len);
+        return -1;
+    }
+    if (c && c->tok && c->max_token >= high) {
+        snprintf(err, err_n, "input \"%s\": the token file holds token %u, outside the model's vocabulary of %lld",
+                 t->name, c->max_token, (long long)high);
+        return -1;
+    }
+    int shift = t->source == PLAN_DATA_TARGETS;
+    int32_t *x = v->data;
+    FOR_EACH_ELEMENT(v, gi, li, {
+        uint64_t row = (uint64_t)(gi / len), j = (uint64_t)(gi % len);
+        uint64_t off = rt_sample_offset(seed, step, mb, row, n - (uint64_t)len - 1);
+        x[li] = (int32_t)corpus_token(c, seed, off + j + (uint64_t)shift, high);
+    });
+    return 0;
+}
+
+int rt_fill_input(const plan_tensor *t, uint64_t seed, uint64_t step, uint32_t mb, const rt_corpus *c,
+                  const rt_view *v, char *err, size_t err_n) {
+    uint64_t base = rt_key(rt_key(rt_key(rt_key(seed, DOMAIN_DATA), name_hash(t->name)), step), mb);
+    float *f = v->data;
+    int32_t *i32 = v->data;
+    int64_t last = v->rank ? v->full[v->rank - 1] : 1;
+    switch (t->source) {
+    case PLAN_DATA_NORMAL: FOR_EACH_ELEMENT(v, gi, li, f[li] = (float)rt_normal(rt_key(base, (uint64_t)gi))); return 0;
+    case PLAN_DATA_BINARY:
+        FOR_EACH_ELEMENT(v, gi, li, f[li] = rt_uniform(rt_key(base, (uint64_t)gi)) < 0.5 ? 0.0f : 1.0f);
+        return 0;
+    case PLAN_DATA_RANDINT:
+        FOR_EACH_ELEMENT(v, gi, li, i32[li] = (int32_t)(rt_uniform(rt_key(base, (uint64_t)gi)) * t->a));
+        return 0;
+    case PLAN_DATA_ARANGE: FOR_EACH_ELEMENT(v, gi, li, i32[li] = (int32_t)(gi % last)); return 0;
+    case PLAN_DATA_TOKENS: case PLAN_DATA_TARGETS: return fill_tokens(t, seed, step, mb, c, v, err, err_n);
+    default:
+        snprintf(err, err_n, "input \"%s\" has no data source", t->name ? t->name : "?");
+        return -1;
+    }
+}

@@ -1,0 +1,632 @@
+/*
+ * interp.c: the interpreter. It runs a plan's programs for training steps, every rank of the
+ * process at once, with the CPU backend's kernels (cpu/) and communication (comm.c).
+ *
+ * Execution model, as runtime/PLAN_FORMAT.md defines it ("What instructions mean"):
+ *   - every stream of every rank is a thread that walks the rank's whole program in order with
+ *     its loops expanded, and runs the instructions of its own stream; so each stream runs its
+ *     instructions in program order, and streams run concurrently;
+ *   - events: each walker counts, in program order, the records of every event it passes (on any
+ *     stream). A record marks its ordinal done; a wait waits until the ordinal it counted (the
+ *     most recent record before it in program order, CUDA's cudaStreamWaitEvent after
+ *     cudaEventRecord) is done;
+ *   - messages and collectives: each walker counts the sends per destination, the receives per
+ *     source and the collectives per group in program order (all streams), and passes the count
+ *     as the sequence number comm.c matches on; a maximal run of send/recv on one stream (loops
+ *     expanded) is one group;
+ *   - buffers: an instruction's micro-batch is the innermost mb loop's variable plus its
+ *     mb_delta; its layer slot is the innermost layer loop's variable; a buffer slot is at
+ *     offset + (mb mod mb_slots) * mb_stride + (layer mod layer_slots) * layer_stride, and holds
+ *     block copy layer_base + layer.
+ *
+ * A step: zero every accumulating operator's outputs, fill every micro-batch slot of every
+ * input, run the threads, then read the loss from the buffers of the last operator that writes
+ * it (its value summed over its V axes, averaged over micro-batches).
+ */
+#include "rt.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define WHAT_BYTES 192
+
+static void say(char *err, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void say(char *err, size_t n, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, n, fmt, ap);
+    va_end(ap);
+}
+
+/* ---- shards and views ---- */
+
+void rt_shard_box(const plan *p, const plan_tensor *t, plan_shard s, const uint32_t *coord, rt_box *box) {
+    memset(box, 0, sizeof *box);
+    box->rank = t->rank;
+    for (int d = 0; d < t->rank; d++) {
+        int64_t idx = 0, ways = 1;
+        for (uint32_t a = 0; a < p->meta.n_axes; a++)
+            if (s.map[a] == PLAN_SHARD_D(d)) idx = idx * p->meta.mesh[a] + coord[a], ways *= p->meta.mesh[a];
+        box->full[d] = t->shape[d];
+        box->shape[d] = t->shape[d] / ways;
+        box->start[d] = idx * box->shape[d];
+    }
+}
+
+static uint8_t *slot_addr(const rt_rank *rk, const plan_buffer *b, uint32_t mb, uint32_t l) {
+    return rk->arena + b->offset + (uint64_t)(mb % b->mb_slots) * b->mb_stride +
+           (uint64_t)(l % b->layer_slots) * b->layer_stride;
+}
+
+static void view_of_box(rt_view *v, const rt_box *box, void *data, uint8_t dtype) {
+    memset(v, 0, sizeof *v);
+    v->data = data;
+    v->dtype = dtype;
+    v->rank = box->rank;
+    v->once = true;
+    for (int d = 0; d < PLAN_MAX_RANK; d++) {
+        bool in = d < box->rank;
+        v->shape[d] = in ? box->shape[d] : 1;
+        v->full[d] = in ? box->full[d] : 1;
+        v->start[d] = in ? box->start[d] : 0;
+    }
+}
+
+// A scratch buffer as a flat vector of 4-byte elements.
+static void scratch_box(const plan_buffer *b, rt_box *box) {
+    memset(box, 0, sizeof *box);
+    box->rank = 1;
+    box->shape[0] = box->full[0] = (int64_t)(b->bytes / 4);
+}
+
+void rt_buffer_view(const rt_run *r, const rt_rank *rk, uint32_t bi, uint32_t mb, uint32_t l, rt_view *v) {
+    const plan_buffer *b = &rk->pg->buffers[bi];
+    rt_box box;
+    if (b->tensor == PLAN_NONE) scratch_box(b, &box);
+    else rt_shard_box(r->p, &r->p->tensors[b->tensor], b->shard, rk->coord, &box);
+    view_of_box(v, &box, slot_addr(rk, b, mb, l), b->dtype);
+}
+
+// Inputs and outputs of every operator (runtime/ops.def); out -1: all arguments past the inputs.
+static const struct { int8_t in_min, in_max, out; } op_arity[] = {
+#define OP(E, name, imin, imax, nout, ann, flags) {imin, imax, nout},
+#include "ops.def"
+#undef OP
+};
+
+/* ---- the walker: one stream of one rank ---- */
+
+typedef struct pending {
+    rt_p2p item;
+    char what[WHAT_BYTES];
+} pending;
+
+typedef struct walker {
+    rt_run *run;
+    rt_rank *rk;
+    int stream, thread;
+    uint64_t *ev_seen;          // per event: records passed in program order
+    uint64_t *sent, *received;  // per peer rank: messages passed
+    uint64_t *colls;            // per group: collectives passed
+    pending *pend;              // this stream's current run of send/recv
+    int n_pend, cap_pend;
+    char what[WHAT_BYTES];
+} walker;
+
+typedef struct frame {
+    int32_t mb, layer;          // innermost loop variables (-1: none)
+} frame;
+
+static const char *insn_name(const plan_insn *in) {
+    switch (in->kind) {
+    case PLAN_I_COMPUTE: return plan_op_name(in->code);
+    case PLAN_I_COLL: return plan_coll_name(in->code);
+    default: return plan_insn_kind_name(in->kind);
+    }
+}
+
+// "rank 2 (program 1 "stage1") stream 0: insn 15 (recv, micro-batch 3, layer 1)"
+static void describe(const walker *w, char *buf, size_t n, uint32_t i, uint32_t mb, uint32_t layer, const char *extra) {
+    const plan_insn *in = &w->rk->pg->insns[i];
+    snprintf(buf, n, "rank %d (program %u \"%s\") stream %d: insn %u (%s%s, micro-batch %u, layer %u)", w->rk->rank,
+             w->run->p->ranks[w->rk->rank].program, w->rk->pg->name ? w->rk->pg->name : "", w->stream, i, insn_name(in),
+             extra, mb, layer);
+}
+
+static int fail(walker *w, uint32_t i, uint32_t mb, uint32_t layer, const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+static int fail(walker *w, uint32_t i, uint32_t mb, uint32_t layer, const char *fmt, ...) {
+    char where[WHAT_BYTES], msg[512];
+    describe(w, where, sizeof where, i, mb, layer, "");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return rt_comm_fail(w->run->comm, "%s: %s", where, msg);
+}
+
+static int flush(walker *w) {
+    if (!w->n_pend) return 0;
+    rt_p2p items[64];
+    int rc = 0;
+    for (int s = 0; s < w->n_pend && !rc; s += 64) {
+        int n = w->n_pend - s < 64 ? w->n_pend - s : 64;
+        for (int j = 0; j < n; j++) items[j] = w->pend[s + j].item, items[j].what = w->pend[s + j].what;
+        rc = rt_comm_p2p(w->run->comm, w->thread, w->rk->rank, items, n);
+    }
+    w->n_pend = 0;
+    return rc;
+}
+
+// The rank at this rank's coordinate + off along mesh axis a, or -1.
+static int peer_of(const rt_run *r, const rt_rank *rk, int32_t a, int32_t off) {
+    const plan_meta *m = &r->p->meta;
+    if (a < 0 || (uint32_t)a >= m->n_axes) return -1;
+    int64_t c = (int64_t)rk->coord[a] + off;
+    if (c < 0 || c >= m->mesh[a]) return -1;
+    int rank = 0;
+    for (uint32_t x = 0; x < m->n_axes; x++) rank = rank * (int)m->mesh[x] + (int)(x == (uint32_t)a ? (uint32_t)c : rk->coord[x]);
+    return rank;
+}
+
+static int do_p2p(walker *w, uint32_t i, uint32_t mb, uint32_t layer, uint64_t seq, int peer) {
+    const plan_insn *in = &w->rk->pg->insns[i];
+    if (w->n_pend == w->cap_pend) {
+        int cap = w->cap_pend ? 2 * w->cap_pend : 16;
+        pending *p = realloc(w->pend, (size_t)cap * sizeof *p);
+        if (!p) return fail(w, i, mb, layer, "out of memory");
+        w->pend = p, w->cap_pend = cap;
+    }
+    pending *p = &w->pend[w->n_pend++];
+    uint32_t b = w->rk->pg->args[in->args];
+    p->item = (rt_p2p){.send = in->kind == PLAN_I_SEND, .peer = peer, .seq = seq,
+                       .data = slot_addr(w->rk, &w->rk->pg->buffers[b], mb, layer), .bytes = w->rk->pg->buffers[b].bytes};
+    char extra[64];
+    snprintf(extra, sizeof extra, " %s rank %d", in->kind == PLAN_I_SEND ? "to" : "from", peer);
+    describe(w, p->what, sizeof p->what, i, mb, layer, extra);
+    return 0;
+}
+
+static void view_arg(walker *w, uint32_t bi, uint32_t mb, uint32_t layer, rt_view *v) {
+    rt_buffer_view(w->run, w->rk, bi, mb, layer, v);
+}
+
+// Whether input buffer `inb` counts its additive contribution on this rank: false when it is R
+// along an axis where the output is V and this rank's coordinate there is not 0.
+static bool counts_once(const rt_run *r, const rt_rank *rk, const plan_buffer *inb, const plan_buffer *outb) {
+    for (uint32_t a = 0; a < r->p->meta.n_axes; a++)
+        if (outb->shard.map[a] == PLAN_SHARD_V && inb->shard.map[a] == PLAN_SHARD_R && rk->coord[a] != 0) return false;
+    return true;
+}
+
+// The block copy an instruction works on: its layer slot plus the layer_base of its first block
+// tensor operand.
+static uint32_t block_copy(const walker *w, const plan_insn *in, uint32_t layer) {
+    const plan_program *pg = w->rk->pg;
+    for (uint32_t j = 0; j < in->nargs; j++) {
+        const plan_buffer *b = &pg->buffers[pg->args[in->args + j]];
+        if (b->tensor != PLAN_NONE && w->run->p->tensors[b->tensor].copies > 1) return b->layer_base + layer;
+    }
+    return layer;
+}
+
+static int do_compute(walker *w, uint32_t i, uint32_t mb, uint32_t layer) {
+    const plan_program *pg = w->rk->pg;
+    const plan_insn *in = &pg->insns[i];
+    rt_view views[PLAN_MAX_RANK * 16];
+    if (in->nargs > sizeof views / sizeof *views) return fail(w, i, mb, layer, "%u arguments, more than the runtime takes", in->nargs);
+    rt_kernel k = {.op = in->code, .seed = w->run->o.seed, .step = w->run->steps + 1, .mb = mb,
+                   .layer = block_copy(w, in, layer)};
+    if (in->attrs != PLAN_NONE) k.attrs = pg->attrs[in->attrs];
+    k.accumulate = k.attrs.i[PLAN_AI_ACCUMULATE] != 0;
+    if (in->code >= sizeof op_arity / sizeof *op_arity) return fail(w, i, mb, layer, "unknown operator %u", in->code);
+    int out = op_arity[in->code].out;
+    uint32_t n_out = out >= 0 ? (uint32_t)out : in->nargs - (uint32_t)op_arity[in->code].in_max;
+    if (n_out > in->nargs) return fail(w, i, mb, layer, "%u arguments, fewer than its %u outputs", in->nargs, n_out);
+    for (uint32_t j = 0; j < in->nargs; j++) view_arg(w, pg->args[in->args + j], mb, layer, &views[j]);
+    k.nin = in->nargs - n_out, k.nout = n_out;
+    k.in = views, k.out = views + k.nin;
+    if (n_out) {
+        const plan_buffer *outb = &pg->buffers[pg->args[in->args + k.nin]];
+        for (uint32_t j = 0; j < k.nin; j++) views[j].once = counts_once(w->run, w->rk, &pg->buffers[pg->args[in->args + j]], outb);
+    }
+    char err[384];
+    if (rt_cpu_kernel(&k, err, sizeof err)) return fail(w, i, mb, layer, "%s", err);
+    return 0;
+}
+
+static int do_copy(walker *w, uint32_t i, uint32_t mb, uint32_t layer) {
+    const plan_program *pg = w->rk->pg;
+    const plan_insn *in = &pg->insns[i];
+    uint32_t s = pg->args[in->args], d = pg->args[in->args + 1];
+    const plan_buffer *sb = &pg->buffers[s], *db = &pg->buffers[d];
+    uint8_t *src = slot_addr(w->rk, sb, mb, layer), *dst = slot_addr(w->rk, db, mb, layer);
+    if (sb->tensor == PLAN_NONE || db->tensor == PLAN_NONE) {
+        if (sb->bytes != db->bytes) return fail(w, i, mb, layer, "copy of %llu bytes into %llu", (unsigned long long)sb->bytes, (unsigned long long)db->bytes);
+        memmove(dst, src, sb->bytes);
+        return 0;
+    }
+    memset(dst, 0, db->bytes);
+    if (!counts_once(w->run, w->rk, sb, db)) return 0; // R -> V: the data stays on coordinate 0
+    rt_view sv, dv;
+    view_arg(w, s, mb, layer, &sv);
+    view_arg(w, d, mb, layer, &dv);
+    rt_box sbx = {.rank = sv.rank}, dbx = {.rank = dv.rank};
+    memcpy(sbx.start, sv.start, sizeof sbx.start), memcpy(sbx.shape, sv.shape, sizeof sbx.shape);
+    memcpy(dbx.start, dv.start, sizeof dbx.start), memcpy(dbx.shape, dv.shape, sizeof dbx.shape);
+    rt_box_add(dst, &dbx, src, &sbx, db->dtype == 3);
+    return 0;
+}
+
+// The members of rank rk's instance of group g, ascending; returns their number and rk's index.
+static int group_members(const rt_run *r, const rt_rank *rk, const plan_group *g, int *members, int *me, uint32_t *inst) {
+    const plan_meta *m = &r->p->meta;
+    int n = 0;
+    *me = -1;
+    if (!g->axes) {
+        for (uint32_t j = 0; j < g->n_ranks; j++) {
+            if ((int)g->ranks[j] == rk->rank) *me = n;
+            members[n++] = (int)g->ranks[j];
+        }
+        *inst = 0xffffffffu;
+        return n;
+    }
+    for (int q = 0; q < r->world; q++) {
+        bool same = true;
+        for (uint32_t a = 0; a < m->n_axes && same; a++)
+            if (!(g->axes >> a & 1) && r->ranks[q].coord[a] != rk->coord[a]) same = false;
+        if (!same) continue;
+        if (n == 0) *inst = (uint32_t)q;
+        if (q == rk->rank) *me = n;
+        members[n++] = q;
+    }
+    return n;
+}
+
+static void buffer_box(const walker *w, uint32_t bi, rt_box *box) {
+    const plan_buffer *b = &w->rk->pg->buffers[bi];
+    if (b->tensor == PLAN_NONE) scratch_box(b, box);
+    else rt_shard_box(w->run->p, &w->run->p->tensors[b->tensor], b->shard, w->rk->coord, box);
+}
+
+// A collective between scratch buffers: flat vectors, rank-major pieces.
+static int scratch_coll(uint32_t kind, int n, int me, rt_coll_member *m) {
+    int64_t in_n = m->in_box.shape[0], out_n = m->out_box.shape[0];
+    switch (kind) {
+    case 0: case 5: return 0; // all_reduce, broadcast: whole vectors
+    case 1: m->in_box.start[0] = me * in_n, m->in_box.full[0] = m->out_box.full[0] = out_n; return 0; // all_gather
+    case 2: m->out_box.start[0] = me * out_n, m->in_box.full[0] = m->out_box.full[0] = in_n; return 0; // reduce_scatter
+    default: (void)n; return -1;
+    }
+}
+
+static int do_coll(walker *w, uint32_t i, uint32_t mb, uint32_t layer, uint64_t seq) {
+    const plan_program *pg = w->rk->pg;
+    const plan_insn *in = &pg->insns[i];
+    const plan_group *g = &w->run->p->groups[in->a];
+    int *members = malloc((size_t)w->run->world * sizeof *members), me, n;
+    if (!members) return fail(w, i, mb, layer, "out of memory");
+    uint32_t inst = 0;
+    n = group_members(w->run, w->rk, g, members, &me, &inst);
+    free(members);
+    if (me < 0) return fail(w, i, mb, layer, "rank %d is not a member of group %d", w->rk->rank, in->a);
+    uint32_t ib = pg->args[in->args], ob = pg->args[in->args + 1];
+    const plan_buffer *inb = &pg->buffers[ib];
+    rt_coll_member m = {.rank = w->rk->rank, .in = slot_addr(w->rk, inb, mb, layer),
+                        .out = slot_addr(w->rk, &pg->buffers[ob], mb, layer), .contributes = true};
+    buffer_box(w, ib, &m.in_box);
+    buffer_box(w, ob, &m.out_box);
+    if (inb->tensor == PLAN_NONE || pg->buffers[ob].tensor == PLAN_NONE) {
+        if (scratch_coll(in->code, n, me, &m)) return fail(w, i, mb, layer, "%s between scratch buffers is not supported", insn_name(in));
+        m.contributes = in->code != 5 || me == 0;
+    } else if (ib == ob) {
+        // In place (an all-reduce): the buffer holds partial sums before and is R only after.
+    } else if (g->axes) {
+        for (uint32_t a = 0; a < w->run->p->meta.n_axes; a++)
+            if ((g->axes >> a & 1) && inb->shard.map[a] == PLAN_SHARD_R && w->rk->coord[a] != 0) m.contributes = false;
+    } else if (in->code == 5) {
+        m.contributes = me == 0;
+    }
+    char what[WHAT_BYTES];
+    describe(w, what, sizeof what, i, mb, layer, "");
+    uint64_t key = (uint64_t)(uint32_t)in->a << 32 | inst;
+    return rt_comm_coll(w->run->comm, w->thread, key, seq, n, me, &m, inb->dtype == 3, what);
+}
+
+static int walk(walker *w, uint32_t lo, uint32_t hi, frame f);
+
+static int run_loop(walker *w, uint32_t i, frame f) {
+    const plan_insn *in = &w->rk->pg->insns[i];
+    for (int32_t it = 0; it < in->a; it++) {
+        frame g = f;
+        int32_t v = in->code == PLAN_LOOP_REVERSE_LAYER ? in->a - 1 - it : it;
+        if (in->code == PLAN_LOOP_MB) g.mb = v;
+        else g.layer = v;
+        if (walk(w, i + 1, i + 1 + (uint32_t)in->b, g)) return -1;
+    }
+    return 0;
+}
+
+// Runs one instruction that is not a loop (counting it when it belongs to another stream).
+static int step_insn(walker *w, uint32_t i, frame f) {
+    const plan_insn *in = &w->rk->pg->insns[i];
+    bool mine = in->stream == w->stream;
+    uint32_t mb = (uint32_t)((f.mb < 0 ? 0 : f.mb) + in->mb_delta), layer = (uint32_t)(f.layer < 0 ? 0 : f.layer);
+    if (mine && in->kind != PLAN_I_SEND && in->kind != PLAN_I_RECV && flush(w)) return -1;
+    switch (in->kind) {
+    case PLAN_I_RECORD: {
+        uint64_t ord = ++w->ev_seen[in->a];
+        if (mine) rt_comm_record(w->run->comm, w->rk->rank, (uint32_t)in->a, ord);
+        return 0;
+    }
+    case PLAN_I_WAIT:
+        if (!mine) return 0;
+        describe(w, w->what, sizeof w->what, i, mb, layer, "");
+        return rt_comm_wait_event(w->run->comm, w->thread, w->rk->rank, (uint32_t)in->a, w->ev_seen[in->a], w->what);
+    case PLAN_I_SEND: case PLAN_I_RECV: {
+        int peer = peer_of(w->run, w->rk, in->a, in->b);
+        if (peer < 0) return mine ? fail(w, i, mb, layer, "no peer at offset %d along mesh axis %d", in->b, in->a) : 0;
+        uint64_t seq = in->kind == PLAN_I_SEND ? ++w->sent[peer] : ++w->received[peer];
+        return mine ? do_p2p(w, i, mb, layer, seq, peer) : 0;
+    }
+    case PLAN_I_COLL: {
+        uint64_t seq = ++w->colls[in->a];
+        return mine ? do_coll(w, i, mb, layer, seq) : 0;
+    }
+    case PLAN_I_COMPUTE: return mine ? do_compute(w, i, mb, layer) : 0;
+    case PLAN_I_COPY: return mine ? do_copy(w, i, mb, layer) : 0;
+    default: return fail(w, i, mb, layer, "unknown instruction kind %u", in->kind);
+    }
+}
+
+static int walk(walker *w, uint32_t lo, uint32_t hi, frame f) {
+    for (uint32_t i = lo; i < hi; i++) {
+        const plan_insn *in = &w->rk->pg->insns[i];
+        if (in->kind == PLAN_I_LOOP) {
+            if (run_loop(w, i, f)) return -1;
+            i += (uint32_t)in->b;
+        } else if (step_insn(w, i, f)) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static void *walker_main(void *arg) {
+    walker *w = arg;
+    frame f = {-1, -1};
+    if (!walk(w, 0, w->rk->pg->n_insns, f)) flush(w);
+    rt_comm_exit(w->run->comm, w->thread);
+    return NULL;
+}
+
+/* ---- steps ---- */
+
+static uint32_t max_streams(const plan *p) {
+    uint32_t n = 1;
+    for (uint32_t k = 0; k < p->n_programs; k++)
+        if (p->programs[k].n_streams > n) n = p->programs[k].n_streams;
+    return n;
+}
+
+// Zeroes the outputs of accumulating operators and fills the inputs of rank rk.
+static int prepare_rank(rt_run *r, rt_rank *rk, char *err, size_t err_n) {
+    const plan_program *pg = rk->pg;
+    for (uint32_t i = 0; i < pg->n_insns; i++) {
+        const plan_insn *in = &pg->insns[i];
+        if (in->kind != PLAN_I_COMPUTE || in->attrs == PLAN_NONE || !pg->attrs[in->attrs].i[PLAN_AI_ACCUMULATE]) continue;
+        for (uint32_t j = 0; j < in->nargs; j++) {
+            const plan_buffer *b = &pg->buffers[pg->args[in->args + j]];
+            if (!(plan_arg_role(pg, in, j) & PLAN_ARG_WRITE)) continue;
+            for (uint32_t m = 0; m < b->mb_slots; m++)
+                for (uint32_t l = 0; l < b->layer_slots; l++) memset(slot_addr(rk, b, m, l), 0, b->bytes);
+        }
+    }
+    for (uint32_t bi = 0; bi < pg->n_buffers; bi++) {
+        const plan_buffer *b = &pg->buffers[bi];
+        if (!(b->flags & PLAN_BUF_PERSIST) || b->tensor == PLAN_NONE) continue;
+        const plan_tensor *t = &r->p->tensors[b->tensor];
+        if (t->kind != 0) continue; // inputs only
+        for (uint32_t mb = 0; mb < r->p->meta.micro_batches; mb++) {
+            if (mb >= b->mb_slots && t->source != PLAN_DATA_ARANGE) break;
+            rt_view v;
+            rt_buffer_view(r, rk, bi, mb, 0, &v);
+            if (rt_fill_input(t, r->o.seed, r->steps, mb, r->o.corpus, &v, err, err_n)) return -1;
+        }
+    }
+    return 0;
+}
+
+// The step's loss: per micro-batch, the sum over the ranks that hold the loss's buffer of their
+// pieces, one rank per replica (R axes: the lowest coordinate among the holders), averaged.
+static double read_loss(const rt_run *r) {
+    const plan *p = r->p;
+    if (p->meta.loss == PLAN_NONE) return NAN;
+    uint32_t lo[PLAN_MAX_AXES];
+    for (int a = 0; a < PLAN_MAX_AXES; a++) lo[a] = UINT32_MAX;
+    for (int q = 0; q < r->world; q++)
+        if (r->loss_bufs[p->ranks[q].program] != PLAN_NONE)
+            for (uint32_t a = 0; a < p->meta.n_axes; a++)
+                if (r->ranks[q].coord[a] < lo[a]) lo[a] = r->ranks[q].coord[a];
+    double sum = 0;
+    for (int q = 0; q < r->world; q++) {
+        const rt_rank *rk = &r->ranks[q];
+        uint32_t bi = r->loss_bufs[p->ranks[q].program];
+        if (bi == PLAN_NONE) continue;
+        const plan_buffer *b = &rk->pg->buffers[bi];
+        bool counted = true;
+        for (uint32_t a = 0; a < p->meta.n_axes; a++)
+            if (b->shard.map[a] == PLAN_SHARD_R && rk->coord[a] != lo[a]) counted = false;
+        if (!counted) continue;
+        for (uint32_t mb = 0; mb < p->meta.micro_batches; mb++) sum += *(const float *)slot_addr(rk, b, mb, 0);
+    }
+    return sum / p->meta.micro_batches;
+}
+
+int rt_run_step(rt_run *r, double *loss, char *err, size_t err_n) {
+    *loss = NAN;
+    for (int q = 0; q < r->world; q++)
+        if (prepare_rank(r, &r->ranks[q], err, err_n)) return -1;
+    uint32_t ns = max_streams(r->p);
+    int n = r->world * (int)ns, started = 0;
+    walker *w = calloc((size_t)n, sizeof *w);
+    pthread_t *th = calloc((size_t)n, sizeof *th);
+    uint32_t n_events = 0;
+    for (uint32_t k = 0; k < r->p->n_programs; k++)
+        if (r->p->programs[k].n_events > n_events) n_events = r->p->programs[k].n_events;
+    uint64_t *counters = calloc((size_t)n * (n_events + 2 * (size_t)r->world + r->p->n_groups + 1), sizeof *counters);
+    if (!w || !th || !counters) {
+        free(w), free(th), free(counters);
+        say(err, err_n, "out of memory starting step %llu", (unsigned long long)r->steps + 1);
+        return -1;
+    }
+    int live = 0;
+    for (int q = 0; q < r->world; q++) live += (int)r->ranks[q].pg->n_streams;
+    rt_comm_reset(r->comm, live);
+    uint64_t *c = counters;
+    for (int q = 0; q < r->world; q++)
+        for (uint32_t s = 0; s < r->ranks[q].pg->n_streams; s++) {
+            walker *x = &w[started];
+            *x = (walker){.run = r, .rk = &r->ranks[q], .stream = (int)s, .thread = q * (int)ns + (int)s};
+            x->ev_seen = c, c += n_events;
+            x->sent = c, c += r->world;
+            x->received = c, c += r->world;
+            x->colls = c, c += r->p->n_groups + 1;
+            if (pthread_create(&th[started], NULL, walker_main, x)) {
+                rt_comm_fail(r->comm, "cannot start a thread for rank %d stream %u", q, s);
+                rt_comm_exit(r->comm, x->thread);
+                continue;
+            }
+            started++;
+        }
+    for (int t = 0; t < started; t++) pthread_join(th[t], NULL);
+    for (int t = 0; t < started; t++) free(w[t].pend);
+    free(w), free(th), free(counters);
+    const char *e = rt_comm_error(r->comm);
+    if (e) {
+        say(err, err_n, "step %llu: %s", (unsigned long long)r->steps + 1, e);
+        return -1;
+    }
+    r->steps++;
+    *loss = read_loss(r);
+    return 0;
+}
+
+/* ---- setting up ---- */
+
+static bool is_loss_op(uint32_t op) {
+    const char *name = plan_op_name(op);
+    return name && (!strcmp(name, "cross_entropy") || !strcmp(name, "mse_loss") || !strcmp(name, "bce_logits"));
+}
+
+// Per program, the buffer that the last loss operator writes (the loss is read from it).
+static int find_loss_buffers(rt_run *r, char *err, size_t err_n) {
+    const plan *p = r->p;
+    for (uint32_t k = 0; k < p->n_programs; k++) {
+        const plan_program *pg = &p->programs[k];
+        r->loss_bufs[k] = PLAN_NONE;
+        if (p->meta.loss == PLAN_NONE) continue;
+        for (uint32_t i = 0; i < pg->n_insns; i++) {
+            const plan_insn *in = &pg->insns[i];
+            if (in->kind != PLAN_I_COMPUTE || !is_loss_op(in->code) || !in->nargs) continue;
+            uint32_t b = pg->args[in->args + in->nargs - 1];
+            if (pg->buffers[b].tensor == p->meta.loss) r->loss_bufs[k] = b;
+        }
+        uint32_t b = r->loss_bufs[k];
+        if (b != PLAN_NONE && pg->buffers[b].mb_slots < p->meta.micro_batches) {
+            say(err, err_n, "program %u \"%s\": the loss buffer %u keeps %u slots for %u micro-batches, so the step's loss cannot be read",
+                k, pg->name ? pg->name : "", b, pg->buffers[b].mb_slots, p->meta.micro_batches);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+// What the CPU backend cannot run: f16/bf16 data, inputs whose data changes per micro-batch
+// held in fewer slots than there are micro-batches.
+static int check_supported(const plan *p, char *err, size_t err_n) {
+    for (uint32_t k = 0; k < p->n_programs; k++) {
+        const plan_program *pg = &p->programs[k];
+        for (uint32_t bi = 0; bi < pg->n_buffers; bi++) {
+            const plan_buffer *b = &pg->buffers[bi];
+            const plan_tensor *t = b->tensor == PLAN_NONE ? NULL : &p->tensors[b->tensor];
+            if (b->dtype != 0 && b->dtype != 3) {
+                say(err, err_n, "program %u: buffer %u (%s) is %s: the cpu backend runs f32 and i32 plans (compile the model with \"dtype\": \"f32\")",
+                    k, bi, t && t->name ? t->name : "scratch", plan_dtype_name(b->dtype));
+                return -1;
+            }
+            if (t && t->kind == 0 && (b->flags & PLAN_BUF_PERSIST) && t->source != PLAN_DATA_ARANGE &&
+                b->mb_slots < p->meta.micro_batches) {
+                say(err, err_n, "program %u: input buffer %u (\"%s\") has %u slots for %u micro-batches", k, bi,
+                    t->name ? t->name : "", b->mb_slots, p->meta.micro_batches);
+                return -1;
+            }
+        }
+    }
+    return 0;
+}
+
+static void init_state(rt_run *r, rt_rank *rk) {
+    const plan_program *pg = rk->pg;
+    for (uint32_t bi = 0; bi < pg->n_buffers; bi++) {
+        const plan_buffer *b = &pg->buffers[bi];
+        if (!(b->flags & PLAN_BUF_PERSIST) || b->tensor == PLAN_NONE) continue;
+        const plan_tensor *t = &r->p->tensors[b->tensor];
+        if (t->kind != 1 && t->kind != 4) continue; // params and optimizer state
+        for (uint32_t l = 0; l < b->layer_slots; l++)
+            for (uint32_t m = 0; m < b->mb_slots; m++) {
+                rt_view v;
+                rt_buffer_view(r, rk, bi, m, l, &v);
+                if (t->kind == 1) rt_init_param(t, r->o.seed, b->layer_base + l, &v);
+                else memset(v.data, 0, b->bytes);
+            }
+    }
+}
+
+int rt_run_init(rt_run *r, const plan *p, const rt_options *o, char *err, size_t err_n) {
+    memset(r, 0, sizeof *r);
+    r->p = p, r->o = *o, r->world = (int)p->meta.world;
+    // One BLAS thread per call: the ranks are the parallelism, and a GEMM then sums in the same
+    // order on every run (a resumed run equals an uninterrupted one bit for bit).
+    openblas_set_num_threads(1);
+    if (check_supported(p, err, err_n)) return -1;
+    r->ranks = calloc((size_t)r->world, sizeof *r->ranks);
+    r->loss_bufs = calloc(p->n_programs ? p->n_programs : 1, sizeof *r->loss_bufs);
+    uint32_t n_events = 1;
+    for (uint32_t k = 0; k < p->n_programs; k++)
+        if (p->programs[k].n_events > n_events) n_events = p->programs[k].n_events;
+    r->comm = rt_comm_new(r->world * (int)max_streams(p), r->world, n_events, o->timeout_s);
+    if (!r->ranks || !r->loss_bufs || !r->comm) goto oom;
+    if (find_loss_buffers(r, err, err_n)) goto fail;
+    for (int q = 0; q < r->world; q++) {
+        rt_rank *rk = &r->ranks[q];
+        rk->rank = q;
+        rk->pg = &p->programs[p->ranks[q].program];
+        for (int a = (int)p->meta.n_axes - 1, rest = q; a >= 0; a--) rk->coord[a] = (uint32_t)rest % p->meta.mesh[a], rest /= (int)p->meta.mesh[a];
+        rk->arena = calloc(1, rk->pg->arena_bytes ? rk->pg->arena_bytes : 1);
+        if (!rk->arena) {
+            say(err, err_n, "rank %d: cannot allocate its arena of %llu bytes", q, (unsigned long long)rk->pg->arena_bytes);
+            goto fail;
+        }
+        init_state(r, rk);
+    }
+    return 0;
+oom:
+    say(err, err_n, "out of memory setting up %d ranks", r->world);
+fail:
+    rt_run_free(r);
+    return -1;
+}
+
+void rt_run_free(rt_run *r) {
+    if (!r) return;
+    for (int q = 0; r->ranks && q < r->world; q++) free(r->ranks[q].arena);
+    free(r->ranks);
+    free(r->loss_bufs);
+    rt_comm_free(r->comm);
+    memset(r, 0, sizeof *r);
+}

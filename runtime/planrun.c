@@ -1,0 +1,255 @@
+/*
+ * planrun.c: runs a plan for training steps.
+ *
+ *   planrun PLAN [--backend cpu] [--steps N] [--seed S] [--data TOKENS.bin] [--save F] ...
+ *
+ * The CPU backend runs every rank of the plan as threads of this process (interp.c), so one
+ * command runs a 1-rank or a 64-rank plan anywhere. It loads the whole plan, verifies it
+ * (plan_check) before running anything, initializes the parameters from the plan's
+ * initializers, and prints the loss of each step. --save, --load and --compare move the
+ * parameters and optimizer state through safetensors files: the equivalence tests run a
+ * parallel plan with --compare against the one-device plan's --save.
+ *
+ * Exit codes (also in --help and README.md):
+ *   0 ok; 1 usage; 2 the plan cannot be read (I/O, not a plan, corrupt); 3 the plan fails
+ *   plan_check; 4 stale (--model/--cluster differ from the plan's hashes); 5 the backend cannot
+ *   run this plan (f16, no GPU, ...); 6 a step failed (deadlock, timeout, kernel error);
+ *   7 --compare found a difference; 8 a data, --load or --save file is unusable.
+ */
+#include "rt.h"
+
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#ifndef PLANRUN_VERSION
+#define PLANRUN_VERSION "0.0.0"
+#endif
+
+enum { EXIT_USAGE = 1, EXIT_READ = 2, EXIT_INVALID = 3, EXIT_STALE = 4, EXIT_BACKEND = 5, EXIT_RUN = 6,
+       EXIT_DIFFER = 7, EXIT_FILE = 8 };
+
+typedef struct options {
+    const char *plan, *backend, *data, *save, *load, *compare, *losses, *model, *cluster;
+    long steps, log_every;
+    uint64_t seed;
+    double timeout_s, rtol, atol;
+    bool quiet;
+} options;
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: planrun PLAN [options]\n"
+            "Runs a plan that plancc compiled for training steps. The cpu backend runs every rank of\n"
+            "the plan as threads of this process.\n"
+            "\n"
+            "  --backend cpu|cuda  the backend (default cpu; cuda comes with the CUDA runtime issue)\n"
+            "  --steps N           training steps (default 10)\n"
+            "  --seed S            seed of the initializers, synthetic data and dropout (default 1)\n"
+            "  --data FILE         a token file (uint16, nanoGPT's train.bin) for tokens/targets inputs;\n"
+            "                      default: synthetic data\n"
+            "  --load FILE         start from the parameters and optimizer state in FILE (safetensors)\n"
+            "  --save FILE         write the parameters and optimizer state after the steps\n"
+            "  --compare FILE      compare the parameters after the steps with FILE's, element by\n"
+            "                      element: exit 7 unless |x - ref| <= atol + rtol |ref| everywhere\n"
+            "  --rtol X, --atol X  tolerances of --compare (default 1e-5 and 1e-5, PyTorch's atol\n"
+            "                      for float32 in torch.testing.assert_close)\n"
+            "  --losses FILE       write each step's loss, one per line (%%.9g)\n"
+            "  --log-every N       print the loss every N steps (default 1; 0: only the summary)\n"
+            "  --timeout SEC       a blocked rank gives up after SEC seconds (default 60); a deadlock\n"
+            "                      among all ranks is reported at once\n"
+            "  --model F --cluster F  refuse the plan unless it was compiled from these files\n"
+            "  --quiet             print nothing but errors\n"
+            "  --help, --version\n"
+            "\n"
+            "Exit codes: 0 ok, 1 usage, 2 unreadable plan, 3 plan fails its check, 4 stale plan,\n"
+            "5 the backend cannot run it, 6 a step failed (deadlock, timeout, kernel), 7 --compare\n"
+            "found a difference, 8 unusable --data/--load/--save file.\n");
+}
+
+static int number(const char *opt, const char *s, double lo, double hi, double *out) {
+    char *end;
+    double v = strtod(s, &end);
+    if (!*s || *end || !(v >= lo && v <= hi)) {
+        fprintf(stderr, "planrun: %s wants a number from %g to %g, not \"%s\"\n", opt, lo, hi, s);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+static int parse_args(int argc, char **argv, options *o) {
+    enum { O_BACKEND = 256, O_STEPS, O_SEED, O_DATA, O_SAVE, O_LOAD, O_COMPARE, O_RTOL, O_LOSSES, O_LOG, O_TIMEOUT,
+           O_MODEL, O_CLUSTER, O_QUIET, O_HELP, O_VERSION, O_ATOL };
+    static const struct option longs[] = {
+        {"backend", required_argument, NULL, O_BACKEND}, {"steps", required_argument, NULL, O_STEPS},
+        {"seed", required_argument, NULL, O_SEED}, {"data", required_argument, NULL, O_DATA},
+        {"save", required_argument, NULL, O_SAVE}, {"load", required_argument, NULL, O_LOAD},
+        {"compare", required_argument, NULL, O_COMPARE}, {"rtol", required_argument, NULL, O_RTOL},
+        {"atol", required_argument, NULL, O_ATOL},
+        {"losses", required_argument, NULL, O_LOSSES}, {"log-every", required_argument, NULL, O_LOG},
+        {"timeout", required_argument, NULL, O_TIMEOUT}, {"model", required_argument, NULL, O_MODEL},
+        {"cluster", required_argument, NULL, O_CLUSTER}, {"quiet", no_argument, NULL, O_QUIET},
+        {"help", no_argument, NULL, O_HELP}, {"version", no_argument, NULL, O_VERSION}, {0, 0, 0, 0}};
+    *o = (options){.backend = "cpu", .steps = 10, .log_every = 1, .seed = 1, .timeout_s = 60, .rtol = 1e-5, .atol = 1e-5};
+    double v;
+    int c;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, "", longs, NULL)) != -1) {
+        switch (c) {
+        case O_BACKEND: o->backend = optarg; break;
+        case O_STEPS: if (number("--steps", optarg, 0, 1e9, &v)) return EXIT_USAGE; o->steps = (long)v; break;
+        case O_SEED: if (number("--seed", optarg, 0, 9007199254740992.0, &v)) return EXIT_USAGE; o->seed = (uint64_t)v; break;
+        case O_DATA: o->data = optarg; break;
+        case O_SAVE: o->save = optarg; break;
+        case O_LOAD: o->load = optarg; break;
+        case O_COMPARE: o->compare = optarg; break;
+        case O_RTOL: if (number("--rtol", optarg, 0, 1, &o->rtol)) return EXIT_USAGE; break;
+        case O_ATOL: if (number("--atol", optarg, 0, 1, &o->atol)) return EXIT_USAGE; break;
+        case O_LOSSES: o->losses = optarg; break;
+        case O_LOG: if (number("--log-every", optarg, 0, 1e9, &v)) return EXIT_USAGE; o->log_every = (long)v; break;
+        case O_TIMEOUT: if (number("--timeout", optarg, 0.001, 1e6, &o->timeout_s)) return EXIT_USAGE; break;
+        case O_MODEL: o->model = optarg; break;
+        case O_CLUSTER: o->cluster = optarg; break;
+        case O_QUIET: o->quiet = true; break;
+        case O_HELP: usage(stdout); exit(0);
+        case O_VERSION: printf("planrun %s\n", PLANRUN_VERSION); exit(0);
+        default:
+            fprintf(stderr, "planrun: unknown option or missing value: %s (see planrun --help)\n", argv[optind - 1]);
+            return EXIT_USAGE;
+        }
+    }
+    if (optind != argc - 1) {
+        fprintf(stderr, "planrun: want one plan file (see planrun --help)\n");
+        return EXIT_USAGE;
+    }
+    o->plan = argv[optind];
+    if (strcmp(o->backend, "cpu") && strcmp(o->backend, "cuda")) {
+        fprintf(stderr, "planrun: --backend is cpu or cuda, not \"%s\"\n", o->backend);
+        return EXIT_USAGE;
+    }
+    return 0;
+}
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static int load_plan(const options *o, plan *p) {
+    char err[1024];
+    plan_status st = plan_read(o->plan, -1, p, err, sizeof err);
+    if (st != PLAN_OK) {
+        fprintf(stderr, "planrun: %s: %s\n", o->plan, err);
+        return EXIT_READ;
+    }
+    if ((o->model || o->cluster) && plan_verify_inputs(p, o->model, o->cluster, err, sizeof err) != PLAN_OK) {
+        fprintf(stderr, "planrun: %s: %s\n", o->plan, err);
+        plan_free(p);
+        return EXIT_STALE;
+    }
+    if (plan_check(p, err, sizeof err) != PLAN_OK) {
+        fprintf(stderr, "planrun: %s: the plan fails its check: %s\n", o->plan, err);
+        plan_free(p);
+        return EXIT_INVALID;
+    }
+    return 0;
+}
+
+static void describe_plan(const options *o, const plan *p) {
+    char mesh[96] = "";
+    size_t n = 0;
+    for (uint32_t a = 0; a < p->meta.n_axes && n < sizeof mesh; a++)
+        n += (size_t)snprintf(mesh + n, sizeof mesh - n, "%s%s %u", a ? " x " : "", p->meta.axis_names[a], p->meta.mesh[a]);
+    uint64_t peak = 0;
+    for (uint32_t k = 0; k < p->n_programs; k++)
+        if (p->programs[k].arena_bytes > peak) peak = p->programs[k].arena_bytes;
+    printf("planrun: %s: model %s, %u rank%s (%s), %u micro-batch%s, %s backend, arena %.2f MiB per rank, seed %llu%s%s\n",
+           o->plan, p->meta.model_name ? p->meta.model_name : "?", p->meta.world, p->meta.world == 1 ? "" : "s",
+           n ? mesh : "one device", p->meta.micro_batches, p->meta.micro_batches == 1 ? "" : "es", o->backend,
+           (double)peak / (1 << 20), (unsigned long long)o->seed, o->data ? ", data " : ", synthetic data",
+           o->data ? o->data : "");
+}
+
+static int run(const options *o, const plan *p) {
+    char err[4096];
+    rt_corpus corpus = {0};
+    if (o->data && (rt_corpus_open(&corpus, o->data, err, sizeof err) || rt_corpus_check(&corpus, p, o->data, err, sizeof err))) {
+        fprintf(stderr, "planrun: %s\n", err);
+        rt_corpus_free(&corpus);
+        return EXIT_FILE;
+    }
+    rt_options ro = {.seed = o->seed, .timeout_s = o->timeout_s, .corpus = &corpus};
+    rt_run r;
+    if (rt_run_init(&r, p, &ro, err, sizeof err)) {
+        fprintf(stderr, "planrun: %s: %s\n", o->plan, err);
+        rt_corpus_free(&corpus);
+        return EXIT_BACKEND;
+    }
+    int rc = 0;
+    if (o->load && rt_load(&r, o->load, err, sizeof err)) {
+        fprintf(stderr, "planrun: %s\n", err);
+        rc = EXIT_FILE;
+    }
+    FILE *lf = NULL;
+    if (!rc && o->losses && !(lf = fopen(o->losses, "w"))) {
+        fprintf(stderr, "planrun: %s: cannot write the losses\n", o->losses);
+        rc = EXIT_FILE;
+    }
+    if (!o->quiet && !rc) describe_plan(o, p);
+    double t0 = now_s(), loss = NAN, first = NAN;
+    for (long s = 0; s < o->steps && !rc; s++) {
+        double ts = now_s();
+        if (rt_run_step(&r, &loss, err, sizeof err)) {
+            fprintf(stderr, "planrun: %s\n", err);
+            rc = EXIT_RUN;
+            break;
+        }
+        if (s == 0) first = loss;
+        if (lf) fprintf(lf, "%.9g\n", loss);
+        if (!o->quiet && o->log_every && ((s + 1) % o->log_every == 0 || s + 1 == o->steps))
+            printf("step %ld/%ld  loss %.6f  %.1f ms\n", s + 1, o->steps, loss, 1e3 * (now_s() - ts));
+    }
+    if (lf && fclose(lf) && !rc) {
+        fprintf(stderr, "planrun: %s: cannot write the losses\n", o->losses);
+        rc = EXIT_FILE;
+    }
+    double el = now_s() - t0;
+    if (!rc && !o->quiet && o->steps)
+        printf("%ld steps in %.3f s (%.1f steps/s); loss %.6f -> %.6f\n", o->steps, el, (double)o->steps / el, first, loss);
+    if (!rc && o->save) {
+        if (rt_save(&r, o->save, err, sizeof err)) fprintf(stderr, "planrun: %s\n", err), rc = EXIT_FILE;
+        else if (!o->quiet) printf("saved the parameters and optimizer state to %s\n", o->save);
+    }
+    if (!rc && o->compare) {
+        rt_diff d;
+        int c = rt_compare(&r, o->compare, o->rtol, o->atol, &d, err, sizeof err);
+        if (c < 0) fprintf(stderr, "planrun: %s\n", err), rc = EXIT_FILE;
+        else if (c > 0) fprintf(stderr, "planrun: --compare %s: %s\n", o->compare, err), rc = EXIT_DIFFER;
+        else printf("parameters equal %s's within atol %g + rtol %g; largest difference %.3g (\"%s\")\n", o->compare,
+                    o->atol, o->rtol, d.abs, d.tensor);
+    }
+    rt_run_free(&r);
+    rt_corpus_free(&corpus);
+    return rc;
+}
+
+int main(int argc, char **argv) {
+    options o;
+    int rc = parse_args(argc, argv, &o);
+    if (rc) return rc;
+    plan p;
+    if ((rc = load_plan(&o, &p))) return rc;
+    if (!strcmp(o.backend, "cuda")) {
+        fprintf(stderr, "planrun: this planrun was built without the cuda backend (it comes with the CUDA runtime issue); use --backend cpu\n");
+        plan_free(&p);
+        return EXIT_BACKEND;
+    }
+    rc = run(&o, &p);
+    plan_free(&p);
+    return rc;
+}

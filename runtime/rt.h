@@ -1,0 +1,276 @@
+/*
+ * rt.h: planrun's runtime, its one internal header, sectioned by file.
+ *
+ *   rand.c      the counter-based random numbers every part shares (data, init, dropout)
+ *   cpu/kernels.c   the CPU backend's operators: every row of runtime/ops.def, forward and
+ *               backward, in plain C with GEMMs through CBLAS
+ *   data.c      synthetic data, initializers and token files
+ *   comm.c      in-process collectives and send/recv for the CPU backend (ranks are threads)
+ *   interp.c    the interpreter: one rank's program, its loops, streams and events
+ *   st.c        safetensors files (save, load, compare parameters)
+ *   planrun.c   the command line
+ *
+ * The runtime trusts nothing it reads: a plan passes plan_check before it runs, and a kernel
+ * that meets shapes it cannot handle returns an error naming them rather than asserting.
+ */
+#ifndef RT_H
+#define RT_H
+
+#include "plan.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- rand.c: counter-based random numbers ----
+ *
+ * Every random value plancc's runtime draws is a pure function of a key: no generator state,
+ * so a value does not depend on which rank draws it or in which order (a tensor-parallel piece
+ * of an initializer, a dropout mask under another split, a sample on another data-parallel rank
+ * all come out the same). The mixer is splitmix64's finalizer; keys are built by chaining. */
+
+static inline uint64_t rt_mix(uint64_t x) {
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+// The key of a sequence of words: rt_key(rt_key(a, b), c) ...
+static inline uint64_t rt_key(uint64_t key, uint64_t word) { return rt_mix(key ^ rt_mix(word)); }
+// A double uniform in [0, 1) from the top 53 bits of rt_mix(key).
+static inline double rt_uniform(uint64_t key) { return (double)(rt_mix(key) >> 11) * 0x1.0p-53; }
+// A standard normal (Box-Muller over rt_uniform(rt_key(key, 0)) and rt_uniform(rt_key(key, 1))).
+double rt_normal(uint64_t key);
+
+/* ---- cpu/kernels.c: the CPU backend's operators ----
+ *
+ * A kernel runs one operator on the local pieces of its operands. Each operand is a view: its
+ * data (row-major, contiguous), the local sizes, where the piece starts in the logical tensor
+ * and the logical sizes. The compiler guarantees that the pieces are consistent with one split
+ * of the operator's annotation letters (runtime/ops.def), so most kernels compute on the local
+ * shapes as if they were whole. The cases where the split shows (runtime/PLAN_FORMAT.md, "What
+ * instructions mean"):
+ *   - an input whose `once` is false is R along a mesh axis where the output holds partial sums
+ *     (V): its additive contribution (a bias, an addend of add) is counted on one rank of that
+ *     axis only, so the kernel leaves it out on this one;
+ *   - a loss whose batch letters are split produces its local sum divided by the GLOBAL count
+ *     (the logical sizes); its gradient divides by the same count;
+ *   - an embedding table split by rows (start[0] > 0 or shape[0] < full[0]) looks up only the
+ *     indices in its range (others contribute 0: the output is V); embedding_grad likewise;
+ *   - dropout's mask is drawn per GLOBAL element index (from start and full), keyed by
+ *     (k->seed, attrs seed, step, micro-batch, block copy, index), so recompute and any split
+ *     reproduce it.
+ * With accumulate set the kernel adds its result into its outputs instead of overwriting them.
+ */
+typedef struct rt_view {
+    void *data;                     // the local piece, row-major, contiguous
+    uint8_t dtype;                  // plan dtype (0 f32, 3 i32; the CPU backend runs only these)
+    uint8_t rank;
+    bool once;                      // inputs: count an additive contribution on this rank
+    int64_t shape[PLAN_MAX_RANK];   // local sizes (dimensions past rank: 1)
+    int64_t start[PLAN_MAX_RANK];   // offset of the local piece in the logical tensor (past rank: 0)
+    int64_t full[PLAN_MAX_RANK];    // logical sizes (past rank: 1)
+} rt_view;
+
+typedef struct rt_kernel {
+    uint32_t op;                    // pcc_op_kind: the row of runtime/ops.def
+    plan_attrs attrs;               // all zero when the instruction has none
+    uint32_t nin, nout;
+    const rt_view *in, *out;
+    bool accumulate;                // attrs.i[PLAN_AI_ACCUMULATE] != 0: add into the outputs
+    uint64_t seed;                  // the run's seed (dropout)
+    uint64_t step;                  // 1-based training step (adamw's bias correction, dropout)
+    uint32_t mb, layer;             // micro-batch and block copy (dropout)
+} rt_kernel;
+
+// Runs k. Returns 0, or -1 with a message in err (an operator or dtype it does not run, shapes
+// that do not fit the operator). It never asserts on its arguments' shapes. Thread-safe: ranks
+// run kernels concurrently.
+int rt_cpu_kernel(const rt_kernel *k, char *err, size_t err_n);
+// The same kernels instantiated for doubles (dtype 0 means double here): the unit tests check
+// every backward against finite differences of the forward in double precision.
+int rt_cpu_kernel_f64(const rt_kernel *k, char *err, size_t err_n);
+// The number of elements of a view (the product of its local sizes).
+int64_t rt_view_numel(const rt_view *v);
+
+/* ---- data.c: initializers, synthetic data and token files ----
+ *
+ * Every value is keyed by the tensor's NAME (its FNV-1a 64), never its index, so two plans of
+ * one model (whatever tensors their strategies add) initialize and feed the same model:
+ *   param  element i of block copy c:            key(seed, "init", name, c, i)
+ *   input  element i of micro-batch m of step s:  key(seed, "data", name, s, m, i)
+ *   tokens and targets: row r (all dimensions but the last) of micro-batch m of step s reads the
+ *          corpus from offset o = rt_sample_offset(seed, s, m, r, n - len - 1): tokens[r][j] =
+ *          corpus[o + j], targets[r][j] = corpus[o + j + 1]. The corpus is a token file (--data),
+ *          or without one a virtual corpus of 2^40 random tokens in [0, high).
+ */
+typedef struct rt_corpus {
+    const uint16_t *tok;            // NULL: the synthetic corpus
+    uint64_t n;                     // tokens
+    uint16_t max_token;
+    void *map; size_t map_bytes;    // the mapping behind tok
+} rt_corpus;
+
+// Maps a file of little-endian uint16 tokens (nanoGPT's train.bin). -1 with a message naming
+// the file if it cannot be read or holds fewer than 2 tokens.
+int rt_corpus_open(rt_corpus *c, const char *path, char *err, size_t err_n);
+void rt_corpus_free(rt_corpus *c); // accepts a zeroed corpus
+// -1 with a message naming the file when c does not fit p's token inputs (a token outside the
+// vocabulary, fewer tokens than a row needs).
+int rt_corpus_check(const rt_corpus *c, const plan *p, const char *path, char *err, size_t err_n);
+uint64_t rt_sample_offset(uint64_t seed, uint64_t step, uint32_t mb, uint64_t row, uint64_t range);
+// Fills a param's or input's piece v (an f32 or i32 view; full/start/shape say which piece).
+void rt_init_param(const plan_tensor *t, uint64_t seed, uint32_t copy, const rt_view *v);
+// -1 with a message when a token file does not fit the tensor (a token outside the vocabulary,
+// a corpus shorter than a row).
+int rt_fill_input(const plan_tensor *t, uint64_t seed, uint64_t step, uint32_t mb, const rt_corpus *c,
+                  const rt_view *v, char *err, size_t err_n);
+
+/* ---- comm.c: in-process communication (the CPU backend's NCCL) ----
+ *
+ * All ranks are threads of one process; every stream of every rank is one thread. Messages and
+ * collectives are matched by sequence numbers that each rank counts in program order (per
+ * channel: the ordered pair of ranks; per group instance), so matching does not depend on
+ * timing. A send waits until its receive has taken the data, as NCCL's does when it has no
+ * buffer space; a run of sends and receives is posted as a group first (ncclGroupStart/End), so
+ * the order inside it cannot deadlock. One lock guards everything; a waiting thread that sees
+ * every other live thread waiting too, with nothing changed since, reports a deadlock at once
+ * and names what each thread waits for; a timeout catches the rest. */
+typedef struct rt_comm rt_comm;
+
+// A box: the piece of a logical tensor that one member holds (rank <= PLAN_MAX_RANK dims).
+typedef struct rt_box {
+    uint8_t rank;
+    int64_t start[PLAN_MAX_RANK], shape[PLAN_MAX_RANK], full[PLAN_MAX_RANK];
+} rt_box;
+
+// One member's part in a collective: where its input and output live, which pieces they hold,
+// and whether its input contributes (false where its input is R along a group axis and its
+// coordinate there is not 0: a copy of data that another member contributes).
+typedef struct rt_coll_member {
+    int rank;
+    const void *in; void *out;
+    rt_box in_box, out_box;
+    bool contributes;
+} rt_coll_member;
+
+// n_threads: ranks x streams (thread ids index them); events per rank: the most any program has.
+// NULL when out of memory.
+// Adds into dst (holding box db) the part of src (holding box sb) that lies inside db: f32, or
+// i32 when is_int. Boxes of rank 0 are scalars.
+void rt_box_add(void *dst, const rt_box *db, const void *src, const rt_box *sb, bool is_int);
+rt_comm *rt_comm_new(int n_threads, int n_ranks, uint32_t n_events, double timeout_s);
+void rt_comm_free(rt_comm *c);              // accepts NULL
+// Starts a step: n live threads, all counters and mailboxes empty, no failure.
+void rt_comm_reset(rt_comm *c, int n_threads);
+// Marks the calling thread finished (it no longer counts as live in the deadlock test).
+void rt_comm_exit(rt_comm *c, int thread);
+// Makes every other thread stop with msg (the first failure wins). Returns -1.
+int rt_comm_fail(rt_comm *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+// The first failure's message, or NULL.
+const char *rt_comm_error(rt_comm *c);
+
+// Events of a rank: record marks ordinal k of event e done; wait blocks until it is.
+void rt_comm_record(rt_comm *c, int rank, uint32_t event, uint64_t ordinal);
+int rt_comm_wait_event(rt_comm *c, int thread, int rank, uint32_t event, uint64_t ordinal, const char *what);
+
+// A group of sends and receives (one stream's run of them). Each item: peer rank, channel
+// sequence number, the data and its bytes. Returns 0, or -1 after a failure (size mismatch,
+// deadlock, timeout, another thread's failure).
+typedef struct rt_p2p {
+    bool send;
+    int peer;
+    uint64_t seq;
+    void *data;
+    uint64_t bytes;
+    const char *what;               // "rank 0 stream 0 insn 12 (send along pp +1, micro-batch 3)"
+} rt_p2p;
+int rt_comm_p2p(rt_comm *c, int thread, int rank, rt_p2p *items, int n);
+
+// A collective on one group instance (key: group and instance), the seq-th on it; `me` is this
+// member's index (0..n_members-1) and `mine` its part. The last member to arrive runs it for
+// all: each output element is the sum of the contributing members' inputs that hold it (an
+// all-reduce sums V pieces; an all-gather or all-to-all places disjoint D pieces; R copies
+// contribute once). Elements are 4 bytes: f32, or i32 when is_int. Each member returns when its
+// output is written.
+int rt_comm_coll(rt_comm *c, int thread, uint64_t key, uint64_t seq, int n_members, int me,
+                 const rt_coll_member *mine, bool is_int, const char *what);
+
+/* ---- interp.c: the interpreter ----
+ *
+ * A run holds every rank of the plan that this process executes (the CPU backend: all of them)
+ * with its arena, allocated once at the plan's exact size. A step fills the inputs, zeroes the
+ * accumulators, and runs every stream of every rank as a thread that walks its program with the
+ * loops expanded. */
+typedef struct rt_options {
+    uint64_t seed;                  // initializers, synthetic data, dropout
+    double timeout_s;               // a blocked stream gives up after this long
+    const rt_corpus *corpus;        // NULL: synthetic tokens
+} rt_options;
+
+typedef struct rt_rank {
+    int rank;
+    uint32_t coord[PLAN_MAX_AXES];
+    const plan_program *pg;
+    uint8_t *arena;                 // pg->arena_bytes
+} rt_rank;
+
+typedef struct rt_run {
+    const plan *p;
+    rt_options o;
+    int world;
+    rt_rank *ranks;
+    rt_comm *comm;
+    uint64_t steps;                 // steps run so far
+    uint32_t *loss_bufs;            // per program: the buffer the loss is read from, or PLAN_NONE
+} rt_run;
+
+// Checks that this backend can run p (dtypes, inputs' micro-batch slots, the loss buffer),
+// allocates every rank's arena and initializes the parameters (optimizer state: zero). -1 with
+// a message otherwise; *r is then freed.
+int rt_run_init(rt_run *r, const plan *p, const rt_options *o, char *err, size_t err_n);
+// Runs one training step; *loss is the step's loss (the mean over micro-batches; NAN when the
+// plan has none). -1 with the failing rank, stream and instruction in err.
+int rt_run_step(rt_run *r, double *loss, char *err, size_t err_n);
+void rt_run_free(rt_run *r); // accepts a zeroed run
+// The view of buffer b of rank rk for micro-batch mb and layer slot l (local piece, logical
+// shape; a scratch buffer is a flat f32 vector).
+void rt_buffer_view(const rt_run *r, const rt_rank *rk, uint32_t b, uint32_t mb, uint32_t l, rt_view *v);
+// The piece of tensor t that shard s names on the rank with coordinates coord.
+void rt_shard_box(const plan *p, const plan_tensor *t, plan_shard s, const uint32_t *coord, rt_box *box);
+
+/* ---- st.c: parameters and optimizer state as safetensors files ----
+ *
+ * The run's params (and optimizer state) gathered into whole logical tensors, one per tensor
+ * and block copy ("wq" with 4 copies: "wq.0" .. "wq.3"), f32, in one safetensors file: what
+ * PyTorch's safetensors.torch.load_file opens. The CPU backend holds every rank, so one file
+ * holds the whole model. */
+typedef struct rt_named {
+    char *name;
+    uint8_t rank;
+    int64_t shape[PLAN_MAX_RANK];
+    float *data;
+    int64_t n;
+} rt_named;
+
+// Gathers every param (and with state, every optimizer state tensor) of the run. -1 when out of
+// memory or when some element is held by no rank.
+int rt_gather(const rt_run *r, bool state, rt_named **out, int *n, char *err, size_t err_n);
+// Writes the run's params and optimizer state into one safetensors file (via a temp file).
+int rt_save(const rt_run *r, const char *path, char *err, size_t err_n);
+// Sets the run's params and optimizer state from a file rt_save wrote (same model): every
+// tensor of the run must be in the file with its shape.
+int rt_load(rt_run *r, const char *path, char *err, size_t err_n);
+// Compares the run's params with a file's, element by element as torch.testing.assert_close
+// does: |x - ref| <= atol + rtol |ref|. 0 when all are within, 1 when one is not (err names
+// the first such element), -1 on an error. *worst: the largest |x - ref| and its tensor.
+// The absolute term is needed: a parameter whose gradient is zero in exact arithmetic (a key
+// bias under softmax) trains on fp32 rounding noise alone, differently under every split.
+typedef struct rt_diff {
+    double abs;
+    char tensor[128];
+} rt_diff;
+int rt_compare(const rt_run *r, const char *path, double rtol, double atol, rt_diff *worst, char *err, size_t err_n);
+void rt_named_free(rt_named *t, int n);
+
+#endif

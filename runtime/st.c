@@ -1,0 +1,300 @@
+/*
+ * st.c: parameters and optimizer state in safetensors files (Hugging Face's format: an 8-byte
+ * little-endian header length, a JSON header naming each tensor's dtype, shape and byte range,
+ * padded with spaces to a multiple of 8, then the raw little-endian data).
+ *
+ * The run holds each tensor in pieces (rt_shard_box) on the ranks whose programs keep a
+ * persistent buffer of it; gathering copies every piece into the whole tensor, and loading
+ * copies the whole tensor's piece back into every such buffer. Replicated pieces are equal
+ * after a step (every replica runs the same optimizer on the same all-reduced gradient), so
+ * whichever rank is copied last does not matter. Tensors of a repeated block are saved per copy
+ * as NAME.K. Only f32 params and state are saved; __metadata__.step holds the steps taken, so a
+ * run that loads the file goes on with the next step's data and adamw's bias correction.
+ */
+#include "rt.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const DTYPE_F32 = "F32";
+
+void rt_named_free(rt_named *t, int n) {
+    for (int i = 0; t && i < n; i++) free(t[i].name), free(t[i].data);
+    free(t);
+}
+
+static bool saved_kind(const plan_tensor *t, bool state) {
+    return t->dtype == 0 && (t->kind == 1 || (state && t->kind == 4));
+}
+
+// Calls fn for every persistent buffer slot of tensor ti, copy c, on every rank.
+typedef void (*piece_fn)(void *ctx, const rt_view *v);
+static void for_each_piece(const rt_run *r, uint32_t ti, uint32_t c, piece_fn fn, void *ctx) {
+    for (int q = 0; q < r->world; q++) {
+        const rt_rank *rk = &r->ranks[q];
+        for (uint32_t bi = 0; bi < rk->pg->n_buffers; bi++) {
+            const plan_buffer *b = &rk->pg->buffers[bi];
+            if (b->tensor != ti || !(b->flags & PLAN_BUF_PERSIST)) continue;
+            if (c < b->layer_base || c >= b->layer_base + b->layer_slots) continue;
+            rt_view v;
+            rt_buffer_view(r, rk, bi, 0, c - b->layer_base, &v);
+            fn(ctx, &v);
+        }
+    }
+}
+
+typedef struct { rt_named *t; bool load; uint8_t *seen; } piece_ctx;
+
+// Copies between a piece and the whole tensor (gather: into the whole; load: into the piece).
+static void copy_piece(void *arg, const rt_view *v) {
+    piece_ctx *p = arg;
+    int r = v->rank;
+    int64_t idx[PLAN_MAX_RANK] = {0}, n = rt_view_numel(v);
+    float *piece = v->data;
+    for (int64_t li = 0; li < n; li++) {
+        int64_t gi = 0;
+        for (int d = 0; d < r; d++) gi = gi * v->full[d] + v->start[d] + idx[d];
+        if (p->load) piece[li] = p->t->data[gi];
+        else p->t->data[gi] = piece[li], p->seen[gi] = 1;
+        for (int d = r - 1; d >= 0 && ++idx[d] == v->shape[d]; d--) idx[d] = 0;
+    }
+}
+
+static char *tensor_name(const plan_tensor *t, uint32_t c) {
+    const char *base = t->name ? t->name : "?";
+    size_t n = strlen(base) + 16;
+    char *s = malloc(n);
+    if (s) {
+        if (t->copies > 1) snprintf(s, n, "%s.%u", base, c);
+        else snprintf(s, n, "%s", base);
+    }
+    return s;
+}
+
+int rt_gather(const rt_run *r, bool state, rt_named **out, int *n, char *err, size_t err_n) {
+    const plan *p = r->p;
+    int count = 0, k = 0;
+    for (uint32_t t = 0; t < p->n_tensors; t++)
+        if (saved_kind(&p->tensors[t], state)) count += (int)p->tensors[t].copies;
+    rt_named *v = calloc((size_t)count + 1, sizeof *v);
+    if (!v) goto oom;
+    for (uint32_t ti = 0; ti < p->n_tensors; ti++) {
+        const plan_tensor *t = &p->tensors[ti];
+        if (!saved_kind(t, state)) continue;
+        for (uint32_t c = 0; c < t->copies; c++, k++) {
+            rt_named *x = &v[k];
+            x->rank = t->rank;
+            x->n = 1;
+            for (int d = 0; d < t->rank; d++) x->shape[d] = t->shape[d], x->n *= t->shape[d];
+            x->name = tensor_name(t, c);
+            x->data = calloc((size_t)x->n, sizeof *x->data);
+            uint8_t *seen = calloc((size_t)x->n, 1);
+            if (!x->name || !x->data || !seen) { free(seen); rt_named_free(v, k + 1); goto oom; }
+            piece_ctx ctx = {x, false, seen};
+            for_each_piece(r, ti, c, copy_piece, &ctx);
+            int64_t missing = 0;
+            for (int64_t i = 0; i < x->n; i++) missing += !seen[i];
+            free(seen);
+            if (missing) {
+                snprintf(err, err_n, "tensor \"%s\": %lld of its %lld elements are held by no rank", x->name,
+                         (long long)missing, (long long)x->n);
+                rt_named_free(v, k + 1);
+                return -1;
+            }
+        }
+    }
+    *out = v, *n = count;
+    return 0;
+oom:
+    snprintf(err, err_n, "out of memory gathering the parameters");
+    return -1;
+}
+
+static char *header_json(const rt_named *v, int n, const plan *p, uint64_t done) {
+    cJSON *h = cJSON_CreateObject();
+    cJSON *meta = cJSON_AddObjectToObject(h, "__metadata__");
+    cJSON_AddStringToObject(meta, "format", "pt");
+    cJSON_AddStringToObject(meta, "producer", "planrun");
+    if (p->meta.model_name) cJSON_AddStringToObject(meta, "model", p->meta.model_name);
+    char steps[32];
+    snprintf(steps, sizeof steps, "%llu", (unsigned long long)done);
+    cJSON_AddStringToObject(meta, "step", steps);
+    uint64_t off = 0;
+    for (int i = 0; i < n; i++) {
+        cJSON *t = cJSON_AddObjectToObject(h, v[i].name);
+        cJSON_AddStringToObject(t, "dtype", DTYPE_F32);
+        cJSON *shape = cJSON_AddArrayToObject(t, "shape");
+        for (int d = 0; d < v[i].rank; d++) cJSON_AddItemToArray(shape, cJSON_CreateNumber((double)v[i].shape[d]));
+        cJSON *offs = cJSON_AddArrayToObject(t, "data_offsets");
+        cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)off));
+        off += (uint64_t)v[i].n * 4;
+        cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)off));
+    }
+    char *s = cJSON_PrintUnformatted(h);
+    cJSON_Delete(h);
+    return s;
+}
+
+static int write_file(const char *path, const rt_named *v, int n, const plan *p, uint64_t done, char *err, size_t err_n) {
+    char *json = header_json(v, n, p, done);
+    if (!json) { snprintf(err, err_n, "out of memory writing %s", path); return -1; }
+    size_t len = strlen(json), padded = (len + 7) / 8 * 8;
+    size_t tn = strlen(path) + 8;
+    char *tmp = malloc(tn);
+    FILE *f = tmp ? (snprintf(tmp, tn, "%s.tmp", path), fopen(tmp, "wb")) : NULL;
+    int rc = -1;
+    if (f) {
+        uint8_t hl[8];
+        for (int i = 0; i < 8; i++) hl[i] = (uint8_t)((uint64_t)padded >> (8 * i));
+        bool ok = fwrite(hl, 1, 8, f) == 8 && fwrite(json, 1, len, f) == len;
+        for (size_t i = len; i < padded && ok; i++) ok = fputc(' ', f) != EOF;
+        for (int i = 0; i < n && ok; i++) ok = fwrite(v[i].data, 4, (size_t)v[i].n, f) == (size_t)v[i].n; // x86-64: little-endian
+        ok = fclose(f) == 0 && ok;
+        if (ok && rename(tmp, path) == 0) rc = 0;
+        else remove(tmp);
+    }
+    if (rc) snprintf(err, err_n, "%s: cannot write the file", path);
+    free(tmp);
+    free(json);
+    return rc;
+}
+
+int rt_save(const rt_run *r, const char *path, char *err, size_t err_n) {
+    rt_named *v;
+    int n;
+    if (rt_gather(r, true, &v, &n, err, err_n)) return -1;
+    int rc = write_file(path, v, n, r->p, r->steps, err, err_n);
+    rt_named_free(v, n);
+    return rc;
+}
+
+/* ---- reading ---- */
+
+typedef struct st_file {
+    uint8_t *bytes;
+    size_t n;
+    cJSON *header;
+    size_t data_at;
+} st_file;
+
+static int st_open(st_file *s, const char *path, char *err, size_t err_n) {
+    memset(s, 0, sizeof *s);
+    FILE *f = fopen(path, "rb");
+    if (!f) { snprintf(err, err_n, "%s: cannot open", path); return -1; }
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    s->bytes = len > 0 ? malloc((size_t)len) : NULL;
+    bool ok = s->bytes && fread(s->bytes, 1, (size_t)len, f) == (size_t)len;
+    fclose(f);
+    if (!ok) { free(s->bytes); snprintf(err, err_n, "%s: cannot read", path); return -1; }
+    s->n = (size_t)len;
+    uint64_t hl = 0;
+    for (int i = 0; i < 8 && s->n >= 8; i++) hl |= (uint64_t)s->bytes[i] << (8 * i);
+    if (s->n < 8 || hl > s->n - 8) {
+        free(s->bytes);
+        snprintf(err, err_n, "%s: not a safetensors file (header length %llu, file %zu bytes)", path, (unsigned long long)hl, s->n);
+        return -1;
+    }
+    s->header = cJSON_ParseWithLength((const char *)s->bytes + 8, (size_t)hl);
+    s->data_at = 8 + (size_t)hl;
+    if (!cJSON_IsObject(s->header)) {
+        cJSON_Delete(s->header), free(s->bytes);
+        snprintf(err, err_n, "%s: the safetensors header is not a JSON object", path);
+        return -1;
+    }
+    return 0;
+}
+
+static void st_close(st_file *s) {
+    cJSON_Delete(s->header);
+    free(s->bytes);
+}
+
+// The data of tensor `name` if the file holds it as F32 of exactly `n` elements; NULL with a
+// message otherwise.
+static const float *st_tensor(const st_file *s, const char *path, const rt_named *want, char *err, size_t err_n) {
+    cJSON *t = cJSON_GetObjectItemCaseSensitive(s->header, want->name);
+    if (!t) { snprintf(err, err_n, "%s: no tensor \"%s\"", path, want->name); return NULL; }
+    cJSON *dt = cJSON_GetObjectItemCaseSensitive(t, "dtype"), *sh = cJSON_GetObjectItemCaseSensitive(t, "shape"),
+          *of = cJSON_GetObjectItemCaseSensitive(t, "data_offsets");
+    if (!cJSON_IsString(dt) || strcmp(dt->valuestring, DTYPE_F32) || !cJSON_IsArray(sh) || !cJSON_IsArray(of) ||
+        cJSON_GetArraySize(of) != 2) {
+        snprintf(err, err_n, "%s: /%s: wants dtype F32, a shape and two data_offsets", path, want->name);
+        return NULL;
+    }
+    bool same = cJSON_GetArraySize(sh) == want->rank;
+    for (int d = 0; d < want->rank && same; d++) same = cJSON_GetArrayItem(sh, d)->valuedouble == (double)want->shape[d];
+    double b = cJSON_GetArrayItem(of, 0)->valuedouble, e = cJSON_GetArrayItem(of, 1)->valuedouble;
+    if (!same || e - b != (double)want->n * 4 || b < 0 || (double)s->data_at + e > (double)s->n) {
+        snprintf(err, err_n, "%s: /%s: its shape or byte range does not fit the plan's tensor (%lld elements)", path,
+                 want->name, (long long)want->n);
+        return NULL;
+    }
+    return (const float *)(s->bytes + s->data_at + (size_t)b);
+}
+
+int rt_load(rt_run *r, const char *path, char *err, size_t err_n) {
+    rt_named *v;
+    int n;
+    if (rt_gather(r, true, &v, &n, err, err_n)) return -1;
+    st_file s;
+    if (st_open(&s, path, err, err_n)) { rt_named_free(v, n); return -1; }
+    int rc = 0, k = 0;
+    // The steps already taken (__metadata__.step): the data and adamw's bias correction go on from there.
+    cJSON *meta = cJSON_GetObjectItemCaseSensitive(s.header, "__metadata__");
+    cJSON *step = meta ? cJSON_GetObjectItemCaseSensitive(meta, "step") : NULL;
+    if (cJSON_IsString(step)) {
+        char *end;
+        unsigned long long done = strtoull(step->valuestring, &end, 10);
+        if (*end || !*step->valuestring) rc = -1, snprintf(err, err_n, "%s: /__metadata__/step: \"%s\" is not a step count", path, step->valuestring);
+        else r->steps = done;
+    }
+    for (uint32_t ti = 0; ti < r->p->n_tensors && !rc; ti++) {
+        const plan_tensor *t = &r->p->tensors[ti];
+        if (!saved_kind(t, true)) continue;
+        for (uint32_t c = 0; c < t->copies && !rc; c++, k++) {
+            const float *d = st_tensor(&s, path, &v[k], err, err_n);
+            if (!d) { rc = -1; break; }
+            memcpy(v[k].data, d, (size_t)v[k].n * 4);
+            piece_ctx ctx = {&v[k], true, NULL};
+            for_each_piece(r, ti, c, copy_piece, &ctx);
+        }
+    }
+    st_close(&s);
+    rt_named_free(v, n);
+    return rc;
+}
+
+int rt_compare(const rt_run *r, const char *path, double rtol, double atol, rt_diff *worst, char *err, size_t err_n) {
+    rt_named *v;
+    int n;
+    if (rt_gather(r, false, &v, &n, err, err_n)) return -1;
+    st_file s;
+    if (st_open(&s, path, err, err_n)) { rt_named_free(v, n); return -1; }
+    int rc = 0;
+    memset(worst, 0, sizeof *worst);
+    for (int k = 0; k < n && !rc; k++) {
+        const float *ref = st_tensor(&s, path, &v[k], err, err_n);
+        if (!ref) { rc = -1; break; }
+        for (int64_t i = 0; i < v[k].n; i++) {
+            double d = fabs((double)v[k].data[i] - ref[i]);
+            if (d > worst->abs) {
+                worst->abs = d;
+                snprintf(worst->tensor, sizeof worst->tensor, "%s", v[k].name);
+            }
+            if (!(d <= atol + rtol * fabs(ref[i]))) {
+                snprintf(err, err_n, "tensor \"%s\" differs: element %lld is %.9g, the reference %.9g (difference %.3g > %.3g + %.3g x |reference|)",
+                         v[k].name, (long long)i, v[k].data[i], ref[i], d, atol, rtol);
+                rc = 1;
+                break;
+            }
+        }
+    }
+    st_close(&s);
+    rt_named_free(v, n);
+    return rc;
+}

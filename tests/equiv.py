@@ -1,0 +1,145 @@
+#!/usr/bin/env python3
+"""Equivalence: every parallel plan trains exactly like the one-device plan.
+
+usage: equiv.py PLANCC PLANRUN SOURCE_ROOT [MODEL...]
+
+For mlp, gpt-tiny, cnn-small and dlrm-small (dlrm.json with small tables; or the models named), on 1, 2, 4 and 8 CPU ranks
+(models/clusters/cpu.json), for every strategy family plancc offers (DP, TP, PP with 1F1B and
+GPipe, DP x TP x PP, ZeRO 1/2/3, full recompute, --auto): compile the plan, run 10 steps with
+planrun's cpu backend, and check that
+  - the loss of every step equals the one-device plan's (same micro-batch count) within 1e-5
+    relative, and
+  - every parameter after the 10 steps equals the one-device plan's element by element within
+    1e-5 + 1e-5 |reference| (planrun --compare, torch.testing.assert_close's rule with its float32
+    atol; it names the first tensor and element that differ). The absolute term is needed: a
+    parameter with an exactly zero gradient (gpt-tiny's key biases: softmax ignores a constant
+    added to every key) trains on fp32 rounding noise, which AdamW scales up to about 1e-6, and
+    that noise differs under every split. Each line shows the largest difference measured.
+The initialization and data are identical by construction (keyed by tensor name and global
+element index). A strategy plancc refuses for a model (exit 2: dp does not divide the batch,
+more stages than layers) is reported as skipped, with plancc's reason.
+"""
+import os
+import subprocess
+import sys
+import tempfile
+
+STEPS = 10
+RTOL = 1e-5   # losses: relative; parameters: |x - ref| <= ATOL + RTOL |ref| (planrun --compare)
+ATOL = 1e-5   # PyTorch's float32 atol (torch.testing.assert_close)
+MODELS = ["mlp", "gpt-tiny", "cnn-small", "dlrm-small"]
+
+passed = failed = skipped = 0
+
+
+def run(*args):
+    return subprocess.run([str(a) for a in args], capture_output=True, text=True)
+
+
+def strategies(n):
+    if n == 1:
+        return ["--auto", "--micro-batches 4", "--recompute full", "--zero 3"]
+    s = ["--auto", f"--dp {n}", f"--tp {n}", f"--pp {n} --micro-batches 4", f"--pp {n} --micro-batches 4 --schedule gpipe",
+         f"--dp {n} --zero 1", f"--dp {n} --zero 2", f"--dp {n} --zero 3", f"--dp {n} --recompute full"]
+    if n == 4:
+        s += ["--dp 2 --tp 2", "--tp 2 --pp 2 --micro-batches 4", "--dp 2 --pp 2 --micro-batches 2"]
+    if n == 8:
+        s += ["--dp 2 --tp 2 --pp 2 --micro-batches 4", "--dp 2 --tp 2 --pp 2 --micro-batches 4 --zero 3 --recompute full",
+              "--dp 2 --tp 4 --zero 2"]
+    return s
+
+
+def micro_batches(opts):
+    w = opts.split()
+    return int(w[w.index("--micro-batches") + 1]) if "--micro-batches" in w else 1
+
+
+def losses(path):
+    with open(path, encoding="utf-8") as f:
+        return [float(x) for x in f.read().split()]
+
+
+class Case:
+    def __init__(self, plancc, planrun, root, tmp):
+        self.plancc, self.planrun, self.root, self.tmp = plancc, planrun, root, tmp
+        self.refs = {}
+
+    def compile(self, model, n, opts, out):
+        return run(self.plancc, os.path.join(self.root, "models", model + ".json"), "--cluster",
+                   os.path.join(self.root, "models", "clusters", "cpu.json"), "--devices", n, *opts.split(), "-o", out)
+
+    def reference(self, model, mb):
+        """The one-device plan with mb micro-batches: its losses and parameter file."""
+        key = (model, mb)
+        if key in self.refs:
+            return self.refs[key]
+        base = os.path.join(self.tmp, f"{model}-ref-{mb}")
+        p = self.compile(model, 1, f"--micro-batches {mb}", base + ".plan")
+        ref = None
+        if p.returncode == 0:
+            p = run(self.planrun, base + ".plan", "--steps", STEPS, "--quiet", "--save", base + ".st", "--losses", base + ".loss")
+            if p.returncode == 0:
+                ref = (losses(base + ".loss"), base + ".st")
+        if ref is None:
+            print(f"FAIL {model}: the one-device reference with {mb} micro-batch(es) does not run:\n{p.stdout[-800:]}{p.stderr[-1500:]}")
+        self.refs[key] = ref
+        return ref
+
+    def check(self, model, n, opts):
+        global passed, failed, skipped
+        name = f"{model} on {n}: {opts}"
+        base = os.path.join(self.tmp, "case")
+        p = self.compile(model, n, opts, base + ".plan")
+        if p.returncode == 2:
+            skipped += 1
+            reason = (p.stderr.strip().splitlines() or ["?"])[-1]
+            print(f"skip {name}: plancc refuses it: {reason}")
+            return
+        if p.returncode != 0:
+            failed += 1
+            print(f"FAIL {name}: plancc exits {p.returncode}\n{p.stderr[-1500:]}")
+            return
+        ref = self.reference(model, micro_batches(opts))
+        if ref is None:
+            failed += 1
+            return
+        p = run(self.planrun, base + ".plan", "--steps", STEPS, "--quiet", "--losses", base + ".loss",
+                "--compare", ref[1], "--rtol", RTOL, "--atol", ATOL)
+        if p.returncode not in (0, 7):
+            failed += 1
+            print(f"FAIL {name}: planrun exits {p.returncode}\n{p.stderr[-2000:]}")
+            return
+        got = losses(base + ".loss")
+        for step, (a, b) in enumerate(zip(got, ref[0]), 1):
+            if not abs(a - b) <= RTOL * max(abs(b), 1e-30):
+                failed += 1
+                print(f"FAIL {name}: step {step} loss {a:.9g}, one device {b:.9g} (relative {abs(a - b) / abs(b):.3g})")
+                return
+        if p.returncode == 7:
+            failed += 1
+            print(f"FAIL {name}: {p.stderr.strip()}")
+            return
+        passed += 1
+        worst_loss = max(abs(a - b) / abs(b) for a, b in zip(got, ref[0]))
+        diff = p.stdout.strip().splitlines()[-1].split("largest difference ")[-1] if p.stdout.strip() else "?"
+        print(f"ok   {name}  (losses within {worst_loss:.2g} relative; parameters: largest difference {diff})")
+
+
+def main():
+    if len(sys.argv) < 4:
+        print(__doc__)
+        return 2
+    plancc, planrun, root = sys.argv[1:4]
+    models = sys.argv[4:] or MODELS
+    with tempfile.TemporaryDirectory() as tmp:
+        c = Case(plancc, planrun, root, tmp)
+        for model in models:
+            for n in (1, 2, 4, 8):
+                for opts in strategies(n):
+                    c.check(model, n, opts)
+    print(f"{passed} passed, {failed} failed, {skipped} skipped")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
