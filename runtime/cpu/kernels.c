@@ -802,13 +802,14 @@ static int k_adamw(kctx *c) {
     double t = (double)c->k->step, b1 = a->f[PLAN_AF_BETA1], b2 = a->f[PLAN_AF_BETA2];
     real decay = (real)(1 - a->f[PLAN_AF_LR] * a->f[PLAN_AF_WEIGHT_DECAY]);
     real step = (real)(a->f[PLAN_AF_LR] / (1 - pow(b1, t))), rc2 = (real)(1 / sqrt(1 - pow(b2, t)));
-    real eps = (real)a->f[PLAN_AF_EPS], rb1 = (real)b1, rb2 = (real)b2;
+    // 1 - b formed in double, as PyTorch does (in float, 1 - 0.999f is 1.3e-5 short of 0.001).
+    real eps = (real)a->f[PLAN_AF_EPS], rb1 = (real)b1, rb2 = (real)b2, cb1 = (real)(1 - b1), cb2 = (real)(1 - b2);
     int64_t n = cpu_numel(&c->in[0]);
     const real *g = cpu_r(&c->in[1]);
     real *m = cpu_r(&c->in[2]), *v = cpu_r(&c->in[3]), *w = c->nin > 4 ? cpu_r(&c->in[4]) : cpu_r(&c->in[0]);
     for (int64_t i = 0; i < n; i++) {
-        m[i] = rb1 * m[i] + (1 - rb1) * g[i];
-        v[i] = rb2 * v[i] + (1 - rb2) * g[i] * g[i];
+        m[i] = rb1 * m[i] + cb1 * g[i];
+        v[i] = rb2 * v[i] + cb2 * g[i] * g[i];
         w[i] = w[i] * decay - step * m[i] / (R_SQRT(v[i]) * rc2 + eps);
     }
     master_to_param(&c->in[0], w, n);
