@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tools/run.sh: the main job, from a fresh machine: install what is missing, build, compile the
-# default model into a plan for 4 CPU ranks, and show the plan. (Running it on the CPU backend,
-# planrun, comes with the runtime issue.)
+# default model into a plan for 4 CPU ranks, show the plan, and train it for 200 steps with
+# planrun's CPU backend on the shipped corpus (data/kjv.bin; a model without token inputs gets
+# synthetic data).
 #
 #   bash tools/run.sh [MODEL [DEVICES]]     (default: models/gpt-tiny.json on 4 ranks)
 set -euo pipefail
@@ -24,3 +25,8 @@ build/plancc "$model" --cluster models/clusters/cpu.json --devices "$devices" -o
 echo
 echo "\$ build/plandump $plan"
 build/plandump "$plan"
+echo
+data=()
+if grep -q '"tokens"' "$model"; then data=(--data data/kjv.bin); fi
+echo "\$ build/planrun $plan --steps 200 --log-every 25 ${data[*]}"
+build/planrun "$plan" --steps 200 --log-every 25 "${data[@]}"
