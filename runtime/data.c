@@ -85,31 +85,18 @@ void rt_corpus_free(rt_corpus *c) {
     if (c) memset(c, 0, sizeof *c);
 }
 
-// Calls fn(global index, local index) for every element of v's piece, in local order.
-#define FOR_EACH_ELEMENT(v, gi, li, ...)                                                          \
-    do {                                                                                           \
-        int r_ = (v)->rank;                                                                        \
-        int64_t idx_[PLAN_MAX_RANK] = {0}, n_ = rt_view_numel(v);                                  \
-        for (int64_t li = 0; li < n_; li++) {                                                      \
-            int64_t gi = 0;                                                                        \
-            for (int d_ = 0; d_ < r_; d_++) gi = gi * (v)->full[d_] + (v)->start[d_] + idx_[d_];   \
-            __VA_ARGS__;                                                                           \
-            for (int d_ = r_ - 1; d_ >= 0 && ++idx_[d_] == (v)->shape[d_]; d_--) idx_[d_] = 0;     \
-        }                                                                                          \
-    } while (0)
-
 void rt_init_param(const plan_tensor *t, uint64_t seed, uint32_t copy, const rt_view *v) {
     float *x = v->data;
     uint64_t base = rt_key(rt_key(rt_key(seed, DOMAIN_INIT), name_hash(t->name)), copy);
     switch (t->source) {
-    case PLAN_INIT_ONES: FOR_EACH_ELEMENT(v, gi, li, x[li] = 1.0f); break;
+    case PLAN_INIT_ONES: RT_FOR_EACH_ELEMENT(v, gi, li, x[li] = 1.0f); break;
     case PLAN_INIT_NORMAL:
-        FOR_EACH_ELEMENT(v, gi, li, x[li] = (float)(t->a + t->b * rt_normal(rt_key(base, (uint64_t)gi))));
+        RT_FOR_EACH_ELEMENT(v, gi, li, x[li] = (float)(t->a + t->b * rt_normal(rt_key(base, (uint64_t)gi))));
         break;
     case PLAN_INIT_UNIFORM:
-        FOR_EACH_ELEMENT(v, gi, li, x[li] = (float)(t->a + (t->b - t->a) * rt_uniform(rt_key(base, (uint64_t)gi))));
+        RT_FOR_EACH_ELEMENT(v, gi, li, x[li] = (float)(t->a + (t->b - t->a) * rt_uniform(rt_key(base, (uint64_t)gi))));
         break;
-    default: FOR_EACH_ELEMENT(v, gi, li, x[li] = 0.0f); break; // zeros
+    default: RT_FOR_EACH_ELEMENT(v, gi, li, x[li] = 0.0f); break; // zeros
     }
 }
 
@@ -135,7 +122,7 @@ static int fill_tokens(const plan_tensor *t, uint64_t seed, uint64_t step, uint3
     }
     int shift = t->source == PLAN_DATA_TARGETS;
     int32_t *x = v->data;
-    FOR_EACH_ELEMENT(v, gi, li, {
+    RT_FOR_EACH_ELEMENT(v, gi, li, {
         uint64_t row = (uint64_t)(gi / len), j = (uint64_t)(gi % len);
         uint64_t off = rt_sample_offset(seed, step, mb, row, n - (uint64_t)len - 1);
         x[li] = (int32_t)corpus_token(c, seed, off + j + (uint64_t)shift, high);
@@ -150,14 +137,14 @@ int rt_fill_input(const plan_tensor *t, uint64_t seed, uint64_t step, uint32_t m
     int32_t *i32 = v->data;
     int64_t last = v->rank ? v->full[v->rank - 1] : 1;
     switch (t->source) {
-    case PLAN_DATA_NORMAL: FOR_EACH_ELEMENT(v, gi, li, f[li] = (float)rt_normal(rt_key(base, (uint64_t)gi))); return 0;
+    case PLAN_DATA_NORMAL: RT_FOR_EACH_ELEMENT(v, gi, li, f[li] = (float)rt_normal(rt_key(base, (uint64_t)gi))); return 0;
     case PLAN_DATA_BINARY:
-        FOR_EACH_ELEMENT(v, gi, li, f[li] = rt_uniform(rt_key(base, (uint64_t)gi)) < 0.5 ? 0.0f : 1.0f);
+        RT_FOR_EACH_ELEMENT(v, gi, li, f[li] = rt_uniform(rt_key(base, (uint64_t)gi)) < 0.5 ? 0.0f : 1.0f);
         return 0;
     case PLAN_DATA_RANDINT:
-        FOR_EACH_ELEMENT(v, gi, li, i32[li] = (int32_t)(rt_uniform(rt_key(base, (uint64_t)gi)) * t->a));
+        RT_FOR_EACH_ELEMENT(v, gi, li, i32[li] = (int32_t)(rt_uniform(rt_key(base, (uint64_t)gi)) * t->a));
         return 0;
-    case PLAN_DATA_ARANGE: FOR_EACH_ELEMENT(v, gi, li, i32[li] = (int32_t)(gi % last)); return 0;
+    case PLAN_DATA_ARANGE: RT_FOR_EACH_ELEMENT(v, gi, li, i32[li] = (int32_t)(gi % last)); return 0;
     case PLAN_DATA_TOKENS: case PLAN_DATA_TARGETS: return fill_tokens(t, seed, step, mb, c, v, err, err_n);
     default:
         snprintf(err, err_n, "input \"%s\" has no data source", t->name ? t->name : "?");

@@ -122,19 +122,11 @@ typedef struct frame {
     int32_t mb, layer;          // innermost loop variables (-1: none)
 } frame;
 
-static const char *insn_name(const plan_insn *in) {
-    switch (in->kind) {
-    case PLAN_I_COMPUTE: return plan_op_name(in->code);
-    case PLAN_I_COLL: return plan_coll_name(in->code);
-    default: return plan_insn_kind_name(in->kind);
-    }
-}
-
 // "rank 2 (program 1 "stage1") stream 0: insn 15 (recv, micro-batch 3, layer 1)"
 static void describe(const walker *w, char *buf, size_t n, uint32_t i, uint32_t mb, uint32_t layer, const char *extra) {
     const plan_insn *in = &w->rk->pg->insns[i];
     snprintf(buf, n, "rank %d (program %u \"%s\") stream %d: insn %u (%s%s, micro-batch %u, layer %u)", w->rk->rank,
-             w->run->p->ranks[w->rk->rank].program, w->rk->pg->name ? w->rk->pg->name : "", w->stream, i, insn_name(in),
+             w->run->p->ranks[w->rk->rank].program, w->rk->pg->name ? w->rk->pg->name : "", w->stream, i, plan_insn_name(in),
              extra, mb, layer);
 }
 
@@ -321,7 +313,7 @@ static int do_coll(walker *w, uint32_t i, uint32_t mb, uint32_t layer, uint64_t 
     buffer_box(w, ib, &m.in_box);
     buffer_box(w, ob, &m.out_box);
     if (inb->tensor == PLAN_NONE || pg->buffers[ob].tensor == PLAN_NONE) {
-        if (scratch_coll(in->code, n, me, &m)) return fail(w, i, mb, layer, "%s between scratch buffers is not supported", insn_name(in));
+        if (scratch_coll(in->code, n, me, &m)) return fail(w, i, mb, layer, "%s between scratch buffers is not supported", plan_insn_name(in));
         m.contributes = in->code != 5 || me == 0;
     } else if (ib == ob) {
         // In place (an all-reduce): the buffer holds partial sums before and is R only after.

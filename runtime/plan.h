@@ -296,6 +296,9 @@ const char *plan_data_name(uint32_t data);
 // have one: plan_validate's rule); 0 for a value out of range. This function can't fail.
 unsigned plan_source_args(uint32_t kind, uint32_t source);
 const char *plan_insn_kind_name(uint32_t kind);
+// What an instruction is, for messages: its operator (compute), its collective (coll), else its
+// kind's name; NULL for a value out of range.
+const char *plan_insn_name(const plan_insn *in);
 const char *plan_loop_var_name(uint32_t var);
 const char *plan_schedule_name(uint32_t schedule);
 

@@ -515,11 +515,7 @@ static plan_status ifail(checker *c, uint32_t k, uint32_t i, const char *fmt, ..
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
-    const plan_insn *in = &c->p->programs[k].insns[i];
-    const char *what = in->kind == PLAN_I_COMPUTE ? plan_op_name(in->code)
-                     : in->kind == PLAN_I_COLL    ? plan_coll_name(in->code)
-                                                  : plan_insn_kind_name(in->kind);
-    return cfail(c, "%s: insn %u (%s): %s", label, i, what, msg);
+    return cfail(c, "%s: insn %u (%s): %s", label, i, plan_insn_name(&c->p->programs[k].insns[i]), msg);
 }
 
 // "program k "name" (ranks ...): buffer b: " + the message.

@@ -105,6 +105,11 @@ const char *plan_tensor_kind_name(uint32_t kind) { return NAME_OR_NULL(tensor_ki
 const char *plan_init_name(uint32_t init) { return NAME_OR_NULL(init_names, init); }
 const char *plan_data_name(uint32_t data) { return NAME_OR_NULL(data_names, data); }
 const char *plan_insn_kind_name(uint32_t kind) { return NAME_OR_NULL(insn_kind_names, kind); }
+const char *plan_insn_name(const plan_insn *in) {
+    return in->kind == PLAN_I_COMPUTE ? plan_op_name(in->code)
+         : in->kind == PLAN_I_COLL    ? plan_coll_name(in->code)
+                                      : plan_insn_kind_name(in->kind);
+}
 const char *plan_loop_var_name(uint32_t var) { return NAME_OR_NULL(loop_var_names, var); }
 const char *plan_schedule_name(uint32_t schedule) { return NAME_OR_NULL(schedule_names, schedule); }
 _Static_assert(COUNT(init_names) == PLAN_INIT_UNIFORM + 1, "one name per plan_init");

@@ -93,6 +93,20 @@ int rt_cpu_kernel_f64(const rt_kernel *k, char *err, size_t err_n);
 // The number of elements of a view (the product of its local sizes).
 int64_t rt_view_numel(const rt_view *v);
 
+// Runs the statements after li, gi for every element of view v's piece, in local order: li its
+// index in the piece, gi its row-major index in the whole logical tensor.
+#define RT_FOR_EACH_ELEMENT(v, gi, li, ...)                                                          \
+    do {                                                                                           \
+        int r_ = (v)->rank;                                                                        \
+        int64_t idx_[PLAN_MAX_RANK] = {0}, n_ = rt_view_numel(v);                                  \
+        for (int64_t li = 0; li < n_; li++) {                                                      \
+            int64_t gi = 0;                                                                        \
+            for (int d_ = 0; d_ < r_; d_++) gi = gi * (v)->full[d_] + (v)->start[d_] + idx_[d_];   \
+            __VA_ARGS__;                                                                           \
+            for (int d_ = r_ - 1; d_ >= 0 && ++idx_[d_] == (v)->shape[d_]; d_--) idx_[d_] = 0;     \
+        }                                                                                          \
+    } while (0)
+
 /* ---- data.c: initializers, synthetic data and token files ----
  *
  * Every value is keyed by the tensor's NAME (its FNV-1a 64), never its index, so two plans of

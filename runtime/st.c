@@ -51,16 +51,9 @@ typedef struct { rt_named *t; bool load; uint8_t *seen; } piece_ctx;
 // Copies between a piece and the whole tensor (gather: into the whole; load: into the piece).
 static void copy_piece(void *arg, const rt_view *v) {
     piece_ctx *p = arg;
-    int r = v->rank;
-    int64_t idx[PLAN_MAX_RANK] = {0}, n = rt_view_numel(v);
     float *piece = v->data;
-    for (int64_t li = 0; li < n; li++) {
-        int64_t gi = 0;
-        for (int d = 0; d < r; d++) gi = gi * v->full[d] + v->start[d] + idx[d];
-        if (p->load) piece[li] = p->t->data[gi];
-        else p->t->data[gi] = piece[li], p->seen[gi] = 1;
-        for (int d = r - 1; d >= 0 && ++idx[d] == v->shape[d]; d--) idx[d] = 0;
-    }
+    if (p->load) RT_FOR_EACH_ELEMENT(v, gi, li, piece[li] = p->t->data[gi]);
+    else RT_FOR_EACH_ELEMENT(v, gi, li, p->t->data[gi] = piece[li], p->seen[gi] = 1);
 }
 
 static char *tensor_name(const plan_tensor *t, uint32_t c) {
