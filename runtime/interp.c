@@ -1,11 +1,16 @@
 /*
  * interp.c: the interpreter. It runs a plan's programs for training steps, every rank of the
- * process at once, with the CPU backend's kernels (cpu/) and communication (comm.c).
+ * process at once, on a backend (rt.h, "backend.c": the CPU backend, cpu/backend.c, runs every
+ * rank as threads of this process). The interpreter decides what runs where and when; the
+ * backend runs kernels, copies, messages, collectives and events, and owns the memory.
  *
  * Execution model, as runtime/PLAN_FORMAT.md defines it ("What instructions mean"):
- *   - every stream of every rank is a thread that walks the rank's whole program in order with
- *     its loops expanded, and runs the instructions of its own stream; so each stream runs its
- *     instructions in program order, and streams run concurrently;
+ *   - a walker is a host thread that walks a rank's whole program in order with its loops
+ *     expanded. With a backend whose calls block (thread_per_stream: the CPU), every stream of
+ *     every rank has its own walker, which issues the instructions of its stream only; so each
+ *     stream runs its instructions in program order, and streams run concurrently. With an
+ *     asynchronous backend, one walker per rank issues every stream's instructions, each on its
+ *     stream, and the backend's streams and events give the same order;
  *   - events: each walker counts, in program order, the records of every event it passes (on any
  *     stream). A record marks its ordinal done; a wait waits until the ordinal it counted (the
  *     most recent record before it in program order, CUDA's cudaStreamWaitEvent after
@@ -20,12 +25,13 @@
  *     block copy layer_base + layer.
  *
  * A step: zero every accumulating operator's outputs, fill every micro-batch slot of every
- * input, run the threads, then read the loss from the buffers of the last operator that writes
- * it (its value summed over its V axes, averaged over micro-batches).
+ * input, run the walkers, then read the loss from the buffers of the last operator that writes
+ * it (its value summed over its V axes, averaged over micro-batches). Host data (initial
+ * parameters, inputs, the loss) is made in a host staging buffer and crosses with the backend's
+ * upload and download, so the interpreter never touches an arena's memory itself.
  */
 #include "rt.h"
 
-#include <cblas.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -92,6 +98,16 @@ void rt_buffer_view(const rt_run *r, const rt_rank *rk, uint32_t bi, uint32_t mb
     view_of_box(v, &box, slot_addr(rk, b, mb, l), b->dtype);
 }
 
+int rt_buffer_read(const rt_run *r, const rt_rank *rk, uint32_t bi, uint32_t mb, uint32_t l, void *host, char *err, size_t err_n) {
+    const plan_buffer *b = &rk->pg->buffers[bi];
+    return rt_backend_download(r->be, rk->rank, host, slot_addr(rk, b, mb, l), b->bytes, err, err_n);
+}
+
+int rt_buffer_write(const rt_run *r, const rt_rank *rk, uint32_t bi, uint32_t mb, uint32_t l, const void *host, char *err, size_t err_n) {
+    const plan_buffer *b = &rk->pg->buffers[bi];
+    return rt_backend_upload(r->be, rk->rank, slot_addr(rk, b, mb, l), host, b->bytes, err, err_n);
+}
+
 // Inputs and outputs of every operator (runtime/ops.def); out -1: all arguments past the inputs.
 static const struct { int8_t in_min, in_max, out; } op_arity[] = {
 #define OP(E, name, imin, imax, nout, ann, flags) {imin, imax, nout},
@@ -109,7 +125,8 @@ typedef struct pending {
 typedef struct walker {
     rt_run *run;
     rt_rank *rk;
-    int stream, thread;
+    int stream, thread;         // stream -1: this walker issues every stream of its rank
+    int pend_stream;            // the stream of the pending send/recv
     uint64_t *ev_seen;          // per event: records passed in program order
     uint64_t *sent, *received;  // per peer rank: messages passed
     uint64_t *colls;            // per group: collectives passed
@@ -138,20 +155,25 @@ static int fail(walker *w, uint32_t i, uint32_t mb, uint32_t layer, const char *
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    return rt_comm_fail(w->run->comm, "%s: %s", where, msg);
+    return rt_backend_fail(w->run->be, "%s: %s", where, msg);
 }
 
+static rt_exec exec_of(const walker *w, int stream) { return (rt_exec){w->thread, w->rk->rank, stream}; }
+
+// Issues the pending run of send/recv as one group.
 static int flush(walker *w) {
     if (!w->n_pend) return 0;
     rt_p2p items[64];
+    rt_exec x = exec_of(w, w->pend_stream);
+    char err[512];
     int rc = 0;
     for (int s = 0; s < w->n_pend && !rc; s += 64) {
         int n = w->n_pend - s < 64 ? w->n_pend - s : 64;
         for (int j = 0; j < n; j++) items[j] = w->pend[s + j].item, items[j].what = w->pend[s + j].what;
-        rc = rt_comm_p2p(w->run->comm, w->thread, w->rk->rank, items, n);
+        rc = rt_backend_p2p(w->run->be, &x, items, n, err, sizeof err);
     }
     w->n_pend = 0;
-    return rc;
+    return rc ? rt_backend_fail(w->run->be, "%s", err) : 0;
 }
 
 // The rank at this rank's coordinate + off along mesh axis a, or -1.
@@ -173,6 +195,7 @@ static int do_p2p(walker *w, uint32_t i, uint32_t mb, uint32_t layer, uint64_t s
         if (!p) return fail(w, i, mb, layer, "out of memory");
         w->pend = p, w->cap_pend = cap;
     }
+    w->pend_stream = in->stream;
     pending *p = &w->pend[w->n_pend++];
     uint32_t b = w->rk->pg->args[in->args];
     p->item = (rt_p2p){.send = in->kind == PLAN_I_SEND, .peer = peer, .seq = seq,
@@ -227,7 +250,8 @@ static int do_compute(walker *w, uint32_t i, uint32_t mb, uint32_t layer) {
         for (uint32_t j = 0; j < k.nin; j++) views[j].once = counts_once(w->run, w->rk, &pg->buffers[pg->args[in->args + j]], outb);
     }
     char err[384];
-    if (rt_cpu_kernel(&k, err, sizeof err)) return fail(w, i, mb, layer, "%s", err);
+    rt_exec x = exec_of(w, in->stream);
+    if (rt_backend_kernel(w->run->be, &x, &k, err, sizeof err)) return fail(w, i, mb, layer, "%s", err);
     return 0;
 }
 
@@ -237,21 +261,21 @@ static int do_copy(walker *w, uint32_t i, uint32_t mb, uint32_t layer) {
     uint32_t s = pg->args[in->args], d = pg->args[in->args + 1];
     const plan_buffer *sb = &pg->buffers[s], *db = &pg->buffers[d];
     uint8_t *src = slot_addr(w->rk, sb, mb, layer), *dst = slot_addr(w->rk, db, mb, layer);
+    rt_exec x = exec_of(w, in->stream);
+    char err[384];
+    int rc;
     if (sb->tensor == PLAN_NONE || db->tensor == PLAN_NONE) {
         if (sb->bytes != db->bytes) return fail(w, i, mb, layer, "copy of %llu bytes into %llu", (unsigned long long)sb->bytes, (unsigned long long)db->bytes);
-        memmove(dst, src, sb->bytes);
-        return 0;
+        rc = rt_backend_copy(w->run->be, &x, dst, NULL, src, NULL, sb->bytes, false, err, sizeof err);
+    } else {
+        rt_box sbx, dbx;
+        rt_shard_box(w->run->p, &w->run->p->tensors[sb->tensor], sb->shard, w->rk->coord, &sbx);
+        rt_shard_box(w->run->p, &w->run->p->tensors[db->tensor], db->shard, w->rk->coord, &dbx);
+        // R -> V: the data stays on coordinate 0, the others hold zeros.
+        const void *from = counts_once(w->run, w->rk, sb, db) ? src : NULL;
+        rc = rt_backend_copy(w->run->be, &x, dst, &dbx, from, &sbx, db->bytes, db->dtype == 3, err, sizeof err);
     }
-    memset(dst, 0, db->bytes);
-    if (!counts_once(w->run, w->rk, sb, db)) return 0; // R -> V: the data stays on coordinate 0
-    rt_view sv, dv;
-    view_arg(w, s, mb, layer, &sv);
-    view_arg(w, d, mb, layer, &dv);
-    rt_box sbx = {.rank = sv.rank}, dbx = {.rank = dv.rank};
-    memcpy(sbx.start, sv.start, sizeof sbx.start), memcpy(sbx.shape, sv.shape, sizeof sbx.shape);
-    memcpy(dbx.start, dv.start, sizeof dbx.start), memcpy(dbx.shape, dv.shape, sizeof dbx.shape);
-    rt_box_add(dst, &dbx, src, &sbx, db->dtype == 3);
-    return 0;
+    return rc ? fail(w, i, mb, layer, "%s", err) : 0;
 }
 
 // The members of rank rk's instance of group g, ascending; returns their number and rk's index.
@@ -323,10 +347,12 @@ static int do_coll(walker *w, uint32_t i, uint32_t mb, uint32_t layer, uint64_t 
     } else if (in->code == 5) {
         m.contributes = me == 0;
     }
-    char what[WHAT_BYTES];
+    char what[WHAT_BYTES], err[512];
     describe(w, what, sizeof what, i, mb, layer, "");
-    uint64_t key = (uint64_t)(uint32_t)in->a << 32 | inst;
-    return rt_comm_coll(w->run->comm, w->thread, key, seq, n, me, &m, inb->dtype == 3, what);
+    rt_coll c = {.kind = in->code, .group = (uint32_t)in->a, .instance = inst, .seq = seq, .n_members = n, .me = me,
+                 .mine = m, .dtype = inb->dtype, .what = what};
+    rt_exec x = exec_of(w, in->stream);
+    return rt_backend_coll(w->run->be, &x, &c, err, sizeof err) ? rt_backend_fail(w->run->be, "%s", err) : 0;
 }
 
 static int walk(walker *w, uint32_t lo, uint32_t hi, frame f);
@@ -346,19 +372,23 @@ static int run_loop(walker *w, uint32_t i, frame f) {
 // Runs one instruction that is not a loop (counting it when it belongs to another stream).
 static int step_insn(walker *w, uint32_t i, frame f) {
     const plan_insn *in = &w->rk->pg->insns[i];
-    bool mine = in->stream == w->stream;
+    bool mine = w->stream < 0 || in->stream == w->stream, p2p = in->kind == PLAN_I_SEND || in->kind == PLAN_I_RECV;
     uint32_t mb = (uint32_t)((f.mb < 0 ? 0 : f.mb) + in->mb_delta), layer = (uint32_t)(f.layer < 0 ? 0 : f.layer);
-    if (mine && in->kind != PLAN_I_SEND && in->kind != PLAN_I_RECV && flush(w)) return -1;
+    if (mine && (!p2p || in->stream != w->pend_stream) && flush(w)) return -1;
+    rt_exec x = exec_of(w, in->stream);
+    char err[512];
     switch (in->kind) {
     case PLAN_I_RECORD: {
         uint64_t ord = ++w->ev_seen[in->a];
-        if (mine) rt_comm_record(w->run->comm, w->rk->rank, (uint32_t)in->a, ord);
+        if (mine && rt_backend_record(w->run->be, &x, (uint32_t)in->a, ord, err, sizeof err)) return fail(w, i, mb, layer, "%s", err);
         return 0;
     }
     case PLAN_I_WAIT:
         if (!mine) return 0;
         describe(w, w->what, sizeof w->what, i, mb, layer, "");
-        return rt_comm_wait_event(w->run->comm, w->thread, w->rk->rank, (uint32_t)in->a, w->ev_seen[in->a], w->what);
+        if (rt_backend_wait(w->run->be, &x, (uint32_t)in->a, w->ev_seen[in->a], w->what, err, sizeof err))
+            return rt_backend_fail(w->run->be, "%s", err);
+        return 0;
     case PLAN_I_SEND: case PLAN_I_RECV: {
         int peer = peer_of(w->run, w->rk, in->a, in->b);
         if (peer < 0) return mine ? fail(w, i, mb, layer, "no peer at offset %d along mesh axis %d", in->b, in->a) : 0;
@@ -392,7 +422,7 @@ static void *walker_main(void *arg) {
     walker *w = arg;
     frame f = {-1, -1};
     if (!walk(w, 0, w->rk->pg->n_insns, f)) flush(w);
-    rt_comm_exit(w->run->comm, w->thread);
+    rt_backend_thread_exit(w->run->be, w->thread);
     return NULL;
 }
 
@@ -405,17 +435,27 @@ static uint32_t max_streams(const plan *p) {
     return n;
 }
 
+// The view of a buffer slot of rank rk whose data is the run's host staging buffer.
+static void staged_view(const rt_run *r, const rt_rank *rk, uint32_t bi, rt_view *v) {
+    rt_buffer_view(r, rk, bi, 0, 0, v);
+    v->data = r->stage;
+}
+
 // Zeroes the outputs of accumulating operators and fills the inputs of rank rk.
 static int prepare_rank(rt_run *r, rt_rank *rk, char *err, size_t err_n) {
     const plan_program *pg = rk->pg;
+    bool zeroed = false;
     for (uint32_t i = 0; i < pg->n_insns; i++) {
         const plan_insn *in = &pg->insns[i];
         if (in->kind != PLAN_I_COMPUTE || in->attrs == PLAN_NONE || !pg->attrs[in->attrs].i[PLAN_AI_ACCUMULATE]) continue;
         for (uint32_t j = 0; j < in->nargs; j++) {
-            const plan_buffer *b = &pg->buffers[pg->args[in->args + j]];
+            uint32_t bi = pg->args[in->args + j];
+            const plan_buffer *b = &pg->buffers[bi];
             if (!(plan_arg_role(pg, in, j) & PLAN_ARG_WRITE)) continue;
+            if (!zeroed) memset(r->stage, 0, r->stage_bytes), zeroed = true;
             for (uint32_t m = 0; m < b->mb_slots; m++)
-                for (uint32_t l = 0; l < b->layer_slots; l++) memset(slot_addr(rk, b, m, l), 0, b->bytes);
+                for (uint32_t l = 0; l < b->layer_slots; l++)
+                    if (rt_buffer_write(r, rk, bi, m, l, r->stage, err, err_n)) return -1;
         }
     }
     for (uint32_t bi = 0; bi < pg->n_buffers; bi++) {
@@ -423,11 +463,12 @@ static int prepare_rank(rt_run *r, rt_rank *rk, char *err, size_t err_n) {
         if (!(b->flags & PLAN_BUF_PERSIST) || b->tensor == PLAN_NONE) continue;
         const plan_tensor *t = &r->p->tensors[b->tensor];
         if (t->kind != 0) continue; // inputs only
-        for (uint32_t mb = 0; mb < r->p->meta.micro_batches; mb++) {
-            if (mb >= b->mb_slots && t->source != PLAN_DATA_ARANGE) break;
+        for (uint32_t mb = 0; mb < r->p->meta.micro_batches && mb < b->mb_slots; mb++) {
             rt_view v;
-            rt_buffer_view(r, rk, bi, mb, 0, &v);
-            if (rt_fill_input(t, r->o.seed, r->steps, mb, r->o.corpus, &v, err, err_n)) return -1;
+            staged_view(r, rk, bi, &v);
+            if (rt_fill_input(t, r->o.seed, r->steps, mb, r->o.corpus, &v, err, err_n) ||
+                rt_buffer_write(r, rk, bi, mb, 0, r->stage, err, err_n))
+                return -1;
         }
     }
     return 0;
@@ -435,9 +476,10 @@ static int prepare_rank(rt_run *r, rt_rank *rk, char *err, size_t err_n) {
 
 // The step's loss: per micro-batch, the sum over the ranks that hold the loss's buffer of their
 // pieces, one rank per replica (R axes: the lowest coordinate among the holders), averaged.
-static double read_loss(const rt_run *r) {
+static int read_loss(const rt_run *r, double *loss, char *err, size_t err_n) {
     const plan *p = r->p;
-    if (p->meta.loss == PLAN_NONE) return NAN;
+    *loss = NAN;
+    if (p->meta.loss == PLAN_NONE) return 0;
     uint32_t lo[PLAN_MAX_AXES];
     for (int a = 0; a < PLAN_MAX_AXES; a++) lo[a] = UINT32_MAX;
     for (int q = 0; q < r->world; q++)
@@ -454,16 +496,23 @@ static double read_loss(const rt_run *r) {
         for (uint32_t a = 0; a < p->meta.n_axes; a++)
             if (b->shard.map[a] == PLAN_SHARD_R && rk->coord[a] != lo[a]) counted = false;
         if (!counted) continue;
-        for (uint32_t mb = 0; mb < p->meta.micro_batches; mb++) sum += *(const float *)slot_addr(rk, b, mb, 0);
+        for (uint32_t mb = 0; mb < p->meta.micro_batches; mb++) {
+            float x;
+            if (rt_backend_download(r->be, q, &x, slot_addr(rk, b, mb, 0), sizeof x, err, err_n)) return -1;
+            sum += x;
+        }
     }
-    return sum / p->meta.micro_batches;
+    *loss = sum / p->meta.micro_batches;
+    return 0;
 }
 
 int rt_run_step(rt_run *r, double *loss, char *err, size_t err_n) {
     *loss = NAN;
     for (int q = 0; q < r->world; q++)
         if (prepare_rank(r, &r->ranks[q], err, err_n)) return -1;
-    uint32_t ns = max_streams(r->p);
+    // One walker per stream of every rank (thread_per_stream), else one per rank.
+    bool per_stream = r->be->thread_per_stream;
+    uint32_t ns = per_stream ? max_streams(r->p) : 1;
     int n = r->world * (int)ns, started = 0;
     walker *w = calloc((size_t)n, sizeof *w);
     pthread_t *th = calloc((size_t)n, sizeof *th);
@@ -477,20 +526,20 @@ int rt_run_step(rt_run *r, double *loss, char *err, size_t err_n) {
         return -1;
     }
     int live = 0;
-    for (int q = 0; q < r->world; q++) live += (int)r->ranks[q].pg->n_streams;
-    rt_comm_reset(r->comm, live);
+    for (int q = 0; q < r->world; q++) live += per_stream ? (int)r->ranks[q].pg->n_streams : 1;
+    rt_backend_step_begin(r->be, live);
     uint64_t *c = counters;
     for (int q = 0; q < r->world; q++)
-        for (uint32_t s = 0; s < r->ranks[q].pg->n_streams; s++) {
+        for (uint32_t s = 0; s < (per_stream ? r->ranks[q].pg->n_streams : 1); s++) {
             walker *x = &w[started];
-            *x = (walker){.run = r, .rk = &r->ranks[q], .stream = (int)s, .thread = q * (int)ns + (int)s};
+            *x = (walker){.run = r, .rk = &r->ranks[q], .stream = per_stream ? (int)s : -1, .thread = q * (int)ns + (int)s};
             x->ev_seen = c, c += n_events;
             x->sent = c, c += r->world;
             x->received = c, c += r->world;
             x->colls = c, c += r->p->n_groups + 1;
             if (pthread_create(&th[started], NULL, walker_main, x)) {
-                rt_comm_fail(r->comm, "cannot start a thread for rank %d stream %u", q, s);
-                rt_comm_exit(r->comm, x->thread);
+                rt_backend_fail(r->be, "cannot start a thread for rank %d stream %u", q, s);
+                rt_backend_thread_exit(r->be, x->thread);
                 continue;
             }
             started++;
@@ -498,14 +547,15 @@ int rt_run_step(rt_run *r, double *loss, char *err, size_t err_n) {
     for (int t = 0; t < started; t++) pthread_join(th[t], NULL);
     for (int t = 0; t < started; t++) free(w[t].pend);
     free(w), free(th), free(counters);
-    const char *e = rt_comm_error(r->comm);
-    if (e) {
-        say(err, err_n, "step %llu: %s", (unsigned long long)r->steps + 1, e);
+    char end_err[512] = "";
+    int end_rc = rt_backend_step_end(r->be, end_err, sizeof end_err);
+    const char *e = rt_backend_error(r->be);
+    if (e || end_rc) {
+        say(err, err_n, "step %llu: %s", (unsigned long long)r->steps + 1, e ? e : end_err);
         return -1;
     }
     r->steps++;
-    *loss = read_loss(r);
-    return 0;
+    return read_loss(r, loss, err, err_n);
 }
 
 /* ---- setting up ---- */
@@ -562,53 +612,67 @@ static int check_supported(const plan *p, char *err, size_t err_n) {
     return 0;
 }
 
-static void init_state(rt_run *r, rt_rank *rk) {
+// Draws the params of rank rk (optimizer state stays zero: arenas start zeroed).
+static int init_state(rt_run *r, rt_rank *rk, char *err, size_t err_n) {
     const plan_program *pg = rk->pg;
     for (uint32_t bi = 0; bi < pg->n_buffers; bi++) {
         const plan_buffer *b = &pg->buffers[bi];
         if (!(b->flags & PLAN_BUF_PERSIST) || b->tensor == PLAN_NONE) continue;
         const plan_tensor *t = &r->p->tensors[b->tensor];
-        if (t->kind != 1 && t->kind != 4) continue; // params and optimizer state
-        for (uint32_t l = 0; l < b->layer_slots; l++)
-            for (uint32_t m = 0; m < b->mb_slots; m++) {
-                rt_view v;
-                rt_buffer_view(r, rk, bi, m, l, &v);
-                if (t->kind == 1) rt_init_param(t, r->o.seed, b->layer_base + l, &v);
-                else memset(v.data, 0, b->bytes);
-            }
+        if (t->kind != PLAN_T_PARAM) continue;
+        for (uint32_t l = 0; l < b->layer_slots; l++) {
+            rt_view v;
+            staged_view(r, rk, bi, &v);
+            rt_init_param(t, r->o.seed, b->layer_base + l, &v);
+            for (uint32_t m = 0; m < b->mb_slots; m++)
+                if (rt_buffer_write(r, rk, bi, m, l, r->stage, err, err_n)) return -1;
+        }
     }
+    return 0;
+}
+
+// The largest buffer slot of any program (the staging buffer's size).
+static uint64_t largest_slot(const plan *p) {
+    uint64_t n = 8;
+    for (uint32_t k = 0; k < p->n_programs; k++)
+        for (uint32_t bi = 0; bi < p->programs[k].n_buffers; bi++)
+            if (p->programs[k].buffers[bi].bytes > n) n = p->programs[k].buffers[bi].bytes;
+    return n;
+}
+
+static rt_backend *backend_init(const plan *p, const rt_options *o, char *err, size_t err_n) {
+    const char *name = o->backend ? o->backend : "cpu";
+    uint32_t n_events = 1;
+    for (uint32_t k = 0; k < p->n_programs; k++)
+        if (p->programs[k].n_events > n_events) n_events = p->programs[k].n_events;
+    bool serial = !strcmp(name, "cpu-serial");
+    if (serial || !strcmp(name, "cpu"))
+        return rt_backend_cpu_init((int)p->meta.world, max_streams(p), n_events, o->timeout_s, serial, err, err_n);
+    say(err, err_n, "no backend named \"%s\" (this build has: cpu, cpu-serial)", name);
+    return NULL;
 }
 
 int rt_run_init(rt_run *r, const plan *p, const rt_options *o, char *err, size_t err_n) {
     memset(r, 0, sizeof *r);
     r->p = p, r->o = *o, r->world = (int)p->meta.world;
-    // One BLAS thread per call: the ranks are the parallelism, and a GEMM then sums in the same
-    // order on every run (a resumed run equals an uninterrupted one bit for bit).
-    openblas_set_num_threads(1);
     if (check_supported(p, err, err_n)) return -1;
     r->ranks = calloc((size_t)r->world, sizeof *r->ranks);
     r->loss_bufs = calloc(p->n_programs ? p->n_programs : 1, sizeof *r->loss_bufs);
-    uint32_t n_events = 1;
-    for (uint32_t k = 0; k < p->n_programs; k++)
-        if (p->programs[k].n_events > n_events) n_events = p->programs[k].n_events;
-    r->comm = rt_comm_new(r->world * (int)max_streams(p), r->world, n_events, o->timeout_s);
-    if (!r->ranks || !r->loss_bufs || !r->comm) goto oom;
-    if (find_loss_buffers(r, err, err_n)) goto fail;
+    r->stage_bytes = largest_slot(p);
+    r->stage = r->stage_bytes <= SIZE_MAX ? malloc((size_t)r->stage_bytes) : NULL;
+    if (!r->ranks || !r->loss_bufs || !r->stage) {
+        say(err, err_n, "out of memory setting up %d ranks", r->world);
+        goto fail;
+    }
+    if (!(r->be = backend_init(p, o, err, err_n)) || find_loss_buffers(r, err, err_n)) goto fail;
     for (int q = 0; q < r->world; q++) {
         rt_rank *rk = &r->ranks[q];
         rk->rank = q;
         rk->pg = &p->programs[p->ranks[q].program];
         for (int a = (int)p->meta.n_axes - 1, rest = q; a >= 0; a--) rk->coord[a] = (uint32_t)rest % p->meta.mesh[a], rest /= (int)p->meta.mesh[a];
-        rk->arena = calloc(1, rk->pg->arena_bytes ? rk->pg->arena_bytes : 1);
-        if (!rk->arena) {
-            say(err, err_n, "rank %d: cannot allocate its arena of %llu bytes", q, (unsigned long long)rk->pg->arena_bytes);
-            goto fail;
-        }
-        init_state(r, rk);
+        if (!(rk->arena = rt_backend_arena_alloc(r->be, q, rk->pg->arena_bytes, err, err_n)) || init_state(r, rk, err, err_n)) goto fail;
     }
     return 0;
-oom:
-    say(err, err_n, "out of memory setting up %d ranks", r->world);
 fail:
     rt_run_free(r);
     return -1;
@@ -616,9 +680,10 @@ fail:
 
 void rt_run_free(rt_run *r) {
     if (!r) return;
-    for (int q = 0; r->ranks && q < r->world; q++) free(r->ranks[q].arena);
+    for (int q = 0; r->ranks && q < r->world; q++) rt_backend_arena_free(r->be, q, r->ranks[q].arena);
     free(r->ranks);
     free(r->loss_bufs);
-    rt_comm_free(r->comm);
+    free(r->stage);
+    rt_backend_free(r->be);
     memset(r, 0, sizeof *r);
 }

@@ -46,7 +46,11 @@ static void usage(FILE *f) {
             "Runs a plan that plancc compiled for training steps. The cpu backend runs every rank of\n"
             "the plan as threads of this process.\n"
             "\n"
-            "  --backend cpu|cuda  the backend (default cpu; cuda comes with the CUDA runtime issue)\n"
+            "  --backend cpu|cpu-serial|cuda\n"
+            "                      the backend (default cpu: every stream of every rank a thread;\n"
+            "                      cpu-serial: one thread per rank issues all its streams in\n"
+            "                      program order, as the cuda backend does; cuda comes with the\n"
+            "                      CUDA runtime issue)\n"
             "  --steps N           training steps (default 10)\n"
             "  --seed S            seed of the initializers, synthetic data and dropout (default 1)\n"
             "  --data FILE         a token file (uint16, nanoGPT's train.bin) for tokens/targets inputs;\n"
@@ -127,8 +131,8 @@ static int parse_args(int argc, char **argv, options *o) {
         return EXIT_USAGE;
     }
     o->plan = argv[optind];
-    if (strcmp(o->backend, "cpu") && strcmp(o->backend, "cuda")) {
-        fprintf(stderr, "planrun: --backend is cpu or cuda, not \"%s\"\n", o->backend);
+    if (strcmp(o->backend, "cpu") && strcmp(o->backend, "cpu-serial") && strcmp(o->backend, "cuda")) {
+        fprintf(stderr, "planrun: --backend is cpu, cpu-serial or cuda, not \"%s\"\n", o->backend);
         return EXIT_USAGE;
     }
     return 0;
@@ -183,7 +187,7 @@ static int run(const options *o, const plan *p) {
         rt_corpus_free(&corpus);
         return EXIT_FILE;
     }
-    rt_options ro = {.seed = o->seed, .timeout_s = o->timeout_s, .corpus = &corpus};
+    rt_options ro = {.backend = o->backend, .seed = o->seed, .timeout_s = o->timeout_s, .corpus = &corpus};
     rt_run r;
     if (rt_run_init(&r, p, &ro, err, sizeof err)) {
         fprintf(stderr, "planrun: %s: %s\n", o->plan, err);

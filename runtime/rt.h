@@ -210,6 +210,121 @@ int rt_comm_p2p(rt_comm *c, int thread, int rank, rt_p2p *items, int n);
 int rt_comm_coll(rt_comm *c, int thread, uint64_t key, uint64_t seq, int n_members, int me,
                  const rt_coll_member *mine, bool is_int, const char *what);
 
+/* ---- backend.c: the backend interface ----
+ *
+ * The interpreter (interp.c) decides what runs, in which order, on which stream, with which
+ * buffers; a backend runs it. A backend is a struct of function pointers (ggml's pattern), one
+ * per thing the interpreter asks for, filled with designated initializers by the backend's init
+ * function (rt_backend_cpu_init; the CUDA backend's rt_backend_cuda_init, once it exists). The
+ * interpreter calls them only through the rt_backend_* wrappers below, which check the handle
+ * and skip an optional entry that is NULL.
+ *
+ * Memory: every rank's arena is one allocation (arena_alloc), and every pointer the interpreter
+ * passes back (a kernel's views, a copy's or collective's operands) points into an arena, so a
+ * backend may hand out device memory: the interpreter never dereferences it. Host data (initial
+ * parameters, inputs, the loss, safetensors files) crosses with upload and download.
+ *
+ * Issue model: with thread_per_stream, the interpreter runs every stream of every rank on a host
+ * thread of its own, and each call returns when its work is done (the CPU backend: a collective
+ * blocks until its group has arrived). Without it, one host thread per rank walks the program
+ * and issues the work of all its streams in program order, and a call may return before its work
+ * is done (CUDA: kernels and NCCL calls enqueued on the stream named in rt_exec; record and wait
+ * are cudaEventRecord and cudaStreamWaitEvent, which need no ordinals); step_end then waits.
+ *
+ * Errors: every entry returns 0, or -1 with a message in err; the interpreter adds the rank,
+ * stream and instruction. fail() makes every other thread of the run give up (the first failure
+ * wins, error() returns it); a blocked call returns -1 when it sees a failure.
+ *
+ * Required: name, arena_alloc, arena_free, upload, download, kernel, copy, p2p, coll, record,
+ * wait, fail, error. Optional (NULL: nothing to do): step_begin, step_end, thread_exit, free. */
+
+// Who issues a call: the host thread (0 .. ranks x streams - 1), the rank, and the stream the
+// work belongs to.
+typedef struct rt_exec {
+    int thread, rank, stream;
+} rt_exec;
+
+// One collective instruction as a member issues it. The group instance is (group, instance):
+// instance is the lowest member rank for a mesh-axis group, UINT32_MAX for an explicit group;
+// seq counts this member's collectives on the instance, from 1, in program order.
+typedef struct rt_coll {
+    uint32_t kind;                  // pcc_coll: all_reduce, all_gather, reduce_scatter, all_to_all, send_recv, broadcast
+    uint32_t group, instance;
+    uint64_t seq;
+    int n_members, me;              // the group's size and this member's index in it (ascending ranks)
+    rt_coll_member mine;
+    uint8_t dtype;                  // plan dtype of the elements
+    const char *what;               // the instruction, for messages
+} rt_coll;
+
+typedef struct rt_backend rt_backend;
+struct rt_backend {
+    const char *name;               // "cpu", "cuda"
+    bool thread_per_stream;         // see the issue model above
+    void *ctx;                      // the backend's own state
+
+    // An arena of `bytes` (zeroed) for rank; NULL with a message when it cannot.
+    void *(*arena_alloc)(rt_backend *b, int rank, uint64_t bytes, char *err, size_t err_n);
+    void (*arena_free)(rt_backend *b, int rank, void *arena);           // accepts NULL
+    // Copies between host memory and an arena (dst or src inside rank's arena), synchronously.
+    int (*upload)(rt_backend *b, int rank, void *dst, const void *src, uint64_t bytes, char *err, size_t err_n);
+    int (*download)(rt_backend *b, int rank, void *dst, const void *src, uint64_t bytes, char *err, size_t err_n);
+
+    // Runs one operator (rt_kernel; its views point into the arena).
+    int (*kernel)(rt_backend *b, const rt_exec *x, const rt_kernel *k, char *err, size_t err_n);
+    // A local copy: with boxes, dst (holding db) becomes the part of src (holding sb) inside db,
+    // zero elsewhere; with src NULL, dst becomes zero; with db and sb NULL, `bytes` bytes are
+    // copied as they are. Elements are f32, or i32 when is_int.
+    int (*copy)(rt_backend *b, const rt_exec *x, void *dst, const rt_box *db, const void *src, const rt_box *sb,
+                uint64_t bytes, bool is_int, char *err, size_t err_n);
+    // A group of sends and receives (one stream's run of them; rt_p2p).
+    int (*p2p)(rt_backend *b, const rt_exec *x, rt_p2p *items, int n, char *err, size_t err_n);
+    // One member's part of a collective.
+    int (*coll)(rt_backend *b, const rt_exec *x, const rt_coll *c, char *err, size_t err_n);
+    // Events of a rank: record marks ordinal k of event e on x's stream; wait makes x's stream
+    // wait for ordinal k (the record that precedes the wait in program order). `what` names the
+    // waiting instruction for a deadlock report.
+    int (*record)(rt_backend *b, const rt_exec *x, uint32_t event, uint64_t ordinal, char *err, size_t err_n);
+    int (*wait)(rt_backend *b, const rt_exec *x, uint32_t event, uint64_t ordinal, const char *what, char *err, size_t err_n);
+
+    // A step starts with n_threads host threads live; each calls thread_exit when its walk ends.
+    void (*step_begin)(rt_backend *b, int n_threads);
+    void (*thread_exit)(rt_backend *b, int thread);
+    // After every thread has ended: the step's work is complete (0) or failed (-1).
+    int (*step_end)(rt_backend *b, char *err, size_t err_n);
+    // Stops every other thread with msg (the first failure wins); error() is that message or NULL.
+    void (*fail)(rt_backend *b, const char *msg);
+    const char *(*error)(rt_backend *b);
+    void (*free)(rt_backend *b);    // frees b itself too
+};
+
+// The CPU backend (cpu/backend.c): n_ranks ranks as threads of this process with in-process
+// communication (comm.c), up to `streams` streams per rank and `events` events per rank; a
+// blocked stream gives up after timeout_s. serial: one thread per rank issues every stream (the
+// walker path of an asynchronous backend), each call still blocking. NULL with a message when
+// out of memory.
+rt_backend *rt_backend_cpu_init(int n_ranks, uint32_t streams, uint32_t events, double timeout_s, bool serial, char *err, size_t err_n);
+
+// The dispatch wrappers: -1 with a message when b or a required entry is missing, else the
+// entry's result. rt_backend_fail returns -1 (for `return rt_backend_fail(...)`).
+void *rt_backend_arena_alloc(rt_backend *b, int rank, uint64_t bytes, char *err, size_t err_n);
+void rt_backend_arena_free(rt_backend *b, int rank, void *arena);
+int rt_backend_upload(rt_backend *b, int rank, void *dst, const void *src, uint64_t bytes, char *err, size_t err_n);
+int rt_backend_download(rt_backend *b, int rank, void *dst, const void *src, uint64_t bytes, char *err, size_t err_n);
+int rt_backend_kernel(rt_backend *b, const rt_exec *x, const rt_kernel *k, char *err, size_t err_n);
+int rt_backend_copy(rt_backend *b, const rt_exec *x, void *dst, const rt_box *db, const void *src, const rt_box *sb,
+                    uint64_t bytes, bool is_int, char *err, size_t err_n);
+int rt_backend_p2p(rt_backend *b, const rt_exec *x, rt_p2p *items, int n, char *err, size_t err_n);
+int rt_backend_coll(rt_backend *b, const rt_exec *x, const rt_coll *c, char *err, size_t err_n);
+int rt_backend_record(rt_backend *b, const rt_exec *x, uint32_t event, uint64_t ordinal, char *err, size_t err_n);
+int rt_backend_wait(rt_backend *b, const rt_exec *x, uint32_t event, uint64_t ordinal, const char *what, char *err, size_t err_n);
+void rt_backend_step_begin(rt_backend *b, int n_threads);
+void rt_backend_thread_exit(rt_backend *b, int thread);
+int rt_backend_step_end(rt_backend *b, char *err, size_t err_n);
+int rt_backend_fail(rt_backend *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+const char *rt_backend_error(rt_backend *b);
+void rt_backend_free(rt_backend *b); // accepts NULL
+
 /* ---- interp.c: the interpreter ----
  *
  * A run holds every rank of the plan that this process executes (the CPU backend: all of them)
@@ -217,6 +332,7 @@ int rt_comm_coll(rt_comm *c, int thread, uint64_t key, uint64_t seq, int n_membe
  * accumulators, and runs every stream of every rank as a thread that walks its program with the
  * loops expanded. */
 typedef struct rt_options {
+    const char *backend;            // "cpu" (NULL: cpu)
     uint64_t seed;                  // initializers, synthetic data, dropout
     double timeout_s;               // a blocked stream gives up after this long
     const rt_corpus *corpus;        // NULL: synthetic tokens
@@ -226,7 +342,7 @@ typedef struct rt_rank {
     int rank;
     uint32_t coord[PLAN_MAX_AXES];
     const plan_program *pg;
-    uint8_t *arena;                 // pg->arena_bytes
+    uint8_t *arena;                 // pg->arena_bytes, the backend's memory (never dereferenced here)
 } rt_rank;
 
 typedef struct rt_run {
@@ -234,22 +350,27 @@ typedef struct rt_run {
     rt_options o;
     int world;
     rt_rank *ranks;
-    rt_comm *comm;
+    rt_backend *be;                 // owned by the run
     uint64_t steps;                 // steps run so far
     uint32_t *loss_bufs;            // per program: the buffer the loss is read from, or PLAN_NONE
+    void *stage;                    // host staging, as large as the largest buffer slot
+    uint64_t stage_bytes;
 } rt_run;
 
-// Checks that this backend can run p (dtypes, inputs' micro-batch slots, the loss buffer),
-// allocates every rank's arena and initializes the parameters (optimizer state: zero). -1 with
-// a message otherwise; *r is then freed.
+// Starts the backend o->backend names, checks that it can run p (dtypes, inputs' micro-batch
+// slots, the loss buffer), allocates every rank's arena and initializes the parameters
+// (optimizer state: zero). -1 with a message otherwise; *r is then freed.
 int rt_run_init(rt_run *r, const plan *p, const rt_options *o, char *err, size_t err_n);
 // Runs one training step; *loss is the step's loss (the mean over micro-batches; NAN when the
 // plan has none). -1 with the failing rank, stream and instruction in err.
 int rt_run_step(rt_run *r, double *loss, char *err, size_t err_n);
 void rt_run_free(rt_run *r); // accepts a zeroed run
 // The view of buffer b of rank rk for micro-batch mb and layer slot l (local piece, logical
-// shape; a scratch buffer is a flat f32 vector).
+// shape; a scratch buffer is a flat f32 vector). Its data points into the backend's arena.
 void rt_buffer_view(const rt_run *r, const rt_rank *rk, uint32_t b, uint32_t mb, uint32_t l, rt_view *v);
+// The same slot's bytes copied to host memory (read: into host, b's bytes) or from it (write).
+int rt_buffer_read(const rt_run *r, const rt_rank *rk, uint32_t b, uint32_t mb, uint32_t l, void *host, char *err, size_t err_n);
+int rt_buffer_write(const rt_run *r, const rt_rank *rk, uint32_t b, uint32_t mb, uint32_t l, const void *host, char *err, size_t err_n);
 // The piece of tensor t that shard s names on the rank with coordinates coord.
 void rt_shard_box(const plan *p, const plan_tensor *t, plan_shard s, const uint32_t *coord, rt_box *box);
 

@@ -30,20 +30,27 @@ static bool saved_kind(const plan_tensor *t, bool state) {
     return t->dtype == 0 && (t->kind == 1 || (state && t->kind == 4));
 }
 
-// Calls fn for every persistent buffer slot of tensor ti, copy c, on every rank.
+// Calls fn for every persistent buffer slot of tensor ti, copy c, on every rank, with the
+// slot's data in the run's host staging buffer: downloaded before fn (gather), or uploaded
+// after it (load).
 typedef void (*piece_fn)(void *ctx, const rt_view *v);
-static void for_each_piece(const rt_run *r, uint32_t ti, uint32_t c, piece_fn fn, void *ctx) {
+static int for_each_piece(const rt_run *r, uint32_t ti, uint32_t c, bool load, piece_fn fn, void *ctx, char *err, size_t err_n) {
     for (int q = 0; q < r->world; q++) {
         const rt_rank *rk = &r->ranks[q];
         for (uint32_t bi = 0; bi < rk->pg->n_buffers; bi++) {
             const plan_buffer *b = &rk->pg->buffers[bi];
             if (b->tensor != ti || !(b->flags & PLAN_BUF_PERSIST)) continue;
             if (c < b->layer_base || c >= b->layer_base + b->layer_slots) continue;
+            uint32_t l = c - b->layer_base;
             rt_view v;
-            rt_buffer_view(r, rk, bi, 0, c - b->layer_base, &v);
+            rt_buffer_view(r, rk, bi, 0, l, &v);
+            v.data = r->stage;
+            if (!load && rt_buffer_read(r, rk, bi, 0, l, r->stage, err, err_n)) return -1;
             fn(ctx, &v);
+            if (load && rt_buffer_write(r, rk, bi, 0, l, r->stage, err, err_n)) return -1;
         }
     }
+    return 0;
 }
 
 typedef struct { rt_named *t; bool load; uint8_t *seen; } piece_ctx;
@@ -87,7 +94,11 @@ int rt_gather(const rt_run *r, bool state, rt_named **out, int *n, char *err, si
             uint8_t *seen = calloc((size_t)x->n, 1);
             if (!x->name || !x->data || !seen) { free(seen); rt_named_free(v, k + 1); goto oom; }
             piece_ctx ctx = {x, false, seen};
-            for_each_piece(r, ti, c, copy_piece, &ctx);
+            if (for_each_piece(r, ti, c, false, copy_piece, &ctx, err, err_n)) {
+                free(seen);
+                rt_named_free(v, k + 1);
+                return -1;
+            }
             int64_t missing = 0;
             for (int64_t i = 0; i < x->n; i++) missing += !seen[i];
             free(seen);
@@ -254,7 +265,7 @@ int rt_load(rt_run *r, const char *path, char *err, size_t err_n) {
             if (!d) { rc = -1; break; }
             memcpy(v[k].data, d, (size_t)v[k].n * 4);
             piece_ctx ctx = {&v[k], true, NULL};
-            for_each_piece(r, ti, c, copy_piece, &ctx);
+            rc = for_each_piece(r, ti, c, true, copy_piece, &ctx, err, err_n);
         }
     }
     st_close(&s);

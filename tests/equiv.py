@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Equivalence: every parallel plan trains exactly like the one-device plan.
 
-usage: equiv.py PLANCC PLANRUN SOURCE_ROOT [MODEL...]
+usage: equiv.py [--backend B] PLANCC PLANRUN SOURCE_ROOT [MODEL...]
 
 For mlp, gpt-tiny, cnn-small and dlrm-small (dlrm.json with small tables; or the models named), on 1, 2, 4 and 8 CPU ranks
 (models/clusters/cpu.json), for every strategy family plancc offers (DP, TP, PP with 1F1B and
@@ -18,6 +18,8 @@ planrun's cpu backend, and check that
 The initialization and data are identical by construction (keyed by tensor name and global
 element index). A strategy plancc refuses for a model (exit 2: dp does not divide the batch,
 more stages than layers) is reported as skipped, with plancc's reason.
+With --backend B the parallel plans run on planrun's backend B (cpu-serial: one thread per
+rank issues every stream, the cuda backend's walker path); the reference always runs on cpu.
 """
 import os
 import subprocess
@@ -60,8 +62,9 @@ def losses(path):
 
 
 class Case:
-    def __init__(self, plancc, planrun, root, tmp):
+    def __init__(self, plancc, planrun, root, tmp, backend):
         self.plancc, self.planrun, self.root, self.tmp = plancc, planrun, root, tmp
+        self.backend = backend  # the parallel plans' backend; the one-device reference runs on cpu
         self.refs = {}
 
     def compile(self, model, n, opts, out):
@@ -104,7 +107,7 @@ class Case:
             failed += 1
             return
         p = run(self.planrun, base + ".plan", "--steps", STEPS, "--quiet", "--losses", base + ".loss",
-                "--compare", ref[1], "--rtol", RTOL, "--atol", ATOL)
+                "--compare", ref[1], "--rtol", RTOL, "--atol", ATOL, "--backend", self.backend)
         if p.returncode not in (0, 7):
             failed += 1
             print(f"FAIL {name}: planrun exits {p.returncode}\n{p.stderr[-2000:]}")
@@ -126,13 +129,17 @@ class Case:
 
 
 def main():
-    if len(sys.argv) < 4:
+    args = sys.argv[1:]
+    backend = "cpu"
+    if args[:1] == ["--backend"] and len(args) > 1:
+        backend, args = args[1], args[2:]
+    if len(args) < 3:
         print(__doc__)
         return 2
-    plancc, planrun, root = sys.argv[1:4]
-    models = sys.argv[4:] or MODELS
+    plancc, planrun, root = args[:3]
+    models = args[3:] or MODELS
     with tempfile.TemporaryDirectory() as tmp:
-        c = Case(plancc, planrun, root, tmp)
+        c = Case(plancc, planrun, root, tmp, backend)
         for model in models:
             for n in (1, 2, 4, 8):
                 for opts in strategies(n):
