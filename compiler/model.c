@@ -362,6 +362,9 @@ static pcc_status load_attrs(loader *L, pcc_op *op, const pcc_json *v, const cha
     if ((x = json_get(v, "p")) && (st = json_num(&L->r, x, P("p"), 0, 1, &a->p))) return st;
     if (a->p >= 1) return diag(file_of(L), P("p"), "dropout probability must be below 1");
     if ((x = json_get(v, "seed")) && (st = json_int(&L->r, x, P("seed"), 0, INT64_MAX / 2, &a->seed))) return st;
+    // Without a seed, a dropout's seed comes from where it is in the file (its attrs' JSON
+    // pointer), so two dropouts never share a mask unless the model says so.
+    if (!x && op->kind == PCC_OP_DROPOUT) a->seed = (int64_t)(plan_fnv1a64(ptr, strlen(ptr)) % (uint64_t)(INT64_MAX / 2));
     if ((x = json_get(v, "causal")) && (st = json_bool(&L->r, x, P("causal"), &a->causal))) return st;
     if ((x = json_get(v, "axis")) && (st = load_axis(L, x, P("axis"), rank, &a->axis))) return st;
     if ((x = json_get(v, "start")) && (st = json_int(&L->r, x, P("start"), 0, MAX_DIM_SIZE, &a->start))) return st;

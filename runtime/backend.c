@@ -100,6 +100,11 @@ const char *rt_backend_error(rt_backend *b) {
     return b->error ? b->error(b) : NULL;
 }
 
+int rt_backend_host_sum(rt_backend *b, double *v, int n, char *err, size_t err_n) {
+    if (!b) return missing(b, "host_sum", err, err_n);
+    return b->host_sum ? b->host_sum(b, v, n, err, err_n) : 0;
+}
+
 void rt_backend_free(rt_backend *b) {
     if (b && b->free) b->free(b);
 }

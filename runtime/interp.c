@@ -490,7 +490,7 @@ static int read_loss(const rt_run *r, double *loss, char *err, size_t err_n) {
     for (int q = 0; q < r->world; q++) {
         const rt_rank *rk = &r->ranks[q];
         uint32_t bi = r->loss_bufs[p->ranks[q].program];
-        if (bi == PLAN_NONE) continue;
+        if (bi == PLAN_NONE || !rk->local) continue;
         const plan_buffer *b = &rk->pg->buffers[bi];
         bool counted = true;
         for (uint32_t a = 0; a < p->meta.n_axes; a++)
@@ -502,6 +502,7 @@ static int read_loss(const rt_run *r, double *loss, char *err, size_t err_n) {
             sum += x;
         }
     }
+    if (rt_backend_host_sum(r->be, &sum, 1, err, err_n)) return -1;
     *loss = sum / p->meta.micro_batches;
     return 0;
 }
@@ -509,7 +510,7 @@ static int read_loss(const rt_run *r, double *loss, char *err, size_t err_n) {
 int rt_run_step(rt_run *r, double *loss, char *err, size_t err_n) {
     *loss = NAN;
     for (int q = 0; q < r->world; q++)
-        if (prepare_rank(r, &r->ranks[q], err, err_n)) return -1;
+        if (r->ranks[q].local && prepare_rank(r, &r->ranks[q], err, err_n)) return -1;
     // One walker per stream of every rank (thread_per_stream), else one per rank.
     bool per_stream = r->be->thread_per_stream;
     uint32_t ns = per_stream ? max_streams(r->p) : 1;
@@ -526,11 +527,11 @@ int rt_run_step(rt_run *r, double *loss, char *err, size_t err_n) {
         return -1;
     }
     int live = 0;
-    for (int q = 0; q < r->world; q++) live += per_stream ? (int)r->ranks[q].pg->n_streams : 1;
+    for (int q = 0; q < r->world; q++) live += !r->ranks[q].local ? 0 : per_stream ? (int)r->ranks[q].pg->n_streams : 1;
     rt_backend_step_begin(r->be, live);
     uint64_t *c = counters;
     for (int q = 0; q < r->world; q++)
-        for (uint32_t s = 0; s < (per_stream ? r->ranks[q].pg->n_streams : 1); s++) {
+        for (uint32_t s = 0; r->ranks[q].local && s < (per_stream ? r->ranks[q].pg->n_streams : 1); s++) {
             walker *x = &w[started];
             *x = (walker){.run = r, .rk = &r->ranks[q], .stream = per_stream ? (int)s : -1, .thread = q * (int)ns + (int)s};
             x->ev_seen = c, c += n_events;
@@ -655,6 +656,10 @@ static rt_backend *backend_init(const plan *p, const rt_options *o, char *err, s
 int rt_run_init(rt_run *r, const plan *p, const rt_options *o, char *err, size_t err_n) {
     memset(r, 0, sizeof *r);
     r->p = p, r->o = *o, r->world = (int)p->meta.world;
+    if (o->one_rank && (o->rank < 0 || o->rank >= r->world)) {
+        say(err, err_n, "rank %d is outside the plan's %d ranks", o->rank, r->world);
+        return -1;
+    }
     if (check_supported(p, err, err_n)) return -1;
     r->ranks = calloc((size_t)r->world, sizeof *r->ranks);
     r->loss_bufs = calloc(p->n_programs ? p->n_programs : 1, sizeof *r->loss_bufs);
@@ -669,7 +674,9 @@ int rt_run_init(rt_run *r, const plan *p, const rt_options *o, char *err, size_t
         rt_rank *rk = &r->ranks[q];
         rk->rank = q;
         rk->pg = &p->programs[p->ranks[q].program];
+        rk->local = !o->one_rank || q == o->rank;
         for (int a = (int)p->meta.n_axes - 1, rest = q; a >= 0; a--) rk->coord[a] = (uint32_t)rest % p->meta.mesh[a], rest /= (int)p->meta.mesh[a];
+        if (!rk->local) continue;
         if (!(rk->arena = rt_backend_arena_alloc(r->be, q, rk->pg->arena_bytes, err, err_n)) || init_state(r, rk, err, err_n)) goto fail;
     }
     return 0;

@@ -236,7 +236,8 @@ int rt_comm_coll(rt_comm *c, int thread, uint64_t key, uint64_t seq, int n_membe
  * wins, error() returns it); a blocked call returns -1 when it sees a failure.
  *
  * Required: name, arena_alloc, arena_free, upload, download, kernel, copy, p2p, coll, record,
- * wait, fail, error. Optional (NULL: nothing to do): step_begin, step_end, thread_exit, free. */
+ * wait, fail, error. Optional (NULL: nothing to do): step_begin, step_end, thread_exit,
+ * host_sum, free. */
 
 // Who issues a call: the host thread (0 .. ranks x streams - 1), the rank, and the stream the
 // work belongs to.
@@ -295,6 +296,9 @@ struct rt_backend {
     // Stops every other thread with msg (the first failure wins); error() is that message or NULL.
     void (*fail)(rt_backend *b, const char *msg);
     const char *(*error)(rt_backend *b);
+    // Sums n host doubles over every process of the run, in place (the step's loss when each
+    // process runs one rank). NULL: this process runs every rank, nothing to sum.
+    int (*host_sum)(rt_backend *b, double *v, int n, char *err, size_t err_n);
     void (*free)(rt_backend *b);    // frees b itself too
 };
 
@@ -323,16 +327,20 @@ void rt_backend_thread_exit(rt_backend *b, int thread);
 int rt_backend_step_end(rt_backend *b, char *err, size_t err_n);
 int rt_backend_fail(rt_backend *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 const char *rt_backend_error(rt_backend *b);
+int rt_backend_host_sum(rt_backend *b, double *v, int n, char *err, size_t err_n);
 void rt_backend_free(rt_backend *b); // accepts NULL
 
 /* ---- interp.c: the interpreter ----
  *
- * A run holds every rank of the plan that this process executes (the CPU backend: all of them)
- * with its arena, allocated once at the plan's exact size. A step fills the inputs, zeroes the
+ * A run holds every rank of the plan; the ones this process executes (the CPU backend: all of
+ * them; a GPU backend: its own) are local and have their arena, allocated once at the plan's
+ * exact size. The plan is read whole: every rank's program says who holds what. A step fills the inputs, zeroes the
  * accumulators, and runs every stream of every rank as a thread that walks its program with the
  * loops expanded. */
 typedef struct rt_options {
-    const char *backend;            // "cpu" (NULL: cpu)
+    const char *backend;            // "cpu", "cpu-serial" (NULL: cpu)
+    bool one_rank;                  // this process runs only rank `rank` (one process per GPU);
+    int rank;                       // false: every rank of the plan (the cpu backend)
     uint64_t seed;                  // initializers, synthetic data, dropout
     double timeout_s;               // a blocked stream gives up after this long
     const rt_corpus *corpus;        // NULL: synthetic tokens
@@ -340,6 +348,7 @@ typedef struct rt_options {
 
 typedef struct rt_rank {
     int rank;
+    bool local;                     // this process runs it (else only its coordinates are used)
     uint32_t coord[PLAN_MAX_AXES];
     const plan_program *pg;
     uint8_t *arena;                 // pg->arena_bytes, the backend's memory (never dereferenced here)
@@ -358,8 +367,9 @@ typedef struct rt_run {
 } rt_run;
 
 // Starts the backend o->backend names, checks that it can run p (dtypes, inputs' micro-batch
-// slots, the loss buffer), allocates every rank's arena and initializes the parameters
-// (optimizer state: zero). -1 with a message otherwise; *r is then freed.
+// slots, the loss buffer), allocates every local rank's arena and initializes its parameters
+// (optimizer state: zero). p must be read whole (plan_read with rank -1). -1 with a message
+// otherwise; *r is then freed.
 int rt_run_init(rt_run *r, const plan *p, const rt_options *o, char *err, size_t err_n);
 // Runs one training step; *loss is the step's loss (the mean over micro-batches; NAN when the
 // plan has none). -1 with the failing rank, stream and instruction in err.

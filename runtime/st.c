@@ -37,7 +37,7 @@ typedef void (*piece_fn)(void *ctx, const rt_view *v);
 static int for_each_piece(const rt_run *r, uint32_t ti, uint32_t c, bool load, piece_fn fn, void *ctx, char *err, size_t err_n) {
     for (int q = 0; q < r->world; q++) {
         const rt_rank *rk = &r->ranks[q];
-        for (uint32_t bi = 0; bi < rk->pg->n_buffers; bi++) {
+        for (uint32_t bi = 0; rk->local && bi < rk->pg->n_buffers; bi++) {
             const plan_buffer *b = &rk->pg->buffers[bi];
             if (b->tensor != ti || !(b->flags & PLAN_BUF_PERSIST)) continue;
             if (c < b->layer_base || c >= b->layer_base + b->layer_slots) continue;
