@@ -47,9 +47,9 @@ int rt_backend_kernel(rt_backend *b, const rt_exec *x, const rt_kernel *k, char 
 }
 
 int rt_backend_copy(rt_backend *b, const rt_exec *x, void *dst, const rt_box *db, const void *src, const rt_box *sb,
-                    uint64_t bytes, bool is_int, char *err, size_t err_n) {
+                    uint64_t bytes, uint32_t dtype, char *err, size_t err_n) {
     REQUIRE(copy);
-    return b->copy(b, x, dst, db, src, sb, bytes, is_int, err, err_n);
+    return b->copy(b, x, dst, db, src, sb, bytes, dtype, err, err_n);
 }
 
 int rt_backend_p2p(rt_backend *b, const rt_exec *x, rt_p2p *items, int n, char *err, size_t err_n) {

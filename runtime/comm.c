@@ -308,7 +308,24 @@ static bool cop_done(rt_comm *c, void *arg) {
     return o->done;
 }
 
-void rt_box_add(void *dst, const rt_box *db, const void *src, const rt_box *sb, bool is_int) {
+// dst[0..n) += src[0..n), elements of dtype.
+static void add_run(void *dst, const void *src, int64_t n, uint32_t dtype) {
+    if (dtype == 3) {
+        int32_t *o = dst;
+        const int32_t *s = src;
+        for (int64_t j = 0; j < n; j++) o[j] += s[j];
+    } else if (dtype == RT_DTYPE_F64) {
+        double *o = dst;
+        const double *s = src;
+        for (int64_t j = 0; j < n; j++) o[j] += s[j];
+    } else {
+        float *o = dst;
+        const float *s = src;
+        for (int64_t j = 0; j < n; j++) o[j] += s[j];
+    }
+}
+
+void rt_box_add(void *dst, const rt_box *db, const void *src, const rt_box *sb, uint32_t dtype) {
     int r = db->rank;
     int64_t lo[PLAN_MAX_RANK], hi[PLAN_MAX_RANK];
     for (int d = 0; d < r; d++) {
@@ -318,10 +335,10 @@ void rt_box_add(void *dst, const rt_box *db, const void *src, const rt_box *sb, 
         if (lo[d] >= hi[d]) return;
     }
     if (r == 0) { // a scalar
-        if (is_int) *(int32_t *)dst += *(const int32_t *)src;
-        else *(float *)dst += *(const float *)src;
+        add_run(dst, src, 1, dtype);
         return;
     }
+    size_t es = rt_dtype_bytes(dtype);
     int64_t idx[PLAN_MAX_RANK];
     memcpy(idx, lo, sizeof idx);
     int64_t run = hi[r - 1] - lo[r - 1];
@@ -331,15 +348,7 @@ void rt_box_add(void *dst, const rt_box *db, const void *src, const rt_box *sb, 
             doff = doff * db->shape[d] + (idx[d] - db->start[d]);
             soff = soff * sb->shape[d] + (idx[d] - sb->start[d]);
         }
-        if (is_int) {
-            int32_t *o = (int32_t *)dst + doff;
-            const int32_t *s = (const int32_t *)src + soff;
-            for (int64_t j = 0; j < run; j++) o[j] += s[j];
-        } else {
-            float *o = (float *)dst + doff;
-            const float *s = (const float *)src + soff;
-            for (int64_t j = 0; j < run; j++) o[j] += s[j];
-        }
+        add_run((uint8_t *)dst + (size_t)doff * es, (const uint8_t *)src + (size_t)soff * es, run, dtype);
         int d = r - 2;
         for (; d >= 0; d--) {
             if (++idx[d] < hi[d]) break;
@@ -356,24 +365,25 @@ static int64_t box_numel(const rt_box *b) {
 }
 
 // Runs o (outside the lock: every member is waiting for it and none touches its buffers).
-static int run_cop(const cop *o, bool is_int) {
-    float **tmp = calloc((size_t)o->n, sizeof *tmp);
+static int run_cop(const cop *o, uint32_t dtype) {
+    size_t es = rt_dtype_bytes(dtype);
+    void **tmp = calloc((size_t)o->n, sizeof *tmp);
     if (!tmp) return -1;
     int rc = 0;
     for (int r = 0; r < o->n && !rc; r++) {
-        tmp[r] = calloc((size_t)box_numel(&o->m[r].out_box), 4);
+        tmp[r] = calloc((size_t)box_numel(&o->m[r].out_box), es);
         if (!tmp[r]) rc = -1;
         for (int s = 0; s < o->n && !rc; s++)
-            if (o->m[s].contributes) rt_box_add(tmp[r], &o->m[r].out_box, o->m[s].in, &o->m[s].in_box, is_int);
+            if (o->m[s].contributes) rt_box_add(tmp[r], &o->m[r].out_box, o->m[s].in, &o->m[s].in_box, dtype);
     }
-    for (int r = 0; r < o->n && !rc; r++) memcpy(o->m[r].out, tmp[r], (size_t)box_numel(&o->m[r].out_box) * 4);
+    for (int r = 0; r < o->n && !rc; r++) memcpy(o->m[r].out, tmp[r], (size_t)box_numel(&o->m[r].out_box) * es);
     for (int r = 0; r < o->n; r++) free(tmp[r]);
     free(tmp);
     return rc;
 }
 
 int rt_comm_coll(rt_comm *c, int thread, uint64_t key, uint64_t seq, int n_members, int me,
-                 const rt_coll_member *mine, bool is_int, const char *what) {
+                 const rt_coll_member *mine, uint32_t dtype, const char *what) {
     pthread_mutex_lock(&c->mu);
     cop *o = find_cop(c, key, seq);
     if (!o) {
@@ -397,7 +407,7 @@ int rt_comm_coll(rt_comm *c, int thread, uint64_t key, uint64_t seq, int n_membe
             o->running = true;
             changed(c);
             pthread_mutex_unlock(&c->mu);
-            int bad = run_cop(o, is_int);
+            int bad = run_cop(o, dtype);
             pthread_mutex_lock(&c->mu);
             if (bad) fail_l(c, "out of memory running %s", what);
             o->done = true;

@@ -85,18 +85,23 @@ void rt_corpus_free(rt_corpus *c) {
     if (c) memset(c, 0, sizeof *c);
 }
 
+// Stores x as element li of a float view: f32 (rounded) or f64.
+static inline void put(const rt_view *v, int64_t li, double x) {
+    if (v->dtype == RT_DTYPE_F64) ((double *)v->data)[li] = x;
+    else ((float *)v->data)[li] = (float)x;
+}
+
 void rt_init_param(const plan_tensor *t, uint64_t seed, uint32_t copy, const rt_view *v) {
-    float *x = v->data;
     uint64_t base = rt_key(rt_key(rt_key(seed, DOMAIN_INIT), name_hash(t->name)), copy);
     switch (t->source) {
-    case PLAN_INIT_ONES: RT_FOR_EACH_ELEMENT(v, gi, li, x[li] = 1.0f); break;
+    case PLAN_INIT_ONES: RT_FOR_EACH_ELEMENT(v, gi, li, put(v, li, 1)); break;
     case PLAN_INIT_NORMAL:
-        RT_FOR_EACH_ELEMENT(v, gi, li, x[li] = (float)(t->a + t->b * rt_normal(rt_key(base, (uint64_t)gi))));
+        RT_FOR_EACH_ELEMENT(v, gi, li, put(v, li, t->a + t->b * rt_normal(rt_key(base, (uint64_t)gi))));
         break;
     case PLAN_INIT_UNIFORM:
-        RT_FOR_EACH_ELEMENT(v, gi, li, x[li] = (float)(t->a + (t->b - t->a) * rt_uniform(rt_key(base, (uint64_t)gi))));
+        RT_FOR_EACH_ELEMENT(v, gi, li, put(v, li, t->a + (t->b - t->a) * rt_uniform(rt_key(base, (uint64_t)gi))));
         break;
-    default: RT_FOR_EACH_ELEMENT(v, gi, li, x[li] = 0.0f); break; // zeros
+    default: RT_FOR_EACH_ELEMENT(v, gi, li, put(v, li, 0)); break; // zeros
     }
 }
 
@@ -133,13 +138,12 @@ static int fill_tokens(const plan_tensor *t, uint64_t seed, uint64_t step, uint3
 int rt_fill_input(const plan_tensor *t, uint64_t seed, uint64_t step, uint32_t mb, const rt_corpus *c,
                   const rt_view *v, char *err, size_t err_n) {
     uint64_t base = rt_key(rt_key(rt_key(rt_key(seed, DOMAIN_DATA), name_hash(t->name)), step), mb);
-    float *f = v->data;
     int32_t *i32 = v->data;
     int64_t last = v->rank ? v->full[v->rank - 1] : 1;
     switch (t->source) {
-    case PLAN_DATA_NORMAL: RT_FOR_EACH_ELEMENT(v, gi, li, f[li] = (float)rt_normal(rt_key(base, (uint64_t)gi))); return 0;
+    case PLAN_DATA_NORMAL: RT_FOR_EACH_ELEMENT(v, gi, li, put(v, li, rt_normal(rt_key(base, (uint64_t)gi)))); return 0;
     case PLAN_DATA_BINARY:
-        RT_FOR_EACH_ELEMENT(v, gi, li, f[li] = rt_uniform(rt_key(base, (uint64_t)gi)) < 0.5 ? 0.0f : 1.0f);
+        RT_FOR_EACH_ELEMENT(v, gi, li, put(v, li, rt_uniform(rt_key(base, (uint64_t)gi)) < 0.5 ? 0 : 1));
         return 0;
     case PLAN_DATA_RANDINT:
         RT_FOR_EACH_ELEMENT(v, gi, li, i32[li] = (int32_t)(rt_uniform(rt_key(base, (uint64_t)gi)) * t->a));

@@ -64,10 +64,17 @@ void rt_shard_box(const plan *p, const plan_tensor *t, plan_shard s, const uint3
     }
 }
 
+// With f64 (rk->scale 2) every offset, stride and size is doubled: an f32 element's place holds
+// a double, and an i32 buffer keeps its values in the first half of its doubled place.
 static uint8_t *slot_addr(const rt_rank *rk, const plan_buffer *b, uint32_t mb, uint32_t l) {
-    return rk->arena + b->offset + (uint64_t)(mb % b->mb_slots) * b->mb_stride +
-           (uint64_t)(l % b->layer_slots) * b->layer_stride;
+    return rk->arena + (b->offset + (uint64_t)(mb % b->mb_slots) * b->mb_stride +
+                        (uint64_t)(l % b->layer_slots) * b->layer_stride) * rk->scale;
 }
+
+static uint64_t slot_bytes(const rt_rank *rk, const plan_buffer *b) { return b->bytes * rk->scale; }
+
+// The type buffer b's elements have in the arena (f32 ones are doubles with f64).
+static uint32_t elem_dtype(const rt_rank *rk, const plan_buffer *b) { return b->dtype == 0 && rk->scale == 2 ? RT_DTYPE_F64 : b->dtype; }
 
 static void view_of_box(rt_view *v, const rt_box *box, void *data, uint8_t dtype) {
     memset(v, 0, sizeof *v);
@@ -100,12 +107,12 @@ void rt_buffer_view(const rt_run *r, const rt_rank *rk, uint32_t bi, uint32_t mb
 
 int rt_buffer_read(const rt_run *r, const rt_rank *rk, uint32_t bi, uint32_t mb, uint32_t l, void *host, char *err, size_t err_n) {
     const plan_buffer *b = &rk->pg->buffers[bi];
-    return rt_backend_download(r->be, rk->rank, host, slot_addr(rk, b, mb, l), b->bytes, err, err_n);
+    return rt_backend_download(r->be, rk->rank, host, slot_addr(rk, b, mb, l), slot_bytes(rk, b), err, err_n);
 }
 
 int rt_buffer_write(const rt_run *r, const rt_rank *rk, uint32_t bi, uint32_t mb, uint32_t l, const void *host, char *err, size_t err_n) {
     const plan_buffer *b = &rk->pg->buffers[bi];
-    return rt_backend_upload(r->be, rk->rank, slot_addr(rk, b, mb, l), host, b->bytes, err, err_n);
+    return rt_backend_upload(r->be, rk->rank, slot_addr(rk, b, mb, l), host, slot_bytes(rk, b), err, err_n);
 }
 
 // Inputs and outputs of every operator (runtime/ops.def); out -1: all arguments past the inputs.
@@ -199,7 +206,7 @@ static int do_p2p(walker *w, uint32_t i, uint32_t mb, uint32_t layer, uint64_t s
     pending *p = &w->pend[w->n_pend++];
     uint32_t b = w->rk->pg->args[in->args];
     p->item = (rt_p2p){.send = in->kind == PLAN_I_SEND, .peer = peer, .seq = seq,
-                       .data = slot_addr(w->rk, &w->rk->pg->buffers[b], mb, layer), .bytes = w->rk->pg->buffers[b].bytes};
+                       .data = slot_addr(w->rk, &w->rk->pg->buffers[b], mb, layer), .bytes = slot_bytes(w->rk, &w->rk->pg->buffers[b])};
     char extra[64];
     snprintf(extra, sizeof extra, " %s rank %d", in->kind == PLAN_I_SEND ? "to" : "from", peer);
     describe(w, p->what, sizeof p->what, i, mb, layer, extra);
@@ -266,14 +273,14 @@ static int do_copy(walker *w, uint32_t i, uint32_t mb, uint32_t layer) {
     int rc;
     if (sb->tensor == PLAN_NONE || db->tensor == PLAN_NONE) {
         if (sb->bytes != db->bytes) return fail(w, i, mb, layer, "copy of %llu bytes into %llu", (unsigned long long)sb->bytes, (unsigned long long)db->bytes);
-        rc = rt_backend_copy(w->run->be, &x, dst, NULL, src, NULL, sb->bytes, false, err, sizeof err);
+        rc = rt_backend_copy(w->run->be, &x, dst, NULL, src, NULL, slot_bytes(w->rk, sb), elem_dtype(w->rk, db), err, sizeof err);
     } else {
         rt_box sbx, dbx;
         rt_shard_box(w->run->p, &w->run->p->tensors[sb->tensor], sb->shard, w->rk->coord, &sbx);
         rt_shard_box(w->run->p, &w->run->p->tensors[db->tensor], db->shard, w->rk->coord, &dbx);
         // R -> V: the data stays on coordinate 0, the others hold zeros.
         const void *from = counts_once(w->run, w->rk, sb, db) ? src : NULL;
-        rc = rt_backend_copy(w->run->be, &x, dst, &dbx, from, &sbx, db->bytes, db->dtype == 3, err, sizeof err);
+        rc = rt_backend_copy(w->run->be, &x, dst, &dbx, from, &sbx, slot_bytes(w->rk, db), elem_dtype(w->rk, db), err, sizeof err);
     }
     return rc ? fail(w, i, mb, layer, "%s", err) : 0;
 }
@@ -350,7 +357,7 @@ static int do_coll(walker *w, uint32_t i, uint32_t mb, uint32_t layer, uint64_t 
     char what[WHAT_BYTES], err[512];
     describe(w, what, sizeof what, i, mb, layer, "");
     rt_coll c = {.kind = in->code, .group = (uint32_t)in->a, .instance = inst, .seq = seq, .n_members = n, .me = me,
-                 .mine = m, .dtype = inb->dtype, .what = what};
+                 .mine = m, .dtype = (uint8_t)elem_dtype(w->rk, inb), .what = what};
     rt_exec x = exec_of(w, in->stream);
     return rt_backend_coll(w->run->be, &x, &c, err, sizeof err) ? rt_backend_fail(w->run->be, "%s", err) : 0;
 }
@@ -439,6 +446,7 @@ static uint32_t max_streams(const plan *p) {
 static void staged_view(const rt_run *r, const rt_rank *rk, uint32_t bi, rt_view *v) {
     rt_buffer_view(r, rk, bi, 0, 0, v);
     v->data = r->stage;
+    v->dtype = (uint8_t)elem_dtype(rk, &rk->pg->buffers[bi]);
 }
 
 // Zeroes the outputs of accumulating operators and fills the inputs of rank rk.
@@ -497,9 +505,9 @@ static int read_loss(const rt_run *r, double *loss, char *err, size_t err_n) {
             if (b->shard.map[a] == PLAN_SHARD_R && rk->coord[a] != lo[a]) counted = false;
         if (!counted) continue;
         for (uint32_t mb = 0; mb < p->meta.micro_batches; mb++) {
-            float x;
-            if (rt_backend_download(r->be, q, &x, slot_addr(rk, b, mb, 0), sizeof x, err, err_n)) return -1;
-            sum += x;
+            union { float f; double d; } x;
+            if (rt_backend_download(r->be, q, &x, slot_addr(rk, b, mb, 0), rk->scale == 2 ? 8 : 4, err, err_n)) return -1;
+            sum += rk->scale == 2 ? x.d : x.f;
         }
     }
     if (rt_backend_host_sum(r->be, &sum, 1, err, err_n)) return -1;
@@ -632,7 +640,7 @@ static int init_state(rt_run *r, rt_rank *rk, char *err, size_t err_n) {
     return 0;
 }
 
-// The largest buffer slot of any program (the staging buffer's size).
+// The largest buffer slot of any program (the staging buffer's size, before f64's doubling).
 static uint64_t largest_slot(const plan *p) {
     uint64_t n = 8;
     for (uint32_t k = 0; k < p->n_programs; k++)
@@ -647,8 +655,8 @@ static rt_backend *backend_init(const plan *p, const rt_options *o, char *err, s
     for (uint32_t k = 0; k < p->n_programs; k++)
         if (p->programs[k].n_events > n_events) n_events = p->programs[k].n_events;
     bool serial = !strcmp(name, "cpu-serial");
-    if (serial || !strcmp(name, "cpu"))
-        return rt_backend_cpu_init((int)p->meta.world, max_streams(p), n_events, o->timeout_s, serial, err, err_n);
+    unsigned flags = (serial ? RT_CPU_SERIAL : 0) | (o->f64 ? RT_CPU_F64 : 0);
+    if (serial || !strcmp(name, "cpu")) return rt_backend_cpu_init((int)p->meta.world, max_streams(p), n_events, o->timeout_s, flags, err, err_n);
     say(err, err_n, "no backend named \"%s\" (this build has: cpu, cpu-serial)", name);
     return NULL;
 }
@@ -663,7 +671,7 @@ int rt_run_init(rt_run *r, const plan *p, const rt_options *o, char *err, size_t
     if (check_supported(p, err, err_n)) return -1;
     r->ranks = calloc((size_t)r->world, sizeof *r->ranks);
     r->loss_bufs = calloc(p->n_programs ? p->n_programs : 1, sizeof *r->loss_bufs);
-    r->stage_bytes = largest_slot(p);
+    r->stage_bytes = largest_slot(p) * (o->f64 ? 2 : 1);
     r->stage = r->stage_bytes <= SIZE_MAX ? malloc((size_t)r->stage_bytes) : NULL;
     if (!r->ranks || !r->loss_bufs || !r->stage) {
         say(err, err_n, "out of memory setting up %d ranks", r->world);
@@ -675,9 +683,11 @@ int rt_run_init(rt_run *r, const plan *p, const rt_options *o, char *err, size_t
         rk->rank = q;
         rk->pg = &p->programs[p->ranks[q].program];
         rk->local = !o->one_rank || q == o->rank;
+        rk->scale = o->f64 ? 2 : 1;
         for (int a = (int)p->meta.n_axes - 1, rest = q; a >= 0; a--) rk->coord[a] = (uint32_t)rest % p->meta.mesh[a], rest /= (int)p->meta.mesh[a];
         if (!rk->local) continue;
-        if (!(rk->arena = rt_backend_arena_alloc(r->be, q, rk->pg->arena_bytes, err, err_n)) || init_state(r, rk, err, err_n)) goto fail;
+        if (!(rk->arena = rt_backend_arena_alloc(r->be, q, rk->pg->arena_bytes * rk->scale, err, err_n)) || init_state(r, rk, err, err_n))
+            goto fail;
     }
     return 0;
 fail:

@@ -37,7 +37,7 @@ typedef struct options {
     long steps, log_every;
     uint64_t seed;
     double timeout_s, rtol, atol;
-    bool quiet;
+    bool quiet, f64;
 } options;
 
 static void usage(FILE *f) {
@@ -51,6 +51,9 @@ static void usage(FILE *f) {
             "                      cpu-serial: one thread per rank issues all its streams in\n"
             "                      program order, as the cuda backend does; cuda comes with the\n"
             "                      CUDA runtime issue)\n"
+            "  --precision P       f32 (default) or f64: the cpu backends compute the plan's f32\n"
+            "                      tensors in double, to check a plan's algebra without float32's\n"
+            "                      rounding noise (files --save writes are then F64)\n"
             "  --steps N           training steps (default 10)\n"
             "  --seed S            seed of the initializers, synthetic data and dropout (default 1)\n"
             "  --data FILE         a token file (uint16, nanoGPT's train.bin) for tokens/targets inputs;\n"
@@ -61,7 +64,7 @@ static void usage(FILE *f) {
             "                      element: exit 7 unless |x - ref| <= atol + rtol |ref| everywhere\n"
             "  --rtol X, --atol X  tolerances of --compare (default 1e-5 and 1e-5, PyTorch's atol\n"
             "                      for float32 in torch.testing.assert_close)\n"
-            "  --losses FILE       write each step's loss, one per line (%%.9g)\n"
+            "  --losses FILE       write each step's loss, one per line (%%.9g; f64: %%.17g)\n"
             "  --log-every N       print the loss every N steps (default 1; 0: only the summary)\n"
             "  --timeout SEC       a blocked rank gives up after SEC seconds (default 60); a deadlock\n"
             "                      among all ranks is reported at once\n"
@@ -87,13 +90,13 @@ static int number(const char *opt, const char *s, double lo, double hi, double *
 
 static int parse_args(int argc, char **argv, options *o) {
     enum { O_BACKEND = 256, O_STEPS, O_SEED, O_DATA, O_SAVE, O_LOAD, O_COMPARE, O_RTOL, O_LOSSES, O_LOG, O_TIMEOUT,
-           O_MODEL, O_CLUSTER, O_QUIET, O_HELP, O_VERSION, O_ATOL };
+           O_MODEL, O_CLUSTER, O_QUIET, O_HELP, O_VERSION, O_ATOL, O_PRECISION };
     static const struct option longs[] = {
         {"backend", required_argument, NULL, O_BACKEND}, {"steps", required_argument, NULL, O_STEPS},
         {"seed", required_argument, NULL, O_SEED}, {"data", required_argument, NULL, O_DATA},
         {"save", required_argument, NULL, O_SAVE}, {"load", required_argument, NULL, O_LOAD},
         {"compare", required_argument, NULL, O_COMPARE}, {"rtol", required_argument, NULL, O_RTOL},
-        {"atol", required_argument, NULL, O_ATOL},
+        {"atol", required_argument, NULL, O_ATOL}, {"precision", required_argument, NULL, O_PRECISION},
         {"losses", required_argument, NULL, O_LOSSES}, {"log-every", required_argument, NULL, O_LOG},
         {"timeout", required_argument, NULL, O_TIMEOUT}, {"model", required_argument, NULL, O_MODEL},
         {"cluster", required_argument, NULL, O_CLUSTER}, {"quiet", no_argument, NULL, O_QUIET},
@@ -105,6 +108,13 @@ static int parse_args(int argc, char **argv, options *o) {
     while ((c = getopt_long(argc, argv, "", longs, NULL)) != -1) {
         switch (c) {
         case O_BACKEND: o->backend = optarg; break;
+        case O_PRECISION:
+            if (strcmp(optarg, "f32") && strcmp(optarg, "f64")) {
+                fprintf(stderr, "planrun: --precision is f32 or f64, not \"%s\"\n", optarg);
+                return EXIT_USAGE;
+            }
+            o->f64 = !strcmp(optarg, "f64");
+            break;
         case O_STEPS: if (number("--steps", optarg, 0, 1e9, &v)) return EXIT_USAGE; o->steps = (long)v; break;
         case O_SEED: if (number("--seed", optarg, 0, 9007199254740992.0, &v)) return EXIT_USAGE; o->seed = (uint64_t)v; break;
         case O_DATA: o->data = optarg; break;
@@ -133,6 +143,10 @@ static int parse_args(int argc, char **argv, options *o) {
     o->plan = argv[optind];
     if (strcmp(o->backend, "cpu") && strcmp(o->backend, "cpu-serial") && strcmp(o->backend, "cuda")) {
         fprintf(stderr, "planrun: --backend is cpu, cpu-serial or cuda, not \"%s\"\n", o->backend);
+        return EXIT_USAGE;
+    }
+    if (o->f64 && strncmp(o->backend, "cpu", 3)) {
+        fprintf(stderr, "planrun: --precision f64 runs on the cpu backends only\n");
         return EXIT_USAGE;
     }
     return 0;
@@ -187,7 +201,7 @@ static int run(const options *o, const plan *p) {
         rt_corpus_free(&corpus);
         return EXIT_FILE;
     }
-    rt_options ro = {.backend = o->backend, .seed = o->seed, .timeout_s = o->timeout_s, .corpus = &corpus};
+    rt_options ro = {.backend = o->backend, .f64 = o->f64, .seed = o->seed, .timeout_s = o->timeout_s, .corpus = &corpus};
     rt_run r;
     if (rt_run_init(&r, p, &ro, err, sizeof err)) {
         fprintf(stderr, "planrun: %s: %s\n", o->plan, err);
@@ -214,7 +228,7 @@ static int run(const options *o, const plan *p) {
             break;
         }
         if (s == 0) first = loss;
-        if (lf) fprintf(lf, "%.9g\n", loss);
+        if (lf) fprintf(lf, o->f64 ? "%.17g\n" : "%.9g\n", loss);
         if (!o->quiet && o->log_every && ((s + 1) % o->log_every == 0 || s + 1 == o->steps))
             printf("step %ld/%ld  loss %.6f  %.1f ms\n", s + 1, o->steps, loss, 1e3 * (now_s() - ts));
     }

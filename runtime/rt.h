@@ -62,9 +62,17 @@ double rt_normal(uint64_t key);
  *     reproduce it.
  * With accumulate set the kernel adds its result into its outputs instead of overwriting them.
  */
+// The element types the runtime computes in: the plan's dtypes (0 f32, 1 f16, 2 bf16, 3 i32),
+// and f64, which the CPU backend runs f32 tensors in under planrun --precision f64 (a run that
+// checks a plan's algebra without float32's rounding noise). A kernel's view says 0 for it (the
+// double instantiation of the kernels reads dtype 0 as double); host code sees RT_DTYPE_F64.
+#define RT_DTYPE_F64 8u
+// Bytes of one element of dtype (plan dtypes and RT_DTYPE_F64); 0 for an unknown one.
+static inline uint32_t rt_dtype_bytes(uint32_t dtype) { return dtype == RT_DTYPE_F64 ? 8 : plan_dtype_bytes(dtype); }
+
 typedef struct rt_view {
     void *data;                     // the local piece, row-major, contiguous
-    uint8_t dtype;                  // plan dtype (0 f32, 3 i32; the CPU backend runs only these)
+    uint8_t dtype;                  // plan dtype (0 f32, 3 i32; the CPU backend runs only these), or RT_DTYPE_F64
     uint8_t rank;
     bool once;                      // inputs: count an additive contribution on this rank
     int64_t shape[PLAN_MAX_RANK];   // local sizes (dimensions past rank: 1)
@@ -133,7 +141,7 @@ void rt_corpus_free(rt_corpus *c); // accepts a zeroed corpus
 // vocabulary, fewer tokens than a row needs).
 int rt_corpus_check(const rt_corpus *c, const plan *p, const char *path, char *err, size_t err_n);
 uint64_t rt_sample_offset(uint64_t seed, uint64_t step, uint32_t mb, uint64_t row, uint64_t range);
-// Fills a param's or input's piece v (an f32 or i32 view; full/start/shape say which piece).
+// Fills a param's or input's piece v (an f32, f64 or i32 view; full/start/shape say which piece).
 void rt_init_param(const plan_tensor *t, uint64_t seed, uint32_t copy, const rt_view *v);
 // -1 with a message when a token file does not fit the tensor (a token outside the vocabulary,
 // a corpus shorter than a row).
@@ -170,9 +178,9 @@ typedef struct rt_coll_member {
 
 // n_threads: ranks x streams (thread ids index them); events per rank: the most any program has.
 // NULL when out of memory.
-// Adds into dst (holding box db) the part of src (holding box sb) that lies inside db: f32, or
-// i32 when is_int. Boxes of rank 0 are scalars.
-void rt_box_add(void *dst, const rt_box *db, const void *src, const rt_box *sb, bool is_int);
+// Adds into dst (holding box db) the part of src (holding box sb) that lies inside db, elements
+// of dtype (f32, i32 or RT_DTYPE_F64). Boxes of rank 0 are scalars.
+void rt_box_add(void *dst, const rt_box *db, const void *src, const rt_box *sb, uint32_t dtype);
 rt_comm *rt_comm_new(int n_threads, int n_ranks, uint32_t n_events, double timeout_s);
 void rt_comm_free(rt_comm *c);              // accepts NULL
 // Starts a step: n live threads, all counters and mailboxes empty, no failure.
@@ -205,10 +213,10 @@ int rt_comm_p2p(rt_comm *c, int thread, int rank, rt_p2p *items, int n);
 // member's index (0..n_members-1) and `mine` its part. The last member to arrive runs it for
 // all: each output element is the sum of the contributing members' inputs that hold it (an
 // all-reduce sums V pieces; an all-gather or all-to-all places disjoint D pieces; R copies
-// contribute once). Elements are 4 bytes: f32, or i32 when is_int. Each member returns when its
-// output is written.
+// contribute once). Elements are of dtype (f32, i32, RT_DTYPE_F64). Each member returns when
+// its output is written.
 int rt_comm_coll(rt_comm *c, int thread, uint64_t key, uint64_t seq, int n_members, int me,
-                 const rt_coll_member *mine, bool is_int, const char *what);
+                 const rt_coll_member *mine, uint32_t dtype, const char *what);
 
 /* ---- backend.c: the backend interface ----
  *
@@ -254,7 +262,7 @@ typedef struct rt_coll {
     uint64_t seq;
     int n_members, me;              // the group's size and this member's index in it (ascending ranks)
     rt_coll_member mine;
-    uint8_t dtype;                  // plan dtype of the elements
+    uint8_t dtype;                  // the elements' dtype (rt_dtype_bytes)
     const char *what;               // the instruction, for messages
 } rt_coll;
 
@@ -275,9 +283,9 @@ struct rt_backend {
     int (*kernel)(rt_backend *b, const rt_exec *x, const rt_kernel *k, char *err, size_t err_n);
     // A local copy: with boxes, dst (holding db) becomes the part of src (holding sb) inside db,
     // zero elsewhere; with src NULL, dst becomes zero; with db and sb NULL, `bytes` bytes are
-    // copied as they are. Elements are f32, or i32 when is_int.
+    // copied as they are. Elements are of dtype (rt_dtype_bytes).
     int (*copy)(rt_backend *b, const rt_exec *x, void *dst, const rt_box *db, const void *src, const rt_box *sb,
-                uint64_t bytes, bool is_int, char *err, size_t err_n);
+                uint64_t bytes, uint32_t dtype, char *err, size_t err_n);
     // A group of sends and receives (one stream's run of them; rt_p2p).
     int (*p2p)(rt_backend *b, const rt_exec *x, rt_p2p *items, int n, char *err, size_t err_n);
     // One member's part of a collective.
@@ -304,10 +312,13 @@ struct rt_backend {
 
 // The CPU backend (cpu/backend.c): n_ranks ranks as threads of this process with in-process
 // communication (comm.c), up to `streams` streams per rank and `events` events per rank; a
-// blocked stream gives up after timeout_s. serial: one thread per rank issues every stream (the
-// walker path of an asynchronous backend), each call still blocking. NULL with a message when
-// out of memory.
-rt_backend *rt_backend_cpu_init(int n_ranks, uint32_t streams, uint32_t events, double timeout_s, bool serial, char *err, size_t err_n);
+// blocked stream gives up after timeout_s. Flags: RT_CPU_SERIAL, one thread per rank issues
+// every stream (the walker path of an asynchronous backend), each call still blocking;
+// RT_CPU_F64, kernels in double (rt_cpu_kernel_f64; the run's f32 buffers hold doubles). NULL
+// with a message when out of memory.
+#define RT_CPU_SERIAL 1u
+#define RT_CPU_F64 2u
+rt_backend *rt_backend_cpu_init(int n_ranks, uint32_t streams, uint32_t events, double timeout_s, unsigned flags, char *err, size_t err_n);
 
 // The dispatch wrappers: -1 with a message when b or a required entry is missing, else the
 // entry's result. rt_backend_fail returns -1 (for `return rt_backend_fail(...)`).
@@ -317,7 +328,7 @@ int rt_backend_upload(rt_backend *b, int rank, void *dst, const void *src, uint6
 int rt_backend_download(rt_backend *b, int rank, void *dst, const void *src, uint64_t bytes, char *err, size_t err_n);
 int rt_backend_kernel(rt_backend *b, const rt_exec *x, const rt_kernel *k, char *err, size_t err_n);
 int rt_backend_copy(rt_backend *b, const rt_exec *x, void *dst, const rt_box *db, const void *src, const rt_box *sb,
-                    uint64_t bytes, bool is_int, char *err, size_t err_n);
+                    uint64_t bytes, uint32_t dtype, char *err, size_t err_n);
 int rt_backend_p2p(rt_backend *b, const rt_exec *x, rt_p2p *items, int n, char *err, size_t err_n);
 int rt_backend_coll(rt_backend *b, const rt_exec *x, const rt_coll *c, char *err, size_t err_n);
 int rt_backend_record(rt_backend *b, const rt_exec *x, uint32_t event, uint64_t ordinal, char *err, size_t err_n);
@@ -339,6 +350,7 @@ void rt_backend_free(rt_backend *b); // accepts NULL
  * loops expanded. */
 typedef struct rt_options {
     const char *backend;            // "cpu", "cpu-serial" (NULL: cpu)
+    bool f64;                       // f32 tensors computed in double (the cpu backends only)
     bool one_rank;                  // this process runs only rank `rank` (one process per GPU);
     int rank;                       // false: every rank of the plan (the cpu backend)
     uint64_t seed;                  // initializers, synthetic data, dropout
@@ -351,7 +363,8 @@ typedef struct rt_rank {
     bool local;                     // this process runs it (else only its coordinates are used)
     uint32_t coord[PLAN_MAX_AXES];
     const plan_program *pg;
-    uint8_t *arena;                 // pg->arena_bytes, the backend's memory (never dereferenced here)
+    uint8_t *arena;                 // pg->arena_bytes x scale, the backend's memory (never dereferenced here)
+    uint32_t scale;                 // 2 with f64 (every offset, stride and size doubles), else 1
 } rt_rank;
 
 typedef struct rt_run {
@@ -394,17 +407,19 @@ typedef struct rt_named {
     char *name;
     uint8_t rank;
     int64_t shape[PLAN_MAX_RANK];
-    float *data;
+    double *data;
     int64_t n;
 } rt_named;
 
-// Gathers every param (and with state, every optimizer state tensor) of the run. -1 when out of
-// memory or when some element is held by no rank.
+// Gathers every param (and with state, every optimizer state tensor) of the run, in double
+// (what an f32 run holds, exactly; or an f64 run's values). -1 when out of memory or when some
+// element is held by no rank.
 int rt_gather(const rt_run *r, bool state, rt_named **out, int *n, char *err, size_t err_n);
-// Writes the run's params and optimizer state into one safetensors file (via a temp file).
+// Writes the run's params and optimizer state into one safetensors file (via a temp file): F32,
+// or F64 for an f64 run.
 int rt_save(const rt_run *r, const char *path, char *err, size_t err_n);
 // Sets the run's params and optimizer state from a file rt_save wrote (same model): every
-// tensor of the run must be in the file with its shape.
+// tensor of the run must be in the file with its shape, F32 or F64 (converted to the run's).
 int rt_load(rt_run *r, const char *path, char *err, size_t err_n);
 // Compares the run's params with a file's, element by element as torch.testing.assert_close
 // does: |x - ref| <= atol + rtol |ref|. 0 when all are within, 1 when one is not (err names

@@ -19,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const DTYPE_F32 = "F32";
+static const char *const DTYPE_F32 = "F32", *const DTYPE_F64 = "F64";
 
 void rt_named_free(rt_named *t, int n) {
     for (int i = 0; t && i < n; i++) free(t[i].name), free(t[i].data);
@@ -45,6 +45,7 @@ static int for_each_piece(const rt_run *r, uint32_t ti, uint32_t c, bool load, p
             rt_view v;
             rt_buffer_view(r, rk, bi, 0, l, &v);
             v.data = r->stage;
+            if (rk->scale == 2 && v.dtype == 0) v.dtype = RT_DTYPE_F64;
             if (!load && rt_buffer_read(r, rk, bi, 0, l, r->stage, err, err_n)) return -1;
             fn(ctx, &v);
             if (load && rt_buffer_write(r, rk, bi, 0, l, r->stage, err, err_n)) return -1;
@@ -58,9 +59,15 @@ typedef struct { rt_named *t; bool load; uint8_t *seen; } piece_ctx;
 // Copies between a piece and the whole tensor (gather: into the whole; load: into the piece).
 static void copy_piece(void *arg, const rt_view *v) {
     piece_ctx *p = arg;
-    float *piece = v->data;
-    if (p->load) RT_FOR_EACH_ELEMENT(v, gi, li, piece[li] = p->t->data[gi]);
-    else RT_FOR_EACH_ELEMENT(v, gi, li, p->t->data[gi] = piece[li], p->seen[gi] = 1);
+    if (v->dtype == RT_DTYPE_F64) {
+        double *piece = v->data;
+        if (p->load) RT_FOR_EACH_ELEMENT(v, gi, li, piece[li] = p->t->data[gi]);
+        else RT_FOR_EACH_ELEMENT(v, gi, li, p->t->data[gi] = piece[li], p->seen[gi] = 1);
+    } else {
+        float *piece = v->data;
+        if (p->load) RT_FOR_EACH_ELEMENT(v, gi, li, piece[li] = (float)p->t->data[gi]);
+        else RT_FOR_EACH_ELEMENT(v, gi, li, p->t->data[gi] = piece[li], p->seen[gi] = 1);
+    }
 }
 
 static char *tensor_name(const plan_tensor *t, uint32_t c) {
@@ -117,7 +124,7 @@ oom:
     return -1;
 }
 
-static char *header_json(const rt_named *v, int n, const plan *p, uint64_t done) {
+static char *header_json(const rt_named *v, int n, const plan *p, uint64_t done, bool f64) {
     cJSON *h = cJSON_CreateObject();
     cJSON *meta = cJSON_AddObjectToObject(h, "__metadata__");
     cJSON_AddStringToObject(meta, "format", "pt");
@@ -129,12 +136,12 @@ static char *header_json(const rt_named *v, int n, const plan *p, uint64_t done)
     uint64_t off = 0;
     for (int i = 0; i < n; i++) {
         cJSON *t = cJSON_AddObjectToObject(h, v[i].name);
-        cJSON_AddStringToObject(t, "dtype", DTYPE_F32);
+        cJSON_AddStringToObject(t, "dtype", f64 ? DTYPE_F64 : DTYPE_F32);
         cJSON *shape = cJSON_AddArrayToObject(t, "shape");
         for (int d = 0; d < v[i].rank; d++) cJSON_AddItemToArray(shape, cJSON_CreateNumber((double)v[i].shape[d]));
         cJSON *offs = cJSON_AddArrayToObject(t, "data_offsets");
         cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)off));
-        off += (uint64_t)v[i].n * 4;
+        off += (uint64_t)v[i].n * (f64 ? 8 : 4);
         cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)off));
     }
     char *s = cJSON_PrintUnformatted(h);
@@ -142,8 +149,20 @@ static char *header_json(const rt_named *v, int n, const plan *p, uint64_t done)
     return s;
 }
 
-static int write_file(const char *path, const rt_named *v, int n, const plan *p, uint64_t done, char *err, size_t err_n) {
-    char *json = header_json(v, n, p, done);
+// One tensor's data as F32 (rounded) or F64, little-endian (x86-64's order).
+static bool write_data(FILE *f, const rt_named *t, bool f64) {
+    if (f64) return fwrite(t->data, 8, (size_t)t->n, f) == (size_t)t->n;
+    float buf[1024];
+    for (int64_t i = 0; i < t->n; i += 1024) {
+        size_t k = t->n - i < 1024 ? (size_t)(t->n - i) : 1024;
+        for (size_t j = 0; j < k; j++) buf[j] = (float)t->data[i + (int64_t)j];
+        if (fwrite(buf, 4, k, f) != k) return false;
+    }
+    return true;
+}
+
+static int write_file(const char *path, const rt_named *v, int n, const plan *p, uint64_t done, bool f64, char *err, size_t err_n) {
+    char *json = header_json(v, n, p, done, f64);
     if (!json) { snprintf(err, err_n, "out of memory writing %s", path); return -1; }
     size_t len = strlen(json), padded = (len + 7) / 8 * 8;
     size_t tn = strlen(path) + 8;
@@ -155,7 +174,7 @@ static int write_file(const char *path, const rt_named *v, int n, const plan *p,
         for (int i = 0; i < 8; i++) hl[i] = (uint8_t)((uint64_t)padded >> (8 * i));
         bool ok = fwrite(hl, 1, 8, f) == 8 && fwrite(json, 1, len, f) == len;
         for (size_t i = len; i < padded && ok; i++) ok = fputc(' ', f) != EOF;
-        for (int i = 0; i < n && ok; i++) ok = fwrite(v[i].data, 4, (size_t)v[i].n, f) == (size_t)v[i].n; // x86-64: little-endian
+        for (int i = 0; i < n && ok; i++) ok = write_data(f, &v[i], f64);
         ok = fclose(f) == 0 && ok;
         if (ok && rename(tmp, path) == 0) rc = 0;
         else remove(tmp);
@@ -170,7 +189,7 @@ int rt_save(const rt_run *r, const char *path, char *err, size_t err_n) {
     rt_named *v;
     int n;
     if (rt_gather(r, true, &v, &n, err, err_n)) return -1;
-    int rc = write_file(path, v, n, r->p, r->steps, err, err_n);
+    int rc = write_file(path, v, n, r->p, r->steps, r->o.f64, err, err_n);
     rt_named_free(v, n);
     return rc;
 }
@@ -218,27 +237,41 @@ static void st_close(st_file *s) {
     free(s->bytes);
 }
 
-// The data of tensor `name` if the file holds it as F32 of exactly `n` elements; NULL with a
-// message otherwise.
-static const float *st_tensor(const st_file *s, const char *path, const rt_named *want, char *err, size_t err_n) {
+// Reads tensor want->name into out (want->n doubles) if the file holds it as F32 or F64 with
+// want's shape; -1 with a message otherwise.
+static int st_tensor(const st_file *s, const char *path, const rt_named *want, double *out, char *err, size_t err_n) {
     cJSON *t = cJSON_GetObjectItemCaseSensitive(s->header, want->name);
-    if (!t) { snprintf(err, err_n, "%s: no tensor \"%s\"", path, want->name); return NULL; }
+    if (!t) { snprintf(err, err_n, "%s: no tensor \"%s\"", path, want->name); return -1; }
     cJSON *dt = cJSON_GetObjectItemCaseSensitive(t, "dtype"), *sh = cJSON_GetObjectItemCaseSensitive(t, "shape"),
           *of = cJSON_GetObjectItemCaseSensitive(t, "data_offsets");
-    if (!cJSON_IsString(dt) || strcmp(dt->valuestring, DTYPE_F32) || !cJSON_IsArray(sh) || !cJSON_IsArray(of) ||
+    bool f64 = cJSON_IsString(dt) && !strcmp(dt->valuestring, DTYPE_F64);
+    if (!cJSON_IsString(dt) || (strcmp(dt->valuestring, DTYPE_F32) && !f64) || !cJSON_IsArray(sh) || !cJSON_IsArray(of) ||
         cJSON_GetArraySize(of) != 2) {
-        snprintf(err, err_n, "%s: /%s: wants dtype F32, a shape and two data_offsets", path, want->name);
-        return NULL;
+        snprintf(err, err_n, "%s: /%s: wants dtype F32 or F64, a shape and two data_offsets", path, want->name);
+        return -1;
     }
+    size_t es = f64 ? 8 : 4;
     bool same = cJSON_GetArraySize(sh) == want->rank;
     for (int d = 0; d < want->rank && same; d++) same = cJSON_GetArrayItem(sh, d)->valuedouble == (double)want->shape[d];
     double b = cJSON_GetArrayItem(of, 0)->valuedouble, e = cJSON_GetArrayItem(of, 1)->valuedouble;
-    if (!same || e - b != (double)want->n * 4 || b < 0 || (double)s->data_at + e > (double)s->n) {
+    if (!same || e - b != (double)want->n * (double)es || b < 0 || (double)s->data_at + e > (double)s->n) {
         snprintf(err, err_n, "%s: /%s: its shape or byte range does not fit the plan's tensor (%lld elements)", path,
                  want->name, (long long)want->n);
-        return NULL;
+        return -1;
     }
-    return (const float *)(s->bytes + s->data_at + (size_t)b);
+    const uint8_t *at = s->bytes + s->data_at + (size_t)b;
+    for (int64_t i = 0; i < want->n; i++) {
+        if (f64) {
+            double x;
+            memcpy(&x, at + 8 * i, 8);
+            out[i] = x;
+        } else {
+            float x;
+            memcpy(&x, at + 4 * i, 4);
+            out[i] = x;
+        }
+    }
+    return 0;
 }
 
 int rt_load(rt_run *r, const char *path, char *err, size_t err_n) {
@@ -261,9 +294,7 @@ int rt_load(rt_run *r, const char *path, char *err, size_t err_n) {
         const plan_tensor *t = &r->p->tensors[ti];
         if (!saved_kind(t, true)) continue;
         for (uint32_t c = 0; c < t->copies && !rc; c++, k++) {
-            const float *d = st_tensor(&s, path, &v[k], err, err_n);
-            if (!d) { rc = -1; break; }
-            memcpy(v[k].data, d, (size_t)v[k].n * 4);
+            if ((rc = st_tensor(&s, path, &v[k], v[k].data, err, err_n))) break;
             piece_ctx ctx = {&v[k], true, NULL};
             rc = for_each_piece(r, ti, c, true, copy_piece, &ctx, err, err_n);
         }
@@ -282,21 +313,23 @@ int rt_compare(const rt_run *r, const char *path, double rtol, double atol, rt_d
     int rc = 0;
     memset(worst, 0, sizeof *worst);
     for (int k = 0; k < n && !rc; k++) {
-        const float *ref = st_tensor(&s, path, &v[k], err, err_n);
-        if (!ref) { rc = -1; break; }
+        double *ref = malloc((size_t)v[k].n * sizeof *ref + 1);
+        if (!ref) { rc = -1, snprintf(err, err_n, "out of memory comparing with %s", path); break; }
+        if ((rc = st_tensor(&s, path, &v[k], ref, err, err_n))) { free(ref); break; }
         for (int64_t i = 0; i < v[k].n; i++) {
-            double d = fabs((double)v[k].data[i] - ref[i]);
+            double d = fabs(v[k].data[i] - ref[i]);
             if (d > worst->abs) {
                 worst->abs = d;
                 snprintf(worst->tensor, sizeof worst->tensor, "%s", v[k].name);
             }
             if (!(d <= atol + rtol * fabs(ref[i]))) {
-                snprintf(err, err_n, "tensor \"%s\" differs: element %lld is %.9g, the reference %.9g (difference %.3g > %.3g + %.3g x |reference|)",
+                snprintf(err, err_n, "tensor \"%s\" differs: element %lld is %.17g, the reference %.17g (difference %.3g > %.3g + %.3g x |reference|)",
                          v[k].name, (long long)i, v[k].data[i], ref[i], d, atol, rtol);
                 rc = 1;
                 break;
             }
         }
+        free(ref);
     }
     st_close(&s);
     rt_named_free(v, n);

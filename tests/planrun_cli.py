@@ -120,6 +120,22 @@ def main():
         # the losses file has one line per step
         with open(j("a.loss")) as f:
             check("losses file", len(f.read().split()) == 3)
+
+        # double precision: F64 files, resumable bit for bit; an f32 run loads them (rounded)
+        expect("bad --precision", pr(j("mlp.plan"), "--precision", "f16"), 1, "--precision", "f16")
+        expect("f64 on cuda", pr(j("mlp.plan"), "--precision", "f64", "--backend", "cuda"), 1, "cpu backends only")
+        expect("f64 run and save", pr(j("mlp.plan"), "--precision", "f64", "--steps", 3, "--save", j("d.st"),
+                                      "--losses", j("d.loss")), 0, "step 3/3")
+        with open(j("d.st"), "rb") as f:
+            check("f64 file holds F64", b'"F64"' in f.read(4096))
+        expect("f64 save after 2", pr(j("mlp.plan"), "--precision", "f64", "--steps", 2, "--save", j("e.st"), "--quiet"), 0)
+        expect("f64 resume for 1", pr(j("mlp.plan"), "--precision", "f64", "--steps", 1, "--load", j("e.st"),
+                                      "--compare", j("d.st"), "--rtol", 0, "--atol", 0), 0, "parameters equal")
+        expect("f32 run from an f64 file", pr(j("mlp.plan"), "--steps", 1, "--load", j("e.st"), "--compare", j("d.st"),
+                                              "--rtol", 1e-4), 0, "parameters equal")
+        with open(j("d.loss")) as f, open(j("a.loss")) as g:
+            d, a = [float(x) for x in f.read().split()], [float(x) for x in g.read().split()]
+        check("f64 losses near f32's", all(abs(x - y) <= 1e-5 * abs(y) for x, y in zip(d, a)))
     print(f"{passed} passed, {failed} failed")
     return 1 if failed else 0
 

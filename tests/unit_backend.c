@@ -45,16 +45,16 @@ static void memory_and_copies(rt_backend *b) {
     EXPECT(!memcmp(host, back, sizeof host));
     rt_exec x = {0, 0, 0};
     // Bytes as they are.
-    EXPECT(rt_backend_copy(b, &x, arena + 8, NULL, arena, NULL, 8 * sizeof(float), false, err, sizeof err) == 0);
+    EXPECT(rt_backend_copy(b, &x, arena + 8, NULL, arena, NULL, 8 * sizeof(float), 0, err, sizeof err) == 0);
     EXPECT(!memcmp(arena + 8, host, sizeof host));
     // Boxes: a [2, 4] tensor; src holds row 1 (start [1, 0]), dst the whole tensor: row 0 zero.
     rt_box whole = {.rank = 2, .start = {0, 0}, .shape = {2, 4}, .full = {2, 4}};
     rt_box row1 = {.rank = 2, .start = {1, 0}, .shape = {1, 4}, .full = {2, 4}};
     for (int i = 0; i < 8; i++) arena[16 + i] = -1;
-    EXPECT(rt_backend_copy(b, &x, arena + 16, &whole, host, &row1, 8 * sizeof(float), false, err, sizeof err) == 0);
+    EXPECT(rt_backend_copy(b, &x, arena + 16, &whole, host, &row1, 8 * sizeof(float), 0, err, sizeof err) == 0);
     EXPECT(arena[16] == 0 && arena[19] == 0 && arena[20] == 1 && arena[23] == 4);
     // Zero fill (src NULL).
-    EXPECT(rt_backend_copy(b, &x, arena + 16, &whole, NULL, &row1, 8 * sizeof(float), false, err, sizeof err) == 0);
+    EXPECT(rt_backend_copy(b, &x, arena + 16, &whole, NULL, &row1, 8 * sizeof(float), 0, err, sizeof err) == 0);
     EXPECT(arena[20] == 0 && arena[23] == 0);
     rt_backend_arena_free(b, 0, arena);
     rt_backend_arena_free(b, 0, NULL);
@@ -123,7 +123,7 @@ int main(void) {
     wrappers_refuse_missing_entries();
     char err[256];
     for (int serial = 0; serial < 2; serial++) {
-        rt_backend *b = rt_backend_cpu_init(2, 2, 1, 10, serial, err, sizeof err);
+        rt_backend *b = rt_backend_cpu_init(2, 2, 1, 10, serial ? RT_CPU_SERIAL : 0, err, sizeof err);
         EXPECT(b != NULL);
         if (!b) break;
         EXPECT(!strcmp(b->name, serial ? "cpu-serial" : "cpu") && b->thread_per_stream == !serial);

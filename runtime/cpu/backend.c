@@ -21,7 +21,7 @@
 
 #include <stdlib.h>
 
-static rt_comm *comm_of(rt_backend *b) { return b->ctx; }
+static rt_comm *comm_of(rt_backend *b);
 
 // An error recorded by comm.c (it has already failed the run) copied into err.
 static int comm_status(rt_backend *b, int rc, char *err, size_t err_n) {
@@ -50,13 +50,20 @@ static int be_move(rt_backend *b, int rank, void *dst, const void *src, uint64_t
     return 0;
 }
 
+// What rt_backend_cpu_init's flags make of the backend; ctx points here.
+typedef struct cpu_backend {
+    rt_backend b;
+    rt_comm *comm;
+    bool f64;
+} cpu_backend;
+
 static int be_kernel(rt_backend *b, const rt_exec *x, const rt_kernel *k, char *err, size_t err_n) {
-    (void)b, (void)x;
-    return rt_cpu_kernel(k, err, err_n);
+    (void)x;
+    return ((cpu_backend *)b->ctx)->f64 ? rt_cpu_kernel_f64(k, err, err_n) : rt_cpu_kernel(k, err, err_n);
 }
 
 static int be_copy(rt_backend *b, const rt_exec *x, void *dst, const rt_box *db, const void *src, const rt_box *sb,
-                    uint64_t bytes, bool is_int, char *err, size_t err_n) {
+                    uint64_t bytes, uint32_t dtype, char *err, size_t err_n) {
     (void)b, (void)x, (void)err, (void)err_n;
     if (!db || !sb) {
         if (src) memmove(dst, src, (size_t)bytes);
@@ -64,7 +71,7 @@ static int be_copy(rt_backend *b, const rt_exec *x, void *dst, const rt_box *db,
         return 0;
     }
     memset(dst, 0, (size_t)bytes);
-    if (src) rt_box_add(dst, db, src, sb, is_int);
+    if (src) rt_box_add(dst, db, src, sb, dtype);
     return 0;
 }
 
@@ -74,7 +81,7 @@ static int be_p2p(rt_backend *b, const rt_exec *x, rt_p2p *items, int n, char *e
 
 static int be_coll(rt_backend *b, const rt_exec *x, const rt_coll *c, char *err, size_t err_n) {
     uint64_t key = (uint64_t)c->group << 32 | c->instance;
-    int rc = rt_comm_coll(comm_of(b), x->thread, key, c->seq, c->n_members, c->me, &c->mine, c->dtype == 3, c->what);
+    int rc = rt_comm_coll(comm_of(b), x->thread, key, c->seq, c->n_members, c->me, &c->mine, c->dtype, c->what);
     return comm_status(b, rc, err, err_n);
 }
 
@@ -95,24 +102,29 @@ static const char *be_error(rt_backend *b) { return rt_comm_error(comm_of(b)); }
 
 static void be_free(rt_backend *b) {
     rt_comm_free(comm_of(b));
-    free(b);
+    free(b->ctx);
 }
 
-rt_backend *rt_backend_cpu_init(int n_ranks, uint32_t streams, uint32_t events, double timeout_s, bool serial, char *err, size_t err_n) {
+static rt_comm *comm_of(rt_backend *b) { return ((cpu_backend *)b->ctx)->comm; }
+
+rt_backend *rt_backend_cpu_init(int n_ranks, uint32_t streams, uint32_t events, double timeout_s, unsigned flags, char *err, size_t err_n) {
+    bool serial = flags & RT_CPU_SERIAL;
     // One BLAS thread per call: the ranks are the parallelism, and a GEMM then sums in the same
     // order on every run (a resumed run equals an uninterrupted one bit for bit).
     openblas_set_num_threads(1);
-    rt_backend *b = malloc(sizeof *b);
+    cpu_backend *cb = malloc(sizeof *cb);
     rt_comm *c = rt_comm_new(n_ranks * (int)(streams ? streams : 1), n_ranks, events ? events : 1, timeout_s);
-    if (!b || !c) {
-        free(b), rt_comm_free(c);
+    if (!cb || !c) {
+        free(cb), rt_comm_free(c);
         snprintf(err, err_n, "cpu backend: out of memory setting up %d ranks", n_ranks);
         return NULL;
     }
+    cb->comm = c, cb->f64 = flags & RT_CPU_F64;
+    rt_backend *b = &cb->b;
     *b = (rt_backend){
         .name = serial ? "cpu-serial" : "cpu",
         .thread_per_stream = !serial,
-        .ctx = c,
+        .ctx = cb,
         .arena_alloc = be_arena_alloc,
         .arena_free = be_arena_free,
         .upload = be_move,
