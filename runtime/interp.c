@@ -31,6 +31,9 @@
  * upload and download, so the interpreter never touches an arena's memory itself.
  */
 #include "rt.h"
+#ifdef PLANCC_HAVE_CUDA
+#include "cuda/rt_cuda.h"
+#endif
 
 #include <math.h>
 #include <pthread.h>
@@ -90,11 +93,12 @@ static void view_of_box(rt_view *v, const rt_box *box, void *data, uint8_t dtype
     }
 }
 
-// A scratch buffer as a flat vector of 4-byte elements.
+// A scratch buffer as a flat vector of its dtype's elements.
 static void scratch_box(const plan_buffer *b, rt_box *box) {
     memset(box, 0, sizeof *box);
     box->rank = 1;
-    box->shape[0] = box->full[0] = (int64_t)(b->bytes / 4);
+    uint32_t es = plan_dtype_bytes(b->dtype); // 2 for f16/bf16 scratch (the cuda backend)
+    box->shape[0] = box->full[0] = (int64_t)(b->bytes / (es ? es : 4));
 }
 
 void rt_buffer_view(const rt_run *r, const rt_rank *rk, uint32_t bi, uint32_t mb, uint32_t l, rt_view *v) {
@@ -442,6 +446,79 @@ static uint32_t max_streams(const plan *p) {
     return n;
 }
 
+/* ---- f16 and bf16 buffers (the cuda backend) ----
+ *
+ * The initializers and data sources make f32 values (data.c); a 16-bit float buffer gets them
+ * made in the staging buffer as f32, narrowed in place to its dtype (round to nearest even),
+ * then uploaded. Its fp32 master copy ("NAME:master", optimizer state) starts at the param's
+ * f32 values, as mixed-precision training starts. */
+
+static bool is_half(uint8_t dtype) { return dtype == 1 || dtype == 2; }
+
+static uint16_t half_of(float f, uint8_t dtype) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if (dtype == 2) { // bfloat16: the top half, rounded
+        if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)(u >> 16 | 0x40);
+        return (uint16_t)((u + 0x7fffu + (u >> 16 & 1)) >> 16);
+    }
+    uint32_t sign = u >> 16 & 0x8000u, man = u & 0x7fffffu;
+    int e = (int)(u >> 23 & 0xff) - 127 + 15;
+    if ((u >> 23 & 0xff) == 0xff) return (uint16_t)(sign | 0x7c00u | (man ? 0x200u : 0));
+    if (e >= 31) return (uint16_t)(sign | 0x7c00u);
+    if (e <= 0) { // subnormal or zero
+        if (e < -10) return (uint16_t)sign;
+        man |= 0x800000u;
+        int shift = 14 - e;
+        uint32_t h = man >> shift, rem = man & ((1u << shift) - 1), mid = 1u << (shift - 1);
+        return (uint16_t)(sign | (h + (rem > mid || (rem == mid && (h & 1)))));
+    }
+    uint32_t h = (uint32_t)e << 10 | man >> 13, rem = man & 0x1fffu;
+    return (uint16_t)(sign | (h + (rem > 0x1000u || (rem == 0x1000u && (h & 1)))));
+}
+
+static float float_of(uint16_t h, uint8_t dtype) {
+    uint32_t u;
+    if (dtype == 2) {
+        u = (uint32_t)h << 16;
+    } else {
+        uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = h >> 10 & 0x1f, man = h & 0x3ffu;
+        if (e == 0 && man) { // subnormal: normalize
+            int k = -1;
+            do man <<= 1, k++; while (!(man & 0x400u));
+            u = sign | (uint32_t)(127 - 15 - k) << 23 | (man & 0x3ffu) << 13;
+        } else {
+            u = sign | (e == 0 ? 0 : e == 31 ? 0x7f800000u : (e + 127 - 15) << 23) | man << 13;
+        }
+    }
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+// n f32 values at p narrowed to dtype in place (front to back: element i's two bytes land on
+// bytes already read).
+static void narrow(void *p, int64_t n, uint8_t dtype) {
+    const float *f = p;
+    uint16_t *h = p;
+    for (int64_t i = 0; i < n; i++) {
+        float x = f[i];
+        h[i] = half_of(x, dtype);
+    }
+}
+
+// The param whose fp32 master copy t is ("NAME:master"), or NULL.
+static const plan_tensor *master_of(const plan *p, const plan_tensor *t) {
+    static const char suffix[] = ":master";
+    size_t n = t->name ? strlen(t->name) : 0, k = sizeof suffix - 1;
+    if (t->kind != PLAN_T_STATE || n <= k || strcmp(t->name + n - k, suffix)) return NULL;
+    for (uint32_t i = 0; i < p->n_tensors; i++) {
+        const plan_tensor *q = &p->tensors[i];
+        if (q->kind == PLAN_T_PARAM && q->name && strlen(q->name) == n - k && !strncmp(q->name, t->name, n - k)) return q;
+    }
+    return NULL;
+}
+
 // The view of a buffer slot of rank rk whose data is the run's host staging buffer.
 static void staged_view(const rt_run *r, const rt_rank *rk, uint32_t bi, rt_view *v) {
     rt_buffer_view(r, rk, bi, 0, 0, v);
@@ -474,9 +551,9 @@ static int prepare_rank(rt_run *r, rt_rank *rk, char *err, size_t err_n) {
         for (uint32_t mb = 0; mb < r->p->meta.micro_batches && mb < b->mb_slots; mb++) {
             rt_view v;
             staged_view(r, rk, bi, &v);
-            if (rt_fill_input(t, r->o.seed, r->steps, mb, r->o.corpus, &v, err, err_n) ||
-                rt_buffer_write(r, rk, bi, mb, 0, r->stage, err, err_n))
-                return -1;
+            if (rt_fill_input(t, r->o.seed, r->steps, mb, r->o.corpus, &v, err, err_n)) return -1;
+            if (is_half(b->dtype)) narrow(r->stage, rt_view_numel(&v), b->dtype);
+            if (rt_buffer_write(r, rk, bi, mb, 0, r->stage, err, err_n)) return -1;
         }
     }
     return 0;
@@ -505,9 +582,10 @@ static int read_loss(const rt_run *r, double *loss, char *err, size_t err_n) {
             if (b->shard.map[a] == PLAN_SHARD_R && rk->coord[a] != lo[a]) counted = false;
         if (!counted) continue;
         for (uint32_t mb = 0; mb < p->meta.micro_batches; mb++) {
-            union { float f; double d; } x;
-            if (rt_backend_download(r->be, q, &x, slot_addr(rk, b, mb, 0), rk->scale == 2 ? 8 : 4, err, err_n)) return -1;
-            sum += rk->scale == 2 ? x.d : x.f;
+            union { float f; double d; uint16_t h; } x;
+            uint64_t n = rk->scale == 2 ? 8 : is_half(b->dtype) ? 2 : 4;
+            if (rt_backend_download(r->be, q, &x, slot_addr(rk, b, mb, 0), n, err, err_n)) return -1;
+            sum += n == 8 ? x.d : n == 2 ? (double)float_of(x.h, b->dtype) : x.f;
         }
     }
     if (rt_backend_host_sum(r->be, &sum, 1, err, err_n)) return -1;
@@ -599,13 +677,13 @@ static int find_loss_buffers(rt_run *r, char *err, size_t err_n) {
 
 // What the CPU backend cannot run: f16/bf16 data, inputs whose data changes per micro-batch
 // held in fewer slots than there are micro-batches.
-static int check_supported(const plan *p, char *err, size_t err_n) {
+static int check_supported(const plan *p, bool halves, char *err, size_t err_n) {
     for (uint32_t k = 0; k < p->n_programs; k++) {
         const plan_program *pg = &p->programs[k];
         for (uint32_t bi = 0; bi < pg->n_buffers; bi++) {
             const plan_buffer *b = &pg->buffers[bi];
             const plan_tensor *t = b->tensor == PLAN_NONE ? NULL : &p->tensors[b->tensor];
-            if (b->dtype != 0 && b->dtype != 3) {
+            if (b->dtype != 0 && b->dtype != 3 && !(halves && is_half(b->dtype))) {
                 say(err, err_n, "program %u: buffer %u (%s) is %s: the cpu backend runs f32 and i32 plans (compile the model with \"dtype\": \"f32\")",
                     k, bi, t && t->name ? t->name : "scratch", plan_dtype_name(b->dtype));
                 return -1;
@@ -628,11 +706,13 @@ static int init_state(rt_run *r, rt_rank *rk, char *err, size_t err_n) {
         const plan_buffer *b = &pg->buffers[bi];
         if (!(b->flags & PLAN_BUF_PERSIST) || b->tensor == PLAN_NONE) continue;
         const plan_tensor *t = &r->p->tensors[b->tensor];
-        if (t->kind != PLAN_T_PARAM) continue;
+        const plan_tensor *src = t->kind == PLAN_T_PARAM ? t : master_of(r->p, t); // a param, or its f32 master copy
+        if (!src) continue;
         for (uint32_t l = 0; l < b->layer_slots; l++) {
             rt_view v;
             staged_view(r, rk, bi, &v);
-            rt_init_param(t, r->o.seed, b->layer_base + l, &v);
+            rt_init_param(src, r->o.seed, b->layer_base + l, &v);
+            if (is_half(b->dtype)) narrow(r->stage, rt_view_numel(&v), b->dtype);
             for (uint32_t m = 0; m < b->mb_slots; m++)
                 if (rt_buffer_write(r, rk, bi, m, l, r->stage, err, err_n)) return -1;
         }
@@ -640,12 +720,16 @@ static int init_state(rt_run *r, rt_rank *rk, char *err, size_t err_n) {
     return 0;
 }
 
-// The largest buffer slot of any program (the staging buffer's size, before f64's doubling).
+// The largest buffer slot of any program (the staging buffer's size, before f64's doubling); a
+// 16-bit buffer's values are made as f32 there, so it counts twice its bytes.
 static uint64_t largest_slot(const plan *p) {
     uint64_t n = 8;
     for (uint32_t k = 0; k < p->n_programs; k++)
-        for (uint32_t bi = 0; bi < p->programs[k].n_buffers; bi++)
-            if (p->programs[k].buffers[bi].bytes > n) n = p->programs[k].buffers[bi].bytes;
+        for (uint32_t bi = 0; bi < p->programs[k].n_buffers; bi++) {
+            const plan_buffer *b = &p->programs[k].buffers[bi];
+            uint64_t need = b->bytes * (is_half(b->dtype) ? 2 : 1);
+            if (need > n) n = need;
+        }
     return n;
 }
 
@@ -657,7 +741,12 @@ static rt_backend *backend_init(const plan *p, const rt_options *o, char *err, s
     bool serial = !strcmp(name, "cpu-serial");
     unsigned flags = (serial ? RT_CPU_SERIAL : 0) | (o->f64 ? RT_CPU_F64 : 0);
     if (serial || !strcmp(name, "cpu")) return rt_backend_cpu_init((int)p->meta.world, max_streams(p), n_events, o->timeout_s, flags, err, err_n);
+#ifdef PLANCC_HAVE_CUDA
+    if (!strcmp(name, "cuda")) return rt_backend_cuda_init(p, o, err, err_n);
+    say(err, err_n, "no backend named \"%s\" (this build has: cpu, cpu-serial, cuda)", name);
+#else
     say(err, err_n, "no backend named \"%s\" (this build has: cpu, cpu-serial)", name);
+#endif
     return NULL;
 }
 
@@ -668,7 +757,8 @@ int rt_run_init(rt_run *r, const plan *p, const rt_options *o, char *err, size_t
         say(err, err_n, "rank %d is outside the plan's %d ranks", o->rank, r->world);
         return -1;
     }
-    if (check_supported(p, err, err_n)) return -1;
+    // The cuda backend runs f16 and bf16 buffers too.
+    if (check_supported(p, o->backend && !strcmp(o->backend, "cuda"), err, err_n)) return -1;
     r->ranks = calloc((size_t)r->world, sizeof *r->ranks);
     r->loss_bufs = calloc(p->n_programs ? p->n_programs : 1, sizeof *r->loss_bufs);
     r->stage_bytes = largest_slot(p) * (o->f64 ? 2 : 1);

@@ -10,13 +10,26 @@
  * parameters and optimizer state through safetensors files: the equivalence tests run a
  * parallel plan with --compare against the one-device plan's --save.
  *
+ * The cuda backend (built when meson finds CUDA, cuBLAS, cuDNN and NCCL) runs ONE rank per
+ * process on one GPU. Rank, world size and local rank come from the launcher (launch.c: flags,
+ * torchrun, OpenMPI, SLURM, in that order), which must agree with the plan's world; rank 0 makes
+ * the NCCL unique id and the rendezvous (MPI, TCP at MASTER_ADDR:MASTER_PORT, or a file) hands it
+ * to the others; the local rank picks the GPU among CUDA_VISIBLE_DEVICES. Rank 0 prints the
+ * losses (each step's loss is summed over the ranks); every rank prints what it found.
+ *
  * Exit codes (also in --help and README.md):
  *   0 ok; 1 usage; 2 the plan cannot be read (I/O, not a plan, corrupt); 3 the plan fails
  *   plan_check; 4 stale (--model/--cluster differ from the plan's hashes); 5 the backend cannot
- *   run this plan (f16, no GPU, ...); 6 a step failed (deadlock, timeout, kernel error);
- *   7 --compare found a difference; 8 a data, --load or --save file is unusable.
+ *   run this plan (built without it, f16 on the cpu, ...); 6 a step failed (deadlock, timeout,
+ *   kernel error, a dead peer); 7 --compare found a difference; 8 a data, --load or --save file
+ *   is unusable; 9 --backend cuda finds no GPU to use (no driver, no device, a local rank
+ *   beyond the visible devices); 10 the launch is inconsistent (launcher variables, a world
+ *   size that differs from the plan's, a failed rendezvous).
  */
 #include "rt.h"
+#ifdef PLANCC_HAVE_CUDA
+#include "cuda/rt_cuda.h"
+#endif
 
 #include <getopt.h>
 #include <math.h>
@@ -28,16 +41,27 @@
 #ifndef PLANRUN_VERSION
 #define PLANRUN_VERSION "0.0.0"
 #endif
+#ifdef PLANCC_HAVE_CUDA
+#define BACKENDS "cpu, cpu-serial, cuda"
+#else
+#define BACKENDS "cpu, cpu-serial"
+#endif
+#ifdef PLANCC_HAVE_MPI
+#define RDV_MPI ", mpi"
+#else
+#define RDV_MPI ""
+#endif
 
 enum { EXIT_USAGE = 1, EXIT_READ = 2, EXIT_INVALID = 3, EXIT_STALE = 4, EXIT_BACKEND = 5, EXIT_RUN = 6,
-       EXIT_DIFFER = 7, EXIT_FILE = 8 };
+       EXIT_DIFFER = 7, EXIT_FILE = 8, EXIT_NO_GPU = 9, EXIT_LAUNCH = 10 };
 
 typedef struct options {
-    const char *plan, *backend, *data, *save, *load, *compare, *losses, *model, *cluster;
+    const char *plan, *backend, *data, *save, *load, *compare, *losses, *model, *cluster, *rendezvous;
     long steps, log_every;
     uint64_t seed;
     double timeout_s, rtol, atol;
-    bool quiet, f64;
+    bool quiet, f64, tf32;
+    int rank, world, local_rank;    // -1: not given
 } options;
 
 static void usage(FILE *f) {
@@ -49,8 +73,8 @@ static void usage(FILE *f) {
             "  --backend cpu|cpu-serial|cuda\n"
             "                      the backend (default cpu: every stream of every rank a thread;\n"
             "                      cpu-serial: one thread per rank issues all its streams in\n"
-            "                      program order, as the cuda backend does; cuda comes with the\n"
-            "                      CUDA runtime issue)\n"
+            "                      program order, as the cuda backend does; cuda: one rank of\n"
+            "                      the plan per process on one GPU, see the launch options)\n"
             "  --precision P       f32 (default) or f64: the cpu backends compute the plan's f32\n"
             "                      tensors in double, to check a plan's algebra without float32's\n"
             "                      rounding noise (files --save writes are then F64)\n"
@@ -69,12 +93,27 @@ static void usage(FILE *f) {
             "  --timeout SEC       a blocked rank gives up after SEC seconds (default 60); a deadlock\n"
             "                      among all ranks is reported at once\n"
             "  --model F --cluster F  refuse the plan unless it was compiled from these files\n"
+            "  --tf32              cuda: allow TF32 tensor cores in f32 products and convolutions\n"
+            "\n"
+            "Launch (the cuda backend; one process per GPU). Each number comes from the first of:\n"
+            "  --rank R, --world-size N, --local-rank L   flags\n"
+            "  RANK, WORLD_SIZE, LOCAL_RANK               torchrun\n"
+            "  OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK   mpirun (OpenMPI)\n"
+            "  SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID  srun\n"
+            "  The world size must be the plan's. The local rank picks the GPU (one visible GPU:\n"
+            "  that one). NCCL's variables (NCCL_DEBUG, NCCL_SOCKET_IFNAME, ...) pass through.\n"
+            "  --rendezvous tcp:HOST:PORT | file:PATH | mpi\n"
+            "                      how rank 0's NCCL id reaches the others (default: MPI under\n"
+            "                      mpirun when built with MPI, else tcp at MASTER_ADDR:MASTER_PORT);\n"
+            "                      file: a path on a shared filesystem that does not exist yet\n"
             "  --quiet             print nothing but errors\n"
             "  --help, --version\n"
             "\n"
             "Exit codes: 0 ok, 1 usage, 2 unreadable plan, 3 plan fails its check, 4 stale plan,\n"
-            "5 the backend cannot run it, 6 a step failed (deadlock, timeout, kernel), 7 --compare\n"
-            "found a difference, 8 unusable --data/--load/--save file.\n");
+            "5 the backend cannot run it (or this planrun was built without it), 6 a step failed\n"
+            "(deadlock, timeout, kernel, a dead peer), 7 --compare found a difference, 8 unusable\n"
+            "--data/--load/--save file, 9 --backend cuda finds no GPU, 10 inconsistent launch\n"
+            "(launcher variables, a world size other than the plan's, the rendezvous failed).\n");
 }
 
 static int number(const char *opt, const char *s, double lo, double hi, double *out) {
@@ -88,9 +127,21 @@ static int number(const char *opt, const char *s, double lo, double hi, double *
     return 0;
 }
 
+// A whole number from lo to 2^30 (a rank or a world size).
+static int whole(const char *opt, const char *s, int lo, int *out) {
+    double v;
+    if (number(opt, s, lo, 1 << 30, &v)) return -1;
+    if (v != (double)(int)v) {
+        fprintf(stderr, "planrun: %s wants a whole number, not \"%s\"\n", opt, s);
+        return -1;
+    }
+    *out = (int)v;
+    return 0;
+}
+
 static int parse_args(int argc, char **argv, options *o) {
     enum { O_BACKEND = 256, O_STEPS, O_SEED, O_DATA, O_SAVE, O_LOAD, O_COMPARE, O_RTOL, O_LOSSES, O_LOG, O_TIMEOUT,
-           O_MODEL, O_CLUSTER, O_QUIET, O_HELP, O_VERSION, O_ATOL, O_PRECISION };
+           O_MODEL, O_CLUSTER, O_QUIET, O_HELP, O_VERSION, O_ATOL, O_PRECISION, O_RANK, O_WORLD, O_LOCAL, O_RDV, O_TF32 };
     static const struct option longs[] = {
         {"backend", required_argument, NULL, O_BACKEND}, {"steps", required_argument, NULL, O_STEPS},
         {"seed", required_argument, NULL, O_SEED}, {"data", required_argument, NULL, O_DATA},
@@ -100,8 +151,12 @@ static int parse_args(int argc, char **argv, options *o) {
         {"losses", required_argument, NULL, O_LOSSES}, {"log-every", required_argument, NULL, O_LOG},
         {"timeout", required_argument, NULL, O_TIMEOUT}, {"model", required_argument, NULL, O_MODEL},
         {"cluster", required_argument, NULL, O_CLUSTER}, {"quiet", no_argument, NULL, O_QUIET},
+        {"rank", required_argument, NULL, O_RANK}, {"world-size", required_argument, NULL, O_WORLD},
+        {"local-rank", required_argument, NULL, O_LOCAL}, {"rendezvous", required_argument, NULL, O_RDV},
+        {"tf32", no_argument, NULL, O_TF32},
         {"help", no_argument, NULL, O_HELP}, {"version", no_argument, NULL, O_VERSION}, {0, 0, 0, 0}};
-    *o = (options){.backend = "cpu", .steps = 10, .log_every = 1, .seed = 1, .timeout_s = 60, .rtol = 1e-5, .atol = 1e-5};
+    *o = (options){.backend = "cpu", .steps = 10, .log_every = 1, .seed = 1, .timeout_s = 60, .rtol = 1e-5, .atol = 1e-5,
+                   .rank = -1, .world = -1, .local_rank = -1};
     double v;
     int c;
     opterr = 0;
@@ -128,9 +183,14 @@ static int parse_args(int argc, char **argv, options *o) {
         case O_TIMEOUT: if (number("--timeout", optarg, 0.001, 1e6, &o->timeout_s)) return EXIT_USAGE; break;
         case O_MODEL: o->model = optarg; break;
         case O_CLUSTER: o->cluster = optarg; break;
+        case O_RANK: if (whole("--rank", optarg, 0, &o->rank)) return EXIT_USAGE; break;
+        case O_WORLD: if (whole("--world-size", optarg, 1, &o->world)) return EXIT_USAGE; break;
+        case O_LOCAL: if (whole("--local-rank", optarg, 0, &o->local_rank)) return EXIT_USAGE; break;
+        case O_RDV: o->rendezvous = optarg; break;
+        case O_TF32: o->tf32 = true; break;
         case O_QUIET: o->quiet = true; break;
         case O_HELP: usage(stdout); exit(0);
-        case O_VERSION: printf("planrun %s\n", PLANRUN_VERSION); exit(0);
+        case O_VERSION: printf("planrun %s (backends: %s; rendezvous: tcp, file%s)\n", PLANRUN_VERSION, BACKENDS, RDV_MPI); exit(0);
         default:
             fprintf(stderr, "planrun: unknown option or missing value: %s (see planrun --help)\n", argv[optind - 1]);
             return EXIT_USAGE;
@@ -193,7 +253,16 @@ static void describe_plan(const options *o, const plan *p) {
            o->data ? o->data : "");
 }
 
-static int run(const options *o, const plan *p) {
+// How this process runs the plan: every rank (the cpu backends) or one (cuda), and whether it
+// speaks for the run (prints the losses, writes --losses).
+typedef struct how {
+    bool one_rank;
+    int rank;
+    bool leader;
+    const void *backend_config;
+} how;
+
+static int run(const options *o, const plan *p, const how *h) {
     char err[4096];
     rt_corpus corpus = {0};
     if (o->data && (rt_corpus_open(&corpus, o->data, err, sizeof err) || rt_corpus_check(&corpus, p, o->data, err, sizeof err))) {
@@ -201,7 +270,9 @@ static int run(const options *o, const plan *p) {
         rt_corpus_free(&corpus);
         return EXIT_FILE;
     }
-    rt_options ro = {.backend = o->backend, .f64 = o->f64, .seed = o->seed, .timeout_s = o->timeout_s, .corpus = &corpus};
+    rt_options ro = {.backend = o->backend, .f64 = o->f64, .one_rank = h->one_rank, .rank = h->rank, .seed = o->seed,
+                     .timeout_s = o->timeout_s, .corpus = &corpus, .backend_config = h->backend_config};
+    bool quiet = o->quiet || !h->leader;
     rt_run r;
     if (rt_run_init(&r, p, &ro, err, sizeof err)) {
         fprintf(stderr, "planrun: %s: %s\n", o->plan, err);
@@ -214,11 +285,11 @@ static int run(const options *o, const plan *p) {
         rc = EXIT_FILE;
     }
     FILE *lf = NULL;
-    if (!rc && o->losses && !(lf = fopen(o->losses, "w"))) {
+    if (!rc && o->losses && h->leader && !(lf = fopen(o->losses, "w"))) {
         fprintf(stderr, "planrun: %s: cannot write the losses\n", o->losses);
         rc = EXIT_FILE;
     }
-    if (!o->quiet && !rc) describe_plan(o, p);
+    if (!quiet && !rc) describe_plan(o, p);
     double t0 = now_s(), loss = NAN, first = NAN;
     for (long s = 0; s < o->steps && !rc; s++) {
         double ts = now_s();
@@ -229,7 +300,7 @@ static int run(const options *o, const plan *p) {
         }
         if (s == 0) first = loss;
         if (lf) fprintf(lf, o->f64 ? "%.17g\n" : "%.9g\n", loss);
-        if (!o->quiet && o->log_every && ((s + 1) % o->log_every == 0 || s + 1 == o->steps))
+        if (!quiet && o->log_every && ((s + 1) % o->log_every == 0 || s + 1 == o->steps))
             printf("step %ld/%ld  loss %.6f  %.1f ms\n", s + 1, o->steps, loss, 1e3 * (now_s() - ts));
     }
     if (lf && fclose(lf) && !rc) {
@@ -237,11 +308,11 @@ static int run(const options *o, const plan *p) {
         rc = EXIT_FILE;
     }
     double el = now_s() - t0;
-    if (!rc && !o->quiet && o->steps)
+    if (!rc && !quiet && o->steps)
         printf("%ld steps in %.3f s (%.1f steps/s); loss %.6f -> %.6f\n", o->steps, el, (double)o->steps / el, first, loss);
     if (!rc && o->save) {
         if (rt_save(&r, o->save, err, sizeof err)) fprintf(stderr, "planrun: %s\n", err), rc = EXIT_FILE;
-        else if (!o->quiet) printf("saved the parameters and optimizer state to %s\n", o->save);
+        else if (!quiet) printf("saved the parameters and optimizer state to %s\n", o->save);
     }
     if (!rc && o->compare) {
         rt_diff d;
@@ -256,18 +327,122 @@ static int run(const options *o, const plan *p) {
     return rc;
 }
 
+// The cpu backends run every rank here: a launcher that says this is one of several processes
+// is a mistake (a world of one, srun -n 1 say, is fine).
+static int run_cpu(const options *o, const plan *p, const rt_launch *l) {
+    if (l->launched && l->world > 1) {
+        fprintf(stderr, "planrun: the %s backend runs every rank of the plan in this one process, but %s says this is "
+                "one of %d processes: use --backend cuda (one rank per process), or start a single planrun\n", o->backend,
+                l->world_from, l->world);
+        return EXIT_LAUNCH;
+    }
+    how h = {.leader = true};
+    return run(o, p, &h);
+}
+
+#ifdef PLANCC_HAVE_CUDA
+static void describe_launch(const rt_launch *l, const rt_rendezvous *r) {
+    char who[512], how_[300];
+    rt_launch_describe(l, who, sizeof who);
+    rt_rendezvous_describe(r, how_, sizeof how_);
+    printf("planrun[%d]: %s; rendezvous %s\n", l->rank, who, how_);
+    fflush(stdout);
+}
+
+static void describe_gpu(const rt_launch *l, const rt_cuda_device *d) {
+    const char *vis = getenv("CUDA_VISIBLE_DEVICES");
+    printf("planrun[%d]: GPU %d of %d (%s, sm_%d%d, %.1f GiB%s%s%s); CUDA runtime %d.%d, driver %d.%d, NCCL %d.%d.%d, cuDNN %d.%d.%d, "
+           "cuBLAS %d.%d.%d\n", l->rank, d->ordinal, d->count, d->name, d->cc_major, d->cc_minor, (double)d->mem_bytes / (1 << 30),
+           vis ? ", CUDA_VISIBLE_DEVICES=" : "", vis ? vis : "", "", d->runtime_version / 1000, d->runtime_version % 1000 / 10,
+           d->driver_version / 1000, d->driver_version % 1000 / 10, d->nccl_version / 10000, d->nccl_version / 100 % 100,
+           d->nccl_version % 100, d->cudnn_version / 10000, d->cudnn_version / 100 % 100, d->cudnn_version % 100,
+           d->cublas_version / 10000, d->cublas_version / 100 % 100, d->cublas_version % 100);
+    fflush(stdout);
+}
+
+// One rank per process: who this is, which GPU, the NCCL id from rank 0, then the steps.
+static int run_cuda(const options *o, const plan *p, rt_launch *l) {
+    char err[2048];
+    if (!l->launched) {
+        if (p->meta.world != 1) {
+            fprintf(stderr, "planrun: %s: the plan has %u ranks and the cuda backend runs one rank per process: start %u "
+                    "processes (torchrun, mpirun, srun) or give each --rank R --world-size %u\n", o->plan, p->meta.world,
+                    p->meta.world, p->meta.world);
+            return EXIT_LAUNCH;
+        }
+        l->rank = 0, l->world = 1, l->local_rank = 0;
+        l->rank_from = l->world_from = l->local_from = "default";
+        l->launched = true;
+    }
+    if (l->world != (int)p->meta.world) {
+        fprintf(stderr, "planrun: %s: the plan was compiled for %u rank%s but %s says the world has %d\n", o->plan, p->meta.world,
+                p->meta.world == 1 ? "" : "s", l->world_from, l->world);
+        return EXIT_LAUNCH;
+    }
+    if (l->world > 1 && (o->save || o->compare)) {
+        fprintf(stderr, "planrun: --save and --compare need every rank's parameters in one process: with the cuda backend "
+                "they work on plans of one rank\n");
+        return EXIT_USAGE;
+    }
+    rt_rendezvous rdv;
+    if (rt_rendezvous_choose(&rdv, o->rendezvous, l, err, sizeof err)) {
+        fprintf(stderr, "planrun: rank %d: %s\n", l->rank, err);
+        return EXIT_LAUNCH;
+    }
+    if (!o->quiet) describe_launch(l, &rdv);
+    // The rendezvous first: it needs no GPU, and a rank that has none then fails after the others
+    // know the id (they stop at NCCL's setup with a timeout, naming it).
+    rt_cuda_config cfg = {.rank = l->rank, .world = l->world, .tf32 = o->tf32};
+    if (l->world > 1 || o->rendezvous) { // a world of one meets only when asked to (a test of the path)
+        if (l->rank == 0 && rt_cuda_nccl_id(cfg.nccl_id, err, sizeof err)) {
+            fprintf(stderr, "planrun: rank 0: cannot make the NCCL id: %s\n", err);
+            return EXIT_LAUNCH;
+        }
+        if (rt_rendezvous_run(&rdv, l->rank, l->world, cfg.nccl_id, sizeof cfg.nccl_id, o->timeout_s, err, sizeof err)) {
+            fprintf(stderr, "planrun: rank %d: %s\n", l->rank, err);
+            rt_rendezvous_finish();
+            return EXIT_LAUNCH;
+        }
+        if (!o->quiet) printf("planrun[%d]: rendezvous done: rank 0's NCCL id received\n", l->rank);
+    }
+    rt_cuda_device dev;
+    if (rt_cuda_device_open(l->local_rank, &dev, err, sizeof err)) {
+        fprintf(stderr, "planrun: --backend cuda, rank %d (local rank %d): %s\n", l->rank, l->local_rank, err);
+        rt_rendezvous_finish();
+        return EXIT_NO_GPU;
+    }
+    cfg.device = dev.ordinal;
+    if (!o->quiet) describe_gpu(l, &dev);
+    how h = {.one_rank = true, .rank = l->rank, .leader = l->rank == 0, .backend_config = &cfg};
+    int rc = run(o, p, &h);
+    rt_rendezvous_finish();
+    return rc;
+}
+#endif
+
 int main(int argc, char **argv) {
     options o;
     int rc = parse_args(argc, argv, &o);
     if (rc) return rc;
+    rt_launch l;
+    char err[1024];
+    if (rt_launch_discover(&l, o.rank, o.world, o.local_rank, NULL, err, sizeof err)) {
+        fprintf(stderr, "planrun: %s\n", err);
+        return EXIT_LAUNCH;
+    }
     plan p;
     if ((rc = load_plan(&o, &p))) return rc;
     if (!strcmp(o.backend, "cuda")) {
-        fprintf(stderr, "planrun: this planrun was built without the cuda backend (it comes with the CUDA runtime issue); use --backend cpu\n");
-        plan_free(&p);
-        return EXIT_BACKEND;
+#ifdef PLANCC_HAVE_CUDA
+        rc = run_cuda(&o, &p, &l);
+#else
+        fprintf(stderr, "planrun: this planrun was built without the cuda backend (meson found no CUDA toolkit with cuBLAS, "
+                "cuDNN and NCCL); use --backend cpu\n");
+        rc = EXIT_BACKEND;
+#endif
+    } else {
+        rc = run_cpu(&o, &p, &l);
     }
-    rc = run(&o, &p);
     plan_free(&p);
     return rc;
 }

@@ -8,6 +8,7 @@
  *   comm.c      in-process collectives and send/recv for the CPU backend (ranks are threads)
  *   interp.c    the interpreter: one rank's program, its loops, streams and events
  *   st.c        safetensors files (save, load, compare parameters)
+ *   launch.c    rank discovery (flags, torchrun, OpenMPI, SLURM) and the NCCL-id rendezvous
  *   planrun.c   the command line
  *
  * The runtime trusts nothing it reads: a plan passes plan_check before it runs, and a kernel
@@ -223,7 +224,7 @@ int rt_comm_coll(rt_comm *c, int thread, uint64_t key, uint64_t seq, int n_membe
  * The interpreter (interp.c) decides what runs, in which order, on which stream, with which
  * buffers; a backend runs it. A backend is a struct of function pointers (ggml's pattern), one
  * per thing the interpreter asks for, filled with designated initializers by the backend's init
- * function (rt_backend_cpu_init; the CUDA backend's rt_backend_cuda_init, once it exists). The
+ * function (rt_backend_cpu_init; the CUDA backend's rt_backend_cuda_init, cuda/rt_cuda.h). The
  * interpreter calls them only through the rt_backend_* wrappers below, which check the handle
  * and skip an optional entry that is NULL.
  *
@@ -349,13 +350,14 @@ void rt_backend_free(rt_backend *b); // accepts NULL
  * accumulators, and runs every stream of every rank as a thread that walks its program with the
  * loops expanded. */
 typedef struct rt_options {
-    const char *backend;            // "cpu", "cpu-serial" (NULL: cpu)
+    const char *backend;            // "cpu", "cpu-serial", "cuda" (NULL: cpu)
     bool f64;                       // f32 tensors computed in double (the cpu backends only)
     bool one_rank;                  // this process runs only rank `rank` (one process per GPU);
     int rank;                       // false: every rank of the plan (the cpu backend)
     uint64_t seed;                  // initializers, synthetic data, dropout
     double timeout_s;               // a blocked stream gives up after this long
     const rt_corpus *corpus;        // NULL: synthetic tokens
+    const void *backend_config;     // the backend's own settings (cuda: a rt_cuda_config, cuda/rt_cuda.h)
 } rt_options;
 
 typedef struct rt_rank {
@@ -389,7 +391,7 @@ int rt_run_init(rt_run *r, const plan *p, const rt_options *o, char *err, size_t
 int rt_run_step(rt_run *r, double *loss, char *err, size_t err_n);
 void rt_run_free(rt_run *r); // accepts a zeroed run
 // The view of buffer b of rank rk for micro-batch mb and layer slot l (local piece, logical
-// shape; a scratch buffer is a flat f32 vector). Its data points into the backend's arena.
+// shape; a scratch buffer is a flat vector of its dtype). Its data points into the backend's arena.
 void rt_buffer_view(const rt_run *r, const rt_rank *rk, uint32_t b, uint32_t mb, uint32_t l, rt_view *v);
 // The same slot's bytes copied to host memory (read: into host, b's bytes) or from it (write).
 int rt_buffer_read(const rt_run *r, const rt_rank *rk, uint32_t b, uint32_t mb, uint32_t l, void *host, char *err, size_t err_n);
@@ -432,5 +434,57 @@ typedef struct rt_diff {
 } rt_diff;
 int rt_compare(const rt_run *r, const char *path, double rtol, double atol, rt_diff *worst, char *err, size_t err_n);
 void rt_named_free(rt_named *t, int n);
+
+/* ---- launch.c: who this process is, and the rendezvous ----
+ *
+ * One process per GPU: rank, world size and local rank come from the first source that has each,
+ * in this order: flags (--rank, --world-size, --local-rank); torchrun's RANK, WORLD_SIZE,
+ * LOCAL_RANK; OpenMPI's OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK; SLURM's SLURM_PROCID,
+ * SLURM_NTASKS, SLURM_LOCALID. The rendezvous hands a small blob (the ncclUniqueId) from rank 0
+ * to every rank: MPI_Bcast (built with MPI), a TCP server on rank 0 (MASTER_ADDR:MASTER_PORT or
+ * --rendezvous tcp:HOST:PORT), or a file on a shared filesystem (--rendezvous file:PATH). Needs
+ * no GPU. */
+typedef const char *rt_getenv_fn(const char *name);
+
+typedef struct rt_launch {
+    bool launched;                  // a rank and world size were found (else: no launcher)
+    bool by_mpi;                    // the rank came from OMPI_COMM_WORLD_RANK (mpirun started us)
+    int rank, world, local_rank;    // -1 where not found (when !launched)
+    const char *rank_from, *world_from, *local_from; // "--rank", "RANK", "SLURM_PROCID", "default", ...
+    char master_addr[256];          // MASTER_ADDR, or ""
+    int master_port;                // MASTER_PORT, or 0
+} rt_launch;
+
+// Fills l from the flags (-1: not given) and the environment (get: NULL for getenv). A value that
+// is not a whole number in range, a rank without a world size (or the reverse), a rank not below
+// the world size or a bad MASTER_PORT is -1 with a message naming the flag or variable. Without
+// any rank or world size, l->launched is false and the result is 0. A missing local rank is 0 in
+// a world of one, else the rank (one node), and says so in local_from.
+int rt_launch_discover(rt_launch *l, int flag_rank, int flag_world, int flag_local, rt_getenv_fn *get, char *err,
+                       size_t err_n);
+// "rank 3 (RANK), world size 8 (WORLD_SIZE), local rank 3 (LOCAL_RANK)".
+void rt_launch_describe(const rt_launch *l, char *buf, size_t n);
+
+typedef enum { RT_RDV_NONE, RT_RDV_TCP, RT_RDV_FILE, RT_RDV_MPI } rt_rdv_kind;
+typedef struct rt_rendezvous {
+    rt_rdv_kind kind;
+    char host[256];                 // tcp
+    int port;
+    char path[4096];                // file
+} rt_rendezvous;
+
+// The rendezvous that spec names ("tcp:HOST:PORT", "file:PATH", "mpi"), or with spec NULL the
+// default for l: none for one process; MPI under mpirun when built with MPI; else tcp at
+// MASTER_ADDR:MASTER_PORT; else -1 with a message saying what to set.
+int rt_rendezvous_choose(rt_rendezvous *r, const char *spec, const rt_launch *l, char *err, size_t err_n);
+void rt_rendezvous_describe(const rt_rendezvous *r, char *buf, size_t n);
+// Rank 0's `bytes` (at most 4096) at blob reach every rank's blob. Every rank of the world must
+// call it; each gives up after timeout_s with a message naming what it waited for (rank 0 names
+// the ranks that did not come). A world of one goes through the motions (listens, writes the
+// file) unless r is RT_RDV_NONE. Returns 0 or -1.
+int rt_rendezvous_run(const rt_rendezvous *r, int rank, int world, void *blob, size_t bytes, double timeout_s, char *err,
+                      size_t err_n);
+// Ends MPI if the rendezvous started it. Safe to call always.
+void rt_rendezvous_finish(void);
 
 #endif

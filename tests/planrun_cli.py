@@ -36,11 +36,96 @@ def expect(name, p, code, *needles):
     check(name, ok, p, f"want exit {code} and {list(needles)}")
 
 
+def has_gpu():
+    """A GPU this process can use: nvidia-smi lists one."""
+    try:
+        p = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30)
+        return p.returncode == 0 and "GPU" in p.stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch_and_cuda(pr, plancc, cpu, mlp, j):
+    """The launch (rank discovery, world size, rendezvous between real processes) and the cuda
+    backend's refusals; on a machine without a GPU, planrun --backend cuda exits 9."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_", "OMPI_COMM_WORLD", "SLURM_"))}
+    prx = lambda extra, *a, **k: subprocess.run([str(x) for x in (*wrapper, *pr.planrun, *a)], capture_output=True,
+                                                text=True, timeout=k.get("timeout", 120), env={**env, **extra})
+    p = run(plancc, mlp, "--cluster", cpu, "--devices", 1, "-o", j("mlp1.plan"))
+    check("compile mlp on 1 rank", p.returncode == 0, p)
+    p = run(plancc, mlp, "--cluster", cpu, "--devices", 2, "--dp", 2, "-o", j("mlp2.plan"))
+    check("compile mlp on 2 ranks", p.returncode == 0, p)
+    version = prx({}, "--version").stdout
+    built = "cuda" in version
+    # The cpu backends: a world of one from a launcher is fine; more is a mistake.
+    expect("cpu under srun -n 1", prx({"SLURM_PROCID": "0", "SLURM_NTASKS": "1"}, j("mlp2.plan"), "--steps", 1), 0, "1/1")
+    expect("cpu as one of 2 processes", prx({"RANK": "0", "WORLD_SIZE": "2"}, j("mlp2.plan"), "--steps", 1), 10,
+           "runs every rank", "WORLD_SIZE")
+    expect("bad RANK", prx({"RANK": "one", "WORLD_SIZE": "2"}, j("mlp2.plan")), 10, "RANK=\"one\"")
+    expect("rank without world size", prx({"OMPI_COMM_WORLD_RANK": "1"}, j("mlp2.plan")), 10, "no world size")
+    expect("--rank beyond --world-size", prx({}, j("mlp2.plan"), "--rank", 2, "--world-size", 2), 10, "rank 2")
+    expect("bad --rank", prx({}, j("mlp2.plan"), "--rank", "1.5"), 1, "--rank")
+    if os.environ.get("PLANRUN_EXPECT_CUDA") == "1":
+        check("meson found CUDA, so planrun has the cuda backend", built, None, f"--version says: {version.strip()}")
+    if not built:
+        expect("cuda without the cuda backend", prx({}, j("mlp1.plan"), "--backend", "cuda", "--steps", 1), 5,
+               "built without the cuda backend")
+        return
+    gpu = has_gpu()
+    if gpu:
+        expect("cuda on a GPU", prx({}, j("mlp1.plan"), "--backend", "cuda", "--steps", 1), 0, "1/1", "GPU 0")
+    else:
+        expect("cuda without a GPU", prx({}, j("mlp1.plan"), "--backend", "cuda", "--steps", 1), 9, "no GPU",
+               "rank 0 (default)")
+        expect("cuda without a GPU, CUDA_VISIBLE_DEVICES empty",
+               prx({"CUDA_VISIBLE_DEVICES": ""}, j("mlp1.plan"), "--backend", "cuda"), 9, "no GPU")
+    expect("cuda: world size differs from the plan's", prx({"RANK": "0", "WORLD_SIZE": "2"}, j("mlp1.plan"), "--backend", "cuda"),
+           10, "compiled for 1 rank", "WORLD_SIZE says the world has 2")
+    expect("cuda: a 2-rank plan in one process", prx({}, j("mlp2.plan"), "--backend", "cuda"), 10, "start 2 processes")
+    expect("cuda: no way to meet rank 0", prx({"RANK": "1", "WORLD_SIZE": "2"}, j("mlp2.plan"), "--backend", "cuda"), 10,
+           "MASTER_ADDR")
+    expect("cuda: bad --rendezvous", prx({}, j("mlp2.plan"), "--backend", "cuda", "--rank", 0, "--world-size", 2,
+                                         "--rendezvous", "tcp:host:0"), 10, "port")
+    expect("cuda: --save with 2 processes", prx({}, j("mlp2.plan"), "--backend", "cuda", "--rank", 0, "--world-size", 2,
+                                                "--save", j("x.st")), 1, "--save")
+    port = free_port()
+    expect("cuda: rank 0 alone gives up, naming rank 1",
+           prx({"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}, j("mlp2.plan"),
+               "--backend", "cuda", "--timeout", 1), 10, "1 of 2 ranks joined", "missing: 1")
+    if gpu:
+        return  # two ranks on one machine's GPUs: the gpu suite's business
+    # Two real processes meet over TCP (torchrun's variables) and through a file (flags): both get
+    # rank 0's NCCL id, then stop for want of a GPU.
+    def pair(name, envs, args):
+        procs = [subprocess.Popen([str(x) for x in (*wrapper, *pr.planrun, j("mlp2.plan"), "--backend", "cuda",
+                                                    "--timeout", 30, *args[r])],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**env, **envs[r]})
+                 for r in (1, 0)]
+        outs = [p.communicate(timeout=120) for p in procs]
+        ok = all(p.returncode == 9 for p in procs) and all("rendezvous done" in o for o, _ in outs)
+        check(name, ok, None, " / ".join(f"exit {p.returncode}: {o[-400:]} {e[-400:]}" for p, (o, e) in zip(procs, outs)))
+    port = free_port()
+    tcp = [{"RANK": str(r), "WORLD_SIZE": "2", "LOCAL_RANK": str(r), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+           for r in (0, 1)]
+    pair("cuda: tcp rendezvous between two planruns", tcp, [[], []])
+    pair("cuda: file rendezvous between two planruns", [{}, {}],
+         [["--rank", r, "--world-size", 2, "--rendezvous", "file:" + j("nccl.id")] for r in (0, 1)])
+
+
 def main():
     global wrapper
     plancc, planrun, plandump, root = sys.argv[1:5]
     wrapper = sys.argv[5:]
     pr = lambda *a, **k: run(*wrapper, planrun, *a, **k)
+    pr.planrun = [planrun]
     cpu = os.path.join(root, "models", "clusters", "cpu.json")
     mlp = os.path.join(root, "models", "mlp.json")
     gpt = os.path.join(root, "models", "gpt-tiny.json")
@@ -78,7 +163,7 @@ def main():
         check("assemble a broken plan", p.returncode == 0, p)
         expect("plan fails its check", pr(j("rbw.plan")), 3, "rbw.plan", "before anything writes it")
         expect("stale plan", pr(j("mlp.plan"), "--model", gpt), 4, "model")
-        expect("cuda without the cuda backend", pr(j("mlp.plan"), "--backend", "cuda", "--steps", 1), 5, "cuda")
+        launch_and_cuda(pr, plancc, cpu, mlp, j)
 
         # a run that cannot go on: a deadlock is found at once, naming each blocked receive
         p = run(plandump, "--assemble", os.path.join(bad, "deadlock.plan.txt"), "-o", j("deadlock.plan"))

@@ -1,0 +1,475 @@
+/*
+ * cuda/backend.c: the CUDA backend behind the backend interface (rt.h, "backend.c"): one rank
+ * of the plan per process, on one GPU. This file holds the device, memory, streams, events and
+ * the end of a step; ops.c runs operators and copies (cuBLAS, cuDNN and kernels.cu), nccl.c
+ * communication.
+ *
+ * Issue model (thread_per_stream false): the interpreter's one walker per rank issues every
+ * instruction of the rank in program order, each on the CUDA stream of its plan stream, and the
+ * calls return as soon as the work is enqueued. Plan streams are CUDA streams created with the
+ * plan's priorities (lower runs first, CUDA's convention, clamped to the device's range); record
+ * and wait are cudaEventRecord and cudaStreamWaitEvent, which wait for the most recent record
+ * issued before them, exactly the plan's rule, so the ordinals are not needed. Nothing waits
+ * for the GPU during a step except the first run of a collective (nccl.c, its layout exchange).
+ *
+ * Memory: one cudaMalloc arena per rank at the plan's exact size, zeroed; upload and download
+ * are cudaMemcpy between steps. Scratch that operators and collectives need (attention's
+ * scores, cuDNN workspaces, pack buffers) is stream-ordered (cudaMallocAsync/cudaFreeAsync from
+ * the device's default pool, whose release threshold is raised so that steady-state steps do
+ * not return memory to the driver). So the device holds the arena plus that scratch plus
+ * NCCL's and the libraries' own buffers: the plan's peak is the arena's size, not the whole.
+ *
+ * The end of a step records a marker on every stream and polls them, and polls NCCL's
+ * asynchronous errors, until all are done or nothing has progressed (no stream finished, no
+ * communication completed) for --timeout; then every communicator is aborted and the message
+ * names the first communication instruction that had not finished ("a dead rank makes the
+ * others stop with an error naming the instruction"). Kernels that found bad data (an id
+ * outside its table) raise a device flag, read here.
+ */
+#define _GNU_SOURCE 1
+#include "internal.h"
+
+#include <sched.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <time.h>
+
+/* ---- errors ---- */
+
+static const char *base_name(const char *path) {
+    const char *s = strrchr(path, '/');
+    return s ? s + 1 : path;
+}
+
+int cu_fail(char *err, size_t err_n, const char *lib, const char *msg, const char *stmt, const char *func, const char *file,
+            int line) {
+    if (!err || !err_n) return -1;
+    const char *paren = strchr(stmt, '(');
+    int call = paren ? (int)(paren - stmt) : (int)strlen(stmt);
+    snprintf(err, err_n, "%s: %s in %.*s(...) (%s:%d %s)", lib, msg ? msg : "unknown error", call, stmt, base_name(file), line,
+             func);
+    return -1;
+}
+
+int cu_trace(char *err, size_t err_n, const char *func, const char *file, int line) {
+    if (!err || !err_n) return -1;
+    size_t k = strlen(err);
+    if (k < err_n) snprintf(err + k, err_n - k, " <- %s (%s:%d)", func, base_name(file), line);
+    return -1;
+}
+
+int cu_say(char *err, size_t err_n, const char *fmt, ...) {
+    if (!err || !err_n) return -1;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, err_n, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+size_t cu_dtype_bytes(int dtype) { return dtype == CK_F16 || dtype == CK_BF16 ? 2 : dtype == CK_F32 || dtype == CK_I32 ? 4 : 0; }
+
+ck_box cu_box(const rt_box *b) {
+    ck_box k;
+    memset(&k, 0, sizeof k);
+    k.rank = b->rank;
+    for (int d = 0; d < b->rank && d < CK_MAX_RANK; d++) k.start[d] = b->start[d], k.shape[d] = b->shape[d], k.full[d] = b->full[d];
+    return k;
+}
+
+double cu_now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+void cu_pause(int spins) {
+    if (spins < 100) {
+        sched_yield();
+        return;
+    }
+    struct timespec t = {0, 50 * 1000};
+    nanosleep(&t, NULL);
+}
+
+/* ---- the device ---- */
+
+static int versions(rt_cuda_device *dev, char *err, size_t err_n) {
+    int v = 0, mj = 0, mn = 0, pt = 0;
+    NCCL_CHECK(ncclGetVersion(&v));
+    dev->nccl_version = v;
+    dev->cudnn_version = (int)cudnnGetVersion();
+    CUBLAS_CHECK(cublasGetProperty(MAJOR_VERSION, &mj));
+    CUBLAS_CHECK(cublasGetProperty(MINOR_VERSION, &mn));
+    CUBLAS_CHECK(cublasGetProperty(PATCH_LEVEL, &pt));
+    dev->cublas_version = mj * 10000 + mn * 100 + pt;
+    return 0;
+}
+
+int rt_cuda_device_open(int local_rank, rt_cuda_device *dev, char *err, size_t err_n) {
+    memset(dev, 0, sizeof *dev);
+    cudaRuntimeGetVersion(&dev->runtime_version);
+    if (cudaDriverGetVersion(&dev->driver_version) != cudaSuccess) dev->driver_version = 0;
+    const char *vis = getenv("CUDA_VISIBLE_DEVICES");
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess || n <= 0) {
+        cudaGetLastError();
+        if (dev->driver_version == 0)
+            return cu_say(err, err_n, "no GPU: there is no NVIDIA driver on this machine (cudaGetDeviceCount: %s)",
+                          cudaGetErrorString(e));
+        if (vis)
+            return cu_say(err, err_n, "no GPU visible with CUDA_VISIBLE_DEVICES=\"%s\" (cudaGetDeviceCount: %s)", vis,
+                          e == cudaSuccess ? "0 devices" : cudaGetErrorString(e));
+        return cu_say(err, err_n, "no GPU: cudaGetDeviceCount: %s", e == cudaSuccess ? "0 devices" : cudaGetErrorString(e));
+    }
+    // One visible device (a launcher that binds each task to its GPU): that one, whatever the
+    // local rank. Several: the local rank's.
+    int d = n == 1 ? 0 : local_rank;
+    if (d < 0 || d >= n)
+        return cu_say(err, err_n, "local rank %d but only %d GPUs are visible%s%s%s: start at most %d processes per node", local_rank, n,
+                      vis ? " (CUDA_VISIBLE_DEVICES=\"" : "", vis ? vis : "", vis ? "\")" : "", n);
+    dev->ordinal = d, dev->count = n;
+    CUDA_CHECK(cudaSetDevice(d));
+    struct cudaDeviceProp prop;
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, d));
+    snprintf(dev->name, sizeof dev->name, "%s", prop.name);
+    dev->cc_major = prop.major, dev->cc_minor = prop.minor;
+    dev->mem_bytes = (uint64_t)prop.totalGlobalMem;
+    CU_TRY(versions(dev, err, err_n));
+    return 0;
+}
+
+/* ---- memory ---- */
+
+int cu_scratch(cudaStream_t st, size_t bytes, void **p, char *err, size_t err_n) {
+    *p = NULL;
+    if (!bytes) return 0;
+    CUDA_CHECK(cudaMallocAsync(p, bytes, st));
+    return 0;
+}
+
+void cu_scratch_free(cudaStream_t st, void *p) {
+    if (p) cudaFreeAsync(p, st);
+}
+
+static void *be_arena_alloc(rt_backend *b, int rank, uint64_t bytes, char *err, size_t err_n) {
+    cu_state *cu = cu_of(b);
+    void *a = NULL;
+    if (rank != cu->rank) {
+        cu_say(err, err_n, "cuda backend: asked for rank %d's arena, but this process runs rank %d", rank, cu->rank);
+        return NULL;
+    }
+    cudaError_t e = cudaSetDevice(cu->device);
+    if (e == cudaSuccess) e = cudaMalloc(&a, bytes ? (size_t)bytes : 1);
+    if (e == cudaSuccess) e = cudaMemset(a, 0, bytes ? (size_t)bytes : 1);
+    if (e != cudaSuccess) {
+        size_t free_b = 0, total = 0;
+        cudaGetLastError();
+        cudaMemGetInfo(&free_b, &total);
+        cu_say(err, err_n, "rank %d: cannot allocate its arena of %.1f MiB on GPU %d (%.1f MiB free of %.1f): %s", rank,
+               (double)bytes / 1048576.0, cu->device, (double)free_b / 1048576.0, (double)total / 1048576.0, cudaGetErrorString(e));
+        if (a) cudaFree(a);
+        return NULL;
+    }
+    return a;
+}
+
+static void be_arena_free(rt_backend *b, int rank, void *arena) {
+    (void)rank;
+    if (!arena) return;
+    cudaSetDevice(cu_of(b)->device);
+    cudaFree(arena);
+}
+
+static int be_upload(rt_backend *b, int rank, void *dst, const void *src, uint64_t bytes, char *err, size_t err_n) {
+    (void)rank;
+    CUDA_CHECK(cudaSetDevice(cu_of(b)->device));
+    if (bytes) CUDA_CHECK(cudaMemcpy(dst, src, (size_t)bytes, cudaMemcpyHostToDevice));
+    return 0;
+}
+
+static int be_download(rt_backend *b, int rank, void *dst, const void *src, uint64_t bytes, char *err, size_t err_n) {
+    (void)rank;
+    CUDA_CHECK(cudaSetDevice(cu_of(b)->device));
+    if (bytes) CUDA_CHECK(cudaMemcpy(dst, src, (size_t)bytes, cudaMemcpyDeviceToHost));
+    return 0;
+}
+
+/* ---- streams and events ---- */
+
+int cu_stream(cu_state *cu, int s, cudaStream_t *out, char *err, size_t err_n) {
+    if (s < 0 || s >= cu->n_streams) return cu_say(err, err_n, "stream %d: the program has %d", s, cu->n_streams);
+    CUDA_CHECK(cudaSetDevice(cu->device));
+    *out = cu->streams[s];
+    return 0;
+}
+
+static int be_record(rt_backend *b, const rt_exec *x, uint32_t event, uint64_t ordinal, char *err, size_t err_n) {
+    (void)ordinal;
+    cu_state *cu = cu_of(b);
+    cudaStream_t st;
+    CU_TRY(cu_stream(cu, x->stream, &st, err, err_n));
+    if (event >= cu->n_events) return cu_say(err, err_n, "event %u: the program has %u", event, cu->n_events);
+    CUDA_CHECK(cudaEventRecord(cu->events[event], st));
+    return 0;
+}
+
+static int be_wait(rt_backend *b, const rt_exec *x, uint32_t event, uint64_t ordinal, const char *what, char *err, size_t err_n) {
+    (void)ordinal, (void)what;
+    cu_state *cu = cu_of(b);
+    cudaStream_t st;
+    CU_TRY(cu_stream(cu, x->stream, &st, err, err_n));
+    if (event >= cu->n_events) return cu_say(err, err_n, "event %u: the program has %u", event, cu->n_events);
+    CUDA_CHECK(cudaStreamWaitEvent(st, cu->events[event], 0));
+    return 0;
+}
+
+/* ---- failures ---- */
+
+static void be_fail(rt_backend *b, const char *msg) {
+    cu_state *cu = cu_of(b);
+    pthread_mutex_lock(&cu->mu);
+    if (!cu->failed) {
+        cu->failed = true;
+        snprintf(cu->error, sizeof cu->error, "%s", msg);
+    }
+    pthread_mutex_unlock(&cu->mu);
+}
+
+static const char *be_error(rt_backend *b) {
+    cu_state *cu = cu_of(b);
+    pthread_mutex_lock(&cu->mu);
+    const char *e = cu->failed ? cu->error : NULL;
+    pthread_mutex_unlock(&cu->mu);
+    return e;
+}
+
+/* ---- steps ---- */
+
+static void be_step_begin(rt_backend *b, int n_threads) {
+    (void)n_threads;
+    cu_state *cu = cu_of(b);
+    cu->n_inflight = 0;
+    pthread_mutex_lock(&cu->mu);
+    if (!cu->aborted) cu->failed = false, cu->error[0] = 0; // after an abort nothing can run again
+    pthread_mutex_unlock(&cu->mu);
+}
+
+int cu_wait_event(cu_state *cu, cudaEvent_t ev, const char *what, char *err, size_t err_n) {
+    double deadline = cu_now() + cu->timeout_s;
+    for (int spins = 0;; spins++) {
+        cudaError_t e = cudaEventQuery(ev);
+        if (e == cudaSuccess) return 0;
+        if (e != cudaErrorNotReady) {
+            cu_nccl_abort(cu);
+            return cu_say(err, err_n, "CUDA: %s while waiting for %s", cudaGetErrorString(e), what);
+        }
+        if (cu_nccl_poll(cu, err, err_n)) {
+            cu_nccl_abort(cu);
+            return cu_trace(err, err_n, __func__, __FILE__, __LINE__);
+        }
+        if (cu_now() > deadline) {
+            cu_nccl_abort(cu);
+            return cu_say(err, err_n, "%s did not finish within %g s (--timeout): a peer rank is dead, stuck or waiting for "
+                          "something else", what, cu->timeout_s);
+        }
+        cu_pause(spins);
+    }
+}
+
+// The first communication instruction of the step that has not finished, or NULL.
+static const char *first_unfinished(cu_state *cu) {
+    for (size_t i = 0; i < cu->n_inflight; i++)
+        if (cudaEventQuery(cu->inflight[i].done) == cudaErrorNotReady) return cu->inflight[i].what;
+    return NULL;
+}
+
+// Waits for every stream's work, polling NCCL's errors. The timeout counts from the last sign
+// of progress (a stream finishing, a communication completing), so a long step is not a stuck
+// one; when it passes, the message names the first communication that had not finished.
+static int wait_streams(cu_state *cu, cudaEvent_t *marks, char *err, size_t err_n) {
+    double deadline = cu_now() + cu->timeout_s;
+    int last_busy = cu->n_streams + 1;
+    size_t next = 0; // the first communication not seen complete
+    for (int spins = 0;; spins++) {
+        int busy = 0;
+        for (int s = 0; s < cu->n_streams; s++) {
+            cudaError_t e = cudaEventQuery(marks[s]);
+            if (e == cudaErrorNotReady) busy++;
+            else if (e != cudaSuccess) {
+                cu_nccl_abort(cu);
+                return cu_say(err, err_n, "CUDA: %s on stream %d (an earlier kernel or copy failed)", cudaGetErrorString(e), s);
+            }
+        }
+        if (!busy) return 0;
+        size_t was = next;
+        while (next < cu->n_inflight && cudaEventQuery(cu->inflight[next].done) == cudaSuccess) next++;
+        if (busy < last_busy || next > was) deadline = cu_now() + cu->timeout_s, last_busy = busy;
+        // After an abort NCCL's kernels end by themselves: only the timeout is watched then.
+        if (!cu->aborted && cu_nccl_poll(cu, err, err_n)) {
+            const char *w = first_unfinished(cu);
+            size_t k = strlen(err);
+            if (w && k < err_n) snprintf(err + k, err_n - k, "; the first unfinished communication: %s", w);
+            cu_nccl_abort(cu);
+            return -1;
+        }
+        if (cu_now() > deadline) {
+            const char *w = first_unfinished(cu);
+            cu_nccl_abort(cu);
+            if (w)
+                return cu_say(err, err_n, "%s did not finish within %g s (--timeout): a peer rank is dead, stuck or issues "
+                              "its communication in another order", w, cu->timeout_s);
+            return cu_say(err, err_n, "the step's GPU work made no progress for %g s (--timeout)", cu->timeout_s);
+        }
+        cu_pause(spins);
+    }
+}
+
+static int read_flag(cu_state *cu, char *err, size_t err_n) {
+    int flag = 0;
+    CUDA_CHECK(cudaMemcpy(&flag, cu->flag, sizeof flag, cudaMemcpyDeviceToHost));
+    if (!flag) return 0;
+    CUDA_CHECK(cudaMemset(cu->flag, 0, sizeof flag));
+    static const char *const why[] = {"", "embedding: an id is outside the table", "embedding_bag: an id is outside the table",
+                                      "cross_entropy: a label is outside [0, classes)"};
+    return cu_say(err, err_n, "%s (found on the GPU; the CPU backend names the element)", flag > 0 && flag < 4 ? why[flag] : "a kernel raised an unknown flag");
+}
+
+static int step_end(cu_state *cu, char *err, size_t err_n) {
+    CUDA_CHECK(cudaSetDevice(cu->device));
+    for (int s = 0; s < cu->n_streams; s++) CUDA_CHECK(cudaEventRecord(cu->marks[s], cu->streams[s]));
+    // After a failure in the walker the peers may never arrive: do not wait for them.
+    if (cu->failed) cu_nccl_abort(cu);
+    CU_TRY(wait_streams(cu, cu->marks, err, err_n));
+    CU_TRY(read_flag(cu, err, err_n));
+    return 0;
+}
+
+static int be_step_end(rt_backend *b, char *err, size_t err_n) {
+    cu_state *cu = cu_of(b);
+    int rc = step_end(cu, err, err_n);
+    cu_prof_step(cu, rc == 0 && !cu->failed);
+    if (rc && !cu->failed) be_fail(b, err);
+    return rc;
+}
+
+/* ---- setting up and tearing down ---- */
+
+static void be_free(rt_backend *b) {
+    if (!b) return;
+    cu_state *cu = cu_of(b);
+    if (cu) {
+        cudaSetDevice(cu->device);
+        for (int s = 0; s < cu->n_streams; s++)
+            if (cu->streams[s]) cudaStreamSynchronize(cu->streams[s]);
+        cu_prof_free(cu);
+        cu_nccl_free(cu);
+        cu_ops_free(cu);
+        for (int s = 0; s < CU_MAX_STREAMS; s++) {
+            if (cu->blas[s]) cublasDestroy(cu->blas[s]);
+            if (cu->dnn[s]) cudnnDestroy(cu->dnn[s]);
+            if (cu->streams[s]) cudaStreamDestroy(cu->streams[s]);
+        }
+        if (cu->side) cudaStreamDestroy(cu->side);
+        for (uint32_t e = 0; cu->events && e < cu->n_events; e++)
+            if (cu->events[e]) cudaEventDestroy(cu->events[e]);
+        for (int s = 0; s < CU_MAX_STREAMS; s++)
+            if (cu->marks[s]) cudaEventDestroy(cu->marks[s]);
+        free(cu->events);
+        if (cu->flag) cudaFree(cu->flag);
+        pthread_mutex_destroy(&cu->mu);
+        free(cu);
+    }
+    free(b);
+}
+
+// The plan's streams (with their priorities), a cuBLAS and a cuDNN handle per stream, the
+// plan's events, the flag word.
+static int make_streams(cu_state *cu, const plan_program *pg, char *err, size_t err_n) {
+    int least = 0, greatest = 0;
+    CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    cu->n_streams = (int)(pg->n_streams ? pg->n_streams : 1);
+    if (cu->n_streams > CU_MAX_STREAMS) return cu_say(err, err_n, "the program has %d streams; at most %d", cu->n_streams, CU_MAX_STREAMS);
+    for (int s = 0; s < cu->n_streams; s++) {
+        int prio = pg->priority[s];
+        prio = prio < greatest ? greatest : prio > least ? least : prio; // lower runs first
+        CUDA_CHECK(cudaStreamCreateWithPriority(&cu->streams[s], cudaStreamNonBlocking, prio));
+        CUBLAS_CHECK(cublasCreate(&cu->blas[s]));
+        CUBLAS_CHECK(cublasSetStream(cu->blas[s], cu->streams[s]));
+        CUDNN_CHECK(cudnnCreate(&cu->dnn[s]));
+        CUDNN_CHECK(cudnnSetStream(cu->dnn[s], cu->streams[s]));
+        CUDA_CHECK(cudaEventCreateWithFlags(&cu->marks[s], cudaEventDisableTiming));
+    }
+    CUDA_CHECK(cudaStreamCreateWithFlags(&cu->side, cudaStreamNonBlocking));
+    cu->n_events = pg->n_events;
+    cu->events = calloc(cu->n_events ? cu->n_events : 1, sizeof *cu->events);
+    if (!cu->events) return cu_say(err, err_n, "out of memory");
+    for (uint32_t e = 0; e < cu->n_events; e++) CUDA_CHECK(cudaEventCreateWithFlags(&cu->events[e], cudaEventDisableTiming));
+    CUDA_CHECK(cudaMalloc((void **)&cu->flag, sizeof(int)));
+    CUDA_CHECK(cudaMemset(cu->flag, 0, sizeof(int)));
+    // Keep freed scratch in the pool: steady-state steps then allocate nothing from the driver.
+    cudaMemPool_t pool;
+    uint64_t keep = UINT64_MAX;
+    CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, cu->device));
+    CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
+    return 0;
+}
+
+static int check_config(const plan *p, const rt_options *o, const rt_cuda_config *cfg, char *err, size_t err_n) {
+    if (!cfg) return cu_say(err, err_n, "cuda backend: no configuration (rt_options.backend_config)");
+    if (cfg->world != (int)p->meta.world)
+        return cu_say(err, err_n, "cuda backend: the world has %d ranks but the plan was compiled for %u", cfg->world, p->meta.world);
+    if (cfg->rank < 0 || cfg->rank >= cfg->world) return cu_say(err, err_n, "cuda backend: rank %d of %d", cfg->rank, cfg->world);
+    if (p->meta.world > 1 && (!o->one_rank || o->rank != cfg->rank))
+        return cu_say(err, err_n, "cuda backend: it runs one rank per process; this plan has %u ranks, so start %u processes "
+                      "(torchrun, mpirun, srun, or --rank/--world-size)", p->meta.world, p->meta.world);
+    return 0;
+}
+
+rt_backend *rt_backend_cuda_init(const plan *p, const rt_options *o, char *err, size_t err_n) {
+    const rt_cuda_config *cfg = o->backend_config;
+    if (check_config(p, o, cfg, err, err_n)) return NULL;
+    rt_backend *b = calloc(1, sizeof *b);
+    cu_state *cu = calloc(1, sizeof *cu);
+    if (!b || !cu) {
+        free(b), free(cu);
+        cu_say(err, err_n, "cuda backend: out of memory");
+        return NULL;
+    }
+    pthread_mutex_init(&cu->mu, NULL);
+    cu->p = p, cu->device = cfg->device, cu->rank = cfg->rank, cu->world = cfg->world, cu->tf32 = cfg->tf32;
+    cu->timeout_s = o->timeout_s > 0 ? o->timeout_s : 60;
+    for (int a = (int)p->meta.n_axes - 1, rest = cu->rank; a >= 0; a--)
+        cu->coord[a] = (uint32_t)rest % p->meta.mesh[a], rest /= (int)p->meta.mesh[a];
+    *b = (rt_backend){
+        .name = "cuda",
+        .thread_per_stream = false,
+        .ctx = cu,
+        .arena_alloc = be_arena_alloc,
+        .arena_free = be_arena_free,
+        .upload = be_upload,
+        .download = be_download,
+        .kernel = cu_op_kernel,
+        .copy = cu_op_copy,
+        .p2p = cu_nccl_p2p,
+        .coll = cu_nccl_coll,
+        .record = be_record,
+        .wait = be_wait,
+        .step_begin = be_step_begin,
+        .step_end = be_step_end,
+        .fail = be_fail,
+        .error = be_error,
+        .host_sum = cu_nccl_host_sum,
+        .free = be_free,
+    };
+    const plan_program *pg = &p->programs[p->ranks[cu->rank].program];
+    char why[1536] = "";
+    if (cudaSetDevice(cu->device) != cudaSuccess || make_streams(cu, pg, why, sizeof why) || cu_nccl_init(cu, cfg, why, sizeof why) ||
+        cu_prof_init(cu, why, sizeof why)) {
+        cu_say(err, err_n, "cuda backend, rank %d on GPU %d: %s", cu->rank, cu->device, why[0] ? why : "cudaSetDevice failed");
+        be_free(b);
+        return NULL;
+    }
+    return b;
+}

@@ -1,0 +1,584 @@
+/*
+ * kernels.cu: the CUDA backend's own kernels, part one (kernels.h has the contracts):
+ * element-wise operators, dropout, norms, softmax, the losses, data movement, embeddings and
+ * the optimizer steps. Each is a port of the CPU kernel of the same operator
+ * (runtime/cpu/kernels.c, kernels_nn.c) with the same float expressions in the same order, so
+ * that results agree to rounding (and bit for bit where the CPU code has no library call).
+ *
+ * Dropout's mask must equal the CPU's bit for bit: ck_mix and ck_key below are rt.h's rt_mix
+ * and rt_key, and the element's key is its row-major index in the logical tensor, computed as
+ * the CPU computes it. The gpu test suite checks the mask against the CPU's.
+ */
+#include "common.cuh"
+
+#include <math.h>
+#include <string.h>
+
+/* ---- element-wise ---- */
+
+#define GELU_C 0.7978845608028654 // sqrt(2 / pi), as in cpu/kernels.c
+#define GELU_A 0.044715
+
+__global__ void k_ew(ck_ew_args a) {
+    CK_FOR_EACH(i, a.n) {
+        float v = 0, x = 0, y = 0;
+        if (a.a) x = ld(a.a, i, a.adt);
+        int64_t bi = a.b ? (i / a.b_inner) % a.b_n : 0;
+        switch (a.op) {
+        case CK_EW_ADD:
+            if (a.ua) v += x;
+            if (a.ub && a.b) v += ld(a.b, bi, a.bdt);
+            break;
+        case CK_EW_MUL: v = x * ld(a.b, bi, a.bdt); break;
+        case CK_EW_SCALE: v = x * a.s; break;
+        case CK_EW_RELU: v = x > 0 ? x : 0; break;
+        case CK_EW_GELU: v = x * sigmoidf_(2 * (float)GELU_C * (x + (float)GELU_A * x * x * x)); break;
+        case CK_EW_SILU: v = x * sigmoidf_(x); break;
+        case CK_EW_RELU_GRAD: y = ld(a.b, i, a.bdt); v = y > 0 ? x : 0; break;
+        case CK_EW_GELU_GRAD: {
+            y = ld(a.b, i, a.bdt);
+            float x2 = y * y, s = sigmoidf_(2 * (float)GELU_C * (y + (float)GELU_A * x2 * y));
+            float d = s + 2 * y * s * (1 - s) * (float)GELU_C * (1 + 3 * (float)GELU_A * x2);
+            v = x * d;
+            break;
+        }
+        case CK_EW_SILU_GRAD: {
+            y = ld(a.b, i, a.bdt);
+            float s = sigmoidf_(y);
+            v = x * s * (1 + y * (1 - s));
+            break;
+        }
+        case CK_EW_FILL: v = a.s; break;
+        case CK_EW_MSE_GRAD: {
+            float k = (float)((double)ld(a.kptr, 0, a.kdt) / a.count);
+            v = 2 * k * (x - ld(a.b, i, a.bdt));
+            break;
+        }
+        case CK_EW_BCE_GRAD: {
+            float k = (float)((double)ld(a.kptr, 0, a.kdt) / a.count);
+            v = k * (sigmoidf_(x) - ld(a.b, i, a.bdt));
+            break;
+        }
+        case CK_EW_CONVERT: v = x; break;
+        }
+        put(a.y, i, a.ydt, v, a.acc);
+    }
+}
+
+extern "C" cudaError_t ck_ew(cudaStream_t st, const ck_ew_args *a) {
+    if (a->n <= 0) return cudaSuccess;
+    ck_ew_args c = *a;
+    if (c.b_n < 1) c.b_n = 1;
+    if (c.b_inner < 1) c.b_inner = 1;
+    k_ew<<<ck_grid(c.n), CK_THREADS, 0, st>>>(c);
+    return cudaGetLastError();
+}
+
+/* ---- dropout: rt.h's counter-based generator ---- */
+
+static __device__ __forceinline__ uint64_t ck_mix(uint64_t x) {
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+static __device__ __forceinline__ uint64_t ck_key(uint64_t key, uint64_t word) { return ck_mix(key ^ ck_mix(word)); }
+static __device__ __forceinline__ double ck_uniform(uint64_t key) { return (double)(ck_mix(key) >> 11) * 0x1.0p-53; }
+
+__global__ void k_dropout(void *y, int ydt, const void *x, int xdt, ck_box b, int64_t n, uint64_t key, double p, float keep,
+                          bool acc) {
+    int64_t fs[CK_MAX_RANK];
+    for (int d = b.rank - 1; d >= 0; d--) fs[d] = d == b.rank - 1 ? 1 : fs[d + 1] * b.full[d + 1];
+    CK_FOR_EACH(i, n) {
+        uint64_t g = 0;
+        int64_t rest = i;
+        for (int d = b.rank - 1; d >= 0; d--) {
+            int64_t idx = rest % b.shape[d];
+            rest /= b.shape[d];
+            g += (uint64_t)((b.start[d] + idx) * fs[d]);
+        }
+        bool kept = ck_uniform(ck_key(key, g)) >= p;
+        put(y, i, ydt, kept ? ld(x, i, xdt) * keep : 0, acc);
+    }
+}
+
+extern "C" cudaError_t ck_dropout(cudaStream_t st, void *y, int ydt, const void *x, int xdt, const ck_box *box, uint64_t key,
+                                  double p, float keep, bool acc) {
+    int64_t n = 1;
+    for (int d = 0; d < box->rank; d++) n *= box->shape[d];
+    if (n <= 0) return cudaSuccess;
+    k_dropout<<<ck_grid(n), CK_THREADS, 0, st>>>(y, ydt, x, xdt, *box, n, key, p, keep, acc);
+    return cudaGetLastError();
+}
+
+/* ---- norms: one block per row ---- */
+
+// The mean (0 unless center) and rstd of row x[0..h), as the CPU's row_stats computes them.
+static __device__ void row_stats(const void *x, int xdt, int64_t off, int64_t h, double eps, bool center, double *sh, double *mean,
+                                 double *rstd) {
+    double m = 0, v = 0;
+    if (center) {
+        for (int64_t j = threadIdx.x; j < h; j += CK_THREADS) m += ld(x, off + j, xdt);
+        m = block_sum(m, sh) / (double)h;
+    }
+    for (int64_t j = threadIdx.x; j < h; j += CK_THREADS) {
+        double d = (double)ld(x, off + j, xdt) - m;
+        v += d * d;
+    }
+    v = block_sum(v, sh);
+    *mean = m;
+    *rstd = 1 / sqrt(v / (double)h + eps);
+}
+
+__global__ void k_norm(int64_t rows, int64_t h, const void *x, int xdt, const void *g, int gdt, const void *b, int bdt, void *y,
+                       int ydt, double eps, bool center, bool acc) {
+    __shared__ double sh[CK_THREADS];
+    CK_FOR_EACH_ROW(r, rows) {
+        double mean, rstd;
+        int64_t off = r * h;
+        row_stats(x, xdt, off, h, eps, center, sh, &mean, &rstd);
+        for (int64_t j = threadIdx.x; j < h; j += CK_THREADS) {
+            float v = (float)(((double)ld(x, off + j, xdt) - mean) * rstd) * ld(g, j, gdt);
+            put(y, off + j, ydt, b ? v + ld(b, j, bdt) : v, acc);
+        }
+    }
+}
+
+extern "C" cudaError_t ck_norm(cudaStream_t st, int64_t rows, int64_t h, const void *x, int xdt, const void *g, int gdt,
+                               const void *b, int bdt, void *y, int ydt, double eps, bool center, bool acc) {
+    if (rows <= 0 || h <= 0) return cudaSuccess;
+    k_norm<<<ck_row_grid(rows), CK_THREADS, 0, st>>>(rows, h, x, xdt, g, gdt, b, bdt, y, ydt, eps, center, acc);
+    return cudaGetLastError();
+}
+
+__global__ void k_norm_grad_x(int64_t rows, int64_t h, const void *dy, int dydt, const void *x, int xdt, const void *g, int gdt,
+                              void *dx, int dxdt, double eps, bool center, bool acc) {
+    __shared__ double sh[CK_THREADS];
+    CK_FOR_EACH_ROW(r, rows) {
+        double mean, rstd, s1 = 0, s2 = 0;
+        int64_t off = r * h;
+        row_stats(x, xdt, off, h, eps, center, sh, &mean, &rstd);
+        for (int64_t j = threadIdx.x; j < h; j += CK_THREADS) {
+            double gd = (double)ld(g, j, gdt) * ld(dy, off + j, dydt);
+            s1 += gd;
+            s2 += gd * ((double)ld(x, off + j, xdt) - mean) * rstd;
+        }
+        s1 = block_sum(s1, sh);
+        s2 = block_sum(s2, sh);
+        s1 = center ? s1 / (double)h : 0;
+        s2 /= (double)h;
+        for (int64_t j = threadIdx.x; j < h; j += CK_THREADS) {
+            double xh = ((double)ld(x, off + j, xdt) - mean) * rstd;
+            put(dx, off + j, dxdt, (float)(rstd * ((double)ld(g, j, gdt) * ld(dy, off + j, dydt) - s1 - xh * s2)), acc);
+        }
+    }
+}
+
+extern "C" cudaError_t ck_norm_grad_x(cudaStream_t st, int64_t rows, int64_t h, const void *dy, int dydt, const void *x, int xdt,
+                                      const void *g, int gdt, void *dx, int dxdt, double eps, bool center, bool acc) {
+    if (rows <= 0 || h <= 0) return cudaSuccess;
+    k_norm_grad_x<<<ck_row_grid(rows), CK_THREADS, 0, st>>>(rows, h, dy, dydt, x, xdt, g, gdt, dx, dxdt, eps, center, acc);
+    return cudaGetLastError();
+}
+
+__global__ void k_row_stats(int64_t rows, int64_t h, const void *x, int xdt, double eps, bool center, double *mean, double *rstd) {
+    __shared__ double sh[CK_THREADS];
+    CK_FOR_EACH_ROW(r, rows) {
+        double m, s;
+        row_stats(x, xdt, r * h, h, eps, center, sh, &m, &s);
+        if (threadIdx.x == 0) mean[r] = m, rstd[r] = s;
+    }
+}
+
+extern "C" cudaError_t ck_row_stats(cudaStream_t st, int64_t rows, int64_t h, const void *x, int xdt, double eps, bool center,
+                                    double *mean, double *rstd) {
+    if (rows <= 0 || h <= 0) return cudaSuccess;
+    k_row_stats<<<ck_row_grid(rows), CK_THREADS, 0, st>>>(rows, h, x, xdt, eps, center, mean, rstd);
+    return cudaGetLastError();
+}
+
+// One thread per column, the rows in order (the CPU's order: a float sum from zero).
+__global__ void k_norm_grad_w(int64_t rows, int64_t h, const void *dy, int dydt, const void *x, int xdt, const double *mean,
+                              const double *rstd, void *dg, int dgdt, void *db, int dbdt, bool acc) {
+    CK_FOR_EACH(j, h) {
+        float sg = acc ? ld(dg, j, dgdt) : 0, sb = db && acc ? ld(db, j, dbdt) : 0;
+        for (int64_t r = 0; r < rows; r++) {
+            float d = ld(dy, r * h + j, dydt);
+            sg += (float)((double)d * ((double)ld(x, r * h + j, xdt) - mean[r]) * rstd[r]);
+            sb += d;
+        }
+        st(dg, j, dgdt, sg);
+        if (db) st(db, j, dbdt, sb);
+    }
+}
+
+extern "C" cudaError_t ck_norm_grad_w(cudaStream_t st, int64_t rows, int64_t h, const void *dy, int dydt, const void *x, int xdt,
+                                      const double *mean, const double *rstd, void *dg, int dgdt, void *db, int dbdt, bool acc) {
+    if (h <= 0) return cudaSuccess;
+    k_norm_grad_w<<<ck_grid(h), CK_THREADS, 0, st>>>(rows, h, dy, dydt, x, xdt, mean, rstd, dg, dgdt, db, dbdt, acc);
+    return cudaGetLastError();
+}
+
+/* ---- softmax ---- */
+
+__global__ void k_softmax(int64_t rows, int64_t n, const void *x, int xdt, void *y, int ydt, bool acc) {
+    __shared__ double sh[CK_THREADS];
+    __shared__ float shf[CK_THREADS];
+    CK_FOR_EACH_ROW(r, rows) {
+        int64_t off = r * n;
+        float m = -INFINITY;
+        for (int64_t j = threadIdx.x; j < n; j += CK_THREADS) m = fmaxf(m, ld(x, off + j, xdt));
+        m = block_max(m, shf);
+        double s = 0;
+        for (int64_t j = threadIdx.x; j < n; j += CK_THREADS) s += expf(ld(x, off + j, xdt) - m);
+        s = block_sum(s, sh);
+        float inv = (float)(1 / s);
+        for (int64_t j = threadIdx.x; j < n; j += CK_THREADS) put(y, off + j, ydt, expf(ld(x, off + j, xdt) - m) * inv, acc);
+    }
+}
+
+extern "C" cudaError_t ck_softmax(cudaStream_t st, int64_t rows, int64_t n, const void *x, int xdt, void *y, int ydt, bool acc) {
+    if (rows <= 0 || n <= 0) return cudaSuccess;
+    k_softmax<<<ck_row_grid(rows), CK_THREADS, 0, st>>>(rows, n, x, xdt, y, ydt, acc);
+    return cudaGetLastError();
+}
+
+__global__ void k_softmax_grad(int64_t rows, int64_t n, const void *dy, int dydt, const void *y, int ydt, void *dx, int dxdt,
+                               bool acc) {
+    __shared__ double sh[CK_THREADS];
+    CK_FOR_EACH_ROW(r, rows) {
+        int64_t off = r * n;
+        double s = 0;
+        for (int64_t j = threadIdx.x; j < n; j += CK_THREADS) s += (double)ld(dy, off + j, dydt) * ld(y, off + j, ydt);
+        s = block_sum(s, sh);
+        for (int64_t j = threadIdx.x; j < n; j += CK_THREADS)
+            put(dx, off + j, dxdt, ld(y, off + j, ydt) * (ld(dy, off + j, dydt) - (float)s), acc);
+    }
+}
+
+extern "C" cudaError_t ck_softmax_grad(cudaStream_t st, int64_t rows, int64_t n, const void *dy, int dydt, const void *y, int ydt,
+                                       void *dx, int dxdt, bool acc) {
+    if (rows <= 0 || n <= 0) return cudaSuccess;
+    k_softmax_grad<<<ck_row_grid(rows), CK_THREADS, 0, st>>>(rows, n, dy, dydt, y, ydt, dx, dxdt, acc);
+    return cudaGetLastError();
+}
+
+/* ---- losses ---- */
+
+// log(sum(exp(x))) of a row, as the CPU's logsumexp: the max in float, the sum in double.
+static __device__ double row_lse(const void *x, int xdt, int64_t off, int64_t v, double *sh, float *shf) {
+    float m = -INFINITY;
+    for (int64_t j = threadIdx.x; j < v; j += CK_THREADS) m = fmaxf(m, ld(x, off + j, xdt));
+    m = block_max(m, shf);
+    double s = 0;
+    for (int64_t j = threadIdx.x; j < v; j += CK_THREADS) s += expf(ld(x, off + j, xdt) - m);
+    s = block_sum(s, sh);
+    return (double)m + log(s);
+}
+
+__global__ void k_ce_rows(int64_t rows, int64_t v, const void *x, int xdt, const int32_t *labels, double *out, int *flag) {
+    __shared__ double sh[CK_THREADS];
+    __shared__ float shf[CK_THREADS];
+    CK_FOR_EACH_ROW(r, rows) {
+        double lse = row_lse(x, xdt, r * v, v, sh, shf);
+        if (threadIdx.x == 0) {
+            int32_t y = labels[r];
+            if (y < 0 || y >= v) {
+                raise_flag(flag, CK_FLAG_LABEL);
+                out[r] = 0;
+            } else {
+                out[r] = lse - ld(x, r * v + y, xdt);
+            }
+        }
+    }
+}
+
+extern "C" cudaError_t ck_ce_rows(cudaStream_t st, int64_t rows, int64_t v, const void *x, int xdt, const int32_t *labels,
+                                  double *out, int *flag) {
+    if (rows <= 0 || v <= 0) return cudaSuccess;
+    k_ce_rows<<<ck_row_grid(rows), CK_THREADS, 0, st>>>(rows, v, x, xdt, labels, out, flag);
+    return cudaGetLastError();
+}
+
+__global__ void k_ce_grad(int64_t rows, int64_t v, const void *dy, int dydt, double count, const void *x, int xdt,
+                          const int32_t *labels, void *dx, int dxdt, bool acc, int *flag) {
+    __shared__ double sh[CK_THREADS];
+    __shared__ float shf[CK_THREADS];
+    float kr = (float)((double)ld(dy, 0, dydt) / count);
+    CK_FOR_EACH_ROW(r, rows) {
+        float lse = (float)row_lse(x, xdt, r * v, v, sh, shf);
+        int32_t y = labels[r];
+        if (y < 0 || y >= v) {
+            if (threadIdx.x == 0) raise_flag(flag, CK_FLAG_LABEL);
+            y = -1;
+        }
+        for (int64_t j = threadIdx.x; j < v; j += CK_THREADS)
+            put(dx, r * v + j, dxdt, kr * (expf(ld(x, r * v + j, xdt) - lse) - (float)(j == y)), acc);
+    }
+}
+
+extern "C" cudaError_t ck_ce_grad(cudaStream_t st, int64_t rows, int64_t v, const void *dy, int dydt, double count, const void *x,
+                                  int xdt, const int32_t *labels, void *dx, int dxdt, bool acc, int *flag) {
+    if (rows <= 0 || v <= 0) return cudaSuccess;
+    k_ce_grad<<<ck_row_grid(rows), CK_THREADS, 0, st>>>(rows, v, dy, dydt, count, x, xdt, labels, dx, dxdt, acc, flag);
+    return cudaGetLastError();
+}
+
+__global__ void k_loss_terms(bool bce, int64_t n, const void *a, int adt, const void *b, int bdt, double *partial) {
+    __shared__ double sh[CK_THREADS];
+    double s = 0;
+    CK_FOR_EACH(i, n) {
+        double x = ld(a, i, adt), y = ld(b, i, bdt);
+        s += bce ? (x > 0 ? x : 0) - x * y + log1p(exp(-fabs(x))) : (x - y) * (x - y);
+    }
+    s = block_sum(s, sh);
+    if (threadIdx.x == 0) partial[blockIdx.x] = s;
+}
+
+extern "C" cudaError_t ck_loss_terms(cudaStream_t st, bool bce, int64_t n, const void *a, int adt, const void *b, int bdt,
+                                     double *partial) {
+    k_loss_terms<<<CK_LOSS_BLOCKS, CK_THREADS, 0, st>>>(bce, n < 0 ? 0 : n, a, adt, b, bdt, partial);
+    return cudaGetLastError();
+}
+
+__global__ void k_sum_into(int64_t n, const double *v, double count, void *out, int odt, bool acc) {
+    __shared__ double sh[CK_THREADS];
+    double s = 0;
+    for (int64_t i = threadIdx.x; i < n; i += CK_THREADS) s += v[i];
+    s = block_sum(s, sh);
+    if (threadIdx.x == 0) put(out, 0, odt, (float)(s / count), acc);
+}
+
+extern "C" cudaError_t ck_sum_into(cudaStream_t st, int64_t n, const double *v, double count, void *out, int odt, bool acc) {
+    k_sum_into<<<1, CK_THREADS, 0, st>>>(n < 0 ? 0 : n, v, count, out, odt, acc);
+    return cudaGetLastError();
+}
+
+__global__ void k_sum_leading(int64_t outer, int64_t inner, const void *x, int xdt, void *y, int ydt, bool acc) {
+    CK_FOR_EACH(j, inner) {
+        float s = acc ? ld(y, j, ydt) : 0;
+        for (int64_t o = 0; o < outer; o++) s += ld(x, o * inner + j, xdt);
+        st(y, j, ydt, s);
+    }
+}
+
+extern "C" cudaError_t ck_sum_leading(cudaStream_t st, int64_t outer, int64_t inner, const void *x, int xdt, void *y, int ydt,
+                                      bool acc) {
+    if (inner <= 0) return cudaSuccess;
+    k_sum_leading<<<ck_grid(inner), CK_THREADS, 0, st>>>(outer, inner, x, xdt, y, ydt, acc);
+    return cudaGetLastError();
+}
+
+/* ---- data movement ---- */
+
+// Moves element si of src to di of dst (src NULL: zero): bits for a plain move, the dtype's
+// addition when accumulating.
+static __device__ __forceinline__ void move1(void *dst, int64_t di, const void *src, int64_t si, int dt, bool acc) {
+    if (dt == CK_I32) {
+        int32_t v = src ? ((const int32_t *)src)[si] : 0;
+        ((int32_t *)dst)[di] = acc ? ((int32_t *)dst)[di] + v : v;
+    } else if (acc) {
+        put(dst, di, dt, src ? ld(src, si, dt) : 0, true);
+    } else if (dt == CK_F16 || dt == CK_BF16) {
+        ((uint16_t *)dst)[di] = src ? ((const uint16_t *)src)[si] : 0;
+    } else {
+        ((uint32_t *)dst)[di] = src ? ((const uint32_t *)src)[si] : 0;
+    }
+}
+
+__global__ void k_copy2d(void *dst, int64_t ldd, const void *src, int64_t lds, int64_t rows, int64_t cols, int dt, bool acc) {
+    CK_FOR_EACH(i, rows * cols) {
+        int64_t r = i / cols, c = i % cols;
+        move1(dst, r * ldd + c, src, r * lds + c, dt, acc);
+    }
+}
+
+extern "C" cudaError_t ck_copy2d(cudaStream_t st, void *dst, int64_t ldd, const void *src, int64_t lds, int64_t rows, int64_t cols,
+                                 int dt, bool acc) {
+    if (rows <= 0 || cols <= 0) return cudaSuccess;
+    k_copy2d<<<ck_grid(rows * cols), CK_THREADS, 0, st>>>(dst, ldd, src, lds, rows, cols, dt, acc);
+    return cudaGetLastError();
+}
+
+typedef struct perm_geom {
+    int rank;
+    int64_t yshape[CK_MAX_RANK], xstride[CK_MAX_RANK]; // xstride[i]: x's stride of y's dimension i
+} perm_geom;
+
+__global__ void k_permute(void *y, const void *x, perm_geom g, int64_t n, int dt, bool acc) {
+    CK_FOR_EACH(i, n) {
+        int64_t rest = i, off = 0;
+        for (int d = g.rank - 1; d >= 0; d--) {
+            off += (rest % g.yshape[d]) * g.xstride[d];
+            rest /= g.yshape[d];
+        }
+        move1(y, i, x, off, dt, acc);
+    }
+}
+
+extern "C" cudaError_t ck_permute(cudaStream_t st, void *y, const void *x, int rank, const int64_t *xshape, const int32_t *perm,
+                                  int dt, bool acc) {
+    perm_geom g;
+    g.rank = rank;
+    int64_t xs[CK_MAX_RANK], n = 1;
+    for (int i = rank - 1; i >= 0; i--) xs[i] = i == rank - 1 ? 1 : xs[i + 1] * xshape[i + 1];
+    for (int i = 0; i < rank; i++) {
+        g.yshape[i] = xshape[perm[i]];
+        g.xstride[i] = xs[perm[i]];
+        n *= g.yshape[i];
+    }
+    if (n <= 0) return cudaSuccess;
+    k_permute<<<ck_grid(n), CK_THREADS, 0, st>>>(y, x, g, n, dt, acc);
+    return cudaGetLastError();
+}
+
+__global__ void k_box_move(void *dst, ck_box db, const void *src, ck_box sb, int64_t n, int dt, int mode) {
+    CK_FOR_EACH(i, n) {
+        int64_t rest = i, soff = 0, sstride = 1;
+        bool inside = true;
+        for (int d = db.rank - 1; d >= 0; d--) {
+            int64_t g = db.start[d] + rest % db.shape[d];
+            rest /= db.shape[d];
+            int64_t k = g - sb.start[d];
+            if (k < 0 || k >= sb.shape[d]) inside = false;
+            soff += k * sstride;
+            sstride *= sb.shape[d];
+        }
+        if (mode == CK_BOX_SET) move1(dst, i, inside ? src : NULL, soff, dt, false);
+        else if (inside) move1(dst, i, src, soff, dt, mode == CK_BOX_ADD);
+    }
+}
+
+extern "C" cudaError_t ck_box_move(cudaStream_t st, void *dst, const ck_box *db, const void *src, const ck_box *sb, int dt, int mode) {
+    int64_t n = 1;
+    for (int d = 0; d < db->rank; d++) n *= db->shape[d];
+    if (n <= 0) return cudaSuccess;
+    k_box_move<<<ck_grid(n), CK_THREADS, 0, st>>>(dst, *db, src, *sb, n, dt, mode);
+    return cudaGetLastError();
+}
+
+typedef struct bytes_arg {
+    unsigned char b[CK_PUT_MAX];
+} bytes_arg;
+
+__global__ void k_put_bytes(unsigned char *dst, bytes_arg a, int n) {
+    for (int i = threadIdx.x; i < n; i += blockDim.x) dst[i] = a.b[i];
+}
+
+extern "C" cudaError_t ck_put_bytes(cudaStream_t st, void *dst, const void *src, int n) {
+    if (n <= 0) return cudaSuccess;
+    if (n > CK_PUT_MAX) return cudaErrorInvalidValue;
+    bytes_arg a;
+    memcpy(a.b, src, (size_t)n);
+    k_put_bytes<<<1, CK_THREADS, 0, st>>>((unsigned char *)dst, a, n);
+    return cudaGetLastError();
+}
+
+/* ---- embeddings ---- */
+
+__global__ void k_embedding(int64_t n_ids, int64_t h, const int32_t *ids, const void *table, int tdt, int64_t lo, int64_t nrows,
+                            int64_t vfull, void *y, int ydt, bool acc, int *flag) {
+    CK_FOR_EACH(i, n_ids * h) {
+        int64_t id = ids[i / h], j = i % h;
+        if (id < 0 || id >= vfull) raise_flag(flag, CK_FLAG_EMBEDDING_ID);
+        bool here = id >= lo && id < lo + nrows;
+        put(y, i, ydt, here ? ld(table, (id - lo) * h + j, tdt) : 0, acc);
+    }
+}
+
+extern "C" cudaError_t ck_embedding(cudaStream_t st, int64_t n_ids, int64_t h, const int32_t *ids, const void *table, int tdt,
+                                    int64_t lo, int64_t nrows, int64_t vfull, void *y, int ydt, bool acc, int *flag) {
+    if (n_ids <= 0 || h <= 0) return cudaSuccess;
+    k_embedding<<<ck_grid(n_ids * h), CK_THREADS, 0, st>>>(n_ids, h, ids, table, tdt, lo, nrows, vfull, y, ydt, acc, flag);
+    return cudaGetLastError();
+}
+
+__global__ void k_embedding_grad(int64_t n_ids, int64_t h, const void *dy, int dydt, const int32_t *ids, int64_t lo, int64_t nrows,
+                                 float *dt) {
+    CK_FOR_EACH(i, n_ids * h) {
+        int64_t id = ids[i / h], j = i % h;
+        if (id >= lo && id < lo + nrows) atomicAdd(&dt[(id - lo) * h + j], ld(dy, i, dydt));
+    }
+}
+
+extern "C" cudaError_t ck_embedding_grad(cudaStream_t st, int64_t n_ids, int64_t h, const void *dy, int dydt, const int32_t *ids,
+                                         int64_t lo, int64_t nrows, float *dt) {
+    if (n_ids <= 0 || h <= 0) return cudaSuccess;
+    k_embedding_grad<<<ck_grid(n_ids * h), CK_THREADS, 0, st>>>(n_ids, h, dy, dydt, ids, lo, nrows, dt);
+    return cudaGetLastError();
+}
+
+__global__ void k_bag(int64_t bags, int64_t l, int64_t e, const int32_t *ids, const void *table, int tdt, int64_t lo, int64_t nrows,
+                      int64_t vfull, void *y, int ydt, bool acc, int *flag) {
+    CK_FOR_EACH(i, bags * e) {
+        int64_t b = i / e, k = i % e;
+        float s = acc ? ld(y, i, ydt) : 0;
+        for (int64_t t = 0; t < l; t++) {
+            int64_t id = ids[b * l + t];
+            if (id < 0 || id >= vfull) raise_flag(flag, CK_FLAG_BAG_ID);
+            s += id >= lo && id < lo + nrows ? ld(table, (id - lo) * e + k, tdt) : 0;
+        }
+        st(y, i, ydt, s);
+    }
+}
+
+extern "C" cudaError_t ck_bag(cudaStream_t st, int64_t bags, int64_t l, int64_t e, const int32_t *ids, const void *table, int tdt,
+                              int64_t lo, int64_t nrows, int64_t vfull, void *y, int ydt, bool acc, int *flag) {
+    if (bags <= 0 || e <= 0) return cudaSuccess;
+    k_bag<<<ck_grid(bags * e), CK_THREADS, 0, st>>>(bags, l, e, ids, table, tdt, lo, nrows, vfull, y, ydt, acc, flag);
+    return cudaGetLastError();
+}
+
+__global__ void k_bag_grad(int64_t bags, int64_t l, int64_t e, const void *dy, int dydt, const int32_t *ids, int64_t lo,
+                           int64_t nrows, float *dt) {
+    CK_FOR_EACH(i, bags * l * e) {
+        int64_t k = i % e, bt = i / e; // bt = b l + t
+        int64_t id = ids[bt];
+        if (id >= lo && id < lo + nrows) atomicAdd(&dt[(id - lo) * e + k], ld(dy, (bt / l) * e + k, dydt));
+    }
+}
+
+extern "C" cudaError_t ck_bag_grad(cudaStream_t st, int64_t bags, int64_t l, int64_t e, const void *dy, int dydt, const int32_t *ids,
+                                   int64_t lo, int64_t nrows, float *dt) {
+    if (bags <= 0 || l <= 0 || e <= 0) return cudaSuccess;
+    k_bag_grad<<<ck_grid(bags * l * e), CK_THREADS, 0, st>>>(bags, l, e, dy, dydt, ids, lo, nrows, dt);
+    return cudaGetLastError();
+}
+
+/* ---- optimizers ---- */
+
+__global__ void k_sgd(int64_t n, void *p, int pdt, const void *g, int gdt, float *buf, float *w, float lr, float wd, float mom) {
+    CK_FOR_EACH(i, n) {
+        float wi = w ? w[i] : ld(p, i, pdt);
+        float d = ld(g, i, gdt) + wd * wi;
+        if (buf) d = buf[i] = mom * buf[i] + d;
+        wi -= lr * d;
+        if (w) w[i] = wi;
+        st(p, i, pdt, wi);
+    }
+}
+
+extern "C" cudaError_t ck_sgd(cudaStream_t st, int64_t n, void *p, int pdt, const void *g, int gdt, float *buf, float *w, float lr,
+                              float wd, float momentum) {
+    if (n <= 0) return cudaSuccess;
+    k_sgd<<<ck_grid(n), CK_THREADS, 0, st>>>(n, p, pdt, g, gdt, buf, w, lr, wd, momentum);
+    return cudaGetLastError();
+}
+
+__global__ void k_adamw(int64_t n, void *p, int pdt, const void *g, int gdt, float *m, float *v, float *w, ck_adamw_args a) {
+    CK_FOR_EACH(i, n) {
+        float gi = ld(g, i, gdt), wi = w ? w[i] : ld(p, i, pdt);
+        m[i] = a.b1 * m[i] + a.cb1 * gi;
+        v[i] = a.b2 * v[i] + a.cb2 * gi * gi;
+        wi = wi * a.decay - a.step * m[i] / (sqrtf(v[i]) * a.rc2 + a.eps);
+        if (w) w[i] = wi;
+        st(p, i, pdt, wi);
+    }
+}
+
+extern "C" cudaError_t ck_adamw(cudaStream_t st, int64_t n, void *p, int pdt, const void *g, int gdt, float *m, float *v, float *w,
+                                const ck_adamw_args *a) {
+    if (n <= 0) return cudaSuccess;
+    k_adamw<<<ck_grid(n), CK_THREADS, 0, st>>>(n, p, pdt, g, gdt, m, v, w, *a);
+    return cudaGetLastError();
+}

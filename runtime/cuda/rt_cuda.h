@@ -1,0 +1,51 @@
+/*
+ * rt_cuda.h: the CUDA backend's public header (ggml's pattern: a backend shows the rest of the
+ * runtime its init function and nothing else). Plain C, no CUDA headers, so interp.c and
+ * planrun.c include it in every build; the functions exist only when the build has CUDA
+ * (PLANCC_HAVE_CUDA).
+ *
+ * The backend runs ONE rank of a plan per process on one GPU (one process per GPU, started by
+ * torchrun, mpirun, srun or by hand: runtime/launch.c). planrun calls, in this order:
+ *   rt_cuda_device_open   choose the GPU (CUDA_VISIBLE_DEVICES and the local rank) or say why
+ *                         there is none;
+ *   rt_cuda_nccl_id       on rank 0: the ncclUniqueId, which the rendezvous hands to all ranks;
+ *   rt_run_init           with rt_options.backend "cuda" and backend_config a rt_cuda_config:
+ *                         interp.c calls rt_backend_cuda_init.
+ */
+#ifndef RT_CUDA_H
+#define RT_CUDA_H
+
+#include "../rt.h"
+
+#define RT_CUDA_ID_BYTES 128 // NCCL_UNIQUE_ID_BYTES
+
+typedef struct rt_cuda_device {
+    int ordinal, count;             // the device chosen, of count visible ones
+    char name[256];
+    int cc_major, cc_minor;         // compute capability
+    uint64_t mem_bytes;
+    int runtime_version, driver_version; // 13000 = 13.0
+    int nccl_version, cudnn_version, cublas_version;
+} rt_cuda_device;
+
+typedef struct rt_cuda_config {
+    int device;                     // the CUDA device ordinal (rt_cuda_device.ordinal)
+    int rank, world;                // this process's rank and the plan's world size
+    uint8_t nccl_id[RT_CUDA_ID_BYTES]; // rank 0's ncclUniqueId (needed when world > 1)
+    bool tf32;                      // allow TF32 tensor cores in f32 GEMMs and convolutions
+} rt_cuda_config;
+
+// Chooses device local_rank % (visible devices) when local_rank < the count of visible devices,
+// makes it current and fills dev (versions of the CUDA runtime and driver, NCCL, cuDNN and
+// cuBLAS). -1 with a message saying why there is no GPU to use (no driver, no device,
+// CUDA_VISIBLE_DEVICES empty, a local rank beyond the devices): planrun's exit code 9.
+int rt_cuda_device_open(int local_rank, rt_cuda_device *dev, char *err, size_t err_n);
+// A fresh ncclUniqueId (rank 0 calls it before the rendezvous). -1 with NCCL's message.
+int rt_cuda_nccl_id(uint8_t id[RT_CUDA_ID_BYTES], char *err, size_t err_n);
+// The backend for rank o->rank of p (o->one_rank must be set unless p has one rank), configured
+// by o->backend_config (a const rt_cuda_config *): its streams with the plan's priorities, its
+// events, cuBLAS and cuDNN handles, and the NCCL communicators (the world's, then one per plan
+// group instance split from it; every rank of the world must call this). NULL with a message.
+rt_backend *rt_backend_cuda_init(const plan *p, const rt_options *o, char *err, size_t err_n);
+
+#endif
