@@ -14,7 +14,18 @@
  *   - sources: keys are JSON Pointers of the form /key/key..., values non-empty strings. A
  *     pointer that names nothing in the file only gets a warning: sources are documentation.
  * Figures the file leaves out take the defaults the schema gives: peak FLOP/s of a dtype without
- * a figure is the f32 figure; launch_overhead_s 0 means "the cost model's default".
+ * a figure is the f32 figure; launch_overhead_s 0 means "the cost model's default"; the
+ * efficiencies (device gemm_efficiency and memory_efficiency, each link's efficiency) are 1
+ * (stored as 0) and sm_count 0 turns the cost model's GEMM wave model off.
+ *
+ * The profile: "profile" is a file name (relative to the cluster file) or an object of the same
+ * form, a table of measured operator times (schemas/README.md, "The profile"). Its entries are
+ * checked like the rest (unknown keys, types, an operator name plancc knows, its input count,
+ * integral sizes, seconds above zero, no two entries for the same key) and reported against the
+ * file that holds them: "plancc: PROFILE:/entries/3/seconds: ..." for a separate file,
+ * "plancc: CLUSTER:/profile/entries/3/seconds: ..." inline. A profile measured on another device
+ * (its "device" differs from device.name) is refused. profile_lookup finds an entry by the key
+ * cost.c builds for an operator or a GEMM at its per-device shape.
  *
  * Overrides are checked after the file, and reported against the whole file (pointer "") with
  * the flag named. The result always satisfies n_devices == nodes * devices_per_node: --devices
@@ -27,6 +38,7 @@
  */
 #include "plancc.h"
 
+#include <errno.h>
 #include <float.h>
 #include <string.h>
 
@@ -35,6 +47,8 @@
 #define MAX_DEVICES_PER_NODE (1 << 16)
 #define MAX_DEVICES (1 << 24)
 #define MAX_MEMORY_BYTES ((int64_t)1 << 53)
+
+#define PROFILE_MAX_BYTES ((size_t)64 << 20)
 
 /* ---- checked figures ---- */
 
@@ -50,6 +64,20 @@ static pcc_status num_nonneg(pcc_jreader *r, const pcc_json *v, const char *ptr,
     pcc_status st = json_num(r, v, ptr, -DBL_MAX, DBL_MAX, out);
     if (!st && *out < 0) return diag(r->file, ptr, "must be 0 or more, got %g", *out);
     return st;
+}
+
+// A fraction in (0, 1] (an efficiency).
+static pcc_status num_frac(pcc_jreader *r, const pcc_json *v, const char *ptr, double *out) {
+    pcc_status st = num_pos(r, v, ptr, out);
+    if (!st && *out > 1) return diag(r->file, ptr, "is a fraction of the peak, at most 1, got %g", *out);
+    return st;
+}
+
+// An optional member `key` of object v at ptr through fn; absent: *out stays.
+static pcc_status opt_num(pcc_jreader *r, const pcc_json *v, const char *ptr, const char *key,
+                          pcc_status (*fn)(pcc_jreader *, const pcc_json *, const char *, double *), double *out) {
+    const pcc_json *x = json_get(v, key);
+    return x ? fn(r, x, json_ptr_key(r, ptr, key), out) : PCC_OK;
 }
 
 // A string from `names` (NULL-terminated); *out is its index. `what` names it in the message.
@@ -86,7 +114,7 @@ static pcc_status load_peak_flops(pcc_jreader *r, const pcc_json *v, pcc_cluster
 
 static pcc_status load_device(pcc_jreader *r, const pcc_json *v, pcc_cluster *c) {
     static const char *const keys[] = {"kind", "name", "memory_bytes", "memory_bandwidth_Bps", "peak_flops",
-                                       "launch_overhead_s", NULL};
+                                       "launch_overhead_s", "sm_count", "gemm_efficiency", "memory_efficiency", NULL};
     static const char *const req[] = {"kind", "name", "memory_bytes", "memory_bandwidth_Bps", "peak_flops", NULL};
     static const char *const kinds[] = {"gpu", "cpu", NULL};
     pcc_status st = json_keys(r, v, "/device", keys, req);
@@ -102,9 +130,14 @@ static pcc_status load_device(pcc_jreader *r, const pcc_json *v, pcc_cluster *c)
     if ((st = num_pos(r, json_get(v, "memory_bandwidth_Bps"), "/device/memory_bandwidth_Bps", &c->memory_bandwidth_Bps)))
         return st;
     if ((st = load_peak_flops(r, json_get(v, "peak_flops"), c))) return st;
-    const pcc_json *x = json_get(v, "launch_overhead_s");
-    c->launch_overhead_s = 0;
-    if (x && (st = num_nonneg(r, x, "/device/launch_overhead_s", &c->launch_overhead_s))) return st;
+    c->launch_overhead_s = c->gemm_efficiency = c->memory_efficiency = 0;
+    if ((st = opt_num(r, v, "/device", "launch_overhead_s", num_nonneg, &c->launch_overhead_s))) return st;
+    if ((st = opt_num(r, v, "/device", "gemm_efficiency", num_frac, &c->gemm_efficiency))) return st;
+    if ((st = opt_num(r, v, "/device", "memory_efficiency", num_frac, &c->memory_efficiency))) return st;
+    const pcc_json *x = json_get(v, "sm_count");
+    int64_t sms = 0;
+    if (x && (st = json_int(r, x, "/device/sm_count", 1, 1 << 20, &sms))) return st;
+    c->sm_count = (int)sms;
     return PCC_OK;
 }
 
@@ -112,7 +145,8 @@ static pcc_status load_device(pcc_jreader *r, const pcc_json *v, pcc_cluster *c)
 
 static pcc_status load_node(pcc_jreader *r, const pcc_json *v, pcc_cluster *c) {
     static const char *const keys[] = {"devices_per_node", "intra", NULL};
-    static const char *const intra_keys[] = {"kind", "bandwidth_Bps", "latency_s", NULL};
+    static const char *const intra_keys[] = {"kind", "bandwidth_Bps", "latency_s", "efficiency", NULL};
+    static const char *const intra_req[] = {"kind", "bandwidth_Bps", "latency_s", NULL};
     static const char *const kinds[] = {"nvlink", "pcie", "shm", NULL};
     static const pcc_link_kind link_of[] = {PCC_LINK_NVLINK, PCC_LINK_PCIE, PCC_LINK_SHM};
     pcc_status st = json_keys(r, v, "/node", keys, keys);
@@ -122,18 +156,20 @@ static pcc_status load_node(pcc_jreader *r, const pcc_json *v, pcc_cluster *c) {
         return st;
     c->devices_per_node = (int)dpn;
     const pcc_json *in = json_get(v, "intra");
-    if ((st = json_keys(r, in, "/node/intra", intra_keys, intra_keys))) return st;
+    if ((st = json_keys(r, in, "/node/intra", intra_keys, intra_req))) return st;
     int kind;
     if ((st = load_enum(r, json_get(in, "kind"), "/node/intra/kind", "intra-node link kind", kinds,
                         "nvlink, pcie or shm", &kind)))
         return st;
     c->intra.kind = link_of[kind];
     if ((st = num_pos(r, json_get(in, "bandwidth_Bps"), "/node/intra/bandwidth_Bps", &c->intra.bandwidth_Bps))) return st;
+    if ((st = opt_num(r, in, "/node/intra", "efficiency", num_frac, &c->intra.efficiency))) return st;
     return num_nonneg(r, json_get(in, "latency_s"), "/node/intra/latency_s", &c->intra.latency_s);
 }
 
 static pcc_status load_network(pcc_jreader *r, const pcc_json *v, pcc_cluster *c) {
-    static const char *const keys[] = {"kind", "nics_per_node", "nic_bandwidth_Bps", "latency_s", NULL};
+    static const char *const keys[] = {"kind", "nics_per_node", "nic_bandwidth_Bps", "latency_s", "efficiency", NULL};
+    static const char *const req[] = {"kind", "nics_per_node", "nic_bandwidth_Bps", "latency_s", NULL};
     static const char *const none_keys[] = {"kind", NULL};
     static const char *const kinds[] = {"infiniband", "ethernet", "none", NULL};
     static const pcc_link_kind link_of[] = {PCC_LINK_INFINIBAND, PCC_LINK_ETHERNET, PCC_LINK_NONE};
@@ -146,13 +182,14 @@ static pcc_status load_network(pcc_jreader *r, const pcc_json *v, pcc_cluster *c
     c->network = (pcc_link){.kind = link_of[kind]};
     c->nics_per_node = 0;
     if (c->network.kind == PCC_LINK_NONE) return json_keys(r, v, "/network", none_keys, none_keys);
-    if ((st = json_keys(r, v, "/network", keys, keys))) return st;
+    if ((st = json_keys(r, v, "/network", keys, req))) return st;
     int64_t nics;
     if ((st = json_int(r, json_get(v, "nics_per_node"), "/network/nics_per_node", 1, MAX_DEVICES_PER_NODE, &nics)))
         return st;
     c->nics_per_node = (int)nics;
     if ((st = num_pos(r, json_get(v, "nic_bandwidth_Bps"), "/network/nic_bandwidth_Bps", &c->network.bandwidth_Bps)))
         return st;
+    if ((st = opt_num(r, v, "/network", "efficiency", num_frac, &c->network.efficiency))) return st;
     return num_nonneg(r, json_get(v, "latency_s"), "/network/latency_s", &c->network.latency_s);
 }
 
@@ -198,10 +235,176 @@ static pcc_status load_sources(pcc_jreader *r, const pcc_json *root, const pcc_j
     return PCC_OK;
 }
 
+/* ---- the profile: measured operator times ---- */
+
+struct pcc_profile {
+    pcc_symtab index;   // key -> entry
+    double *seconds;
+    int n, cap;
+};
+
+double profile_lookup(const pcc_profile *p, const char *key) {
+    if (!p) return -1;
+    int i = symtab_get(&p->index, key);
+    return i < 0 ? -1 : p->seconds[i];
+}
+
+int profile_size(const pcc_profile *p) { return p ? p->n : 0; }
+
+static pcc_status load_dtype(pcc_jreader *r, const pcc_json *v, const char *ptr, const char **out) {
+    static const char *const names[] = {"f32", "f16", "bf16", "i32", NULL};
+    _Static_assert(PCC_DTYPE_COUNT == 4, "one name per dtype");
+    int i;
+    pcc_status st = load_enum(r, v, ptr, "dtype", names, "f32, f16, bf16 or i32", &i);
+    if (!st) *out = names[i];
+    return st;
+}
+
+// "gemm|bf16|b1|m2048|n3200|k25600", cost.c's key of one GEMM.
+static pcc_status gemm_key(pcc_jreader *r, const pcc_json *e, const char *ptr, const char *dtype, const char **key) {
+    static const char *const dims[] = {"batch", "m", "n", "k"};
+    int64_t v[4] = {1, 0, 0, 0};
+    pcc_status st;
+    for (int i = 0; i < 4; i++) {
+        const pcc_json *x = json_get(e, dims[i]);
+        if (!x && i == 0) continue;
+        if (!x) return diag(r->file, ptr, "\"%s\" is missing: a gemm entry gives m, n and k (batch defaults to 1)", dims[i]);
+        if ((st = json_int(r, x, json_ptr_key(r, ptr, dims[i]), 1, (int64_t)1 << 40, &v[i]))) return st;
+    }
+    *key = arena_printf(r->arena, "gemm|%s|b%lld|m%lld|n%lld|k%lld", dtype, (long long)v[0], (long long)v[1],
+                        (long long)v[2], (long long)v[3]);
+    return PCC_OK;
+}
+
+// "layernorm|bf16|2048x25600,25600,25600", cost.c's key of an operator at its input shapes.
+static pcc_status op_key(pcc_jreader *r, const pcc_json *e, const char *ptr, int op, const char *dtype, const char **key) {
+    const pcc_json *sh = json_get(e, "shapes");
+    const char *sp = json_ptr_key(r, ptr, "shapes");
+    if (!sh) return diag(r->file, ptr, "an entry for operator \"%s\" needs \"shapes\", the per-device shape of each input", pcc_ops[op].name);
+    pcc_status st = json_expect(r, sh, sp, PCC_J_ARRAY);
+    if (st) return st;
+    int n = json_size(sh);
+    int lo = pcc_ops[op].in_min, hi = pcc_ops[op].in_max;
+    if (n < lo || n > hi)
+        return diag(r->file, sp, lo == hi ? "%s takes %d inputs%.0d, got %d shapes" : "%s takes %d to %d inputs, got %d shapes",
+                    pcc_ops[op].name, lo, lo == hi ? 0 : hi, n);
+    char *k = arena_printf(r->arena, "%s|%s|", pcc_ops[op].name, dtype);
+    for (int i = 0; i < n; i++) {
+        const pcc_json *s = json_at(sh, i);
+        const char *p = json_ptr_idx(r, sp, i);
+        if ((st = json_expect(r, s, p, PCC_J_ARRAY))) return st;
+        if (json_size(s) > PCC_MAX_RANK) return diag(r->file, p, "rank %d is above the %d plancc supports", json_size(s), PCC_MAX_RANK);
+        for (int d = 0; d < json_size(s); d++) {
+            int64_t size;
+            if ((st = json_int(r, json_at(s, d), json_ptr_idx(r, p, d), 1, (int64_t)1 << 40, &size))) return st;
+            k = arena_printf(r->arena, "%s%s%lld", k, d ? "x" : "", (long long)size);
+        }
+        if (i + 1 < n) k = arena_printf(r->arena, "%s,", k);
+    }
+    *key = k;
+    return PCC_OK;
+}
+
+static pcc_status load_entry(pcc_jreader *r, const pcc_json *e, const char *ptr, pcc_profile *p, const char **where) {
+    static const char *const keys[] = {"op", "dtype", "batch", "m", "n", "k", "shapes", "seconds", "note", NULL};
+    static const char *const req[] = {"op", "dtype", "seconds", NULL};
+    pcc_status st = json_keys(r, e, ptr, keys, req);
+    if (st) return st;
+    const char *name, *dtype, *key = NULL, *note;
+    double sec;
+    if ((st = json_str(r, json_get(e, "op"), json_ptr_key(r, ptr, "op"), &name))) return st;
+    if ((st = load_dtype(r, json_get(e, "dtype"), json_ptr_key(r, ptr, "dtype"), &dtype))) return st;
+    if ((st = num_pos(r, json_get(e, "seconds"), json_ptr_key(r, ptr, "seconds"), &sec))) return st;
+    const pcc_json *x = json_get(e, "note");
+    if (x && (st = json_str(r, x, json_ptr_key(r, ptr, "note"), &note))) return st;
+    int op = strcmp(name, "gemm") == 0 ? -1 : op_lookup(name);
+    if (op < 0 && strcmp(name, "gemm") != 0)
+        return diag(r->file, json_ptr_key(r, ptr, "op"), "unknown operator \"%s\" (an operator of runtime/ops.def, or \"gemm\")", name);
+    bool gemm_keys = json_get(e, "batch") || json_get(e, "m") || json_get(e, "n") || json_get(e, "k");
+    if (op >= 0 && gemm_keys)
+        return diag(r->file, ptr, "batch, m, n and k belong to \"gemm\" entries; operator \"%s\" gives \"shapes\"", name);
+    if (op < 0 && json_get(e, "shapes")) return diag(r->file, json_ptr_key(r, ptr, "shapes"), "a gemm entry gives batch, m, n and k, not shapes");
+    st = op < 0 ? gemm_key(r, e, ptr, dtype, &key) : op_key(r, e, ptr, op, dtype, &key);
+    if (st) return st;
+    int i = p->n;
+    if (!symtab_put(&p->index, r->arena, key, i))
+        return diag(r->file, ptr, "the same %s as %s (each shape is measured once)", op < 0 ? "gemm shape" : "operator and input shapes",
+                    where[symtab_get(&p->index, key)]);
+    *VEC_PUSH(r->arena, p->seconds, p->n, p->cap) = sec;
+    where[i] = ptr;
+    return PCC_OK;
+}
+
+// The profile document (or the inline object) v at ptr ("" or "/profile").
+static pcc_status load_profile_doc(pcc_jreader *r, const pcc_json *v, const char *ptr, const pcc_cluster *c, pcc_profile **out) {
+    static const char *const keys[] = {"version", "device", "description", "entries", NULL};
+    static const char *const req[] = {"version", "device", "entries", NULL};
+    pcc_status st = json_keys(r, v, ptr, keys, req);
+    if (st) return st;
+    int64_t version;
+    const char *dev, *desc;
+    if ((st = json_int(r, json_get(v, "version"), json_ptr_key(r, ptr, "version"), 0, INT32_MAX, &version))) return st;
+    if (version != 1)
+        return diag(r->file, json_ptr_key(r, ptr, "version"), "unsupported profile format version %lld (this plancc reads version 1)",
+                    (long long)version);
+    if ((st = json_str(r, json_get(v, "device"), json_ptr_key(r, ptr, "device"), &dev))) return st;
+    if (strcmp(dev, c->device_name) != 0)
+        return diag(r->file, json_ptr_key(r, ptr, "device"), "measured on \"%s\", but the cluster's device is \"%s\"", dev, c->device_name);
+    const pcc_json *x = json_get(v, "description");
+    if (x && (st = json_str(r, x, json_ptr_key(r, ptr, "description"), &desc))) return st;
+    const pcc_json *es = json_get(v, "entries");
+    const char *ep = json_ptr_key(r, ptr, "entries");
+    if ((st = json_expect(r, es, ep, PCC_J_ARRAY))) return st;
+    pcc_profile *p = arena_alloc(r->arena, sizeof *p);
+    symtab_init(&p->index, r->arena, json_size(es) + 1);
+    const char **where = arena_alloc(r->arena, sizeof(char *) * (size_t)(json_size(es) + 1));
+    for (int i = 0; i < json_size(es); i++)
+        if ((st = load_entry(r, json_at(es, i), json_ptr_idx(r, ep, i), p, where))) return st;
+    *out = p;
+    return PCC_OK;
+}
+
+// The file named by "profile": relative to the cluster file's directory unless absolute.
+static const char *profile_path(pcc_arena *a, const char *cluster_file, const char *name) {
+    const char *slash = strrchr(cluster_file, '/');
+    if (name[0] == '/' || !slash) return name;
+    return arena_printf(a, "%.*s/%s", (int)(slash - cluster_file), cluster_file, name);
+}
+
+static pcc_status load_profile(pcc_jreader *r, const pcc_json *v, pcc_cluster *c) {
+    pcc_profile *p = NULL;
+    pcc_status st;
+    if (json_type(v) == PCC_J_OBJECT) {
+        st = load_profile_doc(r, v, "/profile", c, &p);
+        c->profile = p;
+        return st;
+    }
+    const char *name;
+    if (json_type(v) != PCC_J_STRING)
+        return diag(r->file, "/profile", "expected a file name or a profile object, got %s", json_type_name(json_type(v)));
+    if ((st = json_str(r, v, "/profile", &name))) return st;
+    if (!name[0]) return diag(r->file, "/profile", "the profile's file name is empty");
+    const char *path = profile_path(r->arena, r->file, name);
+    FILE *f = fopen(path, "rb");
+    if (!f) return diag(r->file, "/profile", "cannot open the profile \"%s\": %s", path, strerror(errno));
+    fclose(f);
+    char *text;
+    size_t len;
+    if ((st = file_read_all(r->arena, path, &text, &len, PROFILE_MAX_BYTES))) return st;
+    pcc_jreader pr;
+    pcc_json *root;
+    if ((st = json_open(&pr, r->arena, path, text, len, &root))) return st;
+    st = load_profile_doc(&pr, root, "", c, &p);
+    json_close(&pr);
+    c->profile = p;
+    return st;
+}
+
 /* ---- the document ---- */
 
 static pcc_status load_root(pcc_jreader *r, const pcc_json *root, pcc_cluster *c) {
-    static const char *const keys[] = {"version", "name", "description", "nodes", "device", "node", "network", "sources", NULL};
+    static const char *const keys[] = {"version", "name", "description", "nodes", "device", "node", "network", "profile",
+                                       "sources", NULL};
     static const char *const req[] = {"version", "name", "device", "node", "network", NULL};
     pcc_status st = json_keys(r, root, "", keys, req);
     if (st) return st;
@@ -220,6 +423,7 @@ static pcc_status load_root(pcc_jreader *r, const pcc_json *root, pcc_cluster *c
     if ((st = load_network(r, json_get(root, "network"), c))) return st;
     if (c->network.kind == PCC_LINK_NONE && c->nodes > 1)
         return diag(r->file, "/nodes", "%d nodes, but a cluster without a network (network.kind \"none\") has one node", c->nodes);
+    if ((x = json_get(root, "profile")) && (st = load_profile(r, x, c))) return st;
     if ((x = json_get(root, "sources")) && (st = load_sources(r, root, x))) return st;
     return PCC_OK;
 }

@@ -1,27 +1,56 @@
 /*
- * cost.c: the cost model, one interface for the scheduler and the reports.
+ * cost.c: the cost model, one interface for the scheduler, the template estimate and reports.
  *
- * This is the first-principles model the compiler issue asks for, kept deliberately simple so
- * the cost-model issue can replace its inside without touching a caller:
+ * What it models, and from what (every constant here or in the cluster file names its source;
+ * models/clusters/README.md explains the cluster figures and how they were checked against
+ * Megatron-LM's published throughput):
  *
- *   compute     t = max(FLOPs / peak, bytes / memory bandwidth) + launch overhead
- *               (matmul FLOPs at the tensor-core peak of the dtype, the rest at the f32 peak;
- *               no shape-dependent efficiency yet)
- *   collective  NCCL's ring algorithm (nccl-tests' PERFORMANCE.md): with n members, alpha the
- *               per-hop latency and B the bus bandwidth of the slowest link,
- *                 all-reduce                          2(n-1) alpha + 2(n-1)/n * S / B
- *                 all-gather, reduce-scatter, all-to-all (n-1) alpha +  (n-1)/n * S / B
- *                 broadcast                            (n-1) alpha +          S / B
- *                 send/recv                                  alpha +          S / B
+ *   GEMM        t = max(2 b m n k / (peak(dtype) * eff), bytes / (bw * mem_eff)) + launch
+ *               eff = gemm_efficiency * tile * wave * k / (k + K0)
+ *                 gemm_efficiency  the sustained fraction of the tensor-core peak that large
+ *                                  GEMMs reach (cluster file; the A100's comes from measured
+ *                                  best-case cuBLAS throughput).
+ *                 tile, wave       cuBLAS computes C in tiles, one thread block each, in waves
+ *                                  of one block per multiprocessor: m and n are padded to the
+ *                                  tile, the last wave may be partly idle (NVIDIA, "Matrix
+ *                                  Multiplication Background User's Guide", DU-09799-001,
+ *                                  sections 2.3 and 3). The tile is the one of TILES that gives
+ *                                  the best product, as cuBLAS's heuristics aim to.
+ *                 k / (k + K0)     the main loop over k runs behind a fixed cost per tile
+ *                                  (pipeline fill, epilogue store) worth K0 of k.
+ *   elementwise t = max(flops / vector peak, bytes / (bw * mem_eff)) + launch
+ *   attention   unfused, as Megatron-LM (2021) and planrun's kernels run it: S = Q K^T as a
+ *               batched GEMM written to memory, a softmax over S (read and write), O = P V as a
+ *               batched GEMM reading P; the backward recomputes S and P (its operands are q, k,
+ *               v and dO), then dV = P^T dO, dP = dO V^T, dS = softmax' (reads P and dP, writes
+ *               dS), dQ = dS K, dK = dS^T Q. Causal masking does not skip work (Megatron-LM
+ *               masks a full s x s product, and its FLOP count, the paper's, counts it).
+ *   profile     a table of measured times (cluster "profile") replaces the roofline for every
+ *               per-device shape it lists: whole operators, or one GEMM.
+ *   collectives NCCL's ring (nccl-tests doc/PERFORMANCE.md): n members, alpha per hop, B the bus
+ *               bandwidth of the slowest link of the group:
+ *                 all-reduce                            2(n-1) alpha + 2(n-1)/n S / B
+ *                 all-gather, reduce-scatter, all-to-all (n-1) alpha +  (n-1)/n S / B
+ *                 broadcast                              (n-1) alpha +         S / B
+ *                 send/recv                                    alpha +         S / B
+ *               Across nodes NCCL may run all-reduce as a double binary tree: about 2 S / B
+ *               of bandwidth and 2 (log2(nodes) alpha_net + (m-1) alpha_intra) of latency for m
+ *               members per node; the cheaper of the two counts, as NCCL's tuner picks.
+ *               B: NVLink inside a node; across nodes NCCL runs one ring per NIC, so a group
+ *               with m members on each node moves at most m / devices_per_node of the node's NIC
+ *               bandwidth; each link's efficiency (NCCL's measured bus bandwidth over the line
+ *               rate) scales it. Never above the intra-node figure.
+ *   overlap     a collective on a second stream is hidden by the work it runs beside.
+ *   pipeline    1F1B/GPipe and interleaved 1F1B: (m + (p-1)/v) stage-times for equal stages.
  *
- * Bus bandwidth of a group: NVLink (node.intra) while the group stays inside a node. Across
- * nodes, NCCL runs one ring per NIC, so a group with m members on each node moves at most
- * m / devices_per_node of the node's NIC bandwidth (nics * nic_bw): a full node reaches all of
- * it, a group with one member per node only that device's share. Never above the intra link.
- *
- * Figures come from the cluster file (models/clusters/, each with its datasheet source).
+ * Figures the cluster file leaves out default to the ideal (efficiency 1, no wave model), so a
+ * bare cluster is a pure roofline. Known limits: one GEMM tile set for every GPU; no contention
+ * between a collective and the compute it overlaps; no NVLS/SHARP in-network reductions.
  */
 #include "plancc.h"
+
+#include <math.h>
+#include <string.h>
 
 const char *const pcc_coll_names[PCC_COLL_COUNT] = {"all_reduce", "all_gather", "reduce_scatter",
                                                     "all_to_all", "send_recv", "broadcast"};
@@ -29,6 +58,24 @@ const char *const pcc_coll_names[PCC_COLL_COUNT] = {"all_reduce", "all_gather", 
 // Kernel launch and framework overhead per operator when the cluster file gives none: the
 // order of a CUDA kernel launch (a few microseconds).
 #define DEFAULT_LAUNCH_S 4e-6
+
+// The k worth of fixed cost per output tile: two 32-deep k-slices of an Ampere/Hopper cuBLAS
+// main loop (one for the cp.async pipeline's fill, one for the epilogue's store of the tile).
+#define K0 64.0
+
+// Thread-block tiles of cuBLAS's tensor-core kernels (DU-09799-001 section 2.3 lists 256x128,
+// 128x128, 64x128 and 64x64 among the typical ones) and their efficiency relative to the largest.
+// A tile needs (TM + TN) / (TM TN) operand elements per multiply-add from L2; at an A100 SM's
+// 1024 dense FP16 multiply-adds per clock that is 24, 32, 48 and 64 bytes per clock for these
+// tiles, against 5120 / 108 = 47 bytes per clock of L2 read bandwidth per SM (NVIDIA A100
+// Tensor Core GPU Architecture whitepaper: 5120 bytes/clk of L2 read bandwidth). So the two
+// large tiles run at full rate, 128x64 at about 47/48 and 64x64 at about 47/64 of it.
+static const struct {
+    int m, n;
+    double eff;
+} TILES[] = {{256, 128, 1.0}, {128, 256, 1.0}, {128, 128, 1.0}, {128, 64, 0.98}, {64, 128, 0.98}, {64, 64, 0.74}};
+
+static double or_one(double x) { return x > 0 ? x : 1; }
 
 static double peak_for(const pcc_cluster *c, pcc_dtype dt, bool matmul) {
     if (!matmul) return c->peak_flops[PCC_MATH_F32];
@@ -39,35 +86,204 @@ static double peak_for(const pcc_cluster *c, pcc_dtype dt, bool matmul) {
     }
 }
 
+static double mem_bw(const pcc_cluster *c) { return c->memory_bandwidth_Bps * or_one(c->memory_efficiency); }
+
 double cost_launch_s(const pcc_cluster *c) { return c->launch_overhead_s > 0 ? c->launch_overhead_s : DEFAULT_LAUNCH_S; }
 
 double cost_compute_s(const pcc_cluster *c, double flops, double bytes, pcc_dtype dt, bool matmul) {
-    double t_flops = flops / peak_for(c, dt, matmul);
-    double t_bytes = bytes / c->memory_bandwidth_Bps;
+    double t_flops = flops / (peak_for(c, dt, matmul) * (matmul ? or_one(c->gemm_efficiency) : 1));
+    double t_bytes = bytes / mem_bw(c);
     return (t_flops > t_bytes ? t_flops : t_bytes) + cost_launch_s(c);
 }
+
+double cost_memory_s(const pcc_cluster *c, double bytes) { return bytes / mem_bw(c) + cost_launch_s(c); }
+
+/* ---- GEMM ---- */
+
+double cost_gemm_efficiency(const pcc_cluster *c, double batch, double m, double n, double k) {
+    double eff = or_one(c->gemm_efficiency);
+    if (c->sm_count <= 0 || m < 1 || n < 1 || k < 1 || batch < 1) return eff;
+    double best = 0;
+    for (size_t i = 0; i < sizeof TILES / sizeof TILES[0]; i++) {
+        double tm = ceil(m / TILES[i].m), tn = ceil(n / TILES[i].n);
+        double tiles = tm * tn * batch, waves = ceil(tiles / c->sm_count);
+        double used = m * n * batch / (waves * c->sm_count * TILES[i].m * TILES[i].n);
+        if (used * TILES[i].eff > best) best = used * TILES[i].eff;
+    }
+    return eff * best * k / (k + K0);
+}
+
+/* ---- operators ---- */
+
+// An operator at its per-device shape: operand k's axis a holds 1/ways[k][a] of the tensor's.
+typedef struct dev_op {
+    const pcc_graph *g;
+    const pcc_op *op;
+    const int *const *ways;     // NULL: the whole op; ways[k] NULL: operand k whole
+    pcc_letter l[PCC_MAX_LETTERS];
+    int nl;
+    double letter_size[PCC_MAX_LETTERS]; // per device
+    double share;               // per-device share of the op's FLOPs
+} dev_op;
+
+static int tensor_of(const pcc_op *op, int k) { return k < op->nin ? op->in[k] : op->out[k - op->nin]; }
+
+static int ways_at(const dev_op *d, int k, int a) { return d->ways && d->ways[k] && d->ways[k][a] > 1 ? d->ways[k][a] : 1; }
+
+static void dev_op_init(dev_op *d, const pcc_graph *g, const pcc_op *op, const int *const *ways) {
+    d->g = g, d->op = op, d->ways = ways, d->share = 1;
+    d->nl = op_letters(g, op, d->l);
+    for (int i = 0; i < d->nl; i++) {
+        double full = d->l[i].dim >= 0 ? (double)g->dims[d->l[i].dim].size : 1;
+        int w = 1;
+        for (int k = 0; k < op->nin + op->nout && w == 1; k++)
+            if (d->l[i].axis[k] >= 0) w = ways_at(d, k, d->l[i].axis[k]);
+        d->letter_size[i] = ceil(full / w);
+        d->share *= d->letter_size[i] / full;
+    }
+}
+
+// Per-device size of axis a of operand k.
+static double dev_dim(const dev_op *d, int k, int a) {
+    const pcc_tensor *t = &d->g->tensors[tensor_of(d->op, k)];
+    return ceil((double)d->g->dims[t->dims[a]].size / ways_at(d, k, a));
+}
+
+static double dev_bytes(const dev_op *d) {
+    double b = 0;
+    const pcc_op *op = d->op;
+    for (int k = 0; k < op->nin + op->nout; k++) {
+        const pcc_tensor *t = &d->g->tensors[tensor_of(op, k)];
+        double n = pcc_dtype_bytes(t->dtype);
+        for (int a = 0; a < t->rank; a++) n *= dev_dim(d, k, a);
+        b += n;
+        if ((pcc_ops[op->kind].flags & PCC_OPF_INPLACE) && k != 1) b += n; // read and written back: all but the gradient
+    }
+    return b;
+}
+
+static const char *dtype_name(pcc_dtype dt) { return dt < PCC_DTYPE_COUNT ? pcc_dtype_names[dt] : "?"; }
+
+static pcc_dtype op_dtype(const pcc_graph *g, const pcc_op *op) {
+    return g->tensors[op->nout ? op->out[0] : op->in[0]].dtype;
+}
+
+// "layernorm|bf16|2048x25600,25600,25600": the profile key of an op at its per-device shapes.
+static void op_key(const dev_op *d, char *buf, size_t n) {
+    const pcc_op *op = d->op;
+    size_t k = (size_t)snprintf(buf, n, "%s|%s|", pcc_ops[op->kind].name, dtype_name(op_dtype(d->g, op)));
+    for (int i = 0; i < op->nin && k < n; i++) {
+        const pcc_tensor *t = &d->g->tensors[op->in[i]];
+        if (i) k += (size_t)snprintf(buf + k, n - k, ",");
+        for (int a = 0; a < t->rank && k < n; a++) k += (size_t)snprintf(buf + k, n - k, "%s%.0f", a ? "x" : "", dev_dim(d, i, a));
+    }
+}
+
+double cost_gemm_s(const pcc_cluster *c, pcc_dtype dt, double batch, double m, double n, double k, bool accumulate) {
+    if (batch <= 0 || m <= 0 || n <= 0 || k <= 0) return cost_launch_s(c);
+    if (c->profile) {
+        char key[160];
+        snprintf(key, sizeof key, "gemm|%s|b%.0f|m%.0f|n%.0f|k%.0f", dtype_name(dt), batch, m, n, k);
+        double t = profile_lookup(c->profile, key);
+        if (t >= 0) return t;
+    }
+    double flops = 2 * batch * m * n * k;
+    double bytes = pcc_dtype_bytes(dt) * batch * (m * k + k * n + m * n * (accumulate ? 2 : 1));
+    double t_flops = flops / (peak_for(c, dt, true) * cost_gemm_efficiency(c, batch, m, n, k));
+    double t_bytes = bytes / mem_bw(c);
+    return (t_flops > t_bytes ? t_flops : t_bytes) + cost_launch_s(c);
+}
+
+// Attention forward or backward, unfused, on q [b, s, n, d] (per device).
+static double attention_s(const pcc_cluster *c, const dev_op *d) {
+    const pcc_op *op = d->op;
+    int qk = op->kind == PCC_OP_ATTENTION ? 0 : 1; // the backward's operands: dO, q, k, v
+    pcc_dtype dt = op_dtype(d->g, op);
+    double b = dev_dim(d, qk, 0) * dev_dim(d, qk, 2), s = dev_dim(d, qk, 1), h = dev_dim(d, qk, 3);
+    double scores = b * s * s * pcc_dtype_bytes(dt);
+    double t_qk = cost_gemm_s(c, dt, b, s, s, h, false), t_pv = cost_gemm_s(c, dt, b, s, h, s, op->accumulate);
+    double fwd = t_qk + cost_memory_s(c, 2 * scores) + t_pv; // S = QK^T; P = softmax(S); O = PV
+    if (op->kind == PCC_OP_ATTENTION) return fwd;
+    // Backward: S and P again, dV = P^T dO, dP = dO V^T, dS = softmax'(P, dP), dQ = dS K, dK = dS^T Q.
+    return t_qk + cost_memory_s(c, 2 * scores) + 3 * t_pv + t_qk + cost_memory_s(c, 3 * scores);
+}
+
+// A matrix product at its per-device shape: batch letters are in both inputs and the output,
+// n in the second input and the output, k (reduced) in both inputs only; m follows from the FLOPs
+// (so that convolutions, whose window letters are in one operand only, count as implicit GEMMs).
+static double matmul_s(const pcc_cluster *c, const dev_op *d) {
+    const pcc_op *op = d->op;
+    double batch = 1, n = 1, k = 1;
+    int o0 = op->nin; // the output's operand index
+    for (int i = 0; i < d->nl; i++) {
+        const signed char *ax = d->l[i].axis;
+        bool a = ax[0] >= 0, b = op->nin > 1 && ax[1] >= 0, y = op->nout && ax[o0] >= 0;
+        if (a && b && y) batch *= d->letter_size[i];
+        else if (b && y) n *= d->letter_size[i];
+        else if (a && b) k *= d->letter_size[i];
+    }
+    pcc_dtype dt = op_dtype(d->g, op);
+    double f = op_flops_matmul(d->g, op) * d->share, m = f / (2 * batch * n * k);
+    double t = cost_gemm_s(c, dt, batch, m < 1 ? 1 : m, n, k, op->accumulate);
+    double rest = (op_flops(d->g, op) - op_flops_matmul(d->g, op)) * d->share; // a bias add, in the epilogue
+    return rest > 0 ? t + rest * pcc_dtype_bytes(dt) / mem_bw(c) : t;
+}
+
+double cost_op_s(const pcc_cluster *c, const pcc_graph *g, const pcc_op *op, const int *const *ways) {
+    dev_op d;
+    dev_op_init(&d, g, op, ways);
+    if (c->profile) {
+        char key[512];
+        op_key(&d, key, sizeof key);
+        double t = profile_lookup(c->profile, key);
+        if (t >= 0) return t;
+    }
+    if (op->kind == PCC_OP_ATTENTION || op->kind == PCC_OP_ATTENTION_GRAD) return attention_s(c, &d);
+    if (pcc_ops[op->kind].flags & PCC_OPF_MATMUL) return matmul_s(c, &d);
+    return cost_compute_s(c, op_flops(g, op) * d.share, dev_bytes(&d), op_dtype(g, op), false);
+}
+
+/* ---- collectives ---- */
 
 bool cost_group_crosses_nodes(const pcc_cluster *c, pcc_group_shape g) {
     return g.size > 1 && (int64_t)(g.size - 1) * g.stride + 1 > c->devices_per_node;
 }
 
-double cost_group_bandwidth(const pcc_cluster *c, pcc_group_shape g) {
-    double intra = c->intra.bandwidth_Bps;
-    if (!cost_group_crosses_nodes(c, g)) return intra;
+// Members of the group on each node it spans.
+static int members_per_node(const pcc_cluster *c, pcc_group_shape g) {
     int per_node = g.stride >= c->devices_per_node ? 1 : c->devices_per_node / g.stride;
-    if (per_node > g.size) per_node = g.size;
-    double nic = c->network.bandwidth_Bps * c->nics_per_node * per_node / c->devices_per_node;
+    return per_node > g.size ? g.size : per_node;
+}
+
+double cost_group_bandwidth(const pcc_cluster *c, pcc_group_shape g) {
+    double intra = c->intra.bandwidth_Bps * or_one(c->intra.efficiency);
+    if (!cost_group_crosses_nodes(c, g)) return intra;
+    double nic = c->network.bandwidth_Bps * or_one(c->network.efficiency) * c->nics_per_node * members_per_node(c, g) /
+                 c->devices_per_node;
     return nic < intra ? nic : intra;
+}
+
+// NCCL's double binary tree all-reduce across nodes (intra-node chains, a tree between nodes).
+static double tree_all_reduce_s(const pcc_cluster *c, double bytes, pcc_group_shape g) {
+    int m = members_per_node(c, g), nodes = (g.size + m - 1) / m;
+    double lat = 2 * (ceil(log2(nodes)) * c->network.latency_s + (m - 1) * c->intra.latency_s);
+    return lat + 2 * bytes / cost_group_bandwidth(c, g);
 }
 
 double cost_collective_s(const pcc_cluster *c, pcc_coll kind, double bytes, pcc_group_shape g) {
     int n = g.size;
     if (n <= 1 || bytes <= 0) return 0;
     double bw = cost_group_bandwidth(c, g);
-    double alpha = cost_group_crosses_nodes(c, g) ? c->network.latency_s : c->intra.latency_s;
+    bool cross = cost_group_crosses_nodes(c, g);
+    double alpha = cross ? c->network.latency_s : c->intra.latency_s;
     double steps = n - 1, frac = (double)(n - 1) / n;
     switch (kind) {
-    case PCC_COLL_ALL_REDUCE: return 2 * steps * alpha + 2 * frac * bytes / bw;
+    case PCC_COLL_ALL_REDUCE: {
+        double ring = 2 * steps * alpha + 2 * frac * bytes / bw;
+        if (!cross) return ring;
+        double tree = tree_all_reduce_s(c, bytes, g);
+        return tree < ring ? tree : ring;
+    }
     case PCC_COLL_ALL_GATHER:
     case PCC_COLL_REDUCE_SCATTER:
     case PCC_COLL_ALL_TO_ALL: return steps * alpha + frac * bytes / bw;
@@ -75,4 +291,21 @@ double cost_collective_s(const pcc_cluster *c, pcc_coll kind, double bytes, pcc_
     case PCC_COLL_SEND_RECV: return alpha + bytes / bw;
     default: PCC_ASSERT(!"bad collective");
     }
+}
+
+/* ---- streams and pipelines ---- */
+
+double cost_exposed_s(double comm_s, double window_s) { return comm_s > window_s ? comm_s - window_s : 0; }
+
+double cost_pipeline_s(const double *fwd, const double *bwd, int pp, int v, int m, double *bubble_s) {
+    PCC_ASSERT(pp >= 1 && v >= 1 && m >= 1);
+    double sum = 0, max = 0;
+    for (int d = 0; d < pp; d++) {
+        double t = fwd[d] + bwd[d];
+        sum += t;
+        if (t > max) max = t;
+    }
+    double bubble = (sum - max) / v;
+    if (bubble_s) *bubble_s = bubble;
+    return m * max + bubble;
 }

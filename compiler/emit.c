@@ -378,7 +378,7 @@ static void layouts(emitter *E) {
 /* ---- building a program ---- */
 
 static int in_flight(const emitter *E, int stage) {
-    if (E->s->schedule == PCC_PIPE_GPIPE || E->pp == 1) return E->M;
+    if (E->s->schedule == PCC_PIPE_GPIPE && E->pp > 1) return E->M;
     int k = E->pp - stage;
     return k < E->M ? k : E->M;
 }
@@ -904,7 +904,7 @@ static void program(emitter *E, prog *P) {
         }
     int M = E->M, w = 0;
     if (E->s->schedule == PCC_PIPE_1F1B && E->pp > 1) w = E->pp - P->stage - 1 < M ? E->pp - P->stage - 1 : M;
-    if (E->s->schedule == PCC_PIPE_GPIPE || E->pp == 1) {
+    if (E->s->schedule == PCC_PIPE_GPIPE && E->pp > 1) {
         loop_open(E, P, PLAN_LOOP_MB, M);
         forward(E, P, 0);
         loop_close(P);

@@ -5,8 +5,14 @@
  * the arena) and one solve call. GLPK's own terminal output is off; its parameters are checked
  * here before the call, because GLPK aborts the process on a bad one; every return code and
  * glp_mip_status is mapped to a result status. During branch and bound a callback keeps the
- * incumbent and the best bound, and prints a progress line to stderr when it is a terminal.
+ * incumbent and the best bound for the progress line (below).
  * `dump_lp` writes the model in CPLEX LP text (glp_write_lp) before solving.
+ *
+ * The progress line also lives here, since the ILP is what can take long: one line on stderr,
+ * redrawn in place, with the compile's phase (progress_phase, from the driver) and, during a
+ * solve, the ILP's size, incumbent, bound and gap. It is drawn only when stderr is a terminal
+ * (and plancc is not -q), and not before a quarter of a second has passed, so fast compiles and
+ * every output a test compares stay as they are.
  *
  * GLPK is deterministic for the same model built in the same order, and this file adds no
  * randomness, so the same problem gives the same solution.
@@ -15,6 +21,7 @@
 
 #include <glpk.h>
 #include <math.h>
+#include <stdarg.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -97,20 +104,67 @@ void ilp_set(pcc_ilp *p, int row, int col, double coef) {
 int ilp_cols(const pcc_ilp *p) { return p->n_cols; }
 int ilp_rows(const pcc_ilp *p) { return p->n_rows; }
 
-/* ---- solving ---- */
-
-typedef struct progress {
-    double start;
-    double last_print;
-    bool tty;
-    double incumbent, bound;
-} progress;
+/* ---- the progress line ---- */
 
 static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
+
+#define PROGRESS_DELAY_S 0.25   // nothing is drawn before this: a fast compile shows nothing
+#define PROGRESS_PERIOD_S 0.1   // redraws at most this often (a new phase redraws at once)
+
+static struct {
+    bool on, drawn;
+    double start, last;
+    char phase[128], detail[128];
+} line;
+
+void progress_init(bool on) {
+    memset(&line, 0, sizeof line);
+    line.on = on && isatty(2);
+    line.start = now_s();
+}
+
+static void progress_draw(bool now) {
+    double t = now_s();
+    if (!line.on || t - line.start < PROGRESS_DELAY_S || (!now && t - line.last < PROGRESS_PERIOD_S)) return;
+    line.last = t;
+    line.drawn = true;
+    // Carriage return and erase-to-end-of-line (ECMA-48 EL), so a shorter line leaves no tail.
+    fprintf(stderr, "\r\033[K%s: %.1f s, %s%s%s", pcc_progname, t - line.start, line.phase, line.detail[0] ? ": " : "",
+            line.detail);
+    fflush(stderr);
+}
+
+void progress_phase(const char *fmt, ...) {
+    if (!line.on) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line.phase, sizeof line.phase, fmt, ap);
+    va_end(ap);
+    line.detail[0] = 0;
+    progress_draw(true);
+}
+
+void progress_clear(void) {
+    if (line.drawn) fputs("\r\033[K", stderr), fflush(stderr);
+    line.drawn = false;
+}
+
+void progress_done(void) {
+    progress_clear();
+    line.on = false;
+}
+
+/* ---- solving ---- */
+
+typedef struct progress {
+    bool show;                  // this solve updates the progress line
+    int rows, cols;
+    double incumbent, bound;
+} progress;
 
 static void on_tree(glp_tree *T, void *info) {
     progress *pr = info;
@@ -119,12 +173,13 @@ static void on_tree(glp_tree *T, void *info) {
     int best = glp_ios_best_node(T);
     if (best) pr->bound = glp_ios_node_bound(T, best);
     if (reason == GLP_IBINGO) pr->incumbent = glp_mip_obj_val(glp_ios_get_prob(T));
-    double t = now_s();
-    if (pr->tty && t - pr->last_print > 1.0) {
-        pr->last_print = t;
-        fprintf(stderr, "\rplancc: ILP %.1fs incumbent %.6g bound %.6g gap %.2f%%   ", t - pr->start, pr->incumbent,
-                pr->bound, 100 * glp_ios_mip_gap(T));
-    }
+    if (!pr->show) return;
+    if (isnan(pr->incumbent))
+        snprintf(line.detail, sizeof line.detail, "ILP %d x %d, bound %.6g s, no incumbent yet", pr->rows, pr->cols, pr->bound);
+    else
+        snprintf(line.detail, sizeof line.detail, "ILP %d x %d, incumbent %.6g s, bound %.6g s, gap %.2f%%", pr->rows,
+                 pr->cols, pr->incumbent, pr->bound, 100 * glp_ios_mip_gap(T));
+    progress_draw(false);
 }
 
 static glp_prob *build(const pcc_ilp *p) {
@@ -171,7 +226,12 @@ pcc_status ilp_solve(pcc_ilp *p, const pcc_ilp_opts *o, pcc_ilp_result *r) {
         fprintf(stderr, "%s: %s: cannot write the ILP\n", pcc_progname, o->dump_lp);
         return PCC_ERR_INPUT;
     }
-    progress pr = {.start = now_s(), .tty = o->progress && isatty(2), .incumbent = NAN, .bound = NAN};
+    // A solve shows on the driver's progress line; one called on its own (o->progress, as -d s
+    // does before the driver has a line) starts a line of its own.
+    bool own = o->progress && !line.on;
+    if (own) progress_init(true), progress_phase("phase 2: the intra-operator ILP");
+    progress pr = {.show = line.on, .rows = p->n_rows, .cols = p->n_cols, .incumbent = NAN, .bound = NAN};
+    double start = now_s();
     glp_iocp parm;
     glp_init_iocp(&parm);
     parm.msg_lev = GLP_MSG_OFF;
@@ -181,8 +241,9 @@ pcc_status ilp_solve(pcc_ilp *p, const pcc_ilp_opts *o, pcc_ilp_result *r) {
     parm.cb_func = on_tree;
     parm.cb_info = &pr;
     int ret = glp_intopt(P, &parm);
-    r->seconds = now_s() - pr.start;
-    if (pr.tty) fprintf(stderr, "\r%80s\r", "");
+    r->seconds = now_s() - start;
+    line.detail[0] = 0;
+    if (own) progress_done();
     r->status = map_status(ret, glp_mip_status(P));
     if (r->status == PCC_ILP_OPTIMAL || r->status == PCC_ILP_GAP || r->status == PCC_ILP_TIME_LIMIT) {
         r->objective = glp_mip_obj_val(P);

@@ -38,8 +38,16 @@ static void usage(FILE *f) {
             "  --dp N --tp N --pp N\n"
             "                     the Megatron-LM template: batch split over dp, tensor parallelism of\n"
             "                     tp (inside a node), pp pipeline stages; the product is the device count\n"
-            "  --micro-batches N  micro-batches per step, the gradient accumulation (default 1;\n"
-            "                     --micro-batch is the same option)\n"
+            "  --micro-batches N  micro-batches per step, the gradient accumulation (default 1)\n"
+            "  --global-batch N   samples per step; the model's batch dimension becomes N divided by the\n"
+            "                     micro-batches (default: the model file's batch is one micro-batch step)\n"
+            "  --micro-batch-size N\n"
+            "                     samples per micro-batch on each data-parallel replica (needs --dp):\n"
+            "                     with --global-batch, micro-batches = N_global / (N x dp), as Megatron-LM's\n"
+            "                     --micro-batch-size and --global-batch-size\n"
+            "  --virtual-stages V model chunks per pipeline device: Megatron-LM's interleaved 1F1B\n"
+            "                     (needs --pp > 1 and micro-batches a multiple of pp). Only the estimate\n"
+            "                     models it: plancc cannot emit it yet, so it needs --estimate-only\n"
             "  --schedule S       gpipe or 1f1b (default 1f1b when pp > 1)\n"
             "  --zero N           ZeRO stage 0..3 over dp: optimizer state (1, 2) and parameters (3) sharded\n"
             "  --recompute R      none, full (recompute every block operator in the backward pass) or\n"
@@ -47,6 +55,8 @@ static void usage(FILE *f) {
             "  --time-limit S     the ILP stops after S seconds with its best (default 60)\n"
             "  --mip-gap G        ... or once within relative gap G of the bound (default 1e-4)\n"
             "  --dump-ilp FILE    write the ILP as CPLEX LP text\n"
+            "  --estimate-only    plan the strategy and print the cost model's estimate of a step and its\n"
+            "                     parts (with --json, as JSON); write no plan\n"
             "  -d, --dump LETTERS print phase 1's candidates (t) and phase 2's choice per operator (s)\n"
             "other:\n"
             "  --check MODEL      only load and check MODEL, derive its backward pass and optimizer step,\n"
@@ -75,10 +85,14 @@ typedef struct options {
     const char *output;
     pcc_strategy_opts strat;
     bool template_given;
+    int64_t global_batch;     // 0: as the model says
+    int micro_batch_size;     // 0: not given
+    bool micro_batches_given, estimate_only;
 } options;
 
 enum { OPT_CLUSTER = 256, OPT_NODES, OPT_DEVICES, OPT_TIME_LIMIT, OPT_MIP_GAP, OPT_DUMP_ILP, OPT_DP, OPT_TP, OPT_PP,
-       OPT_ZERO, OPT_RECOMPUTE, OPT_SCHEDULE, OPT_AUTO };
+       OPT_ZERO, OPT_RECOMPUTE, OPT_SCHEDULE, OPT_AUTO, OPT_GLOBAL_BATCH, OPT_MICRO_BATCH_SIZE, OPT_VIRTUAL_STAGES,
+       OPT_ESTIMATE_ONLY };
 
 static pcc_status num_option(const char *name, const char *arg, double lo, double hi, double *out) {
     char *end;
@@ -103,6 +117,21 @@ static pcc_status int_option(const char *name, const char *arg, long lo, long hi
     return PCC_OK;
 }
 
+// The batch, interleaving and estimate options against each other and the rest.
+static pcc_status check_batch_options(const options *o) {
+    const char *why = NULL;
+    if (o->micro_batch_size && !o->template_given)
+        why = "--micro-batch-size is per data-parallel replica, so it needs the template's --dp (with --tp, --pp)";
+    else if (o->estimate_only && (o->check || o->output))
+        why = o->check ? "--estimate-only plans a strategy; --check only checks the model" : "--estimate-only writes no plan (leave out -o)";
+    else if (o->strat.virtual_stages > 1 && !o->estimate_only)
+        why = "--virtual-stages: plancc's estimate models interleaved 1F1B, but plancc cannot emit an interleaved schedule "
+              "yet, so it writes no such plan; add --estimate-only to print the estimate";
+    if (!why) return PCC_OK;
+    fprintf(stderr, "plancc: %s\n", why);
+    return PCC_ERR_INPUT;
+}
+
 static pcc_status parse_options(int argc, char **argv, options *o, bool *done) {
     static const struct option longopts[] = {
         {"check", no_argument, NULL, 'c'},   {"json", no_argument, NULL, 'j'},
@@ -114,7 +143,10 @@ static pcc_status parse_options(int argc, char **argv, options *o, bool *done) {
         {"dump-ilp", required_argument, NULL, OPT_DUMP_ILP}, {"dump", required_argument, NULL, 'd'},
         {"output", required_argument, NULL, 'o'}, {"dp", required_argument, NULL, OPT_DP},
         {"tp", required_argument, NULL, OPT_TP}, {"pp", required_argument, NULL, OPT_PP},
-        {"micro-batch", required_argument, NULL, 'm'}, {"zero", required_argument, NULL, OPT_ZERO},
+        {"global-batch", required_argument, NULL, OPT_GLOBAL_BATCH}, {"zero", required_argument, NULL, OPT_ZERO},
+        {"micro-batch-size", required_argument, NULL, OPT_MICRO_BATCH_SIZE},
+        {"virtual-stages", required_argument, NULL, OPT_VIRTUAL_STAGES},
+        {"estimate-only", no_argument, NULL, OPT_ESTIMATE_ONLY},
         {"recompute", required_argument, NULL, OPT_RECOMPUTE}, {"schedule", required_argument, NULL, OPT_SCHEDULE},
         {"auto", no_argument, NULL, OPT_AUTO},
         {NULL, 0, NULL, 0},
@@ -133,7 +165,16 @@ static pcc_status parse_options(int argc, char **argv, options *o, bool *done) {
         case 'q': o->quiet = true; break;
         case 'h': usage(stdout); *done = true; return PCC_OK;
         case 'V': printf("plancc %s\n", PCC_VERSION); *done = true; return PCC_OK;
-        case 'm': if (int_option("--micro-batches", optarg, 1, 65536, &o->micro_batches)) return PCC_ERR_INPUT; break;
+        case 'm': if (int_option("--micro-batches", optarg, 1, 65536, &o->micro_batches)) return PCC_ERR_INPUT; o->micro_batches_given = true; break;
+        case OPT_GLOBAL_BATCH: {
+            int gb;
+            if (int_option("--global-batch", optarg, 1, INT32_MAX, &gb)) return PCC_ERR_INPUT;
+            o->global_batch = gb;
+            break;
+        }
+        case OPT_MICRO_BATCH_SIZE: if (int_option("--micro-batch-size", optarg, 1, 1 << 24, &o->micro_batch_size)) return PCC_ERR_INPUT; break;
+        case OPT_VIRTUAL_STAGES: if (int_option("--virtual-stages", optarg, 1, 1 << 16, &o->strat.virtual_stages)) return PCC_ERR_INPUT; break;
+        case OPT_ESTIMATE_ONLY: o->estimate_only = true; break;
         case OPT_CLUSTER: o->cluster = optarg; break;
         case OPT_NODES: if (int_option("--nodes", optarg, 1, 1 << 20, &o->nodes)) return PCC_ERR_INPUT; break;
         case OPT_DEVICES: if (int_option("--devices", optarg, 1, 1 << 24, &o->devices)) return PCC_ERR_INPUT; break;
@@ -201,7 +242,7 @@ static pcc_status parse_options(int argc, char **argv, options *o, bool *done) {
         fprintf(stderr, "plancc: --check only checks the model; it writes no plan (leave out -o and the strategy)\n");
         return PCC_ERR_INPUT;
     }
-    return PCC_OK;
+    return check_batch_options(o);
 }
 
 // Phases 1 and 2 on all the cluster's devices as one group, for the -d dumps. (The driver's
@@ -236,8 +277,10 @@ static const char *canonical_options(pcc_arena *a, const pcc_cluster *c, const o
     const pcc_strategy_opts *s = &o->strat;
     char mesh[96] = "--auto";
     if (!s->auto_mesh) snprintf(mesh, sizeof mesh, "--dp %d --tp %d --pp %d", s->dp ? s->dp : 1, s->tp ? s->tp : 1, s->pp ? s->pp : 1);
-    return arena_printf(a, "--devices %d %s --micro-batches %d --schedule %s --zero %d --recompute %s --time-limit %g --mip-gap %g",
-                        c->n_devices, mesh, o->micro_batches, s->schedule == PCC_PIPE_GPIPE ? "gpipe" : "1f1b", s->zero,
+    char batch[48] = "";
+    if (o->global_batch) snprintf(batch, sizeof batch, " --global-batch %lld", (long long)o->global_batch);
+    return arena_printf(a, "--devices %d %s --micro-batches %d%s --schedule %s --zero %d --recompute %s --time-limit %g --mip-gap %g",
+                        c->n_devices, mesh, o->micro_batches, batch, s->schedule == PCC_PIPE_GPIPE ? "gpipe" : "1f1b", s->zero,
                         rc[s->recompute], o->ilp.time_limit_s, o->ilp.mip_gap);
 }
 
@@ -266,6 +309,28 @@ static pcc_status emit_first_fit(const pcc_graph *g, const pcc_cluster *c, pcc_s
         if (e.peak_bytes < *peak_out) *peak_out = e.peak_bytes;
     }
     return PCC_ERR_INFEASIBLE;
+}
+
+// Phase 2 again, and the emitter. The ILP's memory model (parameters and kept activations,
+// spread evenly over the stages) is not the memory planner's exact arena (transient buffers,
+// the first and last stages' extra operators): when nothing it chose fits, the ILP's budget
+// shrinks by the overshoot of the smallest arena (*peak), at most to 3/4 a round, so that it
+// recomputes or splits more; the last round recomputes every block operator (what
+// explain_infeasible would suggest). The emitter still checks against the real memory.
+static pcc_status replan_tighter(const pcc_graph *g, const pcc_cluster *c, pcc_cluster *budget, pcc_strategy_opts so,
+                                 bool last, const pcc_emit_opts *eo, pcc_strategy ***cand, int *n, pcc_emitted *e,
+                                 int *which, double *peak) {
+    budget->memory_bytes *= fmax(0.75, 0.98 * c->memory_bytes / *peak);
+    if (last) budget->memory_bytes = c->memory_bytes, so.recompute = PCC_RECOMPUTE_FULL;
+    so.quiet = true;
+    pcc_strategy **v;
+    int nv;
+    if (strategy_plan(g, budget, &so, &v, &nv)) return PCC_ERR_INFEASIBLE; // keep the first round's figures
+    if (nv > 4) nv = 4; // the best few: each emit of a large model takes a while
+    double p;
+    pcc_status st = emit_first_fit(g, c, v, nv, eo, e, which, &p);
+    if (st == PCC_OK || st == PCC_ERR_INFEASIBLE) *cand = v, *n = nv, *peak = fmin(*peak, p);
+    return st;
 }
 
 static pcc_status try_fit(const pcc_graph *g, const pcc_cluster *c, pcc_strategy_opts so, const pcc_emit_opts *eo) {
@@ -316,6 +381,40 @@ static void explain_infeasible(const pcc_graph *g, const pcc_cluster *c, const o
                         "pipeline stages with --pp), or a smaller micro-batch (the batch dimension in the model)\n");
 }
 
+// --estimate-only: the best strategy's estimate and its parts, as text or JSON.
+static pcc_status print_estimate(const pcc_graph *g, const pcc_cluster *c, const options *o, const pcc_strategy *s, int n,
+                                 double seconds) {
+    const pcc_estimate *x = &s->est;
+    char buf[160], b1[32], b2[32];
+    int64_t batch = 0;
+    for (int t = 0; t < g->n_tensors && !batch; t++)
+        if (g->tensors[t].kind == PCC_T_INPUT && g->tensors[t].rank > 0) batch = g->dims[g->tensors[t].dims[0]].size;
+    if (o->json) {
+        printf("{\"model\": \"%s\", \"cluster\": \"%s\", \"devices\": %d, \"pp\": %d, \"dp\": %d, \"tp\": %d, "
+               "\"virtual_stages\": %d, \"micro_batches\": %d, \"batch\": %lld, \"global_batch\": %lld, \"zero\": %d, "
+               "\"candidates\": %d, \"estimate\": {\"step_s\": %.9g, \"pipeline_s\": %.9g, \"bubble_s\": %.9g, "
+               "\"compute_s\": %.9g, \"tp_comm_s\": %.9g, \"p2p_s\": %.9g, \"sync_s\": %.9g, \"sync_exposed_s\": %.9g, "
+               "\"optimizer_s\": %.9g}, \"memory_bytes\": %.9g, \"seconds\": %.6f}\n",
+               g->name, c->name, c->n_devices, s->mesh[PCC_AX_PP], s->mesh[PCC_AX_DP], s->mesh[PCC_AX_TP], s->virtual_stages,
+               s->micro_batches, (long long)batch, (long long)batch * s->micro_batches, s->zero, n, x->step_s, x->pipeline_s,
+               x->bubble_s, x->compute_s, x->tp_comm_s, x->p2p_s, x->sync_s, x->sync_exposed_s, x->optimizer_s,
+               s->est_memory_bytes, seconds);
+        return PCC_OK;
+    }
+    if (o->quiet) return PCC_OK;
+    printf("plancc: %s on %d x %s (%s): %s%s; estimate only, no plan written\n", g->name, c->n_devices, c->device_name,
+           c->file, strategy_str(s, buf, sizeof buf), o->strat.auto_mesh ? " (--auto)" : "");
+    printf("  estimated step %.6g s: pipeline %.6g s (bubble %.6g s), then gradient sync %.6g s exposed of %.6g s, "
+           "optimizer %.6g s\n", x->step_s, x->pipeline_s, x->bubble_s, x->sync_exposed_s, x->sync_s, x->optimizer_s);
+    printf("  the busiest pipeline device over the step: operators %.6g s, tensor-parallel communication %.6g s, "
+           "pipeline sends %.6g s\n", x->compute_s, x->tp_comm_s, x->p2p_s);
+    printf("  batch %lld per micro-batch step, %d micro-batch%s (%lld samples per step); memory per device (estimate) %s of "
+           "%s; planned in %.3f s\n", (long long)batch, s->micro_batches, s->micro_batches == 1 ? "" : "es",
+           (long long)batch * s->micro_batches, fmt_bytes(b1, sizeof b1, s->est_memory_bytes),
+           fmt_bytes(b2, sizeof b2, c->memory_bytes), seconds);
+    return PCC_OK;
+}
+
 static pcc_status compile(pcc_arena *a, const pcc_graph *g, const pcc_cluster *c, const options *o) {
     double t0 = now_s();
     pcc_strategy_opts so = o->strat;
@@ -323,8 +422,11 @@ static pcc_status compile(pcc_arena *a, const pcc_graph *g, const pcc_cluster *c
     so.quiet = o->quiet;
     pcc_strategy **cand;
     int n;
+    progress_phase("phase 2: the device mesh and the splits (%s)", so.auto_mesh ? "--auto" : "template");
     pcc_status st = strategy_plan(g, c, &so, &cand, &n);
     if (st) return st;
+    if (o->estimate_only) return print_estimate(g, c, o, cand[0], n, now_s() - t0);
+    progress_phase("phase 3: communication, memory plan and plan_check (%d candidate%s)", n, n == 1 ? "" : "s");
     pcc_emit_opts eo = {.options = canonical_options(a, c, o), .quiet = o->quiet};
     eo.model_hash = file_hash(o->model);
     eo.cluster_hash = file_hash(o->cluster);
@@ -332,6 +434,12 @@ static pcc_status compile(pcc_arena *a, const pcc_graph *g, const pcc_cluster *c
     int which = 0;
     double peak;
     st = emit_first_fit(g, c, cand, n, &eo, &e, &which, &peak);
+    pcc_cluster budget = *c;
+    for (int round = 0; st == PCC_ERR_INFEASIBLE && so.recompute == PCC_RECOMPUTE_AUTO && isfinite(peak) && round < 3; round++) {
+        progress_phase("phase 2 again: nothing fit in memory; a tighter budget for the ILP (round %d)", round + 1);
+        st = replan_tighter(g, c, &budget, so, round == 2, &eo, &cand, &n, &e, &which, &peak);
+    }
+    progress_done();
     if (st == PCC_ERR_INFEASIBLE) explain_infeasible(g, c, o, &eo, peak);
     if (st) return st;
     const char *out = o->output ? o->output : default_output(a, o->model);
@@ -351,6 +459,12 @@ static pcc_status compile(pcc_arena *a, const pcc_graph *g, const pcc_cluster *c
         printf("plancc: %s on %d x %s (%s): %s%s\n", g->name, c->n_devices, c->device_name, c->file,
                strategy_str(s, buf, sizeof buf), o->strat.auto_mesh ? " (--auto)" : "");
         if (o->strat.auto_mesh) printf("  searched %d factorizations; this one ranked %d by the cost model\n", n, which + 1);
+        static const char *const ilp_word[] = {"optimal", "gap", "time_limit", "infeasible", "no_solution", "error"};
+        for (int k = 0; o->verbose && k < n; k++) // one line per candidate, key=value for scripts
+            printf("  candidate %d: %s; est_step_s=%.6g est_memory=%.4g ilp_rows=%d ilp_cols=%d ilp_status=%s ilp_gap=%.4g "
+                   "ilp_s=%.3f\n", k + 1, strategy_str(cand[k], buf, sizeof buf), cand[k]->est_step_s,
+                   cand[k]->est_memory_bytes, cand[k]->ilp.rows, cand[k]->ilp.cols, ilp_word[cand[k]->ilp.status],
+                   cand[k]->ilp.gap, cand[k]->ilp.seconds);
         printf("  ILP (tp group of %d): %d rows x %d columns, %s, objective %.6g s, bound %.6g s, gap %.2f%%, %.3f s\n",
                s->mesh[PCC_AX_TP], s->ilp.rows, s->ilp.cols, ilp_status_name(s->ilp.status), s->ilp.objective,
                s->ilp.bound, 100 * s->ilp.gap, s->ilp.seconds);
@@ -373,10 +487,14 @@ int main(int argc, char **argv) {
     pcc_status st = parse_options(argc, argv, &o, &done);
     if (st || done) return st;
     pcc_quiet = o.quiet;
+    progress_init(!o.quiet && !o.check);
 
     pcc_arena *arena = arena_init();
     pcc_graph *g = NULL;
     st = model_load(arena, o.model, &g);
+    if (!st) st = strategy_batch(g, o.global_batch, o.micro_batch_size, o.strat.dp, &o.micro_batches, o.micro_batches_given);
+    if (!st && !o.global_batch && o.micro_batch_size)
+        o.global_batch = (int64_t)o.micro_batch_size * (o.strat.dp ? o.strat.dp : 1) * o.micro_batches;
     if (!st) st = graph_check(g);
     if (!st) {
         g->micro_batches = o.micro_batches;
@@ -398,6 +516,7 @@ int main(int argc, char **argv) {
             st = PCC_ERR_INTERNAL;
         }
     }
+    progress_done();
     arena_free(arena);
     return st;
 }

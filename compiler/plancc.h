@@ -365,7 +365,11 @@ typedef struct pcc_link {
     pcc_link_kind kind;
     double bandwidth_Bps;   // per device (intra) or per NIC (network), one direction
     double latency_s;       // per hop
+    double efficiency;      // NCCL's bus bandwidth / bandwidth_Bps, in (0, 1]; 0: not given (1)
 } pcc_link;
+
+// A table of measured operator times (cluster file "profile"), opaque outside cluster.c.
+typedef struct pcc_profile pcc_profile;
 
 typedef struct pcc_cluster {
     const char *file, *name;
@@ -377,23 +381,38 @@ typedef struct pcc_cluster {
     double memory_bandwidth_Bps;    // per device
     double peak_flops[PCC_MATH_COUNT]; // a dtype the file leaves out runs at the f32 figure
     double launch_overhead_s;       // 0 if the file gives none (the cost model has a default)
+    int sm_count;                   // GPU multiprocessors, for the GEMM wave model; 0: no wave model
+    double gemm_efficiency;         // fraction of the tensor peak a large GEMM sustains; 0: not given (1)
+    double memory_efficiency;       // fraction of memory bandwidth a streaming kernel sustains; 0: (1)
     pcc_link intra;                 // between the devices of a node
     pcc_link network;               // between nodes (kind NONE on a single-node cluster)
     int nics_per_node;
+    const pcc_profile *profile;     // measured operator times, or NULL
 } pcc_cluster;
 
 // Loads and checks a cluster file (schemas/cluster.schema.json) with the same diagnostics as the
 // model loader. nodes > 0 overrides the file's node count; devices > 0 sets the total device
 // count (a whole number of nodes, or fewer devices than one node; a cpu cluster takes any count
-// as one node). Both 0: as the file says. Returns PCC_ERR_INPUT on bad input or overrides.
+// as one node). Both 0: as the file says. A "profile" (a file named relative to the cluster
+// file, or an object in it) is loaded and checked too; its diagnostics name the file that holds
+// it. Returns PCC_ERR_INPUT on bad input or overrides.
 pcc_status cluster_load(pcc_arena *a, const char *path, int nodes, int devices, pcc_cluster **out);
+// The measured seconds of `key` (cost.c builds the keys: "gemm|bf16|b1|m2048|n3200|k25600" or
+// "layernorm|bf16|2048x25600,25600,25600"), or -1 when the table has no such entry or p is NULL.
+double profile_lookup(const pcc_profile *p, const char *key);
+// Entries in the table (0 for NULL).
+int profile_size(const pcc_profile *p);
 
 /* ---------------------------------------------------------------- cost.c */
 
-/* The cost model behind one interface: the scheduler and the reports ask it for times, and the
- * cost-model issue replaces its inside (shape-dependent efficiency, profile tables, NCCL's
- * tree algorithm) without touching its callers. Today: a roofline for compute and NCCL's ring
- * alpha-beta model for collectives, over the cluster's datasheet figures. */
+/* The cost model behind one interface: the scheduler, the template estimate (strategy.c) and
+ * the reports ask it for times. Compute is a roofline over the cluster's datasheet figures with
+ * a shape-dependent GEMM efficiency (cuBLAS tile and wave quantization, main-loop depth) and
+ * the sustained fractions the cluster file gives; memory-bound operators stream at the
+ * sustained memory bandwidth; each kernel pays a launch. A profile table in the cluster file
+ * overrides both for the shapes it lists. Collectives are NCCL's ring and (across nodes, for
+ * all-reduce) tree algorithms in the alpha-beta model over the bus bandwidth of the slowest link
+ * of the group. Pipelines and stream overlap have their own helpers. */
 
 typedef enum pcc_coll {
     PCC_COLL_ALL_REDUCE, PCC_COLL_ALL_GATHER, PCC_COLL_REDUCE_SCATTER, PCC_COLL_ALL_TO_ALL,
@@ -407,19 +426,52 @@ typedef struct pcc_group_shape {
 } pcc_group_shape;
 
 // Seconds for `flops` of arithmetic moving `bytes` of memory on one device, in the given dtype;
-// `matmul` work runs at the tensor-core peak, the rest at the vector (f32) peak.
+// `matmul` work runs at the tensor-core peak times the sustained GEMM efficiency, the rest at
+// the vector (f32) peak; bytes at the sustained memory bandwidth; plus one launch. No shape, so
+// no quantization effects: for aggregated work (cost_op_s and cost_gemm_s know shapes).
 double cost_compute_s(const pcc_cluster *c, double flops, double bytes, pcc_dtype dt, bool matmul);
+// Fraction of the tensor-core peak a GEMM of `batch` independent m x n x k products reaches:
+// the sustained large-GEMM efficiency times tile quantization (m, n padded to cuBLAS's tile),
+// wave quantization (tiles over sm_count multiprocessors) and the main loop's depth k/(k+k0).
+// In (0, 1]. Without sm_count in the cluster, the sustained figure alone.
+double cost_gemm_efficiency(const pcc_cluster *c, double batch, double m, double n, double k);
+// Seconds of one GEMM call (batched when batch > 1) in dtype dt: the profile table's time for the
+// shape if it has one, else max(FLOPs at the efficiency above, operand bytes at the sustained
+// bandwidth) plus a launch. `accumulate` adds into C (beta = 1), which reads C once more.
+double cost_gemm_s(const pcc_cluster *c, pcc_dtype dt, double batch, double m, double n, double k, bool accumulate);
+// Seconds of a memory-bound kernel moving `bytes` (read plus written), with its launch.
+double cost_memory_s(const pcc_cluster *c, double bytes);
+// Seconds of one instance of op on one device when axis a of its operand k (inputs, then
+// outputs) is split ways[k][a] ways (ways NULL: the whole op; ways[k] NULL: operand k whole).
+// Matrix products run as GEMMs of their per-device shape; attention
+// runs unfused (two batched GEMMs around a softmax over the materialized s x s scores, the
+// backward recomputing the scores as planrun's kernels do); everything else is a roofline of
+// its FLOPs and bytes. The profile table overrides the whole op for its per-device input shapes
+// (and a GEMM inside one for its m, n, k). This function can't fail.
+double cost_op_s(const pcc_cluster *c, const pcc_graph *g, const pcc_op *op, const int *const *ways);
 // Seconds for one collective over a group, `bytes` being the full tensor each member ends with
 // (all-reduce, all-gather, broadcast), starts with (reduce-scatter), or sends in all
-// (all-to-all, send/recv). Ring algorithm: alpha per step, bus bandwidth of the slowest link.
+// (all-to-all, send/recv). Ring algorithm with alpha per step over the bus bandwidth of the
+// slowest link; an all-reduce across nodes takes NCCL's tree instead where that is faster.
 double cost_collective_s(const pcc_cluster *c, pcc_coll kind, double bytes, pcc_group_shape g);
-// Bytes per second one member of the group can move: NVLink inside a node, its share of the
-// node's NICs across nodes.
+// Bytes per second one member of the group can move (NCCL's bus bandwidth): NVLink inside a
+// node, its share of the node's NICs across nodes, each times its link efficiency.
 double cost_group_bandwidth(const pcc_cluster *c, pcc_group_shape g);
 // Fixed cost of issuing one kernel or one collective call (the file's launch_overhead_s, or a
 // default of a few microseconds).
 double cost_launch_s(const pcc_cluster *c);
 bool cost_group_crosses_nodes(const pcc_cluster *c, pcc_group_shape g);
+// Overlap of two streams: the part of `comm_s` on a second stream that `window_s` of work on
+// the first does not hide.
+double cost_exposed_s(double comm_s, double window_s);
+// A micro-batch pipeline over pp devices, device d taking fwd[d] and bwd[d] seconds per
+// micro-batch (all of its v model chunks together, transfers included), m micro-batches, v
+// virtual stages per device (1: GPipe or 1F1B; v > 1: Megatron's interleaved 1F1B). Returns the
+// time from the first forward to the last backward:
+//   m * max_d(f+b) + (sum_d (f+b) - max_d (f+b)) / v
+// which is (m + (pp-1)/v) (f+b) for equal stages; *bubble_s (if not NULL) gets the part beyond
+// m * max_d (f+b): the fill and drain.
+double cost_pipeline_s(const double *fwd, const double *bwd, int pp, int v, int m, double *bubble_s);
 
 /* ---------------------------------------------------------------- transform.c */
 
@@ -518,7 +570,7 @@ typedef enum pcc_ilp_status {
 typedef struct pcc_ilp_opts {
     double time_limit_s;    // > 0
     double mip_gap;         // relative, in [0, 1)
-    bool progress;          // a progress line on stderr when it is a terminal
+    bool progress;          // with no driver's progress line on, a line of its own on a terminal
     const char *dump_lp;    // write the model as CPLEX LP text here first (NULL: no)
 } pcc_ilp_opts;
 typedef struct pcc_ilp_result {
@@ -540,18 +592,35 @@ int ilp_rows(const pcc_ilp *p);
 pcc_status ilp_solve(pcc_ilp *p, const pcc_ilp_opts *o, pcc_ilp_result *r);
 const char *ilp_status_name(pcc_ilp_status s);
 
+// The progress line of a long compile: one line on stderr, redrawn in place, with the phase and,
+// during an ILP solve, its size, incumbent, bound and gap. progress_init(on) turns it on when
+// `on` and stderr is a terminal (the driver passes !quiet); nothing is drawn in the first quarter
+// second. progress_phase sets the phase text; progress_clear erases the line (call it before
+// printing to stderr or to a terminal stdout; the next update draws it again); progress_done
+// erases it and turns it off. Without a terminal these print nothing. None can fail.
+void progress_init(bool on);
+void progress_phase(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void progress_clear(void);
+void progress_done(void);
+
 /* ---------------------------------------------------------------- sched.c */
 
 /* Phase 2, space-time scheduling, its intra-operator part (Alpa's formulation): one candidate
  * per forward operator on a group of devices, minimizing compute + gradient synchronization +
  * resharding on every producer->consumer edge (forward and backward), under a memory limit per
  * device. A repeated block is in the program once, its costs weighted by the repeat count, and
- * its carried state an edge from one copy to the next. Cheap element-wise operators follow
- * their producer (no variables of their own), which keeps the program small. */
+ * its carried state an edge from one copy to the next. When the program would be large,
+ * cheap element-wise operators follow their producer (no variables of their own). */
 
 typedef struct pcc_sched_opts {
     pcc_group_shape group;  // the devices the operators are split over
     double memory_bytes;    // per device budget
+    // What the candidates' bytes (parameters, and kept activations of the group's whole batch
+    // for one micro-batch) cost a device: param_scale bytes per parameter byte (0: the model's
+    // weights + gradients + optimizer state; ZeRO and pipeline stages shrink it), act_scale
+    // bytes per activation byte (0: 1; data parallelism shrinks it, micro-batches in flight grow it).
+    double param_scale, act_scale;
+    double follow_above_cols; // element-wise ops follow their producer when the program would have more columns (0: 50,000)
     pcc_ilp_opts ilp;
     bool quiet;             // an infeasible program returns PCC_ERR_INFEASIBLE without a message
 } pcc_sched_opts;
@@ -575,6 +644,14 @@ pcc_status sched_intra(const pcc_graph *g, const pcc_cluster *c, const pcc_trans
 // edge of the choice has no resharding chain. (For tests, and to cost a template's choice.)
 double sched_eval(const pcc_graph *g, const pcc_cluster *c, const pcc_transform *t, const pcc_sched_opts *o,
                   const int *choice, double *memory);
+// The communication of a choice per forward op (t's order), for the template estimate:
+// fwd_s[i] the resharding of op i's inputs in the forward pass, bwd_s[i] that of their gradients
+// in the backward pass, both summed over the op's copies (per step of one micro-batch); sync_s[i]
+// the all-reduce of the gradients of the parameters it replicates over the group (all copies).
+// Arrays of t->n_ops. Evaluated on g as given (the caller may pass a graph whose batch dimension
+// is one data-parallel replica's). This function can't fail.
+void sched_op_comm(const pcc_graph *g, const pcc_cluster *c, const pcc_transform *t, const pcc_sched_opts *o,
+                   const int *choice, double *fwd_s, double *bwd_s, double *sync_s);
 // The choice per operator with its cause, and the ILP's figures.
 void sched_dump(FILE *f, const pcc_graph *g, const pcc_sched *s);
 
@@ -600,9 +677,25 @@ typedef struct pcc_strategy_opts {
     int zero;                   // 0..3
     pcc_recompute recompute;
     pcc_pipe_sched schedule;    // 0: 1F1B when pp > 1
+    int virtual_stages;         // model chunks per pipeline device (interleaved 1F1B); 0 or 1: none
     pcc_ilp_opts ilp;
     bool quiet;
 } pcc_strategy_opts;
+
+// The template estimate of one training step, on the cost model (cost.c), and its parts. The
+// per-device parts are those of the busiest pipeline device (the most seconds per micro-batch),
+// summed over the step's micro-batches.
+typedef struct pcc_estimate {
+    double step_s;              // one training step: the pipeline, then sync and optimizer
+    double pipeline_s;          // first forward to last backward, bubbles included
+    double bubble_s;            // of which the pipeline's fill and drain
+    double compute_s;           // operators, the recomputed forward included
+    double tp_comm_s;           // resharding collectives inside the tensor-parallel group
+    double p2p_s;               // pipeline sends (activations, gradients, tied parameters' gradients)
+    double sync_s;              // gradient synchronization of the slowest device (dp, ZeRO, tp-replicated)
+    double sync_exposed_s;      // the part of it the last backward pass does not hide
+    double optimizer_s;         // the optimizer step (with ZeRO's parameter all-gather after it)
+} pcc_estimate;
 
 enum { PCC_AX_PP, PCC_AX_DP, PCC_AX_TP, PCC_AXES };
 
@@ -620,7 +713,9 @@ typedef struct pcc_strategy {
     // Pipeline stages: per forward top-level op its stage; per forward block, per copy.
     int *op_stage;              // per op (forward ops only; -1 for block ops)
     int **copy_stage;           // per block (forward blocks), [repeat]
-    double est_step_s;          // the cost model's estimate of one step
+    int virtual_stages;         // model chunks per device (1: plain GPipe/1F1B; > 1: interleaved)
+    double est_step_s;          // the cost model's estimate of one step (est.step_s)
+    pcc_estimate est;           // ... and its parts
     double est_memory_bytes;    // its estimate of the largest stage's memory per device
     pcc_ilp_result ilp;         // the tp group's ILP (status OPTIMAL with 0 rows when tp = 1)
 } pcc_strategy;
@@ -633,6 +728,18 @@ pcc_status strategy_plan(const pcc_graph *g, const pcc_cluster *c, const pcc_str
                          int *n_out);
 // "pp 2 x dp 2 x tp 2, 1f1b, 4 micro-batches" into buf.
 char *strategy_str(const pcc_strategy *s, char *buf, size_t n);
+// The batch options: global_batch samples per step (0: as the model file says) and
+// micro_batch_size samples per micro-batch on each data-parallel replica (0: not given; needs
+// dp, the template's). Sets the model's batch dimension (axis 0 of its first input) to the
+// samples of one micro-batch step over all replicas, and *micro_batches:
+//   global and size:  micro-batches = global / (size * dp), batch = size * dp
+//   global only:      batch = global / *micro_batches (as given, default 1)
+//   size only:        batch = size * dp, *micro_batches as given
+// micro_batches_given says whether *micro_batches came from --micro-batches (then it must agree).
+// Call it after model_load, before graph_check and autodiff. PCC_ERR_INPUT (reported) when the
+// numbers do not divide or the model has no batch dimension.
+pcc_status strategy_batch(pcc_graph *g, int64_t global_batch, int micro_batch_size, int dp, int *micro_batches,
+                          bool micro_batches_given);
 
 /* ---------------------------------------------------------------- emit.c */
 

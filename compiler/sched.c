@@ -23,13 +23,25 @@
  * that read it in the next copy, weighing repeat - 1. Pairs with no resharding chain (a split
  * that does not divide) get no y variable, which forbids them.
  *
- * Element-wise operators (relu, add, dropout, ...) follow their first input's producer, as
+ * Element-wise operators (relu, add, dropout, ...) can follow their first input's producer, as
  * Alpa's "follow" does: they get no variables; for each candidate of the producer (the leader)
  * the follower takes the candidate that is cheapest locally (its own cost plus resharding the
- * producer's output into it), and that cost is folded into the leader's. Chains follow
- * transitively. This restricts the search a little and shrinks the program a lot.
+ * producer's output into it, with the leader's recompute choice where it can), and that cost
+ * is folded into the leader's. Chains follow transitively. This shrinks the program, but the
+ * follower's choice is blind to memory and to its own readers: on a GPT block it cost 18% of
+ * the objective on 8 devices, and a program that fits without followers did not fit with them.
+ * Since a repeated block is solved once, programs stay small (a GPT block, about 600 columns;
+ * the Swin-like model, the largest here, about 7,600), so followers are used only when the full
+ * program would have more than FOLLOW_ABOVE_COLS columns (pcc_sched_opts can lower it).
  *
- * Not here yet (later parts of phase 2): pipeline stages and the device mesh, the order in time.
+ * Memory per device: the candidates count parameters and kept activations for the group's
+ * whole batch and one micro-batch. The caller says what a byte of each costs on a device
+ * (pcc_sched_opts: data parallelism and ZeRO shard them, a pipeline keeps several micro-batches'
+ * activations); by default weights + gradients + optimizer state per parameter byte, and one
+ * byte per activation byte.
+ *
+ * The device mesh and the pipeline stages around this are strategy.c's; the order in time is
+ * the emitter's (emit.c).
  */
 #include "plancc.h"
 
@@ -40,6 +52,7 @@ typedef struct edge {
     int p, po;      // producer forward op and the index of the tensor among its outputs
     int c, ci;      // consumer forward op and input index
     double w;       // how many times per step the edge is crossed
+    double mw;      // how many copies of its tensor there are (w, but 1 for a block input every copy reads)
 } edge;
 
 typedef struct builder {
@@ -49,7 +62,8 @@ typedef struct builder {
     const pcc_sched_opts *o;
     edge *edges;
     int n_edges, cap_edges;
-    double mem_factor; // bytes of weights + grads + optimizer state per byte of parameter
+    double mem_factor; // device bytes per byte of parameter (weights + grads + optimizer state)
+    double act_scale;  // device bytes per byte of kept activation the candidates count
     int *leader;       // per forward op
     int **follow;      // per forward op: candidate for each leader candidate
     pcc_symtab memo;   // resharding times already searched, by shape and layouts
@@ -83,7 +97,9 @@ static double cand_sync_s(const builder *B, const pcc_op *op, const pcc_cand *c)
     return s;
 }
 
-static double cand_memory(const builder *B, const pcc_cand *c) { return c->param_bytes * B->mem_factor + c->act_bytes; }
+static double cand_memory(const builder *B, const pcc_cand *c) {
+    return c->param_bytes * B->mem_factor + c->act_bytes * B->act_scale;
+}
 
 /* ---- edges ---- */
 
@@ -104,11 +120,11 @@ static int maker(const pcc_graph *g, int t) {
     return -1;
 }
 
-static void add_edge(builder *B, int src_tensor, int c, int ci, double w) {
+static void add_edge(builder *B, int src_tensor, int c, int ci, double w, double mw) {
     int t = maker(B->g, src_tensor);
     if (t < 0 || w <= 0) return;
     int p = B->g->tensors[t].producer;
-    *VEC_PUSH(B->g->arena, B->edges, B->n_edges, B->cap_edges) = (edge){p, out_index(&B->g->ops[p], t), c, ci, w};
+    *VEC_PUSH(B->g->arena, B->edges, B->n_edges, B->cap_edges) = (edge){p, out_index(&B->g->ops[p], t), c, ci, w, mw};
 }
 
 static void collect_edges(builder *B) {
@@ -119,7 +135,7 @@ static void collect_edges(builder *B) {
         for (int i = 0; i < op->nin; i++) {
             int t = op->in[i];
             if (g->tensors[t].producer != PCC_PROD_BOUND) {
-                add_edge(B, t, c, i, w);
+                add_edge(B, t, c, i, w, w);
                 continue;
             }
             const pcc_block *bl = &g->blocks[op->block];
@@ -127,8 +143,8 @@ static void collect_edges(builder *B) {
             for (int k = 0; k < bl->n_carry; k++)
                 if (bl->carry[k].inner == t) carried = bl->carry[k].outer;
             for (int k = 0; k < bl->n_in; k++)
-                if (bl->in[k].inner == t) add_edge(B, bl->in[k].outer, c, i, carried >= 0 ? 1 : w);
-            if (carried >= 0) add_edge(B, carried, c, i, w - 1);
+                if (bl->in[k].inner == t) add_edge(B, bl->in[k].outer, c, i, carried >= 0 ? 1 : w, 1);
+            if (carried >= 0) add_edge(B, carried, c, i, w - 1, w - 1);
         }
     }
 }
@@ -183,6 +199,20 @@ static double edge_cost(builder *B, const edge *e, const pcc_cand *pk, const pcc
     return bwd < 0 ? -1 : fwd + bwd;
 }
 
+// Bytes per device that edge e keeps with candidates k (producer) and l (consumer): where the
+// consumer is recomputed in the backward pass and its producer is not, the tensor between them
+// is the recompute's starting point and stays alive from the forward to the backward pass (the
+// emitter keeps it; emit.c, mark_kept). A tensor the backward pass keeps anyway is already in
+// the producer's activations. (Two recomputed readers of one tensor count it twice.)
+static double edge_memory(const builder *B, const edge *e, const pcc_cand *pk, const pcc_cand *cl) {
+    const pcc_graph *g = B->g;
+    const pcc_tensor *t = &g->tensors[g->ops[e->p].out[e->po]];
+    if (!cl->recompute || pk->recompute || t->saved) return 0;
+    double bytes = tensor_bytes(g, t);
+    for (int i = 0; i < t->rank; i++) bytes /= pk->out[e->po].d[i];
+    return e->mw * bytes * B->act_scale;
+}
+
 /* ---- element-wise followers ---- */
 
 // The edge that feeds op o's first input from inside its own block, or -1.
@@ -200,14 +230,43 @@ static double cand_local_s(const builder *B, int o, int k) {
     return cand_compute_s(B, op, c) + cand_sync_s(B, op, c);
 }
 
+// Above this many columns the program has element-wise ops follow their producers (unless
+// pcc_sched_opts says otherwise).
+#define FOLLOW_ABOVE_COLS 50000
+
+// Columns of the program with no followers: a choice per candidate and a pair per edge.
+static double full_program_cols(const builder *B) {
+    double n = 0;
+    for (int o = 0; o < B->t->n_ops; o++) n += B->t->ops[o].n;
+    for (int e = 0; e < B->n_edges; e++) n += (double)B->t->ops[B->edges[e].p].n * B->t->ops[B->edges[e].c].n;
+    return n;
+}
+
+// The follower's candidate when its producer takes pk: the cheapest locally, among those with
+// pk's recompute choice if there are any (a follower's kept activations are the leader's kind
+// of memory: keeping them when the leader drops its own defeats the leader's choice).
+static int follower_pick(builder *B, int e, int o, const pcc_cand *pk) {
+    double best = INFINITY;
+    int arg = -1;
+    for (int pass = 0; pass < 2 && arg < 0; pass++)
+        for (int f = 0; f < B->t->ops[o].n; f++) {
+            const pcc_cand *cf = &B->t->ops[o].c[f];
+            if (pass == 0 && cf->recompute != pk->recompute) continue;
+            double r = edge_cost(B, &B->edges[e], pk, cf);
+            if (r >= 0 && r + cand_local_s(B, o, f) < best) best = r + cand_local_s(B, o, f), arg = f;
+        }
+    return arg < 0 ? 0 : arg;
+}
+
 // Decides leaders and follow maps, in op order (a producer is settled before its readers).
-static void plan_followers(builder *B) {
+// Without followers every op leads itself.
+static void plan_followers(builder *B, bool followers) {
     const pcc_graph *g = B->g;
     int n = B->t->n_ops;
     B->leader = arena_alloc(g->arena, sizeof(int) * (size_t)(n + 1));
     B->follow = arena_alloc(g->arena, sizeof(int *) * (size_t)(n + 1));
     for (int o = 0; o < n; o++) {
-        int e = (pcc_ops[g->ops[o].kind].flags & PCC_OPF_ELEMENTWISE) ? feeding_edge(B, o) : -1;
+        int e = followers && (pcc_ops[g->ops[o].kind].flags & PCC_OPF_ELEMENTWISE) ? feeding_edge(B, o) : -1;
         int lead = e >= 0 ? B->leader[B->edges[e].p] : o;
         int nl = B->t->ops[lead].n;
         B->leader[o] = lead;
@@ -217,14 +276,7 @@ static void plan_followers(builder *B) {
                 B->follow[o][k] = k;
                 continue;
             }
-            const pcc_cand *pk = &B->t->ops[B->edges[e].p].c[B->follow[B->edges[e].p][k]];
-            double best = INFINITY;
-            int arg = 0;
-            for (int f = 0; f < B->t->ops[o].n; f++) {
-                double r = edge_cost(B, &B->edges[e], pk, &B->t->ops[o].c[f]);
-                if (r >= 0 && r + cand_local_s(B, o, f) < best) best = r + cand_local_s(B, o, f), arg = f;
-            }
-            B->follow[o][k] = arg;
+            B->follow[o][k] = follower_pick(B, e, o, &B->t->ops[B->edges[e].p].c[B->follow[B->edges[e].p][k]]);
         }
     }
 }
@@ -255,6 +307,7 @@ static void leader_cost(builder *B, int l, int k, double *time, double *mem) {
         if (B->leader[ed->p] != l || B->leader[ed->c] != l) continue;
         double r = edge_cost(B, ed, cand_at(B, ed->p, k), cand_at(B, ed->c, k));
         *time += r < 0 ? 1e30 : ed->w * r; // (a follower always has a feasible candidate; guard anyway)
+        *mem += edge_memory(B, ed, cand_at(B, ed->p, k), cand_at(B, ed->c, k));
     }
 }
 
@@ -277,7 +330,7 @@ static void add_choices(builder *B, pcc_ilp *P, cols *C, int mem_row) {
     }
 }
 
-static void add_edges(builder *B, pcc_ilp *P, const cols *C) {
+static void add_edges(builder *B, pcc_ilp *P, const cols *C, int mem_row) {
     const pcc_graph *g = B->g;
     for (int e = 0; e < B->n_edges; e++) {
         const edge *ed = &B->edges[e];
@@ -300,11 +353,14 @@ static void add_edges(builder *B, pcc_ilp *P, const cols *C) {
                 int col = ilp_add_col(P, arena_printf(g->arena, "y_e%d_%d_%d", e, k, l), false, 0, 1, ed->w * s);
                 ilp_set(P, row_k[k], col, 1);
                 ilp_set(P, row_l[l], col, 1);
+                double m = edge_memory(B, ed, cand_at(B, ed->p, k), cand_at(B, ed->c, l));
+                if (m > 0) ilp_set(P, mem_row, col, m / (1 << 30));
             }
     }
 }
 
-static double mem_factor(const pcc_graph *g) {
+static double mem_factor(const pcc_graph *g, const pcc_sched_opts *o) {
+    if (o->param_scale > 0) return o->param_scale;
     pcc_totals t;
     graph_totals(g, &t);
     return t.bytes_weights > 0 ? 1 + t.bytes_grads / t.bytes_weights + t.bytes_optim / t.bytes_weights : 1;
@@ -351,6 +407,10 @@ static void read_choice(builder *B, const cols *C, pcc_sched *s) {
         s->sync_s += w * cand_sync_s(B, op, c);
         s->memory_bytes += w * cand_memory(B, c);
     }
+    for (int e = 0; e < B->n_edges; e++) {
+        const edge *ed = &B->edges[e];
+        s->memory_bytes += edge_memory(B, ed, &B->t->ops[ed->p].c[s->choice[ed->p]], &B->t->ops[ed->c].c[s->choice[ed->c]]);
+    }
     s->reshard_s = s->ilp.objective - s->compute_s - s->sync_s;
     s->leader = B->leader;
     s->follow = B->follow;
@@ -360,15 +420,15 @@ pcc_status sched_intra(const pcc_graph *g, const pcc_cluster *c, const pcc_trans
                        pcc_sched **out) {
     *out = NULL;
     PCC_ASSERT(t->devices == o->group.size);
-    builder B = {.g = g, .c = c, .t = t, .o = o, .mem_factor = mem_factor(g)};
+    builder B = {.g = g, .c = c, .t = t, .o = o, .mem_factor = mem_factor(g, o), .act_scale = o->act_scale > 0 ? o->act_scale : 1};
     symtab_init(&B.memo, g->arena, 256);
     collect_edges(&B);
-    plan_followers(&B);
+    plan_followers(&B, full_program_cols(&B) > (o->follow_above_cols > 0 ? o->follow_above_cols : FOLLOW_ABOVE_COLS));
     pcc_ilp *P = ilp_init(g->arena);
     int mem_row = ilp_add_row(P, "memory_gib", PCC_ILP_LE, o->memory_bytes / (1 << 30));
     cols C;
     add_choices(&B, P, &C, mem_row);
-    add_edges(&B, P, &C);
+    add_edges(&B, P, &C, mem_row);
     pcc_sched *s = arena_alloc(g->arena, sizeof *s);
     s->t = t;
     s->choice = arena_alloc(g->arena, sizeof(int) * (size_t)(t->n_ops + 1));
@@ -390,7 +450,7 @@ pcc_status sched_intra(const pcc_graph *g, const pcc_cluster *c, const pcc_trans
 
 double sched_eval(const pcc_graph *g, const pcc_cluster *c, const pcc_transform *t, const pcc_sched_opts *o,
                   const int *choice, double *memory) {
-    builder B = {.g = g, .c = c, .t = t, .o = o, .mem_factor = mem_factor(g)};
+    builder B = {.g = g, .c = c, .t = t, .o = o, .mem_factor = mem_factor(g, o), .act_scale = o->act_scale > 0 ? o->act_scale : 1};
     symtab_init(&B.memo, g->arena, 256);
     collect_edges(&B);
     double cost = 0, mem = 0;
@@ -403,12 +463,53 @@ double sched_eval(const pcc_graph *g, const pcc_cluster *c, const pcc_transform 
     }
     for (int e = 0; e < B.n_edges; e++) {
         const edge *ed = &B.edges[e];
-        double s = edge_cost(&B, ed, &t->ops[ed->p].c[choice[ed->p]], &t->ops[ed->c].c[choice[ed->c]]);
+        const pcc_cand *pk = &t->ops[ed->p].c[choice[ed->p]], *cl = &t->ops[ed->c].c[choice[ed->c]];
+        double s = edge_cost(&B, ed, pk, cl);
         if (s < 0) return -1;
         cost += ed->w * s;
+        mem += edge_memory(&B, ed, pk, cl);
     }
     if (memory) *memory = mem;
     return cost;
+}
+
+static bool layout_eq(const pcc_layout *a, const pcc_layout *b) {
+    if (a->r != b->r || a->v != b->v) return false;
+    for (int i = 0; i < PCC_MAX_RANK; i++)
+        if (a->d[i] != b->d[i]) return false;
+    return true;
+}
+
+void sched_op_comm(const pcc_graph *g, const pcc_cluster *c, const pcc_transform *t, const pcc_sched_opts *o,
+                   const int *choice, double *fwd_s, double *bwd_s, double *sync_s) {
+    builder B = {.g = g, .c = c, .t = t, .o = o};
+    symtab_init(&B.memo, g->arena, 256);
+    collect_edges(&B);
+    for (int i = 0; i < t->n_ops; i++) {
+        fwd_s[i] = bwd_s[i] = 0;
+        sync_s[i] = cand_sync_s(&B, &g->ops[t->ops[i].op], &t->ops[i].c[choice[i]]) * (double)op_copies(g, &g->ops[t->ops[i].op]);
+    }
+    // One value resharded to one layout for several readers is one collective (the emitter
+    // reuses it); so is the sum of their gradients on the way back.
+    for (int e = 0; e < B.n_edges; e++) {
+        const edge *ed = &B.edges[e];
+        const pcc_cand *pk = &t->ops[ed->p].c[choice[ed->p]], *cl = &t->ops[ed->c].c[choice[ed->c]];
+        const pcc_tensor *x = &g->tensors[g->ops[ed->c].in[ed->ci]];
+        pcc_layout gi = grad_in_layout(cl, ed->ci, o->group.size), go = grad_out_layout(pk, ed->po);
+        bool seen_f = false, seen_b = false;
+        for (int k = 0; k < e; k++) {
+            const edge *ek = &B.edges[k];
+            if (ek->p != ed->p || ek->po != ed->po || ek->w != ed->w) continue;
+            const pcc_cand *ck = &t->ops[ek->c].c[choice[ek->c]];
+            seen_f |= layout_eq(&ck->in[ek->ci], &cl->in[ed->ci]);
+            pcc_layout gk = grad_in_layout(ck, ek->ci, o->group.size);
+            seen_b |= layout_eq(&gk, &gi);
+        }
+        double f = seen_f ? 0 : reshard(&B, x, &pk->out[ed->po], &cl->in[ed->ci]), b = 0;
+        if (!seen_b && (x->grad >= 0 || g->tensors[g->ops[ed->p].out[ed->po]].grad >= 0)) b = reshard(&B, x, &gi, &go);
+        fwd_s[ed->c] += ed->w * (f > 0 ? f : 0);
+        bwd_s[ed->c] += ed->w * (b > 0 ? b : 0);
+    }
 }
 
 void sched_dump(FILE *f, const pcc_graph *g, const pcc_sched *s) {

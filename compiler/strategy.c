@@ -8,9 +8,25 @@
  * operators and the copies of repeated blocks) into pp contiguous runs that balance their FLOPs
  * (the smallest largest run, by bisection over the answer with a greedy fill).
  *
- * The step-time estimate ranks the factorizations for --auto: per micro-batch and stage, the
- * ILP's compute and resharding time over dp and pp; (M + pp - 1) of those for a pipeline of M
- * micro-batches (the bubble); plus the data-parallel gradient all-reduce.
+ * The step-time estimate (the template's, which also ranks the factorizations for --auto) walks
+ * the plan as one device of each pipeline stage runs it, on the cost model (cost.c):
+ *   - every operator at its per-device shape (the batch dimension split dp ways where the
+ *     operator is split over dp, its tp letter's dimension tp ways), forward, backward and the
+ *     recomputed forward of recomputed operators, each on its layer's stage;
+ *   - the tensor-parallel resharding of every producer->consumer edge, forward and backward
+ *     (sched_op_comm on the graph with one replica's batch), again when recomputed;
+ *   - the pipeline sends between stages (one per micro-batch and boundary each way) and the
+ *     gradients of parameters shared between stages (tied embeddings), sent every micro-batch;
+ *   - the micro-batch schedule (cost_pipeline_s): m times the busiest stage plus the fill and
+ *     drain, (pp-1)/v of a stage for v virtual stages (Megatron-LM's interleaved 1F1B);
+ *   - per stage, the gradient synchronization (all-reduce over dp, reduce-scatter with ZeRO,
+ *     the tp group's all-reduce of parameters it replicates) on the second stream behind the
+ *     last micro-batch's backward pass (what is not hidden counts), then the optimizer and,
+ *     with ZeRO, the all-gather of the updated parameters. A stage that finishes its last
+ *     backward early (1F1B drains toward stage 0) has that much more time to hide its sync.
+ * Interleaving (--virtual-stages V): the layers are cut into pp * V chunks, chunk c on device
+ * c mod pp. Only the estimate models it: emit.c does not emit interleaved schedules (main.c
+ * refuses to write such a plan and prints the estimate with --estimate-only).
  */
 #include "plancc.h"
 
@@ -102,16 +118,296 @@ static void partition(const layer *L, int n, int pp, int *stage) {
     }
 }
 
+/* ---- the estimate ---- */
+
+static int tensor_of_op(const pcc_op *op, int k) { return k < op->nin ? op->in[k] : op->out[k - op->nin]; }
+
+typedef struct est {
+    const pcc_graph *g;
+    const pcc_cluster *c;
+    const pcc_sched *sc;
+    pcc_strategy *s;
+    int dp, tp, pp, v, m, nf; // nf: forward ops
+    pcc_graph gv;             // g with one data-parallel replica's batch
+    int ***ways;              // per forward op, per operand, per axis: the ways it is split on a device
+    int *owner;               // per tensor: the forward op that first reads it (params), -1
+    double *f, *b;            // per forward op, one copy: forward, backward operator seconds
+    double *fc, *bc, *sy;     // per forward op, one copy: tp resharding forward, backward; tp sync
+    double *orphan;           // per block, one copy: backward ops of no forward op
+    double orphan_top;
+    // Per device: per micro-batch compute, tp communication, p2p (forward, backward); per step
+    // sync, optimizer, post-optimizer all-gather; layers.
+    double *Fc, *Fm, *Fp, *Bc, *Bm, *Bp, *sync, *opt, *post;
+    int *layers;
+} est;
+
+static double *zeros(const pcc_graph *g, int n) { return arena_alloc(g->arena, sizeof(double) * (size_t)(n + 1)); }
+
+static int *ones(const pcc_graph *g) {
+    int *w = arena_alloc(g->arena, sizeof(int) * PCC_MAX_RANK);
+    for (int a = 0; a < PCC_MAX_RANK; a++) w[a] = 1;
+    return w;
+}
+
+// Tensor t split only over dp, along the batch dimension.
+static const int *dp_ways(const est *E, int t) {
+    int *w = ones(E->g);
+    const pcc_tensor *x = &E->g->tensors[t];
+    for (int a = 0; a < x->rank; a++)
+        if (x->dims[a] == E->s->batch_dim) w[a] = E->dp;
+    return w;
+}
+
+// Forward op i's operands as its chosen candidate splits them over tp, and over dp along its dp letter.
+static void est_op_ways(est *E, int i) {
+    const pcc_graph *g = E->g;
+    const pcc_op *op = &g->ops[i];
+    const pcc_cand *cd = &E->sc->t->ops[i].c[E->sc->choice[i]];
+    int n = op->nin + op->nout, dl = E->s->letter[PCC_AX_DP][i];
+    pcc_letter l[PCC_MAX_LETTERS];
+    if (dl >= 0) op_letters(g, op, l);
+    E->ways[i] = arena_alloc(g->arena, sizeof(int *) * (size_t)(n + 1));
+    for (int k = 0; k < n; k++) {
+        int *w = E->ways[i][k] = ones(g);
+        const pcc_layout *lay = k < op->nin ? &cd->in[k] : &cd->out[k - op->nin];
+        for (int a = 0; a < PCC_MAX_RANK; a++) w[a] = lay->d[a] > 1 ? lay->d[a] : 1;
+        if (dl >= 0 && l[dl].axis[k] >= 0) w[l[dl].axis[k]] *= E->dp;
+    }
+}
+
+// How forward op i lays tensor t out: as its operand, or (a gradient) as the operand it is the
+// gradient of; any other tensor split over dp only.
+static const int *est_ways_of(const est *E, int i, int t) {
+    const pcc_op *op = &E->g->ops[i];
+    int u = E->g->tensors[t].kind == PCC_T_GRAD || E->g->tensors[t].kind == PCC_T_STATE ? E->g->tensors[t].of : t;
+    for (int k = 0; k < op->nin + op->nout; k++)
+        if (tensor_of_op(op, k) == t || tensor_of_op(op, k) == u) return E->ways[i][k];
+    return dp_ways(E, t);
+}
+
+// Operand splits of any op o as forward op i lays its tensors out (i < 0: dp only).
+static const int *const *est_ways(const est *E, const pcc_op *o, int i) {
+    int n = o->nin + o->nout;
+    const int **w = arena_alloc(E->g->arena, sizeof(int *) * (size_t)(n + 1));
+    for (int k = 0; k < n; k++) w[k] = i >= 0 ? est_ways_of(E, i, tensor_of_op(o, k)) : dp_ways(E, tensor_of_op(o, k));
+    return w;
+}
+
+// Per forward op, how its operands split on one device; the graph with one replica's batch;
+// which forward op reads each parameter first.
+static void est_layout(est *E) {
+    const pcc_graph *g = E->g;
+    E->ways = arena_alloc(g->arena, sizeof(int **) * (size_t)(E->nf + 1));
+    for (int i = 0; i < E->nf; i++) est_op_ways(E, i);
+    E->gv = *g;
+    E->gv.dims = arena_alloc(g->arena, sizeof(pcc_dim) * (size_t)(g->n_dims + 1));
+    for (int k = 0; k < g->n_dims; k++) {
+        E->gv.dims[k] = g->dims[k];
+        if (k == E->s->batch_dim) E->gv.dims[k].size = (g->dims[k].size + E->dp - 1) / E->dp;
+    }
+    E->owner = arena_alloc(g->arena, sizeof(int) * (size_t)(g->n_tensors + 1));
+    for (int t = 0; t < g->n_tensors; t++) E->owner[t] = -1;
+    for (int i = 0; i < E->nf; i++)
+        for (int k = 0; k < g->ops[i].nin; k++)
+            if (E->owner[g->ops[i].in[k]] < 0) E->owner[g->ops[i].in[k]] = i;
+}
+
+// Operator seconds per forward op (its forward, its backward ops) and tp communication.
+static void est_ops(est *E) {
+    const pcc_graph *g = E->g;
+    E->f = zeros(g, E->nf), E->b = zeros(g, E->nf), E->orphan = zeros(g, g->n_blocks);
+    for (int i = 0; i < E->nf; i++) E->f[i] = cost_op_s(E->c, g, &g->ops[i], (const int *const *)E->ways[i]);
+    for (int o = E->nf; o < g->n_ops; o++) {
+        const pcc_op *op = &g->ops[o];
+        if (op->phase != PCC_PHASE_BWD) continue;
+        double t = cost_op_s(E->c, g, op, est_ways(E, op, op->fwd));
+        if (op->fwd >= 0) E->b[op->fwd] += t;
+        else if (op->block >= 0) E->orphan[g->blocks[op->block].fwd] += t;
+        else E->orphan_top += t;
+    }
+    E->fc = zeros(g, E->nf), E->bc = zeros(g, E->nf), E->sy = zeros(g, E->nf);
+    pcc_sched_opts so = {.group = {E->tp, 1}, .memory_bytes = E->c->memory_bytes, .quiet = true};
+    sched_op_comm(&E->gv, E->c, E->sc->t, &so, E->sc->choice, E->fc, E->bc, E->sy);
+    for (int i = 0; i < E->nf; i++) {
+        double n = (double)op_copies(g, &g->ops[i]);
+        E->fc[i] /= n, E->bc[i] /= n, E->sy[i] /= n;
+    }
+}
+
+// The device of forward op i in copy k of its block (k ignored at the top level).
+static int est_device(const est *E, int i, int k) {
+    const pcc_op *op = &E->g->ops[i];
+    return op->block < 0 ? E->s->op_stage[i] : E->s->copy_stage[op->block][k];
+}
+
+// One forward op's copy on device d: its forward, backward and recomputed forward.
+static void est_add_op(est *E, int i, int d) {
+    bool rc = E->s->recompute[i];
+    E->Fc[d] += E->f[i], E->Fm[d] += E->fc[i];
+    E->Bc[d] += E->b[i] + (rc ? E->f[i] : 0), E->Bm[d] += E->bc[i] + (rc ? E->fc[i] : 0);
+    E->sync[d] += E->sy[i];
+}
+
+// Bytes on one device of tensor t as its producer's chosen layout holds it (one replica's batch).
+static double est_held_bytes(const est *E, int t) {
+    double bytes = tensor_bytes(&E->gv, &E->g->tensors[t]);
+    int p = E->g->tensors[t].producer;
+    if (p < 0 || p >= E->nf) return bytes;
+    const pcc_op *op = &E->g->ops[p];
+    const pcc_cand *cd = &E->sc->t->ops[p].c[E->sc->choice[p]];
+    for (int k = 0; k < op->nout; k++)
+        if (op->out[k] == t)
+            for (int r = 0; r < E->g->tensors[t].rank; r++) bytes /= cd->out[k].d[r];
+    return bytes;
+}
+
+// What layer l hands to the next one: a block's carried values, or a top-level op's outputs.
+static double est_boundary_bytes(const est *E, const layer *l) {
+    double bytes = 0;
+    if (l->op >= 0)
+        for (int k = 0; k < E->g->ops[l->op].nout; k++) bytes += est_held_bytes(E, E->g->ops[l->op].out[k]);
+    else
+        for (int k = 0; k < E->g->blocks[l->block].n_carry; k++) bytes += est_held_bytes(E, E->g->blocks[l->block].carry[k].outer);
+    return bytes;
+}
+
+static double est_send_s(const est *E, double bytes) {
+    pcc_group_shape pair = {2, E->dp * E->tp};
+    return cost_collective_s(E->c, PCC_COLL_SEND_RECV, bytes, pair) + cost_launch_s(E->c);
+}
+
+// The layers on their devices, and the sends between chunks (both ways, per micro-batch).
+static void est_layers(est *E, const layer *L, int nl, const int *chunk) {
+    const pcc_graph *g = E->g;
+    for (int l = 0; l < nl; l++) {
+        int d = chunk[l] % E->pp;
+        E->layers[d]++;
+        if (L[l].op >= 0) {
+            est_add_op(E, L[l].op, d);
+        } else {
+            const pcc_block *bl = &g->blocks[L[l].block];
+            for (int i = bl->first_op; i < bl->first_op + bl->n_ops; i++) est_add_op(E, i, d);
+            E->Bc[d] += E->orphan[L[l].block];
+        }
+        if (l + 1 < nl && chunk[l + 1] != chunk[l]) {
+            double t = est_send_s(E, est_boundary_bytes(E, &L[l]));
+            E->Fp[d] += t, E->Bp[chunk[l + 1] % E->pp] += t;
+        }
+    }
+    E->Bc[chunk[nl - 1] % E->pp] += E->orphan_top;
+}
+
+// Gradient synchronization and the optimizer of parameter p's instance on device d (owner op i).
+static void est_param(est *E, int p, int i, int d, const pcc_op *opt) {
+    const pcc_graph *g = E->g;
+    const pcc_tensor *t = &g->tensors[p];
+    const int *w = est_ways_of(E, i, p);
+    double bytes = tensor_bytes(g, t);
+    for (int r = 0; r < t->rank; r++) bytes /= w[r];
+    pcc_group_shape dpg = {E->dp, E->tp};
+    double launch = cost_launch_s(E->c);
+    int zero = E->s->zero;
+    if (E->dp > 1 && zero == 0) E->sync[d] += cost_collective_s(E->c, PCC_COLL_ALL_REDUCE, bytes, dpg) + launch;
+    if (E->dp > 1 && zero > 0) {
+        double rs = cost_collective_s(E->c, PCC_COLL_REDUCE_SCATTER, bytes, dpg) + launch;
+        double ag = cost_collective_s(E->c, PCC_COLL_ALL_GATHER, bytes, dpg) + launch;
+        E->sync[d] += rs, E->post[d] += ag;
+        if (zero == 3) E->Fm[d] += ag, E->Bm[d] += ag; // gathered again for each micro-batch's use
+    }
+    if (opt) E->opt[d] += cost_op_s(E->c, g, opt, est_ways(E, opt, i)) / (E->dp > 1 && zero > 0 ? E->dp : 1);
+}
+
+// Every parameter: sync and optimizer on its owner's device(s); tied parameters' gradients sent
+// to the owner every micro-batch from the other stages that use them.
+static void est_params(est *E) {
+    const pcc_graph *g = E->g;
+    const pcc_op **opt = arena_alloc(g->arena, sizeof(pcc_op *) * (size_t)(g->n_tensors + 1));
+    for (int o = E->nf; o < g->n_ops; o++)
+        if (g->ops[o].phase == PCC_PHASE_OPT) opt[g->ops[o].in[0]] = &g->ops[o];
+    for (int p = 0; p < g->n_tensors; p++) {
+        const pcc_tensor *t = &g->tensors[p];
+        int i = E->owner[p];
+        if (t->kind != PCC_T_PARAM || i < 0) continue;
+        int64_t n = g->ops[i].block >= 0 ? g->blocks[g->ops[i].block].repeat : 1;
+        for (int64_t k = 0; k < n; k++) est_param(E, p, i, est_device(E, i, (int)k), opt[p]);
+        if (g->ops[i].block >= 0) continue;
+        int home = est_device(E, i, 0);
+        for (int j = i + 1; j < E->nf; j++) {
+            bool reads = false;
+            for (int k = 0; k < g->ops[j].nin; k++) reads |= g->ops[j].in[k] == p;
+            if (!reads || g->ops[j].block >= 0 || est_device(E, j, 0) == home) continue;
+            const int *w = est_ways_of(E, j, p);
+            double bytes = tensor_bytes(g, t);
+            for (int r = 0; r < t->rank; r++) bytes /= w[r];
+            E->Bp[est_device(E, j, 0)] += est_send_s(E, bytes);
+        }
+    }
+}
+
+// The step: the pipeline, then per device what the last backward pass does not hide of its sync,
+// its optimizer and ZeRO's all-gather; a device that drains early has that much more slack.
+static void est_step(est *E) {
+    int pp = E->pp;
+    const pcc_graph *g = E->g;
+    double *F = zeros(g, pp), *B = zeros(g, pp), bubble;
+    int busy = 0;
+    for (int d = 0; d < pp; d++) {
+        F[d] = E->Fc[d] + E->Fm[d] + E->Fp[d], B[d] = E->Bc[d] + E->Bm[d] + E->Bp[d];
+        if (F[d] + B[d] > F[busy] + B[busy]) busy = d;
+    }
+    pcc_estimate *x = &E->s->est;
+    x->pipeline_s = cost_pipeline_s(F, B, pp, E->v, E->m, &bubble);
+    x->bubble_s = bubble;
+    x->compute_s = E->m * (E->Fc[busy] + E->Bc[busy]);
+    x->tp_comm_s = E->m * (E->Fm[busy] + E->Bm[busy]);
+    x->p2p_s = E->m * (E->Fp[busy] + E->Bp[busy]);
+    double lead = 0;
+    x->step_s = 0;
+    for (int d = 0; d < pp; d++) {
+        double per_layer = E->layers[d] > 0 ? (double)E->v / E->layers[d] : 1;
+        double window = B[d] / E->v * (per_layer < 1 ? 1 - per_layer : 0);
+        double exposed = cost_exposed_s(E->sync[d], window);
+        double end = x->pipeline_s - lead + exposed + E->opt[d] + E->post[d];
+        if (end > x->step_s || d == 0)
+            x->step_s = end, x->sync_s = E->sync[d], x->sync_exposed_s = exposed, x->optimizer_s = E->opt[d] + E->post[d];
+        lead += B[d] / E->v;
+    }
+}
+
+static void estimate(const pcc_graph *g, const pcc_cluster *c, const pcc_sched *sc, pcc_strategy *s, const layer *L,
+                     int nl, const int *chunk) {
+    est E = {.g = g, .c = c, .sc = sc, .s = s, .dp = s->mesh[PCC_AX_DP], .tp = s->mesh[PCC_AX_TP],
+             .pp = s->mesh[PCC_AX_PP], .v = s->virtual_stages, .m = s->micro_batches, .nf = g->n_fwd_ops};
+    int pp = E.pp;
+    E.Fc = zeros(g, pp), E.Fm = zeros(g, pp), E.Fp = zeros(g, pp), E.Bc = zeros(g, pp), E.Bm = zeros(g, pp);
+    E.Bp = zeros(g, pp), E.sync = zeros(g, pp), E.opt = zeros(g, pp), E.post = zeros(g, pp);
+    E.layers = arena_alloc(g->arena, sizeof(int) * (size_t)(pp + 1));
+    est_layout(&E);
+    est_ops(&E);
+    est_layers(&E, L, nl, chunk);
+    est_params(&E);
+    est_step(&E);
+}
+
 /* ---- one mesh ---- */
 
-typedef struct tp_cache {
-    int tp, pp;
-    pcc_sched *s;
-    pcc_status st;
-} tp_cache;
+// What a byte the ILP counts costs one device of the mesh (pcc_sched_opts): the ILP sees the
+// whole model on the tp group, for the whole batch and one micro-batch, against pp devices'
+// memory. Parameters: weights + gradients + optimizer state, ZeRO sharding the optimizer state
+// (1), gradients (2) and weights (3) over dp. Activations: 1/dp of the batch, times the
+// micro-batches a stage keeps in flight (1F1B: up to pp; GPipe: all; no pipeline: one at a time).
+static void memory_scales(const pcc_graph *g, int pp, int dp, int zero, pcc_pipe_sched sch, pcc_sched_opts *so) {
+    pcc_totals t;
+    graph_totals(g, &t);
+    if (t.bytes_weights <= 0) return;
+    so->param_scale = (t.bytes_weights / (zero >= 3 ? dp : 1) + t.bytes_grads / (zero >= 2 ? dp : 1) +
+                       t.bytes_optim / (zero >= 1 ? dp : 1)) / t.bytes_weights;
+    int m = g->micro_batches, fly = pp == 1 ? 1 : sch == PCC_PIPE_GPIPE ? m : (pp < m ? pp : m);
+    so->act_scale = (double)fly / dp;
+}
 
 static pcc_status tp_schedule(const pcc_graph *g, const pcc_cluster *c, const pcc_strategy_opts *o, int bdim, int tp,
-                              int pp, pcc_sched **out) {
+                              int pp, int dp, int zero, bool batch_tp, pcc_sched **out) {
     pcc_transform *t = transform(g, tp);
     for (int i = 0; i < t->n_ops; i++) {
         pcc_op_cands *oc = &t->ops[i];
@@ -120,7 +416,7 @@ static pcc_status tp_schedule(const pcc_graph *g, const pcc_cluster *c, const pc
         int n = 0;
         for (int k = 0; k < oc->n; k++) {
             const pcc_cand *cd = &oc->c[k];
-            if (cd->dim >= 0 && cd->dim == bdim) continue;           // the batch is dp's
+            if (cd->dim >= 0 && cd->dim == bdim && !batch_tp) continue; // the batch is dp's (unless asked)
             if (o->recompute == PCC_RECOMPUTE_NONE && cd->recompute) continue;
             if (o->recompute == PCC_RECOMPUTE_FULL && has_rc && !cd->recompute) continue;
             oc->c[n++] = *cd;
@@ -129,17 +425,18 @@ static pcc_status tp_schedule(const pcc_graph *g, const pcc_cluster *c, const pc
         oc->n = n;
     }
     pcc_sched_opts so = {.group = {tp, 1}, .memory_bytes = c->memory_bytes * pp, .ilp = o->ilp, .quiet = true};
+    memory_scales(g, pp, dp, dp > 1 ? zero : 0, o->schedule ? o->schedule : PCC_PIPE_1F1B, &so);
     so.ilp.progress = false;
     return sched_intra(g, c, t, &so, out);
 }
 
 static pcc_strategy *make(const pcc_graph *g, const pcc_cluster *c, const pcc_strategy_opts *o, const pcc_sched *sc,
-                          int bdim, int pp, int dp, int tp, const layer *L, int nl) {
+                          int bdim, int pp, int dp, int tp, int zero, const layer *L, int nl) {
     pcc_strategy *s = arena_alloc(g->arena, sizeof *s);
     s->mesh[PCC_AX_PP] = pp, s->mesh[PCC_AX_DP] = dp, s->mesh[PCC_AX_TP] = tp;
     s->micro_batches = g->micro_batches;
     s->schedule = pp == 1 ? PCC_PIPE_GPIPE : o->schedule ? o->schedule : PCC_PIPE_1F1B;
-    s->zero = dp > 1 ? o->zero : 0;
+    s->zero = dp > 1 ? zero : 0;
     s->batch_dim = bdim;
     int n = g->n_fwd_ops;
     for (int a = 0; a < PCC_AXES; a++) {
@@ -154,7 +451,11 @@ static pcc_strategy *make(const pcc_graph *g, const pcc_cluster *c, const pcc_st
         if (dp > 1 && bdim >= 0) s->letter[PCC_AX_DP][i] = letter_of_dim(g, op, bdim);
         if (cd->dim >= 0) s->letter[PCC_AX_TP][i] = letter_by_name(g, op, cd->letter);
         PCC_ASSERT(cd->dim < 0 || s->letter[PCC_AX_TP][i] >= 0);
-        s->recompute[i] = cd->recompute && op->block >= 0; // the emitter recomputes inside blocks
+        // The emitter recomputes inside blocks. --recompute full is Megatron-LM's activation
+        // checkpointing: every block operator runs again in the backward pass and only the
+        // block's inputs are kept, matrix products included (their outputs are kept by no
+        // backward operator, so phase 1 offers them no recompute candidate of their own).
+        s->recompute[i] = op->block >= 0 && (cd->recompute || o->recompute == PCC_RECOMPUTE_FULL);
         s->cause[i] = sc->cause[i];
     }
     s->op_stage = arena_alloc(g->arena, sizeof(int) * (size_t)(g->n_ops + 1));
@@ -162,22 +463,15 @@ static pcc_strategy *make(const pcc_graph *g, const pcc_cluster *c, const pcc_st
     for (int i = 0; i < g->n_ops; i++) s->op_stage[i] = -1;
     for (int b = 0; b < g->n_blocks; b++)
         if (g->blocks[b].fwd < 0) s->copy_stage[b] = arena_alloc(g->arena, sizeof(int) * (size_t)g->blocks[b].repeat);
-    int *st = arena_alloc(g->arena, sizeof(int) * (size_t)(nl + 1));
-    partition(L, nl, pp, st);
+    int v = s->virtual_stages = pp > 1 && o->virtual_stages > 1 ? o->virtual_stages : 1;
+    int *chunk = arena_alloc(g->arena, sizeof(int) * (size_t)(nl + 1));
+    partition(L, nl, pp * v, chunk);
     for (int i = 0; i < nl; i++) {
-        if (L[i].op >= 0) s->op_stage[L[i].op] = st[i];
-        else s->copy_stage[L[i].block][L[i].copy] = st[i];
+        if (L[i].op >= 0) s->op_stage[L[i].op] = chunk[i] % pp;
+        else s->copy_stage[L[i].block][L[i].copy] = chunk[i] % pp;
     }
-    // The estimate.
-    double stage_s = (sc->compute_s + sc->reshard_s) / (dp * (double)pp);
-    int M = s->micro_batches;
-    s->est_step_s = (M + pp - 1) * stage_s;
-    pcc_totals tot;
-    graph_totals(g, &tot);
-    if (dp > 1) {
-        double grad_bytes = tot.bytes_grads / (tp * (double)pp);
-        s->est_step_s += cost_collective_s(c, PCC_COLL_ALL_REDUCE, grad_bytes, (pcc_group_shape){dp, tp});
-    }
+    estimate(g, c, sc, s, L, nl, chunk);
+    s->est_step_s = s->est.step_s;
     s->est_memory_bytes = sc->memory_bytes / pp;
     s->ilp = sc->ilp;
     return s;
@@ -188,7 +482,7 @@ static int by_time(const void *a, const void *b) {
     if (x->est_step_s != y->est_step_s) return x->est_step_s < y->est_step_s ? -1 : 1;
     for (int i = 0; i < PCC_AXES; i++) // ties: fewer pipeline stages, then less tp
         if (x->mesh[i] != y->mesh[i]) return x->mesh[i] < y->mesh[i] ? -1 : 1;
-    return 0;
+    return x->zero - y->zero; // then the least sharding
 }
 
 pcc_status strategy_plan(const pcc_graph *g, const pcc_cluster *c, const pcc_strategy_opts *o, pcc_strategy ***out,
@@ -199,8 +493,6 @@ pcc_status strategy_plan(const pcc_graph *g, const pcc_cluster *c, const pcc_str
     layer *L = layers(g, &nl);
     pcc_strategy **v = NULL;
     int n = 0, cap = 0;
-    tp_cache *cache = NULL;
-    int nc = 0, capc = 0;
     pcc_status last = PCC_OK;
     if (!o->auto_mesh) {
         int dp = o->dp ? o->dp : 1, tp = o->tp ? o->tp : 1, pp = o->pp ? o->pp : 1;
@@ -213,44 +505,59 @@ pcc_status strategy_plan(const pcc_graph *g, const pcc_cluster *c, const pcc_str
                         dp, bdim >= 0 ? g->dims[bdim].name : "", (long long)(bdim >= 0 ? bsize : 0));
         if (pp > nl)
             return diag(g->file, "", "--pp %d: the model has only %d layers (top-level operators and block copies) to put in stages", pp, nl);
+        int nv = o->virtual_stages > 1 ? o->virtual_stages : 1;
+        if (nv > 1 && pp == 1)
+            return diag(g->file, "", "--virtual-stages %d interleaves pipeline stages, but there is no pipeline (--pp 1)", nv);
+        if (nv > 1 && pp * nv > nl)
+            return diag(g->file, "", "--pp %d x --virtual-stages %d is %d model chunks, but the model has only %d layers (top-level "
+                        "operators and block copies)", pp, nv, pp * nv, nl);
+        if (nv > 1 && g->micro_batches % pp != 0)
+            return diag(g->file, "", "--virtual-stages %d: interleaved 1F1B runs the micro-batches in groups of --pp %d, but there "
+                        "are %d micro-batches", nv, pp, g->micro_batches);
         if (tp > c->devices_per_node && !c->cpu)
             warn("--tp %d spans nodes (%d devices per node): tensor-parallel collectives cross the network", tp, c->devices_per_node);
         pcc_sched *sc;
-        pcc_status st = tp_schedule(g, c, o, bdim, tp, pp, &sc);
+        pcc_status st = tp_schedule(g, c, o, bdim, tp, pp, dp, o->zero, false, &sc);
         if (st == PCC_ERR_INFEASIBLE) {
             // Keep going with all memory allowed: the memory planner says exactly what does not fit.
             pcc_strategy_opts o2 = *o;
             o2.recompute = o->recompute == PCC_RECOMPUTE_NONE ? PCC_RECOMPUTE_NONE : PCC_RECOMPUTE_FULL;
             pcc_cluster c2 = *c;
             c2.memory_bytes = 1e30;
-            st = tp_schedule(g, &c2, &o2, bdim, tp, pp, &sc);
+            st = tp_schedule(g, &c2, &o2, bdim, tp, pp, dp, o->zero, false, &sc);
         }
         if (st) return st;
-        *VEC_PUSH(g->arena, v, n, cap) = make(g, c, o, sc, bdim, pp, dp, tp, L, nl);
+        *VEC_PUSH(g->arena, v, n, cap) = make(g, c, o, sc, bdim, pp, dp, tp, o->zero, L, nl);
     } else {
         for (int tp = 1; tp <= N; tp++) {
             if (N % tp || (tp > c->devices_per_node && !c->cpu)) continue;
             for (int pp = 1; pp <= N / tp; pp++) {
                 if ((N / tp) % pp || pp > nl) continue;
+                if (o->virtual_stages > 1 && pp > 1 && (pp * o->virtual_stages > nl || g->micro_batches % pp)) continue;
                 int dp = N / tp / pp;
                 if (dp > 1 && (bdim < 0 || bsize % dp != 0)) continue;
                 if (o->pp && pp != o->pp) continue;
-                pcc_sched *sc = NULL;
-                pcc_status st = PCC_OK;
-                for (int k = 0; k < nc; k++)
-                    if (cache[k].tp == tp && cache[k].pp == pp) sc = cache[k].s, st = cache[k].st;
-                if (!sc && !st) {
-                    st = tp_schedule(g, c, o, bdim, tp, pp, &sc);
-                    *VEC_PUSH(g->arena, cache, nc, capc) = (tp_cache){tp, pp, sc, st};
-                }
-                if (st) {
-                    last = st;
-                    if (st != PCC_ERR_INFEASIBLE) return st;
-                    continue;
-                }
-                *VEC_PUSH(g->arena, v, n, cap) = make(g, c, o, sc, bdim, pp, dp, tp, L, nl);
+                // ZeRO from the stage asked for up (1 and 3; 2 only when asked), and where each
+                // replica's batch divides by tp, the ILP also free to split the batch over tp
+                // (data parallelism over dp x tp for the operators that gain from it, Alpa's
+                // mixed plans): every variant the ILP fits is a candidate, ranked by the
+                // estimate; the emitter keeps the fastest that fits exactly.
+                bool btp_ok = tp > 1 && bdim >= 0 && bsize % ((int64_t)dp * tp) == 0;
+                for (int zero = o->zero; zero <= 3; zero++)
+                    for (int btp = 0; btp <= (int)btp_ok; btp++) {
+                        if ((zero == 2 && o->zero != 2) || (zero > o->zero && dp == 1)) continue;
+                        pcc_sched *sc = NULL;
+                        pcc_status st = tp_schedule(g, c, o, bdim, tp, pp, dp, zero, btp, &sc);
+                        if (st) {
+                            last = st;
+                            if (st != PCC_ERR_INFEASIBLE) return st;
+                            continue;
+                        }
+                        *VEC_PUSH(g->arena, v, n, cap) = make(g, c, o, sc, bdim, pp, dp, tp, zero, L, nl);
+                    }
             }
         }
+        if (n == 0 && o->quiet) return PCC_ERR_INFEASIBLE; // (main.c's tighter rounds ask quietly)
         if (n == 0) {
             if (last == PCC_ERR_INFEASIBLE)
                 fprintf(stderr, "%s: %s: does not fit on %d devices of %s in any factorization pp x dp x tp, even with "
@@ -270,9 +577,52 @@ pcc_status strategy_plan(const pcc_graph *g, const pcc_cluster *c, const pcc_str
 }
 
 char *strategy_str(const pcc_strategy *s, char *buf, size_t n) {
-    snprintf(buf, n, "pp %d x dp %d x tp %d, %s, %d micro-batch%s%s", s->mesh[PCC_AX_PP], s->mesh[PCC_AX_DP],
-             s->mesh[PCC_AX_TP], s->mesh[PCC_AX_PP] == 1 ? "no pipeline" : s->schedule == PCC_PIPE_GPIPE ? "gpipe" : "1f1b",
+    char v[48] = "";
+    if (s->virtual_stages > 1) snprintf(v, sizeof v, " interleaved, %d virtual stages", s->virtual_stages);
+    snprintf(buf, n, "pp %d x dp %d x tp %d, %s%s, %d micro-batch%s%s", s->mesh[PCC_AX_PP], s->mesh[PCC_AX_DP],
+             s->mesh[PCC_AX_TP], s->mesh[PCC_AX_PP] == 1 ? "no pipeline" : s->schedule == PCC_PIPE_GPIPE ? "gpipe" : "1f1b", v,
              s->micro_batches, s->micro_batches == 1 ? "" : "es",
              s->zero == 3 ? ", zero 3" : s->zero == 2 ? ", zero 2" : s->zero == 1 ? ", zero 1" : "");
     return buf;
+}
+
+pcc_status strategy_batch(pcc_graph *g, int64_t global_batch, int micro_batch_size, int dp, int *micro_batches,
+                          bool micro_batches_given) {
+    if (!global_batch && !micro_batch_size) return PCC_OK;
+    int b = batch_dim(g);
+    if (b < 0) {
+        fprintf(stderr, "%s: %s: %s needs a batch dimension (axis 0 of the model's first input), and the model has none\n",
+                pcc_progname, g->file, global_batch ? "--global-batch" : "--micro-batch-size");
+        return PCC_ERR_INPUT;
+    }
+    int64_t batch, mbs = micro_batch_size, step = mbs * (dp > 0 ? dp : 1);
+    if (mbs && global_batch) {
+        if (global_batch % step != 0) {
+            fprintf(stderr, "%s: --global-batch %lld is not a multiple of --micro-batch-size %lld x --dp %d = %lld\n",
+                    pcc_progname, (long long)global_batch, (long long)mbs, dp > 0 ? dp : 1, (long long)step);
+            return PCC_ERR_INPUT;
+        }
+        int64_t m = global_batch / step;
+        if (m > 65536 || (micro_batches_given && m != *micro_batches)) {
+            fprintf(stderr, m > 65536 ? "%s: --global-batch %lld makes %lld micro-batches of %lld samples; at most 65536\n"
+                                      : "%s: --global-batch %lld in micro-batches of %lld samples per replica makes %lld "
+                                        "micro-batch(es), but --micro-batches says %d\n",
+                    pcc_progname, (long long)global_batch, m > 65536 ? (long long)m : (long long)mbs,
+                    m > 65536 ? (long long)step : (long long)m, *micro_batches);
+            return PCC_ERR_INPUT;
+        }
+        *micro_batches = (int)m;
+        batch = step;
+    } else if (global_batch) {
+        if (global_batch % *micro_batches != 0) {
+            fprintf(stderr, "%s: --global-batch %lld does not split into %d micro-batches\n", pcc_progname,
+                    (long long)global_batch, *micro_batches);
+            return PCC_ERR_INPUT;
+        }
+        batch = global_batch / *micro_batches;
+    } else {
+        batch = step;
+    }
+    g->dims[b].size = batch;
+    return PCC_OK;
 }

@@ -8,8 +8,8 @@
  *     it hold partial sums (V) when the letter is a reduction ("+"), which is how a split of the
  *     contraction dimension of a matmul or the rows of an embedding table works;
  *   - replicate: every device computes the whole operator (R everywhere);
- *   - and each of those again with recompute: the operator's kept activations are dropped and
- *     its forward runs again in the backward pass.
+ *   - and, for an operator inside a repeated block, each of those again with recompute: the
+ *     operator's kept activations are dropped and its forward runs again in the backward pass.
  * The backward operators autodiff derived from an operator follow its choice, so a candidate's
  * cost is its forward plus its backward. The scheduler (phase 2) picks one per operator.
  *
@@ -91,11 +91,33 @@ static bool has_kept_outputs(const pcc_graph *g, const pcc_op *op) {
     return false;
 }
 
+// Whether an output of op leaves its block's copy (to the next copy or out of the block).
+static bool leaves_block(const pcc_graph *g, const pcc_op *op) {
+    const pcc_block *bl = &g->blocks[op->block];
+    for (int i = 0; i < op->nout; i++) {
+        for (int k = 0; k < bl->n_carry; k++)
+            if (bl->carry[k].outer == op->out[i]) return true;
+        for (int k = 0; k < bl->n_out; k++)
+            if (bl->out[k].inner == op->out[i]) return true;
+    }
+    return false;
+}
+
+// Whether op gets recompute twins. The emitter recomputes operators inside repeated blocks
+// only, so only those. Inside a block, also an operator that keeps nothing itself: what its
+// recomputed readers need is then recomputed too, rather than kept from the forward pass
+// (a chain of recomputed operators keeps only its start; sched.c counts what a chain keeps).
+// Not an operator whose output leaves the copy: that is where the next copy's chain starts.
+static bool can_recompute(const pcc_graph *g, const pcc_op *op) {
+    if (op->block < 0) return false;
+    return has_kept_outputs(g, op) || !leaves_block(g, op);
+}
+
 static void op_candidates(const pcc_graph *g, int o, const op_cost *cost, int n, pcc_op_cands *out) {
     const pcc_op *op = &g->ops[o];
     pcc_letter letters[PCC_MAX_LETTERS];
     int nl = op_letters(g, op, letters);
-    bool rc = has_kept_outputs(g, op);
+    bool rc = can_recompute(g, op);
     int cap = 2 * (nl + 1);
     out->op = o;
     out->c = arena_alloc(g->arena, sizeof(pcc_cand) * (size_t)cap);

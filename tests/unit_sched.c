@@ -30,13 +30,14 @@ static pcc_cluster *cluster(pcc_arena *a, int devices) {
     return cluster_load(a, path, 0, devices, &c) ? NULL : c;
 }
 
-static void check_model(pcc_arena *a, const char *model, int devices) {
+static void check_model(pcc_arena *a, const char *model, int devices, bool followers) {
     pcc_graph *g = load(a, model);
     pcc_cluster *c = cluster(a, devices);
     EXPECT(g && c);
     if (!g || !c) return;
     pcc_transform *t = transform(g, devices);
-    pcc_sched_opts o = {.group = {devices, 1}, .memory_bytes = c->memory_bytes, .ilp = {.time_limit_s = 30, .mip_gap = 0}};
+    pcc_sched_opts o = {.group = {devices, 1}, .memory_bytes = c->memory_bytes, .ilp = {.time_limit_s = 30, .mip_gap = 0},
+                        .follow_above_cols = followers ? 1 : 0};
     pcc_sched *s;
     EXPECT(sched_intra(g, c, t, &o, &s) == PCC_OK);
     if (!s) return;
@@ -45,14 +46,15 @@ static void check_model(pcc_arena *a, const char *model, int devices) {
     EXPECT(fabs(eval - s->ilp.objective) <= 1e-6 * eval);
     EXPECT(mem <= o.memory_bytes * (1 + 1e-9));
     // Followers take their leader's mapped candidate, and each follows an element-wise op.
-    int followers = 0;
+    int n_follow = 0;
     for (int i = 0; i < t->n_ops; i++) {
         EXPECT(s->leader[s->leader[i]] == s->leader[i] && s->leader[i] <= i);
         if (s->leader[i] != i) {
-            followers++;
+            n_follow++;
             EXPECT(pcc_ops[g->ops[i].kind].flags & PCC_OPF_ELEMENTWISE);
         }
     }
+    EXPECT(followers ? n_follow > 0 : n_follow == 0); // small programs have none unless asked
     // No sampled choice does better, in the space the followers leave: random leader choices.
     int *choice = arena_alloc(g->arena, sizeof(int) * (size_t)t->n_ops), *lead = arena_alloc(g->arena, sizeof(int) * (size_t)t->n_ops);
     srand(7);
@@ -67,10 +69,24 @@ static void check_model(pcc_arena *a, const char *model, int devices) {
         beaten += v < s->ilp.objective * (1 - 1e-9);
     }
     EXPECT(tried > 0 && beaten == 0);
-    printf("%s on %d devices: %d ops, %d follow a producer; %d sampled choices, none better\n", model, devices, t->n_ops, followers, tried);
+    printf("%s on %d devices: %d ops, %d follow a producer; %d sampled choices, none better\n", model, devices, t->n_ops, n_follow, tried);
     // The same problem, the same choice.
     pcc_sched *s2;
     EXPECT(sched_intra(g, c, t, &o, &s2) == PCC_OK && memcmp(s->choice, s2->choice, sizeof(int) * (size_t)t->n_ops) == 0);
+}
+
+// Followers restrict the choice: the program without them (a superset of choices) is never worse.
+static void check_followers(pcc_arena *a, const char *model, int devices) {
+    pcc_graph *g = load(a, model);
+    pcc_cluster *c = cluster(a, devices);
+    if (!g || !c) return;
+    pcc_transform *t = transform(g, devices);
+    pcc_sched_opts o = {.group = {devices, 1}, .memory_bytes = c->memory_bytes, .ilp = {.time_limit_s = 30, .mip_gap = 0}};
+    pcc_sched *full, *fol;
+    EXPECT(sched_intra(g, c, t, &o, &full) == PCC_OK);
+    o.follow_above_cols = 1;
+    EXPECT(sched_intra(g, c, t, &o, &fol) == PCC_OK);
+    if (full && fol) EXPECT(full->ilp.objective <= fol->ilp.objective * (1 + 1e-9));
 }
 
 static void check_limits(pcc_arena *a) {
@@ -110,10 +126,14 @@ static void check_limits(pcc_arena *a) {
 int main(int argc, char **argv) {
     root = argc > 1 ? argv[1] : ".";
     pcc_arena *a = arena_init();
-    check_model(a, "mlp.json", 4);
-    check_model(a, "gpt-tiny.json", 8);
-    check_model(a, "cnn-small.json", 4);
-    check_model(a, "dlrm.json", 8);
+    for (int f = 0; f < 2; f++) {
+        check_model(a, "mlp.json", 4, f);
+        check_model(a, "gpt-tiny.json", 8, f);
+        check_model(a, "cnn-small.json", 4, f);
+        check_model(a, "dlrm.json", 8, f);
+    }
+    check_followers(a, "gpt-tiny.json", 8);
+    check_followers(a, "dlrm.json", 8);
     check_limits(a);
     arena_free(a);
     return test_summary();

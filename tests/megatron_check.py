@@ -1,0 +1,56 @@
+#!/usr/bin/env python3
+"""The cost model against Megatron-LM's published throughput: no row's error may regress.
+
+Runs tools/megatron_bench.py's core (the template estimate of every row of
+data/megatron_sc21_a100.csv, a copy of ../shared/data's, on models/clusters/dgx-a100.json) and fails when a row's
+predicted TFLOP/s per GPU is further from the published figure than the bound recorded for it
+below, or than the issue's target of 10%. The bounds are the errors when they were recorded,
+rounded up, plus 1.5 points of slack; tighten them when the model gets better, and say why in
+the commit when one has to grow.
+
+usage: megatron_check.py PLANCC SOURCE_ROOT
+Exit 77 (meson's skip) when the published table is not there.
+"""
+import os
+import sys
+import time
+
+TARGET = 10.0  # percent, the issue's
+# Recorded |error| bounds in percent, per row (tools/megatron_bench.py's table).
+BOUNDS = {"1.7B": 6.5, "3.6B": 3.0, "7.5B": 8.5, "18B": 10.0, "39B": 6.8, "76B": 4.5, "145B": 6.0, "310B": 6.0,
+          "530B": 2.0, "1T": 7.0}
+TIME_LIMIT_S = 30.0
+
+
+def main():
+    plancc, root = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
+    sys.path.insert(0, os.path.join(root, "tools"))
+    import megatron_bench as mb
+
+    csv = os.path.join(root, "data", "megatron_sc21_a100.csv")
+    if not os.path.exists(csv):
+        print("skip: %s is not there" % csv)
+        return 77
+    t0 = time.perf_counter()
+    results, _ = mb.run(plancc, root, csv, emit=False, first_principles=False)
+    dt = time.perf_counter() - t0
+    print(mb.table(results))
+    failed = 0
+    for x in results:
+        bound = min(BOUNDS.get(x["model"], TARGET), TARGET)
+        ok = abs(x["error_pct"]) <= bound
+        failed += not ok
+        print("%-4s %-5s error %+6.1f%%, bound %4.1f%%" % ("ok" if ok else "FAIL", x["model"], x["error_pct"], bound))
+    missing = set(BOUNDS) - {x["model"] for x in results}
+    for m in sorted(missing):
+        print("FAIL %s: recorded here but not in the table" % m)
+    failed += len(missing)
+    ok = dt <= TIME_LIMIT_S
+    failed += not ok
+    print("%-4s the check took %.2f s (limit %.0f s)" % ("ok" if ok else "FAIL", dt, TIME_LIMIT_S))
+    print("%d rows, %d failed" % (len(results), failed))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,159 @@
+/*
+ * unit_cost.c: unit tests of the cost model (cost.c) beyond the formulas unit_phase1.c pins:
+ * the GEMM efficiency (tile and wave quantization, main-loop depth), per-device operator costs,
+ * NCCL's tree against its ring, stream overlap, pipelines, and the profile table (loading it
+ * from a cluster file and its lookups overriding the roofline). The source root is argv[1].
+ */
+#include "plancc.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "test.h"
+
+static const char *root;
+
+#define NEAR(a, b) (fabs((double)(a) - (double)(b)) <= 1e-9 * fabs((double)(b)) + 1e-15)
+
+// An A100-like cluster with the wave model on.
+static pcc_cluster a100(void) {
+    return (pcc_cluster){.nodes = 2, .devices_per_node = 8, .n_devices = 16, .memory_bandwidth_Bps = 2e12,
+                         .peak_flops = {19.5e12, 156e12, 312e12, 312e12}, .launch_overhead_s = 5e-6, .sm_count = 108,
+                         .gemm_efficiency = 0.8, .memory_efficiency = 0.5,
+                         .intra = {PCC_LINK_NVLINK, 300e9, 1e-6, 0.75}, .network = {PCC_LINK_INFINIBAND, 25e9, 3e-6, 0.9},
+                         .nics_per_node = 8};
+}
+
+static void test_gemm_efficiency(void) {
+    pcc_cluster c = a100();
+    // Without a wave model: the sustained figure alone; without that either: 1.
+    pcc_cluster flat = c;
+    flat.sm_count = 0;
+    EXPECT(cost_gemm_efficiency(&flat, 1, 100, 100, 100) == 0.8);
+    flat.gemm_efficiency = 0;
+    EXPECT(cost_gemm_efficiency(&flat, 1, 100, 100, 100) == 1);
+    // A large GEMM: full tiles, nearly full waves, a deep main loop.
+    double big = cost_gemm_efficiency(&c, 1, 8192, 8192, 8192);
+    EXPECT(big <= 0.8 && big > 0.8 * 0.98 * 8192 / (8192 + 64));
+    // Wave quantization: 108 tiles of 128 x 128 fill one wave; one tile more idles most of a second.
+    EXPECT(cost_gemm_efficiency(&c, 1, 128 * 108, 128, 4096) > 1.3 * cost_gemm_efficiency(&c, 1, 128 * 109, 128, 4096));
+    // Tile quantization: n = 96 pads to a 128-wide tile; a short k pays the tile's fixed cost.
+    EXPECT(cost_gemm_efficiency(&c, 1, 8192, 96, 4096) < cost_gemm_efficiency(&c, 1, 8192, 128, 4096));
+    EXPECT(cost_gemm_efficiency(&c, 64, 2048, 2048, 96) < 0.8 * 0.61);
+    // Batching fills waves as rows do.
+    EXPECT(NEAR(cost_gemm_efficiency(&c, 4, 1024, 1024, 1024), cost_gemm_efficiency(&c, 1, 4096, 1024, 1024)));
+}
+
+static void test_gemm_time(void) {
+    pcc_cluster c = a100();
+    // Compute bound: FLOPs at the efficiency, plus the launch.
+    double t = cost_gemm_s(&c, PCC_BF16, 1, 8192, 8192, 8192, false);
+    EXPECT(NEAR(t, 2.0 * 8192 * 8192 * 8192 / (312e12 * cost_gemm_efficiency(&c, 1, 8192, 8192, 8192)) + 5e-6));
+    // Memory bound (k = 1: an outer product): the bytes at the sustained bandwidth.
+    double bytes = 2.0 * (8192 + 8192 + 8192.0 * 8192);
+    EXPECT(NEAR(cost_gemm_s(&c, PCC_BF16, 1, 8192, 8192, 1, false), bytes / 1e12 + 5e-6));
+    // Accumulating into C reads it once more.
+    EXPECT(NEAR(cost_gemm_s(&c, PCC_BF16, 1, 8192, 8192, 1, true), (bytes + 2.0 * 8192 * 8192) / 1e12 + 5e-6));
+    EXPECT(NEAR(cost_memory_s(&c, 1e9), 1e9 / 1e12 + 5e-6));
+    EXPECT(cost_gemm_s(&c, PCC_BF16, 1, 0, 5, 5, false) == cost_launch_s(&c));
+}
+
+static void test_collectives(void) {
+    pcc_cluster c = a100();
+    // Bus bandwidth: the line rate times the link's efficiency; one member per node: one NIC's share.
+    EXPECT(NEAR(cost_group_bandwidth(&c, (pcc_group_shape){8, 1}), 225e9));
+    EXPECT(NEAR(cost_group_bandwidth(&c, (pcc_group_shape){16, 1}), 180e9));
+    EXPECT(NEAR(cost_group_bandwidth(&c, (pcc_group_shape){2, 8}), 22.5e9));
+    // Inside a node: the ring.
+    double S = 1e9;
+    EXPECT(NEAR(cost_collective_s(&c, PCC_COLL_ALL_REDUCE, S, (pcc_group_shape){8, 1}), 14e-6 + 1.75 * S / 225e9));
+    // Across 64 nodes, one member each: a small all-reduce takes the tree (log2(64) network hops
+    // each way), a large one the ring (2(n-1)/n of the data against the tree's 2).
+    pcc_cluster big = c;
+    big.nodes = 64, big.n_devices = 512;
+    pcc_group_shape g = {64, 8};
+    double tree = 2 * 6 * 3e-6 + 2 * 1e3 / 22.5e9, ring = 2 * 63 * 3e-6 + 2 * 63.0 / 64 * 1e3 / 22.5e9;
+    EXPECT(tree < ring && NEAR(cost_collective_s(&big, PCC_COLL_ALL_REDUCE, 1e3, g), tree));
+    EXPECT(NEAR(cost_collective_s(&big, PCC_COLL_ALL_REDUCE, 1e10, g), 2 * 63 * 3e-6 + 2 * 63.0 / 64 * 1e10 / 22.5e9));
+}
+
+static void test_overlap_and_pipeline(void) {
+    EXPECT(cost_exposed_s(1, 3) == 0 && cost_exposed_s(3, 1) == 2);
+    double f[4] = {1, 1, 1, 1}, b[4] = {2, 2, 2, 2}, bubble;
+    // Equal stages: (m + p - 1) stage-times for 1F1B, (m + (p-1)/v) interleaved.
+    EXPECT(NEAR(cost_pipeline_s(f, b, 4, 1, 8, &bubble), (8 + 3) * 3.0) && NEAR(bubble, 9));
+    EXPECT(NEAR(cost_pipeline_s(f, b, 4, 3, 8, &bubble), (8 + 1) * 3.0) && NEAR(bubble, 3));
+    // The slowest stage sets the steady state; the others add their share of fill and drain.
+    double f2[3] = {1, 2, 1}, b2[3] = {2, 4, 2};
+    EXPECT(NEAR(cost_pipeline_s(f2, b2, 3, 1, 10, NULL), 10 * 6.0 + 6));
+    EXPECT(NEAR(cost_pipeline_s(f, b, 1, 1, 5, &bubble), 15) && bubble == 0);
+}
+
+static const pcc_op *find_op(const pcc_graph *g, const char *out, pcc_op_kind k) {
+    for (int i = 0; i < g->n_ops; i++)
+        if (g->ops[i].kind == k && g->ops[i].nout && strcmp(g->tensors[g->ops[i].out[0]].name, out) == 0) return &g->ops[i];
+    return NULL;
+}
+
+// Per-device costs of megatron-1t's operators (B 1, S 2048, H 25600, 160 heads of 160).
+static void test_ops(pcc_arena *a) {
+    pcc_graph *g;
+    EXPECT(model_load(a, arena_printf(a, "%s/models/megatron-1t.json", root), &g) == PCC_OK && autodiff(g) == PCC_OK);
+    pcc_cluster c = a100();
+    const pcc_op *q = find_op(g, "q", PCC_OP_LINEAR), *att = find_op(g, "o4", PCC_OP_ATTENTION);
+    EXPECT(q && att);
+    if (!q || !att) return;
+    // q = a Wq^T + bq: an m 2048 x n 25600 x k 25600 GEMM, and the bias's bytes in its epilogue.
+    double bias = 2048.0 * 25600 * 2 / 1e12;
+    EXPECT(NEAR(cost_op_s(&c, g, q, NULL), cost_gemm_s(&c, PCC_BF16, 1, 2048, 25600, 25600, false) + bias));
+    // Column-parallel over 8: the weight's rows, the bias and the output's last axis split.
+    int one[PCC_MAX_RANK] = {1, 1, 1, 1, 1, 1, 1, 1}, rows8[PCC_MAX_RANK] = {8, 1, 1, 1, 1, 1, 1, 1},
+        last8[PCC_MAX_RANK] = {1, 1, 8, 1, 1, 1, 1, 1};
+    const int *col[4] = {one, rows8, rows8, last8};
+    EXPECT(NEAR(cost_op_s(&c, g, q, col), cost_gemm_s(&c, PCC_BF16, 1, 2048, 3200, 25600, false) + bias / 8));
+    // Attention over 20 heads on a device: scores, softmax, weighted sum, unfused.
+    int heads8[PCC_MAX_RANK] = {1, 1, 8, 1, 1, 1, 1, 1};
+    const int *hd[4] = {heads8, heads8, heads8, heads8};
+    double scores = 20.0 * 2048 * 2048 * 2;
+    EXPECT(NEAR(cost_op_s(&c, g, att, hd), cost_gemm_s(&c, PCC_BF16, 20, 2048, 2048, 160, false) + cost_memory_s(&c, 2 * scores) +
+                                               cost_gemm_s(&c, PCC_BF16, 20, 2048, 160, 2048, false)));
+}
+
+// The example profile, inline in a cluster file: its entries replace the roofline, the rest do not.
+static void test_profile(pcc_arena *a) {
+    pcc_cluster *c;
+    EXPECT(cluster_load(a, arena_printf(a, "%s/tests/schema_good/cluster-profile-inline.json", root), 0, 0, &c) == PCC_OK);
+    EXPECT(profile_size(c->profile) == 3);
+    EXPECT(cost_gemm_s(c, PCC_BF16, 1, 2048, 3200, 25600, false) == 1.6e-3);
+    EXPECT(cost_gemm_s(c, PCC_BF16, 20, 2048, 2048, 160, false) == 1.0e-3);
+    EXPECT(cost_gemm_s(c, PCC_F16, 1, 2048, 3200, 25600, false) != 1.6e-3); // another dtype
+    EXPECT(cost_gemm_s(c, PCC_BF16, 1, 2048, 3200, 25599, false) != 1.6e-3);
+    EXPECT(profile_lookup(c->profile, "gemm|bf16|b1|m1|n1|k1") == -1 && profile_lookup(NULL, "x") == -1);
+    // The sequence-parallel layernorm of megatron-1t on tp 8: [1, 256, 25600] per device.
+    pcc_graph *g;
+    EXPECT(model_load(a, arena_printf(a, "%s/models/megatron-1t.json", root), &g) == PCC_OK);
+    const pcc_op *ln = find_op(g, "a", PCC_OP_LAYERNORM);
+    EXPECT(ln != NULL);
+    if (!ln) return;
+    int one[PCC_MAX_RANK] = {1, 1, 1, 1, 1, 1, 1, 1}, seq8[PCC_MAX_RANK] = {1, 8, 1, 1, 1, 1, 1, 1};
+    const int *sp[4] = {seq8, one, one, seq8};
+    EXPECT(cost_op_s(c, g, ln, sp) == 3.0e-5);
+    EXPECT(cost_op_s(c, g, ln, NULL) != 3.0e-5);
+    // The same file by name (relative to the cluster file) loads the same table.
+    pcc_cluster *f;
+    EXPECT(cluster_load(a, arena_printf(a, "%s/tests/schema_good/cluster-profile-file.json", root), 0, 0, &f) == PCC_OK);
+    EXPECT(profile_size(f->profile) == 4 && cost_op_s(f, g, ln, sp) == 3.0e-5);
+}
+
+int main(int argc, char **argv) {
+    root = argc > 1 ? argv[1] : ".";
+    pcc_arena *a = arena_init();
+    test_gemm_efficiency();
+    test_gemm_time();
+    test_collectives();
+    test_overlap_and_pipeline();
+    test_ops(a);
+    test_profile(a);
+    arena_free(a);
+    return test_summary();
+}
