@@ -23,14 +23,26 @@
  * Values that cross stages are sent at the end of the producer's phase and received at the
  * start of the consumer's, in tensor order on every channel, so both sides agree. A parameter
  * used on several stages (tied embeddings) lives on the stage of its first use, which runs its
- * optimizer; the others hold a copy that is received after the optimizer, and send their
- * gradient contributions to it per micro-batch.
+ * optimizer; the others hold a copy that is received after the optimizer, and accumulate their
+ * gradient contributions over the micro-batches and send the sum once, after the last one (as
+ * Megatron-LM all-reduces the embedding's gradient after the pipeline flush): sent per
+ * micro-batch, the message would sit in the same NCCL group as the pipeline's own and hold the
+ * last stage until the first stage reaches that micro-batch's backward, one wave at a time.
  *
  * Memory: every buffer gets an interval of instruction indices in which it is live (the whole
  * program for parameters, optimizer state, inputs, the loss and accumulators; a loop's whole
  * span for a buffer that carries data from one iteration to the next); the planner places the
  * buffers at the lowest offset free over their interval, largest first. The arena is the
  * exact peak of the plan; plan_check proves that no two live buffers overlap.
+ *
+ * Times. Every instruction carries the cost model's time for one execution (plan_insn.t_s), so
+ * that the simulator (runtime/sim.c) needs nothing but the plan: an operator at the per-device
+ * shape of its operands' layouts (cost_op_s, as the scheduler's estimate costs it); a collective
+ * from the bytes it moves
+ * over its group's shape; a send or receive as a two-member transfer along the pipeline axis; a
+ * copy as a memory-bound kernel. Each instruction also says which part of the step it is in
+ * (forward, backward, recomputed forward, optimizer), and META has the step's FLOPs as
+ * Megatron-LM counts them and the device's peak, for TFLOP/s and MFU.
  */
 #include "plancc.h"
 
@@ -87,11 +99,13 @@ typedef struct emitter {
     bool *sync;         // per param grad tensor: needs a gradient synchronization
     int *tstage;        // per tensor: the stage that holds it (-1: inputs, every stage)
     bool *kept;         // per tensor: read in the backward pass (keep a slot per micro-batch)
+    bool *deferred;     // per tensor: a gradient contribution sent to another stage once per step
     bool *recomp;       // per op: a forward op re-run in the backward pass
     int *ostage;        // per op: stage (block ops: -2, by copy)
     int **copy_lo, **copy_hi; // per forward block, per stage: its copies [lo, hi)
     int (*groups)[2];   int n_groups, cap_groups; // (axes mask, stream) per plan group
     int delta;          // the micro-batch offset of the instructions being emitted
+    plan_phase phase;   // the part of the step being emitted
 } emitter;
 
 /* ---- small helpers ---- */
@@ -172,8 +186,13 @@ static int fwd_operand(const pcc_graph *g, const pcc_op *f, int u) {
 
 // The backward op's letter that is its forward op's letter fl: the same axis in every operand
 // the two share. NULL if none (the backward op then runs replicated along that mesh axis).
+// Failing that, a letter of the same model dimension that no shared operand contradicts: an
+// operand the backward op reads may stand for none of the forward op's (a bias gradient's
+// reduce_sum reads the gradient that a residual add passed through unchanged), and running it
+// replicated would gather that whole gradient on every rank.
 static const pcc_letter *match_letter(const pcc_graph *g, const pcc_op *b, const pcc_letter *bl, int nbl,
                                       const pcc_op *f, const pcc_letter *fl) {
+    const pcc_letter *same_dim = NULL;
     for (int k = 0; k < nbl; k++) {
         bool ok = !bl[k].nosplit, any = false;
         for (int o = 0; ok && o < b->nin + b->nout; o++) {
@@ -184,8 +203,9 @@ static const pcc_letter *match_letter(const pcc_graph *g, const pcc_op *b, const
             any |= fl->axis[fo] >= 0;
         }
         if (ok && any) return &bl[k];
+        if (ok && !same_dim && bl[k].dim == fl->dim) same_dim = &bl[k];
     }
-    return NULL;
+    return same_dim;
 }
 
 static void op_shards(emitter *E, int o) {
@@ -298,6 +318,30 @@ static void keep(emitter *E) {
     }
 }
 
+// Gradient contributions to a parameter made on one stage and summed on another, where that is
+// safe to do once per step: made by one top-level backward op that does not accumulate, read only
+// by accumulating sums on other stages (which add zeros until the sum arrives).
+static void defer(emitter *E) {
+    const pcc_graph *g = E->g;
+    E->deferred = arena_alloc(g->arena, sizeof(bool) * (size_t)(g->n_tensors + 1));
+    for (int t = 0; t < g->n_tensors; t++) {
+        const pcc_tensor *T = &g->tensors[t];
+        if (!is_param_grad(g, t) || is_final_param_grad(g, t) || T->producer < 0 || E->tstage[t] < 0) continue;
+        const pcc_op *prod = &g->ops[T->producer];
+        if (prod->block >= 0 || prod->phase != PCC_PHASE_BWD || prod->accumulate) continue;
+        bool ok = true, read = false;
+        for (int o = 0; o < g->n_ops && ok; o++) {
+            const pcc_op *op = &g->ops[o];
+            for (int i = 0; i < op->nin; i++) {
+                if (op->in[i] != t) continue;
+                read = true;
+                ok = op->block < 0 && op->phase == PCC_PHASE_BWD && op->accumulate && E->ostage[o] != E->tstage[t];
+            }
+        }
+        E->deferred[t] = ok && read;
+    }
+}
+
 /* ---- the layout of every value ---- */
 
 static void layouts(emitter *E) {
@@ -331,7 +375,11 @@ static void layouts(emitter *E) {
             for (int i = 0; i < bl->n_acc; i++) E->home_sh[bl->acc[i].outer] = E->home_sh[bl->acc[i].inner];
         }
         // Ops without a forward op, in program order: fills take the layout of what they stand
-        // for (a scalar loss seed: replicated), sums their first input's.
+        // for (a scalar loss seed: replicated), sums that of their first input whose layout an
+        // operator's split decided (else their first input's). Not simply the first input's: in a
+        // backward block the sum that feeds the carry often has the carried gradient first, whose
+        // layout comes from that very sum, and "replicated" would be its own fixed point (the
+        // gradient of the residual stream gathered whole on every rank, layer after layer).
         for (int o = 0; o < g->n_ops; o++) {
             const pcc_op *op = &g->ops[o];
             if (op->phase != PCC_PHASE_BWD || op->fwd >= 0) continue;
@@ -342,7 +390,10 @@ static void layouts(emitter *E) {
                 for (int a = 0; a < PCC_AXES; a++) // a fill of partial sums would count its value per rank
                     if (s.map[a] == PLAN_SHARD_V) s.map[a] = PLAN_SHARD_R;
             } else {
-                s = E->home_sh[op->in[0]];
+                int src = op->in[0];
+                for (int i = op->nin - 1; i >= 0; i--)
+                    if (set[op->in[i]]) src = op->in[i];
+                s = E->home_sh[src];
             }
             for (int i = 0; i < op->nin + op->nout; i++) E->sh[o][i] = s;
             for (int i = 0; i < op->nout; i++) E->home_sh[op->out[i]] = s;
@@ -412,9 +463,50 @@ static int home(emitter *E, prog *P, int t) {
     else if (E->kept[t]) mb = (uint32_t)in_flight(E, P->stage);
     int b = new_buf(E, P, t, E->home_sh[t], mb, layers, base);
     P->buf[b].persist = T->kind == PCC_T_PARAM || T->kind == PCC_T_STATE || T->kind == PCC_T_INPUT;
-    P->buf[b].whole = P->buf[b].persist || t == g->loss || is_final_param_grad(g, t);
+    P->buf[b].whole = P->buf[b].persist || t == g->loss || is_final_param_grad(g, t) || E->deferred[t];
     P->home[t] = b;
     return b;
+}
+
+/* ---- times (plan_insn.t_s): the cost model's, per execution ---- */
+
+// As the cost model takes a group: the ranks along mesh axis `axis` (dist 0), or two ranks
+// `dist` apart along it (a transfer). Neighbours on an axis are the product of the later axes'
+// sizes apart (tp varies fastest).
+static pcc_group_shape axis_group(const emitter *E, int axis, int dist) {
+    int stride = 1;
+    for (int a = axis + 1; a < PCC_AXES; a++) stride *= E->s->mesh[a];
+    if (dist > 0) return (pcc_group_shape){2, dist * stride};
+    return (pcc_group_shape){E->s->mesh[axis], stride};
+}
+
+// A send or receive of buffer b to or from the stage `offset` away.
+static float transfer_s(const emitter *E, const prog *P, int b, int offset) {
+    double bytes = (double)P->buf[b].bytes;
+    return (float)cost_collective_s(E->c, PCC_COLL_SEND_RECV, bytes, axis_group(E, PCC_AX_PP, offset < 0 ? -offset : offset));
+}
+
+// A memory-bound kernel moving `bytes` in the dtype of buffer b.
+static float memory_s(const emitter *E, const prog *P, double bytes, int b) {
+    return (float)cost_compute_s(E->c, 0, bytes, (pcc_dtype)P->buf[b].dtype, false);
+}
+
+// One execution of op o on a rank: the cost model's time for the op at the per-device shape of
+// its operands' layouts (the scheduler's estimate costs ops the same way).
+static float op_time_s(const emitter *E, int o) {
+    const pcc_op *op = &E->g->ops[o];
+    int ways[PCC_MAX_OPERANDS + 1][PCC_MAX_RANK];
+    const int *per_operand[PCC_MAX_OPERANDS + 1];
+    for (int k = 0; k < op->nin + op->nout; k++) {
+        const pcc_tensor *T = &E->g->tensors[k < op->nin ? op->in[k] : op->out[k - op->nin]];
+        for (int d = 0; d < T->rank; d++) {
+            ways[k][d] = 1;
+            for (int a = 0; a < PCC_AXES; a++)
+                if (E->sh[o][k].map[a] == PLAN_SHARD_D(d)) ways[k][d] *= E->s->mesh[a];
+        }
+        per_operand[k] = ways[k];
+    }
+    return (float)cost_op_s(E->c, E->g, op, per_operand);
 }
 
 static void forget(prog *P, int buf) {
@@ -426,6 +518,7 @@ static plan_insn *insn(emitter *E, prog *P, plan_insn_kind k, int stream, const 
     plan_insn *in = VEC_PUSH(E->g->arena, P->insn, P->n_insn, P->cap_insn);
     in->kind = (uint8_t)k;
     in->stream = (uint8_t)stream;
+    in->phase = (uint8_t)(k <= PLAN_I_COPY ? E->phase : PLAN_PHASE_NONE);
     in->nargs = (uint16_t)nargs;
     in->args = (uint32_t)P->n_args;
     in->attrs = PLAN_NONE;
@@ -465,12 +558,15 @@ static void coll(emitter *E, prog *P, pcc_coll kind, int axis, int stream, int i
     plan_insn *i = insn(E, P, PLAN_I_COLL, stream, args, 2);
     i->code = (uint16_t)kind;
     i->a = group(E, 1 << axis, stream);
+    bool ends_with = kind == PCC_COLL_ALL_REDUCE || kind == PCC_COLL_ALL_GATHER || kind == PCC_COLL_BROADCAST;
+    i->t_s = (float)cost_collective_s(E->c, kind, (double)P->buf[ends_with ? out : in].bytes, axis_group(E, axis, 0));
     forget(P, out);
 }
 
 static void copy(emitter *E, prog *P, int src, int dst) {
     int args[2] = {src, dst};
-    insn(E, P, PLAN_I_COPY, STREAM_MAIN, args, 2);
+    plan_insn *in = insn(E, P, PLAN_I_COPY, STREAM_MAIN, args, 2);
+    in->t_s = memory_s(E, P, 2 * (double)P->buf[dst].bytes, dst);
     forget(P, dst);
 }
 
@@ -559,7 +655,7 @@ static int reshard(emitter *E, prog *P, int src, plan_shard want) { return resha
 
 /* ---- operators ---- */
 
-static uint32_t attrs_of(emitter *E, prog *P, const pcc_op *op) {
+static uint32_t attrs_of(emitter *E, prog *P, const pcc_op *op, bool accumulate) {
     plan_attrs a;
     memset(&a, 0, sizeof a);
     const pcc_attrs *s = &op->attrs;
@@ -567,7 +663,7 @@ static uint32_t attrs_of(emitter *E, prog *P, const pcc_op *op) {
     a.f[PLAN_AF_BETA1] = s->beta1, a.f[PLAN_AF_BETA2] = s->beta2, a.f[PLAN_AF_WEIGHT_DECAY] = s->weight_decay;
     a.f[PLAN_AF_MOMENTUM] = s->momentum;
     a.i[PLAN_AI_SEED] = s->seed, a.i[PLAN_AI_AXIS] = s->axis, a.i[PLAN_AI_START] = s->start, a.i[PLAN_AI_END] = s->end;
-    a.i[PLAN_AI_CAUSAL] = s->causal, a.i[PLAN_AI_ACCUMULATE] = op->accumulate;
+    a.i[PLAN_AI_CAUSAL] = s->causal, a.i[PLAN_AI_ACCUMULATE] = op->accumulate || accumulate;
     for (int i = 0; i < PLAN_MAX_RANK; i++) a.perm[i] = s->perm[i];
     for (int i = 0; i < 2; i++) a.win[i] = s->kernel[i], a.win[2 + i] = s->stride[i], a.win[4 + i] = s->pad[i];
     plan_attrs zero;
@@ -592,7 +688,10 @@ static void emit_op(emitter *E, prog *P, int o, bool last_mb) {
     }
     plan_insn *in = insn(E, P, PLAN_I_COMPUTE, STREAM_MAIN, args, op->nin + op->nout);
     in->code = (uint16_t)op->kind;
-    in->attrs = attrs_of(E, P, op);
+    in->t_s = op_time_s(E, o);
+    bool defers = false; // its output goes to another stage once per step: sum it here first
+    for (int i = 0; i < op->nout; i++) defers |= E->deferred[op->out[i]];
+    in->attrs = attrs_of(E, P, op, defers);
     for (int i = 0; i < op->nout; i++) forget(P, args[op->nin + i]);
     if (pcc_ops[op->kind].flags & PCC_OPF_INPLACE) {
         // The update lands in the buffers it was given; carry it back to where the values live
@@ -670,8 +769,10 @@ static void block_body(emitter *E, prog *P, int b, bool last_mb) {
     if (bl->fwd >= 0) {
         // Backward: re-run the recomputed forward ops of this copy first.
         const pcc_block *fb = &g->blocks[bl->fwd];
+        E->phase = PLAN_PHASE_RECOMPUTE;
         for (int o = fb->first_op; o < fb->first_op + fb->n_ops; o++)
             if (E->recomp[o]) emit_op(E, P, o, false);
+        E->phase = PLAN_PHASE_BWD;
     }
     for (int o = bl->first_op; o < bl->first_op + bl->n_ops; o++) emit_op(E, P, o, last_mb);
     for (int i = 0; i < bl->n_acc; i++) {
@@ -679,6 +780,7 @@ static void block_body(emitter *E, prog *P, int b, bool last_mb) {
         int args[3] = {G, dx, G};
         plan_insn *in = insn(E, P, PLAN_I_COMPUTE, STREAM_MAIN, args, 3);
         in->code = PCC_OP_ADD;
+        in->t_s = memory_s(E, P, 3 * (double)P->buf[G].bytes, G);
     }
     for (int i = 0; i < bl->n_carry; i++) {
         int reg = carry_reg(E, P, b, i);
@@ -711,6 +813,7 @@ static void block_range(emitter *E, prog *P, int b, bool last_mb) {
         if (!is_param_grad(g, bl->acc[i].outer)) { // zeroed per micro-batch (param gradients: once, at the start)
             plan_insn *in = insn(E, P, PLAN_I_COMPUTE, STREAM_MAIN, &G, 1);
             in->code = PCC_OP_FILL;
+            in->t_s = memory_s(E, P, (double)P->buf[G].bytes, G);
         }
     }
     loop_open(E, P, bwd ? PLAN_LOOP_REVERSE_LAYER : PLAN_LOOP_LAYER, hi - lo);
@@ -744,8 +847,9 @@ static void xfer_add(const pcc_graph *g, xfer **v, int *n, int *cap, xfer x) {
 }
 
 // What stage `stage` sends (send) or receives in the forward (bwd false) or backward phase:
-// values read on one stage and held on another, in a fixed order (by peer, then key).
-static int transfers(emitter *E, int stage, bool bwd, bool send, xfer **out) {
+// values read on one stage and held on another, in a fixed order (by peer, then key); deferred
+// gradient contributions in the last micro-batch's backward only.
+static int transfers(emitter *E, int stage, bool bwd, bool send, bool last_mb, xfer **out) {
     const pcc_graph *g = E->g;
     xfer *v = NULL;
     int n = 0, cap = 0;
@@ -758,6 +862,7 @@ static int transfers(emitter *E, int stage, bool bwd, bool send, xfer **out) {
             pcc_tensor_kind k = g->tensors[t].kind;
             if (hs < 0 || hs == rs || k == PCC_T_INPUT || k == PCC_T_PARAM || k == PCC_T_STATE) continue;
             if (bwd && k == PCC_T_ACT) continue; // received in the forward phase, and kept
+            if (E->deferred[t] && !last_mb) continue; // once, after the last micro-batch
             if (send ? hs != stage : rs != stage) continue;
             xfer_add(g, &v, &n, &cap, (xfer){t, send ? rs : hs});
         }
@@ -793,10 +898,10 @@ static int transfers(emitter *E, int stage, bool bwd, bool send, xfer **out) {
     return n;
 }
 
-static void p2p(emitter *E, prog *P, bool bwd, bool send) {
+static void p2p(emitter *E, prog *P, bool bwd, bool send, bool last_mb) {
     const pcc_graph *g = E->g;
     xfer *x;
-    int n = transfers(E, P->stage, bwd, send, &x);
+    int n = transfers(E, P->stage, bwd, send, last_mb, &x);
     for (int i = 0; i < n; i++) {
         int buf;
         if (x[i].key >= g->n_tensors) {
@@ -808,6 +913,7 @@ static void p2p(emitter *E, prog *P, bool bwd, bool send) {
         plan_insn *in = insn(E, P, send ? PLAN_I_SEND : PLAN_I_RECV, STREAM_MAIN, &buf, 1);
         in->a = PCC_AX_PP;
         in->b = x[i].peer - P->stage;
+        in->t_s = transfer_s(E, P, buf, in->b);
         if (!send) forget(P, buf);
     }
 }
@@ -819,8 +925,9 @@ static void p2p(emitter *E, prog *P, bool bwd, bool send) {
 static void pass(emitter *E, prog *P, int delta, bool bwd, bool last_mb) {
     const pcc_graph *g = E->g;
     E->delta = delta;
+    E->phase = bwd ? PLAN_PHASE_BWD : PLAN_PHASE_FWD;
     P->n_cache = 0;
-    p2p(E, P, bwd, false);
+    p2p(E, P, bwd, false, last_mb);
     for (int o = bwd ? g->n_fwd_ops : 0; o < (bwd ? g->n_ops : g->n_fwd_ops); o++) {
         const pcc_op *op = &g->ops[o];
         if (op->phase != (bwd ? PCC_PHASE_BWD : PCC_PHASE_FWD)) continue;
@@ -831,8 +938,9 @@ static void pass(emitter *E, prog *P, int delta, bool bwd, bool last_mb) {
         block_range(E, P, op->block, last_mb);
         o = g->blocks[op->block].first_op + g->blocks[op->block].n_ops - 1;
     }
-    p2p(E, P, bwd, true);
+    p2p(E, P, bwd, true, last_mb);
     P->n_cache = 0;
+    E->phase = PLAN_PHASE_NONE;
 }
 
 static void forward(emitter *E, prog *P, int delta) { pass(E, P, delta, false, false); }
@@ -841,6 +949,7 @@ static void backward(emitter *E, prog *P, int delta, bool last_mb) { pass(E, P, 
 static void optimizer(emitter *E, prog *P) {
     const pcc_graph *g = E->g;
     E->delta = 0;
+    E->phase = PLAN_PHASE_OPT;
     for (int o = g->n_fwd_ops; o < g->n_ops; o++) {
         const pcc_op *op = &g->ops[o];
         if (op->phase != PCC_PHASE_OPT) continue;
@@ -880,12 +989,14 @@ static void share_params(emitter *E, prog *P) {
             plan_insn *in = insn(E, P, P->stage == owner ? PLAN_I_SEND : PLAN_I_RECV, STREAM_MAIN, &buf, 1);
             in->a = PCC_AX_PP;
             in->b = P->stage == owner ? s - owner : owner - s;
+            in->t_s = transfer_s(E, P, buf, in->b);
         }
     }
 }
 
 static void program(emitter *E, prog *P) {
     const pcc_graph *g = E->g;
+    E->phase = PLAN_PHASE_NONE;
     P->home = arena_alloc(g->arena, sizeof(int) * (size_t)(g->n_tensors + 1));
     P->carry = arena_alloc(g->arena, sizeof(int *) * (size_t)(g->n_blocks + 1));
     for (int t = 0; t < g->n_tensors; t++) P->home[t] = -1;
@@ -900,8 +1011,21 @@ static void program(emitter *E, prog *P) {
             if (!is_param_grad(g, t)) continue;
             if (E->copy_hi[fb][P->stage] <= E->copy_lo[fb][P->stage]) continue;
             int G = home(E, P, t);
-            insn(E, P, PLAN_I_COMPUTE, STREAM_MAIN, &G, 1)->code = PCC_OP_FILL;
+            plan_insn *in = insn(E, P, PLAN_I_COMPUTE, STREAM_MAIN, &G, 1);
+            in->code = PCC_OP_FILL;
+            in->t_s = memory_s(E, P, (double)P->buf[G].bytes, G);
         }
+    // Deferred contributions summed here read zeros until theirs arrives after the last micro-batch.
+    for (int t = 0; t < g->n_tensors; t++) {
+        bool here = false;
+        for (int o = 0; E->deferred[t] && o < g->n_ops && !here; o++)
+            for (int i = 0; i < g->ops[o].nin; i++) here |= g->ops[o].in[i] == t && E->ostage[o] == P->stage;
+        if (!here) continue;
+        int G = home(E, P, t);
+        plan_insn *in = insn(E, P, PLAN_I_COMPUTE, STREAM_MAIN, &G, 1);
+        in->code = PCC_OP_FILL;
+        in->t_s = memory_s(E, P, (double)P->buf[G].bytes, G);
+    }
     int M = E->M, w = 0;
     if (E->s->schedule == PCC_PIPE_1F1B && E->pp > 1) w = E->pp - P->stage - 1 < M ? E->pp - P->stage - 1 : M;
     if (E->s->schedule == PCC_PIPE_GPIPE && E->pp > 1) {
@@ -1129,6 +1253,21 @@ static char *notes(emitter *E) {
     return s;
 }
 
+// One step's FLOPs as Megatron-LM counts them (the formula of ../shared/data/
+// megatron_sc21_a100.csv): the matrix products of the forward and backward passes and of the
+// forward operators recomputed in the backward pass, over every micro-batch, summed over ranks.
+static double model_flops(const emitter *E) {
+    const pcc_graph *g = E->g;
+    double f = 0;
+    for (int o = 0; o < g->n_ops; o++) {
+        const pcc_op *op = &g->ops[o];
+        if (op->phase == PCC_PHASE_OPT) continue;
+        double mm = op_flops_matmul(g, op) * (double)op_copies(g, op);
+        f += op->phase == PCC_PHASE_FWD && E->recomp[o] ? 2 * mm : mm;
+    }
+    return f * E->M;
+}
+
 static const char *pstr(plan *p, const char *s) {
     if (!s) return NULL;
     size_t n = strlen(s) + 1;
@@ -1199,6 +1338,7 @@ pcc_status emit_plan(const pcc_graph *g, const pcc_cluster *c, const pcc_strateg
     }
     place(&E);
     keep(&E);
+    defer(&E);
     layouts(&E);
     prog *P = arena_alloc(g->arena, sizeof(prog) * (size_t)E.pp);
     plan *p = calloc(1, sizeof *p);
@@ -1239,6 +1379,10 @@ pcc_status emit_plan(const pcc_graph *g, const pcc_cluster *c, const pcc_strateg
     m->zero_stage = (uint32_t)s->zero;
     m->est_step_s = s->est_step_s;
     m->est_peak_bytes = (double)peak;
+    m->model_flops = model_flops(&E);
+    static const pcc_math math[PCC_DTYPE_COUNT] = {[PCC_F32] = PCC_MATH_F32, [PCC_F16] = PCC_MATH_F16,
+                                                   [PCC_BF16] = PCC_MATH_BF16, [PCC_I32] = PCC_MATH_F32};
+    m->device_peak_flops = c->peak_flops[math[g->dtype]]; // as cost_compute_s runs matrix products
     m->loss = (uint32_t)g->loss;
     m->notes = pstr(p, notes(&E));
     p->n_tensors = (uint32_t)g->n_tensors;

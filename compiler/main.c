@@ -7,6 +7,7 @@
  * or usage, 3 infeasible.
  */
 #include "plancc.h"
+#include "sim.h"
 
 #include <getopt.h>
 #include <math.h>
@@ -415,6 +416,23 @@ static pcc_status print_estimate(const pcc_graph *g, const pcc_cluster *c, const
     return PCC_OK;
 }
 
+// The emitted plan simulated (runtime/sim.h) next to the scheduler's estimate: the two come from
+// one cost model, the simulation from the plan's own instructions, streams and events.
+static void print_simulation(const plan *p, double est_s) {
+    sim_result r;
+    char err[512];
+    if (sim_run(p, NULL, &r, err, sizeof err) != PLAN_OK) {
+        warn("the simulator cannot run the plan: %s", err);
+        sim_free(&r);
+        return;
+    }
+    printf("  simulated step %.6g s (%.3f x the estimate)", r.step_s, est_s > 0 ? r.step_s / est_s : 0);
+    if (r.tflops_per_gpu > 0) printf(", %.3g TFLOP/s per GPU", r.tflops_per_gpu);
+    if (r.mfu > 0) printf(", MFU %.1f%%", 100 * r.mfu);
+    printf(", bubble %.1f%%, exposed communication %.3g s per rank (plandump --sim, --trace)\n", 100 * r.bubble, r.exposed_comm_s);
+    sim_free(&r);
+}
+
 static pcc_status compile(pcc_arena *a, const pcc_graph *g, const pcc_cluster *c, const options *o) {
     double t0 = now_s();
     pcc_strategy_opts so = o->strat;
@@ -475,6 +493,7 @@ static pcc_status compile(pcc_arena *a, const pcc_graph *g, const pcc_cluster *c
         printf("  peak memory per device %s of %s (stage %d; live-buffer bound %s); estimated step %.6g s\n",
                fmt_bytes(b1, sizeof b1, e.peak_bytes), fmt_bytes(b2, sizeof b2, c->memory_bytes), e.peak_stage,
                fmt_bytes(b3, sizeof b3, e.live_bound_bytes), s->est_step_s);
+        print_simulation(p, s->est_step_s);
         printf("  wrote %s: %s, plan_check passed; compiled in %.3f s\n", out, fmt_bytes(b1, sizeof b1, nbytes), t1 - t0);
     }
     plan_free(e.p), free(e.p);

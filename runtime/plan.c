@@ -22,12 +22,13 @@
  * multiple of 8 bytes, and the table's byte count includes the padding). runtime/PLAN_FORMAT.md
  * has the same tables with the meaning of every field.
  *
- *   META (136 bytes)     0 u8[32] compiler, NUL-padded; 32 u32 model name (string offset, or
+ *   META (152 bytes)     0 u8[32] compiler, NUL-padded; 32 u32 model name (string offset, or
  *                        PLAN_NONE); 36 u32 options (string offset or PLAN_NONE); 40 u32 world;
  *                        44 u32 n_axes; 48 u32 mesh[4]; 64 u8[4][8] axis names, NUL-padded;
  *                        96 u32 micro_batches; 100 u32 schedule; 104 u32 zero_stage; 108 u32 loss
  *                        (tensor index or PLAN_NONE); 112 f64 est_step_s; 120 f64 est_peak_bytes;
- *                        128 u32 notes (string offset or PLAN_NONE); 132 u32 0
+ *                        128 u32 notes (string offset or PLAN_NONE); 132 u32 0; 136 f64
+ *                        model_flops; 144 f64 device_peak_flops
  *   STRINGS              0 u32 n (bytes of string data); 4 u32 0; 8 u8[n]: NUL-terminated
  *                        strings back to back (n = 0, or the last byte is NUL). A string is
  *                        referenced by the offset of its first byte in that data.
@@ -44,15 +45,15 @@
  *                        0 u32 k; 4 u32 name; 8 u64 arena_bytes; 16 u32 n_streams;
  *                        20 u32 n_events; 24 i32 priority[8]; 56 u32 n_buffers; 60 u32 n_attrs;
  *                        64 u32 n_insns; 68 u32 n_args; 72 buffers (56 bytes each), then attrs
- *                        (184 bytes each), then insns (24 bytes each), then u32 args[n_args]
+ *                        (184 bytes each), then insns (32 bytes each), then u32 args[n_args]
  *     buffer:  0 u32 tensor; 4 u8 dtype; 5 u8 flags (1: persist); 6 u8[2] 0; 8 u8 shard.map[4]; 12 u32 layer_base;
  *              16 u64 offset; 24 u64 bytes; 32 u32 mb_slots; 36 u32 layer_slots; 40 u64 mb_stride;
  *              48 u64 layer_stride
  *     attrs:   0 f64 f[8]; 64 i64 i[8]; 128 i32 perm[8]; 160 i32 win[6]
  *     insn:    0 u8 kind; 1 u8 stream; 2 u16 code; 4 u16 nargs; 6 i16 mb_delta; 8 u32 args;
- *              12 i32 a; 16 i32 b; 20 u32 attrs
+ *              12 i32 a; 16 i32 b; 20 u32 attrs; 24 f32 t_s; 28 u8 phase; 29 u8[3] 0
  *
- * Doubles are stored as the u64 of their IEEE-754 bits. Memory: everything a decoded plan
+ * Doubles (floats) are stored as the u64 (u32) of their IEEE-754 bits. Memory: everything a decoded plan
  * points to is allocated with plan_alloc and released by plan_free.
  */
 #include "plan.h"
@@ -67,13 +68,13 @@
 enum {
     TABLE_ENTRY_BYTES = 24,
     FIXED_SECTIONS = 5,     // META, STRINGS, TENSORS, GROUPS, RANKS
-    META_BYTES = 136,
+    META_BYTES = 152,
     TENSOR_BYTES = 96,
     GROUP_BYTES = 8,
     PROGRAM_HEAD_BYTES = 72,
     BUFFER_BYTES = 56,
     ATTRS_BYTES = 184,
-    INSN_BYTES = 24,
+    INSN_BYTES = 32,
 };
 
 static plan_status fail(plan_status st, char *err, size_t err_n, const char *fmt, ...)
@@ -184,13 +185,13 @@ static void *alloc_n(plan *p, uint64_t count, size_t size, bool *ok) {
 
 /* ---- which fields each instruction kind uses (the others are canonical: 0, attrs PLAN_NONE) ---- */
 
-enum { U_STREAM = 1, U_CODE = 2, U_A = 4, U_B = 8, U_DELTA = 16, U_ATTRS = 32 };
+enum { U_STREAM = 1, U_CODE = 2, U_A = 4, U_B = 8, U_DELTA = 16, U_ATTRS = 32, U_TIME = 64 }; // U_TIME: t_s and phase
 static const uint8_t insn_uses[PLAN_I_KIND_COUNT] = {
-    [PLAN_I_COMPUTE] = U_STREAM | U_CODE | U_DELTA | U_ATTRS,
-    [PLAN_I_COLL] = U_STREAM | U_CODE | U_A | U_DELTA,
-    [PLAN_I_SEND] = U_STREAM | U_A | U_B | U_DELTA,
-    [PLAN_I_RECV] = U_STREAM | U_A | U_B | U_DELTA,
-    [PLAN_I_COPY] = U_STREAM | U_DELTA,
+    [PLAN_I_COMPUTE] = U_STREAM | U_CODE | U_DELTA | U_ATTRS | U_TIME,
+    [PLAN_I_COLL] = U_STREAM | U_CODE | U_A | U_DELTA | U_TIME,
+    [PLAN_I_SEND] = U_STREAM | U_A | U_B | U_DELTA | U_TIME,
+    [PLAN_I_RECV] = U_STREAM | U_A | U_B | U_DELTA | U_TIME,
+    [PLAN_I_COPY] = U_STREAM | U_DELTA | U_TIME,
     [PLAN_I_RECORD] = U_STREAM | U_A,
     [PLAN_I_WAIT] = U_STREAM | U_A,
     [PLAN_I_LOOP] = U_CODE | U_A | U_B,
@@ -206,6 +207,7 @@ static plan_insn insn_canonical(plan_insn in, uint32_t args_at) {
     if (!(u & U_B)) in.b = 0;
     if (!(u & U_DELTA)) in.mb_delta = 0;
     if (!(u & U_ATTRS)) in.attrs = PLAN_NONE;
+    if (!(u & U_TIME)) in.t_s = 0, in.phase = 0;
     in.args = args_at;
     return in;
 }
@@ -274,6 +276,11 @@ static void w_f64(wbuf *w, double d) {
     memcpy(&u, &d, sizeof(u));
     w_u64(w, u);
 }
+static void w_f32(wbuf *w, float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof(u));
+    w_u32(w, u);
+}
 static void w_zero(wbuf *w, size_t n) { w_bytes(w, NULL, n); }
 static void w_pad8(wbuf *w) { w_zero(w, (8 - w->n % 8) % 8); }
 
@@ -292,6 +299,12 @@ static uint64_t get_u64(const uint8_t *d) { return (uint64_t)get_u32(d) | (uint6
 static double get_f64(const uint8_t *d) {
     uint64_t u = get_u64(d);
     double x;
+    memcpy(&x, &u, sizeof(x));
+    return x;
+}
+static float get_f32(const uint8_t *d) {
+    uint32_t u = get_u32(d);
+    float x;
     memcpy(&x, &u, sizeof(x));
     return x;
 }
@@ -345,6 +358,8 @@ static void enc_meta(wbuf *w, const plan *p, uint64_t *sc) {
     w_f64(w, m->est_peak_bytes);
     w_u32(w, str_next(sc, m->notes));
     w_u32(w, 0);
+    w_f64(w, m->model_flops);
+    w_f64(w, m->device_peak_flops);
 }
 
 static void enc_tensors(wbuf *w, const plan *p, uint64_t *sc) {
@@ -417,6 +432,9 @@ static void enc_insn(wbuf *w, plan_insn in) {
     w_u32(w, (uint32_t)in.a);
     w_u32(w, (uint32_t)in.b);
     w_u32(w, in.attrs);
+    w_f32(w, in.t_s);
+    w_u8(w, in.phase);
+    w_zero(w, 3);
 }
 
 // PROGRAM k: the head, then buffers, attrs, instructions (canonical) and their arguments in
@@ -777,6 +795,8 @@ static plan_status decode_meta(dctx *c, const uint8_t *d, uint32_t bytes) {
     m->est_peak_bytes = get_f64(d + 120);
     st = dstr(c, get_u32(d + 128), &m->notes, "field", 128);
     if (!st && get_u32(d + 132)) st = dfail(c, "reserved bytes 132..135 are not zero");
+    m->model_flops = get_f64(d + 136);
+    m->device_peak_flops = get_f64(d + 144);
     return st;
 }
 
@@ -899,8 +919,9 @@ static void decode_attrs(const uint8_t *r, plan_attrs *a) {
 static plan_status decode_insn(dctx *c, const uint8_t *r, uint32_t i, uint64_t *at, plan_insn *in) {
     *in = (plan_insn){.kind = r[0], .stream = r[1], .code = get_u16(r + 2), .nargs = get_u16(r + 4),
                       .mb_delta = (int16_t)get_u16(r + 6), .args = get_u32(r + 8), .a = (int32_t)get_u32(r + 12),
-                      .b = (int32_t)get_u32(r + 16), .attrs = get_u32(r + 20)};
+                      .b = (int32_t)get_u32(r + 16), .attrs = get_u32(r + 20), .t_s = get_f32(r + 24), .phase = r[28]};
     if (in->kind >= PLAN_I_KIND_COUNT) return dfail(c, "insn %u: kind %u unknown", i, in->kind);
+    if (r[29] || r[30] || r[31]) return dfail(c, "insn %u: reserved bytes 29..31 are not zero", i);
     if (in->args != *at)
         return dfail(c, "insn %u: arguments at %u, expected %llu (arguments are stored in instruction order)", i,
                      in->args, (unsigned long long)*at);
@@ -909,7 +930,9 @@ static plan_status decode_insn(dctx *c, const uint8_t *r, uint32_t i, uint64_t *
                       : canon.a != in->a           ? "a"
                       : canon.b != in->b           ? "b"
                       : canon.mb_delta != in->mb_delta ? "mb_delta"
-                      : canon.attrs != in->attrs   ? "attrs" : NULL;
+                      : canon.attrs != in->attrs   ? "attrs"
+                      : memcmp(&canon.t_s, &in->t_s, sizeof(float)) ? "t_s"
+                      : canon.phase != in->phase   ? "phase" : NULL;
     if (field)
         return dfail(c, "insn %u (%s): field %s is unused by this kind and must be %s", i,
                      plan_insn_kind_name(in->kind), field, canon.attrs != in->attrs ? "PLAN_NONE" : "0");

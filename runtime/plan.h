@@ -58,7 +58,7 @@
 #include <stdio.h>
 
 #define PLAN_MAGIC "PLANCC\r\n"
-#define PLAN_VERSION 1u
+#define PLAN_VERSION 2u
 #define PLAN_HEADER_BYTES 64u
 #define PLAN_MAX_AXES 4
 #define PLAN_MAX_RANK 8
@@ -94,6 +94,9 @@ typedef struct plan_meta {
     uint32_t zero_stage;        // 0..3
     double est_step_s;          // the cost model's estimate of one step (seconds)
     double est_peak_bytes;      // the largest arena of any program
+    double model_flops;         // FLOPs of one step as Megatron-LM counts them (matrix products of the
+                                // forward, backward and recomputed forward, all ranks); 0: unknown
+    double device_peak_flops;   // FLOP/s of one device at the model's dtype (tensor cores); 0: unknown
     uint32_t loss;              // the loss tensor (per micro-batch), or PLAN_NONE
     const char *notes;          // the compiler's decisions, one per line, for plandump; or NULL
 } plan_meta;
@@ -188,8 +191,16 @@ typedef enum plan_insn_kind {
 
 typedef enum plan_loop_var { PLAN_LOOP_MB, PLAN_LOOP_LAYER, PLAN_LOOP_REVERSE_LAYER } plan_loop_var;
 
+// The part of the step an instruction belongs to, for tools (plandump's timelines colour by it;
+// nothing runs differently): the forward or backward pass of a micro-batch, a forward operator
+// run again in the backward pass (activation recomputation), the optimizer (and what follows it).
+typedef enum plan_phase { PLAN_PHASE_NONE, PLAN_PHASE_FWD, PLAN_PHASE_BWD, PLAN_PHASE_RECOMPUTE, PLAN_PHASE_OPT, PLAN_PHASE_COUNT } plan_phase;
+
 // A loop sets its variable to 0..count-1 (REVERSE_LAYER: count-1..0) around its body; a
 // buffer's micro-batch slot is (mb + insn.mb_delta), its layer slot the innermost layer var.
+// t_s is the cost model's time for one execution on its stream (compute, coll, send, recv,
+// copy; 0 for the other kinds, and where the plan's writer gave none): the simulator
+// (runtime/sim.h) works from it.
 typedef struct plan_insn {
     uint8_t kind;
     uint8_t stream;
@@ -199,6 +210,8 @@ typedef struct plan_insn {
     uint32_t args;              // index of the first of nargs buffer ids in the program's args
     int32_t a, b;
     uint32_t attrs;             // index into the program's attrs, PLAN_NONE if none
+    float t_s;                  // seconds per execution, finite and >= 0
+    uint8_t phase;              // plan_phase (0 for record, wait and loop)
 } plan_insn;
 
 // Operator attributes as the compiler's pcc_attrs carries them, flattened for the file.
@@ -265,7 +278,7 @@ void *plan_alloc(plan *p, size_t n);
 // shards that name mesh axes and (for a tensor buffer) dimensions of its tensor (all R for
 // scratch), layer slots inside their tensor's copies (layer_base + layer_slots <= copies;
 // layer_base 0 for scratch), loops nested inside their program (at most PLAN_MAX_LOOP_DEPTH
-// deep). plan_encode refuses and plan_decode rejects a plan
+// deep), instruction times and META's FLOP figures finite and >= 0. plan_encode refuses and plan_decode rejects a plan
 // that fails it. Returns PLAN_ERR_FORMAT with a message naming the item, or PLAN_OK.
 #define PLAN_MAX_LOOP_DEPTH 32
 plan_status plan_validate(const plan *p, char *err, size_t err_n);
@@ -301,6 +314,7 @@ const char *plan_insn_kind_name(uint32_t kind);
 const char *plan_insn_name(const plan_insn *in);
 const char *plan_loop_var_name(uint32_t var);
 const char *plan_schedule_name(uint32_t schedule);
+const char *plan_phase_name(uint32_t phase); // none fwd bwd recompute opt
 
 // The FNV-1a 64 of a file's bytes (the header's model and cluster hashes); PLAN_ERR_IO with a
 // message if it cannot be read.

@@ -151,6 +151,8 @@ static plan_status validate_meta(vctx *v) {
     if (!m->micro_batches) return bad(v, "micro_batches is 0");
     if ((uint32_t)m->schedule > PLAN_SCHED_1F1B_INTERLEAVED) return bad(v, "schedule %u unknown", (uint32_t)m->schedule);
     if (m->zero_stage > 3) return bad(v, "zero_stage %u, at most 3", m->zero_stage);
+    if (!isfinite(m->model_flops) || signbit(m->model_flops) || !isfinite(m->device_peak_flops) || signbit(m->device_peak_flops))
+        return bad(v, "model_flops %g and device_peak_flops %g must be finite and >= 0", m->model_flops, m->device_peak_flops);
     return validate_axis_names(v);
 }
 
@@ -288,6 +290,9 @@ static plan_status validate_insn(vctx *v, uint32_t k, uint32_t i) {
     if (!kn) return bad(v, "program %u: insn %u: kind %u unknown", k, i, in->kind);
     if (in->kind != PLAN_I_LOOP && in->stream >= pg->n_streams)
         return bad(v, "program %u: insn %u (%s): stream %u out of range (%u streams)", k, i, kn, in->stream, pg->n_streams);
+    if (!isfinite(in->t_s) || signbit(in->t_s))
+        return bad(v, "program %u: insn %u (%s): time %g s, expected finite and >= 0", k, i, kn, (double)in->t_s);
+    if (in->phase >= PLAN_PHASE_COUNT) return bad(v, "program %u: insn %u (%s): phase %u unknown", k, i, kn, in->phase);
     if ((uint64_t)in->args + in->nargs > pg->n_args)
         return bad(v, "program %u: insn %u (%s): arguments %u..%llu out of range (%u arguments)", k, i, kn, in->args,
                    (unsigned long long)in->args + in->nargs - 1, pg->n_args);

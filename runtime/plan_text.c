@@ -15,14 +15,14 @@
  * loop depth for the reader only). The lines, in this order (runtime/PLAN_FORMAT.md has them
  * all with an example):
  *
- *   plan 1                                  the format version (required, first)
+ *   plan 2                                  the format version (required, first)
  *   compiler "plancc 0.1.0"                 optional lines, in this order:
  *   model "gpt-tiny"                          model name, or -
  *   options "--pp 2"                          the canonical option string, or -
  *   hashes model 0x... cluster 0x... options 0x...
  *   mesh pp 2 tp 2                          required: axis names and sizes (world = product)
  *   micro_batches 4 schedule 1f1b zero_stage 0
- *   estimate step_s 0.5 peak_bytes 1048576
+ *   estimate step_s 0.5 peak_bytes 1048576 [model_flops 3.1e+12] [device_peak_flops 3.12e+14]
  *   loss 8                                    the loss tensor (absent: none)
  *   notes "tp 2: ...\n..."                    the compiler's decisions (absent: none)
  *   tensor 0 "x" f32 input [4,8] data normal    tensors, numbered from 0: name dtype kind shape,
@@ -38,15 +38,17 @@
  *       layer_stride 512] [layer_base 2] [persist] [shard pp=d0 tp=v]   (or: buffer 1 scratch f32 ...)
  *     attrs 0 f 1,1e-05 i 7 perm 1,0 win 3,3,1,1,0,0   (each list without trailing zeros)
  *     0: loop mb 4 body 2
- *     1:   compute linear s0 mb-1 args 0,1 -> 2 attrs 0
- *     2:   send s1 pp +1 args 2
+ *     1:   compute linear s0 mb-1 args 0,1 -> 2 attrs 0 phase=fwd t=2.5e-05
+ *     2:   send s1 pp +1 args 2 phase=fwd t=1e-05
  *          recv s1 pp -1 args 3          coll all_reduce s1 group 0 args 4 -> 4
  *          copy s0 args 2 -> 3           record s0 event 0     wait s1 event 0
  *
  * A shard lists the axes that are not R, in mesh order: AXIS=v (partial sums) or AXIS=dI
  * (dimension I split); "shard" is left out when every axis is R.
  *
- * An instruction line starts with its index and a colon. "args IN -> OUT" lists buffer ids; the
+ * An instruction line starts with its index and a colon; compute, coll, send, recv and copy end
+ * with the optional "phase=fwd|bwd|recompute|opt" (absent: none) and "t=SECONDS" (the cost
+ * model's time, a float; absent: 0). "args IN -> OUT" lists buffer ids; the
  * arrow only helps the reader (an operator's outputs per ops.def, a collective's or copy's
  * second buffer): the arguments are the two lists joined. The parser checks syntax and what the
  * in-memory plan needs to hold the text (items numbered in order, names that exist, numbers
@@ -93,6 +95,8 @@ static const char *const insn_kind_names[] = {"compute", "coll", "send", "recv",
 _Static_assert(sizeof(insn_kind_names) / sizeof(insn_kind_names[0]) == PLAN_I_KIND_COUNT, "one name per insn kind");
 static const char *const loop_var_names[] = {"mb", "layer", "reverse_layer"};
 static const char *const schedule_names[] = {"none", "gpipe", "1f1b", "1f1b_interleaved"};
+static const char *const phase_names[] = {"none", "fwd", "bwd", "recompute", "opt"};
+_Static_assert(sizeof(phase_names) / sizeof(phase_names[0]) == PLAN_PHASE_COUNT, "one name per plan_phase");
 
 #define COUNT(a) ((uint32_t)(sizeof(a) / sizeof((a)[0])))
 #define NAME_OR_NULL(table, v) ((v) < COUNT(table) ? (table)[v] : NULL)
@@ -112,6 +116,7 @@ const char *plan_insn_name(const plan_insn *in) {
 }
 const char *plan_loop_var_name(uint32_t var) { return NAME_OR_NULL(loop_var_names, var); }
 const char *plan_schedule_name(uint32_t schedule) { return NAME_OR_NULL(schedule_names, schedule); }
+const char *plan_phase_name(uint32_t phase) { return NAME_OR_NULL(phase_names, phase); }
 _Static_assert(COUNT(init_names) == PLAN_INIT_UNIFORM + 1, "one name per plan_init");
 _Static_assert(COUNT(data_names) == PLAN_DATA_ARANGE + 1, "one name per plan_data");
 
@@ -194,6 +199,14 @@ static void print_head(FILE *f, const plan *p) {
     print_f64(f, m->est_step_s);
     fputs(" peak_bytes ", f);
     print_f64(f, m->est_peak_bytes);
+    if (m->model_flops != 0 || signbit(m->model_flops)) {
+        fputs(" model_flops ", f);
+        print_f64(f, m->model_flops);
+    }
+    if (m->device_peak_flops != 0 || signbit(m->device_peak_flops)) {
+        fputs(" device_peak_flops ", f);
+        print_f64(f, m->device_peak_flops);
+    }
     fputc('\n', f);
     if (m->loss != PLAN_NONE) fprintf(f, "loss %u\n", m->loss);
     if (m->notes) {
@@ -348,6 +361,33 @@ static uint32_t args_split(const plan_insn *in) {
     return in->nargs;
 }
 
+// " phase=fwd t=2.5e-05": the phase unless none, the time unless 0 (the shortest %.Ng that reads
+// back to the same float; integral values in full).
+static void print_time(FILE *f, const plan_insn *in) {
+    const char *ph = plan_phase_name(in->phase);
+    if (in->phase) {
+        if (ph) fprintf(f, " phase=%s", ph);
+        else fprintf(f, " phase=?%u", in->phase);
+    }
+    float x = in->t_s;
+    if (x == 0 && !signbit(x)) return;
+    if (!isfinite(x)) {
+        fprintf(f, " t=%s", isnan(x) ? "nan" : x < 0 ? "-inf" : "inf");
+        return;
+    }
+    char buf[40];
+    if (x == floorf(x) && fabsf(x) < 16777216.0f) {
+        fprintf(f, " t=%.0f", (double)x);
+        return;
+    }
+    for (int prec = 1; prec <= 9; prec++) {
+        snprintf(buf, sizeof(buf), "%.*g", prec, (double)x);
+        float y = strtof(buf, NULL);
+        if (memcmp(&x, &y, sizeof(x)) == 0) break;
+    }
+    fprintf(f, " t=%s", buf);
+}
+
 static void print_mb(FILE *f, const plan_insn *in) {
     if (in->mb_delta) fprintf(f, " mb%+d", in->mb_delta);
 }
@@ -385,6 +425,7 @@ static void print_insn(FILE *f, const plan *p, const plan_program *pg, uint32_t 
         fprintf(f, " %.8s %+d", in->a >= 0 && (uint32_t)in->a < p->meta.n_axes ? p->meta.axis_names[in->a] : "?", in->b);
     print_args(f, pg, in, args_split(in));
     if (in->kind == PLAN_I_COMPUTE && in->attrs != PLAN_NONE) fprintf(f, " attrs %u", in->attrs);
+    print_time(f, in);
     fputc('\n', f);
 }
 
@@ -781,6 +822,10 @@ static plan_status parse_estimate(parser *ps) {
     if (!st) st = tok_f64(ps, next(ps), "step_s", &ps->p->meta.est_step_s);
     if (!st) st = expect(ps, "peak_bytes");
     if (!st) st = tok_f64(ps, next(ps), "peak_bytes", &ps->p->meta.est_peak_bytes);
+    if (!st && ps->at < ps->nt && is(ps->t[ps->at], "model_flops") && ++ps->at)
+        st = tok_f64(ps, next(ps), "model_flops", &ps->p->meta.model_flops);
+    if (!st && ps->at < ps->nt && is(ps->t[ps->at], "device_peak_flops") && ++ps->at)
+        st = tok_f64(ps, next(ps), "device_peak_flops", &ps->p->meta.device_peak_flops);
     return st;
 }
 
@@ -1106,13 +1151,16 @@ static plan_status args_list(parser *ps, tok t, plan_insn *in) {
     }
 }
 
+// "phase=..." or "t=...": the optional words that end an instruction line.
+static bool is_tail(tok t) { return (t.n >= 2 && memcmp(t.s, "t=", 2) == 0) || (t.n >= 6 && memcmp(t.s, "phase=", 6) == 0); }
+
 // " args IN -> OUT" (either list may be missing; the arrow is for the reader); nothing if absent.
 static plan_status insn_args(parser *ps, plan_insn *in) {
     if (ps->at == ps->nt || !is(ps->t[ps->at], "args")) return PLAN_OK;
     ps->at++;
     plan_status st = PLAN_OK;
     bool arrow = false;
-    while (!st && ps->at < ps->nt && !is(ps->t[ps->at], "attrs")) {
+    while (!st && ps->at < ps->nt && !is(ps->t[ps->at], "attrs") && !is_tail(ps->t[ps->at])) {
         tok t = next(ps);
         if (is(t, "->") && !arrow) arrow = true;
         else st = args_list(ps, t, in);
@@ -1166,6 +1214,33 @@ static plan_status insn_body(parser *ps, plan_insn *in) {
     }
 }
 
+// The optional " phase=NAME" and " t=SECONDS" (a float, finite and >= 0), on the kinds that
+// have them.
+static plan_status insn_tail(parser *ps, plan_insn *in) {
+    bool timed = in->kind <= PLAN_I_COPY;
+    char b[64];
+    if (ps->at < ps->nt && ps->t[ps->at].n >= 6 && memcmp(ps->t[ps->at].s, "phase=", 6) == 0) {
+        tok t = next(ps);
+        if (!timed) return perr(ps, "%s: a %s has no phase", shown(t, b, sizeof(b)), plan_insn_kind_name(in->kind));
+        uint32_t v = COUNT(phase_names);
+        for (uint32_t i = 1; i < COUNT(phase_names); i++)
+            if (t.n - 6 == strlen(phase_names[i]) && memcmp(t.s + 6, phase_names[i], t.n - 6) == 0) v = i;
+        if (v == COUNT(phase_names)) return perr(ps, "unknown phase %s (known: fwd, bwd, recompute, opt)", shown(t, b, sizeof(b)));
+        in->phase = (uint8_t)v;
+    }
+    if (ps->at < ps->nt && ps->t[ps->at].n >= 2 && memcmp(ps->t[ps->at].s, "t=", 2) == 0) {
+        tok t = next(ps);
+        if (!timed) return perr(ps, "%s: a %s takes no time", shown(t, b, sizeof(b)), plan_insn_kind_name(in->kind));
+        double v;
+        plan_status st = tok_f64(ps, (tok){t.s + 2, t.n - 2}, "t", &v);
+        if (st) return st;
+        float x = (float)v;
+        if (!isfinite(x) || signbit(x)) return perr(ps, "t: %s seconds, expected a finite time >= 0", shown(t, b, sizeof(b)));
+        in->t_s = x;
+    }
+    return PLAN_OK;
+}
+
 // "N: kind ...": instruction N of the current program.
 static plan_status parse_insn(parser *ps) {
     plan_program *pg = cur_program(ps);
@@ -1182,6 +1257,7 @@ static plan_status parse_insn(parser *ps) {
     if (!st) st = get_name(ps, "instruction", insn_kind_names, COUNT(insn_kind_names), &kind);
     in.kind = (uint8_t)kind;
     if (!st) st = insn_body(ps, &in);
+    if (!st) st = insn_tail(ps, &in);
     if (!st) pg->insns[pg->n_insns++] = in;
     return st;
 }

@@ -2,6 +2,7 @@
  * plandump.c: shows, checks and assembles plan files.
  *
  *   plandump [--rank R] [--json | --text | --check-only] PLAN
+ *   plandump [--sim] [--trace OUT.json] [--svg OUT.svg] [--ranks A-B] PLAN
  *   plandump --assemble TEXT -o PLAN [--force]
  *
  * It reads a plan (all of it, or with --rank only the sections that rank reads: the header, the
@@ -20,12 +21,24 @@
  * with (reduce_scatter) or sends (all_to_all, send_recv), as the cost model counts them; for
  * send and recv the buffer.
  *
+ * --sim, --trace and --svg simulate one step of the plan (runtime/sim.h: every rank's program on
+ * the cost model's instruction times that the plan carries) and print its summary (step time
+ * against the plan's estimate, TFLOP/s per GPU and MFU, bubble, exposed communication, memory),
+ * write the timeline as Chrome trace JSON (a process per rank, a thread per stream, "X" slices
+ * named by operator or collective with micro-batch and layer, memory as "C" counters, each
+ * message a flow arrow from send to recv; Perfetto and chrome://tracing open it), or draw it as
+ * an SVG picture: the pipeline view (one row per rank, the compute stream's forward and backward
+ * passes coloured by phase and numbered by micro-batch, idle time shaded) over the per-rank,
+ * per-stream timeline with each rank's live bytes. Without --ranks they show every rank of a
+ * small plan and one rank per class of ranks that run alike (sim.h) of a large one.
+ *
  * Exit codes: 0 success, 1 internal error, 2 usage error or a file that cannot be opened,
  * read or written, 4 not a valid plan file (magic, version, CRC, truncation, a malformed
  * section or text), 5 the plan fails plan_check, 6 a stale plan (--model/--cluster). The output is printed before the exit code 5,
  * so a broken plan can still be looked at. Diagnostics go to stderr as "plandump: FILE: message".
  */
 #include "plan.h"
+#include "sim.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -42,6 +55,7 @@ enum { EXIT_OK = 0, EXIT_INTERNAL = 1, EXIT_USAGE = 2, EXIT_FORMAT = 4, EXIT_INV
 static void usage(FILE *f) {
     fprintf(f,
             "usage: plandump [--rank R] [--json | --text | --check-only] PLAN\n"
+            "       plandump [--sim] [--trace OUT.json] [--svg OUT.svg] [--ranks A-B] PLAN\n"
             "       plandump --assemble TEXT -o PLAN [--force]\n"
             "       plandump --help | --version\n"
             "\n"
@@ -59,6 +73,19 @@ static void usage(FILE *f) {
             "                     --assemble turns back into the same bytes\n"
             "  --check-only       print nothing; the exit code says whether the plan is valid\n"
             "  --rank R           read only what rank R reads (its own program section)\n"
+            "  --sim              simulate one step (every rank's program with the cost model's\n"
+            "                     instruction times the plan carries) and print the step time\n"
+            "                     against the plan's estimate, TFLOP/s per GPU and MFU, the\n"
+            "                     pipeline bubble, exposed communication and peak memory\n"
+            "  --trace OUT.json   write the simulated timeline as Chrome trace JSON (a process\n"
+            "                     per rank, a thread per stream, memory counters, send/recv flow\n"
+            "                     arrows; open it in Perfetto or chrome://tracing)\n"
+            "  --svg OUT.svg      draw the simulated timeline: the pipeline view (ranks x time,\n"
+            "                     forward and backward per micro-batch, idle time shaded) and\n"
+            "                     each rank's streams and live memory\n"
+            "  --ranks A-B        only ranks A to B in --trace and --svg (or one rank: --ranks A;\n"
+            "                     default: every rank up to 64 (16 in --svg), else one rank per\n"
+            "                     class of ranks that run alike)\n"
             "  --model FILE       refuse the plan (exit 6) unless it was compiled from FILE ...\n"
             "  --cluster FILE     ... and this cluster file (the hashes in its header)\n"
             "  --assemble TEXT    parse the text form TEXT, check it and write the plan to -o PLAN\n"
@@ -70,25 +97,30 @@ static void usage(FILE *f) {
             "Diagnostics: \"plandump: FILE: message\" on stderr.\n"
             "Exit codes: 0 success, 1 internal error, 2 usage error or a file that cannot be opened,\n"
             "read or written, 4 not a valid plan file (bad magic, version, CRC, truncated, malformed\n"
-            "section or text), 5 the plan fails plan_check (the output is printed first), 6 a stale\n"
-            "plan (--model or --cluster differ from what it was compiled from).\n");
+            "section or text), 5 the plan fails plan_check (the output is printed first) or its\n"
+            "simulation deadlocks, 6 a stale plan (--model or --cluster differ from what it was\n"
+            "compiled from).\n");
 }
 
-typedef enum out_mode { OUT_SUMMARY, OUT_JSON, OUT_TEXT, OUT_NONE } out_mode;
+typedef enum out_mode { OUT_SUMMARY, OUT_JSON, OUT_TEXT, OUT_NONE, OUT_SIM } out_mode;
 
 typedef struct options {
     const char *plan, *assemble, *output;
     const char *model, *cluster;    // verify the plan's hashes against these
+    const char *trace, *svg;        // write the simulated timeline here
     out_mode mode;
     int rank;       // -1: all
     bool force;
+    bool ranks;     // --ranks given: ranks_lo..ranks_hi
+    uint32_t ranks_lo, ranks_hi;
 } options;
 
-enum { OPT_RANK = 256, OPT_JSON, OPT_TEXT, OPT_CHECK_ONLY, OPT_ASSEMBLE, OPT_FORCE, OPT_MODEL, OPT_CLUSTER };
+enum { OPT_RANK = 256, OPT_JSON, OPT_TEXT, OPT_CHECK_ONLY, OPT_ASSEMBLE, OPT_FORCE, OPT_MODEL, OPT_CLUSTER, OPT_SIM, OPT_TRACE,
+       OPT_SVG, OPT_RANKS };
 
 static int set_mode(options *o, out_mode m, const char *flag) {
     if (o->mode != OUT_SUMMARY && o->mode != m) {
-        fprintf(stderr, "plandump: %s: only one of --json, --text and --check-only (see plandump --help)\n", flag);
+        fprintf(stderr, "plandump: %s: only one of --json, --text, --check-only and --sim (see plandump --help)\n", flag);
         return EXIT_USAGE;
     }
     o->mode = m;
@@ -107,8 +139,33 @@ static int rank_option(const char *arg, int *out) {
     return EXIT_OK;
 }
 
+// "A-B" or "A": ranks A to B.
+static int ranks_option(const char *arg, options *o) {
+    char *end;
+    errno = 0;
+    unsigned long a = strtoul(arg, &end, 10), b = a;
+    if (end != arg && *end == '-' && end[1] >= '0' && end[1] <= '9') b = strtoul(end + 1, &end, 10);
+    if (end == arg || *end || errno || a > b || b > UINT32_MAX || arg[0] == '-') {
+        fprintf(stderr, "plandump: --ranks wants A-B (A <= B) or A, got \"%s\"\n", arg);
+        return EXIT_USAGE;
+    }
+    o->ranks = true;
+    o->ranks_lo = (uint32_t)a, o->ranks_hi = (uint32_t)b;
+    return EXIT_OK;
+}
+
 // The combinations the options allow, once they are all read.
 static int check_options(int argc, char **argv, options *o) {
+    bool sim = o->mode == OUT_SIM || o->trace || o->svg;
+    if (o->ranks && !o->trace && !o->svg) {
+        fprintf(stderr, "plandump: --ranks goes with --trace or --svg (see plandump --help)\n");
+        return EXIT_USAGE;
+    }
+    if (sim && (o->rank >= 0 || o->assemble || (o->mode != OUT_SUMMARY && o->mode != OUT_SIM))) {
+        fprintf(stderr, "plandump: --sim, --trace and --svg simulate the whole plan: not with --rank, --assemble, --json, "
+                        "--text or --check-only (see plandump --help)\n");
+        return EXIT_USAGE;
+    }
     if (o->assemble) {
         if (optind != argc || !o->output || o->rank >= 0 || o->mode != OUT_SUMMARY || o->model || o->cluster) {
             fprintf(stderr, "plandump: --assemble TEXT takes -o PLAN (and --force) and nothing else (see plandump --help)\n");
@@ -136,7 +193,9 @@ static int parse_options(int argc, char **argv, options *o, bool *done) {
         {"assemble", required_argument, NULL, OPT_ASSEMBLE}, {"output", required_argument, NULL, 'o'},
         {"force", no_argument, NULL, OPT_FORCE},           {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, 'V'},               {"model", required_argument, NULL, OPT_MODEL},
-        {"cluster", required_argument, NULL, OPT_CLUSTER}, {NULL, 0, NULL, 0},
+        {"cluster", required_argument, NULL, OPT_CLUSTER}, {"sim", no_argument, NULL, OPT_SIM},
+        {"trace", required_argument, NULL, OPT_TRACE},     {"svg", required_argument, NULL, OPT_SVG},
+        {"ranks", required_argument, NULL, OPT_RANKS},     {NULL, 0, NULL, 0},
     };
     *done = false;
     o->rank = -1;
@@ -153,6 +212,10 @@ static int parse_options(int argc, char **argv, options *o, bool *done) {
         case OPT_FORCE: o->force = true; break;
         case OPT_MODEL: o->model = optarg; break;
         case OPT_CLUSTER: o->cluster = optarg; break;
+        case OPT_SIM: st = set_mode(o, OUT_SIM, "--sim"); break;
+        case OPT_TRACE: o->trace = optarg; break;
+        case OPT_SVG: o->svg = optarg; break;
+        case OPT_RANKS: st = ranks_option(optarg, o); break;
         case 'h': usage(stdout); *done = true; return EXIT_OK;
         case 'V': printf("plandump %s (plan format %u)\n", PLANDUMP_VERSION, PLAN_VERSION); *done = true; return EXIT_OK;
         case ':': fprintf(stderr, "plandump: option %s needs a value\n", argv[optind - 1]); return EXIT_USAGE;
@@ -460,6 +523,10 @@ static void print_json(FILE *f, const char *file, const plan *p, int rank, const
     json_num(f, m->est_step_s);
     fputs(", \"peak_bytes\": ", f);
     json_num(f, m->est_peak_bytes);
+    fputs(", \"model_flops\": ", f);
+    json_num(f, m->model_flops);
+    fputs(", \"device_peak_flops\": ", f);
+    json_num(f, m->device_peak_flops);
     fputs("},\n  \"loss\": ", f);
     if (m->loss == PLAN_NONE) fputs("null", f);
     else {
@@ -483,6 +550,435 @@ static void print_json(FILE *f, const char *file, const plan *p, int rank, const
             first = false;
         }
     fputs("\n  ]\n}\n", f);
+}
+
+/* ---- the simulated timeline: Chrome trace JSON and SVG ---- */
+
+// The rank at offset b along mesh axis a from rank q, or PLAN_NONE.
+static uint32_t rank_peer(const plan *p, uint32_t q, int32_t a, int32_t b) {
+    if (a < 0 || (uint32_t)a >= p->meta.n_axes) return PLAN_NONE;
+    uint64_t stride = 1;
+    for (uint32_t x = (uint32_t)a + 1; x < p->meta.n_axes; x++) stride *= p->meta.mesh[x];
+    int64_t c = (int64_t)p->ranks[q].coord[a] + b;
+    if (c < 0 || c >= p->meta.mesh[a]) return PLAN_NONE;
+    return (uint32_t)((int64_t)q + b * (int64_t)stride);
+}
+
+// The ranks --trace and --svg show: --ranks, else every rank up to `all_up_to`, else the first
+// rank of each class. NULL with *n 0 when --ranks is past the plan (a diagnostic printed).
+static uint32_t *shown_ranks(const options *o, const plan *p, const sim_result *r, uint32_t all_up_to, uint32_t *n) {
+    uint32_t W = p->meta.world, lo = 0, hi = W - 1;
+    *n = 0;
+    if (o->ranks) {
+        if (o->ranks_lo >= W) {
+            fprintf(stderr, "plandump: %s: --ranks %u-%u is out of range: the plan has %u ranks\n", o->plan, o->ranks_lo,
+                    o->ranks_hi, W);
+            return NULL;
+        }
+        lo = o->ranks_lo, hi = o->ranks_hi < W ? o->ranks_hi : W - 1;
+    }
+    bool per_class = !o->ranks && W > all_up_to;
+    uint32_t *v = malloc(sizeof(uint32_t) * ((per_class ? r->n_classes : hi - lo + 1) + 1));
+    if (!v) return NULL;
+    if (per_class)
+        for (uint32_t k = 0; k < r->n_classes; k++) v[(*n)++] = r->classes[k].rank;
+    else
+        for (uint32_t q = lo; q <= hi; q++) v[(*n)++] = q;
+    return v;
+}
+
+static void rank_label(const plan *p, uint32_t q, char *buf, size_t n) {
+    const plan_program *pg = &p->programs[p->ranks[q].program];
+    int k = snprintf(buf, n, "rank %u: %s (", q, pg->name);
+    for (uint32_t a = 0; a < p->meta.n_axes && k > 0 && (size_t)k < n; a++)
+        k += snprintf(buf + k, n - (size_t)k, "%s%.8s %u", a ? ", " : "", p->meta.axis_names[a], p->ranks[q].coord[a]);
+    if (k > 0 && (size_t)k < n) snprintf(buf + k, n - (size_t)k, ")");
+}
+
+static void trace_meta(FILE *f, const plan *p, const sim_result *r, uint32_t q, bool *first) {
+    char label[160];
+    const sim_class *c = &r->classes[r->rank_class[q]];
+    const plan_program *pg = &p->programs[c->program];
+    rank_label(p, q, label, sizeof(label));
+    fprintf(f, "%s\n{\"ph\": \"M\", \"name\": \"process_name\", \"pid\": %u, \"args\": {\"name\": ", *first ? "" : ",", q);
+    json_str(f, label);
+    fprintf(f, "}},\n{\"ph\": \"M\", \"name\": \"process_sort_index\", \"pid\": %u, \"args\": {\"sort_index\": %u}}", q, q);
+    for (uint32_t s = 0; s < pg->n_streams; s++)
+        fprintf(f, ",\n{\"ph\": \"M\", \"name\": \"thread_name\", \"pid\": %u, \"tid\": %u, \"args\": {\"name\": \"stream %u%s\"}}", q,
+                s, s, s == c->main_stream ? " (compute)" : pg->priority[s] < 0 ? " (high priority)" : "");
+    *first = false;
+}
+
+// One interval as an "X" slice, and its message's end of a flow arrow when both ranks are shown.
+static void trace_slice(FILE *f, const plan *p, uint32_t q, uint32_t s, const plan_program *pg, const sim_interval *v,
+                        const bool *shown) {
+    const plan_insn *in = &pg->insns[v->insn];
+    const char *ph = plan_phase_name(in->phase);
+    fprintf(f, ",\n{\"ph\": \"X\", \"name\": \"%s\", \"cat\": \"%s\", \"pid\": %u, \"tid\": %u, \"ts\": %.3f, \"dur\": %.3f, "
+            "\"args\": {\"insn\": %u, \"mb\": %u, \"layer\": %u, \"phase\": \"%s\"",
+            plan_insn_name(in), ph ? ph : "?", q, s, v->start * 1e6, (v->end - v->start) * 1e6, v->insn, v->mb, v->layer, ph ? ph : "?");
+    if (in->kind == PLAN_I_COLL) fprintf(f, ", \"group\": %d", in->a);
+    uint32_t peer = in->kind == PLAN_I_SEND || in->kind == PLAN_I_RECV ? rank_peer(p, q, in->a, in->b) : PLAN_NONE;
+    if (peer != PLAN_NONE) fprintf(f, ", \"peer\": %u", peer);
+    fputs("}}", f);
+    if (peer == PLAN_NONE || !v->msg || !shown[peer]) return;
+    uint32_t sender = in->kind == PLAN_I_SEND ? q : peer;
+    unsigned long long id = (unsigned long long)v->msg * p->meta.world + sender;
+    fprintf(f, ",\n{\"ph\": \"%s\", \"name\": \"message\", \"cat\": \"p2p\", \"id\": %llu, \"pid\": %u, \"tid\": %u, \"ts\": %.3f%s}",
+            in->kind == PLAN_I_SEND ? "s" : "f", id, q, s, v->start * 1e6, in->kind == PLAN_I_SEND ? "" : ", \"bp\": \"e\"");
+}
+
+// The live-bytes counter of rank q: its value at each start on the compute stream where it changes.
+static void trace_memory(FILE *f, const plan *p, const sim_result *r, uint32_t q) {
+    const sim_class *c = &r->classes[r->rank_class[q]];
+    const uint64_t *live = r->live_bytes[c->program];
+    uint64_t last = UINT64_MAX;
+    uint32_t s = c->main_stream;
+    for (uint32_t i = 0; live && i < c->n_iv[s]; i++) {
+        uint64_t x = live[c->iv[s][i].insn];
+        if (x == last) continue;
+        fprintf(f, ",\n{\"ph\": \"C\", \"name\": \"live bytes\", \"pid\": %u, \"ts\": %.3f, \"args\": {\"live\": %llu}}", q,
+                c->iv[s][i].start * 1e6, (unsigned long long)x);
+        last = x;
+    }
+}
+
+static void write_trace(FILE *f, const options *o, const plan *p, const sim_result *r, const uint32_t *ranks, uint32_t n,
+                        const bool *shown) {
+    fputs("{\"displayTimeUnit\": \"ms\", \"otherData\": {\"plan\": ", f);
+    json_str(f, o->plan);
+    fputs(", \"simulated_step_s\": ", f);
+    json_num(f, r->step_s);
+    fputs(", \"estimated_step_s\": ", f);
+    json_num(f, p->meta.est_step_s);
+    fputs(", \"mfu\": ", f);
+    json_num(f, r->mfu);
+    fputs(", \"bubble\": ", f);
+    json_num(f, r->bubble);
+    fputs("},\n\"traceEvents\": [", f);
+    bool first = true;
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t q = ranks[i];
+        const sim_class *c = &r->classes[r->rank_class[q]];
+        const plan_program *pg = &p->programs[c->program];
+        trace_meta(f, p, r, q, &first);
+        for (uint32_t s = 0; s < pg->n_streams; s++)
+            for (uint32_t j = 0; j < c->n_iv[s]; j++) trace_slice(f, p, q, s, pg, &c->iv[s][j], shown);
+        trace_memory(f, p, r, q);
+    }
+    fputs("\n]}\n", f);
+}
+
+/* The picture. Rows on one time axis, drawn by pixel column: each column of a row takes the
+ * colour that covers most of it (none if less than half is covered), and runs of columns of one
+ * colour are one rectangle, so a row costs at most its width in elements however many
+ * instructions it holds. Labels (micro-batch numbers) go on runs of one phase and micro-batch
+ * that are wide enough to hold them. */
+
+enum { SVG_W = 1500, SVG_LEFT = 240, SVG_RIGHT = 20, SVG_ROW = 20, SVG_PLOT = SVG_W - SVG_LEFT - SVG_RIGHT };
+enum { K_FWD0, K_FWD1, K_BWD0, K_BWD1, K_RC, K_OPT, K_NONE, K_COLL, K_MSG, K_COPY, K_COUNT };
+static const char *const palette[K_COUNT] = {"#4e79a7", "#86acd6", "#3a8a3a", "#7cc470", "#e8b93a",
+                                             "#b07aa1", "#9a9a9a", "#e15759", "#f28e2b", "#bab0ac"};
+static const char *const C_IDLE = "#fbe3e3";
+
+typedef struct painter {
+    FILE *f;
+    double t0_px, px_per_s;     // x of time 0, pixels per second
+    double y, h;                // the row
+    float (*cov)[K_COUNT];      // per pixel column, per colour: the part of the column covered
+    char label[16];             // the open label run, from x0 to x1 (pixels), of one phase
+    double x0, x1;
+    int key;
+} painter;
+
+// Colour k covers the span [a, b] seconds of the row.
+static void paint(painter *pt, double a, double b, int k) {
+    double x0 = a * pt->px_per_s, x1 = b * pt->px_per_s;
+    if (x1 <= x0) x1 = x0 + 1e-3;
+    for (int c = (int)x0 < 0 ? 0 : (int)x0; c < SVG_PLOT && c < x1; c++) {
+        double lo = x0 > c ? x0 : c, hi = x1 < c + 1 ? x1 : c + 1;
+        if (hi > lo) pt->cov[c][k] += (float)(hi - lo);
+    }
+}
+
+static void label_flush(painter *pt) {
+    double w = pt->x1 - pt->x0;
+    if (pt->label[0] && w >= 6.5 * (double)strlen(pt->label) + 3)
+        fprintf(pt->f, "<text x=\"%.1f\" y=\"%.1f\" class=\"in\">%s</text>\n", pt->t0_px + pt->x0 + w / 2, pt->y + pt->h / 2 + 4,
+                pt->label);
+    pt->label[0] = 0;
+}
+
+// A label over [a, b] seconds: joined to the open run when it is the same text of the same key
+// (phase) and close enough.
+static void label(painter *pt, double a, double b, const char *text, int key) {
+    double x0 = a * pt->px_per_s, x1 = b * pt->px_per_s;
+    if (pt->label[0] && strcmp(pt->label, text) == 0 && key == pt->key && x0 - pt->x1 < 1.5) {
+        pt->x1 = x1;
+        return;
+    }
+    label_flush(pt);
+    snprintf(pt->label, sizeof(pt->label), "%s", text);
+    pt->x0 = x0, pt->x1 = x1, pt->key = key;
+}
+
+// Draws the row's columns as runs of one colour and clears it.
+static void row_flush(painter *pt) {
+    int run_k = -1, run_at = 0;
+    for (int c = 0; c <= SVG_PLOT; c++) {
+        int best = -1;
+        float most = 0, total = 0;
+        for (int k = 0; c < SVG_PLOT && k < K_COUNT; k++) {
+            total += pt->cov[c][k];
+            if (pt->cov[c][k] > most) most = pt->cov[c][k], best = k;
+        }
+        if (total < 0.5f) best = -1;
+        if (best == run_k && c < SVG_PLOT) continue;
+        if (run_k >= 0)
+            fprintf(pt->f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%d\" height=\"%.1f\" fill=\"%s\"/>\n", pt->t0_px + run_at, pt->y,
+                    c - run_at, pt->h, palette[run_k]);
+        run_k = best, run_at = c;
+    }
+    memset(pt->cov, 0, sizeof(float) * K_COUNT * SVG_PLOT);
+}
+
+static int phase_colour(uint8_t phase, uint32_t mb) {
+    switch (phase) {
+    case PLAN_PHASE_FWD: return K_FWD0 + (int)(mb & 1);
+    case PLAN_PHASE_BWD: return K_BWD0 + (int)(mb & 1);
+    case PLAN_PHASE_RECOMPUTE: return K_RC;
+    case PLAN_PHASE_OPT: return K_OPT;
+    default: return K_NONE;
+    }
+}
+
+static int kind_colour(const plan_insn *in, uint32_t mb) {
+    switch (in->kind) {
+    case PLAN_I_COLL: return K_COLL;
+    case PLAN_I_SEND: case PLAN_I_RECV: return K_MSG;
+    case PLAN_I_COPY: return K_COPY;
+    default: return phase_colour(in->phase, mb);
+    }
+}
+
+static void svg_text(FILE *f, double x, double y, const char *cls, const char *s) {
+    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" class=\"%s\">", x, y, cls);
+    for (; *s; s++) {
+        if (*s == '<') fputs("&lt;", f);
+        else if (*s == '>') fputs("&gt;", f);
+        else if (*s == '&') fputs("&amp;", f);
+        else if ((unsigned char)*s >= 0x20 && (unsigned char)*s < 0x7f) fputc(*s, f);
+    }
+    fputs("</text>\n", f);
+}
+
+// A tick every 1, 2 or 5 x 10^k seconds, labelled, with grid lines from y0 to y1.
+static void svg_axis(FILE *f, const painter *pt, double step, double y0, double y1) {
+    double raw = step / 8, unit = pow(10, floor(log10(raw > 0 ? raw : 1e-9))), tick = unit;
+    if (raw / unit > 5) tick = 10 * unit;
+    else if (raw / unit > 2) tick = 5 * unit;
+    else if (raw / unit > 1) tick = 2 * unit;
+    for (int i = 0; i * tick <= step * 1.0001 && i < 100; i++) {
+        double x = pt->t0_px + i * tick * pt->px_per_s, t = i * tick;
+        char b[32];
+        if (step >= 1) snprintf(b, sizeof(b), "%.4g s", t);
+        else if (step >= 1e-3) snprintf(b, sizeof(b), "%.4g ms", t * 1e3);
+        else snprintf(b, sizeof(b), "%.4g us", t * 1e6);
+        fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" class=\"grid\"/>\n", x, y0, x, y1);
+        svg_text(f, x, y0 - 4, "tick", b);
+    }
+}
+
+// The pipeline view's row of rank q: the compute stream's intervals by phase and micro-batch.
+static void svg_pipeline_row(painter *pt, const plan *p, const sim_result *r, uint32_t q) {
+    const sim_class *c = &r->classes[r->rank_class[q]];
+    const plan_program *pg = &p->programs[c->program];
+    uint32_t s = c->main_stream;
+    fprintf(pt->f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\"/>\n", pt->t0_px, pt->y,
+            r->step_s * pt->px_per_s, pt->h, C_IDLE);
+    for (uint32_t i = 0; i < c->n_iv[s]; i++) {
+        const sim_interval *v = &c->iv[s][i];
+        paint(pt, v->start, v->end, phase_colour(pg->insns[v->insn].phase, v->mb));
+    }
+    row_flush(pt);
+    for (uint32_t i = 0; i < c->n_iv[s]; i++) { // the labels over the rectangles
+        const sim_interval *v = &c->iv[s][i];
+        uint8_t ph = pg->insns[v->insn].phase;
+        char text[16] = "";
+        if (ph == PLAN_PHASE_FWD || ph == PLAN_PHASE_BWD || ph == PLAN_PHASE_RECOMPUTE) snprintf(text, sizeof(text), "%u", v->mb);
+        label(pt, v->start, v->end, text, ph);
+    }
+    label_flush(pt);
+}
+
+// Rank q's streams, one row each, by kind; then its live bytes as a line under them.
+static double svg_rank_rows(painter *pt, const plan *p, const sim_result *r, uint32_t q) {
+    const sim_class *c = &r->classes[r->rank_class[q]];
+    const plan_program *pg = &p->programs[c->program];
+    for (uint32_t s = 0; s < pg->n_streams; s++) {
+        char b[32];
+        snprintf(b, sizeof(b), "stream %u", s);
+        svg_text(pt->f, SVG_LEFT - 8, pt->y + pt->h / 2 + 4, "lab", b);
+        for (uint32_t i = 0; i < c->n_iv[s]; i++) {
+            const sim_interval *v = &c->iv[s][i];
+            paint(pt, v->start, v->end, kind_colour(&pg->insns[v->insn], v->mb));
+        }
+        row_flush(pt);
+        pt->y += pt->h + 2;
+    }
+    const uint64_t *live = r->live_bytes[c->program];
+    double H = 28, base = pt->y + H, top = (double)pg->arena_bytes;
+    uint32_t s = c->main_stream;
+    if (!live || !c->n_iv[s] || top <= 0) return pt->y;
+    svg_text(pt->f, SVG_LEFT - 8, pt->y + H / 2 + 4, "lab", "live bytes");
+    // A step line: each value holds until the next; at most one step per pixel (the column's last).
+    fprintf(pt->f, "<polyline class=\"mem\" points=\"%.1f,%.1f", pt->t0_px, base);
+    double lasty = base;
+    for (uint32_t i = 0; i < c->n_iv[s]; i++) {
+        double x = pt->t0_px + c->iv[s][i].start * pt->px_per_s, y = base - H * (double)live[c->iv[s][i].insn] / top;
+        bool last_in_column = i + 1 == c->n_iv[s] || (int)(pt->t0_px + c->iv[s][i + 1].start * pt->px_per_s) != (int)x;
+        if (!last_in_column || y == lasty) continue;
+        fprintf(pt->f, " %.1f,%.1f %.1f,%.1f", x, lasty, x, y);
+        lasty = y;
+    }
+    fprintf(pt->f, " %.1f,%.1f\"/>\n", pt->t0_px + r->step_s * pt->px_per_s, lasty);
+    return pt->y + H + 6;
+}
+
+static void svg_legend(FILE *f, double y) {
+    static const struct { int k; const char *name; } items[] = {
+        {K_FWD0, "forward (micro-batch n)"}, {K_BWD0, "backward"}, {K_RC, "recomputed forward"}, {K_OPT, "optimizer"},
+        {K_COLL, "collective"}, {K_MSG, "send/recv"}, {K_COPY, "copy"}, {-1, "idle (compute stream)"},
+    };
+    double x = SVG_LEFT;
+    for (size_t i = 0; i < sizeof(items) / sizeof(items[0]); i++) {
+        fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"14\" height=\"12\" fill=\"%s\" stroke=\"#666\" stroke-width=\"0.5\"/>", x, y,
+                items[i].k < 0 ? C_IDLE : palette[items[i].k]);
+        svg_text(f, x + 18, y + 10, "leg", items[i].name);
+        x += 30 + 6.5 * (double)strlen(items[i].name);
+    }
+}
+
+static void write_svg(FILE *f, const options *o, const plan *p, const sim_result *r, const uint32_t *ranks, uint32_t n) {
+    const plan_meta *m = &p->meta;
+    uint32_t detail = n < 16 ? n : 16; // ranks with their streams drawn
+    double height = 120 + n * (SVG_ROW + 4) + 60;
+    for (uint32_t i = 0; i < detail; i++)
+        height += 30 + p->programs[r->classes[r->rank_class[ranks[i]]].program].n_streams * (SVG_ROW + 2) + 34;
+    fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%.0f\" "
+            "viewBox=\"0 0 %d %.0f\">\n<style>text{font-family:sans-serif;font-size:12px;fill:#222}.t{font-size:15px;font-weight:bold}"
+            ".lab{text-anchor:end}.tick{font-size:10px;text-anchor:middle;fill:#555}.in{font-size:10px;text-anchor:middle;fill:#fff}"
+            ".h{font-size:13px;font-weight:bold}.grid{stroke:#ddd;stroke-width:0.5}.mem{fill:none;stroke:#8c564b;stroke-width:1}"
+            "</style>\n<rect width=\"100%%\" height=\"100%%\" fill=\"#fff\"/>\n", SVG_W, height, SVG_W, height);
+    char b[512], s1[32];
+    snprintf(b, sizeof(b), "%s: model %s, %u ranks, %u micro-batches, schedule %s", o->plan, m->model_name ? m->model_name : "-",
+             m->world, m->micro_batches, plan_schedule_name(m->schedule));
+    svg_text(f, 10, 20, "t", b);
+    snprintf(s1, sizeof(s1), "%.4g ms", r->step_s * 1e3);
+    snprintf(b, sizeof(b), "simulated step %s (estimate %.4g ms); bubble %.1f%%; exposed communication %.4g ms per rank; MFU %.1f%%", s1,
+             m->est_step_s * 1e3, 100 * r->bubble, r->exposed_comm_s * 1e3, 100 * r->mfu);
+    svg_text(f, 10, 40, "", b);
+    svg_legend(f, 52);
+    painter pt = {.f = f, .t0_px = SVG_LEFT, .px_per_s = r->step_s > 0 ? SVG_PLOT / r->step_s : 0, .h = SVG_ROW};
+    pt.cov = calloc(SVG_PLOT, sizeof(*pt.cov));
+    if (!pt.cov) return;
+    double y = 100;
+    svg_text(f, 10, y - 6, "h", "pipeline view: the compute stream of each rank");
+    svg_axis(f, &pt, r->step_s, y + 10, y + 14 + n * (SVG_ROW + 4));
+    y += 14;
+    for (uint32_t i = 0; i < n; i++, y += SVG_ROW + 4) {
+        rank_label(p, ranks[i], b, sizeof(b));
+        svg_text(f, SVG_LEFT - 8, y + SVG_ROW / 2 + 4, "lab", b);
+        pt.y = y;
+        svg_pipeline_row(&pt, p, r, ranks[i]);
+    }
+    y += 40;
+    svg_text(f, 10, y - 6, "h", detail < n ? "per rank and stream (the first 16 ranks shown above)" : "per rank and stream");
+    for (uint32_t i = 0; i < detail; i++) {
+        rank_label(p, ranks[i], b, sizeof(b));
+        svg_text(f, 10, y + 14, "", b);
+        pt.y = y + 22;
+        y = svg_rank_rows(&pt, p, r, ranks[i]) + 8;
+    }
+    fputs("</svg>\n", f);
+    free(pt.cov);
+}
+
+// Writes one output file with `what`; EXIT_USAGE with a diagnostic when it cannot.
+static int write_file_with(const char *path, void (*what)(FILE *, const void *), const void *ctx) {
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        fprintf(stderr, "plandump: %s: cannot open for writing: %s\n", path, strerror(errno));
+        return EXIT_USAGE;
+    }
+    what(f, ctx);
+    bool bad = ferror(f) != 0;
+    if (fclose(f) != 0 || bad) {
+        fprintf(stderr, "plandump: %s: cannot write: %s\n", path, strerror(errno));
+        return EXIT_USAGE;
+    }
+    return EXIT_OK;
+}
+
+typedef struct show_ctx {
+    const options *o;
+    const plan *p;
+    const sim_result *r;
+    const uint32_t *ranks;
+    uint32_t n;
+    const bool *shown;
+} show_ctx;
+
+static void trace_to(FILE *f, const void *ctx) {
+    const show_ctx *x = ctx;
+    write_trace(f, x->o, x->p, x->r, x->ranks, x->n, x->shown);
+}
+
+static void svg_to(FILE *f, const void *ctx) {
+    const show_ctx *x = ctx;
+    write_svg(f, x->o, x->p, x->r, x->ranks, x->n);
+}
+
+// One output of the simulation (trace or svg) for the ranks it shows.
+static int show_one(const options *o, const plan *p, const sim_result *r, bool svg) {
+    uint32_t n;
+    uint32_t *ranks = shown_ranks(o, p, r, svg ? 16 : 64, &n);
+    bool *shown = calloc((size_t)p->meta.world + 1, sizeof(bool));
+    if (!ranks || !shown) {
+        free(ranks), free(shown);
+        if (!n && o->ranks && o->ranks_lo >= p->meta.world) return EXIT_USAGE;
+        fprintf(stderr, "plandump: out of memory\n");
+        return EXIT_INTERNAL;
+    }
+    for (uint32_t i = 0; i < n; i++) shown[ranks[i]] = true;
+    show_ctx ctx = {o, p, r, ranks, n, shown};
+    int rc = write_file_with(svg ? o->svg : o->trace, svg ? svg_to : trace_to, &ctx);
+    free(ranks), free(shown);
+    return rc;
+}
+
+// --sim, --trace, --svg: simulates p and shows the result.
+static int show_sim(const options *o, const plan *p) {
+    sim_opts so = {.intervals = o->trace || o->svg, .rank_lo = o->ranks ? o->ranks_lo : 0, .rank_hi = o->ranks ? o->ranks_hi : UINT32_MAX};
+    sim_result r;
+    char err[2048];
+    plan_status st = sim_run(p, &so, &r, err, sizeof(err));
+    if (st) {
+        fprintf(stderr, "plandump: %s: %s\n", o->plan, err);
+        return st == PLAN_ERR_IO ? EXIT_INTERNAL : st == PLAN_ERR_FORMAT ? EXIT_FORMAT : EXIT_INVALID;
+    }
+    const plan_meta *m = &p->meta;
+    if (o->mode == OUT_SIM) {
+        printf("plan %s: model %s, ", o->plan, m->model_name ? m->model_name : "(none)");
+        for (uint32_t i = 0; i < m->n_axes; i++) printf("%s%s %u", i ? " x " : "", m->axis_names[i], m->mesh[i]);
+        printf("%s = %u rank%s, %u micro-batch%s, schedule %s\n", m->n_axes ? "" : "(no axes)", m->world, m->world == 1 ? "" : "s",
+               m->micro_batches, m->micro_batches == 1 ? "" : "es", plan_schedule_name(m->schedule));
+        sim_print(stdout, p, &r, "  ");
+    }
+    int rc = o->trace ? show_one(o, p, &r, false) : EXIT_OK;
+    if (!rc && o->svg) rc = show_one(o, p, &r, true);
+    sim_free(&r);
+    return rc;
 }
 
 /* ---- the two jobs ---- */
@@ -525,13 +1021,15 @@ static int dump(const options *o) {
     }
     char check[1024];
     plan_status cst = plan_check(&p, check, sizeof(check));
-    if (o->mode == OUT_SUMMARY) print_summary(stdout, o->plan, &p, o->rank, cst ? check : NULL);
+    bool sim = o->mode == OUT_SIM || o->trace || o->svg;
+    if (o->mode == OUT_SUMMARY && !sim) print_summary(stdout, o->plan, &p, o->rank, cst ? check : NULL);
     else if (o->mode == OUT_JSON) print_json(stdout, o->plan, &p, o->rank, cst ? check : NULL);
     else if (o->mode == OUT_TEXT) plan_print(stdout, &p, o->rank);
+    int src = sim && !cst ? show_sim(o, &p) : EXIT_OK;
     plan_free(&p);
     int rc = flush_stdout();
     if (cst) fprintf(stderr, "plandump: %s: %s\n", o->plan, check);
-    return rc ? rc : exit_for(cst, check);
+    return rc ? rc : cst ? exit_for(cst, check) : src;
 }
 
 // The whole of a file, NUL-terminated; NULL with a diagnostic if it cannot be read.

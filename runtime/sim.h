@@ -1,0 +1,105 @@
+/*
+ * sim.h: the plan simulator. It runs a plan's programs on a model of time, from the plan alone:
+ * every instruction takes the cost model's time that the compiler wrote into it (plan_insn.t_s),
+ * so plandump (which has no cluster file) and plancc (which has) simulate alike.
+ *
+ * What it models, as runtime/PLAN_FORMAT.md defines the instructions:
+ *   - each stream of a rank runs its instructions in program order (loops expanded), one at a
+ *     time: an instruction starts when its stream is free and what it depends on is there;
+ *   - record marks its event's ordinal done when its stream reaches it; wait holds its stream
+ *     until the ordinal it counted is done (the latest record before it in program order, on any
+ *     stream: CUDA's cudaStreamWaitEvent after cudaEventRecord; a wait with no record before it
+ *     does not wait);
+ *   - a collective starts when every member of its group instance has reached it and ends for
+ *     all at once, after the longest of the members' times (the slowest member bounds it);
+ *   - a maximal run of send and recv on one stream is one NCCL group: all of them are posted at
+ *     once; the k-th message from a rank to a peer pairs with the peer's k-th receive from it and
+ *     moves when both are posted, for the longer of the two sides' times; the stream is free when
+ *     every message of its run has moved;
+ *   - record, wait and loop take no time.
+ * Ranks that run alike are simulated once: the ranks are split into classes (first by program,
+ * then until every rank of a class has its peers and its group instances in the same classes),
+ * so that a 1024-rank plan with a dozen pipeline stages costs a dozen programs' instructions.
+ * A plan that cannot finish (a wait nothing records, a collective a member never reaches, a
+ * receive nothing sends) is a deadlock: sim_run says which streams wait for what.
+ *
+ * Figures (sim_result): the step time (the last stream's end), per rank class the time some
+ * compute or copy runs, the time some communication runs, the part of it with no compute at the
+ * same time (exposed communication), the busy time of the compute stream (the first stream with
+ * a compute instruction) and so its idle share of the step (the pipeline bubble, waits included);
+ * TFLOP/s per GPU and MFU from META's model_flops (Megatron-LM's count) and device_peak_flops;
+ * memory: each program's arena (the plan's exact static peak) and a live-bytes curve by
+ * instruction (a buffer counts from its first use to its last, widened to the loop around its
+ * uses unless it lives within one iteration, as the compiler's planner counts it; persistent
+ * buffers always).
+ */
+#ifndef PLAN_SIM_H
+#define PLAN_SIM_H
+
+#include "plan.h"
+
+// One instruction's run on a stream.
+typedef struct sim_interval {
+    double start, end;          // seconds from the start of the step
+    uint32_t insn;              // index in the program
+    uint32_t mb, layer;         // its micro-batch (loop variable + mb_delta) and layer loop variable
+    uint32_t msg;               // send and recv: the message's number (> 0; the same on both sides), else 0
+} sim_interval;
+
+typedef struct sim_class {
+    uint32_t program;
+    uint32_t rank;              // its first rank (the one simulated)
+    uint32_t n_ranks;
+    uint32_t main_stream;       // the compute stream: the first with a compute instruction (0 if none)
+    double end_s;               // when its last stream finishes
+    double compute_s;           // time in which some compute or copy runs (any stream)
+    double comm_s;              // time in which some collective, send or recv runs
+    double exposed_comm_s;      // ... while no compute or copy runs
+    double main_busy_s;         // time in which the compute stream runs anything
+    uint64_t executed;          // instructions run (loops expanded; record and wait included)
+    bool kept;                  // its intervals were kept (sim_opts)
+    sim_interval *iv[8];        // per stream, in order of start
+    uint32_t n_iv[8];
+} sim_class;
+
+typedef struct sim_result {
+    double step_s;              // the simulated step
+    double tflops_per_gpu;      // model_flops / step / world / 1e12; 0 when the plan has no model_flops
+    double mfu;                 // of device_peak_flops; 0 when either figure is missing
+    double bubble, bubble_max;  // the compute stream's idle share of the step: mean over ranks, worst
+    uint32_t bubble_max_rank;
+    double compute_s, compute_max_s;          // per rank: mean, most
+    double comm_s, exposed_comm_s, exposed_comm_max_s;
+    uint32_t compute_max_rank, exposed_max_rank;
+    uint64_t peak_bytes;        // the largest arena of a rank's program
+    uint32_t peak_program;
+    uint64_t live_peak_bytes;   // the largest live-bytes figure of any program
+    uint32_t n_classes;
+    sim_class *classes;
+    uint32_t *rank_class;       // per rank: its class
+    uint32_t n_programs;
+    uint64_t **live_bytes;      // per program (NULL if not loaded), per instruction: bytes live there
+    uint64_t executed;          // instructions simulated (all classes)
+    double seconds;             // wall time of the simulation
+} sim_result;
+
+typedef struct sim_opts {
+    bool intervals;             // keep the intervals of the classes that hold a rank in ...
+    uint32_t rank_lo, rank_hi;  // ... [rank_lo, rank_hi]
+} sim_opts;
+
+// Simulates one step of p (o NULL: figures only, no intervals). p must have every program
+// loaded (not a plan read for one rank) and pass plan_validate; plan_check is not needed, but a
+// plan that fails it may deadlock or have no peer for a message, which is an error here too.
+// Returns PLAN_OK, PLAN_ERR_FORMAT (plan_validate's message), PLAN_ERR_INVALID (a program not
+// loaded, a deadlock, a message with no peer, a collective on a group the rank is not in), or
+// PLAN_ERR_IO (out of memory), with a message in err. *r is filled on PLAN_OK and zeroed
+// otherwise; sim_free releases it either way.
+plan_status sim_run(const plan *p, const sim_opts *o, sim_result *r, char *err, size_t err_n);
+void sim_free(sim_result *r); // accepts NULL and a zeroed result
+
+// The summary a person reads: the simulated step against the plan's estimate, TFLOP/s per GPU
+// and MFU, the bubble, compute and communication (exposed), memory. Lines start with `indent`.
+void sim_print(FILE *f, const plan *p, const sim_result *r, const char *indent);
+
+#endif

@@ -1,0 +1,145 @@
+#!/usr/bin/env python3
+"""sim_cli.py: plandump's simulation outputs, end to end.
+
+  sim_cli.py PLANCC PLANDUMP SRC
+
+--sim on the hand-written pipeline (tests/plans/sim-1f1b.plan.txt) prints its hand-computed step;
+--trace writes Chrome trace JSON that parses, with a process per rank, a named thread per stream,
+one "X" slice per instruction that takes time (named by operator, collective, send or recv, with
+micro-batch and layer), "C" memory counters, and each message as an "s"/"f" flow pair with one
+id; --svg writes well-formed SVG (XML) with the pipeline view. Then the same on a compiled 1F1B
+GPT plan (gpt-tiny on 4 cpu ranks, pp 4, 8 micro-batches): --ranks limits the trace to those
+ranks and their flows to messages between them. The command line's errors, a deadlocked plan
+(exit 5, "deadlock"), and the speed of a 1024-rank GPT-3 plan with 256 micro-batches.
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+
+plancc, plandump, root = (os.path.abspath(a) for a in sys.argv[1:4])
+fails = passes = 0
+
+
+def check(what, ok, detail=""):
+    global fails, passes
+    if ok:
+        passes += 1
+        print("ok  ", what)
+    else:
+        fails += 1
+        print("FAIL", what, detail)
+
+
+def run(*args):
+    return subprocess.run([plandump, *args], capture_output=True, text=True, cwd=root)
+
+
+def trace_checks(name, path, ranks, streams_of):
+    with open(path) as f:
+        d = json.load(f)
+    ev = d["traceEvents"]
+    procs = {e["pid"] for e in ev if e["ph"] == "M" and e["name"] == "process_name"}
+    check(f"{name}: a process per shown rank", procs == set(ranks), procs)
+    threads = {(e["pid"], e["tid"]) for e in ev if e["ph"] == "M" and e["name"] == "thread_name"}
+    check(f"{name}: a named thread per stream", threads == {(r, s) for r in ranks for s in range(streams_of(r))}, threads)
+    xs = [e for e in ev if e["ph"] == "X"]
+    check(f"{name}: slices on shown ranks, with mb, layer and phase",
+          xs and all(e["pid"] in procs and {"mb", "layer", "phase", "insn"} <= set(e["args"]) and e["dur"] >= 0 for e in xs))
+    check(f"{name}: memory counters", {e["pid"] for e in ev if e["ph"] == "C"} == set(ranks))
+    s = {e["id"]: e for e in ev if e["ph"] == "s"}
+    f = {e["id"]: e for e in ev if e["ph"] == "f"}
+    check(f"{name}: every flow has both ends", s.keys() == f.keys() and len(s) > 0, (len(s), len(f)))
+    check(f"{name}: flows go between different ranks, binding to the next slice",
+          all(s[i]["pid"] != f[i]["pid"] and f[i].get("bp") == "e" for i in s))
+    starts = {(e["pid"], e["tid"], e["ts"], e["name"]) for e in xs}
+    check(f"{name}: each flow starts on a send and ends on a recv",
+          all((s[i]["pid"], s[i]["tid"], s[i]["ts"], "send") in starts and (f[i]["pid"], f[i]["tid"], f[i]["ts"], "recv") in starts
+              for i in s))
+    return d, xs
+
+
+def svg_checks(name, path):
+    try:
+        tree = ET.parse(path)
+    except ET.ParseError as e:
+        check(f"{name}: SVG is well-formed XML", False, e)
+        return
+    svg = tree.getroot()
+    ns = "{http://www.w3.org/2000/svg}"
+    check(f"{name}: SVG is well-formed XML", svg.tag == ns + "svg")
+    texts = "".join(t.text or "" for t in svg.iter(ns + "text"))
+    check(f"{name}: SVG has the pipeline view and rows", "pipeline view" in texts and len(list(svg.iter(ns + "rect"))) > 20)
+
+
+with tempfile.TemporaryDirectory() as tmp:
+    # The hand-written 1F1B pipeline: 2 stages, 4 micro-batches, tf = 1 s, tb = 2 s.
+    hand = os.path.join(tmp, "sim-1f1b.plan")
+    p = run("--assemble", "tests/plans/sim-1f1b.plan.txt", "-o", hand)
+    check("assemble sim-1f1b", p.returncode == 0, p.stderr)
+    p = run("--sim", hand)
+    check("--sim: the step of (m + p - 1)(tf + tb) = 15 s", p.returncode == 0 and "simulated step  15 s" in p.stdout
+          and "bubble          20.0%" in p.stdout, p.stdout + p.stderr)
+    tr, svg = os.path.join(tmp, "h.json"), os.path.join(tmp, "h.svg")
+    p = run("--trace", tr, "--svg", svg, hand)
+    check("--trace and --svg: exit 0, nothing on stdout", p.returncode == 0 and p.stdout == "", p.stderr)
+    d, xs = trace_checks("sim-1f1b", tr, [0, 1], lambda r: 1)
+    check("sim-1f1b: 32 slices (8 compute, 8 messages per stage)", len(xs) == 32, len(xs))
+    check("sim-1f1b: 8 messages", len([e for e in d["traceEvents"] if e["ph"] == "s"]) == 8)
+    b0 = [e for e in xs if e["pid"] == 0 and e["args"]["phase"] == "bwd" and e["name"] == "scale"]
+    check("sim-1f1b: stage 0's first backward starts at 4 s", b0 and min(e["ts"] for e in b0) == 4e6)
+    svg_checks("sim-1f1b", svg)
+
+    # A compiled 1F1B GPT plan.
+    gpt = os.path.join(tmp, "gpt.plan")
+    c = subprocess.run([plancc, "models/gpt-tiny.json", "--cluster", "models/clusters/cpu.json", "--devices", "4", "--dp", "1",
+                        "--tp", "1", "--pp", "4", "--micro-batches", "8", "--schedule", "1f1b", "-q", "-o", gpt],
+                       capture_output=True, text=True, cwd=root)
+    check("compile gpt-tiny pp 4 1f1b", c.returncode == 0, c.stderr)
+    p = run("--sim", gpt)
+    check("gpt-tiny: --sim prints step, estimate, TFLOP/s, MFU, bubble, exposed comm, memory",
+          p.returncode == 0 and all(w in p.stdout for w in ["simulated step", "the estimate says", "TFLOP/s per GPU", "MFU",
+                                                             "bubble", "exposed", "peak"]), p.stdout + p.stderr)
+    p = run("--trace", tr, "--svg", svg, gpt)
+    check("gpt-tiny: --trace and --svg", p.returncode == 0, p.stderr)
+    d, xs = trace_checks("gpt-tiny", tr, [0, 1, 2, 3], lambda r: 1)
+    names = {e["name"] for e in xs}
+    check("gpt-tiny: slices named by operator", {"linear", "send", "recv", "adamw"} <= names, names)
+    check("gpt-tiny: forward, backward and recomputed phases", {e["args"]["phase"] for e in xs} >= {"fwd", "bwd", "opt"})
+    svg_checks("gpt-tiny", svg)
+    p = run("--trace", tr, "--ranks", "1-2", gpt)
+    check("--ranks 1-2", p.returncode == 0, p.stderr)
+    trace_checks("gpt-tiny --ranks 1-2", tr, [1, 2], lambda r: 1)
+
+    # Errors.
+    for args, code, words in [(["--ranks", "0-1", gpt], 2, "--ranks goes with --trace or --svg"),
+                              (["--sim", "--rank", "0", gpt], 2, "simulate the whole plan"),
+                              (["--sim", "--json", gpt], 2, "only one of"),
+                              (["--trace", tr, "--ranks", "7-9", gpt], 2, "out of range"),
+                              (["--trace", tr, "--ranks", "3-1", gpt], 2, "--ranks wants"),
+                              (["--svg", os.path.join(tmp, "no", "such.svg"), gpt], 2, "cannot open for writing")]:
+        p = run(*args)
+        check(f"plandump {' '.join(args[:-1])}: exit {code}", p.returncode == code and words in p.stderr, (p.returncode, p.stderr))
+    dead = os.path.join(tmp, "dead.plan")
+    run("--assemble", "tests/run_bad/deadlock.plan.txt", "-o", dead)
+    p = run("--sim", dead)
+    check("a deadlocked plan: exit 5, the waiting receives named", p.returncode == 5 and "deadlock" in p.stderr
+          and "rank 0" in p.stderr and "rank 1" in p.stderr, (p.returncode, p.stderr))
+
+    # 1024 ranks, 256 micro-batches: seconds, not minutes (one rank per stage is simulated).
+    big = os.path.join(tmp, "175b.plan")
+    c = subprocess.run([plancc, "models/gpt3-175b.json", "--cluster", "models/clusters/dgx-a100.json", "--nodes", "128",
+                        "--dp", "8", "--tp", "8", "--pp", "16", "--micro-batches", "256", "--recompute", "full", "--zero", "1",
+                        "-q", "-o", big], capture_output=True, text=True, cwd=root)
+    check("compile gpt3-175b on 1024 ranks", c.returncode == 0, c.stderr)
+    t0 = time.monotonic()
+    p = run("--sim", big)
+    dt = time.monotonic() - t0
+    check(f"gpt3-175b, 1024 ranks, 256 micro-batches: simulated in {dt:.2f} s (< 20 s), 16 classes",
+          p.returncode == 0 and dt < 20 and "1024 ranks as 16 classes" in p.stdout, p.stdout + p.stderr)
+
+print(f"{passes} passed, {fails} failed")
+sys.exit(1 if fails else 0)

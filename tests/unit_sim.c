@@ -1,0 +1,288 @@
+/*
+ * unit_sim.c: unit tests of the plan simulator (runtime/sim.c) on hand-written plans with step
+ * times worked out by hand: the plans in tests/plans/sim-*.plan.txt (a 2-stage 1F1B and GPipe
+ * pipeline, a collective that waits for its slowest member, a communication stream hidden
+ * behind compute), generated pipelines of p equal stages (1F1B and GPipe over m micro-batches,
+ * each (m + p - 1)(tf + tb), with and without data parallelism, whose ranks must fold into one
+ * class per stage), the intervals and messages of one pipeline, and deadlocks (the pipeline of
+ * tests/run_bad/deadlock.plan.txt; two groups taken in opposite orders) reported as errors
+ * that name the waiting ranks. The source root is argv[1].
+ */
+#include "plan.h"
+#include "sim.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "test.h"
+
+static const char *root;
+static char err[2048];
+
+static char *slurp(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = malloc((size_t)len + 1);
+    if (buf && fread(buf, 1, (size_t)len, f) != (size_t)len) {
+        free(buf);
+        buf = NULL;
+    }
+    if (buf) buf[len] = 0;
+    fclose(f);
+    return buf;
+}
+
+// Parses text into p; false (with the message printed) if it does not parse.
+static bool parse(const char *text, const char *name, plan *p) {
+    plan_status st = plan_parse(text, strlen(text), name, p, err, sizeof(err));
+    if (st) fprintf(stderr, "     %s\n", err);
+    return st == PLAN_OK;
+}
+
+static bool load(const char *rel, plan *p) {
+    char path[1024];
+    snprintf(path, sizeof(path), "%s/%s", root, rel);
+    char *text = slurp(path);
+    bool ok = text && parse(text, rel, p);
+    if (!text) fprintf(stderr, "     cannot read %s\n", path);
+    free(text);
+    return ok;
+}
+
+static bool near(double a, double b) { return fabs(a - b) <= 1e-9 * (1 + fabs(b)); }
+
+/* ---- the hand-written plans ---- */
+
+static void test_pipeline_files(void) {
+    const char *files[] = {"tests/plans/sim-1f1b.plan.txt", "tests/plans/sim-gpipe.plan.txt"};
+    for (int i = 0; i < 2; i++) {
+        plan p;
+        EXPECT(load(files[i], &p));
+        EXPECT(plan_check(&p, err, sizeof(err)) == PLAN_OK);
+        sim_opts o = {.intervals = true, .rank_lo = 0, .rank_hi = 1};
+        sim_result r;
+        EXPECT(sim_run(&p, &o, &r, err, sizeof(err)) == PLAN_OK);
+        EXPECT(near(r.step_s, 15));
+        EXPECT(r.n_classes == 2 && r.classes[0].kept && r.classes[1].kept);
+        EXPECT(near(r.bubble, 0.2) && near(r.bubble_max, 0.2)); // (p - 1) / (m + p - 1)
+        EXPECT(near(r.compute_s, 12) && near(r.exposed_comm_s, 0));
+        // Stage 0 runs 4 forwards and 4 backwards; its first backward starts once stage 1 has
+        // run F0 (1..2) and B0 (2..4); 1F1B: at 4, GPipe: stage 1's B0 comes after its F3, at 7.
+        const sim_class *c = &r.classes[0];
+        uint32_t backward = 0;
+        for (uint32_t k = 0; k < c->n_iv[0]; k++) {
+            const sim_interval *v = &c->iv[0][k];
+            if (p.programs[0].insns[v->insn].phase == PLAN_PHASE_BWD && p.programs[0].insns[v->insn].kind == PLAN_I_COMPUTE &&
+                backward++ == 0)
+                EXPECT(near(v->start, i == 0 ? 4 : 7) && v->mb == 0);
+        }
+        EXPECT(backward == 4);
+        EXPECT(r.executed == 32); // 16 instructions per stage, loops expanded
+        sim_free(&r);
+        plan_free(&p);
+    }
+}
+
+static void test_collective(void) {
+    plan p;
+    EXPECT(load("tests/plans/sim-coll.plan.txt", &p));
+    sim_opts o = {.intervals = true, .rank_lo = 0, .rank_hi = 1};
+    sim_result r;
+    EXPECT(sim_run(&p, &o, &r, err, sizeof(err)) == PLAN_OK);
+    EXPECT(near(r.step_s, 4.75));
+    EXPECT(r.n_classes == 2);
+    const sim_class *fast = &r.classes[r.rank_class[0]], *slow = &r.classes[r.rank_class[1]];
+    EXPECT(fast->n_iv[0] == 3 && near(fast->iv[0][1].start, 3) && near(fast->iv[0][1].end, 3.75));
+    EXPECT(slow->n_iv[0] == 3 && near(slow->iv[0][1].start, 3) && near(slow->iv[0][1].end, 3.75));
+    EXPECT(near(fast->main_busy_s, 2.75) && near(fast->exposed_comm_s, 0.75) && near(slow->compute_s, 4));
+    EXPECT(near(r.bubble_max, 2 / 4.75) && r.bubble_max_rank == 0);
+    sim_free(&r);
+    plan_free(&p);
+}
+
+static void test_overlap(void) {
+    plan p;
+    EXPECT(load("tests/plans/sim-overlap.plan.txt", &p));
+    sim_result r;
+    EXPECT(sim_run(&p, NULL, &r, err, sizeof(err)) == PLAN_OK);
+    EXPECT(near(r.step_s, 5) && near(r.comm_s, 2) && near(r.exposed_comm_s, 0) && near(r.bubble, 0));
+    EXPECT(r.classes[0].kept == false && r.classes[0].n_iv[0] == 0);
+    sim_free(&r);
+    // With b taking 1 s instead of 3, stream 0 waits for the all-reduce from 2 s to 3 s: 1 s exposed.
+    p.programs[0].insns[5].t_s = 1;
+    EXPECT(sim_run(&p, NULL, &r, err, sizeof(err)) == PLAN_OK);
+    EXPECT(near(r.step_s, 4) && near(r.exposed_comm_s, 1) && near(r.bubble, 0.25));
+    sim_free(&r);
+    plan_free(&p);
+}
+
+/* ---- generated pipelines ---- */
+
+typedef struct text {
+    char *s;
+    size_t n, cap;
+} text;
+
+static void put(text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void put(text *t, const char *fmt, ...) {
+    va_list ap;
+    for (;;) {
+        va_start(ap, fmt);
+        int k = vsnprintf(t->s + t->n, t->cap - t->n, fmt, ap);
+        va_end(ap);
+        if (k >= 0 && (size_t)k < t->cap - t->n) {
+            t->n += (size_t)k;
+            return;
+        }
+        t->cap = t->cap * 2 + 4096;
+        t->s = realloc(t->s, t->cap);
+    }
+}
+
+static void pass(text *t, int *i, int s, int p, int mb, bool bwd, double tf, double tb) {
+    bool in = bwd ? s < p - 1 : s > 0, out = bwd ? s > 0 : s < p - 1;
+    const char *ph = bwd ? "bwd" : "fwd";
+    if (in) put(t, "  %d: recv s0 mb+%d pp %+d args %d phase=%s\n", (*i)++, mb, bwd ? 1 : -1, bwd, ph);
+    // forward: make or update the activation (buffer 0); backward: the gradient (buffer 1), from
+    // the activation on the last stage, else from the gradient received
+    if (!bwd) put(t, "  %d: compute %s s0 mb+%d args %s0 phase=fwd t=%g\n", (*i)++, s ? "scale" : "fill", mb, s ? "0 -> " : "-> ", tf);
+    else put(t, "  %d: compute scale s0 mb+%d args %d -> 1 phase=bwd t=%g\n", (*i)++, mb, s < p - 1, tb);
+    if (out) put(t, "  %d: send s0 mb+%d pp %+d args %d phase=%s\n", (*i)++, mb, bwd ? -1 : 1, bwd, ph);
+}
+
+// A pipeline of p equal stages (x dp ranks each), m micro-batches, unrolled: GPipe or 1F1B,
+// then (with dp > 1) an all-reduce of t_ar over dp on every stage.
+static char *pipeline(int p, int dp, int m, bool gpipe, double tf, double tb, double t_ar) {
+    text t = {0};
+    put(&t, "plan 2\nmesh pp %d dp %d\nmicro_batches %d schedule %s zero_stage 0\ngroup 0 axes dp\n", p, dp, m, gpipe ? "gpipe" : "1f1b");
+    for (int s = 0; s < p; s++) put(&t, "ranks %d-%d program %d\n", s * dp, s * dp + dp - 1, s);
+    for (int s = 0; s < p; s++) {
+        put(&t, "program %d \"stage%d\" arena 512 streams 1 priority 0 events 0\n", s, s);
+        put(&t, "  buffer 0 scratch f32 at 0 bytes 64\n  buffer 1 scratch f32 at 256 bytes 64\n");
+        int i = 0, w = gpipe ? m : p - s - 1 < m ? p - s - 1 : m;
+        for (int j = 0; j < w; j++) pass(&t, &i, s, p, j, false, tf, tb);
+        for (int j = 0; j < m - w; j++) {
+            pass(&t, &i, s, p, j + w, false, tf, tb);
+            pass(&t, &i, s, p, j, true, tf, tb);
+        }
+        for (int j = m - w; j < m; j++) pass(&t, &i, s, p, j, true, tf, tb);
+        if (dp > 1) put(&t, "  %d: coll all_reduce s0 group 0 args 1 -> 1 phase=bwd t=%g\n", i++, t_ar);
+    }
+    return t.s;
+}
+
+static void test_generated_pipelines(void) {
+    static const int ps[] = {1, 2, 3, 4, 8}, ms[] = {1, 2, 3, 4, 7, 16};
+    int runs = 0, right = 0;
+    for (int g = 0; g < 2; g++)
+        for (size_t a = 0; a < sizeof(ps) / sizeof(ps[0]); a++)
+            for (size_t b = 0; b < sizeof(ms) / sizeof(ms[0]); b++) {
+                int p = ps[a], m = ms[b];
+                char *txt = pipeline(p, 1, m, g == 1, 0.25, 0.5, 0);
+                plan pl;
+                sim_result r;
+                bool ok = parse(txt, "pipeline", &pl) && plan_check(&pl, err, sizeof(err)) == PLAN_OK &&
+                          sim_run(&pl, NULL, &r, err, sizeof(err)) == PLAN_OK;
+                runs++;
+                if (ok && near(r.step_s, (m + p - 1) * 0.75)) right++;
+                else fprintf(stderr, "     %s p %d m %d: step %g, want %g (%s)\n", g ? "gpipe" : "1f1b", p, m, ok ? r.step_s : -1,
+                             (m + p - 1) * 0.75, ok ? "" : err);
+                if (ok) {
+                    EXPECT(near(r.bubble, (p - 1) / (double)(m + p - 1)) || p == 1);
+                    sim_free(&r);
+                }
+                plan_free(&pl);
+                free(txt);
+            }
+    EXPECT(runs == right);
+}
+
+// Data parallelism: 4 stages of 8 ranks each fold into 4 classes; the step grows by the
+// all-reduce that ends it.
+static void test_classes(void) {
+    char *txt = pipeline(4, 8, 6, false, 1, 2, 0.5);
+    plan p;
+    sim_result r;
+    EXPECT(parse(txt, "pipeline-dp", &p));
+    EXPECT(plan_check(&p, err, sizeof(err)) == PLAN_OK);
+    sim_opts o = {.intervals = true, .rank_lo = 9, .rank_hi = 9};
+    EXPECT(sim_run(&p, &o, &r, err, sizeof(err)) == PLAN_OK);
+    EXPECT(near(r.step_s, (6 + 4 - 1) * 3 + 0.5));
+    EXPECT(r.n_classes == 4);
+    for (uint32_t q = 0; q < 32; q++) EXPECT(r.rank_class[q] == q / 8 && r.classes[q / 8].rank == q / 8 * 8);
+    EXPECT(r.classes[1].kept && !r.classes[0].kept && !r.classes[2].kept && r.classes[1].n_ranks == 8);
+    // Stage 1's messages: each numbered, and each number once per side among its intervals.
+    uint32_t msgs = 0;
+    for (uint32_t k = 0; k < r.classes[1].n_iv[0]; k++) msgs += r.classes[1].iv[0][k].msg != 0;
+    EXPECT(msgs == 4 * 6); // per micro-batch: recv and send forward, recv and send backward
+    sim_free(&r);
+    plan_free(&p);
+    free(txt);
+}
+
+/* ---- deadlocks ---- */
+
+static void test_deadlocks(void) {
+    plan p;
+    sim_result r;
+    EXPECT(load("tests/run_bad/deadlock.plan.txt", &p));
+    EXPECT(plan_check(&p, err, sizeof(err)) == PLAN_OK); // each channel matches on its own
+    EXPECT(sim_run(&p, NULL, &r, err, sizeof(err)) == PLAN_ERR_INVALID && strstr(err, "deadlock") && strstr(err, "rank 0") &&
+           strstr(err, "rank 1") && strstr(err, "recv"));
+    EXPECT(r.classes == NULL && r.step_s == 0);
+    sim_free(&r);
+    plan_free(&p);
+    // Two groups over the same ranks, taken in opposite orders: each group's order agrees.
+    const char *two = "plan 2\nmesh dp 2\ngroup 0 axes dp\ngroup 1 ranks 0,1\nranks 0 program 0\nranks 1 program 1\n"
+                      "program 0 \"a\" arena 256 streams 1 priority 0 events 0\n  buffer 0 scratch f32 at 0 bytes 64\n"
+                      "  0: compute fill s0 args -> 0 t=1\n  1: coll all_reduce s0 group 0 args 0 -> 0 t=1\n"
+                      "  2: coll all_reduce s0 group 1 args 0 -> 0 t=1\n"
+                      "program 1 \"b\" arena 256 streams 1 priority 0 events 0\n  buffer 0 scratch f32 at 0 bytes 64\n"
+                      "  0: compute fill s0 args -> 0 t=1\n  1: coll all_reduce s0 group 1 args 0 -> 0 t=1\n"
+                      "  2: coll all_reduce s0 group 0 args 0 -> 0 t=1\n";
+    EXPECT(parse(two, "two-groups", &p));
+    EXPECT(sim_run(&p, NULL, &r, err, sizeof(err)) == PLAN_ERR_INVALID && strstr(err, "deadlock: the step cannot finish at 1 s") &&
+           strstr(err, "the other members of group 0") && strstr(err, "the other members of group 1"));
+    plan_free(&p);
+    // A plan read for one rank cannot be simulated.
+    EXPECT(load("tests/plans/sim-1f1b.plan.txt", &p));
+    uint8_t *bytes = NULL;
+    size_t n = 0;
+    plan one;
+    EXPECT(plan_encode(&p, &bytes, &n, err, sizeof(err)) == PLAN_OK);
+    EXPECT(plan_decode(bytes, n, 0, &one, err, sizeof(err)) == PLAN_OK);
+    EXPECT(sim_run(&one, NULL, &r, err, sizeof(err)) == PLAN_ERR_INVALID && strstr(err, "program 1 (rank 1) is not loaded"));
+    free(bytes);
+    plan_free(&one);
+    plan_free(&p);
+}
+
+// A plan without times (every hand-written plan before them) simulates to a step of 0.
+static void test_no_times(void) {
+    plan p;
+    sim_result r;
+    EXPECT(load("tests/plans/tp2pp2.plan.txt", &p));
+    EXPECT(sim_run(&p, NULL, &r, err, sizeof(err)) == PLAN_OK && r.step_s == 0 && r.executed > 0 && r.n_classes == 2);
+    EXPECT(r.peak_bytes == p.programs[1].arena_bytes || r.peak_bytes == p.programs[0].arena_bytes);
+    EXPECT(r.live_peak_bytes > 0 && r.live_peak_bytes <= r.peak_bytes);
+    sim_free(&r);
+    sim_free(NULL);
+    plan_free(&p);
+}
+
+int main(int argc, char **argv) {
+    root = argc > 1 ? argv[1] : ".";
+    test_pipeline_files();
+    test_collective();
+    test_overlap();
+    test_generated_pipelines();
+    test_classes();
+    test_deadlocks();
+    test_no_times();
+    return test_summary();
+}
