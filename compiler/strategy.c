@@ -15,8 +15,10 @@
  *     recomputed forward of recomputed operators, each on its layer's stage;
  *   - the tensor-parallel resharding of every producer->consumer edge, forward and backward
  *     (sched_op_comm on the graph with one replica's batch), again when recomputed;
- *   - the pipeline sends between stages (one per micro-batch and boundary each way) and the
- *     gradients of parameters shared between stages (tied embeddings), sent every micro-batch;
+ *   - the pipeline sends between stages (one per micro-batch and boundary each way);
+ *   - the gradients of parameters shared between stages (tied embeddings): summed over the
+ *     micro-batches and sent to the owner's stage once per step, after its last backward pass
+ *     (emit.c's share_params), so the owner waits for them before its optimizer;
  *   - the micro-batch schedule (cost_pipeline_s): m times the busiest stage plus the fill and
  *     drain, (pp-1)/v of a stage for v virtual stages (Megatron-LM's interleaved 1F1B);
  *   - per stage, the gradient synchronization (all-reduce over dp, reduce-scatter with ZeRO,
@@ -136,8 +138,8 @@ typedef struct est {
     double *orphan;           // per block, one copy: backward ops of no forward op
     double orphan_top;
     // Per device: per micro-batch compute, tp communication, p2p (forward, backward); per step
-    // sync, optimizer, post-optimizer all-gather; layers.
-    double *Fc, *Fm, *Fp, *Bc, *Bm, *Bp, *sync, *opt, *post;
+    // sync, optimizer, post-optimizer all-gather, tied parameters' gradients received; layers.
+    double *Fc, *Fm, *Fp, *Bc, *Bm, *Bp, *sync, *opt, *post, *tied;
     int *layers;
 } est;
 
@@ -318,7 +320,7 @@ static void est_param(est *E, int p, int i, int d, const pcc_op *opt) {
 }
 
 // Every parameter: sync and optimizer on its owner's device(s); tied parameters' gradients sent
-// to the owner every micro-batch from the other stages that use them.
+// to the owner once per step from each other stage that uses them.
 static void est_params(est *E) {
     const pcc_graph *g = E->g;
     const pcc_op **opt = arena_alloc(g->arena, sizeof(pcc_op *) * (size_t)(g->n_tensors + 1));
@@ -339,7 +341,7 @@ static void est_params(est *E) {
             const int *w = est_ways_of(E, j, p);
             double bytes = tensor_bytes(g, t);
             for (int r = 0; r < t->rank; r++) bytes /= w[r];
-            E->Bp[est_device(E, j, 0)] += est_send_s(E, bytes);
+            E->tied[home] += est_send_s(E, bytes);
         }
     }
 }
@@ -367,7 +369,7 @@ static void est_step(est *E) {
         double per_layer = E->layers[d] > 0 ? (double)E->v / E->layers[d] : 1;
         double window = B[d] / E->v * (per_layer < 1 ? 1 - per_layer : 0);
         double exposed = cost_exposed_s(E->sync[d], window);
-        double end = x->pipeline_s - lead + exposed + E->opt[d] + E->post[d];
+        double end = x->pipeline_s - lead + E->tied[d] + exposed + E->opt[d] + E->post[d];
         if (end > x->step_s || d == 0)
             x->step_s = end, x->sync_s = E->sync[d], x->sync_exposed_s = exposed, x->optimizer_s = E->opt[d] + E->post[d];
         lead += B[d] / E->v;
@@ -380,7 +382,7 @@ static void estimate(const pcc_graph *g, const pcc_cluster *c, const pcc_sched *
              .pp = s->mesh[PCC_AX_PP], .v = s->virtual_stages, .m = s->micro_batches, .nf = g->n_fwd_ops};
     int pp = E.pp;
     E.Fc = zeros(g, pp), E.Fm = zeros(g, pp), E.Fp = zeros(g, pp), E.Bc = zeros(g, pp), E.Bm = zeros(g, pp);
-    E.Bp = zeros(g, pp), E.sync = zeros(g, pp), E.opt = zeros(g, pp), E.post = zeros(g, pp);
+    E.Bp = zeros(g, pp), E.sync = zeros(g, pp), E.opt = zeros(g, pp), E.post = zeros(g, pp), E.tied = zeros(g, pp);
     E.layers = arena_alloc(g->arena, sizeof(int) * (size_t)(pp + 1));
     est_layout(&E);
     est_ops(&E);
