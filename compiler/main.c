@@ -39,7 +39,8 @@ static void usage(FILE *f) {
             "  --dp N --tp N --pp N\n"
             "                     the Megatron-LM template: batch split over dp, tensor parallelism of\n"
             "                     tp (inside a node), pp pipeline stages; the product is the device count\n"
-            "  --micro-batches N  micro-batches per step, the gradient accumulation (default 1)\n"
+            "  --micro-batches N  micro-batches per step, the gradient accumulation (default 1; with --auto\n"
+            "                     and --global-batch, searched: the fastest count on the cost model)\n"
             "  --global-batch N   samples per step; the model's batch dimension becomes N divided by the\n"
             "                     micro-batches (default: the model file's batch is one micro-batch step)\n"
             "  --micro-batch-size N\n"
@@ -89,6 +90,8 @@ typedef struct options {
     int64_t global_batch;     // 0: as the model says
     int micro_batch_size;     // 0: not given
     bool micro_batches_given, estimate_only;
+    int mb_searched;          // micro-batch counts the --auto search planned (0: no search)
+    double mb_search_s;       // its seconds
 } options;
 
 enum { OPT_CLUSTER = 256, OPT_NODES, OPT_DEVICES, OPT_TIME_LIMIT, OPT_MIP_GAP, OPT_DUMP_ILP, OPT_DP, OPT_TP, OPT_PP,
@@ -395,11 +398,11 @@ static pcc_status print_estimate(const pcc_graph *g, const pcc_cluster *c, const
                "\"virtual_stages\": %d, \"micro_batches\": %d, \"batch\": %lld, \"global_batch\": %lld, \"zero\": %d, "
                "\"candidates\": %d, \"estimate\": {\"step_s\": %.9g, \"pipeline_s\": %.9g, \"bubble_s\": %.9g, "
                "\"compute_s\": %.9g, \"tp_comm_s\": %.9g, \"p2p_s\": %.9g, \"sync_s\": %.9g, \"sync_exposed_s\": %.9g, "
-               "\"optimizer_s\": %.9g}, \"memory_bytes\": %.9g, \"seconds\": %.6f}\n",
+               "\"optimizer_s\": %.9g}, \"memory_bytes\": %.9g, \"micro_batch_counts_searched\": %d, \"seconds\": %.6f}\n",
                g->name, c->name, c->n_devices, s->mesh[PCC_AX_PP], s->mesh[PCC_AX_DP], s->mesh[PCC_AX_TP], s->virtual_stages,
                s->micro_batches, (long long)batch, (long long)batch * s->micro_batches, s->zero, n, x->step_s, x->pipeline_s,
                x->bubble_s, x->compute_s, x->tp_comm_s, x->p2p_s, x->sync_s, x->sync_exposed_s, x->optimizer_s,
-               s->est_memory_bytes, seconds);
+               s->est_memory_bytes, o->mb_searched, seconds);
         return PCC_OK;
     }
     if (o->quiet) return PCC_OK;
@@ -413,6 +416,9 @@ static pcc_status print_estimate(const pcc_graph *g, const pcc_cluster *c, const
            "%s; planned in %.3f s\n", (long long)batch, s->micro_batches, s->micro_batches == 1 ? "" : "es",
            (long long)batch * s->micro_batches, fmt_bytes(b1, sizeof b1, s->est_memory_bytes),
            fmt_bytes(b2, sizeof b2, c->memory_bytes), seconds);
+    if (o->mb_searched)
+        printf("  searched %d micro-batch counts of the global batch %lld; %d was the fastest\n", o->mb_searched,
+               (long long)o->global_batch, o->micro_batches);
     return PCC_OK;
 }
 
@@ -443,7 +449,7 @@ static pcc_status compile(pcc_arena *a, const pcc_graph *g, const pcc_cluster *c
     progress_phase("phase 2: the device mesh and the splits (%s)", so.auto_mesh ? "--auto" : "template");
     pcc_status st = strategy_plan(g, c, &so, &cand, &n);
     if (st) return st;
-    if (o->estimate_only) return print_estimate(g, c, o, cand[0], n, now_s() - t0);
+    if (o->estimate_only) return print_estimate(g, c, o, cand[0], n, now_s() - t0 + o->mb_search_s);
     progress_phase("phase 3: communication, memory plan and plan_check (%d candidate%s)", n, n == 1 ? "" : "s");
     pcc_emit_opts eo = {.options = canonical_options(a, c, o), .quiet = o->quiet};
     eo.model_hash = file_hash(o->model);
@@ -477,6 +483,9 @@ static pcc_status compile(pcc_arena *a, const pcc_graph *g, const pcc_cluster *c
         printf("plancc: %s on %d x %s (%s): %s%s\n", g->name, c->n_devices, c->device_name, c->file,
                strategy_str(s, buf, sizeof buf), o->strat.auto_mesh ? " (--auto)" : "");
         if (o->strat.auto_mesh) printf("  searched %d factorizations; this one ranked %d by the cost model\n", n, which + 1);
+        if (o->mb_searched)
+            printf("  searched %d micro-batch counts of the global batch %lld; %d was the fastest\n", o->mb_searched,
+                   (long long)o->global_batch, o->micro_batches);
         static const char *const ilp_word[] = {"optimal", "gap", "time_limit", "infeasible", "no_solution", "error"};
         for (int k = 0; o->verbose && k < n; k++) // one line per candidate, key=value for scripts
             printf("  candidate %d: %s; est_step_s=%.6g est_memory=%.4g ilp_rows=%d ilp_cols=%d ilp_status=%s ilp_gap=%.4g "
@@ -494,10 +503,77 @@ static pcc_status compile(pcc_arena *a, const pcc_graph *g, const pcc_cluster *c
                fmt_bytes(b1, sizeof b1, e.peak_bytes), fmt_bytes(b2, sizeof b2, c->memory_bytes), e.peak_stage,
                fmt_bytes(b3, sizeof b3, e.live_bound_bytes), s->est_step_s);
         print_simulation(p, s->est_step_s);
-        printf("  wrote %s: %s, plan_check passed; compiled in %.3f s\n", out, fmt_bytes(b1, sizeof b1, nbytes), t1 - t0);
+        printf("  wrote %s: %s, plan_check passed; compiled in %.3f s\n", out, fmt_bytes(b1, sizeof b1, nbytes),
+               t1 - t0 + o->mb_search_s);
     }
     plan_free(e.p), free(e.p);
     return PCC_OK;
+}
+
+// The model as the options make it: loaded, the batch set from --global-batch and the
+// micro-batch count, checked, and differentiated.
+static pcc_status load_graph(pcc_arena *a, options *o, pcc_graph **out) {
+    pcc_graph *g = NULL;
+    pcc_status st = model_load(a, o->model, &g);
+    if (!st) st = strategy_batch(g, o->global_batch, o->micro_batch_size, o->strat.dp, &o->micro_batches, o->micro_batches_given);
+    if (!st && !o->global_batch && o->micro_batch_size)
+        o->global_batch = (int64_t)o->micro_batch_size * (o->strat.dp ? o->strat.dp : 1) * o->micro_batches;
+    if (!st) st = graph_check(g);
+    if (!st) {
+        g->micro_batches = o->micro_batches;
+        st = autodiff(g);
+    }
+    if (!st) st = graph_check(g);
+    *out = g;
+    return st;
+}
+
+// --auto with --global-batch and no micro-batch count: the count is searched too, as Megatron-LM
+// users search --micro-batch-size. Every divisor m of the global batch, from the most
+// micro-batches down (the small, quickly solved ILPs first), is planned on the cost model; the
+// search stops once MB_PATIENCE counts in a row do no better than the best so far (fewer
+// micro-batches mean bigger activations, so the ILP recomputes or shards more, while the bubble
+// grows), and keeps the fastest estimate. Each count's graph lives in an arena of its own.
+#define MB_PATIENCE 3
+
+static pcc_status search_micro_batches(options *o, const pcc_cluster *c) {
+    double t0 = now_s();
+    int64_t gb = o->global_batch;
+    double best = INFINITY;
+    int best_m = 0, misses = 0;
+    bool was_quiet = pcc_quiet;
+    pcc_quiet = true; // the counts that do not fit say nothing; the chosen one is compiled loudly
+    for (int64_t m = gb < 65536 ? gb : 65536; m >= 1 && misses < MB_PATIENCE; m--) {
+        if (gb % m) continue;
+        progress_phase("phase 2: %lld micro-batches of %lld samples (tried %d; best %d at %.4g s)", (long long)m,
+                       (long long)(gb / m), o->mb_searched, best_m, isfinite(best) ? best : 0);
+        options t = *o;
+        t.micro_batches = (int)m, t.micro_batches_given = true;
+        pcc_arena *a = arena_init();
+        pcc_graph *g;
+        pcc_status st = load_graph(a, &t, &g);
+        pcc_strategy **cand = NULL;
+        int n = 0;
+        if (!st) {
+            pcc_strategy_opts so = o->strat;
+            so.ilp = o->ilp;
+            so.ilp.progress = false, so.ilp.dump_lp = NULL, so.quiet = true;
+            st = strategy_plan(g, c, &so, &cand, &n);
+        }
+        double t_s = !st && n > 0 ? cand[0]->est_step_s : INFINITY;
+        arena_free(a);
+        if (st && st != PCC_ERR_INFEASIBLE) {
+            pcc_quiet = was_quiet;
+            return st;
+        }
+        o->mb_searched++;
+        if (t_s < best) best = t_s, best_m = (int)m, misses = 0;
+        else if (best_m) misses++;
+    }
+    pcc_quiet = was_quiet;
+    o->mb_search_s = now_s() - t0;
+    if (best_m) o->micro_batches = best_m, o->micro_batches_given = true;
+    return PCC_OK; // nothing fit: the plain compile (one micro-batch) says why
 }
 
 int main(int argc, char **argv) {
@@ -510,18 +586,14 @@ int main(int argc, char **argv) {
 
     pcc_arena *arena = arena_init();
     pcc_graph *g = NULL;
-    st = model_load(arena, o.model, &g);
-    if (!st) st = strategy_batch(g, o.global_batch, o.micro_batch_size, o.strat.dp, &o.micro_batches, o.micro_batches_given);
-    if (!st && !o.global_batch && o.micro_batch_size)
-        o.global_batch = (int64_t)o.micro_batch_size * (o.strat.dp ? o.strat.dp : 1) * o.micro_batches;
-    if (!st) st = graph_check(g);
-    if (!st) {
-        g->micro_batches = o.micro_batches;
-        st = autodiff(g);
-    }
-    if (!st) st = graph_check(g);
+    st = load_graph(arena, &o, &g);
     pcc_cluster *cluster = NULL;
     if (!st && o.cluster) st = cluster_load(arena, o.cluster, o.nodes, o.devices, &cluster);
+    bool search = !o.check && o.strat.auto_mesh && o.global_batch && !o.micro_batches_given && !o.micro_batch_size;
+    if (!st && search) {
+        st = search_micro_batches(&o, cluster);
+        if (!st && o.micro_batches != g->micro_batches) st = load_graph(arena, &o, &g);
+    }
     if (!st && o.check) {
         pcc_report_opts ro = {.json = o.json, .verbose = o.verbose};
         report_print_cluster(stdout, g, cluster, &ro);

@@ -166,5 +166,24 @@ check("GPT-3 on 8 GPUs does not fit: exit 3 with what it needs", p.returncode ==
 p = run("--check", "-q", "models/mlp.json", "--cluster", "models/clusters/dgx-a100.json", "--dump-ilp", "/nonexistent/dir/x.lp")
 check("--dump-ilp to an unwritable path: exit 2", p.returncode == 2 and "cannot write" in p.stderr, p)
 
+# --auto with --global-batch searches the micro-batch count: the one it keeps is a divisor of the
+# global batch, planned exactly as when given, and no slower than the most micro-batches (the
+# first count it plans); an explicit --micro-batches turns the search off.
+tiny = ["models/gpt-tiny.json", "--cluster", "models/clusters/cpu.json", "--devices", "4", "--global-batch", "64",
+        "--estimate-only", "--json"]
+p = run(*tiny)
+s = json.loads(p.stdout) if p.returncode == 0 else {}
+check("--auto --global-batch searches micro-batch counts", s.get("micro_batch_counts_searched", 0) > 1
+      and 64 % s.get("micro_batches", 0) == 0, p)
+if s:
+    q = run(*tiny, "--micro-batches", str(s["micro_batches"]))
+    t = json.loads(q.stdout) if q.returncode == 0 else {}
+    check("the searched count plans as when given, and --micro-batches stops the search",
+          t.get("micro_batch_counts_searched") == 0 and t.get("estimate", {}).get("step_s") == s["estimate"]["step_s"], q)
+    q = run(*tiny, "--micro-batches", "64")
+    t = json.loads(q.stdout) if q.returncode == 0 else {}
+    check("the searched count is no slower than 64 micro-batches",
+          q.returncode == 0 and s["estimate"]["step_s"] <= t["estimate"]["step_s"], q)
+
 print(f"{passed} passed, {failed} failed")
 sys.exit(1 if failed else 0)
