@@ -783,6 +783,42 @@ typedef struct pcc_emitted {
 pcc_status emit_plan(const pcc_graph *g, const pcc_cluster *c, const pcc_strategy *s, const pcc_emit_opts *o,
                      pcc_emitted *e);
 
+/* ---------------------------------------------------------------- memplan.c */
+
+/* The memory planner and the plan-writing helpers that emit.c and burst.c share. */
+
+// A buffer of a program being built: what the plan's buffer will hold, and the planner's state.
+typedef struct pcc_mbuf {
+    uint32_t tensor;
+    uint8_t dtype;
+    plan_shard shard;
+    uint64_t bytes;
+    uint32_t mb_slots, layer_slots, layer_base;
+    bool whole;                 // live for the whole program
+    bool persist;               // the home of a param, optimizer state or input (PLAN_BUF_PERSIST)
+    int first, last;            // liveness (instruction indices)
+    uint64_t mb_stride, layer_stride, extent; // slots at aligned strides; extent: all of them
+    uint64_t offset;
+} pcc_mbuf;
+
+// Places the buffers of one program (its instructions, arguments and attrs as the plan will hold
+// them) at static offsets from their liveness; returns the arena size, the exact peak, and in
+// *live_bound the most bytes live at one instruction (a lower bound). Can't fail.
+uint64_t memplan_place(pcc_mbuf *buf, int n_buf, const plan_insn *insn, int n_insn, const uint32_t *args,
+                       const plan_attrs *attrs, uint64_t *live_bound);
+// Copies into the plan's memory (NULL stays NULL; n 0 gives a valid pointer). Abort on OOM.
+const char *emit_strdup(plan *p, const char *s);
+void *emit_memdup(plan *p, const void *src, size_t n);
+// The plan's tensor table from g's tensors (names, shapes, copies, initializers, data sources).
+void emit_tensors(plan *p, const pcc_graph *g);
+// The plan's buffer records of a placed program.
+plan_buffer *emit_buffers(plan *p, const pcc_mbuf *buf, int n_buf);
+// The index of op's attributes (accumulate: add into its outputs) in a program's attrs list
+// *v (n, cap: its VEC_PUSH count and capacity), added once; PLAN_NONE when all are zero.
+uint32_t emit_attrs(pcc_arena *ar, plan_attrs **v, int *n, int *cap, const pcc_op *op, bool accumulate);
+// The same for attributes given as they are.
+uint32_t emit_attrs_add(pcc_arena *ar, plan_attrs **v, int *n, int *cap, const plan_attrs *a);
+
 /* ---------------------------------------------------------------- report.c */
 
 typedef struct pcc_report_opts {
