@@ -49,24 +49,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define ALIGN 256u
 #define STREAM_MAIN 0
 #define STREAM_SYNC 1
 #define EV_GRAD 0
 #define EV_SYNCED 1
 
-typedef struct ebuf {
-    uint32_t tensor;
-    uint8_t dtype;
-    plan_shard shard;
-    uint64_t bytes;
-    uint32_t mb_slots, layer_slots, layer_base;
-    bool whole;                 // live for the whole program
-    bool persist;               // the home of a param, optimizer state or input (PLAN_BUF_PERSIST)
-    int first, last;            // liveness (instruction indices)
-    uint64_t mb_stride, layer_stride, extent; // slots at aligned strides; extent: all of them
-    uint64_t offset;
-} ebuf;
+typedef pcc_mbuf ebuf; // a buffer of a program being built (memplan.c places it)
 
 typedef struct cache_entry {
     int src;
@@ -109,8 +97,6 @@ typedef struct emitter {
 } emitter;
 
 /* ---- small helpers ---- */
-
-static uint64_t align_up(uint64_t x) { return (x + ALIGN - 1) / ALIGN * ALIGN; }
 
 static bool shard_eq(plan_shard a, plan_shard b) { return memcmp(a.map, b.map, sizeof a.map) == 0; }
 
@@ -656,23 +642,7 @@ static int reshard(emitter *E, prog *P, int src, plan_shard want) { return resha
 /* ---- operators ---- */
 
 static uint32_t attrs_of(emitter *E, prog *P, const pcc_op *op, bool accumulate) {
-    plan_attrs a;
-    memset(&a, 0, sizeof a);
-    const pcc_attrs *s = &op->attrs;
-    a.f[PLAN_AF_SCALE] = s->scale, a.f[PLAN_AF_EPS] = s->eps, a.f[PLAN_AF_P] = s->p, a.f[PLAN_AF_LR] = s->lr;
-    a.f[PLAN_AF_BETA1] = s->beta1, a.f[PLAN_AF_BETA2] = s->beta2, a.f[PLAN_AF_WEIGHT_DECAY] = s->weight_decay;
-    a.f[PLAN_AF_MOMENTUM] = s->momentum;
-    a.i[PLAN_AI_SEED] = s->seed, a.i[PLAN_AI_AXIS] = s->axis, a.i[PLAN_AI_START] = s->start, a.i[PLAN_AI_END] = s->end;
-    a.i[PLAN_AI_CAUSAL] = s->causal, a.i[PLAN_AI_ACCUMULATE] = op->accumulate || accumulate;
-    for (int i = 0; i < PLAN_MAX_RANK; i++) a.perm[i] = s->perm[i];
-    for (int i = 0; i < 2; i++) a.win[i] = s->kernel[i], a.win[2 + i] = s->stride[i], a.win[4 + i] = s->pad[i];
-    plan_attrs zero;
-    memset(&zero, 0, sizeof zero);
-    if (memcmp(&a, &zero, sizeof a) == 0) return PLAN_NONE;
-    for (int i = 0; i < P->n_attrs; i++)
-        if (memcmp(&P->attrs[i], &a, sizeof a) == 0) return (uint32_t)i;
-    *VEC_PUSH(E->g->arena, P->attrs, P->n_attrs, P->cap_attrs) = a;
-    return (uint32_t)(P->n_attrs - 1);
+    return emit_attrs(E->g->arena, &P->attrs, &P->n_attrs, &P->cap_attrs, op, accumulate);
 }
 
 static void sync_grad(emitter *E, prog *P, int gp);
@@ -1078,144 +1048,6 @@ static void program(emitter *E, prog *P) {
     share_params(E, P);
 }
 
-/* ---- the memory planner ---- */
-
-// Liveness: [first, last] use, widened to the whole span of the outermost loop around any use
-// unless the buffer lives and dies within one iteration (one slot, written before it is read
-// in the innermost loop that holds all its uses).
-static void liveness(prog *P) {
-    int n = P->n_insn;
-    int *outer = malloc(sizeof(int) * (size_t)(n + 1)), *inner = malloc(sizeof(int) * (size_t)(n + 1));
-    int *end = malloc(sizeof(int) * (size_t)(n + 1));
-    int stack[PLAN_MAX_LOOP_DEPTH + 1], depth = 0;
-    for (int i = 0; i < n; i++) {
-        while (depth > 0 && i > end[stack[depth - 1]]) depth--;
-        outer[i] = depth ? stack[0] : -1;
-        inner[i] = depth ? stack[depth - 1] : -1;
-        if (P->insn[i].kind == PLAN_I_LOOP) {
-            end[i] = i + P->insn[i].b;
-            stack[depth++] = i;
-        } else {
-            end[i] = i;
-        }
-    }
-    bool *first_is_write = calloc((size_t)P->n_buf + 1, 1);
-    int *loop_of = malloc(sizeof(int) * (size_t)(P->n_buf + 1));
-    bool *one_loop = malloc((size_t)P->n_buf + 1);
-    for (int b = 0; b < P->n_buf; b++) P->buf[b].first = P->buf[b].last = -1, loop_of[b] = -2, one_loop[b] = true;
-    const plan_program view = {.insns = P->insn, .args = P->args, .attrs = P->attrs}; // what plan_arg_role reads
-    for (int i = 0; i < n; i++) {
-        const plan_insn *in = &P->insn[i];
-        for (int k = 0; k < in->nargs; k++) {
-            int b = (int)P->args[in->args + k];
-            ebuf *eb = &P->buf[b];
-            if (eb->first < 0) {
-                eb->first = i;
-                first_is_write[b] = plan_arg_role(&view, in, (uint32_t)k) == PLAN_ARG_WRITE; // written, not read
-            }
-            eb->last = i;
-            if (loop_of[b] == -2) loop_of[b] = inner[i];
-            else if (loop_of[b] != inner[i]) one_loop[b] = false;
-        }
-    }
-    for (int b = 0; b < P->n_buf; b++) {
-        ebuf *eb = &P->buf[b];
-        if (eb->first < 0) { // never used: no space
-            eb->first = eb->last = 0;
-            eb->extent = 0;
-            continue;
-        }
-        if (eb->whole) {
-            eb->first = 0, eb->last = n - 1;
-            continue;
-        }
-        bool tight = one_loop[b] && first_is_write[b] && eb->mb_slots == 1 && eb->layer_slots == 1;
-        if (!tight) {
-            int lo = outer[eb->first], hi = outer[eb->last];
-            if (lo >= 0) eb->first = lo;
-            if (hi >= 0 && end[hi] > eb->last) eb->last = end[hi];
-        }
-    }
-    free(outer), free(inner), free(end), free(first_is_write), free(loop_of), free(one_loop);
-}
-
-typedef struct span {
-    uint64_t lo, hi;
-} span;
-
-static int span_cmp(const void *a, const void *b) {
-    const span *x = a, *y = b;
-    return x->lo < y->lo ? -1 : x->lo > y->lo;
-}
-
-static const prog *g_order_prog; // the program place_cmp sorts the buffers of
-static int place_cmp(const void *a, const void *b) {
-    const ebuf *x = &g_order_prog->buf[*(const int *)a], *y = &g_order_prog->buf[*(const int *)b];
-    if (x->whole != y->whole) return x->whole ? -1 : 1;
-    if (x->extent != y->extent) return x->extent > y->extent ? -1 : 1;
-    if (x->first != y->first) return x->first - y->first;
-    return *(const int *)a - *(const int *)b;
-}
-
-// Places the buffers; returns the arena size and the largest sum live at one instruction.
-static uint64_t memplan(prog *P, uint64_t *live_bound) {
-    for (int b = 0; b < P->n_buf; b++) {
-        ebuf *eb = &P->buf[b];
-        uint64_t slot = align_up(eb->bytes);
-        eb->mb_stride = eb->mb_slots > 1 ? slot : 0;
-        eb->layer_stride = eb->layer_slots > 1 ? slot * eb->mb_slots : 0;
-        eb->extent = slot * eb->mb_slots * eb->layer_slots;
-    }
-    liveness(P);
-    int *order = malloc(sizeof(int) * (size_t)(P->n_buf + 1));
-    for (int b = 0; b < P->n_buf; b++) order[b] = b;
-    g_order_prog = P;
-    qsort(order, (size_t)P->n_buf, sizeof(int), place_cmp);
-    span *busy = malloc(sizeof(span) * (size_t)(P->n_buf + 1));
-    bool *placed = calloc((size_t)P->n_buf + 1, 1);
-    uint64_t arena = 0;
-    for (int k = 0; k < P->n_buf; k++) {
-        ebuf *eb = &P->buf[order[k]];
-        if (eb->extent == 0) {
-            eb->offset = 0;
-            placed[order[k]] = true;
-            continue;
-        }
-        int nb = 0;
-        for (int j = 0; j < P->n_buf; j++) {
-            const ebuf *o = &P->buf[j];
-            if (!placed[j] || o->extent == 0 || o->last < eb->first || o->first > eb->last) continue;
-            busy[nb++] = (span){o->offset, o->offset + o->extent};
-        }
-        qsort(busy, (size_t)nb, sizeof *busy, span_cmp);
-        uint64_t at = 0;
-        for (int j = 0; j < nb; j++) {
-            if (busy[j].lo >= at + eb->extent) break;
-            if (busy[j].hi > at) at = align_up(busy[j].hi);
-        }
-        eb->offset = at;
-        placed[order[k]] = true;
-        if (at + eb->extent > arena) arena = at + eb->extent;
-    }
-    // The lower bound: the most bytes live at one instruction.
-    uint64_t best = 0;
-    int64_t *delta = calloc((size_t)P->n_insn + 2, sizeof(int64_t));
-    for (int b = 0; b < P->n_buf; b++) {
-        const ebuf *eb = &P->buf[b];
-        if (eb->extent == 0) continue;
-        delta[eb->first] += (int64_t)eb->extent;
-        delta[eb->last + 1] -= (int64_t)eb->extent;
-    }
-    int64_t run = 0;
-    for (int i = 0; i <= P->n_insn; i++) {
-        run += delta[i];
-        if (run > (int64_t)best) best = (uint64_t)run;
-    }
-    *live_bound = best;
-    free(delta), free(order), free(busy), free(placed);
-    return arena;
-}
-
 /* ---- the plan ---- */
 
 static char *notes(emitter *E) {
@@ -1268,42 +1100,6 @@ static double model_flops(const emitter *E) {
     return f * E->M;
 }
 
-static const char *pstr(plan *p, const char *s) {
-    if (!s) return NULL;
-    size_t n = strlen(s) + 1;
-    char *d = plan_alloc(p, n);
-    PCC_ASSERT(d);
-    memcpy(d, s, n);
-    return d;
-}
-
-static void *pdup(plan *p, const void *src, size_t n) {
-    void *d = plan_alloc(p, n ? n : 1);
-    PCC_ASSERT(d);
-    if (n) memcpy(d, src, n);
-    return d;
-}
-
-// A param's initializer or an input's data source, as the plan carries it (other kinds: none).
-// The pcc enums and the plan's differ by the plan's NONE; mapped by name, not by arithmetic.
-static void fill_source(const pcc_tensor *T, plan_tensor *pt) {
-    static const uint8_t init[] = {[PCC_INIT_ZEROS] = PLAN_INIT_ZEROS, [PCC_INIT_ONES] = PLAN_INIT_ONES,
-                                   [PCC_INIT_NORMAL] = PLAN_INIT_NORMAL, [PCC_INIT_UNIFORM] = PLAN_INIT_UNIFORM};
-    static const uint8_t data[PCC_DATA_KIND_COUNT] = {
-        [PCC_DATA_NORMAL] = PLAN_DATA_NORMAL,   [PCC_DATA_BINARY] = PLAN_DATA_BINARY,
-        [PCC_DATA_RANDINT] = PLAN_DATA_RANDINT, [PCC_DATA_TOKENS] = PLAN_DATA_TOKENS,
-        [PCC_DATA_TARGETS] = PLAN_DATA_TARGETS, [PCC_DATA_ARANGE] = PLAN_DATA_ARANGE};
-    if (T->kind == PCC_T_PARAM) {
-        PCC_ASSERT((unsigned)T->init.kind < sizeof init);
-        pt->source = init[T->init.kind];
-        if (pt->source == PLAN_INIT_NORMAL || pt->source == PLAN_INIT_UNIFORM) pt->a = T->init.a, pt->b = T->init.b;
-    } else if (T->kind == PCC_T_INPUT) {
-        PCC_ASSERT((unsigned)T->data.kind < PCC_DATA_KIND_COUNT);
-        pt->source = data[T->data.kind];
-        if (plan_source_args(PLAN_T_INPUT, pt->source)) pt->a = (double)T->data.high;
-    }
-}
-
 pcc_status emit_plan(const pcc_graph *g, const pcc_cluster *c, const pcc_strategy *s, const pcc_emit_opts *o,
                      pcc_emitted *e) {
     memset(e, 0, sizeof *e);
@@ -1353,7 +1149,7 @@ pcc_status emit_plan(const pcc_graph *g, const pcc_cluster *c, const pcc_strateg
     double bound = 0;
     for (int st = 0; st < E.pp; st++) {
         uint64_t lb;
-        uint64_t a = memplan(&P[st], &lb);
+        uint64_t a = memplan_place(P[st].buf, P[st].n_buf, P[st].insn, P[st].n_insn, P[st].args, P[st].attrs, &lb);
         if (a > peak) peak = a, e->peak_stage = st;
         if ((double)lb > bound) bound = (double)lb;
         P[st].arena = a;
@@ -1363,8 +1159,8 @@ pcc_status emit_plan(const pcc_graph *g, const pcc_cluster *c, const pcc_strateg
     // Assemble.
     plan_meta *m = &p->meta;
     snprintf(m->compiler, sizeof m->compiler, "plancc %s", PCC_VERSION);
-    m->model_name = pstr(p, g->name);
-    m->options = pstr(p, o->options);
+    m->model_name = emit_strdup(p, g->name);
+    m->options = emit_strdup(p, o->options);
     m->model_hash = o->model_hash, m->cluster_hash = o->cluster_hash;
     m->options_hash = plan_fnv1a64(o->options, strlen(o->options));
     m->world = (uint32_t)(E.pp * E.dp * E.tp);
@@ -1384,18 +1180,8 @@ pcc_status emit_plan(const pcc_graph *g, const pcc_cluster *c, const pcc_strateg
                                                    [PCC_BF16] = PCC_MATH_BF16, [PCC_I32] = PCC_MATH_F32};
     m->device_peak_flops = c->peak_flops[math[g->dtype]]; // as cost_compute_s runs matrix products
     m->loss = (uint32_t)g->loss;
-    m->notes = pstr(p, notes(&E));
-    p->n_tensors = (uint32_t)g->n_tensors;
-    p->tensors = plan_alloc(p, sizeof(plan_tensor) * (size_t)(g->n_tensors + 1));
-    for (int t = 0; t < g->n_tensors; t++) {
-        const pcc_tensor *T = &g->tensors[t];
-        plan_tensor *pt = &p->tensors[t];
-        pt->name = pstr(p, T->name);
-        pt->dtype = (uint8_t)T->dtype, pt->kind = (uint8_t)T->kind, pt->rank = (uint8_t)T->rank;
-        pt->copies = (uint32_t)tensor_copies(g, T);
-        for (int i = 0; i < T->rank; i++) pt->shape[i] = g->dims[T->dims[i]].size;
-        fill_source(T, pt);
-    }
+    m->notes = emit_strdup(p, notes(&E));
+    emit_tensors(p, g);
     p->n_groups = (uint32_t)E.n_groups;
     p->groups = plan_alloc(p, sizeof(plan_group) * (size_t)(E.n_groups + 1));
     for (int i = 0; i < E.n_groups; i++) p->groups[i].axes = (uint32_t)E.groups[i][0];
@@ -1413,28 +1199,19 @@ pcc_status emit_plan(const pcc_graph *g, const pcc_cluster *c, const pcc_strateg
         plan_program *pr = &p->programs[st];
         char name[32];
         snprintf(name, sizeof name, "stage%d", st);
-        pr->name = pstr(p, name);
+        pr->name = emit_strdup(p, name);
         pr->arena_bytes = Q->arena;
         pr->n_streams = Q->used_sync ? 2 : 1;
         pr->priority[STREAM_SYNC] = Q->used_sync ? -1 : 0;
         pr->n_events = Q->used_sync ? 2 : 0;
         pr->n_buffers = (uint32_t)Q->n_buf;
-        pr->buffers = plan_alloc(p, sizeof(plan_buffer) * (size_t)(Q->n_buf + 1));
-        for (int b = 0; b < Q->n_buf; b++) {
-            const ebuf *eb = &Q->buf[b];
-            plan_buffer *pb = &pr->buffers[b];
-            pb->tensor = eb->tensor, pb->dtype = eb->dtype, pb->shard = eb->shard;
-            pb->offset = eb->offset, pb->bytes = eb->bytes;
-            pb->mb_slots = eb->mb_slots, pb->layer_slots = eb->layer_slots, pb->layer_base = eb->layer_base;
-            pb->flags = eb->persist ? PLAN_BUF_PERSIST : 0;
-            pb->mb_stride = eb->mb_stride, pb->layer_stride = eb->layer_stride;
-        }
+        pr->buffers = emit_buffers(p, Q->buf, Q->n_buf);
         pr->n_insns = (uint32_t)Q->n_insn;
-        pr->insns = pdup(p, Q->insn, sizeof(plan_insn) * (size_t)Q->n_insn);
+        pr->insns = emit_memdup(p, Q->insn, sizeof(plan_insn) * (size_t)Q->n_insn);
         pr->n_args = (uint32_t)Q->n_args;
-        pr->args = pdup(p, Q->args, sizeof(uint32_t) * (size_t)Q->n_args);
+        pr->args = emit_memdup(p, Q->args, sizeof(uint32_t) * (size_t)Q->n_args);
         pr->n_attrs = (uint32_t)Q->n_attrs;
-        pr->attrs = pdup(p, Q->attrs, sizeof(plan_attrs) * (size_t)Q->n_attrs);
+        pr->attrs = emit_memdup(p, Q->attrs, sizeof(plan_attrs) * (size_t)Q->n_attrs);
     }
     char err[1024];
     if (plan_check(p, err, sizeof err) != PLAN_OK) {

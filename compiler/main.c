@@ -39,6 +39,15 @@ static void usage(FILE *f) {
             "  --dp N --tp N --pp N\n"
             "                     the Megatron-LM template: batch split over dp, tensor parallelism of\n"
             "                     tp (inside a node), pp pipeline stages; the product is the device count\n"
+            );
+    fprintf(f,
+            "  --burst            DeepPool's burst parallelism: every layer data-parallel on its own number\n"
+            "                     of devices (1, 2, 4, ... all; a power of two), chosen by a dynamic program\n"
+            "                     over the layers on the cost model, with the activation moves between\n"
+            "                     widths and each layer's gradient all-reduce; pair it with --global-batch\n"
+            "  --amp-limit X      with --burst: DeepPool's GPU-time amplification limit (X > 1; default none)\n"
+            "  --burst-widths L   with --burst: the device count of every layer given, comma-separated\n"
+            "                     (for tests and experiments; plancc prints the layers)\n"
             "  --micro-batches N  micro-batches per step, the gradient accumulation (default 1; with --auto\n"
             "                     and --global-batch, searched: the fastest count on the cost model)\n"
             "  --global-batch N   samples per step; the model's batch dimension becomes N divided by the\n"
@@ -92,11 +101,15 @@ typedef struct options {
     bool micro_batches_given, estimate_only;
     int mb_searched;          // micro-batch counts the --auto search planned (0: no search)
     double mb_search_s;       // its seconds
+    bool burst;               // --burst: DeepPool's burst parallelism (burst.c)
+    double amp_limit;         // --amp-limit (0: none)
+    const char *burst_widths; // --burst-widths LIST
+    bool schedule_given, recompute_given;
 } options;
 
 enum { OPT_CLUSTER = 256, OPT_NODES, OPT_DEVICES, OPT_TIME_LIMIT, OPT_MIP_GAP, OPT_DUMP_ILP, OPT_DP, OPT_TP, OPT_PP,
        OPT_ZERO, OPT_RECOMPUTE, OPT_SCHEDULE, OPT_AUTO, OPT_GLOBAL_BATCH, OPT_MICRO_BATCH_SIZE, OPT_VIRTUAL_STAGES,
-       OPT_ESTIMATE_ONLY };
+       OPT_ESTIMATE_ONLY, OPT_BURST, OPT_AMP_LIMIT, OPT_BURST_WIDTHS };
 
 static pcc_status num_option(const char *name, const char *arg, double lo, double hi, double *out) {
     char *end;
@@ -153,6 +166,8 @@ static pcc_status parse_options(int argc, char **argv, options *o, bool *done) {
         {"estimate-only", no_argument, NULL, OPT_ESTIMATE_ONLY},
         {"recompute", required_argument, NULL, OPT_RECOMPUTE}, {"schedule", required_argument, NULL, OPT_SCHEDULE},
         {"auto", no_argument, NULL, OPT_AUTO},
+        {"burst", no_argument, NULL, OPT_BURST}, {"amp-limit", required_argument, NULL, OPT_AMP_LIMIT},
+        {"burst-widths", required_argument, NULL, OPT_BURST_WIDTHS},
         {NULL, 0, NULL, 0},
     };
     *done = false;
@@ -191,7 +206,20 @@ static pcc_status parse_options(int argc, char **argv, options *o, bool *done) {
         case OPT_PP: if (int_option("--pp", optarg, 1, 1 << 24, &o->strat.pp)) return PCC_ERR_INPUT; o->template_given = true; break;
         case OPT_ZERO: if (int_option("--zero", optarg, 0, 3, &o->strat.zero)) return PCC_ERR_INPUT; break;
         case OPT_AUTO: auto_given = true; break;
+        case OPT_BURST: o->burst = true; break;
+        case OPT_BURST_WIDTHS: o->burst_widths = optarg; break;
+        case OPT_AMP_LIMIT: {
+            char *end;
+            double v = strtod(optarg, &end);
+            if (end == optarg || *end || !(v > 1) || !isfinite(v)) {
+                fprintf(stderr, "plancc: --amp-limit wants a number above 1 (DeepPool's GPU-time amplification limit), got \"%s\"\n", optarg);
+                return PCC_ERR_INPUT;
+            }
+            o->amp_limit = v;
+            break;
+        }
         case OPT_RECOMPUTE:
+            o->recompute_given = true;
             if (strcmp(optarg, "none") == 0) o->strat.recompute = PCC_RECOMPUTE_NONE;
             else if (strcmp(optarg, "full") == 0) o->strat.recompute = PCC_RECOMPUTE_FULL;
             else if (strcmp(optarg, "auto") == 0) o->strat.recompute = PCC_RECOMPUTE_AUTO;
@@ -201,6 +229,7 @@ static pcc_status parse_options(int argc, char **argv, options *o, bool *done) {
             }
             break;
         case OPT_SCHEDULE:
+            o->schedule_given = true;
             if (strcmp(optarg, "gpipe") == 0) o->strat.schedule = PCC_PIPE_GPIPE;
             else if (strcmp(optarg, "1f1b") == 0) o->strat.schedule = PCC_PIPE_1F1B;
             else {
@@ -242,6 +271,24 @@ static pcc_status parse_options(int argc, char **argv, options *o, bool *done) {
         fprintf(stderr, "plancc: compiling a plan needs --cluster FILE (models/clusters/ has some; see plancc --help)\n");
         return PCC_ERR_INPUT;
     }
+    if (o->burst_widths && !o->burst) {
+        fprintf(stderr, "plancc: --burst-widths gives burst parallelism's per-layer device counts: it needs --burst\n");
+        return PCC_ERR_INPUT;
+    }
+    if (o->amp_limit > 0 && !o->burst) {
+        fprintf(stderr, "plancc: --amp-limit is burst parallelism's amplification limit: it needs --burst\n");
+        return PCC_ERR_INPUT;
+    }
+    if (o->burst) {
+        const char *clash = o->check ? "--check" : o->template_given ? "--dp, --tp and --pp" : auto_given ? "--auto"
+                          : o->micro_batches_given ? "--micro-batches" : o->micro_batch_size ? "--micro-batch-size"
+                          : o->strat.zero ? "--zero" : o->recompute_given ? "--recompute" : o->schedule_given ? "--schedule"
+                          : o->strat.virtual_stages ? "--virtual-stages" : o->estimate_only ? "--estimate-only" : NULL;
+        if (clash) {
+            fprintf(stderr, "plancc: --burst chooses every layer's device count itself; it does not go with %s\n", clash);
+            return PCC_ERR_INPUT;
+        }
+    }
     if (o->check && (o->output || o->template_given || auto_given)) {
         fprintf(stderr, "plancc: --check only checks the model; it writes no plan (leave out -o and the strategy)\n");
         return PCC_ERR_INPUT;
@@ -281,6 +328,13 @@ static const char *canonical_options(pcc_arena *a, const pcc_cluster *c, const o
     const pcc_strategy_opts *s = &o->strat;
     char mesh[96] = "--auto";
     if (!s->auto_mesh) snprintf(mesh, sizeof mesh, "--dp %d --tp %d --pp %d", s->dp ? s->dp : 1, s->tp ? s->tp : 1, s->pp ? s->pp : 1);
+    if (o->burst) {
+        if (o->amp_limit > 0) snprintf(mesh, sizeof mesh, "--burst --amp-limit %g", o->amp_limit);
+        else snprintf(mesh, sizeof mesh, "--burst");
+        if (o->burst_widths) return arena_printf(a, "--devices %d %s --burst-widths %s%s%s", c->n_devices, mesh, o->burst_widths,
+                                                 o->global_batch ? " --global-batch " : "",
+                                                 o->global_batch ? arena_printf(a, "%lld", (long long)o->global_batch) : "");
+    }
     char batch[48] = "";
     if (o->global_batch) snprintf(batch, sizeof batch, " --global-batch %lld", (long long)o->global_batch);
     return arena_printf(a, "--devices %d %s --micro-batches %d%s --schedule %s --zero %d --recompute %s --time-limit %g --mip-gap %g",
@@ -439,7 +493,62 @@ static void print_simulation(const plan *p, double est_s) {
     sim_free(&r);
 }
 
+// --burst: the layers' widths (burst.c), the plan, and the per-layer table.
+static pcc_status compile_burst(pcc_arena *a, const pcc_graph *g, const pcc_cluster *c, const options *o) {
+    double t0 = now_s();
+    if (c->n_devices & (c->n_devices - 1) || c->n_devices > (1 << PLAN_MAX_AXES)) {
+        fprintf(stderr, "plancc: --burst needs a power-of-two device count up to %d (the layers run on 1, 2, 4, ... devices), "
+                        "got %d devices\n", 1 << PLAN_MAX_AXES, c->n_devices);
+        return PCC_ERR_INPUT;
+    }
+    pcc_burst_opts bo = {.devices = c->n_devices, .amp_limit = o->amp_limit, .widths = o->burst_widths};
+    pcc_burst *b;
+    progress_phase("phase 2: burst parallelism, every layer's device count");
+    pcc_status st = burst_plan(g, c, &bo, &b);
+    if (st) return st;
+    pcc_emit_opts eo = {.options = canonical_options(a, c, o), .quiet = o->quiet};
+    eo.model_hash = file_hash(o->model);
+    eo.cluster_hash = file_hash(o->cluster);
+    pcc_emitted e;
+    progress_phase("phase 3: burst plan, memory plan and plan_check");
+    st = burst_emit(g, c, b, &eo, &e);
+    progress_done();
+    char b1[32], b2[32];
+    if (st == PCC_ERR_INFEASIBLE)
+        fprintf(stderr, "plancc: %s: does not fit: the burst plan needs %s per device, and a %s has %s\n", g->file,
+                fmt_bytes(b1, sizeof b1, e.peak_bytes), c->device_name, fmt_bytes(b2, sizeof b2, c->memory_bytes));
+    if (st) {
+        if (e.p) plan_free(e.p), free(e.p);
+        return st;
+    }
+    const char *out = o->output ? o->output : default_output(a, o->model);
+    char err[512];
+    if (plan_write(e.p, out, err, sizeof err) != PLAN_OK) {
+        fprintf(stderr, "plancc: %s: %s\n", out, err);
+        plan_free(e.p), free(e.p);
+        return PCC_ERR_INPUT;
+    }
+    if (!o->quiet) {
+        printf("plancc: %s on %d x %s (%s): burst parallelism, %d layers%s\n", g->name, c->n_devices, c->device_name, c->file,
+               b->n_regions, o->amp_limit > 0 ? "" : " (no amplification limit)");
+        if (o->amp_limit > 0) printf("  amplification limit %g\n", o->amp_limit);
+        burst_table(stdout, g, b);
+        for (uint32_t k = 0; k < e.p->n_programs; k++)
+            printf("  %s: arena %s, %u buffers, %u instructions\n", e.p->programs[k].name,
+                   fmt_bytes(b1, sizeof b1, (double)e.p->programs[k].arena_bytes), e.p->programs[k].n_buffers,
+                   e.p->programs[k].n_insns);
+        printf("  peak memory per device %s of %s; estimated step %.6g s (data parallelism on the same cost model %.6g s, "
+               "%.3f x)\n", fmt_bytes(b1, sizeof b1, e.peak_bytes), fmt_bytes(b2, sizeof b2, c->memory_bytes), b->est_step_s,
+               b->dp_step_s, b->est_step_s > 0 ? b->dp_step_s / b->est_step_s : 0);
+        print_simulation(e.p, b->est_step_s);
+        printf("  wrote %s, plan_check passed; compiled in %.3f s\n", out, now_s() - t0);
+    }
+    plan_free(e.p), free(e.p);
+    return PCC_OK;
+}
+
 static pcc_status compile(pcc_arena *a, const pcc_graph *g, const pcc_cluster *c, const options *o) {
+    if (o->burst) return compile_burst(a, g, c, o);
     double t0 = now_s();
     pcc_strategy_opts so = o->strat;
     so.ilp = o->ilp;
@@ -589,7 +698,8 @@ int main(int argc, char **argv) {
     st = load_graph(arena, &o, &g);
     pcc_cluster *cluster = NULL;
     if (!st && o.cluster) st = cluster_load(arena, o.cluster, o.nodes, o.devices, &cluster);
-    bool search = !o.check && o.strat.auto_mesh && o.global_batch && !o.micro_batches_given && !o.micro_batch_size;
+    bool search = !o.check && !o.burst && o.strat.auto_mesh && o.global_batch && !o.micro_batches_given &&
+                  !o.micro_batch_size;
     if (!st && search) {
         st = search_micro_batches(&o, cluster);
         if (!st && o.micro_batches != g->micro_batches) st = load_graph(arena, &o, &g);

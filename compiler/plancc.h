@@ -783,6 +783,78 @@ typedef struct pcc_emitted {
 pcc_status emit_plan(const pcc_graph *g, const pcc_cluster *c, const pcc_strategy *s, const pcc_emit_opts *o,
                      pcc_emitted *e);
 
+/* ---------------------------------------------------------------- burst.c */
+
+/* DeepPool's burst parallelism: every layer data-parallel on its own power-of-two number of
+ * devices under a fixed global batch (burst.c's header says how, and how the plan holds it). */
+
+typedef struct pcc_burst_opts {
+    int devices;            // G, a power of two up to 2^PLAN_MAX_AXES
+    double amp_limit;       // DeepPool's GPU-time amplification limit; 0: none
+    const char *widths;     // "8,8,2,1": every layer's device count given (--burst-widths), or NULL
+} pcc_burst_opts;
+
+typedef struct pcc_burst {
+    int devices, n_axes;    // G = 2^n_axes
+    int batch_dim;          // the model dimension split
+    double amp_limit;
+    int n_regions;          // layers: runs of forward ops with one value crossing to the next
+    int *region_of;         // per forward op
+    int *cross;             // per region: the value it hands to the next (-1: none)
+    int *width;             // per region: log2 of its devices (the choice)
+    int *max_width;         // per region: the widest it may run (the batch divides; it splits)
+    double *region_s;       // per region: its time at the choice (with its inbound move)
+    double *sync_s;         // ... of which its gradient all-reduce
+    double est_step_s;      // the choice's step time on the cost model
+    double dp_step_s;       // every layer as wide as it goes (data parallelism), on the same model
+} pcc_burst;
+
+// Chooses every layer's width (or takes o->widths). PCC_ERR_INPUT (reported) for models it does
+// not handle (repeated blocks, several micro-batches, no batch dimension) and for widths given
+// that do not fit the layers (count, powers of two, batch, splittable).
+pcc_status burst_plan(const pcc_graph *g, const pcc_cluster *c, const pcc_burst_opts *o, pcc_burst **out);
+// The plan of a choice: n + 1 programs on a mesh of n axes of size 2. PCC_ERR_INFEASIBLE when a
+// program's arena exceeds the device's memory (*e is still filled).
+pcc_status burst_emit(const pcc_graph *g, const pcc_cluster *c, const pcc_burst *b, const pcc_emit_opts *o, pcc_emitted *e);
+// The per-layer table: layer, its ops, GPUs, batch per GPU, time and gradient sync. Can't fail.
+void burst_table(FILE *f, const pcc_graph *g, const pcc_burst *b);
+
+/* ---------------------------------------------------------------- memplan.c */
+
+/* The memory planner and the plan-writing helpers that emit.c and burst.c share. */
+
+// A buffer of a program being built: what the plan's buffer will hold, and the planner's state.
+typedef struct pcc_mbuf {
+    uint32_t tensor;
+    uint8_t dtype;
+    plan_shard shard;
+    uint64_t bytes;
+    uint32_t mb_slots, layer_slots, layer_base;
+    bool whole;                 // live for the whole program
+    bool persist;               // the home of a param, optimizer state or input (PLAN_BUF_PERSIST)
+    int first, last;            // liveness (instruction indices)
+    uint64_t mb_stride, layer_stride, extent; // slots at aligned strides; extent: all of them
+    uint64_t offset;
+} pcc_mbuf;
+
+// Places the buffers of one program (its instructions, arguments and attrs as the plan will hold
+// them) at static offsets from their liveness; returns the arena size, the exact peak, and in
+// *live_bound the most bytes live at one instruction (a lower bound). Can't fail.
+uint64_t memplan_place(pcc_mbuf *buf, int n_buf, const plan_insn *insn, int n_insn, const uint32_t *args,
+                       const plan_attrs *attrs, uint64_t *live_bound);
+// Copies into the plan's memory (NULL stays NULL; n 0 gives a valid pointer). Abort on OOM.
+const char *emit_strdup(plan *p, const char *s);
+void *emit_memdup(plan *p, const void *src, size_t n);
+// The plan's tensor table from g's tensors (names, shapes, copies, initializers, data sources).
+void emit_tensors(plan *p, const pcc_graph *g);
+// The plan's buffer records of a placed program.
+plan_buffer *emit_buffers(plan *p, const pcc_mbuf *buf, int n_buf);
+// The index of op's attributes (accumulate: add into its outputs) in a program's attrs list
+// *v (n, cap: its VEC_PUSH count and capacity), added once; PLAN_NONE when all are zero.
+uint32_t emit_attrs(pcc_arena *ar, plan_attrs **v, int *n, int *cap, const pcc_op *op, bool accumulate);
+// The same for attributes given as they are.
+uint32_t emit_attrs_add(pcc_arena *ar, plan_attrs **v, int *n, int *cap, const plan_attrs *a);
+
 /* ---------------------------------------------------------------- report.c */
 
 typedef struct pcc_report_opts {

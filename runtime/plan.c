@@ -22,13 +22,13 @@
  * multiple of 8 bytes, and the table's byte count includes the padding). runtime/PLAN_FORMAT.md
  * has the same tables with the meaning of every field.
  *
- *   META (152 bytes)     0 u8[32] compiler, NUL-padded; 32 u32 model name (string offset, or
+ *   META (200 bytes)     0 u8[32] compiler, NUL-padded; 32 u32 model name (string offset, or
  *                        PLAN_NONE); 36 u32 options (string offset or PLAN_NONE); 40 u32 world;
- *                        44 u32 n_axes; 48 u32 mesh[4]; 64 u8[4][8] axis names, NUL-padded;
- *                        96 u32 micro_batches; 100 u32 schedule; 104 u32 zero_stage; 108 u32 loss
- *                        (tensor index or PLAN_NONE); 112 f64 est_step_s; 120 f64 est_peak_bytes;
- *                        128 u32 notes (string offset or PLAN_NONE); 132 u32 0; 136 f64
- *                        model_flops; 144 f64 device_peak_flops
+ *                        44 u32 n_axes; 48 u32 mesh[8]; 80 u8[8][8] axis names, NUL-padded;
+ *                        144 u32 micro_batches; 148 u32 schedule; 152 u32 zero_stage; 156 u32 loss
+ *                        (tensor index or PLAN_NONE); 160 f64 est_step_s; 168 f64 est_peak_bytes;
+ *                        176 u32 notes (string offset or PLAN_NONE); 180 u32 0; 184 f64
+ *                        model_flops; 192 f64 device_peak_flops
  *   STRINGS              0 u32 n (bytes of string data); 4 u32 0; 8 u8[n]: NUL-terminated
  *                        strings back to back (n = 0, or the last byte is NUL). A string is
  *                        referenced by the offset of its first byte in that data.
@@ -44,11 +44,11 @@
  *   PROGRAM k (72-byte head, then arrays)
  *                        0 u32 k; 4 u32 name; 8 u64 arena_bytes; 16 u32 n_streams;
  *                        20 u32 n_events; 24 i32 priority[8]; 56 u32 n_buffers; 60 u32 n_attrs;
- *                        64 u32 n_insns; 68 u32 n_args; 72 buffers (56 bytes each), then attrs
+ *                        64 u32 n_insns; 68 u32 n_args; 72 buffers (64 bytes each), then attrs
  *                        (184 bytes each), then insns (32 bytes each), then u32 args[n_args]
- *     buffer:  0 u32 tensor; 4 u8 dtype; 5 u8 flags (1: persist); 6 u8[2] 0; 8 u8 shard.map[4]; 12 u32 layer_base;
- *              16 u64 offset; 24 u64 bytes; 32 u32 mb_slots; 36 u32 layer_slots; 40 u64 mb_stride;
- *              48 u64 layer_stride
+ *     buffer:  0 u32 tensor; 4 u8 dtype; 5 u8 flags (1: persist); 6 u8[2] 0; 8 u8 shard.map[8];
+ *              16 u32 layer_base; 20 u32 0; 24 u64 offset; 32 u64 bytes; 40 u32 mb_slots;
+ *              44 u32 layer_slots; 48 u64 mb_stride; 56 u64 layer_stride
  *     attrs:   0 f64 f[8]; 64 i64 i[8]; 128 i32 perm[8]; 160 i32 win[6]
  *     insn:    0 u8 kind; 1 u8 stream; 2 u16 code; 4 u16 nargs; 6 i16 mb_delta; 8 u32 args;
  *              12 i32 a; 16 i32 b; 20 u32 attrs; 24 f32 t_s; 28 u8 phase; 29 u8[3] 0
@@ -68,11 +68,11 @@
 enum {
     TABLE_ENTRY_BYTES = 24,
     FIXED_SECTIONS = 5,     // META, STRINGS, TENSORS, GROUPS, RANKS
-    META_BYTES = 152,
+    META_BYTES = 200,
     TENSOR_BYTES = 96,
     GROUP_BYTES = 8,
     PROGRAM_HEAD_BYTES = 72,
-    BUFFER_BYTES = 56,
+    BUFFER_BYTES = 64,
     ATTRS_BYTES = 184,
     INSN_BYTES = 32,
 };
@@ -407,6 +407,7 @@ static void enc_buffer(wbuf *w, const plan_buffer *b) {
     w_zero(w, 2);
     w_bytes(w, b->shard.map, PLAN_MAX_AXES);
     w_u32(w, b->layer_base);
+    w_u32(w, 0);
     w_u64(w, b->offset);
     w_u64(w, b->bytes);
     w_u32(w, b->mb_slots);
@@ -765,7 +766,7 @@ static plan_status decode_mesh(dctx *c, const uint8_t *d, plan_meta *m) {
     static const char zero8[8];
     for (uint32_t i = 0; i < PLAN_MAX_AXES; i++) {
         m->mesh[i] = get_u32(d + 48 + 4 * i);
-        const uint8_t *name = d + 64 + 8 * i;
+        const uint8_t *name = d + 80 + 8 * i;
         if (i >= m->n_axes && (m->mesh[i] || memcmp(name, zero8, 8)))
             return dfail(c, "mesh axis %u is past n_axes (%u) but not zero", i, m->n_axes);
         if (i < m->n_axes && !dname(name, 8, m->axis_names[i]))
@@ -785,18 +786,18 @@ static plan_status decode_meta(dctx *c, const uint8_t *d, uint32_t bytes) {
     if (!st) st = decode_mesh(c, d, m);
     if (st) return st;
     m->world = get_u32(d + 40);
-    m->micro_batches = get_u32(d + 96);
-    uint32_t sched = get_u32(d + 100);
+    m->micro_batches = get_u32(d + 144);
+    uint32_t sched = get_u32(d + 148);
     if (sched > PLAN_SCHED_1F1B_INTERLEAVED) return dfail(c, "schedule %u unknown", sched);
     m->schedule = (plan_schedule)sched;
-    m->zero_stage = get_u32(d + 104);
-    m->loss = get_u32(d + 108);
-    m->est_step_s = get_f64(d + 112);
-    m->est_peak_bytes = get_f64(d + 120);
-    st = dstr(c, get_u32(d + 128), &m->notes, "field", 128);
-    if (!st && get_u32(d + 132)) st = dfail(c, "reserved bytes 132..135 are not zero");
-    m->model_flops = get_f64(d + 136);
-    m->device_peak_flops = get_f64(d + 144);
+    m->zero_stage = get_u32(d + 152);
+    m->loss = get_u32(d + 156);
+    m->est_step_s = get_f64(d + 160);
+    m->est_peak_bytes = get_f64(d + 168);
+    st = dstr(c, get_u32(d + 176), &m->notes, "field", 176);
+    if (!st && get_u32(d + 180)) st = dfail(c, "reserved bytes 180..183 are not zero");
+    m->model_flops = get_f64(d + 184);
+    m->device_peak_flops = get_f64(d + 192);
     return st;
 }
 
@@ -898,13 +899,14 @@ static plan_status decode_buffer(dctx *c, const uint8_t *r, uint32_t i, plan_buf
     b->flags = r[5];
     if (r[6] || r[7]) return dfail(c, "buffer %u: reserved bytes 6..7 are not zero", i);
     memcpy(b->shard.map, r + 8, PLAN_MAX_AXES);
-    b->layer_base = get_u32(r + 12);
-    b->offset = get_u64(r + 16);
-    b->bytes = get_u64(r + 24);
-    b->mb_slots = get_u32(r + 32);
-    b->layer_slots = get_u32(r + 36);
-    b->mb_stride = get_u64(r + 40);
-    b->layer_stride = get_u64(r + 48);
+    b->layer_base = get_u32(r + 16);
+    if (get_u32(r + 20)) return dfail(c, "buffer %u: reserved bytes 20..23 are not zero", i);
+    b->offset = get_u64(r + 24);
+    b->bytes = get_u64(r + 32);
+    b->mb_slots = get_u32(r + 40);
+    b->layer_slots = get_u32(r + 44);
+    b->mb_stride = get_u64(r + 48);
+    b->layer_stride = get_u64(r + 56);
     return PLAN_OK;
 }
 

@@ -58,9 +58,9 @@
 #include <stdio.h>
 
 #define PLAN_MAGIC "PLANCC\r\n"
-#define PLAN_VERSION 2u
+#define PLAN_VERSION 3u
 #define PLAN_HEADER_BYTES 64u
-#define PLAN_MAX_AXES 4
+#define PLAN_MAX_AXES 8
 #define PLAN_MAX_RANK 8
 #define PLAN_NONE UINT32_MAX
 

@@ -15,7 +15,7 @@
  * loop depth for the reader only). The lines, in this order (runtime/PLAN_FORMAT.md has them
  * all with an example):
  *
- *   plan 2                                  the format version (required, first)
+ *   plan 3                                  the format version (required, first)
  *   compiler "plancc 0.1.0"                 optional lines, in this order:
  *   model "gpt-tiny"                          model name, or -
  *   options "--pp 2"                          the canonical option string, or -

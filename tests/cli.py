@@ -59,6 +59,32 @@ p = run("models/mlp.json", "--cluster", "models/clusters/cpu.json", "--zero", "4
 check("--zero 4: exit 2", p.returncode == 2 and "--zero" in p.stderr, p)
 p = run("models/mlp.json", "--cluster", "models/clusters/cpu.json", "--schedule", "zb")
 check("--schedule zb: exit 2", p.returncode == 2 and "gpipe or 1f1b" in p.stderr, p)
+# --burst: bad combinations and values name the option, exit 2; a burst plan compiles.
+CPU = ("--cluster", "models/clusters/cpu.json")
+burst_bad = [
+    (("--devices", "6", "--burst"), "power-of-two device count"),
+    (("--devices", "4", "--burst", "--tp", "2"), "--dp, --tp and --pp"),
+    (("--devices", "4", "--burst", "--pp", "2"), "--dp, --tp and --pp"),
+    (("--devices", "4", "--burst", "--micro-batches", "2"), "--micro-batches"),
+    (("--devices", "4", "--burst", "--zero", "1"), "--zero"),
+    (("--devices", "4", "--burst", "--amp-limit", "1"), "--amp-limit wants a number above 1"),
+    (("--devices", "4", "--burst", "--amp-limit", "x"), "--amp-limit wants a number above 1"),
+    (("--devices", "4", "--amp-limit", "2"), "--amp-limit is burst parallelism's amplification limit: it needs --burst"),
+    (("--devices", "4", "--burst-widths", "4,4,4,4"), "--burst-widths"),
+    (("--devices", "4", "--burst", "--burst-widths", "4,3,4,4"), "layer 1 (/ops/1) wants a power of two"),
+    (("--devices", "4", "--burst", "--burst-widths", "4,4,4"), "the model has 4 layers"),
+]
+for args, msg in burst_bad:
+    p = run("models/mlp.json", *CPU, *args, "-o", "/dev/null")
+    check(f"{' '.join(args)}: exit 2, says {msg!r}", p.returncode == 2 and msg in p.stderr, p)
+p = run("models/gpt-tiny.json", *CPU, "--devices", "4", "--burst", "-o", "/dev/null")
+check("--burst on a model with blocks: exit 2", p.returncode == 2 and "repeated blocks" in p.stderr, p)
+p = run("models/cnn-small.json", *CPU, "--devices", "4", "--burst", "--burst-widths", "4,2,1,1,4,4,4,4,4,4", "-o", "/dev/null")
+check("--burst-widths: batch norm cannot split the batch", p.returncode == 2 and "layer 1 (/ops/1)" in p.stderr
+      and "from 1 to 1" in p.stderr, p)
+p = run("models/mlp.json", *CPU, "--devices", "4", "--burst", "--amp-limit", "2", "-o", "/dev/null")
+check("--burst --amp-limit 2: the per-layer table", p.returncode == 0 and "GPUs" in p.stdout and "batch/GPU" in p.stdout
+      and "amplification limit 2" in p.stdout and "simulated step" in p.stdout, p)
 p = run("--check", "models/mlp.json", "-o", "x.plan")
 check("--check with -o: exit 2", p.returncode == 2 and "--check" in p.stderr, p)
 p = run("models/mlp.json", "--cluster", "models/clusters/cpu.json", "--devices", "2", "-o", "/nonexistent-dir/x.plan")

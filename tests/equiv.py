@@ -5,7 +5,8 @@ usage: equiv.py [--backend B] [--precision f64] [--seed S] PLANCC PLANRUN SOURCE
 
 For mlp, gpt-tiny, cnn-small and dlrm-small (dlrm.json with small tables; or the models named), on 1, 2, 4 and 8 CPU ranks
 (models/clusters/cpu.json), for every strategy family plancc offers (DP, TP, PP with 1F1B and
-GPipe, DP x TP x PP, ZeRO 1/2/3, full recompute, --auto): compile the plan, run 10 steps with
+GPipe, DP x TP x PP, ZeRO 1/2/3, full recompute, --auto, DeepPool's --burst with the cost
+model's widths and with widths given per layer): compile the plan, run 10 steps with
 planrun's cpu backend, and check that
   - the loss of every step equals the one-device plan's (same micro-batch count) within 1e-5
     relative, and
@@ -57,6 +58,23 @@ def strategies(n):
     if n == 8:
         s += ["--dp 2 --tp 2 --pp 2 --micro-batches 4", "--dp 2 --tp 2 --pp 2 --micro-batches 4 --zero 3 --recompute full",
               "--dp 2 --tp 4 --zero 2"]
+    return s
+
+
+# Burst parallelism (--burst): the cost model's choice, and widths given per layer that change at
+# every layer (narrowing and widening by several steps, batch norm on one device).
+BURST_WIDTHS = {
+    "mlp": lambda n: [n, max(n // 2, 1), 1, n],
+    "cnn-small": lambda n: [n, 1, max(n // 2, 1), n, 1, max(n // 4, 1), n, min(n, 2), 1, n],
+}
+
+
+def burst_strategies(model, n):
+    if n == 1:
+        return []
+    s = ["--burst"]
+    if model in BURST_WIDTHS:
+        s.append("--burst --burst-widths " + ",".join(str(w) for w in BURST_WIDTHS[model](n)))
     return s
 
 
@@ -159,7 +177,7 @@ def main():
         c = Case(plancc, planrun, root, tmp, backend)
         for model in models:
             for n in (1, 2, 4, 8):
-                for opts in strategies(n):
+                for opts in strategies(n) + burst_strategies(model, n):
                     c.check(model, n, opts)
     print(f"{passed} passed, {failed} failed, {skipped} skipped")
     return 1 if failed else 0

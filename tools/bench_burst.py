@@ -1,0 +1,82 @@
+#!/usr/bin/env python3
+"""DeepPool's headline on plancc's simulator: burst parallelism against data parallelism.
+
+usage: bench_burst.py PLANCC [SOURCE_ROOT] [--models vgg16] [--devices 8,16,...] [--batches 16,32,...]
+
+Under strong scaling (a fixed global batch), for each model, device count G (DGX A100 nodes,
+models/clusters/dgx-a100.json) and global batch B, compiles data parallelism (--dp G, where G
+divides B) and burst parallelism (--burst) and prints each plan's simulated step (plancc's
+"simulated step" line: runtime/sim.c over the plan's own instructions), samples/s and the ratio
+burst/DP, then the per-layer GPU counts burst picked. DeepPool (arXiv 2112.10065, MLSys'22)
+reports 1.2-2.3x total cluster throughput over DP at large scale (its multiplexed background job
+included; burst alone is the foreground part). Figures only: it never fails on time.
+"""
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+
+def compile_plan(plancc, root, model, g, b, opts, out):
+    p = subprocess.run([plancc, os.path.join(root, "models", model + ".json"), "--cluster",
+                        os.path.join(root, "models", "clusters", "dgx-a100.json"), "--devices", str(g),
+                        "--global-batch", str(b), *opts, "-o", out], capture_output=True, text=True)
+    if p.returncode != 0:
+        return None, (p.stderr.strip().splitlines() or ["?"])[-1]
+    m = re.search(r"simulated step ([0-9.e+-]+) s", p.stdout)
+    return (float(m.group(1)) if m else None), p.stdout
+
+
+def widths(stdout):
+    """The per-layer GPU counts of plancc's burst table, as runs: 'conv1_1..pool2 x8'."""
+    rows = re.findall(r"^\s+\d+\s+(\S+)\s+\S+\s+(\d+)\s+\d+\s", stdout, re.M)
+    runs = []
+    for name, n in rows:
+        if runs and runs[-1][2] == n:
+            runs[-1][1] = name
+        else:
+            runs.append([name, name, n])
+    return ", ".join(f"{a}{'..' + b if a != b else ''}:{n}" for a, b, n in runs)
+
+
+def main():
+    args = sys.argv[1:]
+    opts = {"--models": "vgg16", "--devices": "8,16,32,64,128", "--batches": "16,32,64,128,256"}
+    pos = []
+    while args:
+        if args[0] in opts and len(args) > 1:
+            opts[args[0]] = args[1]
+            args = args[2:]
+        else:
+            pos.append(args.pop(0))
+    if not pos:
+        print(__doc__)
+        return 2
+    plancc, root = pos[0], (pos[1] if len(pos) > 1 else ".")
+    print(f"{'model':8} {'GPUs':>5} {'batch':>6} {'DP step ms':>11} {'DP samp/s':>10} {'burst ms':>10} {'burst samp/s':>12} "
+          f"{'burst/DP':>9} {'GPUs used':>9}")
+    layers = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for model in opts["--models"].split(","):
+            for g in (int(x) for x in opts["--devices"].split(",")):
+                for b in (int(x) for x in opts["--batches"].split(",")):
+                    dp, _ = compile_plan(plancc, root, model, g, b, ["--dp", str(g)], os.path.join(tmp, "dp.plan")) \
+                        if b % g == 0 else (None, "")
+                    bu, out = compile_plan(plancc, root, model, g, b, ["--burst"], os.path.join(tmp, "b.plan"))
+                    if bu is None:
+                        print(f"{model:8} {g:5} {b:6}  burst: {out}")
+                        continue
+                    used = max((int(n) for n in re.findall(r"^\s+\d+\s+\S+\s+\S+\s+(\d+)\s+\d+\s", out, re.M)), default=0)
+                    dps = f"{1e3 * dp:11.3f} {b / dp:10.1f}" if dp else f"{'-':>11} {'-':>10}"
+                    ratio = f"{dp / bu:9.3f}" if dp else f"{'-':>9}"
+                    print(f"{model:8} {g:5} {b:6} {dps} {1e3 * bu:10.3f} {b / bu:12.1f} {ratio} {used:9}")
+                    layers.append((model, g, b, widths(out)))
+    print("\nper-layer GPU counts burst picked (layer..layer:GPUs)")
+    for model, g, b, w in layers:
+        print(f"{model} G={g} B={b}: {w}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
