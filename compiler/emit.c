@@ -66,6 +66,8 @@ typedef struct ebuf {
     int first, last;            // liveness (instruction indices)
     uint64_t mb_stride, layer_stride, extent; // slots at aligned strides; extent: all of them
     uint64_t offset;
+    int bucket_next;            // the next buffer of its contiguous bucket, -1; placed with the first
+    bool in_bucket;             // a member of a contiguous bucket (its first places them all)
 } ebuf;
 
 typedef struct cache_entry {
@@ -85,6 +87,8 @@ typedef struct prog {
     int **carry;        // per block, per carried value: its carry register (scratch), -1
     cache_entry *cache; int n_cache, cap_cache;
     bool used_sync;
+    int *bucket;        int n_bucket, cap_bucket; // final gradients waiting for their bucket's collective
+    uint64_t bucket_bytes;                        // their bytes on this rank
     uint64_t arena;
 } prog;
 
@@ -104,6 +108,7 @@ typedef struct emitter {
     int *ostage;        // per op: stage (block ops: -2, by copy)
     int **copy_lo, **copy_hi; // per forward block, per stage: its copies [lo, hi)
     int (*groups)[2];   int n_groups, cap_groups; // (axes mask, stream) per plan group
+    uint64_t bucket_cap;// gradient bytes per bucket (0: one collective per gradient)
     int delta;          // the micro-batch offset of the instructions being emitted
     plan_phase phase;   // the part of the step being emitted
 } emitter;
@@ -442,6 +447,7 @@ static int new_buf(emitter *E, prog *P, int t, plan_shard s, uint32_t mb_slots, 
     b->bytes = t >= 0 ? shard_bytes(E, t, s) : 0;
     b->mb_slots = mb_slots, b->layer_slots = layer_slots, b->layer_base = base;
     b->first = b->last = -1;
+    b->bucket_next = -1;
     return P->n_buf - 1;
 }
 
@@ -527,8 +533,12 @@ static plan_insn *insn(emitter *E, prog *P, plan_insn_kind k, int stream, const 
     return in;
 }
 
+static void bucket_flush(emitter *E, prog *P);
+
+// A loop boundary closes the open gradient bucket: one instruction cannot span it.
 static void loop_open(emitter *E, prog *P, plan_loop_var var, int count) {
     PCC_ASSERT(P->depth < PLAN_MAX_LOOP_DEPTH);
+    bucket_flush(E, P);
     P->n_cache = 0;
     int saved = E->delta;
     E->delta = 0;
@@ -539,7 +549,8 @@ static void loop_open(emitter *E, prog *P, plan_loop_var var, int count) {
     P->loops[P->depth++] = P->n_insn - 1;
 }
 
-static void loop_close(prog *P) {
+static void loop_close(emitter *E, prog *P) {
+    bucket_flush(E, P);
     int l = P->loops[--P->depth];
     P->insn[l].b = P->n_insn - l - 1;
     P->n_cache = 0;
@@ -710,34 +721,114 @@ static void emit_op(emitter *E, prog *P, int o, bool last_mb) {
         }
 }
 
-// The gradient gp is final: synchronize it on stream 1 while the backward pass goes on.
-static void sync_grad(emitter *E, prog *P, int gp) {
+/* ---- gradient synchronization: buckets ---- */
+
+// The collectives that synchronize gradient gp, from the layout its producer leaves to the one
+// its optimizer wants: per axis where the producer leaves partial sums, from the last axis down,
+// a reduce-scatter where the optimizer wants a shard, else an all-reduce in place.
+static int sync_steps(const emitter *E, int gp, pcc_reshard_step *step) {
     const pcc_graph *g = E->g;
-    int p = g->tensors[gp].of, hb = home(E, P, gp);
-    plan_shard want = E->opt_sh[p];
-    event(E, P, PLAN_I_RECORD, STREAM_MAIN, EV_GRAD);
-    event(E, P, PLAN_I_WAIT, STREAM_SYNC, EV_GRAD);
-    P->used_sync = true;
-    // Which axes hold partial sums: those the producer left V.
     const pcc_op *prod = &g->ops[g->tensors[gp].producer];
     int oi = 0;
     while (prod->out[oi] != gp) oi++;
-    plan_shard made = E->sh[g->tensors[gp].producer][prod->nin + oi];
-    int b = hb;
+    plan_shard made = E->sh[g->tensors[gp].producer][prod->nin + oi], want = E->opt_sh[g->tensors[gp].of];
+    plan_shard cur = E->home_sh[gp];
+    int n = 0;
     for (int a = PCC_AXES - 1; a >= 0; a--) {
         if (made.map[a] != PLAN_SHARD_V) continue;
-        if (want.map[a] >= 2 && P->buf[b].shard.map[a] == PLAN_SHARD_V) {
-            plan_shard next = P->buf[b].shard;
-            next.map[a] = want.map[a];
-            int nb = new_buf(E, P, gp, next, 1, P->buf[hb].layer_slots, P->buf[hb].layer_base);
-            P->buf[nb].whole = true;
-            coll(E, P, PCC_COLL_REDUCE_SCATTER, a, STREAM_SYNC, b, nb);
-            b = nb;
-        } else {
-            coll(E, P, PCC_COLL_ALL_REDUCE, a, STREAM_SYNC, b, b);
-        }
+        bool scatter = want.map[a] >= 2 && cur.map[a] == PLAN_SHARD_V;
+        if (scatter) cur.map[a] = want.map[a];
+        step[n++] = (pcc_reshard_step){scatter ? PCC_COLL_REDUCE_SCATTER : PCC_COLL_ALL_REDUCE, a, cur};
     }
-    P->home[gp] = b; // the optimizer reads the synchronized gradient
+    return n;
+}
+
+static bool steps_eq(const pcc_reshard_step *x, int nx, const pcc_reshard_step *y, int ny) {
+    if (nx != ny) return false;
+    for (int k = 0; k < nx; k++)
+        if (x[k].kind != y[k].kind || x[k].axis != y[k].axis) return false;
+    return true;
+}
+
+// Buffers bk[0..n) of one bucket lie back to back in the arena (the memory planner places them
+// as one), where each holds one slot per block copy, the same count, for the whole program.
+static void bucket_layout(prog *P, const int *bk, int n) {
+    for (int j = 0; j < n; j++) {
+        const ebuf *b = &P->buf[bk[j]];
+        if (!b->whole || b->mb_slots != 1 || b->in_bucket || b->layer_slots != P->buf[bk[0]].layer_slots) return;
+    }
+    for (int j = 0; j < n; j++) {
+        P->buf[bk[j]].in_bucket = true;
+        P->buf[bk[j]].bucket_next = j + 1 < n ? bk[j + 1] : -1;
+    }
+}
+
+// One collective instruction over the pairs (in[j], out[j]): a bucket of n when n > 1.
+static void coll_bucket(emitter *E, prog *P, pcc_coll kind, int axis, const int *in, const int *out, int n) {
+    int *args = arena_alloc(E->g->arena, sizeof(int) * (size_t)(2 * n));
+    double bytes = 0;
+    bool ends_with = kind == PCC_COLL_ALL_REDUCE || kind == PCC_COLL_ALL_GATHER || kind == PCC_COLL_BROADCAST;
+    for (int j = 0; j < n; j++) {
+        args[j] = in[j], args[n + j] = out[j];
+        bytes += (double)P->buf[ends_with ? out[j] : in[j]].bytes;
+    }
+    plan_insn *i = insn(E, P, PLAN_I_COLL, STREAM_SYNC, args, 2 * n);
+    i->code = (uint16_t)kind;
+    i->a = group(E, 1 << axis, STREAM_SYNC);
+    i->t_s = (float)cost_collective_s(E->c, kind, bytes, axis_group(E, axis, 0));
+    for (int j = 0; j < n; j++) forget(P, out[j]);
+}
+
+// Issues the open bucket: stream 1 waits for the gradients, then runs one collective per step
+// of their synchronization over all of them, while the backward pass goes on on stream 0.
+static void bucket_flush(emitter *E, prog *P) {
+    int n = P->n_bucket;
+    if (n == 0) return;
+    P->n_bucket = 0, P->bucket_bytes = 0;
+    plan_phase saved = E->phase;
+    E->phase = PLAN_PHASE_BWD; // also when the last one closes after the backward pass
+    event(E, P, PLAN_I_RECORD, STREAM_MAIN, EV_GRAD);
+    event(E, P, PLAN_I_WAIT, STREAM_SYNC, EV_GRAD);
+    P->used_sync = true;
+    pcc_reshard_step step[PCC_AXES];
+    int ns = sync_steps(E, P->bucket[0], step);
+    int *cur = arena_alloc(E->g->arena, sizeof(int) * (size_t)n), *next = arena_alloc(E->g->arena, sizeof(int) * (size_t)n);
+    for (int j = 0; j < n; j++) cur[j] = home(E, P, P->bucket[j]);
+    bucket_layout(P, cur, n);
+    for (int k = 0; k < ns; k++) {
+        for (int j = 0; j < n; j++) {
+            next[j] = cur[j];
+            if (step[k].kind != PCC_COLL_REDUCE_SCATTER) continue;
+            const ebuf *hb = &P->buf[cur[j]];
+            pcc_reshard_step mine[PCC_AXES]; // the same kinds and axes as step; its own layouts
+            sync_steps(E, P->bucket[j], mine);
+            next[j] = new_buf(E, P, P->bucket[j], mine[k].after, 1, hb->layer_slots, hb->layer_base);
+            P->buf[next[j]].whole = true;
+        }
+        coll_bucket(E, P, (pcc_coll)step[k].kind, step[k].axis, cur, next, n);
+        if (step[k].kind == PCC_COLL_REDUCE_SCATTER) bucket_layout(P, next, n);
+        memcpy(cur, next, sizeof(int) * (size_t)n);
+    }
+    for (int j = 0; j < n; j++) P->home[P->bucket[j]] = cur[j]; // the optimizer reads the synchronized gradient
+    E->phase = saved;
+}
+
+// The gradient gp is final: it joins the open bucket (ordered as the backward pass finishes
+// them, as PyTorch DDP's and Megatron-LM's buckets), which is issued once it holds
+// --bucket-mb's bytes. A gradient synchronized by other collectives, or of another dtype or
+// slot count, closes the open bucket first.
+static void sync_grad(emitter *E, prog *P, int gp) {
+    int hb = home(E, P, gp);
+    if (P->n_bucket > 0) {
+        pcc_reshard_step a[PCC_AXES], b[PCC_AXES];
+        int first = home(E, P, P->bucket[0]);
+        if (!steps_eq(a, sync_steps(E, P->bucket[0], a), b, sync_steps(E, gp, b)) || P->buf[first].dtype != P->buf[hb].dtype ||
+            P->buf[first].layer_slots != P->buf[hb].layer_slots)
+            bucket_flush(E, P);
+    }
+    *VEC_PUSH(E->g->arena, P->bucket, P->n_bucket, P->cap_bucket) = gp;
+    P->bucket_bytes += P->buf[hb].bytes;
+    if (P->bucket_bytes >= E->bucket_cap || P->n_bucket == PLAN_MAX_BUCKET) bucket_flush(E, P);
 }
 
 /* ---- units: top-level ops and block ranges ---- */
@@ -818,7 +909,7 @@ static void block_range(emitter *E, prog *P, int b, bool last_mb) {
     }
     loop_open(E, P, bwd ? PLAN_LOOP_REVERSE_LAYER : PLAN_LOOP_LAYER, hi - lo);
     block_body(E, P, b, last_mb);
-    loop_close(P);
+    loop_close(E, P);
     if ((bwd ? lo == 0 : hi == R))
         for (int i = 0; i < bl->n_out; i++) {
             int ob = home(E, P, bl->out[i].outer), k = carry_of(bl, bl->out[i].inner, false);
@@ -962,7 +1053,7 @@ static void optimizer(emitter *E, prog *P) {
         if (hi > lo) {
             loop_open(E, P, PLAN_LOOP_LAYER, hi - lo);
             for (int k = bl->first_op; k < bl->first_op + bl->n_ops; k++) emit_op(E, P, k, false);
-            loop_close(P);
+            loop_close(E, P);
         }
         o = bl->first_op + bl->n_ops - 1;
     }
@@ -1031,18 +1122,18 @@ static void program(emitter *E, prog *P) {
     if (E->s->schedule == PCC_PIPE_GPIPE && E->pp > 1) {
         loop_open(E, P, PLAN_LOOP_MB, M);
         forward(E, P, 0);
-        loop_close(P);
+        loop_close(E, P);
         if (M > 1) {
             loop_open(E, P, PLAN_LOOP_MB, M - 1);
             backward(E, P, 0, false);
-            loop_close(P);
+            loop_close(E, P);
         }
         backward(E, P, M - 1, true);
     } else {
         if (w > 0) {
             loop_open(E, P, PLAN_LOOP_MB, w);
             forward(E, P, 0);
-            loop_close(P);
+            loop_close(E, P);
         }
         int steady = M - w; // F(mb + w), B(mb)
         if (w == 0) {
@@ -1050,7 +1141,7 @@ static void program(emitter *E, prog *P) {
                 loop_open(E, P, PLAN_LOOP_MB, steady - 1);
                 forward(E, P, w);
                 backward(E, P, 0, false);
-                loop_close(P);
+                loop_close(E, P);
             }
             forward(E, P, M - 1);
             backward(E, P, M - 1, true);
@@ -1059,16 +1150,17 @@ static void program(emitter *E, prog *P) {
                 loop_open(E, P, PLAN_LOOP_MB, steady);
                 forward(E, P, w);
                 backward(E, P, 0, false);
-                loop_close(P);
+                loop_close(E, P);
             }
             if (w > 1) {
                 loop_open(E, P, PLAN_LOOP_MB, w - 1);
                 backward(E, P, M - w, false);
-                loop_close(P);
+                loop_close(E, P);
             }
             backward(E, P, M - 1, true);
         }
     }
+    bucket_flush(E, P);
     E->delta = 0;
     if (P->used_sync) {
         event(E, P, PLAN_I_RECORD, STREAM_SYNC, EV_SYNCED);
@@ -1157,6 +1249,27 @@ static int place_cmp(const void *a, const void *b) {
     return *(const int *)a - *(const int *)b;
 }
 
+// A contiguous bucket is one extent, its first buffer's: the buffers back to back (each at the
+// end of the one before, so that one collective can cover them), one slot of all of them per
+// block copy (Megatron-LM's contiguous gradient buffer). The others' extents are 0.
+static void bucket_extents(prog *P) {
+    bool *follows = calloc((size_t)P->n_buf + 1, 1);
+    for (int b = 0; b < P->n_buf; b++)
+        if (P->buf[b].bucket_next >= 0) follows[P->buf[b].bucket_next] = true;
+    for (int b = 0; b < P->n_buf; b++) {
+        ebuf *eb = &P->buf[b];
+        if (!eb->in_bucket || follows[b]) continue;
+        uint64_t total = 0;
+        for (int j = b; j >= 0; j = P->buf[j].bucket_next) total += P->buf[j].bytes;
+        uint64_t slot = align_up(total);
+        for (int j = b; j >= 0; j = P->buf[j].bucket_next) {
+            P->buf[j].layer_stride = P->buf[j].layer_slots > 1 ? slot : 0;
+            P->buf[j].extent = j == b ? slot * P->buf[j].layer_slots : 0;
+        }
+    }
+    free(follows);
+}
+
 // Places the buffers; returns the arena size and the largest sum live at one instruction.
 static uint64_t memplan(prog *P, uint64_t *live_bound) {
     for (int b = 0; b < P->n_buf; b++) {
@@ -1167,6 +1280,7 @@ static uint64_t memplan(prog *P, uint64_t *live_bound) {
         eb->extent = slot * eb->mb_slots * eb->layer_slots;
     }
     liveness(P);
+    bucket_extents(P);
     int *order = malloc(sizeof(int) * (size_t)(P->n_buf + 1));
     for (int b = 0; b < P->n_buf; b++) order[b] = b;
     g_order_prog = P;
@@ -1176,6 +1290,10 @@ static uint64_t memplan(prog *P, uint64_t *live_bound) {
     uint64_t arena = 0;
     for (int k = 0; k < P->n_buf; k++) {
         ebuf *eb = &P->buf[order[k]];
+        if (eb->in_bucket && eb->extent == 0) { // placed with the first of its bucket
+            placed[order[k]] = true;
+            continue;
+        }
         if (eb->extent == 0) {
             eb->offset = 0;
             placed[order[k]] = true;
@@ -1195,6 +1313,8 @@ static uint64_t memplan(prog *P, uint64_t *live_bound) {
         }
         eb->offset = at;
         placed[order[k]] = true;
+        for (int j = eb->bucket_next, prev = order[k]; j >= 0; prev = j, j = P->buf[j].bucket_next)
+            P->buf[j].offset = P->buf[prev].offset + P->buf[prev].bytes;
         if (at + eb->extent > arena) arena = at + eb->extent;
     }
     // The lower bound: the most bytes live at one instruction.
@@ -1308,7 +1428,7 @@ pcc_status emit_plan(const pcc_graph *g, const pcc_cluster *c, const pcc_strateg
                      pcc_emitted *e) {
     memset(e, 0, sizeof *e);
     emitter E = {.g = g, .c = c, .s = s, .pp = s->mesh[PCC_AX_PP], .dp = s->mesh[PCC_AX_DP], .tp = s->mesh[PCC_AX_TP],
-                 .M = s->micro_batches};
+                 .M = s->micro_batches, .bucket_cap = o->bucket_bytes};
     int nfb = g->n_blocks;
     E.copy_lo = arena_alloc(g->arena, sizeof(int *) * (size_t)(nfb + 1));
     E.copy_hi = arena_alloc(g->arena, sizeof(int *) * (size_t)(nfb + 1));

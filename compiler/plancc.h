@@ -768,6 +768,7 @@ int reshard_steps(plan_shard from, plan_shard to, int rank, pcc_reshard_step *st
 typedef struct pcc_emit_opts {
     const char *options;        // canonical option string, for META
     uint64_t model_hash, cluster_hash;
+    uint64_t bucket_bytes;      // gradient bytes per bucket (per rank); 0: one collective per gradient
     bool quiet;
 } pcc_emit_opts;
 

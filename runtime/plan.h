@@ -58,7 +58,7 @@
 #include <stdio.h>
 
 #define PLAN_MAGIC "PLANCC\r\n"
-#define PLAN_VERSION 2u
+#define PLAN_VERSION 3u
 #define PLAN_HEADER_BYTES 64u
 #define PLAN_MAX_AXES 4
 #define PLAN_MAX_RANK 8
@@ -281,6 +281,7 @@ void *plan_alloc(plan *p, size_t n);
 // deep), instruction times and META's FLOP figures finite and >= 0. plan_encode refuses and plan_decode rejects a plan
 // that fails it. Returns PLAN_ERR_FORMAT with a message naming the item, or PLAN_OK.
 #define PLAN_MAX_LOOP_DEPTH 32
+#define PLAN_MAX_BUCKET 16384 // pairs of one collective instruction
 plan_status plan_validate(const plan *p, char *err, size_t err_n);
 
 // How instruction `in` of program pg uses its argument j: PLAN_ARG_READ, PLAN_ARG_WRITE or both
