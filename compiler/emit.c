@@ -7,8 +7,10 @@
  *   [zero the accumulators of block-summed gradients]
  *   the schedule's micro-batch loops:  F(mb) = recv inputs; forward units; send outputs
  *                                      B(mb) = recv gradients; backward units; send gradients
- *   the last micro-batch's backward, peeled out of its loop, with each parameter's gradient
- *   synchronized on stream 1 as soon as it is final (overlapped with the rest of the backward)
+ *   the last micro-batch's backward, peeled out of its loop, with the parameters' gradients
+ *   synchronized on stream 1 in buckets as soon as they are final (overlapped with the rest of
+ *   the backward); with ZeRO-2 and several micro-batches, every micro-batch's backward
+ *   reduce-scatters its gradient contributions onto the rank's shard instead
  *   wait for the synchronization; the optimizer; parameter copies to the stages that share them
  *
  * Layouts. Every operand of every operator gets a sharding spec over the mesh (plan_shard: per
@@ -88,6 +90,7 @@ typedef struct prog {
     cache_entry *cache; int n_cache, cap_cache;
     bool used_sync;
     int *bucket;        int n_bucket, cap_bucket; // final gradients waiting for their bucket's collective
+    int *shard_acc;     // per tensor: ZeRO-2, the buffer its gradient shard accumulates in, -1
     uint64_t bucket_bytes;                        // their bytes on this rank
     uint64_t arena;
 } prog;
@@ -101,6 +104,7 @@ typedef struct emitter {
     plan_shard *home_sh;// per tensor: the layout of the buffer that holds it
     plan_shard *opt_sh; // per param: the layout its optimizer runs in
     bool *sync;         // per param grad tensor: needs a gradient synchronization
+    bool *zero2;        // per param grad tensor: ZeRO-2, reduce-scattered per micro-batch into its shard
     int *tstage;        // per tensor: the stage that holds it (-1: inputs, every stage)
     bool *kept;         // per tensor: read in the backward pass (keep a slot per micro-batch)
     bool *deferred;     // per tensor: a gradient contribution sent to another stage once per step
@@ -459,7 +463,7 @@ static int home(emitter *E, prog *P, int t) {
     uint32_t mb = 1, layers = 1, base = 0;
     if (T->block >= 0) {
         int fb = block_of(g, T->block);
-        bool per_copy = T->kind == PCC_T_PARAM || T->kind == PCC_T_STATE || E->kept[t] || is_param_grad(g, t);
+        bool per_copy = T->kind == PCC_T_PARAM || T->kind == PCC_T_STATE || E->kept[t] || (is_param_grad(g, t) && !E->zero2[t]);
         if (per_copy) {
             layers = (uint32_t)(E->copy_hi[fb][P->stage] - E->copy_lo[fb][P->stage]);
             base = (uint32_t)E->copy_lo[fb][P->stage];
@@ -469,7 +473,7 @@ static int home(emitter *E, prog *P, int t) {
     else if (E->kept[t]) mb = (uint32_t)in_flight(E, P->stage);
     int b = new_buf(E, P, t, E->home_sh[t], mb, layers, base);
     P->buf[b].persist = T->kind == PCC_T_PARAM || T->kind == PCC_T_STATE || T->kind == PCC_T_INPUT;
-    P->buf[b].whole = P->buf[b].persist || t == g->loss || is_final_param_grad(g, t) || E->deferred[t];
+    P->buf[b].whole = P->buf[b].persist || t == g->loss || (is_final_param_grad(g, t) && !E->zero2[t]) || E->deferred[t];
     P->home[t] = b;
     return b;
 }
@@ -666,7 +670,9 @@ static int reshard(emitter *E, prog *P, int src, plan_shard want) { return resha
 
 /* ---- operators ---- */
 
-static uint32_t attrs_of(emitter *E, prog *P, const pcc_op *op, bool accumulate) {
+// The attrs of op; accumulate: it adds into its outputs; sharded: it does not, though it makes a
+// gradient summed over micro-batches (ZeRO-2 sums the gradient's shard instead).
+static uint32_t attrs_of(emitter *E, prog *P, const pcc_op *op, bool accumulate, bool sharded) {
     plan_attrs a;
     memset(&a, 0, sizeof a);
     const pcc_attrs *s = &op->attrs;
@@ -674,7 +680,7 @@ static uint32_t attrs_of(emitter *E, prog *P, const pcc_op *op, bool accumulate)
     a.f[PLAN_AF_BETA1] = s->beta1, a.f[PLAN_AF_BETA2] = s->beta2, a.f[PLAN_AF_WEIGHT_DECAY] = s->weight_decay;
     a.f[PLAN_AF_MOMENTUM] = s->momentum;
     a.i[PLAN_AI_SEED] = s->seed, a.i[PLAN_AI_AXIS] = s->axis, a.i[PLAN_AI_START] = s->start, a.i[PLAN_AI_END] = s->end;
-    a.i[PLAN_AI_CAUSAL] = s->causal, a.i[PLAN_AI_ACCUMULATE] = op->accumulate || accumulate;
+    a.i[PLAN_AI_CAUSAL] = s->causal, a.i[PLAN_AI_ACCUMULATE] = (op->accumulate && !sharded) || accumulate;
     for (int i = 0; i < PLAN_MAX_RANK; i++) a.perm[i] = s->perm[i];
     for (int i = 0; i < 2; i++) a.win[i] = s->kernel[i], a.win[2 + i] = s->stride[i], a.win[4 + i] = s->pad[i];
     plan_attrs zero;
@@ -687,6 +693,7 @@ static uint32_t attrs_of(emitter *E, prog *P, const pcc_op *op, bool accumulate)
 }
 
 static void sync_grad(emitter *E, prog *P, int gp);
+static void zero2_grad(emitter *E, prog *P, int gp);
 
 static void emit_op(emitter *E, prog *P, int o, bool last_mb) {
     const pcc_graph *g = E->g;
@@ -700,9 +707,9 @@ static void emit_op(emitter *E, prog *P, int o, bool last_mb) {
     plan_insn *in = insn(E, P, PLAN_I_COMPUTE, STREAM_MAIN, args, op->nin + op->nout);
     in->code = (uint16_t)op->kind;
     in->t_s = op_time_s(E, o);
-    bool defers = false; // its output goes to another stage once per step: sum it here first
-    for (int i = 0; i < op->nout; i++) defers |= E->deferred[op->out[i]];
-    in->attrs = attrs_of(E, P, op, defers);
+    bool defers = false, sharded = false; // its output goes to another stage once per step: sum it here first
+    for (int i = 0; i < op->nout; i++) defers |= E->deferred[op->out[i]], sharded |= E->zero2[op->out[i]];
+    in->attrs = attrs_of(E, P, op, defers, sharded);
     for (int i = 0; i < op->nout; i++) forget(P, args[op->nin + i]);
     if (pcc_ops[op->kind].flags & PCC_OPF_INPLACE) {
         // The update lands in the buffers it was given; carry it back to where the values live
@@ -714,11 +721,11 @@ static void emit_op(emitter *E, prog *P, int o, bool last_mb) {
         }
         P->n_cache = 0;
     }
-    if (last_mb)
-        for (int i = 0; i < op->nout; i++) {
-            int t = op->out[i];
-            if (E->sync[t] && is_final_param_grad(g, t)) sync_grad(E, P, t);
-        }
+    for (int i = 0; i < op->nout; i++) {
+        int t = op->out[i];
+        if (E->zero2[t]) zero2_grad(E, P, t);
+        else if (last_mb && E->sync[t] && is_final_param_grad(g, t)) sync_grad(E, P, t);
+    }
 }
 
 /* ---- gradient synchronization: buckets ---- */
@@ -829,6 +836,91 @@ static void sync_grad(emitter *E, prog *P, int gp) {
     *VEC_PUSH(E->g->arena, P->bucket, P->n_bucket, P->cap_bucket) = gp;
     P->bucket_bytes += P->buf[hb].bytes;
     if (P->bucket_bytes >= E->bucket_cap || P->n_bucket == PLAN_MAX_BUCKET) bucket_flush(E, P);
+}
+
+// ZeRO-2: this micro-batch's contribution to gradient gp is in its (transient, whole) buffer:
+// synchronize it now (all-reduce over the axes the optimizer keeps whole, reduce-scatter onto
+// the rank's shard over dp) and add the shard to the one summed over the micro-batches, which
+// the optimizer reads. On the compute stream: the next micro-batch's backward reuses the buffer.
+static void zero2_grad(emitter *E, prog *P, int gp) {
+    pcc_reshard_step step[PCC_AXES];
+    int n = sync_steps(E, gp, step), cur = home(E, P, gp);
+    for (int k = 0; k < n; k++) {
+        int next = cur;
+        if (step[k].kind == PCC_COLL_REDUCE_SCATTER) next = new_buf(E, P, gp, step[k].after, 1, 1, 0);
+        coll(E, P, (pcc_coll)step[k].kind, step[k].axis, STREAM_MAIN, cur, next);
+        cur = next;
+    }
+    int acc = P->shard_acc[gp];
+    PCC_ASSERT(acc >= 0 && P->buf[acc].bytes == P->buf[cur].bytes);
+    int args[3] = {acc, cur, acc};
+    plan_insn *in = insn(E, P, PLAN_I_COMPUTE, STREAM_MAIN, args, 3);
+    in->code = PCC_OP_ADD;
+    in->t_s = memory_s(E, P, 3 * (double)P->buf[acc].bytes, acc);
+}
+
+/* ---- ZeRO-2 ---- */
+
+static bool reads_deferred(const emitter *E, const pcc_op *op) {
+    for (int i = 0; i < op->nin; i++)
+        if (E->deferred[op->in[i]]) return true;
+    return false;
+}
+
+// Gradients that ZeRO-2 (with several micro-batches) reduce-scatters per micro-batch: final
+// gradients of parameters whose optimizer runs on a dp shard, made by an operator (not a block's
+// sum over its copies, not a sum with a contribution from another stage) every final parameter
+// gradient of which qualifies too (the operator stops accumulating over micro-batches).
+static void zero2_grads(emitter *E) {
+    const pcc_graph *g = E->g;
+    E->zero2 = arena_alloc(g->arena, sizeof(bool) * (size_t)(g->n_tensors + 1));
+    if (E->s->zero != 2 || E->M < 2) return;
+    for (int t = 0; t < g->n_tensors; t++) {
+        if (!is_final_param_grad(g, t) || !E->sync[t] || E->deferred[t] || g->tensors[t].producer < 0) continue;
+        if (reads_deferred(E, &g->ops[g->tensors[t].producer])) continue;
+        pcc_reshard_step step[PCC_AXES];
+        int n = sync_steps(E, t, step);
+        for (int k = 0; k < n; k++) E->zero2[t] |= step[k].kind == PCC_COLL_REDUCE_SCATTER;
+    }
+    for (int b = 0; b < g->n_blocks; b++)
+        for (int i = 0; i < g->blocks[b].n_acc; i++) E->zero2[g->blocks[b].acc[i].outer] = false;
+    for (int o = 0; o < g->n_ops; o++) {
+        const pcc_op *op = &g->ops[o];
+        bool all = true;
+        for (int i = 0; i < op->nout; i++)
+            if (is_final_param_grad(g, op->out[i]) && E->sync[op->out[i]] && !E->zero2[op->out[i]]) all = false;
+        for (int i = 0; !all && i < op->nout; i++) E->zero2[op->out[i]] = false;
+    }
+}
+
+// ZeRO-2: the buffers the gradient shards of this stage sum in over the micro-batches, zeroed
+// at the start of the step (a slot per block copy: a layer loop of fills).
+static void zero2_accumulators(emitter *E, prog *P) {
+    const pcc_graph *g = E->g;
+    P->shard_acc = arena_alloc(g->arena, sizeof(int) * (size_t)(g->n_tensors + 1));
+    for (int t = 0; t < g->n_tensors; t++) {
+        P->shard_acc[t] = -1;
+        if (!E->zero2[t]) continue;
+        const pcc_tensor *T = &g->tensors[t];
+        int lo = 0, hi = 1;
+        if (T->block >= 0) {
+            int fb = block_of(g, T->block);
+            lo = E->copy_lo[fb][P->stage], hi = E->copy_hi[fb][P->stage];
+        } else if (E->tstage[t] != P->stage) {
+            continue;
+        }
+        if (hi <= lo) continue;
+        pcc_reshard_step step[PCC_AXES];
+        int n = sync_steps(E, t, step);
+        int acc = new_buf(E, P, t, step[n - 1].after, 1, (uint32_t)(hi - lo), T->block >= 0 ? (uint32_t)lo : 0);
+        P->buf[acc].whole = true;
+        P->shard_acc[t] = acc;
+        if (hi - lo > 1) loop_open(E, P, PLAN_LOOP_LAYER, hi - lo);
+        plan_insn *in = insn(E, P, PLAN_I_COMPUTE, STREAM_MAIN, &acc, 1);
+        in->code = PCC_OP_FILL;
+        in->t_s = memory_s(E, P, (double)P->buf[acc].bytes, acc);
+        if (hi - lo > 1) loop_close(E, P);
+    }
 }
 
 /* ---- units: top-level ops and block ranges ---- */
@@ -1095,6 +1187,7 @@ static void program(emitter *E, prog *P) {
         P->carry[b] = arena_alloc(g->arena, sizeof(int) * (size_t)(g->blocks[b].n_carry + 1));
         for (int k = 0; k < g->blocks[b].n_carry; k++) P->carry[b][k] = -1;
     }
+    zero2_accumulators(E, P);
     // Block-summed parameter gradients start at zero once per step.
     for (int b = 0; b < g->n_blocks; b++)
         for (int i = 0; i < g->blocks[b].n_acc; i++) {
@@ -1161,6 +1254,8 @@ static void program(emitter *E, prog *P) {
         }
     }
     bucket_flush(E, P);
+    for (int t = 0; t < g->n_tensors; t++)
+        if (P->shard_acc[t] >= 0) P->home[t] = P->shard_acc[t]; // ZeRO-2: the optimizer reads the summed shard
     E->delta = 0;
     if (P->used_sync) {
         event(E, P, PLAN_I_RECORD, STREAM_SYNC, EV_SYNCED);
@@ -1460,6 +1555,7 @@ pcc_status emit_plan(const pcc_graph *g, const pcc_cluster *c, const pcc_strateg
     keep(&E);
     defer(&E);
     layouts(&E);
+    zero2_grads(&E);
     prog *P = arena_alloc(g->arena, sizeof(prog) * (size_t)E.pp);
     plan *p = calloc(1, sizeof *p);
     PCC_ASSERT(p);

@@ -50,7 +50,10 @@ static void usage(FILE *f) {
             "                     (needs --pp > 1 and micro-batches a multiple of pp). Only the estimate\n"
             "                     models it: plancc cannot emit it yet, so it needs --estimate-only\n"
             "  --schedule S       gpipe or 1f1b (default 1f1b when pp > 1)\n"
-            "  --zero N           ZeRO stage 0..3 over dp: optimizer state (1, 2) and parameters (3) sharded\n"
+            "  --zero N           ZeRO stage 0..3 over dp: 1 shards the optimizer state (gradients summed\n"
+            "                     whole over the micro-batches, reduce-scattered once); 2 also the\n"
+            "                     gradients (each micro-batch's reduce-scattered and summed in the shard);\n"
+            "                     3 also the parameters\n"
             "  --bucket-mb X      gradient synchronization in buckets of X MB (10^6 bytes per rank), in the\n"
             "                     order the backward pass finishes the gradients, each issued as soon as its\n"
             "                     last gradient is ready (PyTorch DDP's bucket_cap_mb; default 25); 0: one\n"
@@ -62,8 +65,8 @@ static void usage(FILE *f) {
             "  --dump-ilp FILE    write the ILP as CPLEX LP text\n"
             "  --estimate-only    plan the strategy and print the cost model's estimate of a step and its\n"
             "                     parts (with --json, as JSON); write no plan\n"
-            "  -d, --dump LETTERS print phase 1's candidates (t) and phase 2's choice per operator (s)\n"
-            "other:\n"
+            "  -d, --dump LETTERS print phase 1's candidates (t) and phase 2's choice per operator (s)\n");
+    fputs("other:\n"
             "  --check MODEL      only load and check MODEL, derive its backward pass and optimizer step,\n"
             "                     and print per-operator parameters, FLOPs and kept activations; with\n"
             "                     --cluster, whether one step fits one device and its compute bound\n"
@@ -75,7 +78,8 @@ static void usage(FILE *f) {
             "\n"
             "Formats: schemas/README.md (model, cluster), runtime/PLAN_FORMAT.md (plan). Show a plan with\n"
             "plandump PLAN. Diagnostics: \"plancc: FILE:JSON-POINTER: message\" on stderr.\n"
-            "Exit codes: 0 success, 1 internal error, 2 invalid input or usage, 3 infeasible (does not fit).\n");
+            "Exit codes: 0 success, 1 internal error, 2 invalid input or usage, 3 infeasible (does not fit).\n",
+          f);
 }
 
 typedef struct options {
