@@ -7,8 +7,10 @@
  *   [zero the accumulators of block-summed gradients]
  *   the schedule's micro-batch loops:  F(mb) = recv inputs; forward units; send outputs
  *                                      B(mb) = recv gradients; backward units; send gradients
- *   the last micro-batch's backward, peeled out of its loop, with each parameter's gradient
- *   synchronized on stream 1 as soon as it is final (overlapped with the rest of the backward)
+ *   the last micro-batch's backward, peeled out of its loop, with the parameters' gradients
+ *   synchronized on stream 1 in buckets as soon as they are final (overlapped with the rest of
+ *   the backward); with ZeRO-2 and several micro-batches, every micro-batch's backward
+ *   reduce-scatters its gradient contributions onto the rank's shard instead
  *   wait for the synchronization; the optimizer; parameter copies to the stages that share them
  *
  * Layouts. Every operand of every operator gets a sharding spec over the mesh (plan_shard: per
@@ -73,6 +75,9 @@ typedef struct prog {
     int **carry;        // per block, per carried value: its carry register (scratch), -1
     cache_entry *cache; int n_cache, cap_cache;
     bool used_sync;
+    int *bucket;        int n_bucket, cap_bucket; // final gradients waiting for their bucket's collective
+    int *shard_acc;     // per tensor: ZeRO-2, the buffer its gradient shard accumulates in, -1
+    uint64_t bucket_bytes;                        // their bytes on this rank
     uint64_t arena;
 } prog;
 
@@ -85,6 +90,7 @@ typedef struct emitter {
     plan_shard *home_sh;// per tensor: the layout of the buffer that holds it
     plan_shard *opt_sh; // per param: the layout its optimizer runs in
     bool *sync;         // per param grad tensor: needs a gradient synchronization
+    bool *zero2;        // per param grad tensor: ZeRO-2, reduce-scattered per micro-batch into its shard
     int *tstage;        // per tensor: the stage that holds it (-1: inputs, every stage)
     bool *kept;         // per tensor: read in the backward pass (keep a slot per micro-batch)
     bool *deferred;     // per tensor: a gradient contribution sent to another stage once per step
@@ -92,6 +98,7 @@ typedef struct emitter {
     int *ostage;        // per op: stage (block ops: -2, by copy)
     int **copy_lo, **copy_hi; // per forward block, per stage: its copies [lo, hi)
     int (*groups)[2];   int n_groups, cap_groups; // (axes mask, stream) per plan group
+    uint64_t bucket_cap;// gradient bytes per bucket (0: one collective per gradient)
     int delta;          // the micro-batch offset of the instructions being emitted
     plan_phase phase;   // the part of the step being emitted
 } emitter;
@@ -428,6 +435,7 @@ static int new_buf(emitter *E, prog *P, int t, plan_shard s, uint32_t mb_slots, 
     b->bytes = t >= 0 ? shard_bytes(E, t, s) : 0;
     b->mb_slots = mb_slots, b->layer_slots = layer_slots, b->layer_base = base;
     b->first = b->last = -1;
+    b->bucket_next = -1;
     return P->n_buf - 1;
 }
 
@@ -439,7 +447,7 @@ static int home(emitter *E, prog *P, int t) {
     uint32_t mb = 1, layers = 1, base = 0;
     if (T->block >= 0) {
         int fb = block_of(g, T->block);
-        bool per_copy = T->kind == PCC_T_PARAM || T->kind == PCC_T_STATE || E->kept[t] || is_param_grad(g, t);
+        bool per_copy = T->kind == PCC_T_PARAM || T->kind == PCC_T_STATE || E->kept[t] || (is_param_grad(g, t) && !E->zero2[t]);
         if (per_copy) {
             layers = (uint32_t)(E->copy_hi[fb][P->stage] - E->copy_lo[fb][P->stage]);
             base = (uint32_t)E->copy_lo[fb][P->stage];
@@ -449,7 +457,7 @@ static int home(emitter *E, prog *P, int t) {
     else if (E->kept[t]) mb = (uint32_t)in_flight(E, P->stage);
     int b = new_buf(E, P, t, E->home_sh[t], mb, layers, base);
     P->buf[b].persist = T->kind == PCC_T_PARAM || T->kind == PCC_T_STATE || T->kind == PCC_T_INPUT;
-    P->buf[b].whole = P->buf[b].persist || t == g->loss || is_final_param_grad(g, t) || E->deferred[t];
+    P->buf[b].whole = P->buf[b].persist || t == g->loss || (is_final_param_grad(g, t) && !E->zero2[t]) || E->deferred[t];
     P->home[t] = b;
     return b;
 }
@@ -513,8 +521,12 @@ static plan_insn *insn(emitter *E, prog *P, plan_insn_kind k, int stream, const 
     return in;
 }
 
+static void bucket_flush(emitter *E, prog *P);
+
+// A loop boundary closes the open gradient bucket: one instruction cannot span it.
 static void loop_open(emitter *E, prog *P, plan_loop_var var, int count) {
     PCC_ASSERT(P->depth < PLAN_MAX_LOOP_DEPTH);
+    bucket_flush(E, P);
     P->n_cache = 0;
     int saved = E->delta;
     E->delta = 0;
@@ -525,7 +537,8 @@ static void loop_open(emitter *E, prog *P, plan_loop_var var, int count) {
     P->loops[P->depth++] = P->n_insn - 1;
 }
 
-static void loop_close(prog *P) {
+static void loop_close(emitter *E, prog *P) {
+    bucket_flush(E, P);
     int l = P->loops[--P->depth];
     P->insn[l].b = P->n_insn - l - 1;
     P->n_cache = 0;
@@ -641,11 +654,16 @@ static int reshard(emitter *E, prog *P, int src, plan_shard want) { return resha
 
 /* ---- operators ---- */
 
-static uint32_t attrs_of(emitter *E, prog *P, const pcc_op *op, bool accumulate) {
-    return emit_attrs(E->g->arena, &P->attrs, &P->n_attrs, &P->cap_attrs, op, accumulate);
+// The attrs of op; accumulate: it adds into its outputs; sharded: it does not, though it makes a
+// gradient summed over micro-batches (ZeRO-2 sums the gradient's shard instead).
+static uint32_t attrs_of(emitter *E, prog *P, const pcc_op *op, bool accumulate, bool sharded) {
+    pcc_op o = *op;
+    if (sharded) o.accumulate = false;
+    return emit_attrs(E->g->arena, &P->attrs, &P->n_attrs, &P->cap_attrs, &o, accumulate);
 }
 
 static void sync_grad(emitter *E, prog *P, int gp);
+static void zero2_grad(emitter *E, prog *P, int gp);
 
 static void emit_op(emitter *E, prog *P, int o, bool last_mb) {
     const pcc_graph *g = E->g;
@@ -659,9 +677,9 @@ static void emit_op(emitter *E, prog *P, int o, bool last_mb) {
     plan_insn *in = insn(E, P, PLAN_I_COMPUTE, STREAM_MAIN, args, op->nin + op->nout);
     in->code = (uint16_t)op->kind;
     in->t_s = op_time_s(E, o);
-    bool defers = false; // its output goes to another stage once per step: sum it here first
-    for (int i = 0; i < op->nout; i++) defers |= E->deferred[op->out[i]];
-    in->attrs = attrs_of(E, P, op, defers);
+    bool defers = false, sharded = false; // its output goes to another stage once per step: sum it here first
+    for (int i = 0; i < op->nout; i++) defers |= E->deferred[op->out[i]], sharded |= E->zero2[op->out[i]];
+    in->attrs = attrs_of(E, P, op, defers, sharded);
     for (int i = 0; i < op->nout; i++) forget(P, args[op->nin + i]);
     if (pcc_ops[op->kind].flags & PCC_OPF_INPLACE) {
         // The update lands in the buffers it was given; carry it back to where the values live
@@ -673,41 +691,206 @@ static void emit_op(emitter *E, prog *P, int o, bool last_mb) {
         }
         P->n_cache = 0;
     }
-    if (last_mb)
-        for (int i = 0; i < op->nout; i++) {
-            int t = op->out[i];
-            if (E->sync[t] && is_final_param_grad(g, t)) sync_grad(E, P, t);
-        }
+    for (int i = 0; i < op->nout; i++) {
+        int t = op->out[i];
+        if (E->zero2[t]) zero2_grad(E, P, t);
+        else if (last_mb && E->sync[t] && is_final_param_grad(g, t)) sync_grad(E, P, t);
+    }
 }
 
-// The gradient gp is final: synchronize it on stream 1 while the backward pass goes on.
-static void sync_grad(emitter *E, prog *P, int gp) {
+/* ---- gradient synchronization: buckets ---- */
+
+// The collectives that synchronize gradient gp, from the layout its producer leaves to the one
+// its optimizer wants: per axis where the producer leaves partial sums, from the last axis down,
+// a reduce-scatter where the optimizer wants a shard, else an all-reduce in place.
+static int sync_steps(const emitter *E, int gp, pcc_reshard_step *step) {
     const pcc_graph *g = E->g;
-    int p = g->tensors[gp].of, hb = home(E, P, gp);
-    plan_shard want = E->opt_sh[p];
-    event(E, P, PLAN_I_RECORD, STREAM_MAIN, EV_GRAD);
-    event(E, P, PLAN_I_WAIT, STREAM_SYNC, EV_GRAD);
-    P->used_sync = true;
-    // Which axes hold partial sums: those the producer left V.
     const pcc_op *prod = &g->ops[g->tensors[gp].producer];
     int oi = 0;
     while (prod->out[oi] != gp) oi++;
-    plan_shard made = E->sh[g->tensors[gp].producer][prod->nin + oi];
-    int b = hb;
+    plan_shard made = E->sh[g->tensors[gp].producer][prod->nin + oi], want = E->opt_sh[g->tensors[gp].of];
+    plan_shard cur = E->home_sh[gp];
+    int n = 0;
     for (int a = PCC_AXES - 1; a >= 0; a--) {
         if (made.map[a] != PLAN_SHARD_V) continue;
-        if (want.map[a] >= 2 && P->buf[b].shard.map[a] == PLAN_SHARD_V) {
-            plan_shard next = P->buf[b].shard;
-            next.map[a] = want.map[a];
-            int nb = new_buf(E, P, gp, next, 1, P->buf[hb].layer_slots, P->buf[hb].layer_base);
-            P->buf[nb].whole = true;
-            coll(E, P, PCC_COLL_REDUCE_SCATTER, a, STREAM_SYNC, b, nb);
-            b = nb;
-        } else {
-            coll(E, P, PCC_COLL_ALL_REDUCE, a, STREAM_SYNC, b, b);
-        }
+        bool scatter = want.map[a] >= 2 && cur.map[a] == PLAN_SHARD_V;
+        if (scatter) cur.map[a] = want.map[a];
+        step[n++] = (pcc_reshard_step){scatter ? PCC_COLL_REDUCE_SCATTER : PCC_COLL_ALL_REDUCE, a, cur};
     }
-    P->home[gp] = b; // the optimizer reads the synchronized gradient
+    return n;
+}
+
+static bool steps_eq(const pcc_reshard_step *x, int nx, const pcc_reshard_step *y, int ny) {
+    if (nx != ny) return false;
+    for (int k = 0; k < nx; k++)
+        if (x[k].kind != y[k].kind || x[k].axis != y[k].axis) return false;
+    return true;
+}
+
+// Buffers bk[0..n) of one bucket lie back to back in the arena (the memory planner places them
+// as one), where each holds one slot per block copy, the same count, for the whole program.
+static void bucket_layout(prog *P, const int *bk, int n) {
+    for (int j = 0; j < n; j++) {
+        const ebuf *b = &P->buf[bk[j]];
+        if (!b->whole || b->mb_slots != 1 || b->in_bucket || b->layer_slots != P->buf[bk[0]].layer_slots) return;
+    }
+    for (int j = 0; j < n; j++) {
+        P->buf[bk[j]].in_bucket = true;
+        P->buf[bk[j]].bucket_next = j + 1 < n ? bk[j + 1] : -1;
+    }
+}
+
+// One collective instruction over the pairs (in[j], out[j]): a bucket of n when n > 1.
+static void coll_bucket(emitter *E, prog *P, pcc_coll kind, int axis, const int *in, const int *out, int n) {
+    int *args = arena_alloc(E->g->arena, sizeof(int) * (size_t)(2 * n));
+    double bytes = 0;
+    bool ends_with = kind == PCC_COLL_ALL_REDUCE || kind == PCC_COLL_ALL_GATHER || kind == PCC_COLL_BROADCAST;
+    for (int j = 0; j < n; j++) {
+        args[j] = in[j], args[n + j] = out[j];
+        bytes += (double)P->buf[ends_with ? out[j] : in[j]].bytes;
+    }
+    plan_insn *i = insn(E, P, PLAN_I_COLL, STREAM_SYNC, args, 2 * n);
+    i->code = (uint16_t)kind;
+    i->a = group(E, 1 << axis, STREAM_SYNC);
+    i->t_s = (float)cost_collective_s(E->c, kind, bytes, axis_group(E, axis, 0));
+    for (int j = 0; j < n; j++) forget(P, out[j]);
+}
+
+// Issues the open bucket: stream 1 waits for the gradients, then runs one collective per step
+// of their synchronization over all of them, while the backward pass goes on on stream 0.
+static void bucket_flush(emitter *E, prog *P) {
+    int n = P->n_bucket;
+    if (n == 0) return;
+    P->n_bucket = 0, P->bucket_bytes = 0;
+    plan_phase saved = E->phase;
+    E->phase = PLAN_PHASE_BWD; // also when the last one closes after the backward pass
+    event(E, P, PLAN_I_RECORD, STREAM_MAIN, EV_GRAD);
+    event(E, P, PLAN_I_WAIT, STREAM_SYNC, EV_GRAD);
+    P->used_sync = true;
+    pcc_reshard_step step[PCC_AXES];
+    int ns = sync_steps(E, P->bucket[0], step);
+    int *cur = arena_alloc(E->g->arena, sizeof(int) * (size_t)n), *next = arena_alloc(E->g->arena, sizeof(int) * (size_t)n);
+    for (int j = 0; j < n; j++) cur[j] = home(E, P, P->bucket[j]);
+    bucket_layout(P, cur, n);
+    for (int k = 0; k < ns; k++) {
+        for (int j = 0; j < n; j++) {
+            next[j] = cur[j];
+            if (step[k].kind != PCC_COLL_REDUCE_SCATTER) continue;
+            const ebuf *hb = &P->buf[cur[j]];
+            pcc_reshard_step mine[PCC_AXES]; // the same kinds and axes as step; its own layouts
+            sync_steps(E, P->bucket[j], mine);
+            next[j] = new_buf(E, P, P->bucket[j], mine[k].after, 1, hb->layer_slots, hb->layer_base);
+            P->buf[next[j]].whole = true;
+        }
+        coll_bucket(E, P, (pcc_coll)step[k].kind, step[k].axis, cur, next, n);
+        if (step[k].kind == PCC_COLL_REDUCE_SCATTER) bucket_layout(P, next, n);
+        memcpy(cur, next, sizeof(int) * (size_t)n);
+    }
+    for (int j = 0; j < n; j++) P->home[P->bucket[j]] = cur[j]; // the optimizer reads the synchronized gradient
+    E->phase = saved;
+}
+
+// The gradient gp is final: it joins the open bucket (ordered as the backward pass finishes
+// them, as PyTorch DDP's and Megatron-LM's buckets), which is issued once it holds
+// --bucket-mb's bytes. A gradient synchronized by other collectives, or of another dtype or
+// slot count, closes the open bucket first.
+static void sync_grad(emitter *E, prog *P, int gp) {
+    int hb = home(E, P, gp);
+    if (P->n_bucket > 0) {
+        pcc_reshard_step a[PCC_AXES], b[PCC_AXES];
+        int first = home(E, P, P->bucket[0]);
+        if (!steps_eq(a, sync_steps(E, P->bucket[0], a), b, sync_steps(E, gp, b)) || P->buf[first].dtype != P->buf[hb].dtype ||
+            P->buf[first].layer_slots != P->buf[hb].layer_slots)
+            bucket_flush(E, P);
+    }
+    *VEC_PUSH(E->g->arena, P->bucket, P->n_bucket, P->cap_bucket) = gp;
+    P->bucket_bytes += P->buf[hb].bytes;
+    if (P->bucket_bytes >= E->bucket_cap || P->n_bucket == PLAN_MAX_BUCKET) bucket_flush(E, P);
+}
+
+// ZeRO-2: this micro-batch's contribution to gradient gp is in its (transient, whole) buffer:
+// synchronize it now (all-reduce over the axes the optimizer keeps whole, reduce-scatter onto
+// the rank's shard over dp) and add the shard to the one summed over the micro-batches, which
+// the optimizer reads. On the compute stream: the next micro-batch's backward reuses the buffer.
+static void zero2_grad(emitter *E, prog *P, int gp) {
+    pcc_reshard_step step[PCC_AXES];
+    int n = sync_steps(E, gp, step), cur = home(E, P, gp);
+    for (int k = 0; k < n; k++) {
+        int next = cur;
+        if (step[k].kind == PCC_COLL_REDUCE_SCATTER) next = new_buf(E, P, gp, step[k].after, 1, 1, 0);
+        coll(E, P, (pcc_coll)step[k].kind, step[k].axis, STREAM_MAIN, cur, next);
+        cur = next;
+    }
+    int acc = P->shard_acc[gp];
+    PCC_ASSERT(acc >= 0 && P->buf[acc].bytes == P->buf[cur].bytes);
+    int args[3] = {acc, cur, acc};
+    plan_insn *in = insn(E, P, PLAN_I_COMPUTE, STREAM_MAIN, args, 3);
+    in->code = PCC_OP_ADD;
+    in->t_s = memory_s(E, P, 3 * (double)P->buf[acc].bytes, acc);
+}
+
+/* ---- ZeRO-2 ---- */
+
+static bool reads_deferred(const emitter *E, const pcc_op *op) {
+    for (int i = 0; i < op->nin; i++)
+        if (E->deferred[op->in[i]]) return true;
+    return false;
+}
+
+// Gradients that ZeRO-2 (with several micro-batches) reduce-scatters per micro-batch: final
+// gradients of parameters whose optimizer runs on a dp shard, made by an operator (not a block's
+// sum over its copies, not a sum with a contribution from another stage) every final parameter
+// gradient of which qualifies too (the operator stops accumulating over micro-batches).
+static void zero2_grads(emitter *E) {
+    const pcc_graph *g = E->g;
+    E->zero2 = arena_alloc(g->arena, sizeof(bool) * (size_t)(g->n_tensors + 1));
+    if (E->s->zero != 2 || E->M < 2) return;
+    for (int t = 0; t < g->n_tensors; t++) {
+        if (!is_final_param_grad(g, t) || !E->sync[t] || E->deferred[t] || g->tensors[t].producer < 0) continue;
+        if (reads_deferred(E, &g->ops[g->tensors[t].producer])) continue;
+        pcc_reshard_step step[PCC_AXES];
+        int n = sync_steps(E, t, step);
+        for (int k = 0; k < n; k++) E->zero2[t] |= step[k].kind == PCC_COLL_REDUCE_SCATTER;
+    }
+    for (int b = 0; b < g->n_blocks; b++)
+        for (int i = 0; i < g->blocks[b].n_acc; i++) E->zero2[g->blocks[b].acc[i].outer] = false;
+    for (int o = 0; o < g->n_ops; o++) {
+        const pcc_op *op = &g->ops[o];
+        bool all = true;
+        for (int i = 0; i < op->nout; i++)
+            if (is_final_param_grad(g, op->out[i]) && E->sync[op->out[i]] && !E->zero2[op->out[i]]) all = false;
+        for (int i = 0; !all && i < op->nout; i++) E->zero2[op->out[i]] = false;
+    }
+}
+
+// ZeRO-2: the buffers the gradient shards of this stage sum in over the micro-batches, zeroed
+// at the start of the step (a slot per block copy: a layer loop of fills).
+static void zero2_accumulators(emitter *E, prog *P) {
+    const pcc_graph *g = E->g;
+    P->shard_acc = arena_alloc(g->arena, sizeof(int) * (size_t)(g->n_tensors + 1));
+    for (int t = 0; t < g->n_tensors; t++) {
+        P->shard_acc[t] = -1;
+        if (!E->zero2[t]) continue;
+        const pcc_tensor *T = &g->tensors[t];
+        int lo = 0, hi = 1;
+        if (T->block >= 0) {
+            int fb = block_of(g, T->block);
+            lo = E->copy_lo[fb][P->stage], hi = E->copy_hi[fb][P->stage];
+        } else if (E->tstage[t] != P->stage) {
+            continue;
+        }
+        if (hi <= lo) continue;
+        pcc_reshard_step step[PCC_AXES];
+        int n = sync_steps(E, t, step);
+        int acc = new_buf(E, P, t, step[n - 1].after, 1, (uint32_t)(hi - lo), T->block >= 0 ? (uint32_t)lo : 0);
+        P->buf[acc].whole = true;
+        P->shard_acc[t] = acc;
+        if (hi - lo > 1) loop_open(E, P, PLAN_LOOP_LAYER, hi - lo);
+        plan_insn *in = insn(E, P, PLAN_I_COMPUTE, STREAM_MAIN, &acc, 1);
+        in->code = PCC_OP_FILL;
+        in->t_s = memory_s(E, P, (double)P->buf[acc].bytes, acc);
+        if (hi - lo > 1) loop_close(E, P);
+    }
 }
 
 /* ---- units: top-level ops and block ranges ---- */
@@ -788,7 +971,7 @@ static void block_range(emitter *E, prog *P, int b, bool last_mb) {
     }
     loop_open(E, P, bwd ? PLAN_LOOP_REVERSE_LAYER : PLAN_LOOP_LAYER, hi - lo);
     block_body(E, P, b, last_mb);
-    loop_close(P);
+    loop_close(E, P);
     if ((bwd ? lo == 0 : hi == R))
         for (int i = 0; i < bl->n_out; i++) {
             int ob = home(E, P, bl->out[i].outer), k = carry_of(bl, bl->out[i].inner, false);
@@ -932,7 +1115,7 @@ static void optimizer(emitter *E, prog *P) {
         if (hi > lo) {
             loop_open(E, P, PLAN_LOOP_LAYER, hi - lo);
             for (int k = bl->first_op; k < bl->first_op + bl->n_ops; k++) emit_op(E, P, k, false);
-            loop_close(P);
+            loop_close(E, P);
         }
         o = bl->first_op + bl->n_ops - 1;
     }
@@ -974,6 +1157,7 @@ static void program(emitter *E, prog *P) {
         P->carry[b] = arena_alloc(g->arena, sizeof(int) * (size_t)(g->blocks[b].n_carry + 1));
         for (int k = 0; k < g->blocks[b].n_carry; k++) P->carry[b][k] = -1;
     }
+    zero2_accumulators(E, P);
     // Block-summed parameter gradients start at zero once per step.
     for (int b = 0; b < g->n_blocks; b++)
         for (int i = 0; i < g->blocks[b].n_acc; i++) {
@@ -1001,18 +1185,18 @@ static void program(emitter *E, prog *P) {
     if (E->s->schedule == PCC_PIPE_GPIPE && E->pp > 1) {
         loop_open(E, P, PLAN_LOOP_MB, M);
         forward(E, P, 0);
-        loop_close(P);
+        loop_close(E, P);
         if (M > 1) {
             loop_open(E, P, PLAN_LOOP_MB, M - 1);
             backward(E, P, 0, false);
-            loop_close(P);
+            loop_close(E, P);
         }
         backward(E, P, M - 1, true);
     } else {
         if (w > 0) {
             loop_open(E, P, PLAN_LOOP_MB, w);
             forward(E, P, 0);
-            loop_close(P);
+            loop_close(E, P);
         }
         int steady = M - w; // F(mb + w), B(mb)
         if (w == 0) {
@@ -1020,7 +1204,7 @@ static void program(emitter *E, prog *P) {
                 loop_open(E, P, PLAN_LOOP_MB, steady - 1);
                 forward(E, P, w);
                 backward(E, P, 0, false);
-                loop_close(P);
+                loop_close(E, P);
             }
             forward(E, P, M - 1);
             backward(E, P, M - 1, true);
@@ -1029,16 +1213,19 @@ static void program(emitter *E, prog *P) {
                 loop_open(E, P, PLAN_LOOP_MB, steady);
                 forward(E, P, w);
                 backward(E, P, 0, false);
-                loop_close(P);
+                loop_close(E, P);
             }
             if (w > 1) {
                 loop_open(E, P, PLAN_LOOP_MB, w - 1);
                 backward(E, P, M - w, false);
-                loop_close(P);
+                loop_close(E, P);
             }
             backward(E, P, M - 1, true);
         }
     }
+    bucket_flush(E, P);
+    for (int t = 0; t < g->n_tensors; t++)
+        if (P->shard_acc[t] >= 0) P->home[t] = P->shard_acc[t]; // ZeRO-2: the optimizer reads the summed shard
     E->delta = 0;
     if (P->used_sync) {
         event(E, P, PLAN_I_RECORD, STREAM_SYNC, EV_SYNCED);
@@ -1104,7 +1291,7 @@ pcc_status emit_plan(const pcc_graph *g, const pcc_cluster *c, const pcc_strateg
                      pcc_emitted *e) {
     memset(e, 0, sizeof *e);
     emitter E = {.g = g, .c = c, .s = s, .pp = s->mesh[PCC_AX_PP], .dp = s->mesh[PCC_AX_DP], .tp = s->mesh[PCC_AX_TP],
-                 .M = s->micro_batches};
+                 .M = s->micro_batches, .bucket_cap = o->bucket_bytes};
     int nfb = g->n_blocks;
     E.copy_lo = arena_alloc(g->arena, sizeof(int *) * (size_t)(nfb + 1));
     E.copy_hi = arena_alloc(g->arena, sizeof(int *) * (size_t)(nfb + 1));
@@ -1136,6 +1323,7 @@ pcc_status emit_plan(const pcc_graph *g, const pcc_cluster *c, const pcc_strateg
     keep(&E);
     defer(&E);
     layouts(&E);
+    zero2_grads(&E);
     prog *P = arena_alloc(g->arena, sizeof(prog) * (size_t)E.pp);
     plan *p = calloc(1, sizeof *p);
     PCC_ASSERT(p);

@@ -60,7 +60,14 @@ static void usage(FILE *f) {
             "                     (needs --pp > 1 and micro-batches a multiple of pp). Only the estimate\n"
             "                     models it: plancc cannot emit it yet, so it needs --estimate-only\n"
             "  --schedule S       gpipe or 1f1b (default 1f1b when pp > 1)\n"
-            "  --zero N           ZeRO stage 0..3 over dp: optimizer state (1, 2) and parameters (3) sharded\n"
+            "  --zero N           ZeRO stage 0..3 over dp: 1 shards the optimizer state (gradients summed\n"
+            "                     whole over the micro-batches, reduce-scattered once); 2 also the\n"
+            "                     gradients (each micro-batch's reduce-scattered and summed in the shard);\n"
+            "                     3 also the parameters\n"
+            "  --bucket-mb X      gradient synchronization in buckets of X MB (10^6 bytes per rank), in the\n"
+            "                     order the backward pass finishes the gradients, each issued as soon as its\n"
+            "                     last gradient is ready (PyTorch DDP's bucket_cap_mb; default 25); 0: one\n"
+            "                     collective per parameter\n"
             "  --recompute R      none, full (recompute every block operator in the backward pass) or\n"
             "                     auto (the ILP decides per operator; default)\n"
             "  --time-limit S     the ILP stops after S seconds with its best (default 60)\n"
@@ -68,8 +75,8 @@ static void usage(FILE *f) {
             "  --dump-ilp FILE    write the ILP as CPLEX LP text\n"
             "  --estimate-only    plan the strategy and print the cost model's estimate of a step and its\n"
             "                     parts (with --json, as JSON); write no plan\n"
-            "  -d, --dump LETTERS print phase 1's candidates (t) and phase 2's choice per operator (s)\n"
-            "other:\n"
+            "  -d, --dump LETTERS print phase 1's candidates (t) and phase 2's choice per operator (s)\n");
+    fputs("other:\n"
             "  --check MODEL      only load and check MODEL, derive its backward pass and optimizer step,\n"
             "                     and print per-operator parameters, FLOPs and kept activations; with\n"
             "                     --cluster, whether one step fits one device and its compute bound\n"
@@ -81,7 +88,8 @@ static void usage(FILE *f) {
             "\n"
             "Formats: schemas/README.md (model, cluster), runtime/PLAN_FORMAT.md (plan). Show a plan with\n"
             "plandump PLAN. Diagnostics: \"plancc: FILE:JSON-POINTER: message\" on stderr.\n"
-            "Exit codes: 0 success, 1 internal error, 2 invalid input or usage, 3 infeasible (does not fit).\n");
+            "Exit codes: 0 success, 1 internal error, 2 invalid input or usage, 3 infeasible (does not fit).\n",
+          f);
 }
 
 typedef struct options {
@@ -105,11 +113,12 @@ typedef struct options {
     double amp_limit;         // --amp-limit (0: none)
     const char *burst_widths; // --burst-widths LIST
     bool schedule_given, recompute_given;
+    double bucket_mb;         // --bucket-mb: gradient bucket size in MB (10^6 bytes); 0: one per parameter
 } options;
 
 enum { OPT_CLUSTER = 256, OPT_NODES, OPT_DEVICES, OPT_TIME_LIMIT, OPT_MIP_GAP, OPT_DUMP_ILP, OPT_DP, OPT_TP, OPT_PP,
        OPT_ZERO, OPT_RECOMPUTE, OPT_SCHEDULE, OPT_AUTO, OPT_GLOBAL_BATCH, OPT_MICRO_BATCH_SIZE, OPT_VIRTUAL_STAGES,
-       OPT_ESTIMATE_ONLY, OPT_BURST, OPT_AMP_LIMIT, OPT_BURST_WIDTHS };
+       OPT_ESTIMATE_ONLY, OPT_BURST, OPT_AMP_LIMIT, OPT_BURST_WIDTHS, OPT_BUCKET_MB };
 
 static pcc_status num_option(const char *name, const char *arg, double lo, double hi, double *out) {
     char *end;
@@ -163,7 +172,7 @@ static pcc_status parse_options(int argc, char **argv, options *o, bool *done) {
         {"global-batch", required_argument, NULL, OPT_GLOBAL_BATCH}, {"zero", required_argument, NULL, OPT_ZERO},
         {"micro-batch-size", required_argument, NULL, OPT_MICRO_BATCH_SIZE},
         {"virtual-stages", required_argument, NULL, OPT_VIRTUAL_STAGES},
-        {"estimate-only", no_argument, NULL, OPT_ESTIMATE_ONLY},
+        {"estimate-only", no_argument, NULL, OPT_ESTIMATE_ONLY}, {"bucket-mb", required_argument, NULL, OPT_BUCKET_MB},
         {"recompute", required_argument, NULL, OPT_RECOMPUTE}, {"schedule", required_argument, NULL, OPT_SCHEDULE},
         {"auto", no_argument, NULL, OPT_AUTO},
         {"burst", no_argument, NULL, OPT_BURST}, {"amp-limit", required_argument, NULL, OPT_AMP_LIMIT},
@@ -172,6 +181,7 @@ static pcc_status parse_options(int argc, char **argv, options *o, bool *done) {
     };
     *done = false;
     o->micro_batches = 1;
+    o->bucket_mb = 25;
     opterr = 0;
     int c;
     bool auto_given = false;
@@ -194,6 +204,7 @@ static pcc_status parse_options(int argc, char **argv, options *o, bool *done) {
         case OPT_MICRO_BATCH_SIZE: if (int_option("--micro-batch-size", optarg, 1, 1 << 24, &o->micro_batch_size)) return PCC_ERR_INPUT; break;
         case OPT_VIRTUAL_STAGES: if (int_option("--virtual-stages", optarg, 1, 1 << 16, &o->strat.virtual_stages)) return PCC_ERR_INPUT; break;
         case OPT_ESTIMATE_ONLY: o->estimate_only = true; break;
+        case OPT_BUCKET_MB: if (num_option("--bucket-mb", optarg, 0, 1e6, &o->bucket_mb)) return PCC_ERR_INPUT; break;
         case OPT_CLUSTER: o->cluster = optarg; break;
         case OPT_NODES: if (int_option("--nodes", optarg, 1, 1 << 20, &o->nodes)) return PCC_ERR_INPUT; break;
         case OPT_DEVICES: if (int_option("--devices", optarg, 1, 1 << 24, &o->devices)) return PCC_ERR_INPUT; break;
@@ -337,9 +348,10 @@ static const char *canonical_options(pcc_arena *a, const pcc_cluster *c, const o
     }
     char batch[48] = "";
     if (o->global_batch) snprintf(batch, sizeof batch, " --global-batch %lld", (long long)o->global_batch);
-    return arena_printf(a, "--devices %d %s --micro-batches %d%s --schedule %s --zero %d --recompute %s --time-limit %g --mip-gap %g",
-                        c->n_devices, mesh, o->micro_batches, batch, s->schedule == PCC_PIPE_GPIPE ? "gpipe" : "1f1b", s->zero,
-                        rc[s->recompute], o->ilp.time_limit_s, o->ilp.mip_gap);
+    return arena_printf(a, "--devices %d %s --micro-batches %d%s --schedule %s --zero %d --recompute %s --bucket-mb %g "
+                        "--time-limit %g --mip-gap %g", c->n_devices, mesh, o->micro_batches, batch,
+                        s->schedule == PCC_PIPE_GPIPE ? "gpipe" : "1f1b", s->zero, rc[s->recompute], o->bucket_mb,
+                        o->ilp.time_limit_s, o->ilp.mip_gap);
 }
 
 static const char *default_output(pcc_arena *a, const char *model) {
@@ -560,7 +572,8 @@ static pcc_status compile(pcc_arena *a, const pcc_graph *g, const pcc_cluster *c
     if (st) return st;
     if (o->estimate_only) return print_estimate(g, c, o, cand[0], n, now_s() - t0 + o->mb_search_s);
     progress_phase("phase 3: communication, memory plan and plan_check (%d candidate%s)", n, n == 1 ? "" : "s");
-    pcc_emit_opts eo = {.options = canonical_options(a, c, o), .quiet = o->quiet};
+    pcc_emit_opts eo = {.options = canonical_options(a, c, o), .quiet = o->quiet,
+                        .bucket_bytes = (uint64_t)(o->bucket_mb * 1e6)};
     eo.model_hash = file_hash(o->model);
     eo.cluster_hash = file_hash(o->cluster);
     pcc_emitted e;

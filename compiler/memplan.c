@@ -108,6 +108,29 @@ static int place_cmp(const void *a, const void *b) {
     return *(const int *)a - *(const int *)b;
 }
 
+// A contiguous bucket is one extent, its first buffer's: the buffers back to back (each at the
+// end of the one before, so that one collective can cover them), one slot of all of them per
+// block copy (Megatron-LM's contiguous gradient buffer). The others' extents are 0.
+static int bucket_next(const mprog *P, int b) { return P->buf[b].in_bucket ? P->buf[b].bucket_next : -1; }
+
+static void bucket_extents(mprog *P) {
+    bool *follows = calloc((size_t)P->n_buf + 1, 1);
+    for (int b = 0; b < P->n_buf; b++)
+        if (bucket_next(P, b) >= 0) follows[bucket_next(P, b)] = true;
+    for (int b = 0; b < P->n_buf; b++) {
+        pcc_mbuf *eb = &P->buf[b];
+        if (!eb->in_bucket || follows[b]) continue;
+        uint64_t total = 0;
+        for (int j = b; j >= 0; j = bucket_next(P, j)) total += P->buf[j].bytes;
+        uint64_t slot = align_up(total);
+        for (int j = b; j >= 0; j = bucket_next(P, j)) {
+            P->buf[j].layer_stride = P->buf[j].layer_slots > 1 ? slot : 0;
+            P->buf[j].extent = j == b ? slot * P->buf[j].layer_slots : 0;
+        }
+    }
+    free(follows);
+}
+
 // Places the buffers; returns the arena size and the largest sum live at one instruction.
 static uint64_t memplan(mprog *P, uint64_t *live_bound) {
     for (int b = 0; b < P->n_buf; b++) {
@@ -118,6 +141,7 @@ static uint64_t memplan(mprog *P, uint64_t *live_bound) {
         eb->extent = slot * eb->mb_slots * eb->layer_slots;
     }
     liveness(P);
+    bucket_extents(P);
     int *order = malloc(sizeof(int) * (size_t)(P->n_buf + 1));
     for (int b = 0; b < P->n_buf; b++) order[b] = b;
     g_order_prog = P;
@@ -127,6 +151,10 @@ static uint64_t memplan(mprog *P, uint64_t *live_bound) {
     uint64_t arena = 0;
     for (int k = 0; k < P->n_buf; k++) {
         pcc_mbuf *eb = &P->buf[order[k]];
+        if (eb->in_bucket && eb->extent == 0) { // placed with the first of its bucket
+            placed[order[k]] = true;
+            continue;
+        }
         if (eb->extent == 0) {
             eb->offset = 0;
             placed[order[k]] = true;
@@ -146,6 +174,8 @@ static uint64_t memplan(mprog *P, uint64_t *live_bound) {
         }
         eb->offset = at;
         placed[order[k]] = true;
+        for (int j = bucket_next(P, order[k]), prev = order[k]; j >= 0; prev = j, j = bucket_next(P, j))
+            P->buf[j].offset = P->buf[prev].offset + P->buf[prev].bytes;
         if (at + eb->extent > arena) arena = at + eb->extent;
     }
     // The lower bound: the most bytes live at one instruction.

@@ -768,6 +768,7 @@ int reshard_steps(plan_shard from, plan_shard to, int rank, pcc_reshard_step *st
 typedef struct pcc_emit_opts {
     const char *options;        // canonical option string, for META
     uint64_t model_hash, cluster_hash;
+    uint64_t bucket_bytes;      // gradient bytes per bucket (per rank); 0: one collective per gradient
     bool quiet;
 } pcc_emit_opts;
 
@@ -835,6 +836,8 @@ typedef struct pcc_mbuf {
     int first, last;            // liveness (instruction indices)
     uint64_t mb_stride, layer_stride, extent; // slots at aligned strides; extent: all of them
     uint64_t offset;
+    bool in_bucket;             // a member of a contiguous bucket (its first places them all)
+    int bucket_next;            // with in_bucket: the next buffer of its bucket, -1 for the last
 } pcc_mbuf;
 
 // Places the buffers of one program (its instructions, arguments and attrs as the plan will hold

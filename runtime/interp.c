@@ -331,7 +331,11 @@ static int scratch_coll(uint32_t kind, int n, int me, rt_coll_member *m) {
     }
 }
 
-static int do_coll(walker *w, uint32_t i, uint32_t mb, uint32_t layer, uint64_t seq) {
+// One pair (in ib, out ob) of collective instruction i, the seq-th collective on its group
+// instance. flat > 0: ib is the first of a bucket's in-place buffers that lie back to back, and
+// the call reduces `flat` elements from its slot on as one vector.
+static int coll_pair(walker *w, uint32_t i, uint32_t mb, uint32_t layer, uint64_t seq, uint32_t ib, uint32_t ob,
+                     int64_t flat) {
     const plan_program *pg = w->rk->pg;
     const plan_insn *in = &pg->insns[i];
     const plan_group *g = &w->run->p->groups[in->a];
@@ -341,13 +345,16 @@ static int do_coll(walker *w, uint32_t i, uint32_t mb, uint32_t layer, uint64_t 
     n = group_members(w->run, w->rk, g, members, &me, &inst);
     free(members);
     if (me < 0) return fail(w, i, mb, layer, "rank %d is not a member of group %d", w->rk->rank, in->a);
-    uint32_t ib = pg->args[in->args], ob = pg->args[in->args + 1];
     const plan_buffer *inb = &pg->buffers[ib];
     rt_coll_member m = {.rank = w->rk->rank, .in = slot_addr(w->rk, inb, mb, layer),
                         .out = slot_addr(w->rk, &pg->buffers[ob], mb, layer), .contributes = true};
     buffer_box(w, ib, &m.in_box);
     buffer_box(w, ob, &m.out_box);
-    if (inb->tensor == PLAN_NONE || pg->buffers[ob].tensor == PLAN_NONE) {
+    if (flat > 0) {
+        memset(&m.in_box, 0, sizeof m.in_box);
+        m.in_box.rank = 1, m.in_box.shape[0] = m.in_box.full[0] = flat;
+        m.out_box = m.in_box;
+    } else if (inb->tensor == PLAN_NONE || pg->buffers[ob].tensor == PLAN_NONE) {
         if (scratch_coll(in->code, n, me, &m)) return fail(w, i, mb, layer, "%s between scratch buffers is not supported", plan_insn_name(in));
         m.contributes = in->code != 5 || me == 0;
     } else if (ib == ob) {
@@ -364,6 +371,48 @@ static int do_coll(walker *w, uint32_t i, uint32_t mb, uint32_t layer, uint64_t 
                  .mine = m, .dtype = (uint8_t)elem_dtype(w->rk, inb), .what = what};
     rt_exec x = exec_of(w, in->stream);
     return rt_backend_coll(w->run->be, &x, &c, err, sizeof err) ? rt_backend_fail(w->run->be, "%s", err) : 0;
+}
+
+// The elements of a bucket that runs as one all-reduce: every pair in place, floating point,
+// each slot right after the one before, and every member of the group running this program
+// (so that every member decides alike); 0 otherwise.
+static int64_t bucket_flat(const walker *w, const plan_insn *in, uint32_t mb, uint32_t layer) {
+    const plan_program *pg = w->rk->pg;
+    uint32_t np = in->nargs / 2u;
+    if (np < 2 || in->code != 0) return 0;
+    const plan_group *g = &w->run->p->groups[in->a];
+    if (!g->axes) return 0;
+    for (int q = 0; q < w->run->world; q++) {
+        bool same = true;
+        for (uint32_t a = 0; a < w->run->p->meta.n_axes && same; a++)
+            if (!(g->axes >> a & 1) && w->run->ranks[q].coord[a] != w->rk->coord[a]) same = false;
+        if (same && w->run->p->ranks[q].program != w->run->p->ranks[w->rk->rank].program) return 0;
+    }
+    const uint32_t *a = &pg->args[in->args];
+    uint64_t bytes = 0;
+    for (uint32_t j = 0; j < np; j++) {
+        const plan_buffer *b = &pg->buffers[a[j]];
+        if (a[j] != a[np + j] || b->dtype == 3) return 0;
+        if (j && slot_addr(w->rk, &pg->buffers[a[j - 1]], mb, layer) + slot_bytes(w->rk, &pg->buffers[a[j - 1]]) !=
+                     slot_addr(w->rk, b, mb, layer))
+            return 0;
+        bytes += slot_bytes(w->rk, b);
+    }
+    return (int64_t)(bytes / rt_dtype_bytes(elem_dtype(w->rk, &pg->buffers[a[0]])));
+}
+
+// A collective instruction: its pairs are collectives seq, seq + 1, ... on the group instance
+// (a bucket counts as many as it has pairs). A bucket of in-place all-reduces over buffers that
+// lie back to back is one all-reduce over them (collective seq; the others are not issued).
+static int do_coll(walker *w, uint32_t i, uint32_t mb, uint32_t layer, uint64_t seq) {
+    const plan_program *pg = w->rk->pg;
+    const plan_insn *in = &pg->insns[i];
+    uint32_t np = in->nargs / 2u;
+    int64_t flat = bucket_flat(w, in, mb, layer);
+    if (flat > 0) return coll_pair(w, i, mb, layer, seq, pg->args[in->args], pg->args[in->args], flat);
+    for (uint32_t j = 0; j < np; j++)
+        if (coll_pair(w, i, mb, layer, seq + j, pg->args[in->args + j], pg->args[in->args + np + j], 0)) return -1;
+    return 0;
 }
 
 static int walk(walker *w, uint32_t lo, uint32_t hi, frame f);
@@ -407,7 +456,8 @@ static int step_insn(walker *w, uint32_t i, frame f) {
         return mine ? do_p2p(w, i, mb, layer, seq, peer) : 0;
     }
     case PLAN_I_COLL: {
-        uint64_t seq = ++w->colls[in->a];
+        uint64_t seq = w->colls[in->a] + 1;
+        w->colls[in->a] += in->nargs / 2u;
         return mine ? do_coll(w, i, mb, layer, seq) : 0;
     }
     case PLAN_I_COMPUTE: return mine ? do_compute(w, i, mb, layer) : 0;

@@ -179,7 +179,8 @@ typedef struct plan_buffer {
 
 typedef enum plan_insn_kind {
     PLAN_I_COMPUTE,     // code: pcc_op_kind; args: inputs then outputs; attrs: index
-    PLAN_I_COLL,        // code: pcc_coll; a: group; args: [in, out] (in == out: in place)
+    PLAN_I_COLL,        // code: pcc_coll; a: group; args: [in_1..in_k, out_1..out_k], k >= 1 pairs (a bucket
+                        // when k > 1); in_j == out_j: in place
     PLAN_I_SEND,        // to the rank whose coord[a] is this rank's + b (other coords equal); args: [buf]
     PLAN_I_RECV,        // from the rank whose coord[a] is this rank's + b (b = -1: the previous stage)
     PLAN_I_COPY,        // args: [src, dst], local copy (or slice) between buffers
@@ -281,6 +282,7 @@ void *plan_alloc(plan *p, size_t n);
 // deep), instruction times and META's FLOP figures finite and >= 0. plan_encode refuses and plan_decode rejects a plan
 // that fails it. Returns PLAN_ERR_FORMAT with a message naming the item, or PLAN_OK.
 #define PLAN_MAX_LOOP_DEPTH 32
+#define PLAN_MAX_BUCKET 16384 // pairs of one collective instruction
 plan_status plan_validate(const plan *p, char *err, size_t err_n);
 
 // How instruction `in` of program pg uses its argument j: PLAN_ARG_READ, PLAN_ARG_WRITE or both

@@ -617,8 +617,9 @@ static plan_status check_buffer(checker *c, uint32_t k, uint32_t b) {
     return check_shard(c, k, b);
 }
 
-// The arity of instruction i: an operator's inputs and outputs (ops.def), 2 buffers for a
-// collective (in, out) and a copy (src, dst), 1 for send and recv, none for the others.
+// The arity of instruction i: an operator's inputs and outputs (ops.def), pairs for a collective
+// (in_1..in_k, out_1..out_k: a bucket of k), 2 for a copy (src, dst), 1 for send and recv, none
+// for the others.
 static plan_status check_arity(checker *c, uint32_t k, uint32_t i) {
     const plan_insn *in = &c->p->programs[k].insns[i];
     if (in->kind == PLAN_I_COMPUTE) {
@@ -631,7 +632,12 @@ static plan_status check_arity(checker *c, uint32_t k, uint32_t i) {
                          a->out, a->out == 1 ? "" : "s");
         return ifail(c, k, i, "%d buffers, but it takes %d inputs and at least one output", n, a->in_max);
     }
-    static const int want[PLAN_I_KIND_COUNT] = {[PLAN_I_COLL] = 2, [PLAN_I_SEND] = 1, [PLAN_I_RECV] = 1, [PLAN_I_COPY] = 2};
+    if (in->kind == PLAN_I_COLL) {
+        if (in->nargs >= 2 && in->nargs % 2 == 0 && in->nargs / 2 <= PLAN_MAX_BUCKET) return PLAN_OK;
+        return ifail(c, k, i, "%u buffers, but it takes pairs (in..., out...): 2 to %d, an even number", in->nargs,
+                     2 * PLAN_MAX_BUCKET);
+    }
+    static const int want[PLAN_I_KIND_COUNT] = {[PLAN_I_SEND] = 1, [PLAN_I_RECV] = 1, [PLAN_I_COPY] = 2};
     if (in->nargs != want[in->kind])
         return ifail(c, k, i, "%u buffers, but it takes %d", in->nargs, want[in->kind]);
     return PLAN_OK;
@@ -639,11 +645,12 @@ static plan_status check_arity(checker *c, uint32_t k, uint32_t i) {
 
 // A collective's buffers against its kind and group: all_gather out = in x n, reduce_scatter
 // in = out x n, the others in = out.
-static plan_status check_coll_sizes(checker *c, uint32_t k, uint32_t i) {
+static plan_status check_coll_sizes(checker *c, uint32_t k, uint32_t i, uint32_t j) {
     const plan_program *pg = &c->p->programs[k];
     const plan_insn *in = &pg->insns[i];
     uint64_t n = group_size(c->p, (uint32_t)in->a);
-    uint64_t bi = pg->buffers[pg->args[in->args]].bytes, bo = pg->buffers[pg->args[in->args + 1]].bytes;
+    uint32_t np = in->nargs / 2u;
+    uint64_t bi = pg->buffers[pg->args[in->args + j]].bytes, bo = pg->buffers[pg->args[in->args + np + j]].bytes;
     const char *name = plan_coll_name(in->code);
     bool gather = strcmp(name, "all_gather") == 0, scatter = strcmp(name, "reduce_scatter") == 0;
     uint64_t want_in = bi, want_out = bi; // 0: the product overflows
@@ -653,8 +660,10 @@ static plan_status check_coll_sizes(checker *c, uint32_t k, uint32_t i) {
         if (__builtin_mul_overflow(bo, n, &want_in)) want_in = 0;
     }
     if (bi == want_in && bo == want_out) return PLAN_OK;
-    return ifail(c, k, i, "in %llu bytes, out %llu bytes, but %s on group %d (%llu ranks) wants %s", (unsigned long long)bi,
-                 (unsigned long long)bo, name, in->a, (unsigned long long)n,
+    char pair[32] = "";
+    if (np > 1) snprintf(pair, sizeof pair, "pair %u: ", j);
+    return ifail(c, k, i, "%sin %llu bytes, out %llu bytes, but %s on group %d (%llu ranks) wants %s", pair,
+                 (unsigned long long)bi, (unsigned long long)bo, name, in->a, (unsigned long long)n,
                  gather ? "out = in x ranks" : scatter ? "in = out x ranks" : "in = out");
 }
 
@@ -694,13 +703,32 @@ static plan_status check_coll_in_place(checker *c, uint32_t k, uint32_t i, uint3
     return PLAN_OK;
 }
 
+// A bucket (a collective with several pairs): one dtype, each buffer in it once (a pair in place
+// names its buffer as both in and out), so a backend may run it as one collective over the
+// bucket's bytes where they lie back to back.
+static plan_status check_bucket(checker *c, uint32_t k, uint32_t i) {
+    const plan_program *pg = &c->p->programs[k];
+    const plan_insn *in = &pg->insns[i];
+    uint32_t np = in->nargs / 2u;
+    const uint32_t *a = &pg->args[in->args];
+    for (uint32_t j = 1; j < in->nargs; j++)
+        if (pg->buffers[a[j]].dtype != pg->buffers[a[0]].dtype)
+            return ifail(c, k, i, "buffers %u and %u of the bucket have different dtypes", a[0], a[j]);
+    for (uint32_t j = 0; j < np; j++)
+        for (uint32_t q = 0; q < j; q++)
+            if (a[q] == a[j] || a[np + q] == a[np + j] || a[q] == a[np + j] || a[np + q] == a[j])
+                return ifail(c, k, i, "pairs %u and %u of the bucket share a buffer", q, j);
+    return PLAN_OK;
+}
+
 // The shards of a collective on a group over mesh axes (coll-shard), when both buffers hold a
 // tensor: the same tensor; off the group's axes the same shard; on them what the kind makes.
-static plan_status check_coll_shard(checker *c, uint32_t k, uint32_t i) {
+static plan_status check_coll_shard(checker *c, uint32_t k, uint32_t i, uint32_t j) {
     const plan *p = c->p;
     const plan_program *pg = &p->programs[k];
     const plan_insn *in = &pg->insns[i];
-    uint32_t axes = p->groups[in->a].axes, bi = pg->args[in->args], bo = pg->args[in->args + 1];
+    uint32_t np = in->nargs / 2u;
+    uint32_t axes = p->groups[in->a].axes, bi = pg->args[in->args + j], bo = pg->args[in->args + np + j];
     const plan_buffer *x = &pg->buffers[bi], *y = &pg->buffers[bo];
     if (!axes || x->tensor == PLAN_NONE || y->tensor == PLAN_NONE) return PLAN_OK;
     if (bi == bo) return check_coll_in_place(c, k, i, bi, axes);
@@ -794,8 +822,9 @@ static plan_status check_mb_range(checker *c, uint32_t k, uint32_t i, uint32_t m
 static plan_status check_insn(checker *c, uint32_t k, uint32_t i, uint32_t mb_count) {
     const plan_insn *in = &c->p->programs[k].insns[i];
     plan_status st = check_arity(c, k, i);
-    if (!st && in->kind == PLAN_I_COLL) st = check_coll_sizes(c, k, i);
-    if (!st && in->kind == PLAN_I_COLL) st = check_coll_shard(c, k, i);
+    for (uint32_t j = 0; !st && in->kind == PLAN_I_COLL && j < in->nargs / 2u; j++) st = check_coll_sizes(c, k, i, j);
+    for (uint32_t j = 0; !st && in->kind == PLAN_I_COLL && j < in->nargs / 2u; j++) st = check_coll_shard(c, k, i, j);
+    if (!st && in->kind == PLAN_I_COLL) st = check_bucket(c, k, i);
     if (!st && in->kind == PLAN_I_COPY) st = check_copy_shard(c, k, i);
     if (!st && in->kind == PLAN_I_WAIT) st = check_wait(c, k, i);
     if (!st && (in->kind == PLAN_I_SEND || in->kind == PLAN_I_RECV) && in->b == 0)
@@ -905,7 +934,7 @@ unsigned plan_arg_role(const plan_program *pg, const plan_insn *in, uint32_t j) 
         if (op_arities[in->code].inplace) return A_READ | A_WRITE;
         if (j < compute_inputs(in)) return A_READ;
         return accumulates(pg, in) ? A_READ | A_WRITE : A_WRITE;
-    case PLAN_I_COLL:
+    case PLAN_I_COLL: return j < in->nargs / 2u ? A_READ : A_WRITE;
     case PLAN_I_COPY: return j == 0 ? A_READ : A_WRITE;
     case PLAN_I_SEND: return A_READ;
     default: return A_WRITE;
@@ -1485,12 +1514,19 @@ static plan_status check_coll_pair(comm *m, uint32_t g, uint32_t ra, uint32_t rb
             return cfail(m->c, "collective order differs on group %u: collective %llu is %s for rank %u (program %u, insn %u) "
                          "but %s for rank %u (program %u, insn %u)", g, (unsigned long long)x.n, plan_coll_name(a->code),
                          ra, ka, i, plan_coll_name(b->code), rb, kb, j);
-        uint64_t ai = arg_bytes(x.pg, i, 0), ao = arg_bytes(x.pg, i, 1), bi = arg_bytes(y.pg, j, 0), bo = arg_bytes(y.pg, j, 1);
-        if (ai != bi || ao != bo)
-            return cfail(m->c, "collective size mismatch on group %u: collective %llu (%s) moves %llu -> %llu bytes for rank "
-                         "%u (program %u, insn %u) but %llu -> %llu bytes for rank %u (program %u, insn %u)", g,
-                         (unsigned long long)x.n, plan_coll_name(a->code), (unsigned long long)ai, (unsigned long long)ao,
-                         ra, ka, i, (unsigned long long)bi, (unsigned long long)bo, rb, kb, j);
+        if (a->nargs != b->nargs)
+            return cfail(m->c, "collective bucket mismatch on group %u: collective %llu (%s) is a bucket of %u for rank %u "
+                         "(program %u, insn %u) but of %u for rank %u (program %u, insn %u)", g, (unsigned long long)x.n,
+                         plan_coll_name(a->code), a->nargs / 2u, ra, ka, i, b->nargs / 2u, rb, kb, j);
+        for (uint32_t q = 0, np = a->nargs / 2u; q < np; q++) {
+            uint64_t ai = arg_bytes(x.pg, i, q), ao = arg_bytes(x.pg, i, np + q);
+            uint64_t bi = arg_bytes(y.pg, j, q), bo = arg_bytes(y.pg, j, np + q);
+            if (ai != bi || ao != bo)
+                return cfail(m->c, "collective size mismatch on group %u: collective %llu (%s) moves %llu -> %llu bytes for "
+                             "rank %u (program %u, insn %u) but %llu -> %llu bytes for rank %u (program %u, insn %u)", g,
+                             (unsigned long long)x.n, plan_coll_name(a->code), (unsigned long long)ai, (unsigned long long)ao,
+                             ra, ka, i, (unsigned long long)bi, (unsigned long long)bo, rb, kb, j);
+        }
     }
 }
 

@@ -357,7 +357,8 @@ static uint32_t args_split(const plan_insn *in) {
         int out = op_out[in->code], nin = out >= 0 ? in->nargs - out : op_in_max[in->code];
         return nin < 0 ? in->nargs : nin > in->nargs ? in->nargs : (uint32_t)nin;
     }
-    if (in->kind == PLAN_I_COLL || in->kind == PLAN_I_COPY) return in->nargs ? 1 : 0;
+    if (in->kind == PLAN_I_COLL) return in->nargs / 2u; // a bucket: its ins, then its outs
+    if (in->kind == PLAN_I_COPY) return in->nargs ? 1 : 0;
     return in->nargs;
 }
 

@@ -183,6 +183,22 @@ p = run("--check", "-q", "models/mlp.json", "--cluster", "models/clusters/dgx-a1
 check("--time-limit 0: exit 2", p.returncode == 2 and "--time-limit" in p.stderr, p)
 p = run("--check", "-q", "models/mlp.json", "--cluster", "models/clusters/dgx-a100.json", "--mip-gap", "x")
 check("--mip-gap not a number: exit 2", p.returncode == 2 and "--mip-gap" in p.stderr, p)
+for bad in ("-1", "x", "1e7"):
+    p = run("models/mlp.json", "--cluster", "models/clusters/cpu.json", "--devices", "2", "--bucket-mb", bad, "-o", "/dev/null")
+    check(f"--bucket-mb {bad}: exit 2", p.returncode == 2 and p.stderr.startswith("plancc: --bucket-mb wants a number in [0, 1e+06]")
+          and len(p.stderr.splitlines()) == 1, p)
+VS = ("models/gpt-tiny.json", "--cluster", "models/clusters/cpu.json", "--devices", "2", "--pp", "2", "--estimate-only")
+for extra, want in ((("--micro-batches", "4", "--virtual-stages", "8"), "is 16 model chunks, but the model has only 8 layers"),
+                    (("--micro-batches", "3", "--virtual-stages", "2"), "runs the micro-batches in groups of --pp 2"),
+                    (("--micro-batches", "4", "--virtual-stages", "0"), "--virtual-stages wants an integer")):
+    p = run(*VS, *extra)
+    check(f"--virtual-stages {extra[3]} with {extra[1]} micro-batches on 8 layers: exit 2", p.returncode == 2 and want in p.stderr
+          and len(p.stderr.splitlines()) == 1, p)
+p = run(*VS[:-1], "--micro-batches", "4", "--virtual-stages", "2", "-o", "/dev/null")
+check("--virtual-stages 2 without --estimate-only: exit 2 (no interleaved plans yet)", p.returncode == 2
+      and "cannot emit an interleaved schedule" in p.stderr, p)
+p = run("--help")
+check("--help documents --bucket-mb", p.returncode == 0 and "--bucket-mb X" in p.stdout, p)
 p = run("--check", "-q", "models/mlp.json", "--cluster", "models/clusters/dgx-a100.json", "--devices", "4", "-d", "ts")
 check("-d ts prints candidates and the schedule", p.returncode == 0 and "transform: 4 devices" in p.stdout
       and "schedule: 4 devices" in p.stdout and "optimal" in p.stdout, p)

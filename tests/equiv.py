@@ -53,8 +53,12 @@ def strategies(n):
         return ["--auto", "--micro-batches 4", "--recompute full", "--zero 3"]
     s = ["--auto", f"--dp {n}", f"--tp {n}", f"--pp {n} --micro-batches 4", f"--pp {n} --micro-batches 4 --schedule gpipe",
          f"--dp {n} --zero 1", f"--dp {n} --zero 2", f"--dp {n} --zero 3", f"--dp {n} --recompute full"]
+    if n == 2:  # gradient buckets: the default (25 MB) above, one per parameter, several per layer
+        s += [f"--dp {n} --bucket-mb 0", f"--dp {n} --bucket-mb 0.02", f"--dp {n} --zero 1 --bucket-mb 0.02",
+              f"--dp {n} --zero 2 --micro-batches 4"]  # ZeRO-2: a reduce-scatter per micro-batch
     if n == 4:
-        s += ["--dp 2 --tp 2", "--tp 2 --pp 2 --micro-batches 4", "--dp 2 --pp 2 --micro-batches 2"]
+        s += ["--dp 2 --tp 2 --bucket-mb 0.02", "--dp 4 --zero 2 --micro-batches 2", "--dp 2 --tp 2 --zero 2 --micro-batches 2",
+              "--dp 2 --pp 2 --micro-batches 4 --zero 2", "--tp 2 --pp 2 --micro-batches 4", "--dp 2 --pp 2 --micro-batches 2"]
     if n == 8:
         s += ["--dp 2 --tp 2 --pp 2 --micro-batches 4", "--dp 2 --tp 2 --pp 2 --micro-batches 4 --zero 3 --recompute full",
               "--dp 2 --tp 4 --zero 2"]

@@ -248,6 +248,113 @@ static void planner(const char *model, int dp, int tp, int pp, int mb, int zero)
     arena_free(a);
 }
 
+/* ---- gradient buckets ---- */
+
+typedef struct sync_stats {
+    int insns, pairs, max_pairs;
+    bool contiguous; // every bucket of in-place all-reduces lies back to back with one layer stride
+} sync_stats;
+
+// The gradient collectives (stream 1) of gpt-tiny on dp 2 with buckets of `bucket_bytes`.
+static sync_stats sync_of(uint64_t bucket_bytes, int zero) {
+    sync_stats r = {0, 0, 0, true};
+    pcc_arena *a = arena_init();
+    pcc_graph *g = load(a, "gpt-tiny.json", 2);
+    pcc_cluster *c = cpu(a, 2);
+    pcc_strategy_opts so = {.dp = 2, .tp = 1, .pp = 1, .zero = zero, .recompute = PCC_RECOMPUTE_NONE,
+                            .ilp = {.time_limit_s = 30, .mip_gap = 1e-6}, .quiet = true};
+    pcc_strategy **s;
+    int n;
+    pcc_emitted e;
+    pcc_emit_opts eo = {.options = "unit", .quiet = true, .bucket_bytes = bucket_bytes};
+    bool ok = g && c && strategy_plan(g, c, &so, &s, &n) == PCC_OK && emit_plan(g, c, s[0], &eo, &e) == PCC_OK;
+    EXPECT(ok);
+    if (!ok) {
+        arena_free(a);
+        return r;
+    }
+    const plan_program *pr = &e.p->programs[0];
+    for (uint32_t i = 0; i < pr->n_insns; i++) {
+        const plan_insn *in = &pr->insns[i];
+        if (in->kind != PLAN_I_COLL || in->stream != 1) continue;
+        int np = in->nargs / 2;
+        r.insns++, r.pairs += np;
+        if (np > r.max_pairs) r.max_pairs = np;
+        const uint32_t *x = &pr->args[in->args];
+        for (int j = 1; j < np && x[0] == x[np]; j++) {
+            const plan_buffer *p0 = &pr->buffers[x[j - 1]], *p1 = &pr->buffers[x[j]];
+            r.contiguous &= p0->offset + p0->bytes == p1->offset && p0->layer_stride == p1->layer_stride;
+        }
+    }
+    plan_free(e.p), free(e.p);
+    arena_free(a);
+    return r;
+}
+
+// --bucket-mb: 0 gives one collective per gradient; a bucket as large as the model one per loop
+// region (top-level gradients, one layer's in the layer loop); a small one several per layer.
+// Every gradient is in exactly one, and a bucket of all-reduces lies back to back in the arena.
+static void buckets(void) {
+    sync_stats one = sync_of(0, 0), big = sync_of(25000000, 0), small = sync_of(20000, 0), z1 = sync_of(25000000, 1);
+    EXPECT(one.pairs > 4 && one.insns == one.pairs && one.max_pairs == 1);
+    EXPECT(big.pairs == one.pairs && big.insns < one.insns && big.max_pairs > 2 && big.contiguous);
+    EXPECT(small.pairs == one.pairs && small.insns > big.insns && small.insns < one.insns && small.contiguous);
+    EXPECT(z1.insns < z1.pairs); // ZeRO's reduce-scatters are bucketed the same way
+    printf("gpt-tiny dp 2, gradient collectives: one per gradient %d; 20 KB buckets %d; 25 MB buckets %d (%d gradients)\n",
+           one.insns, small.insns, big.insns, one.pairs);
+}
+
+/* ---- ZeRO-1 and ZeRO-2 ---- */
+
+// The peak of gpt-tiny on dp 2 with 4 micro-batches and ZeRO `zero`, and its reduce-scatters
+// (instructions, and their executions per step: loops multiplied out).
+static double zero_peak(int zero, int *rs_insns, int *rs_runs) {
+    pcc_arena *a = arena_init();
+    pcc_graph *g = load(a, "gpt-tiny.json", 4);
+    pcc_cluster *c = cpu(a, 2);
+    pcc_strategy_opts so = {.dp = 2, .tp = 1, .pp = 1, .zero = zero, .recompute = PCC_RECOMPUTE_NONE,
+                            .ilp = {.time_limit_s = 30, .mip_gap = 1e-6}, .quiet = true};
+    pcc_strategy **s;
+    int n;
+    pcc_emitted e;
+    pcc_emit_opts eo = {.options = "unit", .quiet = true, .bucket_bytes = 25000000};
+    bool ok = g && c && strategy_plan(g, c, &so, &s, &n) == PCC_OK && emit_plan(g, c, s[0], &eo, &e) == PCC_OK;
+    EXPECT(ok);
+    *rs_insns = *rs_runs = 0;
+    if (!ok) {
+        arena_free(a);
+        return 0;
+    }
+    const plan_program *pr = &e.p->programs[0];
+    int mult[PLAN_MAX_LOOP_DEPTH + 1] = {1}, end[PLAN_MAX_LOOP_DEPTH + 1] = {0}, depth = 0;
+    for (uint32_t i = 0; i < pr->n_insns; i++) {
+        while (depth > 0 && (int)i > end[depth]) depth--;
+        const plan_insn *in = &pr->insns[i];
+        if (in->kind == PLAN_I_LOOP) {
+            depth++;
+            mult[depth] = mult[depth - 1] * in->a, end[depth] = (int)i + in->b;
+        } else if (in->kind == PLAN_I_COLL && in->code == PCC_COLL_REDUCE_SCATTER) {
+            *rs_insns += 1, *rs_runs += mult[depth] * (int)(in->nargs / 2);
+        }
+    }
+    double peak = e.peak_bytes;
+    plan_free(e.p), free(e.p);
+    arena_free(a);
+    return peak;
+}
+
+// ZeRO-1 reduce-scatters each gradient once per step, after the last micro-batch; ZeRO-2 once per
+// micro-batch (4 times as many), into the shard, and its peak is lower: no whole gradient lives
+// across the step.
+static void zero_stages(void) {
+    int i1, r1, i2, r2;
+    double p1 = zero_peak(1, &i1, &r1), p2 = zero_peak(2, &i2, &r2);
+    EXPECT(r1 > 0 && r2 == 4 * r1);
+    EXPECT(p2 > 0 && p2 < p1);
+    printf("gpt-tiny dp 2, 4 micro-batches: ZeRO-1 peak %.0f bytes, %d reduce-scatters per step; ZeRO-2 peak %.0f bytes, %d\n",
+           p1, r1, p2, r2);
+}
+
 int main(int argc, char **argv) {
     root = argc > 1 ? argv[1] : ".";
     pcc_quiet = true;
@@ -258,5 +365,7 @@ int main(int argc, char **argv) {
     planner("gpt-tiny.json", 2, 2, 2, 4, 0);
     planner("gpt-tiny.json", 2, 1, 2, 4, 3);
     planner("cnn-small.json", 4, 1, 1, 2, 1);
+    buckets();
+    zero_stages();
     return test_summary();
 }

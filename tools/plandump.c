@@ -242,12 +242,13 @@ static uint64_t sat_add(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UI
 // The bytes a communication instruction moves, as the cost model counts them.
 static uint64_t comm_bytes(const plan_program *pg, const plan_insn *in) {
     if (!in->nargs) return 0;
-    uint64_t first = pg->buffers[pg->args[in->args]].bytes;
-    uint64_t last = pg->buffers[pg->args[in->args + in->nargs - 1]].bytes;
-    if (in->kind != PLAN_I_COLL) return first;
+    if (in->kind != PLAN_I_COLL) return pg->buffers[pg->args[in->args]].bytes;
     const char *n = plan_coll_name(in->code);
     bool ends_with = strcmp(n, "all_reduce") == 0 || strcmp(n, "all_gather") == 0 || strcmp(n, "broadcast") == 0;
-    return ends_with ? last : first;
+    uint32_t np = in->nargs / 2u;
+    uint64_t sum = 0; // a bucket moves all its pairs
+    for (uint32_t j = 0; j < np; j++) sum = sat_add(sum, pg->buffers[pg->args[in->args + (ends_with ? np : 0) + j]].bytes);
+    return sum;
 }
 
 // Counts by kind, in the program and per step (each instruction times the loops around it).
