@@ -58,7 +58,17 @@ static void usage(FILE *f) {
             "  --dump-ilp FILE    write the ILP as CPLEX LP text\n"
             "  --estimate-only    plan the strategy and print the cost model's estimate of a step and its\n"
             "                     parts (with --json, as JSON); write no plan\n"
-            "  -d, --dump LETTERS print phase 1's candidates (t) and phase 2's choice per operator (s)\n"
+            "  -d, --dump LETTERS print phase 1's candidates (t) and phase 2's choice per operator (s)\n");
+    fputs(
+            "  --sync S           how dp replicas of the dense parameters agree: allreduce (the gradient\n"
+            "                     all-reduce in every step; default), or ShadowSync's background sync\n"
+            "                     background:algo=ma|easgd|bmuf[,period=K|continuous][,alpha=A]\n"
+            "                     [,eta=E][,zeta=Z][,nesterov=0|1][,hogwild]: each rank trains its own\n"
+            "                     replica and a background stream averages them every K steps (default\n"
+            "                     1) or back to back (continuous); MA averages, EASGD pulls towards a\n"
+            "                     centre at rate alpha (default 0.5/dp), BMUF adds block momentum eta\n"
+            "                     (default 1-1/dp), block rate zeta (1), Nesterov (1); hogwild applies\n"
+            "                     the rounds racing with the foreground. Embedding tables stay synchronous\n"
             "other:\n"
             "  --check MODEL      only load and check MODEL, derive its backward pass and optimizer step,\n"
             "                     and print per-operator parameters, FLOPs and kept activations; with\n"
@@ -71,7 +81,8 @@ static void usage(FILE *f) {
             "\n"
             "Formats: schemas/README.md (model, cluster), runtime/PLAN_FORMAT.md (plan). Show a plan with\n"
             "plandump PLAN. Diagnostics: \"plancc: FILE:JSON-POINTER: message\" on stderr.\n"
-            "Exit codes: 0 success, 1 internal error, 2 invalid input or usage, 3 infeasible (does not fit).\n");
+            "Exit codes: 0 success, 1 internal error, 2 invalid input or usage, 3 infeasible (does not fit).\n",
+          f);
 }
 
 typedef struct options {
@@ -89,11 +100,12 @@ typedef struct options {
     int64_t global_batch;     // 0: as the model says
     int micro_batch_size;     // 0: not given
     bool micro_batches_given, estimate_only;
+    pcc_sync_opts sync;       // --sync
 } options;
 
 enum { OPT_CLUSTER = 256, OPT_NODES, OPT_DEVICES, OPT_TIME_LIMIT, OPT_MIP_GAP, OPT_DUMP_ILP, OPT_DP, OPT_TP, OPT_PP,
        OPT_ZERO, OPT_RECOMPUTE, OPT_SCHEDULE, OPT_AUTO, OPT_GLOBAL_BATCH, OPT_MICRO_BATCH_SIZE, OPT_VIRTUAL_STAGES,
-       OPT_ESTIMATE_ONLY };
+       OPT_ESTIMATE_ONLY, OPT_SYNC };
 
 static pcc_status num_option(const char *name, const char *arg, double lo, double hi, double *out) {
     char *end;
@@ -148,7 +160,7 @@ static pcc_status parse_options(int argc, char **argv, options *o, bool *done) {
         {"micro-batch-size", required_argument, NULL, OPT_MICRO_BATCH_SIZE},
         {"virtual-stages", required_argument, NULL, OPT_VIRTUAL_STAGES},
         {"estimate-only", no_argument, NULL, OPT_ESTIMATE_ONLY},
-        {"recompute", required_argument, NULL, OPT_RECOMPUTE}, {"schedule", required_argument, NULL, OPT_SCHEDULE},
+        {"recompute", required_argument, NULL, OPT_RECOMPUTE}, {"sync", required_argument, NULL, OPT_SYNC}, {"schedule", required_argument, NULL, OPT_SCHEDULE},
         {"auto", no_argument, NULL, OPT_AUTO},
         {NULL, 0, NULL, 0},
     };
@@ -188,6 +200,10 @@ static pcc_status parse_options(int argc, char **argv, options *o, bool *done) {
         case OPT_PP: if (int_option("--pp", optarg, 1, 1 << 24, &o->strat.pp)) return PCC_ERR_INPUT; o->template_given = true; break;
         case OPT_ZERO: if (int_option("--zero", optarg, 0, 3, &o->strat.zero)) return PCC_ERR_INPUT; break;
         case OPT_AUTO: auto_given = true; break;
+        case OPT_SYNC: {
+            if (sync_parse(optarg, &o->sync)) return PCC_ERR_INPUT;
+            break;
+        }
         case OPT_RECOMPUTE:
             if (strcmp(optarg, "none") == 0) o->strat.recompute = PCC_RECOMPUTE_NONE;
             else if (strcmp(optarg, "full") == 0) o->strat.recompute = PCC_RECOMPUTE_FULL;
@@ -239,7 +255,12 @@ static pcc_status parse_options(int argc, char **argv, options *o, bool *done) {
         fprintf(stderr, "plancc: compiling a plan needs --cluster FILE (models/clusters/ has some; see plancc --help)\n");
         return PCC_ERR_INPUT;
     }
-    if (o->check && (o->output || o->template_given || auto_given)) {
+    if (o->sync.algo != PCC_SYNC_ALLREDUCE && o->strat.zero) {
+        fprintf(stderr, "plancc: --sync background keeps a whole replica of the dense parameters on every dp rank; it does "
+                        "not go with --zero\n");
+        return PCC_ERR_INPUT;
+    }
+    if (o->check && (o->output || o->template_given || auto_given || o->sync.algo != PCC_SYNC_ALLREDUCE)) {
         fprintf(stderr, "plancc: --check only checks the model; it writes no plan (leave out -o and the strategy)\n");
         return PCC_ERR_INPUT;
     }
@@ -280,9 +301,10 @@ static const char *canonical_options(pcc_arena *a, const pcc_cluster *c, const o
     if (!s->auto_mesh) snprintf(mesh, sizeof mesh, "--dp %d --tp %d --pp %d", s->dp ? s->dp : 1, s->tp ? s->tp : 1, s->pp ? s->pp : 1);
     char batch[48] = "";
     if (o->global_batch) snprintf(batch, sizeof batch, " --global-batch %lld", (long long)o->global_batch);
-    return arena_printf(a, "--devices %d %s --micro-batches %d%s --schedule %s --zero %d --recompute %s --time-limit %g --mip-gap %g",
+    return arena_printf(a, "--devices %d %s --micro-batches %d%s --schedule %s --zero %d --recompute %s --time-limit %g --mip-gap %g%s%s",
                         c->n_devices, mesh, o->micro_batches, batch, s->schedule == PCC_PIPE_GPIPE ? "gpipe" : "1f1b", s->zero,
-                        rc[s->recompute], o->ilp.time_limit_s, o->ilp.mip_gap);
+                        rc[s->recompute], o->ilp.time_limit_s, o->ilp.mip_gap,
+                        o->sync.algo == PCC_SYNC_ALLREDUCE ? "" : " --sync ", o->sync.algo == PCC_SYNC_ALLREDUCE ? "" : sync_str(a, &o->sync));
 }
 
 static const char *default_output(pcc_arena *a, const char *model) {
@@ -445,7 +467,7 @@ static pcc_status compile(pcc_arena *a, const pcc_graph *g, const pcc_cluster *c
     if (st) return st;
     if (o->estimate_only) return print_estimate(g, c, o, cand[0], n, now_s() - t0);
     progress_phase("phase 3: communication, memory plan and plan_check (%d candidate%s)", n, n == 1 ? "" : "s");
-    pcc_emit_opts eo = {.options = canonical_options(a, c, o), .quiet = o->quiet};
+    pcc_emit_opts eo = {.options = canonical_options(a, c, o), .quiet = o->quiet, .sync = o->sync};
     eo.model_hash = file_hash(o->model);
     eo.cluster_hash = file_hash(o->cluster);
     pcc_emitted e;
