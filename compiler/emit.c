@@ -31,6 +31,11 @@
  * micro-batch, the message would sit in the same NCCL group as the pipeline's own and hold the
  * last stage until the first stage reaches that micro-batch's backward, one wave at a time.
  *
+ * --sync background (ShadowSync): the dense parameters replicated over dp (not embedding tables)
+ * are trained per replica: their gradient's dp all-reduce becomes a scale by dp (the loss gives
+ * each rank its sum over the global batch; the replica wants its local mean), and bgsync.c
+ * appends the background program that averages the replicas (E->local, background_params).
+ *
  * Memory: every buffer gets an interval of instruction indices in which it is live (the whole
  * program for parameters, optimizer state, inputs, the loss and accumulators; a loop's whole
  * span for a buffer that carries data from one iteration to the next); the planner places the
@@ -53,6 +58,7 @@
 
 #define STREAM_MAIN 0
 #define STREAM_SYNC 1
+#define STREAM_BG 2     // the background program's (bgsync.c), where --sync background asks for one
 #define EV_GRAD 0
 #define EV_SYNCED 1
 
@@ -91,6 +97,8 @@ typedef struct emitter {
     plan_shard *opt_sh; // per param: the layout its optimizer runs in
     bool *sync;         // per param grad tensor: needs a gradient synchronization
     bool *zero2;        // per param grad tensor: ZeRO-2, reduce-scattered per micro-batch into its shard
+    const pcc_sync_opts *bg; // --sync background (NULL: the all-reduce in every step)
+    bool *local;        // per param grad tensor: trained per dp replica, synchronized in the background
     int *tstage;        // per tensor: the stage that holds it (-1: inputs, every stage)
     bool *kept;         // per tensor: read in the backward pass (keep a slot per micro-batch)
     bool *deferred;     // per tensor: a gradient contribution sent to another stage once per step
@@ -419,6 +427,44 @@ static void layouts(emitter *E) {
     }
 }
 
+/* ---- --sync background ---- */
+
+// A table of an embedding or embedding_bag: sharded or synchronous, never averaged.
+static bool is_table(const pcc_graph *g, int t) {
+    for (int o = 0; o < g->n_fwd_ops; o++) {
+        const pcc_op *op = &g->ops[o];
+        if ((op->kind == PCC_OP_EMBEDDING || op->kind == PCC_OP_EMBEDDING_BAG) && op->nin > 1 && op->in[1] == t) return true;
+    }
+    return false;
+}
+
+// Which parameter gradients stay local to their dp replica (E->local): with --sync background,
+// the dense parameters replicated over dp whose gradient is summed over dp (every one with a
+// single dp rank), except embedding tables. Refuses such a parameter inside a repeated block (bgsync.c has no layer loops).
+static pcc_status background_params(emitter *E) {
+    const pcc_graph *g = E->g;
+    E->local = arena_alloc(g->arena, sizeof(bool) * (size_t)(g->n_tensors + 1));
+    if (!E->bg) return PCC_OK;
+    for (int t = 0; t < g->n_tensors; t++) {
+        const pcc_tensor *T = &g->tensors[t];
+        if (T->kind != PCC_T_PARAM || T->grad < 0 || is_table(g, t)) continue;
+        const pcc_op *prod = &g->ops[g->tensors[T->grad].producer];
+        int oi = 0;
+        while (prod->out[oi] != T->grad) oi++;
+        bool summed = E->sync[T->grad] && E->sh[g->tensors[T->grad].producer][prod->nin + oi].map[PCC_AX_DP] == PLAN_SHARD_V;
+        if (!summed && E->dp > 1) continue; // (one trainer: its replica is synchronized all the same)
+        if (E->opt_sh[t].map[PCC_AX_DP] != PLAN_SHARD_R) continue;
+        if (T->block >= 0) {
+            fprintf(stderr, "%s: %s: --sync background: parameter \"%s\" is in repeated block; plancc synchronizes only "
+                            "parameters outside repeated blocks in the background (use --sync allreduce)\n",
+                    pcc_progname, g->file, T->name);
+            return PCC_ERR_INPUT;
+        }
+        E->local[T->grad] = true;
+    }
+    return PCC_OK;
+}
+
 /* ---- building a program ---- */
 
 static int in_flight(const emitter *E, int stage) {
@@ -662,8 +708,20 @@ static uint32_t attrs_of(emitter *E, prog *P, const pcc_op *op, bool accumulate,
     return emit_attrs(E->g->arena, &P->attrs, &P->n_attrs, &P->cap_attrs, &o, accumulate);
 }
 
+// The index of attrs a in P's table (added if new), or PLAN_NONE when all zero.
+static uint32_t intern_attrs(emitter *E, prog *P, const plan_attrs *pa) {
+    return emit_attrs_add(E->g->arena, &P->attrs, &P->n_attrs, &P->cap_attrs, pa);
+}
+
 static void sync_grad(emitter *E, prog *P, int gp);
 static void zero2_grad(emitter *E, prog *P, int gp);
+
+static uint32_t scale_attrs(emitter *E, prog *P, double k) {
+    plan_attrs a;
+    memset(&a, 0, sizeof a);
+    a.f[PLAN_AF_SCALE] = k;
+    return intern_attrs(E, P, &a);
+}
 
 static void emit_op(emitter *E, prog *P, int o, bool last_mb) {
     const pcc_graph *g = E->g;
@@ -696,6 +754,55 @@ static void emit_op(emitter *E, prog *P, int o, bool last_mb) {
         if (E->zero2[t]) zero2_grad(E, P, t);
         else if (last_mb && E->sync[t] && is_final_param_grad(g, t)) sync_grad(E, P, t);
     }
+}
+
+// --sync background: the dp replica's own gradient, the gradient of its local mean (the loss
+// gives each rank's sum over the global batch, so dp times it), in place of the all-reduce.
+static int local_grad(emitter *E, prog *P, int gp, int b) {
+    plan_shard next = P->buf[b].shard;
+    next.map[PCC_AX_DP] = PLAN_SHARD_R;
+    int nb = new_buf(E, P, gp, next, 1, P->buf[b].layer_slots, P->buf[b].layer_base);
+    P->buf[nb].whole = true;
+    plan_insn *in = insn(E, P, PLAN_I_COMPUTE, STREAM_SYNC, (int[]){b, nb}, 2);
+    in->code = PCC_OP_SCALE;
+    in->attrs = scale_attrs(E, P, (double)E->dp);
+    in->t_s = memory_s(E, P, 2.0 * (double)P->buf[nb].bytes, nb);
+    return nb;
+}
+
+// --sync background: a gradient trained per dp replica, synchronized by itself on stream 1 (no
+// bucket): the local scale over dp, the all-reduce or reduce-scatter over the other axes.
+static void sync_grad_local(emitter *E, prog *P, int gp) {
+    const pcc_graph *g = E->g;
+    int p = g->tensors[gp].of, hb = home(E, P, gp);
+    plan_shard want = E->opt_sh[p];
+    event(E, P, PLAN_I_RECORD, STREAM_MAIN, EV_GRAD);
+    event(E, P, PLAN_I_WAIT, STREAM_SYNC, EV_GRAD);
+    P->used_sync = true;
+    // Which axes hold partial sums: those the producer left V.
+    const pcc_op *prod = &g->ops[g->tensors[gp].producer];
+    int oi = 0;
+    while (prod->out[oi] != gp) oi++;
+    plan_shard made = E->sh[g->tensors[gp].producer][prod->nin + oi];
+    int b = hb;
+    for (int a = PCC_AXES - 1; a >= 0; a--) {
+        if (made.map[a] != PLAN_SHARD_V) continue;
+        if (a == PCC_AX_DP && E->local[gp]) {
+            b = local_grad(E, P, gp, b);
+            continue;
+        }
+        if (want.map[a] >= 2 && P->buf[b].shard.map[a] == PLAN_SHARD_V) {
+            plan_shard next = P->buf[b].shard;
+            next.map[a] = want.map[a];
+            int nb = new_buf(E, P, gp, next, 1, P->buf[hb].layer_slots, P->buf[hb].layer_base);
+            P->buf[nb].whole = true;
+            coll(E, P, PCC_COLL_REDUCE_SCATTER, a, STREAM_SYNC, b, nb);
+            b = nb;
+        } else {
+            coll(E, P, PCC_COLL_ALL_REDUCE, a, STREAM_SYNC, b, b);
+        }
+    }
+    P->home[gp] = b; // the optimizer reads the synchronized gradient
 }
 
 /* ---- gradient synchronization: buckets ---- */
@@ -795,6 +902,11 @@ static void bucket_flush(emitter *E, prog *P) {
 // --bucket-mb's bytes. A gradient synchronized by other collectives, or of another dtype or
 // slot count, closes the open bucket first.
 static void sync_grad(emitter *E, prog *P, int gp) {
+    if (E->bg && E->local[gp]) {
+        bucket_flush(E, P);
+        sync_grad_local(E, P, gp);
+        return;
+    }
     int hb = home(E, P, gp);
     if (P->n_bucket > 0) {
         pcc_reshard_step a[PCC_AXES], b[PCC_AXES];
@@ -1287,6 +1399,25 @@ static double model_flops(const emitter *E) {
     return f * E->M;
 }
 
+// Appends the background program to every stage's program (after assembly, before the check).
+static void background_programs(emitter *E, plan *p, prog *P, uint32_t group) {
+    const pcc_graph *g = E->g;
+    pcc_bg_param *ps = arena_alloc(g->arena, sizeof(pcc_bg_param) * (size_t)(g->n_tensors + 1));
+    for (int st = 0; st < E->pp; st++) {
+        int n = 0;
+        for (int t = 0; t < g->n_tensors; t++) {
+            const pcc_tensor *T = &g->tensors[t];
+            if (T->kind != PCC_T_PARAM || T->grad < 0 || !E->local[T->grad] || P[st].home[t] < 0) continue;
+            int b = P[st].home[t];
+            double bytes = (double)P[st].buf[b].bytes;
+            ps[n++] = (pcc_bg_param){(uint32_t)t, (uint32_t)b,
+                                     (float)cost_collective_s(E->c, PCC_COLL_ALL_REDUCE, bytes, axis_group(E, PCC_AX_DP, 0)),
+                                     memory_s(E, &P[st], 3.0 * bytes, b)};
+        }
+        bgsync_emit(p, &p->programs[st], E->bg, ps, n, group, E->dp);
+    }
+}
+
 pcc_status emit_plan(const pcc_graph *g, const pcc_cluster *c, const pcc_strategy *s, const pcc_emit_opts *o,
                      pcc_emitted *e) {
     memset(e, 0, sizeof *e);
@@ -1323,6 +1454,9 @@ pcc_status emit_plan(const pcc_graph *g, const pcc_cluster *c, const pcc_strateg
     keep(&E);
     defer(&E);
     layouts(&E);
+    E.bg = o->sync.algo != PCC_SYNC_ALLREDUCE ? &o->sync : NULL;
+    pcc_status bst = background_params(&E);
+    if (bst) return bst;
     zero2_grads(&E);
     prog *P = arena_alloc(g->arena, sizeof(prog) * (size_t)E.pp);
     plan *p = calloc(1, sizeof *p);
@@ -1370,6 +1504,7 @@ pcc_status emit_plan(const pcc_graph *g, const pcc_cluster *c, const pcc_strateg
     m->loss = (uint32_t)g->loss;
     m->notes = emit_strdup(p, notes(&E));
     emit_tensors(p, g);
+    uint32_t bg_group = E.bg ? (uint32_t)group(&E, 1 << PCC_AX_DP, STREAM_BG) : PLAN_NONE;
     p->n_groups = (uint32_t)E.n_groups;
     p->groups = plan_alloc(p, sizeof(plan_group) * (size_t)(E.n_groups + 1));
     for (int i = 0; i < E.n_groups; i++) p->groups[i].axes = (uint32_t)E.groups[i][0];
@@ -1400,6 +1535,12 @@ pcc_status emit_plan(const pcc_graph *g, const pcc_cluster *c, const pcc_strateg
         pr->args = emit_memdup(p, Q->args, sizeof(uint32_t) * (size_t)Q->n_args);
         pr->n_attrs = (uint32_t)Q->n_attrs;
         pr->attrs = emit_memdup(p, Q->attrs, sizeof(plan_attrs) * (size_t)Q->n_attrs);
+    }
+    if (E.bg) {
+        background_programs(&E, p, P, bg_group);
+        for (int st = 0; st < E.pp; st++)
+            if ((double)p->programs[st].arena_bytes > e->peak_bytes) e->peak_bytes = (double)p->programs[st].arena_bytes, e->peak_stage = st;
+        peak = (uint64_t)e->peak_bytes, m->est_peak_bytes = e->peak_bytes;
     }
     char err[1024];
     if (plan_check(p, err, sizeof err) != PLAN_OK) {

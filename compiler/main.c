@@ -76,7 +76,17 @@ static void usage(FILE *f) {
             "  --estimate-only    plan the strategy and print the cost model's estimate of a step and its\n"
             "                     parts (with --json, as JSON); write no plan\n"
             "  -d, --dump LETTERS print phase 1's candidates (t) and phase 2's choice per operator (s)\n");
-    fputs("other:\n"
+    fputs(
+            "  --sync S           how dp replicas of the dense parameters agree: allreduce (the gradient\n"
+            "                     all-reduce in every step; default), or ShadowSync's background sync\n"
+            "                     background:algo=ma|easgd|bmuf[,period=K|continuous][,alpha=A]\n"
+            "                     [,eta=E][,zeta=Z][,nesterov=0|1][,hogwild]: each rank trains its own\n"
+            "                     replica and a background stream averages them every K steps (default\n"
+            "                     1) or back to back (continuous); MA averages, EASGD pulls towards a\n"
+            "                     centre at rate alpha (default 0.5/dp), BMUF adds block momentum eta\n"
+            "                     (default 1-1/dp), block rate zeta (1), Nesterov (1); hogwild applies\n"
+            "                     the rounds racing with the foreground. Embedding tables stay synchronous\n"
+            "other:\n"
             "  --check MODEL      only load and check MODEL, derive its backward pass and optimizer step,\n"
             "                     and print per-operator parameters, FLOPs and kept activations; with\n"
             "                     --cluster, whether one step fits one device and its compute bound\n"
@@ -114,11 +124,12 @@ typedef struct options {
     const char *burst_widths; // --burst-widths LIST
     bool schedule_given, recompute_given;
     double bucket_mb;         // --bucket-mb: gradient bucket size in MB (10^6 bytes); 0: one per parameter
+    pcc_sync_opts sync;       // --sync
 } options;
 
 enum { OPT_CLUSTER = 256, OPT_NODES, OPT_DEVICES, OPT_TIME_LIMIT, OPT_MIP_GAP, OPT_DUMP_ILP, OPT_DP, OPT_TP, OPT_PP,
        OPT_ZERO, OPT_RECOMPUTE, OPT_SCHEDULE, OPT_AUTO, OPT_GLOBAL_BATCH, OPT_MICRO_BATCH_SIZE, OPT_VIRTUAL_STAGES,
-       OPT_ESTIMATE_ONLY, OPT_BURST, OPT_AMP_LIMIT, OPT_BURST_WIDTHS, OPT_BUCKET_MB };
+       OPT_ESTIMATE_ONLY, OPT_BURST, OPT_AMP_LIMIT, OPT_BURST_WIDTHS, OPT_BUCKET_MB, OPT_SYNC };
 
 static pcc_status num_option(const char *name, const char *arg, double lo, double hi, double *out) {
     char *end;
@@ -174,6 +185,7 @@ static pcc_status parse_options(int argc, char **argv, options *o, bool *done) {
         {"virtual-stages", required_argument, NULL, OPT_VIRTUAL_STAGES},
         {"estimate-only", no_argument, NULL, OPT_ESTIMATE_ONLY}, {"bucket-mb", required_argument, NULL, OPT_BUCKET_MB},
         {"recompute", required_argument, NULL, OPT_RECOMPUTE}, {"schedule", required_argument, NULL, OPT_SCHEDULE},
+        {"sync", required_argument, NULL, OPT_SYNC},
         {"auto", no_argument, NULL, OPT_AUTO},
         {"burst", no_argument, NULL, OPT_BURST}, {"amp-limit", required_argument, NULL, OPT_AMP_LIMIT},
         {"burst-widths", required_argument, NULL, OPT_BURST_WIDTHS},
@@ -227,6 +239,10 @@ static pcc_status parse_options(int argc, char **argv, options *o, bool *done) {
                 return PCC_ERR_INPUT;
             }
             o->amp_limit = v;
+            break;
+        }
+        case OPT_SYNC: {
+            if (sync_parse(optarg, &o->sync)) return PCC_ERR_INPUT;
             break;
         }
         case OPT_RECOMPUTE:
@@ -294,13 +310,19 @@ static pcc_status parse_options(int argc, char **argv, options *o, bool *done) {
         const char *clash = o->check ? "--check" : o->template_given ? "--dp, --tp and --pp" : auto_given ? "--auto"
                           : o->micro_batches_given ? "--micro-batches" : o->micro_batch_size ? "--micro-batch-size"
                           : o->strat.zero ? "--zero" : o->recompute_given ? "--recompute" : o->schedule_given ? "--schedule"
-                          : o->strat.virtual_stages ? "--virtual-stages" : o->estimate_only ? "--estimate-only" : NULL;
+                          : o->strat.virtual_stages ? "--virtual-stages" : o->estimate_only ? "--estimate-only"
+                          : o->sync.algo != PCC_SYNC_ALLREDUCE ? "--sync background" : NULL;
         if (clash) {
             fprintf(stderr, "plancc: --burst chooses every layer's device count itself; it does not go with %s\n", clash);
             return PCC_ERR_INPUT;
         }
     }
-    if (o->check && (o->output || o->template_given || auto_given)) {
+    if (o->sync.algo != PCC_SYNC_ALLREDUCE && o->strat.zero) {
+        fprintf(stderr, "plancc: --sync background keeps a whole replica of the dense parameters on every dp rank; it does "
+                        "not go with --zero\n");
+        return PCC_ERR_INPUT;
+    }
+    if (o->check && (o->output || o->template_given || auto_given || o->sync.algo != PCC_SYNC_ALLREDUCE)) {
         fprintf(stderr, "plancc: --check only checks the model; it writes no plan (leave out -o and the strategy)\n");
         return PCC_ERR_INPUT;
     }
@@ -349,9 +371,10 @@ static const char *canonical_options(pcc_arena *a, const pcc_cluster *c, const o
     char batch[48] = "";
     if (o->global_batch) snprintf(batch, sizeof batch, " --global-batch %lld", (long long)o->global_batch);
     return arena_printf(a, "--devices %d %s --micro-batches %d%s --schedule %s --zero %d --recompute %s --bucket-mb %g "
-                        "--time-limit %g --mip-gap %g", c->n_devices, mesh, o->micro_batches, batch,
+                        "--time-limit %g --mip-gap %g%s%s", c->n_devices, mesh, o->micro_batches, batch,
                         s->schedule == PCC_PIPE_GPIPE ? "gpipe" : "1f1b", s->zero, rc[s->recompute], o->bucket_mb,
-                        o->ilp.time_limit_s, o->ilp.mip_gap);
+                        o->ilp.time_limit_s, o->ilp.mip_gap, o->sync.algo == PCC_SYNC_ALLREDUCE ? "" : " --sync ",
+                        o->sync.algo == PCC_SYNC_ALLREDUCE ? "" : sync_str(a, &o->sync));
 }
 
 static const char *default_output(pcc_arena *a, const char *model) {
@@ -573,7 +596,7 @@ static pcc_status compile(pcc_arena *a, const pcc_graph *g, const pcc_cluster *c
     if (o->estimate_only) return print_estimate(g, c, o, cand[0], n, now_s() - t0 + o->mb_search_s);
     progress_phase("phase 3: communication, memory plan and plan_check (%d candidate%s)", n, n == 1 ? "" : "s");
     pcc_emit_opts eo = {.options = canonical_options(a, c, o), .quiet = o->quiet,
-                        .bucket_bytes = (uint64_t)(o->bucket_mb * 1e6)};
+                        .bucket_bytes = (uint64_t)(o->bucket_mb * 1e6), .sync = o->sync};
     eo.model_hash = file_hash(o->model);
     eo.cluster_hash = file_hash(o->cluster);
     pcc_emitted e;

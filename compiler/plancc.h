@@ -765,11 +765,44 @@ typedef struct pcc_reshard_step {
 } pcc_reshard_step;
 int reshard_steps(plan_shard from, plan_shard to, int rank, pcc_reshard_step *steps);
 
+/* ---------------------------------------------------------------- bgsync.c */
+
+// --sync: how the dense replicated parameters are kept in step across data-parallel ranks.
+typedef enum pcc_sync_algo { PCC_SYNC_ALLREDUCE, PCC_SYNC_MA, PCC_SYNC_EASGD, PCC_SYNC_BMUF } pcc_sync_algo;
+
+typedef struct pcc_sync_opts {
+    pcc_sync_algo algo;         // ALLREDUCE: the gradient all-reduce in every step (the default)
+    int period;                 // steps between background rounds; 0: continuous
+    double alpha;               // EASGD's moving rate (per trainer); < 0: 0.5 / dp
+    double eta, zeta;           // BMUF's block momentum and block learning rate; < 0: 1 - 1/dp, 1
+    int nesterov;               // BMUF: the replicas restart from w_g + eta * delta; < 0: 1
+    bool hogwild;               // apply rounds in place, racing with the foreground (no lock)
+} pcc_sync_opts;
+
+// Parses --sync's value into *o (numbers not given are < 0: their defaults depend on dp, and
+// bgsync_emit fills them in). On error, returns PCC_ERR_INPUT after printing what is wrong.
+pcc_status sync_parse(const char *arg, pcc_sync_opts *o);
+// The canonical text of o ("background:algo=ma,period=1,..."), in a; "allreduce" for the default.
+const char *sync_str(pcc_arena *a, const pcc_sync_opts *o);
+// One dense parameter that a background program synchronizes: its home buffer on a stage.
+typedef struct pcc_bg_param {
+    uint32_t tensor, buffer;
+    float coll_s, pass_s;       // the cost model's all-reduce of it over dp, and one elementwise pass over it
+} pcc_bg_param;
+// Appends the background program (one round in a background loop on a stream and a group of
+// its own; see runtime/PLAN_FORMAT.md) to program pr of plan p, over the n params of ps,
+// across the dp axis (plan group `group`, n_dp ranks). Adds state tensors, buffers past the
+// arena's end, one group, one stream. Cannot fail (asserts on broken invariants).
+void bgsync_emit(plan *p, plan_program *pr, const pcc_sync_opts *o, const pcc_bg_param *ps, int n, uint32_t group, int n_dp);
+
+/* ---------------------------------------------------------------- emit.c (its options) */
+
 typedef struct pcc_emit_opts {
     const char *options;        // canonical option string, for META
     uint64_t model_hash, cluster_hash;
     uint64_t bucket_bytes;      // gradient bytes per bucket (per rank); 0: one collective per gradient
     bool quiet;
+    pcc_sync_opts sync;         // --sync
 } pcc_emit_opts;
 
 typedef struct pcc_emitted {

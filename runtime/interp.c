@@ -416,9 +416,83 @@ static int do_coll(walker *w, uint32_t i, uint32_t mb, uint32_t layer, uint64_t 
 }
 
 static int walk(walker *w, uint32_t lo, uint32_t hi, frame f);
+static int step_insn(walker *w, uint32_t i, frame f);
+
+/* ---- background rounds ----
+ *
+ * A background loop's body is one round of a background program (PLAN_FORMAT.md). The walker
+ * of its stream runs it (the foreground walkers skip it: it shares no events, groups or
+ * streams with them): with period K > 0 once in every step whose number (from 0) is a multiple
+ * of K, so every rank runs the same rounds; with count 0 (continuous) round after round until
+ * every rank's foreground has finished the step, which the ranks agree on through the round's
+ * last instruction, the all-reduce of its stop flag (1 where the rank's foreground is done). The
+ * walker of the background stream is a thread of its own (thread_per_stream), so rounds run
+ * while the foreground trains; with one walker per rank the round runs where it stands in the
+ * program (after the optimizer). */
+
+static bool fg_done(rt_rank *rk) {
+    pthread_mutex_lock(&rk->lock);
+    bool done = rk->fg_left <= 0;
+    pthread_mutex_unlock(&rk->lock);
+    return done;
+}
+
+// Sets (before) or reads (after the all-reduce) the stop flag, buffer fb of the round.
+static int stop_flag(walker *w, uint32_t fb, double *v, bool set) {
+    char err[256];
+    double d = *v;
+    float f = (float)d;
+    void *host = w->rk->scale == 2 ? (void *)&d : (void *)&f;
+    int rc = set ? rt_buffer_write(w->run, w->rk, fb, 0, 0, host, err, sizeof err)
+                 : rt_buffer_read(w->run, w->rk, fb, 0, 0, host, err, sizeof err);
+    if (rc) return rt_backend_fail(w->run->be, "background stop flag: %s", err);
+    *v = w->rk->scale == 2 ? d : (double)f;
+    return 0;
+}
+
+static int run_background(walker *w, uint32_t i, frame f) {
+    rt_rank *rk = w->rk;
+    const plan_insn *in = &rk->pg->insns[i];
+    uint32_t lo = i + 1, hi = i + 1 + (uint32_t)in->b;
+    if (w->stream >= 0 && w->stream != rk->bg_stream) return 0;
+    if (in->a > 0) {
+        if (w->run->steps % (uint64_t)in->a) return 0;
+        if (walk(w, lo, hi, f)) return -1;
+        rk->bg_rounds++;
+        return 0;
+    }
+    const plan_insn *last = &rk->pg->insns[hi - 1];
+    uint32_t fb = rk->pg->args[last->args];
+    for (;;) {
+        double flag = fg_done(rk) ? 1 : 0;
+        if (walk(w, lo, hi - 1, f) || stop_flag(w, fb, &flag, true) || step_insn(w, hi - 1, f) || stop_flag(w, fb, &flag, false))
+            return -1;
+        rk->bg_rounds++;
+        uint32_t n = 1;
+        const plan_group *g = &w->run->p->groups[last->a];
+        for (uint32_t a = 0; a < w->run->p->meta.n_axes; a++)
+            if (g->axes >> a & 1u) n *= w->run->p->meta.mesh[a];
+        if (!g->axes) n = g->n_ranks;
+        if (flag >= n - 0.5) return 0;
+    }
+}
+
+// Whether instruction in of rank rk's walker w runs under rk's lock: with snapshot-delta
+// rounds, a round's instructions that touch a param's home and the foreground's optimizer.
+static bool needs_lock(const walker *w, const plan_insn *in) {
+    const rt_rank *rk = w->rk;
+    if (!rk->bg_locked || w->stream < 0 || (in->kind != PLAN_I_COMPUTE && in->kind != PLAN_I_COPY)) return false;
+    if (w->stream != rk->bg_stream) return in->phase == PLAN_PHASE_OPT;
+    for (uint32_t a = 0; a < in->nargs; a++) {
+        const plan_buffer *b = &rk->pg->buffers[rk->pg->args[in->args + a]];
+        if ((b->flags & PLAN_BUF_PERSIST) && b->tensor != PLAN_NONE && w->run->p->tensors[b->tensor].kind == PLAN_T_PARAM) return true;
+    }
+    return false;
+}
 
 static int run_loop(walker *w, uint32_t i, frame f) {
     const plan_insn *in = &w->rk->pg->insns[i];
+    if (plan_loop_is_background(in->code)) return run_background(w, i, f);
     for (int32_t it = 0; it < in->a; it++) {
         frame g = f;
         int32_t v = in->code == PLAN_LOOP_REVERSE_LAYER ? in->a - 1 - it : it;
@@ -460,8 +534,15 @@ static int step_insn(walker *w, uint32_t i, frame f) {
         w->colls[in->a] += in->nargs / 2u;
         return mine ? do_coll(w, i, mb, layer, seq) : 0;
     }
-    case PLAN_I_COMPUTE: return mine ? do_compute(w, i, mb, layer) : 0;
-    case PLAN_I_COPY: return mine ? do_copy(w, i, mb, layer) : 0;
+    case PLAN_I_COMPUTE:
+    case PLAN_I_COPY: {
+        if (!mine) return 0;
+        bool lock = needs_lock(w, in);
+        if (lock) pthread_mutex_lock(&w->rk->lock);
+        int rc = in->kind == PLAN_I_COMPUTE ? do_compute(w, i, mb, layer) : do_copy(w, i, mb, layer);
+        if (lock) pthread_mutex_unlock(&w->rk->lock);
+        return rc;
+    }
     default: return fail(w, i, mb, layer, "unknown instruction kind %u", in->kind);
     }
 }
@@ -483,6 +564,11 @@ static void *walker_main(void *arg) {
     walker *w = arg;
     frame f = {-1, -1};
     if (!walk(w, 0, w->rk->pg->n_insns, f)) flush(w);
+    if (w->stream >= 0 && w->stream != w->rk->bg_stream) {
+        pthread_mutex_lock(&w->rk->lock);
+        w->rk->fg_left--;
+        pthread_mutex_unlock(&w->rk->lock);
+    }
     rt_backend_thread_exit(w->run->be, w->thread);
     return NULL;
 }
@@ -557,11 +643,16 @@ static void narrow(void *p, int64_t n, uint8_t dtype) {
     }
 }
 
-// The param whose fp32 master copy t is ("NAME:master"), or NULL.
+// The param whose copy state tensor t starts as, or NULL: the fp32 master copy ("NAME:master"),
+// and a background program's EASGD centre and BMUF global model (compiler/bgsync.c).
 static const plan_tensor *master_of(const plan *p, const plan_tensor *t) {
-    static const char suffix[] = ":master";
-    size_t n = t->name ? strlen(t->name) : 0, k = sizeof suffix - 1;
-    if (t->kind != PLAN_T_STATE || n <= k || strcmp(t->name + n - k, suffix)) return NULL;
+    static const char *const suffixes[] = {":master", ":easgd_center", ":bmuf_global"};
+    size_t n = t->name ? strlen(t->name) : 0, k = 0;
+    for (size_t j = 0; j < sizeof suffixes / sizeof suffixes[0] && !k; j++) {
+        size_t m = strlen(suffixes[j]);
+        if (n > m && !strcmp(t->name + n - m, suffixes[j])) k = m;
+    }
+    if (t->kind != PLAN_T_STATE || !k) return NULL;
     for (uint32_t i = 0; i < p->n_tensors; i++) {
         const plan_tensor *q = &p->tensors[i];
         if (q->kind == PLAN_T_PARAM && q->name && strlen(q->name) == n - k && !strncmp(q->name, t->name, n - k)) return q;
@@ -663,7 +754,11 @@ int rt_run_step(rt_run *r, double *loss, char *err, size_t err_n) {
         return -1;
     }
     int live = 0;
-    for (int q = 0; q < r->world; q++) live += !r->ranks[q].local ? 0 : per_stream ? (int)r->ranks[q].pg->n_streams : 1;
+    for (int q = 0; q < r->world; q++) {
+        rt_rank *rk = &r->ranks[q];
+        live += !rk->local ? 0 : per_stream ? (int)rk->pg->n_streams : 1;
+        rk->fg_left = per_stream ? (int)rk->pg->n_streams - (rk->bg_stream >= 0) : 0;
+    }
     rt_backend_step_begin(r->be, live);
     uint64_t *c = counters;
     for (int q = 0; q < r->world; q++)
@@ -783,6 +878,18 @@ static uint64_t largest_slot(const plan *p) {
     return n;
 }
 
+// The rank's background loop and its stream (plan_check allows one per program in practice:
+// the last one found counts), and whether its rounds lock against the optimizer.
+static void find_background(rt_rank *rk) {
+    rk->bg_loop = rk->bg_stream = -1;
+    for (uint32_t i = 0; i < rk->pg->n_insns; i++) {
+        const plan_insn *in = &rk->pg->insns[i];
+        if (in->kind != PLAN_I_LOOP || !plan_loop_is_background(in->code)) continue;
+        rk->bg_loop = (int32_t)i, rk->bg_stream = rk->pg->insns[i + 1].stream;
+        rk->bg_locked = in->code == PLAN_LOOP_BACKGROUND;
+    }
+}
+
 static rt_backend *backend_init(const plan *p, const rt_options *o, char *err, size_t err_n) {
     const char *name = o->backend ? o->backend : "cpu";
     uint32_t n_events = 1;
@@ -824,6 +931,9 @@ int rt_run_init(rt_run *r, const plan *p, const rt_options *o, char *err, size_t
         rk->pg = &p->programs[p->ranks[q].program];
         rk->local = !o->one_rank || q == o->rank;
         rk->scale = o->f64 ? 2 : 1;
+        find_background(rk);
+        pthread_mutex_init(&rk->lock, NULL);
+        rk->lock_init = true;
         for (int a = (int)p->meta.n_axes - 1, rest = q; a >= 0; a--) rk->coord[a] = (uint32_t)rest % p->meta.mesh[a], rest /= (int)p->meta.mesh[a];
         if (!rk->local) continue;
         if (!(rk->arena = rt_backend_arena_alloc(r->be, q, rk->pg->arena_bytes * rk->scale, err, err_n)) || init_state(r, rk, err, err_n))
@@ -837,7 +947,10 @@ fail:
 
 void rt_run_free(rt_run *r) {
     if (!r) return;
-    for (int q = 0; r->ranks && q < r->world; q++) rt_backend_arena_free(r->be, q, r->ranks[q].arena);
+    for (int q = 0; r->ranks && q < r->world; q++) {
+        rt_backend_arena_free(r->be, q, r->ranks[q].arena);
+        if (r->ranks[q].lock_init) pthread_mutex_destroy(&r->ranks[q].lock);
+    }
     free(r->ranks);
     free(r->loss_bufs);
     free(r->stage);

@@ -190,7 +190,23 @@ typedef enum plan_insn_kind {
     PLAN_I_KIND_COUNT
 } plan_insn_kind;
 
-typedef enum plan_loop_var { PLAN_LOOP_MB, PLAN_LOOP_LAYER, PLAN_LOOP_REVERSE_LAYER } plan_loop_var;
+// BACKGROUND and BACKGROUND_HOGWILD are not loops of the step: the body is one round of a
+// background program (ShadowSync) on a stream of its own, which the runtime runs once every
+// `count` steps, or back to back through the step with count 0 (continuous); its body
+// sets no variable. HOGWILD: its updates of params race with the foreground's (no lock).
+typedef enum plan_loop_var {
+    PLAN_LOOP_MB,
+    PLAN_LOOP_LAYER,
+    PLAN_LOOP_REVERSE_LAYER,
+    PLAN_LOOP_BACKGROUND,
+    PLAN_LOOP_BACKGROUND_HOGWILD,
+    PLAN_LOOP_VAR_COUNT
+} plan_loop_var;
+
+static inline bool plan_loop_is_background(uint32_t var) {
+    return var == PLAN_LOOP_BACKGROUND || var == PLAN_LOOP_BACKGROUND_HOGWILD;
+}
+
 
 // The part of the step an instruction belongs to, for tools (plandump's timelines colour by it;
 // nothing runs differently): the forward or backward pass of a micro-batch, a forward operator
@@ -214,6 +230,12 @@ typedef struct plan_insn {
     float t_s;                  // seconds per execution, finite and >= 0
     uint8_t phase;              // plan_phase (0 for record, wait and loop)
 } plan_insn;
+
+// How many times a checker or simulator walks a loop's body in one step: its count, and once
+// for a background round.
+static inline uint32_t plan_loop_trips(const plan_insn *in) {
+    return plan_loop_is_background(in->code) ? 1u : (uint32_t)in->a;
+}
 
 // Operator attributes as the compiler's pcc_attrs carries them, flattened for the file.
 // The slots of f[] and i[] by name (PLAN_AI_ACCUMULATE != 0: the op adds into its outputs, which

@@ -277,7 +277,8 @@ static plan_status validate_fields(vctx *v, uint32_t k, uint32_t i) {
     case PLAN_I_COPY: return PLAN_OK;
     default: // PLAN_I_LOOP
         if (!plan_loop_var_name(in->code)) return bad(v, "program %u: insn %u (loop): loop variable %u unknown", k, i, in->code);
-        if (in->a < 1) return bad(v, "program %u: insn %u (loop): count %d, at least 1", k, i, in->a);
+        if (in->a < (plan_loop_is_background(in->code) ? 0 : 1))
+            return bad(v, "program %u: insn %u (loop): count %d, at least %d", k, i, in->a, plan_loop_is_background(in->code) ? 0 : 1);
         if (in->b < 1) return bad(v, "program %u: insn %u (loop): body of %d instructions, at least 1", k, i, in->b);
         return PLAN_OK;
     }
@@ -858,7 +859,7 @@ static plan_status check_insns(checker *c, uint32_t k) {
             st = pfail(c, k, "executes more than %llu instructions per step (loops multiplied out): too large to check",
                        MAX_EXECUTED);
         if (in->kind == PLAN_I_LOOP) {
-            uint64_t m = mult * (uint64_t)in->a; // mult <= 2^30, count < 2^31: no overflow
+            uint64_t m = mult * (uint64_t)plan_loop_trips(in); // mult <= 2^30, count < 2^31: no overflow
             stack[depth++] = (struct insn_scope){i + 1 + (uint32_t)in->b,
                                                  in->code == PLAN_LOOP_MB ? (uint32_t)in->a : mb_count,
                                                  m > MAX_EXECUTED ? MAX_EXECUTED + 1 : m};
@@ -987,7 +988,7 @@ static void writer_desc(const flow *f, uint64_t s, char *buf, size_t n) {
 static uint32_t longest_layer_loop(const plan_program *pg) {
     uint32_t n = 1;
     for (uint32_t i = 0; i < pg->n_insns; i++)
-        if (pg->insns[i].kind == PLAN_I_LOOP && pg->insns[i].code != PLAN_LOOP_MB && (uint32_t)pg->insns[i].a > n)
+        if (pg->insns[i].kind == PLAN_I_LOOP && pg->insns[i].code != PLAN_LOOP_MB && plan_loop_trips(&pg->insns[i]) > n)
             n = (uint32_t)pg->insns[i].a;
     return n;
 }
@@ -1122,7 +1123,8 @@ static uint64_t gcd64(uint64_t a, uint64_t b) {
 static uint32_t loop_period(const plan_program *pg, uint32_t i) {
     const plan_insn *L = &pg->insns[i];
     bool mb = L->code == PLAN_LOOP_MB;
-    uint64_t p = 1, count = (uint64_t)L->a;
+    uint64_t p = 1, count = plan_loop_trips(L);
+    if (plan_loop_is_background(L->code)) return 1;
     for (uint32_t j = i + 1; j < i + 1 + (uint32_t)L->b;) {
         const plan_insn *in = &pg->insns[j];
         if (in->kind == PLAN_I_LOOP) {
@@ -1213,6 +1215,7 @@ static uint64_t next_iteration(uint64_t j, uint64_t count, uint64_t p) {
 
 static plan_status flow_loop(flow *f, uint32_t i) {
     const plan_insn *in = &f->pg->insns[i];
+    if (plan_loop_is_background(in->code)) return flow_range(f, i + 1, i + 1 + (uint32_t)in->b); // one round, no variable
     bool mb = in->code == PLAN_LOOP_MB;
     uint64_t count = (uint64_t)in->a;
     int64_t saved = mb ? f->mb : f->layer;
@@ -1318,7 +1321,7 @@ static uint32_t comm_next(comm_iter *it) {
         if (in->kind == PLAN_I_LOOP) {
             uint32_t end = it->pc + 1 + (uint32_t)in->b;
             if (it->prefix[end] == it->prefix[it->pc + 1]) it->pc = end; // no communication inside
-            else it->st[it->depth++] = (struct comm_loop){it->pc, end, 0, (uint32_t)in->a}, it->pc++;
+            else it->st[it->depth++] = (struct comm_loop){it->pc, end, 0, plan_loop_trips(in)}, it->pc++;
             continue;
         }
         uint32_t i = it->pc++;
@@ -1631,10 +1634,126 @@ static plan_status check_comm(checker *c) {
     return st;
 }
 
+/* ---- plan_check: background programs ----
+ *
+ * A background loop (PLAN_LOOP_BACKGROUND*) is a program that runs beside the steps, on its
+ * own thread or stream, at times the runtime picks; so it must touch nothing the foreground
+ * relies on except the params it synchronizes: it is at the top level and holds no loop; all
+ * its instructions are on one stream that nothing else uses; it neither sends, receives,
+ * records nor waits; its collectives are on groups that only background bodies use; the
+ * buffers it uses other than persistent params overlap no buffer used outside it; and a
+ * continuous one (count 0) ends with its stop flag: an in-place all_reduce of a 4-byte f32
+ * scratch buffer, which the runtime fills with "this rank's foreground is done". */
+
+// bg[i]: the background loop instruction i is in (PLAN_NONE: none); -1 on a fault.
+static plan_status background_map(checker *c, uint32_t k, uint32_t *bg) {
+    const plan_program *pg = &c->p->programs[k];
+    uint32_t end = 0, cur = PLAN_NONE, seen = PLAN_NONE, depth_end[PLAN_MAX_LOOP_DEPTH];
+    int depth = 0;
+    for (uint32_t i = 0; i < pg->n_insns; i++) {
+        while (depth && i >= depth_end[depth - 1]) depth--;
+        if (cur != PLAN_NONE && i >= end) cur = PLAN_NONE;
+        const plan_insn *in = &pg->insns[i];
+        bg[i] = cur;
+        if (in->kind != PLAN_I_LOOP) continue;
+        if (plan_loop_is_background(in->code) && depth)
+            return ifail(c, k, i, "a background loop inside another loop: a background round runs outside the step's loops");
+        if (cur != PLAN_NONE) return ifail(c, k, i, "a loop inside background loop %u: a round's body holds no loop", cur);
+        if (plan_loop_is_background(in->code) && seen != PLAN_NONE)
+            return ifail(c, k, i, "a second background loop (the first is insn %u): a program has one background round", seen);
+        if (plan_loop_is_background(in->code)) cur = seen = i, end = i + 1 + (uint32_t)in->b;
+        depth_end[depth++] = i + 1 + (uint32_t)in->b;
+    }
+    return PLAN_OK;
+}
+
+static plan_status check_background_insn(checker *c, uint32_t k, uint32_t i, const uint32_t *bg, const bool *fg_group) {
+    const plan_program *pg = &c->p->programs[k];
+    const plan_insn *in = &pg->insns[i], *L = &pg->insns[bg[i]];
+    if (in->kind == PLAN_I_SEND || in->kind == PLAN_I_RECV || in->kind == PLAN_I_RECORD || in->kind == PLAN_I_WAIT)
+        return ifail(c, k, i, "in background loop %u: a background round neither sends, receives, records nor waits", bg[i]);
+    if (in->stream != pg->insns[bg[i] + 1].stream)
+        return ifail(c, k, i, "in background loop %u: on stream %u, but the round runs on stream %u", bg[i], in->stream,
+                     pg->insns[bg[i] + 1].stream);
+    if (in->kind == PLAN_I_COLL && fg_group[in->a])
+        return ifail(c, k, i, "in background loop %u: group %d is also used by the foreground: a background round needs a communicator of its own",
+                     bg[i], in->a);
+    if (L->a == 0 && i == bg[i] + (uint32_t)L->b) {
+        uint32_t b = in->nargs ? pg->args[in->args] : PLAN_NONE;
+        const plan_insn *fill = &pg->insns[i - 1];
+        if (in->kind != PLAN_I_COLL || in->code != 0 || in->nargs != 2 || pg->args[in->args + 1] != b ||
+            pg->buffers[b].tensor != PLAN_NONE || pg->buffers[b].dtype != 0 || pg->buffers[b].bytes != 4 || L->b < 2 ||
+            fill->kind != PLAN_I_COMPUTE || strcmp(plan_op_name(fill->code), "fill") || fill->nargs != 1 || pg->args[fill->args] != b)
+            return ifail(c, k, i, "continuous background loop %u must end with its stop flag: a fill of a 4-byte f32 scratch buffer, then an in-place all_reduce of it",
+                         bg[i]);
+    }
+    return PLAN_OK;
+}
+
+// Buffer b's arena bytes [lo, hi) over all its slots.
+static void buffer_extent(const plan_buffer *bf, uint64_t *lo, uint64_t *hi) {
+    *lo = bf->offset;
+    *hi = bf->offset + bf->bytes + (uint64_t)(bf->mb_slots - 1) * bf->mb_stride + (uint64_t)(bf->layer_slots - 1) * bf->layer_stride;
+}
+
+static bool is_param_home(const plan *p, const plan_buffer *bf) {
+    return (bf->flags & PLAN_BUF_PERSIST) && bf->tensor != PLAN_NONE && p->tensors[bf->tensor].kind == PLAN_T_PARAM;
+}
+
+static plan_status check_background_memory(checker *c, uint32_t k, const uint32_t *bg) {
+    const plan_program *pg = &c->p->programs[k];
+    uint8_t *use = calloc((size_t)pg->n_buffers + 1, 1); // bit 0: foreground, bit 1: background
+    if (!use) return pfail(c, k, "out of memory");
+    for (uint32_t i = 0; i < pg->n_insns; i++)
+        for (uint32_t a = 0; pg->insns[i].kind != PLAN_I_LOOP && a < pg->insns[i].nargs; a++)
+            use[pg->args[pg->insns[i].args + a]] |= bg[i] == PLAN_NONE ? 1 : 2;
+    plan_status st = PLAN_OK;
+    for (uint32_t b = 0; b < pg->n_buffers && !st; b++) {
+        if (!(use[b] & 2) || is_param_home(c->p, &pg->buffers[b])) continue;
+        uint64_t lo, hi, lo2, hi2;
+        buffer_extent(&pg->buffers[b], &lo, &hi);
+        for (uint32_t o = 0; o < pg->n_buffers && !st; o++) {
+            if (o == b || !(use[o] & 1)) continue;
+            buffer_extent(&pg->buffers[o], &lo2, &hi2);
+            if (lo < hi2 && lo2 < hi)
+                st = bfail(c, k, b, "used by a background round, overlaps buffer %u, which the foreground uses (arena bytes %llu..%llu): the two run at the same time",
+                           o, (unsigned long long)(lo > lo2 ? lo : lo2), (unsigned long long)((hi < hi2 ? hi : hi2) - 1));
+        }
+    }
+    free(use);
+    return st;
+}
+
+static plan_status check_background(checker *c, uint32_t k) {
+    const plan_program *pg = &c->p->programs[k];
+    uint32_t *bg = malloc(((size_t)pg->n_insns + 1) * sizeof *bg);
+    bool *fg_group = calloc((size_t)c->p->n_groups + 1, sizeof *fg_group);
+    bool *fg_stream = calloc(256, sizeof *fg_stream), any = false;
+    plan_status st = !bg || !fg_group || !fg_stream ? pfail(c, k, "out of memory") : background_map(c, k, bg);
+    for (uint32_t i = 0; !st && i < pg->n_insns; i++) {
+        const plan_insn *in = &pg->insns[i];
+        any |= bg[i] != PLAN_NONE;
+        if (bg[i] != PLAN_NONE || in->kind == PLAN_I_LOOP) continue;
+        fg_stream[in->stream] = true;
+        if (in->kind == PLAN_I_COLL) fg_group[in->a] = true;
+    }
+    for (uint32_t i = 0; !st && any && i < pg->n_insns; i++) {
+        if (bg[i] == PLAN_NONE) continue;
+        if (i == bg[i] + 1 && fg_stream[pg->insns[i].stream])
+            st = ifail(c, k, i, "background loop %u runs on stream %u, which the foreground uses too: a round needs a stream of its own",
+                       bg[i], pg->insns[i].stream);
+        if (!st) st = check_background_insn(c, k, i, bg, fg_group);
+    }
+    if (!st && any) st = check_background_memory(c, k, bg);
+    free(bg), free(fg_group), free(fg_stream);
+    return st;
+}
+
 static plan_status check_program(checker *c, uint32_t k) {
     const plan_program *pg = &c->p->programs[k];
     plan_status st = PLAN_OK;
     for (uint32_t b = 0; b < pg->n_buffers && !st; b++) st = check_buffer(c, k, b);
+    if (!st) st = check_background(c, k);
     if (!st) st = check_insns(c, k);
     if (!st) st = check_flow(c, k);
     return st;

@@ -93,7 +93,8 @@ static const char *const init_names[] = {"none", "zeros", "ones", "normal", "uni
 static const char *const data_names[] = {"none", "normal", "binary", "randint", "tokens", "targets", "arange"}; // plan_data's
 static const char *const insn_kind_names[] = {"compute", "coll", "send", "recv", "copy", "record", "wait", "loop"};
 _Static_assert(sizeof(insn_kind_names) / sizeof(insn_kind_names[0]) == PLAN_I_KIND_COUNT, "one name per insn kind");
-static const char *const loop_var_names[] = {"mb", "layer", "reverse_layer"};
+static const char *const loop_var_names[] = {"mb", "layer", "reverse_layer", "background", "background_hogwild"};
+_Static_assert(sizeof(loop_var_names) / sizeof(loop_var_names[0]) == PLAN_LOOP_VAR_COUNT, "one name per loop variable");
 static const char *const schedule_names[] = {"none", "gpipe", "1f1b", "1f1b_interleaved"};
 static const char *const phase_names[] = {"none", "fwd", "bwd", "recompute", "opt"};
 _Static_assert(sizeof(phase_names) / sizeof(phase_names[0]) == PLAN_PHASE_COUNT, "one name per plan_phase");

@@ -310,6 +310,14 @@ static int run(const options *o, const plan *p, const how *h) {
     double el = now_s() - t0;
     if (!rc && !quiet && o->steps)
         printf("%ld steps in %.3f s (%.1f steps/s); loss %.6f -> %.6f\n", o->steps, el, (double)o->steps / el, first, loss);
+    uint64_t lo = UINT64_MAX, hi = 0;
+    for (int q = 0; q < r.world; q++)
+        if (r.ranks && r.ranks[q].local && r.ranks[q].bg_loop >= 0) {
+            lo = r.ranks[q].bg_rounds < lo ? r.ranks[q].bg_rounds : lo;
+            hi = r.ranks[q].bg_rounds > hi ? r.ranks[q].bg_rounds : hi;
+        }
+    if (!rc && !quiet && lo != UINT64_MAX)
+        printf("background rounds: %llu to %llu per rank\n", (unsigned long long)lo, (unsigned long long)hi);
     if (!rc && o->save) {
         if (rt_save(&r, o->save, err, sizeof err)) fprintf(stderr, "planrun: %s\n", err), rc = EXIT_FILE;
         else if (!quiet) printf("saved the parameters and optimizer state to %s\n", o->save);

@@ -21,6 +21,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <pthread.h>
 #include <stdint.h>
 
 /* ---- rand.c: counter-based random numbers ----
@@ -367,6 +368,13 @@ typedef struct rt_rank {
     const plan_program *pg;
     uint8_t *arena;                 // pg->arena_bytes x scale, the backend's memory (never dereferenced here)
     uint32_t scale;                 // 2 with f64 (every offset, stride and size doubles), else 1
+    // A background round (PLAN_LOOP_BACKGROUND*): the loop's instruction and body stream (-1: none)
+    int32_t bg_loop, bg_stream;
+    bool bg_locked;                 // snapshot-delta: rounds and the optimizer take `lock` (not hogwild)
+    pthread_mutex_t lock;           // orders a round's reads and writes of params with the optimizer's
+    int fg_left;                    // foreground walkers of this step still running (under lock)
+    uint64_t bg_rounds;             // background rounds run so far
+    bool lock_init;
 } rt_rank;
 
 typedef struct rt_run {

@@ -511,6 +511,7 @@ static bool rdv_add(sim *S, rdv *d, party x) {
 /* ---- the walk: each class's program in program order, loops expanded ---- */
 
 static void set_var(cstate *c, const frame *f) {
+    if (plan_loop_is_background(f->var)) return; // a background round (simulated once per step) sets nothing
     int32_t v = f->var == PLAN_LOOP_REVERSE_LAYER ? f->count - 1 - f->it : f->it;
     if (f->var == PLAN_LOOP_MB) c->mb = v;
     else c->layer = v;
@@ -579,7 +580,7 @@ static bool gen_next(sim *S, cstate *c) {
             return true;
         }
         frame *f = &c->stack[c->depth++];
-        *f = (frame){c->pc + 1, c->pc + 1 + (uint32_t)in->b, 0, in->a, in->code, c->mb, c->layer};
+        *f = (frame){c->pc + 1, c->pc + 1 + (uint32_t)in->b, 0, (int32_t)plan_loop_trips(in), in->code, c->mb, c->layer};
         c->pc++;
         set_var(c, f);
     }
@@ -936,7 +937,7 @@ static uint64_t executed_per_run(const plan_program *pg) {
         }
         if (depth == PLAN_MAX_LOOP_DEPTH) continue;
         end[depth + 1] = i + 1 + (uint32_t)in->b;
-        uint64_t a = (uint64_t)in->a;
+        uint64_t a = plan_loop_trips(in);
         mult[depth + 1] = a && mult[depth] > UINT64_MAX / a ? UINT64_MAX : mult[depth] * a;
         depth++;
     }

@@ -205,6 +205,20 @@ check("-d ts prints candidates and the schedule", p.returncode == 0 and "transfo
 p = run("--check", "-q", "models/gpt3-175b.json", "--cluster", "models/clusters/dgx-a100.json", "--devices", "8", "-d", "s")
 check("GPT-3 on 8 GPUs does not fit: exit 3 with what it needs", p.returncode == 3 and "does not fit" in p.stderr
       and "per device" in p.stderr, p)
+# --sync: each bad value exits 2 with a message that quotes it and names what is wrong.
+for bad, why in [("sometimes", "not allreduce and not background"), ("background:", "needs algo="),
+                 ("background:algo=sgd", "algo wants ma, easgd or bmuf"), ("background:algo=ma,period=0", "period wants"),
+                 ("background:algo=ma,period=x", "period wants"), ("background:algo=ma,colour=red", 'unknown key "colour"'),
+                 ("background:algo=ma,algo=ma", "given twice"), ("background:algo=ma,alpha=0.1", "alpha is EASGD's"),
+                 ("background:algo=easgd,alpha=2", "alpha wants"), ("background:algo=bmuf,eta=1", "eta wants"),
+                 ("background:algo=bmuf,nesterov=2", "nesterov wants 0 or 1"), ("background:algo=ma,hogwild=1", "takes no value")]:
+    p = run("models/mlp.json", "--cluster", "models/clusters/cpu.json", "--sync", bad, "-o", "/dev/null")
+    check(f"--sync {bad}: exit 2, {why}", p.returncode == 2 and f'--sync "{bad}"' in p.stderr and why in p.stderr and p.stdout == "", p)
+p = run("models/mlp.json", "--cluster", "models/clusters/cpu.json", "--devices", "2", "--dp", "2", "--zero", "1",
+        "--sync", "background:algo=ma", "-o", "/dev/null")
+check("--sync background with --zero: exit 2", p.returncode == 2 and "--zero" in p.stderr, p)
+p = run("--help")
+check("--help documents --sync", "--sync S" in p.stdout and "background:algo=ma|easgd|bmuf" in p.stdout, p)
 p = run("--check", "-q", "models/mlp.json", "--cluster", "models/clusters/dgx-a100.json", "--dump-ilp", "/nonexistent/dir/x.lp")
 check("--dump-ilp to an unwritable path: exit 2", p.returncode == 2 and "cannot write" in p.stderr, p)
 

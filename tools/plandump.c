@@ -268,7 +268,7 @@ static void stats_of(const plan_program *pg, prog_stats *s) {
         int c = in->kind == PLAN_I_COLL ? in->code : in->kind == PLAN_I_SEND ? 6 : in->kind == PLAN_I_RECV ? 7 : -1;
         if (c >= 0) s->comm[c] = sat_add(s->comm[c], sat_mul(mult, comm_bytes(pg, in)));
         if (in->kind == PLAN_I_LOOP && depth < PLAN_MAX_LOOP_DEPTH)
-            stack[depth++] = (struct loop_level){i + 1 + (uint32_t)in->b, sat_mul(mult, (uint64_t)in->a)};
+            stack[depth++] = (struct loop_level){i + 1 + (uint32_t)in->b, sat_mul(mult, (uint64_t)plan_loop_trips(in))};
     }
 }
 

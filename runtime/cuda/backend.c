@@ -391,8 +391,10 @@ static int make_streams(cu_state *cu, const plan_program *pg, char *err, size_t 
     CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
     cu->n_streams = (int)(pg->n_streams ? pg->n_streams : 1);
     if (cu->n_streams > CU_MAX_STREAMS) return cu_say(err, err_n, "the program has %d streams; at most %d", cu->n_streams, CU_MAX_STREAMS);
+    int top = 0; // the plan's largest (last-running) priority maps to CUDA's least, the others above it
+    for (int s = 0; s < cu->n_streams; s++) top = pg->priority[s] > top ? pg->priority[s] : top;
     for (int s = 0; s < cu->n_streams; s++) {
-        int prio = pg->priority[s];
+        int prio = least - (top - pg->priority[s]);
         prio = prio < greatest ? greatest : prio > least ? least : prio; // lower runs first
         CUDA_CHECK(cudaStreamCreateWithPriority(&cu->streams[s], cudaStreamNonBlocking, prio));
         CUBLAS_CHECK(cublasCreate(&cu->blas[s]));

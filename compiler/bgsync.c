@@ -1,0 +1,294 @@
+/*
+ * bgsync.c: synchronization in the background (ShadowSync, arXiv 2003.03477), and --sync.
+ *
+ * With `--sync background:...` every data-parallel rank trains its own replica of the dense
+ * parameters: the emitter leaves out their gradient all-reduce (emit.c scales the local
+ * gradient to the gradient of the local mean instead), and this file appends to each program a
+ * background program that keeps the replicas together. It is one round of synchronization in a
+ * background loop (runtime/PLAN_FORMAT.md: loop variable `background`, count = the period in
+ * steps, 0 = continuous) on a stream of its own at the lowest priority and a communicator group
+ * of its own, which the runtime runs beside the steps.
+ *
+ * A round, per parameter x (home buffer X), made of copies, scale and add operators and one
+ * all-reduce over the dp ranks, so any backend runs it with the kernels it has:
+ *   MA     s = x; a = allreduce(s / N); x += a - s
+ *   EASGD  s = x; d = alpha (s - c); x -= d; c += allreduce(d)     (c: the centre, one per rank,
+ *          kept equal on every rank because every rank adds the same sum)
+ *   BMUF   s = x; g = allreduce(s / N) - w; m = eta m + zeta g; w += m;
+ *          x += (w [+ eta m with Nesterov]) - s                     (w: the global model)
+ * Every update of x is a delta against the snapshot s, so what the foreground wrote to x while
+ * the round was in flight is kept. The centre and the global model start as the parameter's
+ * initial values (state tensors "NAME:easgd_center", "NAME:bmuf_global", which the runtime
+ * initializes from the param NAME as it does "NAME:master"); the block momentum at zero.
+ *
+ * Buffers of the round are placed past the foreground's arena (the two run at the same time;
+ * plan_check refuses a background buffer that overlaps a foreground one). Limits: one
+ * collective per parameter (no chunking of a large parameter into pieces); parameters of
+ * repeated blocks are not supported (emit.c refuses them).
+ */
+#include "plancc.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define BG_ALIGN 256u
+
+/* ---- --sync ---- */
+
+static pcc_status sync_bad(const char *arg, const char *why) {
+    fprintf(stderr, "%s: --sync \"%s\": %s; it wants allreduce, or background:algo=ma|easgd|bmuf[,period=K|continuous]"
+                    "[,alpha=A][,eta=E][,zeta=Z][,nesterov=0|1][,hogwild] (see plancc --help)\n",
+            pcc_progname, arg, why);
+    return PCC_ERR_INPUT;
+}
+
+static bool num_of(const char *v, double lo, double hi, double *out) {
+    char *end;
+    double x = strtod(v, &end);
+    if (end == v || *end || !(x >= lo && x <= hi)) return false;
+    *out = x;
+    return true;
+}
+
+// One key=value (or a bare key) of the background list into o; *seen collects the keys.
+static pcc_status sync_key(const char *arg, char *kv, pcc_sync_opts *o, unsigned *seen) {
+    static const char *const keys[] = {"algo", "period", "alpha", "eta", "zeta", "nesterov", "hogwild"};
+    char *eq = strchr(kv, '='), why[160];
+    if (eq) *eq = 0;
+    const char *v = eq ? eq + 1 : NULL;
+    int k = -1;
+    for (int i = 0; i < (int)(sizeof keys / sizeof keys[0]); i++)
+        if (!strcmp(kv, keys[i])) k = i;
+    if (k < 0) return snprintf(why, sizeof why, "unknown key \"%s\"", kv), sync_bad(arg, why);
+    if (*seen >> k & 1) return snprintf(why, sizeof why, "\"%s\" given twice", kv), sync_bad(arg, why);
+    *seen |= 1u << k;
+    if ((k == 6) != !v) return snprintf(why, sizeof why, k == 6 ? "\"hogwild\" takes no value" : "\"%s\" needs a value", kv), sync_bad(arg, why);
+    double x;
+    switch (k) {
+    case 0:
+        if (!strcmp(v, "ma")) o->algo = PCC_SYNC_MA;
+        else if (!strcmp(v, "easgd")) o->algo = PCC_SYNC_EASGD;
+        else if (!strcmp(v, "bmuf")) o->algo = PCC_SYNC_BMUF;
+        else return snprintf(why, sizeof why, "algo wants ma, easgd or bmuf, got \"%.40s\"", v), sync_bad(arg, why);
+        return PCC_OK;
+    case 1:
+        if (!strcmp(v, "continuous")) return o->period = 0, PCC_OK;
+        if (!num_of(v, 1, 1 << 20, &x) || x != floor(x))
+            return snprintf(why, sizeof why, "period wants an integer from 1 to %d (steps) or continuous, got \"%.40s\"", 1 << 20, v), sync_bad(arg, why);
+        return o->period = (int)x, PCC_OK;
+    case 5:
+        if (strcmp(v, "0") && strcmp(v, "1")) return snprintf(why, sizeof why, "nesterov wants 0 or 1, got \"%.40s\"", v), sync_bad(arg, why);
+        return o->nesterov = *v == '1', PCC_OK;
+    case 6: return o->hogwild = true, PCC_OK;
+    default: {
+        double *dst = k == 2 ? &o->alpha : k == 3 ? &o->eta : &o->zeta;
+        double lo = k == 3 ? 0 : 1e-9, hi = k == 3 ? 0.999999 : k == 2 ? 1 : 100;
+        if (!num_of(v, lo, hi, &x))
+            return snprintf(why, sizeof why, "%s wants a number in %s%g, %g], got \"%.40s\"", kv, k == 3 ? "[" : "(", k == 3 ? lo : 0, hi, v),
+                   sync_bad(arg, why);
+        *dst = x;
+        return PCC_OK;
+    }
+    }
+}
+
+pcc_status sync_parse(const char *arg, pcc_sync_opts *o) {
+    memset(o, 0, sizeof *o);
+    if (!strcmp(arg, "allreduce")) return PCC_OK;
+    static const char prefix[] = "background:";
+    if (strncmp(arg, prefix, sizeof prefix - 1)) return sync_bad(arg, "not allreduce and not background:...");
+    char buf[256];
+    if (strlen(arg) >= sizeof buf) return sync_bad(arg, "too long");
+    snprintf(buf, sizeof buf, "%s", arg + sizeof prefix - 1);
+    o->period = 1, o->algo = PCC_SYNC_ALLREDUCE;
+    unsigned seen = 0;
+    for (char *save = NULL, *kv = strtok_r(buf, ",", &save); kv; kv = strtok_r(NULL, ",", &save))
+        if (sync_key(arg, kv, o, &seen)) return PCC_ERR_INPUT;
+    if (o->algo == PCC_SYNC_ALLREDUCE) return sync_bad(arg, "background needs algo=");
+    if ((seen & 4u) && o->algo != PCC_SYNC_EASGD) return sync_bad(arg, "alpha is EASGD's");
+    if ((seen & 0x38u) && o->algo != PCC_SYNC_BMUF) return sync_bad(arg, "eta, zeta and nesterov are BMUF's");
+    if (!(seen & 4u)) o->alpha = -1;
+    if (!(seen & 8u)) o->eta = -1;
+    if (!(seen & 16u)) o->zeta = -1;
+    if (!(seen & 32u)) o->nesterov = -1;
+    return PCC_OK;
+}
+
+// o with the defaults that depend on the number of trainers filled in.
+static pcc_sync_opts sync_resolve(const pcc_sync_opts *o, int n_dp) {
+    pcc_sync_opts r = *o;
+    if (r.alpha < 0) r.alpha = 0.5 / n_dp;       // a moving rate N alpha of 1/2
+    if (r.eta < 0) r.eta = 1.0 - 1.0 / n_dp;     // Chen & Huo's block momentum
+    if (r.zeta < 0) r.zeta = 1.0;
+    if (r.nesterov < 0) r.nesterov = 1;
+    return r;
+}
+
+const char *sync_str(pcc_arena *a, const pcc_sync_opts *o) {
+    static const char *const algo[] = {"allreduce", "ma", "easgd", "bmuf"};
+    if (o->algo == PCC_SYNC_ALLREDUCE) return "allreduce";
+    char period[24], extra[96] = "";
+    if (o->period) snprintf(period, sizeof period, "%d", o->period);
+    else snprintf(period, sizeof period, "continuous");
+    size_t k = 0;
+    if (o->alpha >= 0) k += (size_t)snprintf(extra + k, sizeof extra - k, ",alpha=%.17g", o->alpha);
+    if (o->eta >= 0) k += (size_t)snprintf(extra + k, sizeof extra - k, ",eta=%.17g", o->eta);
+    if (o->zeta >= 0) k += (size_t)snprintf(extra + k, sizeof extra - k, ",zeta=%.17g", o->zeta);
+    if (o->nesterov >= 0) snprintf(extra + k, sizeof extra - k, ",nesterov=%d", o->nesterov);
+    return arena_printf(a, "background:algo=%s,period=%s%s%s", algo[o->algo], period, extra, o->hogwild ? ",hogwild" : "");
+}
+
+/* ---- the background program ---- */
+
+typedef struct bg {
+    plan *p;
+    plan_program *pr;
+    uint32_t stream, group;
+    uint64_t end;               // the arena's end so far
+} bg;
+
+static void *grow_copy(plan *p, const void *old, size_t n_old, size_t n_new, size_t size) {
+    void *v = plan_alloc(p, size * (n_new ? n_new : 1));
+    PCC_ASSERT(v);
+    if (n_old) memcpy(v, old, size * n_old);
+    return v;
+}
+
+// The state tensor "NAME<suffix>" shaped as tensor t (appended once for the whole plan).
+static uint32_t state_tensor(plan *p, uint32_t t, const char *suffix) {
+    char name[256];
+    snprintf(name, sizeof name, "%s%s", p->tensors[t].name ? p->tensors[t].name : "", suffix);
+    for (uint32_t i = 0; i < p->n_tensors; i++)
+        if (p->tensors[i].name && !strcmp(p->tensors[i].name, name)) return i;
+    p->tensors = grow_copy(p, p->tensors, p->n_tensors, p->n_tensors + 1, sizeof *p->tensors);
+    plan_tensor *s = &p->tensors[p->n_tensors];
+    *s = p->tensors[t];
+    s->kind = PLAN_T_STATE, s->source = 0, s->a = s->b = 0;
+    char *d = plan_alloc(p, strlen(name) + 1);
+    PCC_ASSERT(d);
+    memcpy(d, name, strlen(name) + 1);
+    s->name = d;
+    return p->n_tensors++;
+}
+
+// A buffer like buffer `like` (its shard and size) for tensor t, past the arena's end.
+static uint32_t bg_buffer(bg *B, uint32_t like, uint32_t t, bool persist) {
+    plan_program *pr = B->pr;
+    plan_buffer b = pr->buffers[like];
+    PCC_ASSERT(b.mb_slots == 1 && b.layer_slots == 1);
+    b.tensor = t, b.offset = B->end, b.flags = persist ? PLAN_BUF_PERSIST : 0, b.mb_stride = b.layer_stride = 0;
+    B->end = (B->end + b.bytes + BG_ALIGN - 1) / BG_ALIGN * BG_ALIGN;
+    pr->buffers = grow_copy(B->p, pr->buffers, pr->n_buffers, pr->n_buffers + 1, sizeof b);
+    pr->buffers[pr->n_buffers] = b;
+    return pr->n_buffers++;
+}
+
+static plan_insn *bg_insn(bg *B, plan_insn_kind kind, const uint32_t *args, int nargs, float t_s) {
+    plan_program *pr = B->pr;
+    pr->insns = grow_copy(B->p, pr->insns, pr->n_insns, pr->n_insns + 1, sizeof *pr->insns);
+    pr->args = grow_copy(B->p, pr->args, pr->n_args, pr->n_args + (uint32_t)nargs, sizeof *pr->args);
+    plan_insn *in = &pr->insns[pr->n_insns++];
+    memset(in, 0, sizeof *in);
+    in->kind = (uint8_t)kind, in->stream = (uint8_t)B->stream, in->nargs = (uint16_t)nargs, in->args = pr->n_args;
+    in->attrs = PLAN_NONE, in->t_s = t_s;
+    for (int i = 0; i < nargs; i++) pr->args[pr->n_args++] = args[i];
+    return in;
+}
+
+static void bg_copy(bg *B, uint32_t src, uint32_t dst, float t_s) { bg_insn(B, PLAN_I_COPY, (uint32_t[]){src, dst}, 2, t_s); }
+
+static void bg_add(bg *B, uint32_t a, uint32_t b, uint32_t out, float t_s) {
+    bg_insn(B, PLAN_I_COMPUTE, (uint32_t[]){a, b, out}, 3, t_s)->code = PCC_OP_ADD;
+}
+
+static void bg_scale(bg *B, uint32_t in, uint32_t out, double k, float t_s) {
+    plan_program *pr = B->pr;
+    pr->attrs = grow_copy(B->p, pr->attrs, pr->n_attrs, pr->n_attrs + 1, sizeof *pr->attrs);
+    memset(&pr->attrs[pr->n_attrs], 0, sizeof pr->attrs[0]);
+    pr->attrs[pr->n_attrs].f[PLAN_AF_SCALE] = k;
+    plan_insn *x = bg_insn(B, PLAN_I_COMPUTE, (uint32_t[]){in, out}, 2, t_s);
+    x->code = PCC_OP_SCALE, x->attrs = pr->n_attrs++;
+}
+
+static void bg_allreduce(bg *B, uint32_t buf, float t_s) {
+    plan_insn *x = bg_insn(B, PLAN_I_COLL, (uint32_t[]){buf, buf}, 2, t_s);
+    x->code = PCC_COLL_ALL_REDUCE, x->a = (int32_t)B->group;
+}
+
+// One parameter's part of the round (the file's essay has the algebra).
+static void bg_param(bg *B, const pcc_sync_opts *o, const pcc_bg_param *q, int n_dp) {
+    uint32_t X = q->buffer, t = q->tensor;
+    float e = q->pass_s, c = q->coll_s;
+    uint32_t S = bg_buffer(B, X, t, false), A = bg_buffer(B, X, t, false);
+    bg_copy(B, X, S, e);
+    if (o->algo == PCC_SYNC_MA) {
+        bg_scale(B, S, A, 1.0 / n_dp, e);
+        bg_allreduce(B, A, c);
+        bg_scale(B, S, S, -1, e);
+        bg_add(B, A, S, A, e);
+        bg_add(B, X, A, X, e);
+    } else if (o->algo == PCC_SYNC_EASGD) {
+        uint32_t C = bg_buffer(B, X, state_tensor(B->p, t, ":easgd_center"), true);
+        bg_scale(B, C, A, -1, e);
+        bg_add(B, S, A, A, e);
+        bg_scale(B, A, A, o->alpha, e);  // d = alpha (s - c)
+        bg_copy(B, A, S, e);             // keep d
+        bg_allreduce(B, A, c);           // the sum of every rank's d
+        bg_add(B, C, A, C, e);
+        bg_scale(B, S, S, -1, e);
+        bg_add(B, X, S, X, e);
+    } else {
+        uint32_t W = bg_buffer(B, X, state_tensor(B->p, t, ":bmuf_global"), true);
+        uint32_t M = bg_buffer(B, X, state_tensor(B->p, t, ":bmuf_delta"), true);
+        uint32_t T = bg_buffer(B, X, t, false);
+        bg_scale(B, S, A, 1.0 / n_dp, e);
+        bg_allreduce(B, A, c);
+        bg_scale(B, W, T, -1, e);
+        bg_add(B, A, T, A, e);           // g = avg - w
+        bg_scale(B, M, M, o->eta, e);
+        bg_scale(B, A, A, o->zeta, e);
+        bg_add(B, M, A, M, e);           // m = eta m + zeta g
+        bg_add(B, W, M, W, e);           // w += m
+        if (o->nesterov) {
+            bg_scale(B, M, T, o->eta, e);
+            bg_add(B, W, T, T, e);
+        } else {
+            bg_scale(B, W, T, 1, e); // a copy between tensors: W is the state, T the param
+        }
+        bg_scale(B, S, S, -1, e);
+        bg_add(B, T, S, T, e);
+        bg_add(B, X, T, X, e);
+    }
+}
+
+void bgsync_emit(plan *p, plan_program *pr, const pcc_sync_opts *given, const pcc_bg_param *ps, int n, uint32_t group, int n_dp) {
+    PCC_ASSERT(given->algo != PCC_SYNC_ALLREDUCE && n_dp >= 1 && pr->n_streams < 8);
+    pcc_sync_opts ro = sync_resolve(given, n_dp), *o = &ro;
+    if (n == 0) return;
+    bg B = {.p = p, .pr = pr, .stream = pr->n_streams, .group = group,
+            .end = (pr->arena_bytes + BG_ALIGN - 1) / BG_ALIGN * BG_ALIGN};
+    int32_t lowest = 0;
+    for (uint32_t s = 0; s < pr->n_streams; s++)
+        if (pr->priority[s] > lowest) lowest = pr->priority[s];
+    pr->priority[pr->n_streams++] = lowest + 1; // after everything else (CUDA: a larger number runs later)
+    uint32_t loop = pr->n_insns;
+    plan_insn *L = bg_insn(&B, PLAN_I_LOOP, NULL, 0, 0);
+    L->stream = 0, L->attrs = PLAN_NONE;
+    for (int i = 0; i < n; i++) bg_param(&B, o, &ps[i], n_dp);
+    if (o->period == 0) { // the stop flag: a 4-byte f32 scratch, filled, set by the runtime, all-reduced
+        pr->buffers = grow_copy(p, pr->buffers, pr->n_buffers, pr->n_buffers + 1, sizeof *pr->buffers);
+        plan_buffer *f = &pr->buffers[pr->n_buffers];
+        memset(f, 0, sizeof *f);
+        f->tensor = PLAN_NONE, f->dtype = 0, f->offset = B.end, f->bytes = 4;
+        f->mb_slots = f->layer_slots = 1;
+        B.end += BG_ALIGN;
+        bg_insn(&B, PLAN_I_COMPUTE, &pr->n_buffers, 1, 0)->code = PCC_OP_FILL; // the runtime sets it after this
+        bg_allreduce(&B, pr->n_buffers++, 0);
+    }
+    L = &pr->insns[loop];
+    L->code = (uint16_t)(o->hogwild ? PLAN_LOOP_BACKGROUND_HOGWILD : PLAN_LOOP_BACKGROUND);
+    L->a = o->period;
+    L->b = (int32_t)(pr->n_insns - loop - 1);
+    pr->arena_bytes = B.end;
+}

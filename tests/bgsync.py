@@ -1,0 +1,96 @@
+#!/usr/bin/env python3
+"""Background synchronization (plancc --sync background:..., ShadowSync): plans and runs.
+
+usage: bgsync.py PLANCC PLANRUN PLANDUMP SOURCE_ROOT
+
+- one trainer, MA every step: the same losses and parameters, bit for bit, as the plain plan
+  (the average of one replica is itself, and the round adds exactly 0), on cpu and cpu-serial;
+- dlrm-small on 4 ranks (--dp 4) with MA, EASGD and BMUF every 2 steps and MA continuous: the
+  round count planrun reports (period 2: ceil(steps / 2) on every rank; continuous: at least one
+  per step), a loss that falls, and the plan's shape: the dense all-reduce gone from the
+  foreground, the embedding tables' still there, the round on a stream and group of its own.
+"""
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+plancc, planrun, plandump, root = (os.path.abspath(a) for a in sys.argv[1:5])
+passed = failed = 0
+
+
+def check(name, ok, detail=""):
+    global passed, failed
+    passed += bool(ok)
+    failed += not ok
+    print(("ok   " if ok else "FAIL ") + name + ("" if ok or not detail else "\n     " + detail[-1500:]))
+
+
+def run(*args):
+    return subprocess.run(list(args), cwd=root, capture_output=True, text=True)
+
+
+def compile_plan(tmp, name, model, devices, *extra):
+    out = os.path.join(tmp, name + ".plan")
+    p = run(plancc, "-q", f"models/{model}.json", "--cluster", "models/clusters/cpu.json", "--devices", str(devices), *extra, "-o", out)
+    check(f"compile {name}", p.returncode == 0, p.stderr)
+    return out
+
+
+def one_trainer(tmp, backend):
+    ref = compile_plan(tmp, "mlp-1", "mlp", 1)
+    bg = compile_plan(tmp, "mlp-1-ma", "mlp", 1, "--sync", "background:algo=ma,period=1")
+    st, la, lb = (os.path.join(tmp, n) for n in ("ref.st", "a.txt", "b.txt"))
+    p = run(planrun, ref, "--backend", backend, "--steps", "10", "--save", st, "--losses", la, "--log-every", "0")
+    check(f"{backend}: the plain plan runs", p.returncode == 0, p.stderr)
+    p = run(planrun, bg, "--backend", backend, "--steps", "10", "--compare", st, "--rtol", "0", "--atol", "0",
+            "--losses", lb, "--log-every", "0")
+    check(f"{backend}: MA every step with one trainer: parameters equal bit for bit", p.returncode == 0, p.stdout + p.stderr)
+    check(f"{backend}: ... and 10 background rounds ran", "background rounds: 10 to 10 per rank" in p.stdout, p.stdout)
+    same = os.path.exists(la) and os.path.exists(lb) and open(la).read() == open(lb).read()
+    check(f"{backend}: ... and the same losses", same)
+
+
+def plan_text(path):
+    return run(plandump, "--text", path).stdout
+
+
+def four_ranks(tmp):
+    sync = compile_plan(tmp, "dlrm-sync", "dlrm-small", 4, "--dp", "4")
+    steps = 10
+    for algo, period in [("ma", "2"), ("easgd", "2"), ("bmuf", "2"), ("ma", "continuous")]:
+        name = f"dlrm-{algo}-{period}"
+        path = compile_plan(tmp, name, "dlrm-small", 4, "--dp", "4", "--sync", f"background:algo={algo},period={period}")
+        text = plan_text(path)
+        fg_colls = [l for l in text.splitlines() if " coll " in l and " s2 " not in l]
+        bg_colls = [l for l in text.splitlines() if " coll " in l and " s2 " in l]
+        check(f"{name}: a background loop on stream 2", re.search(r"loop background %s body" % ("0" if period == "continuous" else period), text)
+              and "streams 3 priority 0,-1,1" in text)
+        fg_groups = {re.search(r"group (\d+)", l).group(1) for l in fg_colls}
+        bg_groups = {re.search(r"group (\d+)", l).group(1) for l in bg_colls}
+        # A collective carries one buffer pair per gradient (several: a bucket, --bucket-mb).
+        fg_pairs = sum(len(re.search(r" args ([\d,]+) ->", l).group(1).split(",")) for l in fg_colls)
+        check(f"{name}: foreground all-reduces only the 8 embedding tables; the round has its own group",
+              fg_pairs == 8 and bg_groups and not (fg_groups & bg_groups), f"{fg_pairs} {fg_groups} {bg_groups}")
+        p = run(planrun, path, "--steps", str(steps), "--log-every", "0")
+        m = re.search(r"background rounds: (\d+) to (\d+) per rank", p.stdout)
+        lo = hi = -1
+        if m:
+            lo, hi = int(m.group(1)), int(m.group(2))
+        want = f"= {steps // 2}" if period == "2" else f">= {steps}"
+        ok = (lo == hi == steps // 2) if period == "2" else lo >= steps
+        check(f"{name}: runs; rounds {want} on every rank (got {lo}..{hi})", p.returncode == 0 and ok, p.stdout + p.stderr)
+        m = re.search(r"loss ([-0-9.naif]+) -> ([-0-9.naif]+)", p.stdout)
+        falls = m and float(m.group(2)) < float(m.group(1))
+        check(f"{name}: the loss falls ({m.group(1) if m else '?'} -> {m.group(2) if m else '?'})", falls, p.stdout)
+    p = run(planrun, sync, "--steps", str(steps), "--log-every", "0")
+    check("dlrm --dp 4 with the all-reduce: no background rounds", p.returncode == 0 and "background rounds" not in p.stdout, p.stdout)
+
+
+with tempfile.TemporaryDirectory() as tmp:
+    for backend in ("cpu", "cpu-serial"):
+        one_trainer(tmp, backend)
+    four_ranks(tmp)
+print(f"{passed} passed, {failed} failed")
+sys.exit(1 if failed else 0)
