@@ -75,6 +75,10 @@ static const struct {
     double eff;
 } TILES[] = {{256, 128, 1.0}, {128, 256, 1.0}, {128, 128, 1.0}, {128, 64, 0.98}, {64, 128, 0.98}, {64, 64, 0.74}};
 
+// The shortest k slice of a split-K GEMM: four tile loads of K0 (cuBLASLt's split-K heuristics
+// keep slices of a few hundred).
+#define SPLIT_K_MIN (4 * K0)
+
 static double or_one(double x) { return x > 0 ? x : 1; }
 
 static double peak_for(const pcc_cluster *c, pcc_dtype dt, bool matmul) {
@@ -82,7 +86,7 @@ static double peak_for(const pcc_cluster *c, pcc_dtype dt, bool matmul) {
     switch (dt) {
     case PCC_BF16: return c->peak_flops[PCC_MATH_BF16];
     case PCC_F16: return c->peak_flops[PCC_MATH_F16];
-    default: return c->peak_flops[PCC_MATH_F32];
+    default: return c->tf32 ? c->peak_flops[PCC_MATH_TF32] : c->peak_flops[PCC_MATH_F32];
     }
 }
 
@@ -105,12 +109,18 @@ double cost_gemm_efficiency(const pcc_cluster *c, double batch, double m, double
     if (c->sm_count <= 0 || m < 1 || n < 1 || k < 1 || batch < 1) return eff;
     double best = 0;
     for (size_t i = 0; i < sizeof TILES / sizeof TILES[0]; i++) {
-        double tm = ceil(m / TILES[i].m), tn = ceil(n / TILES[i].n);
-        double tiles = tm * tn * batch, waves = ceil(tiles / c->sm_count);
-        double used = m * n * batch / (waves * c->sm_count * TILES[i].m * TILES[i].n);
-        if (used * TILES[i].eff > best) best = used * TILES[i].eff;
+        double tm = ceil(m / TILES[i].m), tn = ceil(n / TILES[i].n), tiles = tm * tn * batch;
+        // Split-K (cuBLAS's and cuDNN's answer to a grid that underfills the GPU, e.g. a
+        // convolution's weight gradient: M = O, N = C kh kw, K = N Ho Wo): the k loop cut into s
+        // slices of at least SPLIT_K_MIN that run on idle SMs, their partial tiles summed after.
+        double s = 1;
+        if (tiles < c->sm_count) s = fmax(1, fmin(floor(c->sm_count / tiles), floor(k / SPLIT_K_MIN)));
+        double waves = ceil(tiles * s / c->sm_count), ks = k / s;
+        double used = m * n * batch * s / (waves * c->sm_count * TILES[i].m * TILES[i].n);
+        double e = used * TILES[i].eff * ks / (ks + K0);
+        if (e > best) best = e;
     }
-    return eff * best * k / (k + K0);
+    return eff * best;
 }
 
 /* ---- operators ---- */
@@ -210,7 +220,7 @@ static double attention_s(const pcc_cluster *c, const dev_op *d) {
 
 // A matrix product at its per-device shape: batch letters are in both inputs and the output,
 // n in the second input and the output, k (reduced) in both inputs only; m follows from the FLOPs
-// (so that convolutions, whose window letters are in one operand only, count as implicit GEMMs).
+// (convolutions have their own mapping: conv_s).
 static double matmul_s(const pcc_cluster *c, const dev_op *d) {
     const pcc_op *op = d->op;
     double batch = 1, n = 1, k = 1;
@@ -229,6 +239,29 @@ static double matmul_s(const pcc_cluster *c, const dev_op *d) {
     return rest > 0 ? t + rest * pcc_dtype_bytes(dt) / mem_bw(c) : t;
 }
 
+// A convolution as the implicit GEMM cuDNN runs (NVIDIA, Convolutional Layers User's Guide,
+// "convolution algorithms"): forward M = N Ho Wo, N = O, K = C kh kw; data gradient M = N H W,
+// N = C, K = O kh kw; weight gradient M = O, N = C kh kw, K = N Ho Wo. The window letters are in
+// one operand only, so the generic letter rule of matmul_s would leave them out of K (or N) and
+// cost a 3x3 convolution as a GEMM of 9 times the rows and a ninth of the depth. The free side
+// follows from the FLOPs, as in matmul_s (strided and padded windows). Operands, per device:
+// x [n c h w], w [o c kh kw], y [n o ho wo].
+static double conv_s(const pcc_cluster *c, const dev_op *d) {
+    const pcc_op *op = d->op;
+    double f = op_flops_matmul(d->g, op) * d->share, m, n, k;
+    if (op->kind == PCC_OP_CONV2D) { // x, w -> y
+        n = dev_dim(d, 1, 0), k = dev_dim(d, 1, 1) * dev_dim(d, 1, 2) * dev_dim(d, 1, 3), m = f / (2 * n * k);
+    } else if (op->kind == PCC_OP_CONV2D_GRAD_X) { // dy, w -> dx
+        n = dev_dim(d, 1, 1), k = dev_dim(d, 1, 0) * dev_dim(d, 1, 2) * dev_dim(d, 1, 3), m = f / (2 * n * k);
+    } else { // dy, x -> dw [o c kh kw]
+        m = dev_dim(d, 2, 0), n = dev_dim(d, 2, 1) * dev_dim(d, 2, 2) * dev_dim(d, 2, 3), k = f / (2 * m * n);
+    }
+    pcc_dtype dt = op_dtype(d->g, op);
+    double t = cost_gemm_s(c, dt, 1, m < 1 ? 1 : m, n, k < 1 ? 1 : k, op->accumulate);
+    double rest = (op_flops(d->g, op) - op_flops_matmul(d->g, op)) * d->share; // the bias, in the epilogue
+    return rest > 0 ? t + rest * pcc_dtype_bytes(dt) / mem_bw(c) : t;
+}
+
 double cost_op_s(const pcc_cluster *c, const pcc_graph *g, const pcc_op *op, const int *const *ways) {
     dev_op d;
     dev_op_init(&d, g, op, ways);
@@ -239,6 +272,8 @@ double cost_op_s(const pcc_cluster *c, const pcc_graph *g, const pcc_op *op, con
         if (t >= 0) return t;
     }
     if (op->kind == PCC_OP_ATTENTION || op->kind == PCC_OP_ATTENTION_GRAD) return attention_s(c, &d);
+    if (op->kind == PCC_OP_CONV2D || op->kind == PCC_OP_CONV2D_GRAD_X || op->kind == PCC_OP_CONV2D_GRAD_W)
+        return conv_s(c, &d);
     if (pcc_ops[op->kind].flags & PCC_OPF_MATMUL) return matmul_s(c, &d);
     return cost_compute_s(c, op_flops(g, op) * d.share, dev_bytes(&d), op_dtype(g, op), false);
 }

@@ -70,6 +70,8 @@ static void usage(FILE *f) {
             "                     collective per parameter\n"
             "  --recompute R      none, full (recompute every block operator in the backward pass) or\n"
             "                     auto (the ILP decides per operator; default)\n"
+            "  --tf32             cost f32 matrix products and convolutions at the TF32 tensor-core peak\n"
+            "                     (what planrun --tf32 and PyTorch's allow_tf32 run); default: the f32 peak\n"
             "  --time-limit S     the ILP stops after S seconds with its best (default 60)\n"
             "  --mip-gap G        ... or once within relative gap G of the bound (default 1e-4)\n"
             "  --dump-ilp FILE    write the ILP as CPLEX LP text\n"
@@ -125,11 +127,12 @@ typedef struct options {
     bool schedule_given, recompute_given;
     double bucket_mb;         // --bucket-mb: gradient bucket size in MB (10^6 bytes); 0: one per parameter
     pcc_sync_opts sync;       // --sync
+    bool tf32;                // --tf32: cost f32 matrix products at the TF32 tensor-core peak
 } options;
 
 enum { OPT_CLUSTER = 256, OPT_NODES, OPT_DEVICES, OPT_TIME_LIMIT, OPT_MIP_GAP, OPT_DUMP_ILP, OPT_DP, OPT_TP, OPT_PP,
        OPT_ZERO, OPT_RECOMPUTE, OPT_SCHEDULE, OPT_AUTO, OPT_GLOBAL_BATCH, OPT_MICRO_BATCH_SIZE, OPT_VIRTUAL_STAGES,
-       OPT_ESTIMATE_ONLY, OPT_BURST, OPT_AMP_LIMIT, OPT_BURST_WIDTHS, OPT_BUCKET_MB, OPT_SYNC };
+       OPT_ESTIMATE_ONLY, OPT_BURST, OPT_AMP_LIMIT, OPT_BURST_WIDTHS, OPT_BUCKET_MB, OPT_SYNC, OPT_TF32 };
 
 static pcc_status num_option(const char *name, const char *arg, double lo, double hi, double *out) {
     char *end;
@@ -185,7 +188,7 @@ static pcc_status parse_options(int argc, char **argv, options *o, bool *done) {
         {"virtual-stages", required_argument, NULL, OPT_VIRTUAL_STAGES},
         {"estimate-only", no_argument, NULL, OPT_ESTIMATE_ONLY}, {"bucket-mb", required_argument, NULL, OPT_BUCKET_MB},
         {"recompute", required_argument, NULL, OPT_RECOMPUTE}, {"schedule", required_argument, NULL, OPT_SCHEDULE},
-        {"sync", required_argument, NULL, OPT_SYNC},
+        {"sync", required_argument, NULL, OPT_SYNC}, {"tf32", no_argument, NULL, OPT_TF32},
         {"auto", no_argument, NULL, OPT_AUTO},
         {"burst", no_argument, NULL, OPT_BURST}, {"amp-limit", required_argument, NULL, OPT_AMP_LIMIT},
         {"burst-widths", required_argument, NULL, OPT_BURST_WIDTHS},
@@ -230,6 +233,7 @@ static pcc_status parse_options(int argc, char **argv, options *o, bool *done) {
         case OPT_ZERO: if (int_option("--zero", optarg, 0, 3, &o->strat.zero)) return PCC_ERR_INPUT; break;
         case OPT_AUTO: auto_given = true; break;
         case OPT_BURST: o->burst = true; break;
+        case OPT_TF32: o->tf32 = true; break;
         case OPT_BURST_WIDTHS: o->burst_widths = optarg; break;
         case OPT_AMP_LIMIT: {
             char *end;
@@ -356,7 +360,15 @@ static uint64_t file_hash(const char *path) {
 }
 
 // The options that decide the plan, in one canonical order (the plan's META and its hash).
+static const char *canonical_options_(pcc_arena *a, const pcc_cluster *c, const options *o);
+
+// The options a plan records (and hashes): what changes the plan or its costs.
 static const char *canonical_options(pcc_arena *a, const pcc_cluster *c, const options *o) {
+    const char *s = canonical_options_(a, c, o);
+    return o->tf32 ? arena_printf(a, "%s --tf32", s) : s;
+}
+
+static const char *canonical_options_(pcc_arena *a, const pcc_cluster *c, const options *o) {
     static const char *const rc[] = {"none", "full", "auto"};
     const pcc_strategy_opts *s = &o->strat;
     char mesh[96] = "--auto";
@@ -734,6 +746,7 @@ int main(int argc, char **argv) {
     st = load_graph(arena, &o, &g);
     pcc_cluster *cluster = NULL;
     if (!st && o.cluster) st = cluster_load(arena, o.cluster, o.nodes, o.devices, &cluster);
+    if (!st && cluster && o.tf32) cluster->tf32 = true;
     bool search = !o.check && !o.burst && o.strat.auto_mesh && o.global_batch && !o.micro_batches_given &&
                   !o.micro_batch_size;
     if (!st && search) {

@@ -380,6 +380,7 @@ typedef struct pcc_cluster {
     double memory_bytes;            // per device
     double memory_bandwidth_Bps;    // per device
     double peak_flops[PCC_MATH_COUNT]; // a dtype the file leaves out runs at the f32 figure
+    bool tf32;                      // plancc --tf32: f32 matrix products on tensor cores (planrun --tf32)
     double launch_overhead_s;       // 0 if the file gives none (the cost model has a default)
     int sm_count;                   // GPU multiprocessors, for the GEMM wave model; 0: no wave model
     double gemm_efficiency;         // fraction of the tensor peak a large GEMM sustains; 0: not given (1)

@@ -42,6 +42,11 @@ static void test_gemm_efficiency(void) {
     EXPECT(cost_gemm_efficiency(&c, 64, 2048, 2048, 96) < 0.8 * 0.61);
     // Batching fills waves as rows do.
     EXPECT(NEAR(cost_gemm_efficiency(&c, 4, 1024, 1024, 1024), cost_gemm_efficiency(&c, 1, 4096, 1024, 1024)));
+    // Split-K: a grid of 9 tiles (a convolution's weight gradient, 64 x 576) with a k of 6.4 M
+    // runs its k loop on the idle SMs, nearly as well as a full grid; a short k cannot split.
+    double wgrad = cost_gemm_efficiency(&c, 1, 64, 576, 6.4e6);
+    EXPECT(wgrad > 0.5 * 0.8 && wgrad <= 0.8);
+    EXPECT(cost_gemm_efficiency(&c, 1, 64, 576, 256) < 0.1 * 0.8);
 }
 
 static void test_gemm_time(void) {
@@ -96,6 +101,28 @@ static const pcc_op *find_op(const pcc_graph *g, const char *out, pcc_op_kind k)
 }
 
 // Per-device costs of megatron-1t's operators (B 1, S 2048, H 25600, 160 heads of 160).
+// Convolutions as cuDNN's implicit GEMMs: VGG-16's conv1_2 (64 -> 64 channels, 3 x 3, 224 x 224)
+// forward is M = N Ho Wo, N = O, K = C kh kw; its weight gradient costs about the same (same
+// FLOPs, split-K), not several times more.
+static void test_conv(pcc_arena *a) {
+    pcc_graph *g;
+    EXPECT(model_load(a, arena_printf(a, "%s/models/vgg16.json", root), &g) == PCC_OK && autodiff(g) == PCC_OK);
+    pcc_cluster c = a100();
+    const pcc_op *f = find_op(g, "conv1_2", PCC_OP_CONV2D);
+    EXPECT(f);
+    if (!f) return;
+    const pcc_op *w = NULL;
+    for (int o = 0; o < g->n_ops && !w; o++)
+        if (g->ops[o].kind == PCC_OP_CONV2D_GRAD_W && g->ops[o].out[0] == g->tensors[f->in[1]].grad) w = &g->ops[o];
+    EXPECT(w);
+    if (!w) return;
+    double n = (double)g->dims[g->tensors[f->in[0]].dims[0]].size;
+    double gemm = cost_gemm_s(&c, PCC_F32, 1, n * 224 * 224, 64, 64 * 9, false);
+    EXPECT(cost_op_s(&c, g, f, NULL) >= gemm && cost_op_s(&c, g, f, NULL) < gemm + 64 * 4 * n * 224 * 224 / 1e12 + 1e-9);
+    double tw = cost_op_s(&c, g, w, NULL), tf = cost_op_s(&c, g, f, NULL);
+    EXPECT(tw < 1.5 * tf && tw > 0.5 * tf);
+}
+
 static void test_ops(pcc_arena *a) {
     pcc_graph *g;
     EXPECT(model_load(a, arena_printf(a, "%s/models/megatron-1t.json", root), &g) == PCC_OK && autodiff(g) == PCC_OK);
@@ -153,6 +180,7 @@ int main(int argc, char **argv) {
     test_collectives();
     test_overlap_and_pipeline();
     test_ops(a);
+    test_conv(a);
     test_profile(a);
     arena_free(a);
     return test_summary();
