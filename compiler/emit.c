@@ -1522,19 +1522,8 @@ pcc_status emit_plan(const pcc_graph *g, const pcc_cluster *c, const pcc_strateg
         plan_program *pr = &p->programs[st];
         char name[32];
         snprintf(name, sizeof name, "stage%d", st);
-        pr->name = emit_strdup(p, name);
-        pr->arena_bytes = Q->arena;
-        pr->n_streams = Q->used_sync ? 2 : 1;
-        pr->priority[STREAM_SYNC] = Q->used_sync ? -1 : 0;
-        pr->n_events = Q->used_sync ? 2 : 0;
-        pr->n_buffers = (uint32_t)Q->n_buf;
-        pr->buffers = emit_buffers(p, Q->buf, Q->n_buf);
-        pr->n_insns = (uint32_t)Q->n_insn;
-        pr->insns = emit_memdup(p, Q->insn, sizeof(plan_insn) * (size_t)Q->n_insn);
-        pr->n_args = (uint32_t)Q->n_args;
-        pr->args = emit_memdup(p, Q->args, sizeof(uint32_t) * (size_t)Q->n_args);
-        pr->n_attrs = (uint32_t)Q->n_attrs;
-        pr->attrs = emit_memdup(p, Q->attrs, sizeof(plan_attrs) * (size_t)Q->n_attrs);
+        emit_program(p, pr, name, Q->arena, Q->used_sync, Q->buf, Q->n_buf, Q->insn, Q->n_insn, Q->args, Q->n_args, Q->attrs,
+                     Q->n_attrs);
     }
     if (E.bg) {
         background_programs(&E, p, P, bg_group);

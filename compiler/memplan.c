@@ -271,6 +271,23 @@ plan_buffer *emit_buffers(plan *p, const pcc_mbuf *buf, int n_buf) {
     return out;
 }
 
+void emit_program(plan *p, plan_program *pr, const char *name, uint64_t arena, bool sync, const pcc_mbuf *buf, int n_buf,
+                  const plan_insn *insn, int n_insn, const uint32_t *args, int n_args, const plan_attrs *attrs, int n_attrs) {
+    pr->name = emit_strdup(p, name);
+    pr->arena_bytes = arena;
+    pr->n_streams = sync ? 2 : 1;
+    pr->priority[1] = sync ? -1 : 0;
+    pr->n_events = sync ? 2 : 0;
+    pr->n_buffers = (uint32_t)n_buf;
+    pr->buffers = emit_buffers(p, buf, n_buf);
+    pr->n_insns = (uint32_t)n_insn;
+    pr->insns = emit_memdup(p, insn, sizeof(plan_insn) * (size_t)n_insn);
+    pr->n_args = (uint32_t)n_args;
+    pr->args = emit_memdup(p, args, sizeof(uint32_t) * (size_t)n_args);
+    pr->n_attrs = (uint32_t)n_attrs;
+    pr->attrs = emit_memdup(p, attrs, sizeof(plan_attrs) * (size_t)n_attrs);
+}
+
 uint32_t emit_attrs(pcc_arena *ar, plan_attrs **v, int *n, int *cap, const pcc_op *op, bool accumulate) {
     plan_attrs a;
     memset(&a, 0, sizeof a);

@@ -886,6 +886,11 @@ void *emit_memdup(plan *p, const void *src, size_t n);
 void emit_tensors(plan *p, const pcc_graph *g);
 // The plan's buffer records of a placed program.
 plan_buffer *emit_buffers(plan *p, const pcc_mbuf *buf, int n_buf);
+// Fills a program record: its name, arena, streams (a second, higher-priority stream and two
+// events when sync: the gradient synchronization's), and copies of its buffers, instructions,
+// arguments and attributes.
+void emit_program(plan *p, plan_program *pr, const char *name, uint64_t arena, bool sync, const pcc_mbuf *buf, int n_buf,
+                  const plan_insn *insn, int n_insn, const uint32_t *args, int n_args, const plan_attrs *attrs, int n_attrs);
 // The index of op's attributes (accumulate: add into its outputs) in a program's attrs list
 // *v (n, cap: its VEC_PUSH count and capacity), added once; PLAN_NONE when all are zero.
 uint32_t emit_attrs(pcc_arena *ar, plan_attrs **v, int *n, int *cap, const pcc_op *op, bool accumulate);
