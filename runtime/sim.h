@@ -102,4 +102,42 @@ void sim_free(sim_result *r); // accepts NULL and a zeroed result
 // and MFU, the bubble, compute and communication (exposed), memory. Lines start with `indent`.
 void sim_print(FILE *f, const plan *p, const sim_result *r, const char *indent);
 
+/* ---- GPU multiplexing (sim_mux.c) ---- */
+
+typedef struct sim_mux_opts {
+    double piece_s;             // the longest background piece (DeepPool's be_graph_split_ms: 0.5e-3)
+    double interference;        // the foreground's slowdown while a piece overlaps its work (0.1: 10%)
+    uint32_t steps;             // foreground steps to pack over; 0: enough for two background steps, at least 4
+} sim_mux_opts;
+
+typedef struct sim_mux_result {
+    double fg_step_s, fg_samples_s;   // the foreground alone (its --global-batch per step)
+    double bg_step_s, bg_alone_samples_s; // the background alone on one GPU
+    double bg_samples_s;        // the background packed into the foreground's idle time, summed over ranks
+    uint64_t fg_batch, bg_batch; // from the plans' options (0: unknown; samples/s are then steps/s)
+    uint64_t n_pieces;          // background pieces per background step
+    double piece_max_s;
+    uint32_t steps;             // foreground steps packed over
+    uint32_t idle_ranks;        // ranks whose compute stream is idle for the whole step
+    uint64_t admitted;          // pieces run over those steps, all ranks
+    uint64_t overrun;           // ... of which overlap the foreground's compute stream's work (0 by construction)
+    uint64_t in_collective;     // ... of which overlap a foreground collective (0 by construction)
+    double overlap_share;       // (overrun + in_collective) / admitted
+    double slowdown;            // the foreground's: 1 + interference * overlap_share
+    double util_before, util_after; // compute streams' busy share of the step, mean over ranks
+    double fg_norm, bg_norm, total; // DeepPool's total cluster throughput: each job's samples/s over its own alone
+                                    // on the whole cluster (this plan; the background on every GPU), summed
+} sim_mux_result;
+
+// Packs the one-rank plan bg into the idle time of every rank of fg, whose simulation fr kept
+// the intervals of every class (sim_opts.intervals over all ranks); sim_mux.c says how. Returns
+// PLAN_OK, PLAN_ERR_INVALID (bg has more than one rank or computes nothing, fr kept no intervals,
+// piece_s not positive, or bg's own simulation fails as sim_run does), or PLAN_ERR_IO (out of
+// memory), with a message in err; *m is filled on PLAN_OK.
+plan_status sim_mux(const plan *fg, const sim_result *fr, const plan *bg, const sim_mux_opts *o, sim_mux_result *m, char *err,
+                    size_t err_n);
+
+// The multiplexing summary a person reads; lines start with `indent`.
+void sim_mux_print(FILE *f, const sim_mux_result *m, const char *indent);
+
 #endif

@@ -14,6 +14,7 @@ ranks and their flows to messages between them. The command line's errors, a dea
 """
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -155,6 +156,43 @@ with tempfile.TemporaryDirectory() as tmp:
         comm[mb] = float(line[0].split()[1]) if c.returncode == 0 and p.returncode == 0 and line else None
     check(f"--bucket-mb 25 communicates less than --bucket-mb 0 ({comm['25']} ms vs {comm['0']} ms per rank)",
           None not in comm.values() and comm["25"] < comm["0"], str(comm))
+
+    # GPU multiplexing (--background): a one-GPU plan packed into a burst plan's idle time. The
+    # foreground has all-reduces and narrow layers (widths 8,4,1,8); the background runs on every
+    # rank, never overlapping the foreground's compute stream or a collective (the simulator checks
+    # each piece against the raw intervals and prints the counts), and the foreground is unchanged.
+    fg, bg = os.path.join(tmp, "mux-fg.plan"), os.path.join(tmp, "mux-bg.plan")
+    c1 = subprocess.run([plancc, "models/mlp.json", "--cluster", "models/clusters/cpu.json", "--devices", "8", "--global-batch", "16",
+                         "--burst", "--burst-widths", "8,4,1,8", "-q", "-o", fg], capture_output=True, text=True, cwd=root)
+    c2 = subprocess.run([plancc, "models/mlp.json", "--cluster", "models/clusters/cpu.json", "--devices", "1", "--global-batch", "4",
+                         "-q", "-o", bg], capture_output=True, text=True, cwd=root)
+    check("compile the burst foreground and the one-GPU background", c1.returncode == 0 and c2.returncode == 0, c1.stderr + c2.stderr)
+    alone = run("--sim", fg)
+
+    def same(a, b): # the foreground's lines but the simulation's own wall time
+        keep = lambda t: [x for x in t.splitlines() if not x.strip().startswith("simulation")]
+        return keep(b)[:len(keep(a))] == keep(a)
+    p = run("--sim", fg, "--background", bg, "--piece-ms", "0.005")
+    out = p.stdout
+    m = re.search(r"slowdown ([0-9.]+) x, (\d+) of (\d+) pieces overlap its work, (\d+) its collectives", out)
+    packed = re.search(r"packed\s+([0-9.e+-]+) samples/s", out)
+    total = re.search(r"total throughput ([0-9.]+) = foreground ([0-9.]+) \+ background ([0-9.]+)", out)
+    check("--background: exit 0, the foreground's summary as without it", p.returncode == 0 and same(alone.stdout, out), out + p.stderr)
+    check("--background: pieces admitted, none over foreground compute or a collective, slowdown 1",
+          m is not None and int(m.group(3)) > 0 and m.group(2) == "0" and m.group(4) == "0" and float(m.group(1)) == 1.0, out)
+    check("--background: positive background samples/s and total throughput above 1",
+          packed is not None and float(packed.group(1)) > 0 and total is not None and float(total.group(1)) > 1, out)
+    util = re.search(r"busy ([0-9.]+)% of the step before, ([0-9.]+)% with", out)
+    check("--background: utilization rises", util is not None and float(util.group(2)) > float(util.group(1)), out)
+    p = run("--sim", fg, "--background", bg)
+    check("--background: the default 0.5 ms pieces do not fit a 0.19 ms step's gaps: nothing packed",
+          p.returncode == 0 and re.search(r"packed\s+0 samples/s", p.stdout) is not None, p.stdout + p.stderr)
+    for args, code, what in ((["--sim", fg, "--background", fg], 5, "must have one"),
+                             ([fg, "--background", bg], 2, "goes with --sim"),
+                             (["--sim", "--piece-ms", "-1", fg, "--background", bg], 2, "--piece-ms wants"),
+                             (["--sim", fg, "--background", os.path.join(tmp, "none.plan")], 2, "none.plan")):
+        p = run(*args)
+        check(f"--background error: {what} (exit {code})", p.returncode == code and what in p.stderr, f"{p.returncode} {p.stderr}")
 
 print(f"{passes} passed, {fails} failed")
 sys.exit(1 if fails else 0)

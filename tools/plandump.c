@@ -56,6 +56,7 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: plandump [--rank R] [--json | --text | --check-only] PLAN\n"
             "       plandump [--sim] [--trace OUT.json] [--svg OUT.svg] [--ranks A-B] PLAN\n"
+            "       plandump --sim --background BG.plan [--piece-ms X] PLAN\n"
             "       plandump --assemble TEXT -o PLAN [--force]\n"
             "       plandump --help | --version\n"
             "\n"
@@ -77,6 +78,11 @@ static void usage(FILE *f) {
             "                     instruction times the plan carries) and print the step time\n"
             "                     against the plan's estimate, TFLOP/s per GPU and MFU, the\n"
             "                     pipeline bubble, exposed communication and peak memory\n"
+            "  --background BG    with --sim: pack the one-rank plan BG into every rank's idle\n"
+            "                     time on its compute stream (GPU multiplexing, DeepPool-style:\n"
+            "                     pieces of at most --piece-ms, never during a collective) and\n"
+            "                     print both jobs' samples/s and the total cluster throughput\n"
+            "  --piece-ms X       the longest background piece in ms (default 0.5)\n"
             "  --trace OUT.json   write the simulated timeline as Chrome trace JSON (a process\n"
             "                     per rank, a thread per stream, memory counters, send/recv flow\n"
             "                     arrows; open it in Perfetto or chrome://tracing)\n"
@@ -108,6 +114,8 @@ typedef struct options {
     const char *plan, *assemble, *output;
     const char *model, *cluster;    // verify the plan's hashes against these
     const char *trace, *svg;        // write the simulated timeline here
+    const char *background;         // --sim: the plan to multiplex into the idle time
+    double piece_ms;                // its longest piece
     out_mode mode;
     int rank;       // -1: all
     bool force;
@@ -116,7 +124,7 @@ typedef struct options {
 } options;
 
 enum { OPT_RANK = 256, OPT_JSON, OPT_TEXT, OPT_CHECK_ONLY, OPT_ASSEMBLE, OPT_FORCE, OPT_MODEL, OPT_CLUSTER, OPT_SIM, OPT_TRACE,
-       OPT_SVG, OPT_RANKS };
+       OPT_SVG, OPT_RANKS, OPT_BACKGROUND, OPT_PIECE_MS };
 
 static int set_mode(options *o, out_mode m, const char *flag) {
     if (o->mode != OUT_SUMMARY && o->mode != m) {
@@ -154,6 +162,18 @@ static int ranks_option(const char *arg, options *o) {
     return EXIT_OK;
 }
 
+static int piece_option(const char *arg, double *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(arg, &end);
+    if (end == arg || *end || errno || !(v > 0) || v > 1e6) {
+        fprintf(stderr, "plandump: --piece-ms wants a positive number of milliseconds, got \"%s\"\n", arg);
+        return EXIT_USAGE;
+    }
+    *out = v;
+    return EXIT_OK;
+}
+
 // The combinations the options allow, once they are all read.
 static int check_options(int argc, char **argv, options *o) {
     bool sim = o->mode == OUT_SIM || o->trace || o->svg;
@@ -164,6 +184,10 @@ static int check_options(int argc, char **argv, options *o) {
     if (sim && (o->rank >= 0 || o->assemble || (o->mode != OUT_SUMMARY && o->mode != OUT_SIM))) {
         fprintf(stderr, "plandump: --sim, --trace and --svg simulate the whole plan: not with --rank, --assemble, --json, "
                         "--text or --check-only (see plandump --help)\n");
+        return EXIT_USAGE;
+    }
+    if ((o->background || o->piece_ms > 0) && o->mode != OUT_SIM) {
+        fprintf(stderr, "plandump: %s goes with --sim (see plandump --help)\n", o->background ? "--background" : "--piece-ms");
         return EXIT_USAGE;
     }
     if (o->assemble) {
@@ -195,7 +219,8 @@ static int parse_options(int argc, char **argv, options *o, bool *done) {
         {"version", no_argument, NULL, 'V'},               {"model", required_argument, NULL, OPT_MODEL},
         {"cluster", required_argument, NULL, OPT_CLUSTER}, {"sim", no_argument, NULL, OPT_SIM},
         {"trace", required_argument, NULL, OPT_TRACE},     {"svg", required_argument, NULL, OPT_SVG},
-        {"ranks", required_argument, NULL, OPT_RANKS},     {NULL, 0, NULL, 0},
+        {"ranks", required_argument, NULL, OPT_RANKS},     {"background", required_argument, NULL, OPT_BACKGROUND},
+        {"piece-ms", required_argument, NULL, OPT_PIECE_MS}, {NULL, 0, NULL, 0},
     };
     *done = false;
     o->rank = -1;
@@ -216,6 +241,8 @@ static int parse_options(int argc, char **argv, options *o, bool *done) {
         case OPT_TRACE: o->trace = optarg; break;
         case OPT_SVG: o->svg = optarg; break;
         case OPT_RANKS: st = ranks_option(optarg, o); break;
+        case OPT_BACKGROUND: o->background = optarg; break;
+        case OPT_PIECE_MS: st = piece_option(optarg, &o->piece_ms); break;
         case 'h': usage(stdout); *done = true; return EXIT_OK;
         case 'V': printf("plandump %s (plan format %u)\n", PLANDUMP_VERSION, PLAN_VERSION); *done = true; return EXIT_OK;
         case ':': fprintf(stderr, "plandump: option %s needs a value\n", argv[optind - 1]); return EXIT_USAGE;
@@ -958,9 +985,35 @@ static int show_one(const options *o, const plan *p, const sim_result *r, bool s
     return rc;
 }
 
+static int exit_for(plan_status st, const char *err);
+
+// --background: packs that plan into the idle time of p's simulation r and prints the figures.
+static int show_mux(const options *o, const plan *p, const sim_result *r) {
+    plan bg;
+    char err[2048];
+    plan_status st = plan_read(o->background, -1, &bg, err, sizeof(err));
+    if (st) {
+        fprintf(stderr, "plandump: %s: %s\n", o->background, err);
+        return exit_for(st, err);
+    }
+    sim_mux_opts mo = {.piece_s = (o->piece_ms > 0 ? o->piece_ms : 0.5) * 1e-3, .interference = 0.1};
+    sim_mux_result m;
+    st = sim_mux(p, r, &bg, &mo, &m, err, sizeof(err));
+    plan_free(&bg);
+    if (st) {
+        fprintf(stderr, "plandump: %s: %s\n", o->background, err);
+        return st == PLAN_ERR_IO ? EXIT_INTERNAL : st == PLAN_ERR_FORMAT ? EXIT_FORMAT : EXIT_INVALID;
+    }
+    printf("multiplexed with %s (one GPU's plan, packed into every rank's idle time)\n", o->background);
+    sim_mux_print(stdout, &m, "  ");
+    return EXIT_OK;
+}
+
 // --sim, --trace, --svg: simulates p and shows the result.
 static int show_sim(const options *o, const plan *p) {
-    sim_opts so = {.intervals = o->trace || o->svg, .rank_lo = o->ranks ? o->ranks_lo : 0, .rank_hi = o->ranks ? o->ranks_hi : UINT32_MAX};
+    bool all = o->background != NULL; // multiplexing needs every class's intervals
+    sim_opts so = {.intervals = o->trace || o->svg || all, .rank_lo = o->ranks && !all ? o->ranks_lo : 0,
+                   .rank_hi = o->ranks && !all ? o->ranks_hi : UINT32_MAX};
     sim_result r;
     char err[2048];
     plan_status st = sim_run(p, &so, &r, err, sizeof(err));
@@ -976,7 +1029,8 @@ static int show_sim(const options *o, const plan *p) {
                m->micro_batches, m->micro_batches == 1 ? "" : "es", plan_schedule_name(m->schedule));
         sim_print(stdout, p, &r, "  ");
     }
-    int rc = o->trace ? show_one(o, p, &r, false) : EXIT_OK;
+    int rc = o->background ? show_mux(o, p, &r) : EXIT_OK;
+    if (!rc && o->trace) rc = show_one(o, p, &r, false);
     if (!rc && o->svg) rc = show_one(o, p, &r, true);
     sim_free(&r);
     return rc;
