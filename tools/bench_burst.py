@@ -8,7 +8,9 @@ Under strong scaling (a fixed global batch), for each model, device count G (DGX
 models/clusters/dgx-a100.json) and global batch B, compiles data parallelism (--dp G, where G
 divides B) and burst parallelism (--burst) and prints each plan's simulated step (plancc's
 "simulated step" line: runtime/sim.c over the plan's own instructions), samples/s and the ratio
-burst/DP, then the per-layer GPU counts burst picked.
+burst/DP, then the per-layer GPU counts burst picked. Every plan is costed with --tf32 (f32
+convolutions and products on TF32 tensor cores, PyTorch's default for convolutions, as DeepPool's
+A100 measurements ran).
 
 Then GPU multiplexing (plandump --sim --background, runtime/sim_mux.c): a one-GPU plan of the
 background model (VGG-16, batch 8, as DeepPool's README runs it) is packed into every rank's idle
@@ -30,7 +32,7 @@ import tempfile
 def compile_plan(plancc, root, model, g, b, opts, out):
     p = subprocess.run([plancc, os.path.join(root, "models", model + ".json"), "--cluster",
                         os.path.join(root, "models", "clusters", "dgx-a100.json"), "--devices", str(g),
-                        "--global-batch", str(b), *opts, "-o", out], capture_output=True, text=True)
+                        "--global-batch", str(b), "--tf32", *opts, "-o", out], capture_output=True, text=True)
     if p.returncode != 0:
         return None, (p.stderr.strip().splitlines() or ["?"])[-1]
     m = re.search(r"simulated step ([0-9.e+-]+) s", p.stdout)
