@@ -15,7 +15,7 @@ const char *const pcc_dtype_names[PCC_DTYPE_COUNT] = {"f32", "f16", "bf16", "i32
 const char *const pcc_tensor_kind_names[PCC_T_KIND_COUNT] = {"input", "param", "activation",
                                                              "grad", "state"};
 const char *const pcc_data_kind_names[PCC_DATA_KIND_COUNT] = {"normal", "binary", "randint",
-                                                              "tokens", "targets", "arange"};
+                                                              "tokens", "targets", "arange", "teacher"};
 
 int pcc_dtype_bytes(pcc_dtype t) {
     switch (t) {

@@ -229,7 +229,8 @@ static void fill_source(const pcc_tensor *T, plan_tensor *pt) {
     static const uint8_t data[PCC_DATA_KIND_COUNT] = {
         [PCC_DATA_NORMAL] = PLAN_DATA_NORMAL,   [PCC_DATA_BINARY] = PLAN_DATA_BINARY,
         [PCC_DATA_RANDINT] = PLAN_DATA_RANDINT, [PCC_DATA_TOKENS] = PLAN_DATA_TOKENS,
-        [PCC_DATA_TARGETS] = PLAN_DATA_TARGETS, [PCC_DATA_ARANGE] = PLAN_DATA_ARANGE};
+        [PCC_DATA_TARGETS] = PLAN_DATA_TARGETS, [PCC_DATA_ARANGE] = PLAN_DATA_ARANGE,
+        [PCC_DATA_TEACHER] = PLAN_DATA_TEACHER};
     if (T->kind == PCC_T_PARAM) {
         PCC_ASSERT((unsigned)T->init.kind < sizeof init);
         pt->source = init[T->init.kind];
@@ -237,7 +238,8 @@ static void fill_source(const pcc_tensor *T, plan_tensor *pt) {
     } else if (T->kind == PCC_T_INPUT) {
         PCC_ASSERT((unsigned)T->data.kind < PCC_DATA_KIND_COUNT);
         pt->source = data[T->data.kind];
-        if (plan_source_args(PLAN_T_INPUT, pt->source)) pt->a = (double)T->data.high;
+        if (pt->source == PLAN_DATA_TEACHER) pt->a = T->data.scale, pt->b = T->data.bias;
+        else if (plan_source_args(PLAN_T_INPUT, pt->source)) pt->a = (double)T->data.high;
     }
 }
 

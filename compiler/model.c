@@ -193,6 +193,7 @@ static pcc_status load_init(loader *L, const pcc_json *v, const char *ptr, pcc_i
 
 static pcc_status load_data(loader *L, const pcc_json *v, const char *ptr, pcc_tensor *t) {
     static const char *const k_plain[] = {"kind", NULL}, *const k_high[] = {"kind", "high", NULL};
+    static const char *const k_teacher[] = {"kind", "scale", "bias", NULL};
     pcc_status st = json_expect(&L->r, v, ptr, PCC_J_OBJECT);
     if (st) return st;
     const pcc_json *k = json_get(v, "kind");
@@ -202,17 +203,28 @@ static pcc_status load_data(loader *L, const pcc_json *v, const char *ptr, pcc_t
     int ki = -1;
     for (int i = 0; i < PCC_DATA_KIND_COUNT; i++)
         if (strcmp(kind, pcc_data_kind_names[i]) == 0) ki = i;
-    if (ki < 0) return diag(file_of(L), kptr, "unknown data kind \"%s\" (expected normal, binary, randint, tokens, targets or arange)", kind);
+    if (ki < 0) return diag(file_of(L), kptr, "unknown data kind \"%s\" (expected normal, binary, randint, tokens, targets, arange or teacher)", kind);
     t->data.kind = (pcc_data_kind)ki;
     bool needs_high = ki == PCC_DATA_RANDINT || ki == PCC_DATA_TOKENS || ki == PCC_DATA_TARGETS;
     static const char *const req_high[] = {"kind", "high", NULL};
-    if ((st = json_keys(&L->r, v, ptr, needs_high ? k_high : k_plain, needs_high ? req_high : k_plain))) return st;
-    bool is_int = ki >= PCC_DATA_RANDINT;
+    bool teacher = ki == PCC_DATA_TEACHER;
+    if ((st = json_keys(&L->r, v, ptr, needs_high ? k_high : teacher ? k_teacher : k_plain, needs_high ? req_high : k_plain)))
+        return st;
+    bool is_int = ki >= PCC_DATA_RANDINT && !teacher;
     if (is_int && t->dtype != PCC_I32)
         return diag(file_of(L), kptr, "data \"%s\" makes integers; declare the tensor with \"dtype\": \"i32\"", kind);
     if (!is_int && t->dtype == PCC_I32)
         return diag(file_of(L), kptr, "data \"%s\" makes floats, but the tensor is i32", kind);
-    if (ki == PCC_DATA_ARANGE && t->rank == 0) return diag(file_of(L), kptr, "arange needs a tensor of rank 1 or more");
+    if ((ki == PCC_DATA_ARANGE || teacher) && t->rank == 0)
+        return diag(file_of(L), kptr, "%s needs a tensor of rank 1 or more", kind);
+    if (teacher) {
+        const pcc_json *x;
+        t->data.scale = 2, t->data.bias = 0;
+        if ((x = json_get(v, "scale")) && (st = json_num(&L->r, x, json_ptr_key(&L->r, ptr, "scale"), 0, 1e3, &t->data.scale)))
+            return st;
+        if ((x = json_get(v, "bias")) && (st = json_num(&L->r, x, json_ptr_key(&L->r, ptr, "bias"), -1e3, 1e3, &t->data.bias)))
+            return st;
+    }
     if (needs_high) {
         const pcc_json *h = json_get(v, "high");
         const char *hptr = json_ptr_key(&L->r, ptr, "high");

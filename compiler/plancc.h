@@ -159,12 +159,14 @@ typedef enum pcc_data_kind {
     PCC_DATA_TOKENS,   // i32 tokens of the corpus (random in [0, high) with synthetic data)
     PCC_DATA_TARGETS,  // i32 next tokens of the corpus (tokens shifted by one)
     PCC_DATA_ARANGE,   // i32 0, 1, ... along the last dimension (positions)
+    PCC_DATA_TEACHER,  // float, 0 or 1 drawn from a seeded teacher over the sample's other inputs
     PCC_DATA_KIND_COUNT
 } pcc_data_kind;
 extern const char *const pcc_data_kind_names[PCC_DATA_KIND_COUNT];
 typedef struct pcc_data {
     pcc_data_kind kind;
-    int64_t high; // RANDINT/TOKENS/TARGETS: exclusive upper bound
+    int64_t high;        // RANDINT/TOKENS/TARGETS: exclusive upper bound
+    double scale, bias;  // TEACHER: the teacher's logit is bias + scale * z, z about N(0, 1)
 } pcc_data;
 
 typedef struct pcc_dim {

@@ -13,11 +13,21 @@
  * micro-batch m of step s starts at rt_sample_offset(seed, s, m, r, n - len - 1), where len is
  * the last dimension; targets are the same window shifted by one. Without --data, the corpus is
  * a virtual one of 2^40 tokens drawn uniformly from [0, high).
+ *
+ * Teacher labels (click-through data with a known generating model): row r of a teacher input
+ * is 0 or 1 ~ Bernoulli(sigmoid(bias + scale * z_r)), z_r = (sum of w[input, column] * x over
+ * the row's normal floats + sum of e[input, id] over the row's randint ids) / sqrt(terms), over
+ * every other input of the plan with a normal or randint source and as many rows. The weights
+ * are N(0, 1), keyed by the seed and the input's name, so z is about N(0, 1); the features are
+ * recomputed by their own keyed rule (never read from a buffer), so any piece of the labels on
+ * any rank agrees with the features of the same rows. rt_teacher_stats sums what was drawn: its
+ * mean Bernoulli entropy is the best loss any model can reach on these labels.
  */
 #include "rt.h"
 
 #include <fcntl.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -28,6 +38,7 @@
 #define DOMAIN_DATA 0x64617461ull   // "data"
 #define DOMAIN_SAMPLE 0x73616d70ull // "samp"
 #define DOMAIN_CORPUS 0x636f7270ull // "corp"
+#define DOMAIN_TEACHER 0x74636872ull // "tchr"
 #define SYNTHETIC_CORPUS (1ull << 40)
 
 static uint64_t name_hash(const char *name) {
@@ -135,9 +146,79 @@ static int fill_tokens(const plan_tensor *t, uint64_t seed, uint64_t step, uint3
     return 0;
 }
 
-int rt_fill_input(const plan_tensor *t, uint64_t seed, uint64_t step, uint32_t mb, const rt_corpus *c,
+static uint64_t data_base(const plan_tensor *t, uint64_t seed, uint64_t step, uint32_t mb) {
+    return rt_key(rt_key(rt_key(rt_key(seed, DOMAIN_DATA), name_hash(t->name)), step), mb);
+}
+
+static int64_t row_length(const plan_tensor *t) {
+    int64_t n = 1;
+    for (int d = 1; d < t->rank; d++) n *= t->shape[d];
+    return n;
+}
+
+// Whether input f is one of label t's features: a normal or randint input with t's rows.
+static bool teacher_feature(const plan_tensor *t, const plan_tensor *f) {
+    return f != t && f->kind == PLAN_T_INPUT && (f->source == PLAN_DATA_NORMAL || f->source == PLAN_DATA_RANDINT) &&
+           f->rank >= 1 && f->shape[0] == t->shape[0];
+}
+
+// z of row `row` (the essay above): the same number on every rank that holds a piece of the row.
+static double teacher_z(const plan *p, const plan_tensor *t, uint64_t seed, uint64_t step, uint32_t mb, uint64_t row) {
+    double z = 0;
+    int64_t terms = 0;
+    for (uint32_t i = 0; i < p->n_tensors; i++) {
+        const plan_tensor *f = &p->tensors[i];
+        if (!teacher_feature(t, f)) continue;
+        uint64_t base = data_base(f, seed, step, mb), wkey = rt_key(rt_key(seed, DOMAIN_TEACHER), name_hash(f->name));
+        int64_t len = row_length(f);
+        for (int64_t j = 0; j < len; j++) {
+            double u = f->source == PLAN_DATA_NORMAL ? rt_normal(rt_key(base, row * (uint64_t)len + (uint64_t)j))
+                                                     : rt_uniform(rt_key(base, row * (uint64_t)len + (uint64_t)j));
+            if (f->source == PLAN_DATA_NORMAL) z += rt_normal(rt_key(wkey, (uint64_t)j)) * u;
+            else z += rt_normal(rt_key(wkey, (uint64_t)(int32_t)(u * f->a))); // the id's weight
+        }
+        terms += len;
+    }
+    return terms ? z / sqrt((double)terms) : 0;
+}
+
+static struct {
+    pthread_mutex_t lock;
+    rt_teacher_stats s;
+} teacher_sum = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+void rt_teacher_stats_get(rt_teacher_stats *s) {
+    pthread_mutex_lock(&teacher_sum.lock);
+    *s = teacher_sum.s;
+    pthread_mutex_unlock(&teacher_sum.lock);
+}
+
+static void fill_teacher(const plan *p, const plan_tensor *t, uint64_t seed, uint64_t step, uint32_t mb,
+                         const rt_view *v) {
+    uint64_t base = data_base(t, seed, step, mb);
+    int64_t len = row_length(t), last_row = -1;
+    double prob = 0, h = 0;
+    rt_teacher_stats s = {0};
+    RT_FOR_EACH_ELEMENT(v, gi, li, {
+        int64_t row = gi / len;
+        if (row != last_row) {
+            prob = 1 / (1 + exp(-(t->b + t->a * teacher_z(p, t, seed, step, mb, (uint64_t)row))));
+            h = (prob > 0 ? -prob * log(prob) : 0) + (prob < 1 ? -(1 - prob) * log1p(-prob) : 0);
+            last_row = row;
+        }
+        double y = rt_uniform(rt_key(base, (uint64_t)gi)) < prob ? 1 : 0;
+        put(v, li, y);
+        s.labels++, s.sum_label += y, s.sum_prob += prob, s.sum_entropy += h;
+    });
+    pthread_mutex_lock(&teacher_sum.lock);
+    teacher_sum.s.labels += s.labels, teacher_sum.s.sum_label += s.sum_label;
+    teacher_sum.s.sum_prob += s.sum_prob, teacher_sum.s.sum_entropy += s.sum_entropy;
+    pthread_mutex_unlock(&teacher_sum.lock);
+}
+
+int rt_fill_input(const plan *p, const plan_tensor *t, uint64_t seed, uint64_t step, uint32_t mb, const rt_corpus *c,
                   const rt_view *v, char *err, size_t err_n) {
-    uint64_t base = rt_key(rt_key(rt_key(rt_key(seed, DOMAIN_DATA), name_hash(t->name)), step), mb);
+    uint64_t base = data_base(t, seed, step, mb);
     int32_t *i32 = v->data;
     int64_t last = v->rank ? v->full[v->rank - 1] : 1;
     switch (t->source) {
@@ -150,6 +231,7 @@ int rt_fill_input(const plan_tensor *t, uint64_t seed, uint64_t step, uint32_t m
         return 0;
     case PLAN_DATA_ARANGE: RT_FOR_EACH_ELEMENT(v, gi, li, i32[li] = (int32_t)(gi % last)); return 0;
     case PLAN_DATA_TOKENS: case PLAN_DATA_TARGETS: return fill_tokens(t, seed, step, mb, c, v, err, err_n);
+    case PLAN_DATA_TEACHER: fill_teacher(p, t, seed, step, mb, v); return 0;
     default:
         snprintf(err, err_n, "input \"%s\" has no data source", t->name ? t->name : "?");
         return -1;

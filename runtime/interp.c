@@ -692,7 +692,7 @@ static int prepare_rank(rt_run *r, rt_rank *rk, char *err, size_t err_n) {
         for (uint32_t mb = 0; mb < r->p->meta.micro_batches && mb < b->mb_slots; mb++) {
             rt_view v;
             staged_view(r, rk, bi, &v);
-            if (rt_fill_input(t, r->o.seed, r->steps, mb, r->o.corpus, &v, err, err_n)) return -1;
+            if (rt_fill_input(r->p, t, r->o.seed, r->steps, mb, r->o.corpus, &v, err, err_n)) return -1;
             if (is_half(b->dtype)) narrow(r->stage, rt_view_numel(&v), b->dtype);
             if (rt_buffer_write(r, rk, bi, mb, 0, r->stage, err, err_n)) return -1;
         }

@@ -109,7 +109,7 @@ typedef enum plan_tensor_kind { PLAN_T_INPUT, PLAN_T_PARAM, PLAN_T_ACTIVATION, P
 // the first step: a plan_init, with a = mean and b = std (>= 0) for NORMAL, a = low and b = high
 // (low < high) for UNIFORM. An input's source says how the runtime fills it before each step: a
 // plan_data, with a = high (the exclusive bound, an integer from 1 to 2^31) for RANDINT, TOKENS
-// and TARGETS. Every other kind has source 0 (optimizer state starts at zero; activations and
+// and TARGETS, a = scale (finite, >= 0) and b = bias (finite) for TEACHER. Every other kind has source 0 (optimizer state starts at zero; activations and
 // gradients are computed). a and b are 0 where the source does not use them (plan_source_args).
 // The orders are pcc_init_kind's and pcc_data_kind's (compiler/plancc.h), shifted by one.
 typedef enum plan_init { PLAN_INIT_NONE, PLAN_INIT_ZEROS, PLAN_INIT_ONES, PLAN_INIT_NORMAL, PLAN_INIT_UNIFORM } plan_init;
@@ -121,6 +121,7 @@ typedef enum plan_data {
     PLAN_DATA_TOKENS,   // i32 tokens of the corpus (random in [0, high) with synthetic data)
     PLAN_DATA_TARGETS,  // i32 next tokens of the corpus (the tokens shifted by one)
     PLAN_DATA_ARANGE,   // i32 0, 1, ... along the last dimension (positions)
+    PLAN_DATA_TEACHER,  // float 0 or 1 ~ Bernoulli(sigmoid(b + a z)), z a seeded teacher of the row's inputs
 } plan_data;
 
 typedef struct plan_tensor {
@@ -318,7 +319,7 @@ unsigned plan_arg_role(const plan_program *pg, const plan_insn *in, uint32_t j);
 // runtime/ops.def's order (pcc_op_kind's), collectives in pcc_coll's order (all_reduce,
 // all_gather, reduce_scatter, all_to_all, send_recv, broadcast), dtypes (f32 f16 bf16 i32),
 // tensor kinds (input param activation grad state), initializers (none zeros ones normal uniform),
-// data sources (none normal binary randint tokens targets arange), instruction kinds, loop
+// data sources (none normal binary randint tokens targets arange teacher), instruction kinds, loop
 // variables, schedules.
 const char *plan_op_name(uint32_t op);
 const char *plan_coll_name(uint32_t coll);

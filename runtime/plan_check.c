@@ -171,13 +171,22 @@ static plan_status validate_init(vctx *v, uint32_t i, const plan_tensor *t) {
     return PLAN_OK;
 }
 
-// An input's data source and its bound (randint, tokens, targets: an integral high, 1 to 2^31).
+// An input's data source and its bound (randint, tokens, targets: an integral high, 1 to 2^31;
+// teacher: a finite scale >= 0 and a finite bias, on a float tensor of rank 1 or more).
 static plan_status validate_data(vctx *v, uint32_t i, const plan_tensor *t) {
     const char *name = name_or(t->name, "?");
     if (t->source == PLAN_DATA_NONE)
-        return bad(v, "tensor %u \"%s\": an input needs a data source (data normal, binary, randint, tokens, targets or arange)",
+        return bad(v, "tensor %u \"%s\": an input needs a data source (data normal, binary, randint, tokens, targets, arange or teacher)",
                    i, name);
     if (!plan_data_name(t->source)) return bad(v, "tensor %u \"%s\": data %u unknown", i, name, t->source);
+    if (t->source == PLAN_DATA_TEACHER) {
+        if (!(isfinite(t->a) && isfinite(t->b) && t->a >= 0))
+            return bad(v, "tensor %u \"%s\": data teacher wants a finite scale >= 0 and a finite bias, but has %g %g", i, name,
+                       t->a, t->b);
+        if (t->dtype == 3 || t->rank == 0)
+            return bad(v, "tensor %u \"%s\": data teacher fills a float tensor of rank 1 or more", i, name);
+        return PLAN_OK;
+    }
     if (plan_source_args(t->kind, t->source) && !(t->a >= 1 && t->a <= 2147483648.0 && t->a == floor(t->a)))
         return bad(v, "tensor %u \"%s\": data %s wants an integral high (the exclusive bound) from 1 to 2^31, but has %g", i,
                    name, plan_data_name(t->source), t->a);

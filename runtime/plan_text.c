@@ -28,7 +28,7 @@
  *   tensor 0 "x" f32 input [4,8] data normal    tensors, numbered from 0: name dtype kind shape,
  *   tensor 1 "w" f32 param [8,8] copies 12 init normal 0 0.02    [copies N] when N != 1 (a
  *                                             repeated block's), then an input's "data NAME
- *                                             [HIGH]" or another tensor's "init NAME [A B]"
+ *                                             [HIGH]" or "data teacher SCALE BIAS" or another tensor's "init NAME [A B]"
  *                                             (absent: source 0), with the numbers the name takes
  *   group 0 axes tp                         groups: over mesh axes (tp, dp+tp), or
  *   group 1 ranks 0,2                         an explicit list of ranks
@@ -90,7 +90,7 @@ static const char *const dtype_names[] = {"f32", "f16", "bf16", "i32"}; // pcc_d
 static const uint32_t dtype_bytes[] = {4, 2, 2, 4};
 static const char *const tensor_kind_names[] = {"input", "param", "activation", "grad", "state"}; // pcc_tensor_kind's
 static const char *const init_names[] = {"none", "zeros", "ones", "normal", "uniform"};   // plan_init's
-static const char *const data_names[] = {"none", "normal", "binary", "randint", "tokens", "targets", "arange"}; // plan_data's
+static const char *const data_names[] = {"none", "normal", "binary", "randint", "tokens", "targets", "arange", "teacher"}; // plan_data's
 static const char *const insn_kind_names[] = {"compute", "coll", "send", "recv", "copy", "record", "wait", "loop"};
 _Static_assert(sizeof(insn_kind_names) / sizeof(insn_kind_names[0]) == PLAN_I_KIND_COUNT, "one name per insn kind");
 static const char *const loop_var_names[] = {"mb", "layer", "reverse_layer", "background", "background_hogwild"};
@@ -119,11 +119,12 @@ const char *plan_loop_var_name(uint32_t var) { return NAME_OR_NULL(loop_var_name
 const char *plan_schedule_name(uint32_t schedule) { return NAME_OR_NULL(schedule_names, schedule); }
 const char *plan_phase_name(uint32_t phase) { return NAME_OR_NULL(phase_names, phase); }
 _Static_assert(COUNT(init_names) == PLAN_INIT_UNIFORM + 1, "one name per plan_init");
-_Static_assert(COUNT(data_names) == PLAN_DATA_ARANGE + 1, "one name per plan_data");
+_Static_assert(COUNT(data_names) == PLAN_DATA_TEACHER + 1, "one name per plan_data");
 
 unsigned plan_source_args(uint32_t kind, uint32_t source) {
     if (kind == PLAN_T_INPUT)
-        return source == PLAN_DATA_RANDINT || source == PLAN_DATA_TOKENS || source == PLAN_DATA_TARGETS ? 1 : 0;
+        return source == PLAN_DATA_TEACHER ? 2
+             : source == PLAN_DATA_RANDINT || source == PLAN_DATA_TOKENS || source == PLAN_DATA_TARGETS ? 1 : 0;
     return source == PLAN_INIT_NORMAL || source == PLAN_INIT_UNIFORM ? 2 : 0;
 }
 
@@ -843,7 +844,7 @@ static plan_status parse_notes(parser *ps) { return get_str(ps, "notes", &ps->p-
 
 /* Tensors, groups, ranks. */
 
-// "init NAME [A B]" (any kind but input) or "data NAME [A]" (an input): the source and the
+// "init NAME [A B]" (any kind but input) or "data NAME [A [B]]" (an input): the source and the
 // numbers its name takes. Whether the kind may have a source at all is plan_validate's to say.
 static plan_status tensor_source(parser *ps, plan_tensor *t) {
     bool data = is(next(ps), "data");
@@ -857,7 +858,8 @@ static plan_status tensor_source(parser *ps, plan_tensor *t) {
     unsigned used = plan_source_args(t->kind, t->source);
     static const char *const what[2][2] = {{"init normal mean", "init normal std"}, {"init uniform low", "init uniform high"}};
     for (unsigned k = 0; !st && k < used; k++)
-        st = tok_f64(ps, next(ps), data ? "data high" : what[t->source == PLAN_INIT_UNIFORM][k], k ? &t->b : &t->a);
+        st = tok_f64(ps, next(ps), data ? (used == 2 ? (k ? "data teacher bias" : "data teacher scale") : "data high")
+                                        : what[t->source == PLAN_INIT_UNIFORM][k], k ? &t->b : &t->a);
     return st;
 }
 

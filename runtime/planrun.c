@@ -318,6 +318,11 @@ static int run(const options *o, const plan *p, const how *h) {
         }
     if (!rc && !quiet && lo != UINT64_MAX)
         printf("background rounds: %llu to %llu per rank\n", (unsigned long long)lo, (unsigned long long)hi);
+    rt_teacher_stats ts;
+    rt_teacher_stats_get(&ts);
+    if (!rc && !quiet && ts.labels > 0) // this process's ranks: every label once per step and micro-batch
+        printf("teacher labels: %.0f drawn, mean label %.6f, mean probability %.6f, best loss %.6f (the teacher's mean entropy)\n",
+               ts.labels, ts.sum_label / ts.labels, ts.sum_prob / ts.labels, ts.sum_entropy / ts.labels);
     if (!rc && o->save) {
         if (rt_save(&r, o->save, err, sizeof err)) fprintf(stderr, "planrun: %s\n", err), rc = EXIT_FILE;
         else if (!quiet) printf("saved the parameters and optimizer state to %s\n", o->save);

@@ -142,12 +142,18 @@ void rt_corpus_free(rt_corpus *c); // accepts a zeroed corpus
 // -1 with a message naming the file when c does not fit p's token inputs (a token outside the
 // vocabulary, fewer tokens than a row needs).
 int rt_corpus_check(const rt_corpus *c, const plan *p, const char *path, char *err, size_t err_n);
+// What the teacher inputs drew so far, summed over every rank and step of the process (each label
+// element once per fill). sum_entropy / labels is the best mean loss reachable on them (nats).
+typedef struct rt_teacher_stats {
+    double labels, sum_label, sum_prob, sum_entropy;
+} rt_teacher_stats;
+void rt_teacher_stats_get(rt_teacher_stats *s); // thread-safe; zeros when no teacher input was filled
 uint64_t rt_sample_offset(uint64_t seed, uint64_t step, uint32_t mb, uint64_t row, uint64_t range);
 // Fills a param's or input's piece v (an f32, f64 or i32 view; full/start/shape say which piece).
 void rt_init_param(const plan_tensor *t, uint64_t seed, uint32_t copy, const rt_view *v);
 // -1 with a message when a token file does not fit the tensor (a token outside the vocabulary,
-// a corpus shorter than a row).
-int rt_fill_input(const plan_tensor *t, uint64_t seed, uint64_t step, uint32_t mb, const rt_corpus *c,
+// a corpus shorter than a row). p is the plan t belongs to (a teacher's features are its inputs).
+int rt_fill_input(const plan *p, const plan_tensor *t, uint64_t seed, uint64_t step, uint32_t mb, const rt_corpus *c,
                   const rt_view *v, char *err, size_t err_n);
 
 /* ---- comm.c: in-process communication (the CPU backend's NCCL) ----

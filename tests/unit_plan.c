@@ -579,7 +579,8 @@ static size_t section_at(const uint8_t *d, uint32_t entry) { return (size_t)get6
 // The names, and how many numbers each source takes.
 static void test_source_names(void) {
     EXPECT(strcmp(plan_init_name(PLAN_INIT_NONE), "none") == 0 && strcmp(plan_init_name(PLAN_INIT_UNIFORM), "uniform") == 0);
-    EXPECT(plan_init_name(PLAN_INIT_UNIFORM + 1) == NULL && plan_data_name(PLAN_DATA_ARANGE + 1) == NULL);
+    EXPECT(plan_init_name(PLAN_INIT_UNIFORM + 1) == NULL && plan_data_name(PLAN_DATA_TEACHER + 1) == NULL);
+    EXPECT(strcmp(plan_data_name(PLAN_DATA_TEACHER), "teacher") == 0 && plan_source_args(PLAN_T_INPUT, PLAN_DATA_TEACHER) == 2);
     EXPECT(strcmp(plan_data_name(PLAN_DATA_NONE), "none") == 0 && strcmp(plan_data_name(PLAN_DATA_TARGETS), "targets") == 0);
     EXPECT(plan_source_args(PLAN_T_PARAM, PLAN_INIT_NORMAL) == 2 && plan_source_args(PLAN_T_PARAM, PLAN_INIT_UNIFORM) == 2);
     EXPECT(plan_source_args(PLAN_T_PARAM, PLAN_INIT_ONES) == 0 && plan_source_args(PLAN_T_PARAM, 99) == 0);
@@ -698,8 +699,15 @@ static void test_source_validate(void) {
     EXPECT(parse_tensors("tensor 0 \"w\" f32 param [2] init normal 1e308 0\ntensor 1 \"x\" i32 input [2] data randint 1\n"
                          "tensor 2 \"u\" f32 param [2] init uniform -1e308 -1e307\n", &p) == PLAN_OK);
     EXPECT(plan_validate(&p, err, sizeof(err)) == PLAN_OK);
-    p.tensors[1].source = PLAN_DATA_ARANGE + 1;
-    EXPECT(plan_validate(&p, err, sizeof(err)) == PLAN_ERR_FORMAT && strstr(err, "tensor 1 \"x\": data 7 unknown"));
+    p.tensors[1].source = PLAN_DATA_TEACHER + 1;
+    EXPECT(plan_validate(&p, err, sizeof(err)) == PLAN_ERR_FORMAT && strstr(err, "tensor 1 \"x\": data 8 unknown"));
+    p.tensors[1].source = PLAN_DATA_TEACHER, p.tensors[1].a = 2; // teacher labels are floats
+    EXPECT(plan_validate(&p, err, sizeof(err)) == PLAN_ERR_FORMAT && strstr(err, "data teacher fills a float tensor"));
+    p.tensors[1].dtype = 0, p.tensors[1].a = -1;
+    EXPECT(plan_validate(&p, err, sizeof(err)) == PLAN_ERR_FORMAT && strstr(err, "data teacher wants a finite scale >= 0"));
+    p.tensors[1].a = 2, p.tensors[1].b = -1;
+    EXPECT(plan_validate(&p, err, sizeof(err)) == PLAN_OK);
+    p.tensors[1].dtype = 3, p.tensors[1].a = 1, p.tensors[1].b = 0;
     p.tensors[1].source = PLAN_DATA_RANDINT;
     p.tensors[0].source = PLAN_INIT_UNIFORM + 1;
     EXPECT(plan_validate(&p, err, sizeof(err)) == PLAN_ERR_FORMAT && strstr(err, "tensor 0 \"w\": init 5 unknown"));

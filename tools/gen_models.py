@@ -9,6 +9,7 @@ hand edits:
   cnn-small        2 x (conv3x3 + relu + maxpool) with a batchnorm, flatten, linear (CIFAR-sized)
   vgg16            ImageNet VGG-16, configuration D (Simonyan & Zisserman), 138,357,544 parameters
   dlrm             DLRM-style recommendation model: bottom MLP, 8 embedding bags, dot interaction
+  dlrm-ctr         dlrm, small, on teacher labels (click-through data with a known generating model)
   swin-tiny        Swin-T-like: 4 stages of window attention at different resolutions and widths
   gpt-tiny         2-layer GPT for fast numeric tests on a CPU
   gpt2-small       GPT-2 124M (124,439,808 parameters as Hugging Face counts, tied embeddings)
@@ -686,7 +687,7 @@ DLRM_TABLES = [1000000, 800000, 600000, 400000, 300000, 200000, 150000, 100000]
 
 
 def dlrm():
-    m = Model("dlrm",
+    return dlrm_build("dlrm",
               "DLRM-style recommendation model (Naumov et al. 2019): 13 dense features through a "
               "bottom MLP 13-512-256-64 (ReLU); 8 sparse features, each a bag of 4 ids summed by "
               "embedding_bag over its own table (100,000 to 1,000,000 rows of dimension 64); dot "
@@ -696,13 +697,33 @@ def dlrm():
               "none on the last) and binary cross-entropy with logits. Unlike DLRM, which keeps "
               "only the strict upper triangle of the 9x9 matrix (36 pairs, top-MLP input 100), "
               "this model keeps the full 9x9 matrix (81), as the format has no triangle "
-              "gather. Batch 2048, f32, SGD as in the DLRM reference.")
-    B, L, E = m.dim("B", 2048), m.dim("L", 4), m.dim("E", 64)
+              "gather. Batch 2048, f32, SGD as in the DLRM reference.",
+                      2048, 64, DLRM_TABLES, [512, 256], [512, 256], {"kind": "binary"}, 0.01)
+
+
+def dlrm_ctr():
+    """dlrm with teacher labels, small enough to train on 1 to 8 CPU ranks in seconds."""
+    return dlrm_build("dlrm-ctr",
+                      "A small DLRM-style model on synthetic click-through data with a known generating "
+                      "model, for ShadowSync's quality bench (tools/bench_shadowsync.py): models/dlrm.json's "
+                      "graph with 13 dense features through a bottom MLP 13-64-32-16 (ReLU), 8 bags of 4 ids "
+                      "over tables of 100 to 1,000 rows of dimension 16, the full 9x9 dot interaction, a top "
+                      "MLP 97-64-32-1 and binary cross-entropy with logits. The labels are teacher labels: "
+                      "Bernoulli(sigmoid(-1 + 3 z)), z a seeded random linear function of the same sample's "
+                      "dense features and a random weight per (table, id), so the best achievable loss is "
+                      "known (planrun prints it). Batch 128, f32, SGD at 0.1.",
+                      128, 16, [1000, 800, 600, 400, 300, 200, 150, 100], [64, 32], [64, 32],
+                      {"kind": "teacher", "scale": 3.0, "bias": -1.0}, 0.1)
+
+
+def dlrm_build(name, desc, batch, emb, tables, bot_sizes, top_sizes, labels, lr):
+    m = Model(name, desc)
+    B, L, E = m.dim("B", batch), m.dim("L", 4), m.dim("E", emb)
     U, Fd, G, FG = m.dim("U", 1), m.dim("F", 9), m.dim("G", 9), m.dim("FG", 81)
-    T, Y = m.dim("T", 145), m.dim("Y", 1)
+    T, Y = m.dim("T", emb + 81), m.dim("Y", 1)
     Dn = m.dim("Dn", 13)
     m.input("dense", [B, Dn], {"kind": "normal"})
-    m.input("labels", [B, Y], {"kind": "binary"})
+    m.input("labels", [B, Y], labels)
 
     def mlp_stack(prefix, x, xd, sizes, last_relu):
         for i, (dname, size) in enumerate(sizes):
@@ -720,12 +741,12 @@ def dlrm():
         return x
 
     # DLRM's own initialization: weights N(0, sqrt(2/(fan_in+fan_out))), biases N(0, sqrt(1/out)).
-    bot = mlp_stack("bot", "dense", Dn, [("Hb0", 512), ("Hb1", 256), ("E", 64)], True)
+    bot = mlp_stack("bot", "dense", Dn, [("Hb0", bot_sizes[0]), ("Hb1", bot_sizes[1]), ("E", emb)], True)
     vecs = []
     z0 = m.act("bot_u", [B, U, E])
     m.op("reshape", [bot], [z0])
     vecs.append(z0)
-    for i, rows in enumerate(DLRM_TABLES):
+    for i, rows in enumerate(tables):
         R = m.dim("R%d" % i, rows)
         ids = m.input("ids%d" % i, [B, L], {"kind": "randint", "high": R}, "i32")
         # DLRM's init of a table with n rows: uniform(-sqrt(1/n), sqrt(1/n)).
@@ -750,11 +771,11 @@ def dlrm():
     m.op("reshape", ["inter"], ["inter_flat"])
     m.act("top_in", [B, T])
     m.op("concat", [bot, "inter_flat"], ["top_in"], {"axis": 1})
-    logits = mlp_stack("top", "top_in", T, [("Ht0", 512), ("Ht1", 256), ("Y", 1)], False)
+    logits = mlp_stack("top", "top_in", T, [("Ht0", top_sizes[0]), ("Ht1", top_sizes[1]), ("Y", 1)], False)
     m.act("loss", [])
     m.op("bce_logits", [logits, "labels"], ["loss"])
     m.loss = "loss"
-    m.optimizer = sgd(0.01, 0.0, 0.0)
+    m.optimizer = sgd(lr, 0.0, 0.0)
     return m
 
 
@@ -975,7 +996,7 @@ def swin_tiny():
 
 
 def all_models():
-    ms = [mlp(), cnn_small(), vgg16(), dlrm(), swin_tiny(), gpt_tiny(), gpt2_small(), gpt3_175b()]
+    ms = [mlp(), cnn_small(), vgg16(), dlrm(), dlrm_ctr(), swin_tiny(), gpt_tiny(), gpt2_small(), gpt3_175b()]
     ms += [megatron(r) for r in megatron_rows()]
     return ms
 

@@ -370,14 +370,14 @@ static void print_notes(FILE *f, const char *notes) {
 // "  params          3: init normal 2, zeros 1": the tensors of one kind (input or param) and
 // how many take each source; nothing when the plan has none of that kind.
 static void print_sources(FILE *f, const plan *p, uint32_t kind) {
-    uint32_t n = 0, count[8] = {0};
+    uint32_t n = 0, count[16] = {0}; // a valid plan's sources are below 16; others count as 15
     for (uint32_t i = 0; i < p->n_tensors; i++)
-        if (p->tensors[i].kind == kind) n++, count[p->tensors[i].source < 8 ? p->tensors[i].source : 7]++;
+        if (p->tensors[i].kind == kind) n++, count[p->tensors[i].source < 16 ? p->tensors[i].source : 15]++;
     if (!n) return;
     bool input = kind == PLAN_T_INPUT;
     fprintf(f, "  %-16s%u:", input ? "inputs" : "params", n);
     const char *sep = input ? " data " : " init ";
-    for (uint32_t s = 0; s < 8; s++) {
+    for (uint32_t s = 0; s < 16; s++) {
         const char *name = input ? plan_data_name(s) : plan_init_name(s);
         if (!count[s]) continue;
         fprintf(f, "%s%s %u", sep, name ? name : "?", count[s]);
@@ -482,10 +482,11 @@ static void json_source(FILE *f, const plan_tensor *t) {
     bool input = t->kind == PLAN_T_INPUT;
     const char *name = input ? plan_data_name(t->source) : plan_init_name(t->source);
     fprintf(f, ", \"%s\": {\"kind\": \"%s\"", input ? "data" : "init", name ? name : "?");
-    static const char *const keys[2][2] = {{"mean", "std"}, {"low", "high"}};
+    static const char *const keys[2][2] = {{"mean", "std"}, {"low", "high"}}, *const teacher[2] = {"scale", "bias"};
     unsigned used = plan_source_args(t->kind, t->source);
     for (unsigned k = 0; k < used; k++) {
-        fprintf(f, ", \"%s\": ", input ? "high" : keys[t->source == PLAN_INIT_UNIFORM][k]);
+        fprintf(f, ", \"%s\": ", input ? (t->source == PLAN_DATA_TEACHER ? teacher[k] : "high")
+                                         : keys[t->source == PLAN_INIT_UNIFORM][k]);
         json_num(f, k ? t->b : t->a);
     }
     fputc('}', f);

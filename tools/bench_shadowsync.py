@@ -1,0 +1,111 @@
+#!/usr/bin/env python3
+"""ShadowSync's quality and throughput on click-through data with a known generating model.
+
+usage: bench_shadowsync.py PLANCC PLANRUN [SOURCE_ROOT] [--ranks 1,2,4,8] [--steps 2000]
+                           [--model dlrm-ctr] [--seed 1]
+
+Trains models/dlrm-ctr.json (teacher labels: runtime/data.c) with planrun's CPU backend on each
+rank count N (--dp N, the global batch fixed) with synchronous all-reduce and with
+--sync background:algo=ma,period=2 / easgd,period=2 / bmuf,period=4,eta=0.5,nesterov=0 (BMUF with
+its default eta 1 and Nesterov diverges here from 4 ranks on), and prints per run:
+
+  NE          normalized entropy (ShadowSync's figure): the mean log loss over the last 20% of
+              the steps over the entropy of the empirical CTR (the mean of the labels drawn);
+              below 1 is better than predicting the CTR alone
+  vs sync     NE / the synchronous run's NE at the same N (1.000 = as good; ShadowSync's
+              target is within 1%)
+  samples/s   steps x global batch / planrun's wall time (all ranks are threads of one process
+              on this machine's cores: it measures overhead, not a cluster's scaling)
+
+and the teacher's NE (its mean Bernoulli entropy over the same CTR entropy: the best any model
+can reach). Every run shares the seed, so they see the same samples. It fails (exit 1) when a
+run fails or a synchronous run does not learn (NE >= 0.95), never on time or on a background
+run's quality: those are the figures.
+"""
+import argparse
+import math
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+ALGOS = [("sync", []),
+         ("ma p2", ["--sync", "background:algo=ma,period=2"]),
+         ("easgd p2", ["--sync", "background:algo=easgd,period=2"]),
+         ("bmuf p4", ["--sync", "background:algo=bmuf,period=4,eta=0.5,nesterov=0"])]
+
+
+def entropy(p):
+    return -(p * math.log(p) + (1 - p) * math.log(1 - p)) if 0 < p < 1 else 0.0
+
+
+def run_one(a, tmp, n, name, opts):
+    """(NE, samples/s, mean label, best loss) of one run, or an error line."""
+    plan = os.path.join(tmp, f"{n}-{name.replace(' ', '-')}.plan")
+    cmd = [a.plancc, a.model_path, "--cluster", os.path.join(a.root, "models", "clusters", "cpu.json"),
+           "--devices", str(n), "--dp", str(n), *opts, "-o", plan]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        return "plancc: " + ((p.stderr.strip().splitlines() or ["?"])[-1])
+    losses = os.path.join(tmp, "losses.txt")
+    p = subprocess.run([a.planrun, plan, "--steps", str(a.steps), "--seed", str(a.seed), "--log-every", "0",
+                        "--losses", losses], capture_output=True, text=True)
+    if p.returncode != 0:
+        return "planrun: " + ((p.stderr.strip().splitlines() or ["?"])[-1])
+    m = re.search(r"(\d+) steps in ([0-9.]+) s", p.stdout)
+    t = re.search(r"teacher labels: \d+ drawn, mean label ([0-9.]+), mean probability [0-9.]+, best loss ([0-9.]+)", p.stdout)
+    if not m or not t:
+        return "planrun printed no summary or no teacher line"
+    ls = [float(x) for x in open(losses)]
+    tail = ls[len(ls) - max(1, len(ls) // 5):]
+    ctr, best = float(t.group(1)), float(t.group(2))
+    if not all(math.isfinite(x) for x in tail):
+        return "the loss is not finite"
+    return sum(tail) / len(tail) / entropy(ctr), a.steps * a.batch / float(m.group(2)), ctr, best
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("plancc")
+    ap.add_argument("planrun")
+    ap.add_argument("root", nargs="?", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+    ap.add_argument("--ranks", default="1,2,4,8")
+    ap.add_argument("--steps", type=int, default=2000)
+    ap.add_argument("--model", default="dlrm-ctr")
+    ap.add_argument("--seed", type=int, default=1)
+    a = ap.parse_args()
+    a.model_path = os.path.join(a.root, "models", a.model + ".json")
+    a.batch = __import__("json").load(open(a.model_path))["dims"]["B"]
+    t0, bad, best_ne = time.time(), 0, None
+    print(f"{a.model}: global batch {a.batch}, {a.steps} steps, seed {a.seed}; planrun's cpu backend, "
+          f"{os.cpu_count()} cores; NE over the last 20% of the steps")
+    print(f"{'ranks':>5}  {'sync':<9} {'NE':>7} {'vs sync':>8} {'samples/s':>10} {'vs sync':>8}")
+    with tempfile.TemporaryDirectory() as tmp:
+        for n in [int(x) for x in a.ranks.split(",")]:
+            ref = None
+            for name, opts in ALGOS:
+                r = run_one(a, tmp, n, name, opts)
+                if isinstance(r, str):
+                    print(f"{n:>5}  {name:<9} FAILED: {r}")
+                    bad += 1
+                    continue
+                ne, sps, ctr, best = r
+                best_ne = best / entropy(ctr)
+                if name == "sync":
+                    ref = (ne, sps)
+                    if ne >= 0.95:
+                        print(f"  synchronous training did not learn: NE {ne:.4f}")
+                        bad += 1
+                rel = f"{ne / ref[0]:8.3f}" if ref else f"{'-':>8}"
+                rsp = f"{sps / ref[1]:7.2f}x" if ref else f"{'-':>8}"
+                print(f"{n:>5}  {name:<9} {ne:7.4f} {rel} {sps:10.0f} {rsp}", flush=True)
+    if best_ne is not None:
+        print(f"teacher (best achievable) NE {best_ne:.4f}; a constant prediction of the CTR: NE 1")
+    print(f"{time.time() - t0:.1f} s in all; {'FAILED' if bad else 'ok'}")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
