@@ -77,10 +77,7 @@ enum {
     INSN_BYTES = 32,
 };
 
-static plan_status fail(plan_status st, char *err, size_t err_n, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-static plan_status fail(plan_status st, char *err, size_t err_n, const char *fmt, ...) {
+plan_status plan_errorf(plan_status st, char *err, size_t err_n, const char *fmt, ...) {
     if (err && err_n) {
         va_list ap;
         va_start(ap, fmt);
@@ -529,17 +526,17 @@ plan_status plan_encode(const plan *p, uint8_t **out, size_t *n, char *err, size
     if (st) return st;
     for (uint32_t k = 0; k < p->n_programs; k++)
         if (!p->programs[k].name)
-            return fail(PLAN_ERR_FORMAT, err, err_n,
+            return plan_errorf(PLAN_ERR_FORMAT, err, err_n,
                         "program %u is not loaded (a plan read for one rank cannot be encoded)", k);
     if (p->n_programs > UINT32_MAX - FIXED_SECTIONS)
-        return fail(PLAN_ERR_FORMAT, err, err_n, "too many programs (%u)", p->n_programs);
+        return plan_errorf(PLAN_ERR_FORMAT, err, err_n, "too many programs (%u)", p->n_programs);
     uint32_t count = FIXED_SECTIONS + p->n_programs;
     wbuf w = {0};
     w_zero(&w, PLAN_HEADER_BYTES + (size_t)count * TABLE_ENTRY_BYTES);
     bool fits = enc_sections(&w, p);
     if (w.oom || !fits) {
         free(w.p);
-        return fail(w.oom ? PLAN_ERR_IO : PLAN_ERR_FORMAT, err, err_n,
+        return plan_errorf(w.oom ? PLAN_ERR_IO : PLAN_ERR_FORMAT, err, err_n,
                     w.oom ? "out of memory" : "a section is larger than the format's 4 GiB limit");
     }
     header_fill(w.p, p, count, w.n);
@@ -575,22 +572,22 @@ static void sec_label(char *buf, size_t n, uint32_t i) {
 static plan_status decode_header(const uint8_t *d, size_t avail, uint64_t file_n, file_header *h, char *err,
                                  size_t err_n) {
     if (memcmp(d, PLAN_MAGIC, avail < 8 ? avail : 8) != 0)
-        return fail(PLAN_ERR_FORMAT, err, err_n, "not a plan file (bad magic: a plan starts with \"PLANCC\\r\\n\")");
+        return plan_errorf(PLAN_ERR_FORMAT, err, err_n, "not a plan file (bad magic: a plan starts with \"PLANCC\\r\\n\")");
     if (file_n < PLAN_HEADER_BYTES)
-        return fail(PLAN_ERR_FORMAT, err, err_n, "truncated: file is %llu bytes, shorter than the %u-byte header",
+        return plan_errorf(PLAN_ERR_FORMAT, err, err_n, "truncated: file is %llu bytes, shorter than the %u-byte header",
                     (unsigned long long)file_n, PLAN_HEADER_BYTES);
     if (get_u32(d + 8) != PLAN_VERSION)
-        return fail(PLAN_ERR_FORMAT, err, err_n, "version %u (this reader knows %u)", get_u32(d + 8), PLAN_VERSION);
+        return plan_errorf(PLAN_ERR_FORMAT, err, err_n, "version %u (this reader knows %u)", get_u32(d + 8), PLAN_VERSION);
     if (get_u32(d + 12) != PLAN_HEADER_BYTES)
-        return fail(PLAN_ERR_FORMAT, err, err_n, "header: size %u, expected %u", get_u32(d + 12), PLAN_HEADER_BYTES);
+        return plan_errorf(PLAN_ERR_FORMAT, err, err_n, "header: size %u, expected %u", get_u32(d + 12), PLAN_HEADER_BYTES);
     uint32_t crc = plan_crc32c(0, d, 56);
     if (get_u32(d + 56) != crc)
-        return fail(PLAN_ERR_FORMAT, err, err_n, "header: CRC mismatch (stored 0x%08x, computed 0x%08x)",
+        return plan_errorf(PLAN_ERR_FORMAT, err, err_n, "header: CRC mismatch (stored 0x%08x, computed 0x%08x)",
                     get_u32(d + 56), crc);
-    if (get_u32(d + 60) != 0) return fail(PLAN_ERR_FORMAT, err, err_n, "header: reserved bytes 60..63 are not zero");
+    if (get_u32(d + 60) != 0) return plan_errorf(PLAN_ERR_FORMAT, err, err_n, "header: reserved bytes 60..63 are not zero");
     h->file_bytes = get_u64(d + 16);
     if (h->file_bytes != file_n)
-        return fail(PLAN_ERR_FORMAT, err, err_n, "%s: file is %llu bytes, header says %llu",
+        return plan_errorf(PLAN_ERR_FORMAT, err, err_n, "%s: file is %llu bytes, header says %llu",
                     file_n < h->file_bytes ? "truncated" : "trailing bytes", (unsigned long long)file_n,
                     (unsigned long long)h->file_bytes);
     h->count = get_u32(d + 24);
@@ -608,15 +605,15 @@ static plan_status check_entry(const entry *e, uint32_t i, uint64_t expect_offse
     char label[48];
     sec_label(label, sizeof(label), i);
     if (e->kind != kind || e->index != index)
-        return fail(PLAN_ERR_FORMAT, err, err_n, "section table: entry %u is kind %u index %u, expected %s %u", i,
+        return plan_errorf(PLAN_ERR_FORMAT, err, err_n, "section table: entry %u is kind %u index %u, expected %s %u", i,
                     e->kind, e->index, sec_kind_names[kind], index);
     if (e->offset != expect_offset)
-        return fail(PLAN_ERR_FORMAT, err, err_n, "%s: offset %llu, expected %llu (sections are contiguous)", label,
+        return plan_errorf(PLAN_ERR_FORMAT, err, err_n, "%s: offset %llu, expected %llu (sections are contiguous)", label,
                     (unsigned long long)e->offset, (unsigned long long)expect_offset);
     if (e->bytes % 8)
-        return fail(PLAN_ERR_FORMAT, err, err_n, "%s: %u bytes, not a multiple of 8", label, e->bytes);
+        return plan_errorf(PLAN_ERR_FORMAT, err, err_n, "%s: %u bytes, not a multiple of 8", label, e->bytes);
     if (e->offset + e->bytes > file_bytes)
-        return fail(PLAN_ERR_FORMAT, err, err_n, "%s: ends at byte %llu, past the end of the file (%llu bytes)", label,
+        return plan_errorf(PLAN_ERR_FORMAT, err, err_n, "%s: ends at byte %llu, past the end of the file (%llu bytes)", label,
                     (unsigned long long)(e->offset + e->bytes), (unsigned long long)file_bytes);
     return PLAN_OK;
 }
@@ -626,10 +623,10 @@ static plan_status decode_table(const uint8_t *t, const file_header *h, entry **
     *out = NULL;
     uint32_t crc = plan_crc32c(0, t, (size_t)h->count * TABLE_ENTRY_BYTES);
     if (crc != h->table_crc)
-        return fail(PLAN_ERR_FORMAT, err, err_n, "section table: CRC mismatch (stored 0x%08x, computed 0x%08x)",
+        return plan_errorf(PLAN_ERR_FORMAT, err, err_n, "section table: CRC mismatch (stored 0x%08x, computed 0x%08x)",
                     h->table_crc, crc);
     entry *e = malloc(sizeof(entry) * h->count);
-    if (!e) return fail(PLAN_ERR_IO, err, err_n, "out of memory");
+    if (!e) return plan_errorf(PLAN_ERR_IO, err, err_n, "out of memory");
     uint64_t at = PLAN_HEADER_BYTES + (uint64_t)h->count * TABLE_ENTRY_BYTES;
     for (uint32_t i = 0; i < h->count; i++) {
         const uint8_t *r = t + (size_t)i * TABLE_ENTRY_BYTES;
@@ -643,7 +640,7 @@ static plan_status decode_table(const uint8_t *t, const file_header *h, entry **
     }
     *out = e;
     if (at != h->file_bytes)
-        return fail(PLAN_ERR_FORMAT, err, err_n, "section table: the sections end at byte %llu, the file has %llu",
+        return plan_errorf(PLAN_ERR_FORMAT, err, err_n, "section table: the sections end at byte %llu, the file has %llu",
                     (unsigned long long)at, (unsigned long long)h->file_bytes);
     return PLAN_OK;
 }
@@ -651,12 +648,12 @@ static plan_status decode_table(const uint8_t *t, const file_header *h, entry **
 // The table's size against the file, before it is read.
 static plan_status check_table_size(const file_header *h, char *err, size_t err_n) {
     if (h->count < FIXED_SECTIONS)
-        return fail(PLAN_ERR_FORMAT, err, err_n,
+        return plan_errorf(PLAN_ERR_FORMAT, err, err_n,
                     "section table: %u sections, at least %u (META, STRINGS, TENSORS, GROUPS, RANKS)", h->count,
                     FIXED_SECTIONS);
     uint64_t end = PLAN_HEADER_BYTES + (uint64_t)h->count * TABLE_ENTRY_BYTES;
     if (end > h->file_bytes)
-        return fail(PLAN_ERR_FORMAT, err, err_n, "section table: %u sections need %llu bytes, the file has %llu",
+        return plan_errorf(PLAN_ERR_FORMAT, err, err_n, "section table: %u sections need %llu bytes, the file has %llu",
                     h->count, (unsigned long long)end, (unsigned long long)h->file_bytes);
     return PLAN_OK;
 }
@@ -682,10 +679,10 @@ static plan_status dfail(dctx *c, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
-    return fail(PLAN_ERR_FORMAT, c->err, c->err_n, "%s: %s", c->label, msg);
+    return plan_errorf(PLAN_ERR_FORMAT, c->err, c->err_n, "%s: %s", c->label, msg);
 }
 
-static plan_status oom(dctx *c) { return fail(PLAN_ERR_IO, c->err, c->err_n, "out of memory"); }
+static plan_status oom(dctx *c) { return plan_errorf(PLAN_ERR_IO, c->err, c->err_n, "out of memory"); }
 
 // The section holds `need` bytes of content (what its counts say), then zeros up to `bytes`.
 static plan_status check_size(dctx *c, const uint8_t *d, uint32_t bytes, uint64_t need, const char *what) {
@@ -1084,9 +1081,9 @@ plan_status plan_decode(const uint8_t *data, size_t n, int rank, plan *out, char
 static plan_status read_at(FILE *f, uint64_t off, void *buf, size_t n, char *err, size_t err_n) {
     if (n == 0) return PLAN_OK;
     if (off > INT64_MAX || fseeko(f, (off_t)off, SEEK_SET) != 0)
-        return fail(PLAN_ERR_IO, err, err_n, "cannot seek to byte %llu: %s", (unsigned long long)off, strerror(errno));
+        return plan_errorf(PLAN_ERR_IO, err, err_n, "cannot seek to byte %llu: %s", (unsigned long long)off, strerror(errno));
     if (fread(buf, 1, n, f) != n)
-        return fail(PLAN_ERR_IO, err, err_n, "cannot read %zu bytes at byte %llu: %s", n, (unsigned long long)off,
+        return plan_errorf(PLAN_ERR_IO, err, err_n, "cannot read %zu bytes at byte %llu: %s", n, (unsigned long long)off,
                     ferror(f) ? strerror(errno) : "unexpected end of file");
     return PLAN_OK;
 }
@@ -1102,13 +1099,13 @@ static const uint8_t *file_fetch(void *ctx, const entry *tab, uint32_t i, char *
     if (i < FIXED_SECTIONS && !ff->fixed) {
         uint64_t n = tab[FIXED_SECTIONS - 1].offset + tab[FIXED_SECTIONS - 1].bytes - tab[0].offset;
         ff->fixed = malloc(n ? (size_t)n : 1);
-        if (!ff->fixed) return fail(PLAN_ERR_IO, err, err_n, "out of memory"), NULL;
+        if (!ff->fixed) return plan_errorf(PLAN_ERR_IO, err, err_n, "out of memory"), NULL;
         if (read_at(ff->f, tab[0].offset, ff->fixed, (size_t)n, err, err_n)) return NULL;
     }
     if (i < FIXED_SECTIONS) return ff->fixed + (tab[i].offset - tab[0].offset);
     free(ff->program);
     ff->program = malloc(tab[i].bytes ? tab[i].bytes : 1);
-    if (!ff->program) return fail(PLAN_ERR_IO, err, err_n, "out of memory"), NULL;
+    if (!ff->program) return plan_errorf(PLAN_ERR_IO, err, err_n, "out of memory"), NULL;
     return read_at(ff->f, tab[i].offset, ff->program, tab[i].bytes, err, err_n) ? NULL : ff->program;
 }
 
@@ -1122,7 +1119,7 @@ static plan_status read_rank(FILE *f, uint64_t size, int rank, plan *out, char *
     if (!st) st = check_table_size(&h, err, err_n);
     if (st) return st;
     uint8_t *t = malloc((size_t)h.count * TABLE_ENTRY_BYTES);
-    if (!t) return fail(PLAN_ERR_IO, err, err_n, "out of memory");
+    if (!t) return plan_errorf(PLAN_ERR_IO, err, err_n, "out of memory");
     entry *tab = NULL;
     st = read_at(f, PLAN_HEADER_BYTES, t, (size_t)h.count * TABLE_ENTRY_BYTES, err, err_n);
     if (!st) st = decode_table(t, &h, &tab, err, err_n);
@@ -1136,9 +1133,9 @@ static plan_status read_rank(FILE *f, uint64_t size, int rank, plan *out, char *
 }
 
 static plan_status read_whole(FILE *f, uint64_t size, plan *out, char *err, size_t err_n) {
-    if (size > SIZE_MAX) return fail(PLAN_ERR_IO, err, err_n, "the file is too large for this machine");
+    if (size > SIZE_MAX) return plan_errorf(PLAN_ERR_IO, err, err_n, "the file is too large for this machine");
     uint8_t *data = malloc(size ? (size_t)size : 1);
-    if (!data) return fail(PLAN_ERR_IO, err, err_n, "out of memory");
+    if (!data) return plan_errorf(PLAN_ERR_IO, err, err_n, "out of memory");
     plan_status st = read_at(f, 0, data, (size_t)size, err, err_n);
     if (!st) st = plan_decode(data, (size_t)size, -1, out, err, err_n);
     free(data);
@@ -1147,7 +1144,7 @@ static plan_status read_whole(FILE *f, uint64_t size, plan *out, char *err, size
 
 plan_status plan_file_hash(const char *path, uint64_t *h, char *err, size_t err_n) {
     FILE *f = fopen(path, "rb");
-    if (!f) return fail(PLAN_ERR_IO, err, err_n, "%s: cannot open: %s", path, strerror(errno));
+    if (!f) return plan_errorf(PLAN_ERR_IO, err, err_n, "%s: cannot open: %s", path, strerror(errno));
     uint64_t x = FNV_BASIS;
     uint8_t buf[1 << 16];
     size_t n;
@@ -1155,7 +1152,7 @@ plan_status plan_file_hash(const char *path, uint64_t *h, char *err, size_t err_
         x = fnv_continue(x, buf, n);
     bool bad = ferror(f) != 0;
     fclose(f);
-    if (bad) return fail(PLAN_ERR_IO, err, err_n, "%s: cannot read", path);
+    if (bad) return plan_errorf(PLAN_ERR_IO, err, err_n, "%s: cannot read", path);
     *h = x;
     return PLAN_OK;
 }
@@ -1163,7 +1160,7 @@ plan_status plan_file_hash(const char *path, uint64_t *h, char *err, size_t err_
 plan_status plan_verify_inputs(const plan *p, const char *model_path, const char *cluster_path, char *err, size_t err_n) {
     const char *opts = p->meta.options ? p->meta.options : "";
     if (plan_fnv1a64(opts, strlen(opts)) != p->meta.options_hash)
-        return fail(PLAN_ERR_STALE, err, err_n, "stale: the options hash 0x%016llx is not that of the plan's options (0x%016llx)",
+        return plan_errorf(PLAN_ERR_STALE, err, err_n, "stale: the options hash 0x%016llx is not that of the plan's options (0x%016llx)",
                     (unsigned long long)p->meta.options_hash, (unsigned long long)plan_fnv1a64(opts, strlen(opts)));
     const char *paths[2] = {model_path, cluster_path}, *what[2] = {"model", "cluster"};
     uint64_t want[2] = {p->meta.model_hash, p->meta.cluster_hash};
@@ -1173,7 +1170,7 @@ plan_status plan_verify_inputs(const plan *p, const char *model_path, const char
         plan_status st = plan_file_hash(paths[i], &h, err, err_n);
         if (st) return st;
         if (h != want[i])
-            return fail(PLAN_ERR_STALE, err, err_n, "stale: the plan was compiled from another %s (hash 0x%016llx; %s hashes to 0x%016llx): compile it again",
+            return plan_errorf(PLAN_ERR_STALE, err, err_n, "stale: the plan was compiled from another %s (hash 0x%016llx; %s hashes to 0x%016llx): compile it again",
                         what[i], (unsigned long long)want[i], paths[i], (unsigned long long)h);
     }
     return PLAN_OK;
@@ -1182,11 +1179,11 @@ plan_status plan_verify_inputs(const plan *p, const char *model_path, const char
 plan_status plan_read(const char *path, int rank, plan *out, char *err, size_t err_n) {
     memset(out, 0, sizeof(*out));
     FILE *f = fopen(path, "rb");
-    if (!f) return fail(PLAN_ERR_IO, err, err_n, "cannot open: %s", strerror(errno));
+    if (!f) return plan_errorf(PLAN_ERR_IO, err, err_n, "cannot open: %s", strerror(errno));
     struct stat sb;
     plan_status st = PLAN_OK;
-    if (fstat(fileno(f), &sb) != 0) st = fail(PLAN_ERR_IO, err, err_n, "cannot stat: %s", strerror(errno));
-    else if (!S_ISREG(sb.st_mode)) st = fail(PLAN_ERR_IO, err, err_n, "cannot read: not a regular file");
+    if (fstat(fileno(f), &sb) != 0) st = plan_errorf(PLAN_ERR_IO, err, err_n, "cannot stat: %s", strerror(errno));
+    else if (!S_ISREG(sb.st_mode)) st = plan_errorf(PLAN_ERR_IO, err, err_n, "cannot read: not a regular file");
     else if (rank < 0) st = read_whole(f, (uint64_t)sb.st_size, out, err, err_n);
     else st = read_rank(f, (uint64_t)sb.st_size, rank, out, err, err_n);
     fclose(f);
@@ -1198,11 +1195,11 @@ static plan_status write_all(int fd, const uint8_t *data, size_t n, char *err, s
     while (n) {
         ssize_t k = write(fd, data, n);
         if (k < 0 && errno == EINTR) continue;
-        if (k <= 0) return fail(PLAN_ERR_IO, err, err_n, "cannot write: %s", strerror(errno));
+        if (k <= 0) return plan_errorf(PLAN_ERR_IO, err, err_n, "cannot write: %s", strerror(errno));
         data += k;
         n -= (size_t)k;
     }
-    if (fsync(fd) != 0) return fail(PLAN_ERR_IO, err, err_n, "cannot write: %s", strerror(errno));
+    if (fsync(fd) != 0) return plan_errorf(PLAN_ERR_IO, err, err_n, "cannot write: %s", strerror(errno));
     return PLAN_OK;
 }
 
@@ -1211,19 +1208,19 @@ static plan_status write_all(int fd, const uint8_t *data, size_t n, char *err, s
 static plan_status write_file(const char *path, const uint8_t *data, size_t n, char *err, size_t err_n) {
     size_t len = strlen(path);
     char *tmp = malloc(len + sizeof(".tmp.XXXXXX"));
-    if (!tmp) return fail(PLAN_ERR_IO, err, err_n, "out of memory");
+    if (!tmp) return plan_errorf(PLAN_ERR_IO, err, err_n, "out of memory");
     memcpy(tmp, path, len);
     memcpy(tmp + len, ".tmp.XXXXXX", sizeof(".tmp.XXXXXX"));
     int fd = mkstemp(tmp);
     if (fd < 0) {
-        plan_status st = fail(PLAN_ERR_IO, err, err_n, "cannot create a temporary file next to it: %s", strerror(errno));
+        plan_status st = plan_errorf(PLAN_ERR_IO, err, err_n, "cannot create a temporary file next to it: %s", strerror(errno));
         free(tmp);
         return st;
     }
     plan_status st = write_all(fd, data, n, err, err_n);
-    if (!st && fchmod(fd, 0644) != 0) st = fail(PLAN_ERR_IO, err, err_n, "cannot set its mode: %s", strerror(errno));
-    if (close(fd) != 0 && !st) st = fail(PLAN_ERR_IO, err, err_n, "cannot write: %s", strerror(errno));
-    if (!st && rename(tmp, path) != 0) st = fail(PLAN_ERR_IO, err, err_n, "cannot rename %s to it: %s", tmp, strerror(errno));
+    if (!st && fchmod(fd, 0644) != 0) st = plan_errorf(PLAN_ERR_IO, err, err_n, "cannot set its mode: %s", strerror(errno));
+    if (close(fd) != 0 && !st) st = plan_errorf(PLAN_ERR_IO, err, err_n, "cannot write: %s", strerror(errno));
+    if (!st && rename(tmp, path) != 0) st = plan_errorf(PLAN_ERR_IO, err, err_n, "cannot rename %s to it: %s", tmp, strerror(errno));
     if (st) unlink(tmp);
     free(tmp);
     return st;

@@ -307,6 +307,9 @@ void *plan_alloc(plan *p, size_t n);
 #define PLAN_MAX_LOOP_DEPTH 32
 #define PLAN_MAX_BUCKET 16384 // pairs of one collective instruction
 plan_status plan_validate(const plan *p, char *err, size_t err_n);
+// Writes the message (printf's fmt) into err (err_n bytes, NUL-terminated; err NULL: nothing) and
+// returns st: every reader's way of failing with a message.
+plan_status plan_errorf(plan_status st, char *err, size_t err_n, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 
 // How instruction `in` of program pg uses its argument j: PLAN_ARG_READ, PLAN_ARG_WRITE or both
 // (an in-place operator; an accumulating operator's outputs), as plan_check's data flow counts

@@ -33,17 +33,6 @@
 
 #define SIM_MAX_EXECUTED (1ull << 32) // instructions a simulation may run (all classes)
 
-static plan_status fail(plan_status st, char *err, size_t err_n, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-static plan_status fail(plan_status st, char *err, size_t err_n, const char *fmt, ...) {
-    if (err && err_n) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, err_n, fmt, ap);
-        va_end(ap);
-    }
-    return st;
-}
-
 // Grows *v (of elem bytes each, capacity *cap) to hold at least need; false when out of memory.
 static bool grow(void *vp, uint64_t *cap, uint64_t need, size_t elem) {
     void **v = vp;
@@ -405,7 +394,7 @@ typedef struct sim {
 } sim;
 
 static void oom(sim *S) {
-    if (!S->oom) fail(PLAN_ERR_IO, S->err, S->err_n, "out of memory");
+    if (!S->oom) plan_errorf(PLAN_ERR_IO, S->err, S->err_n, "out of memory");
     S->oom = true;
     S->st = PLAN_ERR_IO;
 }
@@ -677,7 +666,7 @@ static void coll_arrive(sim *S, cstate *c, uint32_t s, const item *x) {
     const plan_insn *in = &c->pg->insns[x->insn];
     uint32_t g = (uint32_t)in->a, set = S->C.set[(size_t)g * S->m.world + c->rank];
     if (set == PLAN_NONE) {
-        S->st = fail(PLAN_ERR_INVALID, S->err, S->err_n, "rank %u (program %u): insn %u (%s) is a collective on group %u, which rank %u is not a member of",
+        S->st = plan_errorf(PLAN_ERR_INVALID, S->err, S->err_n, "rank %u (program %u): insn %u (%s) is a collective on group %u, which rank %u is not a member of",
                      c->rank, S->p->ranks[c->rank].program, x->insn, plan_insn_name(in), g, c->rank);
         return;
     }
@@ -709,7 +698,7 @@ static void msg_post(sim *S, cstate *c, uint32_t s, const item *x) {
     const plan_insn *in = &c->pg->insns[x->insn];
     uint32_t q = peer_of(&S->m, c->rank, in->a, in->b);
     if (q == PLAN_NONE) {
-        S->st = fail(PLAN_ERR_INVALID, S->err, S->err_n, "rank %u (program %u): insn %u (%s) along mesh axis %d %+d has no peer",
+        S->st = plan_errorf(PLAN_ERR_INVALID, S->err, S->err_n, "rank %u (program %u): insn %u (%s) along mesh axis %d %+d has no peer",
                      c->rank, S->p->ranks[c->rank].program, x->insn, plan_insn_name(in), in->a, in->b);
         return;
     }
@@ -831,7 +820,7 @@ static void deadlock(sim *S) {
             if (shown > 1) at += snprintf(msg + at, sizeof(msg) - (size_t)at, "; ");
             if (at < (int)sizeof(msg)) at += describe_wait(S, &S->cs[k], s, msg + at, sizeof(msg) - (size_t)at);
         }
-    S->st = fail(PLAN_ERR_INVALID, S->err, S->err_n, "%s", msg);
+    S->st = plan_errorf(PLAN_ERR_INVALID, S->err, S->err_n, "%s", msg);
 }
 
 static void simulate(sim *S) {
@@ -952,7 +941,7 @@ static plan_status sim_check(const plan *p, char *err, size_t err_n) {
     for (uint32_t r = 0; r < p->n_ranks; r++) {
         const plan_program *pg = &p->programs[p->ranks[r].program];
         if (!pg->name)
-            return fail(PLAN_ERR_INVALID, err, err_n, "program %u (rank %u) is not loaded: the simulation needs every program",
+            return plan_errorf(PLAN_ERR_INVALID, err, err_n, "program %u (rank %u) is not loaded: the simulation needs every program",
                         p->ranks[r].program, r);
     }
     for (uint32_t k = 0; k < p->n_programs; k++) {
@@ -960,7 +949,7 @@ static plan_status sim_check(const plan *p, char *err, size_t err_n) {
         total = total + e < total ? UINT64_MAX : total + e;
     }
     if (total > SIM_MAX_EXECUTED)
-        return fail(PLAN_ERR_INVALID, err, err_n, "the programs run more than %llu instructions per step: too many to simulate",
+        return plan_errorf(PLAN_ERR_INVALID, err, err_n, "the programs run more than %llu instructions per step: too many to simulate",
                     (unsigned long long)SIM_MAX_EXECUTED);
     return PLAN_OK;
 }

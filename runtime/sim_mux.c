@@ -37,17 +37,6 @@
 
 #define MUX_MAX_STEPS 1000u // foreground steps a packing may span
 
-static plan_status mux_fail(plan_status st, char *err, size_t err_n, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-static plan_status mux_fail(plan_status st, char *err, size_t err_n, const char *fmt, ...) {
-    if (err && err_n) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, err_n, fmt, ap);
-        va_end(ap);
-    }
-    return st;
-}
-
 typedef struct span {
     double a, b;
 } span;
@@ -205,10 +194,10 @@ static bool mux_class(const plan *fg, const sim_class *c, const spans *pieces, u
 plan_status sim_mux(const plan *fg, const sim_result *fr, const plan *bg, const sim_mux_opts *o, sim_mux_result *m, char *err,
                     size_t err_n) {
     memset(m, 0, sizeof(*m));
-    if (bg->meta.world != 1) return mux_fail(PLAN_ERR_INVALID, err, err_n, "the background plan has %u ranks: it must have one", bg->meta.world);
-    if (!(o->piece_s > 0)) return mux_fail(PLAN_ERR_INVALID, err, err_n, "the piece length must be positive");
+    if (bg->meta.world != 1) return plan_errorf(PLAN_ERR_INVALID, err, err_n, "the background plan has %u ranks: it must have one", bg->meta.world);
+    if (!(o->piece_s > 0)) return plan_errorf(PLAN_ERR_INVALID, err, err_n, "the piece length must be positive");
     for (uint32_t k = 0; k < fr->n_classes; k++)
-        if (!fr->classes[k].kept) return mux_fail(PLAN_ERR_INVALID, err, err_n, "the foreground's simulation kept no intervals for rank %u", fr->classes[k].rank);
+        if (!fr->classes[k].kept) return plan_errorf(PLAN_ERR_INVALID, err, err_n, "the foreground's simulation kept no intervals for rank %u", fr->classes[k].rank);
     // step 1: the background alone, and its pieces
     sim_opts bo = {.intervals = true, .rank_lo = 0, .rank_hi = 0};
     sim_result br;
@@ -219,8 +208,8 @@ plan_status sim_mux(const plan *fg, const sim_result *fr, const plan *bg, const 
     bool ok = bg_pieces(bg, &br, o->piece_s, &pieces, &bg_work);
     m->bg_step_s = br.step_s;
     sim_free(&br);
-    if (!ok) return free(pieces.v), mux_fail(PLAN_ERR_IO, err, err_n, "out of memory");
-    if (!pieces.n) return mux_fail(PLAN_ERR_INVALID, err, err_n, "the background plan computes nothing");
+    if (!ok) return free(pieces.v), plan_errorf(PLAN_ERR_IO, err, err_n, "out of memory");
+    if (!pieces.n) return plan_errorf(PLAN_ERR_INVALID, err, err_n, "the background plan computes nothing");
     m->n_pieces = pieces.n;
     for (size_t i = 0; i < pieces.n; i++) m->piece_max_s = fmax(m->piece_max_s, pieces.v[i].b);
     m->fg_step_s = fr->step_s;
@@ -237,7 +226,7 @@ plan_status sim_mux(const plan *fg, const sim_result *fr, const plan *bg, const 
         packed += w / m->steps * fr->classes[k].n_ranks;
     }
     free(pieces.v);
-    if (!ok) return mux_fail(PLAN_ERR_IO, err, err_n, "out of memory");
+    if (!ok) return plan_errorf(PLAN_ERR_IO, err, err_n, "out of memory");
     // step 3: the figures
     m->fg_samples_s = m->fg_step_s > 0 ? fb / m->fg_step_s : 0;
     m->bg_alone_samples_s = m->bg_step_s > 0 ? bb / m->bg_step_s : 0;
