@@ -388,15 +388,8 @@ static int bnew(bemit *E, bprog *P, int t, plan_shard s) {
 }
 
 static plan_insn *binsn(bemit *E, bprog *P, plan_insn_kind k, int stream, const int *args, int nargs) {
-    plan_insn *in = VEC_PUSH(E->g->arena, P->insn, P->n_insn, P->cap_insn);
-    in->kind = (uint8_t)k;
-    in->stream = (uint8_t)stream;
-    in->phase = (uint8_t)(k <= PLAN_I_COPY ? E->phase : PLAN_PHASE_NONE);
-    in->nargs = (uint16_t)nargs;
-    in->args = (uint32_t)P->n_args;
-    in->attrs = PLAN_NONE;
-    for (int i = 0; i < nargs; i++) *VEC_PUSH(E->g->arena, P->args, P->n_args, P->cap_args) = (uint32_t)args[i];
-    return in;
+    return emit_insn(E->g->arena, &P->insn, &P->n_insn, &P->cap_insn, &P->args, &P->n_args, &P->cap_args, k, stream, E->phase,
+                     args, nargs);
 }
 
 static void bevent(bemit *E, bprog *P, plan_insn_kind k, int stream, int ev) { binsn(E, P, k, stream, NULL, 0)->a = ev; }

@@ -273,6 +273,19 @@ plan_buffer *emit_buffers(plan *p, const pcc_mbuf *buf, int n_buf) {
     return out;
 }
 
+plan_insn *emit_insn(pcc_arena *ar, plan_insn **insns, int *n_insn, int *cap_insn, uint32_t **argv, int *n_args,
+                     int *cap_args, plan_insn_kind k, int stream, plan_phase phase, const int *args, int nargs) {
+    plan_insn *in = VEC_PUSH(ar, *insns, *n_insn, *cap_insn);
+    in->kind = (uint8_t)k;
+    in->stream = (uint8_t)stream;
+    in->phase = (uint8_t)(k <= PLAN_I_COPY ? phase : PLAN_PHASE_NONE);
+    in->nargs = (uint16_t)nargs;
+    in->args = (uint32_t)*n_args;
+    in->attrs = PLAN_NONE;
+    for (int i = 0; i < nargs; i++) *VEC_PUSH(ar, *argv, *n_args, *cap_args) = (uint32_t)args[i];
+    return in;
+}
+
 void emit_program(plan *p, plan_program *pr, const char *name, uint64_t arena, bool sync, const pcc_mbuf *buf, int n_buf,
                   const plan_insn *insn, int n_insn, const uint32_t *args, int n_args, const plan_attrs *attrs, int n_attrs) {
     pr->name = emit_strdup(p, name);

@@ -888,6 +888,11 @@ void *emit_memdup(plan *p, const void *src, size_t n);
 void emit_tensors(plan *p, const pcc_graph *g);
 // The plan's buffer records of a placed program.
 plan_buffer *emit_buffers(plan *p, const pcc_mbuf *buf, int n_buf);
+// Appends an instruction of kind k on stream to a program being built (*insns, *n_insn, *cap_insn
+// its VEC_PUSH vector) and its arguments to *argv: attrs PLAN_NONE, and phase (of its micro-batch's
+// pass) only where the kind takes one (compute, coll, send, recv, copy). Returns it for the rest.
+plan_insn *emit_insn(pcc_arena *ar, plan_insn **insns, int *n_insn, int *cap_insn, uint32_t **argv, int *n_args,
+                     int *cap_args, plan_insn_kind k, int stream, plan_phase phase, const int *args, int nargs);
 // Fills a program record: its name, arena, streams (a second, higher-priority stream and two
 // events when sync: the gradient synchronization's), and copies of its buffers, instructions,
 // arguments and attributes.

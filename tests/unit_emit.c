@@ -255,20 +255,26 @@ typedef struct sync_stats {
     bool contiguous; // every bucket of in-place all-reduces lies back to back with one layer stride
 } sync_stats;
 
-// The gradient collectives (stream 1) of gpt-tiny on dp 2 with buckets of `bucket_bytes`.
-static sync_stats sync_of(uint64_t bucket_bytes, int zero) {
-    sync_stats r = {0, 0, 0, true};
-    pcc_arena *a = arena_init();
-    pcc_graph *g = load(a, "gpt-tiny.json", 2);
+// gpt-tiny on dp 2 (micro-batches mb, ZeRO zero, gradient buckets of bucket_bytes) into *e.
+static bool emit_tiny_dp2(pcc_arena *a, int mb, int zero, uint64_t bucket_bytes, pcc_emitted *e) {
+    pcc_graph *g = load(a, "gpt-tiny.json", mb);
     pcc_cluster *c = cpu(a, 2);
     pcc_strategy_opts so = {.dp = 2, .tp = 1, .pp = 1, .zero = zero, .recompute = PCC_RECOMPUTE_NONE,
                             .ilp = {.time_limit_s = 30, .mip_gap = 1e-6}, .quiet = true};
     pcc_strategy **s;
     int n;
-    pcc_emitted e;
     pcc_emit_opts eo = {.options = "unit", .quiet = true, .bucket_bytes = bucket_bytes};
-    bool ok = g && c && strategy_plan(g, c, &so, &s, &n) == PCC_OK && emit_plan(g, c, s[0], &eo, &e) == PCC_OK;
+    bool ok = g && c && strategy_plan(g, c, &so, &s, &n) == PCC_OK && emit_plan(g, c, s[0], &eo, e) == PCC_OK;
     EXPECT(ok);
+    return ok;
+}
+
+// The gradient collectives (stream 1) of gpt-tiny on dp 2 with buckets of `bucket_bytes`.
+static sync_stats sync_of(uint64_t bucket_bytes, int zero) {
+    sync_stats r = {0, 0, 0, true};
+    pcc_arena *a = arena_init();
+    pcc_emitted e;
+    bool ok = emit_tiny_dp2(a, 2, zero, bucket_bytes, &e);
     if (!ok) {
         arena_free(a);
         return r;
@@ -310,16 +316,8 @@ static void buckets(void) {
 // (instructions, and their executions per step: loops multiplied out).
 static double zero_peak(int zero, int *rs_insns, int *rs_runs) {
     pcc_arena *a = arena_init();
-    pcc_graph *g = load(a, "gpt-tiny.json", 4);
-    pcc_cluster *c = cpu(a, 2);
-    pcc_strategy_opts so = {.dp = 2, .tp = 1, .pp = 1, .zero = zero, .recompute = PCC_RECOMPUTE_NONE,
-                            .ilp = {.time_limit_s = 30, .mip_gap = 1e-6}, .quiet = true};
-    pcc_strategy **s;
-    int n;
     pcc_emitted e;
-    pcc_emit_opts eo = {.options = "unit", .quiet = true, .bucket_bytes = 25000000};
-    bool ok = g && c && strategy_plan(g, c, &so, &s, &n) == PCC_OK && emit_plan(g, c, s[0], &eo, &e) == PCC_OK;
-    EXPECT(ok);
+    bool ok = emit_tiny_dp2(a, 4, zero, 25000000, &e);
     *rs_insns = *rs_runs = 0;
     if (!ok) {
         arena_free(a);
