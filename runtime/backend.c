@@ -105,6 +105,13 @@ int rt_backend_host_sum(rt_backend *b, double *v, int n, char *err, size_t err_n
     return b->host_sum ? b->host_sum(b, v, n, err, err_n) : 0;
 }
 
+int rt_backend_when_done(rt_backend *b, const rt_exec *x, void (*fn)(void *), void *arg, char *err, size_t err_n) {
+    if (!b) return missing(b, "when_done", err, err_n);
+    if (b->when_done) return b->when_done(b, x, fn, arg, err, err_n);
+    fn(arg);
+    return 0;
+}
+
 void rt_backend_free(rt_backend *b) {
     if (b && b->free) b->free(b);
 }

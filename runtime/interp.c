@@ -418,6 +418,37 @@ static int do_coll(walker *w, uint32_t i, uint32_t mb, uint32_t layer, uint64_t 
 static int walk(walker *w, uint32_t lo, uint32_t hi, frame f);
 static int step_insn(walker *w, uint32_t i, frame f);
 
+/* ---- the background gate (planrun --background; rt.h, "gate.c") ----
+ *
+ * With rt_options.gates set, a foreground walker marks every collective it issues on its rank's
+ * gate (entering before, leaving after, both when the stream gets there), and a background
+ * walker waits for the gate before every operator, copy or collective it issues and releases
+ * it when that piece is done. A mark or a release is made even when the piece failed. */
+
+static int gate_enter(walker *w, const plan_insn *in, const rt_exec *x) {
+    rt_gate *g = w->run->o.gates ? &w->run->o.gates[w->rk->rank] : NULL;
+    char err[256];
+    if (!g) return 0;
+    if (w->run->o.background) {
+        int rc = rt_gate_admit(g, w->run->o.timeout_s > 0 ? w->run->o.timeout_s : 60);
+        if (rc == -1) return rt_backend_fail(w->run->be, "stopped at the gate: the foreground job stopped");
+        if (rc) return rt_backend_fail(w->run->be, "the gate stayed shut for %g s (a foreground collective or a piece that did not end)", w->run->o.timeout_s);
+        return 0;
+    }
+    if (in->kind != PLAN_I_COLL) return 0;
+    return rt_backend_when_done(w->run->be, x, rt_gate_cb_coll_enter, g, err, sizeof err) ? rt_backend_fail(w->run->be, "%s", err) : 0;
+}
+
+static int gate_leave(walker *w, const plan_insn *in, const rt_exec *x) {
+    rt_gate *g = w->run->o.gates ? &w->run->o.gates[w->rk->rank] : NULL;
+    char err[256];
+    if (!g || (!w->run->o.background && in->kind != PLAN_I_COLL)) return 0;
+    void (*fn)(void *) = w->run->o.background ? rt_gate_cb_release : rt_gate_cb_coll_leave;
+    if (!rt_backend_when_done(w->run->be, x, fn, g, err, sizeof err)) return 0;
+    fn(g); // the stream will never get there: do not leave the gate shut
+    return rt_backend_fail(w->run->be, "%s", err);
+}
+
 /* ---- background rounds ----
  *
  * A background loop's body is one round of a background program (PLAN_FORMAT.md). The walker
@@ -532,16 +563,19 @@ static int step_insn(walker *w, uint32_t i, frame f) {
     case PLAN_I_COLL: {
         uint64_t seq = w->colls[in->a] + 1;
         w->colls[in->a] += in->nargs / 2u;
-        return mine ? do_coll(w, i, mb, layer, seq) : 0;
+        if (!mine || gate_enter(w, in, &x)) return mine ? -1 : 0;
+        int rc = do_coll(w, i, mb, layer, seq);
+        return gate_leave(w, in, &x) || rc ? -1 : 0;
     }
     case PLAN_I_COMPUTE:
     case PLAN_I_COPY: {
         if (!mine) return 0;
+        if (gate_enter(w, in, &x)) return -1;
         bool lock = needs_lock(w, in);
         if (lock) pthread_mutex_lock(&w->rk->lock);
         int rc = in->kind == PLAN_I_COMPUTE ? do_compute(w, i, mb, layer) : do_copy(w, i, mb, layer);
         if (lock) pthread_mutex_unlock(&w->rk->lock);
-        return rc;
+        return gate_leave(w, in, &x) || rc ? -1 : 0;
     }
     default: return fail(w, i, mb, layer, "unknown instruction kind %u", in->kind);
     }

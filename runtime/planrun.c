@@ -24,7 +24,15 @@
  *   kernel error, a dead peer); 7 --compare found a difference; 8 a data, --load or --save file
  *   is unusable; 9 --backend cuda finds no GPU to use (no driver, no device, a local rank
  *   beyond the visible devices); 10 the launch is inconsistent (launcher variables, a world
- *   size that differs from the plan's, a failed rendezvous).
+ *   size that differs from the plan's, a failed rendezvous); 11 the --background plan is unusable
+ *   (unreadable, corrupt, fails plan_check, more than one rank, a backend that cannot run it).
+ *
+ * --background BG.plan (DeepPool's GPU multiplexing, bgjob.c and gate.c): every foreground rank
+ * runs its own replica of the one-rank plan BG (seed --background-seed + rank) beside its
+ * foreground streams, admitted by the rank's gate: at most --background-inflight pieces in
+ * flight, none while the foreground is inside a collective. The foreground computes exactly
+ * what it computes alone (--compare still holds); --background-save and --background-compare
+ * move one replica's parameters, which equal a plain run of BG with that seed.
  */
 #include "rt.h"
 #ifdef PLANCC_HAVE_CUDA
@@ -53,11 +61,19 @@
 #endif
 
 enum { EXIT_USAGE = 1, EXIT_READ = 2, EXIT_INVALID = 3, EXIT_STALE = 4, EXIT_BACKEND = 5, EXIT_RUN = 6,
-       EXIT_DIFFER = 7, EXIT_FILE = 8, EXIT_NO_GPU = 9, EXIT_LAUNCH = 10 };
+       EXIT_DIFFER = 7, EXIT_FILE = 8, EXIT_NO_GPU = 9, EXIT_LAUNCH = 10, EXIT_BACKGROUND = 11 };
 
 typedef struct options {
     const char *plan, *backend, *data, *save, *load, *compare, *losses, *model, *cluster, *rendezvous;
     long steps, log_every;
+    // --background: the plan, steps per replica (-1: until the foreground ends), pieces in
+    // flight, seed of replica 0, the replica --background-save/--background-compare speak of
+    const char *bg, *bg_save, *bg_compare;
+    long bg_steps;
+    uint32_t bg_inflight;
+    uint64_t bg_seed;
+    int bg_replica;
+    bool bg_given;                  // some --background-* option was given
     uint64_t seed;
     double timeout_s, rtol, atol;
     bool quiet, f64, tf32;
@@ -94,6 +110,26 @@ static void usage(FILE *f) {
             "                      among all ranks is reported at once\n"
             "  --model F --cluster F  refuse the plan unless it was compiled from these files\n"
             "  --tf32              cuda: allow TF32 tensor cores in f32 products and convolutions\n"
+            "\n");
+    fprintf(f,
+            "Background job (DeepPool's GPU multiplexing):\n"
+            "  --background BG.plan  every rank of PLAN also trains its own replica of the one-rank\n"
+            "                      plan BG beside its foreground (cpu: threads of its own; cuda:\n"
+            "                      streams at the lowest priority, the foreground's at the highest),\n"
+            "                      admitted only into the foreground's idle time: at most K pieces\n"
+            "                      (BG instructions) in flight, none while the rank's foreground is\n"
+            "                      inside a collective. Prints each replica's steps and how many\n"
+            "                      pieces the gate held back. BG runs on synthetic data\n"
+            "  --background-steps N  each replica runs N steps (the run ends when both jobs have)\n"
+            "  --background-until-fg  replicas run steps until the foreground's last step ends,\n"
+            "                      then finish the step they are in (the default)\n"
+            "  --background-inflight K  pieces in flight per rank (default 1)\n"
+            "  --background-seed S  replica of rank r uses seed S + r (default 1): it equals\n"
+            "                      planrun BG.plan --seed S+r --steps N\n"
+            "  --background-replica R  the replica the next two options speak of (default 0)\n"
+            "  --background-save F  write that replica's parameters and optimizer state\n"
+            "  --background-compare F  compare that replica's parameters with F's (--rtol, --atol;\n"
+            "                      exit 7 on a difference)\n"
             "\n"
             "Launch (the cuda backend; one process per GPU). Each number comes from the first of:\n"
             "  --rank R, --world-size N, --local-rank L   flags\n"
@@ -113,7 +149,8 @@ static void usage(FILE *f) {
             "5 the backend cannot run it (or this planrun was built without it), 6 a step failed\n"
             "(deadlock, timeout, kernel, a dead peer), 7 --compare found a difference, 8 unusable\n"
             "--data/--load/--save file, 9 --backend cuda finds no GPU, 10 inconsistent launch\n"
-            "(launcher variables, a world size other than the plan's, the rendezvous failed).\n");
+            "(launcher variables, a world size other than the plan's, the rendezvous failed),\n"
+            "11 unusable --background plan (unreadable, fails its check, more than one rank).\n");
 }
 
 static int number(const char *opt, const char *s, double lo, double hi, double *out) {
@@ -139,9 +176,22 @@ static int whole(const char *opt, const char *s, int lo, int *out) {
     return 0;
 }
 
+static int check_background_args(const options *o, bool until) {
+    if (o->bg_given && !o->bg) {
+        fprintf(stderr, "planrun: the --background-* options need --background BG.plan\n");
+        return EXIT_USAGE;
+    }
+    if (until && o->bg_steps >= 0) {
+        fprintf(stderr, "planrun: --background-steps and --background-until-fg exclude each other\n");
+        return EXIT_USAGE;
+    }
+    return 0;
+}
+
 static int parse_args(int argc, char **argv, options *o) {
     enum { O_BACKEND = 256, O_STEPS, O_SEED, O_DATA, O_SAVE, O_LOAD, O_COMPARE, O_RTOL, O_LOSSES, O_LOG, O_TIMEOUT,
-           O_MODEL, O_CLUSTER, O_QUIET, O_HELP, O_VERSION, O_ATOL, O_PRECISION, O_RANK, O_WORLD, O_LOCAL, O_RDV, O_TF32 };
+           O_MODEL, O_CLUSTER, O_QUIET, O_HELP, O_VERSION, O_ATOL, O_PRECISION, O_RANK, O_WORLD, O_LOCAL, O_RDV, O_TF32,
+           O_BG, O_BG_STEPS, O_BG_UNTIL, O_BG_INFLIGHT, O_BG_SEED, O_BG_REPLICA, O_BG_SAVE, O_BG_COMPARE };
     static const struct option longs[] = {
         {"backend", required_argument, NULL, O_BACKEND}, {"steps", required_argument, NULL, O_STEPS},
         {"seed", required_argument, NULL, O_SEED}, {"data", required_argument, NULL, O_DATA},
@@ -154,9 +204,14 @@ static int parse_args(int argc, char **argv, options *o) {
         {"rank", required_argument, NULL, O_RANK}, {"world-size", required_argument, NULL, O_WORLD},
         {"local-rank", required_argument, NULL, O_LOCAL}, {"rendezvous", required_argument, NULL, O_RDV},
         {"tf32", no_argument, NULL, O_TF32},
+        {"background", required_argument, NULL, O_BG}, {"background-steps", required_argument, NULL, O_BG_STEPS},
+        {"background-until-fg", no_argument, NULL, O_BG_UNTIL}, {"background-inflight", required_argument, NULL, O_BG_INFLIGHT},
+        {"background-seed", required_argument, NULL, O_BG_SEED}, {"background-replica", required_argument, NULL, O_BG_REPLICA},
+        {"background-save", required_argument, NULL, O_BG_SAVE}, {"background-compare", required_argument, NULL, O_BG_COMPARE},
         {"help", no_argument, NULL, O_HELP}, {"version", no_argument, NULL, O_VERSION}, {0, 0, 0, 0}};
     *o = (options){.backend = "cpu", .steps = 10, .log_every = 1, .seed = 1, .timeout_s = 60, .rtol = 1e-5, .atol = 1e-5,
-                   .rank = -1, .world = -1, .local_rank = -1};
+                   .rank = -1, .world = -1, .local_rank = -1, .bg_steps = -1, .bg_inflight = 1, .bg_seed = 1};
+    bool until = false;
     double v;
     int c;
     opterr = 0;
@@ -188,6 +243,17 @@ static int parse_args(int argc, char **argv, options *o) {
         case O_LOCAL: if (whole("--local-rank", optarg, 0, &o->local_rank)) return EXIT_USAGE; break;
         case O_RDV: o->rendezvous = optarg; break;
         case O_TF32: o->tf32 = true; break;
+        case O_BG: o->bg = optarg; break;
+        case O_BG_STEPS: if (number("--background-steps", optarg, 0, 1e9, &v)) return EXIT_USAGE; o->bg_steps = (long)v, o->bg_given = true; break;
+        case O_BG_UNTIL: until = o->bg_given = true; break;
+        case O_BG_INFLIGHT:
+            if (number("--background-inflight", optarg, 1, 1024, &v)) return EXIT_USAGE;
+            o->bg_inflight = (uint32_t)v, o->bg_given = true;
+            break;
+        case O_BG_SEED: if (number("--background-seed", optarg, 0, 9007199254740992.0, &v)) return EXIT_USAGE; o->bg_seed = (uint64_t)v, o->bg_given = true; break;
+        case O_BG_REPLICA: if (whole("--background-replica", optarg, 0, &o->bg_replica)) return EXIT_USAGE; o->bg_given = true; break;
+        case O_BG_SAVE: o->bg_save = optarg, o->bg_given = true; break;
+        case O_BG_COMPARE: o->bg_compare = optarg, o->bg_given = true; break;
         case O_QUIET: o->quiet = true; break;
         case O_HELP: usage(stdout); exit(0);
         case O_VERSION: printf("planrun %s (backends: %s; rendezvous: tcp, file%s)\n", PLANRUN_VERSION, BACKENDS, RDV_MPI); exit(0);
@@ -209,7 +275,7 @@ static int parse_args(int argc, char **argv, options *o) {
         fprintf(stderr, "planrun: --precision f64 runs on the cpu backends only\n");
         return EXIT_USAGE;
     }
-    return 0;
+    return check_background_args(o, until);
 }
 
 static double now_s(void) {
@@ -238,6 +304,27 @@ static int load_plan(const options *o, plan *p) {
     return 0;
 }
 
+// The background plan: read whole, checked, one rank. EXIT_BACKGROUND with a message otherwise.
+static int load_background(const options *o, uint32_t fg_world, plan *bg) {
+    char err[1024];
+    if (plan_read(o->bg, -1, bg, err, sizeof err) != PLAN_OK) {
+        fprintf(stderr, "planrun: --background %s: %s\n", o->bg, err);
+        return EXIT_BACKGROUND;
+    }
+    int rc = 0;
+    if (plan_check(bg, err, sizeof err) != PLAN_OK)
+        fprintf(stderr, "planrun: --background %s: the plan fails its check: %s\n", o->bg, err), rc = EXIT_BACKGROUND;
+    else if (bg->meta.world != 1)
+        fprintf(stderr, "planrun: --background %s: the plan has %u ranks; a background job is a one-rank plan (every rank "
+                "of the foreground trains its own replica of it): compile it with --devices 1\n", o->bg, bg->meta.world),
+            rc = EXIT_BACKGROUND;
+    else if (o->bg_replica >= (int)fg_world)
+        fprintf(stderr, "planrun: --background-replica %d: the foreground has %u rank%s, so replicas 0 to %u\n", o->bg_replica,
+                fg_world, fg_world == 1 ? "" : "s", fg_world - 1), rc = EXIT_USAGE;
+    if (rc) plan_free(bg);
+    return rc;
+}
+
 static void describe_plan(const options *o, const plan *p) {
     char mesh[96] = "";
     size_t n = 0;
@@ -260,7 +347,121 @@ typedef struct how {
     int rank;
     bool leader;
     const void *backend_config;
+    const plan *bg;                 // --background: the one-rank plan, else NULL
+    const void *bg_backend_config;  // the background's backend settings (cuda: lowest priority)
 } how;
+
+/* ---- the background job (--background; bgjob.c, gate.c) ---- */
+
+typedef struct background {
+    rt_gate *gates;                 // one per foreground rank
+    int n_gates;
+    rt_bgjob job;
+} background;
+
+// Before the foreground's rt_run_init: one gate per rank, hooked into the foreground's options.
+static int bg_gates(const options *o, const how *h, int world, rt_options *ro, background *b) {
+    memset(b, 0, sizeof *b);
+    if (!h->bg) return 0;
+    if (!(b->gates = calloc((size_t)world, sizeof *b->gates))) {
+        fprintf(stderr, "planrun: out of memory\n");
+        return EXIT_RUN;
+    }
+    for (int q = 0; q < world; q++, b->n_gates++)
+        if (rt_gate_init(&b->gates[q], o->bg_inflight)) {
+            fprintf(stderr, "planrun: cannot make the background gate of rank %d\n", q);
+            return EXIT_RUN;
+        }
+    ro->gates = b->gates;
+    return 0;
+}
+
+// The replicas (one per foreground rank this process runs), started.
+static int bg_start(const options *o, const how *h, const rt_options *ro, background *b, bool quiet) {
+    if (!h->bg) return 0;
+    char err[2048];
+    int *ranks = malloc((size_t)b->n_gates * sizeof *ranks), n = 0;
+    if (!ranks) return fprintf(stderr, "planrun: out of memory\n"), EXIT_RUN;
+    for (int q = 0; q < b->n_gates; q++)
+        if (!h->one_rank || q == h->rank) ranks[n++] = q;
+    rt_options bo = *ro;
+    bo.backend_config = h->bg_backend_config;
+    int rc = rt_bgjob_init(&b->job, h->bg, &bo, ranks, n, o->bg_seed, b->gates, o->bg_steps, err, sizeof err);
+    free(ranks);
+    if (rc) return fprintf(stderr, "planrun: --background %s: %s\n", o->bg, err), EXIT_BACKGROUND;
+    if (!quiet) {
+        char steps[64] = "steps until the foreground ends";
+        if (o->bg_steps >= 0) snprintf(steps, sizeof steps, "%ld steps", o->bg_steps);
+        printf("planrun: background %s: model %s, a replica beside each of %d rank%s (seed %llu + rank), %s, at most %u "
+               "piece%s in flight, none during the foreground's collectives\n", o->bg, h->bg->meta.model_name ? h->bg->meta.model_name : "?",
+               n, n == 1 ? "" : "s", (unsigned long long)o->bg_seed, steps, o->bg_inflight, o->bg_inflight == 1 ? "" : "s");
+    }
+    if (rt_bgjob_start(&b->job, err, sizeof err)) {
+        fprintf(stderr, "planrun: %s\n", err);
+        for (int q = 0; q < b->n_gates; q++) rt_gate_close(&b->gates[q]);
+        rt_bgjob_join(&b->job, err, sizeof err);
+        return EXIT_RUN;
+    }
+    return 0;
+}
+
+static void bg_report(const options *o, const background *b) {
+    for (int k = 0; k < b->job.n; k++) {
+        const rt_bgjob_replica *x = &b->job.reps[k];
+        rt_gate_stats st;
+        rt_gate_stats_get(&b->gates[x->rank], &st);
+        printf("background beside rank %d: seed %llu, %llu step%s, loss %.6f -> %.6f; %llu pieces, %llu held back by the gate (%llu "
+               "during foreground collectives), at most %u in flight; %llu foreground collectives (%llu began with a piece in flight)\n",
+               x->rank, (unsigned long long)x->seed, (unsigned long long)x->steps, x->steps == 1 ? "" : "s", x->first_loss,
+               x->last_loss, (unsigned long long)st.admitted, (unsigned long long)st.held, (unsigned long long)st.held_coll,
+               st.max_inflight, (unsigned long long)st.fg_colls, (unsigned long long)st.overlapped);
+    }
+    (void)o;
+}
+
+// --background-save and --background-compare on the replica they name (when this process runs it).
+static int bg_files(const options *o, const background *b, bool quiet) {
+    const rt_bgjob_replica *x = NULL;
+    for (int k = 0; k < b->job.n; k++)
+        if (b->job.reps[k].rank == o->bg_replica) x = &b->job.reps[k];
+    if (!x) return 0;
+    char err[4096];
+    if (o->bg_save) {
+        if (rt_save(&x->run, o->bg_save, err, sizeof err)) return fprintf(stderr, "planrun: --background-save: %s\n", err), EXIT_FILE;
+        if (!quiet) printf("saved the background replica beside rank %d to %s\n", x->rank, o->bg_save);
+    }
+    if (o->bg_compare) {
+        rt_diff d;
+        int c = rt_compare(&x->run, o->bg_compare, o->rtol, o->atol, &d, err, sizeof err);
+        if (c < 0) return fprintf(stderr, "planrun: --background-compare: %s\n", err), EXIT_FILE;
+        if (c > 0) return fprintf(stderr, "planrun: --background-compare %s (replica beside rank %d): %s\n", o->bg_compare, x->rank, err), EXIT_DIFFER;
+        printf("background replica beside rank %d: parameters equal %s's within atol %g + rtol %g; largest difference %.3g (\"%s\")\n",
+               x->rank, o->bg_compare, o->atol, o->rtol, d.abs, d.tensor);
+    }
+    return 0;
+}
+
+// After the foreground's steps: replicas that run until the foreground ends stop after their
+// step; a failed foreground shuts the gates (its replicas stop, their errors are not news).
+static int bg_end(const options *o, background *b, bool fg_ok, bool quiet) {
+    if (!b->gates) return 0;
+    char err[2048];
+    if (!fg_ok)
+        for (int q = 0; q < b->n_gates; q++) rt_gate_close(&b->gates[q]);
+    rt_bgjob_stop(&b->job);
+    int rc = rt_bgjob_join(&b->job, err, sizeof err);
+    if (!fg_ok) return 0;
+    if (rc) return fprintf(stderr, "planrun: %s\n", err), EXIT_RUN;
+    if (!quiet) bg_report(o, b);
+    return bg_files(o, b, quiet);
+}
+
+static void bg_free(background *b) {
+    rt_bgjob_free(&b->job);
+    for (int q = 0; q < b->n_gates; q++) rt_gate_free(&b->gates[q]);
+    free(b->gates);
+    memset(b, 0, sizeof *b);
+}
 
 static int run(const options *o, const plan *p, const how *h) {
     char err[4096];
@@ -273,13 +474,15 @@ static int run(const options *o, const plan *p, const how *h) {
     rt_options ro = {.backend = o->backend, .f64 = o->f64, .one_rank = h->one_rank, .rank = h->rank, .seed = o->seed,
                      .timeout_s = o->timeout_s, .corpus = &corpus, .backend_config = h->backend_config};
     bool quiet = o->quiet || !h->leader;
+    background bg;
+    int rc = bg_gates(o, h, (int)p->meta.world, &ro, &bg);
     rt_run r;
-    if (rt_run_init(&r, p, &ro, err, sizeof err)) {
-        fprintf(stderr, "planrun: %s: %s\n", o->plan, err);
+    if (rc || rt_run_init(&r, p, &ro, err, sizeof err)) {
+        if (!rc) fprintf(stderr, "planrun: %s: %s\n", o->plan, err);
+        bg_free(&bg);
         rt_corpus_free(&corpus);
-        return EXIT_BACKEND;
+        return rc ? rc : EXIT_BACKEND;
     }
-    int rc = 0;
     if (o->load && rt_load(&r, o->load, err, sizeof err)) {
         fprintf(stderr, "planrun: %s\n", err);
         rc = EXIT_FILE;
@@ -290,6 +493,7 @@ static int run(const options *o, const plan *p, const how *h) {
         rc = EXIT_FILE;
     }
     if (!quiet && !rc) describe_plan(o, p);
+    if (!rc) rc = bg_start(o, h, &ro, &bg, o->quiet);
     double t0 = now_s(), loss = NAN, first = NAN;
     for (long s = 0; s < o->steps && !rc; s++) {
         double ts = now_s();
@@ -318,6 +522,7 @@ static int run(const options *o, const plan *p, const how *h) {
         }
     if (!rc && !quiet && lo != UINT64_MAX)
         printf("background rounds: %llu to %llu per rank\n", (unsigned long long)lo, (unsigned long long)hi);
+    int bg_rc = bg_end(o, &bg, !rc, o->quiet);
     rt_teacher_stats ts;
     rt_teacher_stats_get(&ts);
     if (!rc && !quiet && ts.labels > 0) // this process's ranks: every label once per step and micro-batch
@@ -336,20 +541,21 @@ static int run(const options *o, const plan *p, const how *h) {
                     o->atol, o->rtol, d.abs, d.tensor);
     }
     rt_run_free(&r);
+    bg_free(&bg);
     rt_corpus_free(&corpus);
-    return rc;
+    return rc ? rc : bg_rc;
 }
 
 // The cpu backends run every rank here: a launcher that says this is one of several processes
 // is a mistake (a world of one, srun -n 1 say, is fine).
-static int run_cpu(const options *o, const plan *p, const rt_launch *l) {
+static int run_cpu(const options *o, const plan *p, const plan *bg, const rt_launch *l) {
     if (l->launched && l->world > 1) {
         fprintf(stderr, "planrun: the %s backend runs every rank of the plan in this one process, but %s says this is "
                 "one of %d processes: use --backend cuda (one rank per process), or start a single planrun\n", o->backend,
                 l->world_from, l->world);
         return EXIT_LAUNCH;
     }
-    how h = {.leader = true};
+    how h = {.leader = true, .bg = bg};
     return run(o, p, &h);
 }
 
@@ -374,7 +580,7 @@ static void describe_gpu(const rt_launch *l, const rt_cuda_device *d) {
 }
 
 // One rank per process: who this is, which GPU, the NCCL id from rank 0, then the steps.
-static int run_cuda(const options *o, const plan *p, rt_launch *l) {
+static int run_cuda(const options *o, const plan *p, const plan *bg, rt_launch *l) {
     char err[2048];
     if (!l->launched) {
         if (p->meta.world != 1) {
@@ -426,7 +632,14 @@ static int run_cuda(const options *o, const plan *p, rt_launch *l) {
     }
     cfg.device = dev.ordinal;
     if (!o->quiet) describe_gpu(l, &dev);
-    how h = {.one_rank = true, .rank = l->rank, .leader = l->rank == 0, .backend_config = &cfg};
+    // With a background job the foreground's streams take the device's highest priorities and
+    // the background replica's (a one-rank run of its own on this GPU) the lowest.
+    rt_cuda_config bg_cfg = cfg;
+    if (bg) {
+        cfg.priority = RT_CUDA_PRIORITY_HIGH;
+        bg_cfg.rank = 0, bg_cfg.world = 1, bg_cfg.priority = RT_CUDA_PRIORITY_LOW;
+    }
+    how h = {.one_rank = true, .rank = l->rank, .leader = l->rank == 0, .backend_config = &cfg, .bg = bg, .bg_backend_config = &bg_cfg};
     int rc = run(o, p, &h);
     rt_rendezvous_finish();
     return rc;
@@ -443,19 +656,25 @@ int main(int argc, char **argv) {
         fprintf(stderr, "planrun: %s\n", err);
         return EXIT_LAUNCH;
     }
-    plan p;
+    plan p, bg;
     if ((rc = load_plan(&o, &p))) return rc;
+    if (o.bg && (rc = load_background(&o, p.meta.world, &bg))) {
+        plan_free(&p);
+        return rc;
+    }
+    const plan *bgp = o.bg ? &bg : NULL;
     if (!strcmp(o.backend, "cuda")) {
 #ifdef PLANCC_HAVE_CUDA
-        rc = run_cuda(&o, &p, &l);
+        rc = run_cuda(&o, &p, bgp, &l);
 #else
         fprintf(stderr, "planrun: this planrun was built without the cuda backend (meson found no CUDA toolkit with cuBLAS, "
                 "cuDNN and NCCL); use --backend cpu\n");
         rc = EXIT_BACKEND;
 #endif
     } else {
-        rc = run_cpu(&o, &p, &l);
+        rc = run_cpu(&o, &p, bgp, &l);
     }
+    if (bgp) plan_free(&bg);
     plan_free(&p);
     return rc;
 }

@@ -6,7 +6,9 @@
  *               backward, in plain C with GEMMs through CBLAS
  *   data.c      synthetic data, initializers and token files
  *   comm.c      in-process collectives and send/recv for the CPU backend (ranks are threads)
+ *   gate.c      the admission gate of a background job (planrun --background)
  *   interp.c    the interpreter: one rank's program, its loops, streams and events
+ *   bgjob.c     the background job: a replica of a one-rank plan beside every foreground rank
  *   st.c        safetensors files (save, load, compare parameters)
  *   launch.c    rank discovery (flags, torchrun, OpenMPI, SLURM) and the NCCL-id rendezvous
  *   planrun.c   the command line
@@ -226,6 +228,48 @@ int rt_comm_p2p(rt_comm *c, int thread, int rank, rt_p2p *items, int n);
 int rt_comm_coll(rt_comm *c, int thread, uint64_t key, uint64_t seq, int n_members, int me,
                  const rt_coll_member *mine, uint32_t dtype, const char *what);
 
+/* ---- gate.c: the admission gate of a background job ----
+ *
+ * planrun --background runs a one-rank plan beside every foreground rank on the same device
+ * (DeepPool's GPU multiplexing). One gate per foreground rank admits the background's pieces
+ * (its instructions): at most `limit` in flight, none while the foreground is inside a
+ * collective. The foreground's interpreter marks its collectives and the background's asks
+ * before each piece (interp.c, through rt_options.gates); the marks and releases reach the gate
+ * through rt_backend_when_done, at once on the CPU and when the stream gets there on CUDA. */
+typedef struct rt_gate_stats {
+    uint64_t admitted;              // background pieces admitted
+    uint64_t held;                  // admissions that had to wait (the gate was shut when asked)
+    uint64_t held_coll;             // of which: shut because the foreground was inside a collective
+    uint64_t fg_colls;              // foreground collectives marked
+    uint64_t overlapped;            // of which: entered while a background piece was in flight
+    uint32_t max_inflight;          // the most pieces in flight at once (never above limit)
+} rt_gate_stats;
+
+typedef struct rt_gate {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    uint32_t limit;                 // pieces in flight at most
+    uint32_t inflight;              // pieces admitted and not yet released
+    uint32_t fg_in_coll;            // foreground collectives entered and not yet left
+    bool closed, ready;
+    rt_gate_stats stats;
+} rt_gate;
+
+// A gate that admits up to limit pieces at once. -1 when limit is 0 or the mutex cannot be made.
+int rt_gate_init(rt_gate *g, uint32_t limit);
+void rt_gate_free(rt_gate *g);      // accepts NULL and a gate whose init failed
+// Blocks until a piece may start (nothing of the foreground's collectives in progress, fewer
+// than limit in flight) and counts it in flight. 0; -1 once the gate is closed; -2 when it
+// stayed shut for timeout_s seconds.
+int rt_gate_admit(rt_gate *g, double timeout_s);
+// The callbacks (arg: the gate): a piece finished; the foreground enters or leaves a collective.
+void rt_gate_cb_release(void *gate);
+void rt_gate_cb_coll_enter(void *gate);
+void rt_gate_cb_coll_leave(void *gate);
+// Wakes every waiting admission and fails every later one. Accepts NULL.
+void rt_gate_close(rt_gate *g);
+void rt_gate_stats_get(rt_gate *g, rt_gate_stats *s);
+
 /* ---- backend.c: the backend interface ----
  *
  * The interpreter (interp.c) decides what runs, in which order, on which stream, with which
@@ -253,7 +297,7 @@ int rt_comm_coll(rt_comm *c, int thread, uint64_t key, uint64_t seq, int n_membe
  *
  * Required: name, arena_alloc, arena_free, upload, download, kernel, copy, p2p, coll, record,
  * wait, fail, error. Optional (NULL: nothing to do): step_begin, step_end, thread_exit,
- * host_sum, free. */
+ * host_sum, when_done, free. */
 
 // Who issues a call: the host thread (0 .. ranks x streams - 1), the rank, and the stream the
 // work belongs to.
@@ -315,6 +359,9 @@ struct rt_backend {
     // Sums n host doubles over every process of the run, in place (the step's loss when each
     // process runs one rank). NULL: this process runs every rank, nothing to sum.
     int (*host_sum)(rt_backend *b, double *v, int n, char *err, size_t err_n);
+    // Calls fn(arg) once the work issued on x's stream so far is done (cuda: cudaLaunchHostFunc;
+    // fn must not call the backend). NULL: calls block, so the wrapper calls fn at once.
+    int (*when_done)(rt_backend *b, const rt_exec *x, void (*fn)(void *), void *arg, char *err, size_t err_n);
     void (*free)(rt_backend *b);    // frees b itself too
 };
 
@@ -347,6 +394,7 @@ int rt_backend_step_end(rt_backend *b, char *err, size_t err_n);
 int rt_backend_fail(rt_backend *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 const char *rt_backend_error(rt_backend *b);
 int rt_backend_host_sum(rt_backend *b, double *v, int n, char *err, size_t err_n);
+int rt_backend_when_done(rt_backend *b, const rt_exec *x, void (*fn)(void *), void *arg, char *err, size_t err_n);
 void rt_backend_free(rt_backend *b); // accepts NULL
 
 /* ---- interp.c: the interpreter ----
@@ -365,6 +413,11 @@ typedef struct rt_options {
     double timeout_s;               // a blocked stream gives up after this long
     const rt_corpus *corpus;        // NULL: synthetic tokens
     const void *backend_config;     // the backend's own settings (cuda: a rt_cuda_config, cuda/rt_cuda.h)
+    // planrun --background: gates[r] is rank r's gate (NULL: no background job). A foreground
+    // run marks its collectives there; a background run (one rank) waits at gates[0] before
+    // every piece of work.
+    rt_gate *gates;
+    bool background;
 } rt_options;
 
 typedef struct rt_rank {
@@ -412,6 +465,50 @@ int rt_buffer_read(const rt_run *r, const rt_rank *rk, uint32_t b, uint32_t mb, 
 int rt_buffer_write(const rt_run *r, const rt_rank *rk, uint32_t b, uint32_t mb, uint32_t l, const void *host, char *err, size_t err_n);
 // The piece of tensor t that shard s names on the rank with coordinates coord.
 void rt_shard_box(const plan *p, const plan_tensor *t, plan_shard s, const uint32_t *coord, rt_box *box);
+
+/* ---- bgjob.c: the background job (planrun --background) ----
+ *
+ * A one-rank plan run beside every foreground rank of this process, each replica an rt_run of
+ * its own (seed seed0 + its foreground rank, synthetic data) on a thread of its own, waiting at
+ * that rank's gate before every piece of work. Replica q after N steps equals a plain run of
+ * the plan with --seed seed0+q --steps N. */
+typedef struct rt_bgjob rt_bgjob;
+typedef struct rt_bgjob_replica {
+    rt_bgjob *job;
+    int rank;                       // the foreground rank it runs beside (its gate)
+    uint64_t seed;
+    rt_run run;
+    pthread_t th;
+    bool started;
+    uint64_t steps;                 // steps finished
+    double first_loss, last_loss;
+    int rc;                         // -1: a step failed (err says why)
+    char err[1536];
+} rt_bgjob_replica;
+
+struct rt_bgjob {
+    long steps;                     // per replica; -1: until rt_bgjob_stop
+    int n;
+    rt_bgjob_replica *reps;         // one per foreground rank given to rt_bgjob_init
+    pthread_mutex_t mu;
+    bool stop, mu_init;
+};
+
+// Sets up a replica of the one-rank plan p beside each of the n foreground ranks ranks[]: an
+// rt_run with base's backend, precision, timeout and backend_config, seed seed0 + rank, no
+// corpus, waiting at gates[rank]. -1 with a message (p has more than one rank, a replica's
+// rt_run_init failed); *j is then freed.
+int rt_bgjob_init(rt_bgjob *j, const plan *p, const rt_options *base, const int *ranks, int n, uint64_t seed0,
+                  rt_gate *gates, long steps, char *err, size_t err_n);
+// Starts every replica's thread. -1 with a message when a thread cannot start (the ones that
+// did run on: stop, close the gates and join them).
+int rt_bgjob_start(rt_bgjob *j, char *err, size_t err_n);
+// With steps -1: every replica stops after the step it is running. Can't fail; accepts a
+// zeroed job.
+void rt_bgjob_stop(rt_bgjob *j);
+// Waits for every started replica. 0, or -1 with the first failed replica's message.
+int rt_bgjob_join(rt_bgjob *j, char *err, size_t err_n);
+void rt_bgjob_free(rt_bgjob *j);    // accepts NULL and a zeroed job; join first
 
 /* ---- st.c: parameters and optimizer state as safetensors files ----
  *

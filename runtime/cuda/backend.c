@@ -225,6 +225,16 @@ static int be_wait(rt_backend *b, const rt_exec *x, uint32_t event, uint64_t ord
     return 0;
 }
 
+// Calls fn(arg) when x's stream reaches this point (the background gate's marks and releases,
+// planrun --background). fn only takes a mutex: it calls nothing of CUDA's, as a host function must not.
+static int be_when_done(rt_backend *b, const rt_exec *x, void (*fn)(void *), void *arg, char *err, size_t err_n) {
+    cu_state *cu = cu_of(b);
+    cudaStream_t st;
+    CU_TRY(cu_stream(cu, x->stream, &st, err, err_n));
+    CUDA_CHECK(cudaLaunchHostFunc(st, fn, arg));
+    return 0;
+}
+
 /* ---- failures ---- */
 
 static void be_fail(rt_backend *b, const char *msg) {
@@ -386,16 +396,27 @@ static void be_free(rt_backend *b) {
 
 // The plan's streams (with their priorities), a cuBLAS and a cuDNN handle per stream, the
 // plan's events, the flag word.
-static int make_streams(cu_state *cu, const plan_program *pg, char *err, size_t err_n) {
+// The CUDA priority of plan stream s (lower runs first, CUDA's convention) in the device's range
+// [greatest, least], as rt_cuda_config.priority says (rt_cuda.h).
+static int stream_priority(const plan_program *pg, int n_streams, int s, int mode, int least, int greatest) {
+    if (mode == RT_CUDA_PRIORITY_LOW) return least;
+    int top = 0, bottom = INT32_MAX; // the plan's largest (last-running) and smallest priorities
+    for (int k = 0; k < n_streams; k++) {
+        top = pg->priority[k] > top ? pg->priority[k] : top;
+        bottom = pg->priority[k] < bottom ? pg->priority[k] : bottom;
+    }
+    int prio = mode == RT_CUDA_PRIORITY_HIGH ? greatest + (pg->priority[s] - bottom) : least - (top - pg->priority[s]);
+    int floor = mode == RT_CUDA_PRIORITY_HIGH && least > greatest ? least - 1 : least; // HIGH leaves least to the background
+    return prio < greatest ? greatest : prio > floor ? floor : prio;
+}
+
+static int make_streams(cu_state *cu, const plan_program *pg, int mode, char *err, size_t err_n) {
     int least = 0, greatest = 0;
     CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
     cu->n_streams = (int)(pg->n_streams ? pg->n_streams : 1);
     if (cu->n_streams > CU_MAX_STREAMS) return cu_say(err, err_n, "the program has %d streams; at most %d", cu->n_streams, CU_MAX_STREAMS);
-    int top = 0; // the plan's largest (last-running) priority maps to CUDA's least, the others above it
-    for (int s = 0; s < cu->n_streams; s++) top = pg->priority[s] > top ? pg->priority[s] : top;
     for (int s = 0; s < cu->n_streams; s++) {
-        int prio = least - (top - pg->priority[s]);
-        prio = prio < greatest ? greatest : prio > least ? least : prio; // lower runs first
+        int prio = stream_priority(pg, cu->n_streams, s, mode, least, greatest);
         CUDA_CHECK(cudaStreamCreateWithPriority(&cu->streams[s], cudaStreamNonBlocking, prio));
         CUBLAS_CHECK(cublasCreate(&cu->blas[s]));
         CUBLAS_CHECK(cublasSetStream(cu->blas[s], cu->streams[s]));
@@ -463,11 +484,12 @@ rt_backend *rt_backend_cuda_init(const plan *p, const rt_options *o, char *err, 
         .fail = be_fail,
         .error = be_error,
         .host_sum = cu_nccl_host_sum,
+        .when_done = be_when_done,
         .free = be_free,
     };
     const plan_program *pg = &p->programs[p->ranks[cu->rank].program];
     char why[1536] = "";
-    if (cudaSetDevice(cu->device) != cudaSuccess || make_streams(cu, pg, why, sizeof why) || cu_nccl_init(cu, cfg, why, sizeof why) ||
+    if (cudaSetDevice(cu->device) != cudaSuccess || make_streams(cu, pg, cfg->priority, why, sizeof why) || cu_nccl_init(cu, cfg, why, sizeof why) ||
         cu_prof_init(cu, why, sizeof why)) {
         cu_say(err, err_n, "cuda backend, rank %d on GPU %d: %s", cu->rank, cu->device, why[0] ? why : "cudaSetDevice failed");
         be_free(b);

@@ -33,7 +33,17 @@ typedef struct rt_cuda_config {
     int rank, world;                // this process's rank and the plan's world size
     uint8_t nccl_id[RT_CUDA_ID_BYTES]; // rank 0's ncclUniqueId (needed when world > 1)
     bool tf32;                      // allow TF32 tensor cores in f32 GEMMs and convolutions
+    int priority;                   // RT_CUDA_PRIORITY_*: where the streams sit in the device's range
 } rt_cuda_config;
+
+// Stream priorities (cudaDeviceGetStreamPriorityRange: `least` to `greatest`). PLAN: the plan's
+// priorities, its last-running one at the device's least. With a background job (planrun
+// --background): HIGH puts the foreground's plan priorities at the top of the range (its
+// first-running streams at greatest) and never at least; LOW puts every stream of the
+// background replica at least, so the device's scheduler prefers the foreground's blocks.
+#define RT_CUDA_PRIORITY_PLAN 0
+#define RT_CUDA_PRIORITY_HIGH 1
+#define RT_CUDA_PRIORITY_LOW 2
 
 // Chooses device local_rank % (visible devices) when local_rank < the count of visible devices,
 // makes it current and fills dev (versions of the CUDA runtime and driver, NCCL, cuDNN and
