@@ -120,6 +120,40 @@ def launch_and_cuda(pr, plancc, cpu, mlp, j):
          [["--rank", r, "--world-size", 2, "--rendezvous", "file:" + j("nccl.id")] for r in (0, 1)])
 
 
+def background(pr, j):
+    """--background: the background plan's refusals (exit 11), its options' (exit 1), and a
+    replica's --background-save/--background-compare. mlp.plan has 2 ranks, mlp1.plan one."""
+    fg, bg = j("mlp.plan"), j("mlp1.plan")
+    expect("background with 2 ranks", pr(fg, "--steps", 1, "--background", fg), 11, "--background", "2 ranks", "--devices 1")
+    expect("missing background plan", pr(fg, "--steps", 1, "--background", j("nope-bg.plan")), 11, "nope-bg.plan")
+    expect("background not a plan", pr(fg, "--steps", 1, "--background", j("junk.plan")), 11, "junk.plan")
+    expect("corrupt background plan", pr(fg, "--steps", 1, "--background", j("flip.plan")), 11, "flip.plan")
+    expect("truncated background plan", pr(fg, "--steps", 1, "--background", j("short.plan")), 11, "short.plan")
+    expect("background plan fails its check", pr(fg, "--steps", 1, "--background", j("rbw.plan")), 11, "rbw.plan",
+           "fails its check")
+    expect("--background-steps without --background", pr(fg, "--background-steps", 2), 1, "need --background")
+    expect("--background-steps and --background-until-fg", pr(fg, "--background", bg, "--background-steps", 2,
+                                                              "--background-until-fg"), 1, "exclude each other")
+    expect("--background-inflight 0", pr(fg, "--background", bg, "--background-inflight", 0), 1, "--background-inflight")
+    expect("--background-replica beyond the ranks", pr(fg, "--background", bg, "--background-replica", 2), 1,
+           "replicas 0 to 1")
+    # replica 1 (seed 5 + 1) after 3 steps is the plain run with seed 6
+    expect("plain background run", pr(bg, "--steps", 3, "--seed", 6, "--quiet", "--save", j("bg6.st")), 0)
+    expect("background replica equals the plain run",
+           pr(fg, "--steps", 2, "--background", bg, "--background-steps", 3, "--background-seed", 5, "--background-replica", 1,
+              "--background-compare", j("bg6.st"), "--background-save", j("bgr1.st")), 0,
+           "background beside rank 0: seed 5, 3 steps", "background beside rank 1: seed 6, 3 steps", "held back by the gate",
+           "background replica beside rank 1: parameters equal", "saved the background replica beside rank 1")
+    expect("saved replica equals the plain run", pr(bg, "--steps", 3, "--seed", 6, "--compare", j("bgr1.st"), "--rtol", 0,
+                                                    "--atol", 0), 0, "parameters equal")
+    expect("background replica of another seed differs",
+           pr(fg, "--steps", 1, "--background", bg, "--background-steps", 3, "--background-compare", j("bg6.st")), 7,
+           "--background-compare", "replica beside rank 0")
+    expect("unwritable --background-save", pr(fg, "--steps", 1, "--background", bg, "--background-steps", 1,
+                                              "--background-save", j("no/such/bg.st")), 8, "bg.st")
+    expect("--background with --quiet", pr(fg, "--steps", 1, "--background", bg, "--quiet"), 0)
+
+
 def main():
     global wrapper
     plancc, planrun, plandump, root = sys.argv[1:5]
@@ -136,7 +170,7 @@ def main():
         check("compile mlp", p.returncode == 0, p)
 
         # usage
-        expect("--help", pr("--help"), 0, "usage: planrun", "Exit codes")
+        expect("--help", pr("--help"), 0, "usage: planrun", "Exit codes", "--background BG.plan", "11 unusable --background")
         expect("--version", pr("--version"), 0, "planrun ")
         expect("no plan", pr(), 1, "want one plan file")
         expect("unknown option", pr(j("mlp.plan"), "--frobnicate"), 1, "--frobnicate")
@@ -164,6 +198,7 @@ def main():
         expect("plan fails its check", pr(j("rbw.plan")), 3, "rbw.plan", "before anything writes it")
         expect("stale plan", pr(j("mlp.plan"), "--model", gpt), 4, "model")
         launch_and_cuda(pr, plancc, cpu, mlp, j)
+        background(pr, j)
 
         # a run that cannot go on: a deadlock is found at once, naming each blocked receive
         p = run(plandump, "--assemble", os.path.join(bad, "deadlock.plan.txt"), "-o", j("deadlock.plan"))
