@@ -22,7 +22,10 @@
  *   - buffers: an instruction's micro-batch is the innermost mb loop's variable plus its
  *     mb_delta; its layer slot is the innermost layer loop's variable; a buffer slot is at
  *     offset + (mb mod mb_slots) * mb_stride + (layer mod layer_slots) * layer_stride, and holds
- *     block copy layer_base + layer.
+ *     block copy layer_base + layer;
+ *   - a background job (rt_options.gates, planrun --background): the foreground's walkers mark
+ *     every collective on their rank's gate, a background run's walkers wait at it before every
+ *     operator, copy or collective (gate.c).
  *
  * A step: zero every accumulating operator's outputs, fill every micro-batch slot of every
  * input, run the walkers, then read the loss from the buffers of the last operator that writes
@@ -430,9 +433,10 @@ static int gate_enter(walker *w, const plan_insn *in, const rt_exec *x) {
     char err[256];
     if (!g) return 0;
     if (w->run->o.background) {
-        int rc = rt_gate_admit(g, w->run->o.timeout_s > 0 ? w->run->o.timeout_s : 60);
+        double limit = w->run->o.timeout_s > 0 ? w->run->o.timeout_s : 60;
+        int rc = rt_gate_admit(g, limit);
         if (rc == -1) return rt_backend_fail(w->run->be, "stopped at the gate: the foreground job stopped");
-        if (rc) return rt_backend_fail(w->run->be, "the gate stayed shut for %g s (a foreground collective or a piece that did not end)", w->run->o.timeout_s);
+        if (rc) return rt_backend_fail(w->run->be, "the gate stayed shut for %g s (a foreground collective or a piece that did not end)", limit);
         return 0;
     }
     if (in->kind != PLAN_I_COLL) return 0;

@@ -405,7 +405,7 @@ static int bg_start(const options *o, const how *h, const rt_options *ro, backgr
     return 0;
 }
 
-static void bg_report(const options *o, const background *b) {
+static void bg_report(const background *b) {
     for (int k = 0; k < b->job.n; k++) {
         const rt_bgjob_replica *x = &b->job.reps[k];
         rt_gate_stats st;
@@ -416,7 +416,6 @@ static void bg_report(const options *o, const background *b) {
                x->last_loss, (unsigned long long)st.admitted, (unsigned long long)st.held, (unsigned long long)st.held_coll,
                st.max_inflight, (unsigned long long)st.fg_colls, (unsigned long long)st.overlapped);
     }
-    (void)o;
 }
 
 // --background-save and --background-compare on the replica they name (when this process runs it).
@@ -452,7 +451,7 @@ static int bg_end(const options *o, background *b, bool fg_ok, bool quiet) {
     int rc = rt_bgjob_join(&b->job, err, sizeof err);
     if (!fg_ok) return 0;
     if (rc) return fprintf(stderr, "planrun: %s\n", err), EXIT_RUN;
-    if (!quiet) bg_report(o, b);
+    if (!quiet) bg_report(b);
     return bg_files(o, b, quiet);
 }
 

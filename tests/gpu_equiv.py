@@ -23,6 +23,9 @@ Then gpt-tiny on the GPU under a launcher's variables (RANK=0 WORLD_SIZE=1 LOCAL
 the tcp and the file rendezvous (a world of one goes through the motions when --rendezvous is
 given) must give the same losses; and with --tf32 the losses stay within 1e-2.
 
+gpt-tiny on the GPU with a cnn-small background replica beside it (planrun --background, 1 and 4
+pieces in flight): both within the same tolerances of their cpu runs.
+
 With two or more GPUs (nvidia-smi -L), gpt-tiny on 2 ranks (dp 2, and tp 2) runs as two planrun
 processes (torchrun's variables, tcp rendezvous) against the same plan on the cpu backend.
 """
@@ -172,6 +175,28 @@ def two_ranks(plancc, planrun, root, tmp):
         report(ok, name, detail)
 
 
+def background_job(planrun, tmp):
+    """GPU multiplexing: gpt-tiny on the GPU with a cnn-small replica beside it on the same GPU
+    (planrun --background: the replica's streams at the lowest priority, the gate's marks and
+    releases as host functions). Both must train as they do alone on the cpu: replica 0 has seed
+    1, the cpu reference's."""
+    fg, bg = os.path.join(tmp, "gpt-tiny"), os.path.join(tmp, "cnn-small")
+    if not (os.path.exists(fg + ".cpu.st") and os.path.exists(bg + ".cpu.st")):
+        return report(False, "background job", "no gpt-tiny or cnn-small reference run")
+    for inflight in (1, 4):
+        p = run(planrun, fg + ".plan", "--backend", "cuda", "--steps", STEPS, "--losses", fg + ".mux.loss", "--compare",
+                fg + ".cpu.st", "--rtol", RTOL, "--atol", ATOL, "--background", bg + ".plan", "--background-steps", STEPS,
+                "--background-inflight", inflight, "--background-compare", bg + ".cpu.st")
+        name = f"gpt-tiny + cnn-small beside it on the GPU, {inflight} in flight"
+        if p.returncode:
+            report(False, name, f"exits {p.returncode}: {p.stdout[-800:]} {p.stderr[-1500:]}")
+            continue
+        ok, detail = compare_losses(losses(fg + ".mux.loss"), losses(fg + ".cpu.loss"), LOSS_RTOL)
+        line = next((x for x in p.stdout.splitlines() if x.startswith("background beside rank 0")), "")
+        ok = ok and f"seed 1, {STEPS} steps" in line and p.stdout.count("parameters equal") == 2
+        report(ok, name, f"{detail}; {line}")
+
+
 def main():
     if len(sys.argv) < 4:
         print(__doc__)
@@ -195,6 +220,8 @@ def main():
         if "gpt-tiny" in models:
             launcher_paths(planrun, tmp)
             bf16(plancc, planrun, root, tmp)
+        if "gpt-tiny" in models and "cnn-small" in models:
+            background_job(planrun, tmp)
         if gpu_count() >= 2:
             two_ranks(plancc, planrun, root, tmp)
         else:

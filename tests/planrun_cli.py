@@ -205,6 +205,9 @@ def main():
         check("assemble the deadlock plan", p.returncode == 0, p)
         expect("deadlock", pr(j("deadlock.plan"), "--steps", 1, "--timeout", 120, timeout=100), 6, "deadlock",
                "rank 0 (program 0 \"first\") stream 0: insn 0 (recv", "rank 1 (program 1 \"second\") stream 0: insn 0 (recv")
+        # a failing foreground stops its background replicas too (the gates close), at once
+        expect("deadlock with a background job", pr(j("deadlock.plan"), "--steps", 1, "--timeout", 120, "--background",
+                                                    j("mlp1.plan"), "--background-steps", 1000000, timeout=100), 6, "deadlock")
         p = run(plandump, "--assemble", os.path.join(bad, "grouped.plan.txt"), "-o", j("grouped.plan"))
         check("assemble the grouped plan", p.returncode == 0, p)
         expect("a send/recv group does not deadlock", pr(j("grouped.plan"), "--steps", 2), 0, "2 steps")

@@ -12,6 +12,12 @@
  * issued before them, exactly the plan's rule, so the ordinals are not needed. Nothing waits
  * for the GPU during a step except the first run of a collective (nccl.c, its layout exchange).
  *
+ * A background job (planrun --background) is a second instance of this backend on the same GPU
+ * for a one-rank plan: rt_cuda_config.priority puts its streams at the device's least priority
+ * and the foreground's at the top of the range; when_done enqueues the background gate's marks
+ * and releases as host functions (cudaLaunchHostFunc), so the gate sees a piece or a collective
+ * end when the GPU ends it.
+ *
  * Memory: one cudaMalloc arena per rank at the plan's exact size, zeroed; upload and download
  * are cudaMemcpy between steps. Scratch that operators and collectives need (attention's
  * scores, cuDNN workspaces, pack buffers) is stream-ordered (cudaMallocAsync/cudaFreeAsync from
@@ -490,7 +496,7 @@ rt_backend *rt_backend_cuda_init(const plan *p, const rt_options *o, char *err, 
     const plan_program *pg = &p->programs[p->ranks[cu->rank].program];
     char why[1536] = "";
     if (cudaSetDevice(cu->device) != cudaSuccess || make_streams(cu, pg, cfg->priority, why, sizeof why) || cu_nccl_init(cu, cfg, why, sizeof why) ||
-        cu_prof_init(cu, why, sizeof why)) {
+        (cfg->priority != RT_CUDA_PRIORITY_LOW && cu_prof_init(cu, why, sizeof why))) { // a background replica: no profile
         cu_say(err, err_n, "cuda backend, rank %d on GPU %d: %s", cu->rank, cu->device, why[0] ? why : "cudaSetDevice failed");
         be_free(b);
         return NULL;
