@@ -16,12 +16,22 @@
  * Failures: a replica whose step fails stops and keeps the message; rt_bgjob_join returns the
  * first one. Closing the gates (the foreground failed) makes every replica stop at its next
  * piece with a message saying so.
+ *
+ * On the CPU the replicas' threads compete with the foreground's for the same cores, which have
+ * no stream priorities: with nice > 0 every thread of the replicas runs at that nice value
+ * (planrun --background-nice), the nearest the CPU has to CUDA's lowest stream priority.
  */
+#define _GNU_SOURCE 1
 #include "rt.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef __linux__
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 static bool stopped(rt_bgjob *j) {
     pthread_mutex_lock(&j->mu);
@@ -30,9 +40,20 @@ static bool stopped(rt_bgjob *j) {
     return s;
 }
 
+// The CPU's analogue of a low-priority stream: this thread, and the walker threads it starts
+// (Linux threads inherit their creator's nice value), at nice n. 0: leave it.
+static void lower_priority(int n) {
+#ifdef __linux__
+    if (n > 0) setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), n);
+#else
+    (void)n;
+#endif
+}
+
 static void *replica_main(void *arg) {
     rt_bgjob_replica *x = arg;
     rt_bgjob *j = x->job;
+    lower_priority(j->nice);
     for (long s = 0; (j->steps < 0 || s < j->steps) && !(j->steps < 0 && stopped(j)); s++) {
         double loss;
         char err[sizeof x->err - 64];

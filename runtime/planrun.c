@@ -72,7 +72,7 @@ typedef struct options {
     long bg_steps;
     uint32_t bg_inflight;
     uint64_t bg_seed;
-    int bg_replica;
+    int bg_replica, bg_nice;
     bool bg_given;                  // some --background-* option was given
     uint64_t seed;
     double timeout_s, rtol, atol;
@@ -124,6 +124,8 @@ static void usage(FILE *f) {
             "  --background-until-fg  replicas run steps until the foreground's last step ends,\n"
             "                      then finish the step they are in (the default)\n"
             "  --background-inflight K  pieces in flight per rank (default 1)\n"
+            "  --background-nice N  cpu: the replicas' threads run at nice N (0..19; default 0),\n"
+            "                      the CPU's nearest thing to a low-priority stream\n"
             "  --background-seed S  replica of rank r uses seed S + r (default 1): it equals\n"
             "                      planrun BG.plan --seed S+r --steps N\n"
             "  --background-replica R  the replica the next two options speak of (default 0)\n"
@@ -191,7 +193,7 @@ static int check_background_args(const options *o, bool until) {
 static int parse_args(int argc, char **argv, options *o) {
     enum { O_BACKEND = 256, O_STEPS, O_SEED, O_DATA, O_SAVE, O_LOAD, O_COMPARE, O_RTOL, O_LOSSES, O_LOG, O_TIMEOUT,
            O_MODEL, O_CLUSTER, O_QUIET, O_HELP, O_VERSION, O_ATOL, O_PRECISION, O_RANK, O_WORLD, O_LOCAL, O_RDV, O_TF32,
-           O_BG, O_BG_STEPS, O_BG_UNTIL, O_BG_INFLIGHT, O_BG_SEED, O_BG_REPLICA, O_BG_SAVE, O_BG_COMPARE };
+           O_BG, O_BG_STEPS, O_BG_UNTIL, O_BG_INFLIGHT, O_BG_SEED, O_BG_REPLICA, O_BG_SAVE, O_BG_COMPARE, O_BG_NICE };
     static const struct option longs[] = {
         {"backend", required_argument, NULL, O_BACKEND}, {"steps", required_argument, NULL, O_STEPS},
         {"seed", required_argument, NULL, O_SEED}, {"data", required_argument, NULL, O_DATA},
@@ -207,7 +209,7 @@ static int parse_args(int argc, char **argv, options *o) {
         {"background", required_argument, NULL, O_BG}, {"background-steps", required_argument, NULL, O_BG_STEPS},
         {"background-until-fg", no_argument, NULL, O_BG_UNTIL}, {"background-inflight", required_argument, NULL, O_BG_INFLIGHT},
         {"background-seed", required_argument, NULL, O_BG_SEED}, {"background-replica", required_argument, NULL, O_BG_REPLICA},
-        {"background-save", required_argument, NULL, O_BG_SAVE}, {"background-compare", required_argument, NULL, O_BG_COMPARE},
+        {"background-nice", required_argument, NULL, O_BG_NICE}, {"background-save", required_argument, NULL, O_BG_SAVE}, {"background-compare", required_argument, NULL, O_BG_COMPARE},
         {"help", no_argument, NULL, O_HELP}, {"version", no_argument, NULL, O_VERSION}, {0, 0, 0, 0}};
     *o = (options){.backend = "cpu", .steps = 10, .log_every = 1, .seed = 1, .timeout_s = 60, .rtol = 1e-5, .atol = 1e-5,
                    .rank = -1, .world = -1, .local_rank = -1, .bg_steps = -1, .bg_inflight = 1, .bg_seed = 1};
@@ -253,6 +255,11 @@ static int parse_args(int argc, char **argv, options *o) {
         case O_BG_SEED: if (number("--background-seed", optarg, 0, 9007199254740992.0, &v)) return EXIT_USAGE; o->bg_seed = (uint64_t)v, o->bg_given = true; break;
         case O_BG_REPLICA: if (whole("--background-replica", optarg, 0, &o->bg_replica)) return EXIT_USAGE; o->bg_given = true; break;
         case O_BG_SAVE: o->bg_save = optarg, o->bg_given = true; break;
+        case O_BG_NICE:
+            if (whole("--background-nice", optarg, 0, &o->bg_nice)) return EXIT_USAGE;
+            if (o->bg_nice > 19) return fprintf(stderr, "planrun: --background-nice is 0 to 19, not %d\n", o->bg_nice), EXIT_USAGE;
+            o->bg_given = true;
+            break;
         case O_BG_COMPARE: o->bg_compare = optarg, o->bg_given = true; break;
         case O_QUIET: o->quiet = true; break;
         case O_HELP: usage(stdout); exit(0);
@@ -389,6 +396,7 @@ static int bg_start(const options *o, const how *h, const rt_options *ro, backgr
     int rc = rt_bgjob_init(&b->job, h->bg, &bo, ranks, n, o->bg_seed, b->gates, o->bg_steps, err, sizeof err);
     free(ranks);
     if (rc) return fprintf(stderr, "planrun: --background %s: %s\n", o->bg, err), EXIT_BACKGROUND;
+    b->job.nice = o->bg_nice;
     if (!quiet) {
         char steps[64] = "steps until the foreground ends";
         if (o->bg_steps >= 0) snprintf(steps, sizeof steps, "%ld steps", o->bg_steps);

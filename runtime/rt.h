@@ -488,6 +488,7 @@ typedef struct rt_bgjob_replica {
 
 struct rt_bgjob {
     long steps;                     // per replica; -1: until rt_bgjob_stop
+    int nice;                       // > 0: the replicas' threads run at this nice value (Linux)
     int n;
     rt_bgjob_replica *reps;         // one per foreground rank given to rt_bgjob_init
     pthread_mutex_t mu;
@@ -500,7 +501,7 @@ struct rt_bgjob {
 // rt_run_init failed); *j is then freed.
 int rt_bgjob_init(rt_bgjob *j, const plan *p, const rt_options *base, const int *ranks, int n, uint64_t seed0,
                   rt_gate *gates, long steps, char *err, size_t err_n);
-// Starts every replica's thread. -1 with a message when a thread cannot start (the ones that
+// Starts every replica's thread (set j->nice before, if wanted). -1 with a message when a thread cannot start (the ones that
 // did run on: stop, close the gates and join them).
 int rt_bgjob_start(rt_bgjob *j, char *err, size_t err_n);
 // With steps -1: every replica stops after the step it is running. Can't fail; accepts a

@@ -17,7 +17,8 @@ cpu-serial (one walker per rank, the cuda backend's path), with 1 and 2 pieces i
     with that replica's seed (--background-seed + rank), parameter for parameter (--rtol 0
     --atol 0: the same arithmetic, so the same bits).
 Then with --background-until-fg each replica runs the steps it finds room for; one replica's
-saved parameters equal a plain run of exactly that many steps. And once in double precision.
+saved parameters equal a plain run of exactly that many steps. And once with the replicas' threads
+at nice 19 (--background-nice), once in double precision.
 """
 import os
 import re
@@ -106,6 +107,13 @@ class Suite:
         check(f"{name}: the gate's accounting", ok, p, f"{reps[0][2] if reps else 0} pieces per replica, {held} held back, "
               f"{colls} foreground collectives")
 
+    def niced(self, fg, fg_ref, bg):
+        """--background-nice 19: the replicas' threads at the lowest CPU priority compute the same."""
+        p = run(self.planrun, fg, "--steps", FG_STEPS, "--log-every", 0, "--compare", fg_ref, "--background", bg,
+                "--background-steps", 2, "--background-nice", 19, "--background-seed", SEED, "--background-compare",
+                self.bg_ref(bg, SEED, 2))
+        check("--background-nice 19: both jobs pass their comparisons", p.returncode == 0 and p.stdout.count("parameters equal") == 2, p)
+
     def until_fg(self, fg, fg_ref, bg):
         p = run(self.planrun, fg, "--steps", FG_STEPS, "--log-every", 0, "--compare", fg_ref, "--background", bg,
                 "--background-until-fg", "--background-seed", SEED, "--background-replica", 3, "--background-save",
@@ -151,6 +159,7 @@ def main():
                     for inflight in (1, 2):
                         s.multiplexed(fg, fg_ref, alone, bg, backend, inflight, (k + inflight) % 4)
         s.until_fg(fgs[1], fg_ref, bgs[0])
+        s.niced(fgs[1], fg_ref, bgs[1])
         s.f64(fgs[1], bgs[0])
     print(f"{passed} passed, {failed} failed")
     return 1 if failed else 0

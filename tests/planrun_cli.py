@@ -134,6 +134,7 @@ def background(pr, j):
     expect("--background-steps without --background", pr(fg, "--background-steps", 2), 1, "need --background")
     expect("--background-steps and --background-until-fg", pr(fg, "--background", bg, "--background-steps", 2,
                                                               "--background-until-fg"), 1, "exclude each other")
+    expect("--background-nice 20", pr(fg, "--background", bg, "--background-nice", 20), 1, "--background-nice", "0 to 19")
     expect("--background-inflight 0", pr(fg, "--background", bg, "--background-inflight", 0), 1, "--background-inflight")
     expect("--background-replica beyond the ranks", pr(fg, "--background", bg, "--background-replica", 2), 1,
            "replicas 0 to 1")
