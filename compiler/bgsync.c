@@ -14,8 +14,12 @@
  *   MA     s = x; a = allreduce(s / N); x += a - s
  *   EASGD  s = x; d = alpha (s - c); x -= d; c += allreduce(d)     (c: the centre, one per rank,
  *          kept equal on every rank because every rank adds the same sum)
- *   BMUF   s = x; g = allreduce(s / N) - w; m = eta m + zeta g; w += m;
- *          x += (w [+ eta m with Nesterov]) - s                     (w: the global model)
+ *   BMUF   s = x; g = allreduce(s / N) - (w [+ eta m]); m = eta m + zeta g; w += m;
+ *          x += (w [+ eta m]) - s         (w: the global model; [..]: with Nesterov)
+ * With Nesterov the replicas start a block from the look-ahead w + eta m, so the block's
+ * progress g is measured from there (Chen & Huo's NBM): measured from w, the look-ahead would be
+ * counted again as progress, m would grow by (1 + zeta) eta per round, and the default eta
+ * 1 - 1/N would diverge from N = 3 on.
  * Every update of x is a delta against the snapshot s, so what the foreground wrote to x while
  * the round was in flight is kept. The centre and the global model start as the parameter's
  * initial values (state tensors "NAME:easgd_center", "NAME:bmuf_global", which the runtime
@@ -244,8 +248,14 @@ static void bg_param(bg *B, const pcc_sync_opts *o, const pcc_bg_param *q, int n
         uint32_t T = bg_buffer(B, X, t, false);
         bg_scale(B, S, A, 1.0 / n_dp, e);
         bg_allreduce(B, A, c);
-        bg_scale(B, W, T, -1, e);
-        bg_add(B, A, T, A, e);           // g = avg - w
+        if (o->nesterov) {               // the block started from w + eta m, not from w
+            bg_scale(B, M, T, o->eta, e);
+            bg_add(B, W, T, T, e);
+            bg_scale(B, T, T, -1, e);
+        } else {
+            bg_scale(B, W, T, -1, e);
+        }
+        bg_add(B, A, T, A, e);           // g = avg - (w [+ eta m])
         bg_scale(B, M, M, o->eta, e);
         bg_scale(B, A, A, o->zeta, e);
         bg_add(B, M, A, M, e);           // m = eta m + zeta g

@@ -8,7 +8,8 @@ usage: bgsync.py PLANCC PLANRUN PLANDUMP SOURCE_ROOT
 - dlrm-small on 4 ranks (--dp 4) with MA, EASGD and BMUF every 2 steps and MA continuous: the
   round count planrun reports (period 2: ceil(steps / 2) on every rank; continuous: at least one
   per step), a loss that falls, and the plan's shape: the dense all-reduce gone from the
-  foreground, the embedding tables' still there, the round on a stream and group of its own.
+  foreground, the embedding tables' still there, the round on a stream and group of its own;
+- BMUF with its default block momentum and Nesterov every step on 4 ranks learns (no divergence).
 """
 import os
 import re
@@ -88,9 +89,23 @@ def four_ranks(tmp):
     check("dlrm --dp 4 with the all-reduce: no background rounds", p.returncode == 0 and "background rounds" not in p.stdout, p.stdout)
 
 
+def bmuf_defaults(tmp):
+    """BMUF with its defaults (eta 1 - 1/4, Nesterov) every step: the block's progress is measured
+    from the look-ahead w + eta m; measured from w (the earlier algebra) the momentum grew by
+    2 eta per round and the loss was NaN within 300 steps."""
+    path = compile_plan(tmp, "ctr-bmuf-1", "dlrm-ctr", 4, "--dp", "4", "--sync", "background:algo=bmuf,period=1")
+    for backend in ("cpu-serial", "cpu"):
+        p = run(planrun, path, "--backend", backend, "--steps", "300", "--log-every", "0")
+        m = re.search(r"loss ([-0-9.naif]+) -> ([-0-9.naif]+)", p.stdout)
+        ok = p.returncode == 0 and m and float(m.group(2)) < float(m.group(1)) - 0.03
+        check(f"{backend}: BMUF with the default eta and Nesterov every step on 4 ranks learns "
+              f"({m.group(1) if m else '?'} -> {m.group(2) if m else '?'})", ok, p.stdout + p.stderr)
+
+
 with tempfile.TemporaryDirectory() as tmp:
     for backend in ("cpu", "cpu-serial"):
         one_trainer(tmp, backend)
     four_ranks(tmp)
+    bmuf_defaults(tmp)
 print(f"{passed} passed, {failed} failed")
 sys.exit(1 if failed else 0)
