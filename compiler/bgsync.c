@@ -14,17 +14,24 @@
  *   MA     s = x; a = allreduce(s / N); x += a - s
  *   EASGD  s = x; d = alpha (s - c); x -= d; c += allreduce(d)     (c: the centre, one per rank,
  *          kept equal on every rank because every rank adds the same sum)
- *   BMUF   s = x; g = allreduce(s / N) - w; m = eta m + zeta g; w += m;
- *          x += (w [+ eta m with Nesterov]) - s                     (w: the global model)
+ *   BMUF   s = x; g = allreduce(s / N) - (w [+ eta m]); m = eta m + zeta g; w += m;
+ *          x += (w [+ eta m]) - s         (w: the global model; [..]: with Nesterov)
+ * With Nesterov the replicas start a block from the look-ahead w + eta m, so the block's
+ * progress g is measured from there (Chen & Huo's NBM): measured from w, the look-ahead would be
+ * counted again as progress, m would grow by (1 + zeta) eta per round, and the default eta
+ * 1 - 1/N would diverge from N = 3 on.
  * Every update of x is a delta against the snapshot s, so what the foreground wrote to x while
  * the round was in flight is kept. The centre and the global model start as the parameter's
  * initial values (state tensors "NAME:easgd_center", "NAME:bmuf_global", which the runtime
  * initializes from the param NAME as it does "NAME:master"); the block momentum at zero.
  *
  * Buffers of the round are placed past the foreground's arena (the two run at the same time;
- * plan_check refuses a background buffer that overlaps a foreground one). Limits: one
- * collective per parameter (no chunking of a large parameter into pieces); parameters of
- * repeated blocks are not supported (emit.c refuses them).
+ * plan_check refuses a background buffer that overlaps a foreground one). A parameter's
+ * all-reduce is issued in pieces of at most chunk= bytes (default 4 MiB), each a collective over
+ * a range of the buffer's elements, so that no one background collective holds the link long
+ * (NCCL does not preempt a running kernel for a higher-priority stream); every rank runs the
+ * same program, so every rank issues them in the same order. Limits: parameters of repeated
+ * blocks are not supported (emit.c refuses them).
  */
 #include "plancc.h"
 
@@ -33,12 +40,13 @@
 #include <string.h>
 
 #define BG_ALIGN 256u
+#define BG_CHUNK_BYTES (4ll << 20) // the default chunk: about 0.2 ms at 25 GB/s, DeepPool's 0.5 ms pieces at most
 
 /* ---- --sync ---- */
 
 static pcc_status sync_bad(const char *arg, const char *why) {
     fprintf(stderr, "%s: --sync \"%s\": %s; it wants allreduce, or background:algo=ma|easgd|bmuf[,period=K|continuous]"
-                    "[,alpha=A][,eta=E][,zeta=Z][,nesterov=0|1][,hogwild] (see plancc --help)\n",
+                    "[,alpha=A][,eta=E][,zeta=Z][,nesterov=0|1][,hogwild][,chunk=BYTES] (see plancc --help)\n",
             pcc_progname, arg, why);
     return PCC_ERR_INPUT;
 }
@@ -53,7 +61,7 @@ static bool num_of(const char *v, double lo, double hi, double *out) {
 
 // One key=value (or a bare key) of the background list into o; *seen collects the keys.
 static pcc_status sync_key(const char *arg, char *kv, pcc_sync_opts *o, unsigned *seen) {
-    static const char *const keys[] = {"algo", "period", "alpha", "eta", "zeta", "nesterov", "hogwild"};
+    static const char *const keys[] = {"algo", "period", "alpha", "eta", "zeta", "nesterov", "hogwild", "chunk"};
     char *eq = strchr(kv, '='), why[160];
     if (eq) *eq = 0;
     const char *v = eq ? eq + 1 : NULL;
@@ -81,6 +89,10 @@ static pcc_status sync_key(const char *arg, char *kv, pcc_sync_opts *o, unsigned
         if (strcmp(v, "0") && strcmp(v, "1")) return snprintf(why, sizeof why, "nesterov wants 0 or 1, got \"%.40s\"", v), sync_bad(arg, why);
         return o->nesterov = *v == '1', PCC_OK;
     case 6: return o->hogwild = true, PCC_OK;
+    case 7:
+        if (!num_of(v, 0, 1ull << 40, &x) || x != floor(x))
+            return snprintf(why, sizeof why, "chunk wants a whole number of bytes from 0 (no chunks) to 2^40, got \"%.40s\"", v), sync_bad(arg, why);
+        return o->chunk_bytes = (int64_t)x, PCC_OK;
     default: {
         double *dst = k == 2 ? &o->alpha : k == 3 ? &o->eta : &o->zeta;
         double lo = k == 3 ? 0 : 1e-9, hi = k == 3 ? 0.999999 : k == 2 ? 1 : 100;
@@ -112,6 +124,7 @@ pcc_status sync_parse(const char *arg, pcc_sync_opts *o) {
     if (!(seen & 8u)) o->eta = -1;
     if (!(seen & 16u)) o->zeta = -1;
     if (!(seen & 32u)) o->nesterov = -1;
+    if (!(seen & 128u)) o->chunk_bytes = -1;
     return PCC_OK;
 }
 
@@ -122,20 +135,22 @@ static pcc_sync_opts sync_resolve(const pcc_sync_opts *o, int n_dp) {
     if (r.eta < 0) r.eta = 1.0 - 1.0 / n_dp;     // Chen & Huo's block momentum
     if (r.zeta < 0) r.zeta = 1.0;
     if (r.nesterov < 0) r.nesterov = 1;
+    if (r.chunk_bytes < 0) r.chunk_bytes = BG_CHUNK_BYTES;
     return r;
 }
 
 const char *sync_str(pcc_arena *a, const pcc_sync_opts *o) {
     static const char *const algo[] = {"allreduce", "ma", "easgd", "bmuf"};
     if (o->algo == PCC_SYNC_ALLREDUCE) return "allreduce";
-    char period[24], extra[96] = "";
+    char period[24], extra[128] = "";
     if (o->period) snprintf(period, sizeof period, "%d", o->period);
     else snprintf(period, sizeof period, "continuous");
     size_t k = 0;
     if (o->alpha >= 0) k += (size_t)snprintf(extra + k, sizeof extra - k, ",alpha=%.17g", o->alpha);
     if (o->eta >= 0) k += (size_t)snprintf(extra + k, sizeof extra - k, ",eta=%.17g", o->eta);
     if (o->zeta >= 0) k += (size_t)snprintf(extra + k, sizeof extra - k, ",zeta=%.17g", o->zeta);
-    if (o->nesterov >= 0) snprintf(extra + k, sizeof extra - k, ",nesterov=%d", o->nesterov);
+    if (o->nesterov >= 0) k += (size_t)snprintf(extra + k, sizeof extra - k, ",nesterov=%d", o->nesterov);
+    if (o->chunk_bytes >= 0) snprintf(extra + k, sizeof extra - k, ",chunk=%lld", (long long)o->chunk_bytes);
     return arena_printf(a, "background:algo=%s,period=%s%s%s", algo[o->algo], period, extra, o->hogwild ? ",hogwild" : "");
 }
 
@@ -216,6 +231,28 @@ static void bg_allreduce(bg *B, uint32_t buf, float t_s) {
     x->code = PCC_COLL_ALL_REDUCE, x->a = (int32_t)B->group;
 }
 
+// The in-place all-reduce of buf in pieces of at most `chunk` bytes (0: one piece), each a
+// collective over elements start .. end - 1 (attrs; runtime/PLAN_FORMAT.md), its time the
+// share of t_s its bytes are.
+static void bg_allreduce_chunked(bg *B, uint32_t buf, float t_s, int64_t chunk) {
+    plan_program *pr = B->pr;
+    uint64_t eb = plan_dtype_bytes(pr->buffers[buf].dtype), n = pr->buffers[buf].bytes / eb;
+    uint64_t per = chunk > 0 ? (uint64_t)chunk / eb : n;
+    if (per < 1) per = 1;
+    if (per >= n) {
+        bg_allreduce(B, buf, t_s);
+        return;
+    }
+    for (uint64_t lo = 0; lo < n; lo += per) {
+        uint64_t hi = lo + per < n ? lo + per : n;
+        pr->attrs = grow_copy(B->p, pr->attrs, pr->n_attrs, pr->n_attrs + 1, sizeof *pr->attrs);
+        memset(&pr->attrs[pr->n_attrs], 0, sizeof pr->attrs[0]);
+        pr->attrs[pr->n_attrs].i[PLAN_AI_START] = (int64_t)lo, pr->attrs[pr->n_attrs].i[PLAN_AI_END] = (int64_t)hi;
+        plan_insn *x = bg_insn(B, PLAN_I_COLL, (uint32_t[]){buf, buf}, 2, (float)((double)t_s * (double)(hi - lo) / (double)n));
+        x->code = PCC_COLL_ALL_REDUCE, x->a = (int32_t)B->group, x->attrs = pr->n_attrs++;
+    }
+}
+
 // One parameter's part of the round (the file's essay has the algebra).
 static void bg_param(bg *B, const pcc_sync_opts *o, const pcc_bg_param *q, int n_dp) {
     uint32_t X = q->buffer, t = q->tensor;
@@ -224,7 +261,7 @@ static void bg_param(bg *B, const pcc_sync_opts *o, const pcc_bg_param *q, int n
     bg_copy(B, X, S, e);
     if (o->algo == PCC_SYNC_MA) {
         bg_scale(B, S, A, 1.0 / n_dp, e);
-        bg_allreduce(B, A, c);
+        bg_allreduce_chunked(B, A, c, o->chunk_bytes);
         bg_scale(B, S, S, -1, e);
         bg_add(B, A, S, A, e);
         bg_add(B, X, A, X, e);
@@ -234,7 +271,7 @@ static void bg_param(bg *B, const pcc_sync_opts *o, const pcc_bg_param *q, int n
         bg_add(B, S, A, A, e);
         bg_scale(B, A, A, o->alpha, e);  // d = alpha (s - c)
         bg_copy(B, A, S, e);             // keep d
-        bg_allreduce(B, A, c);           // the sum of every rank's d
+        bg_allreduce_chunked(B, A, c, o->chunk_bytes); // the sum of every rank's d
         bg_add(B, C, A, C, e);
         bg_scale(B, S, S, -1, e);
         bg_add(B, X, S, X, e);
@@ -243,9 +280,15 @@ static void bg_param(bg *B, const pcc_sync_opts *o, const pcc_bg_param *q, int n
         uint32_t M = bg_buffer(B, X, state_tensor(B->p, t, ":bmuf_delta"), true);
         uint32_t T = bg_buffer(B, X, t, false);
         bg_scale(B, S, A, 1.0 / n_dp, e);
-        bg_allreduce(B, A, c);
-        bg_scale(B, W, T, -1, e);
-        bg_add(B, A, T, A, e);           // g = avg - w
+        bg_allreduce_chunked(B, A, c, o->chunk_bytes);
+        if (o->nesterov) {               // the block started from w + eta m, not from w
+            bg_scale(B, M, T, o->eta, e);
+            bg_add(B, W, T, T, e);
+            bg_scale(B, T, T, -1, e);
+        } else {
+            bg_scale(B, W, T, -1, e);
+        }
+        bg_add(B, A, T, A, e);           // g = avg - (w [+ eta m])
         bg_scale(B, M, M, o->eta, e);
         bg_scale(B, A, A, o->zeta, e);
         bg_add(B, M, A, M, e);           // m = eta m + zeta g

@@ -780,6 +780,7 @@ typedef struct pcc_sync_opts {
     double eta, zeta;           // BMUF's block momentum and block learning rate; < 0: 1 - 1/dp, 1
     int nesterov;               // BMUF: the replicas restart from w_g + eta * delta; < 0: 1
     bool hogwild;               // apply rounds in place, racing with the foreground (no lock)
+    int64_t chunk_bytes;        // a round's all-reduce in pieces of at most this; 0: whole; < 0: 4 MiB
 } pcc_sync_opts;
 
 // Parses --sync's value into *o (numbers not given are < 0: their defaults depend on dp, and

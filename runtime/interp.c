@@ -353,6 +353,12 @@ static int coll_pair(walker *w, uint32_t i, uint32_t mb, uint32_t layer, uint64_
                         .out = slot_addr(w->rk, &pg->buffers[ob], mb, layer), .contributes = true};
     buffer_box(w, ib, &m.in_box);
     buffer_box(w, ob, &m.out_box);
+    if (in->attrs != PLAN_NONE) { // a chunk: elements start .. end - 1 of an in-place all-reduce (plan_check)
+        const plan_attrs *at = &pg->attrs[in->attrs];
+        uint64_t off = (uint64_t)at->i[PLAN_AI_START] * rt_dtype_bytes(elem_dtype(w->rk, inb));
+        m.in = (const uint8_t *)m.in + off, m.out = (uint8_t *)m.out + off;
+        flat = at->i[PLAN_AI_END] - at->i[PLAN_AI_START];
+    }
     if (flat > 0) {
         memset(&m.in_box, 0, sizeof m.in_box);
         m.in_box.rank = 1, m.in_box.shape[0] = m.in_box.full[0] = flat;
@@ -411,7 +417,7 @@ static int do_coll(walker *w, uint32_t i, uint32_t mb, uint32_t layer, uint64_t 
     const plan_program *pg = w->rk->pg;
     const plan_insn *in = &pg->insns[i];
     uint32_t np = in->nargs / 2u;
-    int64_t flat = bucket_flat(w, in, mb, layer);
+    int64_t flat = in->attrs == PLAN_NONE ? bucket_flat(w, in, mb, layer) : 0;
     if (flat > 0) return coll_pair(w, i, mb, layer, seq, pg->args[in->args], pg->args[in->args], flat);
     for (uint32_t j = 0; j < np; j++)
         if (coll_pair(w, i, mb, layer, seq + j, pg->args[in->args + j], pg->args[in->args + np + j], 0)) return -1;

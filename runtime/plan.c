@@ -185,7 +185,7 @@ static void *alloc_n(plan *p, uint64_t count, size_t size, bool *ok) {
 enum { U_STREAM = 1, U_CODE = 2, U_A = 4, U_B = 8, U_DELTA = 16, U_ATTRS = 32, U_TIME = 64 }; // U_TIME: t_s and phase
 static const uint8_t insn_uses[PLAN_I_KIND_COUNT] = {
     [PLAN_I_COMPUTE] = U_STREAM | U_CODE | U_DELTA | U_ATTRS | U_TIME,
-    [PLAN_I_COLL] = U_STREAM | U_CODE | U_A | U_DELTA | U_TIME,
+    [PLAN_I_COLL] = U_STREAM | U_CODE | U_A | U_DELTA | U_ATTRS | U_TIME, // attrs: a chunk (version 4)
     [PLAN_I_SEND] = U_STREAM | U_A | U_B | U_DELTA | U_TIME,
     [PLAN_I_RECV] = U_STREAM | U_A | U_B | U_DELTA | U_TIME,
     [PLAN_I_COPY] = U_STREAM | U_DELTA | U_TIME,

@@ -58,7 +58,7 @@
 #include <stdio.h>
 
 #define PLAN_MAGIC "PLANCC\r\n"
-#define PLAN_VERSION 3u
+#define PLAN_VERSION 4u
 #define PLAN_HEADER_BYTES 64u
 #define PLAN_MAX_AXES 8
 #define PLAN_MAX_RANK 8

@@ -829,9 +829,27 @@ static plan_status check_mb_range(checker *c, uint32_t k, uint32_t i, uint32_t m
                  (long long)at, (long long)(m - 1));
 }
 
+// A collective with attrs reduces a chunk (PLAN_FORMAT.md): a one-pair, in-place all_reduce of
+// elements i[start] .. i[end] - 1 of its buffer, 0 <= start < end <= the buffer's elements.
+static plan_status check_coll_chunk(checker *c, uint32_t k, uint32_t i) {
+    const plan_program *pg = &c->p->programs[k];
+    const plan_insn *in = &pg->insns[i];
+    if (in->attrs == PLAN_NONE) return PLAN_OK;
+    if (in->code != COLL_ALL_REDUCE || in->nargs != 2 || pg->args[in->args] != pg->args[in->args + 1])
+        return ifail(c, k, i, "attrs %u on a collective: a chunk is for a one-pair, in-place all_reduce only", in->attrs);
+    const plan_buffer *b = &pg->buffers[pg->args[in->args]];
+    uint64_t eb = plan_dtype_bytes(b->dtype), n = eb ? b->bytes / eb : 0;
+    int64_t lo = pg->attrs[in->attrs].i[PLAN_AI_START], hi = pg->attrs[in->attrs].i[PLAN_AI_END];
+    if (lo < 0 || hi <= lo || (uint64_t)hi > n)
+        return ifail(c, k, i, "chunk %lld..%lld (attrs %u, i start and end) of buffer %u: it wants 0 <= start < end <= %llu, the buffer's elements",
+                     (long long)lo, (long long)hi, in->attrs, pg->args[in->args], (unsigned long long)n);
+    return PLAN_OK;
+}
+
 static plan_status check_insn(checker *c, uint32_t k, uint32_t i, uint32_t mb_count) {
     const plan_insn *in = &c->p->programs[k].insns[i];
     plan_status st = check_arity(c, k, i);
+    if (!st && in->kind == PLAN_I_COLL) st = check_coll_chunk(c, k, i);
     for (uint32_t j = 0; !st && in->kind == PLAN_I_COLL && j < in->nargs / 2u; j++) st = check_coll_sizes(c, k, i, j);
     for (uint32_t j = 0; !st && in->kind == PLAN_I_COLL && j < in->nargs / 2u; j++) st = check_coll_shard(c, k, i, j);
     if (!st && in->kind == PLAN_I_COLL) st = check_bucket(c, k, i);
@@ -1354,8 +1372,13 @@ static comm_iter comm_iter_init(const comm *m, uint32_t k, uint8_t kind, int32_t
     return (comm_iter){.pg = &m->c->p->programs[k], .prefix = m->prefix[k], .kind = kind, .a = a, .b = b};
 }
 
+// The bytes argument j of instruction i moves (a chunk's, where a collective has attrs).
 static uint64_t arg_bytes(const plan_program *pg, uint32_t i, uint32_t j) {
-    return pg->buffers[pg->args[pg->insns[i].args + j]].bytes;
+    const plan_insn *in = &pg->insns[i];
+    const plan_buffer *b = &pg->buffers[pg->args[in->args + j]];
+    if (in->kind != PLAN_I_COLL || in->attrs == PLAN_NONE) return b->bytes;
+    const plan_attrs *a = &pg->attrs[in->attrs];
+    return (uint64_t)(a->i[PLAN_AI_END] - a->i[PLAN_AI_START]) * plan_dtype_bytes(b->dtype);
 }
 
 /* Point to point: channels (sender program, axis, offset, receiver program). */

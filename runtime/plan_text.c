@@ -15,7 +15,7 @@
  * loop depth for the reader only). The lines, in this order (runtime/PLAN_FORMAT.md has them
  * all with an example):
  *
- *   plan 3                                  the format version (required, first)
+ *   plan 4                                  the format version (required, first)
  *   compiler "plancc 0.1.0"                 optional lines, in this order:
  *   model "gpt-tiny"                          model name, or -
  *   options "--pp 2"                          the canonical option string, or -
@@ -427,7 +427,7 @@ static void print_insn(FILE *f, const plan *p, const plan_program *pg, uint32_t 
     if (in->kind == PLAN_I_SEND || in->kind == PLAN_I_RECV)
         fprintf(f, " %.8s %+d", in->a >= 0 && (uint32_t)in->a < p->meta.n_axes ? p->meta.axis_names[in->a] : "?", in->b);
     print_args(f, pg, in, args_split(in));
-    if (in->kind == PLAN_I_COMPUTE && in->attrs != PLAN_NONE) fprintf(f, " attrs %u", in->attrs);
+    if ((in->kind == PLAN_I_COMPUTE || in->kind == PLAN_I_COLL) && in->attrs != PLAN_NONE) fprintf(f, " attrs %u", in->attrs);
     print_time(f, in);
     fputc('\n', f);
 }
@@ -1190,7 +1190,9 @@ static plan_status insn_body(parser *ps, plan_insn *in) {
         if (!st) st = insn_stream(ps, in, true);
         if (!st) st = expect(ps, "group");
         if (!st) st = get_i32(ps, "group", &in->a);
-        return st ? st : insn_args(ps, in);
+        if (!st) st = insn_args(ps, in);
+        if (!st && ps->at < ps->nt && is(ps->t[ps->at], "attrs") && ++ps->at) st = get_u32(ps, "attrs", &in->attrs); // a chunk
+        return st;
     case PLAN_I_SEND:
     case PLAN_I_RECV: {
         const char *axes[PLAN_MAX_AXES];

@@ -8,7 +8,9 @@ usage: bgsync.py PLANCC PLANRUN PLANDUMP SOURCE_ROOT
 - dlrm-small on 4 ranks (--dp 4) with MA, EASGD and BMUF every 2 steps and MA continuous: the
   round count planrun reports (period 2: ceil(steps / 2) on every rank; continuous: at least one
   per step), a loss that falls, and the plan's shape: the dense all-reduce gone from the
-  foreground, the embedding tables' still there, the round on a stream and group of its own.
+  foreground, the embedding tables' still there, the round on a stream and group of its own;
+- chunk=BYTES: more background collectives, and the same parameters bit for bit;
+- BMUF with its default block momentum and Nesterov every step on 4 ranks learns (no divergence).
 """
 import os
 import re
@@ -88,9 +90,49 @@ def four_ranks(tmp):
     check("dlrm --dp 4 with the all-reduce: no background rounds", p.returncode == 0 and "background rounds" not in p.stdout, p.stdout)
 
 
+def chunks(tmp):
+    """chunk=BYTES: a parameter's all-reduce in pieces. More background collectives, each a range
+    of its buffer, and bit for bit the same parameters as whole all-reduces (cpu-serial: the
+    rounds in program order, so the two runs are deterministic)."""
+    whole = compile_plan(tmp, "dlrm-ma-whole", "dlrm-small", 4, "--dp", "4", "--sync", "background:algo=ma,period=1,chunk=0")
+    cut = compile_plan(tmp, "dlrm-ma-chunk", "dlrm-small", 4, "--dp", "4", "--sync", "background:algo=ma,period=1,chunk=256")
+    n_whole = len([l for l in plan_text(whole).splitlines() if " coll " in l and " s2 " in l])
+    cut_colls = [l for l in plan_text(cut).splitlines() if " coll " in l and " s2 " in l]
+    n_chunks = sum(" attrs " in l for l in cut_colls)  # a parameter of 256 bytes or less stays whole
+    check(f"chunk=256: more background collectives ({n_whole} -> {len(cut_colls)}, {n_chunks} of them chunks)",
+          len(cut_colls) > 10 * n_whole and n_chunks > 10 * n_whole)
+    st = os.path.join(tmp, "whole.st")
+    p = run(planrun, whole, "--backend", "cpu-serial", "--steps", "6", "--save", st, "--log-every", "0")
+    check("MA with whole all-reduces runs", p.returncode == 0, p.stderr)
+    p = run(planrun, cut, "--backend", "cpu-serial", "--steps", "6", "--compare", st, "--rtol", "0", "--atol", "0", "--log-every", "0")
+    check("MA in 256-byte chunks: the same parameters bit for bit", p.returncode == 0, p.stdout + p.stderr)
+    one = compile_plan(tmp, "mlp-1-ma-chunk", "mlp", 1, "--sync", "background:algo=ma,period=1,chunk=64")
+    ref = compile_plan(tmp, "mlp-1-ref", "mlp", 1)
+    st = os.path.join(tmp, "mlp.st")
+    p = run(planrun, ref, "--steps", "5", "--save", st, "--log-every", "0")
+    p = run(planrun, one, "--steps", "5", "--compare", st, "--rtol", "0", "--atol", "0", "--log-every", "0")
+    check("one trainer, MA every step in 64-byte chunks (threads): the plain plan's parameters bit for bit",
+          p.returncode == 0, p.stdout + p.stderr)
+
+
+def bmuf_defaults(tmp):
+    """BMUF with its defaults (eta 1 - 1/4, Nesterov) every step: the block's progress is measured
+    from the look-ahead w + eta m; measured from w (the earlier algebra) the momentum grew by
+    2 eta per round and the loss was NaN within 300 steps."""
+    path = compile_plan(tmp, "ctr-bmuf-1", "dlrm-ctr", 4, "--dp", "4", "--sync", "background:algo=bmuf,period=1")
+    for backend in ("cpu-serial", "cpu"):
+        p = run(planrun, path, "--backend", backend, "--steps", "300", "--log-every", "0")
+        m = re.search(r"loss ([-0-9.naif]+) -> ([-0-9.naif]+)", p.stdout)
+        ok = p.returncode == 0 and m and float(m.group(2)) < float(m.group(1)) - 0.03
+        check(f"{backend}: BMUF with the default eta and Nesterov every step on 4 ranks learns "
+              f"({m.group(1) if m else '?'} -> {m.group(2) if m else '?'})", ok, p.stdout + p.stderr)
+
+
 with tempfile.TemporaryDirectory() as tmp:
     for backend in ("cpu", "cpu-serial"):
         one_trainer(tmp, backend)
     four_ranks(tmp)
+    chunks(tmp)
+    bmuf_defaults(tmp)
 print(f"{passed} passed, {failed} failed")
 sys.exit(1 if failed else 0)

@@ -211,7 +211,10 @@ for bad, why in [("sometimes", "not allreduce and not background"), ("background
                  ("background:algo=ma,period=x", "period wants"), ("background:algo=ma,colour=red", 'unknown key "colour"'),
                  ("background:algo=ma,algo=ma", "given twice"), ("background:algo=ma,alpha=0.1", "alpha is EASGD's"),
                  ("background:algo=easgd,alpha=2", "alpha wants"), ("background:algo=bmuf,eta=1", "eta wants"),
-                 ("background:algo=bmuf,nesterov=2", "nesterov wants 0 or 1"), ("background:algo=ma,hogwild=1", "takes no value")]:
+                 ("background:algo=bmuf,nesterov=2", "nesterov wants 0 or 1"), ("background:algo=ma,hogwild=1", "takes no value"),
+                 ("background:algo=ma,chunk=-1", "chunk wants a whole number of bytes"),
+                 ("background:algo=ma,chunk=1.5", "chunk wants"), ("background:algo=ma,chunk=4M", "chunk wants"),
+                 ("background:algo=ma,chunk", '"chunk" needs a value')]:
     p = run("models/mlp.json", "--cluster", "models/clusters/cpu.json", "--sync", bad, "-o", "/dev/null")
     check(f"--sync {bad}: exit 2, {why}", p.returncode == 2 and f'--sync "{bad}"' in p.stderr and why in p.stderr and p.stdout == "", p)
 p = run("models/mlp.json", "--cluster", "models/clusters/cpu.json", "--devices", "2", "--dp", "2", "--zero", "1",

@@ -2,27 +2,37 @@
 """ShadowSync's quality and throughput on click-through data with a known generating model.
 
 usage: bench_shadowsync.py PLANCC PLANRUN [SOURCE_ROOT] [--ranks 1,2,4,8] [--steps 2000]
-                           [--model dlrm-ctr] [--seed 1]
+                           [--model dlrm-ctr] [--seed 1] [--scaling strong|weak|both]
 
 Trains models/dlrm-ctr.json (teacher labels: runtime/data.c) with planrun's CPU backend on each
-rank count N (--dp N, the global batch fixed) with synchronous all-reduce and with
---sync background:algo=ma,period=2 / easgd,period=2 / bmuf,period=4,eta=0.5,nesterov=0 (BMUF with
-its default eta 1 and Nesterov diverges here from 4 ranks on), and prints per run:
+rank count N (--dp N) with synchronous all-reduce and with --sync background:algo=ma,period=1 /
+ma,period=2 / easgd,period=2 / bmuf,period=4 (BMUF's defaults: eta 1 - 1/N, Nesterov), plus
+"ma p1 ser": MA every step on the cpu-serial backend, where the round runs after the step's
+optimizer instead of beside the step (the control that isolates what the overlap costs).
 
+Two comparisons, each at equal samples for sync and background at the same N:
+  strong  the model's batch B is the global batch (B/N per trainer), as DeepPool's scaling;
+  weak    every trainer keeps the model's batch B (global B x N, a copy of the model with
+          dims.B scaled), so N trainers see N times the data in the same steps: ShadowSync's
+          setting (each trainer has a fixed batch; more trainers, more examples per unit time).
+
+Per run:
   NE          normalized entropy (ShadowSync's figure): the mean log loss over the last 20% of
               the steps over the entropy of the empirical CTR (the mean of the labels drawn);
-              below 1 is better than predicting the CTR alone
-  vs sync     NE / the synchronous run's NE at the same N (1.000 = as good; ShadowSync's
-              target is within 1%)
+              below 1 is better than predicting the CTR alone. It is the training loss of each
+              trainer's own replica (the loss of the step's forward pass), not of an average
+  vs sync     NE / the synchronous run's NE at the same N and scaling (1.000 = as good;
+              ShadowSync's target is within 1%)
   samples/s   steps x global batch / planrun's wall time (all ranks are threads of one process
               on this machine's cores: it measures overhead, not a cluster's scaling)
 
 and the teacher's NE (its mean Bernoulli entropy over the same CTR entropy: the best any model
-can reach). Every run shares the seed, so they see the same samples. It fails (exit 1) when a
-run fails or a synchronous run does not learn (NE >= 0.95), never on time or on a background
-run's quality: those are the figures.
+can reach). Every run shares the seed. It fails (exit 1) when a run fails or a synchronous run
+does not learn (NE >= 0.95), never on time or on a background run's quality: those are the
+figures.
 """
 import argparse
+import json
 import math
 import os
 import re
@@ -31,26 +41,39 @@ import sys
 import tempfile
 import time
 
-ALGOS = [("sync", []),
-         ("ma p2", ["--sync", "background:algo=ma,period=2"]),
-         ("easgd p2", ["--sync", "background:algo=easgd,period=2"]),
-         ("bmuf p4", ["--sync", "background:algo=bmuf,period=4,eta=0.5,nesterov=0"])]
+ALGOS = [("sync", [], "cpu"),
+         ("ma p1", ["--sync", "background:algo=ma,period=1"], "cpu"),
+         ("ma p1 ser", ["--sync", "background:algo=ma,period=1"], "cpu-serial"),
+         ("ma p2", ["--sync", "background:algo=ma,period=2"], "cpu"),
+         ("easgd p2", ["--sync", "background:algo=easgd,period=2"], "cpu"),
+         ("bmuf p4", ["--sync", "background:algo=bmuf,period=4"], "cpu")]
 
 
 def entropy(p):
     return -(p * math.log(p) + (1 - p) * math.log(1 - p)) if 0 < p < 1 else 0.0
 
 
-def run_one(a, tmp, n, name, opts):
+def model_for(a, tmp, n, weak):
+    """The model file and global batch of one comparison: the model's own, or with B x n."""
+    if not weak or n == 1:
+        return a.model_path, a.batch
+    m = json.load(open(a.model_path))
+    m["dims"]["B"] = a.batch * n
+    path = os.path.join(tmp, f"{a.model}-weak{n}.json")
+    json.dump(m, open(path, "w"))
+    return path, a.batch * n
+
+
+def run_one(a, tmp, n, name, opts, backend, model, batch):
     """(NE, samples/s, mean label, best loss) of one run, or an error line."""
     plan = os.path.join(tmp, f"{n}-{name.replace(' ', '-')}.plan")
-    cmd = [a.plancc, a.model_path, "--cluster", os.path.join(a.root, "models", "clusters", "cpu.json"),
+    cmd = [a.plancc, model, "--cluster", os.path.join(a.root, "models", "clusters", "cpu.json"),
            "--devices", str(n), "--dp", str(n), *opts, "-o", plan]
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode != 0:
         return "plancc: " + ((p.stderr.strip().splitlines() or ["?"])[-1])
     losses = os.path.join(tmp, "losses.txt")
-    p = subprocess.run([a.planrun, plan, "--steps", str(a.steps), "--seed", str(a.seed), "--log-every", "0",
+    p = subprocess.run([a.planrun, plan, "--backend", backend, "--steps", str(a.steps), "--seed", str(a.seed), "--log-every", "0",
                         "--losses", losses], capture_output=True, text=True)
     if p.returncode != 0:
         return "planrun: " + ((p.stderr.strip().splitlines() or ["?"])[-1])
@@ -63,7 +86,7 @@ def run_one(a, tmp, n, name, opts):
     ctr, best = float(t.group(1)), float(t.group(2))
     if not all(math.isfinite(x) for x in tail):
         return "the loss is not finite"
-    return sum(tail) / len(tail) / entropy(ctr), a.steps * a.batch / float(m.group(2)), ctr, best
+    return sum(tail) / len(tail) / entropy(ctr), a.steps * batch / float(m.group(2)), ctr, best
 
 
 def main():
@@ -75,32 +98,36 @@ def main():
     ap.add_argument("--steps", type=int, default=2000)
     ap.add_argument("--model", default="dlrm-ctr")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--scaling", choices=["strong", "weak", "both"], default="both")
     a = ap.parse_args()
     a.model_path = os.path.join(a.root, "models", a.model + ".json")
-    a.batch = __import__("json").load(open(a.model_path))["dims"]["B"]
+    a.batch = json.load(open(a.model_path))["dims"]["B"]
     t0, bad, best_ne = time.time(), 0, None
-    print(f"{a.model}: global batch {a.batch}, {a.steps} steps, seed {a.seed}; planrun's cpu backend, "
+    print(f"{a.model}: batch {a.batch}, {a.steps} steps, seed {a.seed}; planrun's cpu backend, "
           f"{os.cpu_count()} cores; NE over the last 20% of the steps")
-    print(f"{'ranks':>5}  {'sync':<9} {'NE':>7} {'vs sync':>8} {'samples/s':>10} {'vs sync':>8}")
     with tempfile.TemporaryDirectory() as tmp:
-        for n in [int(x) for x in a.ranks.split(",")]:
-            ref = None
-            for name, opts in ALGOS:
-                r = run_one(a, tmp, n, name, opts)
-                if isinstance(r, str):
-                    print(f"{n:>5}  {name:<9} FAILED: {r}")
-                    bad += 1
-                    continue
-                ne, sps, ctr, best = r
-                best_ne = best / entropy(ctr)
-                if name == "sync":
-                    ref = (ne, sps)
-                    if ne >= 0.95:
-                        print(f"  synchronous training did not learn: NE {ne:.4f}")
+        for weak in [s == "weak" for s in (["strong", "weak"] if a.scaling == "both" else [a.scaling])]:
+            print(f"\n{'weak' if weak else 'strong'} scaling: {'batch %d per trainer' % a.batch if weak else 'global batch %d' % a.batch}")
+            print(f"{'ranks':>5}  {'run':<10} {'NE':>7} {'vs sync':>8} {'samples/s':>10} {'vs sync':>8}")
+            for n in [int(x) for x in a.ranks.split(",")]:
+                model, batch = model_for(a, tmp, n, weak)
+                ref = None
+                for name, opts, backend in ALGOS:
+                    r = run_one(a, tmp, n, name, opts, backend, model, batch)
+                    if isinstance(r, str):
+                        print(f"{n:>5}  {name:<10} FAILED: {r}")
                         bad += 1
-                rel = f"{ne / ref[0]:8.3f}" if ref else f"{'-':>8}"
-                rsp = f"{sps / ref[1]:7.2f}x" if ref else f"{'-':>8}"
-                print(f"{n:>5}  {name:<9} {ne:7.4f} {rel} {sps:10.0f} {rsp}", flush=True)
+                        continue
+                    ne, sps, ctr, best = r
+                    best_ne = best / entropy(ctr)
+                    if name == "sync":
+                        ref = (ne, sps)
+                        if ne >= 0.95:
+                            print(f"  synchronous training did not learn: NE {ne:.4f}")
+                            bad += 1
+                    rel = f"{ne / ref[0]:8.3f}" if ref else f"{'-':>8}"
+                    rsp = f"{sps / ref[1]:7.2f}x" if ref else f"{'-':>8}"
+                    print(f"{n:>5}  {name:<10} {ne:7.4f} {rel} {sps:10.0f} {rsp}", flush=True)
     if best_ne is not None:
         print(f"teacher (best achievable) NE {best_ne:.4f}; a constant prediction of the CTR: NE 1")
     print(f"{time.time() - t0:.1f} s in all; {'FAILED' if bad else 'ok'}")
