@@ -8,7 +8,9 @@
  * Scheduling (burst_plan). The forward operators are cut into layers ("regions") where exactly
  * one value crosses from the ops before to the ops after (inputs and parameters aside), so a
  * branch (a skip connection) stays inside one region and runs at one width. A region whose
- * operator cannot split the batch (batch norm's statistics) runs on one device. A dynamic
+ * operator cannot split the batch (batch norm's statistics) runs on one device; a ghost batch
+ * norm (statistics per group of G samples) lets its region split the batch in whole groups,
+ * so at most B/G devices. A dynamic
  * program over the chain of regions (DeepPool's searchLinear) picks each region's width: a
  * region's time is its operators' forward and backward at the per-device batch, its
  * parameters' gradient all-reduce over its devices (NCCL's ring or tree over the group's real
@@ -252,7 +254,9 @@ pcc_status burst_plan(const pcc_graph *g, const pcc_cluster *c, const pcc_burst_
     for (int op = 0; op < g->n_fwd_ops; op++) {
         pcc_letter l[PCC_MAX_LETTERS];
         bool nosplit;
-        if (op_batch_letter(g, &g->ops[op], bd, l, &nosplit) >= 0 && nosplit) b->max_width[b->region_of[op]] = 0;
+        int li = op_batch_letter(g, &g->ops[op], bd, l, &nosplit), *mw = &b->max_width[b->region_of[op]];
+        if (li >= 0 && nosplit) *mw = 0;
+        while (li >= 0 && *mw > 0 && B % ((1 << *mw) * l[li].grain) != 0) (*mw)--; // whole ghost groups
     }
     // The dynamic program: T[r][j] the best time through region r at width 2^j, lt the time of
     // region r itself (with its inbound move), back the predecessor's width.

@@ -230,6 +230,7 @@ typedef enum pcc_phase { PCC_PHASE_FWD, PCC_PHASE_BWD, PCC_PHASE_OPT } pcc_phase
 typedef struct pcc_attrs {
     double scale;       // scale: factor; fill: value
     double eps;         // layernorm, rmsnorm, batchnorm
+    int64_t ghost_batch; // batchnorm: statistics over each run of this many samples (0: the whole batch)
     double p;           // dropout probability
     int64_t seed;       // dropout
     int axis;           // concat, split, slice (negative counts from the end, normalized on load)
@@ -329,13 +330,16 @@ double op_flops_matmul(const pcc_graph *g, const pcc_op *op);
 // in every operand (inputs, then outputs; -1 where it does not occur). Variadic groups give one
 // letter per dimension ("b.0", "b.1"); operators with their own shape rule get letters from it
 // (concat, split, slice: every axis but the joined one; transpose: each axis and where it goes;
-// reshape: the major dimension of each split or merged group). Returns the count.
+// reshape: the major dimension of each split or merged group). A letter's grain is the multiple
+// every piece of a split must hold: 1, or a ghost batch norm's group (its batch letter is then
+// splittable in whole groups). Returns the count.
 #define PCC_MAX_OPERANDS 72
 #define PCC_MAX_LETTERS 24
 typedef struct pcc_letter {
     char name[16];
     bool reduce, nosplit;
     int dim;
+    int64_t grain;      // pieces of a split hold a multiple of this many (1 but for ghost batch norm)
     signed char axis[PCC_MAX_OPERANDS];
 } pcc_letter;
 int op_letters(const pcc_graph *g, const pcc_op *op, pcc_letter *out);
