@@ -744,9 +744,13 @@ char *strategy_str(const pcc_strategy *s, char *buf, size_t n);
 //   size only:        batch = size * dp, *micro_batches as given
 // micro_batches_given says whether *micro_batches came from --micro-batches (then it must agree).
 // Call it after model_load, before graph_check and autodiff. PCC_ERR_INPUT (reported) when the
-// numbers do not divide or the model has no batch dimension.
+// numbers do not divide, the model has no batch dimension, or a ghost batch norm's group does not
+// divide the batch so set.
 pcc_status strategy_batch(pcc_graph *g, int64_t global_batch, int micro_batch_size, int dp, int *micro_batches,
                           bool micro_batches_given);
+// The batch a micro-batch holds must be a multiple of this: the least common multiple of the
+// ghost batch norms' groups over the batch dimension (1 if none). Can't fail.
+int64_t strategy_batch_grain(const pcc_graph *g);
 
 /* ---------------------------------------------------------------- emit.c */
 

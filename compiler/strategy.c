@@ -600,6 +600,19 @@ char *strategy_str(const pcc_strategy *s, char *buf, size_t n) {
     return buf;
 }
 
+static int64_t gcd64(int64_t a, int64_t b) { return b ? gcd64(b, a % b) : a; }
+
+int64_t strategy_batch_grain(const pcc_graph *g) {
+    int b = batch_dim(g);
+    int64_t l = 1;
+    for (int i = 0; i < g->n_fwd_ops && b >= 0; i++) {
+        const pcc_op *op = &g->ops[i];
+        int64_t G = op->attrs.ghost_batch;
+        if (op->kind == PCC_OP_BATCHNORM && G > 0 && g->tensors[op->in[0]].dims[0] == b) l = l / gcd64(l, G) * G;
+    }
+    return l;
+}
+
 // Every ghost batch norm's group still divides the batch once the options have set it.
 static pcc_status ghost_check(const pcc_graph *g, int b, int64_t global_batch) {
     for (int i = 0; i < g->n_fwd_ops; i++) {
