@@ -376,8 +376,8 @@ static const char *canonical_options_(pcc_arena *a, const pcc_cluster *c, const 
     if (o->burst) {
         if (o->amp_limit > 0) snprintf(mesh, sizeof mesh, "--burst --amp-limit %g", o->amp_limit);
         else snprintf(mesh, sizeof mesh, "--burst");
-        if (o->burst_widths) return arena_printf(a, "--devices %d %s --burst-widths %s%s%s", c->n_devices, mesh, o->burst_widths,
-                                                 o->global_batch ? " --global-batch " : "",
+        if (o->burst_widths) return arena_printf(a, "--devices %d %s --burst-widths %s --bucket-mb %g%s%s", c->n_devices, mesh,
+                                                 o->burst_widths, o->bucket_mb, o->global_batch ? " --global-batch " : "",
                                                  o->global_batch ? arena_printf(a, "%lld", (long long)o->global_batch) : "");
     }
     char batch[48] = "";
@@ -553,7 +553,7 @@ static pcc_status compile_burst(pcc_arena *a, const pcc_graph *g, const pcc_clus
     progress_phase("phase 2: burst parallelism, every layer's device count");
     pcc_status st = burst_plan(g, c, &bo, &b);
     if (st) return st;
-    pcc_emit_opts eo = {.options = canonical_options(a, c, o), .quiet = o->quiet};
+    pcc_emit_opts eo = {.options = canonical_options(a, c, o), .quiet = o->quiet, .bucket_bytes = (uint64_t)(o->bucket_mb * 1e6)};
     eo.model_hash = file_hash(o->model);
     eo.cluster_hash = file_hash(o->cluster);
     pcc_emitted e;
