@@ -8,13 +8,15 @@
  * Scheduling (burst_plan). The forward operators are cut into layers ("regions") where exactly
  * one value crosses from the ops before to the ops after (inputs and parameters aside), so a
  * branch (a skip connection) stays inside one region and runs at one width. A region whose
- * operator cannot split the batch (batch norm's statistics) runs on one device. A dynamic
- * program over the chain of regions (DeepPool's searchLinear) picks each region's width: a
- * region's time is its operators' forward and backward at the per-device batch, its
- * parameters' gradient all-reduce over its devices (NCCL's ring or tree over the group's real
- * links, with latency), and the move of the crossing value from the previous region's width to
- * its own, forward and backward. DeepPool's amplification limit (--amp-limit) is an option: a
- * choice whose predecessor uses more than that many times the GPU-seconds of running it on one
+ * operator cannot split the batch (batch norm's statistics) runs on one device; a ghost batch
+ * norm (statistics per group of G samples) lets its region split the batch in whole groups, so
+ * on at most B/G devices. A dynamic program over the chain of regions (DeepPool's
+ * searchLinear) picks each region's width: a region's time is its operators' forward and
+ * backward at the per-device batch, its parameters' gradient all-reduce over its devices (one
+ * bucket; NCCL's ring or tree over the group's real links, with latency), and the move of the
+ * crossing value from the previous region's width to its own, forward and backward. DeepPool's
+ * amplification limit (--amp-limit) is an option: a choice whose predecessor uses more than
+ * that many times the GPU-seconds of running it on one
  * GPU is taken only if nothing within the limit is better (a soft filter, as DeepPool's).
  *
  * The plan (burst_emit), with no new semantics in the format. G = 2^n devices form a mesh of n
@@ -24,7 +26,10 @@
  * axis j: coordinate 1 sends its piece to coordinate 0, which concatenates it after its own;
  * widening splits the piece in two and sends the second half along axis j. A layer's gradient
  * all-reduce is a collective over the group of axes 0..j-1 (the instance with the active ranks;
- * the others issue nothing). Ranks with the same smallest active width run the same program
+ * the others issue nothing); gradients go in buckets of --bucket-mb as the backward pass
+ * finishes them (PyTorch DDP's), a bucket closed early where the next gradient has another
+ * width, in every program alike so that a group's members cut the same buckets (the cost model
+ * charges one all-reduce of a region's gradient bytes). Ranks with the same smallest active width run the same program
  * (n + 1 programs); a rank holds no buffer of a layer it does not run. The devices of a narrow
  * layer are spread over the mesh (rank 0, G/2, ...): DeepPool uses ranks 0..k-1 instead, and the
  * cost model charges this layout's links (a narrow layer on a multi-node cluster crosses nodes).
@@ -186,10 +191,11 @@ static double region_time(const pcc_cluster *c, const pcc_graph *g, const pcc_bu
         if (j == 0 || op->phase != PCC_PHASE_FWD) continue;
         for (int i = 0; i < op->nin; i++) {
             const pcc_tensor *T = &g->tensors[op->in[i]];
-            if (T->kind == PCC_T_PARAM)
-                sync += cost_collective_s(c, PCC_COLL_ALL_REDUCE, tensor_bytes(g, T), width_group(b->devices, j));
+            if (T->kind == PCC_T_PARAM) sync += tensor_bytes(g, T);
         }
     }
+    // the region's gradients travel in one bucket: one all-reduce of their bytes
+    sync = sync > 0 ? cost_collective_s(c, PCC_COLL_ALL_REDUCE, sync, width_group(b->devices, j)) : 0;
     if (sync_s) *sync_s = sync;
     return s + sync;
 }
@@ -252,7 +258,9 @@ pcc_status burst_plan(const pcc_graph *g, const pcc_cluster *c, const pcc_burst_
     for (int op = 0; op < g->n_fwd_ops; op++) {
         pcc_letter l[PCC_MAX_LETTERS];
         bool nosplit;
-        if (op_batch_letter(g, &g->ops[op], bd, l, &nosplit) >= 0 && nosplit) b->max_width[b->region_of[op]] = 0;
+        int li = op_batch_letter(g, &g->ops[op], bd, l, &nosplit), *mw = &b->max_width[b->region_of[op]];
+        if (li >= 0 && nosplit) *mw = 0;
+        while (li >= 0 && *mw > 0 && B % ((1 << *mw) * l[li].grain) != 0) (*mw)--; // whole ghost groups
     }
     // The dynamic program: T[r][j] the best time through region r at width 2^j, lt the time of
     // region r itself (with its inbound move), back the predecessor's width.
@@ -352,6 +360,9 @@ typedef struct bprog {
     plan_attrs *attrs;  int n_attrs, cap_attrs;
     int **at;           // per tensor, per width: its buffer, -1
     int *sync_group;    // per width: the plan group of its all-reduce, -1
+    int *bucket;        int n_bucket, cap_bucket; // final gradients waiting for their all-reduce
+    int bucket_w;       // their width (log2)
+    uint64_t bucket_bytes;
     bool used_sync;
     uint64_t arena;
 } bprog;
@@ -363,6 +374,7 @@ typedef struct bemit {
     int *opw;           // per op: its width (log2)
     int *home_w;        // per tensor: the width its home buffer is made at (-1: none yet)
     int *groups;        int n_groups, cap_groups; // axes mask per plan group
+    uint64_t bucket_cap;// gradient bytes per bucket (0: one all-reduce per gradient)
     plan_phase phase;
 } bemit;
 
@@ -381,6 +393,7 @@ static int bnew(bemit *E, bprog *P, int t, plan_shard s) {
     m->bytes = shard_bytes(E->g, t, s, E->b->n_axes);
     m->mb_slots = m->layer_slots = 1;
     m->first = m->last = -1;
+    m->in_bucket = false, m->bucket_next = -1;
     const pcc_tensor *T = &E->g->tensors[t];
     m->persist = T->kind == PCC_T_PARAM || T->kind == PCC_T_STATE || T->kind == PCC_T_INPUT;
     m->whole = m->persist || t == E->g->loss;
@@ -456,17 +469,37 @@ static int pieces_at(bemit *E, bprog *P, int t, int j) {
     return P->at[t][j] = lo;
 }
 
-// The step's all-reduce of a parameter's gradient over the ranks of its width, on stream 1.
-static void sync_grad(bemit *E, bprog *P, int gp, int j) {
-    int buf = P->at[gp][j];
+// Issues the open bucket: stream 1 waits for its gradients, then one all-reduce over all of them
+// (laid out back to back by the memory planner) across the ranks of their width.
+static void bucket_flush(bemit *E, bprog *P) {
+    int n = P->n_bucket, j = P->bucket_w;
+    if (n == 0) return;
     bevent(E, P, PLAN_I_RECORD, STREAM_MAIN, EV_GRAD);
     bevent(E, P, PLAN_I_WAIT, STREAM_SYNC, EV_GRAD);
-    int args[2] = {buf, buf};
-    plan_insn *in = binsn(E, P, PLAN_I_COLL, STREAM_SYNC, args, 2);
+    int *args = arena_alloc(E->g->arena, sizeof(int) * (size_t)(2 * n));
+    for (int k = 0; k < n; k++) {
+        args[k] = args[n + k] = P->bucket[k]; // in place
+        P->buf[P->bucket[k]].in_bucket = n > 1;
+        P->buf[P->bucket[k]].bucket_next = n > 1 && k + 1 < n ? P->bucket[k + 1] : -1;
+    }
+    plan_insn *in = binsn(E, P, PLAN_I_COLL, STREAM_SYNC, args, 2 * n);
     in->code = PCC_COLL_ALL_REDUCE;
     in->a = bgroup(E, (1 << j) - 1);
-    in->t_s = (float)cost_collective_s(E->c, PCC_COLL_ALL_REDUCE, (double)P->buf[buf].bytes, width_group(E->b->devices, j));
+    in->t_s = (float)cost_collective_s(E->c, PCC_COLL_ALL_REDUCE, (double)P->bucket_bytes, width_group(E->b->devices, j));
     P->used_sync = true;
+    P->n_bucket = 0, P->bucket_bytes = 0;
+}
+
+// A parameter's gradient is final: it joins the open bucket of its width (as the backward pass
+// finishes them, PyTorch DDP's buckets), which is issued once it holds the bucket's bytes
+// (--bucket-mb) or the next gradient has another width.
+static void sync_grad(bemit *E, bprog *P, int gp, int j) {
+    if (P->n_bucket > 0 && P->bucket_w != j) bucket_flush(E, P);
+    int buf = P->at[gp][j];
+    *VEC_PUSH(E->g->arena, P->bucket, P->n_bucket, P->cap_bucket) = buf;
+    P->bucket_w = j;
+    P->bucket_bytes += P->buf[buf].bytes;
+    if (P->bucket_bytes >= E->bucket_cap) bucket_flush(E, P);
 }
 
 static bool is_final_param_grad(const pcc_graph *g, int t) {
@@ -483,8 +516,12 @@ static void bop(bemit *E, bprog *P, int o) {
             if (E->home_w[op->in[i]] < 0) E->home_w[op->in[i]] = j;
             else if (batch_axis(g, op->in[i], bd) >= 0) pieces_at(E, P, op->in[i], j);
         }
-        for (int i = 0; i < op->nout; i++)
+        for (int i = 0; i < op->nout; i++) {
             if (E->home_w[op->out[i]] < 0) E->home_w[op->out[i]] = j;
+            // a gradient of another width closes the open bucket in every program alike, so
+            // that the members of a group cut their buckets at the same gradients
+            if (j > 0 && is_final_param_grad(g, op->out[i]) && P->n_bucket > 0 && P->bucket_w != j) bucket_flush(E, P);
+        }
         return;
     }
     int args[PCC_MAX_OPERANDS + 1];
@@ -556,6 +593,8 @@ static void bprogram(bemit *E, bprog *P) {
         E->phase = op->phase == PCC_PHASE_FWD ? PLAN_PHASE_FWD : PLAN_PHASE_BWD;
         bop(E, P, o);
     }
+    E->phase = PLAN_PHASE_BWD;
+    bucket_flush(E, P);
     E->phase = PLAN_PHASE_NONE;
     if (P->used_sync) {
         bevent(E, P, PLAN_I_RECORD, STREAM_SYNC, EV_SYNCED);
@@ -592,7 +631,7 @@ static char *bnotes(const pcc_graph *g, const pcc_burst *b) {
 
 pcc_status burst_emit(const pcc_graph *g, const pcc_cluster *c, const pcc_burst *b, const pcc_emit_opts *o, pcc_emitted *e) {
     memset(e, 0, sizeof *e);
-    bemit E = {.g = g, .c = c, .b = b};
+    bemit E = {.g = g, .c = c, .b = b, .bucket_cap = o->bucket_bytes};
     E.home_w = arena_alloc(g->arena, sizeof(int) * (size_t)(g->n_tensors + 1));
     op_widths(&E);
     int NP = b->n_axes + 1;

@@ -378,8 +378,8 @@ static const char *canonical_options_(pcc_arena *a, const pcc_cluster *c, const 
     if (o->burst) {
         if (o->amp_limit > 0) snprintf(mesh, sizeof mesh, "--burst --amp-limit %g", o->amp_limit);
         else snprintf(mesh, sizeof mesh, "--burst");
-        if (o->burst_widths) return arena_printf(a, "--devices %d %s --burst-widths %s%s%s", c->n_devices, mesh, o->burst_widths,
-                                                 o->global_batch ? " --global-batch " : "",
+        if (o->burst_widths) return arena_printf(a, "--devices %d %s --burst-widths %s --bucket-mb %g%s%s", c->n_devices, mesh,
+                                                 o->burst_widths, o->bucket_mb, o->global_batch ? " --global-batch " : "",
                                                  o->global_batch ? arena_printf(a, "%lld", (long long)o->global_batch) : "");
     }
     char batch[48] = "";
@@ -555,7 +555,7 @@ static pcc_status compile_burst(pcc_arena *a, const pcc_graph *g, const pcc_clus
     progress_phase("phase 2: burst parallelism, every layer's device count");
     pcc_status st = burst_plan(g, c, &bo, &b);
     if (st) return st;
-    pcc_emit_opts eo = {.options = canonical_options(a, c, o), .quiet = o->quiet};
+    pcc_emit_opts eo = {.options = canonical_options(a, c, o), .quiet = o->quiet, .bucket_bytes = (uint64_t)(o->bucket_mb * 1e6)};
     eo.model_hash = file_hash(o->model);
     eo.cluster_hash = file_hash(o->cluster);
     pcc_emitted e;
@@ -688,14 +688,15 @@ static pcc_status load_graph(pcc_arena *a, options *o, pcc_graph **out) {
 }
 
 // --auto with --global-batch and no micro-batch count: the count is searched too, as Megatron-LM
-// users search --micro-batch-size. Every divisor m of the global batch, from the most
-// micro-batches down (the small, quickly solved ILPs first), is planned on the cost model; the
+// users search --micro-batch-size. Every divisor m of the global batch that leaves whole ghost
+// batch norm groups in a micro-batch, from the most micro-batches down (the small, quickly
+// solved ILPs first), is planned on the cost model; the
 // search stops once MB_PATIENCE counts in a row do no better than the best so far (fewer
 // micro-batches mean bigger activations, so the ILP recomputes or shards more, while the bubble
 // grows), and keeps the fastest estimate. Each count's graph lives in an arena of its own.
 #define MB_PATIENCE 3
 
-static pcc_status search_micro_batches(options *o, const pcc_cluster *c) {
+static pcc_status search_micro_batches(options *o, const pcc_cluster *c, int64_t grain) {
     double t0 = now_s();
     int64_t gb = o->global_batch;
     double best = INFINITY;
@@ -703,7 +704,7 @@ static pcc_status search_micro_batches(options *o, const pcc_cluster *c) {
     bool was_quiet = pcc_quiet;
     pcc_quiet = true; // the counts that do not fit say nothing; the chosen one is compiled loudly
     for (int64_t m = gb < 65536 ? gb : 65536; m >= 1 && misses < MB_PATIENCE; m--) {
-        if (gb % m) continue;
+        if (gb % m || (gb / m) % grain) continue; // whole samples, whole ghost batch norm groups
         progress_phase("phase 2: %lld micro-batches of %lld samples (tried %d; best %d at %.4g s)", (long long)m,
                        (long long)(gb / m), o->mb_searched, best_m, isfinite(best) ? best : 0);
         options t = *o;
@@ -752,7 +753,7 @@ int main(int argc, char **argv) {
     bool search = !o.check && !o.burst && o.strat.auto_mesh && o.global_batch && !o.micro_batches_given &&
                   !o.micro_batch_size;
     if (!st && search) {
-        st = search_micro_batches(&o, cluster);
+        st = search_micro_batches(&o, cluster, strategy_batch_grain(g));
         if (!st && o.micro_batches != g->micro_batches) st = load_graph(arena, &o, &g);
     }
     if (!st && o.check) {

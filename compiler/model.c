@@ -318,6 +318,7 @@ static void attr_keys(pcc_op_kind k, const char *const **allowed, const char *co
     static const char *const none[] = {NULL};
     static const char *const scale[] = {"scale", NULL};
     static const char *const eps[] = {"eps", NULL};
+    static const char *const bn[] = {"eps", "ghost_batch", NULL};
     static const char *const dropout[] = {"p", "seed", NULL}, *const dropout_req[] = {"p", NULL};
     static const char *const axis[] = {"axis", NULL};
     static const char *const slice[] = {"axis", "start", "end", NULL};
@@ -328,7 +329,8 @@ static void attr_keys(pcc_op_kind k, const char *const **allowed, const char *co
     *required = none;
     switch (k) {
     case PCC_OP_SCALE: *allowed = *required = scale; return;
-    case PCC_OP_LAYERNORM: case PCC_OP_RMSNORM: case PCC_OP_BATCHNORM: *allowed = eps; return;
+    case PCC_OP_LAYERNORM: case PCC_OP_RMSNORM: *allowed = eps; return;
+    case PCC_OP_BATCHNORM: *allowed = bn; return;
     case PCC_OP_DROPOUT: *allowed = dropout, *required = dropout_req; return;
     case PCC_OP_CONCAT: case PCC_OP_SPLIT: *allowed = *required = axis; return;
     case PCC_OP_SLICE: *allowed = *required = slice; return;
@@ -346,6 +348,20 @@ static pcc_status load_axis(loader *L, const pcc_json *v, const char *ptr, int r
     if (st) return st;
     if (a < -rank || a >= rank) return diag(file_of(L), ptr, "axis %lld is out of range for rank %d", (long long)a, rank);
     *out = (int)(a < 0 ? a + rank : a);
+    return PCC_OK;
+}
+
+// Ghost batch norm's group: a positive integer that divides the batch (axis 0 of x), so every
+// group is whole; strategy_batch checks it again when --global-batch changes the batch.
+static pcc_status load_ghost(loader *L, pcc_op *op, const pcc_json *v, const char *ptr) {
+    pcc_status st = json_int(&L->r, v, ptr, 1, MAX_DIM_SIZE, &op->attrs.ghost_batch);
+    if (st) return st;
+    const pcc_tensor *x = &L->g->tensors[op->in[0]];
+    if (x->rank == 0) return PCC_OK; // the shape rule reports it
+    int64_t n = L->g->dims[x->dims[0]].size;
+    if (n % op->attrs.ghost_batch != 0)
+        return diag(file_of(L), ptr, "ghost_batch %lld does not divide the batch: input 0 \"%s\" has %s = %lld along axis 0",
+                    (long long)op->attrs.ghost_batch, x->name, L->g->dims[x->dims[0]].name, (long long)n);
     return PCC_OK;
 }
 
@@ -371,6 +387,7 @@ static pcc_status load_attrs(loader *L, pcc_op *op, const pcc_json *v, const cha
 #define P(key) json_ptr_key(&L->r, ptr, key)
     if ((x = json_get(v, "scale")) && (st = json_num(&L->r, x, P("scale"), -1e30, 1e30, &a->scale))) return st;
     if ((x = json_get(v, "eps")) && (st = num_open(L, x, P("eps"), 0, 1, &a->eps))) return st;
+    if ((x = json_get(v, "ghost_batch")) && (st = load_ghost(L, op, x, P("ghost_batch")))) return st;
     if ((x = json_get(v, "p")) && (st = json_num(&L->r, x, P("p"), 0, 1, &a->p))) return st;
     if (a->p >= 1) return diag(file_of(L), P("p"), "dropout probability must be below 1");
     if ((x = json_get(v, "seed")) && (st = json_int(&L->r, x, P("seed"), 0, INT64_MAX / 2, &a->seed))) return st;

@@ -485,7 +485,7 @@ static pcc_letter *letter_get(const pcc_graph *g, pcc_letter *out, int *n, const
     memset(l, 0, sizeof *l);
     snprintf(l->name, sizeof l->name, "%s", name);
     memset(l->axis, -1, sizeof l->axis);
-    l->dim = dim, l->reduce = reduce, l->nosplit = nosplit;
+    l->dim = dim, l->reduce = reduce, l->nosplit = nosplit, l->grain = 1;
     (void)g;
     return l;
 }
@@ -586,6 +586,16 @@ static int letters_reduce_sum(const pcc_graph *g, const pcc_op *op, pcc_letter *
     return n;
 }
 
+// Ghost batch norm (attrs.ghost_batch G > 0): statistics over each run of G samples, so the
+// batch letter n splits in whole groups and the result is the same on any number of devices.
+static int letters_ghost(const pcc_op *op, pcc_letter *out, int n) {
+    bool bn = op->kind == PCC_OP_BATCHNORM || op->kind == PCC_OP_BATCHNORM_GRAD_X || op->kind == PCC_OP_BATCHNORM_GRAD_W;
+    if (!bn || op->attrs.ghost_batch <= 0) return n;
+    for (int i = 0; i < n; i++)
+        if (strcmp(out[i].name, "n") == 0) out[i].nosplit = false, out[i].grain = op->attrs.ghost_batch;
+    return n;
+}
+
 int op_letters(const pcc_graph *g, const pcc_op *op, pcc_letter *out) {
     PCC_ASSERT(op->nin + op->nout <= PCC_MAX_OPERANDS);
     switch (op->kind) {
@@ -600,7 +610,7 @@ int op_letters(const pcc_graph *g, const pcc_op *op, pcc_letter *out) {
     }
     const ann *a = ann_get(op->kind);
     PCC_ASSERT(!a->custom);
-    return letters_annotated(g, op, a, out);
+    return letters_ghost(op, out, letters_annotated(g, op, a, out));
 }
 
 /* ---- costs ---- */

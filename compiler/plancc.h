@@ -230,6 +230,7 @@ typedef enum pcc_phase { PCC_PHASE_FWD, PCC_PHASE_BWD, PCC_PHASE_OPT } pcc_phase
 typedef struct pcc_attrs {
     double scale;       // scale: factor; fill: value
     double eps;         // layernorm, rmsnorm, batchnorm
+    int64_t ghost_batch; // batchnorm: statistics over each run of this many samples (0: the whole batch)
     double p;           // dropout probability
     int64_t seed;       // dropout
     int axis;           // concat, split, slice (negative counts from the end, normalized on load)
@@ -329,13 +330,16 @@ double op_flops_matmul(const pcc_graph *g, const pcc_op *op);
 // in every operand (inputs, then outputs; -1 where it does not occur). Variadic groups give one
 // letter per dimension ("b.0", "b.1"); operators with their own shape rule get letters from it
 // (concat, split, slice: every axis but the joined one; transpose: each axis and where it goes;
-// reshape: the major dimension of each split or merged group). Returns the count.
+// reshape: the major dimension of each split or merged group). A letter's grain is the multiple
+// every piece of a split must hold: 1, or a ghost batch norm's group (its batch letter is then
+// splittable in whole groups). Returns the count.
 #define PCC_MAX_OPERANDS 72
 #define PCC_MAX_LETTERS 24
 typedef struct pcc_letter {
     char name[16];
     bool reduce, nosplit;
     int dim;
+    int64_t grain;      // pieces of a split hold a multiple of this many (1 but for ghost batch norm)
     signed char axis[PCC_MAX_OPERANDS];
 } pcc_letter;
 int op_letters(const pcc_graph *g, const pcc_op *op, pcc_letter *out);
@@ -740,9 +744,13 @@ char *strategy_str(const pcc_strategy *s, char *buf, size_t n);
 //   size only:        batch = size * dp, *micro_batches as given
 // micro_batches_given says whether *micro_batches came from --micro-batches (then it must agree).
 // Call it after model_load, before graph_check and autodiff. PCC_ERR_INPUT (reported) when the
-// numbers do not divide or the model has no batch dimension.
+// numbers do not divide, the model has no batch dimension, or a ghost batch norm's group does not
+// divide the batch so set.
 pcc_status strategy_batch(pcc_graph *g, int64_t global_batch, int micro_batch_size, int dp, int *micro_batches,
                           bool micro_batches_given);
+// The batch a micro-batch holds must be a multiple of this: the least common multiple of the
+// ghost batch norms' groups over the batch dimension (1 if none). Can't fail.
+int64_t strategy_batch_grain(const pcc_graph *g);
 
 /* ---------------------------------------------------------------- emit.c */
 

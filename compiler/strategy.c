@@ -43,12 +43,22 @@ static int batch_dim(const pcc_graph *g) {
     return -1;
 }
 
-static int letter_of_dim(const pcc_graph *g, const pcc_op *op, int dim) {
+// Op's letter of model dimension dim that can be cut `ways` ways (whole grains per piece), or -1.
+static int letter_of_dim(const pcc_graph *g, const pcc_op *op, int dim, int ways) {
     pcc_letter l[PCC_MAX_LETTERS];
     int n = op_letters(g, op, l);
     for (int i = 0; i < n; i++)
-        if (l[i].dim == dim && !l[i].nosplit) return i;
+        if (l[i].dim == dim && !l[i].nosplit && g->dims[dim].size % (ways * l[i].grain) == 0) return i;
     return -1;
+}
+
+// Whether op's letter `name` cut `ways` ways leaves whole grains (ghost batch norm's groups).
+static bool whole_grains(const pcc_graph *g, const pcc_op *op, const char *name, int64_t ways) {
+    pcc_letter l[PCC_MAX_LETTERS];
+    int n = op_letters(g, op, l);
+    for (int i = 0; i < n; i++)
+        if (strcmp(l[i].name, name) == 0) return l[i].dim < 0 || g->dims[l[i].dim].size % (ways * l[i].grain) == 0;
+    return true;
 }
 
 static int letter_by_name(const pcc_graph *g, const pcc_op *op, const char *name) {
@@ -419,6 +429,8 @@ static pcc_status tp_schedule(const pcc_graph *g, const pcc_cluster *c, const pc
         for (int k = 0; k < oc->n; k++) {
             const pcc_cand *cd = &oc->c[k];
             if (cd->dim >= 0 && cd->dim == bdim && !batch_tp) continue; // the batch is dp's (unless asked)
+            // over dp x tp, a ghost batch norm's pieces must still hold whole groups
+            if (cd->dim >= 0 && cd->dim == bdim && !whole_grains(g, &g->ops[oc->op], cd->letter, (int64_t)dp * tp)) continue;
             if (o->recompute == PCC_RECOMPUTE_NONE && cd->recompute) continue;
             if (o->recompute == PCC_RECOMPUTE_FULL && has_rc && !cd->recompute) continue;
             oc->c[n++] = *cd;
@@ -450,7 +462,7 @@ static pcc_strategy *make(const pcc_graph *g, const pcc_cluster *c, const pcc_st
     for (int i = 0; i < n; i++) {
         const pcc_op *op = &g->ops[i];
         const pcc_cand *cd = &sc->t->ops[i].c[sc->choice[i]];
-        if (dp > 1 && bdim >= 0) s->letter[PCC_AX_DP][i] = letter_of_dim(g, op, bdim);
+        if (dp > 1 && bdim >= 0) s->letter[PCC_AX_DP][i] = letter_of_dim(g, op, bdim, dp);
         if (cd->dim >= 0) s->letter[PCC_AX_TP][i] = letter_by_name(g, op, cd->letter);
         PCC_ASSERT(cd->dim < 0 || s->letter[PCC_AX_TP][i] >= 0);
         // The emitter recomputes inside blocks. --recompute full is Megatron-LM's activation
@@ -588,6 +600,32 @@ char *strategy_str(const pcc_strategy *s, char *buf, size_t n) {
     return buf;
 }
 
+static int64_t gcd64(int64_t a, int64_t b) { return b ? gcd64(b, a % b) : a; }
+
+int64_t strategy_batch_grain(const pcc_graph *g) {
+    int b = batch_dim(g);
+    int64_t l = 1;
+    for (int i = 0; i < g->n_fwd_ops && b >= 0; i++) {
+        const pcc_op *op = &g->ops[i];
+        int64_t G = op->attrs.ghost_batch;
+        if (op->kind == PCC_OP_BATCHNORM && G > 0 && g->tensors[op->in[0]].dims[0] == b) l = l / gcd64(l, G) * G;
+    }
+    return l;
+}
+
+// Every ghost batch norm's group still divides the batch once the options have set it.
+static pcc_status ghost_check(const pcc_graph *g, int b, int64_t global_batch) {
+    for (int i = 0; i < g->n_fwd_ops; i++) {
+        const pcc_op *op = &g->ops[i];
+        int64_t G = op->attrs.ghost_batch;
+        if (op->kind != PCC_OP_BATCHNORM || G <= 0 || g->tensors[op->in[0]].dims[0] != b || g->dims[b].size % G == 0) continue;
+        return diag(g->file, arena_printf(g->arena, "%s/attrs/ghost_batch", op->ptr),
+                    "ghost_batch %lld does not divide the batch: %s makes %s = %lld per micro-batch", (long long)G,
+                    global_batch ? "--global-batch" : "--micro-batch-size", g->dims[b].name, (long long)g->dims[b].size);
+    }
+    return PCC_OK;
+}
+
 pcc_status strategy_batch(pcc_graph *g, int64_t global_batch, int micro_batch_size, int dp, int *micro_batches,
                           bool micro_batches_given) {
     if (!global_batch && !micro_batch_size) return PCC_OK;
@@ -626,5 +664,5 @@ pcc_status strategy_batch(pcc_graph *g, int64_t global_batch, int micro_batch_si
         batch = step;
     }
     g->dims[b].size = batch;
-    return PCC_OK;
+    return ghost_check(g, b, global_batch);
 }

@@ -3,8 +3,9 @@
  *
  * For every forward operator and a group of n devices it lists the ways to run the operator
  * there, read off the operator's dimension annotation (ops.c, op_letters):
- *   - split: one splittable letter cut n ways (its size divisible by n). Operands that carry
- *     the letter are split along it (D); inputs without it are replicated (R); outputs without
+ *   - split: one splittable letter cut n ways (its size divisible by n times its grain: a ghost
+ *     batch norm's batch splits in whole groups). Operands that carry the letter are split
+ *     along it (D); inputs without it are replicated (R); outputs without
  *     it hold partial sums (V) when the letter is a reduction ("+"), which is how a split of the
  *     contraction dimension of a matmul or the rows of an embedding table works;
  *   - replicate: every device computes the whole operator (R everywhere);
@@ -127,7 +128,7 @@ static void op_candidates(const pcc_graph *g, int o, const op_cost *cost, int n,
         if (n == 1) continue;
         for (int i = 0; i < nl; i++) {
             const pcc_letter *l = &letters[i];
-            if (l->nosplit || g->dims[l->dim].size % n != 0) continue;
+            if (l->nosplit || g->dims[l->dim].size % (n * l->grain) != 0) continue;
             cand_fill(g, op, &cost[o], l, n, pass == 1, &out->c[out->n++]);
         }
     }

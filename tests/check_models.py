@@ -17,6 +17,8 @@ For every models/*.json it runs `PLANCC --check --json MODEL` and checks:
       gpt2-small   124,439,808 parameters (Hugging Face 'gpt2', tied LM head)
       vgg16        138,357,544 parameters (torchvision vgg16); 15.47 G multiply-adds per image
                    (torchvision's "GFLOPS" column, which counts multiply-adds)
+      wrn-50-2     68,883,240 parameters (torchvision wide_resnet50_2); 11.40 G multiply-adds per
+                   image (torchvision's "GFLOPS" column)
       swin-tiny    28,288,354 (torchvision swin_t) less its 23,322 relative-position-bias entries,
                    which the format cannot express; 4.49 G multiply-adds per image (torchvision)
       gpt3-175b    within 0.1% of 174.6 B (Brown et al. 2020)
@@ -202,6 +204,11 @@ def check_published(name, model, rep, rows):
         macs = fwd_mm / 2 / model["dims"]["B"]
         check("swin-tiny: 4.49 G multiply-adds per image", round(macs / 1e9, 2) == 4.49,
               "plancc %.4f G" % (macs / 1e9))
+    elif name == "wrn-50-2":
+        check("wrn-50-2: 68,883,240 parameters", p == 68883240, "plancc %d" % p)
+        macs = fwd_mm / 2 / model["dims"]["B"]
+        check("wrn-50-2: 11.40 G multiply-adds per image", round(macs / 1e9, 2) == 11.40,
+              "plancc %.4f G" % (macs / 1e9))
     elif name == "gpt3-175b":
         check("gpt3-175b: 174.6 B parameters within 0.1%", abs(p - 174.6e9) <= 0.001 * 174.6e9,
               "plancc %d" % p)
@@ -268,7 +275,7 @@ def main():
         if name.startswith("gpt") or name.startswith("megatron-"):
             check_gpt(name, model, rep)
         check_published(name, model, rep, rows)
-    for must in ["mlp", "cnn-small", "vgg16", "dlrm", "swin-tiny", "gpt-tiny", "gpt2-small",
+    for must in ["mlp", "cnn-small", "resnet-small", "vgg16", "wrn-50-2", "dlrm", "swin-tiny", "gpt-tiny", "gpt2-small",
                  "gpt3-175b"] + ["megatron-" + r["model"].lower() for r in rows]:
         check("models/%s.json exists" % must, must in names)
     gen = os.path.join(root, "tools", "gen_models.py")

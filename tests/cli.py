@@ -5,6 +5,7 @@ usage: cli.py PLANCC SOURCE_ROOT
 """
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -82,6 +83,17 @@ check("--burst on a model with blocks: exit 2", p.returncode == 2 and "repeated 
 p = run("models/cnn-small.json", *CPU, "--devices", "4", "--burst", "--burst-widths", "4,2,1,1,4,4,4,4,4,4", "-o", "/dev/null")
 check("--burst-widths: batch norm cannot split the batch", p.returncode == 2 and "layer 1 (/ops/1)" in p.stderr
       and "from 1 to 1" in p.stderr, p)
+# Ghost batch norm (resnet-small: ghost_batch 2 of a batch of 8): the batch splits in whole pairs.
+p = run("models/resnet-small.json", *CPU, "--devices", "8", "--burst", "--burst-widths", "8,8,1,1,1,1,1,1,1,1,1", "-o", "/dev/null")
+check("--burst-widths: a ghost batch norm of 2 runs on at most 4 of 8", p.returncode == 2 and "layer 1 (/ops/1)" in p.stderr
+      and "from 1 to 4" in p.stderr, p)
+p = run("models/resnet-small.json", *CPU, "--devices", "8", "--burst", "-o", "/dev/null")
+check("--burst: ghost batch norm layers on 4 of 8 GPUs", p.returncode == 0 and re.search(r"bn2\s+batchnorm\s+4\s+2\s", p.stdout), p)
+p = run("models/resnet-small.json", *CPU, "--devices", "2", "--global-batch", "8", "--micro-batches", "8", "-o", "/dev/null")
+check("--global-batch 8 in 8 micro-batches: ghost_batch 2 does not divide 1, exit 2, names the attr",
+      p.returncode == 2 and "resnet-small.json:/ops/1/attrs/ghost_batch: ghost_batch 2 does not divide the batch" in p.stderr, p)
+p = run("models/resnet-small.json", *CPU, "--devices", "2", "--global-batch", "8", "-o", "/dev/null")
+check("--global-batch 8 --auto: the micro-batch search skips counts that break ghost groups", p.returncode == 0, p)
 p = run("models/mlp.json", *CPU, "--devices", "4", "--burst", "--amp-limit", "2", "-o", "/dev/null")
 check("--burst --amp-limit 2: the per-layer table", p.returncode == 0 and "GPUs" in p.stdout and "batch/GPU" in p.stdout
       and "amplification limit 2" in p.stdout and "simulated step" in p.stdout, p)

@@ -3,7 +3,8 @@
 
 usage: equiv.py [--backend B] [--precision f64] [--seed S] PLANCC PLANRUN SOURCE_ROOT [MODEL...]
 
-For mlp, gpt-tiny, cnn-small and dlrm-small (dlrm.json with small tables; or the models named), on 1, 2, 4 and 8 CPU ranks
+For mlp, gpt-tiny, cnn-small, dlrm-small (dlrm.json with small tables) and resnet-small (ghost
+batch norm; or the models named), on 1, 2, 4 and 8 CPU ranks
 (models/clusters/cpu.json), for every strategy family plancc offers (DP, TP, PP with 1F1B and
 GPipe, DP x TP x PP, ZeRO 1/2/3, full recompute, --auto, DeepPool's --burst with the cost
 model's widths and with widths given per layer): compile the plan, run 10 steps with
@@ -39,7 +40,7 @@ RTOL = 1e-5   # losses: relative; parameters: |x - ref| <= ATOL + RTOL |ref| (pl
 ATOL = 1e-5   # PyTorch's float32 atol (torch.testing.assert_close)
 PRECISION = "f32"
 SEED = "1"    # planrun --seed: initialization, data, dropout
-MODELS = ["mlp", "gpt-tiny", "cnn-small", "dlrm-small"]
+MODELS = ["mlp", "gpt-tiny", "cnn-small", "dlrm-small", "resnet-small"]
 
 passed = failed = skipped = 0
 
@@ -70,6 +71,8 @@ def strategies(n):
 BURST_WIDTHS = {
     "mlp": lambda n: [n, max(n // 2, 1), 1, n],
     "cnn-small": lambda n: [n, 1, max(n // 2, 1), n, 1, max(n // 4, 1), n, min(n, 2), 1, n],
+    # ghost batch norm of 2 in a batch of 8: its layers (1, 3, 5) on at most 4 devices
+    "resnet-small": lambda n: [n, min(n, 4), 1, max(n // 2, 1), n, min(n, 4), 1, n, max(n // 4, 1), n, min(n, 2)],
 }
 
 

@@ -233,6 +233,13 @@ static void windows(void) {
     g.attrs = c.attrs, push(g);
     g = mk("batchnorm_grad_w", "batchnorm_grad_w", 1e-5), IN(&g, 4, 3, 2, 5), IN(&g, 4, 3, 2, 5), OUT(&g, 3), OUT(&g, 3);
     g.attrs = c.attrs, push(g);
+    // ghost batch norm: statistics per group of 2 of the 6 samples
+    c = mk("batchnorm, ghost 2", "batchnorm", 1e-5), IN(&c, 6, 3, 2, 5), IN(&c, 3), IN(&c, 3), OUT(&c, 6, 3, 2, 5);
+    c.attrs.f[PLAN_AF_EPS] = 1e-5, c.attrs.i[PLAN_AI_GHOST] = 2, push(c);
+    g = mk("batchnorm_grad_x, ghost 2", "batchnorm_grad_x", 1e-5), IN(&g, 6, 3, 2, 5), IN(&g, 6, 3, 2, 5), IN(&g, 3), OUT(&g, 6, 3, 2, 5);
+    g.attrs = c.attrs, push(g);
+    g = mk("batchnorm_grad_w, ghost 2", "batchnorm_grad_w", 1e-5), IN(&g, 6, 3, 2, 5), IN(&g, 6, 3, 2, 5), OUT(&g, 3), OUT(&g, 3);
+    g.attrs = c.attrs, push(g);
 }
 
 static void optimizers(void) {

@@ -19,7 +19,9 @@
  *    and its gradient pieces are the whole gradient's rows; losses split over their batch sum
  *    to the whole loss and their gradient pieces are the whole gradient's; dropout's mask on
  *    pieces (rows, columns, a middle dimension) is the whole mask's, dropout_grad draws the
- *    same mask, another step or micro-batch another.
+ *    same mask, another step or micro-batch another. Ghost batch norm (attrs ghost) matches a
+ *    by-hand reference of per-group statistics, and pieces of whole groups give the whole's
+ *    output and dx, their dgamma and dbeta summing to the whole's.
  *  - Accumulate: outputs z + y instead of y, for kernels of every kind (GEMM, element-wise,
  *    scatter, multi-output, losses, data movement).
  *  - Optimizer steps against hand-computed SGD (with and without momentum, master weights) and
@@ -479,10 +481,11 @@ static void grad_pool(uint32_t op, int k, int stride, int pad) {
     gradcheck(op_names[op], &f, dy, 0, dx);
 }
 
-static void grad_batchnorm(void) {
-    tensor *x = randu(4, 3, 2, 2, 3), *g = randu(1, 2), *b = randu(1, 2);
-    plan_attrs a = {.f[PLAN_AF_EPS] = 1e-5};
-    call f = {.op = OP_BATCHNORM, .a = a, .nin = 3, .in = {x, g, b}, .nout = 1, .out = {zeros(4, 3, 2, 2, 3)}};
+// ghost > 0: ghost batch norm, statistics per run of `ghost` samples of the n.
+static void grad_batchnorm(int n, int64_t ghost) {
+    tensor *x = randu(4, n, 2, 2, 3), *g = randu(1, 2), *b = randu(1, 2);
+    plan_attrs a = {.f[PLAN_AF_EPS] = 1e-5, .i[PLAN_AI_GHOST] = ghost};
+    call f = {.op = OP_BATCHNORM, .a = a, .nin = 3, .in = {x, g, b}, .nout = 1, .out = {zeros(4, n, 2, 2, 3)}};
     tensor *dy[1], *dx = zeros_like(x), *dg = zeros_like(g), *db = zeros_like(b);
     run(&f);
     upstream(&f, dy);
@@ -552,7 +555,9 @@ static void gradients(void) {
     grad_pool(OP_MAXPOOL, 3, 2, 1);
     grad_pool(OP_AVGPOOL, 2, 2, 1);
     grad_pool(OP_AVGPOOL, 3, 1, 1);
-    grad_batchnorm();
+    grad_batchnorm(3, 0);
+    grad_batchnorm(6, 2);
+    grad_batchnorm(6, 3);
     grad_losses();
 }
 
@@ -666,7 +671,53 @@ static void split_dropout(void) {
     EXPECT(!close_to(mask, other, 0));
 }
 
+// Ghost batch norm against a direct reference: output element (i, ch, p) is (x - mean) /
+// sqrt(var + eps) gamma + beta over the group of sample i (biased variance, by hand here); and
+// pieces of whole groups (two devices' shares) give the whole's output and dx, and dgamma,
+// dbeta sum to the whole's.
+static void split_ghost_batchnorm(void) {
+    const int n = 6, G = 2, C = 3, HW = 4;
+    tensor *x = randu(4, n, C, 2, 2), *g = randu(1, C), *b = randu(1, C), *y = zeros_like(x), *dy = randu_like(x);
+    plan_attrs a = {.f[PLAN_AF_EPS] = 1e-5, .i[PLAN_AI_GHOST] = G};
+    run(&(call){.op = OP_BATCHNORM, .a = a, .nin = 3, .in = {x, g, b}, .nout = 1, .out = {y}});
+    double worst = 0;
+    for (int i = 0; i < n; i++)
+        for (int ch = 0; ch < C; ch++) {
+            double m = 0, v = 0;
+            for (int k = i / G * G; k < i / G * G + G; k++)
+                for (int p = 0; p < HW; p++) m += x->d[(k * C + ch) * HW + p] / (G * HW);
+            for (int k = i / G * G; k < i / G * G + G; k++)
+                for (int p = 0; p < HW; p++) v += pow(x->d[(k * C + ch) * HW + p] - m, 2) / (G * HW);
+            for (int p = 0; p < HW; p++) {
+                int64_t at = (i * C + ch) * HW + p;
+                worst = fmax(worst, fabs((x->d[at] - m) / sqrt(v + 1e-5) * g->d[ch] + b->d[ch] - y->d[at]));
+            }
+        }
+    EXPECT(worst < 1e-12);
+    // Without ghost the same x gives other values (the statistics are over all 6 samples).
+    tensor *y_all = zeros_like(x);
+    run(&(call){.op = OP_BATCHNORM, .a.f[PLAN_AF_EPS] = 1e-5, .nin = 3, .in = {x, g, b}, .nout = 1, .out = {y_all}});
+    EXPECT(!close_to(y_all, y, 1e-3));
+    tensor *dx = zeros_like(x), *dg = zeros_like(g), *db = zeros_like(b);
+    run(&(call){.op = OP_BATCHNORM_GRAD_X, .a = a, .nin = 3, .in = {dy, x, g}, .nout = 1, .out = {dx}});
+    run(&(call){.op = OP_BATCHNORM_GRAD_W, .a = a, .nin = 2, .in = {dy, x}, .nout = 2, .out = {dg, db}});
+    tensor *sg = zeros_like(g), *sb = zeros_like(b);
+    for (int lo = 0; lo < n; lo += 2 * G) { // pieces of 4 and 2 samples
+        int hi = lo + 2 * G < n ? lo + 2 * G : n;
+        tensor *xp = piece(x, 0, lo, hi), *dyp = piece(dy, 0, lo, hi), *yp = zeros_like(xp), *dxp = zeros_like(xp);
+        tensor *dgp = zeros_like(g), *dbp = zeros_like(b);
+        run(&(call){.op = OP_BATCHNORM, .a = a, .nin = 3, .in = {xp, g, b}, .nout = 1, .out = {yp}});
+        run(&(call){.op = OP_BATCHNORM_GRAD_X, .a = a, .nin = 3, .in = {dyp, xp, g}, .nout = 1, .out = {dxp}});
+        run(&(call){.op = OP_BATCHNORM_GRAD_W, .a = a, .nin = 2, .in = {dyp, xp}, .nout = 2, .out = {dgp, dbp}});
+        EXPECT(close_to(yp, piece(y, 0, lo, hi), 1e-12));
+        EXPECT(close_to(dxp, piece(dx, 0, lo, hi), 1e-12));
+        sg = sum2(sg, dgp), sb = sum2(sb, dbp);
+    }
+    EXPECT(close_to(sg, dg, 1e-12) && close_to(sb, db, 1e-12));
+}
+
 static void splits(void) {
+    split_ghost_batchnorm();
     split_linear();
     split_embedding(false);
     split_embedding(true);
@@ -861,6 +912,12 @@ static void errors_shapes(void) {
             "input 1 is [1,3,1,2]");
     refused(c1(OP_DROPOUT, (plan_attrs){.f[PLAN_AF_P] = 1}, zeros(1, 2), zeros(1, 2)), "p = 1");
     refused(c3(OP_LAYERNORM, none, zeros(2, 2, 4), zeros(1, 4), zeros(1, 3), zeros(2, 2, 4)), "input 2 is [3] but should be [4]");
+    plan_attrs ghost4 = {.f[PLAN_AF_EPS] = 1e-5, .i[PLAN_AI_GHOST] = 4};
+    refused(c3(OP_BATCHNORM, ghost4, zeros(4, 6, 2, 1, 1), zeros(1, 2), zeros(1, 2), zeros(4, 6, 2, 1, 1)),
+            "batchnorm: input 0 has 6 samples, not whole ghost batch groups of 4");
+    refused((call){.op = OP_BATCHNORM_GRAD_W, .a = ghost4, .nin = 2, .in = {zeros(4, 2, 2, 1, 1), zeros(4, 2, 2, 1, 1)}, .nout = 2,
+                   .out = {zeros(1, 2), zeros(1, 2)}},
+            "input 1 has 2 samples, not whole ghost batch groups of 4");
 }
 
 int main(void) {

@@ -1,8 +1,13 @@
 #!/usr/bin/env python3
 """DeepPool's headline on plancc's simulator: burst parallelism against data parallelism.
 
-usage: bench_burst.py PLANCC [SOURCE_ROOT] [--models vgg16] [--devices 8,16,...] [--batches 16,32,...]
+usage: bench_burst.py PLANCC [SOURCE_ROOT] [--models vgg16,wrn-50-2] [--devices 8,16,...] [--batches 16,32,...]
                       [--plandump PLANDUMP] [--background vgg16] [--bg-batch 8]
+
+The models are DeepPool's two: VGG-16 (models/vgg16.json) and Wide-ResNet-50-2
+(models/wrn-50-2.json), whose batch norms are ghost batch norms of one sample (per-sample
+statistics), so every layer may take any width the batch allows and a plan's numerics do not
+depend on it (DeepPool's PyTorch uses per-GPU batch statistics instead, which do).
 
 Under strong scaling (a fixed global batch), for each model, device count G (DGX A100 nodes,
 models/clusters/dgx-a100.json) and global batch B, compiles data parallelism (--dp G, where G
@@ -64,7 +69,7 @@ def widths(stdout):
 
 def main():
     args = sys.argv[1:]
-    opts = {"--models": "vgg16", "--devices": "8,16,32,64,128", "--batches": "16,32,64,128,256", "--plandump": "",
+    opts = {"--models": "vgg16,wrn-50-2", "--devices": "8,16,32,64,128", "--batches": "16,32,64,128,256", "--plandump": "",
             "--background": "vgg16", "--bg-batch": "8"}
     pos = []
     while args:

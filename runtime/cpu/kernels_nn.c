@@ -13,7 +13,9 @@
  *     each window. avgpool divides by the whole window kh kw, padding included (PyTorch's
  *     count_include_pad).
  *   - batchnorm uses the batch statistics of each channel over n, h, w (biased variance), as
- *     in training; it keeps no running statistics.
+ *     in training; it keeps no running statistics. With attrs ghost G > 0 (ghost batch norm)
+ *     the statistics are per channel over each run of G consecutive samples (n a multiple of
+ *     G), so a batch split in whole groups gives the same result on any number of devices.
  *   - attention: q, k, v [b,s,n,d] (n heads of size d) -> softmax(scale q k^T) v per (batch,
  *     head), scale = attrs scale or, when that is 0 (the compiler never sets it), 1/sqrt(d);
  *     causal (attrs causal) masks keys after the query. The backward recomputes the
@@ -301,10 +303,11 @@ int CPU_KERNEL(avgpool_grad)(kctx *c) {
     return 0;
 }
 
-/* ---- batch norm: per channel over n, h, w ---- */
+/* ---- batch norm: per channel over n, h, w (per group of samples with ghost) ---- */
 
-// x [n,c,h,w] (input xin) and the per-channel inputs from `first` on.
-static int bn_check(kctx *c, uint32_t xin, uint32_t first) {
+// x [n,c,h,w] (input xin) and the per-channel inputs from `first` on; *group is the samples per
+// statistics group: attrs ghost, which must divide n, or all n.
+static int bn_check(kctx *c, uint32_t xin, uint32_t first, int64_t *group) {
     char what[32];
     snprintf(what, sizeof what, "input %u", xin);
     if (rank_is(c, what, &c->in[xin], 4, "[n,c,h,w]")) return -1;
@@ -312,6 +315,10 @@ static int bn_check(kctx *c, uint32_t xin, uint32_t first) {
         snprintf(what, sizeof what, "input %u", i);
         if (cpu_expect(c, what, &c->in[i], (kshape){.rank = 1, .d = {c->in[xin].shape[1]}})) return -1;
     }
+    int64_t n = c->in[xin].shape[0], ghost = c->a->i[PLAN_AI_GHOST];
+    if (ghost < 0 || (ghost > 0 && n % ghost != 0))
+        return cpu_fail(c, "input %u has %lld samples, not whole ghost batch groups of %lld", xin, (long long)n, (long long)ghost);
+    *group = ghost > 0 ? ghost : n;
     return 0;
 }
 
@@ -330,12 +337,8 @@ static void bn_stats(const real *x, int64_t n, int64_t nc, int64_t hw, int64_t c
     *rstd = 1 / sqrt((cnt > 0 ? v / cnt : 0) + eps);
 }
 
-int CPU_KERNEL(batchnorm)(kctx *c) {
-    const rt_view *x = &c->in[0];
-    if (bn_check(c, 0, 1) || cpu_expect(c, "output 0", &c->out[0], cpu_shape_of(x))) return -1;
-    int64_t n = x->shape[0], nc = x->shape[1], hw = x->shape[2] * x->shape[3];
-    const real *X = cpu_r(x), *G = cpu_r(&c->in[1]), *B = cpu_r(&c->in[2]);
-    real *Y = cpu_r(&c->out[0]);
+// One group of n samples: y = (x - mean) rstd gamma + beta per channel.
+static void bn_fwd_group(kctx *c, const real *X, const real *G, const real *B, real *Y, int64_t n, int64_t nc, int64_t hw) {
     for (int64_t ch = 0; ch < nc; ch++) {
         double mean, rstd;
         bn_stats(X, n, nc, hw, ch, c->a->f[PLAN_AF_EPS], &mean, &rstd);
@@ -345,18 +348,22 @@ int CPU_KERNEL(batchnorm)(kctx *c) {
                 cpu_put(&Y[at], (real)(((double)X[at] - mean) * rstd) * G[ch] + B[ch], c->acc);
             }
     }
+}
+
+int CPU_KERNEL(batchnorm)(kctx *c) {
+    const rt_view *x = &c->in[0];
+    int64_t grp;
+    if (bn_check(c, 0, 1, &grp) || cpu_expect(c, "output 0", &c->out[0], cpu_shape_of(x))) return -1;
+    int64_t n = x->shape[0], nc = x->shape[1], hw = x->shape[2] * x->shape[3];
+    for (int64_t i0 = 0; i0 < n; i0 += grp) {
+        int64_t at = i0 * nc * hw;
+        bn_fwd_group(c, cpu_r(x) + at, cpu_r(&c->in[1]), cpu_r(&c->in[2]), cpu_r(&c->out[0]) + at, grp, nc, hw);
+    }
     return 0;
 }
 
-// (dy, x, gamma) -> dx = gamma rstd (dy - mean(dy) - xhat mean(dy xhat)) per channel.
-int CPU_KERNEL(batchnorm_grad_x)(kctx *c) {
-    const rt_view *x = &c->in[1];
-    if (bn_check(c, 1, 2) || cpu_expect(c, "input 0", &c->in[0], cpu_shape_of(x)) ||
-        cpu_expect(c, "output 0", &c->out[0], cpu_shape_of(x)))
-        return -1;
-    int64_t n = x->shape[0], nc = x->shape[1], hw = x->shape[2] * x->shape[3];
-    const real *DY = cpu_r(&c->in[0]), *X = cpu_r(x), *G = cpu_r(&c->in[2]);
-    real *DX = cpu_r(&c->out[0]);
+// One group of n samples: dx = gamma rstd (dy - mean(dy) - xhat mean(dy xhat)) per channel.
+static void bn_grad_x_group(kctx *c, const real *DY, const real *X, const real *G, real *DX, int64_t n, int64_t nc, int64_t hw) {
     for (int64_t ch = 0; ch < nc; ch++) {
         double mean, rstd, s1 = 0, s2 = 0, cnt = (double)(n * hw);
         bn_stats(X, n, nc, hw, ch, c->a->f[PLAN_AF_EPS], &mean, &rstd);
@@ -373,29 +380,47 @@ int CPU_KERNEL(batchnorm_grad_x)(kctx *c) {
                 cpu_put(&DX[at], (real)(G[ch] * rstd * (DY[at] - s1 / cnt - xh * s2 / cnt)), c->acc);
             }
     }
+}
+
+// (dy, x, gamma) -> dx, each group on its own statistics.
+int CPU_KERNEL(batchnorm_grad_x)(kctx *c) {
+    const rt_view *x = &c->in[1];
+    int64_t grp;
+    if (bn_check(c, 1, 2, &grp) || cpu_expect(c, "input 0", &c->in[0], cpu_shape_of(x)) ||
+        cpu_expect(c, "output 0", &c->out[0], cpu_shape_of(x)))
+        return -1;
+    int64_t n = x->shape[0], nc = x->shape[1], hw = x->shape[2] * x->shape[3];
+    for (int64_t i0 = 0; i0 < n; i0 += grp) {
+        int64_t at = i0 * nc * hw;
+        bn_grad_x_group(c, cpu_r(&c->in[0]) + at, cpu_r(x) + at, cpu_r(&c->in[2]), cpu_r(&c->out[0]) + at, grp, nc, hw);
+    }
     return 0;
 }
 
-// (dy, x) -> dgamma = sum(dy xhat), dbeta = sum(dy) per channel.
+// (dy, x) -> dgamma = sum(dy xhat), dbeta = sum(dy) per channel, xhat on each group's statistics.
 int CPU_KERNEL(batchnorm_grad_w)(kctx *c) {
     const rt_view *x = &c->in[1];
-    if (bn_check(c, 1, 2) || cpu_expect(c, "input 0", &c->in[0], cpu_shape_of(x))) return -1;
+    int64_t grp;
+    if (bn_check(c, 1, 2, &grp) || cpu_expect(c, "input 0", &c->in[0], cpu_shape_of(x))) return -1;
     int64_t n = x->shape[0], nc = x->shape[1], hw = x->shape[2] * x->shape[3];
     kshape per_channel = {.rank = 1, .d = {nc}};
     if (cpu_expect(c, "output 0", &c->out[0], per_channel) || cpu_expect(c, "output 1", &c->out[1], per_channel)) return -1;
     cpu_clear(c, 0);
     cpu_clear(c, 1);
-    const real *DY = cpu_r(&c->in[0]), *X = cpu_r(x);
     real *DG = cpu_r(&c->out[0]), *DB = cpu_r(&c->out[1]);
     for (int64_t ch = 0; ch < nc; ch++) {
-        double mean, rstd, sg = 0, sb = 0;
-        bn_stats(X, n, nc, hw, ch, c->a->f[PLAN_AF_EPS], &mean, &rstd);
-        for (int64_t i = 0; i < n; i++)
-            for (int64_t p = 0; p < hw; p++) {
-                int64_t at = (i * nc + ch) * hw + p;
-                sg += DY[at] * ((double)X[at] - mean) * rstd;
-                sb += DY[at];
-            }
+        double sg = 0, sb = 0;
+        for (int64_t i0 = 0; i0 < n; i0 += grp) {
+            const real *DY = cpu_r(&c->in[0]) + i0 * nc * hw, *X = cpu_r(x) + i0 * nc * hw;
+            double mean, rstd;
+            bn_stats(X, grp, nc, hw, ch, c->a->f[PLAN_AF_EPS], &mean, &rstd);
+            for (int64_t i = 0; i < grp; i++)
+                for (int64_t p = 0; p < hw; p++) {
+                    int64_t at = (i * nc + ch) * hw + p;
+                    sg += DY[at] * ((double)X[at] - mean) * rstd;
+                    sb += DY[at];
+                }
+        }
         DG[ch] += (real)sg;
         DB[ch] += (real)sb;
     }

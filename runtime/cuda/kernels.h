@@ -173,21 +173,23 @@ cudaError_t ck_pool(cudaStream_t st, bool max, const ck_win *g, const void *x, i
 // whose first maximum it is), so the sums are deterministic.
 cudaError_t ck_pool_grad(cudaStream_t st, bool max, const ck_win *g, const void *dy, int dydt, const void *x, int xdt, void *dx,
                          int dxdt, bool acc);
-// Per channel of x [n,c,hw]: mean and rstd = 1/sqrt(var + eps) (biased), in double.
-cudaError_t ck_bn_stats(cudaStream_t st, int64_t n, int64_t c, int64_t hw, const void *x, int xdt, double eps, double *mean,
-                        double *rstd);
-// Per channel: s1 = sum dy, s2 = sum dy xhat (x NULL: s2 not computed).
-cudaError_t ck_bn_sums(cudaStream_t st, int64_t n, int64_t c, int64_t hw, const void *dy, int dydt, const void *x, int xdt,
-                       const double *mean, const double *rstd, double *s1, double *s2);
-// y = xhat g + b.
-cudaError_t ck_bn_fwd(cudaStream_t st, int64_t n, int64_t c, int64_t hw, const void *x, int xdt, const double *mean,
+// Batch norm over x [ng n, c, hw]: ng groups of n samples (ghost batch norm; ng = 1: the whole
+// batch), statistics per (group, channel) in rows r = gi c + ch of mean, rstd, s1, s2.
+// Per row: mean and rstd = 1/sqrt(var + eps) (biased), in double.
+cudaError_t ck_bn_stats(cudaStream_t st, int64_t ng, int64_t n, int64_t c, int64_t hw, const void *x, int xdt, double eps,
+                        double *mean, double *rstd);
+// Per row: s1 = sum dy, s2 = sum dy xhat (x NULL: s2 not computed).
+cudaError_t ck_bn_sums(cudaStream_t st, int64_t ng, int64_t n, int64_t c, int64_t hw, const void *dy, int dydt, const void *x,
+                       int xdt, const double *mean, const double *rstd, double *s1, double *s2);
+// y = xhat g + b, xhat on its row's statistics.
+cudaError_t ck_bn_fwd(cudaStream_t st, int64_t ng, int64_t n, int64_t c, int64_t hw, const void *x, int xdt, const double *mean,
                       const double *rstd, const void *g, int gdt, const void *b, int bdt, void *y, int ydt, bool acc);
-// dx = g rstd (dy - s1/cnt - xhat s2/cnt).
-cudaError_t ck_bn_grad_x(cudaStream_t st, int64_t n, int64_t c, int64_t hw, const void *dy, int dydt, const void *x, int xdt,
-                         const double *mean, const double *rstd, const double *s1, const double *s2, const void *g, int gdt,
+// dx = g rstd (dy - s1/cnt - xhat s2/cnt), cnt = n hw, on its row's sums.
+cudaError_t ck_bn_grad_x(cudaStream_t st, int64_t ng, int64_t n, int64_t c, int64_t hw, const void *dy, int dydt, const void *x,
+                         int xdt, const double *mean, const double *rstd, const double *s1, const double *s2, const void *g, int gdt,
                          void *dx, int dxdt, bool acc);
-// out[ch] = (acc ? out : 0) + v[ch] (double per channel into a float dtype).
-cudaError_t ck_put_channels(cudaStream_t st, int64_t c, const double *v, void *out, int odt, bool acc);
+// out[ch] = (acc ? out : 0) + sum over gi < ng of v[gi c + ch] (double into a float dtype).
+cudaError_t ck_put_channels(cudaStream_t st, int64_t ng, int64_t c, const double *v, void *out, int odt, bool acc);
 // Attention scores [heads, s, s] (f32) in place: softmax of each row, keys after the query
 // masked when causal.
 cudaError_t ck_attn_softmax(cudaStream_t st, int64_t heads, int64_t s, float *p, bool causal);

@@ -9,7 +9,9 @@
  *     cuDNN's tie-breaking and padding rules would have to be matched blind;
  *   - batch norm: the plan splits its backward into batchnorm_grad_x and batchnorm_grad_w,
  *     while cuDNN's backward computes both at once, and cuDNN refuses eps below
- *     CUDNN_BN_MIN_EPSILON; one block per channel with double sums is simple and exact.
+ *     CUDNN_BN_MIN_EPSILON; one block per channel with double sums is simple and exact. Ghost
+ *     batch norm (statistics per group of G samples) is one block per (group, channel): the
+ *     kernels see ng groups of n samples, ng = 1 without ghost.
  */
 #include "common.cuh"
 
@@ -99,101 +101,114 @@ extern "C" cudaError_t ck_pool_grad(cudaStream_t st, bool max, const ck_win *g, 
     return cudaGetLastError();
 }
 
-/* ---- batch norm: one block per channel ---- */
+/* ---- batch norm: one block per (group, channel) ---- */
 
-__global__ void k_bn_stats(int64_t n, int64_t c, int64_t hw, const void *x, int xdt, double eps, double *mean, double *rstd) {
+// x holds ng groups of n samples [ng n, c, hw]; row r = gi c + ch is channel ch of group gi.
+static __device__ int64_t bn_at(int64_t n, int64_t c, int64_t hw, int64_t r, int64_t k) {
+    return (((r / c) * n + k / hw) * c + r % c) * hw + k % hw;
+}
+
+__global__ void k_bn_stats(int64_t ng, int64_t n, int64_t c, int64_t hw, const void *x, int xdt, double eps, double *mean, double *rstd) {
     __shared__ double sh[CK_THREADS];
-    CK_FOR_EACH_ROW(ch, c) {
+    CK_FOR_EACH_ROW(r, ng * c) {
         double cnt = (double)(n * hw), s = 0, v = 0;
-        for (int64_t k = threadIdx.x; k < n * hw; k += CK_THREADS) s += ld(x, ((k / hw) * c + ch) * hw + k % hw, xdt);
+        for (int64_t k = threadIdx.x; k < n * hw; k += CK_THREADS) s += ld(x, bn_at(n, c, hw, r, k), xdt);
         s = block_sum(s, sh);
         double m = cnt > 0 ? s / cnt : 0;
         for (int64_t k = threadIdx.x; k < n * hw; k += CK_THREADS) {
-            double d = ld(x, ((k / hw) * c + ch) * hw + k % hw, xdt) - m;
+            double d = ld(x, bn_at(n, c, hw, r, k), xdt) - m;
             v += d * d;
         }
         v = block_sum(v, sh);
-        if (threadIdx.x == 0) mean[ch] = m, rstd[ch] = 1 / sqrt((cnt > 0 ? v / cnt : 0) + eps);
+        if (threadIdx.x == 0) mean[r] = m, rstd[r] = 1 / sqrt((cnt > 0 ? v / cnt : 0) + eps);
     }
 }
 
-extern "C" cudaError_t ck_bn_stats(cudaStream_t st, int64_t n, int64_t c, int64_t hw, const void *x, int xdt, double eps,
+extern "C" cudaError_t ck_bn_stats(cudaStream_t st, int64_t ng, int64_t n, int64_t c, int64_t hw, const void *x, int xdt, double eps,
                                    double *mean, double *rstd) {
-    if (c <= 0) return cudaSuccess;
-    k_bn_stats<<<ck_row_grid(c), CK_THREADS, 0, st>>>(n, c, hw, x, xdt, eps, mean, rstd);
+    if (ng * c <= 0) return cudaSuccess;
+    k_bn_stats<<<ck_row_grid(ng * c), CK_THREADS, 0, st>>>(ng, n, c, hw, x, xdt, eps, mean, rstd);
     return cudaGetLastError();
 }
 
-__global__ void k_bn_sums(int64_t n, int64_t c, int64_t hw, const void *dy, int dydt, const void *x, int xdt, const double *mean,
-                          const double *rstd, double *s1, double *s2) {
+__global__ void k_bn_sums(int64_t ng, int64_t n, int64_t c, int64_t hw, const void *dy, int dydt, const void *x, int xdt,
+                          const double *mean, const double *rstd, double *s1, double *s2) {
     __shared__ double sh[CK_THREADS];
-    CK_FOR_EACH_ROW(ch, c) {
+    CK_FOR_EACH_ROW(r, ng * c) {
         double a = 0, b = 0;
         for (int64_t k = threadIdx.x; k < n * hw; k += CK_THREADS) {
-            int64_t at = ((k / hw) * c + ch) * hw + k % hw;
+            int64_t at = bn_at(n, c, hw, r, k);
             double d = ld(dy, at, dydt);
             a += d;
-            if (x) b += d * ((double)ld(x, at, xdt) - mean[ch]) * rstd[ch];
+            if (x) b += d * ((double)ld(x, at, xdt) - mean[r]) * rstd[r];
         }
         a = block_sum(a, sh);
         if (x) b = block_sum(b, sh);
         if (threadIdx.x == 0) {
-            s1[ch] = a;
-            if (s2) s2[ch] = b;
+            s1[r] = a;
+            if (s2) s2[r] = b;
         }
     }
 }
 
-extern "C" cudaError_t ck_bn_sums(cudaStream_t st, int64_t n, int64_t c, int64_t hw, const void *dy, int dydt, const void *x, int xdt,
-                                  const double *mean, const double *rstd, double *s1, double *s2) {
-    if (c <= 0) return cudaSuccess;
-    k_bn_sums<<<ck_row_grid(c), CK_THREADS, 0, st>>>(n, c, hw, dy, dydt, x, xdt, mean, rstd, s1, x ? s2 : NULL);
+extern "C" cudaError_t ck_bn_sums(cudaStream_t st, int64_t ng, int64_t n, int64_t c, int64_t hw, const void *dy, int dydt, const void *x,
+                                  int xdt, const double *mean, const double *rstd, double *s1, double *s2) {
+    if (ng * c <= 0) return cudaSuccess;
+    k_bn_sums<<<ck_row_grid(ng * c), CK_THREADS, 0, st>>>(ng, n, c, hw, dy, dydt, x, xdt, mean, rstd, s1, x ? s2 : NULL);
     return cudaGetLastError();
 }
 
-__global__ void k_bn_fwd(int64_t n, int64_t c, int64_t hw, const void *x, int xdt, const double *mean, const double *rstd,
+// The (group, channel) row of flat element `at` of [ng n, c, hw].
+static __device__ int64_t bn_row(int64_t n, int64_t c, int64_t hw, int64_t at) { return (at / (n * c * hw)) * c + (at / hw) % c; }
+
+__global__ void k_bn_fwd(int64_t ng, int64_t n, int64_t c, int64_t hw, const void *x, int xdt, const double *mean, const double *rstd,
                          const void *g, int gdt, const void *b, int bdt, void *y, int ydt, bool acc) {
-    CK_FOR_EACH(at, n * c * hw) {
-        int64_t ch = (at / hw) % c;
-        float v = (float)(((double)ld(x, at, xdt) - mean[ch]) * rstd[ch]) * ld(g, ch, gdt) + ld(b, ch, bdt);
+    CK_FOR_EACH(at, ng * n * c * hw) {
+        int64_t ch = (at / hw) % c, r = bn_row(n, c, hw, at);
+        float v = (float)(((double)ld(x, at, xdt) - mean[r]) * rstd[r]) * ld(g, ch, gdt) + ld(b, ch, bdt);
         put(y, at, ydt, v, acc);
     }
 }
 
-extern "C" cudaError_t ck_bn_fwd(cudaStream_t st, int64_t n, int64_t c, int64_t hw, const void *x, int xdt, const double *mean,
-                                 const double *rstd, const void *g, int gdt, const void *b, int bdt, void *y, int ydt, bool acc) {
-    if (n * c * hw <= 0) return cudaSuccess;
-    k_bn_fwd<<<ck_grid(n * c * hw), CK_THREADS, 0, st>>>(n, c, hw, x, xdt, mean, rstd, g, gdt, b, bdt, y, ydt, acc);
+extern "C" cudaError_t ck_bn_fwd(cudaStream_t st, int64_t ng, int64_t n, int64_t c, int64_t hw, const void *x, int xdt,
+                                 const double *mean, const double *rstd, const void *g, int gdt, const void *b, int bdt, void *y,
+                                 int ydt, bool acc) {
+    if (ng * n * c * hw <= 0) return cudaSuccess;
+    k_bn_fwd<<<ck_grid(ng * n * c * hw), CK_THREADS, 0, st>>>(ng, n, c, hw, x, xdt, mean, rstd, g, gdt, b, bdt, y, ydt, acc);
     return cudaGetLastError();
 }
 
-__global__ void k_bn_grad_x(int64_t n, int64_t c, int64_t hw, const void *dy, int dydt, const void *x, int xdt, const double *mean,
-                            const double *rstd, const double *s1, const double *s2, const void *g, int gdt, void *dx, int dxdt,
-                            bool acc) {
+__global__ void k_bn_grad_x(int64_t ng, int64_t n, int64_t c, int64_t hw, const void *dy, int dydt, const void *x, int xdt,
+                            const double *mean, const double *rstd, const double *s1, const double *s2, const void *g, int gdt,
+                            void *dx, int dxdt, bool acc) {
     double cnt = (double)(n * hw);
-    CK_FOR_EACH(at, n * c * hw) {
-        int64_t ch = (at / hw) % c;
-        double xh = ((double)ld(x, at, xdt) - mean[ch]) * rstd[ch];
-        double v = (double)ld(g, ch, gdt) * rstd[ch] * ((double)ld(dy, at, dydt) - s1[ch] / cnt - xh * s2[ch] / cnt);
+    CK_FOR_EACH(at, ng * n * c * hw) {
+        int64_t ch = (at / hw) % c, r = bn_row(n, c, hw, at);
+        double xh = ((double)ld(x, at, xdt) - mean[r]) * rstd[r];
+        double v = (double)ld(g, ch, gdt) * rstd[r] * ((double)ld(dy, at, dydt) - s1[r] / cnt - xh * s2[r] / cnt);
         put(dx, at, dxdt, (float)v, acc);
     }
 }
 
-extern "C" cudaError_t ck_bn_grad_x(cudaStream_t st, int64_t n, int64_t c, int64_t hw, const void *dy, int dydt, const void *x,
-                                    int xdt, const double *mean, const double *rstd, const double *s1, const double *s2,
-                                    const void *g, int gdt, void *dx, int dxdt, bool acc) {
-    if (n * c * hw <= 0) return cudaSuccess;
-    k_bn_grad_x<<<ck_grid(n * c * hw), CK_THREADS, 0, st>>>(n, c, hw, dy, dydt, x, xdt, mean, rstd, s1, s2, g, gdt, dx, dxdt, acc);
+extern "C" cudaError_t ck_bn_grad_x(cudaStream_t st, int64_t ng, int64_t n, int64_t c, int64_t hw, const void *dy, int dydt,
+                                    const void *x, int xdt, const double *mean, const double *rstd, const double *s1,
+                                    const double *s2, const void *g, int gdt, void *dx, int dxdt, bool acc) {
+    if (ng * n * c * hw <= 0) return cudaSuccess;
+    k_bn_grad_x<<<ck_grid(ng * n * c * hw), CK_THREADS, 0, st>>>(ng, n, c, hw, dy, dydt, x, xdt, mean, rstd, s1, s2, g, gdt, dx, dxdt, acc);
     return cudaGetLastError();
 }
 
-__global__ void k_put_channels(int64_t c, const double *v, void *out, int odt, bool acc) {
-    CK_FOR_EACH(ch, c) put(out, ch, odt, (float)v[ch], acc);
+__global__ void k_put_channels(int64_t ng, int64_t c, const double *v, void *out, int odt, bool acc) {
+    CK_FOR_EACH(ch, c) {
+        double sum = 0;
+        for (int64_t gi = 0; gi < ng; gi++) sum += v[gi * c + ch];
+        put(out, ch, odt, (float)sum, acc);
+    }
 }
 
-extern "C" cudaError_t ck_put_channels(cudaStream_t st, int64_t c, const double *v, void *out, int odt, bool acc) {
+extern "C" cudaError_t ck_put_channels(cudaStream_t st, int64_t ng, int64_t c, const double *v, void *out, int odt, bool acc) {
     if (c <= 0) return cudaSuccess;
-    k_put_channels<<<ck_grid(c), CK_THREADS, 0, st>>>(c, v, out, odt, acc);
+    k_put_channels<<<ck_grid(c), CK_THREADS, 0, st>>>(ng, c, v, out, odt, acc);
     return cudaGetLastError();
 }
 

@@ -994,16 +994,19 @@ static int op_conv2d_grad_w(oc *c, char *err, size_t err_n) {
     return conv_run(c, &g, CONV_BWD_FILTER, c->in[1].data, NULL, c->in[0].data, NULL, c->out[0].data, err, err_n);
 }
 
-static int channel_sums(oc *c, char *err, size_t err_n, const rt_view *dy, const rt_view *x, const rt_view *dg, const rt_view *db, double eps) {
-    int64_t n = dy->shape[0], ch = dy->shape[1], hw = dy->shape[2] * dy->shape[3];
+// Per channel of dy [n,c,h,w]: db = sum dy, dg = sum dy xhat (x given: xhat on the statistics of
+// each group of `grp` samples, ghost batch norm; grp = n: the whole batch).
+static int channel_sums(oc *c, char *err, size_t err_n, const rt_view *dy, const rt_view *x, const rt_view *dg, const rt_view *db, double eps,
+                        int64_t grp) {
+    int64_t n = dy->shape[0], ch = dy->shape[1], hw = dy->shape[2] * dy->shape[3], ng = grp > 0 ? n / grp : 1, rows = ng * ch;
     double *s = NULL;
-    CU_TRY(scratch(c, (size_t)(4 * (ch ? ch : 1)) * sizeof(double), (void **)&s, err, err_n));
-    double *mean = s, *rstd = s + ch, *s1 = s + 2 * ch, *s2 = s + 3 * ch;
+    CU_TRY(scratch(c, (size_t)(4 * (rows ? rows : 1)) * sizeof(double), (void **)&s, err, err_n));
+    double *mean = s, *rstd = s + rows, *s1 = s + 2 * rows, *s2 = s + 3 * rows;
     cudaError_t e = cudaSuccess;
-    if (x) e = ck_bn_stats(c->st, n, ch, hw, x->data, x->dtype, eps, mean, rstd);
-    if (e == cudaSuccess) e = ck_bn_sums(c->st, n, ch, hw, dy->data, dy->dtype, x ? x->data : NULL, x ? x->dtype : 0, mean, rstd, s1, s2);
-    if (e == cudaSuccess && dg) e = ck_put_channels(c->st, ch, s2, dg->data, dg->dtype, c->acc);
-    if (e == cudaSuccess && db) e = ck_put_channels(c->st, ch, s1, db->data, db->dtype, c->acc);
+    if (x) e = ck_bn_stats(c->st, ng, grp, ch, hw, x->data, x->dtype, eps, mean, rstd);
+    if (e == cudaSuccess) e = ck_bn_sums(c->st, ng, grp, ch, hw, dy->data, dy->dtype, x ? x->data : NULL, x ? x->dtype : 0, mean, rstd, s1, s2);
+    if (e == cudaSuccess && dg) e = ck_put_channels(c->st, ng, ch, s2, dg->data, dg->dtype, c->acc);
+    if (e == cudaSuccess && db) e = ck_put_channels(c->st, ng, ch, s1, db->data, db->dtype, c->acc);
     cu_scratch_free(c->st, s);
     CUDA_CHECK(e);
     return 0;
@@ -1012,7 +1015,7 @@ static int channel_sums(oc *c, char *err, size_t err_n, const rt_view *dy, const
 static int op_conv2d_grad_b(oc *c, char *err, size_t err_n) {
     const rt_view *dy = &c->in[0];
     if (rank_is(c, err, err_n, "input 0", dy, 4, "[n,o,ho,wo]") || expect(c, err, err_n, "output 0", &c->out[0], shape1(dy->shape[1]))) return -1;
-    return channel_sums(c, err, err_n, dy, NULL, NULL, &c->out[0], 0);
+    return channel_sums(c, err, err_n, dy, NULL, NULL, &c->out[0], 0, dy->shape[0]);
 }
 
 /* ---- pooling and batch norm (kernels_nn.cu) ---- */
@@ -1052,7 +1055,9 @@ static int op_avgpool_grad(oc *c, char *err, size_t err_n) {
     return 0;
 }
 
-static int bn_check(oc *c, char *err, size_t err_n, uint32_t xin, uint32_t first) {
+// x [n,c,h,w] (input xin) and the per-channel inputs from `first` on; *grp is the samples per
+// statistics group: attrs ghost, which must divide n, or all n.
+static int bn_check(oc *c, char *err, size_t err_n, uint32_t xin, uint32_t first, int64_t *grp) {
     char what[32];
     snprintf(what, sizeof what, "input %u", xin);
     if (rank_is(c, err, err_n, what, &c->in[xin], 4, "[n,c,h,w]")) return -1;
@@ -1060,17 +1065,23 @@ static int bn_check(oc *c, char *err, size_t err_n, uint32_t xin, uint32_t first
         snprintf(what, sizeof what, "input %u", i);
         if (expect(c, err, err_n, what, &c->in[i], shape1(c->in[xin].shape[1]))) return -1;
     }
+    int64_t n = c->in[xin].shape[0], ghost = c->a->i[PLAN_AI_GHOST];
+    if (ghost < 0 || (ghost > 0 && n % ghost != 0))
+        return fail(c, err, err_n, "input %u has %lld samples, not whole ghost batch groups of %lld", xin, (long long)n, (long long)ghost);
+    *grp = ghost > 0 ? ghost : n;
     return 0;
 }
 
 static int op_batchnorm(oc *c, char *err, size_t err_n) {
     const rt_view *x = &c->in[0], *g = &c->in[1], *b = &c->in[2], *y = &c->out[0];
-    if (bn_check(c, err, err_n, 0, 1) || expect(c, err, err_n, "output 0", y, shape_of(x))) return -1;
-    int64_t n = x->shape[0], ch = x->shape[1], hw = x->shape[2] * x->shape[3];
+    int64_t grp;
+    if (bn_check(c, err, err_n, 0, 1, &grp) || expect(c, err, err_n, "output 0", y, shape_of(x))) return -1;
+    int64_t n = x->shape[0], ch = x->shape[1], hw = x->shape[2] * x->shape[3], ng = grp > 0 ? n / grp : 1, rows = ng * ch;
     double *s = NULL;
-    CU_TRY(scratch(c, (size_t)(2 * (ch ? ch : 1)) * sizeof(double), (void **)&s, err, err_n));
-    cudaError_t e = ck_bn_stats(c->st, n, ch, hw, x->data, x->dtype, c->a->f[PLAN_AF_EPS], s, s + ch);
-    if (e == cudaSuccess) e = ck_bn_fwd(c->st, n, ch, hw, x->data, x->dtype, s, s + ch, g->data, g->dtype, b->data, b->dtype, y->data, y->dtype, c->acc);
+    CU_TRY(scratch(c, (size_t)(2 * (rows ? rows : 1)) * sizeof(double), (void **)&s, err, err_n));
+    cudaError_t e = ck_bn_stats(c->st, ng, grp, ch, hw, x->data, x->dtype, c->a->f[PLAN_AF_EPS], s, s + rows);
+    if (e == cudaSuccess)
+        e = ck_bn_fwd(c->st, ng, grp, ch, hw, x->data, x->dtype, s, s + rows, g->data, g->dtype, b->data, b->dtype, y->data, y->dtype, c->acc);
     cu_scratch_free(c->st, s);
     CUDA_CHECK(e);
     return 0;
@@ -1078,15 +1089,16 @@ static int op_batchnorm(oc *c, char *err, size_t err_n) {
 
 static int op_batchnorm_grad_x(oc *c, char *err, size_t err_n) {
     const rt_view *dy = &c->in[0], *x = &c->in[1], *g = &c->in[2], *dx = &c->out[0];
-    if (bn_check(c, err, err_n, 1, 2) || like(c, err, err_n, "input 0", dy, x) || like(c, err, err_n, "output 0", dx, x)) return -1;
-    int64_t n = x->shape[0], ch = x->shape[1], hw = x->shape[2] * x->shape[3];
+    int64_t grp;
+    if (bn_check(c, err, err_n, 1, 2, &grp) || like(c, err, err_n, "input 0", dy, x) || like(c, err, err_n, "output 0", dx, x)) return -1;
+    int64_t n = x->shape[0], ch = x->shape[1], hw = x->shape[2] * x->shape[3], ng = grp > 0 ? n / grp : 1, rows = ng * ch;
     double *s = NULL;
-    CU_TRY(scratch(c, (size_t)(4 * (ch ? ch : 1)) * sizeof(double), (void **)&s, err, err_n));
-    cudaError_t e = ck_bn_stats(c->st, n, ch, hw, x->data, x->dtype, c->a->f[PLAN_AF_EPS], s, s + ch);
-    if (e == cudaSuccess) e = ck_bn_sums(c->st, n, ch, hw, dy->data, dy->dtype, x->data, x->dtype, s, s + ch, s + 2 * ch, s + 3 * ch);
+    CU_TRY(scratch(c, (size_t)(4 * (rows ? rows : 1)) * sizeof(double), (void **)&s, err, err_n));
+    cudaError_t e = ck_bn_stats(c->st, ng, grp, ch, hw, x->data, x->dtype, c->a->f[PLAN_AF_EPS], s, s + rows);
+    if (e == cudaSuccess) e = ck_bn_sums(c->st, ng, grp, ch, hw, dy->data, dy->dtype, x->data, x->dtype, s, s + rows, s + 2 * rows, s + 3 * rows);
     if (e == cudaSuccess)
-        e = ck_bn_grad_x(c->st, n, ch, hw, dy->data, dy->dtype, x->data, x->dtype, s, s + ch, s + 2 * ch, s + 3 * ch, g->data, g->dtype,
-                         dx->data, dx->dtype, c->acc);
+        e = ck_bn_grad_x(c->st, ng, grp, ch, hw, dy->data, dy->dtype, x->data, x->dtype, s, s + rows, s + 2 * rows, s + 3 * rows, g->data,
+                         g->dtype, dx->data, dx->dtype, c->acc);
     cu_scratch_free(c->st, s);
     CUDA_CHECK(e);
     return 0;
@@ -1094,10 +1106,11 @@ static int op_batchnorm_grad_x(oc *c, char *err, size_t err_n) {
 
 static int op_batchnorm_grad_w(oc *c, char *err, size_t err_n) {
     const rt_view *dy = &c->in[0], *x = &c->in[1];
-    if (bn_check(c, err, err_n, 1, 2) || like(c, err, err_n, "input 0", dy, x)) return -1;
+    int64_t grp;
+    if (bn_check(c, err, err_n, 1, 2, &grp) || like(c, err, err_n, "input 0", dy, x)) return -1;
     kshape per_channel = shape1(x->shape[1]);
     if (expect(c, err, err_n, "output 0", &c->out[0], per_channel) || expect(c, err, err_n, "output 1", &c->out[1], per_channel)) return -1;
-    return channel_sums(c, err, err_n, dy, x, &c->out[0], &c->out[1], c->a->f[PLAN_AF_EPS]);
+    return channel_sums(c, err, err_n, dy, x, &c->out[0], &c->out[1], c->a->f[PLAN_AF_EPS], grp);
 }
 
 /* ---- optimizers ---- */
