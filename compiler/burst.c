@@ -671,9 +671,7 @@ pcc_status burst_emit(const pcc_graph *g, const pcc_cluster *c, const pcc_burst 
     for (int k = 0; k < g->n_ops; k++)
         if (g->ops[k].phase != PCC_PHASE_OPT) flops += op_flops_matmul(g, &g->ops[k]);
     m->model_flops = flops;
-    static const pcc_math math[PCC_DTYPE_COUNT] = {[PCC_F32] = PCC_MATH_F32, [PCC_F16] = PCC_MATH_F16,
-                                                   [PCC_BF16] = PCC_MATH_BF16, [PCC_I32] = PCC_MATH_F32};
-    m->device_peak_flops = c->peak_flops[math[g->dtype]];
+    m->device_peak_flops = cost_peak_flops(c, g->dtype, true);
     m->loss = (uint32_t)g->loss;
     m->notes = emit_strdup(p, bnotes(g, b));
     emit_tensors(p, g);

@@ -81,7 +81,7 @@ static const struct {
 
 static double or_one(double x) { return x > 0 ? x : 1; }
 
-static double peak_for(const pcc_cluster *c, pcc_dtype dt, bool matmul) {
+double cost_peak_flops(const pcc_cluster *c, pcc_dtype dt, bool matmul) {
     if (!matmul) return c->peak_flops[PCC_MATH_F32];
     switch (dt) {
     case PCC_BF16: return c->peak_flops[PCC_MATH_BF16];
@@ -95,7 +95,7 @@ static double mem_bw(const pcc_cluster *c) { return c->memory_bandwidth_Bps * or
 double cost_launch_s(const pcc_cluster *c) { return c->launch_overhead_s > 0 ? c->launch_overhead_s : DEFAULT_LAUNCH_S; }
 
 double cost_compute_s(const pcc_cluster *c, double flops, double bytes, pcc_dtype dt, bool matmul) {
-    double t_flops = flops / (peak_for(c, dt, matmul) * (matmul ? or_one(c->gemm_efficiency) : 1));
+    double t_flops = flops / (cost_peak_flops(c, dt, matmul) * (matmul ? or_one(c->gemm_efficiency) : 1));
     double t_bytes = bytes / mem_bw(c);
     return (t_flops > t_bytes ? t_flops : t_bytes) + cost_launch_s(c);
 }
@@ -199,7 +199,7 @@ double cost_gemm_s(const pcc_cluster *c, pcc_dtype dt, double batch, double m, d
     }
     double flops = 2 * batch * m * n * k;
     double bytes = pcc_dtype_bytes(dt) * batch * (m * k + k * n + m * n * (accumulate ? 2 : 1));
-    double t_flops = flops / (peak_for(c, dt, true) * cost_gemm_efficiency(c, batch, m, n, k));
+    double t_flops = flops / (cost_peak_flops(c, dt, true) * cost_gemm_efficiency(c, batch, m, n, k));
     double t_bytes = bytes / mem_bw(c);
     return (t_flops > t_bytes ? t_flops : t_bytes) + cost_launch_s(c);
 }

@@ -1492,9 +1492,7 @@ pcc_status emit_plan(const pcc_graph *g, const pcc_cluster *c, const pcc_strateg
     m->est_step_s = s->est_step_s;
     m->est_peak_bytes = (double)peak;
     m->model_flops = model_flops(&E);
-    static const pcc_math math[PCC_DTYPE_COUNT] = {[PCC_F32] = PCC_MATH_F32, [PCC_F16] = PCC_MATH_F16,
-                                                   [PCC_BF16] = PCC_MATH_BF16, [PCC_I32] = PCC_MATH_F32};
-    m->device_peak_flops = c->peak_flops[math[g->dtype]]; // as cost_compute_s runs matrix products
+    m->device_peak_flops = cost_peak_flops(c, g->dtype, true); // as cost_compute_s runs matrix products
     m->loss = (uint32_t)g->loss;
     m->notes = emit_strdup(p, notes(&E));
     emit_tensors(p, g);

@@ -436,6 +436,9 @@ typedef struct pcc_group_shape {
 // `matmul` work runs at the tensor-core peak times the sustained GEMM efficiency, the rest at
 // the vector (f32) peak; bytes at the sustained memory bandwidth; plus one launch. No shape, so
 // no quantization effects: for aggregated work (cost_op_s and cost_gemm_s know shapes).
+// The device's peak FLOP/s for operators of dtype dt: matrix products (matmul) at the tensor-core
+// rate of dt (TF32 for f32 under --tf32), everything else at the f32 rate. Can't fail.
+double cost_peak_flops(const pcc_cluster *c, pcc_dtype dt, bool matmul);
 double cost_compute_s(const pcc_cluster *c, double flops, double bytes, pcc_dtype dt, bool matmul);
 // Fraction of the tensor-core peak a GEMM of `batch` independent m x n x k products reaches:
 // the sustained large-GEMM efficiency times tile quantization (m, n padded to cuBLAS's tile),
