@@ -58,7 +58,8 @@
 #include <stdio.h>
 
 #define PLAN_MAGIC "PLANCC\r\n"
-#define PLAN_VERSION 3u
+#define PLAN_VERSION 4u
+#define PLAN_MAX_TAGS 8    // message tags 0..7 (plan_insn.tag)
 #define PLAN_HEADER_BYTES 64u
 #define PLAN_MAX_AXES 8
 #define PLAN_MAX_RANK 8
@@ -230,6 +231,7 @@ typedef struct plan_insn {
     uint32_t attrs;             // index into the program's attrs, PLAN_NONE if none
     float t_s;                  // seconds per execution, finite and >= 0
     uint8_t phase;              // plan_phase (0 for record, wait and loop)
+    uint8_t tag;                // send/recv: the message's tag, below PLAN_MAX_TAGS (0 for other kinds)
 } plan_insn;
 
 // How many times a checker or simulator walks a loop's body in one step: its count, and once

@@ -32,8 +32,8 @@
  *     the end of the step.
  * Across programs (each (program, peer program) channel and each (group, program pair) once):
  *   - every send has its receive: for each rank, the rank at the send's offset along its mesh
- *     axis exists, and its program receives from this rank, along the same axis, the same number
- *     of messages of the same sizes in the same order, each into a buffer of the same tensor (or
+ *     axis exists, and its program receives from this rank, along the same axis and with the
+ *     same tag, the same number of messages of the same sizes in the same order, each into a buffer of the same tensor (or
  *     scratch) with the same shard;
  *   - every member of a group issues that group's collectives in the same order, with the same
  *     kinds and sizes (members that run the same program agree by construction; members that
@@ -1308,6 +1308,7 @@ typedef struct comm_iter {
     uint8_t kind;
     int32_t a;
     int64_t b;
+    uint8_t tag;                // send and recv: the tag too
     uint32_t pc;
     int depth;
     struct comm_loop {
@@ -1334,7 +1335,7 @@ static uint32_t comm_next(comm_iter *it) {
             continue;
         }
         uint32_t i = it->pc++;
-        if (in->kind == it->kind && in->a == it->a && (in->kind == PLAN_I_COLL || in->b == it->b)) {
+        if (in->kind == it->kind && in->a == it->a && (in->kind == PLAN_I_COLL || (in->b == it->b && in->tag == it->tag))) {
             it->n++;
             return i;
         }
@@ -1350,20 +1351,21 @@ typedef struct comm {
     size_t n_pairs, cap_pairs;
 } comm;
 
-static comm_iter comm_iter_init(const comm *m, uint32_t k, uint8_t kind, int32_t a, int64_t b) {
-    return (comm_iter){.pg = &m->c->p->programs[k], .prefix = m->prefix[k], .kind = kind, .a = a, .b = b};
+static comm_iter comm_iter_init(const comm *m, uint32_t k, uint8_t kind, int32_t a, int64_t b, uint8_t tag) {
+    return (comm_iter){.pg = &m->c->p->programs[k], .prefix = m->prefix[k], .kind = kind, .a = a, .b = b, .tag = tag};
 }
 
 static uint64_t arg_bytes(const plan_program *pg, uint32_t i, uint32_t j) {
     return pg->buffers[pg->args[pg->insns[i].args + j]].bytes;
 }
 
-/* Point to point: channels (sender program, axis, offset, receiver program). */
+/* Point to point: channels (sender program, axis, offset, tag, receiver program). */
 
 typedef struct channel {
     uint32_t from, to;          // programs
     int32_t axis;
     int64_t delta;              // the offset the sender sends to
+    uint8_t tag;
     uint32_t from_rank, to_rank; // an example pair, for messages
 } channel;
 
@@ -1372,6 +1374,7 @@ static int channel_cmp(const void *x, const void *y) {
     if (a->from != b->from) return a->from < b->from ? -1 : 1;
     if (a->to != b->to) return a->to < b->to ? -1 : 1;
     if (a->axis != b->axis) return a->axis < b->axis ? -1 : 1;
+    if (a->tag != b->tag) return a->tag < b->tag ? -1 : 1;
     return a->delta < b->delta ? -1 : a->delta > b->delta;
 }
 
@@ -1398,19 +1401,21 @@ static plan_status check_message_shard(comm *m, const channel *ch, const comm_it
 static plan_status check_channel(comm *m, const channel *ch) {
     const plan *p = m->c->p;
     const char *ax = p->meta.axis_names[ch->axis];
-    comm_iter s = comm_iter_init(m, ch->from, PLAN_I_SEND, ch->axis, ch->delta);
-    comm_iter r = comm_iter_init(m, ch->to, PLAN_I_RECV, ch->axis, -ch->delta);
+    char tag_s[16] = "";
+    if (ch->tag) snprintf(tag_s, sizeof(tag_s), " tag %u", ch->tag);
+    comm_iter s = comm_iter_init(m, ch->from, PLAN_I_SEND, ch->axis, ch->delta, ch->tag);
+    comm_iter r = comm_iter_init(m, ch->to, PLAN_I_RECV, ch->axis, -ch->delta, ch->tag);
     for (;;) {
         uint32_t i = comm_next(&s), j = comm_next(&r);
         if (i == PLAN_NONE && j == PLAN_NONE) return PLAN_OK;
         if (j == PLAN_NONE)
-            return cfail(m->c, "unmatched send: rank %u (program %u, insn %u) sends message %llu along %s %+lld to rank %u "
+            return cfail(m->c, "unmatched send: rank %u (program %u, insn %u) sends message %llu along %s %+lld%s to rank %u "
                          "(program %u), which receives only %llu from it", ch->from_rank, ch->from, i,
-                         (unsigned long long)s.n, ax, (long long)ch->delta, ch->to_rank, ch->to, (unsigned long long)r.n);
+                         (unsigned long long)s.n, ax, (long long)ch->delta, tag_s, ch->to_rank, ch->to, (unsigned long long)r.n);
         if (i == PLAN_NONE)
-            return cfail(m->c, "unmatched recv: rank %u (program %u, insn %u) receives message %llu along %s %+lld from "
+            return cfail(m->c, "unmatched recv: rank %u (program %u, insn %u) receives message %llu along %s %+lld%s from "
                          "rank %u (program %u), which sends only %llu to it", ch->to_rank, ch->to, j,
-                         (unsigned long long)r.n, ax, (long long)-ch->delta, ch->from_rank, ch->from, (unsigned long long)s.n);
+                         (unsigned long long)r.n, ax, (long long)-ch->delta, tag_s, ch->from_rank, ch->from, (unsigned long long)s.n);
         uint64_t bs = arg_bytes(s.pg, i, 0), br = arg_bytes(r.pg, j, 0);
         if (bs != br)
             return cfail(m->c, "send/recv size mismatch: message %llu from rank %u (program %u, insn %u) to rank %u "
@@ -1435,7 +1440,7 @@ static plan_status p2p_peer(comm *m, uint32_t r, uint32_t i, uint32_t *peer) {
     return PLAN_OK;
 }
 
-// The first send or recv of each (kind, axis, offset) in program k: a list of insn indices.
+// The first send or recv of each (kind, axis, offset, tag) in program k: a list of insn indices.
 static uint32_t p2p_keys(const plan_program *pg, uint32_t *keys) {
     uint32_t n = 0;
     for (uint32_t i = 0; i < pg->n_insns; i++) {
@@ -1444,7 +1449,7 @@ static uint32_t p2p_keys(const plan_program *pg, uint32_t *keys) {
         bool seen = false;
         for (uint32_t j = 0; j < n && !seen; j++) {
             const plan_insn *x = &pg->insns[keys[j]];
-            seen = x->kind == in->kind && x->a == in->a && x->b == in->b;
+            seen = x->kind == in->kind && x->a == in->a && x->b == in->b && x->tag == in->tag;
         }
         if (!seen) keys[n++] = i;
     }
@@ -1471,8 +1476,8 @@ static plan_status p2p_channels(comm *m, uint32_t **keys, const uint32_t *n_keys
                 if (!w) return free(v), cfail(m->c, "out of memory");
                 v = w;
             }
-            v[n++] = in->kind == PLAN_I_SEND ? (channel){k, pk, in->a, in->b, r, peer}
-                                             : (channel){pk, k, in->a, -(int64_t)in->b, peer, r};
+            v[n++] = in->kind == PLAN_I_SEND ? (channel){k, pk, in->a, in->b, in->tag, r, peer}
+                                             : (channel){pk, k, in->a, -(int64_t)in->b, in->tag, peer, r};
         }
     }
     *out = v;
@@ -1508,7 +1513,7 @@ static plan_status check_p2p(comm *m) {
 static plan_status check_coll_pair(comm *m, uint32_t g, uint32_t ra, uint32_t rb) {
     const plan *p = m->c->p;
     uint32_t ka = p->ranks[ra].program, kb = p->ranks[rb].program;
-    comm_iter x = comm_iter_init(m, ka, PLAN_I_COLL, (int32_t)g, 0), y = comm_iter_init(m, kb, PLAN_I_COLL, (int32_t)g, 0);
+    comm_iter x = comm_iter_init(m, ka, PLAN_I_COLL, (int32_t)g, 0, 0), y = comm_iter_init(m, kb, PLAN_I_COLL, (int32_t)g, 0, 0);
     for (;;) {
         uint32_t i = comm_next(&x), j = comm_next(&y);
         if (i == PLAN_NONE && j == PLAN_NONE) return PLAN_OK;

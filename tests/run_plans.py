@@ -206,7 +206,7 @@ def binary_damage(run, tmp):
     cases = [("truncated", data[:len(data) - 16], "truncated: file is"),
              ("empty", b"", "truncated: file is 0 bytes"),
              ("bad magic", b"XLANCC\r\n" + data[8:], "bad magic"),
-             ("version 4", data[:8] + b"\x04" + data[9:], "version 4 (this reader knows 3)"),
+             ("version 5", data[:8] + b"\x05" + data[9:], "version 5 (this reader knows 4)"),
              ("section CRC", data[:-1] + bytes([data[-1] ^ 1]), "(PROGRAM 1): CRC mismatch"),
              ("a text plan given as a plan file", open(os.path.join(run.root, "tests/plans/single.plan.txt"), "rb").read(), "bad magic")]
     for what, blob, fragment in cases:

@@ -3,7 +3,7 @@
  * tests/plans/, text -> plan -> bytes -> plan -> text gives the same text and the same bytes,
  * twice; every single-byte corruption of an encoded plan is refused (and every corruption with
  * its CRCs fixed up either is refused or decodes to a plan that encodes to the same bytes);
- * every truncation is refused, as are a wrong magic, version 4 and trailing bytes; a plan read
+ * every truncation is refused, as are a wrong magic, version 5 and trailing bytes; a plan read
  * for one rank reads only that rank's program (a corrupted other program goes unnoticed, its
  * own does not); strings and doubles that need escapes, NaN payloads and -0 survive the text
  * form, as do the loss, the notes, block copies and layer bases; every initializer and data
@@ -257,10 +257,10 @@ static void test_truncation_magic_version(void) {
     d[0] = 'X';
     EXPECT(plan_decode(d, n, -1, &p, err, sizeof(err)) == PLAN_ERR_FORMAT && strstr(err, "bad magic"));
     memcpy(d, good, n);
-    put32(d + 8, 4);
-    EXPECT(plan_decode(d, n, -1, &p, err, sizeof(err)) == PLAN_ERR_FORMAT && strcmp(err, "version 4 (this reader knows 3)") == 0);
+    put32(d + 8, 5);
+    EXPECT(plan_decode(d, n, -1, &p, err, sizeof(err)) == PLAN_ERR_FORMAT && strcmp(err, "version 5 (this reader knows 4)") == 0);
     fix_crcs(d, n);
-    EXPECT(plan_decode(d, n, -1, &p, err, sizeof(err)) == PLAN_ERR_FORMAT && strstr(err, "version 4"));
+    EXPECT(plan_decode(d, n, -1, &p, err, sizeof(err)) == PLAN_ERR_FORMAT && strstr(err, "version 5"));
     memcpy(d, good, n);
     d[n - 60] ^= 1; // inside the last section: PROGRAM 0
     EXPECT(plan_decode(d, n, -1, &p, err, sizeof(err)) == PLAN_ERR_FORMAT && strstr(err, "section 5 (PROGRAM 0): CRC mismatch"));
@@ -374,7 +374,7 @@ static void test_text_edges(void) {
 
 // plan_shard_local_shape, plan_buffer_expected_bytes and plan_shard_text on a pp 2 x tp 3 mesh.
 static void test_shard_geometry(void) {
-    const char *text = "plan 3\nmesh pp 2 tp 3\ntensor 0 \"t\" f16 param [16,6] init zeros\ntensor 1 \"s\" f32 activation []\n"
+    const char *text = "plan 4\nmesh pp 2 tp 3\ntensor 0 \"t\" f16 param [16,6] init zeros\ntensor 1 \"s\" f32 activation []\n"
                        "ranks 0-5 program 0\nprogram 0 \"p\" arena 0 streams 1 priority 0 events 0\n";
     plan p;
     EXPECT(plan_parse(text, strlen(text), "geometry", &p, err, sizeof(err)) == PLAN_OK);
@@ -424,7 +424,7 @@ static void test_shard_geometry(void) {
 static plan_status check_pair(const char *in, const char *out, const char *insn) {
     char text[1024];
     snprintf(text, sizeof(text),
-             "plan 3\nmesh dp 2 tp 2\ntensor 0 \"t\" f32 param [8,8] init zeros\ntensor 1 \"u\" f32 param [8,8] init ones\n"
+             "plan 4\nmesh dp 2 tp 2\ntensor 0 \"t\" f32 param [8,8] init zeros\ntensor 1 \"u\" f32 param [8,8] init ones\n"
              "group 0 axes tp\ngroup 1 axes dp+tp\nranks 0-3 program 0\n"
              "program 0 \"p\" arena 1024 streams 1 priority 0 events 0\n"
              "  buffer 0 tensor 0 f32 at 0 bytes 1 persist%s%s\n  buffer 1 tensor 0 f32 at 512 bytes 1%s%s\n"
@@ -554,7 +554,7 @@ static void test_encode_refuses(void) {
 // A one-rank plan of the given tensor lines (no programs to speak of: one empty program).
 static plan_status parse_tensors(const char *tensors, plan *p) {
     char text[2048];
-    snprintf(text, sizeof(text), "plan 3\nmesh dp 1\n%sranks 0 program 0\nprogram 0 \"p\" arena 0 streams 1 priority 0 events 0\n",
+    snprintf(text, sizeof(text), "plan 4\nmesh dp 1\n%sranks 0 program 0\nprogram 0 \"p\" arena 0 streams 1 priority 0 events 0\n",
              tensors);
     return plan_parse(text, strlen(text), "sources", p, err, sizeof(err));
 }

@@ -159,7 +159,7 @@ static void pass(text *t, int *i, int s, int p, int mb, bool bwd, double tf, dou
 // then (with dp > 1) an all-reduce of t_ar over dp on every stage.
 static char *pipeline(int p, int dp, int m, bool gpipe, double tf, double tb, double t_ar) {
     text t = {0};
-    put(&t, "plan 3\nmesh pp %d dp %d\nmicro_batches %d schedule %s zero_stage 0\ngroup 0 axes dp\n", p, dp, m, gpipe ? "gpipe" : "1f1b");
+    put(&t, "plan 4\nmesh pp %d dp %d\nmicro_batches %d schedule %s zero_stage 0\ngroup 0 axes dp\n", p, dp, m, gpipe ? "gpipe" : "1f1b");
     for (int s = 0; s < p; s++) put(&t, "ranks %d-%d program %d\n", s * dp, s * dp + dp - 1, s);
     for (int s = 0; s < p; s++) {
         put(&t, "program %d \"stage%d\" arena 512 streams 1 priority 0 events 0\n", s, s);
@@ -238,7 +238,7 @@ static void test_deadlocks(void) {
     sim_free(&r);
     plan_free(&p);
     // Two groups over the same ranks, taken in opposite orders: each group's order agrees.
-    const char *two = "plan 3\nmesh dp 2\ngroup 0 axes dp\ngroup 1 ranks 0,1\nranks 0 program 0\nranks 1 program 1\n"
+    const char *two = "plan 4\nmesh dp 2\ngroup 0 axes dp\ngroup 1 ranks 0,1\nranks 0 program 0\nranks 1 program 1\n"
                       "program 0 \"a\" arena 256 streams 1 priority 0 events 0\n  buffer 0 scratch f32 at 0 bytes 64\n"
                       "  0: compute fill s0 args -> 0 t=1\n  1: coll all_reduce s0 group 0 args 0 -> 0 t=1\n"
                       "  2: coll all_reduce s0 group 1 args 0 -> 0 t=1\n"
