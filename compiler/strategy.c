@@ -27,8 +27,8 @@
  *     with ZeRO, the all-gather of the updated parameters. A stage that finishes its last
  *     backward early (1F1B drains toward stage 0) has that much more time to hide its sync.
  * Interleaving (--virtual-stages V): the layers are cut into pp * V chunks, chunk c on device
- * c mod pp. Only the estimate models it: emit.c does not emit interleaved schedules (main.c
- * refuses to write such a plan and prints the estimate with --estimate-only).
+ * c mod pp (op_stage and copy_stage hold the chunk); emit.c emits Megatron-LM's interleaved
+ * schedule over them.
  */
 #include "plancc.h"
 
@@ -239,7 +239,7 @@ static void est_ops(est *E) {
 // The device of forward op i in copy k of its block (k ignored at the top level).
 static int est_device(const est *E, int i, int k) {
     const pcc_op *op = &E->g->ops[i];
-    return op->block < 0 ? E->s->op_stage[i] : E->s->copy_stage[op->block][k];
+    return (op->block < 0 ? E->s->op_stage[i] : E->s->copy_stage[op->block][k]) % E->pp;
 }
 
 // One forward op's copy on device d: its forward, backward and recomputed forward.
@@ -469,8 +469,8 @@ static pcc_strategy *make(const pcc_graph *g, const pcc_cluster *c, const pcc_st
     int *chunk = arena_alloc(g->arena, sizeof(int) * (size_t)(nl + 1));
     partition(L, nl, pp * v, chunk);
     for (int i = 0; i < nl; i++) {
-        if (L[i].op >= 0) s->op_stage[L[i].op] = chunk[i] % pp;
-        else s->copy_stage[L[i].block][L[i].copy] = chunk[i] % pp;
+        if (L[i].op >= 0) s->op_stage[L[i].op] = chunk[i];
+        else s->copy_stage[L[i].block][L[i].copy] = chunk[i];
     }
     estimate(g, c, sc, s, L, nl, chunk);
     s->est_step_s = s->est.step_s;
