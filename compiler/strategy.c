@@ -484,7 +484,8 @@ static int by_time(const void *a, const void *b) {
     if (x->est_step_s != y->est_step_s) return x->est_step_s < y->est_step_s ? -1 : 1;
     for (int i = 0; i < PCC_AXES; i++) // ties: fewer pipeline stages, then less tp
         if (x->mesh[i] != y->mesh[i]) return x->mesh[i] < y->mesh[i] ? -1 : 1;
-    return x->zero - y->zero; // then the least sharding
+    if (x->zero != y->zero) return x->zero - y->zero; // then the least sharding
+    return x->virtual_stages - y->virtual_stages; // then no interleaving
 }
 
 pcc_status strategy_plan(const pcc_graph *g, const pcc_cluster *c, const pcc_strategy_opts *o, pcc_strategy ***out,
@@ -535,7 +536,7 @@ pcc_status strategy_plan(const pcc_graph *g, const pcc_cluster *c, const pcc_str
             if (N % tp || (tp > c->devices_per_node && !c->cpu)) continue;
             for (int pp = 1; pp <= N / tp; pp++) {
                 if ((N / tp) % pp || pp > nl) continue;
-                if (o->virtual_stages > 1 && pp > 1 && (pp * o->virtual_stages > nl || g->micro_batches % pp)) continue;
+
                 int dp = N / tp / pp;
                 if (dp > 1 && (bdim < 0 || bsize % dp != 0)) continue;
                 if (o->pp && pp != o->pp) continue;
@@ -555,7 +556,14 @@ pcc_status strategy_plan(const pcc_graph *g, const pcc_cluster *c, const pcc_str
                             if (st != PCC_ERR_INFEASIBLE) return st;
                             continue;
                         }
-                        *VEC_PUSH(g->arena, v, n, cap) = make(g, c, o, sc, bdim, pp, dp, tp, zero, L, nl);
+                        // Interleaving is one more candidate beside the plain 1F1B (where
+                        // emit.c can emit it: pp 2): --auto keeps it only where the estimate
+                        // says it pays.
+                        pcc_strategy_opts plain = *o;
+                        plain.virtual_stages = 1;
+                        *VEC_PUSH(g->arena, v, n, cap) = make(g, c, &plain, sc, bdim, pp, dp, tp, zero, L, nl);
+                        if (o->virtual_stages > 1 && pp == 2 && pp * o->virtual_stages <= nl && g->micro_batches % pp == 0)
+                            *VEC_PUSH(g->arena, v, n, cap) = make(g, c, o, sc, bdim, pp, dp, tp, zero, L, nl);
                     }
             }
         }

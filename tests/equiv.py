@@ -5,7 +5,7 @@ usage: equiv.py [--backend B] [--precision f64] [--seed S] PLANCC PLANRUN SOURCE
 
 For mlp, gpt-tiny, cnn-small and dlrm-small (dlrm.json with small tables; or the models named), on 1, 2, 4 and 8 CPU ranks
 (models/clusters/cpu.json), for every strategy family plancc offers (DP, TP, PP with 1F1B and
-GPipe, DP x TP x PP, ZeRO 1/2/3, full recompute, --auto, DeepPool's --burst with the cost
+GPipe, interleaved 1F1B, DP x TP x PP, ZeRO 1/2/3, full recompute, --auto, DeepPool's --burst with the cost
 model's widths and with widths given per layer): compile the plan, run 10 steps with
 planrun's cpu backend, and check that
   - the loss of every step equals the one-device plan's (same micro-batch count) within 1e-5
@@ -53,6 +53,10 @@ def strategies(n):
         return ["--auto", "--micro-batches 4", "--recompute full", "--zero 3"]
     s = ["--auto", f"--dp {n}", f"--tp {n}", f"--pp {n} --micro-batches 4", f"--pp {n} --micro-batches 4 --schedule gpipe",
          f"--dp {n} --zero 1", f"--dp {n} --zero 2", f"--dp {n} --zero 3", f"--dp {n} --recompute full"]
+    if n == 2:  # interleaved 1F1B (Megatron-LM's virtual stages)
+        s += ["--pp 2 --micro-batches 4 --virtual-stages 2", "--pp 2 --micro-batches 8 --virtual-stages 2"]
+    if n == 4:
+        s += ["--dp 2 --pp 2 --micro-batches 4 --virtual-stages 2", "--tp 2 --pp 2 --micro-batches 4 --virtual-stages 2 --zero 1"]
     if n == 2:  # gradient buckets: the default (25 MB) above, one per parameter, several per layer
         s += [f"--dp {n} --bucket-mb 0", f"--dp {n} --bucket-mb 0.02", f"--dp {n} --zero 1 --bucket-mb 0.02",
               f"--dp {n} --zero 2 --micro-batches 4"]  # ZeRO-2: a reduce-scatter per micro-batch
