@@ -60,6 +60,7 @@
 #define PLAN_MAGIC "PLANCC\r\n"
 #define PLAN_VERSION 4u
 #define PLAN_MAX_TAGS 8    // message tags 0..7 (plan_insn.tag)
+#define PLAN_MAX_STREAMS 8 // streams of a program (plan_program.priority)
 #define PLAN_HEADER_BYTES 64u
 #define PLAN_MAX_AXES 8
 #define PLAN_MAX_RANK 8
@@ -256,7 +257,7 @@ typedef struct plan_program {
     const char *name;
     uint64_t arena_bytes;       // the exact peak: every buffer slot lies below it
     uint32_t n_streams;
-    int32_t priority[8];        // per stream; lower runs first (CUDA's convention)
+    int32_t priority[PLAN_MAX_STREAMS]; // per stream; lower runs first (CUDA's convention)
     uint32_t n_events;
     plan_buffer *buffers;  uint32_t n_buffers;
     plan_insn *insns;      uint32_t n_insns;
