@@ -1026,15 +1026,27 @@ static void zero2_accumulators(emitter *E, prog *P) {
 
 static bool on_stage(const emitter *E, int o, int stage) { return E->ostage[o] == stage; }
 
+// Whether this stage receives block b's carries from another stage and also sends them to one
+// (its copies lie strictly inside the block's, with other stages on both sides).
+static bool carry_passes_through(const emitter *E, int b, int stage) {
+    int fb = block_of(E->g, b), lo = E->copy_lo[fb][stage], hi = E->copy_hi[fb][stage];
+    return hi > lo && lo > 0 && hi < (int)E->g->blocks[fb].repeat && copy_stage(E, b, lo - 1) != stage &&
+           copy_stage(E, b, hi) != stage;
+}
+
 // The register that carries value k of block b from one copy to the next (a scratch buffer of
 // the carried tensor's size: the carry's source and destination hold the same layout).
 static int carry_reg(emitter *E, prog *P, int b, int k) {
     if (P->carry[b][k] < 0) {
         int src = E->g->blocks[b].carry[k].inner;
-        // Interleaved: two slots, so that a unit's receive into it never lands in the slot the
-        // unit before sends from in the same group of sends and receives (consecutive units of
-        // one chunk have consecutive micro-batches).
-        P->carry[b][k] = new_buf(E, P, -1, shard_r(), E->V > 1 ? 2 : 1, 1, 0);
+        // Two micro-batch slots where one group of sends and receives may send the register's
+        // value for one micro-batch and receive into it for the next (PLAN_FORMAT.md: a run of
+        // sends and receives is one group, across loop iterations too, and its receives may land
+        // before its sends read): on a stage that receives the carry and passes it on (plain 1F1B
+        // at pp >= 3: the warm-up loop's send of mb and its next iteration's receive of mb + 1),
+        // and interleaved (consecutive units of one chunk have consecutive micro-batches).
+        bool two = E->V > 1 || carry_passes_through(E, b, P->stage);
+        P->carry[b][k] = new_buf(E, P, -1, shard_r(), two ? 2 : 1, 1, 0);
         P->buf[P->carry[b][k]].bytes = shard_bytes(E, src, E->home_sh[src]);
     }
     return P->carry[b][k];
