@@ -29,7 +29,11 @@
  *     (unless it is the same slot: in place); buffers of input, param and state tensors, and the
  *     outputs of accumulating operators (which the runtime zeroes once per step), hold data when
  *     the step starts, may not overlap each other, and param and state buffers must survive to
- *     the end of the step.
+ *     the end of the step;
+ *   - send/recv groups: a maximal run of sends and receives on one stream (loops expanded; a
+ *     loop boundary does not end it) is one group, whose receives may land before its sends
+ *     read; so no receive of a group writes bytes that a send of the same group reads, in
+ *     either order (the sequential data flow above cannot see this).
  * Across programs (each (program, peer program) channel and each (group, program pair) once):
  *   - every send has its receive: for each rank, the rank at the send's offset along its mesh
  *     axis exists, and its program receives from this rank, along the same axis and with the
@@ -50,7 +54,10 @@
  * in step, loops multiplied out, without storing the sequences.
  *
  * Limits: streams are taken in program order (the check does not prove that events order the
- * streams correctly, only that each wait has a record before it); deadlocks that need several
+ * streams correctly, only that each wait has a record before it: a write on one stream while
+ * another stream still reads the bytes, or a send on one stream of a buffer that another
+ * stream writes, is not found; a group of sends and receives is checked against itself only,
+ * which is what a single-stream pipeline needs); deadlocks that need several
  * channels or groups together (rank A receives from B before sending to C while ...) are not
  * detected; a plan read for one rank is checked without the programs it did not load (their
  * channels and groups are skipped). Every fault is PLAN_ERR_INVALID with a message that names
@@ -899,6 +906,8 @@ typedef struct flow {
     uint64_t *ov_at, *ov;      // the slots sharing bytes with slot s: ov[ov_at[s] .. ov_at[s + 1])
     uint8_t *held;             // per buffer: holds data when the step starts
     uint32_t *period;          // per loop instruction: its period (see the top of this file)
+    uint64_t *grp_rd[PLAN_MAX_STREAMS], *grp_wr[PLAN_MAX_STREAMS]; // per stream, per slot: see flow_group
+    uint64_t grp_cur[PLAN_MAX_STREAMS], grp_n; // per stream: its open group (0: none); groups opened
     uint64_t time, steps;
     int64_t mb, layer;         // the loop variables
     int mb_depth, layer_depth; // how many loops of each variable are around the instruction
@@ -927,6 +936,7 @@ static void flow_free(flow *f) {
     free(f->ov);
     free(f->held);
     free(f->period);
+    for (int st = 0; st < PLAN_MAX_STREAMS; st++) free(f->grp_rd[st]), free(f->grp_wr[st]);
 }
 
 static uint32_t compute_inputs(const plan_insn *in) {
@@ -1193,13 +1203,63 @@ static plan_status flow_write_check(flow *f, uint32_t i, uint32_t j, uint64_t s)
     return PLAN_OK;
 }
 
+// The slot sharing bytes with slot s (s itself first) whose mark in `marks` is group g, or
+// UINT64_MAX.
+static uint64_t group_conflict(const flow *f, const uint64_t *marks, uint64_t g, uint64_t s) {
+    if (f->hi[s] == f->lo[s]) return UINT64_MAX;
+    if (marks[s] >> 32 == g) return s;
+    for (uint64_t o = f->ov_at[s]; o < f->ov_at[s + 1]; o++)
+        if (marks[f->ov[o]] >> 32 == g) return f->ov[o];
+    return UINT64_MAX;
+}
+
+// Send/recv groups. A maximal run of sends and receives on one stream, in execution order (loops
+// do not end it; any other instruction of that stream does), is issued as one group: its receives
+// may land, and its sends may read, at any time until the whole group completes (NCCL's
+// ncclGroupStart/End; comm.c posts every send, then takes every receive). So no receive of a group
+// may write bytes that a send of the same group reads, whichever comes first in the run: the
+// receive would overwrite data not yet sent, or the send would carry the old or the new bytes
+// depending on timing. Marks per stream and slot: the group (high 32 bits; groups are numbered
+// from 1, fewer than MAX_STEPS) and the instruction (low 32) of its last send from the slot
+// (grp_rd) and receive into it (grp_wr).
+static plan_status flow_group(flow *f, uint32_t i) {
+    const plan_insn *in = &f->pg->insns[i];
+    uint8_t st = in->stream;
+    if (in->kind != PLAN_I_SEND && in->kind != PLAN_I_RECV) {
+        f->grp_cur[st] = 0;
+        return PLAN_OK;
+    }
+    if (!f->grp_rd[st]) {
+        f->grp_rd[st] = calloc((size_t)f->n_slots + 1, sizeof(uint64_t));
+        f->grp_wr[st] = calloc((size_t)f->n_slots + 1, sizeof(uint64_t));
+        if (!f->grp_rd[st] || !f->grp_wr[st]) return pfail(f->c, f->k, "out of memory");
+    }
+    if (!f->grp_cur[st]) f->grp_cur[st] = ++f->grp_n;
+    bool send = in->kind == PLAN_I_SEND;
+    uint64_t s = slot_of(f, in, 0), g = f->grp_cur[st];
+    uint64_t x = group_conflict(f, send ? f->grp_wr[st] : f->grp_rd[st], g, s);
+    if (x != UINT64_MAX) {
+        char a[160], b[160];
+        slot_desc(f, s, a, sizeof(a));
+        slot_desc(f, x, b, sizeof(b));
+        uint32_t j = (uint32_t)((send ? f->grp_wr[st] : f->grp_rd[st])[x] & 0xffffffffu);
+        if (send)
+            return ffail(f, i, "sends %s, but recv insn %u of the same group of sends and receives writes %s over its "
+                         "bytes: a group's receives may land before its sends read", a, j, b);
+        return ffail(f, i, "receives into %s, over the bytes of %s, which send insn %u of the same group of sends and "
+                     "receives reads: a group's receives may land before its sends read", a, b, j);
+    }
+    (send ? f->grp_rd[st] : f->grp_wr[st])[s] = g << 32 | i;
+    return PLAN_OK;
+}
+
 static plan_status flow_insn(flow *f, uint32_t i) {
     const plan_insn *in = &f->pg->insns[i];
     f->time++;
     f->steps += 1 + (uint64_t)in->nargs * in->nargs;
     if (f->steps > MAX_STEPS)
         return pfail(f->c, f->k, "more than %llu steps after expanding its loops: too large to check", MAX_STEPS);
-    plan_status st = PLAN_OK;
+    plan_status st = flow_group(f, i);
     for (uint32_t j = 0; j < in->nargs && !st; j++)
         if (plan_arg_role(f->pg, in, j) & A_READ) st = flow_read(f, i, slot_of(f, in, j));
     for (uint32_t j = 0; j < in->nargs && !st; j++)
