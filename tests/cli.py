@@ -207,12 +207,13 @@ for extra, want in ((("--schedule", "gpipe"), "does not combine with --schedule 
     p = run("models/gpt-tiny.json", "--cluster", "models/clusters/cpu.json", "--devices", devs, "--pp", "2", "--micro-batches", "4",
             "--virtual-stages", "2", *extra, "-o", "/dev/null")
     check(f"--virtual-stages 2 with {' '.join(extra)}: exit 2", p.returncode == 2 and want in p.stderr, p)
-# Interleaving with pp > 2 sends only between consecutive chunks: gpt-tiny's token embedding (chunk 0)
-# read by chunk 2 is refused, naming the tensor and the chunks.
+# Interleaving with pp > 2 sends only between consecutive chunks: gpt-tiny's embedding gradient sent
+# from chunk 3 (the first layer) to chunk 0 (the token embedding) is refused, naming both.
 p = run("models/gpt-tiny.json", "--cluster", "models/clusters/cpu.json", "--devices", "4", "--pp", "4", "--micro-batches", "4",
         "--virtual-stages", "2", "-o", "/dev/null")
 check("--pp 4 --virtual-stages 2 on gpt-tiny: exit 2, a message that skips a chunk", p.returncode == 2
-      and 'chunk 2 receives "tok_emb" from chunk 0' in p.stderr and len(p.stderr.splitlines()) == 1, p)
+      and 'chunk 0 receives "d:h_in@layer.bwd" from chunk 3' in p.stderr and "between consecutive chunks" in p.stderr
+      and len(p.stderr.splitlines()) == 1, p)
 p = run("--help")
 check("--help documents --bucket-mb", p.returncode == 0 and "--bucket-mb X" in p.stdout, p)
 p = run("--check", "-q", "models/mlp.json", "--cluster", "models/clusters/dgx-a100.json", "--devices", "4", "-d", "ts")
