@@ -93,7 +93,7 @@ def burst_strategies(model, n):
 # Pipelines whose middle stages hold copies strictly inside a repeated block (gpt-tiny with 6
 # layers): such a stage receives the block's carry and sends it on, across loop iterations within
 # one group of sends and receives (the carry register needs two slots).
-DEEP = ["--pp 3 --micro-batches 6", "--pp 4 --micro-batches 8", "--dp 2 --pp 3 --micro-batches 3",
+DEEP = ["--pp 3 --micro-batches 6", "--pp 4 --micro-batches 8",
         "--pp 2 --micro-batches 6 --virtual-stages 3", "--pp 3 --micro-batches 6 --virtual-stages 2"]
 
 
