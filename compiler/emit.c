@@ -61,6 +61,14 @@
 #define STREAM_BG 2     // the background program's (bgsync.c), where --sync background asks for one
 #define EV_GRAD 0
 #define EV_SYNCED 1
+// Message tags of interleaved plans (plain ones use 0 only): the forward pass's activations, the
+// backward pass's gradients, the gradient contributions summed once per step, the parameters
+// shared after the optimizer. On each pair of devices, the messages of one tag are sent and
+// received in the same order (see interleaved()); those of different tags are not.
+#define TAG_FWD 0
+#define TAG_BWD 1
+#define TAG_DEFERRED 2
+#define TAG_SHARE 3
 
 typedef pcc_mbuf ebuf; // a buffer of a program being built (memplan.c places it)
 
@@ -79,6 +87,8 @@ typedef struct prog {
     int loops[PLAN_MAX_LOOP_DEPTH], depth;
     int *home;          // per tensor: its buffer on this stage, -1
     int **carry;        // per block, per carried value: its carry register (scratch), -1
+    int **chunk_home;   // interleaved: per model chunk of this device, its home (top-level tensors shared)
+    int ***chunk_carry; //   ... and its carry registers
     cache_entry *cache; int n_cache, cap_cache;
     bool used_sync;
     int *bucket;        int n_bucket, cap_bucket; // final gradients waiting for their bucket's collective
@@ -92,6 +102,8 @@ typedef struct emitter {
     const pcc_cluster *c;
     const pcc_strategy *s;
     int pp, dp, tp, M;
+    int V, ns;          // model chunks per pipeline device (1: none) and stages in all, pp * V
+    int *inflight;      // per stage: the micro-batches whose kept activations it holds at once
     plan_shard **sh;    // per op: the shard of each operand (inputs, then outputs)
     plan_shard *home_sh;// per tensor: the layout of the buffer that holds it
     plan_shard *opt_sh; // per param: the layout its optimizer runs in
@@ -107,6 +119,7 @@ typedef struct emitter {
     int **copy_lo, **copy_hi; // per forward block, per stage: its copies [lo, hi)
     int (*groups)[2];   int n_groups, cap_groups; // (axes mask, stream) per plan group
     uint64_t bucket_cap;// gradient bytes per bucket (0: one collective per gradient)
+    bool deferred_sends; // interleaved: p2p() sends the deferred gradient contributions only (else all but them)
     int delta;          // the micro-batch offset of the instructions being emitted
     plan_phase phase;   // the part of the step being emitted
 } emitter;
@@ -468,9 +481,18 @@ static pcc_status background_params(emitter *E) {
 /* ---- building a program ---- */
 
 static int in_flight(const emitter *E, int stage) {
+    if (E->V > 1) return E->inflight[stage];
     if (E->s->schedule == PCC_PIPE_GPIPE && E->pp > 1) return E->M;
     int k = E->pp - stage;
     return k < E->M ? k : E->M;
+}
+
+// Interleaved: the most micro-batches any chunk of stage's device holds (a top-level tensor's
+// buffer is shared by the device's chunks).
+static int device_in_flight(const emitter *E, int stage) {
+    int most = 1;
+    for (int c = stage % E->pp; c < E->ns; c += E->pp) most = E->inflight[c] > most ? E->inflight[c] : most;
+    return most;
 }
 
 static int new_buf(emitter *E, prog *P, int t, plan_shard s, uint32_t mb_slots, uint32_t layer_slots, uint32_t base) {
@@ -500,6 +522,7 @@ static int home(emitter *E, prog *P, int t) {
         }
     }
     if (T->kind == PCC_T_INPUT || t == g->loss) mb = (uint32_t)E->M;
+    else if (E->kept[t] && T->block < 0 && E->V > 1) mb = (uint32_t)device_in_flight(E, P->stage);
     else if (E->kept[t]) mb = (uint32_t)in_flight(E, P->stage);
     int b = new_buf(E, P, t, E->home_sh[t], mb, layers, base);
     P->buf[b].persist = T->kind == PCC_T_PARAM || T->kind == PCC_T_STATE || T->kind == PCC_T_INPUT;
@@ -1003,12 +1026,27 @@ static void zero2_accumulators(emitter *E, prog *P) {
 
 static bool on_stage(const emitter *E, int o, int stage) { return E->ostage[o] == stage; }
 
+// Whether this stage receives block b's carries from another stage and also sends them to one
+// (its copies lie strictly inside the block's, with other stages on both sides).
+static bool carry_passes_through(const emitter *E, int b, int stage) {
+    int fb = block_of(E->g, b), lo = E->copy_lo[fb][stage], hi = E->copy_hi[fb][stage];
+    return hi > lo && lo > 0 && hi < (int)E->g->blocks[fb].repeat && copy_stage(E, b, lo - 1) != stage &&
+           copy_stage(E, b, hi) != stage;
+}
+
 // The register that carries value k of block b from one copy to the next (a scratch buffer of
 // the carried tensor's size: the carry's source and destination hold the same layout).
 static int carry_reg(emitter *E, prog *P, int b, int k) {
     if (P->carry[b][k] < 0) {
         int src = E->g->blocks[b].carry[k].inner;
-        P->carry[b][k] = new_buf(E, P, -1, shard_r(), 1, 1, 0);
+        // Two micro-batch slots where one group of sends and receives may send the register's
+        // value for one micro-batch and receive into it for the next (PLAN_FORMAT.md: a run of
+        // sends and receives is one group, across loop iterations too, and its receives may land
+        // before its sends read): on a stage that receives the carry and passes it on (plain 1F1B
+        // at pp >= 3: the warm-up loop's send of mb and its next iteration's receive of mb + 1),
+        // and interleaved (consecutive units of one chunk have consecutive micro-batches).
+        bool two = E->V > 1 || carry_passes_through(E, b, P->stage);
+        P->carry[b][k] = new_buf(E, P, -1, shard_r(), two ? 2 : 1, 1, 0);
         P->buf[P->carry[b][k]].bytes = shard_bytes(E, src, E->home_sh[src]);
     }
     return P->carry[b][k];
@@ -1132,7 +1170,7 @@ static int transfers(emitter *E, int stage, bool bwd, bool send, bool last_mb, x
         if ((bl->fwd >= 0) != bwd || g->blocks[b].n_ops == 0) continue;
         if (bl->fwd >= 0 && g->ops[bl->first_op].phase == PCC_PHASE_OPT) continue;
         int fb = block_of(g, b);
-        for (int s = 0; s < E->pp; s++) {
+        for (int s = 0; s < E->ns; s++) {
             if (E->copy_hi[fb][s] <= E->copy_lo[fb][s]) continue;
             bool first = bwd ? E->copy_hi[fb][s] == (int)bl->repeat : E->copy_lo[fb][s] == 0;
             for (int i = 0; i < bl->n_in; i++) {
@@ -1162,7 +1200,10 @@ static void p2p(emitter *E, prog *P, bool bwd, bool send, bool last_mb) {
     xfer *x;
     int n = transfers(E, P->stage, bwd, send, last_mb, &x);
     for (int i = 0; i < n; i++) {
-        int buf;
+        int buf, off = x[i].peer % E->pp - P->stage % E->pp;
+        if (off == 0) continue; // interleaved: another chunk of this device, which holds the same buffer
+        bool dfr = x[i].key < g->n_tensors && E->deferred[x[i].key];
+        if (send && E->V > 1 && dfr != E->deferred_sends) continue; // sent after the device's last unit
         if (x[i].key >= g->n_tensors) {
             int k = x[i].key - g->n_tensors;
             buf = carry_reg(E, P, k / 8, k % 8);
@@ -1171,7 +1212,8 @@ static void p2p(emitter *E, prog *P, bool bwd, bool send, bool last_mb) {
         }
         plan_insn *in = insn(E, P, send ? PLAN_I_SEND : PLAN_I_RECV, STREAM_MAIN, &buf, 1);
         in->a = PCC_AX_PP;
-        in->b = x[i].peer - P->stage;
+        in->b = off;
+        in->tag = (uint8_t)(E->V == 1 ? 0 : x[i].key < g->n_tensors && E->deferred[x[i].key] ? TAG_DEFERRED : bwd ? TAG_BWD : TAG_FWD);
         in->t_s = transfer_s(E, P, buf, in->b);
         if (!send) forget(P, buf);
     }
@@ -1181,13 +1223,16 @@ static void p2p(emitter *E, prog *P, bool bwd, bool send, bool last_mb) {
 
 // One micro-batch's forward (bwd false) or backward pass on this stage: receive, the stage's
 // top-level ops and block ranges in program order, send.
-static void pass(emitter *E, prog *P, int delta, bool bwd, bool last_mb) {
+// part: PASS_RECV, PASS_COMPUTE, PASS_SEND, or all three (interleaved() issues them apart).
+enum { PASS_RECV = 1, PASS_COMPUTE = 2, PASS_SEND = 4, PASS_ALL = 7 };
+
+static void pass_part(emitter *E, prog *P, int delta, bool bwd, bool last_mb, int part) {
     const pcc_graph *g = E->g;
     E->delta = delta;
     E->phase = bwd ? PLAN_PHASE_BWD : PLAN_PHASE_FWD;
     P->n_cache = 0;
-    p2p(E, P, bwd, false, last_mb);
-    for (int o = bwd ? g->n_fwd_ops : 0; o < (bwd ? g->n_ops : g->n_fwd_ops); o++) {
+    if (part & PASS_RECV) p2p(E, P, bwd, false, last_mb);
+    for (int o = bwd ? g->n_fwd_ops : 0; (part & PASS_COMPUTE) && o < (bwd ? g->n_ops : g->n_fwd_ops); o++) {
         const pcc_op *op = &g->ops[o];
         if (op->phase != (bwd ? PCC_PHASE_BWD : PCC_PHASE_FWD)) continue;
         if (op->block < 0) {
@@ -1197,10 +1242,12 @@ static void pass(emitter *E, prog *P, int delta, bool bwd, bool last_mb) {
         block_range(E, P, op->block, last_mb);
         o = g->blocks[op->block].first_op + g->blocks[op->block].n_ops - 1;
     }
-    p2p(E, P, bwd, true, last_mb);
+    if (part & PASS_SEND) p2p(E, P, bwd, true, last_mb);
     P->n_cache = 0;
     E->phase = PLAN_PHASE_NONE;
 }
+
+static void pass(emitter *E, prog *P, int delta, bool bwd, bool last_mb) { pass_part(E, P, delta, bwd, last_mb, PASS_ALL); }
 
 static void forward(emitter *E, prog *P, int delta) { pass(E, P, delta, false, false); }
 static void backward(emitter *E, prog *P, int delta, bool last_mb) { pass(E, P, delta, true, last_mb); }
@@ -1230,40 +1277,68 @@ static void optimizer(emitter *E, prog *P) {
 // Parameters used on several stages: the owner sends the updated value to the others.
 static void share_params(emitter *E, prog *P) {
     const pcc_graph *g = E->g;
-    bool *users = arena_alloc(g->arena, sizeof(bool) * (size_t)E->pp);
+    bool *users = arena_alloc(g->arena, sizeof(bool) * (size_t)E->ns);
+    bool *dev = arena_alloc(g->arena, sizeof(bool) * (size_t)E->pp);
     for (int t = 0; t < g->n_tensors; t++) {
         if (g->tensors[t].kind != PCC_T_PARAM || g->tensors[t].block >= 0) continue;
         int owner = E->tstage[t];
-        memset(users, 0, sizeof(bool) * (size_t)E->pp);
+        memset(users, 0, sizeof(bool) * (size_t)E->ns);
+        memset(dev, 0, sizeof(bool) * (size_t)E->pp);
         for (int o = 0; o < g->n_ops; o++) {
             const pcc_op *op = &g->ops[o];
             if (op->block >= 0 || op->phase == PCC_PHASE_OPT) continue;
             for (int i = 0; i < op->nin; i++)
                 if (op->in[i] == t) users[E->ostage[o]] = true;
         }
-        for (int s = 0; s < E->pp; s++) {
-            if (s == owner || !users[s]) continue;
-            if (P->stage != owner && P->stage != s) continue;
+        // Once per device that uses it (interleaved: its chunks share the buffer).
+        int od = owner % E->pp, me = P->stage % E->pp;
+        for (int s = 0; s < E->ns; s++) {
+            int d = s % E->pp;
+            if (d == od || !users[s] || dev[d]) continue;
+            dev[d] = true;
+            if (me != od && me != d) continue;
             int buf = home(E, P, t);
-            plan_insn *in = insn(E, P, P->stage == owner ? PLAN_I_SEND : PLAN_I_RECV, STREAM_MAIN, &buf, 1);
+            plan_insn *in = insn(E, P, me == od ? PLAN_I_SEND : PLAN_I_RECV, STREAM_MAIN, &buf, 1);
             in->a = PCC_AX_PP;
-            in->b = P->stage == owner ? s - owner : owner - s;
+            in->b = me == od ? d - od : od - d;
+            in->tag = (uint8_t)(E->V > 1 ? TAG_SHARE : 0);
             in->t_s = transfer_s(E, P, buf, in->b);
         }
     }
 }
 
-static void program(emitter *E, prog *P) {
+// A stage's tables of buffers: its homes per tensor and its carry registers, all unmade.
+static void stage_tables(emitter *E, int **home, int ***carry) {
     const pcc_graph *g = E->g;
-    E->phase = PLAN_PHASE_NONE;
-    P->home = arena_alloc(g->arena, sizeof(int) * (size_t)(g->n_tensors + 1));
-    P->carry = arena_alloc(g->arena, sizeof(int *) * (size_t)(g->n_blocks + 1));
-    for (int t = 0; t < g->n_tensors; t++) P->home[t] = -1;
+    *home = arena_alloc(g->arena, sizeof(int) * (size_t)(g->n_tensors + 1));
+    *carry = arena_alloc(g->arena, sizeof(int *) * (size_t)(g->n_blocks + 1));
+    for (int t = 0; t < g->n_tensors; t++) (*home)[t] = -1;
     for (int b = 0; b < g->n_blocks; b++) {
-        P->carry[b] = arena_alloc(g->arena, sizeof(int) * (size_t)(g->blocks[b].n_carry + 1));
-        for (int k = 0; k < g->blocks[b].n_carry; k++) P->carry[b][k] = -1;
+        (*carry)[b] = arena_alloc(g->arena, sizeof(int) * (size_t)(g->blocks[b].n_carry + 1));
+        for (int k = 0; k < g->blocks[b].n_carry; k++) (*carry)[b][k] = -1;
     }
-    zero2_accumulators(E, P);
+}
+
+// Interleaved: makes model chunk c (on this device) the stage being emitted. The chunks of a
+// device keep their own buffers for the tensors of repeated blocks (each holds other copies)
+// and their own carry registers, and share one buffer per top-level tensor.
+static void chunk_enter(emitter *E, prog *P, int c) {
+    const pcc_graph *g = E->g;
+    if (P->home && c == P->stage) return;
+    int *to = P->chunk_home[c / E->pp];
+    if (P->home && P->home != to)
+        for (int t = 0; t < g->n_tensors; t++)
+            if (g->tensors[t].block < 0) to[t] = P->home[t];
+    bucket_flush(E, P);
+    P->home = to;
+    P->carry = P->chunk_carry[c / E->pp];
+    P->stage = c;
+    P->n_cache = 0;
+}
+
+// What a stage zeroes at the start of the step.
+static void stage_prologue(emitter *E, prog *P) {
+    const pcc_graph *g = E->g;
     // Block-summed parameter gradients start at zero once per step.
     for (int b = 0; b < g->n_blocks; b++)
         for (int i = 0; i < g->blocks[b].n_acc; i++) {
@@ -1286,6 +1361,174 @@ static void program(emitter *E, prog *P) {
         in->code = PCC_OP_FILL;
         in->t_s = memory_s(E, P, (double)P->buf[G].bytes, G);
     }
+}
+
+// The micro-batch schedule of one device with V model chunks (Megatron-LM's interleaved 1F1B,
+// Narayanan et al. SC21 section 2.2). Its units are forward and backward passes of one chunk for
+// one micro-batch. Forward unit k (0 <= k < M V) runs local chunk v = (k mod pV) / p for
+// micro-batch (k / pV) p + k mod p: the micro-batches go in groups of p through chunk 0, then
+// the same group through chunk 1, ...; backward unit k the same with v counted down from V-1.
+// Device d first runs w = min((p - d - 1) 2 + (V - 1) p, M V) forward units (warm-up), then
+// alternates forward unit k + w and backward unit k (steady 1F1B), then runs the rest of the
+// backward units (cool-down).
+//
+// Why messages of one tag match in order: every device runs its forward units in the same
+// order of (v, micro-batch), and its backward units in the same order of (V-1-v, micro-batch).
+// The activation from chunk c to c+1 goes from device c mod p, local chunk v, to device
+// (c+1) mod p, local chunk v (or v+1 when c+1 wraps to device 0); for a fixed pair of devices
+// that is a fixed, order-keeping map of v, so the sender sends (TAG_FWD) in the order the
+// receiver receives; gradients (TAG_BWD) likewise. A pair of devices carries both kinds when
+// p = 2 (and the wrap-around from device p-1 to 0 carries chunk boundaries), in orders that
+// differ on the two sides: hence the tags. Units are unrolled (O(M V) passes: the plan's loops
+// count micro-batches by one, and the interleaved order steps them by p per group).
+// Unit u (forward or backward) of device d: its chunk and micro-batch.
+static void unit_of(const emitter *E, int d, int u, bool bwd, int *chunk, int *mb) {
+    int p = E->pp, V = E->V, v = (u % (p * V)) / p;
+    *chunk = (bwd ? V - 1 - v : v) * p + d;
+    *mb = (u / (p * V)) * p + u % p;
+}
+
+// One part of unit u of device d; nothing when u is past the end.
+static void unit_part(emitter *E, prog *P, int d, int u, bool bwd, int part) {
+    int c, mb;
+    if (u < 0 || u >= E->M * E->V) return;
+    unit_of(E, d, u, bwd, &c, &mb);
+    chunk_enter(E, P, c);
+    pass_part(E, P, mb, bwd, bwd && mb == E->M - 1, part);
+}
+
+static void interleaved(emitter *E, prog *P, int d) {
+    int n = E->M * E->V, w = (E->pp - d - 1) * 2 + (E->V - 1) * E->pp;
+    if (w > n) w = n;
+    // As Megatron-LM: a step computes its units, then sends what they made and receives what
+    // the next step's units need, as one group of sends and receives (computing a forward and a
+    // backward unit before either sends is what keeps blocking sends from deadlocking).
+    unit_part(E, P, d, 0, false, PASS_RECV);
+    for (int k = 0; k < n + w; k++) {
+        int f = k < n ? k : -1, b = k - w; // this step's forward and backward units (-1, < 0: none)
+        unit_part(E, P, d, f, false, PASS_COMPUTE);
+        unit_part(E, P, d, b, true, PASS_COMPUTE);
+        unit_part(E, P, d, f, false, PASS_SEND);
+        unit_part(E, P, d, b, true, PASS_SEND);
+        if (f >= 0) unit_part(E, P, d, f + 1, false, PASS_RECV);
+        unit_part(E, P, d, b + 1, true, PASS_RECV);
+    }
+    // The gradient contributions summed once per step go in the group of the last step's sends:
+    // sent at their chunk's last backward unit, a blocking send would wait for a receiver that
+    // takes them only at its own last unit, while the two still exchange the other micro-batches.
+    // Their buffers are top-level tensors', which the device's chunks share.
+    int at = P->stage;
+    E->deferred_sends = true;
+    E->phase = PLAN_PHASE_BWD;
+    E->delta = E->M - 1;
+    for (int c = d; c < E->ns; c += E->pp) {
+        P->stage = c;
+        p2p(E, P, true, true, true);
+    }
+    E->deferred_sends = false;
+    E->phase = PLAN_PHASE_NONE;
+    P->stage = at;
+    E->delta = 0;
+}
+
+// Interleaved with pp > 2: whether every message between devices goes from one chunk to the next
+// (forward) or the one before (backward); else a message saying which does not, and false.
+// interleaved() pairs step k of device d with step k - 1 of device d + 1 (the warm-ups differ
+// by 2 units), and the wrap-around from device pp-1 to 0 with step k + pp - 1: every message
+// between chunks c and c + 1 lies in groups that run at the same step of that wave front, so
+// blocking sends cannot deadlock. A message that skips a chunk (gpt-tiny's token embedding on
+// chunk 0 read by chunk 2) pairs groups of different steps and deadlocks; with pp 2 it happens
+// to land on the same device or in matching groups, which the equivalence suite runs. Deferred
+// gradient sums are exempt: each device sends them in a group of its own after its last step,
+// when every message it owes the others has been taken.
+static bool interleaved_adjacent(emitter *E) {
+    const pcc_graph *g = E->g;
+    for (int s = 0; s < E->ns; s++)
+        for (int bwd = 0; bwd < 2; bwd++) {
+            xfer *x;
+            int n = transfers(E, s, bwd, false, true, &x);
+            for (int i = 0; i < n; i++) {
+                int from = x[i].peer;
+                bool dfr = x[i].key < g->n_tensors && E->deferred[x[i].key];
+                if (dfr || from % E->pp == s % E->pp || from == (bwd ? s + 1 : s - 1)) continue;
+                const char *what = x[i].key < g->n_tensors ? g->tensors[x[i].key].name : "a block's carry";
+                fprintf(stderr, "%s: %s: --virtual-stages with --pp %d: chunk %d receives \"%s\" from chunk %d; plancc's "
+                                "interleaved 1F1B sends only between consecutive chunks when pp > 2 (use --pp 2, other "
+                                "--virtual-stages, or no interleaving)\n", pcc_progname, g->file, E->pp, s, what, from);
+                return false;
+            }
+        }
+    return true;
+}
+
+// Interleaved: per stage, the most micro-batches between its forward and its backward pass at
+// once, from the order interleaved() runs them in (a stage's in-flight micro-batches are always
+// consecutive, so slot mb mod that count is free when a forward pass fills it).
+static void interleaved_in_flight(emitter *E) {
+    int M = E->M, p = E->pp, V = E->V, n = M * V;
+    E->inflight = arena_alloc(E->g->arena, sizeof(int) * (size_t)(E->ns + 1));
+    int *now = arena_alloc(E->g->arena, sizeof(int) * (size_t)(E->ns + 1));
+    for (int d = 0; d < p; d++) {
+        int w = (p - d - 1) * 2 + (V - 1) * p;
+        if (w > n) w = n;
+        for (int k = 0; k < n + w; k++)
+            for (int bwd = 0; bwd < 2; bwd++) {
+                int u = bwd ? k - w : k;
+                if (u < 0 || u >= n) continue;
+                int v = (u % (p * V)) / p, c;
+                c = (bwd ? V - 1 - v : v) * p + d;
+                now[c] += bwd ? -1 : 1;
+                if (now[c] > E->inflight[c]) E->inflight[c] = now[c];
+            }
+    }
+}
+
+// After the last backward pass: wait for the gradient synchronization, the optimizer, and the
+// parameters shared with other stages.
+static void epilogue(emitter *E, prog *P) {
+    const pcc_graph *g = E->g;
+    bucket_flush(E, P);
+    for (int t = 0; t < g->n_tensors; t++)
+        if (P->shard_acc[t] >= 0) P->home[t] = P->shard_acc[t]; // ZeRO-2: the optimizer reads the summed shard
+    E->delta = 0;
+    if (P->used_sync) {
+        event(E, P, PLAN_I_RECORD, STREAM_SYNC, EV_SYNCED);
+        event(E, P, PLAN_I_WAIT, STREAM_MAIN, EV_SYNCED);
+    }
+    if (E->V == 1) {
+        optimizer(E, P);
+    } else {
+        int d = P->stage % E->pp;
+        for (int v = 0; v < E->V; v++) {
+            chunk_enter(E, P, v * E->pp + d);
+            optimizer(E, P);
+        }
+    }
+    share_params(E, P);
+}
+
+static void program(emitter *E, prog *P) {
+    const pcc_graph *g = E->g;
+    E->phase = PLAN_PHASE_NONE;
+    if (E->V > 1) {
+        int d = P->stage;
+        P->chunk_home = arena_alloc(g->arena, sizeof(int *) * (size_t)E->V);
+        P->chunk_carry = arena_alloc(g->arena, sizeof(int **) * (size_t)E->V);
+        for (int v = 0; v < E->V; v++) stage_tables(E, &P->chunk_home[v], &P->chunk_carry[v]);
+        P->home = NULL;
+        chunk_enter(E, P, d);
+        zero2_accumulators(E, P);
+        for (int v = 0; v < E->V; v++) {
+            chunk_enter(E, P, v * E->pp + d);
+            stage_prologue(E, P);
+        }
+        interleaved(E, P, d);
+        epilogue(E, P);
+        return;
+    }
+    stage_tables(E, &P->home, &P->carry);
+    zero2_accumulators(E, P);
+    stage_prologue(E, P);
     int M = E->M, w = 0;
     if (E->s->schedule == PCC_PIPE_1F1B && E->pp > 1) w = E->pp - P->stage - 1 < M ? E->pp - P->stage - 1 : M;
     if (E->s->schedule == PCC_PIPE_GPIPE && E->pp > 1) {
@@ -1329,16 +1572,7 @@ static void program(emitter *E, prog *P) {
             backward(E, P, M - 1, true);
         }
     }
-    bucket_flush(E, P);
-    for (int t = 0; t < g->n_tensors; t++)
-        if (P->shard_acc[t] >= 0) P->home[t] = P->shard_acc[t]; // ZeRO-2: the optimizer reads the summed shard
-    E->delta = 0;
-    if (P->used_sync) {
-        event(E, P, PLAN_I_RECORD, STREAM_SYNC, EV_SYNCED);
-        event(E, P, PLAN_I_WAIT, STREAM_MAIN, EV_SYNCED);
-    }
-    optimizer(E, P);
-    share_params(E, P);
+    epilogue(E, P);
 }
 
 /* ---- the plan ---- */
@@ -1361,7 +1595,8 @@ static char *notes(emitter *E) {
             else k += snprintf(line + k, sizeof line - (size_t)k, " %s=replicate", axn[a]);
         }
         int st = op->block >= 0 ? -1 : E->s->op_stage[o];
-        if (st >= 0 && E->pp > 1) k += snprintf(line + k, sizeof line - (size_t)k, " stage %d", st);
+        if (st >= 0 && E->V > 1) k += snprintf(line + k, sizeof line - (size_t)k, " chunk %d (stage %d)", st, st % E->pp);
+        else if (st >= 0 && E->pp > 1) k += snprintf(line + k, sizeof line - (size_t)k, " stage %d", st);
         else if (op->block >= 0 && E->pp > 1) k += snprintf(line + k, sizeof line - (size_t)k, " block %s", g->blocks[op->block].name);
         if (E->s->recompute[o]) k += snprintf(line + k, sizeof line - (size_t)k, " recompute");
         snprintf(line + k, sizeof line - (size_t)k, " (%s)\n", E->s->cause[o] ? E->s->cause[o] : "template");
@@ -1416,22 +1651,30 @@ pcc_status emit_plan(const pcc_graph *g, const pcc_cluster *c, const pcc_strateg
                      pcc_emitted *e) {
     memset(e, 0, sizeof *e);
     emitter E = {.g = g, .c = c, .s = s, .pp = s->mesh[PCC_AX_PP], .dp = s->mesh[PCC_AX_DP], .tp = s->mesh[PCC_AX_TP],
-                 .M = s->micro_batches, .bucket_cap = o->bucket_bytes};
+                 .M = s->micro_batches, .bucket_cap = o->bucket_bytes,
+                 .V = s->virtual_stages > 1 ? s->virtual_stages : 1};
+    E.ns = E.pp * E.V;
+    if (E.V > 1 && s->zero == 2) {
+        fprintf(stderr, "%s: --zero 2 with --virtual-stages: plancc reduce-scatters per micro-batch only in plain pipelines "
+                        "(use --zero 1 or 3, or no interleaving)\n", pcc_progname);
+        return PCC_ERR_INPUT;
+    }
+    if (E.V > 1) interleaved_in_flight(&E);
     int nfb = g->n_blocks;
     E.copy_lo = arena_alloc(g->arena, sizeof(int *) * (size_t)(nfb + 1));
     E.copy_hi = arena_alloc(g->arena, sizeof(int *) * (size_t)(nfb + 1));
     for (int b = 0; b < nfb; b++) {
         if (g->blocks[b].fwd >= 0) continue;
-        E.copy_lo[b] = arena_alloc(g->arena, sizeof(int) * (size_t)E.pp);
-        E.copy_hi[b] = arena_alloc(g->arena, sizeof(int) * (size_t)E.pp);
-        for (int st = 0; st < E.pp; st++) E.copy_lo[b][st] = E.copy_hi[b][st] = 0;
+        E.copy_lo[b] = arena_alloc(g->arena, sizeof(int) * (size_t)E.ns);
+        E.copy_hi[b] = arena_alloc(g->arena, sizeof(int) * (size_t)E.ns);
+        for (int st = 0; st < E.ns; st++) E.copy_lo[b][st] = E.copy_hi[b][st] = 0;
         for (int k = (int)g->blocks[b].repeat - 1; k >= 0; k--) E.copy_lo[b][s->copy_stage[b][k]] = k;
         for (int k = 0; k < (int)g->blocks[b].repeat; k++) E.copy_hi[b][s->copy_stage[b][k]] = k + 1;
     }
     for (int b = 0; b < nfb; b++) {
         const pcc_block *bl = &g->blocks[b];
         int fb = block_of(g, b), spans = 0;
-        for (int st = 0; st < E.pp; st++) spans += E.copy_hi[fb][st] > E.copy_lo[fb][st];
+        for (int st = 0; st < E.ns; st++) spans += E.copy_hi[fb][st] > E.copy_lo[fb][st];
         if (bl->n_carry > 8) {
             fprintf(stderr, "%s: %s: block \"%s\" carries %d values from copy to copy; plancc supports 8\n", pcc_progname,
                     g->file, bl->name, bl->n_carry);
@@ -1452,6 +1695,7 @@ pcc_status emit_plan(const pcc_graph *g, const pcc_cluster *c, const pcc_strateg
     pcc_status bst = background_params(&E);
     if (bst) return bst;
     zero2_grads(&E);
+    if (E.V > 1 && E.pp > 2 && !interleaved_adjacent(&E)) return PCC_ERR_INPUT;
     prog *P = arena_alloc(g->arena, sizeof(prog) * (size_t)E.pp);
     plan *p = calloc(1, sizeof *p);
     PCC_ASSERT(p);
@@ -1487,7 +1731,8 @@ pcc_status emit_plan(const pcc_graph *g, const pcc_cluster *c, const pcc_strateg
         snprintf(m->axis_names[a], sizeof m->axis_names[a], "%s", axn[a]);
     }
     m->micro_batches = (uint32_t)E.M;
-    m->schedule = E.pp == 1 ? PLAN_SCHED_NONE : s->schedule == PCC_PIPE_GPIPE ? PLAN_SCHED_GPIPE : PLAN_SCHED_1F1B;
+    m->schedule = E.pp == 1 ? PLAN_SCHED_NONE : E.V > 1 ? PLAN_SCHED_1F1B_INTERLEAVED
+                : s->schedule == PCC_PIPE_GPIPE ? PLAN_SCHED_GPIPE : PLAN_SCHED_1F1B;
     m->zero_stage = (uint32_t)s->zero;
     m->est_step_s = s->est_step_s;
     m->est_peak_bytes = (double)peak;

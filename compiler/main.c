@@ -166,9 +166,8 @@ static pcc_status check_batch_options(const options *o) {
         why = "--micro-batch-size is per data-parallel replica, so it needs the template's --dp (with --tp, --pp)";
     else if (o->estimate_only && (o->check || o->output))
         why = o->check ? "--estimate-only plans a strategy; --check only checks the model" : "--estimate-only writes no plan (leave out -o)";
-    else if (o->strat.virtual_stages > 1 && !o->estimate_only)
-        why = "--virtual-stages: plancc's estimate models interleaved 1F1B, but plancc cannot emit an interleaved schedule "
-              "yet, so it writes no such plan; add --estimate-only to print the estimate";
+    else if (o->strat.virtual_stages > 1 && o->strat.schedule == PCC_PIPE_GPIPE)
+        why = "--virtual-stages interleaves the 1F1B schedule (Megatron-LM's); it does not combine with --schedule gpipe";
     if (!why) return PCC_OK;
     fprintf(stderr, "plancc: %s\n", why);
     return PCC_ERR_INPUT;

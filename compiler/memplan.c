@@ -4,7 +4,9 @@
  * The planner takes a program's buffers and instructions and gives every buffer a static offset
  * in the program's arena. Every buffer gets an interval of instruction indices in which it is
  * live (the whole program for those marked `whole`; a loop's whole span for a buffer that
- * carries data from one iteration to the next); buffers are placed at the lowest offset free
+ * carries data from one iteration to the next; for a buffer sent or received, the whole group of
+ * sends and receives it is issued in, whose receives may land before its sends have read);
+ * buffers are placed at the lowest offset free
  * over their interval, largest first. The arena is the exact peak of the plan; plan_check proves
  * that no two live buffers overlap.
  *
@@ -29,6 +31,43 @@ typedef struct mprog {
 
 static uint64_t align_up(uint64_t x) { return (x + ALIGN - 1) / ALIGN * ALIGN; }
 
+
+// Send/recv groups. A maximal run of sends and receives on one stream, in execution order, is
+// issued as one group (PLAN_FORMAT.md): a loop boundary does not end it, only another instruction
+// of that stream does, and its receives may land before its sends have read their buffers. So
+// every buffer of a group is live over the whole group: its [first, last] takes in the run; and
+// a run that a loop boundary may join to another iteration's (or to the code before or after the
+// loop) makes its buffers not tight, so that they live over the whole loop.
+static void p2p_groups(const mprog *P, const int *end, bool *one_loop) {
+    int n = P->n_insn;
+    bool *boundary = calloc((size_t)n + 1, 1); // a loop instruction, or the last of a loop body
+    for (int i = 0; i < n; i++)
+        if (P->insn[i].kind == PLAN_I_LOOP) boundary[i] = boundary[end[i]] = true;
+    for (int s = 0; s < PLAN_MAX_STREAMS; s++) {
+        int rs = -1, re = -1, prev = -1; // the open run, and the stream's last other instruction
+        for (int i = 0; i <= n; i++) {
+            const plan_insn *in = i < n ? &P->insn[i] : NULL;
+            if (in && (in->stream != s || in->kind == PLAN_I_LOOP)) continue;
+            if (in && (in->kind == PLAN_I_SEND || in->kind == PLAN_I_RECV)) {
+                if (rs < 0) rs = i;
+                re = i;
+                continue;
+            }
+            bool crossing = false;
+            for (int j = prev + 1; rs >= 0 && j < i; j++) crossing |= boundary[j];
+            for (int j = rs; rs >= 0 && j <= re; j++) {
+                const plan_insn *x = &P->insn[j];
+                if (x->stream != s || (x->kind != PLAN_I_SEND && x->kind != PLAN_I_RECV)) continue;
+                int b = (int)P->args[x->args];
+                if (P->buf[b].first > rs) P->buf[b].first = rs;
+                if (P->buf[b].last < re) P->buf[b].last = re;
+                if (crossing) one_loop[b] = false;
+            }
+            rs = re = -1, prev = i;
+        }
+    }
+    free(boundary);
+}
 
 // Liveness: [first, last] use, widened to the whole span of the outermost loop around any use
 // unless the buffer lives and dies within one iteration (one slot, written before it is read
@@ -69,6 +108,7 @@ static void liveness(mprog *P) {
             else if (loop_of[b] != inner[i]) one_loop[b] = false;
         }
     }
+    p2p_groups(P, end, one_loop);
     for (int b = 0; b < P->n_buf; b++) {
         pcc_mbuf *eb = &P->buf[b];
         if (eb->first < 0) { // never used: no space

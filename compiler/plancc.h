@@ -720,7 +720,8 @@ typedef struct pcc_strategy {
     int *letter[PCC_AXES];
     bool *recompute;
     const char **cause;
-    // Pipeline stages: per forward top-level op its stage; per forward block, per copy.
+    // Pipeline stages: per forward top-level op its stage; per forward block, per copy. With
+    // virtual stages these are model chunks, 0..pp*V-1, chunk c on pipeline device c mod pp.
     int *op_stage;              // per op (forward ops only; -1 for block ops)
     int **copy_stage;           // per block (forward blocks), [repeat]
     int virtual_stages;         // model chunks per device (1: plain GPipe/1F1B; > 1: interleaved)

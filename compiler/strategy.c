@@ -27,8 +27,8 @@
  *     with ZeRO, the all-gather of the updated parameters. A stage that finishes its last
  *     backward early (1F1B drains toward stage 0) has that much more time to hide its sync.
  * Interleaving (--virtual-stages V): the layers are cut into pp * V chunks, chunk c on device
- * c mod pp. Only the estimate models it: emit.c does not emit interleaved schedules (main.c
- * refuses to write such a plan and prints the estimate with --estimate-only).
+ * c mod pp (op_stage and copy_stage hold the chunk); emit.c emits Megatron-LM's interleaved
+ * schedule over them.
  */
 #include "plancc.h"
 
@@ -249,7 +249,7 @@ static void est_ops(est *E) {
 // The device of forward op i in copy k of its block (k ignored at the top level).
 static int est_device(const est *E, int i, int k) {
     const pcc_op *op = &E->g->ops[i];
-    return op->block < 0 ? E->s->op_stage[i] : E->s->copy_stage[op->block][k];
+    return (op->block < 0 ? E->s->op_stage[i] : E->s->copy_stage[op->block][k]) % E->pp;
 }
 
 // One forward op's copy on device d: its forward, backward and recomputed forward.
@@ -481,8 +481,8 @@ static pcc_strategy *make(const pcc_graph *g, const pcc_cluster *c, const pcc_st
     int *chunk = arena_alloc(g->arena, sizeof(int) * (size_t)(nl + 1));
     partition(L, nl, pp * v, chunk);
     for (int i = 0; i < nl; i++) {
-        if (L[i].op >= 0) s->op_stage[L[i].op] = chunk[i] % pp;
-        else s->copy_stage[L[i].block][L[i].copy] = chunk[i] % pp;
+        if (L[i].op >= 0) s->op_stage[L[i].op] = chunk[i];
+        else s->copy_stage[L[i].block][L[i].copy] = chunk[i];
     }
     estimate(g, c, sc, s, L, nl, chunk);
     s->est_step_s = s->est.step_s;
@@ -496,7 +496,8 @@ static int by_time(const void *a, const void *b) {
     if (x->est_step_s != y->est_step_s) return x->est_step_s < y->est_step_s ? -1 : 1;
     for (int i = 0; i < PCC_AXES; i++) // ties: fewer pipeline stages, then less tp
         if (x->mesh[i] != y->mesh[i]) return x->mesh[i] < y->mesh[i] ? -1 : 1;
-    return x->zero - y->zero; // then the least sharding
+    if (x->zero != y->zero) return x->zero - y->zero; // then the least sharding
+    return x->virtual_stages - y->virtual_stages; // then no interleaving
 }
 
 pcc_status strategy_plan(const pcc_graph *g, const pcc_cluster *c, const pcc_strategy_opts *o, pcc_strategy ***out,
@@ -547,7 +548,7 @@ pcc_status strategy_plan(const pcc_graph *g, const pcc_cluster *c, const pcc_str
             if (N % tp || (tp > c->devices_per_node && !c->cpu)) continue;
             for (int pp = 1; pp <= N / tp; pp++) {
                 if ((N / tp) % pp || pp > nl) continue;
-                if (o->virtual_stages > 1 && pp > 1 && (pp * o->virtual_stages > nl || g->micro_batches % pp)) continue;
+
                 int dp = N / tp / pp;
                 if (dp > 1 && (bdim < 0 || bsize % dp != 0)) continue;
                 if (o->pp && pp != o->pp) continue;
@@ -567,7 +568,14 @@ pcc_status strategy_plan(const pcc_graph *g, const pcc_cluster *c, const pcc_str
                             if (st != PCC_ERR_INFEASIBLE) return st;
                             continue;
                         }
-                        *VEC_PUSH(g->arena, v, n, cap) = make(g, c, o, sc, bdim, pp, dp, tp, zero, L, nl);
+                        // Interleaving is one more candidate beside the plain 1F1B (where
+                        // emit.c can emit it: pp 2): --auto keeps it only where the estimate
+                        // says it pays.
+                        pcc_strategy_opts plain = *o;
+                        plain.virtual_stages = 1;
+                        *VEC_PUSH(g->arena, v, n, cap) = make(g, c, &plain, sc, bdim, pp, dp, tp, zero, L, nl);
+                        if (o->virtual_stages > 1 && pp == 2 && pp * o->virtual_stages <= nl && g->micro_batches % pp == 0)
+                            *VEC_PUSH(g->arena, v, n, cap) = make(g, c, o, sc, bdim, pp, dp, tp, zero, L, nl);
                     }
             }
         }

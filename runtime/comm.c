@@ -2,7 +2,7 @@
  * comm.c: in-process communication for the CPU backend: every rank is a set of threads of one
  * process (one per stream), and this file is their NCCL.
  *
- * Matching. Ranks count their messages per channel (ordered pair of ranks) and their
+ * Matching. Ranks count their messages per channel (ordered pair of ranks and tag) and their
  * collectives per group instance in program order, and pass the count as a sequence number. A
  * receive takes the send with its channel and number; a collective gathers the members that
  * posted its group instance and number. So what matches what never depends on timing, only on
@@ -36,6 +36,7 @@
 
 typedef struct msg {
     int src, dst;
+    uint32_t tag;
     uint64_t seq;
     const void *data;
     uint64_t bytes;
@@ -232,17 +233,17 @@ int rt_comm_wait_event(rt_comm *c, int thread, int rank, uint32_t event, uint64_
 
 /* ---- send and receive ---- */
 
-static msg *find_msg(rt_comm *c, int src, int dst, uint64_t seq) {
+static msg *find_msg(rt_comm *c, int src, int dst, uint32_t tag, uint64_t seq) {
     for (msg *m = c->msgs; m; m = m->next)
-        if (m->src == src && m->dst == dst && m->seq == seq) return m;
+        if (m->src == src && m->dst == dst && m->tag == tag && m->seq == seq) return m;
     return NULL;
 }
 
-typedef struct { int src, dst; uint64_t seq; } msg_arg;
+typedef struct { int src, dst; uint32_t tag; uint64_t seq; } msg_arg;
 
 static bool msg_posted(rt_comm *c, void *arg) {
     msg_arg *a = arg;
-    return find_msg(c, a->src, a->dst, a->seq) != NULL;
+    return find_msg(c, a->src, a->dst, a->tag, a->seq) != NULL;
 }
 
 static bool msg_taken(rt_comm *c, void *arg) {
@@ -258,9 +259,9 @@ static void unlink_msg(rt_comm *c, msg *m) {
 
 // Under the lock: the receive of item r (into rank `rank`).
 static int receive(rt_comm *c, int thread, int rank, const rt_p2p *r) {
-    msg_arg a = {r->peer, rank, r->seq};
+    msg_arg a = {r->peer, rank, r->tag, r->seq};
     if (wait_until(c, thread, msg_posted, &a, r->what)) return -1;
-    msg *m = find_msg(c, r->peer, rank, r->seq);
+    msg *m = find_msg(c, r->peer, rank, r->tag, r->seq);
     if (m->bytes != r->bytes)
         return fail_l(c, "message size mismatch: %s receives %llu bytes, but %s sends %llu", r->what,
                       (unsigned long long)r->bytes, m->what, (unsigned long long)m->bytes);
@@ -278,7 +279,7 @@ int rt_comm_p2p(rt_comm *c, int thread, int rank, rt_p2p *items, int n) {
         if (!items[i].send) continue;
         msg *m = calloc(1, sizeof *m);
         if (!m) { rc = fail_l(c, "out of memory posting %s", items[i].what); break; }
-        *m = (msg){rank, items[i].peer, items[i].seq, items[i].data, items[i].bytes, items[i].what, false, c->msgs};
+        *m = (msg){rank, items[i].peer, items[i].tag, items[i].seq, items[i].data, items[i].bytes, items[i].what, false, c->msgs};
         c->msgs = m;
         posted[i] = m;
     }

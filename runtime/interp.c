@@ -142,7 +142,7 @@ typedef struct walker {
     int stream, thread;         // stream -1: this walker issues every stream of its rank
     int pend_stream;            // the stream of the pending send/recv
     uint64_t *ev_seen;          // per event: records passed in program order
-    uint64_t *sent, *received;  // per peer rank: messages passed
+    uint64_t *sent, *received;  // per peer rank and tag: messages passed
     uint64_t *colls;            // per group: collectives passed
     pending *pend;              // this stream's current run of send/recv
     int n_pend, cap_pend;
@@ -212,7 +212,7 @@ static int do_p2p(walker *w, uint32_t i, uint32_t mb, uint32_t layer, uint64_t s
     w->pend_stream = in->stream;
     pending *p = &w->pend[w->n_pend++];
     uint32_t b = w->rk->pg->args[in->args];
-    p->item = (rt_p2p){.send = in->kind == PLAN_I_SEND, .peer = peer, .seq = seq,
+    p->item = (rt_p2p){.send = in->kind == PLAN_I_SEND, .peer = peer, .tag = in->tag, .seq = seq,
                        .data = slot_addr(w->rk, &w->rk->pg->buffers[b], mb, layer), .bytes = slot_bytes(w->rk, &w->rk->pg->buffers[b])};
     char extra[64];
     snprintf(extra, sizeof extra, " %s rank %d", in->kind == PLAN_I_SEND ? "to" : "from", peer);
@@ -567,7 +567,8 @@ static int step_insn(walker *w, uint32_t i, frame f) {
     case PLAN_I_SEND: case PLAN_I_RECV: {
         int peer = peer_of(w->run, w->rk, in->a, in->b);
         if (peer < 0) return mine ? fail(w, i, mb, layer, "no peer at offset %d along mesh axis %d", in->b, in->a) : 0;
-        uint64_t seq = in->kind == PLAN_I_SEND ? ++w->sent[peer] : ++w->received[peer];
+        size_t ch = (size_t)peer * PLAN_MAX_TAGS + in->tag;
+        uint64_t seq = in->kind == PLAN_I_SEND ? ++w->sent[ch] : ++w->received[ch];
         return mine ? do_p2p(w, i, mb, layer, seq, peer) : 0;
     }
     case PLAN_I_COLL: {
@@ -791,7 +792,7 @@ int rt_run_step(rt_run *r, double *loss, char *err, size_t err_n) {
     uint32_t n_events = 0;
     for (uint32_t k = 0; k < r->p->n_programs; k++)
         if (r->p->programs[k].n_events > n_events) n_events = r->p->programs[k].n_events;
-    uint64_t *counters = calloc((size_t)n * (n_events + 2 * (size_t)r->world + r->p->n_groups + 1), sizeof *counters);
+    uint64_t *counters = calloc((size_t)n * (n_events + 2 * (size_t)r->world * PLAN_MAX_TAGS + r->p->n_groups + 1), sizeof *counters);
     if (!w || !th || !counters) {
         free(w), free(th), free(counters);
         say(err, err_n, "out of memory starting step %llu", (unsigned long long)r->steps + 1);
@@ -810,8 +811,8 @@ int rt_run_step(rt_run *r, double *loss, char *err, size_t err_n) {
             walker *x = &w[started];
             *x = (walker){.run = r, .rk = &r->ranks[q], .stream = per_stream ? (int)s : -1, .thread = q * (int)ns + (int)s};
             x->ev_seen = c, c += n_events;
-            x->sent = c, c += r->world;
-            x->received = c, c += r->world;
+            x->sent = c, c += (size_t)r->world * PLAN_MAX_TAGS;
+            x->received = c, c += (size_t)r->world * PLAN_MAX_TAGS;
             x->colls = c, c += r->p->n_groups + 1;
             if (pthread_create(&th[started], NULL, walker_main, x)) {
                 rt_backend_fail(r->be, "cannot start a thread for rank %d stream %u", q, s);

@@ -51,7 +51,8 @@
  *              44 u32 layer_slots; 48 u64 mb_stride; 56 u64 layer_stride
  *     attrs:   0 f64 f[8]; 64 i64 i[8]; 128 i32 perm[8]; 160 i32 win[6]
  *     insn:    0 u8 kind; 1 u8 stream; 2 u16 code; 4 u16 nargs; 6 i16 mb_delta; 8 u32 args;
- *              12 i32 a; 16 i32 b; 20 u32 attrs; 24 f32 t_s; 28 u8 phase; 29 u8[3] 0
+ *              12 i32 a; 16 i32 b; 20 u32 attrs; 24 f32 t_s; 28 u8 phase; 29 u8 tag
+ *              (send/recv, < PLAN_MAX_TAGS); 30 u8[2] 0
  *
  * Doubles (floats) are stored as the u64 (u32) of their IEEE-754 bits. Memory: everything a decoded plan
  * points to is allocated with plan_alloc and released by plan_free.
@@ -182,12 +183,12 @@ static void *alloc_n(plan *p, uint64_t count, size_t size, bool *ok) {
 
 /* ---- which fields each instruction kind uses (the others are canonical: 0, attrs PLAN_NONE) ---- */
 
-enum { U_STREAM = 1, U_CODE = 2, U_A = 4, U_B = 8, U_DELTA = 16, U_ATTRS = 32, U_TIME = 64 }; // U_TIME: t_s and phase
+enum { U_STREAM = 1, U_CODE = 2, U_A = 4, U_B = 8, U_DELTA = 16, U_ATTRS = 32, U_TIME = 64, U_TAG = 128 }; // U_TIME: t_s and phase
 static const uint8_t insn_uses[PLAN_I_KIND_COUNT] = {
     [PLAN_I_COMPUTE] = U_STREAM | U_CODE | U_DELTA | U_ATTRS | U_TIME,
     [PLAN_I_COLL] = U_STREAM | U_CODE | U_A | U_DELTA | U_ATTRS | U_TIME, // attrs: a chunk (version 4)
-    [PLAN_I_SEND] = U_STREAM | U_A | U_B | U_DELTA | U_TIME,
-    [PLAN_I_RECV] = U_STREAM | U_A | U_B | U_DELTA | U_TIME,
+    [PLAN_I_SEND] = U_STREAM | U_A | U_B | U_DELTA | U_TIME | U_TAG,
+    [PLAN_I_RECV] = U_STREAM | U_A | U_B | U_DELTA | U_TIME | U_TAG,
     [PLAN_I_COPY] = U_STREAM | U_DELTA | U_TIME,
     [PLAN_I_RECORD] = U_STREAM | U_A,
     [PLAN_I_WAIT] = U_STREAM | U_A,
@@ -205,6 +206,7 @@ static plan_insn insn_canonical(plan_insn in, uint32_t args_at) {
     if (!(u & U_DELTA)) in.mb_delta = 0;
     if (!(u & U_ATTRS)) in.attrs = PLAN_NONE;
     if (!(u & U_TIME)) in.t_s = 0, in.phase = 0;
+    if (!(u & U_TAG)) in.tag = 0;
     in.args = args_at;
     return in;
 }
@@ -432,7 +434,8 @@ static void enc_insn(wbuf *w, plan_insn in) {
     w_u32(w, in.attrs);
     w_f32(w, in.t_s);
     w_u8(w, in.phase);
-    w_zero(w, 3);
+    w_u8(w, in.tag);
+    w_zero(w, 2);
 }
 
 // PROGRAM k: the head, then buffers, attrs, instructions (canonical) and their arguments in
@@ -918,9 +921,10 @@ static void decode_attrs(const uint8_t *r, plan_attrs *a) {
 static plan_status decode_insn(dctx *c, const uint8_t *r, uint32_t i, uint64_t *at, plan_insn *in) {
     *in = (plan_insn){.kind = r[0], .stream = r[1], .code = get_u16(r + 2), .nargs = get_u16(r + 4),
                       .mb_delta = (int16_t)get_u16(r + 6), .args = get_u32(r + 8), .a = (int32_t)get_u32(r + 12),
-                      .b = (int32_t)get_u32(r + 16), .attrs = get_u32(r + 20), .t_s = get_f32(r + 24), .phase = r[28]};
+                      .b = (int32_t)get_u32(r + 16), .attrs = get_u32(r + 20), .t_s = get_f32(r + 24), .phase = r[28], .tag = r[29]};
     if (in->kind >= PLAN_I_KIND_COUNT) return dfail(c, "insn %u: kind %u unknown", i, in->kind);
-    if (r[29] || r[30] || r[31]) return dfail(c, "insn %u: reserved bytes 29..31 are not zero", i);
+    if (r[30] || r[31]) return dfail(c, "insn %u: reserved bytes 30..31 are not zero", i);
+    if (in->tag >= PLAN_MAX_TAGS) return dfail(c, "insn %u: tag %u, at most %u", i, in->tag, PLAN_MAX_TAGS - 1);
     if (in->args != *at)
         return dfail(c, "insn %u: arguments at %u, expected %llu (arguments are stored in instruction order)", i,
                      in->args, (unsigned long long)*at);
@@ -931,7 +935,8 @@ static plan_status decode_insn(dctx *c, const uint8_t *r, uint32_t i, uint64_t *
                       : canon.mb_delta != in->mb_delta ? "mb_delta"
                       : canon.attrs != in->attrs   ? "attrs"
                       : memcmp(&canon.t_s, &in->t_s, sizeof(float)) ? "t_s"
-                      : canon.phase != in->phase   ? "phase" : NULL;
+                      : canon.phase != in->phase   ? "phase"
+                      : canon.tag != in->tag       ? "tag" : NULL;
     if (field)
         return dfail(c, "insn %u (%s): field %s is unused by this kind and must be %s", i,
                      plan_insn_kind_name(in->kind), field, canon.attrs != in->attrs ? "PLAN_NONE" : "0");

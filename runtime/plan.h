@@ -59,6 +59,8 @@
 
 #define PLAN_MAGIC "PLANCC\r\n"
 #define PLAN_VERSION 4u
+#define PLAN_MAX_TAGS 8    // message tags 0..7 (plan_insn.tag)
+#define PLAN_MAX_STREAMS 8 // streams of a program (plan_program.priority)
 #define PLAN_HEADER_BYTES 64u
 #define PLAN_MAX_AXES 8
 #define PLAN_MAX_RANK 8
@@ -230,6 +232,7 @@ typedef struct plan_insn {
     uint32_t attrs;             // index into the program's attrs, PLAN_NONE if none
     float t_s;                  // seconds per execution, finite and >= 0
     uint8_t phase;              // plan_phase (0 for record, wait and loop)
+    uint8_t tag;                // send/recv: the message's tag, below PLAN_MAX_TAGS (0 for other kinds)
 } plan_insn;
 
 // How many times a checker or simulator walks a loop's body in one step: its count, and once
@@ -256,7 +259,7 @@ typedef struct plan_program {
     const char *name;
     uint64_t arena_bytes;       // the exact peak: every buffer slot lies below it
     uint32_t n_streams;
-    int32_t priority[8];        // per stream; lower runs first (CUDA's convention)
+    int32_t priority[PLAN_MAX_STREAMS]; // per stream; lower runs first (CUDA's convention)
     uint32_t n_events;
     plan_buffer *buffers;  uint32_t n_buffers;
     plan_insn *insns;      uint32_t n_insns;

@@ -29,11 +29,15 @@
  *     (unless it is the same slot: in place); buffers of input, param and state tensors, and the
  *     outputs of accumulating operators (which the runtime zeroes once per step), hold data when
  *     the step starts, may not overlap each other, and param and state buffers must survive to
- *     the end of the step.
+ *     the end of the step;
+ *   - send/recv groups: a maximal run of sends and receives on one stream (loops expanded; a
+ *     loop boundary does not end it) is one group, whose receives may land before its sends
+ *     read; so no receive of a group writes bytes that a send of the same group reads, in
+ *     either order (the sequential data flow above cannot see this).
  * Across programs (each (program, peer program) channel and each (group, program pair) once):
  *   - every send has its receive: for each rank, the rank at the send's offset along its mesh
- *     axis exists, and its program receives from this rank, along the same axis, the same number
- *     of messages of the same sizes in the same order, each into a buffer of the same tensor (or
+ *     axis exists, and its program receives from this rank, along the same axis and with the
+ *     same tag, the same number of messages of the same sizes in the same order, each into a buffer of the same tensor (or
  *     scratch) with the same shard;
  *   - every member of a group issues that group's collectives in the same order, with the same
  *     kinds and sizes (members that run the same program agree by construction; members that
@@ -50,7 +54,10 @@
  * in step, loops multiplied out, without storing the sequences.
  *
  * Limits: streams are taken in program order (the check does not prove that events order the
- * streams correctly, only that each wait has a record before it); deadlocks that need several
+ * streams correctly, only that each wait has a record before it: a write on one stream while
+ * another stream still reads the bytes, or a send on one stream of a buffer that another
+ * stream writes, is not found; a group of sends and receives is checked against itself only,
+ * which is what a single-stream pipeline needs); deadlocks that need several
  * channels or groups together (rank A receives from B before sending to C while ...) are not
  * detected; a plan read for one rank is checked without the programs it did not load (their
  * channels and groups are skipped). Every fault is PLAN_ERR_INVALID with a message that names
@@ -917,6 +924,8 @@ typedef struct flow {
     uint64_t *ov_at, *ov;      // the slots sharing bytes with slot s: ov[ov_at[s] .. ov_at[s + 1])
     uint8_t *held;             // per buffer: holds data when the step starts
     uint32_t *period;          // per loop instruction: its period (see the top of this file)
+    uint64_t *grp_rd[PLAN_MAX_STREAMS], *grp_wr[PLAN_MAX_STREAMS]; // per stream, per slot: see flow_group
+    uint64_t grp_cur[PLAN_MAX_STREAMS], grp_n; // per stream: its open group (0: none); groups opened
     uint64_t time, steps;
     int64_t mb, layer;         // the loop variables
     int mb_depth, layer_depth; // how many loops of each variable are around the instruction
@@ -945,6 +954,7 @@ static void flow_free(flow *f) {
     free(f->ov);
     free(f->held);
     free(f->period);
+    for (int st = 0; st < PLAN_MAX_STREAMS; st++) free(f->grp_rd[st]), free(f->grp_wr[st]);
 }
 
 static uint32_t compute_inputs(const plan_insn *in) {
@@ -1211,13 +1221,63 @@ static plan_status flow_write_check(flow *f, uint32_t i, uint32_t j, uint64_t s)
     return PLAN_OK;
 }
 
+// The slot sharing bytes with slot s (s itself first) whose mark in `marks` is group g, or
+// UINT64_MAX.
+static uint64_t group_conflict(const flow *f, const uint64_t *marks, uint64_t g, uint64_t s) {
+    if (f->hi[s] == f->lo[s]) return UINT64_MAX;
+    if (marks[s] >> 32 == g) return s;
+    for (uint64_t o = f->ov_at[s]; o < f->ov_at[s + 1]; o++)
+        if (marks[f->ov[o]] >> 32 == g) return f->ov[o];
+    return UINT64_MAX;
+}
+
+// Send/recv groups. A maximal run of sends and receives on one stream, in execution order (loops
+// do not end it; any other instruction of that stream does), is issued as one group: its receives
+// may land, and its sends may read, at any time until the whole group completes (NCCL's
+// ncclGroupStart/End; comm.c posts every send, then takes every receive). So no receive of a group
+// may write bytes that a send of the same group reads, whichever comes first in the run: the
+// receive would overwrite data not yet sent, or the send would carry the old or the new bytes
+// depending on timing. Marks per stream and slot: the group (high 32 bits; groups are numbered
+// from 1, fewer than MAX_STEPS) and the instruction (low 32) of its last send from the slot
+// (grp_rd) and receive into it (grp_wr).
+static plan_status flow_group(flow *f, uint32_t i) {
+    const plan_insn *in = &f->pg->insns[i];
+    uint8_t st = in->stream;
+    if (in->kind != PLAN_I_SEND && in->kind != PLAN_I_RECV) {
+        f->grp_cur[st] = 0;
+        return PLAN_OK;
+    }
+    if (!f->grp_rd[st]) {
+        f->grp_rd[st] = calloc((size_t)f->n_slots + 1, sizeof(uint64_t));
+        f->grp_wr[st] = calloc((size_t)f->n_slots + 1, sizeof(uint64_t));
+        if (!f->grp_rd[st] || !f->grp_wr[st]) return pfail(f->c, f->k, "out of memory");
+    }
+    if (!f->grp_cur[st]) f->grp_cur[st] = ++f->grp_n;
+    bool send = in->kind == PLAN_I_SEND;
+    uint64_t s = slot_of(f, in, 0), g = f->grp_cur[st];
+    uint64_t x = group_conflict(f, send ? f->grp_wr[st] : f->grp_rd[st], g, s);
+    if (x != UINT64_MAX) {
+        char a[160], b[160];
+        slot_desc(f, s, a, sizeof(a));
+        slot_desc(f, x, b, sizeof(b));
+        uint32_t j = (uint32_t)((send ? f->grp_wr[st] : f->grp_rd[st])[x] & 0xffffffffu);
+        if (send)
+            return ffail(f, i, "sends %s, but recv insn %u of the same group of sends and receives writes %s over its "
+                         "bytes: a group's receives may land before its sends read", a, j, b);
+        return ffail(f, i, "receives into %s, over the bytes of %s, which send insn %u of the same group of sends and "
+                     "receives reads: a group's receives may land before its sends read", a, b, j);
+    }
+    (send ? f->grp_rd[st] : f->grp_wr[st])[s] = g << 32 | i;
+    return PLAN_OK;
+}
+
 static plan_status flow_insn(flow *f, uint32_t i) {
     const plan_insn *in = &f->pg->insns[i];
     f->time++;
     f->steps += 1 + (uint64_t)in->nargs * in->nargs;
     if (f->steps > MAX_STEPS)
         return pfail(f->c, f->k, "more than %llu steps after expanding its loops: too large to check", MAX_STEPS);
-    plan_status st = PLAN_OK;
+    plan_status st = flow_group(f, i);
     for (uint32_t j = 0; j < in->nargs && !st; j++)
         if (plan_arg_role(f->pg, in, j) & A_READ) st = flow_read(f, i, slot_of(f, in, j));
     for (uint32_t j = 0; j < in->nargs && !st; j++)
@@ -1326,6 +1386,7 @@ typedef struct comm_iter {
     uint8_t kind;
     int32_t a;
     int64_t b;
+    uint8_t tag;                // send and recv: the tag too
     uint32_t pc;
     int depth;
     struct comm_loop {
@@ -1352,7 +1413,7 @@ static uint32_t comm_next(comm_iter *it) {
             continue;
         }
         uint32_t i = it->pc++;
-        if (in->kind == it->kind && in->a == it->a && (in->kind == PLAN_I_COLL || in->b == it->b)) {
+        if (in->kind == it->kind && in->a == it->a && (in->kind == PLAN_I_COLL || (in->b == it->b && in->tag == it->tag))) {
             it->n++;
             return i;
         }
@@ -1368,8 +1429,8 @@ typedef struct comm {
     size_t n_pairs, cap_pairs;
 } comm;
 
-static comm_iter comm_iter_init(const comm *m, uint32_t k, uint8_t kind, int32_t a, int64_t b) {
-    return (comm_iter){.pg = &m->c->p->programs[k], .prefix = m->prefix[k], .kind = kind, .a = a, .b = b};
+static comm_iter comm_iter_init(const comm *m, uint32_t k, uint8_t kind, int32_t a, int64_t b, uint8_t tag) {
+    return (comm_iter){.pg = &m->c->p->programs[k], .prefix = m->prefix[k], .kind = kind, .a = a, .b = b, .tag = tag};
 }
 
 // The bytes argument j of instruction i moves (a chunk's, where a collective has attrs).
@@ -1381,12 +1442,13 @@ static uint64_t arg_bytes(const plan_program *pg, uint32_t i, uint32_t j) {
     return (uint64_t)(a->i[PLAN_AI_END] - a->i[PLAN_AI_START]) * plan_dtype_bytes(b->dtype);
 }
 
-/* Point to point: channels (sender program, axis, offset, receiver program). */
+/* Point to point: channels (sender program, axis, offset, tag, receiver program). */
 
 typedef struct channel {
     uint32_t from, to;          // programs
     int32_t axis;
     int64_t delta;              // the offset the sender sends to
+    uint8_t tag;
     uint32_t from_rank, to_rank; // an example pair, for messages
 } channel;
 
@@ -1395,6 +1457,7 @@ static int channel_cmp(const void *x, const void *y) {
     if (a->from != b->from) return a->from < b->from ? -1 : 1;
     if (a->to != b->to) return a->to < b->to ? -1 : 1;
     if (a->axis != b->axis) return a->axis < b->axis ? -1 : 1;
+    if (a->tag != b->tag) return a->tag < b->tag ? -1 : 1;
     return a->delta < b->delta ? -1 : a->delta > b->delta;
 }
 
@@ -1421,19 +1484,21 @@ static plan_status check_message_shard(comm *m, const channel *ch, const comm_it
 static plan_status check_channel(comm *m, const channel *ch) {
     const plan *p = m->c->p;
     const char *ax = p->meta.axis_names[ch->axis];
-    comm_iter s = comm_iter_init(m, ch->from, PLAN_I_SEND, ch->axis, ch->delta);
-    comm_iter r = comm_iter_init(m, ch->to, PLAN_I_RECV, ch->axis, -ch->delta);
+    char tag_s[16] = "";
+    if (ch->tag) snprintf(tag_s, sizeof(tag_s), " tag %u", ch->tag);
+    comm_iter s = comm_iter_init(m, ch->from, PLAN_I_SEND, ch->axis, ch->delta, ch->tag);
+    comm_iter r = comm_iter_init(m, ch->to, PLAN_I_RECV, ch->axis, -ch->delta, ch->tag);
     for (;;) {
         uint32_t i = comm_next(&s), j = comm_next(&r);
         if (i == PLAN_NONE && j == PLAN_NONE) return PLAN_OK;
         if (j == PLAN_NONE)
-            return cfail(m->c, "unmatched send: rank %u (program %u, insn %u) sends message %llu along %s %+lld to rank %u "
+            return cfail(m->c, "unmatched send: rank %u (program %u, insn %u) sends message %llu along %s %+lld%s to rank %u "
                          "(program %u), which receives only %llu from it", ch->from_rank, ch->from, i,
-                         (unsigned long long)s.n, ax, (long long)ch->delta, ch->to_rank, ch->to, (unsigned long long)r.n);
+                         (unsigned long long)s.n, ax, (long long)ch->delta, tag_s, ch->to_rank, ch->to, (unsigned long long)r.n);
         if (i == PLAN_NONE)
-            return cfail(m->c, "unmatched recv: rank %u (program %u, insn %u) receives message %llu along %s %+lld from "
+            return cfail(m->c, "unmatched recv: rank %u (program %u, insn %u) receives message %llu along %s %+lld%s from "
                          "rank %u (program %u), which sends only %llu to it", ch->to_rank, ch->to, j,
-                         (unsigned long long)r.n, ax, (long long)-ch->delta, ch->from_rank, ch->from, (unsigned long long)s.n);
+                         (unsigned long long)r.n, ax, (long long)-ch->delta, tag_s, ch->from_rank, ch->from, (unsigned long long)s.n);
         uint64_t bs = arg_bytes(s.pg, i, 0), br = arg_bytes(r.pg, j, 0);
         if (bs != br)
             return cfail(m->c, "send/recv size mismatch: message %llu from rank %u (program %u, insn %u) to rank %u "
@@ -1458,7 +1523,7 @@ static plan_status p2p_peer(comm *m, uint32_t r, uint32_t i, uint32_t *peer) {
     return PLAN_OK;
 }
 
-// The first send or recv of each (kind, axis, offset) in program k: a list of insn indices.
+// The first send or recv of each (kind, axis, offset, tag) in program k: a list of insn indices.
 static uint32_t p2p_keys(const plan_program *pg, uint32_t *keys) {
     uint32_t n = 0;
     for (uint32_t i = 0; i < pg->n_insns; i++) {
@@ -1467,7 +1532,7 @@ static uint32_t p2p_keys(const plan_program *pg, uint32_t *keys) {
         bool seen = false;
         for (uint32_t j = 0; j < n && !seen; j++) {
             const plan_insn *x = &pg->insns[keys[j]];
-            seen = x->kind == in->kind && x->a == in->a && x->b == in->b;
+            seen = x->kind == in->kind && x->a == in->a && x->b == in->b && x->tag == in->tag;
         }
         if (!seen) keys[n++] = i;
     }
@@ -1494,8 +1559,8 @@ static plan_status p2p_channels(comm *m, uint32_t **keys, const uint32_t *n_keys
                 if (!w) return free(v), cfail(m->c, "out of memory");
                 v = w;
             }
-            v[n++] = in->kind == PLAN_I_SEND ? (channel){k, pk, in->a, in->b, r, peer}
-                                             : (channel){pk, k, in->a, -(int64_t)in->b, peer, r};
+            v[n++] = in->kind == PLAN_I_SEND ? (channel){k, pk, in->a, in->b, in->tag, r, peer}
+                                             : (channel){pk, k, in->a, -(int64_t)in->b, in->tag, peer, r};
         }
     }
     *out = v;
@@ -1531,7 +1596,7 @@ static plan_status check_p2p(comm *m) {
 static plan_status check_coll_pair(comm *m, uint32_t g, uint32_t ra, uint32_t rb) {
     const plan *p = m->c->p;
     uint32_t ka = p->ranks[ra].program, kb = p->ranks[rb].program;
-    comm_iter x = comm_iter_init(m, ka, PLAN_I_COLL, (int32_t)g, 0), y = comm_iter_init(m, kb, PLAN_I_COLL, (int32_t)g, 0);
+    comm_iter x = comm_iter_init(m, ka, PLAN_I_COLL, (int32_t)g, 0, 0), y = comm_iter_init(m, kb, PLAN_I_COLL, (int32_t)g, 0, 0);
     for (;;) {
         uint32_t i = comm_next(&x), j = comm_next(&y);
         if (i == PLAN_NONE && j == PLAN_NONE) return PLAN_OK;

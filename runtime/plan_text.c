@@ -41,6 +41,7 @@
  *     1:   compute linear s0 mb-1 args 0,1 -> 2 attrs 0 phase=fwd t=2.5e-05
  *     2:   send s1 pp +1 args 2 phase=fwd t=1e-05
  *          recv s1 pp -1 args 3          coll all_reduce s1 group 0 args 4 -> 4
+ *          send s0 pp -1 tag 1 args 5    (a tag 1..7 after the offset; absent: tag 0)
  *          copy s0 args 2 -> 3           record s0 event 0     wait s1 event 0
  *
  * A shard lists the axes that are not R, in mesh order: AXIS=v (partial sums) or AXIS=dI
@@ -426,6 +427,7 @@ static void print_insn(FILE *f, const plan *p, const plan_program *pg, uint32_t 
     if (in->kind == PLAN_I_COLL) fprintf(f, " group %d", in->a);
     if (in->kind == PLAN_I_SEND || in->kind == PLAN_I_RECV)
         fprintf(f, " %.8s %+d", in->a >= 0 && (uint32_t)in->a < p->meta.n_axes ? p->meta.axis_names[in->a] : "?", in->b);
+    if ((in->kind == PLAN_I_SEND || in->kind == PLAN_I_RECV) && in->tag) fprintf(f, " tag %u", in->tag);
     print_args(f, pg, in, args_split(in));
     if ((in->kind == PLAN_I_COMPUTE || in->kind == PLAN_I_COLL) && in->attrs != PLAN_NONE) fprintf(f, " attrs %u", in->attrs);
     print_time(f, in);
@@ -1201,6 +1203,11 @@ static plan_status insn_body(parser *ps, plan_insn *in) {
         if (!st) st = get_name(ps, "mesh axis", axes, m->n_axes, &v);
         in->a = (int32_t)v;
         if (!st) st = get_i32(ps, "peer offset", &in->b);
+        if (!st && ps->at < ps->nt && is(ps->t[ps->at], "tag") && ++ps->at) {
+            uint64_t tag;
+            st = tok_u64(ps, next(ps), "tag", PLAN_MAX_TAGS - 1, &tag);
+            in->tag = (uint8_t)tag;
+        }
         return st ? st : insn_args(ps, in);
     }
     case PLAN_I_COPY:

@@ -206,12 +206,13 @@ const char *rt_comm_error(rt_comm *c);
 void rt_comm_record(rt_comm *c, int rank, uint32_t event, uint64_t ordinal);
 int rt_comm_wait_event(rt_comm *c, int thread, int rank, uint32_t event, uint64_t ordinal, const char *what);
 
-// A group of sends and receives (one stream's run of them). Each item: peer rank, channel
-// sequence number, the data and its bytes. Returns 0, or -1 after a failure (size mismatch,
+// A group of sends and receives (one stream's run of them). Each item: peer rank, tag, its
+// sequence number on the channel (this rank, the peer, the tag), the data and its bytes. Returns 0, or -1 after a failure (size mismatch,
 // deadlock, timeout, another thread's failure).
 typedef struct rt_p2p {
     bool send;
     int peer;
+    uint32_t tag;                   // the plan's message tag (< PLAN_MAX_TAGS)
     uint64_t seq;
     void *data;
     uint64_t bytes;

@@ -12,7 +12,7 @@
  * their time, a collective once all the member classes of its group instance have reached it
  * (rendezvous by group, instance and number), a run of send and recv as one group whose
  * messages each move once their other side is posted (rendezvous by sender class, receiver
- * class, axis, offset and number). A heap orders the moments streams become free. Because every
+ * class, axis, offset, tag and number). A heap orders the moments streams become free. Because every
  * start happens at the current time, the per-class figures (busy, exposed, idle) are integrated
  * on the fly from begin/end marks in time order (acct_*), so a step of millions of instructions
  * needs no stored intervals unless the caller asks for them.
@@ -51,14 +51,14 @@ static bool grow(void *vp, uint64_t *cap, uint64_t need, size_t elem) {
 
 typedef struct pinfo {
     uint32_t n_ch;
-    int32_t (*ch)[2];           // distinct (axis, offset of the peer) of its sends and receives
+    int32_t (*ch)[3];           // distinct (axis, offset of the peer, tag) of its sends and receives
     uint32_t *ch_of;            // per instruction: its channel (send and recv)
     uint32_t main_stream;
 } pinfo;
 
-static int32_t ch_index(pinfo *pi, int32_t a, int32_t b) {
+static int32_t ch_index(pinfo *pi, int32_t a, int32_t b, int32_t tag) {
     for (uint32_t i = 0; i < pi->n_ch; i++)
-        if (pi->ch[i][0] == a && pi->ch[i][1] == b) return (int32_t)i;
+        if (pi->ch[i][0] == a && pi->ch[i][1] == b && pi->ch[i][2] == tag) return (int32_t)i;
     return -1;
 }
 
@@ -72,10 +72,10 @@ static bool pinfo_init(const plan_program *pg, pinfo *pi) {
         const plan_insn *in = &pg->insns[i];
         if (in->kind == PLAN_I_COMPUTE && !have_main) pi->main_stream = in->stream, have_main = true;
         if (in->kind != PLAN_I_SEND && in->kind != PLAN_I_RECV) continue;
-        int32_t c = ch_index(pi, in->a, in->b);
+        int32_t c = ch_index(pi, in->a, in->b, in->tag);
         if (c < 0) {
             c = (int32_t)pi->n_ch++;
-            pi->ch[c][0] = in->a, pi->ch[c][1] = in->b;
+            pi->ch[c][0] = in->a, pi->ch[c][1] = in->b, pi->ch[c][2] = in->tag;
         }
         pi->ch_of[i] = (uint32_t)c;
     }
@@ -359,7 +359,7 @@ typedef struct party {
 } party;
 
 typedef struct rkey {
-    uint32_t w[5];              // coll: 0, group, set; message: 1, sender class, receiver class, axis, offset
+    uint32_t w[5];              // coll: 0, group, set; message: 1, sender class, receiver class, axis + 256 tag, offset
     uint64_t seq;
 } rkey;
 
@@ -704,7 +704,7 @@ static void msg_post(sim *S, cstate *c, uint32_t s, const item *x) {
     }
     bool send = in->kind == PLAN_I_SEND;
     uint32_t pc = S->C.of[q], from = send ? c->cls : pc, to = send ? pc : c->cls;
-    rkey k = {{1, from, to, (uint32_t)in->a, (uint32_t)(send ? in->b : -in->b)}, x->seq};
+    rkey k = {{1, from, to, (uint32_t)in->a | (uint32_t)in->tag << 8, (uint32_t)(send ? in->b : -in->b)}, x->seq};
     rdv *d = rdv_get(S, &k, 2);
     if (!d || !rdv_add(S, d, (party){c->cls, s, *x, in->t_s})) return;
     if (d->n < 2) return;

@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 
 plancc, root = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
 passed = failed = 0
@@ -206,9 +207,25 @@ for extra, want in ((("--micro-batches", "4", "--virtual-stages", "8"), "is 16 m
     p = run(*VS, *extra)
     check(f"--virtual-stages {extra[3]} with {extra[1]} micro-batches on 8 layers: exit 2", p.returncode == 2 and want in p.stderr
           and len(p.stderr.splitlines()) == 1, p)
-p = run(*VS[:-1], "--micro-batches", "4", "--virtual-stages", "2", "-o", "/dev/null")
-check("--virtual-stages 2 without --estimate-only: exit 2 (no interleaved plans yet)", p.returncode == 2
-      and "cannot emit an interleaved schedule" in p.stderr, p)
+with tempfile.TemporaryDirectory() as tmp:
+    out = os.path.join(tmp, "il.plan")
+    p = run(*VS[:-1], "--micro-batches", "4", "--virtual-stages", "2", "-o", out)
+    check("--virtual-stages 2: exit 0, an interleaved plan", p.returncode == 0 and "1f1b interleaved, 2 virtual stages" in p.stdout, p)
+    t = subprocess.run([os.path.join(os.path.dirname(plancc), "plandump"), "--text", out], capture_output=True, text=True)
+    check("--virtual-stages 2: schedule 1f1b_interleaved, backward gradients on tag 1", t.returncode == 0
+          and "schedule 1f1b_interleaved" in t.stdout and " tag 1 " in t.stdout, t)
+for extra, want in ((("--schedule", "gpipe"), "does not combine with --schedule gpipe"), (("--dp", "2", "--zero", "2"), "--zero 2 with --virtual-stages")):
+    devs = "4" if "--dp" in extra else "2"
+    p = run("models/gpt-tiny.json", "--cluster", "models/clusters/cpu.json", "--devices", devs, "--pp", "2", "--micro-batches", "4",
+            "--virtual-stages", "2", *extra, "-o", "/dev/null")
+    check(f"--virtual-stages 2 with {' '.join(extra)}: exit 2", p.returncode == 2 and want in p.stderr, p)
+# Interleaving with pp > 2 sends only between consecutive chunks: gpt-tiny's embedding gradient sent
+# from chunk 3 (the first layer) to chunk 0 (the token embedding) is refused, naming both.
+p = run("models/gpt-tiny.json", "--cluster", "models/clusters/cpu.json", "--devices", "4", "--pp", "4", "--micro-batches", "4",
+        "--virtual-stages", "2", "-o", "/dev/null")
+check("--pp 4 --virtual-stages 2 on gpt-tiny: exit 2, a message that skips a chunk", p.returncode == 2
+      and 'chunk 0 receives "d:h_in@layer.bwd" from chunk 3' in p.stderr and "between consecutive chunks" in p.stderr
+      and len(p.stderr.splitlines()) == 1, p)
 p = run("--help")
 check("--help documents --bucket-mb", p.returncode == 0 and "--bucket-mb X" in p.stdout, p)
 p = run("--check", "-q", "models/mlp.json", "--cluster", "models/clusters/dgx-a100.json", "--devices", "4", "-d", "ts")

@@ -6,7 +6,7 @@ usage: equiv.py [--backend B] [--precision f64] [--seed S] PLANCC PLANRUN SOURCE
 For mlp, gpt-tiny, cnn-small, dlrm-small (dlrm.json with small tables) and resnet-small (ghost
 batch norm; or the models named), on 1, 2, 4 and 8 CPU ranks
 (models/clusters/cpu.json), for every strategy family plancc offers (DP, TP, PP with 1F1B and
-GPipe, DP x TP x PP, ZeRO 1/2/3, full recompute, --auto, DeepPool's --burst with the cost
+GPipe, interleaved 1F1B, DP x TP x PP, ZeRO 1/2/3, full recompute, --auto, DeepPool's --burst with the cost
 model's widths and with widths given per layer): compile the plan, run 10 steps with
 planrun's cpu backend, and check that
   - the loss of every step equals the one-device plan's (same micro-batch count) within 1e-5
@@ -30,6 +30,7 @@ near double precision, for any seed (in float32, AdamW turns the rounding noise 
 near-zero gradient into updates of up to ~1e-5, so the float32 check passes or fails by the
 seed; the f64 one does not).
 """
+import math
 import os
 import subprocess
 import sys
@@ -54,6 +55,12 @@ def strategies(n):
         return ["--auto", "--micro-batches 4", "--recompute full", "--zero 3"]
     s = ["--auto", f"--dp {n}", f"--tp {n}", f"--pp {n} --micro-batches 4", f"--pp {n} --micro-batches 4 --schedule gpipe",
          f"--dp {n} --zero 1", f"--dp {n} --zero 2", f"--dp {n} --zero 3", f"--dp {n} --recompute full"]
+    if n == 2:  # interleaved 1F1B (Megatron-LM's virtual stages)
+        s += ["--pp 2 --micro-batches 4 --virtual-stages 2", "--pp 2 --micro-batches 8 --virtual-stages 2",
+              "--pp 2 --micro-batches 2 --virtual-stages 2"]
+    if n == 4:
+        s += ["--dp 2 --pp 2 --micro-batches 4 --virtual-stages 2", "--tp 2 --pp 2 --micro-batches 4 --virtual-stages 2",
+              "--tp 2 --pp 2 --micro-batches 4 --virtual-stages 2 --zero 1", "--pp 4 --micro-batches 8 --virtual-stages 2"]
     if n == 2:  # gradient buckets: the default (25 MB) above, one per parameter, several per layer
         s += [f"--dp {n} --bucket-mb 0", f"--dp {n} --bucket-mb 0.02", f"--dp {n} --zero 1 --bucket-mb 0.02",
               f"--dp {n} --zero 2 --micro-batches 4"]  # ZeRO-2: a reduce-scatter per micro-batch
@@ -61,7 +68,8 @@ def strategies(n):
         s += ["--dp 2 --tp 2 --bucket-mb 0.02", "--dp 4 --zero 2 --micro-batches 2", "--dp 2 --tp 2 --zero 2 --micro-batches 2",
               "--dp 2 --pp 2 --micro-batches 4 --zero 2", "--tp 2 --pp 2 --micro-batches 4", "--dp 2 --pp 2 --micro-batches 2"]
     if n == 8:
-        s += ["--dp 2 --tp 2 --pp 2 --micro-batches 4", "--dp 2 --tp 2 --pp 2 --micro-batches 4 --zero 3 --recompute full",
+        s += ["--dp 2 --pp 4 --micro-batches 4 --virtual-stages 2",
+              "--dp 2 --tp 2 --pp 2 --micro-batches 4", "--dp 2 --tp 2 --pp 2 --micro-batches 4 --zero 3 --recompute full",
               "--dp 2 --tp 4 --zero 2"]
     return s
 
@@ -85,6 +93,26 @@ def burst_strategies(model, n):
     return s
 
 
+# Pipelines whose middle stages hold copies strictly inside a repeated block (gpt-tiny with 6
+# layers): such a stage receives the block's carry and sends it on, across loop iterations within
+# one group of sends and receives (the carry register needs two slots).
+DEEP = ["--pp 3 --micro-batches 6", "--pp 4 --micro-batches 8",
+        "--pp 2 --micro-batches 6 --virtual-stages 3", "--pp 3 --micro-batches 6 --virtual-stages 2"]
+
+
+def deep_pipelines(c, tmp):
+    with open(os.path.join(c.root, "models", "gpt-tiny.json"), encoding="utf-8") as f:
+        text = f.read()
+    assert '"repeat": 2' in text
+    path = os.path.join(tmp, "gpt-tiny-6.json")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text.replace('"repeat": 2', '"repeat": 6', 1))
+    c.paths["gpt-tiny-6"] = path
+    for opts in DEEP:
+        w = opts.split()
+        c.check("gpt-tiny-6", math.prod(int(w[w.index(a) + 1]) for a in ("--dp", "--pp") if a in w), opts)
+
+
 def micro_batches(opts):
     w = opts.split()
     return int(w[w.index("--micro-batches") + 1]) if "--micro-batches" in w else 1
@@ -100,9 +128,11 @@ class Case:
         self.plancc, self.planrun, self.root, self.tmp = plancc, planrun, root, tmp
         self.backend = backend  # the parallel plans' backend; the one-device reference runs on cpu
         self.refs = {}
+        self.paths = {}  # models that are not in models/: their files
 
     def compile(self, model, n, opts, out):
-        return run(self.plancc, os.path.join(self.root, "models", model + ".json"), "--cluster",
+        path = self.paths.get(model) or os.path.join(self.root, "models", model + ".json")
+        return run(self.plancc, path, "--cluster",
                    os.path.join(self.root, "models", "clusters", "cpu.json"), "--devices", n, *opts.split(), "-o", out)
 
     def reference(self, model, mb):
@@ -186,6 +216,8 @@ def main():
             for n in (1, 2, 4, 8):
                 for opts in strategies(n) + burst_strategies(model, n):
                     c.check(model, n, opts)
+            if model == "gpt-tiny":
+                deep_pipelines(c, tmp)
     print(f"{passed} passed, {failed} failed, {skipped} skipped")
     return 1 if failed else 0
 

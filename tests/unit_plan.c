@@ -3,7 +3,7 @@
  * tests/plans/, text -> plan -> bytes -> plan -> text gives the same text and the same bytes,
  * twice; every single-byte corruption of an encoded plan is refused (and every corruption with
  * its CRCs fixed up either is refused or decodes to a plan that encodes to the same bytes);
- * every truncation is refused, as are a wrong magic, version 4 and trailing bytes; a plan read
+ * every truncation is refused, as are a wrong magic, version 5 and trailing bytes; a plan read
  * for one rank reads only that rank's program (a corrupted other program goes unnoticed, its
  * own does not); strings and doubles that need escapes, NaN payloads and -0 survive the text
  * form, as do the loss, the notes, block copies and layer bases; every initializer and data

@@ -95,6 +95,7 @@ typedef struct cu_state {
 
     // NCCL (nccl.c)
     ncclComm_t world_comm;          // NULL in a world of one
+    ncclComm_t tag_comm[PLAN_MAX_TAGS]; // per message tag: 0 the world's; t > 0 a copy of it where some program uses t
     ncclComm_t *group_comm;         // per plan group: this rank's instance, or NULL
     int *group_size, *group_me;     // per plan group: members, this rank's index (-1: not a member)
     cu_layout **layouts;            // hash table of collective layouts, by (group, instance, seq)

@@ -13,10 +13,14 @@
  * call can hang forever on a dead peer.
  *
  * Send and receive: each of the walker's groups (a maximal run of send/recv on one stream) is
- * one ncclGroupStart/End on the world communicator, ncclSend/ncclRecv of bytes. NCCL runs the
- * operations of one communicator in the order they are issued; the walker issues a rank's
- * whole program in order, which is the cpu-serial backend's order, so a plan that runs on
- * cpu-serial does not deadlock here (the equivalence suite runs cpu-serial).
+ * one ncclGroupStart/End, ncclSend/ncclRecv of bytes on the communicator of the message's tag:
+ * the world's for tag 0, and for each other tag that some program uses a copy of the world
+ * (ncclCommSplit, color 0, key = rank), so that messages of different tags between two ranks
+ * never match each other: NCCL matches in issue order per communicator and peer, which is the
+ * plan's order per (channel, tag). NCCL runs the operations of one communicator in the order
+ * they are issued; the walker issues a rank's whole program in order, which is the cpu-serial
+ * backend's order, so a plan that runs on cpu-serial does not deadlock here (the equivalence
+ * suite runs cpu-serial).
  *
  * Collectives. A member knows only its own piece (rt_coll: boxes in the logical tensor), but
  * which NCCL call implements a collective depends on everyone's. So the first time a
@@ -108,6 +112,11 @@ static int settle(cu_state *cu, ncclComm_t comm, const char *what, char *err, si
 
 int cu_nccl_poll(cu_state *cu, char *err, size_t err_n) {
     if (cu->aborted) return cu_say(err, err_n, "the communicators were aborted after an earlier failure");
+    for (int t = 1; t < PLAN_MAX_TAGS; t++) {
+        ncclResult_t st = ncclSuccess;
+        if (!cu->tag_comm[t] || ncclCommGetAsyncError(cu->tag_comm[t], &st) != ncclSuccess) continue;
+        if (st != ncclSuccess && st != ncclInProgress) return cu_say(err, err_n, "NCCL: %s on the communicator of message tag %d", cu_nccl_str(st), t);
+    }
     for (int g = -1; g < (int)cu->p->n_groups; g++) {
         ncclComm_t c = g < 0 ? cu->world_comm : cu->group_comm ? cu->group_comm[g] : NULL;
         if (!c) continue;
@@ -126,6 +135,9 @@ void cu_nccl_abort(cu_state *cu) {
     cu->aborted = true;
     for (uint32_t g = 0; cu->group_comm && g < cu->p->n_groups; g++)
         if (cu->group_comm[g]) ncclCommAbort(cu->group_comm[g]), cu->group_comm[g] = NULL;
+    for (int t = 1; t < PLAN_MAX_TAGS; t++)
+        if (cu->tag_comm[t]) ncclCommAbort(cu->tag_comm[t]), cu->tag_comm[t] = NULL;
+    cu->tag_comm[0] = NULL;
     if (cu->world_comm) ncclCommAbort(cu->world_comm), cu->world_comm = NULL;
 }
 
@@ -206,6 +218,29 @@ static int split_groups(cu_state *cu, const bool *used, char *err, size_t err_n)
     return 0;
 }
 
+// Tag 0's communicator is the world's; every other tag that some program sends or receives on
+// gets a copy of the world, split in tag order on every rank.
+static int split_tags(cu_state *cu, char *err, size_t err_n) {
+    bool used[PLAN_MAX_TAGS] = {false};
+    for (uint32_t k = 0; k < cu->p->n_programs; k++)
+        for (uint32_t i = 0; cu->p->programs[k].insns && i < cu->p->programs[k].n_insns; i++) {
+            const plan_insn *in = &cu->p->programs[k].insns[i];
+            if ((in->kind == PLAN_I_SEND || in->kind == PLAN_I_RECV) && in->tag < PLAN_MAX_TAGS) used[in->tag] = true;
+        }
+    cu->tag_comm[0] = cu->world_comm;
+    for (int t = 1; t < PLAN_MAX_TAGS && cu->world > 1; t++) {
+        if (!used[t]) continue;
+        ncclConfig_t conf = NCCL_CONFIG_INITIALIZER;
+        conf.blocking = 0;
+        char what[96];
+        snprintf(what, sizeof what, "ncclCommSplit for message tag %d", t);
+        NCCL_CHECK(ncclCommSplit(cu->world_comm, 0, cu->rank, &cu->tag_comm[t], &conf));
+        CU_TRY(settle(cu, cu->world_comm, what, err, err_n));
+        if (cu->tag_comm[t]) CU_TRY(settle(cu, cu->tag_comm[t], what, err, err_n));
+    }
+    return 0;
+}
+
 int cu_nccl_init(cu_state *cu, const rt_cuda_config *cfg, char *err, size_t err_n) {
     uint32_t ng = cu->p->n_groups ? cu->p->n_groups : 1;
     cu->group_comm = calloc(ng, sizeof *cu->group_comm);
@@ -230,6 +265,7 @@ int cu_nccl_init(cu_state *cu, const rt_cuda_config *cfg, char *err, size_t err_
             rc = settle(cu, cu->world_comm, "creating the world communicator", err, err_n);
     }
     if (!rc) rc = split_groups(cu, used, err, err_n);
+    if (!rc) rc = split_tags(cu, err, err_n);
     free(used);
     return rc;
 }
@@ -245,12 +281,17 @@ void cu_nccl_free(cu_state *cu) {
     bool ok = !cu->aborted;
     for (uint32_t g = 0; ok && cu->group_comm && g < cu->p->n_groups; g++)
         if (cu->group_comm[g]) ok = finalize(cu, cu->group_comm[g]);
+    for (int t = 1; ok && t < PLAN_MAX_TAGS; t++)
+        if (cu->tag_comm[t]) ok = finalize(cu, cu->tag_comm[t]);
     if (ok && cu->world_comm) ok = finalize(cu, cu->world_comm);
     if (!ok) {
         cu_nccl_abort(cu);
     } else {
         for (uint32_t g = 0; cu->group_comm && g < cu->p->n_groups; g++)
             if (cu->group_comm[g]) ncclCommDestroy(cu->group_comm[g]), cu->group_comm[g] = NULL;
+        for (int t = 1; t < PLAN_MAX_TAGS; t++)
+            if (cu->tag_comm[t]) ncclCommDestroy(cu->tag_comm[t]), cu->tag_comm[t] = NULL;
+        cu->tag_comm[0] = NULL;
         if (cu->world_comm) ncclCommDestroy(cu->world_comm), cu->world_comm = NULL;
     }
     for (size_t i = 0; i < cu->cap_layouts; i++)
@@ -279,22 +320,31 @@ int cu_nccl_p2p(rt_backend *b, const rt_exec *x, rt_p2p *items, int n, char *err
     if (n <= 0) return 0;
     if (!cu->world_comm) return cu_say(err, err_n, cu->aborted ? "the communicators were aborted after an earlier failure"
                                                                : "send/recv in a world of one rank");
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < n; i++) {
         if (items[i].peer < 0 || items[i].peer >= cu->world || items[i].peer == cu->rank)
             return cu_say(err, err_n, "%s: peer rank %d", items[i].what ? items[i].what : "send/recv", items[i].peer);
+        if (items[i].tag >= PLAN_MAX_TAGS || !cu->tag_comm[items[i].tag])
+            return cu_say(err, err_n, "%s: tag %u has no communicator", items[i].what ? items[i].what : "send/recv", items[i].tag);
+    }
     NCCL_CHECK(ncclGroupStart());
     ncclResult_t bad = ncclSuccess;
     for (int i = 0; i < n && cu_nccl_ok(bad); i++) {
         rt_p2p *it = &items[i];
-        bad = it->send ? ncclSend(it->data, (size_t)it->bytes, ncclUint8, it->peer, cu->world_comm, st)
-                       : ncclRecv(it->data, (size_t)it->bytes, ncclUint8, it->peer, cu->world_comm, st);
+        ncclComm_t comm = cu->tag_comm[it->tag];
+        bad = it->send ? ncclSend(it->data, (size_t)it->bytes, ncclUint8, it->peer, comm, st)
+                       : ncclRecv(it->data, (size_t)it->bytes, ncclUint8, it->peer, comm, st);
     }
     ncclResult_t end = ncclGroupEnd();
     NCCL_CHECK(bad);
     NCCL_CHECK(end);
     char what[200];
     snprintf(what, sizeof what, "%s%s", items[0].what ? items[0].what : "send/recv", n > 1 ? " (and the rest of its group)" : "");
-    CU_TRY(settle(cu, cu->world_comm, what, err, err_n));
+    bool settled[PLAN_MAX_TAGS] = {false};
+    for (int i = 0; i < n; i++)
+        if (!settled[items[i].tag]) {
+            settled[items[i].tag] = true;
+            CU_TRY(settle(cu, cu->tag_comm[items[i].tag], what, err, err_n));
+        }
     CU_TRY(cu_inflight_add(cu, st, what, err, err_n));
     return 0;
 }
