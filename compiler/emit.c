@@ -114,6 +114,7 @@ typedef struct emitter {
     int *tstage;        // per tensor: the stage that holds it (-1: inputs, every stage)
     bool *kept;         // per tensor: read in the backward pass (keep a slot per micro-batch)
     bool *deferred;     // per tensor: a gradient contribution sent to another stage once per step
+    bool *xchunk;       // per tensor: interleaved, written and read by two chunks of one device
     bool *recomp;       // per op: a forward op re-run in the backward pass
     int *ostage;        // per op: stage (block ops: -2, by copy)
     int **copy_lo, **copy_hi; // per forward block, per stage: its copies [lo, hi)
@@ -332,6 +333,31 @@ static void keep(emitter *E) {
     }
 }
 
+// Interleaved: the top-level tensors that one chunk of a device writes and another chunk of the
+// same device reads (a skip connection over a chunk boundary: resnet's identity, forward, and
+// its gradient contribution, backward). No message carries them, and between the two chunks'
+// units of micro-batch m the device runs other micro-batches of the first chunk, so such a
+// tensor keeps a slot per micro-batch (home() gives it M; kept activations already get theirs).
+static void cross_chunk(emitter *E) {
+    const pcc_graph *g = E->g;
+    E->xchunk = arena_alloc(g->arena, sizeof(bool) * (size_t)(g->n_tensors + 1));
+    if (E->V == 1) return;
+    int *writer = arena_alloc(g->arena, sizeof(int) * (size_t)(g->n_tensors + 1));
+    for (int t = 0; t < g->n_tensors; t++) writer[t] = -1;
+    for (int o = 0; o < g->n_ops; o++)
+        if (g->ops[o].block < 0 && g->ops[o].phase != PCC_PHASE_OPT)
+            for (int i = 0; i < g->ops[o].nout; i++) writer[g->ops[o].out[i]] = E->ostage[o];
+    for (int o = 0; o < g->n_ops; o++) {
+        const pcc_op *op = &g->ops[o];
+        if (op->block >= 0 || op->phase == PCC_PHASE_OPT) continue;
+        for (int i = 0; i < op->nin; i++) {
+            int t = op->in[i], w = writer[t], r = E->ostage[o];
+            if (w < 0 || r < 0 || g->tensors[t].block >= 0 || g->tensors[t].kind == PCC_T_PARAM) continue;
+            if (w != r && w % E->pp == r % E->pp) E->xchunk[t] = true;
+        }
+    }
+}
+
 // Gradient contributions to a parameter made on one stage and summed on another, where that is
 // safe to do once per step: made by one top-level backward op that does not accumulate, read only
 // by accumulating sums on other stages (which add zeros until the sum arrives).
@@ -524,6 +550,7 @@ static int home(emitter *E, prog *P, int t) {
     if (T->kind == PCC_T_INPUT || t == g->loss) mb = (uint32_t)E->M;
     else if (E->kept[t] && T->block < 0 && E->V > 1) mb = (uint32_t)device_in_flight(E, P->stage);
     else if (E->kept[t]) mb = (uint32_t)in_flight(E, P->stage);
+    else if (E->xchunk[t] && !E->deferred[t] && !is_param_grad(g, t)) mb = (uint32_t)E->M;
     int b = new_buf(E, P, t, E->home_sh[t], mb, layers, base);
     P->buf[b].persist = T->kind == PCC_T_PARAM || T->kind == PCC_T_STATE || T->kind == PCC_T_INPUT;
     P->buf[b].whole = P->buf[b].persist || t == g->loss || (is_final_param_grad(g, t) && !E->zero2[t]) || E->deferred[t];
@@ -1690,6 +1717,7 @@ pcc_status emit_plan(const pcc_graph *g, const pcc_cluster *c, const pcc_strateg
     place(&E);
     keep(&E);
     defer(&E);
+    cross_chunk(&E);
     layouts(&E);
     E.bg = o->sync.algo != PCC_SYNC_ALLREDUCE ? &o->sync : NULL;
     pcc_status bst = background_params(&E);
