@@ -23,6 +23,12 @@
  * A plan that cannot finish (a wait nothing records, a collective a member never reaches, a
  * receive nothing sends) is a deadlock: sim_run says which streams wait for what.
  *
+ * A background round (ShadowSync; a loop with variable background or background_hogwild) runs
+ * once, from the start of the step, on its own stream and group: its stream's end is the round's
+ * time alone, and it is left out of the step and of the step's figures. Beside the steps the
+ * round's collectives share the links with the foreground's collectives and messages, modelled
+ * simply: the round's collectives get the links only the share of the step that the
+ * foreground's leave free (sim_background). Nothing else contends (below).
  * Figures (sim_result): the step time (the last stream's end), per rank class the time some
  * compute or copy runs, the time some communication runs, the part of it with no compute at the
  * same time (exposed communication), the busy time of the compute stream (the first stream with
