@@ -161,6 +161,8 @@ typedef struct bg {
     plan_program *pr;
     uint32_t stream, group;
     uint64_t end;               // the arena's end so far
+    const pcc_cluster *c;       // the cost model of a chunk: an all-reduce of its bytes over dp
+    pcc_group_shape dp;
 } bg;
 
 static void *grow_copy(plan *p, const void *old, size_t n_old, size_t n_new, size_t size) {
@@ -232,8 +234,9 @@ static void bg_allreduce(bg *B, uint32_t buf, float t_s) {
 }
 
 // The in-place all-reduce of buf in pieces of at most `chunk` bytes (0: one piece), each a
-// collective over elements start .. end - 1 (attrs; runtime/PLAN_FORMAT.md), its time the
-// share of t_s its bytes are.
+// collective over elements start .. end - 1 (attrs; runtime/PLAN_FORMAT.md), its time the cost
+// model's all-reduce of its own bytes (each chunk pays the collective's latency again; the
+// share of t_s its bytes are would leave that out).
 static void bg_allreduce_chunked(bg *B, uint32_t buf, float t_s, int64_t chunk) {
     plan_program *pr = B->pr;
     uint64_t eb = plan_dtype_bytes(pr->buffers[buf].dtype), n = pr->buffers[buf].bytes / eb;
@@ -248,7 +251,8 @@ static void bg_allreduce_chunked(bg *B, uint32_t buf, float t_s, int64_t chunk) 
         pr->attrs = grow_copy(B->p, pr->attrs, pr->n_attrs, pr->n_attrs + 1, sizeof *pr->attrs);
         memset(&pr->attrs[pr->n_attrs], 0, sizeof pr->attrs[0]);
         pr->attrs[pr->n_attrs].i[PLAN_AI_START] = (int64_t)lo, pr->attrs[pr->n_attrs].i[PLAN_AI_END] = (int64_t)hi;
-        plan_insn *x = bg_insn(B, PLAN_I_COLL, (uint32_t[]){buf, buf}, 2, (float)((double)t_s * (double)(hi - lo) / (double)n));
+        double bytes = (double)((hi - lo) * eb);
+        plan_insn *x = bg_insn(B, PLAN_I_COLL, (uint32_t[]){buf, buf}, 2, (float)cost_collective_s(B->c, PCC_COLL_ALL_REDUCE, bytes, B->dp));
         x->code = PCC_COLL_ALL_REDUCE, x->a = (int32_t)B->group, x->attrs = pr->n_attrs++;
     }
 }
@@ -305,11 +309,12 @@ static void bg_param(bg *B, const pcc_sync_opts *o, const pcc_bg_param *q, int n
     }
 }
 
-void bgsync_emit(plan *p, plan_program *pr, const pcc_sync_opts *given, const pcc_bg_param *ps, int n, uint32_t group, int n_dp) {
+void bgsync_emit(plan *p, plan_program *pr, const pcc_sync_opts *given, const pcc_bg_param *ps, int n, uint32_t group, int n_dp,
+                 const pcc_cluster *c, pcc_group_shape dp) {
     PCC_ASSERT(given->algo != PCC_SYNC_ALLREDUCE && n_dp >= 1 && pr->n_streams < 8);
     pcc_sync_opts ro = sync_resolve(given, n_dp), *o = &ro;
     if (n == 0) return;
-    bg B = {.p = p, .pr = pr, .stream = pr->n_streams, .group = group,
+    bg B = {.p = p, .pr = pr, .stream = pr->n_streams, .group = group, .c = c, .dp = dp,
             .end = (pr->arena_bytes + BG_ALIGN - 1) / BG_ALIGN * BG_ALIGN};
     int32_t lowest = 0;
     for (uint32_t s = 0; s < pr->n_streams; s++)

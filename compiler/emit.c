@@ -1670,7 +1670,7 @@ static void background_programs(emitter *E, plan *p, prog *P, uint32_t group) {
                                      (float)cost_collective_s(E->c, PCC_COLL_ALL_REDUCE, bytes, axis_group(E, PCC_AX_DP, 0)),
                                      memory_s(E, &P[st], 3.0 * bytes, b)};
         }
-        bgsync_emit(p, &p->programs[st], E->bg, ps, n, group, E->dp);
+        bgsync_emit(p, &p->programs[st], E->bg, ps, n, group, E->dp, E->c, axis_group(E, PCC_AX_DP, 0));
     }
 }
 

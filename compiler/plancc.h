@@ -807,9 +807,12 @@ typedef struct pcc_bg_param {
 } pcc_bg_param;
 // Appends the background program (one round in a background loop on a stream and a group of
 // its own; see runtime/PLAN_FORMAT.md) to program pr of plan p, over the n params of ps,
-// across the dp axis (plan group `group`, n_dp ranks). Adds state tensors, buffers past the
-// arena's end, one group, one stream. Cannot fail (asserts on broken invariants).
-void bgsync_emit(plan *p, plan_program *pr, const pcc_sync_opts *o, const pcc_bg_param *ps, int n, uint32_t group, int n_dp);
+// across the dp axis (plan group `group`, n_dp ranks, shaped dp on cluster c: each chunk of a
+// chunked all-reduce is costed as an all-reduce of its own bytes, latency included). Adds state
+// tensors, buffers past the arena's end, one group, one stream. Cannot fail (asserts on broken
+// invariants).
+void bgsync_emit(plan *p, plan_program *pr, const pcc_sync_opts *o, const pcc_bg_param *ps, int n, uint32_t group, int n_dp,
+                 const pcc_cluster *c, pcc_group_shape dp);
 
 /* ---------------------------------------------------------------- emit.c (its options) */
 

@@ -54,6 +54,8 @@ typedef struct pinfo {
     int32_t (*ch)[3];           // distinct (axis, offset of the peer, tag) of its sends and receives
     uint32_t *ch_of;            // per instruction: its channel (send and recv)
     uint32_t main_stream;
+    int32_t bg_stream;          // a background round's stream, -1: none
+    int32_t bg_period;          // its loop's count (0: continuous)
 } pinfo;
 
 static int32_t ch_index(pinfo *pi, int32_t a, int32_t b, int32_t tag) {
@@ -68,8 +70,11 @@ static bool pinfo_init(const plan_program *pg, pinfo *pi) {
     pi->ch = calloc(pg->n_insns + 1, sizeof(*pi->ch));
     if (!pi->ch_of || !pi->ch) return false;
     bool have_main = false;
+    pi->bg_stream = -1;
     for (uint32_t i = 0; i < pg->n_insns; i++) {
         const plan_insn *in = &pg->insns[i];
+        if (in->kind == PLAN_I_LOOP && plan_loop_is_background(in->code) && in->b > 0 && i + 1 < pg->n_insns)
+            pi->bg_stream = pg->insns[i + 1].stream, pi->bg_period = in->a; // plan_check: the round has one stream
         if (in->kind == PLAN_I_COMPUTE && !have_main) pi->main_stream = in->stream, have_main = true;
         if (in->kind != PLAN_I_SEND && in->kind != PLAN_I_RECV) continue;
         int32_t c = ch_index(pi, in->a, in->b, in->tag);
@@ -638,13 +643,28 @@ static void acct_begin(sim *S, cstate *c, uint8_t flags, double end) {
     c->marks[i] = (mark){end, flags};
 }
 
+// The figures of a background round's instruction (kept apart from the foreground's step), and
+// the foreground's use of the links that the round's collectives share.
+static void acct_background(sim_class *k, const plan_insn *in, bool round, double d) {
+    bool link = in->kind == PLAN_I_COLL || in->kind == PLAN_I_SEND || in->kind == PLAN_I_RECV;
+    if (!link) return;
+    if (!round) {
+        k->fg_link_s += d, k->fg_colls++;
+        return;
+    }
+    k->round_link_s += d, k->round_colls++;
+    if (d > k->round_coll_max_s) k->round_coll_max_s = d;
+}
+
 // An instruction of class c runs on stream s from now to end: the figures, and its interval.
 static void run(sim *S, cstate *c, uint32_t s, const item *x, double end, uint32_t msg) {
     const plan_insn *in = &c->pg->insns[x->insn];
     uint8_t flags = (in->kind == PLAN_I_COMPUTE || in->kind == PLAN_I_COPY ? F_COMPUTE : F_COMM) |
                     (s == c->pi->main_stream ? F_MAIN : 0);
-    acct_begin(S, c, flags, end);
     sim_class *k = &S->r->classes[c->cls];
+    bool round = (int32_t)s == c->pi->bg_stream;
+    acct_background(k, in, round, end - S->now);
+    if (!round) acct_begin(S, c, flags, end);
     if (!k->kept) return;
     if (!grow(&k->iv[s], &c->cap_iv[s], (uint64_t)k->n_iv[s] + 1, sizeof(sim_interval))) {
         oom(S);
@@ -782,7 +802,8 @@ static void advance(sim *S, cstate *c, uint32_t s) {
     if (!S->st && st->state == ST_READY) {
         st->state = ST_DONE;
         sim_class *k = &S->r->classes[c->cls];
-        k->end_s = k->end_s > S->now ? k->end_s : S->now;
+        double *e = (int32_t)s == c->pi->bg_stream ? &k->round_s : &k->end_s;
+        *e = *e > S->now ? *e : S->now;
     }
 }
 
@@ -1035,6 +1056,40 @@ static void sim_figures(const plan *p, sim_result *r) {
     }
 }
 
+/* ---- a background round beside the steps ---- */
+
+// The round's figures (sim.h's sim_background): its time alone, then beside the steps with the
+// links shared, and the steps it spans.
+static void sim_background_figures(const sim *S, sim_result *r) {
+    sim_background *b = &r->bg;
+    for (uint32_t k = 0; k < r->n_classes; k++) {
+        const sim_class *c = &r->classes[k];
+        const pinfo *pi = &S->pi[c->program];
+        if (pi->bg_stream < 0) continue;
+        b->present = true, b->period = pi->bg_period;
+        if (c->round_s > b->round_s) b->round_s = c->round_s, b->round_link_s = c->round_link_s;
+        if (c->round_colls > b->n_colls) b->n_colls = c->round_colls;
+        if (c->round_coll_max_s > b->coll_max_s) b->coll_max_s = c->round_coll_max_s;
+        double share = r->step_s > 0 ? c->fg_link_s / r->step_s : 0;
+        if (share > b->fg_link_share) b->fg_link_share = share > 1 ? 1 : share;
+        if (c->fg_colls > b->fg_colls) b->fg_colls = c->fg_colls;
+    }
+    if (!b->present) return;
+    b->fg_delay_max_s = b->fg_colls * b->coll_max_s;
+    double other = b->round_s - b->round_link_s;
+    b->round_shared_s = b->fg_link_share >= 1 && b->round_link_s > 0 ? INFINITY : other + b->round_link_s / (1 - b->fg_link_share);
+    uint32_t floor_steps = b->period > 0 ? (uint32_t)b->period : 1;
+    if (!(r->step_s > 0) || isinf(b->round_shared_s)) {
+        b->steps_per_round = INFINITY, b->staleness = UINT32_MAX, b->rounds_per_step = 0;
+        return;
+    }
+    b->steps_per_round = b->round_shared_s / r->step_s;
+    double up = ceil(b->steps_per_round * (1 - 1e-9)); // a round of exactly k steps spans k
+    b->staleness = up > floor_steps ? (up >= UINT32_MAX ? UINT32_MAX : (uint32_t)up) : floor_steps;
+    b->rounds_per_step = 1.0 / b->staleness;
+    if (b->period == 0 && b->round_shared_s > 0 && b->steps_per_round < 1) b->rounds_per_step = 1 / b->steps_per_round;
+}
+
 static bool sim_memory(const plan *p, sim_result *r) {
     r->n_programs = p->n_programs;
     r->live_bytes = calloc((size_t)p->n_programs + 1, sizeof(uint64_t *));
@@ -1063,12 +1118,12 @@ plan_status sim_run(const plan *p, const sim_opts *o, sim_result *r, char *err, 
     if (!sim_setup(&S, o) || !sim_memory(p, r)) oom(&S);
     else simulate(&S);
     st = S.st;
+    if (!st) sim_figures(p, r), sim_background_figures(&S, r); // the latter reads S's pinfo
     sim_teardown(&S);
     if (st) {
         sim_free(r);
         return st;
     }
-    sim_figures(p, r);
     r->seconds = wall_s() - t0;
     return PLAN_OK;
 }
@@ -1107,6 +1162,28 @@ static const char *fmt_flop(char *buf, size_t n, double x) {
     return buf;
 }
 
+// The background round's lines (none without one); step_s is the foreground's step.
+static void sim_print_background(FILE *f, const sim_background *b, double step_s, const char *in) {
+    char a[32], c[32], d[32];
+    if (!b->present) return;
+    char period[32];
+    if (b->period > 0) snprintf(period, sizeof period, "a round every %d step%s", b->period, b->period == 1 ? "" : "s");
+    else snprintf(period, sizeof period, "continuous rounds");
+    fprintf(f, "%sbackground      round %s alone on its stream (%u collectives, %s of them, longest %s); %s\n", in,
+            fmt_s(a, sizeof a, b->round_s), b->n_colls, fmt_s(c, sizeof c, b->round_link_s), fmt_s(d, sizeof d, b->coll_max_s), period);
+    if (isinf(b->round_shared_s)) {
+        fprintf(f, "%s                beside the steps: starved, the foreground's communication holds the links the whole step\n", in);
+    } else {
+        fprintf(f, "%s                beside the steps: round %s (the foreground's communication holds the links %.1f%% of the step; the "
+                   "round's collectives get the rest) = %.3g steps of %s; staleness %u step%s, %.3g rounds per step\n", in, fmt_s(a, sizeof a, b->round_shared_s),
+                100 * b->fg_link_share, b->steps_per_round, fmt_s(c, sizeof c, step_s), b->staleness, b->staleness == 1 ? "" : "s",
+                b->rounds_per_step);
+    }
+    if (b->fg_colls)
+        fprintf(f, "%s                the foreground's %u collectives and messages may each wait for one background collective: "
+                   "at most +%s per step (not in the step above)\n", in, b->fg_colls, fmt_s(a, sizeof a, b->fg_delay_max_s));
+}
+
 void sim_print(FILE *f, const plan *p, const sim_result *r, const char *in) {
     char a[32], b[32], c[32];
     const plan_meta *m = &p->meta;
@@ -1127,6 +1204,7 @@ void sim_print(FILE *f, const plan *p, const sim_result *r, const char *in) {
             fmt_s(b, sizeof(b), r->compute_max_s), r->compute_max_rank);
     fprintf(f, "%scommunication   %s per rank, %s of it exposed (mean; %s exposed on rank %u)\n", in, fmt_s(a, sizeof(a), r->comm_s),
             fmt_s(b, sizeof(b), r->exposed_comm_s), fmt_s(c, sizeof(c), r->exposed_comm_max_s), r->exposed_max_rank);
+    sim_print_background(f, &r->bg, r->step_s, in);
     fprintf(f, "%smemory          peak %s per rank (the arena of program %u); live buffers at most %s\n", in,
             fmt_b(a, sizeof(a), (double)r->peak_bytes), r->peak_program, fmt_b(b, sizeof(b), (double)r->live_peak_bytes));
     fprintf(f, "%ssimulation      %u rank%s as %u class%s, %llu instructions in %.3f s\n", in, m->world, m->world == 1 ? "" : "s",

@@ -23,6 +23,12 @@
  * A plan that cannot finish (a wait nothing records, a collective a member never reaches, a
  * receive nothing sends) is a deadlock: sim_run says which streams wait for what.
  *
+ * A background round (ShadowSync; a loop with variable background or background_hogwild) runs
+ * once, from the start of the step, on its own stream and group: its stream's end is the round's
+ * time alone, and it is left out of the step and of the step's figures. Beside the steps the
+ * round's collectives share the links with the foreground's collectives and messages, modelled
+ * simply: the round's collectives get the links only the share of the step that the
+ * foreground's leave free (sim_background). Nothing else contends (below).
  * Figures (sim_result): the step time (the last stream's end), per rank class the time some
  * compute or copy runs, the time some communication runs, the part of it with no compute at the
  * same time (exposed communication), the busy time of the compute stream (the first stream with
@@ -51,19 +57,46 @@ typedef struct sim_class {
     uint32_t rank;              // its first rank (the one simulated)
     uint32_t n_ranks;
     uint32_t main_stream;       // the compute stream: the first with a compute instruction (0 if none)
-    double end_s;               // when its last stream finishes
+    double end_s;               // when its last stream finishes (a background round's stream left out)
     double compute_s;           // time in which some compute or copy runs (any stream)
     double comm_s;              // time in which some collective, send or recv runs
     double exposed_comm_s;      // ... while no compute or copy runs
     double main_busy_s;         // time in which the compute stream runs anything
     uint64_t executed;          // instructions run (loops expanded; record and wait included)
+    double round_s;             // a background round: when its stream finishes (0: none)
+    double round_link_s;        // ... the part of it in collectives
+    uint32_t round_colls;       // ... its collectives (a chunk counts as one)
+    double round_coll_max_s;    // ... its longest collective
+    double fg_link_s;           // the foreground's collectives, sends and receives: their summed times
+    uint32_t fg_colls;          // ... how many
     bool kept;                  // its intervals were kept (sim_opts)
     sim_interval *iv[8];        // per stream, in order of start
     uint32_t n_iv[8];
 } sim_class;
 
+// A plan with a background round (ShadowSync; runtime/PLAN_FORMAT.md), as sim.c models it: the
+// round runs on its own stream and group beside one step, once; the step is the foreground's.
+typedef struct sim_background {
+    bool present;
+    int32_t period;             // the loop's count: a round every `period` steps; 0: continuous
+    double round_s;             // one round alone on its stream and links (the slowest class)
+    double round_link_s;        // ... of which its collectives
+    uint32_t n_colls;           // its collectives per round (chunks each count)
+    double coll_max_s;          // its longest collective
+    double fg_link_share;       // the foreground's collective time over its step (the busiest class; capped at 1)
+    double round_shared_s;      // the round beside the steps: its collectives get the links only when the
+                                // foreground's do not (round_link / (1 - share)); INFINITY: starved
+    double steps_per_round;     // round_shared / step
+    uint32_t staleness;         // steps one round spans: ceil(steps_per_round), at least the period (1 if
+                                // continuous); UINT32_MAX when starved
+    double rounds_per_step;     // 1 / staleness; continuous: step / round_shared when rounds are shorter
+    uint32_t fg_colls;          // the foreground's collectives and messages per step (the busiest class)
+    double fg_delay_max_s;      // the most they can wait behind background collectives: fg_colls x coll_max
+                                // (NCCL does not preempt; not in step_s)
+} sim_background;
+
 typedef struct sim_result {
-    double step_s;              // the simulated step
+    double step_s;              // the simulated step (with a background round: the foreground's)
     double tflops_per_gpu;      // model_flops / step / world / 1e12; 0 when the plan has no model_flops
     double mfu;                 // of device_peak_flops; 0 when either figure is missing
     double bubble, bubble_max;  // the compute stream's idle share of the step: mean over ranks, worst
@@ -81,6 +114,7 @@ typedef struct sim_result {
     uint64_t **live_bytes;      // per program (NULL if not loaded), per instruction: bytes live there
     uint64_t executed;          // instructions simulated (all classes)
     double seconds;             // wall time of the simulation
+    sim_background bg;          // the background round, if the plan has one
 } sim_result;
 
 typedef struct sim_opts {

@@ -194,5 +194,44 @@ with tempfile.TemporaryDirectory() as tmp:
         p = run(*args)
         check(f"--background error: {what} (exit {code})", p.returncode == code and what in p.stderr, f"{p.returncode} {p.stderr}")
 
+    # ShadowSync (--sync background): the round is reported apart from the foreground's step.
+    # dlrm on 16 A100s (two nodes): a chunked round pays one all-reduce latency per extra
+    # collective (NCCL's tree across 2 nodes: 2 x (1 x 2.7 us + 7 x 0.6 us) = 13.8 us in
+    # models/clusters/dgx-a100.json), the period sets the staleness when the round is shorter than
+    # the step, and continuous rounds run several times per step.
+    unit = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
+    def secs(v, u): return float(v) * unit[u]
+    def bg_sim(sync):
+        path = os.path.join(tmp, "bg.plan")
+        c = subprocess.run([plancc, "models/dlrm.json", "--cluster", "models/clusters/dgx-a100.json", "--devices", "16", "--dp", "16",
+                            "--sync", sync, "-q", "-o", path], capture_output=True, text=True, cwd=root)
+        p = run("--sim", path)
+        out = p.stdout
+        r = re.search(r"background +round ([0-9.]+) (s|ms|us) alone on its stream \((\d+) collectives, ([0-9.]+) (s|ms|us) of them", out)
+        b = re.search(r"= ([0-9.e+-]+) steps of ([0-9.]+) (s|ms|us); staleness (\d+) steps?, ([0-9.e+-]+) rounds per step", out)
+        st = re.search(r"simulated step +([0-9.]+) (s|ms|us)", out)
+        if c.returncode or p.returncode or not r or not b or not st:
+            return None, c.stderr + out + p.stderr
+        return {"round": secs(r.group(1), r.group(2)), "colls": int(r.group(3)), "link": secs(r.group(4), r.group(5)),
+                "spans": float(b.group(1)), "step": secs(st.group(1), st.group(2)), "stale": int(b.group(4)),
+                "per_step": float(b.group(5))}, out
+    whole, o1 = bg_sim("background:algo=ma,period=1,chunk=0")
+    cut, o2 = bg_sim("background:algo=ma,period=1,chunk=65536")
+    ok = whole is not None and cut is not None
+    check("--sync background --sim: the round's lines", ok, o1 + o2)
+    if ok:
+        extra = cut["colls"] - whole["colls"]
+        want = extra * 13.8e-6
+        got = cut["link"] - whole["link"]
+        check(f"a chunked round costs one latency per extra collective: {extra} more, {got * 1e6:.1f} us more (want {want * 1e6:.1f} us)",
+              extra > 0 and abs(got - want) < 0.02 * want + 1e-6, o1 + o2)
+        check("the foreground's step does not depend on the round's chunks", abs(cut["step"] - whole["step"]) < 1e-9, o1 + o2)
+        check("a round shorter than a step: staleness 1 at period 1", whole["spans"] < 1 and whole["stale"] == 1 and whole["per_step"] == 1, o1)
+    p3, o3 = bg_sim("background:algo=ma,period=3")
+    check("period 3: staleness 3 steps, 0.333 rounds per step", p3 is not None and p3["stale"] == 3 and abs(p3["per_step"] - 1 / 3) < 1e-3, o3)
+    pc, oc = bg_sim("background:algo=ma,period=continuous")
+    check("continuous: step / round rounds per step (more than 1 when the round is shorter)",
+          pc is not None and pc["per_step"] > 1 and abs(pc["per_step"] - 1 / pc["spans"]) < 1e-2 * pc["per_step"], oc)
+
 print(f"{passes} passed, {fails} failed")
 sys.exit(1 if fails else 0)

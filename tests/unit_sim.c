@@ -6,7 +6,8 @@
  * each (m + p - 1)(tf + tb), with and without data parallelism, whose ranks must fold into one
  * class per stage), the intervals and messages of one pipeline, and deadlocks (the pipeline of
  * tests/run_bad/deadlock.plan.txt; two groups taken in opposite orders) reported as errors
- * that name the waiting ranks. The source root is argv[1].
+ * that name the waiting ranks, and a background round beside the step (tests/plans/sim-bg.plan.txt:
+ * the step without the round, the round alone and beside the steps, staleness against the period). The source root is argv[1].
  */
 #include "plan.h"
 #include "sim.h"
@@ -179,6 +180,44 @@ static char *pipeline(int p, int dp, int m, bool gpipe, double tf, double tb, do
     return t.s;
 }
 
+// A background round beside the step (tests/plans/sim-bg.plan.txt has the figures by hand).
+static void test_background_round(void) {
+    plan p;
+    EXPECT(load("tests/plans/sim-bg.plan.txt", &p));
+    sim_result r;
+    EXPECT(sim_run(&p, NULL, &r, err, sizeof(err)) == PLAN_OK);
+    const sim_background *b = &r.bg;
+    EXPECT(near(r.step_s, 2)); // the foreground's step, not the round's 3 s
+    EXPECT(near(r.compute_s, 1.5) && near(r.comm_s, 0.5)); // the round is not in the step's figures
+    EXPECT(b->present && b->period == 1 && near(b->round_s, 3) && near(b->round_link_s, 2.5) && b->n_colls == 1);
+    EXPECT(near(b->fg_link_share, 0.25) && near(b->round_shared_s, 0.5 + 2.5 / 0.75));
+    EXPECT(near(b->steps_per_round, (0.5 + 2.5 / 0.75) / 2) && b->staleness == 2 && near(b->rounds_per_step, 0.5));
+    EXPECT(b->fg_colls == 1 && near(b->fg_delay_max_s, 2.5));
+    sim_free(&r);
+    plan_free(&p);
+    // The same round every 4 steps: the period bounds the staleness from below.
+    char *src = NULL;
+    char path[1024];
+    snprintf(path, sizeof(path), "%s/tests/plans/sim-bg.plan.txt", root);
+    EXPECT((src = slurp(path)) != NULL);
+    char *at = src ? strstr(src, "loop background 1") : NULL;
+    EXPECT(at != NULL);
+    if (at) at[16] = '4';
+    if (at && parse(src, "sim-bg period 4", &p)) {
+        EXPECT(sim_run(&p, NULL, &r, err, sizeof(err)) == PLAN_OK);
+        EXPECT(r.bg.period == 4 && r.bg.staleness == 4 && near(r.bg.rounds_per_step, 0.25));
+        sim_free(&r);
+        plan_free(&p);
+    }
+    // Foreground only: no background figures.
+    EXPECT(load("tests/plans/sim-coll.plan.txt", &p));
+    EXPECT(sim_run(&p, NULL, &r, err, sizeof(err)) == PLAN_OK);
+    EXPECT(!r.bg.present && r.bg.staleness == 0);
+    sim_free(&r);
+    plan_free(&p);
+    free(src);
+}
+
 static void test_generated_pipelines(void) {
     static const int ps[] = {1, 2, 3, 4, 8}, ms[] = {1, 2, 3, 4, 7, 16};
     int runs = 0, right = 0;
@@ -283,6 +322,7 @@ int main(int argc, char **argv) {
     test_pipeline_files();
     test_collective();
     test_overlap();
+    test_background_round();
     test_generated_pipelines();
     test_classes();
     test_deadlocks();
