@@ -115,3 +115,8 @@ int rt_backend_when_done(rt_backend *b, const rt_exec *x, void (*fn)(void *), vo
 void rt_backend_free(rt_backend *b) {
     if (b && b->free) b->free(b);
 }
+
+int rt_backend_join(rt_backend *b, const rt_exec *x, char *err, size_t err_n) {
+    if (!b) return missing(b, "join", err, err_n);
+    return b->join ? b->join(b, x, err, err_n) : 0;
+}

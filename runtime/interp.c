@@ -496,6 +496,11 @@ static int run_background(walker *w, uint32_t i, frame f) {
     const plan_insn *in = &rk->pg->insns[i];
     uint32_t lo = i + 1, hi = i + 1 + (uint32_t)in->b;
     if (w->stream >= 0 && w->stream != rk->bg_stream) return 0;
+    if (w->stream < 0) { // one walker issues every stream (cuda): the round starts after the step's optimizer
+        char err[256];
+        rt_exec x = exec_of(w, (int)rk->bg_stream);
+        if (rt_backend_join(w->run->be, &x, err, sizeof err)) return rt_backend_fail(w->run->be, "background round: %s", err);
+    }
     if (in->a > 0) {
         if (w->run->steps % (uint64_t)in->a) return 0;
         if (walk(w, lo, hi, f)) return -1;

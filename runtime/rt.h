@@ -298,7 +298,7 @@ void rt_gate_stats_get(rt_gate *g, rt_gate_stats *s);
  *
  * Required: name, arena_alloc, arena_free, upload, download, kernel, copy, p2p, coll, record,
  * wait, fail, error. Optional (NULL: nothing to do): step_begin, step_end, thread_exit,
- * host_sum, when_done, free. */
+ * host_sum, when_done, join, free. */
 
 // Who issues a call: the host thread (0 .. ranks x streams - 1), the rank, and the stream the
 // work belongs to.
@@ -363,6 +363,9 @@ struct rt_backend {
     // Calls fn(arg) once the work issued on x's stream so far is done (cuda: cudaLaunchHostFunc;
     // fn must not call the backend). NULL: calls block, so the wrapper calls fn at once.
     int (*when_done)(rt_backend *b, const rt_exec *x, void (*fn)(void *), void *arg, char *err, size_t err_n);
+    // Makes x's stream wait for the work issued so far on every other stream of x's rank (cuda:
+    // an event per stream and cudaStreamWaitEvent). NULL: calls block, nothing to order.
+    int (*join)(rt_backend *b, const rt_exec *x, char *err, size_t err_n);
     void (*free)(rt_backend *b);    // frees b itself too
 };
 
@@ -396,6 +399,7 @@ int rt_backend_fail(rt_backend *b, const char *fmt, ...) __attribute__((format(p
 const char *rt_backend_error(rt_backend *b);
 int rt_backend_host_sum(rt_backend *b, double *v, int n, char *err, size_t err_n);
 int rt_backend_when_done(rt_backend *b, const rt_exec *x, void (*fn)(void *), void *arg, char *err, size_t err_n);
+int rt_backend_join(rt_backend *b, const rt_exec *x, char *err, size_t err_n);
 void rt_backend_free(rt_backend *b); // accepts NULL
 
 /* ---- interp.c: the interpreter ----

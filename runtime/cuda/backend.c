@@ -241,6 +241,21 @@ static int be_when_done(rt_backend *b, const rt_exec *x, void (*fn)(void *), voi
     return 0;
 }
 
+// Makes x's stream wait for what the rank's other streams have been given so far (a background
+// round after the step's optimizer, runtime/interp.c). It borrows the end-of-step markers:
+// step_end records them again before it waits on them.
+static int be_join(rt_backend *b, const rt_exec *x, char *err, size_t err_n) {
+    cu_state *cu = cu_of(b);
+    cudaStream_t st;
+    CU_TRY(cu_stream(cu, x->stream, &st, err, err_n));
+    for (int s = 0; s < cu->n_streams; s++) {
+        if (s == x->stream) continue;
+        CUDA_CHECK(cudaEventRecord(cu->marks[s], cu->streams[s]));
+        CUDA_CHECK(cudaStreamWaitEvent(st, cu->marks[s], 0));
+    }
+    return 0;
+}
+
 /* ---- failures ---- */
 
 static void be_fail(rt_backend *b, const char *msg) {
@@ -491,6 +506,7 @@ rt_backend *rt_backend_cuda_init(const plan *p, const rt_options *o, char *err, 
         .error = be_error,
         .host_sum = cu_nccl_host_sum,
         .when_done = be_when_done,
+        .join = be_join,
         .free = be_free,
     };
     const plan_program *pg = &p->programs[p->ranks[cu->rank].program];
