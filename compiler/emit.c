@@ -1240,7 +1240,7 @@ static void p2p(emitter *E, prog *P, bool bwd, bool send, bool last_mb) {
         plan_insn *in = insn(E, P, send ? PLAN_I_SEND : PLAN_I_RECV, STREAM_MAIN, &buf, 1);
         in->a = PCC_AX_PP;
         in->b = off;
-        in->tag = (uint8_t)(E->V == 1 ? 0 : x[i].key < g->n_tensors && E->deferred[x[i].key] ? TAG_DEFERRED : bwd ? TAG_BWD : TAG_FWD);
+        in->tag = (uint8_t)(E->V == 1 ? 0 : dfr ? TAG_DEFERRED : bwd ? TAG_BWD : TAG_FWD);
         in->t_s = transfer_s(E, P, buf, in->b);
         if (!send) forget(P, buf);
     }
@@ -1415,6 +1415,12 @@ static void unit_of(const emitter *E, int d, int u, bool bwd, int *chunk, int *m
     *mb = (u / (p * V)) * p + u % p;
 }
 
+// The forward units device d runs before its first backward unit (the warm-up).
+static int warmup_units(const emitter *E, int d) {
+    int n = E->M * E->V, w = (E->pp - d - 1) * 2 + (E->V - 1) * E->pp;
+    return w < n ? w : n;
+}
+
 // One part of unit u of device d; nothing when u is past the end.
 static void unit_part(emitter *E, prog *P, int d, int u, bool bwd, int part) {
     int c, mb;
@@ -1425,8 +1431,7 @@ static void unit_part(emitter *E, prog *P, int d, int u, bool bwd, int part) {
 }
 
 static void interleaved(emitter *E, prog *P, int d) {
-    int n = E->M * E->V, w = (E->pp - d - 1) * 2 + (E->V - 1) * E->pp;
-    if (w > n) w = n;
+    int n = E->M * E->V, w = warmup_units(E, d);
     // As Megatron-LM: a step computes its units, then sends what they made and receives what
     // the next step's units need, as one group of sends and receives (computing a forward and a
     // backward unit before either sends is what keeps blocking sends from deadlocking).
@@ -1492,18 +1497,16 @@ static bool interleaved_adjacent(emitter *E) {
 // once, from the order interleaved() runs them in (a stage's in-flight micro-batches are always
 // consecutive, so slot mb mod that count is free when a forward pass fills it).
 static void interleaved_in_flight(emitter *E) {
-    int M = E->M, p = E->pp, V = E->V, n = M * V;
+    int n = E->M * E->V;
     E->inflight = arena_alloc(E->g->arena, sizeof(int) * (size_t)(E->ns + 1));
     int *now = arena_alloc(E->g->arena, sizeof(int) * (size_t)(E->ns + 1));
-    for (int d = 0; d < p; d++) {
-        int w = (p - d - 1) * 2 + (V - 1) * p;
-        if (w > n) w = n;
+    for (int d = 0; d < E->pp; d++) {
+        int w = warmup_units(E, d);
         for (int k = 0; k < n + w; k++)
             for (int bwd = 0; bwd < 2; bwd++) {
-                int u = bwd ? k - w : k;
+                int u = bwd ? k - w : k, c, mb;
                 if (u < 0 || u >= n) continue;
-                int v = (u % (p * V)) / p, c;
-                c = (bwd ? V - 1 - v : v) * p + d;
+                unit_of(E, d, u, bwd, &c, &mb);
                 now[c] += bwd ? -1 : 1;
                 if (now[c] > E->inflight[c]) E->inflight[c] = now[c];
             }

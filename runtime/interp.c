@@ -434,8 +434,11 @@ static int step_insn(walker *w, uint32_t i, frame f);
  * walker waits for the gate before every operator, copy or collective it issues and releases
  * it when that piece is done. A mark or a release is made even when the piece failed. */
 
+// The gate of w's rank, or NULL where the run has none.
+static rt_gate *gate_of(const walker *w) { return w->run->o.gates ? &w->run->o.gates[w->rk->rank] : NULL; }
+
 static int gate_enter(walker *w, const plan_insn *in, const rt_exec *x) {
-    rt_gate *g = w->run->o.gates ? &w->run->o.gates[w->rk->rank] : NULL;
+    rt_gate *g = gate_of(w);
     char err[256];
     if (!g) return 0;
     if (w->run->o.background) {
@@ -450,7 +453,7 @@ static int gate_enter(walker *w, const plan_insn *in, const rt_exec *x) {
 }
 
 static int gate_leave(walker *w, const plan_insn *in, const rt_exec *x) {
-    rt_gate *g = w->run->o.gates ? &w->run->o.gates[w->rk->rank] : NULL;
+    rt_gate *g = gate_of(w);
     char err[256];
     if (!g || (!w->run->o.background && in->kind != PLAN_I_COLL)) return 0;
     void (*fn)(void *) = w->run->o.background ? rt_gate_cb_release : rt_gate_cb_coll_leave;
