@@ -4,13 +4,17 @@
  * With `--sync background:...` every data-parallel rank trains its own replica of the dense
  * parameters: the emitter leaves out their gradient all-reduce (emit.c scales the local
  * gradient to the gradient of the local mean instead), and this file appends to each program a
- * background program that keeps the replicas together. It is one round of synchronization in a
+ * background program that keeps the replicas together. A parameter's replicas are the ranks of
+ * the mesh axes it is replicated along with its gradient summed: dp, and tp where the ILP split
+ * its operators by the batch (ShadowSync's layout: embedding tables sharded over the tp group,
+ * the dense layers data-parallel beside them); each parameter's round runs over a group of its
+ * own axes, and the defaults that depend on the number of trainers N take its replica count. It is one round of synchronization in a
  * background loop (runtime/PLAN_FORMAT.md: loop variable `background`, count = the period in
  * steps, 0 = continuous) on a stream of its own at the lowest priority and a communicator group
  * of its own, which the runtime runs beside the steps.
  *
  * A round, per parameter x (home buffer X), made of copies, scale and add operators and one
- * all-reduce over the dp ranks, so any backend runs it with the kernels it has:
+ * all-reduce over the replicas, so any backend runs it with the kernels it has:
  *   MA     s = x; a = allreduce(s / N); x += a - s
  *   EASGD  s = x; d = alpha (s - c); x -= d; c += allreduce(d)     (c: the centre, one per rank,
  *          kept equal on every rank because every rank adds the same sum)
@@ -129,10 +133,10 @@ pcc_status sync_parse(const char *arg, pcc_sync_opts *o) {
 }
 
 // o with the defaults that depend on the number of trainers filled in.
-static pcc_sync_opts sync_resolve(const pcc_sync_opts *o, int n_dp) {
+static pcc_sync_opts sync_resolve(const pcc_sync_opts *o, int n_rep) {
     pcc_sync_opts r = *o;
-    if (r.alpha < 0) r.alpha = 0.5 / n_dp;       // a moving rate N alpha of 1/2
-    if (r.eta < 0) r.eta = 1.0 - 1.0 / n_dp;     // Chen & Huo's block momentum
+    if (r.alpha < 0) r.alpha = 0.5 / n_rep;      // a moving rate N alpha of 1/2
+    if (r.eta < 0) r.eta = 1.0 - 1.0 / n_rep;    // Chen & Huo's block momentum
     if (r.zeta < 0) r.zeta = 1.0;
     if (r.nesterov < 0) r.nesterov = 1;
     if (r.chunk_bytes < 0) r.chunk_bytes = BG_CHUNK_BYTES;
@@ -159,10 +163,10 @@ const char *sync_str(pcc_arena *a, const pcc_sync_opts *o) {
 typedef struct bg {
     plan *p;
     plan_program *pr;
-    uint32_t stream, group;
+    uint32_t stream, group;     // group: the current param's replicas
     uint64_t end;               // the arena's end so far
-    const pcc_cluster *c;       // the cost model of a chunk: an all-reduce of its bytes over dp
-    pcc_group_shape dp;
+    const pcc_cluster *c;       // the cost model of a chunk: an all-reduce of its bytes over the replicas
+    pcc_group_shape replicas;
 } bg;
 
 static void *grow_copy(plan *p, const void *old, size_t n_old, size_t n_new, size_t size) {
@@ -252,19 +256,22 @@ static void bg_allreduce_chunked(bg *B, uint32_t buf, float t_s, int64_t chunk) 
         memset(&pr->attrs[pr->n_attrs], 0, sizeof pr->attrs[0]);
         pr->attrs[pr->n_attrs].i[PLAN_AI_START] = (int64_t)lo, pr->attrs[pr->n_attrs].i[PLAN_AI_END] = (int64_t)hi;
         double bytes = (double)((hi - lo) * eb);
-        plan_insn *x = bg_insn(B, PLAN_I_COLL, (uint32_t[]){buf, buf}, 2, (float)cost_collective_s(B->c, PCC_COLL_ALL_REDUCE, bytes, B->dp));
+        plan_insn *x = bg_insn(B, PLAN_I_COLL, (uint32_t[]){buf, buf}, 2, (float)cost_collective_s(B->c, PCC_COLL_ALL_REDUCE, bytes, B->replicas));
         x->code = PCC_COLL_ALL_REDUCE, x->a = (int32_t)B->group, x->attrs = pr->n_attrs++;
     }
 }
 
-// One parameter's part of the round (the file's essay has the algebra).
-static void bg_param(bg *B, const pcc_sync_opts *o, const pcc_bg_param *q, int n_dp) {
+// One parameter's part of the round over its replicas (the file's essay has the algebra).
+static void bg_param(bg *B, const pcc_sync_opts *given, const pcc_bg_param *q) {
     uint32_t X = q->buffer, t = q->tensor;
     float e = q->pass_s, c = q->coll_s;
+    int n_rep = q->replicas.size;
+    pcc_sync_opts ro = sync_resolve(given, n_rep), *o = &ro;
+    B->group = q->group, B->replicas = q->replicas;
     uint32_t S = bg_buffer(B, X, t, false), A = bg_buffer(B, X, t, false);
     bg_copy(B, X, S, e);
     if (o->algo == PCC_SYNC_MA) {
-        bg_scale(B, S, A, 1.0 / n_dp, e);
+        bg_scale(B, S, A, 1.0 / n_rep, e);
         bg_allreduce_chunked(B, A, c, o->chunk_bytes);
         bg_scale(B, S, S, -1, e);
         bg_add(B, A, S, A, e);
@@ -283,7 +290,7 @@ static void bg_param(bg *B, const pcc_sync_opts *o, const pcc_bg_param *q, int n
         uint32_t W = bg_buffer(B, X, state_tensor(B->p, t, ":bmuf_global"), true);
         uint32_t M = bg_buffer(B, X, state_tensor(B->p, t, ":bmuf_delta"), true);
         uint32_t T = bg_buffer(B, X, t, false);
-        bg_scale(B, S, A, 1.0 / n_dp, e);
+        bg_scale(B, S, A, 1.0 / n_rep, e);
         bg_allreduce_chunked(B, A, c, o->chunk_bytes);
         if (o->nesterov) {               // the block started from w + eta m, not from w
             bg_scale(B, M, T, o->eta, e);
@@ -309,13 +316,11 @@ static void bg_param(bg *B, const pcc_sync_opts *o, const pcc_bg_param *q, int n
     }
 }
 
-void bgsync_emit(plan *p, plan_program *pr, const pcc_sync_opts *given, const pcc_bg_param *ps, int n, uint32_t group, int n_dp,
-                 const pcc_cluster *c, pcc_group_shape dp) {
-    PCC_ASSERT(given->algo != PCC_SYNC_ALLREDUCE && n_dp >= 1 && pr->n_streams < 8);
-    pcc_sync_opts ro = sync_resolve(given, n_dp), *o = &ro;
+void bgsync_emit(plan *p, plan_program *pr, const pcc_sync_opts *o, const pcc_bg_param *ps, int n, uint32_t stop_group,
+                 const pcc_cluster *c) {
+    PCC_ASSERT(o->algo != PCC_SYNC_ALLREDUCE && pr->n_streams < 8);
     if (n == 0) return;
-    bg B = {.p = p, .pr = pr, .stream = pr->n_streams, .group = group, .c = c, .dp = dp,
-            .end = (pr->arena_bytes + BG_ALIGN - 1) / BG_ALIGN * BG_ALIGN};
+    bg B = {.p = p, .pr = pr, .stream = pr->n_streams, .c = c, .end = (pr->arena_bytes + BG_ALIGN - 1) / BG_ALIGN * BG_ALIGN};
     int32_t lowest = 0;
     for (uint32_t s = 0; s < pr->n_streams; s++)
         if (pr->priority[s] > lowest) lowest = pr->priority[s];
@@ -323,7 +328,8 @@ void bgsync_emit(plan *p, plan_program *pr, const pcc_sync_opts *given, const pc
     uint32_t loop = pr->n_insns;
     plan_insn *L = bg_insn(&B, PLAN_I_LOOP, NULL, 0, 0);
     L->stream = 0, L->attrs = PLAN_NONE;
-    for (int i = 0; i < n; i++) bg_param(&B, o, &ps[i], n_dp);
+    for (int i = 0; i < n; i++) bg_param(&B, o, &ps[i]);
+    B.group = stop_group;
     if (o->period == 0) { // the stop flag: a 4-byte f32 scratch, filled, set by the runtime, all-reduced
         pr->buffers = grow_copy(p, pr->buffers, pr->n_buffers, pr->n_buffers + 1, sizeof *pr->buffers);
         plan_buffer *f = &pr->buffers[pr->n_buffers];

@@ -31,10 +31,14 @@
  * micro-batch, the message would sit in the same NCCL group as the pipeline's own and hold the
  * last stage until the first stage reaches that micro-batch's backward, one wave at a time.
  *
- * --sync background (ShadowSync): the dense parameters replicated over dp (not embedding tables)
- * are trained per replica: their gradient's dp all-reduce becomes a scale by dp (the loss gives
+ * --sync background (ShadowSync): the dense parameters (not embedding tables) replicated over an
+ * axis on which their gradient holds partial sums, dp, or tp where the ILP split their operator
+ * along the batch (ShadowSync's own layout: tables sharded over the tp group with all-to-all
+ * exchanges, the dense layers data-parallel beside them), are trained per replica: their
+ * gradient's all-reduce over those axes becomes a scale by the replicas there (the loss gives
  * each rank its sum over the global batch; the replica wants its local mean), and bgsync.c
- * appends the background program that averages the replicas (E->local, background_params).
+ * appends the background program that averages the replicas over those axes (E->local,
+ * background_params).
  *
  * Memory: every buffer gets an interval of instruction indices in which it is live (the whole
  * program for parameters, optimizer state, inputs, the loss and accumulators; a loop's whole
@@ -110,7 +114,7 @@ typedef struct emitter {
     bool *sync;         // per param grad tensor: needs a gradient synchronization
     bool *zero2;        // per param grad tensor: ZeRO-2, reduce-scattered per micro-batch into its shard
     const pcc_sync_opts *bg; // --sync background (NULL: the all-reduce in every step)
-    bool *local;        // per param grad tensor: trained per dp replica, synchronized in the background
+    uint8_t *local;     // per param grad tensor: the mesh axes (bits) it is trained per replica along, averaged in the background
     int *tstage;        // per tensor: the stage that holds it (-1: inputs, every stage)
     bool *kept;         // per tensor: read in the backward pass (keep a slot per micro-batch)
     bool *deferred;     // per tensor: a gradient contribution sent to another stage once per step
@@ -468,38 +472,41 @@ static void layouts(emitter *E) {
 
 /* ---- --sync background ---- */
 
-// A table of an embedding or embedding_bag: sharded or synchronous, never averaged.
-static bool is_table(const pcc_graph *g, int t) {
-    for (int o = 0; o < g->n_fwd_ops; o++) {
-        const pcc_op *op = &g->ops[o];
-        if ((op->kind == PCC_OP_EMBEDDING || op->kind == PCC_OP_EMBEDDING_BAG) && op->nin > 1 && op->in[1] == t) return true;
-    }
-    return false;
+// The axes a parameter's gradient gp holds partial sums on as its producer leaves it.
+static plan_shard grad_made(const emitter *E, int gp) {
+    const pcc_graph *g = E->g;
+    const pcc_op *prod = &g->ops[g->tensors[gp].producer];
+    int oi = 0;
+    while (prod->out[oi] != gp) oi++;
+    return E->sh[g->tensors[gp].producer][prod->nin + oi];
 }
 
-// Which parameter gradients stay local to their dp replica (E->local): with --sync background,
-// the dense parameters replicated over dp whose gradient is summed over dp (every one with a
-// single dp rank), except embedding tables. Refuses such a parameter inside a repeated block (bgsync.c has no layer loops).
+// Which parameter gradients stay local to their replica, and along which axes (E->local): with
+// --sync background, a dense parameter (not an embedding table) is a replica along dp and tp
+// where the optimizer holds it whole (R) and its gradient is summed there (V). With a single dp
+// rank every other dense parameter counts as a replica along dp (one trainer: its replica is
+// synchronized all the same, a round over one rank). Refuses such a parameter inside a repeated
+// block (bgsync.c has no layer loops).
 static pcc_status background_params(emitter *E) {
     const pcc_graph *g = E->g;
-    E->local = arena_alloc(g->arena, sizeof(bool) * (size_t)(g->n_tensors + 1));
+    E->local = arena_alloc(g->arena, sizeof(uint8_t) * (size_t)(g->n_tensors + 1));
     if (!E->bg) return PCC_OK;
     for (int t = 0; t < g->n_tensors; t++) {
         const pcc_tensor *T = &g->tensors[t];
-        if (T->kind != PCC_T_PARAM || T->grad < 0 || is_table(g, t)) continue;
-        const pcc_op *prod = &g->ops[g->tensors[T->grad].producer];
-        int oi = 0;
-        while (prod->out[oi] != T->grad) oi++;
-        bool summed = E->sync[T->grad] && E->sh[g->tensors[T->grad].producer][prod->nin + oi].map[PCC_AX_DP] == PLAN_SHARD_V;
-        if (!summed && E->dp > 1) continue; // (one trainer: its replica is synchronized all the same)
-        if (E->opt_sh[t].map[PCC_AX_DP] != PLAN_SHARD_R) continue;
+        if (T->kind != PCC_T_PARAM || T->grad < 0 || graph_is_table(g, t)) continue;
+        plan_shard made = grad_made(E, T->grad);
+        uint8_t axes = 0;
+        for (int a = PCC_AX_DP; a <= PCC_AX_TP; a++)
+            if (E->sync[T->grad] && made.map[a] == PLAN_SHARD_V && E->opt_sh[t].map[a] == PLAN_SHARD_R) axes |= (uint8_t)(1u << a);
+        if (!axes && E->dp == 1) axes = 1u << PCC_AX_DP;
+        if (!axes) continue;
         if (T->block >= 0) {
             fprintf(stderr, "%s: %s: --sync background: parameter \"%s\" is in repeated block; plancc synchronizes only "
                             "parameters outside repeated blocks in the background (use --sync allreduce)\n",
                     pcc_progname, g->file, T->name);
             return PCC_ERR_INPUT;
         }
-        E->local[T->grad] = true;
+        E->local[T->grad] = axes;
     }
     return PCC_OK;
 }
@@ -568,6 +575,18 @@ static pcc_group_shape axis_group(const emitter *E, int axis, int dist) {
     for (int a = axis + 1; a < PCC_AXES; a++) stride *= E->s->mesh[a];
     if (dist > 0) return (pcc_group_shape){2, dist * stride};
     return (pcc_group_shape){E->s->mesh[axis], stride};
+}
+
+// The ranks of one group over the mesh axes in `axes` (bits), as the cost model sees them: how
+// many, and the rank stride of the fastest of them (dp and tp together are contiguous).
+static pcc_group_shape axes_group(const emitter *E, unsigned axes) {
+    pcc_group_shape sh = {1, 1};
+    for (int a = 0; a < PCC_AXES; a++) {
+        if (!(axes >> a & 1u)) continue;
+        pcc_group_shape one = axis_group(E, a, 0);
+        sh.size *= one.size, sh.stride = one.stride;
+    }
+    return sh;
 }
 
 // A send or receive of buffer b to or from the stage `offset` away.
@@ -800,41 +819,38 @@ static void emit_op(emitter *E, prog *P, int o, bool last_mb) {
     }
 }
 
-// --sync background: the dp replica's own gradient, the gradient of its local mean (the loss
-// gives each rank's sum over the global batch, so dp times it), in place of the all-reduce.
-static int local_grad(emitter *E, prog *P, int gp, int b) {
+// --sync background: the replica's own gradient, the gradient of its local mean (the loss gives
+// each rank its sum over the global batch, so the replicas along `axes` times it), in place of
+// the all-reduce over those axes.
+static int local_grad(emitter *E, prog *P, int gp, int b, unsigned axes) {
     plan_shard next = P->buf[b].shard;
-    next.map[PCC_AX_DP] = PLAN_SHARD_R;
+    for (int a = 0; a < PCC_AXES; a++)
+        if (axes >> a & 1u) next.map[a] = PLAN_SHARD_R;
     int nb = new_buf(E, P, gp, next, 1, P->buf[b].layer_slots, P->buf[b].layer_base);
     P->buf[nb].whole = true;
     plan_insn *in = insn(E, P, PLAN_I_COMPUTE, STREAM_SYNC, (int[]){b, nb}, 2);
     in->code = PCC_OP_SCALE;
-    in->attrs = scale_attrs(E, P, (double)E->dp);
+    in->attrs = scale_attrs(E, P, (double)axes_group(E, axes).size);
     in->t_s = memory_s(E, P, 2.0 * (double)P->buf[nb].bytes, nb);
     return nb;
 }
 
-// --sync background: a gradient trained per dp replica, synchronized by itself on stream 1 (no
-// bucket): the local scale over dp, the all-reduce or reduce-scatter over the other axes.
+// --sync background: a gradient trained per replica, synchronized by itself on stream 1 (no
+// bucket): the local scale over its replica axes, the all-reduce or reduce-scatter over the
+// other axes where it holds partial sums (those the producer left V).
 static void sync_grad_local(emitter *E, prog *P, int gp) {
     const pcc_graph *g = E->g;
     int p = g->tensors[gp].of, hb = home(E, P, gp);
-    plan_shard want = E->opt_sh[p];
+    plan_shard want = E->opt_sh[p], made = grad_made(E, gp);
     event(E, P, PLAN_I_RECORD, STREAM_MAIN, EV_GRAD);
     event(E, P, PLAN_I_WAIT, STREAM_SYNC, EV_GRAD);
     P->used_sync = true;
-    // Which axes hold partial sums: those the producer left V.
-    const pcc_op *prod = &g->ops[g->tensors[gp].producer];
-    int oi = 0;
-    while (prod->out[oi] != gp) oi++;
-    plan_shard made = E->sh[g->tensors[gp].producer][prod->nin + oi];
-    int b = hb;
+    unsigned mine = 0; // the replica axes where the producer left partial sums (dp with one rank: none)
+    for (int a = 0; a < PCC_AXES; a++)
+        if ((E->local[gp] >> a & 1u) && made.map[a] == PLAN_SHARD_V) mine |= 1u << a;
+    int b = mine ? local_grad(E, P, gp, hb, mine) : hb;
     for (int a = PCC_AXES - 1; a >= 0; a--) {
-        if (made.map[a] != PLAN_SHARD_V) continue;
-        if (a == PCC_AX_DP && E->local[gp]) {
-            b = local_grad(E, P, gp, b);
-            continue;
-        }
+        if (made.map[a] != PLAN_SHARD_V || (mine >> a & 1u)) continue;
         if (want.map[a] >= 2 && P->buf[b].shard.map[a] == PLAN_SHARD_V) {
             plan_shard next = P->buf[b].shard;
             next.map[a] = want.map[a];
@@ -1658,8 +1674,19 @@ static double model_flops(const emitter *E) {
     return f * E->M;
 }
 
+// The background program's groups, made before the plan's group table is written: one per set
+// of replica axes in use, and their union (the continuous rounds' stop flag, which every rank
+// of a stage's rounds must agree on). Returns the union's axes.
+static unsigned background_groups(emitter *E) {
+    unsigned all = 0;
+    for (int t = 0; t < E->g->n_tensors; t++)
+        if (E->local[t]) all |= E->local[t], group(E, E->local[t], STREAM_BG);
+    if (all) group(E, (int)all, STREAM_BG);
+    return all;
+}
+
 // Appends the background program to every stage's program (after assembly, before the check).
-static void background_programs(emitter *E, plan *p, prog *P, uint32_t group) {
+static void background_programs(emitter *E, plan *p, prog *P, unsigned all) {
     const pcc_graph *g = E->g;
     pcc_bg_param *ps = arena_alloc(g->arena, sizeof(pcc_bg_param) * (size_t)(g->n_tensors + 1));
     for (int st = 0; st < E->pp; st++) {
@@ -1669,11 +1696,12 @@ static void background_programs(emitter *E, plan *p, prog *P, uint32_t group) {
             if (T->kind != PCC_T_PARAM || T->grad < 0 || !E->local[T->grad] || P[st].home[t] < 0) continue;
             int b = P[st].home[t];
             double bytes = (double)P[st].buf[b].bytes;
-            ps[n++] = (pcc_bg_param){(uint32_t)t, (uint32_t)b,
-                                     (float)cost_collective_s(E->c, PCC_COLL_ALL_REDUCE, bytes, axis_group(E, PCC_AX_DP, 0)),
+            pcc_group_shape sh = axes_group(E, E->local[T->grad]);
+            ps[n++] = (pcc_bg_param){(uint32_t)t, (uint32_t)b, (uint32_t)group(E, E->local[T->grad], STREAM_BG), sh,
+                                     (float)cost_collective_s(E->c, PCC_COLL_ALL_REDUCE, bytes, sh),
                                      memory_s(E, &P[st], 3.0 * bytes, b)};
         }
-        bgsync_emit(p, &p->programs[st], E->bg, ps, n, group, E->dp, E->c, axis_group(E, PCC_AX_DP, 0));
+        bgsync_emit(p, &p->programs[st], E->bg, ps, n, (uint32_t)group(E, (int)all, STREAM_BG), E->c);
     }
 }
 
@@ -1772,7 +1800,7 @@ pcc_status emit_plan(const pcc_graph *g, const pcc_cluster *c, const pcc_strateg
     m->loss = (uint32_t)g->loss;
     m->notes = emit_strdup(p, notes(&E));
     emit_tensors(p, g);
-    uint32_t bg_group = E.bg ? (uint32_t)group(&E, 1 << PCC_AX_DP, STREAM_BG) : PLAN_NONE;
+    unsigned bg_axes = E.bg ? background_groups(&E) : 0;
     p->n_groups = (uint32_t)E.n_groups;
     p->groups = plan_alloc(p, sizeof(plan_group) * (size_t)(E.n_groups + 1));
     for (int i = 0; i < E.n_groups; i++) p->groups[i].axes = (uint32_t)E.groups[i][0];
@@ -1794,7 +1822,7 @@ pcc_status emit_plan(const pcc_graph *g, const pcc_cluster *c, const pcc_strateg
                      Q->n_attrs);
     }
     if (E.bg) {
-        background_programs(&E, p, P, bg_group);
+        background_programs(&E, p, P, bg_axes);
         for (int st = 0; st < E.pp; st++)
             if ((double)p->programs[st].arena_bytes > e->peak_bytes) e->peak_bytes = (double)p->programs[st].arena_bytes, e->peak_stage = st;
         peak = (uint64_t)e->peak_bytes, m->est_peak_bytes = e->peak_bytes;

@@ -88,6 +88,14 @@ int64_t op_copies(const pcc_graph *g, const pcc_op *op) {
     return op->block < 0 ? 1 : g->blocks[op->block].repeat;
 }
 
+bool graph_is_table(const pcc_graph *g, int t) {
+    for (int o = 0; o < g->n_fwd_ops; o++) {
+        const pcc_op *op = &g->ops[o];
+        if ((op->kind == PCC_OP_EMBEDDING || op->kind == PCC_OP_EMBEDDING_BAG) && op->nin > 1 && op->in[1] == t) return true;
+    }
+    return false;
+}
+
 char *shape_str(const pcc_graph *g, const pcc_tensor *t, char *buf, size_t n) {
     size_t k = 0;
     k += (size_t)snprintf(buf + k, n - k, "[");

@@ -39,6 +39,11 @@ static void usage(FILE *f) {
             "  --dp N --tp N --pp N\n"
             "                     the Megatron-LM template: batch split over dp, tensor parallelism of\n"
             "                     tp (inside a node), pp pipeline stages; the product is the device count\n"
+            "  --tp-batch         with the template: the ILP may also split the batch over the tp group\n"
+            "                     (data-parallel operators beside sharded ones, as --auto tries; with\n"
+            "                     --dp 1 --tp N, DLRM's layout: embedding tables sharded over all N with\n"
+            "                     all-to-all exchanges, the dense layers data-parallel). Implied by\n"
+            "                     --sync background where the batch divides by dp x tp\n"
             );
     fprintf(f,
             "  --burst            DeepPool's burst parallelism: every layer data-parallel on its own number\n"
@@ -57,8 +62,7 @@ static void usage(FILE *f) {
             "                     with --global-batch, micro-batches = N_global / (N x dp), as Megatron-LM's\n"
             "                     --micro-batch-size and --global-batch-size\n"
             "  --virtual-stages V model chunks per pipeline device: Megatron-LM's interleaved 1F1B\n"
-            "                     (needs --pp > 1 and micro-batches a multiple of pp). Only the estimate\n"
-            "                     models it: plancc cannot emit it yet, so it needs --estimate-only\n"
+            "                     (needs --pp > 1 and micro-batches a multiple of pp; not with --zero 2)\n"
             "  --schedule S       gpipe or 1f1b (default 1f1b when pp > 1)\n"
             "  --zero N           ZeRO stage 0..3 over dp: 1 shards the optimizer state (gradients summed\n"
             "                     whole over the micro-batches, reduce-scattered once); 2 also the\n"
@@ -79,17 +83,19 @@ static void usage(FILE *f) {
             "                     parts (with --json, as JSON); write no plan\n"
             "  -d, --dump LETTERS print phase 1's candidates (t) and phase 2's choice per operator (s)\n");
     fputs(
-            "  --sync S           how dp replicas of the dense parameters agree: allreduce (the gradient\n"
+            "  --sync S           how replicas of the dense parameters agree: allreduce (the gradient\n"
             "                     all-reduce in every step; default), or ShadowSync's background sync\n"
             "                     background:algo=ma|easgd|bmuf[,period=K|continuous][,alpha=A]\n"
             "                     [,eta=E][,zeta=Z][,nesterov=0|1][,hogwild][,chunk=BYTES]: each rank trains its own\n"
             "                     replica and a background stream averages them every K steps (default\n"
             "                     1) or back to back (continuous); MA averages, EASGD pulls towards a\n"
-            "                     centre at rate alpha (default 0.5/dp), BMUF adds block momentum eta\n"
-            "                     (default 1-1/dp), block rate zeta (1), Nesterov (1); hogwild applies\n"
+            "                     centre at rate alpha (default 0.5/N), BMUF adds block momentum eta\n"
+            "                     (default 1-1/N), block rate zeta (1), Nesterov (1); hogwild applies\n"
             "                     the rounds racing with the foreground; chunk splits a round's all-reduce\n"
             "                     into pieces of at most BYTES (default 4194304; 0: whole parameters).\n"
-            "                     Embedding tables stay synchronous\n"
+            "                     The N replicas: a dense parameter replicated over dp, and over tp where\n"
+            "                     the ILP splits its operators by the batch (implies --tp-batch; with\n"
+            "                     --auto also tp = every device). Embedding tables stay synchronous\n"
             "other:\n"
             "  --check MODEL      only load and check MODEL, derive its backward pass and optimizer step,\n"
             "                     and print per-operator parameters, FLOPs and kept activations; with\n"
@@ -134,7 +140,8 @@ typedef struct options {
 
 enum { OPT_CLUSTER = 256, OPT_NODES, OPT_DEVICES, OPT_TIME_LIMIT, OPT_MIP_GAP, OPT_DUMP_ILP, OPT_DP, OPT_TP, OPT_PP,
        OPT_ZERO, OPT_RECOMPUTE, OPT_SCHEDULE, OPT_AUTO, OPT_GLOBAL_BATCH, OPT_MICRO_BATCH_SIZE, OPT_VIRTUAL_STAGES,
-       OPT_ESTIMATE_ONLY, OPT_BURST, OPT_AMP_LIMIT, OPT_BURST_WIDTHS, OPT_BUCKET_MB, OPT_SYNC, OPT_TF32 };
+       OPT_ESTIMATE_ONLY, OPT_BURST, OPT_AMP_LIMIT, OPT_BURST_WIDTHS, OPT_BUCKET_MB, OPT_SYNC, OPT_TF32,
+       OPT_TP_BATCH };
 
 static pcc_status num_option(const char *name, const char *arg, double lo, double hi, double *out) {
     char *end;
@@ -184,6 +191,7 @@ static pcc_status parse_options(int argc, char **argv, options *o, bool *done) {
         {"dump-ilp", required_argument, NULL, OPT_DUMP_ILP}, {"dump", required_argument, NULL, 'd'},
         {"output", required_argument, NULL, 'o'}, {"dp", required_argument, NULL, OPT_DP},
         {"tp", required_argument, NULL, OPT_TP}, {"pp", required_argument, NULL, OPT_PP},
+        {"tp-batch", no_argument, NULL, OPT_TP_BATCH},
         {"global-batch", required_argument, NULL, OPT_GLOBAL_BATCH}, {"zero", required_argument, NULL, OPT_ZERO},
         {"micro-batch-size", required_argument, NULL, OPT_MICRO_BATCH_SIZE},
         {"virtual-stages", required_argument, NULL, OPT_VIRTUAL_STAGES},
@@ -230,6 +238,7 @@ static pcc_status parse_options(int argc, char **argv, options *o, bool *done) {
         case 'o': o->output = optarg; break;
         case OPT_DP: if (int_option("--dp", optarg, 1, 1 << 24, &o->strat.dp)) return PCC_ERR_INPUT; o->template_given = true; break;
         case OPT_TP: if (int_option("--tp", optarg, 1, 1 << 24, &o->strat.tp)) return PCC_ERR_INPUT; o->template_given = true; break;
+        case OPT_TP_BATCH: o->strat.tp_batch = true; break;
         case OPT_PP: if (int_option("--pp", optarg, 1, 1 << 24, &o->strat.pp)) return PCC_ERR_INPUT; o->template_given = true; break;
         case OPT_ZERO: if (int_option("--zero", optarg, 0, 3, &o->strat.zero)) return PCC_ERR_INPUT; break;
         case OPT_AUTO: auto_given = true; break;
@@ -299,6 +308,16 @@ static pcc_status parse_options(int argc, char **argv, options *o, bool *done) {
         return PCC_ERR_INPUT;
     }
     o->strat.auto_mesh = !o->template_given;
+    o->strat.bg_dense = o->sync.algo != PCC_SYNC_ALLREDUCE;
+    if (o->strat.tp_batch && !o->template_given) {
+        fprintf(stderr, "plancc: --tp-batch lets the template's ILP split the batch over --tp (--auto tries that by itself); "
+                        "it needs --dp, --tp or --pp\n");
+        return PCC_ERR_INPUT;
+    }
+    if (o->strat.tp_batch && o->strat.tp < 2) {
+        fprintf(stderr, "plancc: --tp-batch splits the batch over the tp group: it needs --tp 2 or more\n");
+        return PCC_ERR_INPUT;
+    }
     if (!o->check && !o->cluster) {
         fprintf(stderr, "plancc: compiling a plan needs --cluster FILE (models/clusters/ has some; see plancc --help)\n");
         return PCC_ERR_INPUT;
@@ -373,7 +392,9 @@ static const char *canonical_options_(pcc_arena *a, const pcc_cluster *c, const 
     static const char *const rc[] = {"none", "full", "auto"};
     const pcc_strategy_opts *s = &o->strat;
     char mesh[96] = "--auto";
-    if (!s->auto_mesh) snprintf(mesh, sizeof mesh, "--dp %d --tp %d --pp %d", s->dp ? s->dp : 1, s->tp ? s->tp : 1, s->pp ? s->pp : 1);
+    if (!s->auto_mesh)
+        snprintf(mesh, sizeof mesh, "--dp %d --tp %d --pp %d%s", s->dp ? s->dp : 1, s->tp ? s->tp : 1, s->pp ? s->pp : 1,
+                 s->tp_batch ? " --tp-batch" : "");
     if (o->burst) {
         if (o->amp_limit > 0) snprintf(mesh, sizeof mesh, "--burst --amp-limit %g", o->amp_limit);
         else snprintf(mesh, sizeof mesh, "--burst");

@@ -307,6 +307,9 @@ int64_t tensor_numel(const pcc_graph *g, const pcc_tensor *t);
 double tensor_bytes(const pcc_graph *g, const pcc_tensor *t); // one instance
 int64_t tensor_copies(const pcc_graph *g, const pcc_tensor *t); // 1, or its block's repeat
 int64_t op_copies(const pcc_graph *g, const pcc_op *op);
+// Whether param t is the table of an embedding or embedding_bag: sharded or synchronized every
+// step, never trained per replica (--sync background leaves tables synchronous).
+bool graph_is_table(const pcc_graph *g, int t);
 // "[B,S,H]" into buf.
 char *shape_str(const pcc_graph *g, const pcc_tensor *t, char *buf, size_t n);
 
@@ -630,6 +633,9 @@ typedef struct pcc_sched_opts {
     // weights + gradients + optimizer state; ZeRO and pipeline stages shrink it), act_scale
     // bytes per activation byte (0: 1; data parallelism shrinks it, micro-batches in flight grow it).
     double param_scale, act_scale;
+    // --sync background: the gradient synchronization of a replicated dense parameter (not an
+    // embedding table) runs in the background (bgsync.c), so the objective leaves it out.
+    bool bg_dense;
     double follow_above_cols; // element-wise ops follow their producer when the program would have more columns (0: 50,000)
     pcc_ilp_opts ilp;
     bool quiet;             // an infeasible program returns PCC_ERR_INFEASIBLE without a message
@@ -688,6 +694,8 @@ typedef struct pcc_strategy_opts {
     pcc_recompute recompute;
     pcc_pipe_sched schedule;    // 0: 1F1B when pp > 1
     int virtual_stages;         // model chunks per pipeline device (interleaved 1F1B); 0 or 1: none
+    bool bg_dense;              // --sync background: dense replicas are averaged off the step (pcc_sched_opts)
+    bool tp_batch;              // the template's ILP may split the batch over tp too (--tp-batch; implied by bg_dense)
     pcc_ilp_opts ilp;
     bool quiet;
 } pcc_strategy_opts;
@@ -725,6 +733,7 @@ typedef struct pcc_strategy {
     int *op_stage;              // per op (forward ops only; -1 for block ops)
     int **copy_stage;           // per block (forward blocks), [repeat]
     int virtual_stages;         // model chunks per device (1: plain GPipe/1F1B; > 1: interleaved)
+    bool bg_dense;              // planned for --sync background (the ILP and estimate leave dense syncs out)
     double est_step_s;          // the cost model's estimate of one step (est.step_s)
     pcc_estimate est;           // ... and its parts
     double est_memory_bytes;    // its estimate of the largest stage's memory per device
@@ -788,8 +797,8 @@ typedef enum pcc_sync_algo { PCC_SYNC_ALLREDUCE, PCC_SYNC_MA, PCC_SYNC_EASGD, PC
 typedef struct pcc_sync_opts {
     pcc_sync_algo algo;         // ALLREDUCE: the gradient all-reduce in every step (the default)
     int period;                 // steps between background rounds; 0: continuous
-    double alpha;               // EASGD's moving rate (per trainer); < 0: 0.5 / dp
-    double eta, zeta;           // BMUF's block momentum and block learning rate; < 0: 1 - 1/dp, 1
+    double alpha;               // EASGD's moving rate (per trainer); < 0: 0.5 / N (N: the parameter's replicas)
+    double eta, zeta;           // BMUF's block momentum and block learning rate; < 0: 1 - 1/N, 1
     int nesterov;               // BMUF: the replicas restart from w_g + eta * delta; < 0: 1
     bool hogwild;               // apply rounds in place, racing with the foreground (no lock)
     int64_t chunk_bytes;        // a round's all-reduce in pieces of at most this; 0: whole; < 0: 4 MiB
@@ -800,19 +809,22 @@ typedef struct pcc_sync_opts {
 pcc_status sync_parse(const char *arg, pcc_sync_opts *o);
 // The canonical text of o ("background:algo=ma,period=1,..."), in a; "allreduce" for the default.
 const char *sync_str(pcc_arena *a, const pcc_sync_opts *o);
-// One dense parameter that a background program synchronizes: its home buffer on a stage.
+// One dense parameter that a background program synchronizes: its home buffer on a stage, and
+// the group of its replicas (a plan group over the axes it is a replica along, and its shape).
 typedef struct pcc_bg_param {
-    uint32_t tensor, buffer;
-    float coll_s, pass_s;       // the cost model's all-reduce of it over dp, and one elementwise pass over it
+    uint32_t tensor, buffer, group;
+    pcc_group_shape replicas;
+    float coll_s, pass_s;       // the cost model's all-reduce of it over the replicas, and one elementwise pass over it
 } pcc_bg_param;
-// Appends the background program (one round in a background loop on a stream and a group of
-// its own; see runtime/PLAN_FORMAT.md) to program pr of plan p, over the n params of ps,
-// across the dp axis (plan group `group`, n_dp ranks, shaped dp on cluster c: each chunk of a
-// chunked all-reduce is costed as an all-reduce of its own bytes, latency included). Adds state
-// tensors, buffers past the arena's end, one group, one stream. Cannot fail (asserts on broken
-// invariants).
-void bgsync_emit(plan *p, plan_program *pr, const pcc_sync_opts *o, const pcc_bg_param *ps, int n, uint32_t group, int n_dp,
-                 const pcc_cluster *c, pcc_group_shape dp);
+// Appends the background program (one round in a background loop on a stream of its own; see
+// runtime/PLAN_FORMAT.md) to program pr of plan p, over the n params of ps, each averaged over
+// its own group of replicas (ps[i].group, ps[i].replicas.size ranks, shaped so on cluster c: each
+// chunk of a chunked all-reduce is costed as an all-reduce of its own bytes, latency included;
+// the defaults that depend on the number of trainers take each param's). Continuous rounds agree
+// on stopping over plan group `stop_group`, which spans every param's group. Adds state tensors,
+// buffers past the arena's end, one stream. Cannot fail (asserts on broken invariants).
+void bgsync_emit(plan *p, plan_program *pr, const pcc_sync_opts *o, const pcc_bg_param *ps, int n, uint32_t stop_group,
+                 const pcc_cluster *c);
 
 /* ---------------------------------------------------------------- emit.c (its options) */
 

@@ -83,13 +83,15 @@ static double cand_compute_s(const builder *B, const pcc_op *op, const pcc_cand 
 
 // A parameter's gradient needs an all-reduce when the op is split along a letter the parameter
 // does not carry (each device saw part of the work: data parallelism is the common case). A
-// replicated op computes the same full gradient everywhere and needs none.
+// replicated op computes the same full gradient everywhere and needs none. With --sync
+// background a dense parameter's replicas are averaged in the background: no time in the step.
 static double cand_sync_s(const builder *B, const pcc_op *op, const pcc_cand *c) {
     double s = 0;
     if (c->dim < 0) return 0;
     for (int i = 0; i < op->nin; i++) {
         const pcc_tensor *t = &B->g->tensors[op->in[i]];
         if (t->kind != PCC_T_PARAM || c->in[i].r <= 1) continue;
+        if (B->o->bg_dense && !graph_is_table(B->g, op->in[i])) continue;
         double piece = tensor_bytes(B->g, t);
         for (int d = 0; d < t->rank; d++) piece /= c->in[i].d[d];
         s += cost_collective_s(B->c, PCC_COLL_ALL_REDUCE, piece, (pcc_group_shape){c->in[i].r, B->o->group.stride});

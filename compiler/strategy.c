@@ -238,7 +238,7 @@ static void est_ops(est *E) {
         else E->orphan_top += t;
     }
     E->fc = zeros(g, E->nf), E->bc = zeros(g, E->nf), E->sy = zeros(g, E->nf);
-    pcc_sched_opts so = {.group = {E->tp, 1}, .memory_bytes = E->c->memory_bytes, .quiet = true};
+    pcc_sched_opts so = {.group = {E->tp, 1}, .memory_bytes = E->c->memory_bytes, .quiet = true, .bg_dense = E->s->bg_dense};
     sched_op_comm(&E->gv, E->c, E->sc->t, &so, E->sc->choice, E->fc, E->bc, E->sy);
     for (int i = 0; i < E->nf; i++) {
         double n = (double)op_copies(g, &g->ops[i]);
@@ -319,7 +319,8 @@ static void est_param(est *E, int p, int i, int d, const pcc_op *opt) {
     pcc_group_shape dpg = {E->dp, E->tp};
     double launch = cost_launch_s(E->c);
     int zero = E->s->zero;
-    if (E->dp > 1 && zero == 0) E->sync[d] += cost_collective_s(E->c, PCC_COLL_ALL_REDUCE, bytes, dpg) + launch;
+    bool bg = E->s->bg_dense && !graph_is_table(g, p); // averaged in the background, off the step
+    if (E->dp > 1 && zero == 0 && !bg) E->sync[d] += cost_collective_s(E->c, PCC_COLL_ALL_REDUCE, bytes, dpg) + launch;
     if (E->dp > 1 && zero > 0) {
         double rs = cost_collective_s(E->c, PCC_COLL_REDUCE_SCATTER, bytes, dpg) + launch;
         double ag = cost_collective_s(E->c, PCC_COLL_ALL_GATHER, bytes, dpg) + launch;
@@ -438,7 +439,8 @@ static pcc_status tp_schedule(const pcc_graph *g, const pcc_cluster *c, const pc
         PCC_ASSERT(n > 0);
         oc->n = n;
     }
-    pcc_sched_opts so = {.group = {tp, 1}, .memory_bytes = c->memory_bytes * pp, .ilp = o->ilp, .quiet = true};
+    pcc_sched_opts so = {.group = {tp, 1}, .memory_bytes = c->memory_bytes * pp, .ilp = o->ilp, .quiet = true,
+                         .bg_dense = o->bg_dense};
     memory_scales(g, pp, dp, dp > 1 ? zero : 0, o->schedule ? o->schedule : PCC_PIPE_1F1B, &so);
     so.ilp.progress = false;
     return sched_intra(g, c, t, &so, out);
@@ -452,6 +454,7 @@ static pcc_strategy *make(const pcc_graph *g, const pcc_cluster *c, const pcc_st
     s->schedule = pp == 1 ? PCC_PIPE_GPIPE : o->schedule ? o->schedule : PCC_PIPE_1F1B;
     s->zero = dp > 1 ? zero : 0;
     s->batch_dim = bdim;
+    s->bg_dense = o->bg_dense;
     int n = g->n_fwd_ops;
     for (int a = 0; a < PCC_AXES; a++) {
         s->letter[a] = arena_alloc(g->arena, sizeof(int) * (size_t)(n + 1));
@@ -531,21 +534,31 @@ pcc_status strategy_plan(const pcc_graph *g, const pcc_cluster *c, const pcc_str
                         "are %d micro-batches", nv, pp, g->micro_batches);
         if (tp > c->devices_per_node && !c->cpu)
             warn("--tp %d spans nodes (%d devices per node): tensor-parallel collectives cross the network", tp, c->devices_per_node);
+        // The batch over tp too where asked (--tp-batch), or where the dense layers' replicas are
+        // averaged in the background (ShadowSync's layout needs data-parallel operators in the group).
+        bool btp_ok = tp > 1 && bdim >= 0 && bsize % ((int64_t)dp * tp) == 0, btp = o->tp_batch || (o->bg_dense && btp_ok);
+        if (o->tp_batch && !btp_ok)
+            return diag(g->file, bdim >= 0 ? g->dims[bdim].ptr : "",
+                        bdim >= 0 ? "--tp-batch: --dp x --tp = %d does not divide the batch dimension %s = %lld"
+                                  : "--tp-batch: the model has no input with a batch dimension%.0d%s%.0lld",
+                        dp * tp, bdim >= 0 ? g->dims[bdim].name : "", (long long)bsize);
         pcc_sched *sc;
-        pcc_status st = tp_schedule(g, c, o, bdim, tp, pp, dp, o->zero, false, &sc);
+        pcc_status st = tp_schedule(g, c, o, bdim, tp, pp, dp, o->zero, btp, &sc);
         if (st == PCC_ERR_INFEASIBLE) {
             // Keep going with all memory allowed: the memory planner says exactly what does not fit.
             pcc_strategy_opts o2 = *o;
             o2.recompute = o->recompute == PCC_RECOMPUTE_NONE ? PCC_RECOMPUTE_NONE : PCC_RECOMPUTE_FULL;
             pcc_cluster c2 = *c;
             c2.memory_bytes = 1e30;
-            st = tp_schedule(g, &c2, &o2, bdim, tp, pp, dp, o->zero, false, &sc);
+            st = tp_schedule(g, &c2, &o2, bdim, tp, pp, dp, o->zero, btp, &sc);
         }
         if (st) return st;
         *VEC_PUSH(g->arena, v, n, cap) = make(g, c, o, sc, bdim, pp, dp, tp, o->zero, L, nl);
     } else {
         for (int tp = 1; tp <= N; tp++) {
-            if (N % tp || (tp > c->devices_per_node && !c->cpu)) continue;
+            // tp inside a node; with --sync background also the whole cluster (ShadowSync's
+            // layout: the tables sharded over every device, the dense layers' replicas beside them)
+            if (N % tp || (tp > c->devices_per_node && !c->cpu && !(o->bg_dense && tp == N))) continue;
             for (int pp = 1; pp <= N / tp; pp++) {
                 if ((N / tp) % pp || pp > nl) continue;
 

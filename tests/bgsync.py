@@ -10,7 +10,12 @@ usage: bgsync.py PLANCC PLANRUN PLANDUMP SOURCE_ROOT
   per step), a loss that falls, and the plan's shape: the dense all-reduce gone from the
   foreground, the embedding tables' still there, the round on a stream and group of its own;
 - chunk=BYTES: more background collectives, and the same parameters bit for bit;
-- BMUF with its default block momentum and Nesterov every step on 4 ranks learns (no divergence).
+- BMUF with its default block momentum and Nesterov every step on 4 ranks learns (no divergence);
+- ShadowSync's own layout, dlrm-small on --tp 4 and --dp 2 --tp 2: the ILP shards tables over
+  the tp group (all-to-all) and runs every linear data-parallel beside them; the dense replicas
+  along tp (and dp) are averaged over a group of those axes, the foreground all-reduces only
+  tables; MA every step after the optimizer (cpu-serial, f64) equals the synchronous plan of the
+  same layout (--tp-batch) to rounding, and EASGD/BMUF/continuous rounds run and learn.
 """
 import os
 import re
@@ -128,7 +133,51 @@ def bmuf_defaults(tmp):
               f"({m.group(1) if m else '?'} -> {m.group(2) if m else '?'})", ok, p.stdout + p.stderr)
 
 
+def buffer_names(text):
+    """Per buffer index: the name of its tensor, from plandump --text."""
+    tensors = dict(re.findall(r'^tensor (\d+) "([^"]*)"', text, re.M))
+    return {b: tensors.get(t, "") for b, t in re.findall(r"^  buffer (\d+) tensor (\d+) ", text, re.M)}
+
+
+def sharded_tables(tmp):
+    """ShadowSync's layout: tables sharded over the tp group, dense layers replicated beside them."""
+    for mesh in (["--tp", "4"], ["--dp", "2", "--tp", "2"]):
+        tag = "x".join(mesh[1::2]) + ("tp" if len(mesh) == 2 else "")
+        want_axes = "tp" if len(mesh) == 2 else "dp+tp"
+        sync = compile_plan(tmp, f"hy-sync-{tag}", "dlrm-small", 4, *mesh, "--tp-batch")
+        ma = compile_plan(tmp, f"hy-ma-{tag}", "dlrm-small", 4, *mesh, "--sync", "background:algo=ma,period=1")
+        notes = run(plandump, ma).stdout
+        linears = re.findall(r"linear \S+: (?:dp=\S+ )?tp=(\S+)", notes)
+        bags = re.findall(r"embedding_bag \S+: (?:dp=\S+ )?tp=(\S+)", notes)
+        check(f"{tag}: every linear batch-split over tp, some tables sharded ({len(linears)} linears, tables {' '.join(bags)})",
+              len(linears) == 6 and all(l.startswith("b") for l in linears) and any(b[0] in "er" for b in bags), notes)
+        text = plan_text(ma)
+        groups = dict(re.findall(r"^group (\d+) axes (\S+)", text, re.M))
+        names = buffer_names(text)
+        colls = [l for l in text.splitlines() if " coll " in l]
+        bg_axes = {groups.get(g) for g in re.findall(r" s2 group (\d+)", "\n".join(colls))}
+        check(f"{tag}: the round averages over a group of {want_axes}", bg_axes == {want_axes}, f"{bg_axes} {groups}")
+        fg_reduced = {names.get(b) for l in colls if " s2 " not in l and " all_reduce " in l
+                      for b in re.search(r" args ([\d,]+) ->", l).group(1).split(",")}
+        check(f"{tag}: the foreground all-reduces only embedding tables' gradients ({len(fg_reduced)})",
+              all(n.startswith("d:emb") for n in fg_reduced), str(sorted(fg_reduced)))
+        st = os.path.join(tmp, f"hy-{tag}.st")
+        p = run(planrun, sync, "--backend", "cpu-serial", "--precision", "f64", "--steps", "8", "--save", st, "--log-every", "0")
+        check(f"{tag}: the synchronous plan of the layout runs", p.returncode == 0, p.stdout + p.stderr)
+        p = run(planrun, ma, "--backend", "cpu-serial", "--precision", "f64", "--steps", "8", "--compare", st,
+                "--rtol", "1e-10", "--atol", "1e-12", "--log-every", "0")
+        check(f"{tag}: MA every step after the optimizer equals it (f64, rtol 1e-10)", p.returncode == 0, p.stdout + p.stderr)
+        for algo in ("easgd,period=2", "bmuf,period=2", "ma,period=continuous"):
+            path = compile_plan(tmp, f"hy-{algo.split(',')[0]}-{tag}", "dlrm-small", 4, *mesh, "--sync", f"background:algo={algo}")
+            p = run(planrun, path, "--steps", "10", "--log-every", "0")
+            m = re.search(r"loss ([-0-9.naif]+) -> ([-0-9.naif]+)", p.stdout)
+            ok = p.returncode == 0 and m and float(m.group(2)) < float(m.group(1)) and "background rounds" in p.stdout
+            check(f"{tag}: {algo} runs with rounds and the loss falls ({m.group(1) if m else '?'} -> {m.group(2) if m else '?'})",
+                  ok, p.stdout + p.stderr)
+
+
 with tempfile.TemporaryDirectory() as tmp:
+    sharded_tables(tmp)
     for backend in ("cpu", "cpu-serial"):
         one_trainer(tmp, backend)
     four_ranks(tmp)

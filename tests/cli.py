@@ -249,6 +249,14 @@ for bad, why in [("sometimes", "not allreduce and not background"), ("background
 p = run("models/mlp.json", "--cluster", "models/clusters/cpu.json", "--devices", "2", "--dp", "2", "--zero", "1",
         "--sync", "background:algo=ma", "-o", "/dev/null")
 check("--sync background with --zero: exit 2", p.returncode == 2 and "--zero" in p.stderr, p)
+# --tp-batch: the template's ILP may split the batch over tp; each misuse exits 2 and says why.
+for args, why in [(["--tp-batch"], "it needs --dp, --tp or --pp"), (["--devices", "2", "--dp", "2", "--tp-batch"], "--tp 2 or more"),
+                  (["--devices", "6", "--dp", "2", "--tp", "3", "--tp-batch"], "/dims/B: --tp-batch: --dp x --tp = 6 does not divide")]:
+    p = run("models/mlp.json", "--cluster", "models/clusters/cpu.json", *args, "-o", "/dev/null")
+    check(f"{' '.join(args)}: exit 2, {why}", p.returncode == 2 and why in p.stderr and len(p.stderr.splitlines()) == 1, p)
+p = run("models/dlrm-small.json", "--cluster", "models/clusters/cpu.json", "--devices", "4", "--tp", "4", "--tp-batch", "-q",
+        "-o", "/dev/null")
+check("--tp 4 --tp-batch on dlrm-small compiles", p.returncode == 0, p)
 p = run("--help")
 check("--help documents --sync", "--sync S" in p.stdout and "background:algo=ma|easgd|bmuf" in p.stdout, p)
 p = run("--check", "-q", "models/mlp.json", "--cluster", "models/clusters/dgx-a100.json", "--dump-ilp", "/nonexistent/dir/x.lp")

@@ -5,15 +5,19 @@ usage: bench_shadowsync_sim.py PLANCC PLANDUMP [SOURCE_ROOT] [--model models/dlr
                                [--cluster models/clusters/dgx-a100.json] [--gpus 8,16,32,64,128]
                                [--per-gpu-batch 256]
 
-For each GPU count N, compiles the model with --dp N and --global-batch N x per-GPU batch (weak
-scaling: every trainer keeps its batch, as ShadowSync's trainers do) three ways: --sync allreduce,
-background:algo=ma,period=1 and background:algo=ma,period=continuous (default 4 MiB chunks), and
-reads plandump --sim. Per N it prints
+For each GPU count N, compiles the model with --global-batch N x per-GPU batch (weak scaling:
+every trainer keeps its batch, as ShadowSync's trainers do) four ways and reads plandump --sim:
 
-  sync/s      synchronous samples/s: global batch / simulated step
-  p1/s, cont/s  the background runs' samples/s: global batch / the foreground's step (the round
-              runs beside it and is not in it; runtime/sim.h)
-  ratio       p1/s over sync/s
+  dp/s        --dp N, synchronous: every table replicated, its gradient all-reduced every step
+  sync/s      --dp 1 --tp N --tp-batch, synchronous: ShadowSync's layout (the ILP shards the tables
+              over all N with all-to-all exchanges and runs the dense layers data-parallel), the
+              dense gradients all-reduced in the step
+  p1/s, cont/s  the same layout with --sync background:algo=ma,period=1 and period=continuous
+              (default 4 MiB chunks): global batch / the foreground's step (the round runs beside
+              it and is not in it; runtime/sim.h). The ILP plans the layout itself each time: with
+              background sync the dense all-reduce costs the step nothing, which can change its
+              choices
+  ratio       p1/s over sync/s (the same layout family, synchronous)
   round       one MA round alone on its stream and links
   shared      the round beside the steps (its collectives get the links the foreground's leave)
   stale       the steps one round spans (period 1: at least 1)
@@ -32,17 +36,18 @@ import sys
 import tempfile
 
 UNIT = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
-SYNCS = [("sync", "allreduce"), ("p1", "background:algo=ma,period=1"), ("cont", "background:algo=ma,period=continuous")]
+SYNCS = [("dp", ["--dp"], "allreduce"), ("sync", ["--tp-batch", "--tp"], "allreduce"),
+         ("p1", ["--tp"], "background:algo=ma,period=1"), ("cont", ["--tp"], "background:algo=ma,period=continuous")]
 
 
 def secs(v, u):
     return float(v) * UNIT[u]
 
 
-def simulate(a, tmp, n, sync):
+def simulate(a, tmp, n, mesh, sync):
     """plandump --sim's figures for one compile, or exit 1 with what failed."""
     path = os.path.join(tmp, "x.plan")
-    cmd = [a.plancc, a.model, "--cluster", a.cluster, "--devices", str(n), "--dp", str(n),
+    cmd = [a.plancc, a.model, "--cluster", a.cluster, "--devices", str(n), *mesh, str(n),
            "--global-batch", str(n * a.per_gpu_batch), "--sync", sync, "-q", "-o", path]
     c = subprocess.run(cmd, capture_output=True, text=True, cwd=a.root)
     p = subprocess.run([a.plandump, "--sim", path], capture_output=True, text=True, cwd=a.root) if c.returncode == 0 else c
@@ -75,14 +80,14 @@ def main():
     a.plancc, a.plandump, a.root = os.path.abspath(a.plancc), os.path.abspath(a.plandump), os.path.abspath(a.root)
     gpus = [int(x) for x in a.gpus.split(",")]
     print(f"{a.model} on {a.cluster}, weak scaling: {a.per_gpu_batch} samples per GPU per step, MA rounds in 4 MiB chunks")
-    print(f"{'GPUs':>5} {'sync/s':>10} {'p1/s':>10} {'ratio':>6} {'cont/s':>10} {'step':>9} {'round':>9} {'shared':>9} "
-          f"{'stale':>5} {'cont r/s':>8} {'fg wait':>9}")
+    print(f"{'GPUs':>5} {'dp/s':>10} {'sync/s':>10} {'p1/s':>10} {'ratio':>6} {'cont/s':>10} {'step':>9} {'round':>9} "
+          f"{'shared':>9} {'stale':>5} {'cont r/s':>8} {'fg wait':>9}")
     with tempfile.TemporaryDirectory() as tmp:
         for n in gpus:
-            r = {k: simulate(a, tmp, n, s) for k, s in SYNCS}
+            r = {k: simulate(a, tmp, n, mesh, s) for k, mesh, s in SYNCS}
             b = n * a.per_gpu_batch
-            sync, p1, cont = b / r["sync"]["step"], b / r["p1"]["step"], b / r["cont"]["step"]
-            print(f"{n:>5} {sync:>10.0f} {p1:>10.0f} {p1 / sync:>6.3f} {cont:>10.0f} {r['p1']['step'] * 1e3:>7.3f}ms "
+            dp, sync, p1, cont = (b / r[k]["step"] for k in ("dp", "sync", "p1", "cont"))
+            print(f"{n:>5} {dp:>10.0f} {sync:>10.0f} {p1:>10.0f} {p1 / sync:>6.3f} {cont:>10.0f} {r['p1']['step'] * 1e3:>7.3f}ms "
                   f"{r['p1']['round'] * 1e3:>7.3f}ms {r['p1']['shared'] * 1e3:>7.3f}ms {r['p1']['stale']:>5} "
                   f"{r['cont']['per_step']:>8.3g} {r['p1']['wait'] * 1e3:>7.3f}ms")
     return 0
