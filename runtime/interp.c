@@ -566,7 +566,8 @@ bool rt_insn_waits_for_round(const plan_insn *in, int32_t bg_stream) {
 static int round_fence(walker *w, const plan_insn *in, const rt_exec *x) {
     const rt_rank *rk = w->rk;
     if (w->stream >= 0 || w->round || rk->bg_loop < 0 || !rt_backend_rounds_outlive_steps(w->run->be)) return 0;
-    if (in->stream >= 64 || (w->fenced >> in->stream & 1u) || !rt_insn_waits_for_round(in, rk->bg_stream)) return 0;
+    _Static_assert(PLAN_MAX_STREAMS <= 64, "a walker's fenced streams fit in 64 bits");
+    if ((w->fenced >> in->stream & 1u) || !rt_insn_waits_for_round(in, rk->bg_stream)) return 0;
     w->fenced |= (uint64_t)1 << in->stream;
     char err[256];
     return rt_backend_round_fence(w->run->be, x, err, sizeof err) ? rt_backend_fail(w->run->be, "background round: %s", err) : 0;

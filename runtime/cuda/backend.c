@@ -25,7 +25,29 @@
  * not return memory to the driver). So the device holds the arena plus that scratch plus
  * NCCL's and the libraries' own buffers: the plan's peak is the arena's size, not the whole.
  *
- * The end of a step records a marker on every stream and polls them, and polls NCCL's
+ * Background rounds (ShadowSync, interp.c "background rounds") outlive their step. The
+ * interpreter issues a rank's round after the step's end and loss, on the round's stream, which
+ * first waits for the rank's other streams (join); round_end records round_done there, and
+ * step_end neither marks nor waits for that stream, so the round runs beside the next step's
+ * forward and backward (which read x while it writes: ShadowSync's Hogwild-style tolerance, as
+ * on the CPU backend). The next step's first optimizer operator or copy, and first collective,
+ * send or receive, on each stream wait for round_done (round_fence), and so does the loss's
+ * all-reduce on the side stream; the host waits for it (round_drain) before it reads or writes
+ * parameters and at the end of the run, and be_free before it tears down.
+ *   Why communication waits for the round too: NCCL kernels spin until their peers arrive,
+ * and CUDA does not promise that two streams progress independently, so NCCL operations on two
+ * communicators running at once can deadlock even when every rank issues them in the same
+ * order (NCCL's user guide, "Using multiple NCCL communicators concurrently": "might work
+ * provided they can fit within the GPU, but could break at any time"; its maintainers in
+ * NVIDIA/nccl#195: to be safe, "a stream dependency so that the order they execute is the
+ * order they were submitted in"; also #522, #783, #1174). So on a rank the round's collectives
+ * and the foreground's never overlap: the round is issued after the step's last NCCL operation
+ * (the loss's sum included) has completed, and the next step's are ordered after round_done.
+ * What overlaps is the round (its copies, adds and collectives) with the next step's compute up
+ * to each stream's first communication; a plan whose forward communicates early (tensor or
+ * pipeline parallel) keeps little of that.
+ *
+ * The end of a step records a marker on every stream but the round's and polls them, and polls NCCL's
  * asynchronous errors, until all are done or nothing has progressed (no stream finished, no
  * communication completed) for --timeout; then every communicator is aborted and the message
  * names the first communication instruction that had not finished ("a dead rank makes the
