@@ -120,3 +120,20 @@ int rt_backend_join(rt_backend *b, const rt_exec *x, char *err, size_t err_n) {
     if (!b) return missing(b, "join", err, err_n);
     return b->join ? b->join(b, x, err, err_n) : 0;
 }
+
+bool rt_backend_rounds_outlive_steps(const rt_backend *b) { return b && b->round_end; }
+
+int rt_backend_round_end(rt_backend *b, const rt_exec *x, char *err, size_t err_n) {
+    if (!b) return missing(b, "round_end", err, err_n);
+    return b->round_end ? b->round_end(b, x, err, err_n) : 0;
+}
+
+int rt_backend_round_fence(rt_backend *b, const rt_exec *x, char *err, size_t err_n) {
+    if (!b) return missing(b, "round_fence", err, err_n);
+    return b->round_fence ? b->round_fence(b, x, err, err_n) : 0;
+}
+
+int rt_backend_round_drain(rt_backend *b, char *err, size_t err_n) {
+    if (!b) return missing(b, "round_drain", err, err_n);
+    return b->round_drain ? b->round_drain(b, err, err_n) : 0;
+}

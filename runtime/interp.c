@@ -146,6 +146,8 @@ typedef struct walker {
     uint64_t *colls;            // per group: collectives passed
     pending *pend;              // this stream's current run of send/recv
     int n_pend, cap_pend;
+    uint64_t fenced;            // streams that waited for the previous background round this step (bit s)
+    bool round;                 // issues its rank's background round only (rounds that outlive the step)
     char what[WHAT_BYTES];
 } walker;
 
@@ -471,8 +473,23 @@ static int gate_leave(walker *w, const plan_insn *in, const rt_exec *x) {
  * every rank's foreground has finished the step, which the ranks agree on through the round's
  * last instruction, the all-reduce of its stop flag (1 where the rank's foreground is done). The
  * walker of the background stream is a thread of its own (thread_per_stream), so rounds run
- * while the foreground trains; with one walker per rank the round runs where it stands in the
- * program (after the optimizer). */
+ * while the foreground trains; with one walker per rank (cpu-serial) the round runs where it
+ * stands in the program (after the optimizer).
+ *
+ * Rounds that outlive the step (a backend with round_end: CUDA). The rank's one walker skips
+ * the loop; once the step has ended and its loss has been read, run_rounds issues the round on
+ * its stream, which first waits for the rank's other streams (join: the round starts after the
+ * optimizer), and marks its end (round_end). step_end does not wait for that stream, so the
+ * round runs beside the next step: that step's forward and backward read x while the round
+ * writes it (the same Hogwild-style race as the CPU backend's threads, which ShadowSync
+ * tolerates), but on each stream the first optimizer operator or copy, collective, send or
+ * receive waits for the round's end first (round_fence, rt_insn_waits_for_round): the round's
+ * x += target - s never races the optimizer's update (what the CPU's lock gives), and no NCCL
+ * operation of the foreground runs beside one of the round's (cuda/backend.c says why). The
+ * loss's cross-process sum comes before the round for the same reason. A continuous round is
+ * then one round per step: every rank's foreground has finished, so every flag is 1 and the
+ * flags sum to the group's size; the flag is not read back (that read would wait for the
+ * round). The host waits for the round before it touches parameters (rt_run_drain). */
 
 static bool fg_done(rt_rank *rk) {
     pthread_mutex_lock(&rk->lock);
@@ -494,12 +511,24 @@ static int stop_flag(walker *w, uint32_t fb, double *v, bool set) {
     return 0;
 }
 
+// The members of rank rk's instance of the group of collective `last`.
+static uint32_t group_size(const rt_run *r, const plan_insn *last) {
+    const plan_group *g = &r->p->groups[last->a];
+    if (!g->axes) return g->n_ranks;
+    uint32_t n = 1;
+    for (uint32_t a = 0; a < r->p->meta.n_axes; a++)
+        if (g->axes >> a & 1u) n *= r->p->meta.mesh[a];
+    return n;
+}
+
 static int run_background(walker *w, uint32_t i, frame f) {
     rt_rank *rk = w->rk;
     const plan_insn *in = &rk->pg->insns[i];
     uint32_t lo = i + 1, hi = i + 1 + (uint32_t)in->b;
+    bool outlive = w->stream < 0 && rt_backend_rounds_outlive_steps(w->run->be);
     if (w->stream >= 0 && w->stream != rk->bg_stream) return 0;
-    if (w->stream < 0) { // one walker issues every stream (cuda): the round starts after the step's optimizer
+    if (outlive && !w->round) return 0; // run_rounds issues it after the step
+    if (w->stream < 0) { // one walker issues every stream: the round starts after the step's optimizer
         char err[256];
         rt_exec x = exec_of(w, (int)rk->bg_stream);
         if (rt_backend_join(w->run->be, &x, err, sizeof err)) return rt_backend_fail(w->run->be, "background round: %s", err);
@@ -512,18 +541,36 @@ static int run_background(walker *w, uint32_t i, frame f) {
     }
     const plan_insn *last = &rk->pg->insns[hi - 1];
     uint32_t fb = rk->pg->args[last->args];
+    uint32_t n = group_size(w->run, last);
     for (;;) {
         double flag = fg_done(rk) ? 1 : 0;
-        if (walk(w, lo, hi - 1, f) || stop_flag(w, fb, &flag, true) || step_insn(w, hi - 1, f) || stop_flag(w, fb, &flag, false))
-            return -1;
+        if (walk(w, lo, hi - 1, f) || stop_flag(w, fb, &flag, true) || step_insn(w, hi - 1, f)) return -1;
+        if (outlive) flag = n; // every rank's foreground has finished: the flags sum to n
+        else if (stop_flag(w, fb, &flag, false)) return -1;
         rk->bg_rounds++;
-        uint32_t n = 1;
-        const plan_group *g = &w->run->p->groups[last->a];
-        for (uint32_t a = 0; a < w->run->p->meta.n_axes; a++)
-            if (g->axes >> a & 1u) n *= w->run->p->meta.mesh[a];
-        if (!g->axes) n = g->n_ranks;
         if (flag >= n - 0.5) return 0;
     }
+}
+
+bool rt_insn_waits_for_round(const plan_insn *in, int32_t bg_stream) {
+    if (in->stream == bg_stream) return false;
+    switch (in->kind) {
+    case PLAN_I_COMPUTE: case PLAN_I_COPY: return in->phase == PLAN_PHASE_OPT;
+    case PLAN_I_COLL: case PLAN_I_SEND: case PLAN_I_RECV: return true;
+    default: return false;
+    }
+}
+
+// Where rounds outlive the steps: the first instruction of each stream in the step that must not
+// run beside the previous round (rt_insn_waits_for_round) makes its stream wait for the round.
+static int round_fence(walker *w, const plan_insn *in, const rt_exec *x) {
+    const rt_rank *rk = w->rk;
+    if (w->stream >= 0 || w->round || rk->bg_loop < 0 || !rt_backend_rounds_outlive_steps(w->run->be)) return 0;
+    _Static_assert(PLAN_MAX_STREAMS <= 64, "a walker's fenced streams fit in 64 bits");
+    if ((w->fenced >> in->stream & 1u) || !rt_insn_waits_for_round(in, rk->bg_stream)) return 0;
+    w->fenced |= (uint64_t)1 << in->stream;
+    char err[256];
+    return rt_backend_round_fence(w->run->be, x, err, sizeof err) ? rt_backend_fail(w->run->be, "background round: %s", err) : 0;
 }
 
 // Whether instruction in of rank rk's walker w runs under rk's lock: with snapshot-delta
@@ -577,19 +624,20 @@ static int step_insn(walker *w, uint32_t i, frame f) {
         if (peer < 0) return mine ? fail(w, i, mb, layer, "no peer at offset %d along mesh axis %d", in->b, in->a) : 0;
         size_t ch = (size_t)peer * PLAN_MAX_TAGS + in->tag;
         uint64_t seq = in->kind == PLAN_I_SEND ? ++w->sent[ch] : ++w->received[ch];
-        return mine ? do_p2p(w, i, mb, layer, seq, peer) : 0;
+        if (!mine) return 0;
+        return round_fence(w, in, &x) ? -1 : do_p2p(w, i, mb, layer, seq, peer);
     }
     case PLAN_I_COLL: {
         uint64_t seq = w->colls[in->a] + 1;
         w->colls[in->a] += in->nargs / 2u;
-        if (!mine || gate_enter(w, in, &x)) return mine ? -1 : 0;
+        if (!mine || round_fence(w, in, &x) || gate_enter(w, in, &x)) return mine ? -1 : 0;
         int rc = do_coll(w, i, mb, layer, seq);
         return gate_leave(w, in, &x) || rc ? -1 : 0;
     }
     case PLAN_I_COMPUTE:
     case PLAN_I_COPY: {
         if (!mine) return 0;
-        if (gate_enter(w, in, &x)) return -1;
+        if (round_fence(w, in, &x) || gate_enter(w, in, &x)) return -1;
         bool lock = needs_lock(w, in);
         if (lock) pthread_mutex_lock(&w->rk->lock);
         int rc = in->kind == PLAN_I_COMPUTE ? do_compute(w, i, mb, layer) : do_copy(w, i, mb, layer);
@@ -787,6 +835,58 @@ static int read_loss(const rt_run *r, double *loss, char *err, size_t err_n) {
     return 0;
 }
 
+static uint32_t most_events(const plan *p) {
+    uint32_t n = 0;
+    for (uint32_t k = 0; k < p->n_programs; k++)
+        if (p->programs[k].n_events > n) n = p->programs[k].n_events;
+    return n;
+}
+
+// The counters one walker needs (events, sends and receives per peer and tag, collectives per group).
+static size_t walker_counters(const rt_run *r) {
+    return most_events(r->p) + 2 * (size_t)r->world * PLAN_MAX_TAGS + r->p->n_groups + 1;
+}
+
+// Gives walker x its counters from c on; returns the first counter past them.
+static uint64_t *attach_counters(const rt_run *r, walker *x, uint64_t *c) {
+    x->ev_seen = c, c += most_events(r->p);
+    x->sent = c, c += (size_t)r->world * PLAN_MAX_TAGS;
+    x->received = c, c += (size_t)r->world * PLAN_MAX_TAGS;
+    x->colls = c, c += r->p->n_groups + 1;
+    return c;
+}
+
+// Where rounds outlive the steps (see "background rounds"): issues every local rank's round of
+// this step, after the step's end and loss, and marks its end.
+static int run_rounds(rt_run *r, char *err, size_t err_n) {
+    if (r->be->thread_per_stream || !rt_backend_rounds_outlive_steps(r->be)) return 0;
+    for (int q = 0; q < r->world; q++) {
+        rt_rank *rk = &r->ranks[q];
+        if (!rk->local || rk->bg_loop < 0) continue;
+        walker w = {.run = r, .rk = rk, .stream = -1, .thread = q, .round = true};
+        uint64_t *counters = calloc(walker_counters(r), sizeof *counters);
+        if (!counters) return say(err, err_n, "out of memory issuing rank %d's background round", q), -1;
+        attach_counters(r, &w, counters);
+        uint64_t before = rk->bg_rounds;
+        rt_exec x = exec_of(&w, (int)rk->bg_stream);
+        char why[512] = "";
+        int rc = run_background(&w, (uint32_t)rk->bg_loop, (frame){-1, -1});
+        if (!rc) rc = flush(&w);
+        if (!rc && rk->bg_rounds != before && rt_backend_round_end(r->be, &x, why, sizeof why)) rc = rt_backend_fail(r->be, "%s", why);
+        free(w.pend), free(counters);
+        const char *e = rt_backend_error(r->be);
+        if (rc || e) return say(err, err_n, "step %llu: background round: %s", (unsigned long long)r->steps + 1, e ? e : why), -1;
+    }
+    return 0;
+}
+
+int rt_run_drain(const rt_run *r, char *err, size_t err_n) {
+    char why[512] = "";
+    if (!r->be || !rt_backend_rounds_outlive_steps(r->be) || !rt_backend_round_drain(r->be, why, sizeof why)) return 0;
+    say(err, err_n, "background round: %s", why);
+    return -1;
+}
+
 int rt_run_step(rt_run *r, double *loss, char *err, size_t err_n) {
     *loss = NAN;
     for (int q = 0; q < r->world; q++)
@@ -797,10 +897,7 @@ int rt_run_step(rt_run *r, double *loss, char *err, size_t err_n) {
     int n = r->world * (int)ns, started = 0;
     walker *w = calloc((size_t)n, sizeof *w);
     pthread_t *th = calloc((size_t)n, sizeof *th);
-    uint32_t n_events = 0;
-    for (uint32_t k = 0; k < r->p->n_programs; k++)
-        if (r->p->programs[k].n_events > n_events) n_events = r->p->programs[k].n_events;
-    uint64_t *counters = calloc((size_t)n * (n_events + 2 * (size_t)r->world * PLAN_MAX_TAGS + r->p->n_groups + 1), sizeof *counters);
+    uint64_t *counters = calloc((size_t)n * walker_counters(r), sizeof *counters);
     if (!w || !th || !counters) {
         free(w), free(th), free(counters);
         say(err, err_n, "out of memory starting step %llu", (unsigned long long)r->steps + 1);
@@ -818,10 +915,7 @@ int rt_run_step(rt_run *r, double *loss, char *err, size_t err_n) {
         for (uint32_t s = 0; r->ranks[q].local && s < (per_stream ? r->ranks[q].pg->n_streams : 1); s++) {
             walker *x = &w[started];
             *x = (walker){.run = r, .rk = &r->ranks[q], .stream = per_stream ? (int)s : -1, .thread = q * (int)ns + (int)s};
-            x->ev_seen = c, c += n_events;
-            x->sent = c, c += (size_t)r->world * PLAN_MAX_TAGS;
-            x->received = c, c += (size_t)r->world * PLAN_MAX_TAGS;
-            x->colls = c, c += r->p->n_groups + 1;
+            c = attach_counters(r, x, c);
             if (pthread_create(&th[started], NULL, walker_main, x)) {
                 rt_backend_fail(r->be, "cannot start a thread for rank %d stream %u", q, s);
                 rt_backend_thread_exit(r->be, x->thread);
@@ -839,8 +933,10 @@ int rt_run_step(rt_run *r, double *loss, char *err, size_t err_n) {
         say(err, err_n, "step %llu: %s", (unsigned long long)r->steps + 1, e ? e : end_err);
         return -1;
     }
+    int rc = read_loss(r, loss, err, err_n);
+    if (!rc) rc = run_rounds(r, err, err_n);
     r->steps++;
-    return read_loss(r, loss, err, err_n);
+    return rc;
 }
 
 /* ---- setting up ---- */

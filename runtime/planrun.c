@@ -514,6 +514,12 @@ static int run(const options *o, const plan *p, const how *h) {
         if (!quiet && o->log_every && ((s + 1) % o->log_every == 0 || s + 1 == o->steps))
             printf("step %ld/%ld  loss %.6f  %.1f ms\n", s + 1, o->steps, loss, 1e3 * (now_s() - ts));
     }
+    // A background round may still be running on the GPU: the run's time includes it, and
+    // --save and --compare read the parameters it writes.
+    if (!rc && rt_run_drain(&r, err, sizeof err)) {
+        fprintf(stderr, "planrun: %s\n", err);
+        rc = EXIT_RUN;
+    }
     if (lf && fclose(lf) && !rc) {
         fprintf(stderr, "planrun: %s: cannot write the losses\n", o->losses);
         rc = EXIT_FILE;

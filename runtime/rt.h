@@ -298,7 +298,7 @@ void rt_gate_stats_get(rt_gate *g, rt_gate_stats *s);
  *
  * Required: name, arena_alloc, arena_free, upload, download, kernel, copy, p2p, coll, record,
  * wait, fail, error. Optional (NULL: nothing to do): step_begin, step_end, thread_exit,
- * host_sum, when_done, join, free. */
+ * host_sum, when_done, join, round_end, round_fence, round_drain, free. */
 
 // Who issues a call: the host thread (0 .. ranks x streams - 1), the rank, and the stream the
 // work belongs to.
@@ -366,6 +366,17 @@ struct rt_backend {
     // Makes x's stream wait for the work issued so far on every other stream of x's rank (cuda:
     // an event per stream and cudaStreamWaitEvent). NULL: calls block, nothing to order.
     int (*join)(rt_backend *b, const rt_exec *x, char *err, size_t err_n);
+    // Background rounds that outlive the step (ShadowSync on an asynchronous backend; all three
+    // or none, NULL: calls block, a round is done when its last call returns). round_end marks
+    // the end of a round issued on x's stream: that stream then runs on past step_end, which no
+    // longer waits for it. round_fence makes x's stream wait for the last round_end (nothing
+    // before the first). round_drain makes the host wait for it (-1 on a failure or --timeout).
+    // With round_end set, the interpreter issues a rank's round after the step's end and loss
+    // (interp.c, "background rounds"), one rank after the other: only for a backend whose calls
+    // never wait for another rank's (one rank per process).
+    int (*round_end)(rt_backend *b, const rt_exec *x, char *err, size_t err_n);
+    int (*round_fence)(rt_backend *b, const rt_exec *x, char *err, size_t err_n);
+    int (*round_drain)(rt_backend *b, char *err, size_t err_n);
     void (*free)(rt_backend *b);    // frees b itself too
 };
 
@@ -400,6 +411,10 @@ const char *rt_backend_error(rt_backend *b);
 int rt_backend_host_sum(rt_backend *b, double *v, int n, char *err, size_t err_n);
 int rt_backend_when_done(rt_backend *b, const rt_exec *x, void (*fn)(void *), void *arg, char *err, size_t err_n);
 int rt_backend_join(rt_backend *b, const rt_exec *x, char *err, size_t err_n);
+bool rt_backend_rounds_outlive_steps(const rt_backend *b); // round_end is set
+int rt_backend_round_end(rt_backend *b, const rt_exec *x, char *err, size_t err_n);
+int rt_backend_round_fence(rt_backend *b, const rt_exec *x, char *err, size_t err_n);
+int rt_backend_round_drain(rt_backend *b, char *err, size_t err_n);
 void rt_backend_free(rt_backend *b); // accepts NULL
 
 /* ---- interp.c: the interpreter ----
@@ -461,6 +476,17 @@ int rt_run_init(rt_run *r, const plan *p, const rt_options *o, char *err, size_t
 // Runs one training step; *loss is the step's loss (the mean over micro-batches; NAN when the
 // plan has none). -1 with the failing rank, stream and instruction in err.
 int rt_run_step(rt_run *r, double *loss, char *err, size_t err_n);
+// Waits until no background round is in flight (a backend whose rounds outlive the steps; else
+// returns 0 at once): before the host reads or writes parameters (st.c does) and at the end of
+// a run. -1 with a message when the round failed or did not end within the timeout.
+int rt_run_drain(const rt_run *r, char *err, size_t err_n);
+// Whether instruction in of a program whose background round runs on stream bg_stream must wait
+// for the previous round first, where rounds outlive the steps: an operator or copy of the
+// optimizer (phase opt), which writes the params the round's "x += target - s" writes, and any
+// collective, send or receive (NCCL: another communicator must not run beside the round's, see
+// cuda/backend.c), on any stream but the round's. The walker waits before the first such
+// instruction of each stream in each step.
+bool rt_insn_waits_for_round(const plan_insn *in, int32_t bg_stream);
 void rt_run_free(rt_run *r); // accepts a zeroed run
 // The view of buffer b of rank rk for micro-batch mb and layer slot l (local piece, logical
 // shape; a scratch buffer is a flat vector of its dtype). Its data points into the backend's arena.

@@ -10,6 +10,8 @@
  * whichever rank is copied last does not matter. Tensors of a repeated block are saved per copy
  * as NAME.K. Only f32 params and state are saved; __metadata__.step holds the steps taken, so a
  * run that loads the file goes on with the next step's data and adamw's bias correction.
+ * A background round still in flight on a GPU (it outlives its step) is waited for before any
+ * piece is read or written (rt_run_drain).
  */
 #include "rt.h"
 
@@ -35,6 +37,7 @@ static bool saved_kind(const plan_tensor *t, bool state) {
 // after it (load).
 typedef void (*piece_fn)(void *ctx, const rt_view *v);
 static int for_each_piece(const rt_run *r, uint32_t ti, uint32_t c, bool load, piece_fn fn, void *ctx, char *err, size_t err_n) {
+    if (rt_run_drain(r, err, err_n)) return -1; // a background round still writing the params
     for (int q = 0; q < r->world; q++) {
         const rt_rank *rk = &r->ranks[q];
         for (uint32_t bi = 0; rk->local && bi < rk->pg->n_buffers; bi++) {

@@ -25,7 +25,29 @@
  * not return memory to the driver). So the device holds the arena plus that scratch plus
  * NCCL's and the libraries' own buffers: the plan's peak is the arena's size, not the whole.
  *
- * The end of a step records a marker on every stream and polls them, and polls NCCL's
+ * Background rounds (ShadowSync, interp.c "background rounds") outlive their step. The
+ * interpreter issues a rank's round after the step's end and loss, on the round's stream, which
+ * first waits for the rank's other streams (join); round_end records round_done there, and
+ * step_end neither marks nor waits for that stream, so the round runs beside the next step's
+ * forward and backward (which read x while it writes: ShadowSync's Hogwild-style tolerance, as
+ * on the CPU backend). The next step's first optimizer operator or copy, and first collective,
+ * send or receive, on each stream wait for round_done (round_fence), and so does the loss's
+ * all-reduce on the side stream; the host waits for it (round_drain) before it reads or writes
+ * parameters and at the end of the run, and be_free before it tears down.
+ *   Why communication waits for the round too: NCCL kernels spin until their peers arrive,
+ * and CUDA does not promise that two streams progress independently, so NCCL operations on two
+ * communicators running at once can deadlock even when every rank issues them in the same
+ * order (NCCL's user guide, "Using multiple NCCL communicators concurrently": "might work
+ * provided they can fit within the GPU, but could break at any time"; its maintainers in
+ * NVIDIA/nccl#195: to be safe, "a stream dependency so that the order they execute is the
+ * order they were submitted in"; also #522, #783, #1174). So on a rank the round's collectives
+ * and the foreground's never overlap: the round is issued after the step's last NCCL operation
+ * (the loss's sum included) has completed, and the next step's are ordered after round_done.
+ * What overlaps is the round (its copies, adds and collectives) with the next step's compute up
+ * to each stream's first communication; a plan whose forward communicates early (tensor or
+ * pipeline parallel) keeps little of that.
+ *
+ * The end of a step records a marker on every stream but the round's and polls them, and polls NCCL's
  * asynchronous errors, until all are done or nothing has progressed (no stream finished, no
  * communication completed) for --timeout; then every communicator is aborted and the message
  * names the first communication instruction that had not finished ("a dead rank makes the
@@ -256,6 +278,38 @@ static int be_join(rt_backend *b, const rt_exec *x, char *err, size_t err_n) {
     return 0;
 }
 
+/* ---- background rounds that outlive the step ---- */
+
+// The round issued on x's stream ends here: step_end leaves that stream running.
+static int be_round_end(rt_backend *b, const rt_exec *x, char *err, size_t err_n) {
+    cu_state *cu = cu_of(b);
+    cudaStream_t st;
+    CU_TRY(cu_stream(cu, x->stream, &st, err, err_n));
+    CUDA_CHECK(cudaEventRecord(cu->round_done, st));
+    cu->round_stream = x->stream, cu->round_pending = true;
+    return 0;
+}
+
+// x's stream waits for the last round's end (an optimizer's first update, a stream's first
+// communication in the step).
+static int be_round_fence(rt_backend *b, const rt_exec *x, char *err, size_t err_n) {
+    cu_state *cu = cu_of(b);
+    cudaStream_t st;
+    CU_TRY(cu_stream(cu, x->stream, &st, err, err_n));
+    if (cu->round_pending) CUDA_CHECK(cudaStreamWaitEvent(st, cu->round_done, 0));
+    return 0;
+}
+
+// The host waits for the last round's end (before it reads or writes parameters, at the end).
+static int be_round_drain(rt_backend *b, char *err, size_t err_n) {
+    cu_state *cu = cu_of(b);
+    if (!cu->round_pending) return 0;
+    CUDA_CHECK(cudaSetDevice(cu->device));
+    CU_TRY(cu_wait_event(cu, cu->round_done, "the background round", err, err_n));
+    cu->round_pending = false;
+    return 0;
+}
+
 /* ---- failures ---- */
 
 static void be_fail(rt_backend *b, const char *msg) {
@@ -326,6 +380,7 @@ static int wait_streams(cu_state *cu, cudaEvent_t *marks, char *err, size_t err_
     for (int spins = 0;; spins++) {
         int busy = 0;
         for (int s = 0; s < cu->n_streams; s++) {
+            if (s == cu->round_stream) continue; // a background round runs on past the step
             cudaError_t e = cudaEventQuery(marks[s]);
             if (e == cudaErrorNotReady) busy++;
             else if (e != cudaSuccess) {
@@ -347,7 +402,11 @@ static int wait_streams(cu_state *cu, cudaEvent_t *marks, char *err, size_t err_
         }
         if (cu_now() > deadline) {
             const char *w = first_unfinished(cu);
+            bool round = cu->round_pending && cudaEventQuery(cu->round_done) == cudaErrorNotReady;
             cu_nccl_abort(cu);
+            if (round) // the step's first communication and optimizer wait for it
+                return cu_say(err, err_n, "the previous background round did not finish within %g s (--timeout)%s%s: a peer "
+                              "rank is dead or stuck", cu->timeout_s, w ? "; the step waits at " : "", w ? w : "");
             if (w)
                 return cu_say(err, err_n, "%s did not finish within %g s (--timeout): a peer rank is dead, stuck or issues "
                               "its communication in another order", w, cu->timeout_s);
@@ -369,7 +428,8 @@ static int read_flag(cu_state *cu, char *err, size_t err_n) {
 
 static int step_end(cu_state *cu, char *err, size_t err_n) {
     CUDA_CHECK(cudaSetDevice(cu->device));
-    for (int s = 0; s < cu->n_streams; s++) CUDA_CHECK(cudaEventRecord(cu->marks[s], cu->streams[s]));
+    for (int s = 0; s < cu->n_streams; s++)
+        if (s != cu->round_stream) CUDA_CHECK(cudaEventRecord(cu->marks[s], cu->streams[s]));
     // After a failure in the walker the peers may never arrive: do not wait for them.
     if (cu->failed) cu_nccl_abort(cu);
     CU_TRY(wait_streams(cu, cu->marks, err, err_n));
@@ -392,6 +452,8 @@ static void be_free(rt_backend *b) {
     cu_state *cu = cu_of(b);
     if (cu) {
         cudaSetDevice(cu->device);
+        char why[256];
+        if (cu->round_pending) cu_wait_event(cu, cu->round_done, "the background round", why, sizeof why); // aborts when stuck
         for (int s = 0; s < cu->n_streams; s++)
             if (cu->streams[s]) cudaStreamSynchronize(cu->streams[s]);
         cu_prof_free(cu);
@@ -407,6 +469,7 @@ static void be_free(rt_backend *b) {
             if (cu->events[e]) cudaEventDestroy(cu->events[e]);
         for (int s = 0; s < CU_MAX_STREAMS; s++)
             if (cu->marks[s]) cudaEventDestroy(cu->marks[s]);
+        if (cu->round_done) cudaEventDestroy(cu->round_done);
         free(cu->events);
         if (cu->flag) cudaFree(cu->flag);
         pthread_mutex_destroy(&cu->mu);
@@ -446,6 +509,7 @@ static int make_streams(cu_state *cu, const plan_program *pg, int mode, char *er
         CUDA_CHECK(cudaEventCreateWithFlags(&cu->marks[s], cudaEventDisableTiming));
     }
     CUDA_CHECK(cudaStreamCreateWithFlags(&cu->side, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaEventCreateWithFlags(&cu->round_done, cudaEventDisableTiming));
     cu->n_events = pg->n_events;
     cu->events = calloc(cu->n_events ? cu->n_events : 1, sizeof *cu->events);
     if (!cu->events) return cu_say(err, err_n, "out of memory");
@@ -483,6 +547,7 @@ rt_backend *rt_backend_cuda_init(const plan *p, const rt_options *o, char *err, 
     }
     pthread_mutex_init(&cu->mu, NULL);
     cu->p = p, cu->device = cfg->device, cu->rank = cfg->rank, cu->world = cfg->world, cu->tf32 = cfg->tf32;
+    cu->round_stream = -1;
     cu->timeout_s = o->timeout_s > 0 ? o->timeout_s : 60;
     for (int a = (int)p->meta.n_axes - 1, rest = cu->rank; a >= 0; a--)
         cu->coord[a] = (uint32_t)rest % p->meta.mesh[a], rest /= (int)p->meta.mesh[a];
@@ -507,6 +572,9 @@ rt_backend *rt_backend_cuda_init(const plan *p, const rt_options *o, char *err, 
         .host_sum = cu_nccl_host_sum,
         .when_done = be_when_done,
         .join = be_join,
+        .round_end = be_round_end,
+        .round_fence = be_round_fence,
+        .round_drain = be_round_drain,
         .free = be_free,
     };
     const plan_program *pg = &p->programs[p->ranks[cu->rank].program];

@@ -89,6 +89,9 @@ typedef struct cu_state {
     cudnnHandle_t dnn[CU_MAX_STREAMS];
     cudaStream_t side;              // host_sum's all-reduce
     cudaEvent_t marks[CU_MAX_STREAMS]; // the end-of-step marker of each stream
+    cudaEvent_t round_done;         // recorded at the end of the last background round
+    int round_stream;               // the background rounds' stream (step_end skips it), -1 before the first
+    bool round_pending;             // round_done recorded and not yet seen complete by the host
     uint32_t n_events;
     cudaEvent_t *events;            // the plan's events
     int *flag;                      // device word the kernels raise (CK_FLAG_*)

@@ -738,7 +738,10 @@ int cu_nccl_host_sum(rt_backend *b, double *v, int n, char *err, size_t err_n) {
     cudaEvent_t ev = NULL;
     CU_TRY(cu_scratch(cu->side, (size_t)n * sizeof *v, &dev, err, err_n));
     int rc = 0;
-    if (ck_put_bytes(cu->side, dev, v, n * (int)sizeof *v) != cudaSuccess) rc = cu_say(err, err_n, "cannot stage the loss");
+    // Never beside a background round's collectives (another communicator; cuda/backend.c).
+    if (cu->round_pending && cudaStreamWaitEvent(cu->side, cu->round_done, 0) != cudaSuccess)
+        rc = cu_say(err, err_n, "cannot order the loss's all-reduce after the background round");
+    if (!rc && ck_put_bytes(cu->side, dev, v, n * (int)sizeof *v) != cudaSuccess) rc = cu_say(err, err_n, "cannot stage the loss");
     if (!rc) {
         ncclResult_t s = ncclAllReduce(dev, dev, (size_t)n, ncclFloat64, ncclSum, cu->world_comm, cu->side);
         if (!cu_nccl_ok(s)) rc = cu_fail(err, err_n, "NCCL", cu_nccl_str(s), "ncclAllReduce(loss)", __func__, __FILE__, __LINE__);
