@@ -28,23 +28,6 @@
 static const char *root;
 static char err[1024];
 
-// A file's bytes, NUL-terminated (NULL if it cannot be read).
-static char *slurp(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)len + 1);
-    if (buf && fread(buf, 1, (size_t)len, f) != (size_t)len) {
-        free(buf);
-        buf = NULL;
-    }
-    fclose(f);
-    if (buf) buf[len] = 0;
-    *n = (size_t)len;
-    return buf;
-}
 
 // text without its comment lines (the printer writes one; the plans in tests/ have more).
 static char *strip_comments(const char *text) {
@@ -83,7 +66,7 @@ static bool parse_file(const char *name, plan *p, char **text) {
     char path[1024];
     size_t n;
     snprintf(path, sizeof(path), "%s/tests/plans/%s", root, name);
-    *text = slurp(path, &n);
+    *text = test_slurp(path, &n);
     if (!*text) return false;
     return plan_parse(*text, n, path, p, err, sizeof(err)) == PLAN_OK;
 }
@@ -298,7 +281,7 @@ static void test_rank_read(void) {
     plan_free(&q);
     // corrupt the last byte of PROGRAM 1 (the file's last section)
     size_t n;
-    char *bytes = slurp(path, &n);
+    char *bytes = test_slurp(path, &n);
     bytes[n - 1] ^= 0x40;
     FILE *f = fopen(path, "wb");
     fwrite(bytes, 1, n, f);
@@ -498,7 +481,7 @@ static void test_long_loops(void) {
     char path[1024];
     size_t n;
     snprintf(path, sizeof(path), "%s/tests/plans/tp2pp2.plan.txt", root);
-    char *text = slurp(path, &n);
+    char *text = test_slurp(path, &n);
     EXPECT(text != NULL);
     if (!text) return;
     char *big = malloc(n + 64);

@@ -61,24 +61,12 @@ static void hook(rt_backend *b) {
 
 /* ---- the plan ---- */
 
-static char *slurp(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)len + 1);
-    if (buf && fread(buf, 1, (size_t)len, f) != (size_t)len) free(buf), buf = NULL;
-    if (buf) buf[len] = 0;
-    fclose(f);
-    return buf;
-}
 
 // The plan, its round every `period` steps (0: continuous, as written).
 static bool load(plan *p, int period) {
     char path[1024], err[1024];
     snprintf(path, sizeof path, "%s/tests/plans/bg-ma-1.plan.txt", root);
-    char *text = slurp(path), *at = text ? strstr(text, "loop background 0") : NULL;
+    char *text = test_slurp(path, NULL), *at = text ? strstr(text, "loop background 0") : NULL;
     if (!at) return fprintf(stderr, "     cannot read %s\n", path), free(text), false;
     at[strlen("loop background ")] = (char)('0' + period);
     plan_status st = plan_parse(text, strlen(text), path, p, err, sizeof err);

@@ -22,21 +22,6 @@
 static const char *root;
 static char err[2048];
 
-static char *slurp(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)len + 1);
-    if (buf && fread(buf, 1, (size_t)len, f) != (size_t)len) {
-        free(buf);
-        buf = NULL;
-    }
-    if (buf) buf[len] = 0;
-    fclose(f);
-    return buf;
-}
 
 // Parses text into p; false (with the message printed) if it does not parse.
 static bool parse(const char *text, const char *name, plan *p) {
@@ -48,7 +33,7 @@ static bool parse(const char *text, const char *name, plan *p) {
 static bool load(const char *rel, plan *p) {
     char path[1024];
     snprintf(path, sizeof(path), "%s/%s", root, rel);
-    char *text = slurp(path);
+    char *text = test_slurp(path, NULL);
     bool ok = text && parse(text, rel, p);
     if (!text) fprintf(stderr, "     cannot read %s\n", path);
     free(text);
@@ -199,7 +184,7 @@ static void test_background_round(void) {
     char *src = NULL;
     char path[1024];
     snprintf(path, sizeof(path), "%s/tests/plans/sim-bg.plan.txt", root);
-    EXPECT((src = slurp(path)) != NULL);
+    EXPECT((src = test_slurp(path, NULL)) != NULL);
     char *at = src ? strstr(src, "loop background 1") : NULL;
     EXPECT(at != NULL);
     if (at) at[16] = '4';
