@@ -7,11 +7,12 @@
  * background program that keeps the replicas together. A parameter's replicas are the ranks of
  * the mesh axes it is replicated along with its gradient summed: dp, and tp where the ILP split
  * its operators by the batch (ShadowSync's layout: embedding tables sharded over the tp group,
- * the dense layers data-parallel beside them); each parameter's round runs over a group of its
- * own axes, and the defaults that depend on the number of trainers N take its replica count. It is one round of synchronization in a
- * background loop (runtime/PLAN_FORMAT.md: loop variable `background`, count = the period in
- * steps, 0 = continuous) on a stream of its own at the lowest priority and a communicator group
- * of its own, which the runtime runs beside the steps.
+ * the dense layers data-parallel beside them); each parameter's part of a round runs over a
+ * group of its own axes, and the defaults that depend on the number of trainers N take its
+ * replica count. The program is one round of synchronization in a background loop
+ * (runtime/PLAN_FORMAT.md: loop variable `background`, count = the period in steps, 0 =
+ * continuous) on a stream of its own at the lowest priority and communicator groups of its own,
+ * which the runtime runs beside the steps.
  *
  * A round, per parameter x (home buffer X), made of copies, scale and add operators and one
  * all-reduce over the replicas, so any backend runs it with the kernels it has:
