@@ -511,16 +511,6 @@ static int stop_flag(walker *w, uint32_t fb, double *v, bool set) {
     return 0;
 }
 
-// The members of rank rk's instance of the group of collective `last`.
-static uint32_t group_size(const rt_run *r, const plan_insn *last) {
-    const plan_group *g = &r->p->groups[last->a];
-    if (!g->axes) return g->n_ranks;
-    uint32_t n = 1;
-    for (uint32_t a = 0; a < r->p->meta.n_axes; a++)
-        if (g->axes >> a & 1u) n *= r->p->meta.mesh[a];
-    return n;
-}
-
 static int run_background(walker *w, uint32_t i, frame f) {
     rt_rank *rk = w->rk;
     const plan_insn *in = &rk->pg->insns[i];
@@ -541,7 +531,7 @@ static int run_background(walker *w, uint32_t i, frame f) {
     }
     const plan_insn *last = &rk->pg->insns[hi - 1];
     uint32_t fb = rk->pg->args[last->args];
-    uint32_t n = group_size(w->run, last);
+    uint64_t n = plan_group_size(w->run->p, (uint32_t)last->a);
     for (;;) {
         double flag = fg_done(rk) ? 1 : 0;
         if (walk(w, lo, hi - 1, f) || stop_flag(w, fb, &flag, true) || step_insn(w, hi - 1, f)) return -1;

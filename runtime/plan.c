@@ -1240,3 +1240,13 @@ plan_status plan_write(const plan *p, const char *path, char *err, size_t err_n)
     free(data);
     return st;
 }
+
+uint64_t plan_group_size(const plan *p, uint32_t g) {
+    if (g == PLAN_NONE) return 1;
+    const plan_group *gr = &p->groups[g];
+    if (!gr->axes) return gr->n_ranks;
+    uint64_t n = 1;
+    for (uint32_t i = 0; i < p->meta.n_axes; i++)
+        if (gr->axes >> i & 1u) n *= p->meta.mesh[i];
+    return n;
+}

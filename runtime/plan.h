@@ -333,6 +333,9 @@ const char *plan_op_name(uint32_t op);
 const char *plan_coll_name(uint32_t coll);
 const char *plan_dtype_name(uint32_t dtype);
 uint32_t plan_dtype_bytes(uint32_t dtype); // 0 for a value out of range
+// The members of one instance of group g: the product of its axes' mesh sizes, or its explicit
+// ranks; 1 for PLAN_NONE. g must be in range (plan_check has checked it).
+uint64_t plan_group_size(const plan *p, uint32_t g);
 const char *plan_tensor_kind_name(uint32_t kind);
 const char *plan_init_name(uint32_t init);
 const char *plan_data_name(uint32_t data);

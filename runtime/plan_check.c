@@ -556,16 +556,6 @@ static plan_status pfail(checker *c, uint32_t k, const char *fmt, ...) __attribu
 
 /* ---- plan_check: items one by one ---- */
 
-static uint64_t group_size(const plan *p, uint32_t g) {
-    if (g == PLAN_NONE) return 1;
-    const plan_group *gr = &p->groups[g];
-    if (!gr->axes) return gr->n_ranks;
-    uint64_t n = 1;
-    for (uint32_t i = 0; i < p->meta.n_axes; i++)
-        if (gr->axes >> i & 1u) n *= p->meta.mesh[i];
-    return n;
-}
-
 static plan_status check_tensors(checker *c) {
     for (uint32_t i = 0; i < c->p->n_tensors; i++) {
         const plan_tensor *t = &c->p->tensors[i];
@@ -665,7 +655,7 @@ static plan_status check_arity(checker *c, uint32_t k, uint32_t i) {
 static plan_status check_coll_sizes(checker *c, uint32_t k, uint32_t i, uint32_t j) {
     const plan_program *pg = &c->p->programs[k];
     const plan_insn *in = &pg->insns[i];
-    uint64_t n = group_size(c->p, (uint32_t)in->a);
+    uint64_t n = plan_group_size(c->p, (uint32_t)in->a);
     uint32_t np = in->nargs / 2u;
     uint64_t bi = pg->buffers[pg->args[in->args + j]].bytes, bo = pg->buffers[pg->args[in->args + np + j]].bytes;
     const char *name = plan_coll_name(in->code);
