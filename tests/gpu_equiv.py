@@ -23,6 +23,9 @@ Then gpt-tiny on the GPU under a launcher's variables (RANK=0 WORLD_SIZE=1 LOCAL
 the tcp and the file rendezvous (a world of one goes through the motions when --rendezvous is
 given) must give the same losses; and with --tf32 the losses stay within 1e-2.
 
+ShadowSync on one GPU: MA every step and continuous MA with one trainer leave the parameters as
+the plain plan does, bit for bit; EASGD and BMUF every 2 steps on dlrm-small train as on the cpu.
+
 gpt-tiny on the GPU with a cnn-small background replica beside it (planrun --background, 1 and 4
 pieces in flight): both within the same tolerances of their cpu runs.
 
@@ -37,6 +40,7 @@ import tempfile
 
 STEPS = 10
 LOSS_RTOL = 2e-3
+BG_LOSS_RTOL = 2e-2
 RTOL, ATOL = 1e-2, 2e-3
 MODELS = ["mlp", "gpt-tiny", "cnn-small", "dlrm-small"]
 
@@ -197,6 +201,47 @@ def background_job(planrun, tmp):
         report(ok, name, f"{detail}; {line}")
 
 
+def background_sync(plancc, planrun, root, tmp):
+    """ShadowSync on the GPU, one rank (the round's own stream and communicator, its events against
+    the next step): MA every step and continuous MA with one trainer leave the parameters exactly
+    as the plain plan on the GPU leaves them (the average of one replica is itself); EASGD and BMUF
+    every 2 steps on dlrm-small train as the same plan does on the cpu backend. Their losses get
+    BG_LOSS_RTOL, not LOSS_RTOL: on both backends the round outlives its step, so whether the next
+    forward reads a parameter before or after the round's delta lands is a race the algorithm
+    allows (EASGD's one-trainer pull moves the parameters; measured on an H100: 3.2e-3)."""
+    def plan(name, model, *extra):
+        out = os.path.join(tmp, name + ".plan")
+        p = run(plancc, "-q", os.path.join(root, "models", model + ".json"), "--cluster",
+                os.path.join(root, "models", "clusters", "cpu.json"), "--devices", 1, *extra, "-o", out)
+        return out if p.returncode == 0 else report(False, f"compile {name}", p.stderr[-600:])
+
+    ref = plan("mlp-plain", "mlp")
+    st = os.path.join(tmp, "mlp-plain.gpu.st")
+    p = run(planrun, ref, "--backend", "cuda", "--steps", STEPS, "--save", st, "--quiet")
+    if p.returncode:
+        return report(False, "background sync: the plain mlp plan on the GPU", f"exit {p.returncode}: {p.stderr[-800:]}")
+    for period, rounds in (("1", f"background rounds: {STEPS} to {STEPS} per rank"), ("continuous", "background rounds: ")):
+        bg = plan(f"mlp-ma-{period}", "mlp", "--sync", f"background:algo=ma,period={period}")
+        p = run(planrun, bg, "--backend", "cuda", "--steps", STEPS, "--compare", st, "--rtol", 0, "--atol", 0, "--log-every", 0)
+        report(p.returncode == 0 and rounds in p.stdout, f"one trainer, MA period={period} on the GPU: parameters equal the "
+               "plain plan's bit for bit", (p.stdout + p.stderr)[-800:])
+    for algo in ("easgd", "bmuf"):
+        bg = plan(f"dlrm-{algo}", "dlrm-small", "--sync", f"background:algo={algo},period=2")
+        base = os.path.join(tmp, f"dlrm-{algo}")
+        p = run(planrun, bg, "--steps", STEPS, "--quiet", "--save", base + ".cpu.st", "--losses", base + ".cpu.loss")
+        if p.returncode:
+            report(False, f"dlrm-small, {algo} every 2 steps: the cpu run", f"exit {p.returncode}: {p.stderr[-800:]}")
+            continue
+        p = run(planrun, bg, "--backend", "cuda", "--steps", STEPS, "--losses", base + ".gpu.loss", "--compare",
+                base + ".cpu.st", "--rtol", RTOL, "--atol", ATOL)
+        if p.returncode not in (0, 7):
+            report(False, f"dlrm-small, {algo} every 2 steps, cuda vs cpu", f"exit {p.returncode}: {p.stdout[-600:]} {p.stderr[-1200:]}")
+            continue
+        ok, detail = compare_losses(losses(base + ".gpu.loss"), losses(base + ".cpu.loss"), BG_LOSS_RTOL)
+        report(ok and p.returncode == 0 and "background rounds: 5 to 5 per rank" in p.stdout,
+               f"dlrm-small, {algo} every 2 steps, cuda vs cpu", f"{detail}; {p.stdout.strip().splitlines()[-1] if p.stdout.strip() else p.stderr[-600:]}")
+
+
 def main():
     if len(sys.argv) < 4:
         print(__doc__)
@@ -222,6 +267,7 @@ def main():
             bf16(plancc, planrun, root, tmp)
         if "gpt-tiny" in models and "cnn-small" in models:
             background_job(planrun, tmp)
+        background_sync(plancc, planrun, root, tmp)
         if gpu_count() >= 2:
             two_ranks(plancc, planrun, root, tmp)
         else:

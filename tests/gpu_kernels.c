@@ -148,6 +148,8 @@ static void elementwise(void) {
     }
     c = mk("fill", "fill", 0), OUT(&c, 7, 3), c.attrs.f[PLAN_AF_SCALE] = 0.125, push(c);
     c = mk("reduce_sum", "reduce_sum", 1e-6), IN(&c, 3, 4, 5), OUT(&c, 4, 5), push(c);
+    // Many rows: several chunks of the CUDA kernel's two passes, a last column tile half full.
+    c = mk("reduce_sum, 600 rows", "reduce_sum", 1e-5), IN(&c, 3, 200, 70), OUT(&c, 70), push(c);
     c = mk("dropout", "dropout", 0), IN(&c, 3, 8, 16), OUT(&c, 3, 8, 16), c.attrs.f[PLAN_AF_P] = 0.3, c.attrs.i[PLAN_AI_SEED] = 5;
     for (int k = 0; k < 2; k++) c.v[k].start[0] = 1, c.v[k].full[0] = 5, c.v[k].start[2] = 16, c.v[k].full[2] = 48;
     push(c);
@@ -164,6 +166,11 @@ static void rows(void) {
     for (int i = 0; i < 2; i++) {
         c = mk(gx[i], gx[i], 1e-5), c.attrs.f[PLAN_AF_EPS] = 1e-5, IN(&c, 5, 40), IN(&c, 5, 40), IN(&c, 40), OUT(&c, 5, 40), push(c);
         c = mk(gw[i], gw[i], 1e-5), c.attrs.f[PLAN_AF_EPS] = 1e-5, IN(&c, 5, 40), IN(&c, 5, 40), OUT(&c, 40);
+        if (!i) OUT(&c, 40);
+        push(c);
+        char many[48];
+        snprintf(many, sizeof many, "%s, 700 rows", gw[i]);
+        c = mk(many, gw[i], 1e-5), c.attrs.f[PLAN_AF_EPS] = 1e-5, IN(&c, 700, 40), IN(&c, 700, 40), OUT(&c, 40);
         if (!i) OUT(&c, 40);
         push(c);
     }

@@ -197,26 +197,95 @@ extern "C" cudaError_t ck_row_stats(cudaStream_t st, int64_t rows, int64_t h, co
     return cudaGetLastError();
 }
 
-// One thread per column, the rows in order (the CPU's order: a float sum from zero).
-__global__ void k_norm_grad_w(int64_t rows, int64_t h, const void *dy, int dydt, const void *x, int xdt, const double *mean,
-                              const double *rstd, void *dg, int dgdt, void *db, int dbdt, bool acc) {
-    CK_FOR_EACH(j, h) {
-        float sg = acc ? ld(dg, j, dgdt) : 0, sb = db && acc ? ld(db, j, dbdt) : 0;
-        for (int64_t r = 0; r < rows; r++) {
-            float d = ld(dy, r * h + j, dydt);
-            sg += (float)((double)d * ((double)ld(x, r * h + j, xdt) - mean[r]) * rstd[r]);
-            sb += d;
+/* ---- column sums: reduce_sum over leading dimensions, the norms' weight gradients ----
+ *
+ * Two passes, deterministic: pass one gives each block a tile of CR_COLS columns and one chunk
+ * of rows (threads CR_COLS x CR_ROWS, the warp along the columns so that loads coalesce) and
+ * writes the tile's sums in double to part[chunk][col]; pass two adds the chunks in order. The
+ * chunk count depends on the shape alone (ck_col_chunks), never on the device. One thread per
+ * column over all the rows, as the CPU sums, left a 768-wide gradient to 3 blocks: 6 ms for
+ * layernorm_grad_w at [8192, 768] on an H100, against 50 MB to read. */
+
+#define CR_COLS 32
+#define CR_ROWS 8
+#define CR_BLOCKS 1024 // pass one's target block count: enough to fill any GPU of this decade
+#define CR_MIN_ROWS 64 // rows per chunk at least
+
+extern "C" int64_t ck_col_chunks(int64_t rows, int64_t cols) {
+    int64_t tiles = (cols + CR_COLS - 1) / CR_COLS, by_rows = (rows + CR_MIN_ROWS - 1) / CR_MIN_ROWS;
+    int64_t n = CR_BLOCKS / (tiles < 1 ? 1 : tiles);
+    n = n < by_rows ? n : by_rows;
+    return n < 1 ? 1 : n > 65535 ? 65535 : n;
+}
+
+// norm: dy = x0, x = x1, the pair (sum dy xhat, sum dy) into part and part + chunks cols;
+// otherwise the plain sum of x0 into part.
+template <bool norm>
+__global__ void k_col_part(int64_t rows, int64_t cols, int64_t chunk, const void *x0, int x0dt, const void *x1, int x1dt,
+                           const double *mean, const double *rstd, double *part) {
+    __shared__ double sh[2][CR_ROWS][CR_COLS + 1];
+    int tx = threadIdx.x, ty = threadIdx.y;
+    int64_t j = (int64_t)blockIdx.x * CR_COLS + tx, r0 = (int64_t)blockIdx.y * chunk, r1 = r0 + chunk < rows ? r0 + chunk : rows;
+    double a = 0, b = 0;
+    if (j < cols) {
+#pragma unroll 4
+        for (int64_t r = r0 + ty; r < r1; r += CR_ROWS) {
+            double d = ld(x0, r * cols + j, x0dt);
+            if (norm) {
+                a += d * ((double)ld(x1, r * cols + j, x1dt) - mean[r]) * rstd[r];
+                b += d;
+            } else {
+                a += d;
+            }
         }
-        st(dg, j, dgdt, sg);
-        if (db) st(db, j, dbdt, sb);
+    }
+    sh[0][ty][tx] = a, sh[1][ty][tx] = b;
+    __syncthreads();
+    if (ty == 0 && j < cols) {
+        for (int k = 1; k < CR_ROWS; k++) a += sh[0][k][tx], b += sh[1][k][tx];
+        int64_t chunks = gridDim.y;
+        part[blockIdx.y * cols + j] = a;
+        if (norm) part[(chunks + blockIdx.y) * cols + j] = b;
     }
 }
 
-extern "C" cudaError_t ck_norm_grad_w(cudaStream_t st, int64_t rows, int64_t h, const void *dy, int dydt, const void *x, int xdt,
-                                      const double *mean, const double *rstd, void *dg, int dgdt, void *db, int dbdt, bool acc) {
-    if (h <= 0) return cudaSuccess;
-    k_norm_grad_w<<<ck_grid(h), CK_THREADS, 0, st>>>(rows, h, dy, dydt, x, xdt, mean, rstd, dg, dgdt, db, dbdt, acc);
+// y[j] (+)= sum over the chunks of part[c][j], in chunk order; y2 the same from the second half.
+__global__ void k_col_final(int64_t chunks, int64_t cols, const double *part, void *y, int ydt, void *y2, int y2dt, bool acc) {
+    CK_FOR_EACH(j, cols) {
+        double a = 0, b = 0;
+        for (int64_t c = 0; c < chunks; c++) {
+            a += part[c * cols + j];
+            if (y2) b += part[(chunks + c) * cols + j];
+        }
+        put(y, j, ydt, (float)a, acc);
+        if (y2) put(y2, j, y2dt, (float)b, acc);
+    }
+}
+
+static cudaError_t col_sums(cudaStream_t st, bool norm, int64_t rows, int64_t cols, const void *x0, int x0dt, const void *x1, int x1dt,
+                            const double *mean, const double *rstd, double *part, void *y, int ydt, void *y2, int y2dt, bool acc) {
+    if (cols <= 0) return cudaSuccess;
+    int64_t chunks = ck_col_chunks(rows, cols), chunk = (rows + chunks - 1) / chunks;
+    dim3 grid((unsigned)((cols + CR_COLS - 1) / CR_COLS), (unsigned)chunks), block(CR_COLS, CR_ROWS);
+    if (norm)
+        k_col_part<true><<<grid, block, 0, st>>>(rows, cols, chunk, x0, x0dt, x1, x1dt, mean, rstd, part);
+    else
+        k_col_part<false><<<grid, block, 0, st>>>(rows, cols, chunk, x0, x0dt, x1, x1dt, mean, rstd, part);
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) return e;
+    k_col_final<<<ck_grid(cols), CK_THREADS, 0, st>>>(chunks, cols, part, y, ydt, y2, y2dt, acc);
     return cudaGetLastError();
+}
+
+extern "C" cudaError_t ck_norm_grad_w(cudaStream_t st, int64_t rows, int64_t h, const void *dy, int dydt, const void *x, int xdt,
+                                      const double *mean, const double *rstd, double *part, void *dg, int dgdt, void *db, int dbdt,
+                                      bool acc) {
+    return col_sums(st, true, rows, h, dy, dydt, x, xdt, mean, rstd, part, dg, dgdt, db, dbdt, acc);
+}
+
+extern "C" cudaError_t ck_sum_leading(cudaStream_t st, int64_t outer, int64_t inner, const void *x, int xdt, double *part, void *y,
+                                      int ydt, bool acc) {
+    return col_sums(st, false, outer, inner, x, xdt, NULL, 0, NULL, NULL, part, y, ydt, NULL, 0, acc);
 }
 
 /* ---- softmax ---- */
@@ -351,21 +420,6 @@ __global__ void k_sum_into(int64_t n, const double *v, double count, void *out, 
 
 extern "C" cudaError_t ck_sum_into(cudaStream_t st, int64_t n, const double *v, double count, void *out, int odt, bool acc) {
     k_sum_into<<<1, CK_THREADS, 0, st>>>(n < 0 ? 0 : n, v, count, out, odt, acc);
-    return cudaGetLastError();
-}
-
-__global__ void k_sum_leading(int64_t outer, int64_t inner, const void *x, int xdt, void *y, int ydt, bool acc) {
-    CK_FOR_EACH(j, inner) {
-        float s = acc ? ld(y, j, ydt) : 0;
-        for (int64_t o = 0; o < outer; o++) s += ld(x, o * inner + j, xdt);
-        st(y, j, ydt, s);
-    }
-}
-
-extern "C" cudaError_t ck_sum_leading(cudaStream_t st, int64_t outer, int64_t inner, const void *x, int xdt, void *y, int ydt,
-                                      bool acc) {
-    if (inner <= 0) return cudaSuccess;
-    k_sum_leading<<<ck_grid(inner), CK_THREADS, 0, st>>>(outer, inner, x, xdt, y, ydt, acc);
     return cudaGetLastError();
 }
 

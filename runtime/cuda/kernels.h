@@ -87,9 +87,13 @@ cudaError_t ck_norm_grad_x(cudaStream_t st, int64_t rows, int64_t h, const void 
 // Per row: mean (0 unless center) and rstd, as doubles.
 cudaError_t ck_row_stats(cudaStream_t st, int64_t rows, int64_t h, const void *x, int xdt, double eps, bool center,
                          double *mean, double *rstd);
-// dg[j] = sum_r dy xhat (and db[j] = sum_r dy when db), over the rows, in row order.
+// Column sums (ck_norm_grad_w, ck_sum_leading) run in two passes through `part`, device scratch
+// of ck_col_chunks(rows, cols) * cols doubles (twice that for ck_norm_grad_w), in double, in a
+// fixed order that depends on the shape alone.
+int64_t ck_col_chunks(int64_t rows, int64_t cols);
+// dg[j] = sum_r dy xhat (and db[j] = sum_r dy when db), over the rows.
 cudaError_t ck_norm_grad_w(cudaStream_t st, int64_t rows, int64_t h, const void *dy, int dydt, const void *x, int xdt,
-                           const double *mean, const double *rstd, void *dg, int dgdt, void *db, int dbdt, bool acc);
+                           const double *mean, const double *rstd, double *part, void *dg, int dgdt, void *db, int dbdt, bool acc);
 // softmax over rows; softmax_grad dx = y (dy - sum(dy y)).
 cudaError_t ck_softmax(cudaStream_t st, int64_t rows, int64_t n, const void *x, int xdt, void *y, int ydt, bool acc);
 cudaError_t ck_softmax_grad(cudaStream_t st, int64_t rows, int64_t n, const void *dy, int dydt, const void *y, int ydt,
@@ -108,7 +112,8 @@ cudaError_t ck_loss_terms(cudaStream_t st, bool bce, int64_t n, const void *a, i
 // out = (acc ? out : 0) + sum(v[0..n)) / count, summed in order by one block.
 cudaError_t ck_sum_into(cudaStream_t st, int64_t n, const double *v, double count, void *out, int odt, bool acc);
 // y[j] = (acc ? y[j] : 0) + sum_o x[o inner + j] (reduce_sum over leading dimensions).
-cudaError_t ck_sum_leading(cudaStream_t st, int64_t outer, int64_t inner, const void *x, int xdt, void *y, int ydt, bool acc);
+cudaError_t ck_sum_leading(cudaStream_t st, int64_t outer, int64_t inner, const void *x, int xdt, double *part, void *y, int ydt,
+                           bool acc);
 
 /* ---- data movement (kernels.cu) ---- */
 

@@ -400,7 +400,12 @@ static int op_reduce_sum(oc *c, char *err, size_t err_n) {
     for (int i = 0; ok && i < y->rank; i++) ok = y->shape[i] == x->shape[x->rank - y->rank + i];
     if (!ok) return fail(c, err, err_n, "output 0 is %s; it must be a suffix of input 0's shape %s", SHAPE(y), SHAPE(x));
     int64_t inner = numel(y), outer = inner ? numel(x) / inner : 0;
-    CUDA_CHECK(ck_sum_leading(c->st, outer, inner, x->data, x->dtype, y->data, y->dtype, c->acc));
+    if (!inner) return 0;
+    double *part = NULL;
+    CU_TRY(scratch(c, (size_t)(ck_col_chunks(outer, inner) * inner) * sizeof(double), (void **)&part, err, err_n));
+    cudaError_t e = ck_sum_leading(c->st, outer, inner, x->data, x->dtype, part, y->data, y->dtype, c->acc);
+    cu_scratch_free(c->st, part);
+    CUDA_CHECK(e);
     return 0;
 }
 
@@ -463,11 +468,12 @@ static int op_norm_grad_w(oc *c, char *err, size_t err_n) {
     }
     if (!h) return 0;
     double *stats = NULL;
-    CU_TRY(scratch(c, (size_t)(2 * (rows ? rows : 1)) * sizeof(double), (void **)&stats, err, err_n));
+    size_t nstats = (size_t)(2 * (rows ? rows : 1)), npart = (size_t)(2 * ck_col_chunks(rows, h) * h);
+    CU_TRY(scratch(c, (nstats + npart) * sizeof(double), (void **)&stats, err, err_n));
     cudaError_t e = ck_row_stats(c->st, rows, h, x->data, x->dtype, c->a->f[PLAN_AF_EPS], ln, stats, stats + rows);
     if (e == cudaSuccess)
-        e = ck_norm_grad_w(c->st, rows, h, dy->data, dy->dtype, x->data, x->dtype, stats, stats + rows, c->out[0].data, c->out[0].dtype,
-                           ln ? c->out[1].data : NULL, ln ? c->out[1].dtype : 0, c->acc);
+        e = ck_norm_grad_w(c->st, rows, h, dy->data, dy->dtype, x->data, x->dtype, stats, stats + rows, stats + nstats, c->out[0].data,
+                           c->out[0].dtype, ln ? c->out[1].data : NULL, ln ? c->out[1].dtype : 0, c->acc);
     cu_scratch_free(c->st, stats);
     CUDA_CHECK(e);
     return 0;
