@@ -23,7 +23,12 @@ __global__ void k_ew(ck_ew_args a) {
     CK_FOR_EACH(i, a.n) {
         float v = 0, x = 0, y = 0;
         if (a.a) x = ld(a.a, i, a.adt);
-        int64_t bi = a.b ? (i / a.b_inner) % a.b_n : 0;
+        // The common cases without a 64-bit division (tens of instructions): b as large as a, and
+        // 32-bit arithmetic where a fits.
+        int64_t bi = 0;
+        if (a.b && a.b_inner == 1 && a.b_n >= a.n) bi = i;
+        else if (a.b && a.n <= UINT32_MAX) bi = ((uint32_t)i / (uint32_t)a.b_inner) % (uint32_t)a.b_n;
+        else if (a.b) bi = (i / a.b_inner) % a.b_n;
         switch (a.op) {
         case CK_EW_ADD:
             if (a.ua) v += x;

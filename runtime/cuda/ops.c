@@ -15,8 +15,10 @@
  *   - kernels.cu and kernels_nn.cu for everything else (element-wise, norms, softmax, losses,
  *     data movement, embeddings, dropout, pooling, batch norm, the optimizers).
  * Attention, convolution and the embedding gradients compute in f32: for f16/bf16 operands they
- * run on f32 copies in scratch (staged), converted back at the end. Everything else reads and
- * writes f16/bf16 directly with f32 arithmetic.
+ * run on f32 copies in scratch (staged), converted back at the end; attention's products then run
+ * in TF32 (f16 and bf16 values are exact in its 10-bit mantissa, the softmax's probabilities
+ * keep more bits than the 16-bit output they feed, and the sums stay f32). Everything else
+ * reads and writes f16/bf16 directly with f32 arithmetic.
  *
  * Checks. Before anything is enqueued: the arity is ops.def's, every view has rank <= 8, sizes
  * >= 0, a piece inside its logical tensor and data, ids and labels are int32, float operands are
@@ -57,6 +59,7 @@ typedef struct oc {
     uint32_t nin, nout;
     const char *name;
     bool acc;
+    bool staged16; // f16/bf16 operands staged to f32 (staged()): products may run in TF32
     cudaStream_t st;
     cublasHandle_t blas;
     cudnnHandle_t dnn;
@@ -205,7 +208,7 @@ static int gemm(oc *c, char *err, size_t err_n, bool ta, bool tb, int64_t m, int
         return fail(c, err, err_n, "a product of %lld x %lld x %lld (batch %lld) is beyond cuBLAS's int sizes", (long long)m,
                     (long long)n, (long long)k, (long long)batch);
     cudaDataType_t t = cuda_type(dt);
-    cublasComputeType_t ct = dt == CK_F32 && c->cu->tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    cublasComputeType_t ct = dt == CK_F32 && (c->cu->tf32 || c->staged16) ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
     CUBLAS_CHECK(cublasGemmStridedBatchedEx(c->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, (int)n, (int)m,
                                             (int)k, &alpha, B, t, (int)ldb, sB, A, t, (int)lda, sA, &beta, C, t, (int)ldc, sC,
                                             (int)batch, ct, CUBLAS_GEMM_DEFAULT));
@@ -1193,7 +1196,7 @@ static int staged(oc *c, op_fn *fn, char *err, size_t err_n) {
         }
     }
     oc c2 = *c;
-    c2.in = v, c2.out = v + c->nin;
+    c2.in = v, c2.out = v + c->nin, c2.staged16 = true;
     if (!rc) rc = fn(&c2, err, err_n);
     for (uint32_t j = 0; j < c->nout && !rc; j++) {
         const rt_view *dst = &c->out[j];
