@@ -131,6 +131,20 @@ static void products(void) {
         for (int i = 0; i < 3; i++) OUT(&c, 2, 7, 3, 4);
         c.attrs.i[PLAN_AI_CAUSAL] = causal, c.product = true, push(c);
     }
+    // Long rows: the CUDA softmax keeps 2, 4 or 8 elements a thread in registers up to 2048, and
+    // reads the row again beyond.
+    static const int64_t lens[] = {300, 700, 1500, 2100};
+    for (int i = 0; i < 4; i++) {
+        int64_t s = lens[i];
+        for (int grad = 0; grad < 2; grad++) {
+            char name[64];
+            snprintf(name, sizeof name, "%s, s %lld%s", grad ? "attention_grad" : "attention", (long long)s, i % 2 ? "" : ", causal");
+            c = mk(name, grad ? "attention_grad" : "attention", 1e-4);
+            for (int k = 0; k < 3 + grad; k++) IN(&c, 1, s, 2, 4);
+            for (int k = 0; k < (grad ? 3 : 1); k++) OUT(&c, 1, s, 2, 4);
+            c.attrs.i[PLAN_AI_CAUSAL] = i % 2 == 0, c.product = true, push(c);
+        }
+    }
 }
 
 static void elementwise(void) {
