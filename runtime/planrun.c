@@ -512,7 +512,7 @@ static int run(const options *o, const plan *p, const how *h) {
         if (s == 0) first = loss;
         if (lf) fprintf(lf, o->f64 ? "%.17g\n" : "%.9g\n", loss);
         if (!quiet && o->log_every && ((s + 1) % o->log_every == 0 || s + 1 == o->steps))
-            printf("step %ld/%ld  loss %.6f  %.1f ms\n", s + 1, o->steps, loss, 1e3 * (now_s() - ts));
+            printf("step %ld/%ld  loss %.6f  %.3f ms\n", s + 1, o->steps, loss, 1e3 * (now_s() - ts));
     }
     // A background round may still be running on the GPU: the run's time includes it, and
     // --save and --compare read the parameters it writes.
