@@ -31,12 +31,15 @@
  * initializes from the param NAME as it does "NAME:master"); the block momentum at zero.
  *
  * Buffers of the round are placed past the foreground's arena (the two run at the same time;
- * plan_check refuses a background buffer that overlaps a foreground one). A parameter's
- * all-reduce is issued in pieces of at most chunk= bytes (default 4 MiB), each a collective over
- * a range of the buffer's elements, so that no one background collective holds the link long
- * (NCCL does not preempt a running kernel for a higher-priority stream); every rank runs the
- * same program, so every rank issues them in the same order. Limits: parameters of repeated
- * blocks are not supported (emit.c refuses them).
+ * plan_check refuses a background buffer that overlaps a foreground one). The all-reduces are
+ * bucketed: the params of one group, in order, share one in-place all-reduce instruction up to
+ * chunk= bytes (default 4 MiB; their buffers back to back, so a runtime reduces them as one
+ * vector and pays one collective's latency: dlrm's 12 dense params, one collective instead of
+ * 12); a parameter larger than that is all-reduced alone in pieces of at most chunk= bytes, each
+ * a collective over a range of the buffer's elements, so that no one background collective holds
+ * the link long (NCCL does not preempt a running kernel for a higher-priority stream). Every
+ * rank runs the same program, so every rank issues them in the same order. Limits: parameters
+ * of repeated blocks are not supported (emit.c refuses them).
  */
 #include "plancc.h"
 
@@ -45,6 +48,7 @@
 #include <string.h>
 
 #define BG_ALIGN 256u
+#define BG_BUCKET_MAX 1024 // params in one bucket (the plan allows 16384 pairs)
 #define BG_CHUNK_BYTES (4ll << 20) // the default chunk: about 0.2 ms at 25 GB/s, DeepPool's 0.5 ms pieces at most
 
 /* ---- --sync ---- */
@@ -194,17 +198,20 @@ static uint32_t state_tensor(plan *p, uint32_t t, const char *suffix) {
     return p->n_tensors++;
 }
 
-// A buffer like buffer `like` (its shard and size) for tensor t, past the arena's end.
-static uint32_t bg_buffer(bg *B, uint32_t like, uint32_t t, bool persist) {
+// A buffer like buffer `like` (its shard and size) for tensor t, past the arena's end; packed:
+// right after the previous one (a bucket's buffers lie back to back), else aligned.
+static uint32_t bg_buffer_at(bg *B, uint32_t like, uint32_t t, bool persist, bool packed) {
     plan_program *pr = B->pr;
     plan_buffer b = pr->buffers[like];
     PCC_ASSERT(b.mb_slots == 1 && b.layer_slots == 1);
     b.tensor = t, b.offset = B->end, b.flags = persist ? PLAN_BUF_PERSIST : 0, b.mb_stride = b.layer_stride = 0;
-    B->end = (B->end + b.bytes + BG_ALIGN - 1) / BG_ALIGN * BG_ALIGN;
+    B->end = packed ? B->end + b.bytes : (B->end + b.bytes + BG_ALIGN - 1) / BG_ALIGN * BG_ALIGN;
     pr->buffers = grow_copy(B->p, pr->buffers, pr->n_buffers, pr->n_buffers + 1, sizeof b);
     pr->buffers[pr->n_buffers] = b;
     return pr->n_buffers++;
 }
+
+static uint32_t bg_buffer(bg *B, uint32_t like, uint32_t t, bool persist) { return bg_buffer_at(B, like, t, persist, false); }
 
 static plan_insn *bg_insn(bg *B, plan_insn_kind kind, const uint32_t *args, int nargs, float t_s) {
     plan_program *pr = B->pr;
@@ -238,6 +245,16 @@ static void bg_allreduce(bg *B, uint32_t buf, float t_s) {
     x->code = PCC_COLL_ALL_REDUCE, x->a = (int32_t)B->group;
 }
 
+// One in-place all-reduce instruction over the n buffers a[0..n), a bucket when n > 1 (their
+// slots lie back to back, so a runtime reduces them as one vector: one collective's latency).
+static void bg_allreduce_bucket(bg *B, const uint32_t *a, int n, float t_s) {
+    uint32_t args[2 * BG_BUCKET_MAX];
+    PCC_ASSERT(n >= 1 && n <= BG_BUCKET_MAX);
+    for (int j = 0; j < n; j++) args[j] = args[n + j] = a[j];
+    plan_insn *x = bg_insn(B, PLAN_I_COLL, args, 2 * n, t_s);
+    x->code = PCC_COLL_ALL_REDUCE, x->a = (int32_t)B->group;
+}
+
 // The in-place all-reduce of buf in pieces of at most `chunk` bytes (0: one piece), each a
 // collective over elements start .. end - 1 (attrs; runtime/PLAN_FORMAT.md), its time the cost
 // model's all-reduce of its own bytes (each chunk pays the collective's latency again; the
@@ -262,37 +279,51 @@ static void bg_allreduce_chunked(bg *B, uint32_t buf, float t_s, int64_t chunk) 
     }
 }
 
-// One parameter's part of the round over its replicas (the file's essay has the algebra).
-static void bg_param(bg *B, const pcc_sync_opts *given, const pcc_bg_param *q) {
-    uint32_t X = q->buffer, t = q->tensor;
-    float e = q->pass_s, c = q->coll_s;
-    int n_rep = q->replicas.size;
-    pcc_sync_opts ro = sync_resolve(given, n_rep), *o = &ro;
-    B->group = q->group, B->replicas = q->replicas;
-    uint32_t S = bg_buffer(B, X, t, false), A = bg_buffer(B, X, t, false);
+// One parameter's part of a round: its buffers, then the operators before its all-reduce (pre)
+// and after it (post); the all-reduce of A itself is its bucket's (the file's essay has the
+// algebra).
+typedef struct bg_slot {
+    const pcc_bg_param *q;
+    pcc_sync_opts o;
+    uint32_t X, S, A, C, W, M, T;
+} bg_slot;
+
+static void bg_pre(bg *B, bg_slot *z) {
+    const pcc_sync_opts *o = &z->o;
+    uint32_t X = z->X, t = z->q->tensor, S, A = z->A;
+    float e = z->q->pass_s;
+    z->S = S = bg_buffer(B, X, t, false);
     bg_copy(B, X, S, e);
     if (o->algo == PCC_SYNC_MA) {
-        bg_scale(B, S, A, 1.0 / n_rep, e);
-        bg_allreduce_chunked(B, A, c, o->chunk_bytes);
+        bg_scale(B, S, A, 1.0 / z->q->replicas.size, e);
+    } else if (o->algo == PCC_SYNC_EASGD) {
+        uint32_t C = z->C = bg_buffer(B, X, state_tensor(B->p, t, ":easgd_center"), true);
+        bg_scale(B, C, A, -1, e);
+        bg_add(B, S, A, A, e);
+        bg_scale(B, A, A, o->alpha, e); // d = alpha (s - c)
+        bg_copy(B, A, S, e);            // keep d
+    } else {
+        z->W = bg_buffer(B, X, state_tensor(B->p, t, ":bmuf_global"), true);
+        z->M = bg_buffer(B, X, state_tensor(B->p, t, ":bmuf_delta"), true);
+        z->T = bg_buffer(B, X, t, false);
+        bg_scale(B, S, A, 1.0 / z->q->replicas.size, e);
+    }
+}
+
+static void bg_post(bg *B, const bg_slot *z) {
+    const pcc_sync_opts *o = &z->o;
+    uint32_t X = z->X, S = z->S, A = z->A;
+    float e = z->q->pass_s;
+    if (o->algo == PCC_SYNC_MA) {
         bg_scale(B, S, S, -1, e);
         bg_add(B, A, S, A, e);
         bg_add(B, X, A, X, e);
     } else if (o->algo == PCC_SYNC_EASGD) {
-        uint32_t C = bg_buffer(B, X, state_tensor(B->p, t, ":easgd_center"), true);
-        bg_scale(B, C, A, -1, e);
-        bg_add(B, S, A, A, e);
-        bg_scale(B, A, A, o->alpha, e);  // d = alpha (s - c)
-        bg_copy(B, A, S, e);             // keep d
-        bg_allreduce_chunked(B, A, c, o->chunk_bytes); // the sum of every rank's d
-        bg_add(B, C, A, C, e);
+        bg_add(B, z->C, A, z->C, e); // c += the sum of every rank's d
         bg_scale(B, S, S, -1, e);
         bg_add(B, X, S, X, e);
     } else {
-        uint32_t W = bg_buffer(B, X, state_tensor(B->p, t, ":bmuf_global"), true);
-        uint32_t M = bg_buffer(B, X, state_tensor(B->p, t, ":bmuf_delta"), true);
-        uint32_t T = bg_buffer(B, X, t, false);
-        bg_scale(B, S, A, 1.0 / n_rep, e);
-        bg_allreduce_chunked(B, A, c, o->chunk_bytes);
+        uint32_t W = z->W, M = z->M, T = z->T;
         if (o->nesterov) {               // the block started from w + eta m, not from w
             bg_scale(B, M, T, o->eta, e);
             bg_add(B, W, T, T, e);
@@ -317,6 +348,25 @@ static void bg_param(bg *B, const pcc_sync_opts *given, const pcc_bg_param *q) {
     }
 }
 
+// The round of slots z[0..n), which share a group: their A buffers back to back, every pre,
+// one all-reduce (a bucket of n; one slot alone may be chunked), every post.
+static void bg_bucket(bg *B, bg_slot *z, int n) {
+    uint32_t a[BG_BUCKET_MAX];
+    double bytes = 0;
+    for (int j = 0; j < n; j++) {
+        a[j] = z[j].A = bg_buffer_at(B, z[j].X, z[j].q->tensor, false, n > 1);
+        bytes += (double)B->pr->buffers[a[j]].bytes;
+    }
+    B->end = (B->end + BG_ALIGN - 1) / BG_ALIGN * BG_ALIGN;
+    B->group = z[0].q->group, B->replicas = z[0].q->replicas;
+    for (int j = 0; j < n; j++) bg_pre(B, &z[j]);
+    if (n == 1)
+        bg_allreduce_chunked(B, a[0], z[0].q->coll_s, z[0].o.chunk_bytes);
+    else
+        bg_allreduce_bucket(B, a, n, (float)cost_collective_s(B->c, PCC_COLL_ALL_REDUCE, bytes, B->replicas));
+    for (int j = 0; j < n; j++) bg_post(B, &z[j]);
+}
+
 void bgsync_emit(plan *p, plan_program *pr, const pcc_sync_opts *o, const pcc_bg_param *ps, int n, uint32_t stop_group,
                  const pcc_cluster *c) {
     PCC_ASSERT(o->algo != PCC_SYNC_ALLREDUCE && pr->n_streams < 8);
@@ -329,7 +379,30 @@ void bgsync_emit(plan *p, plan_program *pr, const pcc_sync_opts *o, const pcc_bg
     uint32_t loop = pr->n_insns;
     plan_insn *L = bg_insn(&B, PLAN_I_LOOP, NULL, 0, 0);
     L->stream = 0, L->attrs = PLAN_NONE;
-    for (int i = 0; i < n; i++) bg_param(&B, o, &ps[i]);
+    // Buckets: the params of one group in order, together up to chunk= bytes (no limit with
+    // chunk=0); a param larger than that alone, its all-reduce in chunks.
+    bg_slot *z = plan_alloc(p, sizeof *z * (size_t)n);
+    bool *done = plan_alloc(p, sizeof *done * (size_t)n);
+    PCC_ASSERT(z && done);
+    memset(done, 0, sizeof *done * (size_t)n);
+    for (int i = 0; i < n; i++) {
+        if (done[i]) continue;
+        int k = 0;
+        uint64_t held = 0;
+        for (int j = i; j <= n; j++) {
+            bool take = j < n && !done[j] && ps[j].group == ps[i].group;
+            uint64_t bytes = take ? pr->buffers[ps[j].buffer].bytes : 0;
+            pcc_sync_opts ro = take ? sync_resolve(o, ps[j].replicas.size) : *o;
+            bool alone = take && ro.chunk_bytes > 0 && bytes > (uint64_t)ro.chunk_bytes;
+            bool full = take && k && (alone || k == BG_BUCKET_MAX || (ro.chunk_bytes > 0 && held + bytes > (uint64_t)ro.chunk_bytes));
+            if (k && (j == n || full)) bg_bucket(&B, z, k), k = 0, held = 0;
+            if (!take) continue;
+            done[j] = true;
+            z[k++] = (bg_slot){.q = &ps[j], .o = ro, .X = ps[j].buffer};
+            held += bytes;
+            if (alone) bg_bucket(&B, z, k), k = 0, held = 0;
+        }
+    }
     B.group = stop_group;
     if (o->period == 0) { // the stop flag: a 4-byte f32 scratch, filled, set by the runtime, all-reduced
         pr->buffers = grow_copy(p, pr->buffers, pr->n_buffers, pr->n_buffers + 1, sizeof *pr->buffers);

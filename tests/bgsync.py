@@ -9,7 +9,8 @@ usage: bgsync.py PLANCC PLANRUN PLANDUMP SOURCE_ROOT
   round count planrun reports (period 2: ceil(steps / 2) on every rank; continuous: at least one
   per step), a loss that falls, and the plan's shape: the dense all-reduce gone from the
   foreground, the embedding tables' still there, the round on a stream and group of its own;
-- chunk=BYTES: more background collectives, and the same parameters bit for bit;
+- the round's all-reduces are buckets: with chunk=0 one collective for every dense param of a
+  group; chunk=BYTES: more background collectives, and the same parameters bit for bit;
 - BMUF with its default block momentum and Nesterov every step on 4 ranks learns (no divergence);
 - ShadowSync's own layout, dlrm-small on --tp 4 and --dp 2 --tp 2: the ILP shards tables over
   the tp group (all-to-all) and runs every linear data-parallel beside them; the dense replicas
@@ -101,7 +102,11 @@ def chunks(tmp):
     rounds in program order, so the two runs are deterministic)."""
     whole = compile_plan(tmp, "dlrm-ma-whole", "dlrm-small", 4, "--dp", "4", "--sync", "background:algo=ma,period=1,chunk=0")
     cut = compile_plan(tmp, "dlrm-ma-chunk", "dlrm-small", 4, "--dp", "4", "--sync", "background:algo=ma,period=1,chunk=256")
-    n_whole = len([l for l in plan_text(whole).splitlines() if " coll " in l and " s2 " in l])
+    whole_colls = [l for l in plan_text(whole).splitlines() if " coll " in l and " s2 " in l]
+    n_whole = len(whole_colls)
+    pairs = whole_colls[0].split(" args ")[1].split(" -> ")[0].count(",") + 1 if whole_colls else 0
+    check(f"chunk=0: the round's all-reduces are one bucket of all {pairs} dense params (one collective's latency)",
+          n_whole == 1 and pairs >= 6, "\n".join(whole_colls))
     cut_colls = [l for l in plan_text(cut).splitlines() if " coll " in l and " s2 " in l]
     n_chunks = sum(" attrs " in l for l in cut_colls)  # a parameter of 256 bytes or less stays whole
     check(f"chunk=256: more background collectives ({n_whole} -> {len(cut_colls)}, {n_chunks} of them chunks)",
