@@ -466,6 +466,10 @@ typedef struct rt_run {
     uint32_t *loss_bufs;            // per program: the buffer the loss is read from, or PLAN_NONE
     void *stage;                    // host staging, as large as the largest buffer slot
     uint64_t stage_bytes;
+    // The next step's synthetic inputs, drawn while the device runs this step (interp.c,
+    // "prefetch"): per local rank, one host block per input slot; valid for step next_step.
+    void ***next_in;
+    uint64_t next_step;
 } rt_run;
 
 // Starts the backend o->backend names, checks that it can run p (dtypes, inputs' micro-batch
