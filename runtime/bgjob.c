@@ -88,7 +88,7 @@ int rt_bgjob_init(rt_bgjob *j, const plan *p, const rt_options *base, const int 
         rt_bgjob_replica *x = &j->reps[k];
         x->job = j, x->rank = ranks[k], x->seed = seed0 + (uint64_t)ranks[k];
         rt_options o = *base;
-        o.one_rank = false, o.rank = 0, o.seed = x->seed, o.corpus = NULL;
+        o.one_rank = false, o.rank = 0, o.seed = x->seed, o.corpus = NULL, o.steps = steps > 0 ? (uint64_t)steps : 0;
         o.gates = &gates[ranks[k]], o.background = true;
         char why[1024];
         if (rt_run_init(&x->run, p, &o, why, sizeof why)) {

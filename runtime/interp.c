@@ -761,11 +761,12 @@ static void staged_view(const rt_run *r, const rt_rank *rk, uint32_t bi, rt_view
 /* ---- prefetch: the next step's inputs while the device runs this one ----
  *
  * Synthetic inputs are drawn on the host (data.c). Drawn at the start of a step, they kept an
- * asynchronous device idle: dlrm's 2048 samples (27 k normals, 66 k ids) cost about 2 ms of a
- * 5 ms step on an H100. So once a step's walkers have issued its work, and before the backend
- * waits for it, the host draws the next step's inputs into blocks of its own (never r->stage,
- * which a CPU background round may use meanwhile); the next step writes them from there. The
- * same values either way; a draw that fails is left to the next step, which draws again and
+ * asynchronous device idle: dlrm's step (2048 samples: 27 k normals, 66 k ids) took 5.9 ms on an
+ * H100 with them, 4.2 ms without. So once a step's walkers have issued its work, and before the
+ * backend waits for it, the host draws the next step's inputs into blocks of its own (never
+ * r->stage, which a CPU background round may use meanwhile); the next step writes them from
+ * there. The same values either way; nothing is drawn past rt_options.steps (teacher labels
+ * count what is drawn); a draw that fails is left to the next step, which draws again and
  * reports it. */
 
 // Input slot k of rank rk's program in prepare_rank's order: its buffer and micro-batch; -1 past
@@ -790,8 +791,10 @@ static int draw_input(const rt_run *r, const rt_rank *rk, uint32_t bi, uint32_t 
     rt_view v;
     rt_buffer_view(r, rk, bi, 0, 0, &v);
     v.dtype = (uint8_t)elem_dtype(rk, b);
+    // The draw writes f32 (f64) or int32 elements, narrowed in place after; the slot may be larger.
     size_t eb = rt_dtype_bytes(v.dtype) < 4 ? 4 : rt_dtype_bytes(v.dtype), n = (size_t)rt_view_numel(&v);
-    if (!*block && !(*block = malloc(n ? n * eb : 1))) return say(err, err_n, "out of memory for the next step's inputs"), -1;
+    size_t bytes = n * eb > slot_bytes(rk, b) ? n * eb : (size_t)slot_bytes(rk, b);
+    if (!*block && !(*block = calloc(bytes ? bytes : 1, 1))) return say(err, err_n, "out of memory for the next step's inputs"), -1;
     v.data = *block;
     if (rt_fill_input(r->p, &r->p->tensors[b->tensor], r->o.seed, step, mb, r->o.corpus, &v, err, err_n)) return -1;
     if (is_half(b->dtype)) narrow(*block, (int64_t)n, b->dtype);
@@ -968,7 +971,8 @@ int rt_run_step(rt_run *r, double *loss, char *err, size_t err_n) {
     for (int t = 0; t < started; t++) pthread_join(th[t], NULL);
     for (int t = 0; t < started; t++) free(w[t].pend);
     free(w), free(th), free(counters);
-    if (r->next_in && !rt_backend_error(r->be)) prefetch_inputs(r); // while the device runs the step
+    if (r->next_in && !rt_backend_error(r->be) && (!r->o.steps || r->steps_here + 1 < r->o.steps))
+        prefetch_inputs(r); // while the device runs the step
     char end_err[512] = "";
     int end_rc = rt_backend_step_end(r->be, end_err, sizeof end_err);
     const char *e = rt_backend_error(r->be);
@@ -978,7 +982,7 @@ int rt_run_step(rt_run *r, double *loss, char *err, size_t err_n) {
     }
     int rc = read_loss(r, loss, err, err_n);
     if (!rc) rc = run_rounds(r, err, err_n);
-    r->steps++;
+    r->steps++, r->steps_here++;
     return rc;
 }
 

@@ -479,7 +479,7 @@ static int run(const options *o, const plan *p, const how *h) {
         return EXIT_FILE;
     }
     rt_options ro = {.backend = o->backend, .f64 = o->f64, .one_rank = h->one_rank, .rank = h->rank, .seed = o->seed,
-                     .timeout_s = o->timeout_s, .corpus = &corpus, .backend_config = h->backend_config};
+                     .timeout_s = o->timeout_s, .corpus = &corpus, .steps = (uint64_t)o->steps, .backend_config = h->backend_config};
     bool quiet = o->quiet || !h->leader;
     background bg;
     int rc = bg_gates(o, h, (int)p->meta.world, &ro, &bg);

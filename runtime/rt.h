@@ -432,6 +432,8 @@ typedef struct rt_options {
     uint64_t seed;                  // initializers, synthetic data, dropout
     double timeout_s;               // a blocked stream gives up after this long
     const rt_corpus *corpus;        // NULL: synthetic tokens
+    uint64_t steps;                 // the steps the caller will run (0: not known): no step's inputs
+                                    // are drawn ahead past them (interp.c, "prefetch")
     const void *backend_config;     // the backend's own settings (cuda: a rt_cuda_config, cuda/rt_cuda.h)
     // planrun --background: gates[r] is rank r's gate (NULL: no background job). A foreground
     // run marks its collectives there; a background run (one rank) waits at gates[0] before
@@ -462,7 +464,8 @@ typedef struct rt_run {
     int world;
     rt_rank *ranks;
     rt_backend *be;                 // owned by the run
-    uint64_t steps;                 // steps run so far
+    uint64_t steps;                 // steps run so far (--load may start it past 0)
+    uint64_t steps_here;            // steps this run has run (rt_options.steps counts these)
     uint32_t *loss_bufs;            // per program: the buffer the loss is read from, or PLAN_NONE
     void *stage;                    // host staging, as large as the largest buffer slot
     uint64_t stage_bytes;
