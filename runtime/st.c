@@ -6,8 +6,10 @@
  * The run holds each tensor in pieces (rt_shard_box) on the ranks whose programs keep a
  * persistent buffer of it; gathering copies every piece into the whole tensor, and loading
  * copies the whole tensor's piece back into every such buffer. Replicated pieces are equal
- * after a step (every replica runs the same optimizer on the same all-reduced gradient), so
- * whichever rank is copied last does not matter. Tensors of a repeated block are saved per copy
+ * after a synchronous step (every replica runs the same optimizer on the same all-reduced
+ * gradient), and gathering keeps that common value bit for bit; where replicas differ (the
+ * dense replicas of a background plan, --sync background, between rounds) the element
+ * gathered is their mean, the model ShadowSync's rounds converge to. Tensors of a repeated block are saved per copy
  * as NAME.K. Only f32 params and state are saved; __metadata__.step holds the steps taken, so a
  * run that loads the file goes on with the next step's data and adamw's bias correction.
  * A background round still in flight on a GPU (it outlives its step) is waited for before any
@@ -57,7 +59,18 @@ static int for_each_piece(const rt_run *r, uint32_t ti, uint32_t c, bool load, p
     return 0;
 }
 
-typedef struct { rt_named *t; bool load; uint8_t *seen; } piece_ctx;
+typedef struct { rt_named *t; bool load, f32; uint32_t *seen; uint8_t *mixed; } piece_ctx;
+
+// Element gi of the whole tensor gets one more replica's value x: the first is kept; while every
+// replica agrees it stays (bit for bit); from the first that differs, data holds the running sum
+// (gather_mean divides it by the count).
+static void gather_one(piece_ctx *p, int64_t gi, double x) {
+    double *d = &p->t->data[gi];
+    uint32_t c = p->seen[gi]++;
+    if (!c) *d = x;
+    else if (p->mixed[gi]) *d += x;
+    else if (x != *d || x != x) *d = *d * c + x, p->mixed[gi] = 1;
+}
 
 // Copies between a piece and the whole tensor (gather: into the whole; load: into the piece).
 static void copy_piece(void *arg, const rt_view *v) {
@@ -65,11 +78,12 @@ static void copy_piece(void *arg, const rt_view *v) {
     if (v->dtype == RT_DTYPE_F64) {
         double *piece = v->data;
         if (p->load) RT_FOR_EACH_ELEMENT(v, gi, li, piece[li] = p->t->data[gi]);
-        else RT_FOR_EACH_ELEMENT(v, gi, li, p->t->data[gi] = piece[li], p->seen[gi] = 1);
+        else RT_FOR_EACH_ELEMENT(v, gi, li, gather_one(p, gi, piece[li]));
     } else {
         float *piece = v->data;
+        p->f32 = true;
         if (p->load) RT_FOR_EACH_ELEMENT(v, gi, li, piece[li] = (float)p->t->data[gi]);
-        else RT_FOR_EACH_ELEMENT(v, gi, li, p->t->data[gi] = piece[li], p->seen[gi] = 1);
+        else RT_FOR_EACH_ELEMENT(v, gi, li, gather_one(p, gi, piece[li]));
     }
 }
 
@@ -101,17 +115,22 @@ int rt_gather(const rt_run *r, bool state, rt_named **out, int *n, char *err, si
             for (int d = 0; d < t->rank; d++) x->shape[d] = t->shape[d], x->n *= t->shape[d];
             x->name = tensor_name(t, c);
             x->data = calloc((size_t)x->n, sizeof *x->data);
-            uint8_t *seen = calloc((size_t)x->n, 1);
-            if (!x->name || !x->data || !seen) { free(seen); rt_named_free(v, k + 1); goto oom; }
-            piece_ctx ctx = {x, false, seen};
+            uint32_t *seen = calloc((size_t)x->n, sizeof *seen);
+            uint8_t *mixed = calloc((size_t)x->n, 1);
+            if (!x->name || !x->data || !seen || !mixed) { free(seen), free(mixed); rt_named_free(v, k + 1); goto oom; }
+            piece_ctx ctx = {.t = x, .seen = seen, .mixed = mixed};
             if (for_each_piece(r, ti, c, false, copy_piece, &ctx, err, err_n)) {
-                free(seen);
+                free(seen), free(mixed);
                 rt_named_free(v, k + 1);
                 return -1;
             }
             int64_t missing = 0;
-            for (int64_t i = 0; i < x->n; i++) missing += !seen[i];
-            free(seen);
+            for (int64_t i = 0; i < x->n; i++) {
+                missing += !seen[i];
+                if (mixed[i]) x->data[i] /= seen[i]; // the replicas' mean, in the pieces' precision
+                if (mixed[i] && ctx.f32) x->data[i] = (float)x->data[i];
+            }
+            free(seen), free(mixed);
             if (missing) {
                 snprintf(err, err_n, "tensor \"%s\": %lld of its %lld elements are held by no rank", x->name,
                          (long long)missing, (long long)x->n);
@@ -298,7 +317,7 @@ int rt_load(rt_run *r, const char *path, char *err, size_t err_n) {
         if (!saved_kind(t, true)) continue;
         for (uint32_t c = 0; c < t->copies && !rc; c++, k++) {
             if ((rc = st_tensor(&s, path, &v[k], v[k].data, err, err_n))) break;
-            piece_ctx ctx = {&v[k], true, NULL};
+            piece_ctx ctx = {.t = &v[k], .load = true};
             rc = for_each_piece(r, ti, c, true, copy_piece, &ctx, err, err_n);
         }
     }

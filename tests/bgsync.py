@@ -12,6 +12,8 @@ usage: bgsync.py PLANCC PLANRUN PLANDUMP SOURCE_ROOT
 - the round's all-reduces are buckets: with chunk=0 one collective for every dense param of a
   group; chunk=BYTES: more background collectives, and the same parameters bit for bit;
 - BMUF with its default block momentum and Nesterov every step on 4 ranks learns (no divergence);
+- --save of a background plan keeps the dense replicas' mean: one step before any round equals
+  the synchronous plan's step (plain SGD);
 - ShadowSync's own layout, dlrm-small on --tp 4 and --dp 2 --tp 2: the ILP shards tables over
   the tp group (all-to-all) and runs every linear data-parallel beside them; the dense replicas
   along tp (and dp) are averaged over a group of those axes, the foreground all-reduces only
@@ -125,6 +127,24 @@ def chunks(tmp):
           p.returncode == 0, p.stdout + p.stderr)
 
 
+def saved_mean(tmp):
+    """--save of a background plan holds the mean of the dense replicas (runtime/st.c): two steps
+    of dlrm-ctr on 4 ranks with MA every 2 steps (cpu-serial: a round after step 1's optimizer,
+    none after step 2's, so four replicas each one local SGD step from the average) save what
+    the synchronous plan's two steps give, since with plain SGD the mean of the local steps is
+    the global step (f64). Saving any one replica instead would differ by lr times that
+    replica's gradient noise."""
+    sync = compile_plan(tmp, "ctr-sync", "dlrm-ctr", 4, "--dp", "4")
+    bg = compile_plan(tmp, "ctr-ma2", "dlrm-ctr", 4, "--dp", "4", "--sync", "background:algo=ma,period=2")
+    st = os.path.join(tmp, "ctr-sync.st")
+    p = run(planrun, sync, "--backend", "cpu-serial", "--precision", "f64", "--steps", "2", "--save", st, "--log-every", "0")
+    check("dlrm-ctr --dp 4, two synchronous steps, saved", p.returncode == 0, p.stderr)
+    p = run(planrun, bg, "--backend", "cpu-serial", "--precision", "f64", "--steps", "2", "--compare", st, "--rtol", "1e-9",
+            "--atol", "1e-12", "--log-every", "0")
+    check("... 4 dense replicas a local step past their round: their mean (what --save keeps) is the synchronous step",
+          p.returncode == 0 and "background rounds: 1 to 1 per rank" in p.stdout, p.stdout + p.stderr)
+
+
 def bmuf_defaults(tmp):
     """BMUF with its defaults (eta 1 - 1/4, Nesterov) every step: the block's progress is measured
     from the look-ahead w + eta m; measured from w (the earlier algebra) the momentum grew by
@@ -187,6 +207,7 @@ with tempfile.TemporaryDirectory() as tmp:
         one_trainer(tmp, backend)
     four_ranks(tmp)
     chunks(tmp)
+    saved_mean(tmp)
     bmuf_defaults(tmp)
 print(f"{passed} passed, {failed} failed")
 sys.exit(1 if failed else 0)
