@@ -3,10 +3,17 @@
  *
  * A layout of a tensor on a group of n devices is <r, v, d0..dk-1> with r * v * prod(d) = n
  * (rvd.h comment in plancc.h). The states are every such vector whose splits divide the
- * tensor's dimensions; the edges are the six primitive steps, each moving a factor k between
- * two slots; an edge costs what the cost model says its collective takes on k devices of the
- * group, plus a launch for a collective and STEP_CHARGE for every step. Dijkstra from `from`
+ * tensor's dimensions; the edges are the six primitive steps, each moving the group's whole
+ * factor n between two slots; an edge costs what the cost model says its collective takes on
+ * the group, plus a launch for a collective and STEP_CHARGE for every step. Dijkstra from `from`
  * finds the cheapest chain to `to`.
+ *
+ * Why n and not every factor k of it: phase 3 (emit.c, reshard_steps) turns a layout change on
+ * the group into collectives over the group's mesh axis, all n of its members; a chain of
+ * smaller factors (a 64-way all-to-all as 8 ways, then 8 ways again) would need sub-groups of
+ * the axis, which it cannot make. Costed here, such chains also put both factors on the group's
+ * own links, though the second's members are 8 apart (across nodes): DLRM's tables on 64 GPUs
+ * were estimated at 0.31 ms of resharding a step for 3.2 ms simulated.
  *
  * State count: the ways to spread n's prime factors over rank + 2 slots; for n = 64 and rank 4
  * that is C(6 + 5, 5) = 462, so a search is a few thousand edge relaxations. The scheduler asks
@@ -83,32 +90,31 @@ typedef struct edge {
     pcc_layout to;
 } edge;
 
-// The steps out of layout l, for every factor k that divides what it moves.
+// The steps out of layout l that move the group's factor n (the essay: what phase 3 emits).
 static int edges_from(const rvd_space *s, const pcc_layout *l, edge *out, int cap) {
-    int n = 0;
-    for (int k = 2; k <= s->n; k++) {
-        for (int i = 0; i < s->rank; i++) {
-            int64_t size = s->g->dims[s->t->dims[i]].size;
-            bool can_split = size % (l->d[i] * k) == 0;
-            edge e = {.dim = i, .dim_to = i, .k = k, .to = *l};
+    int n = 0, k = s->n;
+    if (k < 2) return 0;
+    for (int i = 0; i < s->rank; i++) {
+        int64_t size = s->g->dims[s->t->dims[i]].size;
+        bool can_split = size % (l->d[i] * k) == 0;
+        edge e = {.dim = i, .dim_to = i, .k = k, .to = *l};
 #define ADD(kind_) do { e.kind = kind_; if (n < cap) out[n++] = e; e.to = *l; } while (0)
-            if (l->d[i] % k == 0) { e.to.d[i] /= k; e.to.r *= k; ADD(PCC_STEP_ALL_GATHER); }
-            if (l->v % k == 0 && can_split) { e.to.v /= k; e.to.d[i] *= k; ADD(PCC_STEP_REDUCE_SCATTER); }
-            if (l->r % k == 0 && can_split) { e.to.r /= k; e.to.d[i] *= k; ADD(PCC_STEP_SLICE); }
-            for (int j = 0; j < s->rank; j++) {
-                if (j == i || l->d[i] % k || s->g->dims[s->t->dims[j]].size % (l->d[j] * k)) continue;
-                e.dim_to = j;
-                e.to.d[i] /= k;
-                e.to.d[j] *= k;
-                ADD(PCC_STEP_ALL_TO_ALL);
-                e.dim_to = i;
-            }
+        if (l->d[i] % k == 0) { e.to.d[i] /= k; e.to.r *= k; ADD(PCC_STEP_ALL_GATHER); }
+        if (l->v % k == 0 && can_split) { e.to.v /= k; e.to.d[i] *= k; ADD(PCC_STEP_REDUCE_SCATTER); }
+        if (l->r % k == 0 && can_split) { e.to.r /= k; e.to.d[i] *= k; ADD(PCC_STEP_SLICE); }
+        for (int j = 0; j < s->rank; j++) {
+            if (j == i || l->d[i] % k || s->g->dims[s->t->dims[j]].size % (l->d[j] * k)) continue;
+            e.dim_to = j;
+            e.to.d[i] /= k;
+            e.to.d[j] *= k;
+            ADD(PCC_STEP_ALL_TO_ALL);
+            e.dim_to = i;
         }
-        edge e = {.dim = -1, .dim_to = -1, .k = k, .to = *l};
-        if (l->v % k == 0) { e.to.v /= k; e.to.r *= k; ADD(PCC_STEP_ALL_REDUCE); }
-        if (l->r % k == 0) { e.to.r /= k; e.to.v *= k; ADD(PCC_STEP_SCALE); }
-#undef ADD
     }
+    edge e = {.dim = -1, .dim_to = -1, .k = k, .to = *l};
+    if (l->v % k == 0) { e.to.v /= k; e.to.r *= k; ADD(PCC_STEP_ALL_REDUCE); }
+    if (l->r % k == 0) { e.to.r /= k; e.to.v *= k; ADD(PCC_STEP_SCALE); }
+#undef ADD
     return n;
 }
 

@@ -181,10 +181,20 @@ static void test_rvd(const pcc_graph *g) {
     pcc_group_shape g3 = {3, 1};
     pcc_layout rep3 = L(3, 1, 1, 1, 1), h3 = L(1, 1, 1, 1, 3); // 64 is not divisible by 3
     EXPECT(rvd_reshard(&c, g, t, &rep3, &h3, g3, NULL) < 0);
-    // Two steps when one cannot do it: partial sums, then split B and H two ways each on 4.
+    // B and H split two ways each on 4 devices is no chain's end: every step moves the group's
+    // whole factor, as phase 3 emits it (one collective over the group's mesh axis).
     pcc_layout bh = L(1, 1, 2, 1, 2);
-    rvd_reshard(&c, g, t, &part, &bh, grp, &p);
-    EXPECT(p.n_steps == 2 && p.step[0].kind == PCC_STEP_REDUCE_SCATTER && p.step[1].kind == PCC_STEP_REDUCE_SCATTER);
+    EXPECT(rvd_reshard(&c, g, t, &part, &bh, grp, &p) < 0);
+    // 16 devices on two nodes: S split to H split is one 16-way all-to-all, costed on the whole
+    // group (across nodes), not as 4 ways then 4 more on the node's links.
+    pcc_cluster c2 = c;
+    c2.nodes = 2, c2.n_devices = 16, c2.nics_per_node = 8;
+    c2.network = (pcc_link){.kind = PCC_LINK_INFINIBAND, .bandwidth_Bps = 25e9, .latency_s = 3e-6};
+    pcc_group_shape g16 = {16, 1};
+    pcc_layout s16 = L(1, 1, 1, 16, 1), h16 = L(1, 1, 1, 1, 16);
+    double s2 = rvd_reshard(&c2, g, t, &s16, &h16, g16, &p);
+    EXPECT(p.n_steps == 1 && p.step[0].kind == PCC_STEP_ALL_TO_ALL && p.step[0].k == 16);
+    EXPECT(NEAR(s2, cost_collective_s(&c2, PCC_COLL_ALL_TO_ALL, T / 16, g16) + cost_launch_s(&c2)));
     char buf[64];
     EXPECT(strcmp(layout_str(&bh, 3, buf, sizeof buf), "R1V1D(2,1,2)") == 0);
 }
