@@ -55,7 +55,7 @@
 
 static pcc_status sync_bad(const char *arg, const char *why) {
     fprintf(stderr, "%s: --sync \"%s\": %s; it wants allreduce, or background:algo=ma|easgd|bmuf[,period=K|continuous]"
-                    "[,alpha=A][,eta=E][,zeta=Z][,nesterov=0|1][,hogwild][,chunk=BYTES] (see plancc --help)\n",
+                    "[,alpha=A][,eta=E][,zeta=Z][,nesterov=0|1][,hogwild][,chunk=BYTES][,bucket=BYTES] (see plancc --help)\n",
             pcc_progname, arg, why);
     return PCC_ERR_INPUT;
 }
@@ -70,7 +70,7 @@ static bool num_of(const char *v, double lo, double hi, double *out) {
 
 // One key=value (or a bare key) of the background list into o; *seen collects the keys.
 static pcc_status sync_key(const char *arg, char *kv, pcc_sync_opts *o, unsigned *seen) {
-    static const char *const keys[] = {"algo", "period", "alpha", "eta", "zeta", "nesterov", "hogwild", "chunk"};
+    static const char *const keys[] = {"algo", "period", "alpha", "eta", "zeta", "nesterov", "hogwild", "chunk", "bucket"};
     char *eq = strchr(kv, '='), why[160];
     if (eq) *eq = 0;
     const char *v = eq ? eq + 1 : NULL;
@@ -102,6 +102,11 @@ static pcc_status sync_key(const char *arg, char *kv, pcc_sync_opts *o, unsigned
         if (!num_of(v, 0, 1ull << 40, &x) || x != floor(x))
             return snprintf(why, sizeof why, "chunk wants a whole number of bytes from 0 (no chunks) to 2^40, got \"%.40s\"", v), sync_bad(arg, why);
         return o->chunk_bytes = (int64_t)x, PCC_OK;
+    case 8:
+        if (!num_of(v, 0, 1ull << 40, &x) || x != floor(x))
+            return snprintf(why, sizeof why, "bucket wants a whole number of bytes from 0 (one parameter a collective) to 2^40, got \"%.40s\"", v),
+                   sync_bad(arg, why);
+        return o->bucket_bytes = (int64_t)x, PCC_OK;
     default: {
         double *dst = k == 2 ? &o->alpha : k == 3 ? &o->eta : &o->zeta;
         double lo = k == 3 ? 0 : 1e-9, hi = k == 3 ? 0.999999 : k == 2 ? 1 : 100;
@@ -151,7 +156,7 @@ static pcc_sync_opts sync_resolve(const pcc_sync_opts *o, int n_rep) {
 const char *sync_str(pcc_arena *a, const pcc_sync_opts *o) {
     static const char *const algo[] = {"allreduce", "ma", "easgd", "bmuf"};
     if (o->algo == PCC_SYNC_ALLREDUCE) return "allreduce";
-    char period[24], extra[128] = "";
+    char period[24], extra[256] = "";
     if (o->period) snprintf(period, sizeof period, "%d", o->period);
     else snprintf(period, sizeof period, "continuous");
     size_t k = 0;
@@ -159,7 +164,8 @@ const char *sync_str(pcc_arena *a, const pcc_sync_opts *o) {
     if (o->eta >= 0) k += (size_t)snprintf(extra + k, sizeof extra - k, ",eta=%.17g", o->eta);
     if (o->zeta >= 0) k += (size_t)snprintf(extra + k, sizeof extra - k, ",zeta=%.17g", o->zeta);
     if (o->nesterov >= 0) k += (size_t)snprintf(extra + k, sizeof extra - k, ",nesterov=%d", o->nesterov);
-    if (o->chunk_bytes >= 0) snprintf(extra + k, sizeof extra - k, ",chunk=%lld", (long long)o->chunk_bytes);
+    if (o->chunk_bytes >= 0) k += (size_t)snprintf(extra + k, sizeof extra - k, ",chunk=%lld", (long long)o->chunk_bytes);
+    if (o->bucket_bytes > 0) snprintf(extra + k, sizeof extra - k, ",bucket=%lld", (long long)o->bucket_bytes);
     return arena_printf(a, "background:algo=%s,period=%s%s%s", algo[o->algo], period, extra, o->hogwild ? ",hogwild" : "");
 }
 
@@ -379,8 +385,9 @@ void bgsync_emit(plan *p, plan_program *pr, const pcc_sync_opts *o, const pcc_bg
     uint32_t loop = pr->n_insns;
     plan_insn *L = bg_insn(&B, PLAN_I_LOOP, NULL, 0, 0);
     L->stream = 0, L->attrs = PLAN_NONE;
-    // Buckets: the params of one group in order, together up to chunk= bytes (no limit with
-    // chunk=0); a param larger than that alone, its all-reduce in chunks.
+    // Buckets (bucket=BYTES > 0): the params of one group in order, together up to BYTES; a
+    // param larger than that alone. Without: every param alone. A param alone larger than
+    // chunk= bytes is all-reduced in chunks.
     bg_slot *z = plan_alloc(p, sizeof *z * (size_t)n);
     bool *done = plan_alloc(p, sizeof *done * (size_t)n);
     PCC_ASSERT(z && done);
@@ -393,8 +400,8 @@ void bgsync_emit(plan *p, plan_program *pr, const pcc_sync_opts *o, const pcc_bg
             bool take = j < n && !done[j] && ps[j].group == ps[i].group;
             uint64_t bytes = take ? pr->buffers[ps[j].buffer].bytes : 0;
             pcc_sync_opts ro = take ? sync_resolve(o, ps[j].replicas.size) : *o;
-            bool alone = take && ro.chunk_bytes > 0 && bytes > (uint64_t)ro.chunk_bytes;
-            bool full = take && k && (alone || k == BG_BUCKET_MAX || (ro.chunk_bytes > 0 && held + bytes > (uint64_t)ro.chunk_bytes));
+            bool alone = take && (ro.bucket_bytes <= 0 || bytes > (uint64_t)ro.bucket_bytes);
+            bool full = take && k && (alone || k == BG_BUCKET_MAX || held + bytes > (uint64_t)ro.bucket_bytes);
             if (k && (j == n || full)) bg_bucket(&B, z, k), k = 0, held = 0;
             if (!take) continue;
             done[j] = true;

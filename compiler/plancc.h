@@ -802,6 +802,7 @@ typedef struct pcc_sync_opts {
     int nesterov;               // BMUF: the replicas restart from w_g + eta * delta; < 0: 1
     bool hogwild;               // apply rounds in place, racing with the foreground (no lock)
     int64_t chunk_bytes;        // a round's all-reduce in pieces of at most this; 0: whole; < 0: 4 MiB
+    int64_t bucket_bytes;       // params of one group share an all-reduce up to this; 0: one a collective
 } pcc_sync_opts;
 
 // Parses --sync's value into *o (numbers not given are < 0: their defaults depend on dp, and

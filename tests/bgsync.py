@@ -9,8 +9,8 @@ usage: bgsync.py PLANCC PLANRUN PLANDUMP SOURCE_ROOT
   round count planrun reports (period 2: ceil(steps / 2) on every rank; continuous: at least one
   per step), a loss that falls, and the plan's shape: the dense all-reduce gone from the
   foreground, the embedding tables' still there, the round on a stream and group of its own;
-- the round's all-reduces are buckets: with chunk=0 one collective for every dense param of a
-  group; chunk=BYTES: more background collectives, and the same parameters bit for bit;
+- a round's all-reduces: one per dense param by default, one for all of them with bucket=BYTES;
+  chunk=BYTES: more background collectives; the same parameters bit for bit every way;
 - BMUF with its default block momentum and Nesterov every step on 4 ranks learns (no divergence);
 - --save of a background plan keeps the dense replicas' mean: one step before any round equals
   the synchronous plan's step (plain SGD);
@@ -104,11 +104,12 @@ def chunks(tmp):
     rounds in program order, so the two runs are deterministic)."""
     whole = compile_plan(tmp, "dlrm-ma-whole", "dlrm-small", 4, "--dp", "4", "--sync", "background:algo=ma,period=1,chunk=0")
     cut = compile_plan(tmp, "dlrm-ma-chunk", "dlrm-small", 4, "--dp", "4", "--sync", "background:algo=ma,period=1,chunk=256")
-    whole_colls = [l for l in plan_text(whole).splitlines() if " coll " in l and " s2 " in l]
-    n_whole = len(whole_colls)
-    pairs = whole_colls[0].split(" args ")[1].split(" -> ")[0].count(",") + 1 if whole_colls else 0
-    check(f"chunk=0: the round's all-reduces are one bucket of all {pairs} dense params (one collective's latency)",
-          n_whole == 1 and pairs >= 6, "\n".join(whole_colls))
+    n_whole = len([l for l in plan_text(whole).splitlines() if " coll " in l and " s2 " in l])
+    bucket = compile_plan(tmp, "dlrm-ma-bucket", "dlrm-small", 4, "--dp", "4", "--sync", "background:algo=ma,period=1,bucket=4194304")
+    b_colls = [l for l in plan_text(bucket).splitlines() if " coll " in l and " s2 " in l]
+    pairs = b_colls[0].split(" args ")[1].split(" -> ")[0].count(",") + 1 if b_colls else 0
+    check(f"chunk=0: one all-reduce per dense param ({n_whole}); bucket=4 MiB: one bucket of all {pairs}",
+          n_whole >= 6 and len(b_colls) == 1 and pairs == n_whole, "\n".join(b_colls))
     cut_colls = [l for l in plan_text(cut).splitlines() if " coll " in l and " s2 " in l]
     n_chunks = sum(" attrs " in l for l in cut_colls)  # a parameter of 256 bytes or less stays whole
     check(f"chunk=256: more background collectives ({n_whole} -> {len(cut_colls)}, {n_chunks} of them chunks)",
@@ -118,6 +119,8 @@ def chunks(tmp):
     check("MA with whole all-reduces runs", p.returncode == 0, p.stderr)
     p = run(planrun, cut, "--backend", "cpu-serial", "--steps", "6", "--compare", st, "--rtol", "0", "--atol", "0", "--log-every", "0")
     check("MA in 256-byte chunks: the same parameters bit for bit", p.returncode == 0, p.stdout + p.stderr)
+    p = run(planrun, bucket, "--backend", "cpu-serial", "--steps", "6", "--compare", st, "--rtol", "0", "--atol", "0", "--log-every", "0")
+    check("MA with the params in one bucket: the same parameters bit for bit", p.returncode == 0, p.stdout + p.stderr)
     one = compile_plan(tmp, "mlp-1-ma-chunk", "mlp", 1, "--sync", "background:algo=ma,period=1,chunk=64")
     ref = compile_plan(tmp, "mlp-1-ref", "mlp", 1)
     st = os.path.join(tmp, "mlp.st")

@@ -243,7 +243,9 @@ for bad, why in [("sometimes", "not allreduce and not background"), ("background
                  ("background:algo=bmuf,nesterov=2", "nesterov wants 0 or 1"), ("background:algo=ma,hogwild=1", "takes no value"),
                  ("background:algo=ma,chunk=-1", "chunk wants a whole number of bytes"),
                  ("background:algo=ma,chunk=1.5", "chunk wants"), ("background:algo=ma,chunk=4M", "chunk wants"),
-                 ("background:algo=ma,chunk", '"chunk" needs a value')]:
+                 ("background:algo=ma,chunk", '"chunk" needs a value'),
+                 ("background:algo=ma,bucket=-5", "bucket wants a whole number of bytes"),
+                 ("background:algo=ma,bucket=1e99", "bucket wants"), ("background:algo=ma,bucket=1,bucket=2", "given twice")]:
     p = run("models/mlp.json", "--cluster", "models/clusters/cpu.json", "--sync", bad, "-o", "/dev/null")
     check(f"--sync {bad}: exit 2, {why}", p.returncode == 2 and f'--sync "{bad}"' in p.stderr and why in p.stderr and p.stdout == "", p)
 p = run("models/mlp.json", "--cluster", "models/clusters/cpu.json", "--devices", "2", "--dp", "2", "--zero", "1",

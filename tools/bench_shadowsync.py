@@ -23,6 +23,11 @@ Per run:
               trainer's own replica (the loss of the step's forward pass), not of an average
   vs sync     NE / the synchronous run's NE at the same N and scaling (1.000 = as good;
               ShadowSync's target is within 1%)
+  eval NE     NE of the trained model on --eval-steps fresh batches (steps after the last trained,
+              never seen), each a batch of the model's B, measured by a one-device plan with
+              learning rate 1e-30 that --loads what the run --saved: for a background run the mean
+              of the dense replicas (runtime/st.c), the model its rounds converge to; every run
+              at one N is measured on the same samples
   samples/s   steps x global batch / planrun's wall time (all ranks are threads of one process
               on this machine's cores: it measures overhead, not a cluster's scaling)
 
@@ -64,17 +69,47 @@ def model_for(a, tmp, n, weak):
     return path, a.batch * n
 
 
+def eval_plan(a, tmp):
+    """A one-device plan of the model that leaves it as it is, to measure a trained model on fresh
+    samples: learning rate 1e-30 (the schema wants one above 0; an update of 1e-30 times a
+    gradient is below the last bit of every weight not exactly 0, and moves a zero bias by 1e-30:
+    nothing a loss sees). planrun --load resumes at the file's step, so its data are steps never
+    trained on."""
+    m = json.load(open(a.model_path))
+    m["optimizer"]["lr"] = 1e-30
+    path, plan = os.path.join(tmp, "eval.json"), os.path.join(tmp, "eval.plan")
+    json.dump(m, open(path, "w"))
+    p = subprocess.run([a.plancc, path, "--cluster", os.path.join(a.root, "models", "clusters", "cpu.json"), "--devices", "1",
+                        "-o", plan], capture_output=True, text=True)
+    if p.returncode != 0:
+        sys.exit("plancc (the evaluation plan): " + p.stderr.strip())
+    return plan
+
+
+def eval_ne(a, tmp, saved):
+    """The eval NE of the model in `saved` (the replicas' mean, st.c) on a.eval_steps fresh
+    batches, or an error line."""
+    losses = os.path.join(tmp, "eval-losses.txt")
+    p = subprocess.run([a.planrun, a.eval_plan, "--load", saved, "--steps", str(a.eval_steps), "--seed", str(a.seed),
+                        "--log-every", "0", "--losses", losses], capture_output=True, text=True)
+    t = re.search(r"teacher labels: \d+ drawn, mean label ([0-9.]+)", p.stdout)
+    if p.returncode != 0 or not t:
+        return "planrun (eval): " + ((p.stderr.strip().splitlines() or ["no teacher line"])[-1])
+    ls = [float(x) for x in open(losses)]
+    return sum(ls) / len(ls) / entropy(float(t.group(1)))
+
+
 def run_one(a, tmp, n, name, opts, backend, model, batch):
-    """(NE, samples/s, mean label, best loss) of one run, or an error line."""
+    """(NE, eval NE, samples/s, mean label, best loss) of one run, or an error line."""
     plan = os.path.join(tmp, f"{n}-{name.replace(' ', '-')}.plan")
     cmd = [a.plancc, model, "--cluster", os.path.join(a.root, "models", "clusters", "cpu.json"),
            "--devices", str(n), "--dp", str(n), *opts, "-o", plan]
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode != 0:
         return "plancc: " + ((p.stderr.strip().splitlines() or ["?"])[-1])
-    losses = os.path.join(tmp, "losses.txt")
+    losses, saved = os.path.join(tmp, "losses.txt"), os.path.join(tmp, "final.st")
     p = subprocess.run([a.planrun, plan, "--backend", backend, "--steps", str(a.steps), "--seed", str(a.seed), "--log-every", "0",
-                        "--losses", losses], capture_output=True, text=True)
+                        "--losses", losses, "--save", saved], capture_output=True, text=True)
     if p.returncode != 0:
         return "planrun: " + ((p.stderr.strip().splitlines() or ["?"])[-1])
     m = re.search(r"(\d+) steps in ([0-9.]+) s", p.stdout)
@@ -86,7 +121,10 @@ def run_one(a, tmp, n, name, opts, backend, model, batch):
     ctr, best = float(t.group(1)), float(t.group(2))
     if not all(math.isfinite(x) for x in tail):
         return "the loss is not finite"
-    return sum(tail) / len(tail) / entropy(ctr), a.steps * batch / float(m.group(2)), ctr, best
+    ev = eval_ne(a, tmp, saved)
+    if isinstance(ev, str):
+        return ev
+    return sum(tail) / len(tail) / entropy(ctr), ev, a.steps * batch / float(m.group(2)), ctr, best
 
 
 def main():
@@ -99,6 +137,7 @@ def main():
     ap.add_argument("--model", default="dlrm-ctr")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--scaling", choices=["strong", "weak", "both"], default="both")
+    ap.add_argument("--eval-steps", type=int, default=200, help="fresh batches of the model's batch for eval NE")
     a = ap.parse_args()
     a.model_path = os.path.join(a.root, "models", a.model + ".json")
     a.batch = json.load(open(a.model_path))["dims"]["B"]
@@ -106,9 +145,10 @@ def main():
     print(f"{a.model}: batch {a.batch}, {a.steps} steps, seed {a.seed}; planrun's cpu backend, "
           f"{os.cpu_count()} cores; NE over the last 20% of the steps")
     with tempfile.TemporaryDirectory() as tmp:
+        a.eval_plan = eval_plan(a, tmp)
         for weak in [s == "weak" for s in (["strong", "weak"] if a.scaling == "both" else [a.scaling])]:
             print(f"\n{'weak' if weak else 'strong'} scaling: {'batch %d per trainer' % a.batch if weak else 'global batch %d' % a.batch}")
-            print(f"{'ranks':>5}  {'run':<10} {'NE':>7} {'vs sync':>8} {'samples/s':>10} {'vs sync':>8}")
+            print(f"{'ranks':>5}  {'run':<10} {'NE':>7} {'vs sync':>8} {'eval NE':>8} {'vs sync':>8} {'samples/s':>10} {'vs sync':>8}")
             for n in [int(x) for x in a.ranks.split(",")]:
                 model, batch = model_for(a, tmp, n, weak)
                 ref = None
@@ -118,16 +158,17 @@ def main():
                         print(f"{n:>5}  {name:<10} FAILED: {r}")
                         bad += 1
                         continue
-                    ne, sps, ctr, best = r
+                    ne, ev, sps, ctr, best = r
                     best_ne = best / entropy(ctr)
                     if name == "sync":
-                        ref = (ne, sps)
+                        ref = (ne, sps, ev)
                         if ne >= 0.95:
                             print(f"  synchronous training did not learn: NE {ne:.4f}")
                             bad += 1
                     rel = f"{ne / ref[0]:8.3f}" if ref else f"{'-':>8}"
+                    rev = f"{ev / ref[2]:8.3f}" if ref else f"{'-':>8}"
                     rsp = f"{sps / ref[1]:7.2f}x" if ref else f"{'-':>8}"
-                    print(f"{n:>5}  {name:<10} {ne:7.4f} {rel} {sps:10.0f} {rsp}", flush=True)
+                    print(f"{n:>5}  {name:<10} {ne:7.4f} {rel} {ev:8.4f} {rev} {sps:10.0f} {rsp}", flush=True)
     if best_ne is not None:
         print(f"teacher (best achievable) NE {best_ne:.4f}; a constant prediction of the CTR: NE 1")
     print(f"{time.time() - t0:.1f} s in all; {'FAILED' if bad else 'ok'}")

@@ -12,8 +12,9 @@ every trainer keeps its batch, as ShadowSync's trainers do) four ways and reads 
   sync/s      --dp 1 --tp N --tp-batch, synchronous: ShadowSync's layout (the ILP shards the tables
               over all N with all-to-all exchanges and runs the dense layers data-parallel), the
               dense gradients all-reduced in the step
-  p1/s, cont/s  the same layout with --sync background:algo=ma,period=1 and period=continuous
-              (default 4 MiB chunks): global batch / the foreground's step (the round runs beside
+  p1/s, cont/s  the same layout with --sync background:algo=ma,period=1 and period=continuous,
+              bucket=4194304 (the dense params share one all-reduce: one latency, not one per
+              param; default 4 MiB chunks): global batch / the foreground's step (the round runs beside
               it and is not in it; runtime/sim.h). The ILP plans the layout itself each time: with
               background sync the dense all-reduce costs the step nothing, which can change its
               choices
@@ -37,7 +38,8 @@ import tempfile
 
 UNIT = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
 SYNCS = [("dp", ["--dp"], "allreduce"), ("sync", ["--tp-batch", "--tp"], "allreduce"),
-         ("p1", ["--tp"], "background:algo=ma,period=1"), ("cont", ["--tp"], "background:algo=ma,period=continuous")]
+         ("p1", ["--tp"], "background:algo=ma,period=1,bucket=4194304"),
+         ("cont", ["--tp"], "background:algo=ma,period=continuous,bucket=4194304")]
 
 
 def secs(v, u):
@@ -79,7 +81,7 @@ def main():
     a = ap.parse_args()
     a.plancc, a.plandump, a.root = os.path.abspath(a.plancc), os.path.abspath(a.plandump), os.path.abspath(a.root)
     gpus = [int(x) for x in a.gpus.split(",")]
-    print(f"{a.model} on {a.cluster}, weak scaling: {a.per_gpu_batch} samples per GPU per step, MA rounds in 4 MiB chunks")
+    print(f"{a.model} on {a.cluster}, weak scaling: {a.per_gpu_batch} samples per GPU per step, MA rounds in one 4 MiB bucket (bucket=4194304)")
     print(f"{'GPUs':>5} {'dp/s':>10} {'sync/s':>10} {'p1/s':>10} {'ratio':>6} {'cont/s':>10} {'step':>9} {'round':>9} "
           f"{'shared':>9} {'stale':>5} {'cont r/s':>8} {'fg wait':>9}")
     with tempfile.TemporaryDirectory() as tmp:

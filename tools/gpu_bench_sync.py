@@ -31,6 +31,7 @@ import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VARIANTS = [("sync", []), ("ma, every step", ["--sync", "background:algo=ma,period=1"]),
+            ("ma, p1, bucket", ["--sync", "background:algo=ma,period=1,bucket=4194304"]),
             ("ma, continuous", ["--sync", "background:algo=ma,period=continuous"]),
             ("easgd, every 4", ["--sync", "background:algo=easgd,period=4"]),
             ("bmuf, every 4", ["--sync", "background:algo=bmuf,period=4"])]
