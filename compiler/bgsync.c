@@ -31,15 +31,18 @@
  * initializes from the param NAME as it does "NAME:master"); the block momentum at zero.
  *
  * Buffers of the round are placed past the foreground's arena (the two run at the same time;
- * plan_check refuses a background buffer that overlaps a foreground one). The all-reduces are
- * bucketed: the params of one group, in order, share one in-place all-reduce instruction up to
- * chunk= bytes (default 4 MiB; their buffers back to back, so a runtime reduces them as one
- * vector and pays one collective's latency: dlrm's 12 dense params, one collective instead of
- * 12); a parameter larger than that is all-reduced alone in pieces of at most chunk= bytes, each
- * a collective over a range of the buffer's elements, so that no one background collective holds
- * the link long (NCCL does not preempt a running kernel for a higher-priority stream). Every
- * rank runs the same program, so every rank issues them in the same order. Limits: parameters
- * of repeated blocks are not supported (emit.c refuses them).
+ * plan_check refuses a background buffer that overlaps a foreground one). A round goes group by
+ * group, and in a group parameter by parameter: each one's snapshot, its all-reduce, its update,
+ * so that the foreground moves on from a snapshot for one parameter's round only. With
+ * bucket=BYTES the params of a group share one in-place all-reduce instruction up to BYTES
+ * (their buffers back to back, so a runtime reduces them as one vector and pays one
+ * collective's latency: dlrm's 12 dense params, one collective instead of 12), every snapshot
+ * of the bucket taken before it. A parameter alone larger than chunk= bytes (default 4 MiB) is
+ * all-reduced in pieces of at most that, each a collective over a range of the buffer's
+ * elements, so that no one background collective holds the link long (NCCL does not preempt a
+ * running kernel for a higher-priority stream). Every rank runs the same program, so every rank
+ * issues them in the same order. Limits: parameters of repeated blocks are not supported
+ * (emit.c refuses them).
  */
 #include "plancc.h"
 
