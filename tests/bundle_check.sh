@@ -1,6 +1,8 @@
 #!/bin/bash
 # tools/bundle.sh: a bundle of the build's programs runs from its own folder with only env.sh's
 # LD_LIBRARY_PATH, holds the packages' libraries (cJSON at least), and bad arguments fail.
+# tools/gpu_suite.sh: refuses what is not a bundle; without a GPU its two tests skip (exit 77)
+# and it exits 0 (with a GPU that path is the gpu suite itself, not run here).
 # usage: bundle_check.sh SOURCE_ROOT BUILD
 root=$1 build=$2 pass=0 fail=0
 t=$(mktemp -d) && trap 'rm -rf "$t"' EXIT
@@ -11,5 +13,9 @@ check "bundles the build" 'bash "$root/tools/bundle.sh" "$build" "$t/b" >/dev/nu
 check "cJSON comes along" '[ -e "$t/b/lib/libcjson.so.1" ]'
 check "planrun runs from the bundle" '(. "$t/b/env.sh" && "$t/b/bin/planrun" --version | grep -q "^planrun ")'
 check "plancc compiles from the bundle" '(. "$t/b/env.sh" && "$t/b/bin/plancc" -q "$root/models/mlp.json" --cluster "$root/models/clusters/cpu.json" --devices 2 -o "$t/m.plan" && [ -s "$t/m.plan" ])'
+check "gpu_suite.sh on a folder that is not a bundle exits 2" 'bash "$root/tools/gpu_suite.sh" "$t" "$t/l" > "$t/gs" 2>&1; [ $? = 2 ] && grep -q "not a bundle" "$t/gs"'
+if ! command -v nvidia-smi >/dev/null 2>&1; then
+  check "gpu_suite.sh without a GPU: both tests skipped, exit 0" 'bash "$root/tools/gpu_suite.sh" "$t/b" "$t/logs" > "$t/gs" 2>&1 && grep -q "0 passed, 0 failed, 2 skipped" "$t/gs" && [ -s "$t/logs/equiv.log" ]'
+fi
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]
