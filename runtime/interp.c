@@ -769,18 +769,12 @@ static void staged_view(const rt_run *r, const rt_rank *rk, uint32_t bi, rt_view
  * count what is drawn); a draw that fails is left to the next step, which draws again and
  * reports it. */
 
-// Input slot k of rank rk's program in prepare_rank's order: its buffer and micro-batch; -1 past
-// the last.
-static int input_slot(const rt_run *r, const rt_rank *rk, uint32_t k, uint32_t *bi, uint32_t *mb) {
-    const plan_program *pg = rk->pg;
-    for (uint32_t b = 0; b < pg->n_buffers; b++) {
-        const plan_buffer *x = &pg->buffers[b];
-        if (!(x->flags & PLAN_BUF_PERSIST) || x->tensor == PLAN_NONE || r->p->tensors[x->tensor].kind != 0) continue;
-        uint32_t n = r->p->meta.micro_batches < x->mb_slots ? r->p->meta.micro_batches : x->mb_slots;
-        if (k < n) return *bi = b, *mb = k, 0;
-        k -= n;
-    }
-    return -1;
+// The micro-batch slots that buffer bi of rank rk fills as an input each step (0: not an input).
+// Input slot k counts them in buffer order, micro-batch within buffer.
+static uint32_t input_mbs(const rt_run *r, const rt_rank *rk, uint32_t bi) {
+    const plan_buffer *x = &rk->pg->buffers[bi];
+    if (!(x->flags & PLAN_BUF_PERSIST) || x->tensor == PLAN_NONE || r->p->tensors[x->tensor].kind != 0) return 0;
+    return r->p->meta.micro_batches < x->mb_slots ? r->p->meta.micro_batches : x->mb_slots;
 }
 
 // Draws input slot (bi, mb) of rank rk for step `step` into *block (allocated on first use),
@@ -808,13 +802,14 @@ static void prefetch_inputs(rt_run *r) {
         const rt_rank *rk = &r->ranks[q];
         if (!rk->local) continue;
         if (!r->next_in[q]) {
-            uint32_t n = 0, bi, mb;
-            while (!input_slot(r, rk, n, &bi, &mb)) n++;
+            uint32_t n = 0;
+            for (uint32_t bi = 0; bi < rk->pg->n_buffers; bi++) n += input_mbs(r, rk, bi);
             if (!(r->next_in[q] = calloc(n + 1u, sizeof(void *)))) return;
         }
-        uint32_t bi, mb;
-        for (uint32_t k = 0; !input_slot(r, rk, k, &bi, &mb); k++)
-            if (draw_input(r, rk, bi, mb, r->steps + 1, &r->next_in[q][k], err, sizeof err)) return;
+        uint32_t k = 0;
+        for (uint32_t bi = 0; bi < rk->pg->n_buffers; bi++)
+            for (uint32_t mb = 0, n = input_mbs(r, rk, bi); mb < n; mb++, k++)
+                if (draw_input(r, rk, bi, mb, r->steps + 1, &r->next_in[q][k], err, sizeof err)) return;
     }
     r->next_step = r->steps + 1;
 }
@@ -837,12 +832,13 @@ static int prepare_rank(rt_run *r, rt_rank *rk, char *err, size_t err_n) {
         }
     }
     void **ready = r->next_step == r->steps && r->next_in ? r->next_in[rk - r->ranks] : NULL;
-    uint32_t bi, mb;
-    for (uint32_t k = 0; !input_slot(r, rk, k, &bi, &mb); k++) {
-        void *src = ready ? ready[k] : r->stage;
-        if (!ready && draw_input(r, rk, bi, mb, r->steps, &src, err, err_n)) return -1;
-        if (rt_buffer_write(r, rk, bi, mb, 0, src, err, err_n)) return -1;
-    }
+    uint32_t k = 0;
+    for (uint32_t bi = 0; bi < pg->n_buffers; bi++)
+        for (uint32_t mb = 0, n = input_mbs(r, rk, bi); mb < n; mb++, k++) {
+            void *src = ready ? ready[k] : r->stage;
+            if (!ready && draw_input(r, rk, bi, mb, r->steps, &src, err, err_n)) return -1;
+            if (rt_buffer_write(r, rk, bi, mb, 0, src, err, err_n)) return -1;
+        }
     return 0;
 }
 
