@@ -30,7 +30,8 @@
  * Overrides are checked after the file, and reported against the whole file (pointer "") with
  * the flag named. The result always satisfies n_devices == nodes * devices_per_node: --devices
  * on a gpu cluster is either a whole number of nodes or one partial node (devices_per_node then
- * becomes that count), and on a cpu cluster any count is one node of that many ranks.
+ * becomes that count), and on a cpu cluster without a network any count is one node of that
+ * many ranks (a cpu cluster with one counts nodes as a gpu cluster does).
  *
  * Limits: at most 2^20 nodes, 2^16 devices per node in the file and 2^24 devices in all (the
  * device count is an int everywhere downstream). The cJSON tree is freed before cluster_load
@@ -434,7 +435,8 @@ static pcc_status load_root(pcc_jreader *r, const pcc_json *root, pcc_cluster *c
 // when they make none.
 static pcc_status devices_shape(const pcc_cluster *c, int devices, int *nodes, int *per_node) {
     int dpn = c->devices_per_node;
-    if (c->cpu || devices < dpn) {
+    bool one_node = c->cpu && c->network.kind == PCC_LINK_NONE;
+    if (one_node || devices < dpn) {
         *nodes = 1, *per_node = devices;
         return PCC_OK;
     }
@@ -457,7 +459,7 @@ static pcc_status apply_overrides(pcc_arena *a, pcc_cluster *c, int nodes, int d
         int dn = 0;
         pcc_status st = devices_shape(c, devices, &dn, &per_node);
         if (st) return st;
-        if (nodes > 0 && nodes != dn && c->cpu)
+        if (nodes > 0 && nodes != dn && c->cpu && c->network.kind == PCC_LINK_NONE)
             return diag(c->file, "", "--nodes %d and --devices %d disagree: on a cpu cluster --devices sets the ranks "
                         "of one node", nodes, devices);
         if (nodes > 0 && nodes != dn)

@@ -14,12 +14,27 @@
  * the order inside the run cannot deadlock (ncclGroupStart/End). A collective's members wait
  * for the last to arrive, which runs it for all and then wakes them.
  *
- * Deadlocks. One mutex guards all state; every change bumps a generation counter and wakes all
- * waiters. A waiter that finds its condition false counts itself stalled once per generation;
- * when the stalled count reaches the number of live threads, no thread can change anything
- * again: that is a deadlock, reported at once with what every stalled thread waits for. A
- * timeout (in case a thread is stuck outside this file) ends the rest. The first failure stops
- * every thread.
+ * Waking and deadlocks. One mutex guards all state. A waiting thread leaves its condition (a
+ * predicate and its argument) in its slot and sleeps on a condition variable of its own; every
+ * change looks at the waiting threads' conditions and wakes only those that now hold, so a
+ * change does not wake every thread of every rank to look (with 8 ranks of 3 streams on 2
+ * cores, waking all of them on every change cost more than the steps' work). When every live
+ * thread waits and no waiter's condition holds, no thread can change anything again: that is a
+ * deadlock, reported at once with what every thread waits for; it is checked whenever a thread
+ * starts to wait or exits, the only moments it can begin. A timeout (in case a thread is stuck
+ * outside this file) ends the rest. The first failure wakes and stops every thread.
+ *
+ * Network emulation (rt_comm_emulate; planrun --emulate-network). Here a collective costs a few
+ * memory copies, so a plan's communication is nearly free and nothing can show what hiding it
+ * is worth. With emulation every collective and message also takes the time the plan gives it
+ * (its t_s: the cost model's time on the plan's cluster), as though it crossed that cluster's
+ * links. Each rank has one link, a sending and a receiving side of it (full duplex). A
+ * collective occupies both sides of every member's link; a message, the sender's sending side
+ * and the receiver's receiving side. It starts when its last party has arrived and every side it
+ * needs is free, which makes it first come, first served on each side: a background round's
+ * collective that holds a link delays the foreground's next one, as a running NCCL kernel does
+ * (NCCL does not preempt). Members then wait, asleep (the cores stay free for the ranks'
+ * compute), until its end; the data moves at once, as before.
  */
 #define _GNU_SOURCE 1
 #include "rt.h"
@@ -41,6 +56,8 @@ typedef struct msg {
     const void *data;
     uint64_t bytes;
     const char *what;
+    double t_s;                 // the send's modeled time
+    double end;                 // emulation: when the message has crossed the link (monotonic s)
     bool taken;
     struct msg *next;
 } msg;
@@ -48,6 +65,7 @@ typedef struct msg {
 typedef struct cop {
     uint64_t key, seq;
     int n, posted, left;
+    double t_s, end;            // the longest modeled time a member gave; emulation: its end
     bool running, done;
     rt_coll_member *m;
     struct cop *next;
@@ -55,10 +73,10 @@ typedef struct cop {
 
 struct rt_comm {
     pthread_mutex_t mu;
-    pthread_cond_t cv;
-    uint64_t gen;
-    int alive, stalled, n_threads;
-    const char **waiting;       // per thread: what it waits for (NULL: running)
+    int alive, n_threads;
+    // Per thread: what it waits for (NULL: not waiting), its condition, its condition variable.
+    const char **waiting;
+    struct waiter { bool (*ready)(struct rt_comm *c, void *arg); void *arg; pthread_cond_t cv; } *wt;
     double timeout_s;
     bool failed;
     char error[2048];
@@ -67,6 +85,8 @@ struct rt_comm {
     uint32_t n_events;
     msg *msgs;
     cop *cops;
+    bool emulate;               // rt_comm_emulate
+    double *tx_free, *rx_free;  // emulation, per rank: when its link's sending/receiving side is free
 };
 
 rt_comm *rt_comm_new(int n_threads, int n_ranks, uint32_t n_events, double timeout_s) {
@@ -74,10 +94,16 @@ rt_comm *rt_comm_new(int n_threads, int n_ranks, uint32_t n_events, double timeo
     if (!c) return NULL;
     c->waiting = calloc((size_t)n_threads, sizeof *c->waiting);
     c->event_done = calloc((size_t)n_ranks * (n_events ? n_events : 1), sizeof *c->event_done);
-    if (!c->waiting || !c->event_done) { free(c->waiting), free(c->event_done), free(c); return NULL; }
+    c->tx_free = calloc((size_t)n_ranks, sizeof *c->tx_free);
+    c->rx_free = calloc((size_t)n_ranks, sizeof *c->rx_free);
+    c->wt = calloc((size_t)n_threads, sizeof *c->wt);
+    if (!c->waiting || !c->event_done || !c->tx_free || !c->rx_free || !c->wt) {
+        free(c->waiting), free(c->event_done), free(c->tx_free), free(c->rx_free), free(c->wt), free(c);
+        return NULL;
+    }
     c->n_ranks = n_ranks, c->n_events = n_events;
     pthread_mutex_init(&c->mu, NULL);
-    pthread_cond_init(&c->cv, NULL);
+    for (int t = 0; t < n_threads; t++) pthread_cond_init(&c->wt[t].cv, NULL);
     c->n_threads = n_threads;
     c->timeout_s = timeout_s;
     return c;
@@ -94,8 +120,10 @@ void rt_comm_free(rt_comm *c) {
     free_mailboxes(c);
     free(c->event_done);
     free(c->waiting);
+    free(c->tx_free), free(c->rx_free);
+    for (int t = 0; t < c->n_threads; t++) pthread_cond_destroy(&c->wt[t].cv);
+    free(c->wt);
     pthread_mutex_destroy(&c->mu);
-    pthread_cond_destroy(&c->cv);
     free(c);
 }
 
@@ -104,20 +132,31 @@ void rt_comm_reset(rt_comm *c, int n_threads) {
     free_mailboxes(c);
     memset(c->event_done, 0, (size_t)c->n_ranks * c->n_events * sizeof *c->event_done);
     c->alive = n_threads < c->n_threads ? n_threads : c->n_threads;
-    c->stalled = 0;
-    c->gen++;
     c->failed = false;
     c->error[0] = 0;
     memset(c->waiting, 0, (size_t)c->n_threads * sizeof *c->waiting);
     pthread_mutex_unlock(&c->mu);
 }
 
-// Under the lock: something changed; every waiter looks again.
+// Under the lock: something changed; the waiters whose condition now holds (every waiter after
+// a failure) wake.
 static void changed(rt_comm *c) {
-    c->gen++;
-    c->stalled = 0;
-    pthread_cond_broadcast(&c->cv);
+    for (int t = 0; t < c->n_threads; t++)
+        if (c->waiting[t] && (c->failed || c->wt[t].ready(c, c->wt[t].arg))) pthread_cond_signal(&c->wt[t].cv);
 }
+
+// Under the lock: every live thread waits and no waiter's condition holds.
+static bool deadlocked(rt_comm *c) {
+    int n = 0;
+    for (int t = 0; t < c->n_threads; t++) {
+        if (!c->waiting[t]) continue;
+        if (c->wt[t].ready(c, c->wt[t].arg)) return false;
+        n++;
+    }
+    return n > 0 && n >= c->alive;
+}
+
+static void report_deadlock(rt_comm *c);
 
 static int fail_locked(rt_comm *c, const char *fmt, va_list ap) {
     if (!c->failed) {
@@ -149,15 +188,18 @@ int rt_comm_fail(rt_comm *c, const char *fmt, ...) {
 
 const char *rt_comm_error(rt_comm *c) { return c->failed ? c->error : NULL; }
 
+void rt_comm_emulate(rt_comm *c, bool on) { c->emulate = on; }
+
 void rt_comm_exit(rt_comm *c, int thread) {
     pthread_mutex_lock(&c->mu);
     c->alive--;
     c->waiting[thread] = NULL;
     changed(c);
+    if (!c->failed && deadlocked(c)) report_deadlock(c);
     pthread_mutex_unlock(&c->mu);
 }
 
-// Under the lock, on a deadlock: the message lists what the stalled threads wait for.
+// Under the lock, on a deadlock: the message lists what the threads wait for.
 static void report_deadlock(rt_comm *c) {
     char buf[sizeof c->error];
     size_t n = (size_t)snprintf(buf, sizeof buf, "deadlock: every rank is blocked, none can proceed:");
@@ -176,20 +218,18 @@ typedef bool (*ready_fn)(rt_comm *c, void *arg);
 
 // Under the lock: waits until ready(c, arg), a failure, a deadlock or the timeout. -1 unless ready.
 static int wait_until(rt_comm *c, int thread, ready_fn ready, void *arg, const char *what) {
+    if (c->failed || ready(c, arg)) return c->failed ? -1 : 0;
     struct timespec deadline;
     clock_gettime(CLOCK_REALTIME, &deadline);
     double whole = (double)(long)c->timeout_s;
     deadline.tv_sec += (time_t)whole;
     deadline.tv_nsec += (long)((c->timeout_s - whole) * 1e9);
     if (deadline.tv_nsec >= 1000000000L) deadline.tv_sec++, deadline.tv_nsec -= 1000000000L;
-    uint64_t seen = c->gen - 1;
     c->waiting[thread] = what;
+    c->wt[thread].ready = ready, c->wt[thread].arg = arg;
+    if (deadlocked(c)) report_deadlock(c);
     while (!c->failed && !ready(c, arg)) {
-        if (seen != c->gen) {
-            seen = c->gen;
-            if (++c->stalled >= c->alive) { report_deadlock(c); break; }
-        }
-        int rc = pthread_cond_timedwait(&c->cv, &c->mu, &deadline);
+        int rc = pthread_cond_timedwait(&c->wt[thread].cv, &c->mu, &deadline);
         if (rc == ETIMEDOUT && !c->failed && !ready(c, arg)) {
             fail_l(c, "timeout: nothing happened for %g s while %s (raise --timeout if a step is that slow)",
                    c->timeout_s, what);
@@ -197,6 +237,48 @@ static int wait_until(rt_comm *c, int thread, ready_fn ready, void *arg, const c
         }
     }
     c->waiting[thread] = NULL;
+    return c->failed ? -1 : 0;
+}
+
+/* ---- network emulation ---- */
+
+static double mono_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static double later(double a, double b) { return a > b ? a : b; }
+
+// Under the lock: the end of a message of t_s seconds from src to dst, which starts when the
+// sender's sending side and the receiver's receiving side are free (from now on) and holds them.
+static double occupy_msg(rt_comm *c, int src, int dst, double t_s) {
+    double end = later(mono_s(), later(c->tx_free[src], c->rx_free[dst])) + t_s;
+    c->tx_free[src] = c->rx_free[dst] = end;
+    return end;
+}
+
+// Under the lock: the end of collective o (every side of every member's link).
+static double occupy_coll(rt_comm *c, const cop *o) {
+    double start = mono_s();
+    for (int i = 0; i < o->n; i++) start = later(start, later(c->tx_free[o->m[i].rank], c->rx_free[o->m[i].rank]));
+    double end = start + o->t_s;
+    for (int i = 0; i < o->n; i++) c->tx_free[o->m[i].rank] = c->rx_free[o->m[i].rank] = end;
+    return end;
+}
+
+// Under the lock: sleeps until the monotonic time `end` (a transfer's), or a failure. The
+// thread is not waiting on another, so it never counts towards a deadlock.
+static int wait_transfer(rt_comm *c, int thread, double end) {
+    for (double left; !c->failed && (left = end - mono_s()) > 0;) {
+        struct timespec t;
+        clock_gettime(CLOCK_REALTIME, &t);
+        double whole = (double)(long)left;
+        t.tv_sec += (time_t)whole;
+        t.tv_nsec += (long)((left - whole) * 1e9);
+        if (t.tv_nsec >= 1000000000L) t.tv_sec++, t.tv_nsec -= 1000000000L;
+        pthread_cond_timedwait(&c->wt[thread].cv, &c->mu, &t);
+    }
     return c->failed ? -1 : 0;
 }
 
@@ -257,8 +339,8 @@ static void unlink_msg(rt_comm *c, msg *m) {
     free(m);
 }
 
-// Under the lock: the receive of item r (into rank `rank`).
-static int receive(rt_comm *c, int thread, int rank, const rt_p2p *r) {
+// Under the lock: the receive of item r (into rank `rank`); *end: the end of its transfer.
+static int receive(rt_comm *c, int thread, int rank, const rt_p2p *r, double *end) {
     msg_arg a = {r->peer, rank, r->tag, r->seq};
     if (wait_until(c, thread, msg_posted, &a, r->what)) return -1;
     msg *m = find_msg(c, r->peer, rank, r->tag, r->seq);
@@ -266,6 +348,8 @@ static int receive(rt_comm *c, int thread, int rank, const rt_p2p *r) {
         return fail_l(c, "message size mismatch: %s receives %llu bytes, but %s sends %llu", r->what,
                       (unsigned long long)r->bytes, m->what, (unsigned long long)m->bytes);
     memcpy(r->data, m->data, r->bytes);
+    if (c->emulate) m->end = occupy_msg(c, m->src, m->dst, later(m->t_s, r->t_s));
+    *end = later(*end, m->end);
     m->taken = true;
     changed(c);
     return 0;
@@ -279,19 +363,22 @@ int rt_comm_p2p(rt_comm *c, int thread, int rank, rt_p2p *items, int n) {
         if (!items[i].send) continue;
         msg *m = calloc(1, sizeof *m);
         if (!m) { rc = fail_l(c, "out of memory posting %s", items[i].what); break; }
-        *m = (msg){rank, items[i].peer, items[i].tag, items[i].seq, items[i].data, items[i].bytes, items[i].what, false, c->msgs};
+        *m = (msg){rank, items[i].peer, items[i].tag, items[i].seq, items[i].data, items[i].bytes, items[i].what, items[i].t_s, 0, false,
+                   c->msgs};
         c->msgs = m;
         posted[i] = m;
     }
     if (!rc) changed(c);
+    double end = 0; // emulation: when the group's last transfer ends
     for (int i = 0; i < n && !rc; i++)
-        if (!items[i].send) rc = receive(c, thread, rank, &items[i]);
+        if (!items[i].send) rc = receive(c, thread, rank, &items[i], &end);
     for (int i = 0; i < n && !rc; i++)
-        if (posted[i]) rc = wait_until(c, thread, msg_taken, posted[i], items[i].what);
+        if (posted[i] && !(rc = wait_until(c, thread, msg_taken, posted[i], items[i].what))) end = later(end, posted[i]->end);
     // A failed step leaves its messages to rt_comm_reset (a peer may still point at them).
     for (int i = 0; i < n && !rc; i++)
         if (posted[i]) unlink_msg(c, posted[i]);
     free(posted);
+    if (!rc && c->emulate) rc = wait_transfer(c, thread, end);
     pthread_mutex_unlock(&c->mu);
     return rc;
 }
@@ -384,7 +471,7 @@ static int run_cop(const cop *o, uint32_t dtype) {
 }
 
 int rt_comm_coll(rt_comm *c, int thread, uint64_t key, uint64_t seq, int n_members, int me,
-                 const rt_coll_member *mine, uint32_t dtype, const char *what) {
+                 const rt_coll_member *mine, uint32_t dtype, double t_s, const char *what) {
     pthread_mutex_lock(&c->mu);
     cop *o = find_cop(c, key, seq);
     if (!o) {
@@ -404,7 +491,9 @@ int rt_comm_coll(rt_comm *c, int thread, uint64_t key, uint64_t seq, int n_membe
         rc = fail_l(c, "collective mismatch: %s has %d members, another member counts %d", what, n_members, o->n);
     } else {
         o->m[me] = *mine;
+        o->t_s = later(o->t_s, t_s);
         if (++o->posted == o->n) {
+            if (c->emulate) o->end = occupy_coll(c, o);
             o->running = true;
             changed(c);
             pthread_mutex_unlock(&c->mu);
@@ -418,11 +507,13 @@ int rt_comm_coll(rt_comm *c, int thread, uint64_t key, uint64_t seq, int n_membe
             rc = wait_until(c, thread, cop_done, o, what);
         }
     }
+    double end = rc ? 0 : o->end;
     if (!rc && --o->left == 0) {
         for (cop **p = &c->cops; *p; p = &(*p)->next)
             if (*p == o) { *p = o->next; break; }
         free(o->m), free(o);
     }
+    if (!rc && c->emulate) rc = wait_transfer(c, thread, end);
     rc = c->failed ? -1 : rc;
     pthread_mutex_unlock(&c->mu);
     return rc;

@@ -215,7 +215,8 @@ static int do_p2p(walker *w, uint32_t i, uint32_t mb, uint32_t layer, uint64_t s
     pending *p = &w->pend[w->n_pend++];
     uint32_t b = w->rk->pg->args[in->args];
     p->item = (rt_p2p){.send = in->kind == PLAN_I_SEND, .peer = peer, .tag = in->tag, .seq = seq,
-                       .data = slot_addr(w->rk, &w->rk->pg->buffers[b], mb, layer), .bytes = slot_bytes(w->rk, &w->rk->pg->buffers[b])};
+                       .data = slot_addr(w->rk, &w->rk->pg->buffers[b], mb, layer), .bytes = slot_bytes(w->rk, &w->rk->pg->buffers[b]),
+                       .t_s = in->t_s};
     char extra[64];
     snprintf(extra, sizeof extra, " %s rank %d", in->kind == PLAN_I_SEND ? "to" : "from", peer);
     describe(w, p->what, sizeof p->what, i, mb, layer, extra);
@@ -379,7 +380,7 @@ static int coll_pair(walker *w, uint32_t i, uint32_t mb, uint32_t layer, uint64_
     char what[WHAT_BYTES], err[512];
     describe(w, what, sizeof what, i, mb, layer, "");
     rt_coll c = {.kind = in->code, .group = (uint32_t)in->a, .instance = inst, .seq = seq, .n_members = n, .me = me,
-                 .mine = m, .dtype = (uint8_t)elem_dtype(w->rk, inb), .what = what};
+                 .mine = m, .dtype = (uint8_t)elem_dtype(w->rk, inb), .what = what, .t_s = in->t_s};
     rt_exec x = exec_of(w, in->stream);
     return rt_backend_coll(w->run->be, &x, &c, err, sizeof err) ? rt_backend_fail(w->run->be, "%s", err) : 0;
 }
@@ -1088,7 +1089,7 @@ static rt_backend *backend_init(const plan *p, const rt_options *o, char *err, s
     for (uint32_t k = 0; k < p->n_programs; k++)
         if (p->programs[k].n_events > n_events) n_events = p->programs[k].n_events;
     bool serial = !strcmp(name, "cpu-serial");
-    unsigned flags = (serial ? RT_CPU_SERIAL : 0) | (o->f64 ? RT_CPU_F64 : 0);
+    unsigned flags = (serial ? RT_CPU_SERIAL : 0) | (o->f64 ? RT_CPU_F64 : 0) | (o->emulate_network ? RT_CPU_NETWORK : 0);
     if (serial || !strcmp(name, "cpu")) return rt_backend_cpu_init((int)p->meta.world, max_streams(p), n_events, o->timeout_s, flags, err, err_n);
 #ifdef PLANCC_HAVE_CUDA
     if (!strcmp(name, "cuda")) return rt_backend_cuda_init(p, o, err, err_n);

@@ -217,6 +217,7 @@ typedef struct rt_p2p {
     void *data;
     uint64_t bytes;
     const char *what;               // "rank 0 stream 0 insn 12 (send along pp +1, micro-batch 3)"
+    double t_s;                     // the plan's time for it (network emulation; 0: none)
 } rt_p2p;
 int rt_comm_p2p(rt_comm *c, int thread, int rank, rt_p2p *items, int n);
 
@@ -225,9 +226,13 @@ int rt_comm_p2p(rt_comm *c, int thread, int rank, rt_p2p *items, int n);
 // all: each output element is the sum of the contributing members' inputs that hold it (an
 // all-reduce sums V pieces; an all-gather or all-to-all places disjoint D pieces; R copies
 // contribute once). Elements are of dtype (f32, i32, RT_DTYPE_F64). Each member returns when
-// its output is written.
+// its output is written; with network emulation, when the plan's time for it (t_s, the longest
+// any member gives) has passed too.
 int rt_comm_coll(rt_comm *c, int thread, uint64_t key, uint64_t seq, int n_members, int me,
-                 const rt_coll_member *mine, uint32_t dtype, const char *what);
+                 const rt_coll_member *mine, uint32_t dtype, double t_s, const char *what);
+// Network emulation on or off (off at first): collectives and messages take the plan's times on
+// links of their own (comm.c, "Network emulation"). Set before the first step.
+void rt_comm_emulate(rt_comm *c, bool on);
 
 /* ---- gate.c: the admission gate of a background job ----
  *
@@ -317,6 +322,7 @@ typedef struct rt_coll {
     rt_coll_member mine;
     uint8_t dtype;                  // the elements' dtype (rt_dtype_bytes)
     const char *what;               // the instruction, for messages
+    double t_s;                     // the plan's time for it (network emulation)
 } rt_coll;
 
 typedef struct rt_backend rt_backend;
@@ -388,6 +394,7 @@ struct rt_backend {
 // with a message when out of memory.
 #define RT_CPU_SERIAL 1u
 #define RT_CPU_F64 2u
+#define RT_CPU_NETWORK 4u          // emulate the plan's network (rt_comm_emulate)
 rt_backend *rt_backend_cpu_init(int n_ranks, uint32_t streams, uint32_t events, double timeout_s, unsigned flags, char *err, size_t err_n);
 
 // The dispatch wrappers: -1 with a message when b or a required entry is missing, else the
@@ -440,6 +447,7 @@ typedef struct rt_options {
     // every piece of work.
     rt_gate *gates;
     bool background;
+    bool emulate_network;           // the cpu backends: communication takes the plan's times (comm.c)
 } rt_options;
 
 typedef struct rt_rank {

@@ -137,6 +137,8 @@ check("--devices 4 on dgx-a100: one node of 4; mlp fits", p.returncode == 0
       and "4 devices = 1 node x 4 per node" in p.stdout and "fits: needs" in p.stdout, p)
 p = run("--check", "models/mlp.json", "--cluster", "models/clusters/cpu.json", "--devices", "3")
 check("--devices 3 on the cpu cluster: one node of 3", p.returncode == 0 and "3 devices = 1 node x 3 per node" in p.stdout, p)
+p = run("--check", "models/mlp.json", "--cluster", "models/clusters/cpu-ethernet.json", "--devices", "3")
+check("--devices 3 on a cpu cluster with a network: 3 servers", p.returncode == 0 and "3 devices = 3 nodes x 1 per node" in p.stdout, p)
 p = run("--check", "--json", "models/gpt3-175b.json", "--cluster", A100, "--nodes", "2")
 try:
     r = json.loads(p.stdout)
@@ -179,6 +181,8 @@ bad_overrides = [
     ((A100, "--nodes", "3", "--devices", "16"), f"plancc: {A100}:: --nodes 3 and --devices 16 disagree"),
     (("models/clusters/cpu.json", "--nodes", "2"), "plancc: models/clusters/cpu.json:: --nodes 2: the cluster has no network"),
     (("models/clusters/cpu.json", "--nodes", "2", "--devices", "4"), "plancc: models/clusters/cpu.json:: --nodes 2: "),
+    (("models/clusters/cpu-ethernet.json", "--nodes", "2", "--devices", "4"),
+     "plancc: models/clusters/cpu-ethernet.json:: --nodes 2 and --devices 4 disagree: 4 devices are 4 nodes"),
 ]
 for args, want in bad_overrides:
     p = run("--check", "models/mlp.json", "--cluster", *args)

@@ -246,6 +246,19 @@ def main():
         with open(j("a.loss")) as f:
             check("losses file", len(f.read().split()) == 3)
 
+        # network emulation: the plan's times for communication; the same losses, bit for bit
+        eth = os.path.join(root, "models", "clusters", "cpu-ethernet.json")
+        p = run(plancc, mlp, "--cluster", eth, "--devices", 2, "--dp", 2, "-o", j("mlp-eth.plan"))
+        check("compile mlp on 2 ethernet servers", p.returncode == 0 and "2 x CPU rank" in p.stdout, p)
+        expect("--emulate-network on cuda", pr(j("mlp-eth.plan"), "--emulate-network", "--backend", "cuda"), 1,
+               "--emulate-network is for the cpu backends")
+        for be in ("cpu", "cpu-serial"):
+            expect(f"emulated network ({be})", pr(j("mlp-eth.plan"), "--emulate-network", "--backend", be, "--steps", 3,
+                                                  "--losses", j(f"eth-{be}.loss")), 0, "network emulated", "step 3/3")
+        expect("the same without emulation", pr(j("mlp-eth.plan"), "--steps", 3, "--losses", j("eth.loss")), 0, "step 3/3")
+        with open(j("eth.loss")) as f, open(j("eth-cpu.loss")) as g, open(j("eth-cpu-serial.loss")) as h:
+            check("emulation changes no loss", f.read() == g.read() == h.read())
+
         # double precision: F64 files, resumable bit for bit; an f32 run loads them (rounded)
         expect("bad --precision", pr(j("mlp.plan"), "--precision", "f16"), 1, "--precision", "f16")
         expect("f64 on cuda", pr(j("mlp.plan"), "--precision", "f64", "--backend", "cuda"), 1, "cpu backends only")

@@ -81,7 +81,7 @@ static int be_p2p(rt_backend *b, const rt_exec *x, rt_p2p *items, int n, char *e
 
 static int be_coll(rt_backend *b, const rt_exec *x, const rt_coll *c, char *err, size_t err_n) {
     uint64_t key = (uint64_t)c->group << 32 | c->instance;
-    int rc = rt_comm_coll(comm_of(b), x->thread, key, c->seq, c->n_members, c->me, &c->mine, c->dtype, c->what);
+    int rc = rt_comm_coll(comm_of(b), x->thread, key, c->seq, c->n_members, c->me, &c->mine, c->dtype, c->t_s, c->what);
     return comm_status(b, rc, err, err_n);
 }
 
@@ -120,6 +120,7 @@ rt_backend *rt_backend_cpu_init(int n_ranks, uint32_t streams, uint32_t events, 
         return NULL;
     }
     cb->comm = c, cb->f64 = flags & RT_CPU_F64;
+    rt_comm_emulate(c, flags & RT_CPU_NETWORK);
     rt_backend *b = &cb->b;
     *b = (rt_backend){
         .name = serial ? "cpu-serial" : "cpu",
