@@ -822,33 +822,39 @@ static void emit_op(emitter *E, prog *P, int o, bool last_mb) {
 // --sync background: the replica's own gradient, the gradient of its local mean (the loss gives
 // each rank its sum over the global batch, so the replicas along `axes` times it), in place of
 // the all-reduce over those axes.
-static int local_grad(emitter *E, prog *P, int gp, int b, unsigned axes) {
+static int local_grad(emitter *E, prog *P, int gp, int b, unsigned axes, int stream) {
     plan_shard next = P->buf[b].shard;
     for (int a = 0; a < PCC_AXES; a++)
         if (axes >> a & 1u) next.map[a] = PLAN_SHARD_R;
     int nb = new_buf(E, P, gp, next, 1, P->buf[b].layer_slots, P->buf[b].layer_base);
     P->buf[nb].whole = true;
-    plan_insn *in = insn(E, P, PLAN_I_COMPUTE, STREAM_SYNC, (int[]){b, nb}, 2);
+    plan_insn *in = insn(E, P, PLAN_I_COMPUTE, stream, (int[]){b, nb}, 2);
     in->code = PCC_OP_SCALE;
     in->attrs = scale_attrs(E, P, (double)axes_group(E, axes).size);
     in->t_s = memory_s(E, P, 2.0 * (double)P->buf[nb].bytes, nb);
     return nb;
 }
 
-// --sync background: a gradient trained per replica, synchronized by itself on stream 1 (no
-// bucket): the local scale over its replica axes, the all-reduce or reduce-scatter over the
-// other axes where it holds partial sums (those the producer left V).
+// --sync background: a gradient trained per replica, synchronized by itself (no bucket): the
+// local scale over its replica axes, the all-reduce or reduce-scatter over the other axes where
+// it holds partial sums (those the producer left V). With collectives, on stream 1; a scale
+// alone (dp's dense params) stays on stream 0, where a record and a wait per parameter would
+// cost more than the scale.
 static void sync_grad_local(emitter *E, prog *P, int gp) {
     const pcc_graph *g = E->g;
     int p = g->tensors[gp].of, hb = home(E, P, gp);
     plan_shard want = E->opt_sh[p], made = grad_made(E, gp);
+    unsigned mine = 0, other = 0; // the replica axes where the producer left partial sums (dp with one rank: none); the rest
+    for (int a = 0; a < PCC_AXES; a++)
+        if (made.map[a] == PLAN_SHARD_V) *(E->local[gp] >> a & 1u ? &mine : &other) |= 1u << a;
+    if (!other) {
+        P->home[gp] = mine ? local_grad(E, P, gp, hb, mine, STREAM_MAIN) : hb;
+        return;
+    }
     event(E, P, PLAN_I_RECORD, STREAM_MAIN, EV_GRAD);
     event(E, P, PLAN_I_WAIT, STREAM_SYNC, EV_GRAD);
     P->used_sync = true;
-    unsigned mine = 0; // the replica axes where the producer left partial sums (dp with one rank: none)
-    for (int a = 0; a < PCC_AXES; a++)
-        if ((E->local[gp] >> a & 1u) && made.map[a] == PLAN_SHARD_V) mine |= 1u << a;
-    int b = mine ? local_grad(E, P, gp, hb, mine) : hb;
+    int b = mine ? local_grad(E, P, gp, hb, mine, STREAM_SYNC) : hb;
     for (int a = PCC_AXES - 1; a >= 0; a--) {
         if (made.map[a] != PLAN_SHARD_V || (mine >> a & 1u)) continue;
         if (want.map[a] >= 2 && P->buf[b].shard.map[a] == PLAN_SHARD_V) {
