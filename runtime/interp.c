@@ -766,9 +766,11 @@ static void staged_view(const rt_run *r, const rt_rank *rk, uint32_t bi, rt_view
  * H100 with them, 4.2 ms without. So once a step's walkers have issued its work, and before the
  * backend waits for it, the host draws the next step's inputs into blocks of its own (never
  * r->stage, which a CPU background round may use meanwhile); the next step writes them from
- * there. The same values either way; nothing is drawn past rt_options.steps (teacher labels
- * count what is drawn); a draw that fails is left to the next step, which draws again and
- * reports it. */
+ * there. On the cpu backends, whose walkers return with the work done, each local rank's draws
+ * run on a thread of its own beside the step's walkers instead: drawn after the step, one rank
+ * after another, they were a serial quarter of dlrm-ctr's work on 2 ranks. The same values
+ * either way; nothing is drawn past rt_options.steps (teacher labels count what is drawn); a
+ * draw that fails is left to the next step, which draws again and reports it. */
 
 // The micro-batch slots that buffer bi of rank rk fills as an input each step (0: not an input).
 // Input slot k counts them in buffer order, micro-batch within buffer.
@@ -796,23 +798,39 @@ static int draw_input(const rt_run *r, const rt_rank *rk, uint32_t bi, uint32_t 
     return 0;
 }
 
-static void prefetch_inputs(rt_run *r) {
+// Rank q's inputs of the next step into r->next_in[q]; false when a draw failed.
+static bool prefetch_rank(rt_run *r, int q) {
     char err[256];
-    r->next_step = UINT64_MAX;
-    for (int q = 0; q < r->world; q++) {
-        const rt_rank *rk = &r->ranks[q];
-        if (!rk->local) continue;
-        if (!r->next_in[q]) {
-            uint32_t n = 0;
-            for (uint32_t bi = 0; bi < rk->pg->n_buffers; bi++) n += input_mbs(r, rk, bi);
-            if (!(r->next_in[q] = calloc(n + 1u, sizeof(void *)))) return;
-        }
-        uint32_t k = 0;
-        for (uint32_t bi = 0; bi < rk->pg->n_buffers; bi++)
-            for (uint32_t mb = 0, n = input_mbs(r, rk, bi); mb < n; mb++, k++)
-                if (draw_input(r, rk, bi, mb, r->steps + 1, &r->next_in[q][k], err, sizeof err)) return;
+    const rt_rank *rk = &r->ranks[q];
+    if (!r->next_in[q]) {
+        uint32_t n = 0;
+        for (uint32_t bi = 0; bi < rk->pg->n_buffers; bi++) n += input_mbs(r, rk, bi);
+        if (!(r->next_in[q] = calloc(n + 1u, sizeof(void *)))) return false;
     }
+    uint32_t k = 0;
+    for (uint32_t bi = 0; bi < rk->pg->n_buffers; bi++)
+        for (uint32_t mb = 0, n = input_mbs(r, rk, bi); mb < n; mb++, k++)
+            if (draw_input(r, rk, bi, mb, r->steps + 1, &r->next_in[q][k], err, sizeof err)) return false;
+    return true;
+}
+
+static void prefetch_inputs(rt_run *r) {
+    r->next_step = UINT64_MAX;
+    for (int q = 0; q < r->world; q++)
+        if (r->ranks[q].local && !prefetch_rank(r, q)) return;
     r->next_step = r->steps + 1;
+}
+
+typedef struct drawer {
+    rt_run *r;
+    int rank;
+    bool ok;
+} drawer;
+
+static void *drawer_main(void *arg) {
+    drawer *d = arg;
+    d->ok = prefetch_rank(d->r, d->rank);
+    return NULL;
 }
 
 // Zeroes the outputs of accumulating operators and fills the inputs of rank rk.
@@ -937,11 +955,14 @@ int rt_run_step(rt_run *r, double *loss, char *err, size_t err_n) {
     bool per_stream = r->be->thread_per_stream;
     uint32_t ns = per_stream ? max_streams(r->p) : 1;
     int n = r->world * (int)ns, started = 0;
+    // The next step's inputs: drawn beside the walkers (cpu), or after they issued (asynchronous).
+    bool pre = r->next_in && (!r->o.steps || r->steps_here + 1 < r->o.steps), beside = pre && per_stream;
     walker *w = calloc((size_t)n, sizeof *w);
-    pthread_t *th = calloc((size_t)n, sizeof *th);
+    pthread_t *th = calloc((size_t)(n + (beside ? r->world : 0)), sizeof *th);
+    drawer *dr = beside ? calloc((size_t)r->world, sizeof *dr) : NULL;
     uint64_t *counters = calloc((size_t)n * walker_counters(r), sizeof *counters);
-    if (!w || !th || !counters) {
-        free(w), free(th), free(counters);
+    if (!w || !th || !counters || (beside && !dr)) {
+        free(w), free(th), free(dr), free(counters);
         say(err, err_n, "out of memory starting step %llu", (unsigned long long)r->steps + 1);
         return -1;
     }
@@ -965,11 +986,20 @@ int rt_run_step(rt_run *r, double *loss, char *err, size_t err_n) {
             }
             started++;
         }
-    for (int t = 0; t < started; t++) pthread_join(th[t], NULL);
+    int drawing = 0;
+    for (int q = 0; beside && q < r->world; q++) {
+        dr[q] = (drawer){.r = r, .rank = q, .ok = !r->ranks[q].local};
+        if (r->ranks[q].local && !pthread_create(&th[started + drawing], NULL, drawer_main, &dr[q])) drawing++;
+    }
+    for (int t = 0; t < started + drawing; t++) pthread_join(th[t], NULL);
     for (int t = 0; t < started; t++) free(w[t].pend);
-    free(w), free(th), free(counters);
-    if (r->next_in && !rt_backend_error(r->be) && (!r->o.steps || r->steps_here + 1 < r->o.steps))
-        prefetch_inputs(r); // while the device runs the step
+    if (beside) {
+        bool ok = true;
+        for (int q = 0; q < r->world; q++) ok &= dr[q].ok;
+        r->next_step = ok ? r->steps + 1 : UINT64_MAX;
+    }
+    free(w), free(th), free(dr), free(counters);
+    if (pre && !beside && !rt_backend_error(r->be)) prefetch_inputs(r); // while the device runs the step
     char end_err[512] = "";
     int end_rc = rt_backend_step_end(r->be, end_err, sizeof end_err);
     const char *e = rt_backend_error(r->be);

@@ -3,6 +3,8 @@
 
 usage: bench_shadowsync.py PLANCC PLANRUN [SOURCE_ROOT] [--ranks 1,2,4,8] [--steps 2000]
                            [--model dlrm-ctr] [--seed 1] [--scaling strong|weak|both]
+                           [--tables quality,network] [--network CLUSTER] [--net-steps 300]
+                           [--repeats 3]
 
 Trains models/dlrm-ctr.json (teacher labels: runtime/data.c) with planrun's CPU backend on each
 rank count N (--dp N) with synchronous all-reduce and with --sync background:algo=ma,period=1 /
@@ -32,9 +34,25 @@ Per run:
               on this machine's cores: it measures overhead, not a cluster's scaling)
 
 and the teacher's NE (its mean Bernoulli entropy over the same CTR entropy: the best any model
-can reach). Every run shares the seed. It fails (exit 1) when a run fails or a synchronous run
-does not learn (NE >= 0.95), never on time or on a background run's quality: those are the
-figures.
+can reach). Every run shares the seed.
+
+The network table: here a collective is a few memory copies, so the quality table's samples/s
+cannot show what taking synchronization out of the step is worth. This one compiles the same
+runs for a cluster with a network (--network, default models/clusters/cpu-ethernet.json: one
+rank per server on 10 GbE) and runs them with planrun --emulate-network, which holds every
+collective for the time the plan gives it on that network (one link per rank, first come first
+served; runtime/comm.c). Per run, --net-steps steps, the median of --repeats runs interleaved
+with the other runs at the same N:
+  samples/s   steps x global batch / wall time
+  vs sync     over the synchronous run's at the same N and scaling
+  scaling     over the synchronous run's at 1 rank (the same scaling): N would be linear
+and per N the synchronous plan's simulated step and its exposed communication (plancc's
+figures for that cluster: what the network costs a step that the ranks' cores do not hide).
+The ranks still share this machine's cores: their compute does not scale, only the network is
+the cluster's. "ma p1 bkt" is MA every step with bucket=4194304 (one all-reduce a round).
+
+It fails (exit 1) when a run fails or a synchronous run does not learn (NE >= 0.95), never on
+time or on a background run's quality: those are the figures.
 """
 import argparse
 import json
@@ -52,6 +70,12 @@ ALGOS = [("sync", [], "cpu"),
          ("ma p2", ["--sync", "background:algo=ma,period=2"], "cpu"),
          ("easgd p2", ["--sync", "background:algo=easgd,period=2"], "cpu"),
          ("bmuf p4", ["--sync", "background:algo=bmuf,period=4"], "cpu")]
+
+
+NET_ALGOS = [("sync", []), ("ma p1", ["--sync", "background:algo=ma,period=1"]),
+             ("ma p1 bkt", ["--sync", "background:algo=ma,period=1,bucket=4194304"]),
+             ("ma p2", ["--sync", "background:algo=ma,period=2"]), ("easgd p2", ["--sync", "background:algo=easgd,period=2"]),
+             ("bmuf p4", ["--sync", "background:algo=bmuf,period=4"])]
 
 
 def entropy(p):
@@ -127,6 +151,58 @@ def run_one(a, tmp, n, name, opts, backend, model, batch):
     return sum(tail) / len(tail) / entropy(ctr), ev, a.steps * batch / float(m.group(2)), ctr, best
 
 
+def network_table(a, tmp, weak):
+    """The samples/s table with the network emulated (see the docstring); the count of failures."""
+    bad, base = 0, None
+    print(f"\n{'weak' if weak else 'strong'} scaling, network emulated ({os.path.relpath(a.network, a.root)}; "
+          f"{a.net_steps} steps, median of {a.repeats})")
+    print(f"{'ranks':>5}  {'run':<10} {'samples/s':>10} {'vs sync':>8} {'scaling':>8}")
+    for n in [int(x) for x in a.ranks.split(",")]:
+        model, batch = model_for(a, tmp, n, weak)
+        plans, runs = {}, {}
+        for name, opts in NET_ALGOS:
+            plan = os.path.join(tmp, f"net-{n}-{name.replace(' ', '-')}.plan")
+            p = subprocess.run([a.plancc, model, "--cluster", a.network, "--devices", str(n), "--dp", str(n), *opts, "-o", plan],
+                               capture_output=True, text=True)
+            if p.returncode != 0:
+                print(f"{n:>5}  {name:<10} FAILED: plancc: {(p.stderr.strip().splitlines() or ['?'])[-1]}")
+                bad += 1
+                continue
+            plans[name], runs[name] = plan, []
+            m = re.search(r"simulated step ([0-9.e+-]+) s .*exposed communication ([0-9.e+-]+) s per rank", p.stdout)
+            if name == "sync" and m:
+                print(f"{n:>5}  (the synchronous plan: simulated step {1e3 * float(m.group(1)):.3f} ms, "
+                      f"{1e3 * float(m.group(2)):.3f} ms of it exposed communication)")
+        for _ in range(a.repeats):
+            for name in plans:
+                p = subprocess.run([a.planrun, plans[name], "--emulate-network", "--steps", str(a.net_steps), "--seed", str(a.seed),
+                                    "--log-every", "0"], capture_output=True, text=True)
+                m = re.search(r"(\d+) steps in ([0-9.]+) s", p.stdout)
+                if p.returncode != 0 or not m:
+                    runs[name] = "planrun: " + ((p.stderr.strip().splitlines() or ["no summary"])[-1])
+                    plans[name] = None
+                elif isinstance(runs[name], list):
+                    runs[name].append(a.net_steps * batch / float(m.group(2)))
+            plans = {k: v for k, v in plans.items() if v}
+        ref = None
+        for name, _ in NET_ALGOS:
+            r = runs.get(name)
+            if r is None:
+                continue
+            if isinstance(r, str):
+                print(f"{n:>5}  {name:<10} FAILED: {r}")
+                bad += 1
+                continue
+            sps = sorted(r)[len(r) // 2]
+            if name == "sync":
+                ref = sps
+                base = base or (sps if n == 1 else None)
+            rel = f"{sps / ref:7.2f}x" if ref else f"{'-':>8}"
+            sc = f"{sps / base:7.2f}x" if base else f"{'-':>8}"
+            print(f"{n:>5}  {name:<10} {sps:10.0f} {rel} {sc}", flush=True)
+    return bad
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("plancc")
@@ -138,15 +214,24 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--scaling", choices=["strong", "weak", "both"], default="both")
     ap.add_argument("--eval-steps", type=int, default=200, help="fresh batches of the model's batch for eval NE")
+    ap.add_argument("--tables", default="quality,network", help="which tables: quality, network or both")
+    ap.add_argument("--network", help="the cluster of the network table (default models/clusters/cpu-ethernet.json)")
+    ap.add_argument("--net-steps", type=int, default=300, help="steps of each network-table run")
+    ap.add_argument("--repeats", type=int, default=3, help="runs of each network-table cell (the median is printed)")
     a = ap.parse_args()
+    tables = set(a.tables.split(","))
+    if not tables or tables - {"quality", "network"}:
+        ap.error(f"--tables wants quality, network or both, not {a.tables!r}")
+    a.network = os.path.abspath(a.network) if a.network else os.path.join(a.root, "models", "clusters", "cpu-ethernet.json")
     a.model_path = os.path.join(a.root, "models", a.model + ".json")
     a.batch = json.load(open(a.model_path))["dims"]["B"]
     t0, bad, best_ne = time.time(), 0, None
     print(f"{a.model}: batch {a.batch}, {a.steps} steps, seed {a.seed}; planrun's cpu backend, "
           f"{os.cpu_count()} cores; NE over the last 20% of the steps")
+    scalings = [s == "weak" for s in (["strong", "weak"] if a.scaling == "both" else [a.scaling])]
     with tempfile.TemporaryDirectory() as tmp:
-        a.eval_plan = eval_plan(a, tmp)
-        for weak in [s == "weak" for s in (["strong", "weak"] if a.scaling == "both" else [a.scaling])]:
+        a.eval_plan = eval_plan(a, tmp) if "quality" in tables else None
+        for weak in scalings if "quality" in tables else []:
             print(f"\n{'weak' if weak else 'strong'} scaling: {'batch %d per trainer' % a.batch if weak else 'global batch %d' % a.batch}")
             print(f"{'ranks':>5}  {'run':<10} {'NE':>7} {'vs sync':>8} {'eval NE':>8} {'vs sync':>8} {'samples/s':>10} {'vs sync':>8}")
             for n in [int(x) for x in a.ranks.split(",")]:
@@ -169,8 +254,10 @@ def main():
                     rev = f"{ev / ref[2]:8.3f}" if ref else f"{'-':>8}"
                     rsp = f"{sps / ref[1]:7.2f}x" if ref else f"{'-':>8}"
                     print(f"{n:>5}  {name:<10} {ne:7.4f} {rel} {ev:8.4f} {rev} {sps:10.0f} {rsp}", flush=True)
-    if best_ne is not None:
-        print(f"teacher (best achievable) NE {best_ne:.4f}; a constant prediction of the CTR: NE 1")
+        if best_ne is not None:
+            print(f"teacher (best achievable) NE {best_ne:.4f}; a constant prediction of the CTR: NE 1")
+        for weak in scalings if "network" in tables else []:
+            bad += network_table(a, tmp, weak)
     print(f"{time.time() - t0:.1f} s in all; {'FAILED' if bad else 'ok'}")
     return 1 if bad else 0
 
