@@ -34,7 +34,11 @@
  * needs is free, which makes it first come, first served on each side: a background round's
  * collective that holds a link delays the foreground's next one, as a running NCCL kernel does
  * (NCCL does not preempt). Members then wait, asleep (the cores stay free for the ranks'
- * compute), until its end; the data moves at once, as before.
+ * compute), until its end; the data moves at once, as before. A dilation factor multiplies every
+ * time (time dilation, as in Gupta et al., "To Infinity and Beyond: Time-Warped Network
+ * Emulation", NSDI 2006): where N ranks share fewer cores, each computes slower than on a core of
+ * its own, and a network slowed by as much keeps the cluster's ratio of compute to
+ * communication.
  */
 #define _GNU_SOURCE 1
 #include "rt.h"
@@ -86,6 +90,7 @@ struct rt_comm {
     msg *msgs;
     cop *cops;
     bool emulate;               // rt_comm_emulate
+    double dilation;            // its factor on every modeled time
     double *tx_free, *rx_free;  // emulation, per rank: when its link's sending/receiving side is free
 };
 
@@ -106,6 +111,7 @@ rt_comm *rt_comm_new(int n_threads, int n_ranks, uint32_t n_events, double timeo
     for (int t = 0; t < n_threads; t++) pthread_cond_init(&c->wt[t].cv, NULL);
     c->n_threads = n_threads;
     c->timeout_s = timeout_s;
+    c->dilation = 1;
     return c;
 }
 
@@ -189,6 +195,7 @@ int rt_comm_fail(rt_comm *c, const char *fmt, ...) {
 const char *rt_comm_error(rt_comm *c) { return c->failed ? c->error : NULL; }
 
 void rt_comm_emulate(rt_comm *c, bool on) { c->emulate = on; }
+void rt_comm_dilate(rt_comm *c, double dilation) { c->dilation = dilation > 0 ? dilation : 1; }
 
 void rt_comm_exit(rt_comm *c, int thread) {
     pthread_mutex_lock(&c->mu);
@@ -262,7 +269,7 @@ static double occupy_msg(rt_comm *c, int src, int dst, double t_s) {
 static double occupy_coll(rt_comm *c, const cop *o) {
     double start = mono_s();
     for (int i = 0; i < o->n; i++) start = later(start, later(c->tx_free[o->m[i].rank], c->rx_free[o->m[i].rank]));
-    double end = start + o->t_s;
+    double end = start + c->dilation * o->t_s;
     for (int i = 0; i < o->n; i++) c->tx_free[o->m[i].rank] = c->rx_free[o->m[i].rank] = end;
     return end;
 }
@@ -348,7 +355,7 @@ static int receive(rt_comm *c, int thread, int rank, const rt_p2p *r, double *en
         return fail_l(c, "message size mismatch: %s receives %llu bytes, but %s sends %llu", r->what,
                       (unsigned long long)r->bytes, m->what, (unsigned long long)m->bytes);
     memcpy(r->data, m->data, r->bytes);
-    if (c->emulate) m->end = occupy_msg(c, m->src, m->dst, later(m->t_s, r->t_s));
+    if (c->emulate) m->end = occupy_msg(c, m->src, m->dst, c->dilation * later(m->t_s, r->t_s));
     *end = later(*end, m->end);
     m->taken = true;
     changed(c);

@@ -1120,7 +1120,11 @@ static rt_backend *backend_init(const plan *p, const rt_options *o, char *err, s
         if (p->programs[k].n_events > n_events) n_events = p->programs[k].n_events;
     bool serial = !strcmp(name, "cpu-serial");
     unsigned flags = (serial ? RT_CPU_SERIAL : 0) | (o->f64 ? RT_CPU_F64 : 0) | (o->emulate_network ? RT_CPU_NETWORK : 0);
-    if (serial || !strcmp(name, "cpu")) return rt_backend_cpu_init((int)p->meta.world, max_streams(p), n_events, o->timeout_s, flags, err, err_n);
+    if (serial || !strcmp(name, "cpu")) {
+        rt_backend *b = rt_backend_cpu_init((int)p->meta.world, max_streams(p), n_events, o->timeout_s, flags, err, err_n);
+        if (b) rt_backend_cpu_dilate(b, o->dilation);
+        return b;
+    }
 #ifdef PLANCC_HAVE_CUDA
     if (!strcmp(name, "cuda")) return rt_backend_cuda_init(p, o, err, err_n);
     say(err, err_n, "no backend named \"%s\" (this build has: cpu, cpu-serial, cuda)", name);

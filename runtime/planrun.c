@@ -75,7 +75,7 @@ typedef struct options {
     int bg_replica, bg_nice;
     bool bg_given;                  // some --background-* option was given
     uint64_t seed;
-    double timeout_s, rtol, atol;
+    double timeout_s, rtol, atol, dilation;
     bool quiet, f64, tf32, emulate_network;
     int rank, world, local_rank;    // -1: not given
 } options;
@@ -115,6 +115,11 @@ static void usage(FILE *f) {
             "                      cluster it was compiled for), one at a time on each rank's link,\n"
             "                      waiting asleep: what overlapping communication with compute is\n"
             "                      worth on that cluster, measured with real threads\n"
+            "  --dilation X        with --emulate-network: every such time times X (default 1;\n"
+            "                      time dilation: where N ranks share fewer cores, each computes\n"
+            "                      about N/cores times slower than on a core of its own, and a\n"
+            "                      network slowed by as much keeps the cluster's ratio of compute\n"
+            "                      to communication)\n"
             "\n");
     fprintf(f,
             "Background job (DeepPool's GPU multiplexing):\n"
@@ -198,7 +203,7 @@ static int check_background_args(const options *o, bool until) {
 static int parse_args(int argc, char **argv, options *o) {
     enum { O_BACKEND = 256, O_STEPS, O_SEED, O_DATA, O_SAVE, O_LOAD, O_COMPARE, O_RTOL, O_LOSSES, O_LOG, O_TIMEOUT,
            O_MODEL, O_CLUSTER, O_QUIET, O_HELP, O_VERSION, O_ATOL, O_PRECISION, O_RANK, O_WORLD, O_LOCAL, O_RDV, O_TF32,
-           O_BG, O_BG_STEPS, O_BG_UNTIL, O_BG_INFLIGHT, O_BG_SEED, O_BG_REPLICA, O_BG_SAVE, O_BG_COMPARE, O_BG_NICE, O_NET };
+           O_BG, O_BG_STEPS, O_BG_UNTIL, O_BG_INFLIGHT, O_BG_SEED, O_BG_REPLICA, O_BG_SAVE, O_BG_COMPARE, O_BG_NICE, O_NET, O_DILATION };
     static const struct option longs[] = {
         {"backend", required_argument, NULL, O_BACKEND}, {"steps", required_argument, NULL, O_STEPS},
         {"seed", required_argument, NULL, O_SEED}, {"data", required_argument, NULL, O_DATA},
@@ -211,6 +216,7 @@ static int parse_args(int argc, char **argv, options *o) {
         {"rank", required_argument, NULL, O_RANK}, {"world-size", required_argument, NULL, O_WORLD},
         {"local-rank", required_argument, NULL, O_LOCAL}, {"rendezvous", required_argument, NULL, O_RDV},
         {"tf32", no_argument, NULL, O_TF32}, {"emulate-network", no_argument, NULL, O_NET},
+        {"dilation", required_argument, NULL, O_DILATION},
         {"background", required_argument, NULL, O_BG}, {"background-steps", required_argument, NULL, O_BG_STEPS},
         {"background-until-fg", no_argument, NULL, O_BG_UNTIL}, {"background-inflight", required_argument, NULL, O_BG_INFLIGHT},
         {"background-seed", required_argument, NULL, O_BG_SEED}, {"background-replica", required_argument, NULL, O_BG_REPLICA},
@@ -251,6 +257,7 @@ static int parse_args(int argc, char **argv, options *o) {
         case O_RDV: o->rendezvous = optarg; break;
         case O_TF32: o->tf32 = true; break;
         case O_NET: o->emulate_network = true; break;
+        case O_DILATION: if (number("--dilation", optarg, 1e-3, 1e6, &o->dilation)) return EXIT_USAGE; break;
         case O_BG: o->bg = optarg; break;
         case O_BG_STEPS: if (number("--background-steps", optarg, 0, 1e9, &v)) return EXIT_USAGE; o->bg_steps = (long)v, o->bg_given = true; break;
         case O_BG_UNTIL: until = o->bg_given = true; break;
@@ -286,6 +293,10 @@ static int parse_args(int argc, char **argv, options *o) {
     }
     if (o->f64 && strncmp(o->backend, "cpu", 3)) {
         fprintf(stderr, "planrun: --precision f64 runs on the cpu backends only\n");
+        return EXIT_USAGE;
+    }
+    if (o->dilation > 0 && !o->emulate_network) {
+        fprintf(stderr, "planrun: --dilation needs --emulate-network\n");
         return EXIT_USAGE;
     }
     if (o->emulate_network && strncmp(o->backend, "cpu", 3)) {
@@ -356,7 +367,9 @@ static void describe_plan(const options *o, const plan *p) {
            (double)peak / (1 << 20), (unsigned long long)o->seed, o->data ? ", data " : ", synthetic data",
            o->data ? o->data : "");
     if (o->emulate_network)
-        printf("planrun: network emulated: each collective, send and receive takes the plan's time for it on its ranks' links\n");
+        printf("planrun: network emulated: each collective, send and receive takes the plan's time for it on its ranks' links%s\n",
+               o->dilation > 0 && o->dilation != 1 ? ", dilated" : "");
+    if (o->emulate_network && o->dilation > 0 && o->dilation != 1) printf("planrun: time dilation %g\n", o->dilation);
 }
 
 // How this process runs the plan: every rank (the cpu backends) or one (cuda), and whether it
@@ -492,7 +505,7 @@ static int run(const options *o, const plan *p, const how *h) {
     }
     rt_options ro = {.backend = o->backend, .f64 = o->f64, .one_rank = h->one_rank, .rank = h->rank, .seed = o->seed,
                      .timeout_s = o->timeout_s, .corpus = &corpus, .steps = (uint64_t)o->steps, .backend_config = h->backend_config,
-                     .emulate_network = o->emulate_network};
+                     .emulate_network = o->emulate_network, .dilation = o->dilation};
     bool quiet = o->quiet || !h->leader;
     background bg;
     int rc = bg_gates(o, h, (int)p->meta.world, &ro, &bg);

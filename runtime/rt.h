@@ -231,8 +231,10 @@ int rt_comm_p2p(rt_comm *c, int thread, int rank, rt_p2p *items, int n);
 int rt_comm_coll(rt_comm *c, int thread, uint64_t key, uint64_t seq, int n_members, int me,
                  const rt_coll_member *mine, uint32_t dtype, double t_s, const char *what);
 // Network emulation on or off (off at first): collectives and messages take the plan's times on
-// links of their own (comm.c, "Network emulation"). Set before the first step.
+// links of their own (comm.c, "Network emulation"); dilate multiplies every time by `dilation`
+// (<= 0: 1; 1 at first). Set before the first step.
 void rt_comm_emulate(rt_comm *c, bool on);
+void rt_comm_dilate(rt_comm *c, double dilation);
 
 /* ---- gate.c: the admission gate of a background job ----
  *
@@ -396,6 +398,9 @@ struct rt_backend {
 #define RT_CPU_F64 2u
 #define RT_CPU_NETWORK 4u          // emulate the plan's network (rt_comm_emulate)
 rt_backend *rt_backend_cpu_init(int n_ranks, uint32_t streams, uint32_t events, double timeout_s, unsigned flags, char *err, size_t err_n);
+// With RT_CPU_NETWORK: every modeled time times `dilation` (time dilation; comm.c). Before the
+// first step.
+void rt_backend_cpu_dilate(rt_backend *b, double dilation);
 
 // The dispatch wrappers: -1 with a message when b or a required entry is missing, else the
 // entry's result. rt_backend_fail returns -1 (for `return rt_backend_fail(...)`).
@@ -447,7 +452,8 @@ typedef struct rt_options {
     // every piece of work.
     rt_gate *gates;
     bool background;
-    bool emulate_network;           // the cpu backends: communication takes the plan's times (comm.c)
+    bool emulate_network;           // the cpu backends: communication takes the plan's times (comm.c),
+    double dilation;                // times this (0: 1)
 } rt_options;
 
 typedef struct rt_rank {

@@ -255,6 +255,9 @@ def main():
         for be in ("cpu", "cpu-serial"):
             expect(f"emulated network ({be})", pr(j("mlp-eth.plan"), "--emulate-network", "--backend", be, "--steps", 3,
                                                   "--losses", j(f"eth-{be}.loss")), 0, "network emulated", "step 3/3")
+        expect("--dilation without --emulate-network", pr(j("mlp-eth.plan"), "--dilation", 2), 1, "--dilation needs --emulate-network")
+        expect("--dilation 0", pr(j("mlp-eth.plan"), "--emulate-network", "--dilation", 0), 1, "--dilation wants a number")
+        expect("dilated", pr(j("mlp-eth.plan"), "--emulate-network", "--dilation", 2.5, "--steps", 1), 0, "time dilation 2.5")
         expect("the same without emulation", pr(j("mlp-eth.plan"), "--steps", 3, "--losses", j("eth.loss")), 0, "step 3/3")
         with open(j("eth.loss")) as f, open(j("eth-cpu.loss")) as g, open(j("eth-cpu-serial.loss")) as h:
             check("emulation changes no loss", f.read() == g.read() == h.read())

@@ -4,8 +4,9 @@
  * a missing optional one; upload and download round-trip; copy places boxes, zero-fills and
  * copies bytes; collectives and events work through the interface from threads; the first
  * failure wins; ranks that wait on each other's collectives are reported as a deadlock at once;
- * with network emulation (RT_CPU_NETWORK) a collective lasts the plan's time for it, two on the
- * same ranks' links go one after the other, and messages use each side of a link on its own.
+ * with network emulation (RT_CPU_NETWORK) a collective lasts the plan's time for it (times the
+ * dilation), two on the same ranks' links go one after the other, and messages use each side of
+ * a link on its own.
  */
 #include "rt.h"
 #include "test.h"
@@ -220,6 +221,11 @@ static void network_emulation(void) {
     t0 = run_parts(b, ex, 2, exchange_main);
     EXPECT(ex[0].rc == 0 && ex[1].rc == 0 && ex[0].out[0] == 1 && ex[1].out[0] == 0);
     EXPECT(ex[0].end - t0 >= 0.05 && ex[1].end - t0 >= 0.05);
+    // Dilated 3 times: 0.02 s takes 0.06 s.
+    rt_backend_cpu_dilate(b, 3);
+    part dil[2] = {{.b = b, .rank = 0, .t_s = 0.02}, {.b = b, .rank = 1, .t_s = 0.02}};
+    t0 = run_parts(b, dil, 2, coll_main);
+    EXPECT(dil[0].rc == 0 && dil[0].end - t0 >= 0.06 && dil[1].end - t0 >= 0.06);
     EXPECT(rt_backend_error(b) == NULL);
     rt_backend_free(b);
 }

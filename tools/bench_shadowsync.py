@@ -45,11 +45,14 @@ served; runtime/comm.c). Per run, --net-steps steps, the median of --repeats run
 with the other runs at the same N:
   samples/s   steps x global batch / wall time
   vs sync     over the synchronous run's at the same N and scaling
-  scaling     over the synchronous run's at 1 rank (the same scaling): N would be linear
 and per N the synchronous plan's simulated step and its exposed communication (plancc's
-figures for that cluster: what the network costs a step that the ranks' cores do not hide).
-The ranks still share this machine's cores: their compute does not scale, only the network is
-the cluster's. "ma p1 bkt" is MA every step with bucket=4194304 (one all-reduce a round).
+figures for that cluster). The ranks share this machine's cores, so each computes slower than on
+a core of its own; to keep the cluster's ratio of compute to communication the network is slowed
+by as much (planrun --dilation, time dilation): the synchronous plan's step without the network
+over the step of one rank alone (scaled to the rank's batch). Then
+  cluster/s   samples/s x the dilation: the throughput on the cluster this emulates
+  scaling     cluster/s over the synchronous run's at 1 rank: N would be linear
+"ma p1 bkt" is MA every step with bucket=4194304 (one all-reduce a round).
 
 It fails (exit 1) when a run fails or a synchronous run does not learn (NE >= 0.95), never on
 time or on a background run's quality: those are the figures.
@@ -151,12 +154,33 @@ def run_one(a, tmp, n, name, opts, backend, model, batch):
     return sum(tail) / len(tail) / entropy(ctr), ev, a.steps * batch / float(m.group(2)), ctr, best
 
 
+def timed(a, plan, *extra):
+    """Seconds per step of one planrun, or an error line."""
+    p = subprocess.run([a.planrun, plan, *extra, "--steps", str(a.net_steps), "--seed", str(a.seed), "--log-every", "0"],
+                       capture_output=True, text=True)
+    m = re.search(r"(\d+) steps in ([0-9.]+) s", p.stdout)
+    if p.returncode != 0 or not m:
+        return "planrun: " + ((p.stderr.strip().splitlines() or ["no summary"])[-1])
+    return float(m.group(2)) / a.net_steps
+
+
+def median(xs):
+    return sorted(xs)[len(xs) // 2]
+
+
 def network_table(a, tmp, weak):
     """The samples/s table with the network emulated (see the docstring); the count of failures."""
-    bad, base = 0, None
+    bad = 0
     print(f"\n{'weak' if weak else 'strong'} scaling, network emulated ({os.path.relpath(a.network, a.root)}; "
           f"{a.net_steps} steps, median of {a.repeats})")
-    print(f"{'ranks':>5}  {'run':<10} {'samples/s':>10} {'vs sync':>8} {'scaling':>8}")
+    print(f"{'ranks':>5}  {'run':<10} {'samples/s':>10} {'vs sync':>8} {'cluster/s':>10} {'scaling':>8}")
+    one = os.path.join(tmp, "net-one.plan")
+    p = subprocess.run([a.plancc, a.model_path, "--cluster", a.network, "--devices", "1", "-o", one], capture_output=True, text=True)
+    t1 = [timed(a, one) for _ in range(a.repeats)] if p.returncode == 0 else ["plancc: " + p.stderr.strip()]
+    if any(isinstance(t, str) for t in t1):
+        print(f"    1  FAILED (the reference step): {[t for t in t1 if isinstance(t, str)][0]}")
+        return 1
+    t1, base = median(t1), None
     for n in [int(x) for x in a.ranks.split(",")]:
         model, batch = model_for(a, tmp, n, weak)
         plans, runs = {}, {}
@@ -171,18 +195,25 @@ def network_table(a, tmp, weak):
             plans[name], runs[name] = plan, []
             m = re.search(r"simulated step ([0-9.e+-]+) s .*exposed communication ([0-9.e+-]+) s per rank", p.stdout)
             if name == "sync" and m:
-                print(f"{n:>5}  (the synchronous plan: simulated step {1e3 * float(m.group(1)):.3f} ms, "
-                      f"{1e3 * float(m.group(2)):.3f} ms of it exposed communication)")
+                sim = f"simulated step {1e3 * float(m.group(1)):.3f} ms, {1e3 * float(m.group(2)):.3f} ms of it exposed communication"
+        if "sync" not in plans:
+            continue
+        # Time dilation: this step without the network, over the step a rank on a core of its own
+        # would take (the reference's, scaled to this rank's batch).
+        plain = [timed(a, plans["sync"]) for _ in range(a.repeats)]
+        if any(isinstance(t, str) for t in plain):
+            print(f"{n:>5}  sync       FAILED: {[t for t in plain if isinstance(t, str)][0]}")
+            bad += 1
+            continue
+        dil = max(1.0, median(plain) / (t1 * batch / n / a.batch))
+        print(f"{n:>5}  (sync: {sim}; dilation {dil:.2f})")
         for _ in range(a.repeats):
-            for name in plans:
-                p = subprocess.run([a.planrun, plans[name], "--emulate-network", "--steps", str(a.net_steps), "--seed", str(a.seed),
-                                    "--log-every", "0"], capture_output=True, text=True)
-                m = re.search(r"(\d+) steps in ([0-9.]+) s", p.stdout)
-                if p.returncode != 0 or not m:
-                    runs[name] = "planrun: " + ((p.stderr.strip().splitlines() or ["no summary"])[-1])
-                    plans[name] = None
-                elif isinstance(runs[name], list):
-                    runs[name].append(a.net_steps * batch / float(m.group(2)))
+            for name in list(plans):
+                t = timed(a, plans[name], "--emulate-network", "--dilation", f"{dil:.4f}")
+                if isinstance(t, str):
+                    runs[name], plans[name] = t, None
+                    continue
+                runs[name].append(batch / t)
             plans = {k: v for k, v in plans.items() if v}
         ref = None
         for name, _ in NET_ALGOS:
@@ -193,13 +224,13 @@ def network_table(a, tmp, weak):
                 print(f"{n:>5}  {name:<10} FAILED: {r}")
                 bad += 1
                 continue
-            sps = sorted(r)[len(r) // 2]
+            sps = median(r)
             if name == "sync":
                 ref = sps
-                base = base or (sps if n == 1 else None)
-            rel = f"{sps / ref:7.2f}x" if ref else f"{'-':>8}"
-            sc = f"{sps / base:7.2f}x" if base else f"{'-':>8}"
-            print(f"{n:>5}  {name:<10} {sps:10.0f} {rel} {sc}", flush=True)
+                base = base or (sps * dil if n == 1 else None)
+            rel = f"{sps / ref:7.3f}x" if ref else f"{'-':>8}"
+            sc = f"{sps * dil / base:7.2f}x" if base else f"{'-':>8}"
+            print(f"{n:>5}  {name:<10} {sps:10.0f} {rel} {sps * dil:10.0f} {sc}", flush=True)
     return bad
 
 

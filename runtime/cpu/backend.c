@@ -107,6 +107,8 @@ static void be_free(rt_backend *b) {
 
 static rt_comm *comm_of(rt_backend *b) { return ((cpu_backend *)b->ctx)->comm; }
 
+void rt_backend_cpu_dilate(rt_backend *b, double dilation) { rt_comm_dilate(comm_of(b), dilation); }
+
 rt_backend *rt_backend_cpu_init(int n_ranks, uint32_t streams, uint32_t events, double timeout_s, unsigned flags, char *err, size_t err_n) {
     bool serial = flags & RT_CPU_SERIAL;
     // One BLAS thread per call: the ranks are the parallelism, and a GEMM then sums in the same
