@@ -144,11 +144,11 @@ void rt_comm_reset(rt_comm *c, int n_threads) {
     pthread_mutex_unlock(&c->mu);
 }
 
-// Under the lock: something changed; the waiters whose condition now holds (every waiter after
-// a failure) wake.
+// Under the lock: something changed; the waiters whose condition now holds wake, and after a
+// failure every thread asleep here (a waiter, or one sitting out an emulated transfer).
 static void changed(rt_comm *c) {
     for (int t = 0; t < c->n_threads; t++)
-        if (c->waiting[t] && (c->failed || c->wt[t].ready(c, c->wt[t].arg))) pthread_cond_signal(&c->wt[t].cv);
+        if (c->failed || (c->waiting[t] && c->wt[t].ready(c, c->wt[t].arg))) pthread_cond_signal(&c->wt[t].cv);
 }
 
 // Under the lock: every live thread waits and no waiter's condition holds.
@@ -274,8 +274,9 @@ static double occupy_coll(rt_comm *c, const cop *o) {
     return end;
 }
 
-// Under the lock: sleeps until the monotonic time `end` (a transfer's), or a failure. The
-// thread is not waiting on another, so it never counts towards a deadlock.
+// Under the lock: sleeps until the monotonic time `end` (a transfer's), or a failure (which
+// wakes it: changed). The thread is not waiting on another, so it never counts towards a
+// deadlock.
 static int wait_transfer(rt_comm *c, int thread, double end) {
     for (double left; !c->failed && (left = end - mono_s()) > 0;) {
         struct timespec t;
