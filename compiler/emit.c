@@ -838,8 +838,9 @@ static int local_grad(emitter *E, prog *P, int gp, int b, unsigned axes, int str
 // --sync background: a gradient trained per replica, synchronized by itself (no bucket): the
 // local scale over its replica axes, the all-reduce or reduce-scatter over the other axes where
 // it holds partial sums (those the producer left V). With collectives, on stream 1; a scale
-// alone (dp's dense params) stays on stream 0, where a record and a wait per parameter would
-// cost more than the scale.
+// alone (dp's dense params) on a cpu cluster stays on stream 0, where a record and a wait per
+// parameter (a thread handing over to another) cost more than the scale. On a GPU the scale
+// goes to stream 1 too: its launch would otherwise delay the backward pass's next kernel.
 static void sync_grad_local(emitter *E, prog *P, int gp) {
     const pcc_graph *g = E->g;
     int p = g->tensors[gp].of, hb = home(E, P, gp);
@@ -847,7 +848,7 @@ static void sync_grad_local(emitter *E, prog *P, int gp) {
     unsigned mine = 0, other = 0; // the replica axes where the producer left partial sums (dp with one rank: none); the rest
     for (int a = 0; a < PCC_AXES; a++)
         if (made.map[a] == PLAN_SHARD_V) *(E->local[gp] >> a & 1u ? &mine : &other) |= 1u << a;
-    if (!other) {
+    if (!other && (!mine || E->c->cpu)) {
         P->home[gp] = mine ? local_grad(E, P, gp, hb, mine, STREAM_MAIN) : hb;
         return;
     }

@@ -9,6 +9,8 @@ usage: bgsync.py PLANCC PLANRUN PLANDUMP SOURCE_ROOT
   round count planrun reports (period 2: ceil(steps / 2) on every rank; continuous: at least one
   per step), a loss that falls, and the plan's shape: the dense all-reduce gone from the
   foreground, the embedding tables' still there, the round on a stream and group of its own;
+  the dense gradients' local scale on the compute stream on a cpu cluster, on the sync stream
+  on a GPU cluster;
 - a round's all-reduces: one per dense param by default, one for all of them with bucket=BYTES;
   chunk=BYTES: more background collectives; the same parameters bit for bit every way;
 - BMUF with its default block momentum and Nesterov every step on 4 ranks learns (no divergence);
@@ -96,6 +98,15 @@ def four_ranks(tmp):
         check(f"{name}: the loss falls ({m.group(1) if m else '?'} -> {m.group(2) if m else '?'})", falls, p.stdout)
     p = run(planrun, sync, "--steps", str(steps), "--log-every", "0")
     check("dlrm --dp 4 with the all-reduce: no background rounds", p.returncode == 0 and "background rounds" not in p.stdout, p.stdout)
+    # The dense gradients' local scale: on the compute stream on a cpu cluster (a record and a
+    # wait cost more there), on the sync stream on a GPU cluster (a launch would delay the backward).
+    for cluster, want in (("cpu.json", "s0"), ("dgx-a100.json", "s1")):
+        out = os.path.join(tmp, f"dlrm-scale-{cluster}.plan")
+        p = run(plancc, "-q", "models/dlrm-small.json", "--cluster", f"models/clusters/{cluster}", "--devices", "4", "--dp", "4",
+                "--sync", "background:algo=ma,period=1", "-o", out)
+        streams = {l.split()[3] for l in plan_text(out).splitlines() if " compute scale " in l and "phase=bwd" in l}
+        check(f"{cluster}: the dense gradients' scale runs on stream {want[1]} ({sorted(streams)})",
+              p.returncode == 0 and streams == {want}, p.stderr)
 
 
 def chunks(tmp):
