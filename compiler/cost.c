@@ -328,6 +328,14 @@ double cost_collective_s(const pcc_cluster *c, pcc_coll kind, double bytes, pcc_
     }
 }
 
+double cost_bucketed_s(const pcc_cluster *c, pcc_coll kind, double bytes, double pool, double bucket_bytes,
+                       pcc_group_shape g) {
+    if (bytes <= 0 || g.size <= 1) return 0;
+    double b = pool < bucket_bytes ? pool : bucket_bytes;
+    if (b <= bytes) return cost_collective_s(c, kind, bytes, g) + cost_launch_s(c);
+    return bytes / b * (cost_collective_s(c, kind, b, g) + cost_launch_s(c));
+}
+
 /* ---- streams and pipelines ---- */
 
 double cost_exposed_s(double comm_s, double window_s) { return comm_s > window_s ? comm_s - window_s : 0; }

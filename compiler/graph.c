@@ -96,6 +96,14 @@ bool graph_is_table(const pcc_graph *g, int t) {
     return false;
 }
 
+int graph_bucket_segment(const pcc_graph *g, int i) {
+    const pcc_op *op = &g->ops[i];
+    if (op->block >= 0) return g->n_blocks + 1 + op->block;
+    int s = 0;
+    for (int b = 0; b < g->n_blocks; b++) s += g->blocks[b].first_op < i;
+    return s;
+}
+
 char *shape_str(const pcc_graph *g, const pcc_tensor *t, char *buf, size_t n) {
     size_t k = 0;
     k += (size_t)snprintf(buf + k, n - k, "[");

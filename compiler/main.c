@@ -313,6 +313,7 @@ static pcc_status parse_options(int argc, char **argv, options *o, bool *done) {
     }
     o->strat.auto_mesh = !o->template_given;
     o->strat.bg_dense = o->sync.algo != PCC_SYNC_ALLREDUCE;
+    o->strat.bucket_bytes = o->bucket_mb * 1e6;
     if (o->strat.tp_batch && !o->template_given) {
         fprintf(stderr, "plancc: --tp-batch lets the template's ILP split the batch over --tp (--auto tries that by itself); "
                         "it needs --dp, --tp or --pp\n");

@@ -310,6 +310,10 @@ int64_t op_copies(const pcc_graph *g, const pcc_op *op);
 // Whether param t is the table of an embedding or embedding_bag: sharded or synchronized every
 // step, never trained per replica (--sync background leaves tables synchronous).
 bool graph_is_table(const pcc_graph *g, int t);
+// Where forward op i's gradients may share a bucket (emit.c): a block's copy, or one stretch of
+// top-level ops between two blocks; the emitter closes the open bucket at every loop boundary.
+// 0..n_blocks: top-level stretches; n_blocks + 1 + b: block b's copies.
+int graph_bucket_segment(const pcc_graph *g, int i);
 // "[B,S,H]" into buf.
 char *shape_str(const pcc_graph *g, const pcc_tensor *t, char *buf, size_t n);
 
@@ -467,6 +471,12 @@ double cost_op_s(const pcc_cluster *c, const pcc_graph *g, const pcc_op *op, con
 // (all-to-all, send/recv). Ring algorithm with alpha per step over the bus bandwidth of the
 // slowest link; an all-reduce across nodes takes NCCL's tree instead where that is faster.
 double cost_collective_s(const pcc_cluster *c, pcc_coll kind, double bytes, pcc_group_shape g);
+// One gradient's share of a bucketed collective (emit.c's --bucket-mb buckets): `bytes` of it
+// travel with others, `pool` bytes in all being ready to share buckets of up to bucket_bytes,
+// so that each bucket's time (latency and launch included) is split by bytes among its members.
+// A gradient as large as its bucket, or bucket_bytes 0, takes a collective of its own.
+double cost_bucketed_s(const pcc_cluster *c, pcc_coll kind, double bytes, double pool, double bucket_bytes,
+                       pcc_group_shape g);
 // Bytes per second one member of the group can move (NCCL's bus bandwidth): NVLink inside a
 // node, its share of the node's NICs across nodes, each times its link efficiency.
 double cost_group_bandwidth(const pcc_cluster *c, pcc_group_shape g);
@@ -636,6 +646,7 @@ typedef struct pcc_sched_opts {
     // --sync background: the gradient synchronization of a replicated dense parameter (not an
     // embedding table) runs in the background (bgsync.c), so the objective leaves it out.
     bool bg_dense;
+    double bucket_bytes;    // gradients share collectives of up to this (--bucket-mb); 0: one each
     double follow_above_cols; // element-wise ops follow their producer when the program would have more columns (0: 50,000)
     pcc_ilp_opts ilp;
     bool quiet;             // an infeasible program returns PCC_ERR_INFEASIBLE without a message
@@ -696,6 +707,7 @@ typedef struct pcc_strategy_opts {
     int virtual_stages;         // model chunks per pipeline device (interleaved 1F1B); 0 or 1: none
     bool bg_dense;              // --sync background: dense replicas are averaged off the step (pcc_sched_opts)
     bool tp_batch;              // the template's ILP may split the batch over tp too (--tp-batch; implied by bg_dense)
+    double bucket_bytes;        // --bucket-mb in bytes: the estimate's gradient buckets (0: one collective each)
     pcc_ilp_opts ilp;
     bool quiet;
 } pcc_strategy_opts;
@@ -734,6 +746,7 @@ typedef struct pcc_strategy {
     int **copy_stage;           // per block (forward blocks), [repeat]
     int virtual_stages;         // model chunks per device (1: plain GPipe/1F1B; > 1: interleaved)
     bool bg_dense;              // planned for --sync background (the ILP and estimate leave dense syncs out)
+    double bucket_bytes;        // gradient bucket size the estimate assumes (pcc_strategy_opts)
     double est_step_s;          // the cost model's estimate of one step (est.step_s)
     pcc_estimate est;           // ... and its parts
     double est_memory_bytes;    // its estimate of the largest stage's memory per device

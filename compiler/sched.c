@@ -69,6 +69,7 @@ typedef struct builder {
     pcc_symtab memo;   // resharding times already searched, by shape and layouts
     double *memo_s;
     int n_memo, cap_memo;
+    double *pool;      // per bucket segment (graph_bucket_segment): its synchronized parameters' bytes
 } builder;
 
 /* ---- per-candidate costs ---- */
@@ -81,20 +82,43 @@ static double cand_compute_s(const builder *B, const pcc_op *op, const pcc_cand 
     return t + cost_compute_s(B->c, c->flops - c->flops_matmul, bytes, dt, false) + (c->recompute ? cost_launch_s(B->c) : 0);
 }
 
+// Whether the step synchronizes the gradient of op's input i (a parameter) when it is replicated:
+// with --sync background a dense parameter's replicas are averaged in the background instead.
+static bool step_synced(const builder *B, const pcc_op *op, int i) {
+    return B->g->tensors[op->in[i]].kind == PCC_T_PARAM && !(B->o->bg_dense && !graph_is_table(B->g, op->in[i]));
+}
+
+// The bytes of the gradients that may share the emitter's buckets, per segment: every
+// step-synchronized parameter whole (as data parallelism over the group leaves them).
+static void collect_pools(builder *B) {
+    const pcc_graph *g = B->g;
+    B->pool = arena_alloc(g->arena, sizeof(double) * (size_t)(2 * g->n_blocks + 2));
+    bool *seen = arena_alloc(g->arena, sizeof(bool) * (size_t)(g->n_tensors + 1));
+    for (int o = 0; o < g->n_fwd_ops; o++) {
+        const pcc_op *op = &g->ops[o];
+        for (int i = 0; i < op->nin; i++) {
+            if (!step_synced(B, op, i) || seen[op->in[i]]) continue;
+            seen[op->in[i]] = true;
+            B->pool[graph_bucket_segment(g, o)] += tensor_bytes(g, &g->tensors[op->in[i]]);
+        }
+    }
+}
+
 // A parameter's gradient needs an all-reduce when the op is split along a letter the parameter
 // does not carry (each device saw part of the work: data parallelism is the common case). A
-// replicated op computes the same full gradient everywhere and needs none. With --sync
-// background a dense parameter's replicas are averaged in the background: no time in the step.
+// replicated op computes the same full gradient everywhere and needs none. The gradients of a
+// segment share all-reduces of up to --bucket-mb (cost_bucketed_s), as the emitter issues them.
 static double cand_sync_s(const builder *B, const pcc_op *op, const pcc_cand *c) {
     double s = 0;
     if (c->dim < 0) return 0;
+    double pool = B->pool[graph_bucket_segment(B->g, (int)(op - B->g->ops))];
     for (int i = 0; i < op->nin; i++) {
         const pcc_tensor *t = &B->g->tensors[op->in[i]];
-        if (t->kind != PCC_T_PARAM || c->in[i].r <= 1) continue;
-        if (B->o->bg_dense && !graph_is_table(B->g, op->in[i])) continue;
+        if (!step_synced(B, op, i) || c->in[i].r <= 1) continue;
         double piece = tensor_bytes(B->g, t);
         for (int d = 0; d < t->rank; d++) piece /= c->in[i].d[d];
-        s += cost_collective_s(B->c, PCC_COLL_ALL_REDUCE, piece, (pcc_group_shape){c->in[i].r, B->o->group.stride});
+        s += cost_bucketed_s(B->c, PCC_COLL_ALL_REDUCE, piece, pool, B->o->bucket_bytes,
+                             (pcc_group_shape){c->in[i].r, B->o->group.stride});
     }
     return s;
 }
@@ -424,6 +448,7 @@ pcc_status sched_intra(const pcc_graph *g, const pcc_cluster *c, const pcc_trans
     PCC_ASSERT(t->devices == o->group.size);
     builder B = {.g = g, .c = c, .t = t, .o = o, .mem_factor = mem_factor(g, o), .act_scale = o->act_scale > 0 ? o->act_scale : 1};
     symtab_init(&B.memo, g->arena, 256);
+    collect_pools(&B);
     collect_edges(&B);
     plan_followers(&B, full_program_cols(&B) > (o->follow_above_cols > 0 ? o->follow_above_cols : FOLLOW_ABOVE_COLS));
     pcc_ilp *P = ilp_init(g->arena);
@@ -454,6 +479,7 @@ double sched_eval(const pcc_graph *g, const pcc_cluster *c, const pcc_transform 
                   const int *choice, double *memory) {
     builder B = {.g = g, .c = c, .t = t, .o = o, .mem_factor = mem_factor(g, o), .act_scale = o->act_scale > 0 ? o->act_scale : 1};
     symtab_init(&B.memo, g->arena, 256);
+    collect_pools(&B);
     collect_edges(&B);
     double cost = 0, mem = 0;
     for (int i = 0; i < t->n_ops; i++) {
@@ -486,6 +512,7 @@ void sched_op_comm(const pcc_graph *g, const pcc_cluster *c, const pcc_transform
                    const int *choice, double *fwd_s, double *bwd_s, double *sync_s) {
     builder B = {.g = g, .c = c, .t = t, .o = o};
     symtab_init(&B.memo, g->arena, 256);
+    collect_pools(&B);
     collect_edges(&B);
     for (int i = 0; i < t->n_ops; i++) {
         fwd_s[i] = bwd_s[i] = 0;

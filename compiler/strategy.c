@@ -150,6 +150,8 @@ typedef struct est {
     // Per device: per micro-batch compute, tp communication, p2p (forward, backward); per step
     // sync, optimizer, post-optimizer all-gather, tied parameters' gradients received; layers.
     double *Fc, *Fm, *Fp, *Bc, *Bm, *Bp, *sync, *opt, *post, *tied;
+    double *pool;       // per device and bucket segment: the bytes that share gradient buckets (est_pool)
+    double *last;       // per device: its last bucket's collective (est_last_bucket)
     int *layers;
 } est;
 
@@ -238,7 +240,8 @@ static void est_ops(est *E) {
         else E->orphan_top += t;
     }
     E->fc = zeros(g, E->nf), E->bc = zeros(g, E->nf), E->sy = zeros(g, E->nf);
-    pcc_sched_opts so = {.group = {E->tp, 1}, .memory_bytes = E->c->memory_bytes, .quiet = true, .bg_dense = E->s->bg_dense};
+    pcc_sched_opts so = {.group = {E->tp, 1}, .memory_bytes = E->c->memory_bytes, .quiet = true, .bg_dense = E->s->bg_dense,
+                         .bucket_bytes = E->s->bucket_bytes};
     sched_op_comm(&E->gv, E->c, E->sc->t, &so, E->sc->choice, E->fc, E->bc, E->sy);
     for (int i = 0; i < E->nf; i++) {
         double n = (double)op_copies(g, &g->ops[i]);
@@ -309,34 +312,61 @@ static void est_layers(est *E, const layer *L, int nl, const int *chunk) {
     E->Bc[chunk[nl - 1] % E->pp] += E->orphan_top;
 }
 
+// Bytes on one device of parameter p (owner op i), and whether the step synchronizes its
+// gradient over dp in the emitter's buckets (an all-reduce, or ZeRO's reduce-scatter, unless
+// ZeRO-2 reduce-scatters each micro-batch's by itself; --sync background: tables only).
+static double est_param_bytes(const est *E, int p, int i, bool *bucketed) {
+    const pcc_tensor *t = &E->g->tensors[p];
+    const int *w = est_ways_of(E, i, p);
+    double bytes = tensor_bytes(E->g, t);
+    for (int r = 0; r < t->rank; r++) bytes /= w[r];
+    int zero = E->s->zero;
+    bool bg = E->s->bg_dense && !graph_is_table(E->g, p); // averaged in the background, off the step
+    *bucketed = E->dp > 1 && (zero == 0 ? !bg : !(zero == 2 && E->m > 1));
+    return bytes;
+}
+
+// The bucket pool of a parameter of op i, its copy on device d: what its segment's gradients on d add up to
+// (a block's: one copy's, the same for every copy; a top-level stretch's: per device).
+static double *est_pool(const est *E, int i, int d) {
+    int seg = graph_bucket_segment(E->g, i);
+    return &E->pool[(E->g->ops[i].block >= 0 ? 0 : d) * (2 * E->g->n_blocks + 2) + seg];
+}
+
 // Gradient synchronization and the optimizer of parameter p's instance on device d (owner op i).
 static void est_param(est *E, int p, int i, int d, const pcc_op *opt) {
     const pcc_graph *g = E->g;
-    const pcc_tensor *t = &g->tensors[p];
-    const int *w = est_ways_of(E, i, p);
-    double bytes = tensor_bytes(g, t);
-    for (int r = 0; r < t->rank; r++) bytes /= w[r];
+    bool bucketed;
+    double bytes = est_param_bytes(E, p, i, &bucketed), pool = *est_pool(E, i, d), cap = E->s->bucket_bytes;
     pcc_group_shape dpg = {E->dp, E->tp};
     double launch = cost_launch_s(E->c);
     int zero = E->s->zero;
-    bool bg = E->s->bg_dense && !graph_is_table(g, p); // averaged in the background, off the step
-    if (E->dp > 1 && zero == 0 && !bg) E->sync[d] += cost_collective_s(E->c, PCC_COLL_ALL_REDUCE, bytes, dpg) + launch;
+    if (bucketed) E->sync[d] += cost_bucketed_s(E->c, zero ? PCC_COLL_REDUCE_SCATTER : PCC_COLL_ALL_REDUCE, bytes, pool, cap, dpg);
     if (E->dp > 1 && zero > 0) {
-        double rs = cost_collective_s(E->c, PCC_COLL_REDUCE_SCATTER, bytes, dpg) + launch;
         double ag = cost_collective_s(E->c, PCC_COLL_ALL_GATHER, bytes, dpg) + launch;
-        E->sync[d] += rs, E->post[d] += ag;
+        if (!bucketed) E->sync[d] += cost_collective_s(E->c, PCC_COLL_REDUCE_SCATTER, bytes, dpg) + launch;
+        E->post[d] += ag;
         if (zero == 3) E->Fm[d] += ag, E->Bm[d] += ag; // gathered again for each micro-batch's use
     }
     if (opt) E->opt[d] += cost_op_s(E->c, g, opt, est_ways(E, opt, i)) / (E->dp > 1 && zero > 0 ? E->dp : 1);
 }
 
 // Every parameter: sync and optimizer on its owner's device(s); tied parameters' gradients sent
-// to the owner once per step from each other stage that uses them.
+// to the owner once per step from each other stage that uses them. First the bytes that share
+// buckets, per device and segment.
 static void est_params(est *E) {
     const pcc_graph *g = E->g;
     const pcc_op **opt = arena_alloc(g->arena, sizeof(pcc_op *) * (size_t)(g->n_tensors + 1));
     for (int o = E->nf; o < g->n_ops; o++)
         if (g->ops[o].phase == PCC_PHASE_OPT) opt[g->ops[o].in[0]] = &g->ops[o];
+    E->pool = zeros(g, E->pp * (2 * g->n_blocks + 2));
+    for (int p = 0; p < g->n_tensors; p++) {
+        int i = E->owner[p];
+        bool bucketed;
+        if (g->tensors[p].kind != PCC_T_PARAM || i < 0) continue;
+        double bytes = est_param_bytes(E, p, i, &bucketed);
+        if (bucketed) *est_pool(E, i, est_device(E, i, 0)) += bytes;
+    }
     for (int p = 0; p < g->n_tensors; p++) {
         const pcc_tensor *t = &g->tensors[p];
         int i = E->owner[p];
@@ -354,6 +384,71 @@ static void est_params(est *E) {
             for (int r = 0; r < t->rank; r++) bytes /= w[r];
             E->tied[home] += est_send_s(E, bytes);
         }
+    }
+}
+
+// Whether op i is the owner of its input k, a parameter (counted once when it reads it twice).
+static bool est_owns(const est *E, int i, int k) {
+    const pcc_op *op = &E->g->ops[i];
+    int p = op->in[k];
+    if (E->g->tensors[p].kind != PCC_T_PARAM || E->owner[p] != i) return false;
+    for (int j = 0; j < k; j++)
+        if (op->in[j] == p) return false;
+    return true;
+}
+
+// The replicas over the tp group whose gradients op i's input k (a parameter) sums in the step
+// (the ILP's choice splits the op along a letter it does not carry: sched.c's cand_sync_s), 1: none.
+static int est_tp_replicas(const est *E, int i, int k) {
+    const pcc_cand *cd = &E->sc->t->ops[i].c[E->sc->choice[i]];
+    int p = E->g->ops[i].in[k];
+    if (cd->dim < 0 || (E->s->bg_dense && !graph_is_table(E->g, p))) return 1;
+    return cd->in[k].r;
+}
+
+// The last bucket each device issues: the gradients of its earliest segment that the backward
+// pass finishes after the previous bucket closed (filled as emit.c fills them, in the backward
+// pass's order), all-reduced over tp (the ILP's replicas) and dp. It starts when the backward
+// pass is over: nothing hides it.
+static void est_last_bucket(est *E) {
+    const pcc_graph *g = E->g;
+    int *first = arena_alloc(g->arena, sizeof(int) * (size_t)E->pp);
+    for (int d = 0; d < E->pp; d++) first[d] = -1;
+    for (int i = 0; i < E->nf; i++)
+        for (int k = 0; k < g->ops[i].nin; k++) {
+            bool bucketed;
+            if (!est_owns(E, i, k)) continue;
+            est_param_bytes(E, g->ops[i].in[k], i, &bucketed);
+            bucketed |= est_tp_replicas(E, i, k) > 1;
+            for (int64_t c = 0; bucketed && c < op_copies(g, &g->ops[i]); c++)
+                if (first[est_device(E, i, (int)c)] < 0) first[est_device(E, i, (int)c)] = i;
+        }
+    E->last = zeros(g, E->pp);
+    pcc_group_shape dpg = {E->dp, E->tp};
+    for (int d = 0; d < E->pp; d++) {
+        if (first[d] < 0) continue;
+        int seg = graph_bucket_segment(g, first[d]);
+        bool top = g->ops[first[d]].block < 0;
+        double open = 0, last = 0;
+        int r = 1, last_r = 1; // the tp replicas of the open bucket's gradients
+        for (int i = E->nf - 1; i >= 0; i--) {
+            if (graph_bucket_segment(g, i) != seg || (top && est_device(E, i, 0) != d)) continue;
+            for (int k = 0; k < g->ops[i].nin; k++) {
+                bool bucketed;
+                if (!est_owns(E, i, k)) continue;
+                double bytes = est_param_bytes(E, g->ops[i].in[k], i, &bucketed);
+                int rk = est_tp_replicas(E, i, k);
+                if (!bucketed && rk <= 1) continue;
+                open += bytes;
+                if (rk > r) r = rk;
+                if (open >= E->s->bucket_bytes) last = open, last_r = r, open = 0, r = 1;
+            }
+        }
+        if (open > 0) last = open, last_r = r;
+        double launch = cost_launch_s(E->c);
+        if (E->dp > 1)
+            E->last[d] += cost_collective_s(E->c, E->s->zero ? PCC_COLL_REDUCE_SCATTER : PCC_COLL_ALL_REDUCE, last, dpg) + launch;
+        if (last_r > 1) E->last[d] += cost_collective_s(E->c, PCC_COLL_ALL_REDUCE, last, (pcc_group_shape){last_r, 1}) + launch;
     }
 }
 
@@ -380,6 +475,8 @@ static void est_step(est *E) {
         double per_layer = E->layers[d] > 0 ? (double)E->v / E->layers[d] : 1;
         double window = B[d] / E->v * (per_layer < 1 ? 1 - per_layer : 0);
         double exposed = cost_exposed_s(E->sync[d], window);
+        double tail = E->last[d] < E->sync[d] ? E->last[d] : E->sync[d];
+        if (tail > exposed) exposed = tail;
         double end = x->pipeline_s - lead + E->tied[d] + exposed + E->opt[d] + E->post[d];
         if (end > x->step_s || d == 0)
             x->step_s = end, x->sync_s = E->sync[d], x->sync_exposed_s = exposed, x->optimizer_s = E->opt[d] + E->post[d];
@@ -399,6 +496,7 @@ static void estimate(const pcc_graph *g, const pcc_cluster *c, const pcc_sched *
     est_ops(&E);
     est_layers(&E, L, nl, chunk);
     est_params(&E);
+    est_last_bucket(&E);
     est_step(&E);
 }
 
@@ -440,7 +538,7 @@ static pcc_status tp_schedule(const pcc_graph *g, const pcc_cluster *c, const pc
         oc->n = n;
     }
     pcc_sched_opts so = {.group = {tp, 1}, .memory_bytes = c->memory_bytes * pp, .ilp = o->ilp, .quiet = true,
-                         .bg_dense = o->bg_dense};
+                         .bg_dense = o->bg_dense, .bucket_bytes = o->bucket_bytes};
     memory_scales(g, pp, dp, dp > 1 ? zero : 0, o->schedule ? o->schedule : PCC_PIPE_1F1B, &so);
     so.ilp.progress = false;
     return sched_intra(g, c, t, &so, out);
@@ -455,6 +553,7 @@ static pcc_strategy *make(const pcc_graph *g, const pcc_cluster *c, const pcc_st
     s->zero = dp > 1 ? zero : 0;
     s->batch_dim = bdim;
     s->bg_dense = o->bg_dense;
+    s->bucket_bytes = o->bucket_bytes;
     int n = g->n_fwd_ops;
     for (int a = 0; a < PCC_AXES; a++) {
         s->letter[a] = arena_alloc(g->arena, sizeof(int) * (size_t)(n + 1));

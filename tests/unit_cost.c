@@ -1,7 +1,7 @@
 /*
  * unit_cost.c: unit tests of the cost model (cost.c) beyond the formulas unit_phase1.c pins:
  * the GEMM efficiency (tile and wave quantization, main-loop depth), per-device operator costs,
- * NCCL's tree against its ring, stream overlap, pipelines, and the profile table (loading it
+ * NCCL's tree against its ring, bucketed gradients' shares, stream overlap, pipelines, and the profile table (loading it
  * from a cluster file and its lookups overriding the roofline). The source root is argv[1].
  */
 #include "plancc.h"
@@ -80,6 +80,28 @@ static void test_collectives(void) {
     double tree = 2 * 6 * 3e-6 + 2 * 1e3 / 22.5e9, ring = 2 * 63 * 3e-6 + 2 * 63.0 / 64 * 1e3 / 22.5e9;
     EXPECT(tree < ring && NEAR(cost_collective_s(&big, PCC_COLL_ALL_REDUCE, 1e3, g), tree));
     EXPECT(NEAR(cost_collective_s(&big, PCC_COLL_ALL_REDUCE, 1e10, g), 2 * 63 * 3e-6 + 2 * 63.0 / 64 * 1e10 / 22.5e9));
+}
+
+// Bucketed gradients (emit.c's --bucket-mb): each pays its share of its bucket's collective.
+static void test_buckets(void) {
+    pcc_cluster c = a100();
+    pcc_group_shape g = {8, 1};
+    double launch = cost_launch_s(&c), one = cost_collective_s(&c, PCC_COLL_ALL_REDUCE, 1e6, g) + launch;
+    // Ten gradients of 100 kB that fit one bucket together: one collective of 1 MB in all.
+    double sum = 0;
+    for (int i = 0; i < 10; i++) sum += cost_bucketed_s(&c, PCC_COLL_ALL_REDUCE, 1e5, 1e6, 25e6, g);
+    EXPECT(NEAR(sum, one));
+    // The bucket is the smaller of the pool and the cap: 10 MB of them in buckets of 1 MB, ten collectives.
+    EXPECT(NEAR(cost_bucketed_s(&c, PCC_COLL_ALL_REDUCE, 1e5, 1e7, 1e6, g), one / 10));
+    // A gradient as large as the cap, or no buckets (cap 0): a collective of its own.
+    double own = cost_collective_s(&c, PCC_COLL_ALL_REDUCE, 2e6, g) + launch;
+    EXPECT(NEAR(cost_bucketed_s(&c, PCC_COLL_ALL_REDUCE, 2e6, 1e7, 1e6, g), own));
+    EXPECT(NEAR(cost_bucketed_s(&c, PCC_COLL_ALL_REDUCE, 1e5, 1e7, 0, g), cost_collective_s(&c, PCC_COLL_ALL_REDUCE, 1e5, g) + launch));
+    // Nothing to synchronize: a group of one, or no bytes.
+    EXPECT(cost_bucketed_s(&c, PCC_COLL_ALL_REDUCE, 1e5, 1e6, 25e6, (pcc_group_shape){1, 1}) == 0);
+    EXPECT(cost_bucketed_s(&c, PCC_COLL_ALL_REDUCE, 0, 1e6, 25e6, g) == 0);
+    // Buckets save latency: the shares cost less than ten collectives of their own.
+    EXPECT(sum < 10 * (cost_collective_s(&c, PCC_COLL_ALL_REDUCE, 1e5, g) + launch));
 }
 
 static void test_overlap_and_pipeline(void) {
@@ -178,6 +200,7 @@ int main(int argc, char **argv) {
     test_gemm_efficiency();
     test_gemm_time();
     test_collectives();
+    test_buckets();
     test_overlap_and_pipeline();
     test_ops(a);
     test_conv(a);
