@@ -487,6 +487,7 @@ typedef struct rt_run {
     // "prefetch"): per local rank, one host block per input slot; valid for step next_step.
     void ***next_in;
     uint64_t next_step;
+    struct rt_crew *crew;           // the threads that run a step's walkers and drawers (interp.c)
 } rt_run;
 
 // Starts the backend o->backend names, checks that it can run p (dtypes, inputs' micro-batch

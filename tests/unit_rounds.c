@@ -7,11 +7,14 @@
  * cpu-serial does, while each step's round is issued after every foreground instruction, its
  * end is marked once and last, the foreground stream waits for the previous round right
  * before its first optimizer operator, and rt_run_drain waits for the round. Also
- * rt_insn_waits_for_round on hand-made instructions.
+ * rt_insn_waits_for_round on hand-made instructions, and the crew of threads that runs the
+ * steps' walkers on the cpu backend: started by the first step, the same threads for every
+ * later one, all joined by rt_run_free.
  */
 #include "rt.h"
 #include "test.h"
 
+#include <dirent.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -186,8 +189,53 @@ static void which_instructions_wait(void) {
     EXPECT(!rt_insn_waits_for_round(&round_coll, 2) && !rt_insn_waits_for_round(&opt, 0));
 }
 
+// Threads of this process (Linux's /proc/self/task); -1 where that cannot be read.
+static int threads(void) {
+    DIR *d = opendir("/proc/self/task");
+    if (!d) return -1;
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));) n += e->d_name[0] != '.';
+    closedir(d);
+    return n;
+}
+
+// On the cpu backend (a walker per stream, and a drawer per rank for the next step's inputs),
+// the first step starts the crew and later steps reuse it; rt_run_free joins it.
+static void crew_lasts_the_run(void) {
+    plan p;
+    char err[1024];
+    int before = threads();
+    if (before < 0) {
+        printf("     (no /proc/self/task: the crew's threads are not counted)\n");
+        return;
+    }
+    EXPECT(load(&p, 1));
+    rt_options o = {.backend = "cpu", .seed = 7, .timeout_s = 30};
+    rt_run r;
+    if (rt_run_init(&r, &p, &o, err, sizeof err)) {
+        fprintf(stderr, "     %s\n", err);
+        EXPECT(false);
+        plan_free(&p);
+        return;
+    }
+    double loss;
+    int after[4];
+    for (int s = 0; s < 4; s++) {
+        EXPECT(rt_run_step(&r, &loss, err, sizeof err) == 0 && !isnan(loss));
+        after[s] = threads();
+    }
+    // Two streams (foreground, background) and one drawer: three threads beside this one.
+    EXPECT(after[0] == before + 3);
+    EXPECT(after[1] == after[0] && after[2] == after[0] && after[3] == after[0]);
+    EXPECT(r.ranks[0].bg_rounds == 4);
+    rt_run_free(&r);
+    EXPECT(threads() == before);
+    plan_free(&p);
+}
+
 int main(int argc, char **argv) {
     root = argc > 1 ? argv[1] : ".";
+    crew_lasts_the_run();
     which_instructions_wait();
     rounds_outlive_steps(0);
     rounds_outlive_steps(2);
