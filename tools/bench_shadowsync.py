@@ -4,7 +4,7 @@
 usage: bench_shadowsync.py PLANCC PLANRUN [SOURCE_ROOT] [--ranks 1,2,4,8] [--steps 2000]
                            [--model dlrm-ctr] [--seed 1] [--scaling strong|weak|both]
                            [--tables quality,network] [--network CLUSTER] [--net-steps 300]
-                           [--repeats 3]
+                           [--repeats 3] [--net-mesh dp|tp] [--net-rows 1]
 
 Trains models/dlrm-ctr.json (teacher labels: runtime/data.c) with planrun's CPU backend on each
 rank count N (--dp N) with synchronous all-reduce and with --sync background:algo=ma,period=1 /
@@ -41,8 +41,13 @@ cannot show what taking synchronization out of the step is worth. This one compi
 runs for a cluster with a network (--network, default models/clusters/cpu-ethernet.json: one
 rank per server on 10 GbE) and runs them with planrun --emulate-network, which holds every
 collective for the time the plan gives it on that network (one link per rank, first come first
-served; runtime/comm.c). Per run, --net-steps steps, the median of --repeats runs interleaved
-with the other runs at the same N:
+served; runtime/comm.c). The layout (--net-mesh): ShadowSync's by default, --tp N --tp-batch,
+where the ILP may shard the embedding tables over the ranks (all-to-all of the looked-up rows)
+or replicate them, as the cost model finds faster, and runs the dense layers data-parallel;
+or --dp N (every table replicated, its gradient all-reduced in the step). --net-rows K makes
+every table K times taller (ShadowSync's tables are far larger than dlrm-ctr's 227 KB; the
+rows' count does not change the compute). Per run, --net-steps steps, the median of --repeats
+runs interleaved with the other runs at the same N:
   samples/s   steps x global batch / wall time
   vs sync     over the synchronous run's at the same N and scaling
 and per N the synchronous plan's simulated step and its exposed communication (plancc's
@@ -85,15 +90,28 @@ def entropy(p):
     return -(p * math.log(p) + (1 - p) * math.log(1 - p)) if 0 < p < 1 else 0.0
 
 
-def model_for(a, tmp, n, weak):
-    """The model file and global batch of one comparison: the model's own, or with B x n."""
-    if not weak or n == 1:
+def model_for(a, tmp, n, weak, rows=1):
+    """The model file and global batch of one comparison: the model's own, or with B x n; with
+    rows > 1, every embedding table's row count (the dims named R<k>) times rows."""
+    if (not weak or n == 1) and rows == 1:
         return a.model_path, a.batch
     m = json.load(open(a.model_path))
-    m["dims"]["B"] = a.batch * n
-    path = os.path.join(tmp, f"{a.model}-weak{n}.json")
+    batch = a.batch * n if weak else a.batch
+    m["dims"]["B"] = batch
+    for d in m["dims"]:
+        if re.fullmatch(r"R\d+", d):
+            m["dims"][d] *= rows
+    path = os.path.join(tmp, f"{a.model}-{'weak' if weak else 'strong'}{n}-rows{rows}.json")
     json.dump(m, open(path, "w"))
-    return path, a.batch * n
+    return path, batch
+
+
+def mesh_opts(a, n):
+    """The network table's layout on n ranks: --dp n, or ShadowSync's (--tp n --tp-batch: the
+    ILP may shard the tables over the ranks, the rest data-parallel beside them)."""
+    if n == 1:
+        return []
+    return ["--dp", str(n)] if a.net_mesh == "dp" else ["--tp", str(n), "--tp-batch"]
 
 
 def eval_plan(a, tmp):
@@ -172,21 +190,23 @@ def network_table(a, tmp, weak):
     """The samples/s table with the network emulated (see the docstring); the count of failures."""
     bad = 0
     print(f"\n{'weak' if weak else 'strong'} scaling, network emulated ({os.path.relpath(a.network, a.root)}; "
-          f"{a.net_steps} steps, median of {a.repeats})")
+          f"{a.net_steps} steps, median of {a.repeats}; {'--dp N' if a.net_mesh == 'dp' else '--tp N --tp-batch'}"
+          f"{'; tables x%d rows' % a.net_rows if a.net_rows != 1 else ''})")
     print(f"{'ranks':>5}  {'run':<10} {'samples/s':>10} {'vs sync':>8} {'cluster/s':>10} {'scaling':>8}")
     one = os.path.join(tmp, "net-one.plan")
-    p = subprocess.run([a.plancc, a.model_path, "--cluster", a.network, "--devices", "1", "-o", one], capture_output=True, text=True)
+    p = subprocess.run([a.plancc, model_for(a, tmp, 1, weak, a.net_rows)[0], "--cluster", a.network, "--devices", "1", "-o", one],
+                       capture_output=True, text=True)
     t1 = [timed(a, one) for _ in range(a.repeats)] if p.returncode == 0 else ["plancc: " + p.stderr.strip()]
     if any(isinstance(t, str) for t in t1):
         print(f"    1  FAILED (the reference step): {[t for t in t1 if isinstance(t, str)][0]}")
         return 1
     t1, base = median(t1), None
     for n in [int(x) for x in a.ranks.split(",")]:
-        model, batch = model_for(a, tmp, n, weak)
+        model, batch = model_for(a, tmp, n, weak, a.net_rows)
         plans, runs = {}, {}
         for name, opts in NET_ALGOS:
             plan = os.path.join(tmp, f"net-{n}-{name.replace(' ', '-')}.plan")
-            p = subprocess.run([a.plancc, model, "--cluster", a.network, "--devices", str(n), "--dp", str(n), *opts, "-o", plan],
+            p = subprocess.run([a.plancc, model, "--cluster", a.network, "--devices", str(n), *mesh_opts(a, n), *opts, "-o", plan],
                                capture_output=True, text=True)
             if p.returncode != 0:
                 print(f"{n:>5}  {name:<10} FAILED: plancc: {(p.stderr.strip().splitlines() or ['?'])[-1]}")
@@ -249,6 +269,9 @@ def main():
     ap.add_argument("--network", help="the cluster of the network table (default models/clusters/cpu-ethernet.json)")
     ap.add_argument("--net-steps", type=int, default=300, help="steps of each network-table run")
     ap.add_argument("--repeats", type=int, default=3, help="runs of each network-table cell (the median is printed)")
+    ap.add_argument("--net-mesh", choices=["dp", "tp"], default="tp",
+                    help="the network table's layout: --dp N, or ShadowSync's --tp N --tp-batch (the default)")
+    ap.add_argument("--net-rows", type=int, default=1, help="the network table's models: every table's rows times this")
     a = ap.parse_args()
     tables = set(a.tables.split(","))
     if not tables or tables - {"quality", "network"}:
