@@ -4,7 +4,7 @@
 usage: bench_shadowsync.py PLANCC PLANRUN [SOURCE_ROOT] [--ranks 1,2,4,8] [--steps 2000]
                            [--model dlrm-ctr] [--seed 1] [--scaling strong|weak|both]
                            [--tables quality,network] [--network CLUSTER] [--net-steps 300]
-                           [--repeats 3] [--net-mesh dp|tp] [--net-rows 1]
+                           [--repeats 3] [--net-mesh dp|tp] [--net-rows 1,100]
 
 Trains models/dlrm-ctr.json (teacher labels: runtime/data.c) with planrun's CPU backend on each
 rank count N (--dp N) with synchronous all-reduce and with --sync background:algo=ma,period=1 /
@@ -44,8 +44,8 @@ collective for the time the plan gives it on that network (one link per rank, fi
 served; runtime/comm.c). The layout (--net-mesh): ShadowSync's by default, --tp N --tp-batch,
 where the ILP may shard the embedding tables over the ranks (all-to-all of the looked-up rows)
 or replicate them, as the cost model finds faster, and runs the dense layers data-parallel;
-or --dp N (every table replicated, its gradient all-reduced in the step). --net-rows K makes
-every table K times taller (ShadowSync's tables are far larger than dlrm-ctr's 227 KB; the
+or --dp N (every table replicated, its gradient all-reduced in the step). --net-rows K,...
+prints a table for each K, every embedding table K times taller (default 1,100) (ShadowSync's tables are far larger than dlrm-ctr's 227 KB; the
 rows' count does not change the compute). Per run, --net-steps steps, the median of --repeats
 runs interleaved with the other runs at the same N:
   samples/s   steps x global batch / wall time
@@ -186,15 +186,15 @@ def median(xs):
     return sorted(xs)[len(xs) // 2]
 
 
-def network_table(a, tmp, weak):
+def network_table(a, tmp, weak, rows):
     """The samples/s table with the network emulated (see the docstring); the count of failures."""
     bad = 0
     print(f"\n{'weak' if weak else 'strong'} scaling, network emulated ({os.path.relpath(a.network, a.root)}; "
           f"{a.net_steps} steps, median of {a.repeats}; {'--dp N' if a.net_mesh == 'dp' else '--tp N --tp-batch'}"
-          f"{'; tables x%d rows' % a.net_rows if a.net_rows != 1 else ''})")
+          f"{'; tables x%d rows' % rows if rows != 1 else ''})")
     print(f"{'ranks':>5}  {'run':<10} {'samples/s':>10} {'vs sync':>8} {'cluster/s':>10} {'scaling':>8}")
     one = os.path.join(tmp, "net-one.plan")
-    p = subprocess.run([a.plancc, model_for(a, tmp, 1, weak, a.net_rows)[0], "--cluster", a.network, "--devices", "1", "-o", one],
+    p = subprocess.run([a.plancc, model_for(a, tmp, 1, weak, rows)[0], "--cluster", a.network, "--devices", "1", "-o", one],
                        capture_output=True, text=True)
     t1 = [timed(a, one) for _ in range(a.repeats)] if p.returncode == 0 else ["plancc: " + p.stderr.strip()]
     if any(isinstance(t, str) for t in t1):
@@ -202,7 +202,7 @@ def network_table(a, tmp, weak):
         return 1
     t1, base = median(t1), None
     for n in [int(x) for x in a.ranks.split(",")]:
-        model, batch = model_for(a, tmp, n, weak, a.net_rows)
+        model, batch = model_for(a, tmp, n, weak, rows)
         plans, runs = {}, {}
         for name, opts in NET_ALGOS:
             plan = os.path.join(tmp, f"net-{n}-{name.replace(' ', '-')}.plan")
@@ -271,11 +271,18 @@ def main():
     ap.add_argument("--repeats", type=int, default=3, help="runs of each network-table cell (the median is printed)")
     ap.add_argument("--net-mesh", choices=["dp", "tp"], default="tp",
                     help="the network table's layout: --dp N, or ShadowSync's --tp N --tp-batch (the default)")
-    ap.add_argument("--net-rows", type=int, default=1, help="the network table's models: every table's rows times this")
+    ap.add_argument("--net-rows", default="1,100",
+                    help="the network tables' models: every table's rows times each of these (one table each)")
     a = ap.parse_args()
     tables = set(a.tables.split(","))
     if not tables or tables - {"quality", "network"}:
         ap.error(f"--tables wants quality, network or both, not {a.tables!r}")
+    try:
+        net_rows = [int(x) for x in a.net_rows.split(",")]
+    except ValueError:
+        net_rows = []
+    if not net_rows or min(net_rows) < 1:
+        ap.error(f"--net-rows wants positive whole numbers separated by commas, not {a.net_rows!r}")
     a.network = os.path.abspath(a.network) if a.network else os.path.join(a.root, "models", "clusters", "cpu-ethernet.json")
     a.model_path = os.path.join(a.root, "models", a.model + ".json")
     a.batch = json.load(open(a.model_path))["dims"]["B"]
@@ -311,7 +318,8 @@ def main():
         if best_ne is not None:
             print(f"teacher (best achievable) NE {best_ne:.4f}; a constant prediction of the CTR: NE 1")
         for weak in scalings if "network" in tables else []:
-            bad += network_table(a, tmp, weak)
+            for rows in net_rows:
+                bad += network_table(a, tmp, weak, rows)
     print(f"{time.time() - t0:.1f} s in all; {'FAILED' if bad else 'ok'}")
     return 1 if bad else 0
 
