@@ -54,7 +54,11 @@ and per N the synchronous plan's simulated step and its exposed communication (p
 figures for that cluster). The ranks share this machine's cores, so each computes slower than on
 a core of its own; to keep the cluster's ratio of compute to communication the network is slowed
 by as much (planrun --dilation, time dilation): the synchronous plan's step without the network
-over the step of one rank alone (scaled to the rank's batch). Then
+over the step one of its ranks would take on a core of its own, which is the 1-rank plan's step
+(measured) times the cost model's ratio of the two plans' compute per rank (plandump --sim,
+from the plancc directory; the rank's share of the batch where plandump is not there). That
+ratio follows what shrinks as ranks are added: the batch per rank, and with sharded tables
+each rank's rows to update. Then
   cluster/s   samples/s x the dilation: the throughput on the cluster this emulates
   scaling     cluster/s over the synchronous run's at 1 rank: N would be linear
 "ma p1 bkt" is MA every step with bucket=4194304 (one all-reduce a round).
@@ -182,6 +186,15 @@ def timed(a, plan, *extra):
     return float(m.group(2)) / a.net_steps
 
 
+def sim_compute(a, plan):
+    """The simulated compute per rank of plan (plandump --sim's mean), in seconds; None without it."""
+    if not a.plandump:
+        return None
+    p = subprocess.run([a.plandump, "--sim", plan], capture_output=True, text=True)
+    m = re.search(r"^  compute +([0-9.]+) (s|ms|us) per rank", p.stdout, re.M)
+    return float(m.group(1)) * {"s": 1, "ms": 1e-3, "us": 1e-6}[m.group(2)] if p.returncode == 0 and m else None
+
+
 def median(xs):
     return sorted(xs)[len(xs) // 2]
 
@@ -200,7 +213,7 @@ def network_table(a, tmp, weak, rows):
     if any(isinstance(t, str) for t in t1):
         print(f"    1  FAILED (the reference step): {[t for t in t1 if isinstance(t, str)][0]}")
         return 1
-    t1, base = median(t1), None
+    t1, base, c1 = median(t1), None, sim_compute(a, one)
     for n in [int(x) for x in a.ranks.split(",")]:
         model, batch = model_for(a, tmp, n, weak, rows)
         plans, runs = {}, {}
@@ -219,14 +232,17 @@ def network_table(a, tmp, weak, rows):
         if "sync" not in plans:
             continue
         # Time dilation: this step without the network, over the step a rank on a core of its own
-        # would take (the reference's, scaled to this rank's batch).
+        # would take (the reference's, times the cost model's ratio of compute per rank; without
+        # plandump, the ratio of the batch per rank).
         plain = [timed(a, plans["sync"]) for _ in range(a.repeats)]
         if any(isinstance(t, str) for t in plain):
             print(f"{n:>5}  sync       FAILED: {[t for t in plain if isinstance(t, str)][0]}")
             bad += 1
             continue
-        dil = max(1.0, median(plain) / (t1 * batch / n / a.batch))
-        print(f"{n:>5}  (sync: {sim}; dilation {dil:.2f})")
+        cn = sim_compute(a, plans["sync"])
+        share = cn / c1 if cn and c1 else batch / n / a.batch
+        dil = max(1.0, median(plain) / (t1 * share))
+        print(f"{n:>5}  (sync: {sim}; a rank's compute {share:.3f}x the 1-rank plan's; dilation {dil:.2f})")
         for _ in range(a.repeats):
             for name in list(plans):
                 t = timed(a, plans[name], "--emulate-network", "--dilation", f"{dil:.4f}")
@@ -284,6 +300,8 @@ def main():
     if not net_rows or min(net_rows) < 1:
         ap.error(f"--net-rows wants positive whole numbers separated by commas, not {a.net_rows!r}")
     a.network = os.path.abspath(a.network) if a.network else os.path.join(a.root, "models", "clusters", "cpu-ethernet.json")
+    a.plandump = os.path.join(os.path.dirname(os.path.abspath(a.plancc)), "plandump")
+    a.plandump = a.plandump if os.access(a.plandump, os.X_OK) else None
     a.model_path = os.path.join(a.root, "models", a.model + ".json")
     a.batch = json.load(open(a.model_path))["dims"]["B"]
     t0, bad, best_ne = time.time(), 0, None
