@@ -326,8 +326,8 @@ static double est_param_bytes(const est *E, int p, int i, bool *bucketed) {
     return bytes;
 }
 
-// The bucket pool of a parameter of op i, its copy on device d: what its segment's gradients on d add up to
-// (a block's: one copy's, the same for every copy; a top-level stretch's: per device).
+// The bucket pool of a parameter of op i, its copy on device d: what its segment's gradients on
+// d add up to (a block's: one copy's, the same for every copy; a top-level stretch's: per device).
 static double *est_pool(const est *E, int i, int d) {
     int seg = graph_bucket_segment(E->g, i);
     return &E->pool[(E->g->ops[i].block >= 0 ? 0 : d) * (2 * E->g->n_blocks + 2) + seg];

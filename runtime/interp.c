@@ -28,10 +28,11 @@
  *     operator, copy or collective (gate.c).
  *
  * A step: zero every accumulating operator's outputs, fill every micro-batch slot of every
- * input, run the walkers (on the run's crew of threads, which live as long as the run), then read the loss from the buffers of the last operator that writes
- * it (its value summed over its V axes, averaged over micro-batches). Host data (initial
- * parameters, inputs, the loss) is made in a host staging buffer and crosses with the backend's
- * upload and download, so the interpreter never touches an arena's memory itself.
+ * input, run the walkers (on the run's crew of threads, which live as long as the run), then
+ * read the loss from the buffers of the last operator that writes it (its value summed over its
+ * V axes, averaged over micro-batches). Host data (initial parameters, inputs, the loss) is made
+ * in a host staging buffer and crosses with the backend's upload and download, so the
+ * interpreter never touches an arena's memory itself.
  */
 #include "rt.h"
 #ifdef PLANCC_HAVE_CUDA
