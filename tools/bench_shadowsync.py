@@ -10,7 +10,9 @@ Trains models/dlrm-ctr.json (teacher labels: runtime/data.c) with planrun's CPU 
 rank count N (--dp N) with synchronous all-reduce and with --sync background:algo=ma,period=1 /
 ma,period=2 / easgd,period=2 / bmuf,period=4 (BMUF's defaults: eta 1 - 1/N, Nesterov), plus
 "ma p1 ser": MA every step on the cpu-serial backend, where the round runs after the step's
-optimizer instead of beside the step (the control that isolates what the overlap costs).
+optimizer instead of beside the step (the control that isolates what the overlap costs), and
+"ma p1 bkt": MA every step with bucket=4194304 (one all-reduce a round, the round the network
+table finds fastest).
 
 Two comparisons, each at equal samples for sync and background at the same N:
   strong  the model's batch B is the global batch (B/N per trainer), as DeepPool's scaling;
@@ -79,6 +81,7 @@ import time
 ALGOS = [("sync", [], "cpu"),
          ("ma p1", ["--sync", "background:algo=ma,period=1"], "cpu"),
          ("ma p1 ser", ["--sync", "background:algo=ma,period=1"], "cpu-serial"),
+         ("ma p1 bkt", ["--sync", "background:algo=ma,period=1,bucket=4194304"], "cpu"),
          ("ma p2", ["--sync", "background:algo=ma,period=2"], "cpu"),
          ("easgd p2", ["--sync", "background:algo=easgd,period=2"], "cpu"),
          ("bmuf p4", ["--sync", "background:algo=bmuf,period=4"], "cpu")]
