@@ -847,18 +847,17 @@ typedef struct crew_job {
     void *arg;
 } crew_job;
 
-typedef struct crew_seat {
+typedef struct crew_seat {      // one thread of the crew (its address stays put: the thread holds it)
     struct rt_crew *c;
-    int i;                      // its job in c->job
+    pthread_t th;
+    crew_job job;               // this batch's (fn NULL: none)
     uint64_t seen;              // the batch it has taken
 } crew_seat;
 
 struct rt_crew {
     pthread_mutex_t mu;
     pthread_cond_t go, done;
-    pthread_t *th;
     crew_seat **seat;
-    crew_job *job;              // per thread: this batch's (fn NULL: none)
     int n, cap;
     uint64_t gen;               // batches posted
     int pending;                // jobs of the batch not finished
@@ -873,7 +872,7 @@ static void *crew_main(void *arg) {
         while (!c->quit && c->gen == s->seen) pthread_cond_wait(&c->go, &c->mu);
         if (c->quit) break;
         s->seen = c->gen;
-        crew_job j = c->job[s->i];
+        crew_job j = s->job;
         pthread_mutex_unlock(&c->mu);
         if (j.fn) j.fn(j.arg);
         pthread_mutex_lock(&c->mu);
@@ -891,20 +890,15 @@ static int crew_grow(rt_run *r, int k) {
         pthread_mutex_init(&c->mu, NULL), pthread_cond_init(&c->go, NULL), pthread_cond_init(&c->done, NULL);
         r->crew = c;
     }
-    if (k > c->cap) { // no thread reads th, seat or job between batches
-        pthread_t *th = realloc(c->th, sizeof *th * (size_t)k);
-        if (th) c->th = th;
-        crew_seat **seat = th ? realloc(c->seat, sizeof *seat * (size_t)k) : NULL;
-        if (seat) c->seat = seat;
-        crew_job *job = seat ? realloc(c->job, sizeof *job * (size_t)k) : NULL;
-        if (job) c->job = job, c->cap = k;
+    if (k > c->cap) { // no thread reads the array between batches
+        crew_seat **seat = realloc(c->seat, sizeof *seat * (size_t)k);
+        if (seat) c->seat = seat, c->cap = k;
     }
     while (c->n < k && c->n < c->cap) {
-        crew_seat *s = malloc(sizeof *s);
+        crew_seat *s = calloc(1, sizeof *s);
         if (!s) break;
-        *s = (crew_seat){.c = c, .i = c->n, .seen = c->gen};
-        c->job[c->n] = (crew_job){0};
-        if (pthread_create(&c->th[c->n], NULL, crew_main, s)) {
+        s->c = c, s->seen = c->gen;
+        if (pthread_create(&s->th, NULL, crew_main, s)) {
             free(s);
             break;
         }
@@ -918,7 +912,7 @@ static void crew_run(rt_run *r, const crew_job *jobs, int k) {
     struct rt_crew *c = r->crew;
     if (k == 0) return;
     pthread_mutex_lock(&c->mu);
-    for (int i = 0; i < c->n; i++) c->job[i] = i < k ? jobs[i] : (crew_job){0};
+    for (int i = 0; i < c->n; i++) c->seat[i]->job = i < k ? jobs[i] : (crew_job){0};
     c->pending = k;
     c->gen++;
     pthread_cond_broadcast(&c->go);
@@ -932,9 +926,9 @@ static void crew_free(struct rt_crew *c) {
     c->quit = true;
     pthread_cond_broadcast(&c->go);
     pthread_mutex_unlock(&c->mu);
-    for (int i = 0; i < c->n; i++) pthread_join(c->th[i], NULL), free(c->seat[i]);
+    for (int i = 0; i < c->n; i++) pthread_join(c->seat[i]->th, NULL), free(c->seat[i]);
     pthread_mutex_destroy(&c->mu), pthread_cond_destroy(&c->go), pthread_cond_destroy(&c->done);
-    free(c->th), free(c->seat), free(c->job), free(c);
+    free(c->seat), free(c);
 }
 
 // Zeroes the outputs of accumulating operators and fills the inputs of rank rk.
