@@ -96,6 +96,8 @@ bool graph_is_table(const pcc_graph *g, int t) {
     return false;
 }
 
+bool graph_step_synced(const pcc_graph *g, int t, bool bg_dense) { return !bg_dense || graph_is_table(g, t); }
+
 int graph_bucket_segment(const pcc_graph *g, int i) {
     const pcc_op *op = &g->ops[i];
     if (op->block >= 0) return g->n_blocks + 1 + op->block;

@@ -310,6 +310,9 @@ int64_t op_copies(const pcc_graph *g, const pcc_op *op);
 // Whether param t is the table of an embedding or embedding_bag: sharded or synchronized every
 // step, never trained per replica (--sync background leaves tables synchronous).
 bool graph_is_table(const pcc_graph *g, int t);
+// Whether the training step synchronizes the gradient of param t where it is replicated: always,
+// but under --sync background (bg_dense) only a table's (dense replicas average in the background).
+bool graph_step_synced(const pcc_graph *g, int t, bool bg_dense);
 // Where forward op i's gradients may share a bucket (emit.c): a block's copy, or one stretch of
 // top-level ops between two blocks; the emitter closes the open bucket at every loop boundary.
 // 0..n_blocks: top-level stretches; n_blocks + 1 + b: block b's copies.

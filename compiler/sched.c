@@ -82,10 +82,9 @@ static double cand_compute_s(const builder *B, const pcc_op *op, const pcc_cand 
     return t + cost_compute_s(B->c, c->flops - c->flops_matmul, bytes, dt, false) + (c->recompute ? cost_launch_s(B->c) : 0);
 }
 
-// Whether the step synchronizes the gradient of op's input i (a parameter) when it is replicated:
-// with --sync background a dense parameter's replicas are averaged in the background instead.
+// Whether op's input i is a parameter whose gradient the step synchronizes where it is replicated.
 static bool step_synced(const builder *B, const pcc_op *op, int i) {
-    return B->g->tensors[op->in[i]].kind == PCC_T_PARAM && !(B->o->bg_dense && !graph_is_table(B->g, op->in[i]));
+    return B->g->tensors[op->in[i]].kind == PCC_T_PARAM && graph_step_synced(B->g, op->in[i], B->o->bg_dense);
 }
 
 // The bytes of the gradients that may share the emitter's buckets, per segment: every

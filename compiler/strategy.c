@@ -321,8 +321,7 @@ static double est_param_bytes(const est *E, int p, int i, bool *bucketed) {
     double bytes = tensor_bytes(E->g, t);
     for (int r = 0; r < t->rank; r++) bytes /= w[r];
     int zero = E->s->zero;
-    bool bg = E->s->bg_dense && !graph_is_table(E->g, p); // averaged in the background, off the step
-    *bucketed = E->dp > 1 && (zero == 0 ? !bg : !(zero == 2 && E->m > 1));
+    *bucketed = E->dp > 1 && (zero == 0 ? graph_step_synced(E->g, p, E->s->bg_dense) : !(zero == 2 && E->m > 1));
     return bytes;
 }
 
@@ -402,7 +401,7 @@ static bool est_owns(const est *E, int i, int k) {
 static int est_tp_replicas(const est *E, int i, int k) {
     const pcc_cand *cd = &E->sc->t->ops[i].c[E->sc->choice[i]];
     int p = E->g->ops[i].in[k];
-    if (cd->dim < 0 || (E->s->bg_dense && !graph_is_table(E->g, p))) return 1;
+    if (cd->dim < 0 || !graph_step_synced(E->g, p, E->s->bg_dense)) return 1;
     return cd->in[k].r;
 }
 
