@@ -2,7 +2,7 @@
 """ShadowSync's quality and throughput on click-through data with a known generating model.
 
 usage: bench_shadowsync.py PLANCC PLANRUN [SOURCE_ROOT] [--ranks 1,2,4,8] [--steps 2000]
-                           [--model dlrm-ctr] [--seed 1] [--scaling strong|weak|both]
+                           [--model dlrm-ctr] [--seeds 1,2,3] [--scaling strong|weak|both]
                            [--tables quality,network] [--network CLUSTER] [--net-steps 300]
                            [--repeats 3] [--net-mesh dp|tp] [--net-rows 1,100]
 
@@ -10,7 +10,10 @@ Trains models/dlrm-ctr.json (teacher labels: runtime/data.c) with planrun's CPU 
 rank count N (--dp N) with synchronous all-reduce and with --sync background:algo=ma,period=1 /
 ma,period=2 / easgd,period=2 / bmuf,period=4 (BMUF's defaults: eta 1 - 1/N, Nesterov), plus
 "ma p1 ser": MA every step on the cpu-serial backend, where the round runs after the step's
-optimizer instead of beside the step (the control that isolates what the overlap costs), and
+optimizer instead of beside the step (the control that isolates what the overlap costs), "ma p3
+ser": every 3 steps on cpu-serial (a forward pass sees a replica 0, 1 or 2 local steps away from
+the average, 1 on the mean, as an overlapped round every step leaves it: the control that tells
+the staleness of the algorithm from a race of the runtime), and
 "ma p1 bkt": MA every step with bucket=4194304 (one all-reduce a round, the round the network
 table finds fastest).
 
@@ -36,7 +39,12 @@ Per run:
               on this machine's cores: it measures overhead, not a cluster's scaling)
 
 and the teacher's NE (its mean Bernoulli entropy over the same CTR entropy: the best any model
-can reach). Every run shares the seed.
+can reach). Every run at one seed shares it. With several --seeds (default 1,2,3: a seed draws
+the teacher, the data and the initial weights, and one run's NE moves by several percent from
+seed to seed, more than the algorithms differ) every run is repeated at each seed, and each cell
+is the mean over the seeds: NE and eval NE the means, each "vs sync" the mean of the per-seed
+ratios (each against sync at the same seed) with their range beside it, samples/s likewise; the
+teacher's NE is the seeds' mean. The network table runs at the first seed.
 
 The network table: here a collective is a few memory copies, so the quality table's samples/s
 cannot show what taking synchronization out of the step is worth. This one compiles the same
@@ -81,6 +89,7 @@ import time
 ALGOS = [("sync", [], "cpu"),
          ("ma p1", ["--sync", "background:algo=ma,period=1"], "cpu"),
          ("ma p1 ser", ["--sync", "background:algo=ma,period=1"], "cpu-serial"),
+         ("ma p3 ser", ["--sync", "background:algo=ma,period=3"], "cpu-serial"),
          ("ma p1 bkt", ["--sync", "background:algo=ma,period=1,bucket=4194304"], "cpu"),
          ("ma p2", ["--sync", "background:algo=ma,period=2"], "cpu"),
          ("easgd p2", ["--sync", "background:algo=easgd,period=2"], "cpu"),
@@ -138,11 +147,11 @@ def eval_plan(a, tmp):
     return plan
 
 
-def eval_ne(a, tmp, saved):
+def eval_ne(a, tmp, saved, seed):
     """The eval NE of the model in `saved` (the replicas' mean, st.c) on a.eval_steps fresh
     batches, or an error line."""
     losses = os.path.join(tmp, "eval-losses.txt")
-    p = subprocess.run([a.planrun, a.eval_plan, "--load", saved, "--steps", str(a.eval_steps), "--seed", str(a.seed),
+    p = subprocess.run([a.planrun, a.eval_plan, "--load", saved, "--steps", str(a.eval_steps), "--seed", str(seed),
                         "--log-every", "0", "--losses", losses], capture_output=True, text=True)
     t = re.search(r"teacher labels: \d+ drawn, mean label ([0-9.]+)", p.stdout)
     if p.returncode != 0 or not t:
@@ -151,7 +160,7 @@ def eval_ne(a, tmp, saved):
     return sum(ls) / len(ls) / entropy(float(t.group(1)))
 
 
-def run_one(a, tmp, n, name, opts, backend, model, batch):
+def run_one(a, tmp, n, name, opts, backend, model, batch, seed):
     """(NE, eval NE, samples/s, mean label, best loss) of one run, or an error line."""
     plan = os.path.join(tmp, f"{n}-{name.replace(' ', '-')}.plan")
     cmd = [a.plancc, model, "--cluster", os.path.join(a.root, "models", "clusters", "cpu.json"),
@@ -160,7 +169,7 @@ def run_one(a, tmp, n, name, opts, backend, model, batch):
     if p.returncode != 0:
         return "plancc: " + ((p.stderr.strip().splitlines() or ["?"])[-1])
     losses, saved = os.path.join(tmp, "losses.txt"), os.path.join(tmp, "final.st")
-    p = subprocess.run([a.planrun, plan, "--backend", backend, "--steps", str(a.steps), "--seed", str(a.seed), "--log-every", "0",
+    p = subprocess.run([a.planrun, plan, "--backend", backend, "--steps", str(a.steps), "--seed", str(seed), "--log-every", "0",
                         "--losses", losses, "--save", saved], capture_output=True, text=True)
     if p.returncode != 0:
         return "planrun: " + ((p.stderr.strip().splitlines() or ["?"])[-1])
@@ -173,7 +182,7 @@ def run_one(a, tmp, n, name, opts, backend, model, batch):
     ctr, best = float(t.group(1)), float(t.group(2))
     if not all(math.isfinite(x) for x in tail):
         return "the loss is not finite"
-    ev = eval_ne(a, tmp, saved)
+    ev = eval_ne(a, tmp, saved, seed)
     if isinstance(ev, str):
         return ev
     return sum(tail) / len(tail) / entropy(ctr), ev, a.steps * batch / float(m.group(2)), ctr, best
@@ -181,7 +190,7 @@ def run_one(a, tmp, n, name, opts, backend, model, batch):
 
 def timed(a, plan, *extra):
     """Seconds per step of one planrun, or an error line."""
-    p = subprocess.run([a.planrun, plan, *extra, "--steps", str(a.net_steps), "--seed", str(a.seed), "--log-every", "0"],
+    p = subprocess.run([a.planrun, plan, *extra, "--steps", str(a.net_steps), "--seed", str(a.seeds[0]), "--log-every", "0"],
                        capture_output=True, text=True)
     m = re.search(r"(\d+) steps in ([0-9.]+) s", p.stdout)
     if p.returncode != 0 or not m:
@@ -281,7 +290,7 @@ def main():
     ap.add_argument("--ranks", default="1,2,4,8")
     ap.add_argument("--steps", type=int, default=2000)
     ap.add_argument("--model", default="dlrm-ctr")
-    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--seeds", default="1,2,3", help="the quality table's seeds, each run repeated at each (default 1,2,3)")
     ap.add_argument("--scaling", choices=["strong", "weak", "both"], default="both")
     ap.add_argument("--eval-steps", type=int, default=200, help="fresh batches of the model's batch for eval NE")
     ap.add_argument("--tables", default="quality,network", help="which tables: quality, network or both")
@@ -302,42 +311,64 @@ def main():
         net_rows = []
     if not net_rows or min(net_rows) < 1:
         ap.error(f"--net-rows wants positive whole numbers separated by commas, not {a.net_rows!r}")
+    try:
+        seeds = [int(x) for x in a.seeds.split(",")]
+    except ValueError:
+        seeds = []
+    if not seeds or min(seeds) < 0 or len(set(seeds)) != len(seeds):
+        ap.error(f"--seeds wants distinct whole numbers of 0 or more separated by commas, not {a.seeds!r}")
+    a.seeds = seeds
     a.network = os.path.abspath(a.network) if a.network else os.path.join(a.root, "models", "clusters", "cpu-ethernet.json")
     a.plandump = os.path.join(os.path.dirname(os.path.abspath(a.plancc)), "plandump")
     a.plandump = a.plandump if os.access(a.plandump, os.X_OK) else None
     a.model_path = os.path.join(a.root, "models", a.model + ".json")
     a.batch = json.load(open(a.model_path))["dims"]["B"]
-    t0, bad, best_ne = time.time(), 0, None
-    print(f"{a.model}: batch {a.batch}, {a.steps} steps, seed {a.seed}; planrun's cpu backend, "
-          f"{os.cpu_count()} cores; NE over the last 20% of the steps")
+    t0, bad, best_ne = time.time(), 0, {}
+    print(f"{a.model}: batch {a.batch}, {a.steps} steps, seed{'s' if len(a.seeds) > 1 else ''} "
+          f"{','.join(map(str, a.seeds))}; planrun's cpu backend, {os.cpu_count()} cores; NE over the last 20% of the steps"
+          f"{'; each cell the mean over the seeds, the ratios with their range' if len(a.seeds) > 1 else ''}")
     scalings = [s == "weak" for s in (["strong", "weak"] if a.scaling == "both" else [a.scaling])]
     with tempfile.TemporaryDirectory() as tmp:
         a.eval_plan = eval_plan(a, tmp) if "quality" in tables else None
         for weak in scalings if "quality" in tables else []:
             print(f"\n{'weak' if weak else 'strong'} scaling: {'batch %d per trainer' % a.batch if weak else 'global batch %d' % a.batch}")
-            print(f"{'ranks':>5}  {'run':<10} {'NE':>7} {'vs sync':>8} {'eval NE':>8} {'vs sync':>8} {'samples/s':>10} {'vs sync':>8}")
+            rng = len(a.seeds) > 1
+            w = 22 if rng else 8
+            print(f"{'ranks':>5}  {'run':<10} {'NE':>7} {'vs sync':>{w}} {'eval NE':>8} {'vs sync':>{w}} {'samples/s':>10} {'vs sync':>8}")
             for n in [int(x) for x in a.ranks.split(",")]:
                 model, batch = model_for(a, tmp, n, weak)
-                ref = None
-                for name, opts, backend in ALGOS:
-                    r = run_one(a, tmp, n, name, opts, backend, model, batch)
-                    if isinstance(r, str):
-                        print(f"{n:>5}  {name:<10} FAILED: {r}")
-                        bad += 1
-                        continue
-                    ne, ev, sps, ctr, best = r
-                    best_ne = best / entropy(ctr)
-                    if name == "sync":
-                        ref = (ne, sps, ev)
-                        if ne >= 0.95:
-                            print(f"  synchronous training did not learn: NE {ne:.4f}")
+                cells = {name: [] for name, _, _ in ALGOS}  # per seed: (NE, eval NE, samples/s, its 3 ratios to sync)
+                for seed in a.seeds:
+                    ref = None
+                    for name, opts, backend in ALGOS:
+                        r = run_one(a, tmp, n, name, opts, backend, model, batch, seed)
+                        if isinstance(r, str):
+                            print(f"{n:>5}  {name:<10} FAILED (seed {seed}): {r}")
                             bad += 1
-                    rel = f"{ne / ref[0]:8.3f}" if ref else f"{'-':>8}"
-                    rev = f"{ev / ref[2]:8.3f}" if ref else f"{'-':>8}"
-                    rsp = f"{sps / ref[1]:7.2f}x" if ref else f"{'-':>8}"
-                    print(f"{n:>5}  {name:<10} {ne:7.4f} {rel} {ev:8.4f} {rev} {sps:10.0f} {rsp}", flush=True)
-        if best_ne is not None:
-            print(f"teacher (best achievable) NE {best_ne:.4f}; a constant prediction of the CTR: NE 1")
+                            continue
+                        ne, ev, sps, ctr, best = r
+                        best_ne[seed] = best / entropy(ctr)
+                        if name == "sync":
+                            ref = (ne, ev, sps)
+                            if ne >= 0.95:
+                                print(f"  synchronous training did not learn (seed {seed}): NE {ne:.4f}")
+                                bad += 1
+                        if ref:
+                            cells[name].append((ne, ev, sps, ne / ref[0], ev / ref[1], sps / ref[2]))
+
+                def ratio(xs, fmt):
+                    text = format(sum(xs) / len(xs), fmt)
+                    return text + (f" ({min(xs):{fmt}}-{max(xs):{fmt}})" if rng else "")
+                for name, _, _ in ALGOS:
+                    c = cells[name]
+                    if not c:
+                        continue
+                    mean = [sum(x[k] for x in c) / len(c) for k in range(3)]
+                    print(f"{n:>5}  {name:<10} {mean[0]:7.4f} {ratio([x[3] for x in c], '.3f'):>{w}} {mean[1]:8.4f} "
+                          f"{ratio([x[4] for x in c], '.3f'):>{w}} {mean[2]:10.0f} {sum(x[5] for x in c) / len(c):7.2f}x", flush=True)
+        if best_ne:
+            print(f"teacher (best achievable) NE {sum(best_ne.values()) / len(best_ne):.4f}"
+                  f"{' (the mean over the seeds)' if len(best_ne) > 1 else ''}; a constant prediction of the CTR: NE 1")
         for weak in scalings if "network" in tables else []:
             for rows in net_rows:
                 bad += network_table(a, tmp, weak, rows)
