@@ -14,8 +14,9 @@ ma,period=2 / easgd,period=2 / bmuf,period=4 (BMUF's defaults: eta 1 - 1/N, Nest
 "ma p1 ser": MA every step on the cpu-serial backend, where the round runs after the step's
 optimizer instead of beside the step (the control that isolates what the overlap costs), "ma p3
 ser": every 3 steps on cpu-serial (a forward pass sees a replica 0, 1 or 2 local steps away from
-the average, 1 on the mean, as an overlapped round every step leaves it: the control that tells
-the staleness of the algorithm from a race of the runtime), and
+the average, 1 on the mean, as an overlapped round every step leaves it, but no average lands a
+step late: the control that tells the cost of the delayed average from that of the replicas'
+spread), and
 "ma p1 bkt": MA every step with bucket=4194304 (one all-reduce a round, the round the network
 table finds fastest).
 
