@@ -214,6 +214,12 @@ def median(xs):
     return sorted(xs)[len(xs) // 2]
 
 
+def mean_range(xs, with_range):
+    """The mean of ratios xs to 3 places, and with with_range their range: "1.004 (0.998-1.012)"."""
+    text = f"{sum(xs) / len(xs):.3f}"
+    return text + (f" ({min(xs):.3f}-{max(xs):.3f})" if with_range else "")
+
+
 def network_table(a, tmp, weak, rows):
     """The samples/s table with the network emulated (see the docstring); the count of failures."""
     bad = 0
@@ -361,17 +367,13 @@ def main():
                                 bad += 1
                         if ref:
                             cells[name].append((ne, ev, sps, ne / ref[0], ev / ref[1], sps / ref[2]))
-
-                def ratio(xs, fmt):
-                    text = format(sum(xs) / len(xs), fmt)
-                    return text + (f" ({min(xs):{fmt}}-{max(xs):{fmt}})" if rng else "")
                 for name, _, _ in ALGOS:
                     c = cells[name]
                     if not c:
                         continue
                     mean = [sum(x[k] for x in c) / len(c) for k in range(3)]
-                    print(f"{n:>5}  {name:<10} {mean[0]:7.4f} {ratio([x[3] for x in c], '.3f'):>{w}} {mean[1]:8.4f} "
-                          f"{ratio([x[4] for x in c], '.3f'):>{w}} {mean[2]:10.0f} {sum(x[5] for x in c) / len(c):7.2f}x", flush=True)
+                    print(f"{n:>5}  {name:<10} {mean[0]:7.4f} {mean_range([x[3] for x in c], rng):>{w}} {mean[1]:8.4f} "
+                          f"{mean_range([x[4] for x in c], rng):>{w}} {mean[2]:10.0f} {sum(x[5] for x in c) / len(c):7.2f}x", flush=True)
         if best_ne:
             print(f"teacher (best achievable) NE {sum(best_ne.values()) / len(best_ne):.4f}"
                   f"{' (the mean over the seeds)' if len(best_ne) > 1 else ''}; a constant prediction of the CTR: NE 1")
