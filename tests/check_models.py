@@ -22,7 +22,7 @@ For every models/*.json it runs `PLANCC --check --json MODEL` and checks:
       swin-tiny    28,288,354 (torchvision swin_t) less its 23,322 relative-position-bias entries,
                    which the format cannot express; 4.49 G multiply-adds per image (torchvision)
       gpt3-175b    within 0.1% of 174.6 B (Brown et al. 2020)
-      megatron-*   the row of ../shared/data/megatron_sc21_a100.csv (Narayanan et al., SC'21):
+      megatron-*   the row of data/megatron_sc21_a100.csv (a copy of the published table) (Narayanan et al., SC'21):
                    dimensions as the row says, parameters within 2% of params_b (or within the
                    rounding of its last published digit: the paper prints 1.7 for a model of
                    1.652 B), and exactly the paper's formula 12lh^2(1 + 13/(12h) + (V+s)/(12lh))
@@ -162,7 +162,7 @@ def check_contract(name, rep):
 
 
 def megatron_rows(root):
-    path = os.path.join(os.path.dirname(root), "shared", "data", "megatron_sc21_a100.csv")
+    path = os.path.join(root, "data", "megatron_sc21_a100.csv")
     with open(path, newline="") as f:
         return list(csv.DictReader(ln for ln in f if not ln.startswith("#")))
 
