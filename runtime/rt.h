@@ -19,7 +19,7 @@
 #ifndef RT_H
 #define RT_H
 
-#include "plan.h"
+#include "plan/plan.h"
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -71,13 +71,13 @@
 
 static const char *const op_names[] = {
 #define OP(E, name, imin, imax, nout, ann, flags) #name,
-#include "ops.def"
+#include "../ops.def"
 #undef OP
 };
 // The operator count, computed from ops.def on its own, against the table above.
 enum {
 #define OP(E, name, imin, imax, nout, ann, flags) OP_COUNTER_##E,
-#include "ops.def"
+#include "../ops.def"
 #undef OP
     OPS_IN_DEF
 };
@@ -348,12 +348,12 @@ static uint32_t args_split(const plan_insn *in) {
         // an operator's outputs (ops.def's out column) come last
         static const int op_out[] = {
 #define OP(E, name, imin, imax, nout, ann, flags) nout,
-#include "ops.def"
+#include "../ops.def"
 #undef OP
         };
         static const int op_in_max[] = {
 #define OP(E, name, imin, imax, nout, ann, flags) imax,
-#include "ops.def"
+#include "../ops.def"
 #undef OP
         };
         if (in->code >= COUNT(op_out)) return in->nargs;

@@ -86,7 +86,7 @@ typedef struct op_arity {
 } op_arity;
 static const op_arity op_arities[] = {
 #define OP(E, name, imin, imax, nout, ann, flags) {imin, imax, nout, ((flags) & INPLACE) != 0},
-#include "ops.def"
+#include "../ops.def"
 #undef OP
 };
 #undef USER
