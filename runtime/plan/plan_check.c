@@ -1,5 +1,5 @@
 /*
- * plan_check.c: the verifier, and the shards' geometry. plan_validate checks what the format
+ * plan_check.c: the verifier. plan_validate checks what the format
  * itself needs (every index and enum value in range, the mesh consistent, every param with an
  * initializer and every input with a data source, their numbers in range, shards that name axes
  * and dimensions that exist, layer slots inside their tensor's copies, loops nested); plan_check
@@ -401,44 +401,6 @@ plan_status plan_validate(const plan *p, char *err, size_t err_n) {
     return st;
 }
 
-/* ---- shards ---- */
-
-// The ways s splits dimension d: the product of the mesh sizes of the axes that map to D(d),
-// UINT64_MAX past 2^64.
-static uint64_t shard_ways(const plan *p, plan_shard s, int d) {
-    uint64_t w = 1;
-    for (uint32_t a = 0; a < p->meta.n_axes && a < PLAN_MAX_AXES; a++)
-        if (s.map[a] == PLAN_SHARD_D(d) && __builtin_mul_overflow(w, (uint64_t)p->meta.mesh[a], &w)) return UINT64_MAX;
-    return w;
-}
-
-bool plan_shard_local_shape(const plan *p, const plan_tensor *t, plan_shard s, int64_t local[PLAN_MAX_RANK]) {
-    bool ok = true;
-    for (uint32_t a = 0; a < PLAN_MAX_AXES; a++)
-        if (s.map[a] != PLAN_SHARD_R &&
-            (a >= p->meta.n_axes || (s.map[a] >= PLAN_SHARD_D(0) && s.map[a] - PLAN_SHARD_D(0) >= t->rank)))
-            ok = false;
-    for (int d = 0; d < PLAN_MAX_RANK; d++) {
-        uint64_t w = d < t->rank ? shard_ways(p, s, d) : 0;
-        local[d] = 0;
-        if (d >= t->rank) continue;
-        if (w == 0 || w > INT64_MAX || t->shape[d] % (int64_t)w) ok = false;
-        else local[d] = t->shape[d] / (int64_t)w;
-    }
-    return ok;
-}
-
-uint64_t plan_buffer_expected_bytes(const plan *p, const plan_buffer *b) {
-    if (b->tensor == PLAN_NONE || b->tensor >= p->n_tensors) return 0;
-    const plan_tensor *t = &p->tensors[b->tensor];
-    int64_t local[PLAN_MAX_RANK];
-    uint64_t n = plan_dtype_bytes(b->dtype);
-    if (!n || t->rank > PLAN_MAX_RANK || !plan_shard_local_shape(p, t, b->shard, local)) return 0;
-    for (int d = 0; d < t->rank; d++)
-        if (local[d] < 0 || __builtin_mul_overflow(n, (uint64_t)local[d], &n)) return 0;
-    return n;
-}
-
 // "[16,8]"
 static void shape_text(const int64_t *v, int rank, char *buf, size_t n) {
     size_t at = (size_t)snprintf(buf, n, "[");
@@ -586,7 +548,7 @@ static plan_status check_shard(checker *c, uint32_t k, uint32_t b) {
     char who[160], axes[48], shard[80], whole[200], piece[200];
     buffer_desc(p, &p->programs[k], b, who, sizeof(who));
     for (int d = 0; d < t->rank; d++) {
-        uint64_t w = shard_ways(p, bf->shard, d);
+        uint64_t w = plan_shard_ways(p, bf->shard, d);
         if (w <= INT64_MAX && t->shape[d] % (int64_t)w == 0) continue;
         axes_text(p, split_axes(p, bf->shard, d), axes, sizeof(axes));
         return pfail(c, k, "%s: dimension %d (%lld) is split %llu ways (axes %s), which does not divide it", who, d,

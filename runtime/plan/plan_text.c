@@ -1,7 +1,6 @@
 /*
- * plan_text.c: the plan's text form, printed by plan_print and read back by plan_parse, and the
- * name tables it uses (operators from runtime/ops.def, collectives, dtypes, kinds, initializers,
- * data sources).
+ * plan_text.c: the plan's text form, printed by plan_print and read back by plan_parse, with
+ * the names of names.c.
  *
  * The text form says everything the file says, one item per line, so that a plan can be read,
  * diffed, hand-written (broken ones included, for tests) and assembled back into the same bytes:
@@ -67,67 +66,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- names ---- */
-
-static const char *const op_names[] = {
-#define OP(E, name, imin, imax, nout, ann, flags) #name,
-#include "../ops.def"
-#undef OP
-};
-// The operator count, computed from ops.def on its own, against the table above.
-enum {
-#define OP(E, name, imin, imax, nout, ann, flags) OP_COUNTER_##E,
-#include "../ops.def"
-#undef OP
-    OPS_IN_DEF
-};
-_Static_assert(sizeof(op_names) / sizeof(op_names[0]) == OPS_IN_DEF, "op_names must list every row of ops.def");
-
-// Mirrors pcc_coll (compiler/plancc.h), in its order: a plan stores the pcc_coll value.
-static const char *const coll_names[] = {"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv", "broadcast"};
-_Static_assert(sizeof(coll_names) / sizeof(coll_names[0]) == 6, "pcc_coll has 6 collectives");
-
-static const char *const dtype_names[] = {"f32", "f16", "bf16", "i32"}; // pcc_dtype's order
-static const uint32_t dtype_bytes[] = {4, 2, 2, 4};
-static const char *const tensor_kind_names[] = {"input", "param", "activation", "grad", "state"}; // pcc_tensor_kind's
-static const char *const init_names[] = {"none", "zeros", "ones", "normal", "uniform"};   // plan_init's
-static const char *const data_names[] = {"none", "normal", "binary", "randint", "tokens", "targets", "arange", "teacher"}; // plan_data's
-static const char *const insn_kind_names[] = {"compute", "coll", "send", "recv", "copy", "record", "wait", "loop"};
-_Static_assert(sizeof(insn_kind_names) / sizeof(insn_kind_names[0]) == PLAN_I_KIND_COUNT, "one name per insn kind");
-static const char *const loop_var_names[] = {"mb", "layer", "reverse_layer", "background", "background_hogwild"};
-_Static_assert(sizeof(loop_var_names) / sizeof(loop_var_names[0]) == PLAN_LOOP_VAR_COUNT, "one name per loop variable");
-static const char *const schedule_names[] = {"none", "gpipe", "1f1b", "1f1b_interleaved"};
-static const char *const phase_names[] = {"none", "fwd", "bwd", "recompute", "opt"};
-_Static_assert(sizeof(phase_names) / sizeof(phase_names[0]) == PLAN_PHASE_COUNT, "one name per plan_phase");
-
 #define COUNT(a) ((uint32_t)(sizeof(a) / sizeof((a)[0])))
-#define NAME_OR_NULL(table, v) ((v) < COUNT(table) ? (table)[v] : NULL)
-
-const char *plan_op_name(uint32_t op) { return NAME_OR_NULL(op_names, op); }
-const char *plan_coll_name(uint32_t coll) { return NAME_OR_NULL(coll_names, coll); }
-const char *plan_dtype_name(uint32_t dtype) { return NAME_OR_NULL(dtype_names, dtype); }
-uint32_t plan_dtype_bytes(uint32_t dtype) { return dtype < COUNT(dtype_bytes) ? dtype_bytes[dtype] : 0; }
-const char *plan_tensor_kind_name(uint32_t kind) { return NAME_OR_NULL(tensor_kind_names, kind); }
-const char *plan_init_name(uint32_t init) { return NAME_OR_NULL(init_names, init); }
-const char *plan_data_name(uint32_t data) { return NAME_OR_NULL(data_names, data); }
-const char *plan_insn_kind_name(uint32_t kind) { return NAME_OR_NULL(insn_kind_names, kind); }
-const char *plan_insn_name(const plan_insn *in) {
-    return in->kind == PLAN_I_COMPUTE ? plan_op_name(in->code)
-         : in->kind == PLAN_I_COLL    ? plan_coll_name(in->code)
-                                      : plan_insn_kind_name(in->kind);
-}
-const char *plan_loop_var_name(uint32_t var) { return NAME_OR_NULL(loop_var_names, var); }
-const char *plan_schedule_name(uint32_t schedule) { return NAME_OR_NULL(schedule_names, schedule); }
-const char *plan_phase_name(uint32_t phase) { return NAME_OR_NULL(phase_names, phase); }
-_Static_assert(COUNT(init_names) == PLAN_INIT_UNIFORM + 1, "one name per plan_init");
-_Static_assert(COUNT(data_names) == PLAN_DATA_TEACHER + 1, "one name per plan_data");
-
-unsigned plan_source_args(uint32_t kind, uint32_t source) {
-    if (kind == PLAN_T_INPUT)
-        return source == PLAN_DATA_TEACHER ? 2
-             : source == PLAN_DATA_RANDINT || source == PLAN_DATA_TOKENS || source == PLAN_DATA_TARGETS ? 1 : 0;
-    return source == PLAN_INIT_NORMAL || source == PLAN_INIT_UNIFORM ? 2 : 0;
-}
 
 /* ---- printing ---- */
 
@@ -275,22 +214,6 @@ static void print_list(FILE *f, const char *key, const int64_t *v, int n) {
     if (!n) return;
     fprintf(f, " %s ", key);
     for (int i = 0; i < n; i++) fprintf(f, "%s%lld", i ? "," : "", (long long)v[i]);
-}
-
-void plan_shard_text(const plan *p, plan_shard s, char *buf, size_t n) {
-    size_t at = 0;
-    if (n) buf[0] = 0;
-    for (uint32_t a = 0; a < PLAN_MAX_AXES && at < n; a++) {
-        uint8_t v = s.map[a];
-        if (v == PLAN_SHARD_R) continue;
-        char axis[16], val[8];
-        if (a < p->meta.n_axes) snprintf(axis, sizeof(axis), "%.8s", p->meta.axis_names[a]);
-        else snprintf(axis, sizeof(axis), "?%u", a);
-        if (v == PLAN_SHARD_V) snprintf(val, sizeof(val), "v");
-        else snprintf(val, sizeof(val), "d%u", v - PLAN_SHARD_D(0));
-        int k = snprintf(buf + at, n - at, "%s%s=%s", at ? " " : "", axis, val);
-        at = k < 0 ? n : at + (size_t)k;
-    }
 }
 
 static void print_buffer(FILE *f, const plan *p, const plan_program *pg, uint32_t b) {
@@ -700,6 +623,16 @@ static plan_status get_name(parser *ps, const char *what, const char *const *tab
     return perr(ps, "%s: unknown name %s", what, shown(t, b, sizeof(b)));
 }
 
+// A name that name_of gives to some value from `first` on (name_of gives NULL past the last
+// value: names.c's lookups); that value.
+static plan_status get_named(parser *ps, const char *what, const char *(*name_of)(uint32_t), uint32_t first, uint32_t *v) {
+    tok t = next(ps);
+    char b[64];
+    for (uint32_t i = first; name_of(i); i++)
+        if (is(t, name_of(i))) return *v = i, PLAN_OK;
+    return perr(ps, "%s: unknown name %s", what, shown(t, b, sizeof(b)));
+}
+
 // A comma list of signed integers in [lo, hi], at most max of them.
 static plan_status get_list(parser *ps, const char *what, int64_t lo, int64_t hi, int64_t *out, int max, int *n) {
     tok t = next(ps);
@@ -815,7 +748,7 @@ static plan_status parse_micro_batches(parser *ps) {
     uint32_t sched = 0;
     plan_status st = get_u32(ps, "micro_batches", &m->micro_batches);
     if (!st) st = expect(ps, "schedule");
-    if (!st) st = get_name(ps, "schedule", schedule_names, COUNT(schedule_names), &sched);
+    if (!st) st = get_named(ps, "schedule", plan_schedule_name, 0, &sched);
     m->schedule = (plan_schedule)sched;
     if (!st) st = expect(ps, "zero_stage");
     if (!st) st = get_u32(ps, "zero_stage", &m->zero_stage);
@@ -851,12 +784,11 @@ static plan_status parse_notes(parser *ps) { return get_str(ps, "notes", &ps->p-
 static plan_status tensor_source(parser *ps, plan_tensor *t) {
     bool data = is(next(ps), "data");
     if (data && t->kind != PLAN_T_INPUT)
-        return perr(ps, "data: only an input takes 'data' (the %s's source is written 'init NAME')", tensor_kind_names[t->kind]);
+        return perr(ps, "data: only an input takes 'data' (the %s's source is written 'init NAME')", plan_tensor_kind_name(t->kind));
     if (!data && t->kind == PLAN_T_INPUT) return perr(ps, "init: an input takes 'data NAME', not 'init'");
-    uint32_t v = 0; // "none" is not written: a tensor without a source has no init or data
-    plan_status st = data ? get_name(ps, "data", data_names + 1, COUNT(data_names) - 1, &v)
-                          : get_name(ps, "init", init_names + 1, COUNT(init_names) - 1, &v);
-    t->source = (uint8_t)(v + 1);
+    uint32_t v = 0; // "none" (0) is not written: a tensor without a source has no init or data
+    plan_status st = data ? get_named(ps, "data", plan_data_name, 1, &v) : get_named(ps, "init", plan_init_name, 1, &v);
+    t->source = (uint8_t)v;
     unsigned used = plan_source_args(t->kind, t->source);
     static const char *const what[2][2] = {{"init normal mean", "init normal std"}, {"init uniform low", "init uniform high"}};
     for (unsigned k = 0; !st && k < used; k++)
@@ -874,8 +806,8 @@ static plan_status parse_tensor(parser *ps) {
     uint32_t dtype = 0, kind = 0;
     plan_status st = get_index(ps, "tensor", p->n_tensors);
     if (!st) st = get_str(ps, "tensor name", &t->name);
-    if (!st) st = get_name(ps, "dtype", dtype_names, COUNT(dtype_names), &dtype);
-    if (!st) st = get_name(ps, "tensor kind", tensor_kind_names, COUNT(tensor_kind_names), &kind);
+    if (!st) st = get_named(ps, "dtype", plan_dtype_name, 0, &dtype);
+    if (!st) st = get_named(ps, "tensor kind", plan_tensor_kind_name, 0, &kind);
     tok shape = next(ps);
     char b[64];
     if (!st && (shape.n < 2 || shape.s[0] != '[' || shape.s[shape.n - 1] != ']'))
@@ -1069,7 +1001,7 @@ static plan_status parse_buffer(parser *ps) {
         st = get_u64(ps, "tensor", UINT32_MAX - 1, &tensor);
         b->tensor = (uint32_t)tensor;
     } else if (!st && !is(t, "scratch")) st = perr(ps, "buffer: expected 'tensor N' or 'scratch', found %s", shown(t, s, sizeof(s)));
-    if (!st) st = get_name(ps, "dtype", dtype_names, COUNT(dtype_names), &dtype);
+    if (!st) st = get_named(ps, "dtype", plan_dtype_name, 0, &dtype);
     b->dtype = (uint8_t)dtype;
     if (!st) st = expect(ps, "at");
     if (!st) st = get_u64(ps, "offset", UINT64_MAX, &b->offset);
@@ -1180,14 +1112,14 @@ static plan_status insn_body(parser *ps, plan_insn *in) {
     plan_status st = PLAN_OK;
     switch (in->kind) {
     case PLAN_I_COMPUTE:
-        st = get_name(ps, "operator", op_names, COUNT(op_names), &v);
+        st = get_named(ps, "operator", plan_op_name, 0, &v);
         in->code = (uint16_t)v;
         if (!st) st = insn_stream(ps, in, true);
         if (!st) st = insn_args(ps, in);
         if (!st && ps->at < ps->nt && is(ps->t[ps->at], "attrs") && ++ps->at) st = get_u32(ps, "attrs", &in->attrs);
         return st;
     case PLAN_I_COLL:
-        st = get_name(ps, "collective", coll_names, COUNT(coll_names), &v);
+        st = get_named(ps, "collective", plan_coll_name, 0, &v);
         in->code = (uint16_t)v;
         if (!st) st = insn_stream(ps, in, true);
         if (!st) st = expect(ps, "group");
@@ -1219,7 +1151,7 @@ static plan_status insn_body(parser *ps, plan_insn *in) {
         if (!st) st = expect(ps, "event");
         return st ? st : get_i32(ps, "event", &in->a);
     default:
-        st = get_name(ps, "loop variable", loop_var_names, COUNT(loop_var_names), &v);
+        st = get_named(ps, "loop variable", plan_loop_var_name, 0, &v);
         in->code = (uint16_t)v;
         if (!st) st = get_i32(ps, "loop count", &in->a);
         if (!st) st = expect(ps, "body");
@@ -1235,10 +1167,10 @@ static plan_status insn_tail(parser *ps, plan_insn *in) {
     if (ps->at < ps->nt && ps->t[ps->at].n >= 6 && memcmp(ps->t[ps->at].s, "phase=", 6) == 0) {
         tok t = next(ps);
         if (!timed) return perr(ps, "%s: a %s has no phase", shown(t, b, sizeof(b)), plan_insn_kind_name(in->kind));
-        uint32_t v = COUNT(phase_names);
-        for (uint32_t i = 1; i < COUNT(phase_names); i++)
-            if (t.n - 6 == strlen(phase_names[i]) && memcmp(t.s + 6, phase_names[i], t.n - 6) == 0) v = i;
-        if (v == COUNT(phase_names)) return perr(ps, "unknown phase %s (known: fwd, bwd, recompute, opt)", shown(t, b, sizeof(b)));
+        uint32_t v = PLAN_PHASE_COUNT;
+        for (uint32_t i = 1; plan_phase_name(i); i++)
+            if (t.n - 6 == strlen(plan_phase_name(i)) && memcmp(t.s + 6, plan_phase_name(i), t.n - 6) == 0) v = i;
+        if (v == PLAN_PHASE_COUNT) return perr(ps, "unknown phase %s (known: fwd, bwd, recompute, opt)", shown(t, b, sizeof(b)));
         in->phase = (uint8_t)v;
     }
     if (ps->at < ps->nt && ps->t[ps->at].n >= 2 && memcmp(ps->t[ps->at].s, "t=", 2) == 0) {
@@ -1267,7 +1199,7 @@ static plan_status parse_insn(parser *ps) {
     pg->insns = v;
     plan_insn in = {.attrs = PLAN_NONE, .args = pg->n_args};
     uint32_t kind = 0;
-    if (!st) st = get_name(ps, "instruction", insn_kind_names, COUNT(insn_kind_names), &kind);
+    if (!st) st = get_named(ps, "instruction", plan_insn_kind_name, 0, &kind);
     in.kind = (uint8_t)kind;
     if (!st) st = insn_body(ps, &in);
     if (!st) st = insn_tail(ps, &in);
