@@ -370,7 +370,7 @@ uint64_t plan_buffer_expected_bytes(const plan *p, const plan_buffer *b);
 // ?A. Writes at most n bytes, NUL included (cut short if n is too small).
 void plan_shard_text(const plan *p, plan_shard s, char *buf, size_t n);
 
-/* plan_text.c: the text form */
+/* print.c, parse.c: the text form */
 
 // The text form: one line per item, every number exact, so that plan_parse(plan_print(p))
 // encodes to the same bytes as p. plandump prints it; plandump --assemble parses it. The parser
