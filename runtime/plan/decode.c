@@ -12,7 +12,7 @@
  * or failing to read is PLAN_ERR_IO. Everything a decoded plan points to is allocated with
  * plan_alloc and released by plan_free; on error the plan is left zeroed.
  *
- * Validate on read: plan_decode ends with plan_validate (plan_check.c), the format-level part
+ * Validate on read: plan_decode ends with plan_validate (check_struct.c), the format-level part
  * of the verifier, so that no reader sees an index out of range. The verifier does not read
  * files, so the dependency runs one way. plan_check itself (data flow, matching) is the
  * caller's to run: the compiler after emitting, plandump and planrun after reading.

@@ -4,7 +4,7 @@
  * The encoder lays out the header, the section table and the sections in the order plan.h and
  * format.h give, writing the canonical form (format.h) into a growable buffer, then fills the
  * table's offsets, sizes and CRCs and the header's. It refuses a plan that fails plan_validate
- * (plan_check.c) or that was read for one rank (its other programs are not there), and one
+ * (check_struct.c) or that was read for one rank (its other programs are not there), and one
  * whose sections outgrow the format's u32 sizes. plan_write goes through a temporary file and a
  * rename, so a reader sees the old file or the whole new one.
  */

@@ -379,7 +379,7 @@ void plan_shard_text(const plan *p, plan_shard s, char *buf, size_t n);
 void plan_print(FILE *f, const plan *p, int only_rank /* -1: all */);
 plan_status plan_parse(const char *text, size_t n, const char *file, plan *out, char *err, size_t err_n);
 
-/* plan_check.c: the verifier */
+/* check*.c: the verifier (checker.h has its layers) */
 
 // The well-formedness that the file format itself needs (plan_check's first part): every index
 // in range (tensors, the loss, groups, programs, buffers, args, attrs, streams, events, mesh
