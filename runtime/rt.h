@@ -317,7 +317,7 @@ typedef struct rt_exec {
 // instance is the lowest member rank for a mesh-axis group, UINT32_MAX for an explicit group;
 // seq counts this member's collectives on the instance, from 1, in program order.
 typedef struct rt_coll {
-    uint32_t kind;                  // pcc_coll: all_reduce, all_gather, reduce_scatter, all_to_all, send_recv, broadcast
+    uint32_t kind;                  // plan_coll: a row of runtime/colls.def (all_reduce, all_gather, ...)
     uint32_t group, instance;
     uint64_t seq;
     int n_members, me;              // the group's size and this member's index in it (ascending ranks)

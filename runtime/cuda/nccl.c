@@ -381,15 +381,24 @@ static void from_wire(const wire *w, cu_member *m) {
     }
 }
 
+// A collective's code as a message names it: its row's name in runtime/colls.def, or its number.
+static void coll_text(int64_t kind, char *buf, size_t n) {
+    if (kind >= 0 && kind < PLAN_COLL_COUNT) snprintf(buf, n, "%s", plan_coll_name((uint32_t)kind));
+    else snprintf(buf, n, "collective %lld", (long long)kind);
+}
+
 static int check_wires(const rt_coll *c, const wire *w, char *err, size_t err_n) {
     for (int s = 0; s < c->n_members; s++) {
         const wire *o = &w[s];
         if (o->magic != WIRE_MAGIC || o->n != c->n_members || o->me != s)
             return cu_say(err, err_n, "collective mismatch: member %d of %s answered out of turn (another instruction?)", s, c->what);
-        if (o->kind != (int64_t)c->kind || o->dtype != c->dtype)
-            return cu_say(err, err_n, "collective mismatch: %s is collective %u on %s, member %d issues collective %lld on %s at "
-                          "this point", c->what, c->kind, plan_dtype_name(c->dtype), s, (long long)o->kind,
-                          plan_dtype_name((uint32_t)o->dtype));
+        if (o->kind != (int64_t)c->kind || o->dtype != c->dtype) {
+            char mine[32], theirs[32];
+            coll_text(c->kind, mine, sizeof mine);
+            coll_text(o->kind, theirs, sizeof theirs);
+            return cu_say(err, err_n, "collective mismatch: %s is %s on %s, member %d issues %s on %s at this point", c->what,
+                          mine, plan_dtype_name(c->dtype), s, theirs, plan_dtype_name((uint32_t)o->dtype));
+        }
         if (o->in_rank < 0 || o->in_rank > CK_MAX_RANK || o->out_rank < 0 || o->out_rank > CK_MAX_RANK)
             return cu_say(err, err_n, "collective mismatch: member %d of %s sent a bad description", s, c->what);
     }

@@ -3,14 +3,15 @@
  * index is in range):
  *   - every instruction has the arity its kind (or its operator, from runtime/ops.def) wants;
  *     send/recv name a peer other than themselves; a wait follows a record of its event;
- *   - a collective's buffers have the sizes its kind implies for its group (all_gather: out =
- *     in x n, reduce_scatter: in = out x n, the others in = out); a bucket (several pairs) has
- *     one dtype and each buffer once; a chunk (attrs) is a one-pair in-place all_reduce of a
- *     range inside its buffer;
+ *   - a collective's buffers have the sizes its kind implies for its group (runtime/colls.def's
+ *     pieces: all_gather out = in x n, reduce_scatter in = out x n, the others in = out); a
+ *     bucket (several pairs) has one dtype and each buffer once; a chunk (attrs) is a one-pair
+ *     in-place all_reduce of a range inside its buffer;
  *   - a collective on a group over mesh axes moves its tensor from one shard to the one its kind
- *     makes (all_reduce V -> R, all_gather D(i) -> R, reduce_scatter V -> D(i), all_to_all
- *     D(i) -> D(j), broadcast unchanged) on the group's axes and keeps the others; in place,
- *     only all_reduce, declared R there;
+ *     makes (colls.def's shards: all_reduce V -> R, all_gather D(i) -> R, reduce_scatter
+ *     V -> D(i), all_to_all D(i) -> D(j), broadcast unchanged) on the group's axes and keeps
+ *     the others; in place, only the kinds colls.def lets run in place (all_reduce), declared R
+ *     there;
  *   - a copy between tensor buffers keeps its tensor and takes a piece of src (an axis R -> D(i)
  *     or V, dst's splits of each dimension extending src's); a copy with a scratch buffer copies
  *     equal sizes;
@@ -50,8 +51,8 @@ static plan_status check_arity(checker *c, uint32_t k, uint32_t i) {
     return PLAN_OK;
 }
 
-// A collective's buffers against its kind and group: all_gather out = in x n, reduce_scatter
-// in = out x n, the others in = out.
+// A collective's buffers against its kind's pieces (runtime/colls.def) and its group: GATHER
+// (all_gather) out = in x n, SCATTER (reduce_scatter) in = out x n, the others in = out.
 static plan_status check_coll_sizes(checker *c, uint32_t k, uint32_t i, uint32_t j) {
     const plan_program *pg = &c->p->programs[k];
     const plan_insn *in = &pg->insns[i];
@@ -59,7 +60,8 @@ static plan_status check_coll_sizes(checker *c, uint32_t k, uint32_t i, uint32_t
     uint32_t np = in->nargs / 2u;
     uint64_t bi = pg->buffers[pg->args[in->args + j]].bytes, bo = pg->buffers[pg->args[in->args + np + j]].bytes;
     const char *name = plan_coll_name(in->code);
-    bool gather = strcmp(name, "all_gather") == 0, scatter = strcmp(name, "reduce_scatter") == 0;
+    plan_pieces pieces = plan_coll_lookup(in->code)->pieces;
+    bool gather = pieces == PLAN_PIECES_GATHER, scatter = pieces == PLAN_PIECES_SCATTER;
     uint64_t want_in = bi, want_out = bi; // 0: the product overflows
     if (gather && __builtin_mul_overflow(bi, n, &want_out)) want_out = 0;
     if (scatter) {
@@ -74,39 +76,55 @@ static plan_status check_coll_sizes(checker *c, uint32_t k, uint32_t i, uint32_t
                        gather ? "out = in x ranks" : scatter ? "in = out x ranks" : "in = out");
 }
 
-// The collectives' codes: pcc_coll's values, in plan_coll_name's order.
-enum { COLL_ALL_REDUCE, COLL_ALL_GATHER, COLL_REDUCE_SCATTER, COLL_ALL_TO_ALL, COLL_SEND_RECV, COLL_BROADCAST };
+// The shard rules of runtime/colls.def (its shards column), in words.
+static const char *const shard_rules[] = {
+    [PLAN_SHARDS_V_R] = "V -> R",          [PLAN_SHARDS_D_R] = "D(i) -> R",
+    [PLAN_SHARDS_V_D] = "V -> D(i)",       [PLAN_SHARDS_D_D] = "D(i) -> D(j), i != j",
+    [PLAN_SHARDS_KEEP] = "the same shard in and out", [PLAN_SHARDS_ANY] = "",
+};
 
 // Whether a collective of this kind moves a group axis from shard value `in` to `out`; its rule
 // in words.
 static bool coll_moves(uint32_t coll, uint8_t in, uint8_t out, const char **rule) {
     bool din = in >= PLAN_SHARD_D(0), dout = out >= PLAN_SHARD_D(0);
-    switch (coll) {
-    case COLL_ALL_REDUCE: *rule = "V -> R"; return in == PLAN_SHARD_V && out == PLAN_SHARD_R;
-    case COLL_ALL_GATHER: *rule = "D(i) -> R"; return din && out == PLAN_SHARD_R;
-    case COLL_REDUCE_SCATTER: *rule = "V -> D(i)"; return in == PLAN_SHARD_V && dout;
-    case COLL_ALL_TO_ALL: *rule = "D(i) -> D(j), i != j"; return din && dout && in != out;
-    case COLL_BROADCAST: *rule = "the same shard in and out"; return in == out;
-    default: *rule = ""; return true; // send_recv: no rule
+    plan_shards shards = plan_coll_lookup(coll)->shards;
+    *rule = shard_rules[shards];
+    switch (shards) {
+    case PLAN_SHARDS_V_R: return in == PLAN_SHARD_V && out == PLAN_SHARD_R;
+    case PLAN_SHARDS_D_R: return din && out == PLAN_SHARD_R;
+    case PLAN_SHARDS_V_D: return in == PLAN_SHARD_V && dout;
+    case PLAN_SHARDS_D_D: return din && dout && in != out;
+    case PLAN_SHARDS_KEEP: return in == out;
+    default: return true; // ANY (send_recv): no rule
     }
 }
 
-// An in-place collective on a tensor buffer (coll-shard): only all_reduce, and the buffer's
-// declared shard (the result) is R on the group's axes.
+// The kinds that may run in place (colls.def's inplace column), for messages: "all_reduce".
+static const char *inplace_kinds(char *buf, size_t n) {
+    size_t at = 0;
+    buf[0] = 0;
+    for (uint32_t k = 0; k < PLAN_COLL_COUNT && at < n; k++)
+        if (plan_coll_lookup(k)->inplace) at += (size_t)snprintf(buf + at, n - at, "%s%s", at ? " or " : "", plan_coll_name(k));
+    return buf;
+}
+
+// An in-place collective on a tensor buffer (coll-shard): only a kind that runs in place
+// (colls.def: all_reduce), and the buffer's declared shard (the result) is R on the group's axes.
 static plan_status check_coll_in_place(checker *c, uint32_t k, uint32_t i, uint32_t b, uint32_t axes) {
     const plan *p = c->p;
     const plan_program *pg = &p->programs[k];
     const plan_insn *in = &pg->insns[i];
-    char who[160], shard[80], ax[48];
+    char who[160], shard[80], ax[48], kinds[64];
     check_buffer_desc(p, pg, b, who, sizeof(who));
     check_shard_desc(p, pg->buffers[b].shard, shard, sizeof(shard));
     check_axes_text(p, axes, ax, sizeof(ax));
-    if (in->code != COLL_ALL_REDUCE)
-        return check_ifail(c, k, i, "in place on %s: only all_reduce runs in place on a tensor buffer", who);
+    if (!plan_coll_lookup(in->code)->inplace)
+        return check_ifail(c, k, i, "in place on %s: only %s runs in place on a tensor buffer", who,
+                           inplace_kinds(kinds, sizeof kinds));
     for (uint32_t a = 0; a < p->meta.n_axes; a++)
         if (axes >> a & 1u && pg->buffers[b].shard.map[a] != PLAN_SHARD_R)
-            return check_ifail(c, k, i, "in place on %s, whose shard is %s: an in-place all_reduce leaves the whole sum (R) on "
-                               "the group's axes (%s)", who, shard, ax);
+            return check_ifail(c, k, i, "in place on %s, whose shard is %s: an in-place %s leaves the whole sum (R) on "
+                               "the group's axes (%s)", who, shard, plan_coll_name(in->code), ax);
     return PLAN_OK;
 }
 
@@ -232,8 +250,10 @@ static plan_status check_coll_chunk(checker *c, uint32_t k, uint32_t i) {
     const plan_program *pg = &c->p->programs[k];
     const plan_insn *in = &pg->insns[i];
     if (in->attrs == PLAN_NONE) return PLAN_OK;
-    if (in->code != COLL_ALL_REDUCE || in->nargs != 2 || pg->args[in->args] != pg->args[in->args + 1])
-        return check_ifail(c, k, i, "attrs %u on a collective: a chunk is for a one-pair, in-place all_reduce only", in->attrs);
+    char kinds[64];
+    if (!plan_coll_lookup(in->code)->inplace || in->nargs != 2 || pg->args[in->args] != pg->args[in->args + 1])
+        return check_ifail(c, k, i, "attrs %u on a collective: a chunk is for a one-pair, in-place %s only", in->attrs,
+                           inplace_kinds(kinds, sizeof kinds));
     const plan_buffer *b = &pg->buffers[pg->args[in->args]];
     uint64_t eb = plan_dtype_bytes(b->dtype), n = eb ? b->bytes / eb : 0;
     int64_t lo = pg->attrs[in->attrs].i[PLAN_AI_START], hi = pg->attrs[in->attrs].i[PLAN_AI_END];

@@ -139,7 +139,7 @@ static plan_status check_background_insn(checker *c, uint32_t k, uint32_t i, con
     if (L->a == 0 && i == bg[i] + (uint32_t)L->b) {
         uint32_t b = in->nargs ? pg->args[in->args] : PLAN_NONE;
         const plan_insn *fill = &pg->insns[i - 1];
-        if (in->kind != PLAN_I_COLL || in->code != 0 || in->nargs != 2 || pg->args[in->args + 1] != b ||
+        if (in->kind != PLAN_I_COLL || in->code != PLAN_COLL_ALL_REDUCE || in->nargs != 2 || pg->args[in->args + 1] != b ||
             pg->buffers[b].tensor != PLAN_NONE || pg->buffers[b].dtype != 0 || pg->buffers[b].bytes != 4 || L->b < 2 ||
             fill->kind != PLAN_I_COMPUTE || strcmp(plan_op_name(fill->code), "fill") || fill->nargs != 1 || pg->args[fill->args] != b)
             return check_ifail(c, k, i, "continuous background loop %u must end with its stop flag: a fill of a 4-byte f32 scratch buffer, then an in-place all_reduce of it",

@@ -1,8 +1,9 @@
 /*
  * names.c: the plan library's name tables: the names the text form, plandump and every message
- * use for operators (runtime/ops.def's rows, in order), collectives, dtypes, tensor kinds,
- * initializers, data sources, instruction kinds, loop variables, schedules and phases; each
- * dtype's bytes; and how many numbers a tensor's source takes.
+ * use for operators (runtime/ops.def's rows, in order), collectives (runtime/colls.def's),
+ * dtypes, tensor kinds, initializers, data sources, instruction kinds, loop variables,
+ * schedules and phases; each dtype's bytes; how many numbers a tensor's source takes; and what
+ * colls.def says of each collective (plan_coll_lookup).
  *
  * Each table is in the order of the enum whose values the file stores (plan.h says which), so
  * a value is its name's index; a lookup out of range gives NULL, never an assert, because the
@@ -24,9 +25,19 @@ enum {
 };
 _Static_assert(sizeof(op_names) / sizeof(op_names[0]) == OPS_IN_DEF, "op_names must list every row of ops.def");
 
-// Mirrors pcc_coll (compiler/plancc.h), in its order: a plan stores the pcc_coll value.
-static const char *const coll_names[] = {"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv", "broadcast"};
-_Static_assert(sizeof(coll_names) / sizeof(coll_names[0]) == 6, "pcc_coll has 6 collectives");
+// The collectives, from runtime/colls.def: a plan stores the row's place (plan_coll).
+static const char *const coll_names[] = {
+#define COLL(E, name, pieces, shards, inplace, roots) #name,
+#include "../colls.def"
+#undef COLL
+};
+static const plan_coll_facts coll_facts[] = {
+#define COLL(E, name, pieces, shards, inplace, roots) {PLAN_PIECES_##pieces, PLAN_SHARDS_##shards, inplace, PLAN_ROOTS_##roots},
+#include "../colls.def"
+#undef COLL
+};
+_Static_assert(sizeof(coll_names) / sizeof(coll_names[0]) == PLAN_COLL_COUNT, "one name per row of colls.def");
+_Static_assert(sizeof(coll_facts) / sizeof(coll_facts[0]) == PLAN_COLL_COUNT, "one row of facts per row of colls.def");
 
 static const char *const dtype_names[] = {"f32", "f16", "bf16", "i32"}; // pcc_dtype's order
 static const uint32_t dtype_bytes[] = {4, 2, 2, 4};
@@ -46,6 +57,7 @@ _Static_assert(sizeof(phase_names) / sizeof(phase_names[0]) == PLAN_PHASE_COUNT,
 
 const char *plan_op_name(uint32_t op) { return NAME_OR_NULL(op_names, op); }
 const char *plan_coll_name(uint32_t coll) { return NAME_OR_NULL(coll_names, coll); }
+const plan_coll_facts *plan_coll_lookup(uint32_t coll) { return coll < PLAN_COLL_COUNT ? &coll_facts[coll] : NULL; }
 const char *plan_dtype_name(uint32_t dtype) { return NAME_OR_NULL(dtype_names, dtype); }
 uint32_t plan_dtype_bytes(uint32_t dtype) { return dtype < COUNT(dtype_bytes) ? dtype_bytes[dtype] : 0; }
 const char *plan_tensor_kind_name(uint32_t kind) { return NAME_OR_NULL(tensor_kind_names, kind); }

@@ -180,9 +180,34 @@ typedef struct plan_buffer {
     uint8_t flags;              // PLAN_BUF_PERSIST
 } plan_buffer;
 
+// The collectives, runtime/colls.def's rows in order (the compiler's pcc_coll has the same
+// codes), and what the table says of each: how a pair's buffers relate (pieces), what it does
+// to a shard on its group's axes (shards), whether it may run in place, who contributes
+// (roots). colls.def explains each column.
+typedef enum plan_coll {
+#define COLL(E, name, pieces, shards, inplace, roots) PLAN_COLL_##E,
+#include "../colls.def"
+#undef COLL
+    PLAN_COLL_COUNT
+} plan_coll;
+_Static_assert(PLAN_COLL_ALL_REDUCE == 0 && PLAN_COLL_ALL_GATHER == 1 && PLAN_COLL_REDUCE_SCATTER == 2 &&
+               PLAN_COLL_ALL_TO_ALL == 3 && PLAN_COLL_SEND_RECV == 4 && PLAN_COLL_BROADCAST == 5,
+               "plans store these codes: append rows to colls.def, never reorder them");
+typedef enum plan_pieces { PLAN_PIECES_WHOLE, PLAN_PIECES_GATHER, PLAN_PIECES_SCATTER, PLAN_PIECES_SWAP } plan_pieces;
+typedef enum plan_shards {
+    PLAN_SHARDS_V_R, PLAN_SHARDS_D_R, PLAN_SHARDS_V_D, PLAN_SHARDS_D_D, PLAN_SHARDS_KEEP, PLAN_SHARDS_ANY
+} plan_shards;
+typedef enum plan_roots { PLAN_ROOTS_ALL, PLAN_ROOTS_FIRST } plan_roots;
+typedef struct plan_coll_facts {
+    plan_pieces pieces;
+    plan_shards shards;
+    bool inplace;
+    plan_roots roots;
+} plan_coll_facts;
+
 typedef enum plan_insn_kind {
     PLAN_I_COMPUTE,     // code: pcc_op_kind; args: inputs then outputs; attrs: index
-    PLAN_I_COLL,        // code: pcc_coll; a: group; args: [in_1..in_k, out_1..out_k], k >= 1 pairs (a bucket
+    PLAN_I_COLL,        // code: plan_coll; a: group; args: [in_1..in_k, out_1..out_k], k >= 1 pairs (a bucket
                         // when k > 1); in_j == out_j: in place
     PLAN_I_SEND,        // to the rank whose coord[a] is this rank's + b (other coords equal); args: [buf]
     PLAN_I_RECV,        // from the rank whose coord[a] is this rank's + b (b = -1: the previous stage)
@@ -320,13 +345,15 @@ plan_status plan_read(const char *path, int rank, plan *out, char *err, size_t e
 /* names.c: the name tables */
 
 // The names the text form and every message use, NULL for a value out of range: operators in
-// runtime/ops.def's order (pcc_op_kind's), collectives in pcc_coll's order (all_reduce,
-// all_gather, reduce_scatter, all_to_all, send_recv, broadcast), dtypes (f32 f16 bf16 i32),
-// tensor kinds (input param activation grad state), initializers (none zeros ones normal uniform),
-// data sources (none normal binary randint tokens targets arange teacher), instruction kinds, loop
-// variables, schedules.
+// runtime/ops.def's order (pcc_op_kind's), collectives in runtime/colls.def's (plan_coll's:
+// all_reduce, all_gather, reduce_scatter, all_to_all, send_recv, broadcast), dtypes (f32 f16
+// bf16 i32), tensor kinds (input param activation grad state), initializers (none zeros ones
+// normal uniform), data sources (none normal binary randint tokens targets arange teacher),
+// instruction kinds, loop variables, schedules.
 const char *plan_op_name(uint32_t op);
 const char *plan_coll_name(uint32_t coll);
+// colls.def's row of collective `coll` (plan_coll), NULL for a value out of range.
+const plan_coll_facts *plan_coll_lookup(uint32_t coll);
 const char *plan_dtype_name(uint32_t dtype);
 uint32_t plan_dtype_bytes(uint32_t dtype); // 0 for a value out of range
 const char *plan_tensor_kind_name(uint32_t kind);
