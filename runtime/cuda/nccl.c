@@ -45,6 +45,10 @@
  *                  ncclSend/ncclRecv, and adds what it receives into place.
  *   A group of one member is a local box copy.
  * The exchange waits for the GPU once per collective instance in the first step only.
+ *
+ * Waiting for the GPU (cu_wait_event, which backend.c uses too) polls the event, NCCL's
+ * asynchronous errors and the run's timeout, and aborts every communicator when one of the
+ * last two ends the wait, so that a dead peer cannot hang a rank.
  */
 #define _GNU_SOURCE 1
 #include "internal.h"
@@ -733,6 +737,30 @@ int cu_nccl_coll(rt_backend *b, const rt_exec *x, const rt_coll *c, char *err, s
     }
     CU_TRY(cu_inflight_add(cu, st, c->what, err, err_n));
     return 0;
+}
+
+/* ---- waiting for the GPU ---- */
+
+int cu_wait_event(cu_state *cu, cudaEvent_t ev, const char *what, char *err, size_t err_n) {
+    double deadline = cu_now() + cu->timeout_s;
+    for (int spins = 0;; spins++) {
+        cudaError_t e = cudaEventQuery(ev);
+        if (e == cudaSuccess) return 0;
+        if (e != cudaErrorNotReady) {
+            cu_nccl_abort(cu);
+            return cu_say(err, err_n, "CUDA: %s while waiting for %s", cudaGetErrorString(e), what);
+        }
+        if (cu_nccl_poll(cu, err, err_n)) {
+            cu_nccl_abort(cu);
+            return cu_trace(err, err_n, __func__, __FILE__, __LINE__);
+        }
+        if (cu_now() > deadline) {
+            cu_nccl_abort(cu);
+            return cu_say(err, err_n, "%s did not finish within %g s (--timeout): a peer rank is dead, stuck or waiting for "
+                          "something else", what, cu->timeout_s);
+        }
+        cu_pause(spins);
+    }
 }
 
 /* ---- the loss across processes ---- */
