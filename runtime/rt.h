@@ -2,8 +2,9 @@
  * rt.h: planrun's runtime, its one internal header, sectioned by file.
  *
  *   rand.c      the counter-based random numbers every part shares (data, init, dropout)
- *   cpu/kernels.c   the CPU backend's operators: every row of runtime/ops.def, forward and
- *               backward, in plain C with GEMMs through CBLAS
+ *   cpu/        the CPU backend's operators: every row of runtime/ops.def, forward and
+ *               backward, in plain C with GEMMs through CBLAS: dispatch.c, one file per
+ *               operator family (matmul.c, norm.c, attention.c, ...), backend.c around them
  *   data.c      synthetic data, initializers and token files
  *   comm.c      in-process collectives and send/recv for the CPU backend (ranks are threads)
  *   gate.c      the admission gate of a background job (planrun --background)
@@ -46,7 +47,7 @@ static inline double rt_uniform(uint64_t key) { return (double)(rt_mix(key) >> 1
 // A standard normal (Box-Muller over rt_uniform(rt_key(key, 0)) and rt_uniform(rt_key(key, 1))).
 double rt_normal(uint64_t key);
 
-/* ---- cpu/kernels.c: the CPU backend's operators ----
+/* ---- cpu/dispatch.c: the CPU backend's operators ----
  *
  * A kernel runs one operator on the local pieces of its operands. Each operand is a view: its
  * data (row-major, contiguous), the local sizes, where the piece starts in the logical tensor
