@@ -10,7 +10,8 @@
  * the plan.
  *
  * Errors. Every reader and checker returns a plan_status and writes its message into a buffer
- * the caller passes (plan_errorf); the library prints nothing and never exits.
+ * the caller passes (plan_errorf); the library writes no diagnostics of its own (plan_print
+ * writes the text form where it is told) and never exits.
  */
 #include "plan.h"
 
