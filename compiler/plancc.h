@@ -431,11 +431,17 @@ int profile_size(const pcc_profile *p);
  * all-reduce) tree algorithms in the alpha-beta model over the bus bandwidth of the slowest link
  * of the group. Pipelines and stream overlap have their own helpers. */
 
+// The collectives: runtime/colls.def's rows, in order. A plan stores the value (plan.h's
+// plan_coll, from the same table, has the same codes).
 typedef enum pcc_coll {
-    PCC_COLL_ALL_REDUCE, PCC_COLL_ALL_GATHER, PCC_COLL_REDUCE_SCATTER, PCC_COLL_ALL_TO_ALL,
-    PCC_COLL_SEND_RECV, PCC_COLL_BROADCAST, PCC_COLL_COUNT
+#define COLL(E, name, pieces, shards, inplace, roots) PCC_COLL_##E,
+#include "../runtime/colls.def"
+#undef COLL
+    PCC_COLL_COUNT
 } pcc_coll;
-extern const char *const pcc_coll_names[PCC_COLL_COUNT];
+_Static_assert((int)PCC_COLL_COUNT == (int)PLAN_COLL_COUNT && (int)PCC_COLL_BROADCAST == (int)PLAN_COLL_BROADCAST,
+               "pcc_coll and plan_coll are colls.def's rows");
+extern const char *const pcc_coll_names[PCC_COLL_COUNT]; // colls.def's names, in order (cost.c)
 
 // A group of `size` devices whose ranks are base + i * stride (the shape every mesh axis has).
 typedef struct pcc_group_shape {

@@ -327,14 +327,15 @@ static void buffer_box(const walker *w, uint32_t bi, rt_box *box) {
     else rt_shard_box(w->run->p, &w->run->p->tensors[b->tensor], b->shard, w->rk->coord, box);
 }
 
-// A collective between scratch buffers: flat vectors, rank-major pieces.
-static int scratch_coll(uint32_t kind, int n, int me, rt_coll_member *m) {
+// A collective between scratch buffers: flat vectors, rank-major pieces, laid out as its row of
+// runtime/colls.def says (pieces); -1 for a kind whose pieces cannot be told from flat vectors.
+static int scratch_coll(const plan_coll_facts *kind, int me, rt_coll_member *m) {
     int64_t in_n = m->in_box.shape[0], out_n = m->out_box.shape[0];
-    switch (kind) {
-    case 0: case 5: return 0; // all_reduce, broadcast: whole vectors
-    case 1: m->in_box.start[0] = me * in_n, m->in_box.full[0] = m->out_box.full[0] = out_n; return 0; // all_gather
-    case 2: m->out_box.start[0] = me * out_n, m->in_box.full[0] = m->out_box.full[0] = in_n; return 0; // reduce_scatter
-    default: (void)n; return -1;
+    switch (kind->pieces) {
+    case PLAN_PIECES_WHOLE: return 0; // every member holds the whole vector, in and out
+    case PLAN_PIECES_GATHER: m->in_box.start[0] = me * in_n, m->in_box.full[0] = m->out_box.full[0] = out_n; return 0;
+    case PLAN_PIECES_SCATTER: m->out_box.start[0] = me * out_n, m->in_box.full[0] = m->out_box.full[0] = in_n; return 0;
+    default: return -1; // SWAP: which piece goes where is not in a flat vector
     }
 }
 
@@ -345,6 +346,7 @@ static int coll_pair(walker *w, uint32_t i, uint32_t mb, uint32_t layer, uint64_
                      int64_t flat) {
     const plan_program *pg = w->rk->pg;
     const plan_insn *in = &pg->insns[i];
+    const plan_coll_facts *kind = plan_coll_lookup(in->code); // in range: plan_validate
     const plan_group *g = &w->run->p->groups[in->a];
     int *members = malloc((size_t)w->run->world * sizeof *members), me, n;
     if (!members) return fail(w, i, mb, layer, "out of memory");
@@ -368,14 +370,14 @@ static int coll_pair(walker *w, uint32_t i, uint32_t mb, uint32_t layer, uint64_
         m.in_box.rank = 1, m.in_box.shape[0] = m.in_box.full[0] = flat;
         m.out_box = m.in_box;
     } else if (inb->tensor == PLAN_NONE || pg->buffers[ob].tensor == PLAN_NONE) {
-        if (scratch_coll(in->code, n, me, &m)) return fail(w, i, mb, layer, "%s between scratch buffers is not supported", plan_insn_name(in));
-        m.contributes = in->code != 5 || me == 0;
+        if (scratch_coll(kind, me, &m)) return fail(w, i, mb, layer, "%s between scratch buffers is not supported", plan_insn_name(in));
+        m.contributes = kind->roots == PLAN_ROOTS_ALL || me == 0;
     } else if (ib == ob) {
         // In place (an all-reduce): the buffer holds partial sums before and is R only after.
     } else if (g->axes) {
         for (uint32_t a = 0; a < w->run->p->meta.n_axes; a++)
             if ((g->axes >> a & 1) && inb->shard.map[a] == PLAN_SHARD_R && w->rk->coord[a] != 0) m.contributes = false;
-    } else if (in->code == 5) {
+    } else if (kind->roots == PLAN_ROOTS_FIRST) {
         m.contributes = me == 0;
     }
     char what[WHAT_BYTES], err[512];
@@ -386,13 +388,14 @@ static int coll_pair(walker *w, uint32_t i, uint32_t mb, uint32_t layer, uint64_
     return rt_backend_coll(w->run->be, &x, &c, err, sizeof err) ? rt_backend_fail(w->run->be, "%s", err) : 0;
 }
 
-// The elements of a bucket that runs as one all-reduce: every pair in place, floating point,
-// each slot right after the one before, and every member of the group running this program
-// (so that every member decides alike); 0 otherwise.
+// The elements of a bucket that runs as one collective (of a kind that runs in place, colls.def:
+// all_reduce): every pair in place, floating point, each slot right after the one before, and
+// every member of the group running this program (so that every member decides alike); 0
+// otherwise.
 static int64_t bucket_flat(const walker *w, const plan_insn *in, uint32_t mb, uint32_t layer) {
     const plan_program *pg = w->rk->pg;
     uint32_t np = in->nargs / 2u;
-    if (np < 2 || in->code != 0) return 0;
+    if (np < 2 || !plan_coll_lookup(in->code)->inplace) return 0;
     const plan_group *g = &w->run->p->groups[in->a];
     if (!g->axes) return 0;
     for (int q = 0; q < w->run->world; q++) {

@@ -495,6 +495,82 @@ static void bg_free(background *b) {
     memset(b, 0, sizeof *b);
 }
 
+// The training steps: each step's loss (to lf, the --losses file, when not NULL, and every
+// --log-every steps to stdout), then the drain of a background round still running; closes lf.
+// 0, or the exit code of the failure.
+static int run_steps(const options *o, rt_run *r, FILE *lf, bool quiet) {
+    char err[4096];
+    int rc = 0;
+    double t0 = now_s(), loss = NAN, first = NAN;
+    for (long s = 0; s < o->steps && !rc; s++) {
+        double ts = now_s();
+        if (rt_run_step(r, &loss, err, sizeof err)) {
+            fprintf(stderr, "planrun: %s\n", err);
+            rc = EXIT_RUN;
+            break;
+        }
+        if (s == 0) first = loss;
+        if (lf) fprintf(lf, o->f64 ? "%.17g\n" : "%.9g\n", loss);
+        if (!quiet && o->log_every && ((s + 1) % o->log_every == 0 || s + 1 == o->steps))
+            printf("step %ld/%ld  loss %.6f  %.3f ms\n", s + 1, o->steps, loss, 1e3 * (now_s() - ts));
+    }
+    // A background round may still be running on the GPU: the run's time includes it, and
+    // --save and --compare read the parameters it writes.
+    if (!rc && rt_run_drain(r, err, sizeof err)) {
+        fprintf(stderr, "planrun: %s\n", err);
+        rc = EXIT_RUN;
+    }
+    if (lf && fclose(lf) && !rc) {
+        fprintf(stderr, "planrun: %s: cannot write the losses\n", o->losses);
+        rc = EXIT_FILE;
+    }
+    double el = now_s() - t0;
+    if (!rc && !quiet && o->steps)
+        printf("%ld steps in %.3f s (%.1f steps/s); loss %.6f -> %.6f\n", o->steps, el, (double)o->steps / el, first, loss);
+    return rc;
+}
+
+// After a good run: how many background rounds the ranks ran (unless quiet or none ran).
+static void run_report(const rt_run *r, bool quiet) {
+    uint64_t lo = UINT64_MAX, hi = 0;
+    for (int q = 0; q < r->world; q++)
+        if (r->ranks && r->ranks[q].local && r->ranks[q].bg_loop >= 0) {
+            lo = r->ranks[q].bg_rounds < lo ? r->ranks[q].bg_rounds : lo;
+            hi = r->ranks[q].bg_rounds > hi ? r->ranks[q].bg_rounds : hi;
+        }
+    if (!quiet && lo != UINT64_MAX)
+        printf("background rounds: %llu to %llu per rank\n", (unsigned long long)lo, (unsigned long long)hi);
+}
+
+// After a good run: the teacher's labels this process drew (unless quiet or none).
+static void teacher_report(bool quiet) {
+    rt_teacher_stats ts;
+    rt_teacher_stats_get(&ts);
+    if (!quiet && ts.labels > 0) // this process's ranks: every label once per step and micro-batch
+        printf("teacher labels: %.0f drawn, mean label %.6f, mean probability %.6f, best loss %.6f (the teacher's mean entropy)\n",
+               ts.labels, ts.sum_label / ts.labels, ts.sum_prob / ts.labels, ts.sum_entropy / ts.labels);
+}
+
+// --save and --compare on the trained parameters. 0, or the exit code of the failure.
+static int run_files(const options *o, const rt_run *r, bool quiet) {
+    char err[4096];
+    if (o->save) {
+        if (rt_save(r, o->save, err, sizeof err)) return fprintf(stderr, "planrun: %s\n", err), EXIT_FILE;
+        if (!quiet) printf("saved the parameters and optimizer state to %s\n", o->save);
+    }
+    if (o->compare) {
+        rt_diff d;
+        int c = rt_compare(r, o->compare, o->rtol, o->atol, &d, err, sizeof err);
+        if (c < 0) return fprintf(stderr, "planrun: %s\n", err), EXIT_FILE;
+        if (c > 0) return fprintf(stderr, "planrun: --compare %s: %s\n", o->compare, err), EXIT_DIFFER;
+        printf("parameters equal %s's within atol %g + rtol %g; largest difference %.3g (\"%s\")\n", o->compare, o->atol,
+               o->rtol, d.abs, d.tensor);
+    }
+    return 0;
+}
+
+// One run of the plan: the corpus, the run (and the background job's gates and replicas), the
+// steps, the reports and files. Returns planrun's exit code.
 static int run(const options *o, const plan *p, const how *h) {
     char err[4096];
     rt_corpus corpus = {0};
@@ -525,60 +601,14 @@ static int run(const options *o, const plan *p, const how *h) {
         fprintf(stderr, "planrun: %s: cannot write the losses\n", o->losses);
         rc = EXIT_FILE;
     }
-    if (!quiet && !rc) describe_plan(o, p);
+    if (!rc && !quiet) describe_plan(o, p);
     if (!rc) rc = bg_start(o, h, &ro, &bg, o->quiet);
-    double t0 = now_s(), loss = NAN, first = NAN;
-    for (long s = 0; s < o->steps && !rc; s++) {
-        double ts = now_s();
-        if (rt_run_step(&r, &loss, err, sizeof err)) {
-            fprintf(stderr, "planrun: %s\n", err);
-            rc = EXIT_RUN;
-            break;
-        }
-        if (s == 0) first = loss;
-        if (lf) fprintf(lf, o->f64 ? "%.17g\n" : "%.9g\n", loss);
-        if (!quiet && o->log_every && ((s + 1) % o->log_every == 0 || s + 1 == o->steps))
-            printf("step %ld/%ld  loss %.6f  %.3f ms\n", s + 1, o->steps, loss, 1e3 * (now_s() - ts));
-    }
-    // A background round may still be running on the GPU: the run's time includes it, and
-    // --save and --compare read the parameters it writes.
-    if (!rc && rt_run_drain(&r, err, sizeof err)) {
-        fprintf(stderr, "planrun: %s\n", err);
-        rc = EXIT_RUN;
-    }
-    if (lf && fclose(lf) && !rc) {
-        fprintf(stderr, "planrun: %s: cannot write the losses\n", o->losses);
-        rc = EXIT_FILE;
-    }
-    double el = now_s() - t0;
-    if (!rc && !quiet && o->steps)
-        printf("%ld steps in %.3f s (%.1f steps/s); loss %.6f -> %.6f\n", o->steps, el, (double)o->steps / el, first, loss);
-    uint64_t lo = UINT64_MAX, hi = 0;
-    for (int q = 0; q < r.world; q++)
-        if (r.ranks && r.ranks[q].local && r.ranks[q].bg_loop >= 0) {
-            lo = r.ranks[q].bg_rounds < lo ? r.ranks[q].bg_rounds : lo;
-            hi = r.ranks[q].bg_rounds > hi ? r.ranks[q].bg_rounds : hi;
-        }
-    if (!rc && !quiet && lo != UINT64_MAX)
-        printf("background rounds: %llu to %llu per rank\n", (unsigned long long)lo, (unsigned long long)hi);
+    if (!rc) rc = run_steps(o, &r, lf, quiet);
+    else if (lf) fclose(lf);
+    if (!rc) run_report(&r, quiet);
     int bg_rc = bg_end(o, &bg, !rc, o->quiet);
-    rt_teacher_stats ts;
-    rt_teacher_stats_get(&ts);
-    if (!rc && !quiet && ts.labels > 0) // this process's ranks: every label once per step and micro-batch
-        printf("teacher labels: %.0f drawn, mean label %.6f, mean probability %.6f, best loss %.6f (the teacher's mean entropy)\n",
-               ts.labels, ts.sum_label / ts.labels, ts.sum_prob / ts.labels, ts.sum_entropy / ts.labels);
-    if (!rc && o->save) {
-        if (rt_save(&r, o->save, err, sizeof err)) fprintf(stderr, "planrun: %s\n", err), rc = EXIT_FILE;
-        else if (!quiet) printf("saved the parameters and optimizer state to %s\n", o->save);
-    }
-    if (!rc && o->compare) {
-        rt_diff d;
-        int c = rt_compare(&r, o->compare, o->rtol, o->atol, &d, err, sizeof err);
-        if (c < 0) fprintf(stderr, "planrun: %s\n", err), rc = EXIT_FILE;
-        else if (c > 0) fprintf(stderr, "planrun: --compare %s: %s\n", o->compare, err), rc = EXIT_DIFFER;
-        else printf("parameters equal %s's within atol %g + rtol %g; largest difference %.3g (\"%s\")\n", o->compare,
-                    o->atol, o->rtol, d.abs, d.tensor);
-    }
+    if (!rc) teacher_report(quiet);
+    if (!rc) rc = run_files(o, &r, quiet);
     rt_run_free(&r);
     bg_free(&bg);
     rt_corpus_free(&corpus);

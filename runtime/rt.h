@@ -2,8 +2,9 @@
  * rt.h: planrun's runtime, its one internal header, sectioned by file.
  *
  *   rand.c      the counter-based random numbers every part shares (data, init, dropout)
- *   cpu/kernels.c   the CPU backend's operators: every row of runtime/ops.def, forward and
- *               backward, in plain C with GEMMs through CBLAS
+ *   cpu/        the CPU backend's operators: every row of runtime/ops.def, forward and
+ *               backward, in plain C with GEMMs through CBLAS: dispatch.c, one file per
+ *               operator family (matmul.c, norm.c, attention.c, ...), backend.c around them
  *   data.c      synthetic data, initializers and token files
  *   comm.c      in-process collectives and send/recv for the CPU backend (ranks are threads)
  *   gate.c      the admission gate of a background job (planrun --background)
@@ -19,7 +20,7 @@
 #ifndef RT_H
 #define RT_H
 
-#include "plan.h"
+#include "plan/plan.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -46,7 +47,7 @@ static inline double rt_uniform(uint64_t key) { return (double)(rt_mix(key) >> 1
 // A standard normal (Box-Muller over rt_uniform(rt_key(key, 0)) and rt_uniform(rt_key(key, 1))).
 double rt_normal(uint64_t key);
 
-/* ---- cpu/kernels.c: the CPU backend's operators ----
+/* ---- cpu/dispatch.c: the CPU backend's operators ----
  *
  * A kernel runs one operator on the local pieces of its operands. Each operand is a view: its
  * data (row-major, contiguous), the local sizes, where the piece starts in the logical tensor
@@ -317,7 +318,7 @@ typedef struct rt_exec {
 // instance is the lowest member rank for a mesh-axis group, UINT32_MAX for an explicit group;
 // seq counts this member's collectives on the instance, from 1, in program order.
 typedef struct rt_coll {
-    uint32_t kind;                  // pcc_coll: all_reduce, all_gather, reduce_scatter, all_to_all, send_recv, broadcast
+    uint32_t kind;                  // plan_coll: a row of runtime/colls.def (all_reduce, all_gather, ...)
     uint32_t group, instance;
     uint64_t seq;
     int n_members, me;              // the group's size and this member's index in it (ascending ranks)

@@ -42,7 +42,7 @@
 #ifndef PLAN_SIM_H
 #define PLAN_SIM_H
 
-#include "plan.h"
+#include "plan/plan.h"
 
 // One instruction's run on a stream.
 typedef struct sim_interval {

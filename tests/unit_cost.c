@@ -194,12 +194,21 @@ static void test_profile(pcc_arena *a) {
     EXPECT(profile_size(f->profile) == 4 && cost_op_s(f, g, ln, sp) == 3.0e-5);
 }
 
+// The compiler's collective names (pcc_coll_names, compiler/cost.c) are runtime/colls.def's, the
+// ones a plan's reader prints (plan_coll_name): pcc_coll's codes are what a plan stores.
+static void test_coll_names(void) {
+    for (int k = 0; k < PCC_COLL_COUNT; k++)
+        EXPECT(plan_coll_name((uint32_t)k) && strcmp(pcc_coll_names[k], plan_coll_name((uint32_t)k)) == 0);
+    EXPECT(plan_coll_name(PCC_COLL_COUNT) == NULL);
+}
+
 int main(int argc, char **argv) {
     root = argc > 1 ? argv[1] : ".";
     pcc_arena *a = arena_init();
     test_gemm_efficiency();
     test_gemm_time();
     test_collectives();
+    test_coll_names();
     test_buckets();
     test_overlap_and_pipeline();
     test_ops(a);

@@ -1,5 +1,5 @@
 /*
- * unit_plan.c: unit tests of the plan library (runtime/plan*.c): the hashes; for every plan in
+ * unit_plan.c: unit tests of the plan library (runtime/plan/): the hashes; for every plan in
  * tests/plans/, text -> plan -> bytes -> plan -> text gives the same text and the same bytes,
  * twice; every single-byte corruption of an encoded plan is refused (and every corruption with
  * its CRCs fixed up either is refused or decodes to a plan that encodes to the same bytes);

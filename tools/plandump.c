@@ -37,7 +37,7 @@
  * section or text), 5 the plan fails plan_check, 6 a stale plan (--model/--cluster). The output is printed before the exit code 5,
  * so a broken plan can still be looked at. Diagnostics go to stderr as "plandump: FILE: message".
  */
-#include "plan.h"
+#include "plan/plan.h"
 #include "sim.h"
 
 #include <errno.h>
@@ -254,24 +254,26 @@ static int parse_options(int argc, char **argv, options *o, bool *done) {
 
 /* ---- the summary's figures ---- */
 
-#define N_COMM 8 // the six collectives, then send and recv
+enum { COMM_SEND = PLAN_COLL_COUNT, COMM_RECV, N_COMM }; // the collectives (runtime/colls.def), then send and recv
 
 typedef struct prog_stats {
     uint64_t insns[PLAN_I_KIND_COUNT], executed[PLAN_I_KIND_COUNT];
     uint64_t comm[N_COMM];      // bytes per step
 } prog_stats;
 
-static const char *comm_name(int i) { return i < 6 ? plan_coll_name((uint32_t)i) : i == 6 ? "send" : "recv"; }
+static const char *comm_name(int i) { return i < COMM_SEND ? plan_coll_name((uint32_t)i) : i == COMM_SEND ? "send" : "recv"; }
 
 static uint64_t sat_mul(uint64_t a, uint64_t b) { return b && a > UINT64_MAX / b ? UINT64_MAX : a * b; }
 static uint64_t sat_add(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; }
 
-// The bytes a communication instruction moves, as the cost model counts them.
+// The bytes a communication instruction moves, as the cost model counts them: a collective's
+// out (the whole tensor each member ends with) where its pieces are WHOLE or GATHER, else its in
+// (runtime/colls.def).
 static uint64_t comm_bytes(const plan_program *pg, const plan_insn *in) {
     if (!in->nargs) return 0;
     if (in->kind != PLAN_I_COLL) return pg->buffers[pg->args[in->args]].bytes;
-    const char *n = plan_coll_name(in->code);
-    bool ends_with = strcmp(n, "all_reduce") == 0 || strcmp(n, "all_gather") == 0 || strcmp(n, "broadcast") == 0;
+    plan_pieces pieces = plan_coll_lookup(in->code)->pieces;
+    bool ends_with = pieces == PLAN_PIECES_WHOLE || pieces == PLAN_PIECES_GATHER;
     uint32_t np = in->nargs / 2u;
     uint64_t sum = 0; // a bucket moves all its pairs
     for (uint32_t j = 0; j < np; j++) sum = sat_add(sum, pg->buffers[pg->args[in->args + (ends_with ? np : 0) + j]].bytes);
@@ -292,7 +294,7 @@ static void stats_of(const plan_program *pg, prog_stats *s) {
         const plan_insn *in = &pg->insns[i];
         s->insns[in->kind]++;
         s->executed[in->kind] = sat_add(s->executed[in->kind], mult);
-        int c = in->kind == PLAN_I_COLL ? in->code : in->kind == PLAN_I_SEND ? 6 : in->kind == PLAN_I_RECV ? 7 : -1;
+        int c = in->kind == PLAN_I_COLL ? in->code : in->kind == PLAN_I_SEND ? COMM_SEND : in->kind == PLAN_I_RECV ? COMM_RECV : -1;
         if (c >= 0) s->comm[c] = sat_add(s->comm[c], sat_mul(mult, comm_bytes(pg, in)));
         if (in->kind == PLAN_I_LOOP && depth < PLAN_MAX_LOOP_DEPTH)
             stack[depth++] = (struct loop_level){i + 1 + (uint32_t)in->b, sat_mul(mult, (uint64_t)plan_loop_trips(in))};

@@ -2,10 +2,10 @@
  * cpu/backend.c: the CPU backend behind the backend interface (rt.h, "backend.c").
  *
  * Every rank of the plan is a set of threads of this process and its arena is host memory, so
- * upload and download are memcpy; kernels are rt_cpu_kernel (kernels.c, kernels_nn.c); copies
- * are rt_box_add; send/recv, collectives and events go through comm.c, the in-process NCCL,
- * whose deadlock detection and timeout make a plan that would hang under NCCL fail here with
- * the waiting instructions named. Each stream runs on a host thread of its own
+ * upload and download are memcpy; kernels are rt_cpu_kernel (dispatch.c and the operator family
+ * files); copies are rt_box_add; send/recv, collectives and events go through comm.c, the
+ * in-process NCCL, whose deadlock detection and timeout make a plan that would hang under NCCL
+ * fail here with the waiting instructions named. Each stream runs on a host thread of its own
  * (thread_per_stream) and each call returns when its work is done.
  *
  * Serial (planrun --backend cpu-serial): one host thread per rank issues all of its streams'

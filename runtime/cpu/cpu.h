@@ -1,18 +1,33 @@
 /*
- * cpu.h: what the CPU backend's kernel files share (kernels.c, kernels_nn.c); private to
- * runtime/cpu/. The backend's contract with the rest of the runtime is in rt.h.
+ * cpu.h: what the CPU backend's kernel files share; private to runtime/cpu/. The backend's
+ * contract with the rest of the runtime is in rt.h. The kernels live in one file per operator
+ * family (matmul.c, elementwise.c, norm.c, softmax.c, movement.c, loss.c, optim.c, conv.c,
+ * attention.c, embedding.c; the list at the end of this header), dispatch.c maps operators to
+ * them, and backend.c is the backend around them.
  *
- * The kernels are written once over a `real` type and compiled twice: as they are (real is
- * float: rt_cpu_kernel) and with RT_REAL_DOUBLE defined (real is double: rt_cpu_kernel_f64, for
- * the gradient checks). This header is included once per translation unit, after that choice,
- * so everything here that touches `real` comes out in the precision of the file that includes
- * it; the functions one kernel file exports to the other carry the precision in their names
- * (CPU_KERNEL(conv2d) is rt_cpu_f32_conv2d or rt_cpu_f64_conv2d).
+ * What a kernel computes. Every operator of runtime/ops.def runs on the local pieces of its
+ * operands as if they were whole tensors; the compiler guarantees that the pieces come from one
+ * split of the operator's annotation letters, so a split letter shows only in the local sizes.
+ * Where the split shows otherwise (rt.h lists the cases) the kernel reads the views' start and
+ * full: losses divide by the global count, embeddings look up only the rows they hold, dropout
+ * draws per global element. An input whose `once` is false is left out of an additive
+ * contribution (add's addends, linear's and conv2d's bias). The backward operators take their
+ * inputs in the order compiler/autodiff.c wires them (e.g. linear_grad_w is (dy, x), mse_loss_grad
+ * (dy, a, b)) and their attributes are the forward operator's.
+ *
+ * Precision. The kernels are written once over a `real` type and every kernel file is compiled
+ * twice (meson.build): as it is (real is float: rt_cpu_kernel) and with RT_REAL_DOUBLE defined
+ * (real is double: rt_cpu_kernel_f64, for the gradient checks). This header is included once per
+ * translation unit, after that choice, so everything here that touches `real` comes out in the
+ * precision of the file that includes it; the kernels carry the precision in their names
+ * (CPU_KERNEL(conv2d) is rt_cpu_f32_conv2d or rt_cpu_f64_conv2d), so the two builds link
+ * together. Row reductions (norm statistics, softmax sums, loss sums) accumulate in double in
+ * both. GEMMs go through CBLAS (sgemm or dgemm), everything else is plain loops.
  *
  * A kernel is `int kernel(kctx *c)`: it checks that the shapes of its views fit the operator,
  * computes, and returns 0, or returns cpu_fail's -1 with a message naming the operator and the
- * operands. Dispatch (kernels.c) has already checked the arity, the dtypes and each view on its
- * own (rank, sizes, start and full, data), so a kernel checks only how the views relate.
+ * operands. Dispatch has already checked the arity, the dtypes and each view on its own (rank,
+ * sizes, start and full, data), so a kernel checks only how the views relate.
  *
  * Accumulation (rt_kernel.accumulate): element-wise kernels store through cpu_put (overwrite or
  * add), GEMM-based ones pass cpu_beta(c) as GEMM's beta, and kernels that scatter or sum into
@@ -27,6 +42,7 @@
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #ifdef RT_REAL_DOUBLE
@@ -180,8 +196,97 @@ static inline void cpu_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, r
              a, (int)lda, b, (int)ldb, beta, cc, (int)ldc);
 }
 
-/* ---- the kernels of kernels_nn.c ---- */
+/* ---- helpers the kernel files share ---- */
 
+// 0 if v has ref's shape; else fails naming `what` (and the shape it should have).
+static inline int cpu_like(kctx *c, const char *what, const rt_view *v, const rt_view *ref) {
+    return cpu_expect(c, what, v, cpu_shape_of(ref));
+}
+
+static inline kshape cpu_shape1(int64_t n) { return (kshape){.rank = 1, .d = {n}}; }
+
+// Operators whose outputs and inputs all have input 0's shape.
+static inline int cpu_same_shapes(kctx *c) {
+    for (uint32_t i = 1; i < c->nin; i++)
+        if (!cpu_same_shape(&c->in[i], &c->in[0]))
+            return cpu_fail(c, "input %u is %s but input 0 is %s; they must be the same shape", i, CPU_SHAPE(&c->in[i]),
+                            CPU_SHAPE(&c->in[0]));
+    for (uint32_t i = 0; i < c->nout; i++)
+        if (!cpu_same_shape(&c->out[i], &c->in[0]))
+            return cpu_fail(c, "output %u is %s but input 0 is %s; they must be the same shape", i, CPU_SHAPE(&c->out[i]),
+                            CPU_SHAPE(&c->in[0]));
+    return 0;
+}
+
+// 0 if v has the rank `layout` describes; else fails with "WHAT is [..]; it must be LAYOUT".
+static inline int cpu_rank_is(kctx *c, const char *what, const rt_view *v, int rank, const char *layout) {
+    if (v->rank == rank) return 0;
+    return cpu_fail(c, "%s is %s; it must be %s", what, CPU_SHAPE(v), layout);
+}
+
+// Scratch of n reals (malloc'd; the caller frees it), or NULL after failing with a message.
+static inline real *cpu_scratch(kctx *c, int64_t n) {
+    real *p = malloc((size_t)(n > 0 ? n : 1) * sizeof(real));
+    if (!p) cpu_fail(c, "out of memory (%lld bytes of scratch)", (long long)(n * (int64_t)sizeof(real)));
+    return p;
+}
+
+static inline real cpu_sigmoid(real x) { return 1 / (1 + R_EXP(-x)); }
+
+/* ---- the kernels, by file (dispatch.c maps operators to them) ---- */
+
+// matmul.c: dense products
+int CPU_KERNEL(matmul)(kctx *c);
+int CPU_KERNEL(matmul_grad_a)(kctx *c);
+int CPU_KERNEL(matmul_grad_b)(kctx *c);
+int CPU_KERNEL(bmm)(kctx *c);
+int CPU_KERNEL(bmm_grad_a)(kctx *c);
+int CPU_KERNEL(bmm_grad_b)(kctx *c);
+int CPU_KERNEL(linear)(kctx *c);
+int CPU_KERNEL(linear_grad_x)(kctx *c);
+int CPU_KERNEL(linear_grad_w)(kctx *c);
+
+// elementwise.c: element-wise operators, dropout
+int CPU_KERNEL(add)(kctx *c);
+int CPU_KERNEL(mul)(kctx *c);
+int CPU_KERNEL(scale)(kctx *c);
+int CPU_KERNEL(activation)(kctx *c);
+int CPU_KERNEL(activation_grad)(kctx *c);
+int CPU_KERNEL(fill)(kctx *c);
+int CPU_KERNEL(reduce_sum)(kctx *c);
+int CPU_KERNEL(dropout)(kctx *c);
+
+// norm.c: layernorm, rmsnorm, batchnorm
+int CPU_KERNEL(norm)(kctx *c);
+int CPU_KERNEL(norm_grad_x)(kctx *c);
+int CPU_KERNEL(norm_grad_w)(kctx *c);
+int CPU_KERNEL(batchnorm)(kctx *c);
+int CPU_KERNEL(batchnorm_grad_x)(kctx *c);
+int CPU_KERNEL(batchnorm_grad_w)(kctx *c);
+
+// softmax.c: softmax
+int CPU_KERNEL(softmax)(kctx *c);
+int CPU_KERNEL(softmax_grad)(kctx *c);
+
+// movement.c: concat, split, slice, reshape, transpose
+int CPU_KERNEL(concat)(kctx *c);
+int CPU_KERNEL(split)(kctx *c);
+int CPU_KERNEL(slice)(kctx *c);
+int CPU_KERNEL(slice_grad)(kctx *c);
+int CPU_KERNEL(reshape)(kctx *c);
+int CPU_KERNEL(transpose)(kctx *c);
+
+// loss.c: losses
+int CPU_KERNEL(cross_entropy)(kctx *c);
+int CPU_KERNEL(cross_entropy_grad)(kctx *c);
+int CPU_KERNEL(pointwise_loss)(kctx *c);
+int CPU_KERNEL(pointwise_loss_grad)(kctx *c);
+
+// optim.c: optimizer steps
+int CPU_KERNEL(sgd)(kctx *c);
+int CPU_KERNEL(adamw)(kctx *c);
+
+// conv.c: conv2d and the pools
 int CPU_KERNEL(conv2d)(kctx *c);
 int CPU_KERNEL(conv2d_grad_x)(kctx *c);
 int CPU_KERNEL(conv2d_grad_w)(kctx *c);
@@ -190,15 +295,15 @@ int CPU_KERNEL(maxpool)(kctx *c);
 int CPU_KERNEL(maxpool_grad)(kctx *c);
 int CPU_KERNEL(avgpool)(kctx *c);
 int CPU_KERNEL(avgpool_grad)(kctx *c);
-int CPU_KERNEL(batchnorm)(kctx *c);
-int CPU_KERNEL(batchnorm_grad_x)(kctx *c);
-int CPU_KERNEL(batchnorm_grad_w)(kctx *c);
+
+// attention.c: attention
 int CPU_KERNEL(attention)(kctx *c);
 int CPU_KERNEL(attention_grad)(kctx *c);
+
+// embedding.c: embeddings
 int CPU_KERNEL(embedding)(kctx *c);
 int CPU_KERNEL(embedding_grad)(kctx *c);
 int CPU_KERNEL(embedding_bag)(kctx *c);
 int CPU_KERNEL(embedding_bag_grad)(kctx *c);
-int CPU_KERNEL(dropout)(kctx *c);
 
 #endif

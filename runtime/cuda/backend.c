@@ -2,7 +2,9 @@
  * cuda/backend.c: the CUDA backend behind the backend interface (rt.h, "backend.c"): one rank
  * of the plan per process, on one GPU. This file holds the device, memory, streams, events and
  * the end of a step; ops.c runs operators and copies (cuBLAS, cuDNN and kernels.cu), nccl.c
- * communication.
+ * communication (and waits for the GPU with NCCL's errors in view), profile.c times operators,
+ * and util.c holds what they all use (errors, scratch, streams, boxes, the clock). This is the
+ * top file: it calls them, none calls it.
  *
  * Issue model (thread_per_stream false): the interpreter's one walker per rank issues every
  * instruction of the rank in program order, each on the CUDA stream of its plan stream, and the
@@ -57,68 +59,7 @@
 #define _GNU_SOURCE 1
 #include "internal.h"
 
-#include <sched.h>
-#include <stdarg.h>
 #include <stdlib.h>
-#include <time.h>
-
-/* ---- errors ---- */
-
-static const char *base_name(const char *path) {
-    const char *s = strrchr(path, '/');
-    return s ? s + 1 : path;
-}
-
-int cu_fail(char *err, size_t err_n, const char *lib, const char *msg, const char *stmt, const char *func, const char *file,
-            int line) {
-    if (!err || !err_n) return -1;
-    const char *paren = strchr(stmt, '(');
-    int call = paren ? (int)(paren - stmt) : (int)strlen(stmt);
-    snprintf(err, err_n, "%s: %s in %.*s(...) (%s:%d %s)", lib, msg ? msg : "unknown error", call, stmt, base_name(file), line,
-             func);
-    return -1;
-}
-
-int cu_trace(char *err, size_t err_n, const char *func, const char *file, int line) {
-    if (!err || !err_n) return -1;
-    size_t k = strlen(err);
-    if (k < err_n) snprintf(err + k, err_n - k, " <- %s (%s:%d)", func, base_name(file), line);
-    return -1;
-}
-
-int cu_say(char *err, size_t err_n, const char *fmt, ...) {
-    if (!err || !err_n) return -1;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, err_n, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
-size_t cu_dtype_bytes(int dtype) { return dtype == CK_F16 || dtype == CK_BF16 ? 2 : dtype == CK_F32 || dtype == CK_I32 ? 4 : 0; }
-
-ck_box cu_box(const rt_box *b) {
-    ck_box k;
-    memset(&k, 0, sizeof k);
-    k.rank = b->rank;
-    for (int d = 0; d < b->rank && d < CK_MAX_RANK; d++) k.start[d] = b->start[d], k.shape[d] = b->shape[d], k.full[d] = b->full[d];
-    return k;
-}
-
-double cu_now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-void cu_pause(int spins) {
-    if (spins < 100) {
-        sched_yield();
-        return;
-    }
-    struct timespec t = {0, 50 * 1000};
-    nanosleep(&t, NULL);
-}
 
 /* ---- the device ---- */
 
@@ -170,17 +111,6 @@ int rt_cuda_device_open(int local_rank, rt_cuda_device *dev, char *err, size_t e
 
 /* ---- memory ---- */
 
-int cu_scratch(cudaStream_t st, size_t bytes, void **p, char *err, size_t err_n) {
-    *p = NULL;
-    if (!bytes) return 0;
-    CUDA_CHECK(cudaMallocAsync(p, bytes, st));
-    return 0;
-}
-
-void cu_scratch_free(cudaStream_t st, void *p) {
-    if (p) cudaFreeAsync(p, st);
-}
-
 static void *be_arena_alloc(rt_backend *b, int rank, uint64_t bytes, char *err, size_t err_n) {
     cu_state *cu = cu_of(b);
     void *a = NULL;
@@ -225,13 +155,6 @@ static int be_download(rt_backend *b, int rank, void *dst, const void *src, uint
 }
 
 /* ---- streams and events ---- */
-
-int cu_stream(cu_state *cu, int s, cudaStream_t *out, char *err, size_t err_n) {
-    if (s < 0 || s >= cu->n_streams) return cu_say(err, err_n, "stream %d: the program has %d", s, cu->n_streams);
-    CUDA_CHECK(cudaSetDevice(cu->device));
-    *out = cu->streams[s];
-    return 0;
-}
 
 static int be_record(rt_backend *b, const rt_exec *x, uint32_t event, uint64_t ordinal, char *err, size_t err_n) {
     (void)ordinal;
@@ -339,28 +262,6 @@ static void be_step_begin(rt_backend *b, int n_threads) {
     pthread_mutex_lock(&cu->mu);
     if (!cu->aborted) cu->failed = false, cu->error[0] = 0; // after an abort nothing can run again
     pthread_mutex_unlock(&cu->mu);
-}
-
-int cu_wait_event(cu_state *cu, cudaEvent_t ev, const char *what, char *err, size_t err_n) {
-    double deadline = cu_now() + cu->timeout_s;
-    for (int spins = 0;; spins++) {
-        cudaError_t e = cudaEventQuery(ev);
-        if (e == cudaSuccess) return 0;
-        if (e != cudaErrorNotReady) {
-            cu_nccl_abort(cu);
-            return cu_say(err, err_n, "CUDA: %s while waiting for %s", cudaGetErrorString(e), what);
-        }
-        if (cu_nccl_poll(cu, err, err_n)) {
-            cu_nccl_abort(cu);
-            return cu_trace(err, err_n, __func__, __FILE__, __LINE__);
-        }
-        if (cu_now() > deadline) {
-            cu_nccl_abort(cu);
-            return cu_say(err, err_n, "%s did not finish within %g s (--timeout): a peer rank is dead, stuck or waiting for "
-                          "something else", what, cu->timeout_s);
-        }
-        cu_pause(spins);
-    }
 }
 
 // The first communication instruction of the step that has not finished, or NULL.

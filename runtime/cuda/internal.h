@@ -1,6 +1,8 @@
 /*
- * internal.h: what the CUDA backend's C files share (backend.c, ops.c, nccl.c); private to
- * runtime/cuda/. The public face is rt_cuda.h; the kernels' launchers are in kernels.h.
+ * internal.h: what the CUDA backend's C files share (backend.c, ops.c, nccl.c, profile.c,
+ * util.c); private to runtime/cuda/, sectioned by the file that defines each part. The public
+ * face is rt_cuda.h; the kernels' launchers are in kernels.h. backend.c is the top: it calls
+ * ops.c, nccl.c and profile.c; ops.c calls profile.c; all of them call util.c, which calls none.
  *
  * Errors (STYLE.md 11). One generic macro, CU_CHECK, checks a vendor call's status; one macro
  * per library is built from it (CUDA_CHECK, CUBLAS_CHECK, CUDNN_CHECK, NCCL_CHECK). On failure it
@@ -28,7 +30,7 @@
 #include <stdio.h>
 #include <string.h>
 
-/* ---- errors ---- */
+/* ---- errors (util.c) ---- */
 
 // Writes "LIB: MESSAGE in STATEMENT (FILE:LINE FUNC)" into err; returns -1.
 int cu_fail(char *err, size_t err_n, const char *lib, const char *msg, const char *stmt, const char *func, const char *file,
@@ -50,7 +52,7 @@ int cu_say(char *err, size_t err_n, const char *fmt, ...) __attribute__((format(
 // A nonblocking communicator's call may return ncclInProgress: not an error (cu_nccl_settle
 // then waits for it).
 #define cu_nccl_ok(s) ((s) == ncclSuccess || (s) == ncclInProgress)
-const char *cu_nccl_str(ncclResult_t s); // ncclGetErrorString and ncclGetLastError together
+const char *cu_nccl_str(ncclResult_t s); // nccl.c: ncclGetErrorString and ncclGetLastError together
 
 #define CUDA_CHECK(stmt) CU_CHECK("CUDA", cudaError_t, cu_cuda_ok, cudaGetErrorString, stmt)
 #define CUBLAS_CHECK(stmt) CU_CHECK("cuBLAS", cublasStatus_t, cu_cublas_ok, cublasGetStatusString, stmt)
@@ -118,15 +120,14 @@ typedef struct cu_state {
 
 static inline cu_state *cu_of(rt_backend *b) { return (cu_state *)b->ctx; }
 
-// Stream s of the rank (the plan's stream index), checked.
+/* ---- util.c ---- */
+
+// Stream s of the rank (the plan's stream index), checked; makes the device current.
 int cu_stream(cu_state *cu, int s, cudaStream_t *out, char *err, size_t err_n);
 // Device scratch of `bytes` ordered on stream st (cudaMallocAsync), and its release
 // (cudaFreeAsync: after the work enqueued before it on st). *p is NULL for 0 bytes.
 int cu_scratch(cudaStream_t st, size_t bytes, void **p, char *err, size_t err_n);
 void cu_scratch_free(cudaStream_t st, void *p);
-// Waits until ev has completed, polling so that an NCCL error or the timeout ends the wait
-// (then every communicator is aborted). `what` names what is waited for.
-int cu_wait_event(cu_state *cu, cudaEvent_t ev, const char *what, char *err, size_t err_n);
 // Monotonic seconds; and a pause for polling loops (a yield for the first spins, then 50 us).
 double cu_now(void);
 void cu_pause(int spins);
@@ -166,6 +167,9 @@ int cu_nccl_host_sum(rt_backend *b, double *v, int n, char *err, size_t err_n);
 int cu_nccl_poll(cu_state *cu, char *err, size_t err_n);
 // Aborts every communicator (after a failure or a timeout), once.
 void cu_nccl_abort(cu_state *cu);
+// Waits until ev has completed, polling so that an NCCL error or the timeout ends the wait
+// (then every communicator is aborted). `what` names what is waited for.
+int cu_wait_event(cu_state *cu, cudaEvent_t ev, const char *what, char *err, size_t err_n);
 // Records the end of a communication operation on st, for step_end's report.
 int cu_inflight_add(cu_state *cu, cudaStream_t st, const char *what, char *err, size_t err_n);
 

@@ -1,9 +1,9 @@
 /*
  * kernels.cu: the CUDA backend's own kernels, part one (kernels.h has the contracts):
  * element-wise operators, dropout, norms, softmax, the losses, data movement, embeddings and
- * the optimizer steps. Each is a port of the CPU kernel of the same operator
- * (runtime/cpu/kernels.c, kernels_nn.c) with the same float expressions in the same order, so
- * that results agree to rounding (and bit for bit where the CPU code has no library call).
+ * the optimizer steps. Each is a port of the CPU kernel of the same operator (runtime/cpu/, a
+ * file per operator family) with the same float expressions in the same order, so that
+ * results agree to rounding (and bit for bit where the CPU code has no library call).
  *
  * Dropout's mask must equal the CPU's bit for bit: ck_mix and ck_key below are rt.h's rt_mix
  * and rt_key, and the element's key is its row-major index in the logical tensor, computed as
@@ -16,7 +16,7 @@
 
 /* ---- element-wise ---- */
 
-#define GELU_C 0.7978845608028654 // sqrt(2 / pi), as in cpu/kernels.c
+#define GELU_C 0.7978845608028654 // sqrt(2 / pi), as in cpu/elementwise.c
 #define GELU_A 0.044715
 
 __global__ void k_ew(ck_ew_args a) {

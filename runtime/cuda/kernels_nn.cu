@@ -1,7 +1,7 @@
 /*
  * kernels_nn.cu: the CUDA backend's own kernels, part two (kernels.h has the contracts):
  * pooling, batch norm and the pieces of attention that are not GEMMs. Ports of
- * runtime/cpu/kernels_nn.c.
+ * runtime/cpu/conv.c, norm.c and attention.c.
  *
  * Why our own kernels here and not cuDNN's (convolution does use cuDNN, ops.c):
  *   - pooling: the CPU's maxpool sends the gradient to the FIRST maximum of a window and skips

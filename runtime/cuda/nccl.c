@@ -45,6 +45,10 @@
  *                  ncclSend/ncclRecv, and adds what it receives into place.
  *   A group of one member is a local box copy.
  * The exchange waits for the GPU once per collective instance in the first step only.
+ *
+ * Waiting for the GPU (cu_wait_event, which backend.c uses too) polls the event, NCCL's
+ * asynchronous errors and the run's timeout, and aborts every communicator when one of the
+ * last two ends the wait, so that a dead peer cannot hang a rank.
  */
 #define _GNU_SOURCE 1
 #include "internal.h"
@@ -381,15 +385,24 @@ static void from_wire(const wire *w, cu_member *m) {
     }
 }
 
+// A collective's code as a message names it: its row's name in runtime/colls.def, or its number.
+static void coll_text(int64_t kind, char *buf, size_t n) {
+    if (kind >= 0 && kind < PLAN_COLL_COUNT) snprintf(buf, n, "%s", plan_coll_name((uint32_t)kind));
+    else snprintf(buf, n, "collective %lld", (long long)kind);
+}
+
 static int check_wires(const rt_coll *c, const wire *w, char *err, size_t err_n) {
     for (int s = 0; s < c->n_members; s++) {
         const wire *o = &w[s];
         if (o->magic != WIRE_MAGIC || o->n != c->n_members || o->me != s)
             return cu_say(err, err_n, "collective mismatch: member %d of %s answered out of turn (another instruction?)", s, c->what);
-        if (o->kind != (int64_t)c->kind || o->dtype != c->dtype)
-            return cu_say(err, err_n, "collective mismatch: %s is collective %u on %s, member %d issues collective %lld on %s at "
-                          "this point", c->what, c->kind, plan_dtype_name(c->dtype), s, (long long)o->kind,
-                          plan_dtype_name((uint32_t)o->dtype));
+        if (o->kind != (int64_t)c->kind || o->dtype != c->dtype) {
+            char mine[32], theirs[32];
+            coll_text(c->kind, mine, sizeof mine);
+            coll_text(o->kind, theirs, sizeof theirs);
+            return cu_say(err, err_n, "collective mismatch: %s is %s on %s, member %d issues %s on %s at this point", c->what,
+                          mine, plan_dtype_name(c->dtype), s, theirs, plan_dtype_name((uint32_t)o->dtype));
+        }
         if (o->in_rank < 0 || o->in_rank > CK_MAX_RANK || o->out_rank < 0 || o->out_rank > CK_MAX_RANK)
             return cu_say(err, err_n, "collective mismatch: member %d of %s sent a bad description", s, c->what);
     }
@@ -724,6 +737,30 @@ int cu_nccl_coll(rt_backend *b, const rt_exec *x, const rt_coll *c, char *err, s
     }
     CU_TRY(cu_inflight_add(cu, st, c->what, err, err_n));
     return 0;
+}
+
+/* ---- waiting for the GPU ---- */
+
+int cu_wait_event(cu_state *cu, cudaEvent_t ev, const char *what, char *err, size_t err_n) {
+    double deadline = cu_now() + cu->timeout_s;
+    for (int spins = 0;; spins++) {
+        cudaError_t e = cudaEventQuery(ev);
+        if (e == cudaSuccess) return 0;
+        if (e != cudaErrorNotReady) {
+            cu_nccl_abort(cu);
+            return cu_say(err, err_n, "CUDA: %s while waiting for %s", cudaGetErrorString(e), what);
+        }
+        if (cu_nccl_poll(cu, err, err_n)) {
+            cu_nccl_abort(cu);
+            return cu_trace(err, err_n, __func__, __FILE__, __LINE__);
+        }
+        if (cu_now() > deadline) {
+            cu_nccl_abort(cu);
+            return cu_say(err, err_n, "%s did not finish within %g s (--timeout): a peer rank is dead, stuck or waiting for "
+                          "something else", what, cu->timeout_s);
+        }
+        cu_pause(spins);
+    }
 }
 
 /* ---- the loss across processes ---- */

@@ -1,6 +1,6 @@
 /*
  * cuda/ops.c: the CUDA backend's operators: every row of runtime/ops.def, forward, backward and
- * optimizer steps, with the CPU backend's semantics (rt.h, "cpu/kernels.c": local pieces,
+ * optimizer steps, with the CPU backend's semantics (rt.h, "cpu/dispatch.c": local pieces,
  * `once`, accumulate, losses over the global count, row-split embeddings, dropout keyed by the
  * global index), and the backend's local copies.
  *

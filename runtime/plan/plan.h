@@ -41,7 +41,7 @@
  *   one PROGRAM section per program. A rank reads the header, the table, META, STRINGS,
  *   TENSORS, GROUPS, RANKS and its own PROGRAM section only, checking each one's CRC.
  *
- * The byte layout inside each section is plan.c's (documented there, and in
+ * The byte layout inside each section is format.h's (documented there, and in
  * runtime/PLAN_FORMAT.md, the one document that specifies the format). The same plan always
  * serializes to the same bytes: order by index, never by pointer; no padding left uninitialized.
  *
@@ -180,9 +180,34 @@ typedef struct plan_buffer {
     uint8_t flags;              // PLAN_BUF_PERSIST
 } plan_buffer;
 
+// The collectives, runtime/colls.def's rows in order (the compiler's pcc_coll has the same
+// codes), and what the table says of each: how a pair's buffers relate (pieces), what it does
+// to a shard on its group's axes (shards), whether it may run in place, who contributes
+// (roots). colls.def explains each column.
+typedef enum plan_coll {
+#define COLL(E, name, pieces, shards, inplace, roots) PLAN_COLL_##E,
+#include "../colls.def"
+#undef COLL
+    PLAN_COLL_COUNT
+} plan_coll;
+_Static_assert(PLAN_COLL_ALL_REDUCE == 0 && PLAN_COLL_ALL_GATHER == 1 && PLAN_COLL_REDUCE_SCATTER == 2 &&
+               PLAN_COLL_ALL_TO_ALL == 3 && PLAN_COLL_SEND_RECV == 4 && PLAN_COLL_BROADCAST == 5,
+               "plans store these codes: append rows to colls.def, never reorder them");
+typedef enum plan_pieces { PLAN_PIECES_WHOLE, PLAN_PIECES_GATHER, PLAN_PIECES_SCATTER, PLAN_PIECES_SWAP } plan_pieces;
+typedef enum plan_shards {
+    PLAN_SHARDS_V_R, PLAN_SHARDS_D_R, PLAN_SHARDS_V_D, PLAN_SHARDS_D_D, PLAN_SHARDS_KEEP, PLAN_SHARDS_ANY
+} plan_shards;
+typedef enum plan_roots { PLAN_ROOTS_ALL, PLAN_ROOTS_FIRST } plan_roots;
+typedef struct plan_coll_facts {
+    plan_pieces pieces;
+    plan_shards shards;
+    bool inplace;
+    plan_roots roots;
+} plan_coll_facts;
+
 typedef enum plan_insn_kind {
     PLAN_I_COMPUTE,     // code: pcc_op_kind; args: inputs then outputs; attrs: index
-    PLAN_I_COLL,        // code: pcc_coll; a: group; args: [in_1..in_k, out_1..out_k], k >= 1 pairs (a bucket
+    PLAN_I_COLL,        // code: plan_coll; a: group; args: [in_1..in_k, out_1..out_k], k >= 1 pairs (a bucket
                         // when k > 1); in_j == out_j: in place
     PLAN_I_SEND,        // to the rank whose coord[a] is this rank's + b (other coords equal); args: [buf]
     PLAN_I_RECV,        // from the rank whose coord[a] is this rank's + b (b = -1: the previous stage)
@@ -276,11 +301,35 @@ typedef struct plan {
     void *owner;            // the allocation(s) behind a plan that plan_read made
 } plan;
 
-/* ---- the library (runtime/plan.c, plan_text.c, plan_check.c) ---- */
+/* ---- the library, file by file (runtime/plan/) ---- */
+
+/* plan.c: the memory a plan owns, and failing with a message */
+
+// n zeroed bytes (aligned for any type) that p owns: plan_free releases them. NULL when out of
+// memory. plan_decode and plan_parse allocate this way; a compiler may too.
+void *plan_alloc(plan *p, size_t n);
+// Releases what plan_alloc gave p (plan_decode, plan_read and plan_parse allocate this way) and
+// zeroes *p; accepts a zeroed plan and NULL.
+void plan_free(plan *p);
+// Writes the message (printf's fmt) into err (err_n bytes, NUL-terminated; err NULL: nothing) and
+// returns st: every reader's way of failing with a message.
+plan_status plan_errorf(plan_status st, char *err, size_t err_n, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+/* hash.c: checksums, and the hashes that tie a plan to its inputs */
 
 // CRC-32C (Castagnoli) and FNV-1a 64, as the header uses them.
 uint32_t plan_crc32c(uint32_t crc, const void *data, size_t n);
 uint64_t plan_fnv1a64(const void *data, size_t n);
+// The FNV-1a 64 of a file's bytes (the header's model and cluster hashes); PLAN_ERR_IO with a
+// message if it cannot be read.
+plan_status plan_file_hash(const char *path, uint64_t *hash, char *err, size_t err_n);
+
+// Refuses a stale plan: the model and cluster files' FNV-1a 64 hashes (paths NULL: not checked)
+// must be the ones the header records, and the options hash must be that of META's option
+// string. PLAN_ERR_STALE with a message saying which differs; PLAN_ERR_IO if a file cannot be read.
+plan_status plan_verify_inputs(const plan *p, const char *model_path, const char *cluster_path, char *err, size_t err_n);
+
+/* encode.c, decode.c: the binary form (format.h has the layout inside each section) */
 
 // Serializes p into a malloc'd buffer (*out, *n). Deterministic: the same plan, the same bytes.
 // Refuses (PLAN_ERR_FORMAT) a plan that fails plan_validate or was read for one rank.
@@ -292,50 +341,21 @@ plan_status plan_encode(const plan *p, uint8_t **out, size_t *n, char *err, size
 plan_status plan_decode(const uint8_t *data, size_t n, int rank, plan *out, char *err, size_t err_n);
 plan_status plan_write(const plan *p, const char *path, char *err, size_t err_n); // via a temp file + rename
 plan_status plan_read(const char *path, int rank, plan *out, char *err, size_t err_n);
-void plan_free(plan *p); // what plan_decode/plan_read allocated; accepts a zeroed plan and NULL
 
-// n zeroed bytes (aligned for any type) that p owns: plan_free releases them. NULL when out of
-// memory. plan_decode and plan_parse allocate this way; a compiler may too.
-void *plan_alloc(plan *p, size_t n);
+/* names.c: the name tables */
 
-// The well-formedness that the file format itself needs (plan_check's first part): every index
-// in range (tensors, the loss, groups, programs, buffers, args, attrs, streams, events, mesh
-// axes), every enum value known, the mesh consistent with world and the rank table, tensors with
-// at least one copy, every param with an initializer and every input with a data source (and no
-// other tensor with either) whose numbers are in range (normal: finite mean, finite std >= 0;
-// uniform: finite low < high; randint, tokens, targets: an integral high from 1 to 2^31),
-// shards that name mesh axes and (for a tensor buffer) dimensions of its tensor (all R for
-// scratch), layer slots inside their tensor's copies (layer_base + layer_slots <= copies;
-// layer_base 0 for scratch), loops nested inside their program (at most PLAN_MAX_LOOP_DEPTH
-// deep), instruction times and META's FLOP figures finite and >= 0. plan_encode refuses and plan_decode rejects a plan
-// that fails it. Returns PLAN_ERR_FORMAT with a message naming the item, or PLAN_OK.
-#define PLAN_MAX_LOOP_DEPTH 32
-#define PLAN_MAX_BUCKET 16384 // pairs of one collective instruction
-plan_status plan_validate(const plan *p, char *err, size_t err_n);
-// Writes the message (printf's fmt) into err (err_n bytes, NUL-terminated; err NULL: nothing) and
-// returns st: every reader's way of failing with a message.
-plan_status plan_errorf(plan_status st, char *err, size_t err_n, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-
-// How instruction `in` of program pg uses its argument j: PLAN_ARG_READ, PLAN_ARG_WRITE or both
-// (an in-place operator; an accumulating operator's outputs), as plan_check's data flow counts
-// it. The instruction must be valid (plan_validate).
-#define PLAN_ARG_READ 1u
-#define PLAN_ARG_WRITE 2u
-unsigned plan_arg_role(const plan_program *pg, const plan_insn *in, uint32_t j);
-
-// The names the text form uses (plan_text.c), NULL for a value out of range: operators in
-// runtime/ops.def's order (pcc_op_kind's), collectives in pcc_coll's order (all_reduce,
-// all_gather, reduce_scatter, all_to_all, send_recv, broadcast), dtypes (f32 f16 bf16 i32),
-// tensor kinds (input param activation grad state), initializers (none zeros ones normal uniform),
-// data sources (none normal binary randint tokens targets arange teacher), instruction kinds, loop
-// variables, schedules.
+// The names the text form and every message use, NULL for a value out of range: operators in
+// runtime/ops.def's order (pcc_op_kind's), collectives in runtime/colls.def's (plan_coll's:
+// all_reduce, all_gather, reduce_scatter, all_to_all, send_recv, broadcast), dtypes (f32 f16
+// bf16 i32), tensor kinds (input param activation grad state), initializers (none zeros ones
+// normal uniform), data sources (none normal binary randint tokens targets arange teacher),
+// instruction kinds, loop variables, schedules.
 const char *plan_op_name(uint32_t op);
 const char *plan_coll_name(uint32_t coll);
+// colls.def's row of collective `coll` (plan_coll), NULL for a value out of range.
+const plan_coll_facts *plan_coll_lookup(uint32_t coll);
 const char *plan_dtype_name(uint32_t dtype);
 uint32_t plan_dtype_bytes(uint32_t dtype); // 0 for a value out of range
-// The members of one instance of group g: the product of its axes' mesh sizes, or its explicit
-// ranks; 1 for PLAN_NONE. g must be in range (plan_check has checked it).
-uint64_t plan_group_size(const plan *p, uint32_t g);
 const char *plan_tensor_kind_name(uint32_t kind);
 const char *plan_init_name(uint32_t init);
 const char *plan_data_name(uint32_t data);
@@ -352,22 +372,14 @@ const char *plan_loop_var_name(uint32_t var);
 const char *plan_schedule_name(uint32_t schedule);
 const char *plan_phase_name(uint32_t phase); // none fwd bwd recompute opt
 
-// The FNV-1a 64 of a file's bytes (the header's model and cluster hashes); PLAN_ERR_IO with a
-// message if it cannot be read.
-plan_status plan_file_hash(const char *path, uint64_t *hash, char *err, size_t err_n);
+/* shard.c: the mesh's geometry: groups and shards */
 
-// Refuses a stale plan: the model and cluster files' FNV-1a 64 hashes (paths NULL: not checked)
-// must be the ones the header records, and the options hash must be that of META's option
-// string. PLAN_ERR_STALE with a message saying which differs; PLAN_ERR_IO if a file cannot be read.
-plan_status plan_verify_inputs(const plan *p, const char *model_path, const char *cluster_path, char *err, size_t err_n);
-
-// The text form: one line per item, every number exact, so that plan_parse(plan_print(p))
-// encodes to the same bytes as p. plandump prints it; plandump --assemble parses it. The parser
-// checks syntax, not cross-references (an out-of-range group or buffer is plan_check's to find);
-// its errors are "FILE:LINE: message" with PLAN_ERR_FORMAT, and leave *out zeroed.
-void plan_print(FILE *f, const plan *p, int only_rank /* -1: all */);
-plan_status plan_parse(const char *text, size_t n, const char *file, plan *out, char *err, size_t err_n);
-
+// The members of one instance of group g: the product of its axes' mesh sizes, or its explicit
+// ranks; 1 for PLAN_NONE. g must be in range (plan_check has checked it).
+uint64_t plan_group_size(const plan *p, uint32_t g);
+// The ways shard s splits dimension d: the product of the mesh sizes of the axes that map to
+// PLAN_SHARD_D(d) (1 when none does), UINT64_MAX past 2^64. Axes past the mesh are not counted.
+uint64_t plan_shard_ways(const plan *p, plan_shard s, int d);
 // Shards (see plan_shard). The piece of tensor t that a buffer with shard s holds on every rank:
 // local[i] = shape[i] / ways(i), where ways(i) is the product of the mesh sizes of the axes that
 // map to PLAN_SHARD_D(i) (1 when none does); dimensions past t's rank are 0. Returns false when
@@ -384,6 +396,39 @@ uint64_t plan_buffer_expected_bytes(const plan *p, const plan_buffer *b);
 // separated by spaces ("dp=d0 tp=v"); "" when every axis is R. An axis past the mesh shows as
 // ?A. Writes at most n bytes, NUL included (cut short if n is too small).
 void plan_shard_text(const plan *p, plan_shard s, char *buf, size_t n);
+
+/* print.c, parse.c: the text form */
+
+// The text form: one line per item, every number exact, so that plan_parse(plan_print(p))
+// encodes to the same bytes as p. plandump prints it; plandump --assemble parses it. The parser
+// checks syntax, not cross-references (an out-of-range group or buffer is plan_check's to find);
+// its errors are "FILE:LINE: message" with PLAN_ERR_FORMAT, and leave *out zeroed.
+void plan_print(FILE *f, const plan *p, int only_rank /* -1: all */);
+plan_status plan_parse(const char *text, size_t n, const char *file, plan *out, char *err, size_t err_n);
+
+/* check*.c: the verifier (checker.h has its layers) */
+
+// The well-formedness that the file format itself needs (plan_check's first part): every index
+// in range (tensors, the loss, groups, programs, buffers, args, attrs, streams, events, mesh
+// axes), every enum value known, the mesh consistent with world and the rank table, tensors with
+// at least one copy, every param with an initializer and every input with a data source (and no
+// other tensor with either) whose numbers are in range (normal: finite mean, finite std >= 0;
+// uniform: finite low < high; randint, tokens, targets: an integral high from 1 to 2^31),
+// shards that name mesh axes and (for a tensor buffer) dimensions of its tensor (all R for
+// scratch), layer slots inside their tensor's copies (layer_base + layer_slots <= copies;
+// layer_base 0 for scratch), loops nested inside their program (at most PLAN_MAX_LOOP_DEPTH
+// deep), instruction times and META's FLOP figures finite and >= 0. plan_encode refuses and plan_decode rejects a plan
+// that fails it. Returns PLAN_ERR_FORMAT with a message naming the item, or PLAN_OK.
+#define PLAN_MAX_LOOP_DEPTH 32
+#define PLAN_MAX_BUCKET 16384 // pairs of one collective instruction
+plan_status plan_validate(const plan *p, char *err, size_t err_n);
+
+// How instruction `in` of program pg uses its argument j: PLAN_ARG_READ, PLAN_ARG_WRITE or both
+// (an in-place operator; an accumulating operator's outputs), as plan_check's data flow counts
+// it. The instruction must be valid (plan_validate).
+#define PLAN_ARG_READ 1u
+#define PLAN_ARG_WRITE 2u
+unsigned plan_arg_role(const plan_program *pg, const plan_insn *in, uint32_t j);
 
 // The verifier, run by the compiler after emitting and by every reader: indices in range;
 // every buffer slot inside the arena; each tensor buffer's shard divides its tensor and its

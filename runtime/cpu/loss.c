@@ -1,0 +1,105 @@
+/*
+ * cpu/loss.c: the CPU backend's losses and their gradients: cross_entropy (logits [*b,v],
+ * int32 labels [*b]), mse_loss and bce_logits (element-wise, on equal shapes). A loss is a
+ * scalar: the local sum divided by the GLOBAL count (the views' full sizes), so the pieces of
+ * a split batch add up to the whole batch's mean; the gradients take dy (a scalar) first.
+ */
+#include "cpu.h"
+
+static int scalar_check(kctx *c, const char *what, const rt_view *v) {
+    if (cpu_numel(v) == 1) return 0;
+    return cpu_fail(c, "%s is %s; it must be a scalar", what, CPU_SHAPE(v));
+}
+
+// logits [*b,v] and labels [*b] (int32, each in [0, v)).
+static int ce_check(kctx *c, const rt_view *logits, const char *lname, const rt_view *labels, const char *yname) {
+    if (logits->rank < 1) return cpu_fail(c, "%s is a scalar; it needs [*b,v]", lname);
+    kshape want = cpu_shape_of(logits);
+    want.rank--;
+    if (cpu_expect(c, yname, labels, want)) return -1;
+    int64_t v = cpu_dim(logits, -1), n = cpu_numel(labels);
+    const int32_t *y = cpu_i(labels);
+    for (int64_t i = 0; i < n; i++)
+        if (y[i] < 0 || y[i] >= v)
+            return cpu_fail(c, "%s holds label %d at element %lld, outside [0, %lld)", yname, y[i], (long long)i, (long long)v);
+    return 0;
+}
+
+// log(sum(exp(x))) of one row, and the row's maximum.
+static double logsumexp(const real *x, int64_t v, real *max) {
+    real m = x[0];
+    for (int64_t j = 1; j < v; j++) m = x[j] > m ? x[j] : m;
+    double s = 0;
+    for (int64_t j = 0; j < v; j++) s += R_EXP(x[j] - m);
+    *max = m;
+    return (double)m + log(s);
+}
+
+// (logits [*b,v], labels [*b]) -> the mean over *b of -log softmax(logits)[label].
+int CPU_KERNEL(cross_entropy)(kctx *c) {
+    const rt_view *x = &c->in[0], *lab = &c->in[1];
+    if (ce_check(c, x, "input 0", lab, "input 1") || scalar_check(c, "output 0", &c->out[0])) return -1;
+    int64_t v = cpu_dim(x, -1), rows = v ? cpu_numel(lab) : 0;
+    const real *X = cpu_r(x);
+    const int32_t *y = cpu_i(lab);
+    double sum = 0;
+    for (int64_t r = 0; r < rows; r++) {
+        real m;
+        sum += logsumexp(X + r * v, v, &m) - X[r * v + y[r]];
+    }
+    cpu_put(cpu_r(&c->out[0]), (real)(sum / (double)cpu_full_numel(lab)), c->acc);
+    return 0;
+}
+
+// (dy, logits, labels) -> dy (softmax(logits) - onehot(label)) / count.
+int CPU_KERNEL(cross_entropy_grad)(kctx *c) {
+    const rt_view *x = &c->in[1], *lab = &c->in[2];
+    if (scalar_check(c, "input 0", &c->in[0]) || ce_check(c, x, "input 1", lab, "input 2") || cpu_like(c, "output 0", &c->out[0], x))
+        return -1;
+    int64_t v = cpu_dim(x, -1), rows = v ? cpu_numel(lab) : 0;
+    double k = (double)*cpu_r(&c->in[0]) / (double)cpu_full_numel(lab);
+    const real *X = cpu_r(x);
+    const int32_t *y = cpu_i(lab);
+    real *DX = cpu_r(&c->out[0]);
+    for (int64_t r = 0; r < rows; r++) {
+        real m, lse = (real)logsumexp(X + r * v, v, &m), kr = (real)k;
+        for (int64_t j = 0; j < v; j++) cpu_put(&DX[r * v + j], kr * (R_EXP(X[r * v + j] - lse) - (real)(j == y[r])), c->acc);
+    }
+    return 0;
+}
+
+// (a, b) -> mean((a - b)^2), or (x, labels) -> the mean of BCE with logits:
+//   max(x, 0) - x y + log(1 + exp(-|x|)).
+int CPU_KERNEL(pointwise_loss)(kctx *c) {
+    const rt_view *a = &c->in[0], *b = &c->in[1];
+    if (cpu_like(c, "input 1", b, a) || scalar_check(c, "output 0", &c->out[0])) return -1;
+    const real *A = cpu_r(a), *B = cpu_r(b);
+    int64_t n = cpu_numel(a);
+    double sum = 0;
+    if (c->k->op == CPU_OP_MSE_LOSS) {
+        for (int64_t i = 0; i < n; i++) sum += ((double)A[i] - B[i]) * ((double)A[i] - B[i]);
+    } else {
+        for (int64_t i = 0; i < n; i++) {
+            double x = A[i];
+            sum += (x > 0 ? x : 0) - x * B[i] + log1p(exp(-fabs(x)));
+        }
+    }
+    cpu_put(cpu_r(&c->out[0]), (real)(sum / (double)cpu_full_numel(a)), c->acc);
+    return 0;
+}
+
+// (dy, a, b) -> 2 dy (a - b) / count, or (dy, x, labels) -> dy (cpu_sigmoid(x) - labels) / count.
+int CPU_KERNEL(pointwise_loss_grad)(kctx *c) {
+    const rt_view *a = &c->in[1], *b = &c->in[2];
+    if (scalar_check(c, "input 0", &c->in[0]) || cpu_like(c, "input 2", b, a) || cpu_like(c, "output 0", &c->out[0], a)) return -1;
+    const real *A = cpu_r(a), *B = cpu_r(b);
+    real *D = cpu_r(&c->out[0]);
+    int64_t n = cpu_numel(a);
+    real k = (real)((double)*cpu_r(&c->in[0]) / (double)cpu_full_numel(a));
+    if (c->k->op == CPU_OP_MSE_LOSS_GRAD) {
+        for (int64_t i = 0; i < n; i++) cpu_put(&D[i], 2 * k * (A[i] - B[i]), c->acc);
+    } else {
+        for (int64_t i = 0; i < n; i++) cpu_put(&D[i], k * (cpu_sigmoid(A[i]) - B[i]), c->acc);
+    }
+    return 0;
+}
