@@ -320,12 +320,6 @@ int graph_bucket_segment(const pcc_graph *g, int i);
 // "[B,S,H]" into buf.
 char *shape_str(const pcc_graph *g, const pcc_tensor *t, char *buf, size_t n);
 
-// Verifier, run after every pass: indices in range, every tensor produced once and before it is
-// read (in program order, blocks respected), shapes agree with each op's rule, bindings typed
-// alike. Returns PCC_ERR_INTERNAL with a message on a broken IR (input errors were caught in
-// model.c already, so a failure here is plancc's bug).
-pcc_status graph_check(const pcc_graph *g);
-
 /* ---------------------------------------------------------------- ops.c */
 
 // Checks op's tensor shapes against its annotation and shape rule; reports against `where`
@@ -355,6 +349,14 @@ typedef struct pcc_letter {
 int op_letters(const pcc_graph *g, const pcc_op *op, pcc_letter *out);
 // Bytes read and written by one instance (each operand once).
 double op_bytes(const pcc_graph *g, const pcc_op *op);
+
+/* ---------------------------------------------------------------- check.c */
+
+// Verifier, run after every pass: indices in range, every tensor produced once and before it is
+// read (in program order, blocks respected), shapes agree with each op's rule, bindings typed
+// alike. Returns PCC_ERR_INTERNAL with a message on a broken IR (input errors were caught in
+// model.c already, so a failure here is plancc's bug).
+pcc_status graph_check(const pcc_graph *g);
 
 /* ---------------------------------------------------------------- model.c */
 
