@@ -50,13 +50,6 @@
 
 /* ---- the batch letter of every operator ---- */
 
-// The batch dimension: axis 0 of the first input with a shape (strategy_batch's).
-static int batch_dim(const pcc_graph *g) {
-    for (int t = 0; t < g->n_tensors; t++)
-        if (g->tensors[t].kind == PCC_T_INPUT && g->tensors[t].rank > 0) return g->tensors[t].dims[0];
-    return -1;
-}
-
 // The axis of tensor t that is the batch dimension, or -1.
 static int batch_axis(const pcc_graph *g, int t, int bd) {
     for (int i = 0; i < g->tensors[t].rank; i++)
@@ -236,7 +229,7 @@ pcc_status burst_plan(const pcc_graph *g, const pcc_cluster *c, const pcc_burst_
         fprintf(stderr, "%s: --burst runs one micro-batch per step (got --micro-batches %d)\n", pcc_progname, g->micro_batches);
         return PCC_ERR_INPUT;
     }
-    int bd = batch_dim(g);
+    int bd = graph_batch_dim(g);
     if (bd < 0) {
         fprintf(stderr, "%s: %s: --burst: the model has no batch dimension (an input with a shape)\n", pcc_progname, g->file);
         return PCC_ERR_INPUT;

@@ -106,6 +106,12 @@ int graph_bucket_segment(const pcc_graph *g, int i) {
     return s;
 }
 
+int graph_batch_dim(const pcc_graph *g) {
+    for (int t = 0; t < g->n_tensors; t++)
+        if (g->tensors[t].kind == PCC_T_INPUT && g->tensors[t].rank > 0) return g->tensors[t].dims[0];
+    return -1;
+}
+
 char *shape_str(const pcc_graph *g, const pcc_tensor *t, char *buf, size_t n) {
     size_t k = 0;
     k += (size_t)snprintf(buf + k, n - k, "[");

@@ -121,16 +121,14 @@ typedef struct options {
     const char *cluster; // NULL: no cluster section
     bool check, json, quiet;
     int verbose;
-    int micro_batches;
     int nodes, devices;  // 0: as the cluster file says
     const char *dumps;   // -d letters: t (phase 1 candidates), s (phase 2 schedule)
     pcc_ilp_opts ilp;
     const char *output;
     pcc_strategy_opts strat;
     bool template_given;
-    int64_t global_batch;     // 0: as the model says
-    int micro_batch_size;     // 0: not given
-    bool micro_batches_given, estimate_only;
+    pcc_batch_opts batch;     // --global-batch, --micro-batch-size, --micro-batches
+    bool estimate_only;
     int mb_searched;          // micro-batch counts the --auto search planned (0: no search)
     double mb_search_s;       // its seconds
     bool burst;               // --burst: DeepPool's burst parallelism (burst.c)
@@ -173,7 +171,7 @@ static pcc_status int_option(const char *name, const char *arg, long lo, long hi
 // The batch, interleaving and estimate options against each other and the rest.
 static pcc_status check_batch_options(const options *o) {
     const char *why = NULL;
-    if (o->micro_batch_size && !o->template_given)
+    if (o->batch.micro_batch_size && !o->template_given)
         why = "--micro-batch-size is per data-parallel replica, so it needs the template's --dp (with --tp, --pp)";
     else if (o->estimate_only && (o->check || o->output))
         why = o->check ? "--estimate-only plans a strategy; --check only checks the model" : "--estimate-only writes no plan (leave out -o)";
@@ -208,7 +206,7 @@ static pcc_status parse_options(int argc, char **argv, options *o, bool *done) {
         {NULL, 0, NULL, 0},
     };
     *done = false;
-    o->micro_batches = 1;
+    o->batch.micro_batches = 1;
     o->bucket_mb = 25;
     opterr = 0;
     int c;
@@ -222,14 +220,14 @@ static pcc_status parse_options(int argc, char **argv, options *o, bool *done) {
         case 'q': o->quiet = true; break;
         case 'h': usage(stdout); *done = true; return PCC_OK;
         case 'V': printf("plancc %s\n", PCC_VERSION); *done = true; return PCC_OK;
-        case 'm': if (int_option("--micro-batches", optarg, 1, 65536, &o->micro_batches)) return PCC_ERR_INPUT; o->micro_batches_given = true; break;
+        case 'm': if (int_option("--micro-batches", optarg, 1, 65536, &o->batch.micro_batches)) return PCC_ERR_INPUT; o->batch.micro_batches_given = true; break;
         case OPT_GLOBAL_BATCH: {
             int gb;
             if (int_option("--global-batch", optarg, 1, INT32_MAX, &gb)) return PCC_ERR_INPUT;
-            o->global_batch = gb;
+            o->batch.global_batch = gb;
             break;
         }
-        case OPT_MICRO_BATCH_SIZE: if (int_option("--micro-batch-size", optarg, 1, 1 << 24, &o->micro_batch_size)) return PCC_ERR_INPUT; break;
+        case OPT_MICRO_BATCH_SIZE: if (int_option("--micro-batch-size", optarg, 1, 1 << 24, &o->batch.micro_batch_size)) return PCC_ERR_INPUT; break;
         case OPT_VIRTUAL_STAGES: if (int_option("--virtual-stages", optarg, 1, 1 << 16, &o->strat.virtual_stages)) return PCC_ERR_INPUT; break;
         case OPT_ESTIMATE_ONLY: o->estimate_only = true; break;
         case OPT_BUCKET_MB: if (num_option("--bucket-mb", optarg, 0, 1e6, &o->bucket_mb)) return PCC_ERR_INPUT; break;
@@ -312,6 +310,7 @@ static pcc_status parse_options(int argc, char **argv, options *o, bool *done) {
         return PCC_ERR_INPUT;
     }
     o->strat.auto_mesh = !o->template_given;
+    o->batch.dp = o->strat.dp;
     o->strat.bg_dense = o->sync.algo != PCC_SYNC_ALLREDUCE;
     o->strat.bucket_bytes = o->bucket_mb * 1e6;
     if (o->strat.tp_batch && !o->template_given) {
@@ -337,7 +336,7 @@ static pcc_status parse_options(int argc, char **argv, options *o, bool *done) {
     }
     if (o->burst) {
         const char *clash = o->check ? "--check" : o->template_given ? "--dp, --tp and --pp" : auto_given ? "--auto"
-                          : o->micro_batches_given ? "--micro-batches" : o->micro_batch_size ? "--micro-batch-size"
+                          : o->batch.micro_batches_given ? "--micro-batches" : o->batch.micro_batch_size ? "--micro-batch-size"
                           : o->strat.zero ? "--zero" : o->recompute_given ? "--recompute" : o->schedule_given ? "--schedule"
                           : o->strat.virtual_stages ? "--virtual-stages" : o->estimate_only ? "--estimate-only"
                           : o->sync.algo != PCC_SYNC_ALLREDUCE ? "--sync background" : NULL;
@@ -404,13 +403,13 @@ static const char *canonical_options_(pcc_arena *a, const pcc_cluster *c, const 
         if (o->amp_limit > 0) snprintf(mesh, sizeof mesh, "--burst --amp-limit %g", o->amp_limit);
         else snprintf(mesh, sizeof mesh, "--burst");
         if (o->burst_widths) return arena_printf(a, "--devices %d %s --burst-widths %s --bucket-mb %g%s%s", c->n_devices, mesh,
-                                                 o->burst_widths, o->bucket_mb, o->global_batch ? " --global-batch " : "",
-                                                 o->global_batch ? arena_printf(a, "%lld", (long long)o->global_batch) : "");
+                                                 o->burst_widths, o->bucket_mb, o->batch.global_batch ? " --global-batch " : "",
+                                                 o->batch.global_batch ? arena_printf(a, "%lld", (long long)o->batch.global_batch) : "");
     }
     char batch[48] = "";
-    if (o->global_batch) snprintf(batch, sizeof batch, " --global-batch %lld", (long long)o->global_batch);
+    if (o->batch.global_batch) snprintf(batch, sizeof batch, " --global-batch %lld", (long long)o->batch.global_batch);
     return arena_printf(a, "--devices %d %s --micro-batches %d%s --schedule %s --zero %d --recompute %s --bucket-mb %g "
-                        "--time-limit %g --mip-gap %g%s%s", c->n_devices, mesh, o->micro_batches, batch,
+                        "--time-limit %g --mip-gap %g%s%s", c->n_devices, mesh, o->batch.micro_batches, batch,
                         s->schedule == PCC_PIPE_GPIPE ? "gpipe" : "1f1b", s->zero, rc[s->recompute], o->bucket_mb,
                         o->ilp.time_limit_s, o->ilp.mip_gap, o->sync.algo == PCC_SYNC_ALLREDUCE ? "" : " --sync ",
                         o->sync.algo == PCC_SYNC_ALLREDUCE ? "" : sync_str(a, &o->sync));
@@ -518,9 +517,8 @@ static pcc_status print_estimate(const pcc_graph *g, const pcc_cluster *c, const
                                  double seconds) {
     const pcc_estimate *x = &s->est;
     char buf[160], b1[32], b2[32];
-    int64_t batch = 0;
-    for (int t = 0; t < g->n_tensors && !batch; t++)
-        if (g->tensors[t].kind == PCC_T_INPUT && g->tensors[t].rank > 0) batch = g->dims[g->tensors[t].dims[0]].size;
+    int bd = graph_batch_dim(g);
+    int64_t batch = bd >= 0 ? g->dims[bd].size : 0;
     if (o->json) {
         printf("{\"model\": \"%s\", \"cluster\": \"%s\", \"devices\": %d, \"pp\": %d, \"dp\": %d, \"tp\": %d, "
                "\"virtual_stages\": %d, \"micro_batches\": %d, \"batch\": %lld, \"global_batch\": %lld, \"zero\": %d, "
@@ -546,7 +544,7 @@ static pcc_status print_estimate(const pcc_graph *g, const pcc_cluster *c, const
            fmt_bytes(b2, sizeof b2, c->memory_bytes), seconds);
     if (o->mb_searched)
         printf("  searched %d micro-batch counts of the global batch %lld; %d was the fastest\n", o->mb_searched,
-               (long long)o->global_batch, o->micro_batches);
+               (long long)o->batch.global_batch, o->batch.micro_batches);
     return PCC_OK;
 }
 
@@ -669,7 +667,7 @@ static pcc_status compile(pcc_arena *a, const pcc_graph *g, const pcc_cluster *c
         if (o->strat.auto_mesh) printf("  searched %d factorizations; this one ranked %d by the cost model\n", n, which + 1);
         if (o->mb_searched)
             printf("  searched %d micro-batch counts of the global batch %lld; %d was the fastest\n", o->mb_searched,
-                   (long long)o->global_batch, o->micro_batches);
+                   (long long)o->batch.global_batch, o->batch.micro_batches);
         static const char *const ilp_word[] = {"optimal", "gap", "time_limit", "infeasible", "no_solution", "error"};
         for (int k = 0; o->verbose && k < n; k++) // one line per candidate, key=value for scripts
             printf("  candidate %d: %s; est_step_s=%.6g est_memory=%.4g ilp_rows=%d ilp_cols=%d ilp_status=%s ilp_gap=%.4g "
@@ -699,14 +697,9 @@ static pcc_status compile(pcc_arena *a, const pcc_graph *g, const pcc_cluster *c
 static pcc_status load_graph(pcc_arena *a, options *o, pcc_graph **out) {
     pcc_graph *g = NULL;
     pcc_status st = model_load(a, o->model, &g);
-    if (!st) st = strategy_batch(g, o->global_batch, o->micro_batch_size, o->strat.dp, &o->micro_batches, o->micro_batches_given);
-    if (!st && !o->global_batch && o->micro_batch_size)
-        o->global_batch = (int64_t)o->micro_batch_size * (o->strat.dp ? o->strat.dp : 1) * o->micro_batches;
+    if (!st) st = batch_apply(g, &o->batch);
     if (!st) st = graph_check(g);
-    if (!st) {
-        g->micro_batches = o->micro_batches;
-        st = autodiff(g);
-    }
+    if (!st) st = autodiff(g);
     if (!st) st = graph_check(g);
     *out = g;
     return st;
@@ -723,7 +716,7 @@ static pcc_status load_graph(pcc_arena *a, options *o, pcc_graph **out) {
 
 static pcc_status search_micro_batches(options *o, const pcc_cluster *c, int64_t grain) {
     double t0 = now_s();
-    int64_t gb = o->global_batch;
+    int64_t gb = o->batch.global_batch;
     double best = INFINITY;
     int best_m = 0, misses = 0;
     bool was_quiet = pcc_quiet;
@@ -733,7 +726,7 @@ static pcc_status search_micro_batches(options *o, const pcc_cluster *c, int64_t
         progress_phase("phase 2: %lld micro-batches of %lld samples (tried %d; best %d at %.4g s)", (long long)m,
                        (long long)(gb / m), o->mb_searched, best_m, isfinite(best) ? best : 0);
         options t = *o;
-        t.micro_batches = (int)m, t.micro_batches_given = true;
+        t.batch.micro_batches = (int)m, t.batch.micro_batches_given = true;
         pcc_arena *a = arena_init();
         pcc_graph *g;
         pcc_status st = load_graph(a, &t, &g);
@@ -757,7 +750,7 @@ static pcc_status search_micro_batches(options *o, const pcc_cluster *c, int64_t
     }
     pcc_quiet = was_quiet;
     o->mb_search_s = now_s() - t0;
-    if (best_m) o->micro_batches = best_m, o->micro_batches_given = true;
+    if (best_m) o->batch.micro_batches = best_m, o->batch.micro_batches_given = true;
     return PCC_OK; // nothing fit: the plain compile (one micro-batch) says why
 }
 
@@ -775,11 +768,11 @@ int main(int argc, char **argv) {
     pcc_cluster *cluster = NULL;
     if (!st && o.cluster) st = cluster_load(arena, o.cluster, o.nodes, o.devices, &cluster);
     if (!st && cluster && o.tf32) cluster->tf32 = true;
-    bool search = !o.check && !o.burst && o.strat.auto_mesh && o.global_batch && !o.micro_batches_given &&
-                  !o.micro_batch_size;
+    bool search = !o.check && !o.burst && o.strat.auto_mesh && o.batch.global_batch && !o.batch.micro_batches_given &&
+                  !o.batch.micro_batch_size;
     if (!st && search) {
-        st = search_micro_batches(&o, cluster, strategy_batch_grain(g));
-        if (!st && o.micro_batches != g->micro_batches) st = load_graph(arena, &o, &g);
+        st = search_micro_batches(&o, cluster, batch_grain(g));
+        if (!st && o.batch.micro_batches != g->micro_batches) st = load_graph(arena, &o, &g);
     }
     if (!st && o.check) {
         pcc_report_opts ro = {.json = o.json, .verbose = o.verbose};

@@ -317,6 +317,9 @@ bool graph_step_synced(const pcc_graph *g, int t, bool bg_dense);
 // top-level ops between two blocks; the emitter closes the open bucket at every loop boundary.
 // 0..n_blocks: top-level stretches; n_blocks + 1 + b: block b's copies.
 int graph_bucket_segment(const pcc_graph *g, int i);
+// The model dimension data parallelism splits: axis 0 of the first input with a shape (the
+// batch). -1 when the model has none.
+int graph_batch_dim(const pcc_graph *g);
 // "[B,S,H]" into buf.
 char *shape_str(const pcc_graph *g, const pcc_tensor *t, char *buf, size_t n);
 
@@ -371,6 +374,32 @@ pcc_status model_load(pcc_arena *a, const char *path, pcc_graph **out);
 // backward block with the same repeat. Fails with PCC_ERR_INPUT if the loss does not depend on
 // any parameter.
 pcc_status autodiff(pcc_graph *g);
+
+/* ---------------------------------------------------------------- batch.c */
+
+// The batch options (--global-batch, --micro-batch-size, --micro-batches).
+typedef struct pcc_batch_opts {
+    int64_t global_batch;       // samples per step; 0: as the model file says
+    int micro_batch_size;       // samples per micro-batch on each data-parallel replica; 0: not given
+    int dp;                     // the template's data parallelism (--dp; 0: not given)
+    int micro_batches;          // --micro-batches (1 when not given)
+    bool micro_batches_given;
+} pcc_batch_opts;
+
+// Sets the model's batch dimension (axis 0 of its first input) to the samples of one
+// micro-batch step over all replicas, and o->micro_batches and g->micro_batches:
+//   global and size:  micro-batches = global / (size * dp), batch = size * dp
+//   global only:      batch = global / micro-batches (as given, default 1)
+//   size only:        batch = size * dp, micro-batches as given; o->global_batch is then set to
+//                     the samples of the step (what the plan records)
+// micro_batches_given says whether o->micro_batches came from --micro-batches (then it must
+// agree). Call it after model_load, before graph_check and autodiff. PCC_ERR_INPUT (reported)
+// when the numbers do not divide, the model has no batch dimension, or a ghost batch norm's group
+// does not divide the batch so set.
+pcc_status batch_apply(pcc_graph *g, pcc_batch_opts *o);
+// The batch a micro-batch holds must be a multiple of this: the least common multiple of the
+// ghost batch norms' groups over the batch dimension (1 if none). Can't fail.
+int64_t batch_grain(const pcc_graph *g);
 
 /* ---------------------------------------------------------------- cluster.c */
 
@@ -766,22 +795,6 @@ pcc_status strategy_plan(const pcc_graph *g, const pcc_cluster *c, const pcc_str
                          int *n_out);
 // "pp 2 x dp 2 x tp 2, 1f1b, 4 micro-batches" into buf.
 char *strategy_str(const pcc_strategy *s, char *buf, size_t n);
-// The batch options: global_batch samples per step (0: as the model file says) and
-// micro_batch_size samples per micro-batch on each data-parallel replica (0: not given; needs
-// dp, the template's). Sets the model's batch dimension (axis 0 of its first input) to the
-// samples of one micro-batch step over all replicas, and *micro_batches:
-//   global and size:  micro-batches = global / (size * dp), batch = size * dp
-//   global only:      batch = global / *micro_batches (as given, default 1)
-//   size only:        batch = size * dp, *micro_batches as given
-// micro_batches_given says whether *micro_batches came from --micro-batches (then it must agree).
-// Call it after model_load, before graph_check and autodiff. PCC_ERR_INPUT (reported) when the
-// numbers do not divide, the model has no batch dimension, or a ghost batch norm's group does not
-// divide the batch so set.
-pcc_status strategy_batch(pcc_graph *g, int64_t global_batch, int micro_batch_size, int dp, int *micro_batches,
-                          bool micro_batches_given);
-// The batch a micro-batch holds must be a multiple of this: the least common multiple of the
-// ghost batch norms' groups over the batch dimension (1 if none). Can't fail.
-int64_t strategy_batch_grain(const pcc_graph *g);
 
 /* ---------------------------------------------------------------- emit.c */
 

@@ -36,13 +36,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-// The model dimension data parallelism splits: axis 0 of the first input.
-static int batch_dim(const pcc_graph *g) {
-    for (int t = 0; t < g->n_tensors; t++)
-        if (g->tensors[t].kind == PCC_T_INPUT && g->tensors[t].rank > 0) return g->tensors[t].dims[0];
-    return -1;
-}
-
 // Op's letter of model dimension dim that can be cut `ways` ways (whole grains per piece), or -1.
 static int letter_of_dim(const pcc_graph *g, const pcc_op *op, int dim, int ways) {
     pcc_letter l[PCC_MAX_LETTERS];
@@ -604,7 +597,7 @@ static int by_time(const void *a, const void *b) {
 pcc_status strategy_plan(const pcc_graph *g, const pcc_cluster *c, const pcc_strategy_opts *o, pcc_strategy ***out,
                          int *n_out) {
     *out = NULL, *n_out = 0;
-    int N = c->n_devices, bdim = batch_dim(g), nl;
+    int N = c->n_devices, bdim = graph_batch_dim(g), nl;
     int64_t bsize = bdim >= 0 ? g->dims[bdim].size : 1;
     layer *L = layers(g, &nl);
     pcc_strategy **v = NULL;
@@ -717,71 +710,4 @@ char *strategy_str(const pcc_strategy *s, char *buf, size_t n) {
              s->micro_batches, s->micro_batches == 1 ? "" : "es",
              s->zero == 3 ? ", zero 3" : s->zero == 2 ? ", zero 2" : s->zero == 1 ? ", zero 1" : "");
     return buf;
-}
-
-static int64_t gcd64(int64_t a, int64_t b) { return b ? gcd64(b, a % b) : a; }
-
-int64_t strategy_batch_grain(const pcc_graph *g) {
-    int b = batch_dim(g);
-    int64_t l = 1;
-    for (int i = 0; i < g->n_fwd_ops && b >= 0; i++) {
-        const pcc_op *op = &g->ops[i];
-        int64_t G = op->attrs.ghost_batch;
-        if (op->kind == PCC_OP_BATCHNORM && G > 0 && g->tensors[op->in[0]].dims[0] == b) l = l / gcd64(l, G) * G;
-    }
-    return l;
-}
-
-// Every ghost batch norm's group still divides the batch once the options have set it.
-static pcc_status ghost_check(const pcc_graph *g, int b, int64_t global_batch) {
-    for (int i = 0; i < g->n_fwd_ops; i++) {
-        const pcc_op *op = &g->ops[i];
-        int64_t G = op->attrs.ghost_batch;
-        if (op->kind != PCC_OP_BATCHNORM || G <= 0 || g->tensors[op->in[0]].dims[0] != b || g->dims[b].size % G == 0) continue;
-        return diag(g->file, arena_printf(g->arena, "%s/attrs/ghost_batch", op->ptr),
-                    "ghost_batch %lld does not divide the batch: %s makes %s = %lld per micro-batch", (long long)G,
-                    global_batch ? "--global-batch" : "--micro-batch-size", g->dims[b].name, (long long)g->dims[b].size);
-    }
-    return PCC_OK;
-}
-
-pcc_status strategy_batch(pcc_graph *g, int64_t global_batch, int micro_batch_size, int dp, int *micro_batches,
-                          bool micro_batches_given) {
-    if (!global_batch && !micro_batch_size) return PCC_OK;
-    int b = batch_dim(g);
-    if (b < 0) {
-        fprintf(stderr, "%s: %s: %s needs a batch dimension (axis 0 of the model's first input), and the model has none\n",
-                pcc_progname, g->file, global_batch ? "--global-batch" : "--micro-batch-size");
-        return PCC_ERR_INPUT;
-    }
-    int64_t batch, mbs = micro_batch_size, step = mbs * (dp > 0 ? dp : 1);
-    if (mbs && global_batch) {
-        if (global_batch % step != 0) {
-            fprintf(stderr, "%s: --global-batch %lld is not a multiple of --micro-batch-size %lld x --dp %d = %lld\n",
-                    pcc_progname, (long long)global_batch, (long long)mbs, dp > 0 ? dp : 1, (long long)step);
-            return PCC_ERR_INPUT;
-        }
-        int64_t m = global_batch / step;
-        if (m > 65536 || (micro_batches_given && m != *micro_batches)) {
-            fprintf(stderr, m > 65536 ? "%s: --global-batch %lld makes %lld micro-batches of %lld samples; at most 65536\n"
-                                      : "%s: --global-batch %lld in micro-batches of %lld samples per replica makes %lld "
-                                        "micro-batch(es), but --micro-batches says %d\n",
-                    pcc_progname, (long long)global_batch, m > 65536 ? (long long)m : (long long)mbs,
-                    m > 65536 ? (long long)step : (long long)m, *micro_batches);
-            return PCC_ERR_INPUT;
-        }
-        *micro_batches = (int)m;
-        batch = step;
-    } else if (global_batch) {
-        if (global_batch % *micro_batches != 0) {
-            fprintf(stderr, "%s: --global-batch %lld does not split into %d micro-batches\n", pcc_progname,
-                    (long long)global_batch, *micro_batches);
-            return PCC_ERR_INPUT;
-        }
-        batch = global_batch / *micro_batches;
-    } else {
-        batch = step;
-    }
-    g->dims[b].size = batch;
-    return ghost_check(g, b, global_batch);
 }
