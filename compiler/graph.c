@@ -112,6 +112,23 @@ int graph_batch_dim(const pcc_graph *g) {
     return -1;
 }
 
+pcc_layer *graph_layers(const pcc_graph *g, int *n_out) {
+    pcc_layer *v = NULL;
+    int n = 0, cap = 0;
+    for (int o = 0; o < g->n_fwd_ops; o++) {
+        const pcc_op *op = &g->ops[o];
+        if (op->block < 0) {
+            *VEC_PUSH(g->arena, v, n, cap) = (pcc_layer){o, -1, 0};
+            continue;
+        }
+        const pcc_block *bl = &g->blocks[op->block];
+        for (int64_t c = 0; c < bl->repeat; c++) *VEC_PUSH(g->arena, v, n, cap) = (pcc_layer){-1, op->block, (int)c};
+        o = bl->first_op + bl->n_ops - 1;
+    }
+    *n_out = n;
+    return v;
+}
+
 char *shape_str(const pcc_graph *g, const pcc_tensor *t, char *buf, size_t n) {
     size_t k = 0;
     k += (size_t)snprintf(buf + k, n - k, "[");

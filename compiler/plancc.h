@@ -320,6 +320,13 @@ int graph_bucket_segment(const pcc_graph *g, int i);
 // The model dimension data parallelism splits: axis 0 of the first input with a shape (the
 // batch). -1 when the model has none.
 int graph_batch_dim(const pcc_graph *g);
+// The layers of the forward program, in order: every top-level forward op, and every copy of
+// every forward block (what pipeline stages cut and the estimate walks). Can't fail.
+typedef struct pcc_layer {
+    int op;                 // a top-level forward op, or -1
+    int block, copy;        // else a forward block and one of its copies
+} pcc_layer;
+pcc_layer *graph_layers(const pcc_graph *g, int *n);
 // "[B,S,H]" into buf.
 char *shape_str(const pcc_graph *g, const pcc_tensor *t, char *buf, size_t n);
 
@@ -795,6 +802,15 @@ pcc_status strategy_plan(const pcc_graph *g, const pcc_cluster *c, const pcc_str
                          int *n_out);
 // "pp 2 x dp 2 x tp 2, 1f1b, 4 micro-batches" into buf.
 char *strategy_str(const pcc_strategy *s, char *buf, size_t n);
+
+/* ---------------------------------------------------------------- estimate.c */
+
+// The cost model's estimate of one training step of strategy s (its mesh, splits and stages
+// set; sc its tp group's ILP choice) into s->est: the busiest pipeline device's operators,
+// tensor-parallel resharding and sends per micro-batch, the schedule's bubble, then the
+// gradient synchronization the last backward pass does not hide, the optimizer and ZeRO's
+// all-gather. Can't fail.
+void estimate_step(const pcc_graph *g, const pcc_cluster *c, const pcc_sched *sc, pcc_strategy *s);
 
 /* ---------------------------------------------------------------- emit.c */
 
