@@ -123,7 +123,7 @@ typedef struct options {
     int verbose;
     int nodes, devices;  // 0: as the cluster file says
     const char *dumps;   // -d letters: t (phase 1 candidates), s (phase 2 schedule)
-    pcc_ilp_opts ilp;
+    pcc_mip_opts ilp;
     const char *output;
     pcc_strategy_opts strat;
     bool template_given;
@@ -675,7 +675,7 @@ static pcc_status compile(pcc_arena *a, const pcc_graph *g, const pcc_cluster *c
                    cand[k]->est_memory_bytes, cand[k]->ilp.rows, cand[k]->ilp.cols, ilp_word[cand[k]->ilp.status],
                    cand[k]->ilp.gap, cand[k]->ilp.seconds);
         printf("  ILP (tp group of %d): %d rows x %d columns, %s, objective %.6g s, bound %.6g s, gap %.2f%%, %.3f s\n",
-               s->mesh[PCC_AX_TP], s->ilp.rows, s->ilp.cols, ilp_status_name(s->ilp.status), s->ilp.objective,
+               s->mesh[PCC_AX_TP], s->ilp.rows, s->ilp.cols, mip_status_name(s->ilp.status), s->ilp.objective,
                s->ilp.bound, 100 * s->ilp.gap, s->ilp.seconds);
         const plan *p = e.p;
         for (uint32_t k = 0; k < p->n_programs; k++)

@@ -622,39 +622,40 @@ double rvd_reshard(const pcc_cluster *c, const pcc_graph *g, const pcc_tensor *t
 // "R2V1D(4,1)" into buf.
 char *layout_str(const pcc_layout *l, int rank, char *buf, size_t n);
 
-/* ---------------------------------------------------------------- ilp.c */
+/* ---------------------------------------------------------------- glpk.c */
 
-/* A mixed-integer program builder and one GLPK solve (GLPK never leaves ilp.c). */
-typedef struct pcc_ilp pcc_ilp;
-typedef enum pcc_ilp_sense { PCC_ILP_EQ, PCC_ILP_LE, PCC_ILP_GE } pcc_ilp_sense;
-typedef enum pcc_ilp_status {
-    PCC_ILP_OPTIMAL, PCC_ILP_GAP, PCC_ILP_TIME_LIMIT, // a solution (proven, within the gap, best so far)
-    PCC_ILP_INFEASIBLE, PCC_ILP_NO_SOLUTION, PCC_ILP_ERROR,
-} pcc_ilp_status;
-typedef struct pcc_ilp_opts {
+/* A mixed-integer program builder and one GLPK solve (GLPK never leaves glpk.c), and the
+ * progress line of a long compile. */
+typedef struct pcc_mip pcc_mip;
+typedef enum pcc_mip_sense { PCC_MIP_EQ, PCC_MIP_LE, PCC_MIP_GE } pcc_mip_sense;
+typedef enum pcc_mip_status {
+    PCC_MIP_OPTIMAL, PCC_MIP_GAP, PCC_MIP_TIME_LIMIT, // a solution (proven, within the gap, best so far)
+    PCC_MIP_INFEASIBLE, PCC_MIP_NO_SOLUTION, PCC_MIP_ERROR,
+} pcc_mip_status;
+typedef struct pcc_mip_opts {
     double time_limit_s;    // > 0
     double mip_gap;         // relative, in [0, 1)
     bool progress;          // with no driver's progress line on, a line of its own on a terminal
     const char *dump_lp;    // write the model as CPLEX LP text here first (NULL: no)
-} pcc_ilp_opts;
-typedef struct pcc_ilp_result {
-    pcc_ilp_status status;
+} pcc_mip_opts;
+typedef struct pcc_mip_result {
+    pcc_mip_status status;
     double objective, bound, gap, seconds;
     int rows, cols, nonzeros;
     double *x;              // column values (when there is a solution)
-} pcc_ilp_result;
+} pcc_mip_result;
 
-pcc_ilp *ilp_init(pcc_arena *a);
+pcc_mip *mip_init(pcc_arena *a);
 // Columns and rows get names (kept, not copied: arena strings) so --dump-ilp reads well.
-int ilp_add_col(pcc_ilp *p, const char *name, bool binary, double lo, double hi, double cost);
-int ilp_add_row(pcc_ilp *p, const char *name, pcc_ilp_sense sense, double rhs);
-void ilp_set(pcc_ilp *p, int row, int col, double coef);
-int ilp_cols(const pcc_ilp *p);
-int ilp_rows(const pcc_ilp *p);
+int mip_add_col(pcc_mip *p, const char *name, bool binary, double lo, double hi, double cost);
+int mip_add_row(pcc_mip *p, const char *name, pcc_mip_sense sense, double rhs);
+void mip_set(pcc_mip *p, int row, int col, double coef);
+int mip_cols(const pcc_mip *p);
+int mip_rows(const pcc_mip *p);
 // Solves; PCC_ERR_INPUT for bad parameters or an unwritable dump file; otherwise PCC_OK with
 // the outcome in r->status (the caller decides what an infeasible model means).
-pcc_status ilp_solve(pcc_ilp *p, const pcc_ilp_opts *o, pcc_ilp_result *r);
-const char *ilp_status_name(pcc_ilp_status s);
+pcc_status mip_solve(pcc_mip *p, const pcc_mip_opts *o, pcc_mip_result *r);
+const char *mip_status_name(pcc_mip_status s);
 
 // The progress line of a long compile: one line on stderr, redrawn in place, with the phase and,
 // during an ILP solve, its size, incumbent, bound and gap. progress_init(on) turns it on when
@@ -689,7 +690,7 @@ typedef struct pcc_sched_opts {
     bool bg_dense;
     double bucket_bytes;    // gradients share collectives of up to this (--bucket-mb); 0: one each
     double follow_above_cols; // element-wise ops follow their producer when the program would have more columns (0: 50,000)
-    pcc_ilp_opts ilp;
+    pcc_mip_opts ilp;
     bool quiet;             // an infeasible program returns PCC_ERR_INFEASIBLE without a message
 } pcc_sched_opts;
 
@@ -699,7 +700,7 @@ typedef struct pcc_sched {
     const char **cause;     // per forward op: why ("ilp", "follow:/ops/3")
     int *leader;            // per forward op: the op whose ILP variable decides it (itself if none)
     int **follow;           // per forward op: its candidate for each of its leader's candidates
-    pcc_ilp_result ilp;
+    pcc_mip_result ilp;
     double compute_s, sync_s, reshard_s; // per device per step, at the choice
     double memory_bytes;    // per device at the choice
 } pcc_sched;
@@ -749,7 +750,7 @@ typedef struct pcc_strategy_opts {
     bool bg_dense;              // --sync background: dense replicas are averaged off the step (pcc_sched_opts)
     bool tp_batch;              // the template's ILP may split the batch over tp too (--tp-batch; implied by bg_dense)
     double bucket_bytes;        // --bucket-mb in bytes: the estimate's gradient buckets (0: one collective each)
-    pcc_ilp_opts ilp;
+    pcc_mip_opts ilp;
     bool quiet;
 } pcc_strategy_opts;
 
@@ -791,7 +792,7 @@ typedef struct pcc_strategy {
     double est_step_s;          // the cost model's estimate of one step (est.step_s)
     pcc_estimate est;           // ... and its parts
     double est_memory_bytes;    // its estimate of the largest stage's memory per device
-    pcc_ilp_result ilp;         // the tp group's ILP (status OPTIMAL with 0 rows when tp = 1)
+    pcc_mip_result ilp;         // the tp group's ILP (status OPTIMAL with 0 rows when tp = 1)
 } pcc_strategy;
 
 // The candidate strategies for the options: one for a template, all that the search finds for

@@ -2,7 +2,7 @@
  * sched.c: phase 2, space-time scheduling: the intra-operator ILP.
  *
  * Given each forward operator's candidates on a group of n devices (transform.c), pick one per
- * operator. Alpa's formulation, as an integer program for GLPK (ilp.c):
+ * operator. Alpa's formulation, as an integer program for GLPK (glpk.c):
  *
  *   x[o][k] in {0,1}, sum_k x[o][k] = 1                 one candidate per operator
  *   y[e][k][l] in [0,1] for each edge e = (p -> c):      the pair chosen at both ends
@@ -336,26 +336,26 @@ static void leader_cost(builder *B, int l, int k, double *time, double *mem) {
     }
 }
 
-static void add_choices(builder *B, pcc_ilp *P, cols *C, int mem_row) {
+static void add_choices(builder *B, pcc_mip *P, cols *C, int mem_row) {
     const pcc_graph *g = B->g;
     C->x_first = arena_alloc(g->arena, sizeof(int) * (size_t)(B->t->n_ops + 1));
     for (int i = 0; i < B->t->n_ops; i++) {
         C->x_first[i] = -1;
         if (B->leader[i] != i) continue;
         const pcc_op_cands *oc = &B->t->ops[i];
-        int row = ilp_add_row(P, arena_printf(g->arena, "one_op%d", oc->op), PCC_ILP_EQ, 1);
+        int row = mip_add_row(P, arena_printf(g->arena, "one_op%d", oc->op), PCC_MIP_EQ, 1);
         for (int k = 0; k < oc->n; k++) {
             double time, mem;
             leader_cost(B, i, k, &time, &mem);
-            int col = ilp_add_col(P, arena_printf(g->arena, "x_op%d_%d", oc->op, k), true, 0, 1, time);
+            int col = mip_add_col(P, arena_printf(g->arena, "x_op%d_%d", oc->op, k), true, 0, 1, time);
             if (k == 0) C->x_first[i] = col;
-            ilp_set(P, row, col, 1);
-            ilp_set(P, mem_row, col, mem / (1 << 30));
+            mip_set(P, row, col, 1);
+            mip_set(P, mem_row, col, mem / (1 << 30));
         }
     }
 }
 
-static void add_edges(builder *B, pcc_ilp *P, const cols *C, int mem_row) {
+static void add_edges(builder *B, pcc_mip *P, const cols *C, int mem_row) {
     const pcc_graph *g = B->g;
     for (int e = 0; e < B->n_edges; e++) {
         const edge *ed = &B->edges[e];
@@ -364,22 +364,22 @@ static void add_edges(builder *B, pcc_ilp *P, const cols *C, int mem_row) {
         int np = B->t->ops[lp].n, nc = B->t->ops[lc].n;
         int *row_k = arena_alloc(g->arena, sizeof(int) * (size_t)np), *row_l = arena_alloc(g->arena, sizeof(int) * (size_t)nc);
         for (int k = 0; k < np; k++) {
-            row_k[k] = ilp_add_row(P, arena_printf(g->arena, "e%d_out%d", e, k), PCC_ILP_EQ, 0);
-            ilp_set(P, row_k[k], C->x_first[lp] + k, -1);
+            row_k[k] = mip_add_row(P, arena_printf(g->arena, "e%d_out%d", e, k), PCC_MIP_EQ, 0);
+            mip_set(P, row_k[k], C->x_first[lp] + k, -1);
         }
         for (int l = 0; l < nc; l++) {
-            row_l[l] = ilp_add_row(P, arena_printf(g->arena, "e%d_in%d", e, l), PCC_ILP_EQ, 0);
-            ilp_set(P, row_l[l], C->x_first[lc] + l, -1);
+            row_l[l] = mip_add_row(P, arena_printf(g->arena, "e%d_in%d", e, l), PCC_MIP_EQ, 0);
+            mip_set(P, row_l[l], C->x_first[lc] + l, -1);
         }
         for (int k = 0; k < np; k++)
             for (int l = 0; l < nc; l++) {
                 double s = edge_cost(B, ed, cand_at(B, ed->p, k), cand_at(B, ed->c, l));
                 if (s < 0) continue;
-                int col = ilp_add_col(P, arena_printf(g->arena, "y_e%d_%d_%d", e, k, l), false, 0, 1, ed->w * s);
-                ilp_set(P, row_k[k], col, 1);
-                ilp_set(P, row_l[l], col, 1);
+                int col = mip_add_col(P, arena_printf(g->arena, "y_e%d_%d_%d", e, k, l), false, 0, 1, ed->w * s);
+                mip_set(P, row_k[k], col, 1);
+                mip_set(P, row_l[l], col, 1);
                 double m = edge_memory(B, ed, cand_at(B, ed->p, k), cand_at(B, ed->c, l));
-                if (m > 0) ilp_set(P, mem_row, col, m / (1 << 30));
+                if (m > 0) mip_set(P, mem_row, col, m / (1 << 30));
             }
     }
 }
@@ -450,8 +450,8 @@ pcc_status sched_intra(const pcc_graph *g, const pcc_cluster *c, const pcc_trans
     collect_pools(&B);
     collect_edges(&B);
     plan_followers(&B, full_program_cols(&B) > (o->follow_above_cols > 0 ? o->follow_above_cols : FOLLOW_ABOVE_COLS));
-    pcc_ilp *P = ilp_init(g->arena);
-    int mem_row = ilp_add_row(P, "memory_gib", PCC_ILP_LE, o->memory_bytes / (1 << 30));
+    pcc_mip *P = mip_init(g->arena);
+    int mem_row = mip_add_row(P, "memory_gib", PCC_MIP_LE, o->memory_bytes / (1 << 30));
     cols C;
     add_choices(&B, P, &C, mem_row);
     add_edges(&B, P, &C, mem_row);
@@ -459,15 +459,15 @@ pcc_status sched_intra(const pcc_graph *g, const pcc_cluster *c, const pcc_trans
     s->t = t;
     s->choice = arena_alloc(g->arena, sizeof(int) * (size_t)(t->n_ops + 1));
     s->cause = arena_alloc(g->arena, sizeof(char *) * (size_t)(t->n_ops + 1));
-    pcc_status st = ilp_solve(P, &o->ilp, &s->ilp);
+    pcc_status st = mip_solve(P, &o->ilp, &s->ilp);
     if (st) return st;
-    if (s->ilp.status == PCC_ILP_INFEASIBLE) return infeasible(&B);
-    if (s->ilp.status == PCC_ILP_NO_SOLUTION || s->ilp.status == PCC_ILP_ERROR) {
+    if (s->ilp.status == PCC_MIP_INFEASIBLE) return infeasible(&B);
+    if (s->ilp.status == PCC_MIP_NO_SOLUTION || s->ilp.status == PCC_MIP_ERROR) {
         fprintf(stderr, "%s: %s: the scheduler's ILP: %s after %.1f s (%d rows, %d columns); raise --time-limit\n",
-                pcc_progname, g->file, ilp_status_name(s->ilp.status), s->ilp.seconds, s->ilp.rows, s->ilp.cols);
+                pcc_progname, g->file, mip_status_name(s->ilp.status), s->ilp.seconds, s->ilp.rows, s->ilp.cols);
         return PCC_ERR_INFEASIBLE;
     }
-    if (s->ilp.status == PCC_ILP_TIME_LIMIT)
+    if (s->ilp.status == PCC_MIP_TIME_LIMIT)
         warn("%s: the scheduler stopped at its time limit with a gap of %.2f%%", g->file, 100 * s->ilp.gap);
     read_choice(&B, &C, s);
     *out = s;
@@ -543,7 +543,7 @@ void sched_op_comm(const pcc_graph *g, const pcc_cluster *c, const pcc_transform
 void sched_dump(FILE *f, const pcc_graph *g, const pcc_sched *s) {
     char mem[32];
     fprintf(f, "schedule: %d devices; ILP %d rows, %d columns, %d nonzeros: %s in %.3f s\n", s->t->devices, s->ilp.rows,
-            s->ilp.cols, s->ilp.nonzeros, ilp_status_name(s->ilp.status), s->ilp.seconds);
+            s->ilp.cols, s->ilp.nonzeros, mip_status_name(s->ilp.status), s->ilp.seconds);
     fprintf(f, "  objective %.6g s per step (compute %.6g + gradient sync %.6g + resharding %.6g), bound %.6g, gap %.2f%%\n",
             s->ilp.objective, s->compute_s, s->sync_s, s->reshard_s, s->ilp.bound, 100 * s->ilp.gap);
     fprintf(f, "  memory per device %s\n", fmt_bytes(mem, sizeof mem, s->memory_bytes));

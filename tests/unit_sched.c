@@ -41,7 +41,7 @@ static void check_model(pcc_arena *a, const char *model, int devices, bool follo
     pcc_sched *s;
     EXPECT(sched_intra(g, c, t, &o, &s) == PCC_OK);
     if (!s) return;
-    EXPECT(s->ilp.status == PCC_ILP_OPTIMAL);
+    EXPECT(s->ilp.status == PCC_MIP_OPTIMAL);
     double mem, eval = sched_eval(g, c, t, &o, s->choice, &mem);
     EXPECT(fabs(eval - s->ilp.objective) <= 1e-6 * eval);
     EXPECT(mem <= o.memory_bytes * (1 + 1e-9));

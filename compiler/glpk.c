@@ -1,8 +1,9 @@
 /*
- * ilp.c: the only file that sees GLPK.
+ * glpk.c: the only file that sees GLPK: a mixed-integer program (mip_*) and its solve.
  *
  * A small builder for mixed-integer programs (named columns and rows, a sparse matrix kept in
- * the arena) and one solve call. GLPK's own terminal output is off; its parameters are checked
+ * the arena) and one solve call. The program plancc solves, the intra-operator ILP, is built in
+ * ilp.c; this file knows nothing of operators, only of columns, rows and GLPK. GLPK's own terminal output is off; its parameters are checked
  * here before the call, because GLPK aborts the process on a bad one; every return code and
  * glp_mip_status is mapped to a result status. During branch and bound a callback keeps the
  * incumbent and the best bound for the progress line (below).
@@ -26,7 +27,7 @@
 #include <time.h>
 #include <unistd.h>
 
-struct pcc_ilp {
+struct pcc_mip {
     pcc_arena *arena;
     const char **col_names, **row_names;
     int *col_kind;              // 0 binary, 1 continuous
@@ -40,13 +41,13 @@ struct pcc_ilp {
     int n_nz, cap_nz;
 };
 
-pcc_ilp *ilp_init(pcc_arena *a) {
-    pcc_ilp *p = arena_alloc(a, sizeof *p);
+pcc_mip *mip_init(pcc_arena *a) {
+    pcc_mip *p = arena_alloc(a, sizeof *p);
     p->arena = a;
     return p;
 }
 
-static int grow_cols(pcc_ilp *p) {
+static int grow_cols(pcc_mip *p) {
     if (p->n_cols == p->cap_cols) {
         int cap = p->cap_cols ? 2 * p->cap_cols : 64;
         size_t o = (size_t)p->cap_cols, n = (size_t)cap;
@@ -60,7 +61,7 @@ static int grow_cols(pcc_ilp *p) {
     return p->n_cols++;
 }
 
-int ilp_add_col(pcc_ilp *p, const char *name, bool binary, double lo, double hi, double cost) {
+int mip_add_col(pcc_mip *p, const char *name, bool binary, double lo, double hi, double cost) {
     int c = grow_cols(p);
     p->col_names[c] = name;
     p->col_kind[c] = binary ? 0 : 1;
@@ -70,7 +71,7 @@ int ilp_add_col(pcc_ilp *p, const char *name, bool binary, double lo, double hi,
     return c;
 }
 
-int ilp_add_row(pcc_ilp *p, const char *name, pcc_ilp_sense sense, double rhs) {
+int mip_add_row(pcc_mip *p, const char *name, pcc_mip_sense sense, double rhs) {
     if (p->n_rows == p->cap_rows) {
         int cap = p->cap_rows ? 2 * p->cap_rows : 64;
         size_t o = (size_t)p->cap_rows, n = (size_t)cap;
@@ -85,7 +86,7 @@ int ilp_add_row(pcc_ilp *p, const char *name, pcc_ilp_sense sense, double rhs) {
     return p->n_rows++;
 }
 
-void ilp_set(pcc_ilp *p, int row, int col, double coef) {
+void mip_set(pcc_mip *p, int row, int col, double coef) {
     PCC_ASSERT(row >= 0 && row < p->n_rows && col >= 0 && col < p->n_cols);
     if (p->n_nz + 1 >= p->cap_nz) {
         int cap = p->cap_nz ? 2 * p->cap_nz : 256;
@@ -101,8 +102,8 @@ void ilp_set(pcc_ilp *p, int row, int col, double coef) {
     p->ar[p->n_nz] = coef;
 }
 
-int ilp_cols(const pcc_ilp *p) { return p->n_cols; }
-int ilp_rows(const pcc_ilp *p) { return p->n_rows; }
+int mip_cols(const pcc_mip *p) { return p->n_cols; }
+int mip_rows(const pcc_mip *p) { return p->n_rows; }
 
 /* ---- the progress line ---- */
 
@@ -182,13 +183,13 @@ static void on_tree(glp_tree *T, void *info) {
     progress_draw(false);
 }
 
-static glp_prob *build(const pcc_ilp *p) {
+static glp_prob *build(const pcc_mip *p) {
     glp_prob *P = glp_create_prob();
     glp_set_obj_dir(P, GLP_MIN);
     if (p->n_rows) glp_add_rows(P, p->n_rows);
     if (p->n_cols) glp_add_cols(P, p->n_cols);
     for (int r = 0; r < p->n_rows; r++) {
-        int type = p->row_sense[r] == PCC_ILP_EQ ? GLP_FX : p->row_sense[r] == PCC_ILP_LE ? GLP_UP : GLP_LO;
+        int type = p->row_sense[r] == PCC_MIP_EQ ? GLP_FX : p->row_sense[r] == PCC_MIP_LE ? GLP_UP : GLP_LO;
         glp_set_row_name(P, r + 1, p->row_names[r]);
         glp_set_row_bnds(P, r + 1, type, p->row_rhs[r], p->row_rhs[r]);
     }
@@ -202,16 +203,16 @@ static glp_prob *build(const pcc_ilp *p) {
     return P;
 }
 
-static pcc_ilp_status map_status(int ret, int mip_status) {
-    if (mip_status == GLP_OPT) return PCC_ILP_OPTIMAL;
-    if (mip_status == GLP_NOFEAS) return PCC_ILP_INFEASIBLE;
-    if (mip_status == GLP_FEAS) return ret == 0 || ret == GLP_EMIPGAP ? PCC_ILP_GAP : PCC_ILP_TIME_LIMIT;
-    if (ret == GLP_ENOPFS) return PCC_ILP_INFEASIBLE;
-    if (ret == GLP_ETMLIM) return PCC_ILP_NO_SOLUTION;
-    return PCC_ILP_ERROR;
+static pcc_mip_status map_status(int ret, int mip_status) {
+    if (mip_status == GLP_OPT) return PCC_MIP_OPTIMAL;
+    if (mip_status == GLP_NOFEAS) return PCC_MIP_INFEASIBLE;
+    if (mip_status == GLP_FEAS) return ret == 0 || ret == GLP_EMIPGAP ? PCC_MIP_GAP : PCC_MIP_TIME_LIMIT;
+    if (ret == GLP_ENOPFS) return PCC_MIP_INFEASIBLE;
+    if (ret == GLP_ETMLIM) return PCC_MIP_NO_SOLUTION;
+    return PCC_MIP_ERROR;
 }
 
-pcc_status ilp_solve(pcc_ilp *p, const pcc_ilp_opts *o, pcc_ilp_result *r) {
+pcc_status mip_solve(pcc_mip *p, const pcc_mip_opts *o, pcc_mip_result *r) {
     memset(r, 0, sizeof *r);
     r->rows = p->n_rows, r->cols = p->n_cols, r->nonzeros = p->n_nz;
     // GLPK aborts the process on a bad parameter: check them here.
@@ -245,9 +246,9 @@ pcc_status ilp_solve(pcc_ilp *p, const pcc_ilp_opts *o, pcc_ilp_result *r) {
     line.detail[0] = 0;
     if (own) progress_done();
     r->status = map_status(ret, glp_mip_status(P));
-    if (r->status == PCC_ILP_OPTIMAL || r->status == PCC_ILP_GAP || r->status == PCC_ILP_TIME_LIMIT) {
+    if (r->status == PCC_MIP_OPTIMAL || r->status == PCC_MIP_GAP || r->status == PCC_MIP_TIME_LIMIT) {
         r->objective = glp_mip_obj_val(P);
-        r->bound = r->status == PCC_ILP_OPTIMAL || isnan(pr.bound) ? r->objective : fmin(pr.bound, r->objective);
+        r->bound = r->status == PCC_MIP_OPTIMAL || isnan(pr.bound) ? r->objective : fmin(pr.bound, r->objective);
         r->gap = r->objective > 0 ? (r->objective - r->bound) / r->objective : 0;
         r->x = arena_alloc(p->arena, sizeof(double) * (size_t)(p->n_cols + 1));
         for (int c = 0; c < p->n_cols; c++) r->x[c] = glp_mip_col_val(P, c + 1);
@@ -257,7 +258,7 @@ pcc_status ilp_solve(pcc_ilp *p, const pcc_ilp_opts *o, pcc_ilp_result *r) {
     return PCC_OK;
 }
 
-const char *ilp_status_name(pcc_ilp_status s) {
+const char *mip_status_name(pcc_mip_status s) {
     static const char *const names[] = {"optimal", "within the MIP gap", "stopped by the time limit",
                                         "infeasible", "no solution within the time limit", "solver error"};
     return names[s];
