@@ -8,7 +8,7 @@
  *     operator is split over dp, its tp letter's dimension tp ways), forward, backward and the
  *     recomputed forward of recomputed operators, each on its layer's stage;
  *   - the tensor-parallel resharding of every producer->consumer edge, forward and backward
- *     (sched_op_comm on the graph with one replica's batch), again when recomputed;
+ *     (ilp_op_comm on the graph with one replica's batch), again when recomputed;
  *   - the pipeline sends between stages (one per micro-batch and boundary each way);
  *   - the gradients of parameters shared between stages (tied embeddings): summed over the
  *     micro-batches and sent to the owner's stage once per step, after its last backward pass
@@ -34,7 +34,7 @@ static int tensor_of_op(const pcc_op *op, int k) { return k < op->nin ? op->in[k
 typedef struct est {
     const pcc_graph *g;
     const pcc_cluster *c;
-    const pcc_sched *sc;
+    const pcc_intra *sc;
     pcc_strategy *s;
     int dp, tp, pp, v, m, nf; // nf: forward ops
     pcc_graph gv;             // g with one data-parallel replica's batch
@@ -137,9 +137,9 @@ static void est_ops(est *E) {
         else E->orphan_top += t;
     }
     E->fc = zeros(g, E->nf), E->bc = zeros(g, E->nf), E->sy = zeros(g, E->nf);
-    pcc_sched_opts so = {.group = {E->tp, 1}, .memory_bytes = E->c->memory_bytes, .quiet = true, .bg_dense = E->s->bg_dense,
+    pcc_intra_opts so = {.group = {E->tp, 1}, .memory_bytes = E->c->memory_bytes, .quiet = true, .bg_dense = E->s->bg_dense,
                          .bucket_bytes = E->s->bucket_bytes};
-    sched_op_comm(&E->gv, E->c, E->sc->t, &so, E->sc->choice, E->fc, E->bc, E->sy);
+    ilp_op_comm(&E->gv, E->c, E->sc->t, &so, E->sc->choice, E->fc, E->bc, E->sy);
     for (int i = 0; i < E->nf; i++) {
         double n = (double)op_copies(g, &g->ops[i]);
         E->fc[i] /= n, E->bc[i] /= n, E->sy[i] /= n;
@@ -294,7 +294,7 @@ static bool est_owns(const est *E, int i, int k) {
 }
 
 // The replicas over the tp group whose gradients op i's input k (a parameter) sums in the step
-// (the ILP's choice splits the op along a letter it does not carry: sched.c's cand_sync_s), 1: none.
+// (the ILP's choice splits the op along a letter it does not carry: ilp.c's cand_sync_s), 1: none.
 static int est_tp_replicas(const est *E, int i, int k) {
     const pcc_cand *cd = &E->sc->t->ops[i].c[E->sc->choice[i]];
     int p = E->g->ops[i].in[k];
@@ -380,7 +380,7 @@ static void est_step(est *E) {
     }
 }
 
-void estimate_step(const pcc_graph *g, const pcc_cluster *c, const pcc_sched *sc, pcc_strategy *s) {
+void estimate_step(const pcc_graph *g, const pcc_cluster *c, const pcc_intra *sc, pcc_strategy *s) {
     est E = {.g = g, .c = c, .sc = sc, .s = s, .dp = s->mesh[PCC_AX_DP], .tp = s->mesh[PCC_AX_TP],
              .pp = s->mesh[PCC_AX_PP], .v = s->virtual_stages, .m = s->micro_batches, .nf = g->n_fwd_ops};
     int pp = E.pp, nl;

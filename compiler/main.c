@@ -363,10 +363,10 @@ static pcc_status run_phases(const pcc_graph *g, const pcc_cluster *c, const opt
     pcc_transform *t = transform(g, c->n_devices);
     if (o->dumps && strchr(o->dumps, 't')) transform_dump(stdout, g, t);
     if (!(o->dumps && strchr(o->dumps, 's')) && !o->ilp.dump_lp) return PCC_OK;
-    pcc_sched_opts so = {.group = {c->n_devices, 1}, .memory_bytes = c->memory_bytes, .ilp = o->ilp};
-    pcc_sched *s;
-    pcc_status st = sched_intra(g, c, t, &so, &s);
-    if (!st && o->dumps && strchr(o->dumps, 's')) sched_dump(stdout, g, s);
+    pcc_intra_opts so = {.group = {c->n_devices, 1}, .memory_bytes = c->memory_bytes, .ilp = o->ilp};
+    pcc_intra *s;
+    pcc_status st = ilp_intra(g, c, t, &so, &s);
+    if (!st && o->dumps && strchr(o->dumps, 's')) ilp_dump(stdout, g, s);
     return st;
 }
 

@@ -668,7 +668,7 @@ void progress_phase(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void progress_clear(void);
 void progress_done(void);
 
-/* ---------------------------------------------------------------- sched.c */
+/* ---------------------------------------------------------------- ilp.c */
 
 /* Phase 2, space-time scheduling, its intra-operator part (Alpa's formulation): one candidate
  * per forward operator on a group of devices, minimizing compute + gradient synchronization +
@@ -677,7 +677,7 @@ void progress_done(void);
  * its carried state an edge from one copy to the next. When the program would be large,
  * cheap element-wise operators follow their producer (no variables of their own). */
 
-typedef struct pcc_sched_opts {
+typedef struct pcc_intra_opts {
     pcc_group_shape group;  // the devices the operators are split over
     double memory_bytes;    // per device budget
     // What the candidates' bytes (parameters, and kept activations of the group's whole batch
@@ -692,9 +692,9 @@ typedef struct pcc_sched_opts {
     double follow_above_cols; // element-wise ops follow their producer when the program would have more columns (0: 50,000)
     pcc_mip_opts ilp;
     bool quiet;             // an infeasible program returns PCC_ERR_INFEASIBLE without a message
-} pcc_sched_opts;
+} pcc_intra_opts;
 
-typedef struct pcc_sched {
+typedef struct pcc_intra {
     const pcc_transform *t;
     int *choice;            // per forward op (index into t->ops[i].c)
     const char **cause;     // per forward op: why ("ilp", "follow:/ops/3")
@@ -703,15 +703,15 @@ typedef struct pcc_sched {
     pcc_mip_result ilp;
     double compute_s, sync_s, reshard_s; // per device per step, at the choice
     double memory_bytes;    // per device at the choice
-} pcc_sched;
+} pcc_intra;
 
 // Returns PCC_ERR_INFEASIBLE (with a message saying what would fit) when no choice fits memory.
-pcc_status sched_intra(const pcc_graph *g, const pcc_cluster *c, const pcc_transform *t, const pcc_sched_opts *o,
-                       pcc_sched **out);
+pcc_status ilp_intra(const pcc_graph *g, const pcc_cluster *c, const pcc_transform *t, const pcc_intra_opts *o,
+                       pcc_intra **out);
 // The ILP's objective for a given choice (one candidate index per forward op), computed
 // directly rather than by the solver; *memory gets the choice's bytes per device. -1 when an
 // edge of the choice has no resharding chain. (For tests, and to cost a template's choice.)
-double sched_eval(const pcc_graph *g, const pcc_cluster *c, const pcc_transform *t, const pcc_sched_opts *o,
+double ilp_eval(const pcc_graph *g, const pcc_cluster *c, const pcc_transform *t, const pcc_intra_opts *o,
                   const int *choice, double *memory);
 // The communication of a choice per forward op (t's order), for the template estimate:
 // fwd_s[i] the resharding of op i's inputs in the forward pass, bwd_s[i] that of their gradients
@@ -719,10 +719,10 @@ double sched_eval(const pcc_graph *g, const pcc_cluster *c, const pcc_transform 
 // the all-reduce of the gradients of the parameters it replicates over the group (all copies).
 // Arrays of t->n_ops. Evaluated on g as given (the caller may pass a graph whose batch dimension
 // is one data-parallel replica's). This function can't fail.
-void sched_op_comm(const pcc_graph *g, const pcc_cluster *c, const pcc_transform *t, const pcc_sched_opts *o,
+void ilp_op_comm(const pcc_graph *g, const pcc_cluster *c, const pcc_transform *t, const pcc_intra_opts *o,
                    const int *choice, double *fwd_s, double *bwd_s, double *sync_s);
 // The choice per operator with its cause, and the ILP's figures.
-void sched_dump(FILE *f, const pcc_graph *g, const pcc_sched *s);
+void ilp_dump(FILE *f, const pcc_graph *g, const pcc_intra *s);
 
 /* ---------------------------------------------------------------- strategy.c */
 
@@ -730,7 +730,7 @@ void sched_dump(FILE *f, const pcc_graph *g, const pcc_sched *s);
  * fastest, so a tensor-parallel group stays inside a node), which layers each pipeline stage
  * runs, and the split of every operator along the dp and tp axes. Two ways to get one:
  *   - a template (--dp --tp --pp): Megatron-LM's plan. The batch dimension is split over dp;
- *     the tp split of each operator comes from the intra-operator ILP (sched.c) on the tp group
+ *     the tp split of each operator comes from the intra-operator ILP (ilp.c) on the tp group
  *     with the batch dimension excluded, which gives Megatron's column- then row-parallel
  *     linears; stages balance the layers' FLOPs.
  *   - --auto: every factorization of the devices (tp inside a node, dp dividing the batch, pp
@@ -747,7 +747,7 @@ typedef struct pcc_strategy_opts {
     pcc_recompute recompute;
     pcc_pipe_sched schedule;    // 0: 1F1B when pp > 1
     int virtual_stages;         // model chunks per pipeline device (interleaved 1F1B); 0 or 1: none
-    bool bg_dense;              // --sync background: dense replicas are averaged off the step (pcc_sched_opts)
+    bool bg_dense;              // --sync background: dense replicas are averaged off the step (pcc_intra_opts)
     bool tp_batch;              // the template's ILP may split the batch over tp too (--tp-batch; implied by bg_dense)
     double bucket_bytes;        // --bucket-mb in bytes: the estimate's gradient buckets (0: one collective each)
     pcc_mip_opts ilp;
@@ -811,7 +811,7 @@ char *strategy_str(const pcc_strategy *s, char *buf, size_t n);
 // tensor-parallel resharding and sends per micro-batch, the schedule's bubble, then the
 // gradient synchronization the last backward pass does not hide, the optimizer and ZeRO's
 // all-gather. Can't fail.
-void estimate_step(const pcc_graph *g, const pcc_cluster *c, const pcc_sched *sc, pcc_strategy *s);
+void estimate_step(const pcc_graph *g, const pcc_cluster *c, const pcc_intra *sc, pcc_strategy *s);
 
 /* ---------------------------------------------------------------- emit.c */
 

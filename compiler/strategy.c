@@ -2,7 +2,7 @@
  * strategy.c: phase 2's outer part: the device mesh (pp x dp x tp), the pipeline stages, and
  * the split of every forward operator along the dp and tp axes (plancc.h, "strategy.c").
  *
- * The split along tp comes from the intra-operator ILP of sched.c, solved on the tp group with
+ * The split along tp comes from the intra-operator ILP of ilp.c, solved on the tp group with
  * the batch dimension taken out of the candidates (the batch is dp's); the split along dp is
  * the batch dimension wherever an operator has it. Stages cut the sequence of "layers" (top-level
  * operators and the copies of repeated blocks) into pp contiguous runs that balance their FLOPs
@@ -98,12 +98,12 @@ static void partition(const double *flops, int n, int pp, int *stage) {
 
 /* ---- one mesh ---- */
 
-// What a byte the ILP counts costs one device of the mesh (pcc_sched_opts): the ILP sees the
+// What a byte the ILP counts costs one device of the mesh (pcc_intra_opts): the ILP sees the
 // whole model on the tp group, for the whole batch and one micro-batch, against pp devices'
 // memory. Parameters: weights + gradients + optimizer state, ZeRO sharding the optimizer state
 // (1), gradients (2) and weights (3) over dp. Activations: 1/dp of the batch, times the
 // micro-batches a stage keeps in flight (1F1B: up to pp; GPipe: all; no pipeline: one at a time).
-static void memory_scales(const pcc_graph *g, int pp, int dp, int zero, pcc_pipe_sched sch, pcc_sched_opts *so) {
+static void memory_scales(const pcc_graph *g, int pp, int dp, int zero, pcc_pipe_sched sch, pcc_intra_opts *so) {
     pcc_totals t;
     graph_totals(g, &t);
     if (t.bytes_weights <= 0) return;
@@ -114,7 +114,7 @@ static void memory_scales(const pcc_graph *g, int pp, int dp, int zero, pcc_pipe
 }
 
 static pcc_status tp_schedule(const pcc_graph *g, const pcc_cluster *c, const pcc_strategy_opts *o, int bdim, int tp,
-                              int pp, int dp, int zero, bool batch_tp, pcc_sched **out) {
+                              int pp, int dp, int zero, bool batch_tp, pcc_intra **out) {
     pcc_transform *t = transform(g, tp);
     for (int i = 0; i < t->n_ops; i++) {
         pcc_op_cands *oc = &t->ops[i];
@@ -133,14 +133,14 @@ static pcc_status tp_schedule(const pcc_graph *g, const pcc_cluster *c, const pc
         PCC_ASSERT(n > 0);
         oc->n = n;
     }
-    pcc_sched_opts so = {.group = {tp, 1}, .memory_bytes = c->memory_bytes * pp, .ilp = o->ilp, .quiet = true,
+    pcc_intra_opts so = {.group = {tp, 1}, .memory_bytes = c->memory_bytes * pp, .ilp = o->ilp, .quiet = true,
                          .bg_dense = o->bg_dense, .bucket_bytes = o->bucket_bytes};
     memory_scales(g, pp, dp, dp > 1 ? zero : 0, o->schedule ? o->schedule : PCC_PIPE_1F1B, &so);
     so.ilp.progress = false;
-    return sched_intra(g, c, t, &so, out);
+    return ilp_intra(g, c, t, &so, out);
 }
 
-static pcc_strategy *make(const pcc_graph *g, const pcc_cluster *c, const pcc_strategy_opts *o, const pcc_sched *sc,
+static pcc_strategy *make(const pcc_graph *g, const pcc_cluster *c, const pcc_strategy_opts *o, const pcc_intra *sc,
                           int bdim, int pp, int dp, int tp, int zero, const pcc_layer *L, const double *flops, int nl) {
     pcc_strategy *s = arena_alloc(g->arena, sizeof *s);
     s->mesh[PCC_AX_PP] = pp, s->mesh[PCC_AX_DP] = dp, s->mesh[PCC_AX_TP] = tp;
@@ -238,7 +238,7 @@ pcc_status strategy_plan(const pcc_graph *g, const pcc_cluster *c, const pcc_str
                         bdim >= 0 ? "--tp-batch: --dp x --tp = %d does not divide the batch dimension %s = %lld"
                                   : "--tp-batch: the model has no input with a batch dimension%.0d%s%.0lld",
                         dp * tp, bdim >= 0 ? g->dims[bdim].name : "", (long long)bsize);
-        pcc_sched *sc;
+        pcc_intra *sc;
         pcc_status st = tp_schedule(g, c, o, bdim, tp, pp, dp, o->zero, btp, &sc);
         if (st == PCC_ERR_INFEASIBLE) {
             // Keep going with all memory allowed: the memory planner says exactly what does not fit.
@@ -270,7 +270,7 @@ pcc_status strategy_plan(const pcc_graph *g, const pcc_cluster *c, const pcc_str
                 for (int zero = o->zero; zero <= 3; zero++)
                     for (int btp = 0; btp <= (int)btp_ok; btp++) {
                         if ((zero == 2 && o->zero != 2) || (zero > o->zero && dp == 1)) continue;
-                        pcc_sched *sc = NULL;
+                        pcc_intra *sc = NULL;
                         pcc_status st = tp_schedule(g, c, o, bdim, tp, pp, dp, zero, btp, &sc);
                         if (st) {
                             last = st;

@@ -107,7 +107,7 @@ static bool leaves_block(const pcc_graph *g, const pcc_op *op) {
 // Whether op gets recompute twins. The emitter recomputes operators inside repeated blocks
 // only, so only those. Inside a block, also an operator that keeps nothing itself: what its
 // recomputed readers need is then recomputed too, rather than kept from the forward pass
-// (a chain of recomputed operators keeps only its start; sched.c counts what a chain keeps).
+// (a chain of recomputed operators keeps only its start; ilp.c counts what a chain keeps).
 // Not an operator whose output leaves the copy: that is where the next copy's chain starts.
 static bool can_recompute(const pcc_graph *g, const pcc_op *op) {
     if (op->block < 0) return false;

@@ -1,8 +1,8 @@
 /*
- * sched.c: phase 2, space-time scheduling: the intra-operator ILP.
+ * ilp.c: phase 2, space-time scheduling: the intra-operator ILP, as plancc formulates it.
  *
  * Given each forward operator's candidates on a group of n devices (transform.c), pick one per
- * operator. Alpa's formulation, as an integer program for GLPK (glpk.c):
+ * operator. Alpa's formulation, as an integer program that glpk.c solves with GLPK:
  *
  *   x[o][k] in {0,1}, sum_k x[o][k] = 1                 one candidate per operator
  *   y[e][k][l] in [0,1] for each edge e = (p -> c):      the pair chosen at both ends
@@ -32,11 +32,11 @@
  * the objective on 8 devices, and a program that fits without followers did not fit with them.
  * Since a repeated block is solved once, programs stay small (a GPT block, about 600 columns;
  * the Swin-like model, the largest here, about 7,600), so followers are used only when the full
- * program would have more than FOLLOW_ABOVE_COLS columns (pcc_sched_opts can lower it).
+ * program would have more than FOLLOW_ABOVE_COLS columns (pcc_intra_opts can lower it).
  *
  * Memory per device: the candidates count parameters and kept activations for the group's
  * whole batch and one micro-batch. The caller says what a byte of each costs on a device
- * (pcc_sched_opts: data parallelism and ZeRO shard them, a pipeline keeps several micro-batches'
+ * (pcc_intra_opts: data parallelism and ZeRO shard them, a pipeline keeps several micro-batches'
  * activations); by default weights + gradients + optimizer state per parameter byte, and one
  * byte per activation byte.
  *
@@ -59,7 +59,7 @@ typedef struct builder {
     const pcc_graph *g;
     const pcc_cluster *c;
     const pcc_transform *t;
-    const pcc_sched_opts *o;
+    const pcc_intra_opts *o;
     edge *edges;
     int n_edges, cap_edges;
     double mem_factor; // device bytes per byte of parameter (weights + grads + optimizer state)
@@ -256,7 +256,7 @@ static double cand_local_s(const builder *B, int o, int k) {
 }
 
 // Above this many columns the program has element-wise ops follow their producers (unless
-// pcc_sched_opts says otherwise).
+// pcc_intra_opts says otherwise).
 #define FOLLOW_ABOVE_COLS 50000
 
 // Columns of the program with no followers: a choice per candidate and a pair per edge.
@@ -384,7 +384,7 @@ static void add_edges(builder *B, pcc_mip *P, const cols *C, int mem_row) {
     }
 }
 
-static double mem_factor(const pcc_graph *g, const pcc_sched_opts *o) {
+static double mem_factor(const pcc_graph *g, const pcc_intra_opts *o) {
     if (o->param_scale > 0) return o->param_scale;
     pcc_totals t;
     graph_totals(g, &t);
@@ -418,7 +418,7 @@ static pcc_status infeasible(builder *B) {
     return PCC_ERR_INFEASIBLE;
 }
 
-static void read_choice(builder *B, const cols *C, pcc_sched *s) {
+static void read_choice(builder *B, const cols *C, pcc_intra *s) {
     const pcc_graph *g = B->g;
     for (int i = 0; i < B->t->n_ops; i++) {
         int l = B->leader[i], k = 0;
@@ -441,8 +441,8 @@ static void read_choice(builder *B, const cols *C, pcc_sched *s) {
     s->follow = B->follow;
 }
 
-pcc_status sched_intra(const pcc_graph *g, const pcc_cluster *c, const pcc_transform *t, const pcc_sched_opts *o,
-                       pcc_sched **out) {
+pcc_status ilp_intra(const pcc_graph *g, const pcc_cluster *c, const pcc_transform *t, const pcc_intra_opts *o,
+                       pcc_intra **out) {
     *out = NULL;
     PCC_ASSERT(t->devices == o->group.size);
     builder B = {.g = g, .c = c, .t = t, .o = o, .mem_factor = mem_factor(g, o), .act_scale = o->act_scale > 0 ? o->act_scale : 1};
@@ -455,7 +455,7 @@ pcc_status sched_intra(const pcc_graph *g, const pcc_cluster *c, const pcc_trans
     cols C;
     add_choices(&B, P, &C, mem_row);
     add_edges(&B, P, &C, mem_row);
-    pcc_sched *s = arena_alloc(g->arena, sizeof *s);
+    pcc_intra *s = arena_alloc(g->arena, sizeof *s);
     s->t = t;
     s->choice = arena_alloc(g->arena, sizeof(int) * (size_t)(t->n_ops + 1));
     s->cause = arena_alloc(g->arena, sizeof(char *) * (size_t)(t->n_ops + 1));
@@ -474,7 +474,7 @@ pcc_status sched_intra(const pcc_graph *g, const pcc_cluster *c, const pcc_trans
     return PCC_OK;
 }
 
-double sched_eval(const pcc_graph *g, const pcc_cluster *c, const pcc_transform *t, const pcc_sched_opts *o,
+double ilp_eval(const pcc_graph *g, const pcc_cluster *c, const pcc_transform *t, const pcc_intra_opts *o,
                   const int *choice, double *memory) {
     builder B = {.g = g, .c = c, .t = t, .o = o, .mem_factor = mem_factor(g, o), .act_scale = o->act_scale > 0 ? o->act_scale : 1};
     symtab_init(&B.memo, g->arena, 256);
@@ -507,7 +507,7 @@ static bool layout_eq(const pcc_layout *a, const pcc_layout *b) {
     return true;
 }
 
-void sched_op_comm(const pcc_graph *g, const pcc_cluster *c, const pcc_transform *t, const pcc_sched_opts *o,
+void ilp_op_comm(const pcc_graph *g, const pcc_cluster *c, const pcc_transform *t, const pcc_intra_opts *o,
                    const int *choice, double *fwd_s, double *bwd_s, double *sync_s) {
     builder B = {.g = g, .c = c, .t = t, .o = o};
     symtab_init(&B.memo, g->arena, 256);
@@ -540,7 +540,7 @@ void sched_op_comm(const pcc_graph *g, const pcc_cluster *c, const pcc_transform
     }
 }
 
-void sched_dump(FILE *f, const pcc_graph *g, const pcc_sched *s) {
+void ilp_dump(FILE *f, const pcc_graph *g, const pcc_intra *s) {
     char mem[32];
     fprintf(f, "schedule: %d devices; ILP %d rows, %d columns, %d nonzeros: %s in %.3f s\n", s->t->devices, s->ilp.rows,
             s->ilp.cols, s->ilp.nonzeros, mip_status_name(s->ilp.status), s->ilp.seconds);
