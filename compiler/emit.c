@@ -678,61 +678,7 @@ static void copy(emitter *E, prog *P, int src, int dst) {
     forget(P, dst);
 }
 
-/* ---- phase 3: resharding ---- */
-
-// The axes that split dimension i, in mesh order.
-static int split_axes(plan_shard s, int i, int *ax) {
-    int n = 0;
-    for (int a = 0; a < PCC_AXES; a++)
-        if (s.map[a] == PLAN_SHARD_D(i)) ax[n++] = a;
-    return n;
-}
-
-// Is (cur's axes on dim i) + [a] a prefix of want's axes on dim i?
-static bool extends_prefix(plan_shard cur, plan_shard want, int i, int a) {
-    int c[PCC_AXES], w[PCC_AXES];
-    int nc = split_axes(cur, i, c), nw = split_axes(want, i, w);
-    if (nc + 1 > nw) return false;
-    for (int k = 0; k < nc; k++)
-        if (c[k] != w[k]) return false;
-    return w[nc] == a;
-}
-
-int reshard_steps(plan_shard cur, plan_shard want, int rank, pcc_reshard_step *step) {
-    if (shard_eq(cur, want)) return 0;
-    // Axes to undo: partial sums the reader does not want, and every split past the longest
-    // common prefix of the splits of a dimension (pieces are undone least significant first).
-    bool undo[PCC_AXES] = {false};
-    for (int a = 0; a < PCC_AXES; a++)
-        if (cur.map[a] == PLAN_SHARD_V && want.map[a] != PLAN_SHARD_V) undo[a] = true;
-    for (int i = 0; i < rank; i++) {
-        int c[PCC_AXES], w[PCC_AXES];
-        int nc = split_axes(cur, i, c), nw = split_axes(want, i, w), p = 0;
-        while (p < nc && p < nw && c[p] == w[p]) p++;
-        for (int k = p; k < nc; k++) undo[c[k]] = true;
-    }
-    int n = 0;
-    for (int a = PCC_AXES - 1; a >= 0; a--) {
-        if (!undo[a]) continue;
-        plan_shard next = cur;
-        pcc_coll kind;
-        int w = want.map[a];
-        if (cur.map[a] == PLAN_SHARD_V) {
-            if (w >= 2 && extends_prefix(cur, want, w - 2, a)) kind = PCC_COLL_REDUCE_SCATTER, next.map[a] = (uint8_t)w;
-            else kind = PCC_COLL_ALL_REDUCE, next.map[a] = PLAN_SHARD_R;
-        } else {
-            int i = cur.map[a] - 2, c[PCC_AXES];
-            int nc = split_axes(cur, i, c);
-            PCC_ASSERT(nc > 0 && c[nc - 1] == a);
-            if (w >= 2 && w - 2 != i && extends_prefix(cur, want, w - 2, a)) kind = PCC_COLL_ALL_TO_ALL, next.map[a] = (uint8_t)w;
-            else kind = PCC_COLL_ALL_GATHER, next.map[a] = PLAN_SHARD_R;
-        }
-        step[n++] = (pcc_reshard_step){(int)kind, a, next};
-        cur = next;
-    }
-    if (!shard_eq(cur, want)) step[n++] = (pcc_reshard_step){-1, -1, want}; // the local slice
-    return n;
-}
+/* ---- phase 3: resharding (reshard.c's chain of steps, emitted) ---- */
 
 // Emits the chain that turns the value in buffer src into layout want; the last step writes
 // into buffer dst (>= 0, which has layout want) or a new buffer. Returns the buffer written.

@@ -13,7 +13,7 @@
  *
  * Compute is the cost model's roofline of the candidate's per-device FLOPs; gradient sync an
  * all-reduce of every parameter the candidate replicates over the group; resharding the
- * cheapest chain of collectives (rvd.c) from the producer's output layout to the consumer's
+ * cheapest chain of collectives (reshard.c) from the producer's output layout to the consumer's
  * input layout, and back for the gradient (a replicated input's gradient comes back as partial
  * sums; a partial-sum output needs its gradient replicated). Memory is parameters times
  * (weights + gradients + optimizer state) plus kept activations.
@@ -193,7 +193,7 @@ static pcc_layout grad_out_layout(const pcc_cand *c, int po) {
     return l;
 }
 
-// rvd_reshard, remembered: edges between tensors of one shape ask the same question often.
+// reshard_rvd, remembered: edges between tensors of one shape ask the same question often.
 static double reshard(builder *B, const pcc_tensor *t, const pcc_layout *from, const pcc_layout *to) {
     char key[256];
     int n = snprintf(key, sizeof key, "%d", t->dtype);
@@ -204,7 +204,7 @@ static double reshard(builder *B, const pcc_tensor *t, const pcc_layout *from, c
     for (int i = 0; i < t->rank; i++) n += snprintf(key + n, sizeof key - (size_t)n, ",%d", to->d[i]);
     int hit = symtab_get(&B->memo, key);
     if (hit >= 0) return B->memo_s[hit];
-    double sec = rvd_reshard(B->c, B->g, t, from, to, B->o->group, NULL);
+    double sec = reshard_rvd(B->c, B->g, t, from, to, B->o->group, NULL);
     int id = B->n_memo;
     *VEC_PUSH(B->g->arena, B->memo_s, B->n_memo, B->cap_memo) = sec;
     symtab_put(&B->memo, B->g->arena, arena_strdup(B->g->arena, key), id);

@@ -585,15 +585,17 @@ pcc_transform *transform(const pcc_graph *g, int devices);
 // Writes the candidates in a fixed text form (one op per line group), for -d t and tests.
 void transform_dump(FILE *f, const pcc_graph *g, const pcc_transform *t);
 
-/* ---------------------------------------------------------------- rvd.c */
+/* ---------------------------------------------------------------- reshard.c */
 
-/* Resharding: the cheapest chain of steps that turns a tensor's layout on a group into another
- * layout on the same group (nnScaler's intra-RVD search). Steps, each changing one factor:
+/* Resharding: the collectives that turn a tensor's layout into another. For the scheduler, the
+ * cheapest chain of steps between two layouts of a tensor on one group (nnScaler's intra-RVD
+ * search, reshard_rvd). Steps, each changing one factor:
  *   D->R all-gather, V->R all-reduce, V->D reduce-scatter, D->D all-to-all (between two dims),
  *   R->D local slice, R->V local scale (no communication).
  * The search is Dijkstra over all layouts of the tensor on the group, with the cost model's
  * time per step plus a launch per collective, so that a chain of small collectives does not win
- * over one bigger one only by the alpha-beta model's count of ring hops. */
+ * over one bigger one only by the alpha-beta model's count of ring hops. For phase 3, the chain
+ * over the mesh axes that it emits (reshard_steps). */
 
 typedef enum pcc_step_kind {
     PCC_STEP_ALL_GATHER, PCC_STEP_ALL_REDUCE, PCC_STEP_REDUCE_SCATTER, PCC_STEP_ALL_TO_ALL,
@@ -617,10 +619,19 @@ typedef struct pcc_reshard {
 // The cheapest way from `from` to `to` for tensor t on a group of `grp.size` devices (both
 // layouts multiply out to it). Fills *path when non-NULL. Returns the time in seconds, 0 when
 // the layouts are equal, or -1 when no chain exists (a split that does not divide a dimension).
-double rvd_reshard(const pcc_cluster *c, const pcc_graph *g, const pcc_tensor *t, const pcc_layout *from,
+double reshard_rvd(const pcc_cluster *c, const pcc_graph *g, const pcc_tensor *t, const pcc_layout *from,
                    const pcc_layout *to, pcc_group_shape grp, pcc_reshard *path);
 // "R2V1D(4,1)" into buf.
 char *layout_str(const pcc_layout *l, int rank, char *buf, size_t n);
+// Phase 3's resharding chain from layout `from` to `to` of a tensor of rank `rank` on the mesh
+// pp x dp x tp: collectives over one axis each (kind: pcc_coll), undoing splits from the least
+// significant axis up, then at most one local slice (kind -1) to what is left. Each step has the
+// layout after it. Returns the count (0 when equal; at most PCC_AXES + 1). Can't fail.
+typedef struct pcc_reshard_step {
+    int kind, axis;
+    plan_shard after;
+} pcc_reshard_step;
+int reshard_steps(plan_shard from, plan_shard to, int rank, pcc_reshard_step *steps);
 
 /* ---------------------------------------------------------------- glpk.c */
 
@@ -827,15 +838,6 @@ void estimate_step(const pcc_graph *g, const pcc_cluster *c, const pcc_intra *sc
  * as loops. The memory planner then places every buffer at a static offset from its
  * liveness; the arena is the exact peak. */
 
-// Phase 3's resharding chain from layout `from` to `to` of a tensor of rank `rank` on the mesh
-// pp x dp x tp: collectives over one axis each (kind: pcc_coll), undoing splits from the least
-// significant axis up, then at most one local slice (kind -1) to what is left. Each step has the
-// layout after it. Returns the count (0 when equal; at most PCC_AXES + 1).
-typedef struct pcc_reshard_step {
-    int kind, axis;
-    plan_shard after;
-} pcc_reshard_step;
-int reshard_steps(plan_shard from, plan_shard to, int rank, pcc_reshard_step *steps);
 
 /* ---------------------------------------------------------------- bgsync.c */
 
