@@ -40,7 +40,7 @@
  * activations); by default weights + gradients + optimizer state per parameter byte, and one
  * byte per activation byte.
  *
- * The device mesh and the pipeline stages around this are strategy.c's; the order in time is
+ * The device mesh and the pipeline stages around this are search.c's; the order in time is
  * the emitter's (emit.c).
  */
 #include "plancc.h"

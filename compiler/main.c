@@ -125,7 +125,7 @@ typedef struct options {
     const char *dumps;   // -d letters: t (phase 1 candidates), s (phase 2 schedule)
     pcc_mip_opts ilp;
     const char *output;
-    pcc_strategy_opts strat;
+    pcc_search_opts strat;
     bool template_given;
     pcc_batch_opts batch;     // --global-batch, --micro-batch-size, --micro-batches
     bool estimate_only;
@@ -357,16 +357,23 @@ static pcc_status parse_options(int argc, char **argv, options *o, bool *done) {
     return check_batch_options(o);
 }
 
-// Phases 1 and 2 on all the cluster's devices as one group, for the -d dumps. (The driver's
-// full pipeline, with the mesh, phase 3 and the plan, takes their place as those land.)
+// Phase 1 for the group sizes phase 2 will try.
+static pcc_transforms *phase1(const pcc_graph *g, const pcc_cluster *c, const pcc_search_opts *so) {
+    int n;
+    int *sizes = search_group_sizes(g, c, so, &n);
+    return transform_all(g, sizes, n);
+}
+
+// Phases 1 and 2 on all the cluster's devices as one group, for the -d dumps.
 static pcc_status run_phases(const pcc_graph *g, const pcc_cluster *c, const options *o) {
-    pcc_transform *t = transform(g, c->n_devices);
+    pcc_search_opts so = {.whole = true, .ilp = o->ilp};
+    pcc_transforms *t = phase1(g, c, &so);
     if (o->dumps && strchr(o->dumps, 't')) transform_dump(stdout, g, t);
     if (!(o->dumps && strchr(o->dumps, 's')) && !o->ilp.dump_lp) return PCC_OK;
-    pcc_intra_opts so = {.group = {c->n_devices, 1}, .memory_bytes = c->memory_bytes, .ilp = o->ilp};
-    pcc_intra *s;
-    pcc_status st = ilp_intra(g, c, t, &so, &s);
-    if (!st && o->dumps && strchr(o->dumps, 's')) ilp_dump(stdout, g, s);
+    pcc_strategy **s;
+    int n;
+    pcc_status st = search(g, c, t, &so, &s, &n);
+    if (!st && o->dumps && strchr(o->dumps, 's')) ilp_dump(stdout, g, s[0]->intra);
     return st;
 }
 
@@ -394,7 +401,7 @@ static const char *canonical_options(pcc_arena *a, const pcc_cluster *c, const o
 
 static const char *canonical_options_(pcc_arena *a, const pcc_cluster *c, const options *o) {
     static const char *const rc[] = {"none", "full", "auto"};
-    const pcc_strategy_opts *s = &o->strat;
+    const pcc_search_opts *s = &o->strat;
     char mesh[96] = "--auto";
     if (!s->auto_mesh)
         snprintf(mesh, sizeof mesh, "--dp %d --tp %d --pp %d%s", s->dp ? s->dp : 1, s->tp ? s->tp : 1, s->pp ? s->pp : 1,
@@ -448,7 +455,7 @@ static pcc_status emit_first_fit(const pcc_graph *g, const pcc_cluster *c, pcc_s
 // shrinks by the overshoot of the smallest arena (*peak), at most to 3/4 a round, so that it
 // recomputes or splits more; the last round recomputes every block operator (what
 // explain_infeasible would suggest). The emitter still checks against the real memory.
-static pcc_status replan_tighter(const pcc_graph *g, const pcc_cluster *c, pcc_cluster *budget, pcc_strategy_opts so,
+static pcc_status replan_tighter(const pcc_graph *g, const pcc_cluster *c, const pcc_transforms *t, pcc_cluster *budget, pcc_search_opts so,
                                  bool last, const pcc_emit_opts *eo, pcc_strategy ***cand, int *n, pcc_emitted *e,
                                  int *which, double *peak) {
     budget->memory_bytes *= fmax(0.75, 0.98 * c->memory_bytes / *peak);
@@ -456,7 +463,7 @@ static pcc_status replan_tighter(const pcc_graph *g, const pcc_cluster *c, pcc_c
     so.quiet = true;
     pcc_strategy **v;
     int nv;
-    if (strategy_plan(g, budget, &so, &v, &nv)) return PCC_ERR_INFEASIBLE; // keep the first round's figures
+    if (search(g, budget, t, &so, &v, &nv)) return PCC_ERR_INFEASIBLE; // keep the first round's figures
     if (nv > 4) nv = 4; // the best few: each emit of a large model takes a while
     double p;
     pcc_status st = emit_first_fit(g, c, v, nv, eo, e, which, &p);
@@ -464,12 +471,13 @@ static pcc_status replan_tighter(const pcc_graph *g, const pcc_cluster *c, pcc_c
     return st;
 }
 
-static pcc_status try_fit(const pcc_graph *g, const pcc_cluster *c, pcc_strategy_opts so, const pcc_emit_opts *eo) {
+static pcc_status try_fit(const pcc_graph *g, const pcc_cluster *c, const pcc_transforms *t, pcc_search_opts so,
+                          const pcc_emit_opts *eo) {
     pcc_strategy **cand;
     int n, which;
     double peak;
     pcc_emitted e;
-    pcc_status st = strategy_plan(g, c, &so, &cand, &n);
+    pcc_status st = search(g, c, t, &so, &cand, &n);
     if (st) return st;
     st = emit_first_fit(g, c, cand, n, eo, &e, &which, &peak);
     if (st == PCC_OK) plan_free(e.p), free(e.p);
@@ -477,7 +485,8 @@ static pcc_status try_fit(const pcc_graph *g, const pcc_cluster *c, pcc_strategy
 }
 
 // Nothing fits: say by how much, and the smallest change that would fit.
-static void explain_infeasible(const pcc_graph *g, const pcc_cluster *c, const options *o, const pcc_emit_opts *eo,
+static void explain_infeasible(const pcc_graph *g, const pcc_cluster *c, const pcc_transforms *tr, const options *o,
+                               const pcc_emit_opts *eo,
                                double peak) {
     char need[32], have[32];
     fmt_bytes(need, sizeof need, peak);
@@ -487,23 +496,23 @@ static void explain_infeasible(const pcc_graph *g, const pcc_cluster *c, const o
     pcc_emit_opts q = *eo;
     q.quiet = true;
     const char *fix = NULL;
-    pcc_strategy_opts so = o->strat;
+    pcc_search_opts so = o->strat;
     so.quiet = true;
     so.ilp = o->ilp;
     so.ilp.progress = false;
     so.ilp.dump_lp = NULL;
     if (so.recompute != PCC_RECOMPUTE_FULL) {
-        pcc_strategy_opts t = so;
+        pcc_search_opts t = so;
         t.recompute = PCC_RECOMPUTE_FULL;
-        if (try_fit(g, c, t, &q) == PCC_OK) fix = "--recompute full";
+        if (try_fit(g, c, tr, t, &q) == PCC_OK) fix = "--recompute full";
     }
     if (!fix && so.zero < 3 && (so.auto_mesh || so.dp > 1)) {
-        pcc_strategy_opts t = so;
+        pcc_search_opts t = so;
         t.zero = 3;
-        if (try_fit(g, c, t, &q) == PCC_OK) fix = "--zero 3";
+        if (try_fit(g, c, tr, t, &q) == PCC_OK) fix = "--zero 3";
         else {
             t.recompute = PCC_RECOMPUTE_FULL;
-            if (try_fit(g, c, t, &q) == PCC_OK) fix = "--zero 3 --recompute full";
+            if (try_fit(g, c, tr, t, &q) == PCC_OK) fix = "--zero 3 --recompute full";
         }
     }
     if (fix) fprintf(stderr, "plancc: it fits with %s\n", fix);
@@ -622,13 +631,14 @@ static pcc_status compile_burst(pcc_arena *a, const pcc_graph *g, const pcc_clus
 static pcc_status compile(pcc_arena *a, const pcc_graph *g, const pcc_cluster *c, const options *o) {
     if (o->burst) return compile_burst(a, g, c, o);
     double t0 = now_s();
-    pcc_strategy_opts so = o->strat;
+    pcc_search_opts so = o->strat;
     so.ilp = o->ilp;
     so.quiet = o->quiet;
     pcc_strategy **cand;
     int n;
     progress_phase("phase 2: the device mesh and the splits (%s)", so.auto_mesh ? "--auto" : "template");
-    pcc_status st = strategy_plan(g, c, &so, &cand, &n);
+    pcc_transforms *t = phase1(g, c, &so);
+    pcc_status st = search(g, c, t, &so, &cand, &n);
     if (st) return st;
     if (o->estimate_only) return print_estimate(g, c, o, cand[0], n, now_s() - t0 + o->mb_search_s);
     progress_phase("phase 3: communication, memory plan and plan_check (%d candidate%s)", n, n == 1 ? "" : "s");
@@ -643,10 +653,10 @@ static pcc_status compile(pcc_arena *a, const pcc_graph *g, const pcc_cluster *c
     pcc_cluster budget = *c;
     for (int round = 0; st == PCC_ERR_INFEASIBLE && so.recompute == PCC_RECOMPUTE_AUTO && isfinite(peak) && round < 3; round++) {
         progress_phase("phase 2 again: nothing fit in memory; a tighter budget for the ILP (round %d)", round + 1);
-        st = replan_tighter(g, c, &budget, so, round == 2, &eo, &cand, &n, &e, &which, &peak);
+        st = replan_tighter(g, c, t, &budget, so, round == 2, &eo, &cand, &n, &e, &which, &peak);
     }
     progress_done();
-    if (st == PCC_ERR_INFEASIBLE) explain_infeasible(g, c, o, &eo, peak);
+    if (st == PCC_ERR_INFEASIBLE) explain_infeasible(g, c, t, o, &eo, peak);
     if (st) return st;
     const char *out = o->output ? o->output : default_output(a, o->model);
     char err[512];
@@ -672,11 +682,11 @@ static pcc_status compile(pcc_arena *a, const pcc_graph *g, const pcc_cluster *c
         for (int k = 0; o->verbose && k < n; k++) // one line per candidate, key=value for scripts
             printf("  candidate %d: %s; est_step_s=%.6g est_memory=%.4g ilp_rows=%d ilp_cols=%d ilp_status=%s ilp_gap=%.4g "
                    "ilp_s=%.3f\n", k + 1, strategy_str(cand[k], buf, sizeof buf), cand[k]->est_step_s,
-                   cand[k]->est_memory_bytes, cand[k]->ilp.rows, cand[k]->ilp.cols, ilp_word[cand[k]->ilp.status],
-                   cand[k]->ilp.gap, cand[k]->ilp.seconds);
+                   cand[k]->est_memory_bytes, cand[k]->intra->ilp.rows, cand[k]->intra->ilp.cols, ilp_word[cand[k]->intra->ilp.status],
+                   cand[k]->intra->ilp.gap, cand[k]->intra->ilp.seconds);
         printf("  ILP (tp group of %d): %d rows x %d columns, %s, objective %.6g s, bound %.6g s, gap %.2f%%, %.3f s\n",
-               s->mesh[PCC_AX_TP], s->ilp.rows, s->ilp.cols, mip_status_name(s->ilp.status), s->ilp.objective,
-               s->ilp.bound, 100 * s->ilp.gap, s->ilp.seconds);
+               s->mesh[PCC_AX_TP], s->intra->ilp.rows, s->intra->ilp.cols, mip_status_name(s->intra->ilp.status),
+               s->intra->ilp.objective, s->intra->ilp.bound, 100 * s->intra->ilp.gap, s->intra->ilp.seconds);
         const plan *p = e.p;
         for (uint32_t k = 0; k < p->n_programs; k++)
             printf("  %s: arena %s, %u buffers, %u instructions\n", p->programs[k].name,
@@ -733,10 +743,10 @@ static pcc_status search_micro_batches(options *o, const pcc_cluster *c, int64_t
         pcc_strategy **cand = NULL;
         int n = 0;
         if (!st) {
-            pcc_strategy_opts so = o->strat;
+            pcc_search_opts so = o->strat;
             so.ilp = o->ilp;
             so.ilp.progress = false, so.ilp.dump_lp = NULL, so.quiet = true;
-            st = strategy_plan(g, c, &so, &cand, &n);
+            st = search(g, c, phase1(g, c, &so), &so, &cand, &n);
         }
         double t_s = !st && n > 0 ? cand[0]->est_step_s : INFINITY;
         arena_free(a);

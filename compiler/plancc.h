@@ -460,7 +460,7 @@ int profile_size(const pcc_profile *p);
 
 /* ---------------------------------------------------------------- cost.c */
 
-/* The cost model behind one interface: the scheduler, the template estimate (strategy.c) and
+/* The cost model behind one interface: the scheduler, the step-time estimate (estimate.c) and
  * the reports ask it for times. Compute is a roofline over the cluster's datasheet figures with
  * a shape-dependent GEMM efficiency (cuBLAS tile and wave quantization, main-loop depth) and
  * the sustained fractions the cluster file gives; memory-bound operators stream at the
@@ -582,8 +582,16 @@ typedef struct pcc_transform {
 // candidate (and its recomputed twin where recompute applies). This function can't fail on a
 // checked graph.
 pcc_transform *transform(const pcc_graph *g, int devices);
+// Phase 1 for every group size the search asks for (search_group_sizes), in the order given.
+typedef struct pcc_transforms {
+    int n;
+    pcc_transform **t;
+} pcc_transforms;
+pcc_transforms *transform_all(const pcc_graph *g, const int *sizes, int n);
+// The candidates on a group of `devices`, or NULL when phase 1 did not make them.
+const pcc_transform *transform_find(const pcc_transforms *ts, int devices);
 // Writes the candidates in a fixed text form (one op per line group), for -d t and tests.
-void transform_dump(FILE *f, const pcc_graph *g, const pcc_transform *t);
+void transform_dump(FILE *f, const pcc_graph *g, const pcc_transforms *ts);
 
 /* ---------------------------------------------------------------- reshard.c */
 
@@ -735,23 +743,18 @@ void ilp_op_comm(const pcc_graph *g, const pcc_cluster *c, const pcc_transform *
 // The choice per operator with its cause, and the ILP's figures.
 void ilp_dump(FILE *f, const pcc_graph *g, const pcc_intra *s);
 
-/* ---------------------------------------------------------------- strategy.c */
+/* ---------------------------------------------------------------- search.c */
 
-/* Phase 2, the mesh and the pipeline: how the devices factor into pp x dp x tp (tp varying
- * fastest, so a tensor-parallel group stays inside a node), which layers each pipeline stage
- * runs, and the split of every operator along the dp and tp axes. Two ways to get one:
- *   - a template (--dp --tp --pp): Megatron-LM's plan. The batch dimension is split over dp;
- *     the tp split of each operator comes from the intra-operator ILP (ilp.c) on the tp group
- *     with the batch dimension excluded, which gives Megatron's column- then row-parallel
- *     linears; stages balance the layers' FLOPs.
- *   - --auto: every factorization of the devices (tp inside a node, dp dividing the batch, pp
- *     at most the number of layers), each with the ILP for its tp group, ranked by the cost
- *     model's step time; the emitter (emit.c) takes the best one that fits memory exactly. */
+/* Phase 2, the search: how the devices factor into pp x dp x tp (tp varying fastest, so a
+ * tensor-parallel group stays inside a node), which layers each pipeline stage runs, and the
+ * split of every operator along the dp and tp axes (the tp split from the intra-operator ILP
+ * of ilp.c on the tp group). A template (--dp --tp --pp) gives one strategy; --auto every
+ * factorization the ILP fits, ranked by the cost model's step time (estimate.c). */
 
 typedef enum pcc_recompute { PCC_RECOMPUTE_NONE, PCC_RECOMPUTE_FULL, PCC_RECOMPUTE_AUTO } pcc_recompute;
 typedef enum pcc_pipe_sched { PCC_PIPE_GPIPE = 1, PCC_PIPE_1F1B = 2 } pcc_pipe_sched; // plan_schedule's values
 
-typedef struct pcc_strategy_opts {
+typedef struct pcc_search_opts {
     int dp, tp, pp;             // 0: not given (auto)
     bool auto_mesh;             // search the factorizations (--auto, the default without --dp/--tp/--pp)
     int zero;                   // 0..3
@@ -762,8 +765,9 @@ typedef struct pcc_strategy_opts {
     bool tp_batch;              // the template's ILP may split the batch over tp too (--tp-batch; implied by bg_dense)
     double bucket_bytes;        // --bucket-mb in bytes: the estimate's gradient buckets (0: one collective each)
     pcc_mip_opts ilp;
-    bool quiet;
-} pcc_strategy_opts;
+    bool quiet;                 // an infeasible search returns PCC_ERR_INFEASIBLE without a message
+    bool whole;                 // --check: no mesh; the ILP alone, on all the devices as one group
+} pcc_search_opts;
 
 // The template estimate of one training step, on the cost model (cost.c), and its parts. The
 // per-device parts are those of the busiest pipeline device (the most seconds per micro-batch),
@@ -799,19 +803,26 @@ typedef struct pcc_strategy {
     int **copy_stage;           // per block (forward blocks), [repeat]
     int virtual_stages;         // model chunks per device (1: plain GPipe/1F1B; > 1: interleaved)
     bool bg_dense;              // planned for --sync background (the ILP and estimate leave dense syncs out)
-    double bucket_bytes;        // gradient bucket size the estimate assumes (pcc_strategy_opts)
+    double bucket_bytes;        // gradient bucket size the estimate assumes (pcc_search_opts)
     double est_step_s;          // the cost model's estimate of one step (est.step_s)
     pcc_estimate est;           // ... and its parts
     double est_memory_bytes;    // its estimate of the largest stage's memory per device
-    pcc_mip_result ilp;         // the tp group's ILP (status OPTIMAL with 0 rows when tp = 1)
+    const pcc_intra *intra;     // the tp group's ILP and its choice (status OPTIMAL with 0 rows when tp = 1)
 } pcc_strategy;
 
-// The candidate strategies for the options: one for a template, all that the search finds for
-// --auto, best first (by est_step_s). PCC_ERR_INPUT (with a message) when a template does not
-// fit the devices or the model (dp not dividing the batch, pp above the number of layers, ...);
-// PCC_ERR_INFEASIBLE when no factorization is possible.
-pcc_status strategy_plan(const pcc_graph *g, const pcc_cluster *c, const pcc_strategy_opts *o, pcc_strategy ***out,
-                         int *n_out);
+// The tensor-parallel group sizes the search will try for the options (the ones phase 1 must
+// make candidates for): the template's tp, every tp of --auto's meshes, all the devices for
+// o->whole; in ascending order, *n of them (0 for a template that does not multiply out to the
+// devices: the search says why). Can't fail.
+int *search_group_sizes(const pcc_graph *g, const pcc_cluster *c, const pcc_search_opts *o, int *n);
+// The candidate strategies for the options, from phase 1's candidates t (search_group_sizes'
+// sizes): one for a template, all that the search finds for --auto, best first (by
+// est_step_s); with o->whole, one whose only parts are the mesh (tp = all devices) and intra.
+// PCC_ERR_INPUT (with a message) when a template does not fit the devices or the model (dp not
+// dividing the batch, pp above the number of layers, ...); PCC_ERR_INFEASIBLE when no
+// factorization is possible or nothing fits (with a message unless o->quiet).
+pcc_status search(const pcc_graph *g, const pcc_cluster *c, const pcc_transforms *t, const pcc_search_opts *o,
+                  pcc_strategy ***out, int *n);
 // "pp 2 x dp 2 x tp 2, 1f1b, 4 micro-batches" into buf.
 char *strategy_str(const pcc_strategy *s, char *buf, size_t n);
 

@@ -198,6 +198,13 @@ static pcc_cluster *cpu(pcc_arena *a, int devices) {
     return cluster_load(a, path, 0, devices, &c) ? NULL : c;
 }
 
+// Phases 1 and 2 as the driver runs them: phase 1 for the group sizes the search asks for.
+static pcc_status strategies(const pcc_graph *g, const pcc_cluster *c, const pcc_search_opts *so, pcc_strategy ***s, int *n) {
+    int ns;
+    int *sizes = search_group_sizes(g, c, so, &ns);
+    return search(g, c, transform_all(g, sizes, ns), so, s, n);
+}
+
 static void planner(const char *model, int dp, int tp, int pp, int mb, int zero) {
     pcc_arena *a = arena_init();
     pcc_graph *g = load(a, model, mb);
@@ -207,11 +214,11 @@ static void planner(const char *model, int dp, int tp, int pp, int mb, int zero)
         arena_free(a);
         return;
     }
-    pcc_strategy_opts so = {.dp = dp, .tp = tp, .pp = pp, .zero = zero, .recompute = PCC_RECOMPUTE_NONE,
+    pcc_search_opts so = {.dp = dp, .tp = tp, .pp = pp, .zero = zero, .recompute = PCC_RECOMPUTE_NONE,
                             .ilp = {.time_limit_s = 30, .mip_gap = 1e-6}, .quiet = true};
     pcc_strategy **s;
     int n;
-    EXPECT(strategy_plan(g, c, &so, &s, &n) == PCC_OK && n == 1);
+    EXPECT(strategies(g, c, &so, &s, &n) == PCC_OK && n == 1);
     pcc_emit_opts eo = {.options = "unit", .quiet = true};
     pcc_emitted e, e2;
     EXPECT(emit_plan(g, c, s[0], &eo, &e) == PCC_OK);
@@ -259,12 +266,12 @@ typedef struct sync_stats {
 static bool emit_tiny_dp2(pcc_arena *a, int mb, int zero, uint64_t bucket_bytes, pcc_emitted *e) {
     pcc_graph *g = load(a, "gpt-tiny.json", mb);
     pcc_cluster *c = cpu(a, 2);
-    pcc_strategy_opts so = {.dp = 2, .tp = 1, .pp = 1, .zero = zero, .recompute = PCC_RECOMPUTE_NONE,
+    pcc_search_opts so = {.dp = 2, .tp = 1, .pp = 1, .zero = zero, .recompute = PCC_RECOMPUTE_NONE,
                             .ilp = {.time_limit_s = 30, .mip_gap = 1e-6}, .quiet = true};
     pcc_strategy **s;
     int n;
     pcc_emit_opts eo = {.options = "unit", .quiet = true, .bucket_bytes = bucket_bytes};
-    bool ok = g && c && strategy_plan(g, c, &so, &s, &n) == PCC_OK && emit_plan(g, c, s[0], &eo, e) == PCC_OK;
+    bool ok = g && c && strategies(g, c, &so, &s, &n) == PCC_OK && emit_plan(g, c, s[0], &eo, e) == PCC_OK;
     EXPECT(ok);
     return ok;
 }
