@@ -68,7 +68,7 @@
 // Message tags of interleaved plans (plain ones use 0 only): the forward pass's activations, the
 // backward pass's gradients, the gradient contributions summed once per step, the parameters
 // shared after the optimizer. On each pair of devices, the messages of one tag are sent and
-// received in the same order (see interleaved()); those of different tags are not.
+// received in the same order (see pipeline.c); those of different tags are not.
 #define TAG_FWD 0
 #define TAG_BWD 1
 #define TAG_DEFERRED 2
@@ -107,7 +107,7 @@ typedef struct emitter {
     const pcc_strategy *s;
     int pp, dp, tp, M;
     int V, ns;          // model chunks per pipeline device (1: none) and stages in all, pp * V
-    int *inflight;      // per stage: the micro-batches whose kept activations it holds at once
+    int *inflight;      // per stage: the micro-batches whose kept activations it holds at once (pipeline.c)
     plan_shard **sh;    // per op: the shard of each operand (inputs, then outputs)
     plan_shard *home_sh;// per tensor: the layout of the buffer that holds it
     plan_shard *opt_sh; // per param: the layout its optimizer runs in
@@ -513,12 +513,7 @@ static pcc_status background_params(emitter *E) {
 
 /* ---- building a program ---- */
 
-static int in_flight(const emitter *E, int stage) {
-    if (E->V > 1) return E->inflight[stage];
-    if (E->s->schedule == PCC_PIPE_GPIPE && E->pp > 1) return E->M;
-    int k = E->pp - stage;
-    return k < E->M ? k : E->M;
-}
+static int in_flight(const emitter *E, int stage) { return E->inflight[stage]; }
 
 // Interleaved: the most micro-batches any chunk of stage's device holds (a top-level tensor's
 // buffer is shared by the device's chunks).
@@ -1218,17 +1213,16 @@ static void p2p(emitter *E, prog *P, bool bwd, bool send, bool last_mb) {
 /* ---- phases ---- */
 
 // One micro-batch's forward (bwd false) or backward pass on this stage: receive, the stage's
-// top-level ops and block ranges in program order, send.
-// part: PASS_RECV, PASS_COMPUTE, PASS_SEND, or all three (interleaved() issues them apart).
-enum { PASS_RECV = 1, PASS_COMPUTE = 2, PASS_SEND = 4, PASS_ALL = 7 };
+// top-level ops and block ranges in program order, send. part: PCC_PART_RECV, _COMPUTE, _SEND,
+// or all three (an interleaved schedule issues them apart).
 
 static void pass_part(emitter *E, prog *P, int delta, bool bwd, bool last_mb, int part) {
     const pcc_graph *g = E->g;
     E->delta = delta;
     E->phase = bwd ? PLAN_PHASE_BWD : PLAN_PHASE_FWD;
     P->n_cache = 0;
-    if (part & PASS_RECV) p2p(E, P, bwd, false, last_mb);
-    for (int o = bwd ? g->n_fwd_ops : 0; (part & PASS_COMPUTE) && o < (bwd ? g->n_ops : g->n_fwd_ops); o++) {
+    if (part & PCC_PART_RECV) p2p(E, P, bwd, false, last_mb);
+    for (int o = bwd ? g->n_fwd_ops : 0; (part & PCC_PART_COMPUTE) && o < (bwd ? g->n_ops : g->n_fwd_ops); o++) {
         const pcc_op *op = &g->ops[o];
         if (op->phase != (bwd ? PCC_PHASE_BWD : PCC_PHASE_FWD)) continue;
         if (op->block < 0) {
@@ -1238,15 +1232,11 @@ static void pass_part(emitter *E, prog *P, int delta, bool bwd, bool last_mb, in
         block_range(E, P, op->block, last_mb);
         o = g->blocks[op->block].first_op + g->blocks[op->block].n_ops - 1;
     }
-    if (part & PASS_SEND) p2p(E, P, bwd, true, last_mb);
+    if (part & PCC_PART_SEND) p2p(E, P, bwd, true, last_mb);
     P->n_cache = 0;
     E->phase = PLAN_PHASE_NONE;
 }
 
-static void pass(emitter *E, prog *P, int delta, bool bwd, bool last_mb) { pass_part(E, P, delta, bwd, last_mb, PASS_ALL); }
-
-static void forward(emitter *E, prog *P, int delta) { pass(E, P, delta, false, false); }
-static void backward(emitter *E, prog *P, int delta, bool last_mb) { pass(E, P, delta, true, last_mb); }
 
 static void optimizer(emitter *E, prog *P) {
     const pcc_graph *g = E->g;
@@ -1359,89 +1349,16 @@ static void stage_prologue(emitter *E, prog *P) {
     }
 }
 
-// The micro-batch schedule of one device with V model chunks (Megatron-LM's interleaved 1F1B,
-// Narayanan et al. SC21 section 2.2). Its units are forward and backward passes of one chunk for
-// one micro-batch. Forward unit k (0 <= k < M V) runs local chunk v = (k mod pV) / p for
-// micro-batch (k / pV) p + k mod p: the micro-batches go in groups of p through chunk 0, then
-// the same group through chunk 1, ...; backward unit k the same with v counted down from V-1.
-// Device d first runs w = min((p - d - 1) 2 + (V - 1) p, M V) forward units (warm-up), then
-// alternates forward unit k + w and backward unit k (steady 1F1B), then runs the rest of the
-// backward units (cool-down).
-//
-// Why messages of one tag match in order: every device runs its forward units in the same
-// order of (v, micro-batch), and its backward units in the same order of (V-1-v, micro-batch).
-// The activation from chunk c to c+1 goes from device c mod p, local chunk v, to device
-// (c+1) mod p, local chunk v (or v+1 when c+1 wraps to device 0); for a fixed pair of devices
-// that is a fixed, order-keeping map of v, so the sender sends (TAG_FWD) in the order the
-// receiver receives; gradients (TAG_BWD) likewise. A pair of devices carries both kinds when
-// p = 2 (and the wrap-around from device p-1 to 0 carries chunk boundaries), in orders that
-// differ on the two sides: hence the tags. Units are unrolled (O(M V) passes: the plan's loops
-// count micro-batches by one, and the interleaved order steps them by p per group).
-// Unit u (forward or backward) of device d: its chunk and micro-batch.
-static void unit_of(const emitter *E, int d, int u, bool bwd, int *chunk, int *mb) {
-    int p = E->pp, V = E->V, v = (u % (p * V)) / p;
-    *chunk = (bwd ? V - 1 - v : v) * p + d;
-    *mb = (u / (p * V)) * p + u % p;
-}
-
-// The forward units device d runs before its first backward unit (the warm-up).
-static int warmup_units(const emitter *E, int d) {
-    int n = E->M * E->V, w = (E->pp - d - 1) * 2 + (E->V - 1) * E->pp;
-    return w < n ? w : n;
-}
-
-// One part of unit u of device d; nothing when u is past the end.
-static void unit_part(emitter *E, prog *P, int d, int u, bool bwd, int part) {
-    int c, mb;
-    if (u < 0 || u >= E->M * E->V) return;
-    unit_of(E, d, u, bwd, &c, &mb);
-    chunk_enter(E, P, c);
-    pass_part(E, P, mb, bwd, bwd && mb == E->M - 1, part);
-}
-
-static void interleaved(emitter *E, prog *P, int d) {
-    int n = E->M * E->V, w = warmup_units(E, d);
-    // As Megatron-LM: a step computes its units, then sends what they made and receives what
-    // the next step's units need, as one group of sends and receives (computing a forward and a
-    // backward unit before either sends is what keeps blocking sends from deadlocking).
-    unit_part(E, P, d, 0, false, PASS_RECV);
-    for (int k = 0; k < n + w; k++) {
-        int f = k < n ? k : -1, b = k - w; // this step's forward and backward units (-1, < 0: none)
-        unit_part(E, P, d, f, false, PASS_COMPUTE);
-        unit_part(E, P, d, b, true, PASS_COMPUTE);
-        unit_part(E, P, d, f, false, PASS_SEND);
-        unit_part(E, P, d, b, true, PASS_SEND);
-        if (f >= 0) unit_part(E, P, d, f + 1, false, PASS_RECV);
-        unit_part(E, P, d, b + 1, true, PASS_RECV);
-    }
-    // The gradient contributions summed once per step go in the group of the last step's sends:
-    // sent at their chunk's last backward unit, a blocking send would wait for a receiver that
-    // takes them only at its own last unit, while the two still exchange the other micro-batches.
-    // Their buffers are top-level tensors', which the device's chunks share.
-    int at = P->stage;
-    E->deferred_sends = true;
-    E->phase = PLAN_PHASE_BWD;
-    E->delta = E->M - 1;
-    for (int c = d; c < E->ns; c += E->pp) {
-        P->stage = c;
-        p2p(E, P, true, true, true);
-    }
-    E->deferred_sends = false;
-    E->phase = PLAN_PHASE_NONE;
-    P->stage = at;
-    E->delta = 0;
-}
-
 // Interleaved with pp > 2: whether every message between devices goes from one chunk to the next
 // (forward) or the one before (backward); else a message saying which does not, and false.
-// interleaved() pairs step k of device d with step k - 1 of device d + 1 (the warm-ups differ
-// by 2 units), and the wrap-around from device pp-1 to 0 with step k + pp - 1: every message
-// between chunks c and c + 1 lies in groups that run at the same step of that wave front, so
-// blocking sends cannot deadlock. A message that skips a chunk (gpt-tiny's token embedding on
-// chunk 0 read by chunk 2) pairs groups of different steps and deadlocks; with pp 2 it happens
-// to land on the same device or in matching groups, which the equivalence suite runs. Deferred
-// gradient sums are exempt: each device sends them in a group of its own after its last step,
-// when every message it owes the others has been taken.
+// The interleaved schedule (pipeline.c) pairs step k of device d with step k - 1 of device d + 1
+// (the warm-ups differ by 2 units), and the wrap-around from device pp-1 to 0 with step
+// k + pp - 1: every message between chunks c and c + 1 lies in groups that run at the same step
+// of that wave front, so blocking sends cannot deadlock. A message that skips a chunk
+// (gpt-tiny's token embedding on chunk 0 read by chunk 2) pairs groups of different steps and
+// deadlocks; with pp 2 it happens to land on the same device or in matching groups, which the
+// equivalence suite runs. Deferred gradient sums are exempt: each device sends them in a group
+// of its own after its last step, when every message it owes the others has been taken.
 static bool interleaved_adjacent(emitter *E) {
     const pcc_graph *g = E->g;
     for (int s = 0; s < E->ns; s++)
@@ -1460,26 +1377,6 @@ static bool interleaved_adjacent(emitter *E) {
             }
         }
     return true;
-}
-
-// Interleaved: per stage, the most micro-batches between its forward and its backward pass at
-// once, from the order interleaved() runs them in (a stage's in-flight micro-batches are always
-// consecutive, so slot mb mod that count is free when a forward pass fills it).
-static void interleaved_in_flight(emitter *E) {
-    int n = E->M * E->V;
-    E->inflight = arena_alloc(E->g->arena, sizeof(int) * (size_t)(E->ns + 1));
-    int *now = arena_alloc(E->g->arena, sizeof(int) * (size_t)(E->ns + 1));
-    for (int d = 0; d < E->pp; d++) {
-        int w = warmup_units(E, d);
-        for (int k = 0; k < n + w; k++)
-            for (int bwd = 0; bwd < 2; bwd++) {
-                int u = bwd ? k - w : k, c, mb;
-                if (u < 0 || u >= n) continue;
-                unit_of(E, d, u, bwd, &c, &mb);
-                now[c] += bwd ? -1 : 1;
-                if (now[c] > E->inflight[c]) E->inflight[c] = now[c];
-            }
-    }
 }
 
 // After the last backward pass: wait for the gradient synchronization, the optimizer, and the
@@ -1506,11 +1403,49 @@ static void epilogue(emitter *E, prog *P) {
     share_params(E, P);
 }
 
+// Interleaved, after the device's last unit: the gradient contributions summed once per step,
+// in the group of the last step's sends (pipeline.c says why). Their buffers are top-level
+// tensors', which the device's chunks share.
+static void deferred_sends(emitter *E, prog *P, int d) {
+    int at = P->stage;
+    E->deferred_sends = true;
+    E->phase = PLAN_PHASE_BWD;
+    E->delta = E->M - 1;
+    for (int c = d; c < E->ns; c += E->pp) {
+        P->stage = c;
+        p2p(E, P, true, true, true);
+    }
+    E->deferred_sends = false;
+    E->phase = PLAN_PHASE_NONE;
+    P->stage = at;
+    E->delta = 0;
+}
+
+// The device's units in the schedule's order (pipeline.c), each a pass of one micro-batch on one
+// chunk, the plain schedules' in loops over micro-batches.
+static void schedule(emitter *E, prog *P, int d) {
+    pcc_pipeline pl = {.pp = E->pp, .V = E->V, .M = E->M, .schedule = E->s->schedule};
+    pcc_unit *u;
+    int n = pipeline_units(E->g->arena, &pl, d, &u);
+    for (int i = 0; i < n; i++) {
+        switch (u[i].kind) {
+        case PCC_UNIT_LOOP: loop_open(E, P, PLAN_LOOP_MB, u[i].count); break;
+        case PCC_UNIT_END: loop_close(E, P); break;
+        case PCC_UNIT_DEFERRED: deferred_sends(E, P, u[i].chunk); break;
+        case PCC_UNIT_FWD:
+        case PCC_UNIT_BWD:
+            if (E->V > 1) chunk_enter(E, P, u[i].chunk);
+            pass_part(E, P, u[i].mb, u[i].kind == PCC_UNIT_BWD, u[i].last, u[i].part);
+            break;
+        }
+    }
+}
+
 static void program(emitter *E, prog *P) {
     const pcc_graph *g = E->g;
+    int d = P->stage;
     E->phase = PLAN_PHASE_NONE;
     if (E->V > 1) {
-        int d = P->stage;
         P->chunk_home = arena_alloc(g->arena, sizeof(int *) * (size_t)E->V);
         P->chunk_carry = arena_alloc(g->arena, sizeof(int **) * (size_t)E->V);
         for (int v = 0; v < E->V; v++) stage_tables(E, &P->chunk_home[v], &P->chunk_carry[v]);
@@ -1521,56 +1456,12 @@ static void program(emitter *E, prog *P) {
             chunk_enter(E, P, v * E->pp + d);
             stage_prologue(E, P);
         }
-        interleaved(E, P, d);
-        epilogue(E, P);
-        return;
-    }
-    stage_tables(E, &P->home, &P->carry);
-    zero2_accumulators(E, P);
-    stage_prologue(E, P);
-    int M = E->M, w = 0;
-    if (E->s->schedule == PCC_PIPE_1F1B && E->pp > 1) w = E->pp - P->stage - 1 < M ? E->pp - P->stage - 1 : M;
-    if (E->s->schedule == PCC_PIPE_GPIPE && E->pp > 1) {
-        loop_open(E, P, PLAN_LOOP_MB, M);
-        forward(E, P, 0);
-        loop_close(E, P);
-        if (M > 1) {
-            loop_open(E, P, PLAN_LOOP_MB, M - 1);
-            backward(E, P, 0, false);
-            loop_close(E, P);
-        }
-        backward(E, P, M - 1, true);
     } else {
-        if (w > 0) {
-            loop_open(E, P, PLAN_LOOP_MB, w);
-            forward(E, P, 0);
-            loop_close(E, P);
-        }
-        int steady = M - w; // F(mb + w), B(mb)
-        if (w == 0) {
-            if (steady > 1) {
-                loop_open(E, P, PLAN_LOOP_MB, steady - 1);
-                forward(E, P, w);
-                backward(E, P, 0, false);
-                loop_close(E, P);
-            }
-            forward(E, P, M - 1);
-            backward(E, P, M - 1, true);
-        } else {
-            if (steady > 0) {
-                loop_open(E, P, PLAN_LOOP_MB, steady);
-                forward(E, P, w);
-                backward(E, P, 0, false);
-                loop_close(E, P);
-            }
-            if (w > 1) {
-                loop_open(E, P, PLAN_LOOP_MB, w - 1);
-                backward(E, P, M - w, false);
-                loop_close(E, P);
-            }
-            backward(E, P, M - 1, true);
-        }
+        stage_tables(E, &P->home, &P->carry);
+        zero2_accumulators(E, P);
+        stage_prologue(E, P);
     }
+    schedule(E, P, d);
     epilogue(E, P);
 }
 
@@ -1670,7 +1561,8 @@ pcc_status emit_plan(const pcc_graph *g, const pcc_cluster *c, const pcc_strateg
                         "(use --zero 1 or 3, or no interleaving)\n", pcc_progname);
         return PCC_ERR_INPUT;
     }
-    if (E.V > 1) interleaved_in_flight(&E);
+    pcc_pipeline pl = {.pp = E.pp, .V = E.V, .M = E.M, .schedule = s->schedule};
+    E.inflight = pipeline_in_flight(g->arena, &pl);
     int nfb = g->n_blocks;
     E.copy_lo = arena_alloc(g->arena, sizeof(int *) * (size_t)(nfb + 1));
     E.copy_hi = arena_alloc(g->arena, sizeof(int *) * (size_t)(nfb + 1));
