@@ -19,20 +19,23 @@
  * that many times the GPU-seconds of running it on one
  * GPU is taken only if nothing within the limit is better (a soft filter, as DeepPool's).
  *
- * The plan (burst_emit), with no new semantics in the format. G = 2^n devices form a mesh of n
- * axes of size 2. A layer of width 2^j splits the batch over the first j axes (the piece a rank
- * holds is its coordinates on those axes, the first the most significant) and runs on the ranks
- * whose coordinates on the other axes are all 0. Narrowing from 2^(j+1) to 2^j is a move along
- * axis j: coordinate 1 sends its piece to coordinate 0, which concatenates it after its own;
- * widening splits the piece in two and sends the second half along axis j. A layer's gradient
- * all-reduce is a collective over the group of axes 0..j-1 (the instance with the active ranks;
- * the others issue nothing); gradients go in buckets of --bucket-mb as the backward pass
- * finishes them (PyTorch DDP's), a bucket closed early where the next gradient has another
- * width, in every program alike so that a group's members cut the same buckets (the cost model
- * charges one all-reduce of a region's gradient bytes). Ranks with the same smallest active width run the same program
- * (n + 1 programs); a rank holds no buffer of a layer it does not run. The devices of a narrow
- * layer are spread over the mesh (rank 0, G/2, ...): DeepPool uses ranks 0..k-1 instead, and the
- * cost model charges this layout's links (a narrow layer on a multi-node cluster crosses nodes).
+ * The programs (burst_programs: burst parallelism's own phase 3, in place of preserve.c's; the
+ * memory planner and the emitter then place and write them as they do preserve.c's), with no
+ * new semantics in the format. G = 2^n devices form a mesh of n axes of size 2. A layer of
+ * width 2^j splits the batch over the first j axes (the piece a rank holds is its coordinates
+ * on those axes, the first the most significant) and runs on the ranks whose coordinates on the
+ * other axes are all 0. Narrowing from 2^(j+1) to 2^j is a move along axis j: coordinate 1
+ * sends its piece to coordinate 0, which concatenates it after its own; widening splits the
+ * piece in two and sends the second half along axis j. A layer's gradient all-reduce is a
+ * collective over the group of axes 0..j-1 (the instance with the active ranks; the others
+ * issue nothing); gradients go in buckets of --bucket-mb as the backward pass finishes them
+ * (PyTorch DDP's), a bucket closed early where the next gradient has another width, in every
+ * program alike so that a group's members cut the same buckets (the cost model charges one
+ * all-reduce of a region's gradient bytes). Ranks with the same smallest active width run the
+ * same program (n + 1 programs); a rank holds no buffer of a layer it does not run. The devices
+ * of a narrow layer are spread over the mesh (rank 0, G/2, ...): DeepPool uses ranks 0..k-1
+ * instead, and the cost model charges this layout's links (a narrow layer on a multi-node
+ * cluster crosses nodes).
  *
  * Limits: flat models (no repeated blocks), one micro-batch, no ZeRO or recompute, G a power of
  * two up to 2^PLAN_MAX_AXES.
@@ -357,10 +360,9 @@ typedef struct bprog {
     int bucket_w;       // their width (log2)
     uint64_t bucket_bytes;
     bool used_sync;
-    uint64_t arena;
 } bprog;
 
-typedef struct bemit {
+typedef struct bbuild {
     const pcc_graph *g;
     const pcc_cluster *c;
     const pcc_burst *b;
@@ -369,16 +371,16 @@ typedef struct bemit {
     int *groups;        int n_groups, cap_groups; // axes mask per plan group
     uint64_t bucket_cap;// gradient bytes per bucket (0: one all-reduce per gradient)
     plan_phase phase;
-} bemit;
+} bbuild;
 
-static int bgroup(bemit *E, int axes) {
+static int bgroup(bbuild *E, int axes) {
     for (int i = 0; i < E->n_groups; i++)
         if (E->groups[i] == axes) return i;
     *VEC_PUSH(E->g->arena, E->groups, E->n_groups, E->cap_groups) = axes;
     return E->n_groups - 1;
 }
 
-static int bnew(bemit *E, bprog *P, int t, plan_shard s) {
+static int bnew(bbuild *E, bprog *P, int t, plan_shard s) {
     pcc_mbuf *m = VEC_PUSH(E->g->arena, P->buf, P->n_buf, P->cap_buf);
     m->tensor = (uint32_t)t;
     m->dtype = (uint8_t)E->g->tensors[t].dtype;
@@ -393,15 +395,15 @@ static int bnew(bemit *E, bprog *P, int t, plan_shard s) {
     return P->n_buf - 1;
 }
 
-static plan_insn *binsn(bemit *E, bprog *P, plan_insn_kind k, int stream, const int *args, int nargs) {
+static plan_insn *binsn(bbuild *E, bprog *P, plan_insn_kind k, int stream, const int *args, int nargs) {
     return emit_insn(E->g->arena, &P->insn, &P->n_insn, &P->cap_insn, &P->args, &P->n_args, &P->cap_args, k, stream, E->phase,
                      args, nargs);
 }
 
-static void bevent(bemit *E, bprog *P, plan_insn_kind k, int stream, int ev) { binsn(E, P, k, stream, NULL, 0)->a = ev; }
+static void bevent(bbuild *E, bprog *P, plan_insn_kind k, int stream, int ev) { binsn(E, P, k, stream, NULL, 0)->a = ev; }
 
 // A concatenation (split) of two halves along the batch axis of t, as the operator concat (split).
-static void join(bemit *E, bprog *P, bool split, int t, int whole, int lo, int hi) {
+static void join(bbuild *E, bprog *P, bool split, int t, int whole, int lo, int hi) {
     int args[3];
     if (split) args[0] = whole, args[1] = lo, args[2] = hi;
     else args[0] = lo, args[1] = hi, args[2] = whole;
@@ -415,7 +417,7 @@ static void join(bemit *E, bprog *P, bool split, int t, int whole, int lo, int h
 }
 
 // A message of buffer buf along axis a to (send) or from (recv) coordinate offset `off`.
-static void message(bemit *E, bprog *P, bool send, int buf, int axis, int off) {
+static void message(bbuild *E, bprog *P, bool send, int buf, int axis, int off) {
     plan_insn *in = binsn(E, P, send ? PLAN_I_SEND : PLAN_I_RECV, STREAM_MAIN, &buf, 1);
     in->a = axis, in->b = off;
     in->t_s = (float)cost_collective_s(E->c, PCC_COLL_SEND_RECV, (double)P->buf[buf].bytes,
@@ -425,7 +427,7 @@ static void message(bemit *E, bprog *P, bool send, int buf, int axis, int off) {
 // Tensor t's pieces at width 2^j on this program, moved there one axis at a time from the width
 // its home buffer is at; -1 when this program holds none there (it may still have taken part:
 // the ranks of the narrowest width it runs send theirs on and are done, marked -2).
-static int pieces_at(bemit *E, bprog *P, int t, int j) {
+static int pieces_at(bbuild *E, bprog *P, int t, int j) {
     if (P->at[t][j] != -1) return P->at[t][j] < 0 ? -1 : P->at[t][j];
     int h = E->home_w[t];
     PCC_ASSERT(h >= 0);
@@ -464,7 +466,7 @@ static int pieces_at(bemit *E, bprog *P, int t, int j) {
 
 // Issues the open bucket: stream 1 waits for its gradients, then one all-reduce over all of them
 // (laid out back to back by the memory planner) across the ranks of their width.
-static void bucket_flush(bemit *E, bprog *P) {
+static void bucket_flush(bbuild *E, bprog *P) {
     int n = P->n_bucket, j = P->bucket_w;
     if (n == 0) return;
     bevent(E, P, PLAN_I_RECORD, STREAM_MAIN, EV_GRAD);
@@ -486,7 +488,7 @@ static void bucket_flush(bemit *E, bprog *P) {
 // A parameter's gradient is final: it joins the open bucket of its width (as the backward pass
 // finishes them, PyTorch DDP's buckets), which is issued once it holds the bucket's bytes
 // (--bucket-mb) or the next gradient has another width.
-static void sync_grad(bemit *E, bprog *P, int gp, int j) {
+static void sync_grad(bbuild *E, bprog *P, int gp, int j) {
     if (P->n_bucket > 0 && P->bucket_w != j) bucket_flush(E, P);
     int buf = P->at[gp][j];
     *VEC_PUSH(E->g->arena, P->bucket, P->n_bucket, P->cap_bucket) = buf;
@@ -500,7 +502,7 @@ static bool is_final_param_grad(const pcc_graph *g, int t) {
     return T->kind == PCC_T_GRAD && T->of >= 0 && g->tensors[T->of].kind == PCC_T_PARAM && g->tensors[T->of].grad == t;
 }
 
-static void bop(bemit *E, bprog *P, int o) {
+static void bop(bbuild *E, bprog *P, int o) {
     const pcc_graph *g = E->g;
     const pcc_op *op = &g->ops[o];
     int j = E->opw[o], bd = E->b->batch_dim;
@@ -547,7 +549,7 @@ static void bop(bemit *E, bprog *P, int o) {
 
 // Every op's width: forward ops their region's; backward ops their forward op's; sums and fills
 // that of the value they are the gradient of; the optimizer its parameter's.
-static void op_widths(bemit *E) {
+static void op_widths(bbuild *E) {
     const pcc_graph *g = E->g;
     int *tw = arena_alloc(g->arena, sizeof(int) * (size_t)(g->n_tensors + 1));
     for (int t = 0; t < g->n_tensors; t++) tw[t] = -1;
@@ -570,7 +572,7 @@ static void op_widths(bemit *E) {
     }
 }
 
-static void bprogram(bemit *E, bprog *P) {
+static void bprogram(bbuild *E, bprog *P) {
     const pcc_graph *g = E->g;
     int C = E->b->n_axes + 1;
     P->at = arena_alloc(g->arena, sizeof(int *) * (size_t)(g->n_tensors + 1));
@@ -622,34 +624,9 @@ static char *bnotes(const pcc_graph *g, const pcc_burst *b) {
     return s;
 }
 
-pcc_status burst_emit(const pcc_graph *g, const pcc_cluster *c, const pcc_burst *b, const pcc_emit_opts *o, pcc_emitted *e) {
-    memset(e, 0, sizeof *e);
-    bemit E = {.g = g, .c = c, .b = b, .bucket_cap = o->bucket_bytes};
-    E.home_w = arena_alloc(g->arena, sizeof(int) * (size_t)(g->n_tensors + 1));
-    op_widths(&E);
-    int NP = b->n_axes + 1;
-    bprog *P = arena_alloc(g->arena, sizeof(bprog) * (size_t)NP);
-    for (int k = 0; k < NP; k++) {
-        P[k].k = k;
-        bprogram(&E, &P[k]);
-    }
-    uint64_t peak = 0;
-    for (int k = 0; k < NP; k++) {
-        uint64_t lb;
-        P[k].arena = memplan_place(P[k].buf, P[k].n_buf, P[k].insn, P[k].n_insn, P[k].args, P[k].attrs, &lb);
-        if (P[k].arena > peak) peak = P[k].arena, e->peak_stage = k;
-        if ((double)lb > e->live_bound_bytes) e->live_bound_bytes = (double)lb;
-    }
-    e->peak_bytes = (double)peak;
-    plan *p = calloc(1, sizeof *p);
-    PCC_ASSERT(p);
-    e->p = p;
-    plan_meta *m = &p->meta;
-    snprintf(m->compiler, sizeof m->compiler, "plancc %s", PCC_VERSION);
-    m->model_name = emit_strdup(p, g->name);
-    m->options = emit_strdup(p, o->options);
-    m->model_hash = o->model_hash, m->cluster_hash = o->cluster_hash;
-    m->options_hash = plan_fnv1a64(o->options, strlen(o->options));
+// What META says of a choice: the mesh of n axes of 2, one micro-batch, no pipeline, the
+// estimate, the FLOPs of a step, and the layers' widths as notes.
+static void burst_meta(const pcc_graph *g, const pcc_burst *b, plan_meta *m) {
     m->world = (uint32_t)b->devices;
     m->n_axes = (uint32_t)b->n_axes;
     for (int a = 0; a < b->n_axes; a++) {
@@ -659,44 +636,41 @@ pcc_status burst_emit(const pcc_graph *g, const pcc_cluster *c, const pcc_burst 
     m->micro_batches = 1;
     m->schedule = PLAN_SCHED_NONE;
     m->est_step_s = b->est_step_s;
-    m->est_peak_bytes = (double)peak;
     double flops = 0;
     for (int k = 0; k < g->n_ops; k++)
         if (g->ops[k].phase != PCC_PHASE_OPT) flops += op_flops_matmul(g, &g->ops[k]);
     m->model_flops = flops;
-    m->device_peak_flops = cost_peak_flops(c, g->dtype, true);
-    m->loss = (uint32_t)g->loss;
-    m->notes = emit_strdup(p, bnotes(g, b));
-    emit_tensors(p, g);
-    p->n_groups = (uint32_t)E.n_groups;
-    p->groups = plan_alloc(p, sizeof(plan_group) * (size_t)(E.n_groups + 1));
-    for (int i = 0; i < E.n_groups; i++) p->groups[i].axes = (uint32_t)E.groups[i];
-    p->n_ranks = m->world;
-    p->ranks = plan_alloc(p, sizeof(plan_rank) * m->world);
-    for (uint32_t r = 0; r < m->world; r++) {
+    m->notes = bnotes(g, b);
+}
+
+pcc_programs *burst_programs(const pcc_graph *g, const pcc_cluster *c, const pcc_burst *b, const pcc_preserve_opts *o) {
+    bbuild E = {.g = g, .c = c, .b = b, .bucket_cap = o->bucket_bytes};
+    E.home_w = arena_alloc(g->arena, sizeof(int) * (size_t)(g->n_tensors + 1));
+    op_widths(&E);
+    int NP = b->n_axes + 1;
+    pcc_programs *out = arena_alloc(g->arena, sizeof *out);
+    out->n = NP;
+    out->prog = arena_alloc(g->arena, sizeof(pcc_program) * (size_t)NP);
+    for (int k = 0; k < NP; k++) {
+        bprog P = {.k = k};
+        bprogram(&E, &P);
+        out->prog[k] = (pcc_program){.name = arena_printf(g->arena, "burst%d+", 1 << k), .buf = P.buf, .n_buf = P.n_buf,
+                                     .insn = P.insn, .n_insn = P.n_insn, .args = P.args, .n_args = P.n_args,
+                                     .attrs = P.attrs, .n_attrs = P.n_attrs, .sync = P.used_sync};
+    }
+    burst_meta(g, b, &out->meta);
+    out->n_groups = E.n_groups;
+    out->group_axes = arena_alloc(g->arena, sizeof(uint32_t) * (size_t)(E.n_groups + 1));
+    for (int i = 0; i < E.n_groups; i++) out->group_axes[i] = (uint32_t)E.groups[i];
+    // A rank runs the program of the smallest width it is active at: 1 + its last axis with
+    // coordinate 1 (rank 0, on every axis 0, runs them all: program 0).
+    out->rank_program = arena_alloc(g->arena, sizeof(uint32_t) * (size_t)b->devices);
+    for (uint32_t r = 0; r < (uint32_t)b->devices; r++) {
         uint32_t x = r;
         int k = 0;
-        for (int a = b->n_axes - 1; a >= 0; a--, x /= 2) {
-            p->ranks[r].coord[a] = x % 2;
+        for (int a = b->n_axes - 1; a >= 0; a--, x /= 2)
             if (x % 2 && k == 0) k = a + 1;
-        }
-        p->ranks[r].program = (uint32_t)k;
+        out->rank_program[r] = (uint32_t)k;
     }
-    p->n_programs = (uint32_t)NP;
-    p->programs = plan_alloc(p, sizeof(plan_program) * (size_t)NP);
-    for (int k = 0; k < NP; k++) {
-        bprog *Q = &P[k];
-        plan_program *pr = &p->programs[k];
-        char name[32];
-        snprintf(name, sizeof name, "burst%d+", 1 << k);
-        emit_program(p, pr, name, Q->arena, Q->used_sync, Q->buf, Q->n_buf, Q->insn, Q->n_insn, Q->args, Q->n_args, Q->attrs,
-                     Q->n_attrs);
-    }
-    char err[1024];
-    if (plan_check(p, err, sizeof err) != PLAN_OK) {
-        fprintf(stderr, "%s: internal error: the emitted burst plan fails plan_check: %s\n", pcc_progname, err);
-        return PCC_ERR_INTERNAL;
-    }
-    if ((double)peak > c->memory_bytes) return PCC_ERR_INFEASIBLE;
-    return PCC_OK;
+    return out;
 }

@@ -103,3 +103,10 @@ pcc_status graph_check(const pcc_graph *g) {
     if (!defined[g->loss]) return bad(g, "loss never defined", g->loss);
     return PCC_OK;
 }
+
+pcc_status check_plan(const plan *p) {
+    char err[1024];
+    if (plan_check(p, err, sizeof err) == PLAN_OK) return PCC_OK;
+    fprintf(stderr, "%s: internal error: the emitted plan fails plan_check: %s\n", pcc_progname, err);
+    return PCC_ERR_INTERNAL;
+}

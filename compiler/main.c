@@ -430,14 +430,35 @@ static const char *default_output(pcc_arena *a, const char *model) {
     return arena_printf(a, "%.*s.plan", (int)n, base);
 }
 
+// The options of phase 3 and the emitter.
+typedef struct back {
+    pcc_preserve_opts preserve;
+    pcc_emit_opts emit;
+} back;
+
+// Phase 3, the memory planner, the emitter and plan_check on one strategy, into *e.
+// PCC_ERR_INFEASIBLE when its largest arena exceeds the device's memory.
+static pcc_status plan_strategy(const pcc_graph *g, const pcc_cluster *c, const pcc_strategy *s, const back *o,
+                                pcc_emitted *e) {
+    pcc_programs *pr;
+    memset(e, 0, sizeof *e);
+    pcc_status st = preserve(g, c, s, &o->preserve, &pr);
+    if (st) return st;
+    memplan(pr);
+    emit_plan(g, c, pr, &o->emit, e);
+    st = check_plan(e->p);
+    if (!st && e->peak_bytes > c->memory_bytes) st = PCC_ERR_INFEASIBLE;
+    return st;
+}
+
 // Emits the candidates best first; the first that fits memory wins. *peak_out: the smallest
 // peak among those that did not fit (for the message).
 static pcc_status emit_first_fit(const pcc_graph *g, const pcc_cluster *c, pcc_strategy **cand, int n,
-                                 const pcc_emit_opts *eo, pcc_emitted *out, int *which, double *peak_out) {
+                                 const back *eo, pcc_emitted *out, int *which, double *peak_out) {
     *peak_out = INFINITY;
     for (int i = 0; i < n; i++) {
         pcc_emitted e;
-        pcc_status st = emit_plan(g, c, cand[i], eo, &e);
+        pcc_status st = plan_strategy(g, c, cand[i], eo, &e);
         if (st == PCC_OK) {
             *out = e, *which = i;
             return PCC_OK;
@@ -456,7 +477,7 @@ static pcc_status emit_first_fit(const pcc_graph *g, const pcc_cluster *c, pcc_s
 // recomputes or splits more; the last round recomputes every block operator (what
 // explain_infeasible would suggest). The emitter still checks against the real memory.
 static pcc_status replan_tighter(const pcc_graph *g, const pcc_cluster *c, const pcc_transforms *t, pcc_cluster *budget, pcc_search_opts so,
-                                 bool last, const pcc_emit_opts *eo, pcc_strategy ***cand, int *n, pcc_emitted *e,
+                                 bool last, const back *eo, pcc_strategy ***cand, int *n, pcc_emitted *e,
                                  int *which, double *peak) {
     budget->memory_bytes *= fmax(0.75, 0.98 * c->memory_bytes / *peak);
     if (last) budget->memory_bytes = c->memory_bytes, so.recompute = PCC_RECOMPUTE_FULL;
@@ -472,7 +493,7 @@ static pcc_status replan_tighter(const pcc_graph *g, const pcc_cluster *c, const
 }
 
 static pcc_status try_fit(const pcc_graph *g, const pcc_cluster *c, const pcc_transforms *t, pcc_search_opts so,
-                          const pcc_emit_opts *eo) {
+                          const back *eo) {
     pcc_strategy **cand;
     int n, which;
     double peak;
@@ -486,15 +507,14 @@ static pcc_status try_fit(const pcc_graph *g, const pcc_cluster *c, const pcc_tr
 
 // Nothing fits: say by how much, and the smallest change that would fit.
 static void explain_infeasible(const pcc_graph *g, const pcc_cluster *c, const pcc_transforms *tr, const options *o,
-                               const pcc_emit_opts *eo,
+                               const back *eo,
                                double peak) {
     char need[32], have[32];
     fmt_bytes(need, sizeof need, peak);
     fmt_bytes(have, sizeof have, c->memory_bytes);
     fprintf(stderr, "plancc: %s: does not fit: the smallest plan needs %s per device (its largest stage's arena), and a %s "
                     "has %s\n", g->file, need, c->device_name, have);
-    pcc_emit_opts q = *eo;
-    q.quiet = true;
+    back q = *eo;
     const char *fix = NULL;
     pcc_search_opts so = o->strat;
     so.quiet = true;
@@ -587,12 +607,17 @@ static pcc_status compile_burst(pcc_arena *a, const pcc_graph *g, const pcc_clus
     progress_phase("phase 2: burst parallelism, every layer's device count");
     pcc_status st = burst_plan(g, c, &bo, &b);
     if (st) return st;
-    pcc_emit_opts eo = {.options = canonical_options(a, c, o), .quiet = o->quiet, .bucket_bytes = (uint64_t)(o->bucket_mb * 1e6)};
+    pcc_emit_opts eo = {.options = canonical_options(a, c, o)};
     eo.model_hash = file_hash(o->model);
     eo.cluster_hash = file_hash(o->cluster);
+    pcc_preserve_opts po = {.bucket_bytes = (uint64_t)(o->bucket_mb * 1e6)};
     pcc_emitted e;
     progress_phase("phase 3: burst plan, memory plan and plan_check");
-    st = burst_emit(g, c, b, &eo, &e);
+    pcc_programs *pr = burst_programs(g, c, b, &po);
+    memplan(pr);
+    emit_plan(g, c, pr, &eo, &e);
+    st = check_plan(e.p);
+    if (!st && e.peak_bytes > c->memory_bytes) st = PCC_ERR_INFEASIBLE;
     progress_done();
     char b1[32], b2[32];
     if (st == PCC_ERR_INFEASIBLE)
@@ -642,10 +667,10 @@ static pcc_status compile(pcc_arena *a, const pcc_graph *g, const pcc_cluster *c
     if (st) return st;
     if (o->estimate_only) return print_estimate(g, c, o, cand[0], n, now_s() - t0 + o->mb_search_s);
     progress_phase("phase 3: communication, memory plan and plan_check (%d candidate%s)", n, n == 1 ? "" : "s");
-    pcc_emit_opts eo = {.options = canonical_options(a, c, o), .quiet = o->quiet,
-                        .bucket_bytes = (uint64_t)(o->bucket_mb * 1e6), .sync = o->sync};
-    eo.model_hash = file_hash(o->model);
-    eo.cluster_hash = file_hash(o->cluster);
+    back eo = {.preserve = {.bucket_bytes = (uint64_t)(o->bucket_mb * 1e6), .sync = o->sync},
+               .emit = {.options = canonical_options(a, c, o)}};
+    eo.emit.model_hash = file_hash(o->model);
+    eo.emit.cluster_hash = file_hash(o->cluster);
     pcc_emitted e;
     int which = 0;
     double peak;

@@ -367,6 +367,9 @@ double op_bytes(const pcc_graph *g, const pcc_op *op);
 // alike. Returns PCC_ERR_INTERNAL with a message on a broken IR (input errors were caught in
 // model.c already, so a failure here is plancc's bug).
 pcc_status graph_check(const pcc_graph *g);
+// plan_check (runtime/plan_check.c) on a plan the compiler emitted: PCC_ERR_INTERNAL with a
+// message when it fails (a plancc bug), else PCC_OK.
+pcc_status check_plan(const plan *p);
 
 /* ---------------------------------------------------------------- model.c */
 
@@ -870,21 +873,6 @@ int *pipeline_in_flight(pcc_arena *a, const pcc_pipeline *p);
 // all-gather. Can't fail.
 void estimate_step(const pcc_graph *g, const pcc_cluster *c, const pcc_intra *sc, pcc_strategy *s);
 
-/* ---------------------------------------------------------------- emit.c */
-
-/* Phase 3, data dependency preservation, the memory planner and the plan: per pipeline stage
- * one program that every dp x tp rank of the stage runs. For each operator it finds the layout
- * of every operand from the strategy's split (the backward and optimizer operators from their
- * forward operator's), and where a producer's layout differs from a consumer's it inserts the
- * collectives that turn one into the other (all-gather, all-reduce, reduce-scatter,
- * all-to-all, a local slice), or a send/receive where they are on different stages. Gradients
- * of parameters replicated over dp are all-reduced (ZeRO: reduce-scattered, the parameters
- * all-gathered) on a second stream, overlapped with the backward pass of the last
- * micro-batch. Micro-batches run in the strategy's schedule (GPipe or 1F1B), repeated blocks
- * as loops. The memory planner then places every buffer at a static offset from its
- * liveness; the arena is the exact peak. */
-
-
 /* ---------------------------------------------------------------- bgsync.c */
 
 // --sync: how the dense replicated parameters are kept in step across data-parallel ranks.
@@ -923,27 +911,74 @@ typedef struct pcc_bg_param {
 void bgsync_emit(plan *p, plan_program *pr, const pcc_sync_opts *o, const pcc_bg_param *ps, int n, uint32_t stop_group,
                  const pcc_cluster *c);
 
-/* ---------------------------------------------------------------- emit.c (its options) */
+/* ---------------------------------------------------------------- preserve.c */
 
-typedef struct pcc_emit_opts {
-    const char *options;        // canonical option string, for META
-    uint64_t model_hash, cluster_hash;
+/* Phase 3, data dependency preservation: per pipeline stage one program that every dp x tp rank
+ * of the stage runs. For each operator it finds the layout of every operand from the strategy's
+ * split (the backward and optimizer operators from their forward operator's), and where a
+ * producer's layout differs from a consumer's it inserts the collectives that turn one into the
+ * other (reshard.c's chain: all-gather, all-reduce, reduce-scatter, all-to-all, a local slice),
+ * or a send/receive where they are on different stages. Gradients of parameters replicated over
+ * dp are all-reduced (ZeRO: reduce-scattered, the parameters all-gathered) in buckets on a
+ * second stream, overlapped with the backward pass of the last micro-batch. Micro-batches run
+ * in the order pipeline.c gives, repeated blocks as loops. Its output, the programs with their
+ * buffers unplaced, goes to the memory planner and then to the emitter. */
+
+// A buffer of a program being built: what the plan's buffer will hold, and the planner's state.
+typedef struct pcc_mbuf {
+    uint32_t tensor;
+    uint8_t dtype;
+    plan_shard shard;
+    uint64_t bytes;
+    uint32_t mb_slots, layer_slots, layer_base;
+    bool whole;                 // live for the whole program
+    bool persist;               // the home of a param, optimizer state or input (PLAN_BUF_PERSIST)
+    int first, last;            // liveness (instruction indices)
+    uint64_t mb_stride, layer_stride, extent; // slots at aligned strides; extent: all of them
+    uint64_t offset;
+    bool in_bucket;             // a member of a contiguous bucket (its first places them all)
+    int bucket_next;            // with in_bucket: the next buffer of its bucket, -1 for the last
+} pcc_mbuf;
+
+// One program of instructions over streams, as phase 3 builds it (preserve.c, burst.c): its
+// buffers (placed by the memory planner), instructions, their arguments and attributes, as the
+// plan will hold them.
+typedef struct pcc_program {
+    const char *name;           // "stage0", "burst2+"
+    pcc_mbuf *buf;      int n_buf;
+    plan_insn *insn;    int n_insn;
+    uint32_t *args;     int n_args;
+    plan_attrs *attrs;  int n_attrs;
+    bool sync;                  // uses a second stream and two events (the gradient synchronization's)
+    pcc_bg_param *bg;   int n_bg; // --sync background: the dense params its background round averages
+    uint64_t arena;             // the memory planner's: the arena's bytes (the exact peak) ...
+    uint64_t live_bound;        // ... and the most bytes live at one instruction (a lower bound)
+} pcc_program;
+
+// Phase 3's output: the programs, which rank runs which, the communicator groups, and what META
+// says of them (the mesh: world, n_axes, mesh, axis_names; micro_batches, schedule, zero_stage,
+// est_step_s, model_flops, notes in the arena; the emitter fills in the rest).
+typedef struct pcc_programs {
+    plan_meta meta;
+    pcc_program *prog;  int n;
+    uint32_t *rank_program;     // per rank (meta.world): its program
+    uint32_t *group_axes;       // per communicator group: its mesh axes (bits)
+    int n_groups;
+    const pcc_sync_opts *bg;    // --sync background: each program gets a background round; NULL: none
+    uint32_t bg_stop_group;     // the group continuous rounds agree on stopping over
+} pcc_programs;
+
+typedef struct pcc_preserve_opts {
     uint64_t bucket_bytes;      // gradient bytes per bucket (per rank); 0: one collective per gradient
-    bool quiet;
     pcc_sync_opts sync;         // --sync
-} pcc_emit_opts;
+} pcc_preserve_opts;
 
-typedef struct pcc_emitted {
-    plan *p;                    // malloc'd via plan_alloc; plan_free it
-    double peak_bytes;          // the largest program's arena
-    int peak_stage;
-    double live_bound_bytes;    // the largest sum of buffers live at one instruction (a lower bound)
-} pcc_emitted;
-
-// Emits the plan of strategy s. PCC_ERR_INFEASIBLE when a stage's arena exceeds the device's
-// memory (*e is still filled, so that the caller can report by how much).
-pcc_status emit_plan(const pcc_graph *g, const pcc_cluster *c, const pcc_strategy *s, const pcc_emit_opts *o,
-                     pcc_emitted *e);
+// The programs of strategy s. PCC_ERR_INPUT (reported) for what phase 3 cannot make yet (ZeRO-2
+// with interleaving, more than 8 values carried by a block, a block summing a gradient over
+// copies on several stages, interleaving with a message that skips a chunk, a background-synced
+// parameter in a repeated block).
+pcc_status preserve(const pcc_graph *g, const pcc_cluster *c, const pcc_strategy *s, const pcc_preserve_opts *o,
+                    pcc_programs **out);
 
 /* ---------------------------------------------------------------- burst.c */
 
@@ -975,54 +1010,45 @@ typedef struct pcc_burst {
 // not handle (repeated blocks, several micro-batches, no batch dimension) and for widths given
 // that do not fit the layers (count, powers of two, batch, splittable).
 pcc_status burst_plan(const pcc_graph *g, const pcc_cluster *c, const pcc_burst_opts *o, pcc_burst **out);
-// The plan of a choice: n + 1 programs on a mesh of n axes of size 2. PCC_ERR_INFEASIBLE when a
-// program's arena exceeds the device's memory (*e is still filled).
-pcc_status burst_emit(const pcc_graph *g, const pcc_cluster *c, const pcc_burst *b, const pcc_emit_opts *o, pcc_emitted *e);
+// Burst parallelism's phase 3: the programs of a choice, n + 1 of them on a mesh of n axes of
+// size 2 (the ranks that run the same widths share one), their gradients all-reduced in buckets
+// of o->bucket_bytes. Can't fail.
+pcc_programs *burst_programs(const pcc_graph *g, const pcc_cluster *c, const pcc_burst *b, const pcc_preserve_opts *o);
 // The per-layer table: layer, its ops, GPUs, batch per GPU, time and gradient sync. Can't fail.
 void burst_table(FILE *f, const pcc_graph *g, const pcc_burst *b);
 
 /* ---------------------------------------------------------------- memplan.c */
 
-/* The memory planner and the plan-writing helpers that emit.c and burst.c share. */
+/* The memory planner: every buffer of every program at a static offset from its liveness. */
 
-// A buffer of a program being built: what the plan's buffer will hold, and the planner's state.
-typedef struct pcc_mbuf {
-    uint32_t tensor;
-    uint8_t dtype;
-    plan_shard shard;
-    uint64_t bytes;
-    uint32_t mb_slots, layer_slots, layer_base;
-    bool whole;                 // live for the whole program
-    bool persist;               // the home of a param, optimizer state or input (PLAN_BUF_PERSIST)
-    int first, last;            // liveness (instruction indices)
-    uint64_t mb_stride, layer_stride, extent; // slots at aligned strides; extent: all of them
-    uint64_t offset;
-    bool in_bucket;             // a member of a contiguous bucket (its first places them all)
-    int bucket_next;            // with in_bucket: the next buffer of its bucket, -1 for the last
-} pcc_mbuf;
+// Places the buffers of each program (its instructions, arguments and attributes as the plan
+// will hold them) at static offsets from their liveness; sets each one's arena (the exact peak)
+// and live bound (the most bytes live at one instruction). Can't fail.
+void memplan(pcc_programs *pr);
 
-// Places the buffers of one program (its instructions, arguments and attrs as the plan will hold
-// them) at static offsets from their liveness; returns the arena size, the exact peak, and in
-// *live_bound the most bytes live at one instruction (a lower bound). Can't fail.
-uint64_t memplan_place(pcc_mbuf *buf, int n_buf, const plan_insn *insn, int n_insn, const uint32_t *args,
-                       const plan_attrs *attrs, uint64_t *live_bound);
-// Copies into the plan's memory (NULL stays NULL; n 0 gives a valid pointer). Abort on OOM.
-const char *emit_strdup(plan *p, const char *s);
-void *emit_memdup(plan *p, const void *src, size_t n);
-// The plan's tensor table from g's tensors (names, shapes, copies, initializers, data sources).
-void emit_tensors(plan *p, const pcc_graph *g);
-// The plan's buffer records of a placed program.
-plan_buffer *emit_buffers(plan *p, const pcc_mbuf *buf, int n_buf);
+/* ---------------------------------------------------------------- emit.c */
+
+typedef struct pcc_emit_opts {
+    const char *options;        // canonical option string, for META
+    uint64_t model_hash, cluster_hash;
+} pcc_emit_opts;
+
+typedef struct pcc_emitted {
+    plan *p;                    // malloc'd via plan_alloc; plan_free it
+    double peak_bytes;          // the largest program's arena
+    int peak_stage;
+    double live_bound_bytes;    // the largest sum of buffers live at one instruction (a lower bound)
+} pcc_emitted;
+
+// The plan of phase 3's programs, placed by the memory planner (and with --sync background,
+// their background rounds appended by bgsync.c), into *e with its peak. Whether it fits the
+// device and passes plan_check is the caller's to ask. Can't fail.
+void emit_plan(const pcc_graph *g, const pcc_cluster *c, const pcc_programs *pr, const pcc_emit_opts *o, pcc_emitted *e);
 // Appends an instruction of kind k on stream to a program being built (*insns, *n_insn, *cap_insn
 // its VEC_PUSH vector) and its arguments to *argv: attrs PLAN_NONE, and phase (of its micro-batch's
 // pass) only where the kind takes one (compute, coll, send, recv, copy). Returns it for the rest.
 plan_insn *emit_insn(pcc_arena *ar, plan_insn **insns, int *n_insn, int *cap_insn, uint32_t **argv, int *n_args,
                      int *cap_args, plan_insn_kind k, int stream, plan_phase phase, const int *args, int nargs);
-// Fills a program record: its name, arena, streams (a second, higher-priority stream and two
-// events when sync: the gradient synchronization's), and copies of its buffers, instructions,
-// arguments and attributes.
-void emit_program(plan *p, plan_program *pr, const char *name, uint64_t arena, bool sync, const pcc_mbuf *buf, int n_buf,
-                  const plan_insn *insn, int n_insn, const uint32_t *args, int n_args, const plan_attrs *attrs, int n_attrs);
 // The index of op's attributes (accumulate: add into its outputs) in a program's attrs list
 // *v (n, cap: its VEC_PUSH count and capacity), added once; PLAN_NONE when all are zero.
 uint32_t emit_attrs(pcc_arena *ar, plan_attrs **v, int *n, int *cap, const pcc_op *op, bool accumulate);

@@ -7,7 +7,7 @@
  *    out by a simulator of the steps' meaning (runtime/PLAN_FORMAT.md, "What instructions
  *    mean") on every rank, ending with exactly the wanted pieces: splits undone in the right
  *    order, partial sums summed once.
- *  - The memory planner: plans from emit_plan pass plan_check (no two live buffers overlap),
+ *  - The memory planner: plans from phase 3, the planner and emit_plan pass plan_check (no two live buffers overlap),
  *    every buffer lies inside the arena, the arena is reached (it is the exact peak), buffers
  *    share memory (the arena is below the sum of the buffers), and the same input gives the
  *    same bytes.
@@ -205,6 +205,20 @@ static pcc_status strategies(const pcc_graph *g, const pcc_cluster *c, const pcc
     return search(g, c, transform_all(g, sizes, ns), so, s, n);
 }
 
+// Phase 3, the memory planner and the emitter, as the driver runs them.
+static pcc_status plan_of(const pcc_graph *g, const pcc_cluster *c, const pcc_strategy *s, uint64_t bucket_bytes,
+                          pcc_emitted *e) {
+    pcc_preserve_opts po = {.bucket_bytes = bucket_bytes};
+    pcc_emit_opts eo = {.options = "unit"};
+    pcc_programs *pr;
+    memset(e, 0, sizeof *e);
+    pcc_status st = preserve(g, c, s, &po, &pr);
+    if (st) return st;
+    memplan(pr);
+    emit_plan(g, c, pr, &eo, e);
+    return e->peak_bytes > c->memory_bytes ? PCC_ERR_INFEASIBLE : PCC_OK;
+}
+
 static void planner(const char *model, int dp, int tp, int pp, int mb, int zero) {
     pcc_arena *a = arena_init();
     pcc_graph *g = load(a, model, mb);
@@ -219,10 +233,9 @@ static void planner(const char *model, int dp, int tp, int pp, int mb, int zero)
     pcc_strategy **s;
     int n;
     EXPECT(strategies(g, c, &so, &s, &n) == PCC_OK && n == 1);
-    pcc_emit_opts eo = {.options = "unit", .quiet = true};
     pcc_emitted e, e2;
-    EXPECT(emit_plan(g, c, s[0], &eo, &e) == PCC_OK);
-    EXPECT(emit_plan(g, c, s[0], &eo, &e2) == PCC_OK);
+    EXPECT(plan_of(g, c, s[0], 0, &e) == PCC_OK);
+    EXPECT(plan_of(g, c, s[0], 0, &e2) == PCC_OK);
     char err[512];
     EXPECT(plan_check(e.p, err, sizeof err) == PLAN_OK);
     uint64_t peak = 0;
@@ -270,8 +283,7 @@ static bool emit_tiny_dp2(pcc_arena *a, int mb, int zero, uint64_t bucket_bytes,
                             .ilp = {.time_limit_s = 30, .mip_gap = 1e-6}, .quiet = true};
     pcc_strategy **s;
     int n;
-    pcc_emit_opts eo = {.options = "unit", .quiet = true, .bucket_bytes = bucket_bytes};
-    bool ok = g && c && strategies(g, c, &so, &s, &n) == PCC_OK && emit_plan(g, c, s[0], &eo, e) == PCC_OK;
+    bool ok = g && c && strategies(g, c, &so, &s, &n) == PCC_OK && plan_of(g, c, s[0], bucket_bytes, e) == PCC_OK;
     EXPECT(ok);
     return ok;
 }
