@@ -24,7 +24,6 @@
 #include <math.h>
 #include <stdarg.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 struct pcc_mip {
@@ -107,12 +106,6 @@ int mip_rows(const pcc_mip *p) { return p->n_rows; }
 
 /* ---- the progress line ---- */
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 #define PROGRESS_DELAY_S 0.25   // nothing is drawn before this: a fast compile shows nothing
 #define PROGRESS_PERIOD_S 0.1   // redraws at most this often (a new phase redraws at once)
 
@@ -125,11 +118,11 @@ static struct {
 void progress_init(bool on) {
     memset(&line, 0, sizeof line);
     line.on = on && isatty(2);
-    line.start = now_s();
+    line.start = clock_s();
 }
 
 static void progress_draw(bool now) {
-    double t = now_s();
+    double t = clock_s();
     if (!line.on || t - line.start < PROGRESS_DELAY_S || (!now && t - line.last < PROGRESS_PERIOD_S)) return;
     line.last = t;
     line.drawn = true;
@@ -232,7 +225,7 @@ pcc_status mip_solve(pcc_mip *p, const pcc_mip_opts *o, pcc_mip_result *r) {
     bool own = o->progress && !line.on;
     if (own) progress_init(true), progress_phase("phase 2: the intra-operator ILP");
     progress pr = {.show = line.on, .rows = p->n_rows, .cols = p->n_cols, .incumbent = NAN, .bound = NAN};
-    double start = now_s();
+    double start = clock_s();
     glp_iocp parm;
     glp_init_iocp(&parm);
     parm.msg_lev = GLP_MSG_OFF;
@@ -242,7 +235,7 @@ pcc_status mip_solve(pcc_mip *p, const pcc_mip_opts *o, pcc_mip_result *r) {
     parm.cb_func = on_tree;
     parm.cb_info = &pr;
     int ret = glp_intopt(P, &parm);
-    r->seconds = now_s() - start;
+    r->seconds = clock_s() - start;
     line.detail[0] = 0;
     if (own) progress_done();
     r->status = map_status(ret, glp_mip_status(P));

@@ -79,6 +79,9 @@ void warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 // PCC_ERR_INPUT when it cannot.
 pcc_status file_read_all(pcc_arena *a, const char *path, char **out, size_t *len, size_t max_bytes);
 
+// Seconds on a monotonic clock (for the summaries' timings).
+double clock_s(void);
+
 // Human-readable counts: "124.44 M", "1.23 GiB", "3.10 TFLOP". Writes into buf, returns buf.
 char *fmt_count(char *buf, size_t n, double x);
 char *fmt_bytes(char *buf, size_t n, double bytes);
@@ -359,6 +362,17 @@ typedef struct pcc_letter {
 int op_letters(const pcc_graph *g, const pcc_op *op, pcc_letter *out);
 // Bytes read and written by one instance (each operand once).
 double op_bytes(const pcc_graph *g, const pcc_op *op);
+
+// Totals over the graph, for the --check report and the memory the phases count: parameter
+// elements, FLOPs per step by phase (all copies), and the bytes of weights, gradients,
+// optimizer state and kept activations. Can't fail.
+typedef struct pcc_totals {
+    double params;          // parameter elements
+    double flops_fwd, flops_bwd, flops_opt;
+    double flops_fwd_matmul, flops_bwd_matmul;
+    double bytes_weights, bytes_grads, bytes_optim, bytes_acts;
+} pcc_totals;
+void graph_totals(const pcc_graph *g, pcc_totals *t);
 
 /* ---------------------------------------------------------------- check.c */
 
@@ -1068,13 +1082,101 @@ void report_print(FILE *f, const pcc_graph *g, const pcc_report_opts *o);
 // one step at the peak FLOP/s of the model's dtype. c NULL: exactly report_print. Can't fail.
 void report_print_cluster(FILE *f, const pcc_graph *g, const pcc_cluster *c, const pcc_report_opts *o);
 
-// Totals the report prints, exposed for tests and later phases.
-typedef struct pcc_totals {
-    double params;          // parameter elements
-    double flops_fwd, flops_bwd, flops_opt;
-    double flops_fwd_matmul, flops_bwd_matmul;
-    double bytes_weights, bytes_grads, bytes_optim, bytes_acts;
-} pcc_totals;
-void graph_totals(const pcc_graph *g, pcc_totals *t);
+/* ---------------------------------------------------------------- options.c */
+
+// plancc's options, laid out as the parts each phase takes.
+typedef struct pcc_options {
+    const char *model;
+    const char *cluster;        // NULL: no cluster (--check only)
+    const char *output;         // -o; NULL: MODEL's name + .plan (options_output)
+    int nodes, devices;         // 0: as the cluster file says
+    bool check, quiet, estimate_only;
+    bool tf32;                  // cost f32 matrix products at the TF32 tensor-core peak
+    const char *dumps;          // -d letters: t (phase 1's candidates), s (phase 2's choice)
+    pcc_report_opts report;     // --json, -v
+    pcc_batch_opts batch;       // --global-batch, --micro-batch-size, --micro-batches
+    pcc_search_opts search;     // the strategy; its ilp: --time-limit, --mip-gap, --dump-ilp
+    pcc_preserve_opts preserve; // --bucket-mb in bytes, --sync
+    double bucket_mb;           // --bucket-mb as given (10^6 bytes); 0: one collective per gradient
+    bool burst;                 // --burst: DeepPool's burst parallelism (burst.c)
+    double amp_limit;           // --amp-limit (0: none)
+    const char *burst_widths;   // --burst-widths LIST
+    int mb_searched;            // set by driver_micro_batches: the counts it planned (0: no search)
+    double mb_search_s;         // ... and its seconds
+} pcc_options;
+
+// Parses argv into *o and checks the options against each other; *done when --help or --version
+// printed what was asked. PCC_ERR_INPUT after one line "plancc: ..." on a usage error.
+pcc_status options_parse(int argc, char **argv, pcc_options *o, bool *done);
+// Whether the options ask for phase 1 (transform), 2 (the search) or 3 (phase 3 and the plan):
+// --check stops after its report, or after the phases its -d dumps (or --dump-ilp) need;
+// --estimate-only after phase 2.
+bool options_runs(const pcc_options *o, int phase);
+// Whether -d asks for the dump of this letter.
+bool options_dump(const pcc_options *o, char letter);
+// What the plan records of its inputs: the options that decide the plan in one canonical order
+// (the same options give the same bytes however they were spelled) and the model's and the
+// cluster's hashes (a warning, and 0, for a file it cannot hash).
+void options_emit(pcc_arena *a, const pcc_cluster *c, const pcc_options *o, pcc_emit_opts *eo);
+// The plan file to write: -o, or the model file's name without .json, plus .plan.
+const char *options_output(pcc_arena *a, const pcc_options *o);
+
+/* ---------------------------------------------------------------- driver.c */
+
+// Whether the options ask the driver to search the micro-batch count (--auto with --global-batch
+// and no count given).
+bool driver_searches_micro_batches(const pcc_options *o);
+// Plans every micro-batch count of the global batch that keeps whole ghost batch norm groups,
+// most first, each through the front end and phases 1 and 2 in an arena of its own, until 3 in a
+// row do no better; sets o->batch.micro_batches to the fastest (and o->mb_searched,
+// o->mb_search_s) and builds *g again in arena a for it. A count that does not fit is skipped;
+// other errors are returned (reported). When none fits, *g stays as it was.
+pcc_status driver_micro_batches(pcc_arena *a, pcc_options *o, const pcc_cluster *c, pcc_graph **g);
+
+// The fit: which of phase 2's ranked strategies becomes the plan. main.c's loop asks
+// driver_fit_next for a strategy, runs phase 3, the memory planner, the emitter and plan_check
+// on it, and asks driver_fit_done whether that ends the loop.
+typedef struct pcc_fit {
+    pcc_strategy **cand;        // the ranking being tried, best first (phase 2's, then a tighter round's)
+    int n, next;                // its length; the next one to try
+    int which;                  // the one that fit (index into cand); -1 while none has
+    // the driver's own
+    const pcc_graph *g;
+    const pcc_cluster *c;
+    const pcc_transforms *t;
+    const pcc_options *o;
+    pcc_cluster budget;         // the ILP's memory in the tighter rounds
+    double peak;                // the smallest arena of those that did not fit
+    int mode, round, suggestion;
+    const char *fix;            // the suggestion being tried
+    bool started;
+} pcc_fit;
+// Starts the fit over phase 2's ranking (cand, n; t: phase 1's candidates, which every round reuses).
+void driver_fit_init(pcc_fit *f, const pcc_graph *g, const pcc_cluster *c, const pcc_transforms *t, const pcc_options *o,
+                     pcc_strategy **cand, int n);
+// The next strategy to plan: the ranking's next; when it is spent, the best few of a search on a
+// tighter budget for the ILP (up to 3 rounds, with --recompute auto); then, having said by how
+// much nothing fits, those of each change that might (--recompute full, --zero 3, both). NULL
+// when none is left, with *st PCC_ERR_INFEASIBLE.
+const pcc_strategy *driver_fit_next(pcc_fit *f, pcc_status *st);
+// After the plan of the strategy driver_fit_next gave (*st its status, *e the plan): true when
+// the loop is over, with *st its end: PCC_OK (it fits: *e is the plan, f->which the strategy),
+// PCC_ERR_INFEASIBLE (a suggestion fits: named on stderr), or an error. Otherwise the plan is
+// freed and *st reset, for the next one.
+bool driver_fit_done(pcc_fit *f, pcc_status *st, pcc_emitted *e);
+
+/* ---------------------------------------------------------------- report.c (the compile's summaries) */
+
+// --estimate-only: strategy s's estimate of a step and its parts (the first of n candidates),
+// as text or, with --json, as JSON; seconds: the time it took. Can't fail.
+void report_estimate(FILE *f, const pcc_graph *g, const pcc_cluster *c, const pcc_options *o, const pcc_strategy *s, int n,
+                     double seconds);
+// The summary of a plan written to `out`: cand[which] of n (all with -v), the ILP, every
+// program's arena, the peak, the estimate beside the plan's simulation. Nothing with -q.
+void report_compile(FILE *f, const pcc_graph *g, const pcc_cluster *c, const pcc_options *o, pcc_strategy *const *cand, int n,
+                    int which, const pcc_emitted *e, const char *out, double seconds);
+// The same for a burst plan, with its per-layer table.
+void report_burst(FILE *f, const pcc_graph *g, const pcc_cluster *c, const pcc_options *o, const pcc_burst *b,
+                  const pcc_emitted *e, const char *out, double seconds);
 
 #endif

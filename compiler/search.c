@@ -435,6 +435,7 @@ int *search_group_sizes(const pcc_graph *g, const pcc_cluster *c, const pcc_sear
 pcc_status search(const pcc_graph *g, const pcc_cluster *c, const pcc_transforms *t, const pcc_search_opts *o,
                   pcc_strategy ***out, int *n_out) {
     *out = NULL, *n_out = 0;
+    if (!o->quiet && !o->whole) progress_phase("phase 2: the device mesh and the splits (%s)", o->auto_mesh ? "--auto" : "template");
     search_ctx S;
     search_init(&S, g, c, t, o);
     pcc_status st = o->whole ? search_whole(&S) : o->auto_mesh ? search_auto(&S) : search_template(&S);
