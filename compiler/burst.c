@@ -218,11 +218,8 @@ static pcc_status given_widths(const pcc_graph *g, pcc_burst *b, const char *lis
     return PCC_OK;
 }
 
-pcc_status burst_plan(const pcc_graph *g, const pcc_cluster *c, const pcc_burst_opts *o, pcc_burst **out) {
-    *out = NULL;
-    int G = o->devices, n_axes = 0;
-    while ((1 << n_axes) < G) n_axes++;
-    PCC_ASSERT(G >= 1 && (1 << n_axes) == G && n_axes <= PLAN_MAX_AXES);
+// What burst parallelism handles: flat models, one micro-batch, a batch dimension.
+static pcc_status burst_limits(const pcc_graph *g) {
     if (g->n_blocks > 0) {
         fprintf(stderr, "%s: %s: --burst: the model has repeated blocks (\"%s\"); burst parallelism handles models "
                         "written without blocks\n", pcc_progname, g->file, g->blocks[0].name);
@@ -232,35 +229,33 @@ pcc_status burst_plan(const pcc_graph *g, const pcc_cluster *c, const pcc_burst_
         fprintf(stderr, "%s: --burst runs one micro-batch per step (got --micro-batches %d)\n", pcc_progname, g->micro_batches);
         return PCC_ERR_INPUT;
     }
-    int bd = graph_batch_dim(g);
-    if (bd < 0) {
+    if (graph_batch_dim(g) < 0) {
         fprintf(stderr, "%s: %s: --burst: the model has no batch dimension (an input with a shape)\n", pcc_progname, g->file);
         return PCC_ERR_INPUT;
     }
-    pcc_burst *b = arena_alloc(g->arena, sizeof *b);
-    b->devices = G, b->n_axes = n_axes, b->batch_dim = bd, b->amp_limit = o->amp_limit;
-    b->region_of = arena_alloc(g->arena, sizeof(int) * (size_t)(g->n_fwd_ops + 1));
-    b->n_regions = regions(g, b->region_of, &b->cross);
-    int R = b->n_regions;
-    b->width = arena_alloc(g->arena, sizeof(int) * (size_t)(R + 1));
-    b->max_width = arena_alloc(g->arena, sizeof(int) * (size_t)(R + 1));
-    b->region_s = arena_alloc(g->arena, sizeof(double) * (size_t)(R + 1));
-    b->sync_s = arena_alloc(g->arena, sizeof(double) * (size_t)(R + 1));
-    // The widths each region may take: the batch divides evenly, and no operator of it refuses.
-    int64_t B = g->dims[bd].size;
-    for (int r = 0; r < R; r++) b->max_width[r] = n_axes;
-    for (int r = 0; r < R; r++)
+    return PCC_OK;
+}
+
+// The widths each region may take: the batch divides evenly, and no operator of it refuses.
+static void max_widths(const pcc_graph *g, pcc_burst *b) {
+    int64_t B = g->dims[b->batch_dim].size;
+    for (int r = 0; r < b->n_regions; r++) b->max_width[r] = b->n_axes;
+    for (int r = 0; r < b->n_regions; r++)
         while (b->max_width[r] > 0 && B % (1 << b->max_width[r]) != 0) b->max_width[r]--;
     for (int op = 0; op < g->n_fwd_ops; op++) {
         pcc_letter l[PCC_MAX_LETTERS];
         bool nosplit;
-        int li = op_batch_letter(g, &g->ops[op], bd, l, &nosplit), *mw = &b->max_width[b->region_of[op]];
+        int li = op_batch_letter(g, &g->ops[op], b->batch_dim, l, &nosplit), *mw = &b->max_width[b->region_of[op]];
         if (li >= 0 && nosplit) *mw = 0;
         while (li >= 0 && *mw > 0 && B % ((1 << *mw) * l[li].grain) != 0) (*mw)--; // whole ghost groups
     }
-    // The dynamic program: T[r][j] the best time through region r at width 2^j, lt the time of
-    // region r itself (with its inbound move), back the predecessor's width.
-    int C = n_axes + 1;
+}
+
+// The dynamic program (DeepPool's searchLinear): T[r][j] the best time through region r at
+// width 2^j, lt the time of region r itself (with its inbound move), back the predecessor's
+// width; then every region's width, from the last region's best back.
+static void choose_widths(const pcc_graph *g, const pcc_cluster *c, pcc_burst *b) {
+    int R = b->n_regions, C = b->n_axes + 1, G = b->devices, bd = b->batch_dim;
     double *T = arena_alloc(g->arena, sizeof(double) * (size_t)(R * C));
     double *lt = arena_alloc(g->arena, sizeof(double) * (size_t)(R * C));
     double *nopar = arena_alloc(g->arena, sizeof(double) * (size_t)R);
@@ -283,7 +278,7 @@ pcc_status burst_plan(const pcc_graph *g, const pcc_cluster *c, const pcc_burst_
                 double plt = lt[(r - 1) * C + p], amp = 1;
                 if (plt > 0 && nopar[r - 1] > 300e-6) amp = plt * (double)(1 << p) / nopar[r - 1];
                 double cand = prev + move + own;
-                if (cand < best && (o->amp_limit <= 0 || amp < o->amp_limit || amp < best_amp)) {
+                if (cand < best && (b->amp_limit <= 0 || amp < b->amp_limit || amp < best_amp)) {
                     best = cand, best_amp = amp, back[r * C + j] = p;
                     lt[r * C + j] = move + own;
                 }
@@ -297,21 +292,46 @@ pcc_status burst_plan(const pcc_graph *g, const pcc_cluster *c, const pcc_burst_
         b->width[r] = j;
         j = back[r * C + j];
     }
-    if (o->widths && given_widths(g, b, o->widths)) return PCC_ERR_INPUT;
-    // The choice's time, region by region (the dynamic program's, or that of the widths given).
+}
+
+// The choice's time, region by region (the dynamic program's, or that of the widths given), and
+// data parallelism's on the same cost model, for comparison: every region as wide as it goes.
+static void step_times(const pcc_graph *g, const pcc_cluster *c, pcc_burst *b) {
+    int G = b->devices, bd = b->batch_dim;
     b->est_step_s = 0;
-    for (int r = 0; r < R; r++) {
+    for (int r = 0; r < b->n_regions; r++) {
         b->region_s[r] = region_time(c, g, b, r, b->width[r], &b->sync_s[r]);
         if (r > 0 && b->cross[r - 1] >= 0) b->region_s[r] += 2 * move_time(c, g, b->cross[r - 1], b->width[r - 1], b->width[r], G, bd);
         b->est_step_s += b->region_s[r];
     }
-    // Data parallelism on the same cost model, for comparison: every region as wide as it goes.
     b->dp_step_s = 0;
-    for (int r = 0; r < R; r++) {
+    for (int r = 0; r < b->n_regions; r++) {
         b->dp_step_s += region_time(c, g, b, r, b->max_width[r], NULL);
         if (r > 0 && b->cross[r - 1] >= 0)
             b->dp_step_s += 2 * move_time(c, g, b->cross[r - 1], b->max_width[r - 1], b->max_width[r], G, bd);
     }
+}
+
+pcc_status burst_plan(const pcc_graph *g, const pcc_cluster *c, const pcc_burst_opts *o, pcc_burst **out) {
+    *out = NULL;
+    int G = o->devices, n_axes = 0;
+    while ((1 << n_axes) < G) n_axes++;
+    PCC_ASSERT(G >= 1 && (1 << n_axes) == G && n_axes <= PLAN_MAX_AXES);
+    pcc_status st = burst_limits(g);
+    if (st) return st;
+    pcc_burst *b = arena_alloc(g->arena, sizeof *b);
+    b->devices = G, b->n_axes = n_axes, b->batch_dim = graph_batch_dim(g), b->amp_limit = o->amp_limit;
+    b->region_of = arena_alloc(g->arena, sizeof(int) * (size_t)(g->n_fwd_ops + 1));
+    b->n_regions = regions(g, b->region_of, &b->cross);
+    int R = b->n_regions;
+    b->width = arena_alloc(g->arena, sizeof(int) * (size_t)(R + 1));
+    b->max_width = arena_alloc(g->arena, sizeof(int) * (size_t)(R + 1));
+    b->region_s = arena_alloc(g->arena, sizeof(double) * (size_t)(R + 1));
+    b->sync_s = arena_alloc(g->arena, sizeof(double) * (size_t)(R + 1));
+    max_widths(g, b);
+    choose_widths(g, c, b);
+    if (o->widths && given_widths(g, b, o->widths)) return PCC_ERR_INPUT;
+    step_times(g, c, b);
     *out = b;
     return PCC_OK;
 }

@@ -1,5 +1,5 @@
 /*
- * check.c: the verifier between the passes: graph_check.
+ * check.c: the verifiers between the passes: graph_check on the IR, check_plan on the plan.
  *
  * graph_check runs after the loader and after every pass that rewrites the graph (the driver
  * calls it after model_load and the batch options, and after autodiff) and proves the
@@ -7,8 +7,12 @@
  * one operator before it is read (blocks respected), each operator's arity and its shapes by its
  * rule (ops.c), block bindings typed alike. Since the loader has already reported every input
  * fault with its JSON Pointer, a failure here is a bug in plancc and is reported as an internal
- * error. The plan's own verifier, plan_check, is the plan library's (runtime/plan_check.c); the
- * driver calls it on every plan it emits.
+ * error.
+ *
+ * check_plan runs the plan's own verifier, plan_check (the plan library's, runtime/plan_check.c:
+ * every buffer written before it is read, live buffers never overlapping, every send matched,
+ * every group's collectives in one order), on each plan the emitter writes, before the driver
+ * decides whether it fits; a failure there is plancc's bug too.
  */
 #include "plancc.h"
 

@@ -12,7 +12,7 @@
  *   - the pipeline sends between stages (one per micro-batch and boundary each way);
  *   - the gradients of parameters shared between stages (tied embeddings): summed over the
  *     micro-batches and sent to the owner's stage once per step, after its last backward pass
- *     (emit.c's share_params), so the owner waits for them before its optimizer;
+ *     (preserve.c's share_params), so the owner waits for them before its optimizer;
  *   - the micro-batch schedule (cost_pipeline_s): m times the busiest stage plus the fill and
  *     drain, (pp-1)/v of a stage for v virtual stages (Megatron-LM's interleaved 1F1B);
  *   - per stage, the gradient synchronization (all-reduce over dp, reduce-scatter with ZeRO,
@@ -210,7 +210,7 @@ static void est_layers(est *E, const pcc_layer *L, int nl, const int *chunk) {
 }
 
 // Bytes on one device of parameter p (owner op i), and whether the step synchronizes its
-// gradient over dp in the emitter's buckets (an all-reduce, or ZeRO's reduce-scatter, unless
+// gradient over dp in phase 3's buckets (an all-reduce, or ZeRO's reduce-scatter, unless
 // ZeRO-2 reduce-scatters each micro-batch's by itself; --sync background: tables only).
 static double est_param_bytes(const est *E, int p, int i, bool *bucketed) {
     const pcc_tensor *t = &E->g->tensors[p];
@@ -303,7 +303,7 @@ static int est_tp_replicas(const est *E, int i, int k) {
 }
 
 // The last bucket each device issues: the gradients of its earliest segment that the backward
-// pass finishes after the previous bucket closed (filled as emit.c fills them, in the backward
+// pass finishes after the previous bucket closed (filled as preserve.c fills them, in the backward
 // pass's order), all-reduced over tp (the ILP's replicas) and dp. It starts when the backward
 // pass is over: nothing hides it.
 static void est_last_bucket(est *E) {

@@ -3,11 +3,11 @@
  *
  * A small builder for mixed-integer programs (named columns and rows, a sparse matrix kept in
  * the arena) and one solve call. The program plancc solves, the intra-operator ILP, is built in
- * ilp.c; this file knows nothing of operators, only of columns, rows and GLPK. GLPK's own terminal output is off; its parameters are checked
- * here before the call, because GLPK aborts the process on a bad one; every return code and
- * glp_mip_status is mapped to a result status. During branch and bound a callback keeps the
- * incumbent and the best bound for the progress line (below).
- * `dump_lp` writes the model in CPLEX LP text (glp_write_lp) before solving.
+ * ilp.c; this file knows nothing of operators, only of columns, rows and GLPK. GLPK's own
+ * terminal output is off; its parameters are checked here before the call, because GLPK aborts
+ * the process on a bad one; every return code and glp_mip_status is mapped to a result status.
+ * During branch and bound a callback keeps the incumbent and the best bound for the progress
+ * line (below). `dump_lp` writes the model in CPLEX LP text (glp_write_lp) before solving.
  *
  * The progress line also lives here, since the ILP is what can take long: one line on stderr,
  * redrawn in place, with the compile's phase (progress_phase, from the driver) and, during a

@@ -41,7 +41,7 @@
  * byte per activation byte.
  *
  * The device mesh and the pipeline stages around this are search.c's; the order in time is
- * the emitter's (emit.c).
+ * pipeline.c's, which phase 3 (preserve.c) follows.
  */
 #include "plancc.h"
 
@@ -87,7 +87,7 @@ static bool step_synced(const builder *B, const pcc_op *op, int i) {
     return B->g->tensors[op->in[i]].kind == PCC_T_PARAM && graph_step_synced(B->g, op->in[i], B->o->bg_dense);
 }
 
-// The bytes of the gradients that may share the emitter's buckets, per segment: every
+// The bytes of the gradients that may share phase 3's buckets, per segment: every
 // step-synchronized parameter whole (as data parallelism over the group leaves them).
 static void collect_pools(builder *B) {
     const pcc_graph *g = B->g;
@@ -106,7 +106,7 @@ static void collect_pools(builder *B) {
 // A parameter's gradient needs an all-reduce when the op is split along a letter the parameter
 // does not carry (each device saw part of the work: data parallelism is the common case). A
 // replicated op computes the same full gradient everywhere and needs none. The gradients of a
-// segment share all-reduces of up to --bucket-mb (cost_bucketed_s), as the emitter issues them.
+// segment share all-reduces of up to --bucket-mb (cost_bucketed_s), as phase 3 issues them.
 static double cand_sync_s(const builder *B, const pcc_op *op, const pcc_cand *c) {
     double s = 0;
     if (c->dim < 0) return 0;
@@ -226,8 +226,8 @@ static double edge_cost(builder *B, const edge *e, const pcc_cand *pk, const pcc
 
 // Bytes per device that edge e keeps with candidates k (producer) and l (consumer): where the
 // consumer is recomputed in the backward pass and its producer is not, the tensor between them
-// is the recompute's starting point and stays alive from the forward to the backward pass (the
-// emitter keeps it; emit.c, mark_kept). A tensor the backward pass keeps anyway is already in
+// is the recompute's starting point and stays alive from the forward to the backward pass (phase
+// 3 keeps it: preserve.c, keep). A tensor the backward pass keeps anyway is already in
 // the producer's activations. (Two recomputed readers of one tensor count it twice.)
 static double edge_memory(const builder *B, const edge *e, const pcc_cand *pk, const pcc_cand *cl) {
     const pcc_graph *g = B->g;
@@ -517,7 +517,7 @@ void ilp_op_comm(const pcc_graph *g, const pcc_cluster *c, const pcc_transform *
         fwd_s[i] = bwd_s[i] = 0;
         sync_s[i] = cand_sync_s(&B, &g->ops[t->ops[i].op], &t->ops[i].c[choice[i]]) * (double)op_copies(g, &g->ops[t->ops[i].op]);
     }
-    // One value resharded to one layout for several readers is one collective (the emitter
+    // One value resharded to one layout for several readers is one collective (phase 3
     // reuses it); so is the sum of their gradients on the way back.
     for (int e = 0; e < B.n_edges; e++) {
         const edge *ed = &B.edges[e];

@@ -9,7 +9,9 @@
  * their own rule. A failing check names the operand (FILE:/ops/3/in/1) and says what it wanted.
  *
  * FLOPs follow the usual convention (a multiply-add is 2); attention counts the full s x s score
- * matrix as Megatron-LM does, causal or not.
+ * matrix as Megatron-LM does, causal or not. graph_totals sums them, and the parameters' and
+ * kept activations' bytes, over the whole graph (the --check report, and the memory that phase
+ * 2 counts per device).
  */
 #include "plancc.h"
 

@@ -316,8 +316,8 @@ bool graph_is_table(const pcc_graph *g, int t);
 // Whether the training step synchronizes the gradient of param t where it is replicated: always,
 // but under --sync background (bg_dense) only a table's (dense replicas average in the background).
 bool graph_step_synced(const pcc_graph *g, int t, bool bg_dense);
-// Where forward op i's gradients may share a bucket (emit.c): a block's copy, or one stretch of
-// top-level ops between two blocks; the emitter closes the open bucket at every loop boundary.
+// Where forward op i's gradients may share a bucket (preserve.c): a block's copy, or one stretch
+// of top-level ops between two blocks; phase 3 closes the open bucket at every loop boundary.
 // 0..n_blocks: top-level stretches; n_blocks + 1 + b: block b's copies.
 int graph_bucket_segment(const pcc_graph *g, int i);
 // The model dimension data parallelism splits: axis 0 of the first input with a shape (the
@@ -529,7 +529,7 @@ double cost_op_s(const pcc_cluster *c, const pcc_graph *g, const pcc_op *op, con
 // (all-to-all, send/recv). Ring algorithm with alpha per step over the bus bandwidth of the
 // slowest link; an all-reduce across nodes takes NCCL's tree instead where that is faster.
 double cost_collective_s(const pcc_cluster *c, pcc_coll kind, double bytes, pcc_group_shape g);
-// One gradient's share of a bucketed collective (emit.c's --bucket-mb buckets): `bytes` of it
+// One gradient's share of a bucketed collective (preserve.c's --bucket-mb buckets): `bytes` of it
 // travel with others, `pool` bytes in all being ready to share buckets of up to bucket_bytes,
 // so that each bucket's time (latency and launch included) is split by bytes among its members.
 // A gradient as large as its bucket, or bucket_bytes 0, takes a collective of its own.
@@ -749,7 +749,7 @@ pcc_status ilp_intra(const pcc_graph *g, const pcc_cluster *c, const pcc_transfo
 // edge of the choice has no resharding chain. (For tests, and to cost a template's choice.)
 double ilp_eval(const pcc_graph *g, const pcc_cluster *c, const pcc_transform *t, const pcc_intra_opts *o,
                   const int *choice, double *memory);
-// The communication of a choice per forward op (t's order), for the template estimate:
+// The communication of a choice per forward op (t's order), for the step-time estimate:
 // fwd_s[i] the resharding of op i's inputs in the forward pass, bwd_s[i] that of their gradients
 // in the backward pass, both summed over the op's copies (per step of one micro-batch); sync_s[i]
 // the all-reduce of the gradients of the parameters it replicates over the group (all copies).
@@ -786,7 +786,7 @@ typedef struct pcc_search_opts {
     bool whole;                 // --check: no mesh; the ILP alone, on all the devices as one group
 } pcc_search_opts;
 
-// The template estimate of one training step, on the cost model (cost.c), and its parts. The
+// The estimate of one training step (estimate.c), on the cost model (cost.c), and its parts. The
 // per-device parts are those of the busiest pipeline device (the most seconds per micro-batch),
 // summed over the step's micro-batches.
 typedef struct pcc_estimate {

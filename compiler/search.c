@@ -197,7 +197,7 @@ static pcc_strategy *make(const pcc_graph *g, const pcc_cluster *c, const pcc_se
         if (dp > 1 && bdim >= 0) s->letter[PCC_AX_DP][i] = letter_of_dim(g, op, bdim, dp);
         if (cd->dim >= 0) s->letter[PCC_AX_TP][i] = letter_by_name(g, op, cd->letter);
         PCC_ASSERT(cd->dim < 0 || s->letter[PCC_AX_TP][i] >= 0);
-        // The emitter recomputes inside blocks. --recompute full is Megatron-LM's activation
+        // Phase 3 recomputes inside blocks. --recompute full is Megatron-LM's activation
         // checkpointing: every block operator runs again in the backward pass and only the
         // block's inputs are kept, matrix products included (their outputs are kept by no
         // backward operator, so phase 1 offers them no recompute candidate of their own).

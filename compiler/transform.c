@@ -109,7 +109,7 @@ static bool leaves_block(const pcc_graph *g, const pcc_op *op) {
     return false;
 }
 
-// Whether op gets recompute twins. The emitter recomputes operators inside repeated blocks
+// Whether op gets recompute twins. Phase 3 recomputes operators inside repeated blocks
 // only, so only those. Inside a block, also an operator that keeps nothing itself: what its
 // recomputed readers need is then recomputed too, rather than kept from the forward pass
 // (a chain of recomputed operators keeps only its start; ilp.c counts what a chain keeps).
