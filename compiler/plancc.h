@@ -1,10 +1,25 @@
 /*
  * plancc.h: the compiler's one internal header, sectioned by file.
  *
- * plancc turns a model (JSON graph) and a cluster (JSON) into a parallel training plan. The
- * compile is a row of passes over one graph IR (this header's "graph IR" section):
+ * plancc turns a model (JSON graph) and a cluster (JSON) into a parallel training plan. main()
+ * (main.c) is the pipeline, one call per box of the data flow; each is one file's entry point,
+ * and the sections below follow the flow, one per file, each with its entry points and their
+ * contracts (everything else in a file is static):
  *
- *   model_load (model.c)  ->  graph_check  ->  autodiff (autodiff.c)  ->  graph_check  -> ...
+ *   options_parse (options.c)
+ *   model_load (model.c) -> batch_apply (batch.c) -> graph_check (check.c) -> autodiff
+ *     (autodiff.c) -> graph_check; cluster_load (cluster.c)
+ *   phase 1: transform_all (transform.c), for the group sizes search_group_sizes names
+ *   phase 2: search (search.c), with the intra-operator ILP (ilp.c, solved by glpk.c), the
+ *            step-time estimate (estimate.c) and the cost model (cost.c, reshard.c)
+ *   phase 3: preserve (preserve.c), walking the micro-batch schedule (pipeline.c) and
+ *            inserting reshard.c's collectives; burst.c is DeepPool's phases 2 and 3
+ *   memplan (memplan.c) -> emit_plan (emit.c, bgsync.c) -> check_plan (check.c) -> plan_write
+ *
+ * Around the pipeline: driver.c's two loops (the micro-batch count; which ranked strategy
+ * fits), report.c's reports, util.c and json.c below everything (json.c is the only file that
+ * sees cJSON, glpk.c the only one that sees GLPK). The graph IR is this header's "graph IR"
+ * section; the plan is the plan library's (runtime/plan.h).
  *
  * Every pass returns a pcc_status. Bad input is reported through diag() with the input file and
  * the JSON Pointer of the node at fault, and the pass returns PCC_ERR_INPUT; broken internal
@@ -20,7 +35,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "plan.h" // the plan (runtime/plan.h), which phase 3 emits
+#include "plan.h" // the plan (runtime/plan.h), which the emitter writes
 
 #define PCC_VERSION "0.1.0"
 
@@ -391,14 +406,6 @@ pcc_status check_plan(const plan *p);
 // diagnostic with the file and JSON Pointer and returns PCC_ERR_INPUT; *out is then NULL.
 pcc_status model_load(pcc_arena *a, const char *path, pcc_graph **out);
 
-/* ---------------------------------------------------------------- autodiff.c */
-
-// Appends the backward graph (gradients of the loss with respect to every parameter) and one
-// optimizer step per parameter. Repeated blocks stay blocks: the backward of a block is one
-// backward block with the same repeat. Fails with PCC_ERR_INPUT if the loss does not depend on
-// any parameter.
-pcc_status autodiff(pcc_graph *g);
-
 /* ---------------------------------------------------------------- batch.c */
 
 // The batch options (--global-batch, --micro-batch-size, --micro-batches).
@@ -424,6 +431,14 @@ pcc_status batch_apply(pcc_graph *g, pcc_batch_opts *o);
 // The batch a micro-batch holds must be a multiple of this: the least common multiple of the
 // ghost batch norms' groups over the batch dimension (1 if none). Can't fail.
 int64_t batch_grain(const pcc_graph *g);
+
+/* ---------------------------------------------------------------- autodiff.c */
+
+// Appends the backward graph (gradients of the loss with respect to every parameter) and one
+// optimizer step per parameter. Repeated blocks stay blocks: the backward of a block is one
+// backward block with the same repeat. Fails with PCC_ERR_INPUT if the loss does not depend on
+// any parameter.
+pcc_status autodiff(pcc_graph *g);
 
 /* ---------------------------------------------------------------- cluster.c */
 
@@ -843,6 +858,15 @@ pcc_status search(const pcc_graph *g, const pcc_cluster *c, const pcc_transforms
 // "pp 2 x dp 2 x tp 2, 1f1b, 4 micro-batches" into buf.
 char *strategy_str(const pcc_strategy *s, char *buf, size_t n);
 
+/* ---------------------------------------------------------------- estimate.c */
+
+// The cost model's estimate of one training step of strategy s (its mesh, splits and stages
+// set; sc its tp group's ILP choice) into s->est: the busiest pipeline device's operators,
+// tensor-parallel resharding and sends per micro-batch, the schedule's bubble, then the
+// gradient synchronization the last backward pass does not hide, the optimizer and ZeRO's
+// all-gather. Can't fail.
+void estimate_step(const pcc_graph *g, const pcc_cluster *c, const pcc_intra *sc, pcc_strategy *s);
+
 /* ---------------------------------------------------------------- pipeline.c */
 
 /* The micro-batch schedules (GPipe, 1F1B, Megatron-LM's interleaved 1F1B): per pipeline device,
@@ -877,15 +901,6 @@ int pipeline_units(pcc_arena *a, const pcc_pipeline *p, int d, pcc_unit **out);
 // Per stage (model chunk, pp * V of them): the most micro-batches whose forward pass it has run
 // and whose backward pass it has not, at once (the slots its kept activations need). Can't fail.
 int *pipeline_in_flight(pcc_arena *a, const pcc_pipeline *p);
-
-/* ---------------------------------------------------------------- estimate.c */
-
-// The cost model's estimate of one training step of strategy s (its mesh, splits and stages
-// set; sc its tp group's ILP choice) into s->est: the busiest pipeline device's operators,
-// tensor-parallel resharding and sends per micro-batch, the schedule's bubble, then the
-// gradient synchronization the last backward pass does not hide, the optimizer and ZeRO's
-// all-gather. Can't fail.
-void estimate_step(const pcc_graph *g, const pcc_cluster *c, const pcc_intra *sc, pcc_strategy *s);
 
 /* ---------------------------------------------------------------- bgsync.c */
 
