@@ -517,11 +517,6 @@ static void sync_grad(bbuild *E, bprog *P, int gp, int j) {
     if (P->bucket_bytes >= E->bucket_cap) bucket_flush(E, P);
 }
 
-static bool is_final_param_grad(const pcc_graph *g, int t) {
-    const pcc_tensor *T = &g->tensors[t];
-    return T->kind == PCC_T_GRAD && T->of >= 0 && g->tensors[T->of].kind == PCC_T_PARAM && g->tensors[T->of].grad == t;
-}
-
 static void bop(bbuild *E, bprog *P, int o) {
     const pcc_graph *g = E->g;
     const pcc_op *op = &g->ops[o];
@@ -535,7 +530,7 @@ static void bop(bbuild *E, bprog *P, int o) {
             if (E->home_w[op->out[i]] < 0) E->home_w[op->out[i]] = j;
             // a gradient of another width closes the open bucket in every program alike, so
             // that the members of a group cut their buckets at the same gradients
-            if (j > 0 && is_final_param_grad(g, op->out[i]) && P->n_bucket > 0 && P->bucket_w != j) bucket_flush(E, P);
+            if (j > 0 && graph_is_final_param_grad(g, op->out[i]) && P->n_bucket > 0 && P->bucket_w != j) bucket_flush(E, P);
         }
         return;
     }
@@ -553,9 +548,9 @@ static void bop(bbuild *E, bprog *P, int o) {
         PCC_ASSERT(E->home_w[t] == j);
         if (P->at[t][j] < 0) {
             plan_shard s = operand_shard(g, op, op->nin + i, j, bd);
-            if (is_final_param_grad(g, t)) memset(&s, 0, sizeof s); // all-reduced in place: whole after it
+            if (graph_is_final_param_grad(g, t)) memset(&s, 0, sizeof s); // all-reduced in place: whole after it
             P->at[t][j] = bnew(E, P, t, s);
-            if (is_final_param_grad(g, t)) P->buf[P->at[t][j]].whole = true;
+            if (graph_is_final_param_grad(g, t)) P->buf[P->at[t][j]].whole = true;
         }
         args[op->nin + i] = P->at[t][j];
     }
@@ -564,7 +559,7 @@ static void bop(bbuild *E, bprog *P, int o) {
     in->t_s = (float)op_time(E->c, g, op, j, bd, E->b->n_axes);
     in->attrs = emit_attrs(g->arena, &P->attrs, &P->n_attrs, &P->cap_attrs, op, false);
     for (int i = 0; i < op->nout; i++)
-        if (j > 0 && is_final_param_grad(g, op->out[i])) sync_grad(E, P, op->out[i], j);
+        if (j > 0 && graph_is_final_param_grad(g, op->out[i])) sync_grad(E, P, op->out[i], j);
 }
 
 // Every op's width: forward ops their region's; backward ops their forward op's; sums and fills

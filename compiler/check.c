@@ -24,13 +24,11 @@ static pcc_status bad(const pcc_graph *g, const char *what, int idx) {
     return PCC_ERR_INTERNAL;
 }
 
-// An op may read top-level tensors and those of its block's family: a forward block and the
-// backward and optimizer blocks derived from it share one copy numbering.
-static int family(const pcc_graph *g, int b) { return g->blocks[b].fwd >= 0 ? g->blocks[b].fwd : b; }
+// An op may read top-level tensors and those of its block's family (graph_block_family).
 
 static bool may_read(const pcc_graph *g, const pcc_op *op, const pcc_tensor *t) {
     if (t->block < 0) return true;
-    return op->block >= 0 && family(g, op->block) == family(g, t->block);
+    return op->block >= 0 && graph_block_family(g, op->block) == graph_block_family(g, t->block);
 }
 
 static pcc_status check_blocks(const pcc_graph *g) {

@@ -106,6 +106,23 @@ int graph_bucket_segment(const pcc_graph *g, int i) {
     return s;
 }
 
+int graph_block_family(const pcc_graph *g, int b) { return g->blocks[b].fwd < 0 ? b : g->blocks[b].fwd; }
+
+int graph_carry_of(const pcc_block *bl, int t, bool inner) {
+    for (int k = 0; k < bl->n_carry; k++)
+        if ((inner ? bl->carry[k].inner : bl->carry[k].outer) == t) return k;
+    return -1;
+}
+
+bool graph_is_param_grad(const pcc_graph *g, int t) {
+    const pcc_tensor *T = &g->tensors[t];
+    return T->kind == PCC_T_GRAD && T->of >= 0 && g->tensors[T->of].kind == PCC_T_PARAM;
+}
+
+bool graph_is_final_param_grad(const pcc_graph *g, int t) {
+    return graph_is_param_grad(g, t) && g->tensors[g->tensors[t].of].grad == t;
+}
+
 int graph_batch_dim(const pcc_graph *g) {
     for (int t = 0; t < g->n_tensors; t++)
         if (g->tensors[t].kind == PCC_T_INPUT && g->tensors[t].rank > 0) return g->tensors[t].dims[0];

@@ -335,6 +335,15 @@ bool graph_step_synced(const pcc_graph *g, int t, bool bg_dense);
 // of top-level ops between two blocks; phase 3 closes the open bucket at every loop boundary.
 // 0..n_blocks: top-level stretches; n_blocks + 1 + b: block b's copies.
 int graph_bucket_segment(const pcc_graph *g, int i);
+// Block b's family: itself for a forward block, else the forward block it derives from (the
+// backward and optimizer blocks of a forward block share its copy numbering).
+int graph_block_family(const pcc_graph *g, int b);
+// The carry of block bl whose inner input (inner: true) or source (false) is tensor t, or -1.
+int graph_carry_of(const pcc_block *bl, int t, bool inner);
+// Whether tensor t is a gradient of a parameter (a contribution to it, or the sum itself), and
+// whether it is the one the parameter's optimizer reads.
+bool graph_is_param_grad(const pcc_graph *g, int t);
+bool graph_is_final_param_grad(const pcc_graph *g, int t);
 // The model dimension data parallelism splits: axis 0 of the first input with a shape (the
 // batch). -1 when the model has none.
 int graph_batch_dim(const pcc_graph *g);

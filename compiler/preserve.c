@@ -156,26 +156,6 @@ static uint64_t shard_bytes(const builder *E, int t, plan_shard s) {
     return n;
 }
 
-static int block_of(const pcc_graph *g, int b) { return g->blocks[b].fwd < 0 ? b : g->blocks[b].fwd; }
-
-// A gradient of a parameter (a contribution to it, or the sum itself).
-static bool is_param_grad(const pcc_graph *g, int t) {
-    const pcc_tensor *T = &g->tensors[t];
-    return T->kind == PCC_T_GRAD && T->of >= 0 && g->tensors[T->of].kind == PCC_T_PARAM;
-}
-
-// The gradient the optimizer of a parameter reads.
-static bool is_final_param_grad(const pcc_graph *g, int t) {
-    return is_param_grad(g, t) && g->tensors[g->tensors[t].of].grad == t;
-}
-
-// The carry of block bl whose inner input (inner: true) or source (false) is tensor t, or -1.
-static int carry_of(const pcc_block *bl, int t, bool inner) {
-    for (int k = 0; k < bl->n_carry; k++)
-        if ((inner ? bl->carry[k].inner : bl->carry[k].outer) == t) return k;
-    return -1;
-}
-
 static int group(builder *E, int axes, int stream) {
     for (int i = 0; i < E->n_groups; i++)
         if (E->groups[i][0] == axes && E->groups[i][1] == stream) return i;
@@ -260,7 +240,7 @@ static int zero_dim(const builder *E, int t, plan_shard s) {
 
 /* ---- stages ---- */
 
-static int copy_stage(const builder *E, int b, int copy) { return E->s->copy_stage[block_of(E->g, b)][copy]; }
+static int copy_stage(const builder *E, int b, int copy) { return E->s->copy_stage[graph_block_family(E->g, b)][copy]; }
 
 // The stage of an op that is not in a block.
 static int top_stage(const builder *E, int o) {
@@ -293,7 +273,7 @@ static void place(builder *E) {
     // first or last copy runs.
     for (int b = 0; b < g->n_blocks; b++) {
         const pcc_block *bl = &g->blocks[b];
-        int fb = block_of(g, b), R = (int)bl->repeat;
+        int fb = graph_block_family(g, b), R = (int)bl->repeat;
         int last = bl->fwd < 0 ? E->s->copy_stage[fb][R - 1] : E->s->copy_stage[fb][0];
         for (int i = 0; i < bl->n_out; i++) E->tstage[bl->out[i].outer] = last;
         for (int i = 0; i < bl->n_acc; i++) E->tstage[bl->acc[i].outer] = last;
@@ -372,7 +352,7 @@ static void defer(builder *E) {
     E->deferred = arena_alloc(g->arena, sizeof(bool) * (size_t)(g->n_tensors + 1));
     for (int t = 0; t < g->n_tensors; t++) {
         const pcc_tensor *T = &g->tensors[t];
-        if (!is_param_grad(g, t) || is_final_param_grad(g, t) || T->producer < 0 || E->tstage[t] < 0) continue;
+        if (!graph_is_param_grad(g, t) || graph_is_final_param_grad(g, t) || T->producer < 0 || E->tstage[t] < 0) continue;
         const pcc_op *prod = &g->ops[T->producer];
         if (prod->block >= 0 || prod->phase != PCC_PHASE_BWD || prod->accumulate) continue;
         bool ok = true, read = false;
@@ -564,8 +544,8 @@ static int home(builder *E, prog *P, int t) {
     const pcc_tensor *T = &g->tensors[t];
     uint32_t mb = 1, layers = 1, base = 0;
     if (T->block >= 0) {
-        int fb = block_of(g, T->block);
-        bool per_copy = T->kind == PCC_T_PARAM || T->kind == PCC_T_STATE || E->kept[t] || (is_param_grad(g, t) && !E->zero2[t]);
+        int fb = graph_block_family(g, T->block);
+        bool per_copy = T->kind == PCC_T_PARAM || T->kind == PCC_T_STATE || E->kept[t] || (graph_is_param_grad(g, t) && !E->zero2[t]);
         if (per_copy) {
             layers = (uint32_t)(E->copy_hi[fb][P->stage] - E->copy_lo[fb][P->stage]);
             base = (uint32_t)E->copy_lo[fb][P->stage];
@@ -574,10 +554,10 @@ static int home(builder *E, prog *P, int t) {
     if (T->kind == PCC_T_INPUT || t == g->loss) mb = (uint32_t)E->M;
     else if (E->kept[t] && T->block < 0 && E->V > 1) mb = (uint32_t)device_in_flight(E, P->stage);
     else if (E->kept[t]) mb = (uint32_t)in_flight(E, P->stage);
-    else if (E->xchunk[t] && !E->deferred[t] && !is_param_grad(g, t)) mb = (uint32_t)E->M;
+    else if (E->xchunk[t] && !E->deferred[t] && !graph_is_param_grad(g, t)) mb = (uint32_t)E->M;
     int b = new_buf(E, P, t, E->home_sh[t], mb, layers, base);
     P->buf[b].persist = T->kind == PCC_T_PARAM || T->kind == PCC_T_STATE || T->kind == PCC_T_INPUT;
-    P->buf[b].whole = P->buf[b].persist || t == g->loss || (is_final_param_grad(g, t) && !E->zero2[t]) || E->deferred[t];
+    P->buf[b].whole = P->buf[b].persist || t == g->loss || (graph_is_final_param_grad(g, t) && !E->zero2[t]) || E->deferred[t];
     P->home[t] = b;
     return b;
 }
@@ -778,7 +758,7 @@ static void emit_op(builder *E, prog *P, int o, bool last_mb) {
     for (int i = 0; i < op->nout; i++) {
         int t = op->out[i];
         if (E->zero2[t]) zero2_grad(E, P, t);
-        else if (last_mb && E->sync[t] && is_final_param_grad(g, t)) sync_grad(E, P, t);
+        else if (last_mb && E->sync[t] && graph_is_final_param_grad(g, t)) sync_grad(E, P, t);
     }
 }
 
@@ -988,7 +968,7 @@ static void zero2_grads(builder *E) {
     E->zero2 = arena_alloc(g->arena, sizeof(bool) * (size_t)(g->n_tensors + 1));
     if (E->s->zero != 2 || E->M < 2) return;
     for (int t = 0; t < g->n_tensors; t++) {
-        if (!is_final_param_grad(g, t) || !E->sync[t] || E->deferred[t] || g->tensors[t].producer < 0) continue;
+        if (!graph_is_final_param_grad(g, t) || !E->sync[t] || E->deferred[t] || g->tensors[t].producer < 0) continue;
         if (reads_deferred(E, &g->ops[g->tensors[t].producer])) continue;
         pcc_reshard_step step[PCC_AXES];
         int n = sync_steps(E, t, step);
@@ -1000,7 +980,7 @@ static void zero2_grads(builder *E) {
         const pcc_op *op = &g->ops[o];
         bool all = true;
         for (int i = 0; i < op->nout; i++)
-            if (is_final_param_grad(g, op->out[i]) && E->sync[op->out[i]] && !E->zero2[op->out[i]]) all = false;
+            if (graph_is_final_param_grad(g, op->out[i]) && E->sync[op->out[i]] && !E->zero2[op->out[i]]) all = false;
         for (int i = 0; !all && i < op->nout; i++) E->zero2[op->out[i]] = false;
     }
 }
@@ -1016,7 +996,7 @@ static void zero2_accumulators(builder *E, prog *P) {
         const pcc_tensor *T = &g->tensors[t];
         int lo = 0, hi = 1;
         if (T->block >= 0) {
-            int fb = block_of(g, T->block);
+            int fb = graph_block_family(g, T->block);
             lo = E->copy_lo[fb][P->stage], hi = E->copy_hi[fb][P->stage];
         } else if (E->tstage[t] != P->stage) {
             continue;
@@ -1042,7 +1022,7 @@ static bool on_stage(const builder *E, int o, int stage) { return E->ostage[o] =
 // Whether this stage receives block b's carries from another stage and also sends them to one
 // (its copies lie strictly inside the block's, with other stages on both sides).
 static bool carry_passes_through(const builder *E, int b, int stage) {
-    int fb = block_of(E->g, b), lo = E->copy_lo[fb][stage], hi = E->copy_hi[fb][stage];
+    int fb = graph_block_family(E->g, b), lo = E->copy_lo[fb][stage], hi = E->copy_hi[fb][stage];
     return hi > lo && lo > 0 && hi < (int)E->g->blocks[fb].repeat && copy_stage(E, b, lo - 1) != stage &&
            copy_stage(E, b, hi) != stage;
 }
@@ -1101,7 +1081,7 @@ static void block_body(builder *E, prog *P, int b, bool last_mb) {
 static void block_range(builder *E, prog *P, int b, bool last_mb) {
     const pcc_graph *g = E->g;
     const pcc_block *bl = &g->blocks[b];
-    int fb = block_of(g, b), lo = E->copy_lo[fb][P->stage], hi = E->copy_hi[fb][P->stage];
+    int fb = graph_block_family(g, b), lo = E->copy_lo[fb][P->stage], hi = E->copy_hi[fb][P->stage];
     if (hi <= lo) return;
     bool bwd = bl->fwd >= 0;
     int R = (int)bl->repeat;
@@ -1109,18 +1089,18 @@ static void block_range(builder *E, prog *P, int b, bool last_mb) {
     // from the stage before); every copy reads the buffer of one that is not carried.
     bool first = bwd ? hi == R : lo == 0;
     for (int i = 0; first && i < bl->n_in; i++) {
-        int inner = bl->in[i].inner, k = carry_of(bl, inner, true);
+        int inner = bl->in[i].inner, k = graph_carry_of(bl, inner, true);
         if (k < 0) continue;
         int ob = reshard(E, P, home(E, P, bl->in[i].outer), E->home_sh[inner]);
         copy(E, P, ob, carry_reg(E, P, b, k));
     }
     for (int i = 0; i < bl->n_in; i++) {
         int inner = bl->in[i].inner;
-        if (carry_of(bl, inner, true) < 0) P->home[inner] = reshard(E, P, home(E, P, bl->in[i].outer), E->home_sh[inner]);
+        if (graph_carry_of(bl, inner, true) < 0) P->home[inner] = reshard(E, P, home(E, P, bl->in[i].outer), E->home_sh[inner]);
     }
     for (int i = 0; i < bl->n_acc; i++) {
         int G = home(E, P, bl->acc[i].outer);
-        if (!is_param_grad(g, bl->acc[i].outer)) { // zeroed per micro-batch (param gradients: once, at the start)
+        if (!graph_is_param_grad(g, bl->acc[i].outer)) { // zeroed per micro-batch (param gradients: once, at the start)
             plan_insn *in = insn(E, P, PLAN_I_COMPUTE, STREAM_MAIN, &G, 1);
             in->code = PCC_OP_FILL;
             in->t_s = memory_s(E, P, (double)P->buf[G].bytes, G);
@@ -1131,7 +1111,7 @@ static void block_range(builder *E, prog *P, int b, bool last_mb) {
     loop_close(E, P);
     if ((bwd ? lo == 0 : hi == R))
         for (int i = 0; i < bl->n_out; i++) {
-            int ob = home(E, P, bl->out[i].outer), k = carry_of(bl, bl->out[i].inner, false);
+            int ob = home(E, P, bl->out[i].outer), k = graph_carry_of(bl, bl->out[i].inner, false);
             copy(E, P, k >= 0 ? carry_reg(E, P, b, k) : home(E, P, bl->out[i].inner), ob);
         }
 }
@@ -1182,13 +1162,13 @@ static int transfers(builder *E, int stage, bool bwd, bool send, bool last_mb, x
         const pcc_block *bl = &g->blocks[b];
         if ((bl->fwd >= 0) != bwd || g->blocks[b].n_ops == 0) continue;
         if (bl->fwd >= 0 && g->ops[bl->first_op].phase == PCC_PHASE_OPT) continue;
-        int fb = block_of(g, b);
+        int fb = graph_block_family(g, b);
         for (int s = 0; s < E->ns; s++) {
             if (E->copy_hi[fb][s] <= E->copy_lo[fb][s]) continue;
             bool first = bwd ? E->copy_hi[fb][s] == (int)bl->repeat : E->copy_lo[fb][s] == 0;
             for (int i = 0; i < bl->n_in; i++) {
                 int t = bl->in[i].outer, hs = E->tstage[t];
-                if (carry_of(bl, bl->in[i].inner, true) >= 0 && !first) continue;
+                if (graph_carry_of(bl, bl->in[i].inner, true) >= 0 && !first) continue;
                 if (hs < 0 || hs == s || g->tensors[t].kind == PCC_T_PARAM || g->tensors[t].kind == PCC_T_INPUT) continue;
                 if (bwd && g->tensors[t].kind == PCC_T_ACT) continue; // as above
                 if (send ? hs != stage : s != stage) continue;
@@ -1272,7 +1252,7 @@ static void optimizer(builder *E, prog *P) {
             continue;
         }
         const pcc_block *bl = &g->blocks[op->block];
-        int fb = block_of(g, op->block), lo = E->copy_lo[fb][P->stage], hi = E->copy_hi[fb][P->stage];
+        int fb = graph_block_family(g, op->block), lo = E->copy_lo[fb][P->stage], hi = E->copy_hi[fb][P->stage];
         if (hi > lo) {
             loop_open(E, P, PLAN_LOOP_LAYER, hi - lo);
             for (int k = bl->first_op; k < bl->first_op + bl->n_ops; k++) emit_op(E, P, k, false);
@@ -1350,8 +1330,8 @@ static void stage_prologue(builder *E, prog *P) {
     // Block-summed parameter gradients start at zero once per step.
     for (int b = 0; b < g->n_blocks; b++)
         for (int i = 0; i < g->blocks[b].n_acc; i++) {
-            int t = g->blocks[b].acc[i].outer, fb = block_of(g, b);
-            if (!is_param_grad(g, t)) continue;
+            int t = g->blocks[b].acc[i].outer, fb = graph_block_family(g, b);
+            if (!graph_is_param_grad(g, t)) continue;
             if (E->copy_hi[fb][P->stage] <= E->copy_lo[fb][P->stage]) continue;
             int G = home(E, P, t);
             plan_insn *in = insn(E, P, PLAN_I_COMPUTE, STREAM_MAIN, &G, 1);
@@ -1641,7 +1621,7 @@ static pcc_status block_limits(const builder *E) {
     const pcc_graph *g = E->g;
     for (int b = 0; b < g->n_blocks; b++) {
         const pcc_block *bl = &g->blocks[b];
-        int fb = block_of(g, b), spans = 0;
+        int fb = graph_block_family(g, b), spans = 0;
         for (int st = 0; st < E->ns; st++) spans += E->copy_hi[fb][st] > E->copy_lo[fb][st];
         if (bl->n_carry > 8) {
             fprintf(stderr, "%s: %s: block \"%s\" carries %d values from copy to copy; plancc supports 8\n", pcc_progname,
