@@ -627,14 +627,7 @@ static char *bnotes(const pcc_graph *g, const pcc_burst *b) {
         snprintf(line, sizeof line, "\nlayer %d %s: %d GPUs, batch %lld per GPU, %.6g ms (sync %.6g ms)", r,
                  region_name(g, b, r), 1 << b->width[r], (long long)(B >> b->width[r]), 1e3 * b->region_s[r],
                  1e3 * b->sync_s[r]);
-        size_t len = strlen(line);
-        if (n + len + 1 > cap) {
-            size_t nc = (cap + len + 1) * 2;
-            s = arena_realloc(g->arena, s, cap, nc);
-            cap = nc;
-        }
-        memcpy(s + n, line, len + 1);
-        n += len;
+        s = arena_append(g->arena, s, &n, &cap, line);
     }
     return s;
 }

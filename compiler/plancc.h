@@ -65,6 +65,9 @@ void *arena_realloc(pcc_arena *a, void *p, size_t old_n, size_t new_n);
 char *arena_strdup(pcc_arena *a, const char *s);
 char *arena_printf(pcc_arena *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 size_t arena_bytes(const pcc_arena *a); // bytes held (for the memory figures of --check -v)
+// Appends text to the string s (*n characters in *cap bytes of arena a), growing it; returns the
+// string, which may have moved.
+char *arena_append(pcc_arena *a, char *s, size_t *n, size_t *cap, const char *text);
 
 // Growable array of T in an arena: `T *v; int n, cap;` plus VEC_PUSH(arena, v, n, cap), which
 // returns a pointer to the new (zeroed) last element. Growth may move the array.
@@ -1017,6 +1020,58 @@ typedef struct pcc_preserve_opts {
 // parameter in a repeated block).
 pcc_status preserve(const pcc_graph *g, const pcc_cluster *c, const pcc_strategy *s, const pcc_preserve_opts *o,
                     pcc_programs **out);
+
+/* ---------------------------------------------------------------- layout.c */
+
+/* Phase 3's first half: for a strategy, where every value of the step lives (its stage, its
+ * layout on the mesh) and what the step does with it (kept for the backward pass, sent once per
+ * step, synchronized, trained per replica); preserve.c builds the programs from it. */
+
+typedef struct pcc_values {
+    const pcc_graph *g;
+    const pcc_cluster *c;
+    const pcc_strategy *s;
+    int pp, dp, tp, M;  // the mesh, and the micro-batches
+    int V, ns;          // model chunks per pipeline device (1: none) and stages in all, pp * V
+    int *inflight;      // per stage: the micro-batches whose kept activations it holds at once (pipeline.c)
+    plan_shard **sh;    // per op: the shard of each operand (inputs, then outputs)
+    plan_shard *home_sh;// per tensor: the layout of the buffer that holds it
+    plan_shard *opt_sh; // per param: the layout its optimizer runs in
+    bool *sync;         // per param grad tensor: needs a gradient synchronization
+    bool *zero2;        // per param grad tensor: ZeRO-2, reduce-scattered per micro-batch into its shard
+    const pcc_sync_opts *bg; // --sync background (NULL: the all-reduce in every step)
+    uint8_t *local;     // per param grad tensor: the mesh axes (bits) it is trained per replica along, averaged in the background
+    int *tstage;        // per tensor: the stage that holds it (-1: inputs, every stage; -2: per block copy)
+    bool *kept;         // per tensor: read in the backward pass (keep a slot per micro-batch)
+    bool *deferred;     // per tensor: a gradient contribution sent to another stage once per step
+    bool *xchunk;       // per tensor: interleaved, written and read by two chunks of one device
+    bool *recomp;       // per op: a forward op re-run in the backward pass
+    int *ostage;        // per op: stage (block ops: -2, by copy)
+    int **copy_lo, **copy_hi; // per forward block, per stage: its copies [lo, hi)
+} pcc_values;
+
+// The decisions for strategy s into *v. PCC_ERR_INPUT (reported) for what phase 3 cannot make
+// yet (preserve's list).
+pcc_status layout_values(const pcc_graph *g, const pcc_cluster *c, const pcc_strategy *s, const pcc_preserve_opts *o,
+                         pcc_values *v);
+// The stage of copy `copy` of block b (any block of its family). Can't fail.
+int layout_copy_stage(const pcc_values *v, int b, int copy);
+// The layout parameter gradient gp has as its producer leaves it (partial sums where it sums).
+plan_shard layout_grad_made(const pcc_values *v, int gp);
+// The collectives that synchronize parameter gradient gp, from the layout its producer leaves
+// to the one its optimizer wants: per axis where it holds partial sums, from the last axis down,
+// a reduce-scatter where the optimizer wants a shard, else an all-reduce in place. Returns the
+// count (at most PCC_AXES).
+int layout_sync_steps(const pcc_values *v, int gp, pcc_reshard_step *steps);
+// A value that crosses stages: a tensor (key < n_tensors) or block b's carry k (key
+// n_tensors + 8 b + k), and the stage at the other end.
+typedef struct pcc_xfer {
+    int key, peer;
+} pcc_xfer;
+// What stage `stage` sends (send) or receives in the forward (bwd false) or backward pass, in a
+// fixed order (by peer, then key) that both ends share; deferred gradient contributions only in
+// the last micro-batch's backward (last_mb). *out in the graph's arena; returns the count.
+int layout_transfers(const pcc_values *v, int stage, bool bwd, bool send, bool last_mb, pcc_xfer **out);
 
 /* ---------------------------------------------------------------- burst.c */
 

@@ -5,7 +5,9 @@
  * tp, recompute, stages). Output (preserve): one program per pipeline stage, which every rank of
  * the stage (its dp x tp ranks) runs: instructions over streams, with events between them, and
  * buffers not yet placed (pcc_programs: the memory planner places them, the emitter writes the
- * plan). A program is built in execution order:
+ * plan). Phase 3's first half, layout.c, decides where every value lives and in what layout, and
+ * what the step does with it (pcc_values); this file builds the programs from those decisions.
+ * A program is built in execution order:
  *
  *   [zero the accumulators of block-summed gradients]
  *   the units of the micro-batch schedule (pipeline.c), in its loops:
@@ -17,15 +19,12 @@
  *   reduce-scatters its gradient contributions onto the rank's shard instead
  *   wait for the synchronization; the optimizer; parameter copies to the stages that share them
  *
- * Layouts. Every operand of every operator gets a sharding spec over the mesh (plan_shard: per
- * axis replicated, partial sums, or a split dimension), from the strategy's split letter per
- * axis; backward operators find the letter of their forward operator's split by matching the
- * axes of the operands they share with it (the same tensor, or its gradient). Where the buffer
- * that holds a value has another layout than a reader wants, reshard() emits reshard.c's chain
- * (reshard_steps): collectives over one mesh axis at a time, undoing splits from the least
- * significant axis up (all-reduce of partial sums, all-gather of pieces; reduce-scatter and
- * all-to-all where they land directly on the wanted layout), then one local copy that slices
- * what is left.
+ * Resharding. Where the buffer that holds a value has another layout than a reader wants,
+ * reshard() emits reshard.c's chain (reshard_steps): collectives over one mesh axis at a time,
+ * undoing splits from the least significant axis up (all-reduce of partial sums, all-gather of
+ * pieces; reduce-scatter and all-to-all where they land directly on the wanted layout), then one
+ * local copy that slices what is left. A chain made once is reused by the other readers of the
+ * same value and layout until the value changes or a loop boundary passes.
  *
  * Values that cross stages are sent at the end of the producer's phase and received at the
  * start of the consumer's, in tensor order on every channel, so both sides agree. A parameter
@@ -39,11 +38,11 @@
  * --sync background (ShadowSync): the dense parameters (not embedding tables) replicated over an
  * axis on which their gradient holds partial sums, dp, or tp where the ILP split their operator
  * along the batch (ShadowSync's own layout: tables sharded over the tp group with all-to-all
- * exchanges, the dense layers data-parallel beside them), are trained per replica: their
- * gradient's all-reduce over those axes becomes a scale by the replicas there (the loss gives
- * each rank its sum over the global batch; the replica wants its local mean). Each program hands
- * on the parameters its background round averages, with their groups (E->local,
- * background_params); the emitter has bgsync.c append that round.
+ * exchanges, the dense layers data-parallel beside them), are trained per replica (layout.c's
+ * `local`): their gradient's all-reduce over those axes becomes a scale by the replicas there
+ * (the loss gives each rank its sum over the global batch; the replica wants its local mean).
+ * Each program hands on the parameters its background round averages, with their groups
+ * (background_params_of); the emitter has bgsync.c append that round.
  *
  * Memory: every buffer is made with what the memory planner needs to place it: its bytes, its
  * slots (one per micro-batch in flight for a kept activation, one per block copy for a block's
@@ -104,26 +103,12 @@ typedef struct prog {
 } prog;
 
 typedef struct builder {
-    const pcc_graph *g;
+    const pcc_values *v; // layout.c's decisions: every value's stage and layout, and what the step does with it
+    const pcc_graph *g;  // the rest as v has them
     const pcc_cluster *c;
     const pcc_strategy *s;
     int pp, dp, tp, M;
     int V, ns;          // model chunks per pipeline device (1: none) and stages in all, pp * V
-    int *inflight;      // per stage: the micro-batches whose kept activations it holds at once (pipeline.c)
-    plan_shard **sh;    // per op: the shard of each operand (inputs, then outputs)
-    plan_shard *home_sh;// per tensor: the layout of the buffer that holds it
-    plan_shard *opt_sh; // per param: the layout its optimizer runs in
-    bool *sync;         // per param grad tensor: needs a gradient synchronization
-    bool *zero2;        // per param grad tensor: ZeRO-2, reduce-scattered per micro-batch into its shard
-    const pcc_sync_opts *bg; // --sync background (NULL: the all-reduce in every step)
-    uint8_t *local;     // per param grad tensor: the mesh axes (bits) it is trained per replica along, averaged in the background
-    int *tstage;        // per tensor: the stage that holds it (-1: inputs, every stage)
-    bool *kept;         // per tensor: read in the backward pass (keep a slot per micro-batch)
-    bool *deferred;     // per tensor: a gradient contribution sent to another stage once per step
-    bool *xchunk;       // per tensor: interleaved, written and read by two chunks of one device
-    bool *recomp;       // per op: a forward op re-run in the backward pass
-    int *ostage;        // per op: stage (block ops: -2, by copy)
-    int **copy_lo, **copy_hi; // per forward block, per stage: its copies [lo, hi)
     int (*groups)[2];   int n_groups, cap_groups; // (axes mask, stream) per plan group
     uint64_t bucket_cap;// gradient bytes per bucket (0: one collective per gradient)
     bool deferred_sends; // interleaved: p2p() sends the deferred gradient contributions only (else all but them)
@@ -164,364 +149,15 @@ static int group(builder *E, int axes, int stream) {
     return E->n_groups - 1;
 }
 
-/* ---- layouts ---- */
-
-// The shard of operand o of op under split letter l (or none) along axis a, into s.
-static void shard_axis(const pcc_op *op, const pcc_letter *l, int o, int a, plan_shard *s) {
-    if (!l) return;
-    if (l->axis[o] >= 0) s->map[a] = (uint8_t)PLAN_SHARD_D(l->axis[o]);
-    else if (o >= op->nin && l->reduce) s->map[a] = PLAN_SHARD_V;
-}
-
-// The tensor of the forward op's operands that operand tensor u of a backward op stands for:
-// u itself or the tensor u is the gradient of. -1 if none.
-static int fwd_operand(const pcc_graph *g, const pcc_op *f, int u) {
-    for (int pass = 0; pass < 2; pass++) {
-        int t = pass == 0 ? u : g->tensors[u].kind == PCC_T_GRAD ? g->tensors[u].of : -1;
-        if (t < 0) continue;
-        for (int o = 0; o < f->nin + f->nout; o++)
-            if ((o < f->nin ? f->in[o] : f->out[o - f->nin]) == t) return o;
-    }
-    return -1;
-}
-
-// The backward op's letter that is its forward op's letter fl: the same axis in every operand
-// the two share. NULL if none (the backward op then runs replicated along that mesh axis).
-// Failing that, a letter of the same model dimension that no shared operand contradicts: an
-// operand the backward op reads may stand for none of the forward op's (a bias gradient's
-// reduce_sum reads the gradient that a residual add passed through unchanged), and running it
-// replicated would gather that whole gradient on every rank.
-static const pcc_letter *match_letter(const pcc_graph *g, const pcc_op *b, const pcc_letter *bl, int nbl,
-                                      const pcc_op *f, const pcc_letter *fl) {
-    const pcc_letter *same_dim = NULL;
-    for (int k = 0; k < nbl; k++) {
-        bool ok = !bl[k].nosplit, any = false;
-        for (int o = 0; ok && o < b->nin + b->nout; o++) {
-            int u = o < b->nin ? b->in[o] : b->out[o - b->nin];
-            int fo = fwd_operand(g, f, u);
-            if (fo < 0) continue;
-            if (bl[k].axis[o] != fl->axis[fo]) ok = false;
-            any |= fl->axis[fo] >= 0;
-        }
-        if (ok && any) return &bl[k];
-        if (ok && !same_dim && bl[k].dim == fl->dim) same_dim = &bl[k];
-    }
-    return same_dim;
-}
-
-static void op_shards(builder *E, int o) {
-    const pcc_graph *g = E->g;
-    const pcc_op *op = &g->ops[o];
-    int n = op->nin + op->nout;
-    E->sh[o] = arena_alloc(g->arena, sizeof(plan_shard) * (size_t)(n + 1));
-    int f = op->phase == PCC_PHASE_FWD ? o : op->fwd;
-    if (f < 0 || op->phase == PCC_PHASE_OPT) return; // decided later, from the tensors
-    pcc_letter fl[PCC_MAX_LETTERS], bl[PCC_MAX_LETTERS];
-    int nfl = op_letters(g, &g->ops[f], fl), nbl = f == o ? nfl : op_letters(g, op, bl);
-    for (int a = PCC_AX_DP; a < PCC_AXES; a++) {
-        int li = E->s->letter[a][f];
-        if (li < 0) continue;
-        PCC_ASSERT(li < nfl);
-        const pcc_letter *l = f == o ? &fl[li] : match_letter(g, op, bl, nbl, &g->ops[f], &fl[li]);
-        for (int k = 0; k < n; k++) shard_axis(op, l, k, a, &E->sh[o][k]);
-    }
-}
-
-// A dimension of tensor t that no axis of s splits and dp divides, for ZeRO's shards; -1 if none.
-static int zero_dim(const builder *E, int t, plan_shard s) {
-    const pcc_tensor *T = &E->g->tensors[t];
-    for (int i = 0; i < T->rank; i++) {
-        bool used = false;
-        for (int a = 0; a < PCC_AXES; a++) used |= s.map[a] == PLAN_SHARD_D(i);
-        if (!used && E->g->dims[T->dims[i]].size % E->dp == 0) return i;
-    }
-    return -1;
-}
-
-/* ---- stages ---- */
-
-static int copy_stage(const builder *E, int b, int copy) { return E->s->copy_stage[graph_block_family(E->g, b)][copy]; }
-
-// The stage of an op that is not in a block.
-static int top_stage(const builder *E, int o) {
-    const pcc_graph *g = E->g;
-    const pcc_op *op = &g->ops[o];
-    if (op->phase == PCC_PHASE_FWD) return E->s->op_stage[o];
-    if (op->fwd >= 0) return E->s->op_stage[op->fwd];
-    int t = op->phase == PCC_PHASE_OPT ? op->in[0] : op->out[0];
-    if (op->phase == PCC_PHASE_BWD && g->tensors[t].of >= 0) t = g->tensors[t].of;
-    return E->tstage[t] >= 0 ? E->tstage[t] : 0;
-}
-
-// Stages: forward tensors where they are made; parameters where first used; gradients where
-// the tensor they belong to is; optimizer state with its parameter.
-static void place(builder *E) {
-    const pcc_graph *g = E->g;
-    E->tstage = arena_alloc(g->arena, sizeof(int) * (size_t)(g->n_tensors + 1));
-    E->ostage = arena_alloc(g->arena, sizeof(int) * (size_t)(g->n_ops + 1));
-    for (int t = 0; t < g->n_tensors; t++) E->tstage[t] = -1;
-    for (int o = 0; o < g->n_fwd_ops; o++) {
-        const pcc_op *op = &g->ops[o];
-        int st = op->block < 0 ? E->s->op_stage[o] : -2;
-        for (int i = 0; i < op->nin; i++) {
-            int t = op->in[i];
-            if (g->tensors[t].kind == PCC_T_PARAM && E->tstage[t] == -1) E->tstage[t] = op->block < 0 ? st : -2;
-        }
-        for (int i = 0; i < op->nout; i++) E->tstage[op->out[i]] = st;
-    }
-    // Block tensors are per copy (-2); the outer ends of a block's bindings are where its
-    // first or last copy runs.
-    for (int b = 0; b < g->n_blocks; b++) {
-        const pcc_block *bl = &g->blocks[b];
-        int fb = graph_block_family(g, b), R = (int)bl->repeat;
-        int last = bl->fwd < 0 ? E->s->copy_stage[fb][R - 1] : E->s->copy_stage[fb][0];
-        for (int i = 0; i < bl->n_out; i++) E->tstage[bl->out[i].outer] = last;
-        for (int i = 0; i < bl->n_acc; i++) E->tstage[bl->acc[i].outer] = last;
-    }
-    for (int t = 0; t < g->n_tensors; t++) {
-        const pcc_tensor *T = &g->tensors[t];
-        if (T->block >= 0) E->tstage[t] = -2;
-    }
-    for (int o = 0; o < g->n_ops; o++) {
-        const pcc_op *op = &g->ops[o];
-        E->ostage[o] = op->block >= 0 ? -2 : top_stage(E, o);
-        if (op->block < 0 && op->phase != PCC_PHASE_FWD)
-            for (int i = 0; i < op->nout; i++) E->tstage[op->out[i]] = E->ostage[o];
-        if (op->phase == PCC_PHASE_OPT)
-            for (int i = 2; i < op->nin; i++) E->tstage[op->in[i]] = E->tstage[op->in[0]];
-    }
-}
-
-// Tensors the backward pass reads (with recompute: what the recomputed ops read instead of
-// what they make).
-static void keep(builder *E) {
-    const pcc_graph *g = E->g;
-    E->kept = arena_alloc(g->arena, sizeof(bool) * (size_t)(g->n_tensors + 1));
-    E->recomp = arena_alloc(g->arena, sizeof(bool) * (size_t)(g->n_ops + 1));
-    for (int o = 0; o < g->n_fwd_ops; o++) E->recomp[o] = E->s->recompute[o];
-    for (int o = g->n_fwd_ops; o < g->n_ops; o++)
-        if (g->ops[o].phase == PCC_PHASE_BWD)
-            for (int i = 0; i < g->ops[o].nin; i++) E->kept[g->ops[o].in[i]] = true;
-    for (int o = g->n_fwd_ops - 1; o >= 0; o--) {
-        const pcc_op *op = &g->ops[o];
-        if (!E->recomp[o]) continue;
-        bool needed = false;
-        for (int i = 0; i < op->nout; i++) needed |= E->kept[op->out[i]];
-        if (!needed) continue;
-        for (int i = 0; i < op->nin; i++) E->kept[op->in[i]] = true;
-    }
-    for (int o = 0; o < g->n_fwd_ops; o++)
-        if (E->recomp[o])
-            for (int i = 0; i < g->ops[o].nout; i++) E->kept[g->ops[o].out[i]] = false;
-    for (int t = 0; t < g->n_tensors; t++) {
-        pcc_tensor_kind k = g->tensors[t].kind;
-        if (k != PCC_T_ACT && k != PCC_T_INPUT) E->kept[t] = false;
-    }
-}
-
-// Interleaved: the top-level tensors that one chunk of a device writes and another chunk of the
-// same device reads (a skip connection over a chunk boundary: resnet's identity, forward, and
-// its gradient contribution, backward). No message carries them, and between the two chunks'
-// units of micro-batch m the device runs other micro-batches of the first chunk, so such a
-// tensor keeps a slot per micro-batch (home() gives it M; kept activations already get theirs).
-static void cross_chunk(builder *E) {
-    const pcc_graph *g = E->g;
-    E->xchunk = arena_alloc(g->arena, sizeof(bool) * (size_t)(g->n_tensors + 1));
-    if (E->V == 1) return;
-    int *writer = arena_alloc(g->arena, sizeof(int) * (size_t)(g->n_tensors + 1));
-    for (int t = 0; t < g->n_tensors; t++) writer[t] = -1;
-    for (int o = 0; o < g->n_ops; o++)
-        if (g->ops[o].block < 0 && g->ops[o].phase != PCC_PHASE_OPT)
-            for (int i = 0; i < g->ops[o].nout; i++) writer[g->ops[o].out[i]] = E->ostage[o];
-    for (int o = 0; o < g->n_ops; o++) {
-        const pcc_op *op = &g->ops[o];
-        if (op->block >= 0 || op->phase == PCC_PHASE_OPT) continue;
-        for (int i = 0; i < op->nin; i++) {
-            int t = op->in[i], w = writer[t], r = E->ostage[o];
-            if (w < 0 || r < 0 || g->tensors[t].block >= 0 || g->tensors[t].kind == PCC_T_PARAM) continue;
-            if (w != r && w % E->pp == r % E->pp) E->xchunk[t] = true;
-        }
-    }
-}
-
-// Gradient contributions to a parameter made on one stage and summed on another, where that is
-// safe to do once per step: made by one top-level backward op that does not accumulate, read only
-// by accumulating sums on other stages (which add zeros until the sum arrives).
-static void defer(builder *E) {
-    const pcc_graph *g = E->g;
-    E->deferred = arena_alloc(g->arena, sizeof(bool) * (size_t)(g->n_tensors + 1));
-    for (int t = 0; t < g->n_tensors; t++) {
-        const pcc_tensor *T = &g->tensors[t];
-        if (!graph_is_param_grad(g, t) || graph_is_final_param_grad(g, t) || T->producer < 0 || E->tstage[t] < 0) continue;
-        const pcc_op *prod = &g->ops[T->producer];
-        if (prod->block >= 0 || prod->phase != PCC_PHASE_BWD || prod->accumulate) continue;
-        bool ok = true, read = false;
-        for (int o = 0; o < g->n_ops && ok; o++) {
-            const pcc_op *op = &g->ops[o];
-            for (int i = 0; i < op->nin; i++) {
-                if (op->in[i] != t) continue;
-                read = true;
-                ok = op->block < 0 && op->phase == PCC_PHASE_BWD && op->accumulate && E->ostage[o] != E->tstage[t];
-            }
-        }
-        E->deferred[t] = ok && read;
-    }
-}
-
-/* ---- the layout of every value ---- */
-
-// Values made by letter-split ops hold their producer's layout; params and inputs their first
-// reader's. set[t]: an operator's split decided t's layout.
-static void layouts_split(builder *E, bool *set) {
-    const pcc_graph *g = E->g;
-    for (int o = 0; o < g->n_ops; o++) {
-        const pcc_op *op = &g->ops[o];
-        if (op->phase == PCC_PHASE_OPT || (op->phase == PCC_PHASE_BWD && op->fwd < 0)) continue;
-        for (int i = 0; i < op->nout; i++) E->home_sh[op->out[i]] = E->sh[o][op->nin + i], set[op->out[i]] = true;
-        for (int i = 0; i < op->nin; i++) {
-            int t = op->in[i];
-            pcc_tensor_kind k = g->tensors[t].kind;
-            if (!set[t] && (k == PCC_T_PARAM || k == PCC_T_INPUT)) E->home_sh[t] = E->sh[o][i], set[t] = true;
-        }
-    }
-}
-
-// Block bindings: a carried input holds what its source does; an outer end what its inner does.
-static void layouts_bound(builder *E, const bool *set) {
-    const pcc_graph *g = E->g;
-    for (int b = 0; b < g->n_blocks; b++) {
-        const pcc_block *bl = &g->blocks[b];
-        for (int i = 0; i < bl->n_in; i++)
-            if (!set[bl->in[i].inner]) E->home_sh[bl->in[i].inner] = E->home_sh[bl->in[i].outer];
-        for (int i = 0; i < bl->n_carry; i++) E->home_sh[bl->carry[i].inner] = E->home_sh[bl->carry[i].outer];
-        for (int i = 0; i < bl->n_out; i++) E->home_sh[bl->out[i].outer] = E->home_sh[bl->out[i].inner];
-        for (int i = 0; i < bl->n_acc; i++) E->home_sh[bl->acc[i].outer] = E->home_sh[bl->acc[i].inner];
-    }
-}
-
-// Ops without a forward op, in program order: fills take the layout of what they stand for (a
-// scalar loss seed: replicated), sums that of their first input whose layout an operator's split
-// decided (else their first input's). Not simply the first input's: in a backward block the sum
-// that feeds the carry often has the carried gradient first, whose layout comes from that very
-// sum, and "replicated" would be its own fixed point (the gradient of the residual stream
-// gathered whole on every rank, layer after layer).
-static void layouts_sums(builder *E, const bool *set) {
-    const pcc_graph *g = E->g;
-    for (int o = 0; o < g->n_ops; o++) {
-        const pcc_op *op = &g->ops[o];
-        if (op->phase != PCC_PHASE_BWD || op->fwd >= 0) continue;
-        plan_shard s = shard_r();
-        if (op->kind == PCC_OP_FILL) {
-            int of = g->tensors[op->out[0]].of;
-            if (of >= 0 && g->tensors[op->out[0]].rank > 0) s = E->home_sh[of];
-            for (int a = 0; a < PCC_AXES; a++) // a fill of partial sums would count its value per rank
-                if (s.map[a] == PLAN_SHARD_V) s.map[a] = PLAN_SHARD_R;
-        } else {
-            int src = op->in[0];
-            for (int i = op->nin - 1; i >= 0; i--)
-                if (set[op->in[i]]) src = op->in[i];
-            s = E->home_sh[src];
-        }
-        for (int i = 0; i < op->nin + op->nout; i++) E->sh[o][i] = s;
-        for (int i = 0; i < op->nout; i++) E->home_sh[op->out[i]] = s;
-    }
-}
-
-// Parameters: their gradients are synchronized over the axes where they hold partial sums; the
-// optimizer runs on the parameter's layout, or with ZeRO on a dp shard of it.
-static void layouts_params(builder *E) {
-    const pcc_graph *g = E->g;
-    for (int o = 0; o < g->n_ops; o++) {
-        const pcc_op *op = &g->ops[o];
-        if (op->phase != PCC_PHASE_OPT) continue;
-        int p = op->in[0], gp = op->in[1];
-        plan_shard ps = E->home_sh[p], os = ps;
-        if (E->s->zero > 0 && ps.map[PCC_AX_DP] == PLAN_SHARD_R) {
-            int d = zero_dim(E, p, ps);
-            if (d >= 0) os.map[PCC_AX_DP] = (uint8_t)PLAN_SHARD_D(d);
-        }
-        E->opt_sh[p] = os;
-        if (E->s->zero == 3) E->home_sh[p] = os;
-        plan_shard gs = E->home_sh[gp];
-        for (int a = 0; a < PCC_AXES; a++)
-            if (gs.map[a] == PLAN_SHARD_V) E->sync[gp] = true;
-        if (!shard_eq(os, ps)) E->sync[gp] = true;
-        // Synchronized in place (all-reduce) where the optimizer wants the whole sum: the
-        // buffer's layout is the one after it. (Where it wants a shard: a reduce-scatter.)
-        for (int a = 0; a < PCC_AXES; a++)
-            if (gs.map[a] == PLAN_SHARD_V && os.map[a] == PLAN_SHARD_R) gs.map[a] = PLAN_SHARD_R;
-        E->home_sh[gp] = gs;
-        for (int i = 0; i < op->nin; i++) E->sh[o][i] = os;
-        for (int i = 2; i < op->nin; i++) E->home_sh[op->in[i]] = os;
-    }
-}
-
-static void layouts(builder *E) {
-    const pcc_graph *g = E->g;
-    E->sh = arena_alloc(g->arena, sizeof(plan_shard *) * (size_t)(g->n_ops + 1));
-    E->home_sh = arena_alloc(g->arena, sizeof(plan_shard) * (size_t)(g->n_tensors + 1));
-    E->opt_sh = arena_alloc(g->arena, sizeof(plan_shard) * (size_t)(g->n_tensors + 1));
-    E->sync = arena_alloc(g->arena, sizeof(bool) * (size_t)(g->n_tensors + 1));
-    bool *set = arena_alloc(g->arena, sizeof(bool) * (size_t)(g->n_tensors + 1));
-    for (int o = 0; o < g->n_ops; o++) op_shards(E, o);
-    layouts_split(E, set);
-    for (int pass = 0; pass < 2; pass++) {
-        layouts_bound(E, set);
-        layouts_sums(E, set);
-    }
-    layouts_params(E);
-}
-
-/* ---- --sync background ---- */
-
-// The axes a parameter's gradient gp holds partial sums on as its producer leaves it.
-static plan_shard grad_made(const builder *E, int gp) {
-    const pcc_graph *g = E->g;
-    const pcc_op *prod = &g->ops[g->tensors[gp].producer];
-    int oi = 0;
-    while (prod->out[oi] != gp) oi++;
-    return E->sh[g->tensors[gp].producer][prod->nin + oi];
-}
-
-// Which parameter gradients stay local to their replica, and along which axes (E->local): with
-// --sync background, a dense parameter (not an embedding table) is a replica along dp and tp
-// where the optimizer holds it whole (R) and its gradient is summed there (V). With a single dp
-// rank every other dense parameter counts as a replica along dp (one trainer: its replica is
-// synchronized all the same, a round over one rank). Refuses such a parameter inside a repeated
-// block (bgsync.c has no layer loops).
-static pcc_status background_params(builder *E) {
-    const pcc_graph *g = E->g;
-    E->local = arena_alloc(g->arena, sizeof(uint8_t) * (size_t)(g->n_tensors + 1));
-    if (!E->bg) return PCC_OK;
-    for (int t = 0; t < g->n_tensors; t++) {
-        const pcc_tensor *T = &g->tensors[t];
-        if (T->kind != PCC_T_PARAM || T->grad < 0 || graph_is_table(g, t)) continue;
-        plan_shard made = grad_made(E, T->grad);
-        uint8_t axes = 0;
-        for (int a = PCC_AX_DP; a <= PCC_AX_TP; a++)
-            if (E->sync[T->grad] && made.map[a] == PLAN_SHARD_V && E->opt_sh[t].map[a] == PLAN_SHARD_R) axes |= (uint8_t)(1u << a);
-        if (!axes && E->dp == 1) axes = 1u << PCC_AX_DP;
-        if (!axes) continue;
-        if (T->block >= 0) {
-            fprintf(stderr, "%s: %s: --sync background: parameter \"%s\" is in repeated block; plancc synchronizes only "
-                            "parameters outside repeated blocks in the background (use --sync allreduce)\n",
-                    pcc_progname, g->file, T->name);
-            return PCC_ERR_INPUT;
-        }
-        E->local[T->grad] = axes;
-    }
-    return PCC_OK;
-}
-
 /* ---- building a program ---- */
 
-static int in_flight(const builder *E, int stage) { return E->inflight[stage]; }
+static int in_flight(const builder *E, int stage) { return E->v->inflight[stage]; }
 
 // Interleaved: the most micro-batches any chunk of stage's device holds (a top-level tensor's
 // buffer is shared by the device's chunks).
 static int device_in_flight(const builder *E, int stage) {
     int most = 1;
-    for (int c = stage % E->pp; c < E->ns; c += E->pp) most = E->inflight[c] > most ? E->inflight[c] : most;
+    for (int c = stage % E->pp; c < E->ns; c += E->pp) most = E->v->inflight[c] > most ? E->v->inflight[c] : most;
     return most;
 }
 
@@ -545,19 +181,19 @@ static int home(builder *E, prog *P, int t) {
     uint32_t mb = 1, layers = 1, base = 0;
     if (T->block >= 0) {
         int fb = graph_block_family(g, T->block);
-        bool per_copy = T->kind == PCC_T_PARAM || T->kind == PCC_T_STATE || E->kept[t] || (graph_is_param_grad(g, t) && !E->zero2[t]);
+        bool per_copy = T->kind == PCC_T_PARAM || T->kind == PCC_T_STATE || E->v->kept[t] || (graph_is_param_grad(g, t) && !E->v->zero2[t]);
         if (per_copy) {
-            layers = (uint32_t)(E->copy_hi[fb][P->stage] - E->copy_lo[fb][P->stage]);
-            base = (uint32_t)E->copy_lo[fb][P->stage];
+            layers = (uint32_t)(E->v->copy_hi[fb][P->stage] - E->v->copy_lo[fb][P->stage]);
+            base = (uint32_t)E->v->copy_lo[fb][P->stage];
         }
     }
     if (T->kind == PCC_T_INPUT || t == g->loss) mb = (uint32_t)E->M;
-    else if (E->kept[t] && T->block < 0 && E->V > 1) mb = (uint32_t)device_in_flight(E, P->stage);
-    else if (E->kept[t]) mb = (uint32_t)in_flight(E, P->stage);
-    else if (E->xchunk[t] && !E->deferred[t] && !graph_is_param_grad(g, t)) mb = (uint32_t)E->M;
-    int b = new_buf(E, P, t, E->home_sh[t], mb, layers, base);
+    else if (E->v->kept[t] && T->block < 0 && E->V > 1) mb = (uint32_t)device_in_flight(E, P->stage);
+    else if (E->v->kept[t]) mb = (uint32_t)in_flight(E, P->stage);
+    else if (E->v->xchunk[t] && !E->v->deferred[t] && !graph_is_param_grad(g, t)) mb = (uint32_t)E->M;
+    int b = new_buf(E, P, t, E->v->home_sh[t], mb, layers, base);
     P->buf[b].persist = T->kind == PCC_T_PARAM || T->kind == PCC_T_STATE || T->kind == PCC_T_INPUT;
-    P->buf[b].whole = P->buf[b].persist || t == g->loss || (graph_is_final_param_grad(g, t) && !E->zero2[t]) || E->deferred[t];
+    P->buf[b].whole = P->buf[b].persist || t == g->loss || (graph_is_final_param_grad(g, t) && !E->v->zero2[t]) || E->v->deferred[t];
     P->home[t] = b;
     return b;
 }
@@ -608,7 +244,7 @@ static float op_time_s(const builder *E, int o) {
         for (int d = 0; d < T->rank; d++) {
             ways[k][d] = 1;
             for (int a = 0; a < PCC_AXES; a++)
-                if (E->sh[o][k].map[a] == PLAN_SHARD_D(d)) ways[k][d] *= E->s->mesh[a];
+                if (E->v->sh[o][k].map[a] == PLAN_SHARD_D(d)) ways[k][d] *= E->s->mesh[a];
         }
         per_operand[k] = ways[k];
     }
@@ -733,16 +369,16 @@ static void emit_op(builder *E, prog *P, int o, bool last_mb) {
     const pcc_graph *g = E->g;
     const pcc_op *op = &g->ops[o];
     int args[PCC_MAX_OPERANDS + 1];
-    for (int i = 0; i < op->nin; i++) args[i] = reshard(E, P, home(E, P, op->in[i]), E->sh[o][i]);
+    for (int i = 0; i < op->nin; i++) args[i] = reshard(E, P, home(E, P, op->in[i]), E->v->sh[o][i]);
     for (int i = 0; i < op->nout; i++) {
         args[op->nin + i] = home(E, P, op->out[i]);
-        PCC_ASSERT(P->buf[args[op->nin + i]].bytes == shard_bytes(E, op->out[i], E->sh[o][op->nin + i]));
+        PCC_ASSERT(P->buf[args[op->nin + i]].bytes == shard_bytes(E, op->out[i], E->v->sh[o][op->nin + i]));
     }
     plan_insn *in = insn(E, P, PLAN_I_COMPUTE, STREAM_MAIN, args, op->nin + op->nout);
     in->code = (uint16_t)op->kind;
     in->t_s = op_time_s(E, o);
     bool defers = false, sharded = false; // its output goes to another stage once per step: sum it here first
-    for (int i = 0; i < op->nout; i++) defers |= E->deferred[op->out[i]], sharded |= E->zero2[op->out[i]];
+    for (int i = 0; i < op->nout; i++) defers |= E->v->deferred[op->out[i]], sharded |= E->v->zero2[op->out[i]];
     in->attrs = attrs_of(E, P, op, defers, sharded);
     for (int i = 0; i < op->nout; i++) forget(P, args[op->nin + i]);
     if (pcc_ops[op->kind].flags & PCC_OPF_INPLACE) {
@@ -757,8 +393,8 @@ static void emit_op(builder *E, prog *P, int o, bool last_mb) {
     }
     for (int i = 0; i < op->nout; i++) {
         int t = op->out[i];
-        if (E->zero2[t]) zero2_grad(E, P, t);
-        else if (last_mb && E->sync[t] && graph_is_final_param_grad(g, t)) sync_grad(E, P, t);
+        if (E->v->zero2[t]) zero2_grad(E, P, t);
+        else if (last_mb && E->v->sync[t] && graph_is_final_param_grad(g, t)) sync_grad(E, P, t);
     }
 }
 
@@ -787,10 +423,10 @@ static int local_grad(builder *E, prog *P, int gp, int b, unsigned axes, int str
 static void sync_grad_local(builder *E, prog *P, int gp) {
     const pcc_graph *g = E->g;
     int p = g->tensors[gp].of, hb = home(E, P, gp);
-    plan_shard want = E->opt_sh[p], made = grad_made(E, gp);
+    plan_shard want = E->v->opt_sh[p], made = layout_grad_made(E->v, gp);
     unsigned mine = 0, other = 0; // the replica axes where the producer left partial sums (dp with one rank: none); the rest
     for (int a = 0; a < PCC_AXES; a++)
-        if (made.map[a] == PLAN_SHARD_V) *(E->local[gp] >> a & 1u ? &mine : &other) |= 1u << a;
+        if (made.map[a] == PLAN_SHARD_V) *(E->v->local[gp] >> a & 1u ? &mine : &other) |= 1u << a;
     if (!other && (!mine || E->c->cpu)) {
         P->home[gp] = mine ? local_grad(E, P, gp, hb, mine, STREAM_MAIN) : hb;
         return;
@@ -816,26 +452,6 @@ static void sync_grad_local(builder *E, prog *P, int gp) {
 }
 
 /* ---- gradient synchronization: buckets ---- */
-
-// The collectives that synchronize gradient gp, from the layout its producer leaves to the one
-// its optimizer wants: per axis where the producer leaves partial sums, from the last axis down,
-// a reduce-scatter where the optimizer wants a shard, else an all-reduce in place.
-static int sync_steps(const builder *E, int gp, pcc_reshard_step *step) {
-    const pcc_graph *g = E->g;
-    const pcc_op *prod = &g->ops[g->tensors[gp].producer];
-    int oi = 0;
-    while (prod->out[oi] != gp) oi++;
-    plan_shard made = E->sh[g->tensors[gp].producer][prod->nin + oi], want = E->opt_sh[g->tensors[gp].of];
-    plan_shard cur = E->home_sh[gp];
-    int n = 0;
-    for (int a = PCC_AXES - 1; a >= 0; a--) {
-        if (made.map[a] != PLAN_SHARD_V) continue;
-        bool scatter = want.map[a] >= 2 && cur.map[a] == PLAN_SHARD_V;
-        if (scatter) cur.map[a] = want.map[a];
-        step[n++] = (pcc_reshard_step){scatter ? PCC_COLL_REDUCE_SCATTER : PCC_COLL_ALL_REDUCE, a, cur};
-    }
-    return n;
-}
 
 static bool steps_eq(const pcc_reshard_step *x, int nx, const pcc_reshard_step *y, int ny) {
     if (nx != ny) return false;
@@ -885,7 +501,7 @@ static void bucket_flush(builder *E, prog *P) {
     event(E, P, PLAN_I_WAIT, STREAM_SYNC, EV_GRAD);
     P->used_sync = true;
     pcc_reshard_step step[PCC_AXES];
-    int ns = sync_steps(E, P->bucket[0], step);
+    int ns = layout_sync_steps(E->v, P->bucket[0], step);
     int *cur = arena_alloc(E->g->arena, sizeof(int) * (size_t)n), *next = arena_alloc(E->g->arena, sizeof(int) * (size_t)n);
     for (int j = 0; j < n; j++) cur[j] = home(E, P, P->bucket[j]);
     bucket_layout(P, cur, n);
@@ -895,7 +511,7 @@ static void bucket_flush(builder *E, prog *P) {
             if (step[k].kind != PCC_COLL_REDUCE_SCATTER) continue;
             const ebuf *hb = &P->buf[cur[j]];
             pcc_reshard_step mine[PCC_AXES]; // the same kinds and axes as step; its own layouts
-            sync_steps(E, P->bucket[j], mine);
+            layout_sync_steps(E->v, P->bucket[j], mine);
             next[j] = new_buf(E, P, P->bucket[j], mine[k].after, 1, hb->layer_slots, hb->layer_base);
             P->buf[next[j]].whole = true;
         }
@@ -912,7 +528,7 @@ static void bucket_flush(builder *E, prog *P) {
 // --bucket-mb's bytes. A gradient synchronized by other collectives, or of another dtype or
 // slot count, closes the open bucket first.
 static void sync_grad(builder *E, prog *P, int gp) {
-    if (E->bg && E->local[gp]) {
+    if (E->v->bg && E->v->local[gp]) {
         bucket_flush(E, P);
         sync_grad_local(E, P, gp);
         return;
@@ -921,7 +537,7 @@ static void sync_grad(builder *E, prog *P, int gp) {
     if (P->n_bucket > 0) {
         pcc_reshard_step a[PCC_AXES], b[PCC_AXES];
         int first = home(E, P, P->bucket[0]);
-        if (!steps_eq(a, sync_steps(E, P->bucket[0], a), b, sync_steps(E, gp, b)) || P->buf[first].dtype != P->buf[hb].dtype ||
+        if (!steps_eq(a, layout_sync_steps(E->v, P->bucket[0], a), b, layout_sync_steps(E->v, gp, b)) || P->buf[first].dtype != P->buf[hb].dtype ||
             P->buf[first].layer_slots != P->buf[hb].layer_slots)
             bucket_flush(E, P);
     }
@@ -936,7 +552,7 @@ static void sync_grad(builder *E, prog *P, int gp) {
 // the optimizer reads. On the compute stream: the next micro-batch's backward reuses the buffer.
 static void zero2_grad(builder *E, prog *P, int gp) {
     pcc_reshard_step step[PCC_AXES];
-    int n = sync_steps(E, gp, step), cur = home(E, P, gp);
+    int n = layout_sync_steps(E->v, gp, step), cur = home(E, P, gp);
     for (int k = 0; k < n; k++) {
         int next = cur;
         if (step[k].kind == PCC_COLL_REDUCE_SCATTER) next = new_buf(E, P, gp, step[k].after, 1, 1, 0);
@@ -953,38 +569,6 @@ static void zero2_grad(builder *E, prog *P, int gp) {
 
 /* ---- ZeRO-2 ---- */
 
-static bool reads_deferred(const builder *E, const pcc_op *op) {
-    for (int i = 0; i < op->nin; i++)
-        if (E->deferred[op->in[i]]) return true;
-    return false;
-}
-
-// Gradients that ZeRO-2 (with several micro-batches) reduce-scatters per micro-batch: final
-// gradients of parameters whose optimizer runs on a dp shard, made by an operator (not a block's
-// sum over its copies, not a sum with a contribution from another stage) every final parameter
-// gradient of which qualifies too (the operator stops accumulating over micro-batches).
-static void zero2_grads(builder *E) {
-    const pcc_graph *g = E->g;
-    E->zero2 = arena_alloc(g->arena, sizeof(bool) * (size_t)(g->n_tensors + 1));
-    if (E->s->zero != 2 || E->M < 2) return;
-    for (int t = 0; t < g->n_tensors; t++) {
-        if (!graph_is_final_param_grad(g, t) || !E->sync[t] || E->deferred[t] || g->tensors[t].producer < 0) continue;
-        if (reads_deferred(E, &g->ops[g->tensors[t].producer])) continue;
-        pcc_reshard_step step[PCC_AXES];
-        int n = sync_steps(E, t, step);
-        for (int k = 0; k < n; k++) E->zero2[t] |= step[k].kind == PCC_COLL_REDUCE_SCATTER;
-    }
-    for (int b = 0; b < g->n_blocks; b++)
-        for (int i = 0; i < g->blocks[b].n_acc; i++) E->zero2[g->blocks[b].acc[i].outer] = false;
-    for (int o = 0; o < g->n_ops; o++) {
-        const pcc_op *op = &g->ops[o];
-        bool all = true;
-        for (int i = 0; i < op->nout; i++)
-            if (graph_is_final_param_grad(g, op->out[i]) && E->sync[op->out[i]] && !E->zero2[op->out[i]]) all = false;
-        for (int i = 0; !all && i < op->nout; i++) E->zero2[op->out[i]] = false;
-    }
-}
-
 // ZeRO-2: the buffers the gradient shards of this stage sum in over the micro-batches, zeroed
 // at the start of the step (a slot per block copy: a layer loop of fills).
 static void zero2_accumulators(builder *E, prog *P) {
@@ -992,18 +576,18 @@ static void zero2_accumulators(builder *E, prog *P) {
     P->shard_acc = arena_alloc(g->arena, sizeof(int) * (size_t)(g->n_tensors + 1));
     for (int t = 0; t < g->n_tensors; t++) {
         P->shard_acc[t] = -1;
-        if (!E->zero2[t]) continue;
+        if (!E->v->zero2[t]) continue;
         const pcc_tensor *T = &g->tensors[t];
         int lo = 0, hi = 1;
         if (T->block >= 0) {
             int fb = graph_block_family(g, T->block);
-            lo = E->copy_lo[fb][P->stage], hi = E->copy_hi[fb][P->stage];
-        } else if (E->tstage[t] != P->stage) {
+            lo = E->v->copy_lo[fb][P->stage], hi = E->v->copy_hi[fb][P->stage];
+        } else if (E->v->tstage[t] != P->stage) {
             continue;
         }
         if (hi <= lo) continue;
         pcc_reshard_step step[PCC_AXES];
-        int n = sync_steps(E, t, step);
+        int n = layout_sync_steps(E->v, t, step);
         int acc = new_buf(E, P, t, step[n - 1].after, 1, (uint32_t)(hi - lo), T->block >= 0 ? (uint32_t)lo : 0);
         P->buf[acc].whole = true;
         P->shard_acc[t] = acc;
@@ -1017,14 +601,14 @@ static void zero2_accumulators(builder *E, prog *P) {
 
 /* ---- units: top-level ops and block ranges ---- */
 
-static bool on_stage(const builder *E, int o, int stage) { return E->ostage[o] == stage; }
+static bool on_stage(const builder *E, int o, int stage) { return E->v->ostage[o] == stage; }
 
 // Whether this stage receives block b's carries from another stage and also sends them to one
 // (its copies lie strictly inside the block's, with other stages on both sides).
 static bool carry_passes_through(const builder *E, int b, int stage) {
-    int fb = graph_block_family(E->g, b), lo = E->copy_lo[fb][stage], hi = E->copy_hi[fb][stage];
-    return hi > lo && lo > 0 && hi < (int)E->g->blocks[fb].repeat && copy_stage(E, b, lo - 1) != stage &&
-           copy_stage(E, b, hi) != stage;
+    int fb = graph_block_family(E->g, b), lo = E->v->copy_lo[fb][stage], hi = E->v->copy_hi[fb][stage];
+    return hi > lo && lo > 0 && hi < (int)E->g->blocks[fb].repeat && layout_copy_stage(E->v, b, lo - 1) != stage &&
+           layout_copy_stage(E->v, b, hi) != stage;
 }
 
 // The register that carries value k of block b from one copy to the next (a scratch buffer of
@@ -1040,7 +624,7 @@ static int carry_reg(builder *E, prog *P, int b, int k) {
         // and interleaved (consecutive units of one chunk have consecutive micro-batches).
         bool two = E->V > 1 || carry_passes_through(E, b, P->stage);
         P->carry[b][k] = new_buf(E, P, -1, shard_r(), two ? 2 : 1, 1, 0);
-        P->buf[P->carry[b][k]].bytes = shard_bytes(E, src, E->home_sh[src]);
+        P->buf[P->carry[b][k]].bytes = shard_bytes(E, src, E->v->home_sh[src]);
     }
     return P->carry[b][k];
 }
@@ -1061,7 +645,7 @@ static void block_body(builder *E, prog *P, int b, bool last_mb) {
         const pcc_block *fb = &g->blocks[bl->fwd];
         E->phase = PLAN_PHASE_RECOMPUTE;
         for (int o = fb->first_op; o < fb->first_op + fb->n_ops; o++)
-            if (E->recomp[o]) emit_op(E, P, o, false);
+            if (E->v->recomp[o]) emit_op(E, P, o, false);
         E->phase = PLAN_PHASE_BWD;
     }
     for (int o = bl->first_op; o < bl->first_op + bl->n_ops; o++) emit_op(E, P, o, last_mb);
@@ -1081,7 +665,7 @@ static void block_body(builder *E, prog *P, int b, bool last_mb) {
 static void block_range(builder *E, prog *P, int b, bool last_mb) {
     const pcc_graph *g = E->g;
     const pcc_block *bl = &g->blocks[b];
-    int fb = graph_block_family(g, b), lo = E->copy_lo[fb][P->stage], hi = E->copy_hi[fb][P->stage];
+    int fb = graph_block_family(g, b), lo = E->v->copy_lo[fb][P->stage], hi = E->v->copy_hi[fb][P->stage];
     if (hi <= lo) return;
     bool bwd = bl->fwd >= 0;
     int R = (int)bl->repeat;
@@ -1091,12 +675,12 @@ static void block_range(builder *E, prog *P, int b, bool last_mb) {
     for (int i = 0; first && i < bl->n_in; i++) {
         int inner = bl->in[i].inner, k = graph_carry_of(bl, inner, true);
         if (k < 0) continue;
-        int ob = reshard(E, P, home(E, P, bl->in[i].outer), E->home_sh[inner]);
+        int ob = reshard(E, P, home(E, P, bl->in[i].outer), E->v->home_sh[inner]);
         copy(E, P, ob, carry_reg(E, P, b, k));
     }
     for (int i = 0; i < bl->n_in; i++) {
         int inner = bl->in[i].inner;
-        if (graph_carry_of(bl, inner, true) < 0) P->home[inner] = reshard(E, P, home(E, P, bl->in[i].outer), E->home_sh[inner]);
+        if (graph_carry_of(bl, inner, true) < 0) P->home[inner] = reshard(E, P, home(E, P, bl->in[i].outer), E->v->home_sh[inner]);
     }
     for (int i = 0; i < bl->n_acc; i++) {
         int G = home(E, P, bl->acc[i].outer);
@@ -1118,84 +702,14 @@ static void block_range(builder *E, prog *P, int b, bool last_mb) {
 
 /* ---- stage boundaries ---- */
 
-typedef struct xfer {
-    int key;        // tensor id, or n_tensors + block: a block's carry register
-    int peer;       // the other stage
-} xfer;
-
-static int xfer_cmp(const void *a, const void *b) {
-    const xfer *x = a, *y = b;
-    if (x->peer != y->peer) return x->peer - y->peer;
-    return x->key - y->key;
-}
-
-// Adds a transfer once.
-static void xfer_add(const pcc_graph *g, xfer **v, int *n, int *cap, xfer x) {
-    for (int j = 0; j < *n; j++)
-        if ((*v)[j].key == x.key && (*v)[j].peer == x.peer) return;
-    *VEC_PUSH(g->arena, *v, *n, *cap) = x;
-}
-
-// What stage `stage` sends (send) or receives in the forward (bwd false) or backward phase:
-// values read on one stage and held on another, in a fixed order (by peer, then key); deferred
-// gradient contributions in the last micro-batch's backward only.
-static int transfers(builder *E, int stage, bool bwd, bool send, bool last_mb, xfer **out) {
-    const pcc_graph *g = E->g;
-    xfer *v = NULL;
-    int n = 0, cap = 0;
-    for (int o = 0; o < g->n_ops; o++) {
-        const pcc_op *op = &g->ops[o];
-        if (op->block >= 0 || op->phase == PCC_PHASE_OPT || (op->phase == PCC_PHASE_BWD) != bwd) continue;
-        int rs = E->ostage[o];
-        for (int i = 0; i < op->nin; i++) {
-            int t = op->in[i], hs = E->tstage[t];
-            pcc_tensor_kind k = g->tensors[t].kind;
-            if (hs < 0 || hs == rs || k == PCC_T_INPUT || k == PCC_T_PARAM || k == PCC_T_STATE) continue;
-            if (bwd && k == PCC_T_ACT) continue; // received in the forward phase, and kept
-            if (E->deferred[t] && !last_mb) continue; // once, after the last micro-batch
-            if (send ? hs != stage : rs != stage) continue;
-            xfer_add(g, &v, &n, &cap, (xfer){t, send ? rs : hs});
-        }
-    }
-    // Blocks: outer inputs read by copies on other stages, and carries between stages.
-    for (int b = 0; b < g->n_blocks; b++) {
-        const pcc_block *bl = &g->blocks[b];
-        if ((bl->fwd >= 0) != bwd || g->blocks[b].n_ops == 0) continue;
-        if (bl->fwd >= 0 && g->ops[bl->first_op].phase == PCC_PHASE_OPT) continue;
-        int fb = graph_block_family(g, b);
-        for (int s = 0; s < E->ns; s++) {
-            if (E->copy_hi[fb][s] <= E->copy_lo[fb][s]) continue;
-            bool first = bwd ? E->copy_hi[fb][s] == (int)bl->repeat : E->copy_lo[fb][s] == 0;
-            for (int i = 0; i < bl->n_in; i++) {
-                int t = bl->in[i].outer, hs = E->tstage[t];
-                if (graph_carry_of(bl, bl->in[i].inner, true) >= 0 && !first) continue;
-                if (hs < 0 || hs == s || g->tensors[t].kind == PCC_T_PARAM || g->tensors[t].kind == PCC_T_INPUT) continue;
-                if (bwd && g->tensors[t].kind == PCC_T_ACT) continue; // as above
-                if (send ? hs != stage : s != stage) continue;
-                xfer_add(g, &v, &n, &cap, (xfer){t, send ? s : hs});
-            }
-            // The carry from the copy before (forward) or after (backward), on another stage.
-            int prev = bwd ? E->copy_hi[fb][s] : E->copy_lo[fb][s] - 1;
-            if (bl->n_carry > 0 && prev >= 0 && prev < (int)bl->repeat) {
-                int ps = copy_stage(E, b, prev);
-                if (ps != s && (send ? ps == stage : s == stage))
-                    for (int k = 0; k < bl->n_carry; k++) xfer_add(g, &v, &n, &cap, (xfer){g->n_tensors + b * 8 + k, send ? s : ps});
-            }
-        }
-    }
-    if (n > 0) qsort(v, (size_t)n, sizeof *v, xfer_cmp);
-    *out = v;
-    return n;
-}
-
 static void p2p(builder *E, prog *P, bool bwd, bool send, bool last_mb) {
     const pcc_graph *g = E->g;
-    xfer *x;
-    int n = transfers(E, P->stage, bwd, send, last_mb, &x);
+    pcc_xfer *x;
+    int n = layout_transfers(E->v, P->stage, bwd, send, last_mb, &x);
     for (int i = 0; i < n; i++) {
         int buf, off = x[i].peer % E->pp - P->stage % E->pp;
         if (off == 0) continue; // interleaved: another chunk of this device, which holds the same buffer
-        bool dfr = x[i].key < g->n_tensors && E->deferred[x[i].key];
+        bool dfr = x[i].key < g->n_tensors && E->v->deferred[x[i].key];
         if (send && E->V > 1 && dfr != E->deferred_sends) continue; // sent after the device's last unit
         if (x[i].key >= g->n_tensors) {
             int k = x[i].key - g->n_tensors;
@@ -1252,7 +766,7 @@ static void optimizer(builder *E, prog *P) {
             continue;
         }
         const pcc_block *bl = &g->blocks[op->block];
-        int fb = graph_block_family(g, op->block), lo = E->copy_lo[fb][P->stage], hi = E->copy_hi[fb][P->stage];
+        int fb = graph_block_family(g, op->block), lo = E->v->copy_lo[fb][P->stage], hi = E->v->copy_hi[fb][P->stage];
         if (hi > lo) {
             loop_open(E, P, PLAN_LOOP_LAYER, hi - lo);
             for (int k = bl->first_op; k < bl->first_op + bl->n_ops; k++) emit_op(E, P, k, false);
@@ -1269,14 +783,14 @@ static void share_params(builder *E, prog *P) {
     bool *dev = arena_alloc(g->arena, sizeof(bool) * (size_t)E->pp);
     for (int t = 0; t < g->n_tensors; t++) {
         if (g->tensors[t].kind != PCC_T_PARAM || g->tensors[t].block >= 0) continue;
-        int owner = E->tstage[t];
+        int owner = E->v->tstage[t];
         memset(users, 0, sizeof(bool) * (size_t)E->ns);
         memset(dev, 0, sizeof(bool) * (size_t)E->pp);
         for (int o = 0; o < g->n_ops; o++) {
             const pcc_op *op = &g->ops[o];
             if (op->block >= 0 || op->phase == PCC_PHASE_OPT) continue;
             for (int i = 0; i < op->nin; i++)
-                if (op->in[i] == t) users[E->ostage[o]] = true;
+                if (op->in[i] == t) users[E->v->ostage[o]] = true;
         }
         // Once per device that uses it (interleaved: its chunks share the buffer).
         int od = owner % E->pp, me = P->stage % E->pp;
@@ -1332,7 +846,7 @@ static void stage_prologue(builder *E, prog *P) {
         for (int i = 0; i < g->blocks[b].n_acc; i++) {
             int t = g->blocks[b].acc[i].outer, fb = graph_block_family(g, b);
             if (!graph_is_param_grad(g, t)) continue;
-            if (E->copy_hi[fb][P->stage] <= E->copy_lo[fb][P->stage]) continue;
+            if (E->v->copy_hi[fb][P->stage] <= E->v->copy_lo[fb][P->stage]) continue;
             int G = home(E, P, t);
             plan_insn *in = insn(E, P, PLAN_I_COMPUTE, STREAM_MAIN, &G, 1);
             in->code = PCC_OP_FILL;
@@ -1341,44 +855,14 @@ static void stage_prologue(builder *E, prog *P) {
     // Deferred contributions summed here read zeros until theirs arrives after the last micro-batch.
     for (int t = 0; t < g->n_tensors; t++) {
         bool here = false;
-        for (int o = 0; E->deferred[t] && o < g->n_ops && !here; o++)
-            for (int i = 0; i < g->ops[o].nin; i++) here |= g->ops[o].in[i] == t && E->ostage[o] == P->stage;
+        for (int o = 0; E->v->deferred[t] && o < g->n_ops && !here; o++)
+            for (int i = 0; i < g->ops[o].nin; i++) here |= g->ops[o].in[i] == t && E->v->ostage[o] == P->stage;
         if (!here) continue;
         int G = home(E, P, t);
         plan_insn *in = insn(E, P, PLAN_I_COMPUTE, STREAM_MAIN, &G, 1);
         in->code = PCC_OP_FILL;
         in->t_s = memory_s(E, P, (double)P->buf[G].bytes, G);
     }
-}
-
-// Interleaved with pp > 2: whether every message between devices goes from one chunk to the next
-// (forward) or the one before (backward); else a message saying which does not, and false.
-// The interleaved schedule (pipeline.c) pairs step k of device d with step k - 1 of device d + 1
-// (the warm-ups differ by 2 units), and the wrap-around from device pp-1 to 0 with step
-// k + pp - 1: every message between chunks c and c + 1 lies in groups that run at the same step
-// of that wave front, so blocking sends cannot deadlock. A message that skips a chunk
-// (gpt-tiny's token embedding on chunk 0 read by chunk 2) pairs groups of different steps and
-// deadlocks; with pp 2 it happens to land on the same device or in matching groups, which the
-// equivalence suite runs. Deferred gradient sums are exempt: each device sends them in a group
-// of its own after its last step, when every message it owes the others has been taken.
-static bool interleaved_adjacent(builder *E) {
-    const pcc_graph *g = E->g;
-    for (int s = 0; s < E->ns; s++)
-        for (int bwd = 0; bwd < 2; bwd++) {
-            xfer *x;
-            int n = transfers(E, s, bwd, false, true, &x);
-            for (int i = 0; i < n; i++) {
-                int from = x[i].peer;
-                bool dfr = x[i].key < g->n_tensors && E->deferred[x[i].key];
-                if (dfr || from % E->pp == s % E->pp || from == (bwd ? s + 1 : s - 1)) continue;
-                const char *what = x[i].key < g->n_tensors ? g->tensors[x[i].key].name : "a block's carry";
-                fprintf(stderr, "%s: %s: --virtual-stages with --pp %d: chunk %d receives \"%s\" from chunk %d; plancc's "
-                                "interleaved 1F1B sends only between consecutive chunks when pp > 2 (use --pp 2, other "
-                                "--virtual-stages, or no interleaving)\n", pcc_progname, g->file, E->pp, s, what, from);
-                return false;
-            }
-        }
-    return true;
 }
 
 // After the last backward pass: wait for the gradient synchronization, the optimizer, and the
@@ -1492,14 +976,7 @@ static char *notes(builder *E) {
         else if (op->block >= 0 && E->pp > 1) k += snprintf(line + k, sizeof line - (size_t)k, " block %s", g->blocks[op->block].name);
         if (E->s->recompute[o]) k += snprintf(line + k, sizeof line - (size_t)k, " recompute");
         snprintf(line + k, sizeof line - (size_t)k, " (%s)\n", E->s->cause[o] ? E->s->cause[o] : "template");
-        size_t len = strlen(line);
-        if (n + len + 1 > cap) {
-            size_t nc = (cap + len + 1) * 2;
-            s = arena_realloc(g->arena, s, cap, nc);
-            cap = nc;
-        }
-        memcpy(s + n, line, len + 1);
-        n += len;
+        s = arena_append(g->arena, s, &n, &cap, line);
     }
     if (n > 0) s[n - 1] = 0; // no trailing newline
     return s;
@@ -1515,7 +992,7 @@ static double model_flops(const builder *E) {
         const pcc_op *op = &g->ops[o];
         if (op->phase == PCC_PHASE_OPT) continue;
         double mm = op_flops_matmul(g, op) * (double)op_copies(g, op);
-        f += op->phase == PCC_PHASE_FWD && E->recomp[o] ? 2 * mm : mm;
+        f += op->phase == PCC_PHASE_FWD && E->v->recomp[o] ? 2 * mm : mm;
     }
     return f * E->M;
 }
@@ -1526,7 +1003,7 @@ static double model_flops(const builder *E) {
 static uint32_t background_groups(builder *E) {
     unsigned all = 0;
     for (int t = 0; t < E->g->n_tensors; t++)
-        if (E->local[t]) all |= E->local[t], group(E, E->local[t], STREAM_BG);
+        if (E->v->local[t]) all |= E->v->local[t], group(E, E->v->local[t], STREAM_BG);
     if (all) group(E, (int)all, STREAM_BG);
     return (uint32_t)group(E, (int)all, STREAM_BG);
 }
@@ -1539,11 +1016,11 @@ static pcc_bg_param *background_params_of(builder *E, prog *P, int *n_out) {
     int n = 0;
     for (int t = 0; t < g->n_tensors; t++) {
         const pcc_tensor *T = &g->tensors[t];
-        if (T->kind != PCC_T_PARAM || T->grad < 0 || !E->local[T->grad] || P->home[t] < 0) continue;
+        if (T->kind != PCC_T_PARAM || T->grad < 0 || !E->v->local[T->grad] || P->home[t] < 0) continue;
         int b = P->home[t];
         double bytes = (double)P->buf[b].bytes;
-        pcc_group_shape sh = axes_group(E, E->local[T->grad]);
-        ps[n++] = (pcc_bg_param){(uint32_t)t, (uint32_t)b, (uint32_t)group(E, E->local[T->grad], STREAM_BG), sh,
+        pcc_group_shape sh = axes_group(E, E->v->local[T->grad]);
+        ps[n++] = (pcc_bg_param){(uint32_t)t, (uint32_t)b, (uint32_t)group(E, E->v->local[T->grad], STREAM_BG), sh,
                                  (float)cost_collective_s(E->c, PCC_COLL_ALL_REDUCE, bytes, sh),
                                  memory_s(E, P, 3.0 * bytes, b)};
     }
@@ -1586,8 +1063,8 @@ static pcc_programs *hand_off(builder *E, prog *P) {
                            .n_insn = Q->n_insn, .args = Q->args, .n_args = Q->n_args, .attrs = Q->attrs, .n_attrs = Q->n_attrs,
                            .sync = Q->used_sync};
     }
-    if (E->bg) {
-        out->bg = E->bg;
+    if (E->v->bg) {
+        out->bg = E->v->bg;
         out->bg_stop_group = background_groups(E);
         for (int st = 0; st < E->pp; st++) out->prog[st].bg = background_params_of(E, &P[st], &out->prog[st].n_bg);
     }
@@ -1601,76 +1078,14 @@ static pcc_programs *hand_off(builder *E, prog *P) {
 
 /* ---- phase 3 ---- */
 
-// Per forward block and stage (model chunk): the copies it runs, [copy_lo, copy_hi).
-static void copy_ranges(builder *E) {
-    const pcc_graph *g = E->g;
-    E->copy_lo = arena_alloc(g->arena, sizeof(int *) * (size_t)(g->n_blocks + 1));
-    E->copy_hi = arena_alloc(g->arena, sizeof(int *) * (size_t)(g->n_blocks + 1));
-    for (int b = 0; b < g->n_blocks; b++) {
-        if (g->blocks[b].fwd >= 0) continue;
-        E->copy_lo[b] = arena_alloc(g->arena, sizeof(int) * (size_t)E->ns);
-        E->copy_hi[b] = arena_alloc(g->arena, sizeof(int) * (size_t)E->ns);
-        for (int st = 0; st < E->ns; st++) E->copy_lo[b][st] = E->copy_hi[b][st] = 0;
-        for (int k = (int)g->blocks[b].repeat - 1; k >= 0; k--) E->copy_lo[b][E->s->copy_stage[b][k]] = k;
-        for (int k = 0; k < (int)g->blocks[b].repeat; k++) E->copy_hi[b][E->s->copy_stage[b][k]] = k + 1;
-    }
-}
-
-// The blocks this phase cannot make programs of (yet): refused with a message.
-static pcc_status block_limits(const builder *E) {
-    const pcc_graph *g = E->g;
-    for (int b = 0; b < g->n_blocks; b++) {
-        const pcc_block *bl = &g->blocks[b];
-        int fb = graph_block_family(g, b), spans = 0;
-        for (int st = 0; st < E->ns; st++) spans += E->copy_hi[fb][st] > E->copy_lo[fb][st];
-        if (bl->n_carry > 8) {
-            fprintf(stderr, "%s: %s: block \"%s\" carries %d values from copy to copy; plancc supports 8\n", pcc_progname,
-                    g->file, bl->name, bl->n_carry);
-            return PCC_ERR_INPUT;
-        }
-        if (bl->n_acc > 0 && spans > 1) {
-            fprintf(stderr, "%s: %s: block \"%s\" sums a gradient over its copies, and its copies are on %d pipeline "
-                            "stages; plancc cannot yet sum across stages (use fewer stages)\n",
-                    pcc_progname, g->file, bl->name, spans);
-            return PCC_ERR_INPUT;
-        }
-    }
-    return PCC_OK;
-}
-
-// Every value's stage and layout, and what the step does with it (keep, defer, synchronize).
-static pcc_status analyse(builder *E, const pcc_preserve_opts *o) {
-    place(E);
-    keep(E);
-    defer(E);
-    cross_chunk(E);
-    layouts(E);
-    E->bg = o->sync.algo != PCC_SYNC_ALLREDUCE ? &o->sync : NULL;
-    pcc_status st = background_params(E);
-    if (st) return st;
-    zero2_grads(E);
-    if (E->V > 1 && E->pp > 2 && !interleaved_adjacent(E)) return PCC_ERR_INPUT;
-    return PCC_OK;
-}
-
 pcc_status preserve(const pcc_graph *g, const pcc_cluster *c, const pcc_strategy *s, const pcc_preserve_opts *o,
                     pcc_programs **out) {
     *out = NULL;
-    builder E = {.g = g, .c = c, .s = s, .pp = s->mesh[PCC_AX_PP], .dp = s->mesh[PCC_AX_DP], .tp = s->mesh[PCC_AX_TP],
-                 .M = s->micro_batches, .bucket_cap = o->bucket_bytes,
-                 .V = s->virtual_stages > 1 ? s->virtual_stages : 1};
-    E.ns = E.pp * E.V;
-    if (E.V > 1 && s->zero == 2) {
-        fprintf(stderr, "%s: --zero 2 with --virtual-stages: plancc reduce-scatters per micro-batch only in plain pipelines "
-                        "(use --zero 1 or 3, or no interleaving)\n", pcc_progname);
-        return PCC_ERR_INPUT;
-    }
-    pcc_pipeline pl = {.pp = E.pp, .V = E.V, .M = E.M, .schedule = s->schedule};
-    E.inflight = pipeline_in_flight(g->arena, &pl);
-    copy_ranges(&E);
-    pcc_status st = block_limits(&E);
-    if (!st) st = analyse(&E, o);
+    pcc_values *v = arena_alloc(g->arena, sizeof *v);
+    pcc_status st = layout_values(g, c, s, o, v);
     if (st) return st;
+    builder E = {.v = v, .g = g, .c = c, .s = s, .pp = v->pp, .dp = v->dp, .tp = v->tp, .M = v->M, .V = v->V, .ns = v->ns,
+                 .bucket_cap = o->bucket_bytes};
     prog *P = arena_alloc(g->arena, sizeof(prog) * (size_t)E.pp);
     for (int d = 0; d < E.pp; d++) {
         P[d].stage = d;

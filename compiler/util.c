@@ -271,6 +271,18 @@ static char *fmt_scaled(char *buf, size_t n, double x, double base, const char *
     return buf;
 }
 
+char *arena_append(pcc_arena *a, char *s, size_t *n, size_t *cap, const char *text) {
+    size_t len = strlen(text);
+    if (*n + len + 1 > *cap) {
+        size_t nc = (*cap + len + 1) * 2;
+        s = arena_realloc(a, s, *cap, nc);
+        *cap = nc;
+    }
+    memcpy(s + *n, text, len + 1);
+    *n += len;
+    return s;
+}
+
 double clock_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
