@@ -12,8 +12,8 @@
  *
  * It writes both kinds of programs alike: preserve.c's (one per pipeline stage) and burst.c's
  * (one per set of ranks that burst parallelism runs alike). It decides nothing: whether the plan
- * fits the device's memory is the driver's question, and whether it is sound is plan_check's
- * (the driver runs it next).
+ * is sound is plan_check's (main.c runs check_plan next), and whether it fits the device's
+ * memory driver.c's (driver_fit_done).
  *
  * The two program builders also share its helpers for a program being built: an instruction
  * appended (emit_insn) and operator attributes interned (emit_attrs), as the plan holds them.

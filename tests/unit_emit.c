@@ -1,5 +1,6 @@
 /*
- * unit_emit.c: phase 3 and the memory planner.
+ * unit_emit.c: phase 3 (reshard.c's chains, pipeline.c's schedules, preserve.c) and the memory
+ * planner.
  *
  *  - Resharding: each single layout change gives the collective it should (V->R all-reduce,
  *    D->R all-gather, V->D reduce-scatter, D(i)->D(j) all-to-all, R->D and R->V a local slice),

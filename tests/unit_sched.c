@@ -1,6 +1,6 @@
 /*
- * unit_sched.c: phase 2's ILP. The solver's choice is checked against ilp_eval, which costs a
- * choice directly (no solver): the objective must equal the evaluation of the choice, no
+ * unit_sched.c: phase 2's ILP (ilp.c). The solver's choice is checked against ilp_eval, which
+ * costs a choice directly (no solver): the objective must equal the evaluation of the choice, no
  * sampled feasible choice may beat it, the memory limit must hold, an impossible limit must be
  * reported as infeasible, the same problem must give the same choice, and --dump-ilp must
  * write an LP file.
