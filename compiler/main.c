@@ -15,7 +15,8 @@
  * its report of the model, or after the phases its -d dumps show (t: phase 1's candidates, s:
  * phase 2's choice, the ILP on all the devices as one group); --estimate-only after phase 2,
  * with the estimate of a step. In a compile, -d shows phase 1's candidates for every group size
- * the search tries and the chosen strategy's ILP choice. --burst (DeepPool's burst parallelism)
+ * the search tries and the ILP choice of phase 2's best-ranked strategy (the fit may end on
+ * another). --burst (DeepPool's burst parallelism)
  * has a phase 2 and a phase 3 of its own (burst.c), and the same memory planner, emitter and
  * verifier (compile_burst). report.c prints what the options ask to be told.
  *

@@ -12,8 +12,9 @@
  *   phase 1: transform_all (transform.c), for the group sizes search_group_sizes names
  *   phase 2: search (search.c), with the intra-operator ILP (ilp.c, solved by glpk.c), the
  *            step-time estimate (estimate.c) and the cost model (cost.c, reshard.c)
- *   phase 3: preserve (preserve.c), walking the micro-batch schedule (pipeline.c) and
- *            inserting reshard.c's collectives; burst.c is DeepPool's phases 2 and 3
+ *   phase 3: preserve (preserve.c), from layout.c's decisions (every value's stage and
+ *            layout), walking the micro-batch schedule (pipeline.c) and inserting reshard.c's
+ *            collectives; burst.c is DeepPool's phases 2 and 3
  *   memplan (memplan.c) -> emit_plan (emit.c, bgsync.c) -> check_plan (check.c) -> plan_write
  *
  * Around the pipeline: driver.c's two loops (the micro-batch count; which ranked strategy
