@@ -2,9 +2,10 @@
  * bgsync.c: synchronization in the background (ShadowSync, arXiv 2003.03477), and --sync.
  *
  * With `--sync background:...` every data-parallel rank trains its own replica of the dense
- * parameters: the emitter leaves out their gradient all-reduce (emit.c scales the local
+ * parameters: phase 3 leaves out their gradient all-reduce (preserve.c scales the local
  * gradient to the gradient of the local mean instead), and this file appends to each program a
- * background program that keeps the replicas together. A parameter's replicas are the ranks of
+ * background program that keeps the replicas together (the emitter, emit.c, calls it once the
+ * foreground program is placed). A parameter's replicas are the ranks of
  * the mesh axes it is replicated along with its gradient summed: dp, and tp where the ILP split
  * its operators by the batch (ShadowSync's layout: embedding tables sharded over the tp group,
  * the dense layers data-parallel beside them); each parameter's part of a round runs over a
@@ -42,7 +43,7 @@
  * elements, so that no one background collective holds the link long (NCCL does not preempt a
  * running kernel for a higher-priority stream). Every rank runs the same program, so every rank
  * issues them in the same order. Limits: parameters of repeated blocks are not supported
- * (emit.c refuses them).
+ * (preserve.c refuses them).
  */
 #include "plancc.h"
 

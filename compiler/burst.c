@@ -19,20 +19,23 @@
  * that many times the GPU-seconds of running it on one
  * GPU is taken only if nothing within the limit is better (a soft filter, as DeepPool's).
  *
- * The plan (burst_emit), with no new semantics in the format. G = 2^n devices form a mesh of n
- * axes of size 2. A layer of width 2^j splits the batch over the first j axes (the piece a rank
- * holds is its coordinates on those axes, the first the most significant) and runs on the ranks
- * whose coordinates on the other axes are all 0. Narrowing from 2^(j+1) to 2^j is a move along
- * axis j: coordinate 1 sends its piece to coordinate 0, which concatenates it after its own;
- * widening splits the piece in two and sends the second half along axis j. A layer's gradient
- * all-reduce is a collective over the group of axes 0..j-1 (the instance with the active ranks;
- * the others issue nothing); gradients go in buckets of --bucket-mb as the backward pass
- * finishes them (PyTorch DDP's), a bucket closed early where the next gradient has another
- * width, in every program alike so that a group's members cut the same buckets (the cost model
- * charges one all-reduce of a region's gradient bytes). Ranks with the same smallest active width run the same program
- * (n + 1 programs); a rank holds no buffer of a layer it does not run. The devices of a narrow
- * layer are spread over the mesh (rank 0, G/2, ...): DeepPool uses ranks 0..k-1 instead, and the
- * cost model charges this layout's links (a narrow layer on a multi-node cluster crosses nodes).
+ * The programs (burst_programs: burst parallelism's own phase 3, in place of preserve.c's; the
+ * memory planner and the emitter then place and write them as they do preserve.c's), with no
+ * new semantics in the format. G = 2^n devices form a mesh of n axes of size 2. A layer of
+ * width 2^j splits the batch over the first j axes (the piece a rank holds is its coordinates
+ * on those axes, the first the most significant) and runs on the ranks whose coordinates on the
+ * other axes are all 0. Narrowing from 2^(j+1) to 2^j is a move along axis j: coordinate 1
+ * sends its piece to coordinate 0, which concatenates it after its own; widening splits the
+ * piece in two and sends the second half along axis j. A layer's gradient all-reduce is a
+ * collective over the group of axes 0..j-1 (the instance with the active ranks; the others
+ * issue nothing); gradients go in buckets of --bucket-mb as the backward pass finishes them
+ * (PyTorch DDP's), a bucket closed early where the next gradient has another width, in every
+ * program alike so that a group's members cut the same buckets (the cost model charges one
+ * all-reduce of a region's gradient bytes). Ranks with the same smallest active width run the
+ * same program (n + 1 programs); a rank holds no buffer of a layer it does not run. The devices
+ * of a narrow layer are spread over the mesh (rank 0, G/2, ...): DeepPool uses ranks 0..k-1
+ * instead, and the cost model charges this layout's links (a narrow layer on a multi-node
+ * cluster crosses nodes).
  *
  * Limits: flat models (no repeated blocks), one micro-batch, no ZeRO or recompute, G a power of
  * two up to 2^PLAN_MAX_AXES.
@@ -49,13 +52,6 @@
 #define EV_SYNCED 1
 
 /* ---- the batch letter of every operator ---- */
-
-// The batch dimension: axis 0 of the first input with a shape (strategy_batch's).
-static int batch_dim(const pcc_graph *g) {
-    for (int t = 0; t < g->n_tensors; t++)
-        if (g->tensors[t].kind == PCC_T_INPUT && g->tensors[t].rank > 0) return g->tensors[t].dims[0];
-    return -1;
-}
 
 // The axis of tensor t that is the batch dimension, or -1.
 static int batch_axis(const pcc_graph *g, int t, int bd) {
@@ -222,11 +218,8 @@ static pcc_status given_widths(const pcc_graph *g, pcc_burst *b, const char *lis
     return PCC_OK;
 }
 
-pcc_status burst_plan(const pcc_graph *g, const pcc_cluster *c, const pcc_burst_opts *o, pcc_burst **out) {
-    *out = NULL;
-    int G = o->devices, n_axes = 0;
-    while ((1 << n_axes) < G) n_axes++;
-    PCC_ASSERT(G >= 1 && (1 << n_axes) == G && n_axes <= PLAN_MAX_AXES);
+// What burst parallelism handles: flat models, one micro-batch, a batch dimension.
+static pcc_status burst_limits(const pcc_graph *g) {
     if (g->n_blocks > 0) {
         fprintf(stderr, "%s: %s: --burst: the model has repeated blocks (\"%s\"); burst parallelism handles models "
                         "written without blocks\n", pcc_progname, g->file, g->blocks[0].name);
@@ -236,35 +229,33 @@ pcc_status burst_plan(const pcc_graph *g, const pcc_cluster *c, const pcc_burst_
         fprintf(stderr, "%s: --burst runs one micro-batch per step (got --micro-batches %d)\n", pcc_progname, g->micro_batches);
         return PCC_ERR_INPUT;
     }
-    int bd = batch_dim(g);
-    if (bd < 0) {
+    if (graph_batch_dim(g) < 0) {
         fprintf(stderr, "%s: %s: --burst: the model has no batch dimension (an input with a shape)\n", pcc_progname, g->file);
         return PCC_ERR_INPUT;
     }
-    pcc_burst *b = arena_alloc(g->arena, sizeof *b);
-    b->devices = G, b->n_axes = n_axes, b->batch_dim = bd, b->amp_limit = o->amp_limit;
-    b->region_of = arena_alloc(g->arena, sizeof(int) * (size_t)(g->n_fwd_ops + 1));
-    b->n_regions = regions(g, b->region_of, &b->cross);
-    int R = b->n_regions;
-    b->width = arena_alloc(g->arena, sizeof(int) * (size_t)(R + 1));
-    b->max_width = arena_alloc(g->arena, sizeof(int) * (size_t)(R + 1));
-    b->region_s = arena_alloc(g->arena, sizeof(double) * (size_t)(R + 1));
-    b->sync_s = arena_alloc(g->arena, sizeof(double) * (size_t)(R + 1));
-    // The widths each region may take: the batch divides evenly, and no operator of it refuses.
-    int64_t B = g->dims[bd].size;
-    for (int r = 0; r < R; r++) b->max_width[r] = n_axes;
-    for (int r = 0; r < R; r++)
+    return PCC_OK;
+}
+
+// The widths each region may take: the batch divides evenly, and no operator of it refuses.
+static void max_widths(const pcc_graph *g, pcc_burst *b) {
+    int64_t B = g->dims[b->batch_dim].size;
+    for (int r = 0; r < b->n_regions; r++) b->max_width[r] = b->n_axes;
+    for (int r = 0; r < b->n_regions; r++)
         while (b->max_width[r] > 0 && B % (1 << b->max_width[r]) != 0) b->max_width[r]--;
     for (int op = 0; op < g->n_fwd_ops; op++) {
         pcc_letter l[PCC_MAX_LETTERS];
         bool nosplit;
-        int li = op_batch_letter(g, &g->ops[op], bd, l, &nosplit), *mw = &b->max_width[b->region_of[op]];
+        int li = op_batch_letter(g, &g->ops[op], b->batch_dim, l, &nosplit), *mw = &b->max_width[b->region_of[op]];
         if (li >= 0 && nosplit) *mw = 0;
         while (li >= 0 && *mw > 0 && B % ((1 << *mw) * l[li].grain) != 0) (*mw)--; // whole ghost groups
     }
-    // The dynamic program: T[r][j] the best time through region r at width 2^j, lt the time of
-    // region r itself (with its inbound move), back the predecessor's width.
-    int C = n_axes + 1;
+}
+
+// The dynamic program (DeepPool's searchLinear): T[r][j] the best time through region r at
+// width 2^j, lt the time of region r itself (with its inbound move), back the predecessor's
+// width; then every region's width, from the last region's best back.
+static void choose_widths(const pcc_graph *g, const pcc_cluster *c, pcc_burst *b) {
+    int R = b->n_regions, C = b->n_axes + 1, G = b->devices, bd = b->batch_dim;
     double *T = arena_alloc(g->arena, sizeof(double) * (size_t)(R * C));
     double *lt = arena_alloc(g->arena, sizeof(double) * (size_t)(R * C));
     double *nopar = arena_alloc(g->arena, sizeof(double) * (size_t)R);
@@ -287,7 +278,7 @@ pcc_status burst_plan(const pcc_graph *g, const pcc_cluster *c, const pcc_burst_
                 double plt = lt[(r - 1) * C + p], amp = 1;
                 if (plt > 0 && nopar[r - 1] > 300e-6) amp = plt * (double)(1 << p) / nopar[r - 1];
                 double cand = prev + move + own;
-                if (cand < best && (o->amp_limit <= 0 || amp < o->amp_limit || amp < best_amp)) {
+                if (cand < best && (b->amp_limit <= 0 || amp < b->amp_limit || amp < best_amp)) {
                     best = cand, best_amp = amp, back[r * C + j] = p;
                     lt[r * C + j] = move + own;
                 }
@@ -301,21 +292,46 @@ pcc_status burst_plan(const pcc_graph *g, const pcc_cluster *c, const pcc_burst_
         b->width[r] = j;
         j = back[r * C + j];
     }
-    if (o->widths && given_widths(g, b, o->widths)) return PCC_ERR_INPUT;
-    // The choice's time, region by region (the dynamic program's, or that of the widths given).
+}
+
+// The choice's time, region by region (the dynamic program's, or that of the widths given), and
+// data parallelism's on the same cost model, for comparison: every region as wide as it goes.
+static void step_times(const pcc_graph *g, const pcc_cluster *c, pcc_burst *b) {
+    int G = b->devices, bd = b->batch_dim;
     b->est_step_s = 0;
-    for (int r = 0; r < R; r++) {
+    for (int r = 0; r < b->n_regions; r++) {
         b->region_s[r] = region_time(c, g, b, r, b->width[r], &b->sync_s[r]);
         if (r > 0 && b->cross[r - 1] >= 0) b->region_s[r] += 2 * move_time(c, g, b->cross[r - 1], b->width[r - 1], b->width[r], G, bd);
         b->est_step_s += b->region_s[r];
     }
-    // Data parallelism on the same cost model, for comparison: every region as wide as it goes.
     b->dp_step_s = 0;
-    for (int r = 0; r < R; r++) {
+    for (int r = 0; r < b->n_regions; r++) {
         b->dp_step_s += region_time(c, g, b, r, b->max_width[r], NULL);
         if (r > 0 && b->cross[r - 1] >= 0)
             b->dp_step_s += 2 * move_time(c, g, b->cross[r - 1], b->max_width[r - 1], b->max_width[r], G, bd);
     }
+}
+
+pcc_status burst_plan(const pcc_graph *g, const pcc_cluster *c, const pcc_burst_opts *o, pcc_burst **out) {
+    *out = NULL;
+    int G = o->devices, n_axes = 0;
+    while ((1 << n_axes) < G) n_axes++;
+    PCC_ASSERT(G >= 1 && (1 << n_axes) == G && n_axes <= PLAN_MAX_AXES);
+    pcc_status st = burst_limits(g);
+    if (st) return st;
+    pcc_burst *b = arena_alloc(g->arena, sizeof *b);
+    b->devices = G, b->n_axes = n_axes, b->batch_dim = graph_batch_dim(g), b->amp_limit = o->amp_limit;
+    b->region_of = arena_alloc(g->arena, sizeof(int) * (size_t)(g->n_fwd_ops + 1));
+    b->n_regions = regions(g, b->region_of, &b->cross);
+    int R = b->n_regions;
+    b->width = arena_alloc(g->arena, sizeof(int) * (size_t)(R + 1));
+    b->max_width = arena_alloc(g->arena, sizeof(int) * (size_t)(R + 1));
+    b->region_s = arena_alloc(g->arena, sizeof(double) * (size_t)(R + 1));
+    b->sync_s = arena_alloc(g->arena, sizeof(double) * (size_t)(R + 1));
+    max_widths(g, b);
+    choose_widths(g, c, b);
+    if (o->widths && given_widths(g, b, o->widths)) return PCC_ERR_INPUT;
+    step_times(g, c, b);
     *out = b;
     return PCC_OK;
 }
@@ -364,10 +380,9 @@ typedef struct bprog {
     int bucket_w;       // their width (log2)
     uint64_t bucket_bytes;
     bool used_sync;
-    uint64_t arena;
 } bprog;
 
-typedef struct bemit {
+typedef struct bbuild {
     const pcc_graph *g;
     const pcc_cluster *c;
     const pcc_burst *b;
@@ -376,16 +391,16 @@ typedef struct bemit {
     int *groups;        int n_groups, cap_groups; // axes mask per plan group
     uint64_t bucket_cap;// gradient bytes per bucket (0: one all-reduce per gradient)
     plan_phase phase;
-} bemit;
+} bbuild;
 
-static int bgroup(bemit *E, int axes) {
+static int bgroup(bbuild *E, int axes) {
     for (int i = 0; i < E->n_groups; i++)
         if (E->groups[i] == axes) return i;
     *VEC_PUSH(E->g->arena, E->groups, E->n_groups, E->cap_groups) = axes;
     return E->n_groups - 1;
 }
 
-static int bnew(bemit *E, bprog *P, int t, plan_shard s) {
+static int bnew(bbuild *E, bprog *P, int t, plan_shard s) {
     pcc_mbuf *m = VEC_PUSH(E->g->arena, P->buf, P->n_buf, P->cap_buf);
     m->tensor = (uint32_t)t;
     m->dtype = (uint8_t)E->g->tensors[t].dtype;
@@ -400,15 +415,15 @@ static int bnew(bemit *E, bprog *P, int t, plan_shard s) {
     return P->n_buf - 1;
 }
 
-static plan_insn *binsn(bemit *E, bprog *P, plan_insn_kind k, int stream, const int *args, int nargs) {
+static plan_insn *binsn(bbuild *E, bprog *P, plan_insn_kind k, int stream, const int *args, int nargs) {
     return emit_insn(E->g->arena, &P->insn, &P->n_insn, &P->cap_insn, &P->args, &P->n_args, &P->cap_args, k, stream, E->phase,
                      args, nargs);
 }
 
-static void bevent(bemit *E, bprog *P, plan_insn_kind k, int stream, int ev) { binsn(E, P, k, stream, NULL, 0)->a = ev; }
+static void bevent(bbuild *E, bprog *P, plan_insn_kind k, int stream, int ev) { binsn(E, P, k, stream, NULL, 0)->a = ev; }
 
 // A concatenation (split) of two halves along the batch axis of t, as the operator concat (split).
-static void join(bemit *E, bprog *P, bool split, int t, int whole, int lo, int hi) {
+static void join(bbuild *E, bprog *P, bool split, int t, int whole, int lo, int hi) {
     int args[3];
     if (split) args[0] = whole, args[1] = lo, args[2] = hi;
     else args[0] = lo, args[1] = hi, args[2] = whole;
@@ -422,7 +437,7 @@ static void join(bemit *E, bprog *P, bool split, int t, int whole, int lo, int h
 }
 
 // A message of buffer buf along axis a to (send) or from (recv) coordinate offset `off`.
-static void message(bemit *E, bprog *P, bool send, int buf, int axis, int off) {
+static void message(bbuild *E, bprog *P, bool send, int buf, int axis, int off) {
     plan_insn *in = binsn(E, P, send ? PLAN_I_SEND : PLAN_I_RECV, STREAM_MAIN, &buf, 1);
     in->a = axis, in->b = off;
     in->t_s = (float)cost_collective_s(E->c, PCC_COLL_SEND_RECV, (double)P->buf[buf].bytes,
@@ -432,7 +447,7 @@ static void message(bemit *E, bprog *P, bool send, int buf, int axis, int off) {
 // Tensor t's pieces at width 2^j on this program, moved there one axis at a time from the width
 // its home buffer is at; -1 when this program holds none there (it may still have taken part:
 // the ranks of the narrowest width it runs send theirs on and are done, marked -2).
-static int pieces_at(bemit *E, bprog *P, int t, int j) {
+static int pieces_at(bbuild *E, bprog *P, int t, int j) {
     if (P->at[t][j] != -1) return P->at[t][j] < 0 ? -1 : P->at[t][j];
     int h = E->home_w[t];
     PCC_ASSERT(h >= 0);
@@ -471,7 +486,7 @@ static int pieces_at(bemit *E, bprog *P, int t, int j) {
 
 // Issues the open bucket: stream 1 waits for its gradients, then one all-reduce over all of them
 // (laid out back to back by the memory planner) across the ranks of their width.
-static void bucket_flush(bemit *E, bprog *P) {
+static void bucket_flush(bbuild *E, bprog *P) {
     int n = P->n_bucket, j = P->bucket_w;
     if (n == 0) return;
     bevent(E, P, PLAN_I_RECORD, STREAM_MAIN, EV_GRAD);
@@ -493,7 +508,7 @@ static void bucket_flush(bemit *E, bprog *P) {
 // A parameter's gradient is final: it joins the open bucket of its width (as the backward pass
 // finishes them, PyTorch DDP's buckets), which is issued once it holds the bucket's bytes
 // (--bucket-mb) or the next gradient has another width.
-static void sync_grad(bemit *E, bprog *P, int gp, int j) {
+static void sync_grad(bbuild *E, bprog *P, int gp, int j) {
     if (P->n_bucket > 0 && P->bucket_w != j) bucket_flush(E, P);
     int buf = P->at[gp][j];
     *VEC_PUSH(E->g->arena, P->bucket, P->n_bucket, P->cap_bucket) = buf;
@@ -502,12 +517,7 @@ static void sync_grad(bemit *E, bprog *P, int gp, int j) {
     if (P->bucket_bytes >= E->bucket_cap) bucket_flush(E, P);
 }
 
-static bool is_final_param_grad(const pcc_graph *g, int t) {
-    const pcc_tensor *T = &g->tensors[t];
-    return T->kind == PCC_T_GRAD && T->of >= 0 && g->tensors[T->of].kind == PCC_T_PARAM && g->tensors[T->of].grad == t;
-}
-
-static void bop(bemit *E, bprog *P, int o) {
+static void bop(bbuild *E, bprog *P, int o) {
     const pcc_graph *g = E->g;
     const pcc_op *op = &g->ops[o];
     int j = E->opw[o], bd = E->b->batch_dim;
@@ -520,7 +530,7 @@ static void bop(bemit *E, bprog *P, int o) {
             if (E->home_w[op->out[i]] < 0) E->home_w[op->out[i]] = j;
             // a gradient of another width closes the open bucket in every program alike, so
             // that the members of a group cut their buckets at the same gradients
-            if (j > 0 && is_final_param_grad(g, op->out[i]) && P->n_bucket > 0 && P->bucket_w != j) bucket_flush(E, P);
+            if (j > 0 && graph_is_final_param_grad(g, op->out[i]) && P->n_bucket > 0 && P->bucket_w != j) bucket_flush(E, P);
         }
         return;
     }
@@ -538,9 +548,9 @@ static void bop(bemit *E, bprog *P, int o) {
         PCC_ASSERT(E->home_w[t] == j);
         if (P->at[t][j] < 0) {
             plan_shard s = operand_shard(g, op, op->nin + i, j, bd);
-            if (is_final_param_grad(g, t)) memset(&s, 0, sizeof s); // all-reduced in place: whole after it
+            if (graph_is_final_param_grad(g, t)) memset(&s, 0, sizeof s); // all-reduced in place: whole after it
             P->at[t][j] = bnew(E, P, t, s);
-            if (is_final_param_grad(g, t)) P->buf[P->at[t][j]].whole = true;
+            if (graph_is_final_param_grad(g, t)) P->buf[P->at[t][j]].whole = true;
         }
         args[op->nin + i] = P->at[t][j];
     }
@@ -549,12 +559,12 @@ static void bop(bemit *E, bprog *P, int o) {
     in->t_s = (float)op_time(E->c, g, op, j, bd, E->b->n_axes);
     in->attrs = emit_attrs(g->arena, &P->attrs, &P->n_attrs, &P->cap_attrs, op, false);
     for (int i = 0; i < op->nout; i++)
-        if (j > 0 && is_final_param_grad(g, op->out[i])) sync_grad(E, P, op->out[i], j);
+        if (j > 0 && graph_is_final_param_grad(g, op->out[i])) sync_grad(E, P, op->out[i], j);
 }
 
 // Every op's width: forward ops their region's; backward ops their forward op's; sums and fills
 // that of the value they are the gradient of; the optimizer its parameter's.
-static void op_widths(bemit *E) {
+static void op_widths(bbuild *E) {
     const pcc_graph *g = E->g;
     int *tw = arena_alloc(g->arena, sizeof(int) * (size_t)(g->n_tensors + 1));
     for (int t = 0; t < g->n_tensors; t++) tw[t] = -1;
@@ -577,7 +587,7 @@ static void op_widths(bemit *E) {
     }
 }
 
-static void bprogram(bemit *E, bprog *P) {
+static void bprogram(bbuild *E, bprog *P) {
     const pcc_graph *g = E->g;
     int C = E->b->n_axes + 1;
     P->at = arena_alloc(g->arena, sizeof(int *) * (size_t)(g->n_tensors + 1));
@@ -617,46 +627,14 @@ static char *bnotes(const pcc_graph *g, const pcc_burst *b) {
         snprintf(line, sizeof line, "\nlayer %d %s: %d GPUs, batch %lld per GPU, %.6g ms (sync %.6g ms)", r,
                  region_name(g, b, r), 1 << b->width[r], (long long)(B >> b->width[r]), 1e3 * b->region_s[r],
                  1e3 * b->sync_s[r]);
-        size_t len = strlen(line);
-        if (n + len + 1 > cap) {
-            size_t nc = (cap + len + 1) * 2;
-            s = arena_realloc(g->arena, s, cap, nc);
-            cap = nc;
-        }
-        memcpy(s + n, line, len + 1);
-        n += len;
+        s = arena_append(g->arena, s, &n, &cap, line);
     }
     return s;
 }
 
-pcc_status burst_emit(const pcc_graph *g, const pcc_cluster *c, const pcc_burst *b, const pcc_emit_opts *o, pcc_emitted *e) {
-    memset(e, 0, sizeof *e);
-    bemit E = {.g = g, .c = c, .b = b, .bucket_cap = o->bucket_bytes};
-    E.home_w = arena_alloc(g->arena, sizeof(int) * (size_t)(g->n_tensors + 1));
-    op_widths(&E);
-    int NP = b->n_axes + 1;
-    bprog *P = arena_alloc(g->arena, sizeof(bprog) * (size_t)NP);
-    for (int k = 0; k < NP; k++) {
-        P[k].k = k;
-        bprogram(&E, &P[k]);
-    }
-    uint64_t peak = 0;
-    for (int k = 0; k < NP; k++) {
-        uint64_t lb;
-        P[k].arena = memplan_place(P[k].buf, P[k].n_buf, P[k].insn, P[k].n_insn, P[k].args, P[k].attrs, &lb);
-        if (P[k].arena > peak) peak = P[k].arena, e->peak_stage = k;
-        if ((double)lb > e->live_bound_bytes) e->live_bound_bytes = (double)lb;
-    }
-    e->peak_bytes = (double)peak;
-    plan *p = calloc(1, sizeof *p);
-    PCC_ASSERT(p);
-    e->p = p;
-    plan_meta *m = &p->meta;
-    snprintf(m->compiler, sizeof m->compiler, "plancc %s", PCC_VERSION);
-    m->model_name = emit_strdup(p, g->name);
-    m->options = emit_strdup(p, o->options);
-    m->model_hash = o->model_hash, m->cluster_hash = o->cluster_hash;
-    m->options_hash = plan_fnv1a64(o->options, strlen(o->options));
+// What META says of a choice: the mesh of n axes of 2, one micro-batch, no pipeline, the
+// estimate, the FLOPs of a step, and the layers' widths as notes.
+static void burst_meta(const pcc_graph *g, const pcc_burst *b, plan_meta *m) {
     m->world = (uint32_t)b->devices;
     m->n_axes = (uint32_t)b->n_axes;
     for (int a = 0; a < b->n_axes; a++) {
@@ -666,44 +644,41 @@ pcc_status burst_emit(const pcc_graph *g, const pcc_cluster *c, const pcc_burst 
     m->micro_batches = 1;
     m->schedule = PLAN_SCHED_NONE;
     m->est_step_s = b->est_step_s;
-    m->est_peak_bytes = (double)peak;
     double flops = 0;
     for (int k = 0; k < g->n_ops; k++)
         if (g->ops[k].phase != PCC_PHASE_OPT) flops += op_flops_matmul(g, &g->ops[k]);
     m->model_flops = flops;
-    m->device_peak_flops = cost_peak_flops(c, g->dtype, true);
-    m->loss = (uint32_t)g->loss;
-    m->notes = emit_strdup(p, bnotes(g, b));
-    emit_tensors(p, g);
-    p->n_groups = (uint32_t)E.n_groups;
-    p->groups = plan_alloc(p, sizeof(plan_group) * (size_t)(E.n_groups + 1));
-    for (int i = 0; i < E.n_groups; i++) p->groups[i].axes = (uint32_t)E.groups[i];
-    p->n_ranks = m->world;
-    p->ranks = plan_alloc(p, sizeof(plan_rank) * m->world);
-    for (uint32_t r = 0; r < m->world; r++) {
+    m->notes = bnotes(g, b);
+}
+
+pcc_programs *burst_programs(const pcc_graph *g, const pcc_cluster *c, const pcc_burst *b, const pcc_preserve_opts *o) {
+    bbuild E = {.g = g, .c = c, .b = b, .bucket_cap = o->bucket_bytes};
+    E.home_w = arena_alloc(g->arena, sizeof(int) * (size_t)(g->n_tensors + 1));
+    op_widths(&E);
+    int NP = b->n_axes + 1;
+    pcc_programs *out = arena_alloc(g->arena, sizeof *out);
+    out->n = NP;
+    out->prog = arena_alloc(g->arena, sizeof(pcc_program) * (size_t)NP);
+    for (int k = 0; k < NP; k++) {
+        bprog P = {.k = k};
+        bprogram(&E, &P);
+        out->prog[k] = (pcc_program){.name = arena_printf(g->arena, "burst%d+", 1 << k), .buf = P.buf, .n_buf = P.n_buf,
+                                     .insn = P.insn, .n_insn = P.n_insn, .args = P.args, .n_args = P.n_args,
+                                     .attrs = P.attrs, .n_attrs = P.n_attrs, .sync = P.used_sync};
+    }
+    burst_meta(g, b, &out->meta);
+    out->n_groups = E.n_groups;
+    out->group_axes = arena_alloc(g->arena, sizeof(uint32_t) * (size_t)(E.n_groups + 1));
+    for (int i = 0; i < E.n_groups; i++) out->group_axes[i] = (uint32_t)E.groups[i];
+    // A rank runs the program of the smallest width it is active at: 1 + its last axis with
+    // coordinate 1 (rank 0, on every axis 0, runs them all: program 0).
+    out->rank_program = arena_alloc(g->arena, sizeof(uint32_t) * (size_t)b->devices);
+    for (uint32_t r = 0; r < (uint32_t)b->devices; r++) {
         uint32_t x = r;
         int k = 0;
-        for (int a = b->n_axes - 1; a >= 0; a--, x /= 2) {
-            p->ranks[r].coord[a] = x % 2;
+        for (int a = b->n_axes - 1; a >= 0; a--, x /= 2)
             if (x % 2 && k == 0) k = a + 1;
-        }
-        p->ranks[r].program = (uint32_t)k;
+        out->rank_program[r] = (uint32_t)k;
     }
-    p->n_programs = (uint32_t)NP;
-    p->programs = plan_alloc(p, sizeof(plan_program) * (size_t)NP);
-    for (int k = 0; k < NP; k++) {
-        bprog *Q = &P[k];
-        plan_program *pr = &p->programs[k];
-        char name[32];
-        snprintf(name, sizeof name, "burst%d+", 1 << k);
-        emit_program(p, pr, name, Q->arena, Q->used_sync, Q->buf, Q->n_buf, Q->insn, Q->n_insn, Q->args, Q->n_args, Q->attrs,
-                     Q->n_attrs);
-    }
-    char err[1024];
-    if (plan_check(p, err, sizeof err) != PLAN_OK) {
-        fprintf(stderr, "%s: internal error: the emitted burst plan fails plan_check: %s\n", pcc_progname, err);
-        return PCC_ERR_INTERNAL;
-    }
-    if ((double)peak > c->memory_bytes) return PCC_ERR_INFEASIBLE;
-    return PCC_OK;
+    return out;
 }

@@ -1,5 +1,5 @@
 /*
- * cost.c: the cost model, one interface for the scheduler, the template estimate and reports.
+ * cost.c: the cost model, one interface for the scheduler, the step-time estimate and reports.
  *
  * What it models, and from what (every constant here or in the cluster file names its source;
  * models/clusters/README.md explains the cluster figures and how they were checked against

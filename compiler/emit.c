@@ -1,1844 +1,211 @@
 /*
- * emit.c: phase 3 (data dependency preservation), the memory planner and the plan.
+ * emit.c: the emitter: the plan, written from phase 3's programs once the memory planner has
+ * placed their buffers.
  *
- * One program per pipeline stage; every rank of the stage (its dp x tp ranks) runs it. The
- * program is built in execution order:
+ * emit_plan assembles the plan struct (runtime/plan.h) that plan_write encodes: META (what phase
+ * 3 says of the mesh, schedule, estimate, FLOPs and notes, plus the compiler, model, options and
+ * their hashes, the peak and the device's FLOP/s), the tensor table (names, shapes, copies,
+ * initializers and data sources), the communicator groups, every rank's coordinates and program,
+ * and the programs (buffers at their offsets, instructions, arguments, attributes, streams and
+ * events). With --sync background it has bgsync.c append each program's background round (its
+ * buffers past the foreground's arena, state tensors, a stream) and takes the peak again.
  *
- *   [zero the accumulators of block-summed gradients]
- *   the schedule's micro-batch loops:  F(mb) = recv inputs; forward units; send outputs
- *                                      B(mb) = recv gradients; backward units; send gradients
- *   the last micro-batch's backward, peeled out of its loop, with the parameters' gradients
- *   synchronized on stream 1 in buckets as soon as they are final (overlapped with the rest of
- *   the backward); with ZeRO-2 and several micro-batches, every micro-batch's backward
- *   reduce-scatters its gradient contributions onto the rank's shard instead
- *   wait for the synchronization; the optimizer; parameter copies to the stages that share them
+ * It writes both kinds of programs alike: preserve.c's (one per pipeline stage) and burst.c's
+ * (one per set of ranks that burst parallelism runs alike). It decides nothing: whether the plan
+ * is sound is plan_check's (main.c runs check_plan next), and whether it fits the device's
+ * memory driver.c's (driver_fit_done).
  *
- * Layouts. Every operand of every operator gets a sharding spec over the mesh (plan_shard: per
- * axis replicated, partial sums, or a split dimension), from the strategy's split letter per
- * axis; backward operators find the letter of their forward operator's split by matching the
- * axes of the operands they share with it (the same tensor, or its gradient). Where the buffer
- * that holds a value has another layout than a reader wants, reshard() inserts the chain:
- * collectives over one mesh axis at a time, undoing splits from the least significant axis up
- * (all-reduce of partial sums, all-gather of pieces; reduce-scatter and all-to-all where they
- * land directly on the wanted layout), then one local copy that slices what is left.
- *
- * Values that cross stages are sent at the end of the producer's phase and received at the
- * start of the consumer's, in tensor order on every channel, so both sides agree. A parameter
- * used on several stages (tied embeddings) lives on the stage of its first use, which runs its
- * optimizer; the others hold a copy that is received after the optimizer, and accumulate their
- * gradient contributions over the micro-batches and send the sum once, after the last one (as
- * Megatron-LM all-reduces the embedding's gradient after the pipeline flush): sent per
- * micro-batch, the message would sit in the same NCCL group as the pipeline's own and hold the
- * last stage until the first stage reaches that micro-batch's backward, one wave at a time.
- *
- * --sync background (ShadowSync): the dense parameters (not embedding tables) replicated over an
- * axis on which their gradient holds partial sums, dp, or tp where the ILP split their operator
- * along the batch (ShadowSync's own layout: tables sharded over the tp group with all-to-all
- * exchanges, the dense layers data-parallel beside them), are trained per replica: their
- * gradient's all-reduce over those axes becomes a scale by the replicas there (the loss gives
- * each rank its sum over the global batch; the replica wants its local mean), and bgsync.c
- * appends the background program that averages the replicas over those axes (E->local,
- * background_params).
- *
- * Memory: every buffer gets an interval of instruction indices in which it is live (the whole
- * program for parameters, optimizer state, inputs, the loss and accumulators; a loop's whole
- * span for a buffer that carries data from one iteration to the next); the planner places the
- * buffers at the lowest offset free over their interval, largest first. The arena is the
- * exact peak of the plan; plan_check proves that no two live buffers overlap.
- *
- * Times. Every instruction carries the cost model's time for one execution (plan_insn.t_s), so
- * that the simulator (runtime/sim.c) needs nothing but the plan: an operator at the per-device
- * shape of its operands' layouts (cost_op_s, as the scheduler's estimate costs it); a collective
- * from the bytes it moves
- * over its group's shape; a send or receive as a two-member transfer along the pipeline axis; a
- * copy as a memory-bound kernel. Each instruction also says which part of the step it is in
- * (forward, backward, recomputed forward, optimizer), and META has the step's FLOPs as
- * Megatron-LM counts them and the device's peak, for TFLOP/s and MFU.
+ * The two program builders also share its helpers for a program being built: an instruction
+ * appended (emit_insn) and operator attributes interned (emit_attrs), as the plan holds them.
  */
 #include "plancc.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#define STREAM_MAIN 0
-#define STREAM_SYNC 1
-#define STREAM_BG 2     // the background program's (bgsync.c), where --sync background asks for one
-#define EV_GRAD 0
-#define EV_SYNCED 1
-// Message tags of interleaved plans (plain ones use 0 only): the forward pass's activations, the
-// backward pass's gradients, the gradient contributions summed once per step, the parameters
-// shared after the optimizer. On each pair of devices, the messages of one tag are sent and
-// received in the same order (see interleaved()); those of different tags are not.
-#define TAG_FWD 0
-#define TAG_BWD 1
-#define TAG_DEFERRED 2
-#define TAG_SHARE 3
+/* ---- writing the plan ---- */
 
-typedef pcc_mbuf ebuf; // a buffer of a program being built (memplan.c places it)
-
-typedef struct cache_entry {
-    int src;
-    plan_shard want;
-    int buf;
-} cache_entry;
-
-typedef struct prog {
-    int stage;
-    ebuf *buf;          int n_buf, cap_buf;
-    plan_insn *insn;    int n_insn, cap_insn;
-    uint32_t *args;     int n_args, cap_args;
-    plan_attrs *attrs;  int n_attrs, cap_attrs;
-    int loops[PLAN_MAX_LOOP_DEPTH], depth;
-    int *home;          // per tensor: its buffer on this stage, -1
-    int **carry;        // per block, per carried value: its carry register (scratch), -1
-    int **chunk_home;   // interleaved: per model chunk of this device, its home (top-level tensors shared)
-    int ***chunk_carry; //   ... and its carry registers
-    cache_entry *cache; int n_cache, cap_cache;
-    bool used_sync;
-    int *bucket;        int n_bucket, cap_bucket; // final gradients waiting for their bucket's collective
-    int *shard_acc;     // per tensor: ZeRO-2, the buffer its gradient shard accumulates in, -1
-    uint64_t bucket_bytes;                        // their bytes on this rank
-    uint64_t arena;
-} prog;
-
-typedef struct emitter {
-    const pcc_graph *g;
-    const pcc_cluster *c;
-    const pcc_strategy *s;
-    int pp, dp, tp, M;
-    int V, ns;          // model chunks per pipeline device (1: none) and stages in all, pp * V
-    int *inflight;      // per stage: the micro-batches whose kept activations it holds at once
-    plan_shard **sh;    // per op: the shard of each operand (inputs, then outputs)
-    plan_shard *home_sh;// per tensor: the layout of the buffer that holds it
-    plan_shard *opt_sh; // per param: the layout its optimizer runs in
-    bool *sync;         // per param grad tensor: needs a gradient synchronization
-    bool *zero2;        // per param grad tensor: ZeRO-2, reduce-scattered per micro-batch into its shard
-    const pcc_sync_opts *bg; // --sync background (NULL: the all-reduce in every step)
-    uint8_t *local;     // per param grad tensor: the mesh axes (bits) it is trained per replica along, averaged in the background
-    int *tstage;        // per tensor: the stage that holds it (-1: inputs, every stage)
-    bool *kept;         // per tensor: read in the backward pass (keep a slot per micro-batch)
-    bool *deferred;     // per tensor: a gradient contribution sent to another stage once per step
-    bool *xchunk;       // per tensor: interleaved, written and read by two chunks of one device
-    bool *recomp;       // per op: a forward op re-run in the backward pass
-    int *ostage;        // per op: stage (block ops: -2, by copy)
-    int **copy_lo, **copy_hi; // per forward block, per stage: its copies [lo, hi)
-    int (*groups)[2];   int n_groups, cap_groups; // (axes mask, stream) per plan group
-    uint64_t bucket_cap;// gradient bytes per bucket (0: one collective per gradient)
-    bool deferred_sends; // interleaved: p2p() sends the deferred gradient contributions only (else all but them)
-    int delta;          // the micro-batch offset of the instructions being emitted
-    plan_phase phase;   // the part of the step being emitted
-} emitter;
-
-/* ---- small helpers ---- */
-
-static bool shard_eq(plan_shard a, plan_shard b) { return memcmp(a.map, b.map, sizeof a.map) == 0; }
-
-static plan_shard shard_r(void) {
-    plan_shard s;
-    memset(&s, 0, sizeof s);
-    return s;
+static const char *emit_strdup(plan *p, const char *s) {
+    if (!s) return NULL;
+    size_t n = strlen(s) + 1;
+    char *d = plan_alloc(p, n);
+    PCC_ASSERT(d);
+    memcpy(d, s, n);
+    return d;
 }
 
-static uint64_t shard_bytes(const emitter *E, int t, plan_shard s) {
-    const pcc_tensor *T = &E->g->tensors[t];
-    int ways[PCC_MAX_RANK] = {0};
-    for (int i = 0; i < T->rank; i++) ways[i] = 1;
-    for (int a = 0; a < PCC_AXES; a++)
-        if (s.map[a] >= 2) ways[s.map[a] - 2] *= E->s->mesh[a];
-    uint64_t n = (uint64_t)pcc_dtype_bytes(T->dtype);
-    for (int i = 0; i < T->rank; i++) {
-        int64_t d = E->g->dims[T->dims[i]].size;
-        PCC_ASSERT(d % ways[i] == 0);
-        n *= (uint64_t)(d / ways[i]);
-    }
-    return n;
+static void *emit_memdup(plan *p, const void *src, size_t n) {
+    void *d = plan_alloc(p, n ? n : 1);
+    PCC_ASSERT(d);
+    if (n) memcpy(d, src, n);
+    return d;
 }
 
-static int block_of(const pcc_graph *g, int b) { return g->blocks[b].fwd < 0 ? b : g->blocks[b].fwd; }
-
-// A gradient of a parameter (a contribution to it, or the sum itself).
-static bool is_param_grad(const pcc_graph *g, int t) {
-    const pcc_tensor *T = &g->tensors[t];
-    return T->kind == PCC_T_GRAD && T->of >= 0 && g->tensors[T->of].kind == PCC_T_PARAM;
-}
-
-// The gradient the optimizer of a parameter reads.
-static bool is_final_param_grad(const pcc_graph *g, int t) {
-    return is_param_grad(g, t) && g->tensors[g->tensors[t].of].grad == t;
-}
-
-// The carry of block bl whose inner input (inner: true) or source (false) is tensor t, or -1.
-static int carry_of(const pcc_block *bl, int t, bool inner) {
-    for (int k = 0; k < bl->n_carry; k++)
-        if ((inner ? bl->carry[k].inner : bl->carry[k].outer) == t) return k;
-    return -1;
-}
-
-static int group(emitter *E, int axes, int stream) {
-    for (int i = 0; i < E->n_groups; i++)
-        if (E->groups[i][0] == axes && E->groups[i][1] == stream) return i;
-    int *g = *VEC_PUSH(E->g->arena, E->groups, E->n_groups, E->cap_groups);
-    g[0] = axes, g[1] = stream;
-    return E->n_groups - 1;
-}
-
-/* ---- layouts ---- */
-
-// The shard of operand o of op under split letter l (or none) along axis a, into s.
-static void shard_axis(const pcc_op *op, const pcc_letter *l, int o, int a, plan_shard *s) {
-    if (!l) return;
-    if (l->axis[o] >= 0) s->map[a] = (uint8_t)PLAN_SHARD_D(l->axis[o]);
-    else if (o >= op->nin && l->reduce) s->map[a] = PLAN_SHARD_V;
-}
-
-// The tensor of the forward op's operands that operand tensor u of a backward op stands for:
-// u itself or the tensor u is the gradient of. -1 if none.
-static int fwd_operand(const pcc_graph *g, const pcc_op *f, int u) {
-    for (int pass = 0; pass < 2; pass++) {
-        int t = pass == 0 ? u : g->tensors[u].kind == PCC_T_GRAD ? g->tensors[u].of : -1;
-        if (t < 0) continue;
-        for (int o = 0; o < f->nin + f->nout; o++)
-            if ((o < f->nin ? f->in[o] : f->out[o - f->nin]) == t) return o;
-    }
-    return -1;
-}
-
-// The backward op's letter that is its forward op's letter fl: the same axis in every operand
-// the two share. NULL if none (the backward op then runs replicated along that mesh axis).
-// Failing that, a letter of the same model dimension that no shared operand contradicts: an
-// operand the backward op reads may stand for none of the forward op's (a bias gradient's
-// reduce_sum reads the gradient that a residual add passed through unchanged), and running it
-// replicated would gather that whole gradient on every rank.
-static const pcc_letter *match_letter(const pcc_graph *g, const pcc_op *b, const pcc_letter *bl, int nbl,
-                                      const pcc_op *f, const pcc_letter *fl) {
-    const pcc_letter *same_dim = NULL;
-    for (int k = 0; k < nbl; k++) {
-        bool ok = !bl[k].nosplit, any = false;
-        for (int o = 0; ok && o < b->nin + b->nout; o++) {
-            int u = o < b->nin ? b->in[o] : b->out[o - b->nin];
-            int fo = fwd_operand(g, f, u);
-            if (fo < 0) continue;
-            if (bl[k].axis[o] != fl->axis[fo]) ok = false;
-            any |= fl->axis[fo] >= 0;
-        }
-        if (ok && any) return &bl[k];
-        if (ok && !same_dim && bl[k].dim == fl->dim) same_dim = &bl[k];
-    }
-    return same_dim;
-}
-
-static void op_shards(emitter *E, int o) {
-    const pcc_graph *g = E->g;
-    const pcc_op *op = &g->ops[o];
-    int n = op->nin + op->nout;
-    E->sh[o] = arena_alloc(g->arena, sizeof(plan_shard) * (size_t)(n + 1));
-    int f = op->phase == PCC_PHASE_FWD ? o : op->fwd;
-    if (f < 0 || op->phase == PCC_PHASE_OPT) return; // decided later, from the tensors
-    pcc_letter fl[PCC_MAX_LETTERS], bl[PCC_MAX_LETTERS];
-    int nfl = op_letters(g, &g->ops[f], fl), nbl = f == o ? nfl : op_letters(g, op, bl);
-    for (int a = PCC_AX_DP; a < PCC_AXES; a++) {
-        int li = E->s->letter[a][f];
-        if (li < 0) continue;
-        PCC_ASSERT(li < nfl);
-        const pcc_letter *l = f == o ? &fl[li] : match_letter(g, op, bl, nbl, &g->ops[f], &fl[li]);
-        for (int k = 0; k < n; k++) shard_axis(op, l, k, a, &E->sh[o][k]);
+// A param's initializer or an input's data source, as the plan carries it (other kinds: none).
+// The pcc enums and the plan's differ by the plan's NONE; mapped by name, not by arithmetic.
+static void fill_source(const pcc_tensor *T, plan_tensor *pt) {
+    static const uint8_t init[] = {[PCC_INIT_ZEROS] = PLAN_INIT_ZEROS, [PCC_INIT_ONES] = PLAN_INIT_ONES,
+                                   [PCC_INIT_NORMAL] = PLAN_INIT_NORMAL, [PCC_INIT_UNIFORM] = PLAN_INIT_UNIFORM};
+    static const uint8_t data[PCC_DATA_KIND_COUNT] = {
+        [PCC_DATA_NORMAL] = PLAN_DATA_NORMAL,   [PCC_DATA_BINARY] = PLAN_DATA_BINARY,
+        [PCC_DATA_RANDINT] = PLAN_DATA_RANDINT, [PCC_DATA_TOKENS] = PLAN_DATA_TOKENS,
+        [PCC_DATA_TARGETS] = PLAN_DATA_TARGETS, [PCC_DATA_ARANGE] = PLAN_DATA_ARANGE,
+        [PCC_DATA_TEACHER] = PLAN_DATA_TEACHER};
+    if (T->kind == PCC_T_PARAM) {
+        PCC_ASSERT((unsigned)T->init.kind < sizeof init);
+        pt->source = init[T->init.kind];
+        if (pt->source == PLAN_INIT_NORMAL || pt->source == PLAN_INIT_UNIFORM) pt->a = T->init.a, pt->b = T->init.b;
+    } else if (T->kind == PCC_T_INPUT) {
+        PCC_ASSERT((unsigned)T->data.kind < PCC_DATA_KIND_COUNT);
+        pt->source = data[T->data.kind];
+        if (pt->source == PLAN_DATA_TEACHER) pt->a = T->data.scale, pt->b = T->data.bias;
+        else if (plan_source_args(PLAN_T_INPUT, pt->source)) pt->a = (double)T->data.high;
     }
 }
 
-// A dimension of tensor t that no axis of s splits and dp divides, for ZeRO's shards; -1 if none.
-static int zero_dim(const emitter *E, int t, plan_shard s) {
-    const pcc_tensor *T = &E->g->tensors[t];
-    for (int i = 0; i < T->rank; i++) {
-        bool used = false;
-        for (int a = 0; a < PCC_AXES; a++) used |= s.map[a] == PLAN_SHARD_D(i);
-        if (!used && E->g->dims[T->dims[i]].size % E->dp == 0) return i;
-    }
-    return -1;
-}
-
-/* ---- stages ---- */
-
-static int copy_stage(const emitter *E, int b, int copy) { return E->s->copy_stage[block_of(E->g, b)][copy]; }
-
-// The stage of an op that is not in a block.
-static int top_stage(const emitter *E, int o) {
-    const pcc_graph *g = E->g;
-    const pcc_op *op = &g->ops[o];
-    if (op->phase == PCC_PHASE_FWD) return E->s->op_stage[o];
-    if (op->fwd >= 0) return E->s->op_stage[op->fwd];
-    int t = op->phase == PCC_PHASE_OPT ? op->in[0] : op->out[0];
-    if (op->phase == PCC_PHASE_BWD && g->tensors[t].of >= 0) t = g->tensors[t].of;
-    return E->tstage[t] >= 0 ? E->tstage[t] : 0;
-}
-
-// Stages: forward tensors where they are made; parameters where first used; gradients where
-// the tensor they belong to is; optimizer state with its parameter.
-static void place(emitter *E) {
-    const pcc_graph *g = E->g;
-    E->tstage = arena_alloc(g->arena, sizeof(int) * (size_t)(g->n_tensors + 1));
-    E->ostage = arena_alloc(g->arena, sizeof(int) * (size_t)(g->n_ops + 1));
-    for (int t = 0; t < g->n_tensors; t++) E->tstage[t] = -1;
-    for (int o = 0; o < g->n_fwd_ops; o++) {
-        const pcc_op *op = &g->ops[o];
-        int st = op->block < 0 ? E->s->op_stage[o] : -2;
-        for (int i = 0; i < op->nin; i++) {
-            int t = op->in[i];
-            if (g->tensors[t].kind == PCC_T_PARAM && E->tstage[t] == -1) E->tstage[t] = op->block < 0 ? st : -2;
-        }
-        for (int i = 0; i < op->nout; i++) E->tstage[op->out[i]] = st;
-    }
-    // Block tensors are per copy (-2); the outer ends of a block's bindings are where its
-    // first or last copy runs.
-    for (int b = 0; b < g->n_blocks; b++) {
-        const pcc_block *bl = &g->blocks[b];
-        int fb = block_of(g, b), R = (int)bl->repeat;
-        int last = bl->fwd < 0 ? E->s->copy_stage[fb][R - 1] : E->s->copy_stage[fb][0];
-        for (int i = 0; i < bl->n_out; i++) E->tstage[bl->out[i].outer] = last;
-        for (int i = 0; i < bl->n_acc; i++) E->tstage[bl->acc[i].outer] = last;
-    }
+static void emit_tensors(plan *p, const pcc_graph *g) {
+    p->n_tensors = (uint32_t)g->n_tensors;
+    p->tensors = plan_alloc(p, sizeof(plan_tensor) * (size_t)(g->n_tensors + 1));
+    PCC_ASSERT(p->tensors);
     for (int t = 0; t < g->n_tensors; t++) {
         const pcc_tensor *T = &g->tensors[t];
-        if (T->block >= 0) E->tstage[t] = -2;
-    }
-    for (int o = 0; o < g->n_ops; o++) {
-        const pcc_op *op = &g->ops[o];
-        E->ostage[o] = op->block >= 0 ? -2 : top_stage(E, o);
-        if (op->block < 0 && op->phase != PCC_PHASE_FWD)
-            for (int i = 0; i < op->nout; i++) E->tstage[op->out[i]] = E->ostage[o];
-        if (op->phase == PCC_PHASE_OPT)
-            for (int i = 2; i < op->nin; i++) E->tstage[op->in[i]] = E->tstage[op->in[0]];
-    }
-}
-
-// Tensors the backward pass reads (with recompute: what the recomputed ops read instead of
-// what they make).
-static void keep(emitter *E) {
-    const pcc_graph *g = E->g;
-    E->kept = arena_alloc(g->arena, sizeof(bool) * (size_t)(g->n_tensors + 1));
-    E->recomp = arena_alloc(g->arena, sizeof(bool) * (size_t)(g->n_ops + 1));
-    for (int o = 0; o < g->n_fwd_ops; o++) E->recomp[o] = E->s->recompute[o];
-    for (int o = g->n_fwd_ops; o < g->n_ops; o++)
-        if (g->ops[o].phase == PCC_PHASE_BWD)
-            for (int i = 0; i < g->ops[o].nin; i++) E->kept[g->ops[o].in[i]] = true;
-    for (int o = g->n_fwd_ops - 1; o >= 0; o--) {
-        const pcc_op *op = &g->ops[o];
-        if (!E->recomp[o]) continue;
-        bool needed = false;
-        for (int i = 0; i < op->nout; i++) needed |= E->kept[op->out[i]];
-        if (!needed) continue;
-        for (int i = 0; i < op->nin; i++) E->kept[op->in[i]] = true;
-    }
-    for (int o = 0; o < g->n_fwd_ops; o++)
-        if (E->recomp[o])
-            for (int i = 0; i < g->ops[o].nout; i++) E->kept[g->ops[o].out[i]] = false;
-    for (int t = 0; t < g->n_tensors; t++) {
-        pcc_tensor_kind k = g->tensors[t].kind;
-        if (k != PCC_T_ACT && k != PCC_T_INPUT) E->kept[t] = false;
-    }
-}
-
-// Interleaved: the top-level tensors that one chunk of a device writes and another chunk of the
-// same device reads (a skip connection over a chunk boundary: resnet's identity, forward, and
-// its gradient contribution, backward). No message carries them, and between the two chunks'
-// units of micro-batch m the device runs other micro-batches of the first chunk, so such a
-// tensor keeps a slot per micro-batch (home() gives it M; kept activations already get theirs).
-static void cross_chunk(emitter *E) {
-    const pcc_graph *g = E->g;
-    E->xchunk = arena_alloc(g->arena, sizeof(bool) * (size_t)(g->n_tensors + 1));
-    if (E->V == 1) return;
-    int *writer = arena_alloc(g->arena, sizeof(int) * (size_t)(g->n_tensors + 1));
-    for (int t = 0; t < g->n_tensors; t++) writer[t] = -1;
-    for (int o = 0; o < g->n_ops; o++)
-        if (g->ops[o].block < 0 && g->ops[o].phase != PCC_PHASE_OPT)
-            for (int i = 0; i < g->ops[o].nout; i++) writer[g->ops[o].out[i]] = E->ostage[o];
-    for (int o = 0; o < g->n_ops; o++) {
-        const pcc_op *op = &g->ops[o];
-        if (op->block >= 0 || op->phase == PCC_PHASE_OPT) continue;
-        for (int i = 0; i < op->nin; i++) {
-            int t = op->in[i], w = writer[t], r = E->ostage[o];
-            if (w < 0 || r < 0 || g->tensors[t].block >= 0 || g->tensors[t].kind == PCC_T_PARAM) continue;
-            if (w != r && w % E->pp == r % E->pp) E->xchunk[t] = true;
-        }
-    }
-}
-
-// Gradient contributions to a parameter made on one stage and summed on another, where that is
-// safe to do once per step: made by one top-level backward op that does not accumulate, read only
-// by accumulating sums on other stages (which add zeros until the sum arrives).
-static void defer(emitter *E) {
-    const pcc_graph *g = E->g;
-    E->deferred = arena_alloc(g->arena, sizeof(bool) * (size_t)(g->n_tensors + 1));
-    for (int t = 0; t < g->n_tensors; t++) {
-        const pcc_tensor *T = &g->tensors[t];
-        if (!is_param_grad(g, t) || is_final_param_grad(g, t) || T->producer < 0 || E->tstage[t] < 0) continue;
-        const pcc_op *prod = &g->ops[T->producer];
-        if (prod->block >= 0 || prod->phase != PCC_PHASE_BWD || prod->accumulate) continue;
-        bool ok = true, read = false;
-        for (int o = 0; o < g->n_ops && ok; o++) {
-            const pcc_op *op = &g->ops[o];
-            for (int i = 0; i < op->nin; i++) {
-                if (op->in[i] != t) continue;
-                read = true;
-                ok = op->block < 0 && op->phase == PCC_PHASE_BWD && op->accumulate && E->ostage[o] != E->tstage[t];
-            }
-        }
-        E->deferred[t] = ok && read;
-    }
-}
-
-/* ---- the layout of every value ---- */
-
-static void layouts(emitter *E) {
-    const pcc_graph *g = E->g;
-    E->sh = arena_alloc(g->arena, sizeof(plan_shard *) * (size_t)(g->n_ops + 1));
-    E->home_sh = arena_alloc(g->arena, sizeof(plan_shard) * (size_t)(g->n_tensors + 1));
-    E->opt_sh = arena_alloc(g->arena, sizeof(plan_shard) * (size_t)(g->n_tensors + 1));
-    E->sync = arena_alloc(g->arena, sizeof(bool) * (size_t)(g->n_tensors + 1));
-    bool *set = arena_alloc(g->arena, sizeof(bool) * (size_t)(g->n_tensors + 1));
-    for (int o = 0; o < g->n_ops; o++) op_shards(E, o);
-    // Values made by letter-split ops hold their producer's layout; params and inputs their
-    // first reader's.
-    for (int o = 0; o < g->n_ops; o++) {
-        const pcc_op *op = &g->ops[o];
-        if (op->phase == PCC_PHASE_OPT || (op->phase == PCC_PHASE_BWD && op->fwd < 0)) continue;
-        for (int i = 0; i < op->nout; i++) E->home_sh[op->out[i]] = E->sh[o][op->nin + i], set[op->out[i]] = true;
-        for (int i = 0; i < op->nin; i++) {
-            int t = op->in[i];
-            pcc_tensor_kind k = g->tensors[t].kind;
-            if (!set[t] && (k == PCC_T_PARAM || k == PCC_T_INPUT)) E->home_sh[t] = E->sh[o][i], set[t] = true;
-        }
-    }
-    for (int pass = 0; pass < 2; pass++) {
-        // Block bindings: a carried input holds what its source does; an outer end what its inner does.
-        for (int b = 0; b < g->n_blocks; b++) {
-            const pcc_block *bl = &g->blocks[b];
-            for (int i = 0; i < bl->n_in; i++)
-                if (!set[bl->in[i].inner]) E->home_sh[bl->in[i].inner] = E->home_sh[bl->in[i].outer];
-            for (int i = 0; i < bl->n_carry; i++) E->home_sh[bl->carry[i].inner] = E->home_sh[bl->carry[i].outer];
-            for (int i = 0; i < bl->n_out; i++) E->home_sh[bl->out[i].outer] = E->home_sh[bl->out[i].inner];
-            for (int i = 0; i < bl->n_acc; i++) E->home_sh[bl->acc[i].outer] = E->home_sh[bl->acc[i].inner];
-        }
-        // Ops without a forward op, in program order: fills take the layout of what they stand
-        // for (a scalar loss seed: replicated), sums that of their first input whose layout an
-        // operator's split decided (else their first input's). Not simply the first input's: in a
-        // backward block the sum that feeds the carry often has the carried gradient first, whose
-        // layout comes from that very sum, and "replicated" would be its own fixed point (the
-        // gradient of the residual stream gathered whole on every rank, layer after layer).
-        for (int o = 0; o < g->n_ops; o++) {
-            const pcc_op *op = &g->ops[o];
-            if (op->phase != PCC_PHASE_BWD || op->fwd >= 0) continue;
-            plan_shard s = shard_r();
-            if (op->kind == PCC_OP_FILL) {
-                int of = g->tensors[op->out[0]].of;
-                if (of >= 0 && g->tensors[op->out[0]].rank > 0) s = E->home_sh[of];
-                for (int a = 0; a < PCC_AXES; a++) // a fill of partial sums would count its value per rank
-                    if (s.map[a] == PLAN_SHARD_V) s.map[a] = PLAN_SHARD_R;
-            } else {
-                int src = op->in[0];
-                for (int i = op->nin - 1; i >= 0; i--)
-                    if (set[op->in[i]]) src = op->in[i];
-                s = E->home_sh[src];
-            }
-            for (int i = 0; i < op->nin + op->nout; i++) E->sh[o][i] = s;
-            for (int i = 0; i < op->nout; i++) E->home_sh[op->out[i]] = s;
-        }
-    }
-    // Parameters: their gradients are synchronized over the axes where they hold partial sums;
-    // the optimizer runs on the parameter's layout, or with ZeRO on a dp shard of it.
-    for (int o = 0; o < g->n_ops; o++) {
-        const pcc_op *op = &g->ops[o];
-        if (op->phase != PCC_PHASE_OPT) continue;
-        int p = op->in[0], gp = op->in[1];
-        plan_shard ps = E->home_sh[p], os = ps;
-        if (E->s->zero > 0 && ps.map[PCC_AX_DP] == PLAN_SHARD_R) {
-            int d = zero_dim(E, p, ps);
-            if (d >= 0) os.map[PCC_AX_DP] = (uint8_t)PLAN_SHARD_D(d);
-        }
-        E->opt_sh[p] = os;
-        if (E->s->zero == 3) E->home_sh[p] = os;
-        plan_shard gs = E->home_sh[gp];
-        for (int a = 0; a < PCC_AXES; a++)
-            if (gs.map[a] == PLAN_SHARD_V) E->sync[gp] = true;
-        if (!shard_eq(os, ps)) E->sync[gp] = true;
-        // Synchronized in place (all-reduce) where the optimizer wants the whole sum: the
-        // buffer's layout is the one after it. (Where it wants a shard: a reduce-scatter.)
-        for (int a = 0; a < PCC_AXES; a++)
-            if (gs.map[a] == PLAN_SHARD_V && os.map[a] == PLAN_SHARD_R) gs.map[a] = PLAN_SHARD_R;
-        E->home_sh[gp] = gs;
-        for (int i = 0; i < op->nin; i++) E->sh[o][i] = os;
-        for (int i = 2; i < op->nin; i++) E->home_sh[op->in[i]] = os;
-    }
-}
-
-/* ---- --sync background ---- */
-
-// The axes a parameter's gradient gp holds partial sums on as its producer leaves it.
-static plan_shard grad_made(const emitter *E, int gp) {
-    const pcc_graph *g = E->g;
-    const pcc_op *prod = &g->ops[g->tensors[gp].producer];
-    int oi = 0;
-    while (prod->out[oi] != gp) oi++;
-    return E->sh[g->tensors[gp].producer][prod->nin + oi];
-}
-
-// Which parameter gradients stay local to their replica, and along which axes (E->local): with
-// --sync background, a dense parameter (not an embedding table) is a replica along dp and tp
-// where the optimizer holds it whole (R) and its gradient is summed there (V). With a single dp
-// rank every other dense parameter counts as a replica along dp (one trainer: its replica is
-// synchronized all the same, a round over one rank). Refuses such a parameter inside a repeated
-// block (bgsync.c has no layer loops).
-static pcc_status background_params(emitter *E) {
-    const pcc_graph *g = E->g;
-    E->local = arena_alloc(g->arena, sizeof(uint8_t) * (size_t)(g->n_tensors + 1));
-    if (!E->bg) return PCC_OK;
-    for (int t = 0; t < g->n_tensors; t++) {
-        const pcc_tensor *T = &g->tensors[t];
-        if (T->kind != PCC_T_PARAM || T->grad < 0 || graph_is_table(g, t)) continue;
-        plan_shard made = grad_made(E, T->grad);
-        uint8_t axes = 0;
-        for (int a = PCC_AX_DP; a <= PCC_AX_TP; a++)
-            if (E->sync[T->grad] && made.map[a] == PLAN_SHARD_V && E->opt_sh[t].map[a] == PLAN_SHARD_R) axes |= (uint8_t)(1u << a);
-        if (!axes && E->dp == 1) axes = 1u << PCC_AX_DP;
-        if (!axes) continue;
-        if (T->block >= 0) {
-            fprintf(stderr, "%s: %s: --sync background: parameter \"%s\" is in repeated block; plancc synchronizes only "
-                            "parameters outside repeated blocks in the background (use --sync allreduce)\n",
-                    pcc_progname, g->file, T->name);
-            return PCC_ERR_INPUT;
-        }
-        E->local[T->grad] = axes;
-    }
-    return PCC_OK;
-}
-
-/* ---- building a program ---- */
-
-static int in_flight(const emitter *E, int stage) {
-    if (E->V > 1) return E->inflight[stage];
-    if (E->s->schedule == PCC_PIPE_GPIPE && E->pp > 1) return E->M;
-    int k = E->pp - stage;
-    return k < E->M ? k : E->M;
-}
-
-// Interleaved: the most micro-batches any chunk of stage's device holds (a top-level tensor's
-// buffer is shared by the device's chunks).
-static int device_in_flight(const emitter *E, int stage) {
-    int most = 1;
-    for (int c = stage % E->pp; c < E->ns; c += E->pp) most = E->inflight[c] > most ? E->inflight[c] : most;
-    return most;
-}
-
-static int new_buf(emitter *E, prog *P, int t, plan_shard s, uint32_t mb_slots, uint32_t layer_slots, uint32_t base) {
-    ebuf *b = VEC_PUSH(E->g->arena, P->buf, P->n_buf, P->cap_buf);
-    b->tensor = t >= 0 ? (uint32_t)t : PLAN_NONE;
-    b->dtype = (uint8_t)(t >= 0 ? E->g->tensors[t].dtype : PCC_F32);
-    b->shard = s;
-    b->bytes = t >= 0 ? shard_bytes(E, t, s) : 0;
-    b->mb_slots = mb_slots, b->layer_slots = layer_slots, b->layer_base = base;
-    b->first = b->last = -1;
-    b->bucket_next = -1;
-    return P->n_buf - 1;
-}
-
-// The buffer that holds tensor t on this stage (made on first use).
-static int home(emitter *E, prog *P, int t) {
-    if (P->home[t] >= 0) return P->home[t];
-    const pcc_graph *g = E->g;
-    const pcc_tensor *T = &g->tensors[t];
-    uint32_t mb = 1, layers = 1, base = 0;
-    if (T->block >= 0) {
-        int fb = block_of(g, T->block);
-        bool per_copy = T->kind == PCC_T_PARAM || T->kind == PCC_T_STATE || E->kept[t] || (is_param_grad(g, t) && !E->zero2[t]);
-        if (per_copy) {
-            layers = (uint32_t)(E->copy_hi[fb][P->stage] - E->copy_lo[fb][P->stage]);
-            base = (uint32_t)E->copy_lo[fb][P->stage];
-        }
-    }
-    if (T->kind == PCC_T_INPUT || t == g->loss) mb = (uint32_t)E->M;
-    else if (E->kept[t] && T->block < 0 && E->V > 1) mb = (uint32_t)device_in_flight(E, P->stage);
-    else if (E->kept[t]) mb = (uint32_t)in_flight(E, P->stage);
-    else if (E->xchunk[t] && !E->deferred[t] && !is_param_grad(g, t)) mb = (uint32_t)E->M;
-    int b = new_buf(E, P, t, E->home_sh[t], mb, layers, base);
-    P->buf[b].persist = T->kind == PCC_T_PARAM || T->kind == PCC_T_STATE || T->kind == PCC_T_INPUT;
-    P->buf[b].whole = P->buf[b].persist || t == g->loss || (is_final_param_grad(g, t) && !E->zero2[t]) || E->deferred[t];
-    P->home[t] = b;
-    return b;
-}
-
-/* ---- times (plan_insn.t_s): the cost model's, per execution ---- */
-
-// As the cost model takes a group: the ranks along mesh axis `axis` (dist 0), or two ranks
-// `dist` apart along it (a transfer). Neighbours on an axis are the product of the later axes'
-// sizes apart (tp varies fastest).
-static pcc_group_shape axis_group(const emitter *E, int axis, int dist) {
-    int stride = 1;
-    for (int a = axis + 1; a < PCC_AXES; a++) stride *= E->s->mesh[a];
-    if (dist > 0) return (pcc_group_shape){2, dist * stride};
-    return (pcc_group_shape){E->s->mesh[axis], stride};
-}
-
-// The ranks of one group over the mesh axes in `axes` (bits), as the cost model sees them: how
-// many, and the rank stride of the fastest of them (dp and tp together are contiguous).
-static pcc_group_shape axes_group(const emitter *E, unsigned axes) {
-    pcc_group_shape sh = {1, 1};
-    for (int a = 0; a < PCC_AXES; a++) {
-        if (!(axes >> a & 1u)) continue;
-        pcc_group_shape one = axis_group(E, a, 0);
-        sh.size *= one.size, sh.stride = one.stride;
-    }
-    return sh;
-}
-
-// A send or receive of buffer b to or from the stage `offset` away.
-static float transfer_s(const emitter *E, const prog *P, int b, int offset) {
-    double bytes = (double)P->buf[b].bytes;
-    return (float)cost_collective_s(E->c, PCC_COLL_SEND_RECV, bytes, axis_group(E, PCC_AX_PP, offset < 0 ? -offset : offset));
-}
-
-// A memory-bound kernel moving `bytes` in the dtype of buffer b.
-static float memory_s(const emitter *E, const prog *P, double bytes, int b) {
-    return (float)cost_compute_s(E->c, 0, bytes, (pcc_dtype)P->buf[b].dtype, false);
-}
-
-// One execution of op o on a rank: the cost model's time for the op at the per-device shape of
-// its operands' layouts (the scheduler's estimate costs ops the same way).
-static float op_time_s(const emitter *E, int o) {
-    const pcc_op *op = &E->g->ops[o];
-    int ways[PCC_MAX_OPERANDS + 1][PCC_MAX_RANK];
-    const int *per_operand[PCC_MAX_OPERANDS + 1];
-    for (int k = 0; k < op->nin + op->nout; k++) {
-        const pcc_tensor *T = &E->g->tensors[k < op->nin ? op->in[k] : op->out[k - op->nin]];
-        for (int d = 0; d < T->rank; d++) {
-            ways[k][d] = 1;
-            for (int a = 0; a < PCC_AXES; a++)
-                if (E->sh[o][k].map[a] == PLAN_SHARD_D(d)) ways[k][d] *= E->s->mesh[a];
-        }
-        per_operand[k] = ways[k];
-    }
-    return (float)cost_op_s(E->c, E->g, op, per_operand);
-}
-
-static void forget(prog *P, int buf) {
-    for (int i = 0; i < P->n_cache; i++)
-        if (P->cache[i].src == buf || P->cache[i].buf == buf) P->cache[i--] = P->cache[--P->n_cache];
-}
-
-static plan_insn *insn(emitter *E, prog *P, plan_insn_kind k, int stream, const int *args, int nargs) {
-    plan_insn *in = emit_insn(E->g->arena, &P->insn, &P->n_insn, &P->cap_insn, &P->args, &P->n_args, &P->cap_args, k, stream,
-                              E->phase, args, nargs);
-    in->mb_delta = (int16_t)E->delta;
-    return in;
-}
-
-static void bucket_flush(emitter *E, prog *P);
-
-// A loop boundary closes the open gradient bucket: one instruction cannot span it.
-static void loop_open(emitter *E, prog *P, plan_loop_var var, int count) {
-    PCC_ASSERT(P->depth < PLAN_MAX_LOOP_DEPTH);
-    bucket_flush(E, P);
-    P->n_cache = 0;
-    int saved = E->delta;
-    E->delta = 0;
-    plan_insn *in = insn(E, P, PLAN_I_LOOP, 0, NULL, 0);
-    E->delta = saved;
-    in->code = (uint16_t)var;
-    in->a = count;
-    P->loops[P->depth++] = P->n_insn - 1;
-}
-
-static void loop_close(emitter *E, prog *P) {
-    bucket_flush(E, P);
-    int l = P->loops[--P->depth];
-    P->insn[l].b = P->n_insn - l - 1;
-    P->n_cache = 0;
-    PCC_ASSERT(P->insn[l].b > 0);
-}
-
-static void event(emitter *E, prog *P, plan_insn_kind k, int stream, int ev) {
-    int saved = E->delta;
-    E->delta = 0;
-    insn(E, P, k, stream, NULL, 0)->a = ev;
-    E->delta = saved;
-}
-
-static void coll(emitter *E, prog *P, pcc_coll kind, int axis, int stream, int in, int out) {
-    int args[2] = {in, out};
-    plan_insn *i = insn(E, P, PLAN_I_COLL, stream, args, 2);
-    i->code = (uint16_t)kind;
-    i->a = group(E, 1 << axis, stream);
-    bool ends_with = kind == PCC_COLL_ALL_REDUCE || kind == PCC_COLL_ALL_GATHER || kind == PCC_COLL_BROADCAST;
-    i->t_s = (float)cost_collective_s(E->c, kind, (double)P->buf[ends_with ? out : in].bytes, axis_group(E, axis, 0));
-    forget(P, out);
-}
-
-static void copy(emitter *E, prog *P, int src, int dst) {
-    int args[2] = {src, dst};
-    plan_insn *in = insn(E, P, PLAN_I_COPY, STREAM_MAIN, args, 2);
-    in->t_s = memory_s(E, P, 2 * (double)P->buf[dst].bytes, dst);
-    forget(P, dst);
-}
-
-/* ---- phase 3: resharding ---- */
-
-// The axes that split dimension i, in mesh order.
-static int split_axes(plan_shard s, int i, int *ax) {
-    int n = 0;
-    for (int a = 0; a < PCC_AXES; a++)
-        if (s.map[a] == PLAN_SHARD_D(i)) ax[n++] = a;
-    return n;
-}
-
-// Is (cur's axes on dim i) + [a] a prefix of want's axes on dim i?
-static bool extends_prefix(plan_shard cur, plan_shard want, int i, int a) {
-    int c[PCC_AXES], w[PCC_AXES];
-    int nc = split_axes(cur, i, c), nw = split_axes(want, i, w);
-    if (nc + 1 > nw) return false;
-    for (int k = 0; k < nc; k++)
-        if (c[k] != w[k]) return false;
-    return w[nc] == a;
-}
-
-int reshard_steps(plan_shard cur, plan_shard want, int rank, pcc_reshard_step *step) {
-    if (shard_eq(cur, want)) return 0;
-    // Axes to undo: partial sums the reader does not want, and every split past the longest
-    // common prefix of the splits of a dimension (pieces are undone least significant first).
-    bool undo[PCC_AXES] = {false};
-    for (int a = 0; a < PCC_AXES; a++)
-        if (cur.map[a] == PLAN_SHARD_V && want.map[a] != PLAN_SHARD_V) undo[a] = true;
-    for (int i = 0; i < rank; i++) {
-        int c[PCC_AXES], w[PCC_AXES];
-        int nc = split_axes(cur, i, c), nw = split_axes(want, i, w), p = 0;
-        while (p < nc && p < nw && c[p] == w[p]) p++;
-        for (int k = p; k < nc; k++) undo[c[k]] = true;
-    }
-    int n = 0;
-    for (int a = PCC_AXES - 1; a >= 0; a--) {
-        if (!undo[a]) continue;
-        plan_shard next = cur;
-        pcc_coll kind;
-        int w = want.map[a];
-        if (cur.map[a] == PLAN_SHARD_V) {
-            if (w >= 2 && extends_prefix(cur, want, w - 2, a)) kind = PCC_COLL_REDUCE_SCATTER, next.map[a] = (uint8_t)w;
-            else kind = PCC_COLL_ALL_REDUCE, next.map[a] = PLAN_SHARD_R;
-        } else {
-            int i = cur.map[a] - 2, c[PCC_AXES];
-            int nc = split_axes(cur, i, c);
-            PCC_ASSERT(nc > 0 && c[nc - 1] == a);
-            if (w >= 2 && w - 2 != i && extends_prefix(cur, want, w - 2, a)) kind = PCC_COLL_ALL_TO_ALL, next.map[a] = (uint8_t)w;
-            else kind = PCC_COLL_ALL_GATHER, next.map[a] = PLAN_SHARD_R;
-        }
-        step[n++] = (pcc_reshard_step){(int)kind, a, next};
-        cur = next;
-    }
-    if (!shard_eq(cur, want)) step[n++] = (pcc_reshard_step){-1, -1, want}; // the local slice
-    return n;
-}
-
-// Emits the chain that turns the value in buffer src into layout want; the last step writes
-// into buffer dst (>= 0, which has layout want) or a new buffer. Returns the buffer written.
-static int reshard_to(emitter *E, prog *P, int src, plan_shard want, int dst) {
-    ebuf *sb = &P->buf[src];
-    if (shard_eq(sb->shard, want)) {
-        if (dst < 0 || dst == src) return src;
-        copy(E, P, src, dst);
-        return dst;
-    }
-    if (dst < 0)
-        for (int i = 0; i < P->n_cache; i++)
-            if (P->cache[i].src == src && shard_eq(P->cache[i].want, want)) return P->cache[i].buf;
-    int t = (int)sb->tensor;
-    pcc_reshard_step step[PCC_AXES + 1];
-    int n = reshard_steps(sb->shard, want, E->g->tensors[t].rank, step), b = src;
-    for (int k = 0; k < n; k++) {
-        int nb = k == n - 1 && dst >= 0 ? dst : new_buf(E, P, t, step[k].after, 1, 1, 0);
-        if (step[k].kind < 0) copy(E, P, b, nb);
-        else coll(E, P, (pcc_coll)step[k].kind, step[k].axis, STREAM_MAIN, b, nb);
-        b = nb;
-    }
-    if (dst < 0) *VEC_PUSH(E->g->arena, P->cache, P->n_cache, P->cap_cache) = (cache_entry){src, want, b};
-    return b;
-}
-
-static int reshard(emitter *E, prog *P, int src, plan_shard want) { return reshard_to(E, P, src, want, -1); }
-
-/* ---- operators ---- */
-
-// The attrs of op; accumulate: it adds into its outputs; sharded: it does not, though it makes a
-// gradient summed over micro-batches (ZeRO-2 sums the gradient's shard instead).
-static uint32_t attrs_of(emitter *E, prog *P, const pcc_op *op, bool accumulate, bool sharded) {
-    pcc_op o = *op;
-    if (sharded) o.accumulate = false;
-    return emit_attrs(E->g->arena, &P->attrs, &P->n_attrs, &P->cap_attrs, &o, accumulate);
-}
-
-// The index of attrs a in P's table (added if new), or PLAN_NONE when all zero.
-static uint32_t intern_attrs(emitter *E, prog *P, const plan_attrs *pa) {
-    return emit_attrs_add(E->g->arena, &P->attrs, &P->n_attrs, &P->cap_attrs, pa);
-}
-
-static void sync_grad(emitter *E, prog *P, int gp);
-static void zero2_grad(emitter *E, prog *P, int gp);
-
-static uint32_t scale_attrs(emitter *E, prog *P, double k) {
-    plan_attrs a;
-    memset(&a, 0, sizeof a);
-    a.f[PLAN_AF_SCALE] = k;
-    return intern_attrs(E, P, &a);
-}
-
-static void emit_op(emitter *E, prog *P, int o, bool last_mb) {
-    const pcc_graph *g = E->g;
-    const pcc_op *op = &g->ops[o];
-    int args[PCC_MAX_OPERANDS + 1];
-    for (int i = 0; i < op->nin; i++) args[i] = reshard(E, P, home(E, P, op->in[i]), E->sh[o][i]);
-    for (int i = 0; i < op->nout; i++) {
-        args[op->nin + i] = home(E, P, op->out[i]);
-        PCC_ASSERT(P->buf[args[op->nin + i]].bytes == shard_bytes(E, op->out[i], E->sh[o][op->nin + i]));
-    }
-    plan_insn *in = insn(E, P, PLAN_I_COMPUTE, STREAM_MAIN, args, op->nin + op->nout);
-    in->code = (uint16_t)op->kind;
-    in->t_s = op_time_s(E, o);
-    bool defers = false, sharded = false; // its output goes to another stage once per step: sum it here first
-    for (int i = 0; i < op->nout; i++) defers |= E->deferred[op->out[i]], sharded |= E->zero2[op->out[i]];
-    in->attrs = attrs_of(E, P, op, defers, sharded);
-    for (int i = 0; i < op->nout; i++) forget(P, args[op->nin + i]);
-    if (pcc_ops[op->kind].flags & PCC_OPF_INPLACE) {
-        // The update lands in the buffers it was given; carry it back to where the values live
-        // (ZeRO 1 and 2: the parameter's shard is all-gathered into the whole parameter).
-        for (int i = 0; i < op->nin; i++) forget(P, args[i]);
-        for (int i = 0; i < op->nin; i++) {
-            int hb = home(E, P, op->in[i]);
-            if (args[i] != hb && i != 1) reshard_to(E, P, args[i], P->buf[hb].shard, hb);
-        }
-        P->n_cache = 0;
-    }
-    for (int i = 0; i < op->nout; i++) {
-        int t = op->out[i];
-        if (E->zero2[t]) zero2_grad(E, P, t);
-        else if (last_mb && E->sync[t] && is_final_param_grad(g, t)) sync_grad(E, P, t);
-    }
-}
-
-// --sync background: the replica's own gradient, the gradient of its local mean (the loss gives
-// each rank its sum over the global batch, so the replicas along `axes` times it), in place of
-// the all-reduce over those axes.
-static int local_grad(emitter *E, prog *P, int gp, int b, unsigned axes, int stream) {
-    plan_shard next = P->buf[b].shard;
-    for (int a = 0; a < PCC_AXES; a++)
-        if (axes >> a & 1u) next.map[a] = PLAN_SHARD_R;
-    int nb = new_buf(E, P, gp, next, 1, P->buf[b].layer_slots, P->buf[b].layer_base);
-    P->buf[nb].whole = true;
-    plan_insn *in = insn(E, P, PLAN_I_COMPUTE, stream, (int[]){b, nb}, 2);
-    in->code = PCC_OP_SCALE;
-    in->attrs = scale_attrs(E, P, (double)axes_group(E, axes).size);
-    in->t_s = memory_s(E, P, 2.0 * (double)P->buf[nb].bytes, nb);
-    return nb;
-}
-
-// --sync background: a gradient trained per replica, synchronized by itself (no bucket): the
-// local scale over its replica axes, the all-reduce or reduce-scatter over the other axes where
-// it holds partial sums (those the producer left V). With collectives, on stream 1; a scale
-// alone (dp's dense params) on a cpu cluster stays on stream 0, where a record and a wait per
-// parameter (a thread handing over to another) cost more than the scale. On a GPU the scale
-// goes to stream 1 too: its launch would otherwise delay the backward pass's next kernel.
-static void sync_grad_local(emitter *E, prog *P, int gp) {
-    const pcc_graph *g = E->g;
-    int p = g->tensors[gp].of, hb = home(E, P, gp);
-    plan_shard want = E->opt_sh[p], made = grad_made(E, gp);
-    unsigned mine = 0, other = 0; // the replica axes where the producer left partial sums (dp with one rank: none); the rest
-    for (int a = 0; a < PCC_AXES; a++)
-        if (made.map[a] == PLAN_SHARD_V) *(E->local[gp] >> a & 1u ? &mine : &other) |= 1u << a;
-    if (!other && (!mine || E->c->cpu)) {
-        P->home[gp] = mine ? local_grad(E, P, gp, hb, mine, STREAM_MAIN) : hb;
-        return;
-    }
-    event(E, P, PLAN_I_RECORD, STREAM_MAIN, EV_GRAD);
-    event(E, P, PLAN_I_WAIT, STREAM_SYNC, EV_GRAD);
-    P->used_sync = true;
-    int b = mine ? local_grad(E, P, gp, hb, mine, STREAM_SYNC) : hb;
-    for (int a = PCC_AXES - 1; a >= 0; a--) {
-        if (made.map[a] != PLAN_SHARD_V || (mine >> a & 1u)) continue;
-        if (want.map[a] >= 2 && P->buf[b].shard.map[a] == PLAN_SHARD_V) {
-            plan_shard next = P->buf[b].shard;
-            next.map[a] = want.map[a];
-            int nb = new_buf(E, P, gp, next, 1, P->buf[hb].layer_slots, P->buf[hb].layer_base);
-            P->buf[nb].whole = true;
-            coll(E, P, PCC_COLL_REDUCE_SCATTER, a, STREAM_SYNC, b, nb);
-            b = nb;
-        } else {
-            coll(E, P, PCC_COLL_ALL_REDUCE, a, STREAM_SYNC, b, b);
-        }
-    }
-    P->home[gp] = b; // the optimizer reads the synchronized gradient
-}
-
-/* ---- gradient synchronization: buckets ---- */
-
-// The collectives that synchronize gradient gp, from the layout its producer leaves to the one
-// its optimizer wants: per axis where the producer leaves partial sums, from the last axis down,
-// a reduce-scatter where the optimizer wants a shard, else an all-reduce in place.
-static int sync_steps(const emitter *E, int gp, pcc_reshard_step *step) {
-    const pcc_graph *g = E->g;
-    const pcc_op *prod = &g->ops[g->tensors[gp].producer];
-    int oi = 0;
-    while (prod->out[oi] != gp) oi++;
-    plan_shard made = E->sh[g->tensors[gp].producer][prod->nin + oi], want = E->opt_sh[g->tensors[gp].of];
-    plan_shard cur = E->home_sh[gp];
-    int n = 0;
-    for (int a = PCC_AXES - 1; a >= 0; a--) {
-        if (made.map[a] != PLAN_SHARD_V) continue;
-        bool scatter = want.map[a] >= 2 && cur.map[a] == PLAN_SHARD_V;
-        if (scatter) cur.map[a] = want.map[a];
-        step[n++] = (pcc_reshard_step){scatter ? PCC_COLL_REDUCE_SCATTER : PCC_COLL_ALL_REDUCE, a, cur};
-    }
-    return n;
-}
-
-static bool steps_eq(const pcc_reshard_step *x, int nx, const pcc_reshard_step *y, int ny) {
-    if (nx != ny) return false;
-    for (int k = 0; k < nx; k++)
-        if (x[k].kind != y[k].kind || x[k].axis != y[k].axis) return false;
-    return true;
-}
-
-// Buffers bk[0..n) of one bucket lie back to back in the arena (the memory planner places them
-// as one), where each holds one slot per block copy, the same count, for the whole program.
-static void bucket_layout(prog *P, const int *bk, int n) {
-    for (int j = 0; j < n; j++) {
-        const ebuf *b = &P->buf[bk[j]];
-        if (!b->whole || b->mb_slots != 1 || b->in_bucket || b->layer_slots != P->buf[bk[0]].layer_slots) return;
-    }
-    for (int j = 0; j < n; j++) {
-        P->buf[bk[j]].in_bucket = true;
-        P->buf[bk[j]].bucket_next = j + 1 < n ? bk[j + 1] : -1;
-    }
-}
-
-// One collective instruction over the pairs (in[j], out[j]): a bucket of n when n > 1.
-static void coll_bucket(emitter *E, prog *P, pcc_coll kind, int axis, const int *in, const int *out, int n) {
-    int *args = arena_alloc(E->g->arena, sizeof(int) * (size_t)(2 * n));
-    double bytes = 0;
-    bool ends_with = kind == PCC_COLL_ALL_REDUCE || kind == PCC_COLL_ALL_GATHER || kind == PCC_COLL_BROADCAST;
-    for (int j = 0; j < n; j++) {
-        args[j] = in[j], args[n + j] = out[j];
-        bytes += (double)P->buf[ends_with ? out[j] : in[j]].bytes;
-    }
-    plan_insn *i = insn(E, P, PLAN_I_COLL, STREAM_SYNC, args, 2 * n);
-    i->code = (uint16_t)kind;
-    i->a = group(E, 1 << axis, STREAM_SYNC);
-    i->t_s = (float)cost_collective_s(E->c, kind, bytes, axis_group(E, axis, 0));
-    for (int j = 0; j < n; j++) forget(P, out[j]);
-}
-
-// Issues the open bucket: stream 1 waits for the gradients, then runs one collective per step
-// of their synchronization over all of them, while the backward pass goes on on stream 0.
-static void bucket_flush(emitter *E, prog *P) {
-    int n = P->n_bucket;
-    if (n == 0) return;
-    P->n_bucket = 0, P->bucket_bytes = 0;
-    plan_phase saved = E->phase;
-    E->phase = PLAN_PHASE_BWD; // also when the last one closes after the backward pass
-    event(E, P, PLAN_I_RECORD, STREAM_MAIN, EV_GRAD);
-    event(E, P, PLAN_I_WAIT, STREAM_SYNC, EV_GRAD);
-    P->used_sync = true;
-    pcc_reshard_step step[PCC_AXES];
-    int ns = sync_steps(E, P->bucket[0], step);
-    int *cur = arena_alloc(E->g->arena, sizeof(int) * (size_t)n), *next = arena_alloc(E->g->arena, sizeof(int) * (size_t)n);
-    for (int j = 0; j < n; j++) cur[j] = home(E, P, P->bucket[j]);
-    bucket_layout(P, cur, n);
-    for (int k = 0; k < ns; k++) {
-        for (int j = 0; j < n; j++) {
-            next[j] = cur[j];
-            if (step[k].kind != PCC_COLL_REDUCE_SCATTER) continue;
-            const ebuf *hb = &P->buf[cur[j]];
-            pcc_reshard_step mine[PCC_AXES]; // the same kinds and axes as step; its own layouts
-            sync_steps(E, P->bucket[j], mine);
-            next[j] = new_buf(E, P, P->bucket[j], mine[k].after, 1, hb->layer_slots, hb->layer_base);
-            P->buf[next[j]].whole = true;
-        }
-        coll_bucket(E, P, (pcc_coll)step[k].kind, step[k].axis, cur, next, n);
-        if (step[k].kind == PCC_COLL_REDUCE_SCATTER) bucket_layout(P, next, n);
-        memcpy(cur, next, sizeof(int) * (size_t)n);
-    }
-    for (int j = 0; j < n; j++) P->home[P->bucket[j]] = cur[j]; // the optimizer reads the synchronized gradient
-    E->phase = saved;
-}
-
-// The gradient gp is final: it joins the open bucket (ordered as the backward pass finishes
-// them, as PyTorch DDP's and Megatron-LM's buckets), which is issued once it holds
-// --bucket-mb's bytes. A gradient synchronized by other collectives, or of another dtype or
-// slot count, closes the open bucket first.
-static void sync_grad(emitter *E, prog *P, int gp) {
-    if (E->bg && E->local[gp]) {
-        bucket_flush(E, P);
-        sync_grad_local(E, P, gp);
-        return;
-    }
-    int hb = home(E, P, gp);
-    if (P->n_bucket > 0) {
-        pcc_reshard_step a[PCC_AXES], b[PCC_AXES];
-        int first = home(E, P, P->bucket[0]);
-        if (!steps_eq(a, sync_steps(E, P->bucket[0], a), b, sync_steps(E, gp, b)) || P->buf[first].dtype != P->buf[hb].dtype ||
-            P->buf[first].layer_slots != P->buf[hb].layer_slots)
-            bucket_flush(E, P);
-    }
-    *VEC_PUSH(E->g->arena, P->bucket, P->n_bucket, P->cap_bucket) = gp;
-    P->bucket_bytes += P->buf[hb].bytes;
-    if (P->bucket_bytes >= E->bucket_cap || P->n_bucket == PLAN_MAX_BUCKET) bucket_flush(E, P);
-}
-
-// ZeRO-2: this micro-batch's contribution to gradient gp is in its (transient, whole) buffer:
-// synchronize it now (all-reduce over the axes the optimizer keeps whole, reduce-scatter onto
-// the rank's shard over dp) and add the shard to the one summed over the micro-batches, which
-// the optimizer reads. On the compute stream: the next micro-batch's backward reuses the buffer.
-static void zero2_grad(emitter *E, prog *P, int gp) {
-    pcc_reshard_step step[PCC_AXES];
-    int n = sync_steps(E, gp, step), cur = home(E, P, gp);
-    for (int k = 0; k < n; k++) {
-        int next = cur;
-        if (step[k].kind == PCC_COLL_REDUCE_SCATTER) next = new_buf(E, P, gp, step[k].after, 1, 1, 0);
-        coll(E, P, (pcc_coll)step[k].kind, step[k].axis, STREAM_MAIN, cur, next);
-        cur = next;
-    }
-    int acc = P->shard_acc[gp];
-    PCC_ASSERT(acc >= 0 && P->buf[acc].bytes == P->buf[cur].bytes);
-    int args[3] = {acc, cur, acc};
-    plan_insn *in = insn(E, P, PLAN_I_COMPUTE, STREAM_MAIN, args, 3);
-    in->code = PCC_OP_ADD;
-    in->t_s = memory_s(E, P, 3 * (double)P->buf[acc].bytes, acc);
-}
-
-/* ---- ZeRO-2 ---- */
-
-static bool reads_deferred(const emitter *E, const pcc_op *op) {
-    for (int i = 0; i < op->nin; i++)
-        if (E->deferred[op->in[i]]) return true;
-    return false;
-}
-
-// Gradients that ZeRO-2 (with several micro-batches) reduce-scatters per micro-batch: final
-// gradients of parameters whose optimizer runs on a dp shard, made by an operator (not a block's
-// sum over its copies, not a sum with a contribution from another stage) every final parameter
-// gradient of which qualifies too (the operator stops accumulating over micro-batches).
-static void zero2_grads(emitter *E) {
-    const pcc_graph *g = E->g;
-    E->zero2 = arena_alloc(g->arena, sizeof(bool) * (size_t)(g->n_tensors + 1));
-    if (E->s->zero != 2 || E->M < 2) return;
-    for (int t = 0; t < g->n_tensors; t++) {
-        if (!is_final_param_grad(g, t) || !E->sync[t] || E->deferred[t] || g->tensors[t].producer < 0) continue;
-        if (reads_deferred(E, &g->ops[g->tensors[t].producer])) continue;
-        pcc_reshard_step step[PCC_AXES];
-        int n = sync_steps(E, t, step);
-        for (int k = 0; k < n; k++) E->zero2[t] |= step[k].kind == PCC_COLL_REDUCE_SCATTER;
-    }
-    for (int b = 0; b < g->n_blocks; b++)
-        for (int i = 0; i < g->blocks[b].n_acc; i++) E->zero2[g->blocks[b].acc[i].outer] = false;
-    for (int o = 0; o < g->n_ops; o++) {
-        const pcc_op *op = &g->ops[o];
-        bool all = true;
-        for (int i = 0; i < op->nout; i++)
-            if (is_final_param_grad(g, op->out[i]) && E->sync[op->out[i]] && !E->zero2[op->out[i]]) all = false;
-        for (int i = 0; !all && i < op->nout; i++) E->zero2[op->out[i]] = false;
-    }
-}
-
-// ZeRO-2: the buffers the gradient shards of this stage sum in over the micro-batches, zeroed
-// at the start of the step (a slot per block copy: a layer loop of fills).
-static void zero2_accumulators(emitter *E, prog *P) {
-    const pcc_graph *g = E->g;
-    P->shard_acc = arena_alloc(g->arena, sizeof(int) * (size_t)(g->n_tensors + 1));
-    for (int t = 0; t < g->n_tensors; t++) {
-        P->shard_acc[t] = -1;
-        if (!E->zero2[t]) continue;
-        const pcc_tensor *T = &g->tensors[t];
-        int lo = 0, hi = 1;
-        if (T->block >= 0) {
-            int fb = block_of(g, T->block);
-            lo = E->copy_lo[fb][P->stage], hi = E->copy_hi[fb][P->stage];
-        } else if (E->tstage[t] != P->stage) {
-            continue;
-        }
-        if (hi <= lo) continue;
-        pcc_reshard_step step[PCC_AXES];
-        int n = sync_steps(E, t, step);
-        int acc = new_buf(E, P, t, step[n - 1].after, 1, (uint32_t)(hi - lo), T->block >= 0 ? (uint32_t)lo : 0);
-        P->buf[acc].whole = true;
-        P->shard_acc[t] = acc;
-        if (hi - lo > 1) loop_open(E, P, PLAN_LOOP_LAYER, hi - lo);
-        plan_insn *in = insn(E, P, PLAN_I_COMPUTE, STREAM_MAIN, &acc, 1);
-        in->code = PCC_OP_FILL;
-        in->t_s = memory_s(E, P, (double)P->buf[acc].bytes, acc);
-        if (hi - lo > 1) loop_close(E, P);
-    }
-}
-
-/* ---- units: top-level ops and block ranges ---- */
-
-static bool on_stage(const emitter *E, int o, int stage) { return E->ostage[o] == stage; }
-
-// Whether this stage receives block b's carries from another stage and also sends them to one
-// (its copies lie strictly inside the block's, with other stages on both sides).
-static bool carry_passes_through(const emitter *E, int b, int stage) {
-    int fb = block_of(E->g, b), lo = E->copy_lo[fb][stage], hi = E->copy_hi[fb][stage];
-    return hi > lo && lo > 0 && hi < (int)E->g->blocks[fb].repeat && copy_stage(E, b, lo - 1) != stage &&
-           copy_stage(E, b, hi) != stage;
-}
-
-// The register that carries value k of block b from one copy to the next (a scratch buffer of
-// the carried tensor's size: the carry's source and destination hold the same layout).
-static int carry_reg(emitter *E, prog *P, int b, int k) {
-    if (P->carry[b][k] < 0) {
-        int src = E->g->blocks[b].carry[k].inner;
-        // Two micro-batch slots where one group of sends and receives may send the register's
-        // value for one micro-batch and receive into it for the next (PLAN_FORMAT.md: a run of
-        // sends and receives is one group, across loop iterations too, and its receives may land
-        // before its sends read): on a stage that receives the carry and passes it on (plain 1F1B
-        // at pp >= 3: the warm-up loop's send of mb and its next iteration's receive of mb + 1),
-        // and interleaved (consecutive units of one chunk have consecutive micro-batches).
-        bool two = E->V > 1 || carry_passes_through(E, b, P->stage);
-        P->carry[b][k] = new_buf(E, P, -1, shard_r(), two ? 2 : 1, 1, 0);
-        P->buf[P->carry[b][k]].bytes = shard_bytes(E, src, E->home_sh[src]);
-    }
-    return P->carry[b][k];
-}
-
-// One copy of block b: the body of its layer loop.
-static void block_body(emitter *E, prog *P, int b, bool last_mb) {
-    const pcc_graph *g = E->g;
-    const pcc_block *bl = &g->blocks[b];
-    // The carried inputs arrive from the previous copy through the carry registers.
-    // (Each call that may make a buffer is a statement of its own: the order of a call's arguments
-    // is unspecified, and buffer numbers must not depend on the C compiler.)
-    for (int i = 0; i < bl->n_carry; i++) {
-        int dst = home(E, P, bl->carry[i].inner);
-        copy(E, P, carry_reg(E, P, b, i), dst);
-    }
-    if (bl->fwd >= 0) {
-        // Backward: re-run the recomputed forward ops of this copy first.
-        const pcc_block *fb = &g->blocks[bl->fwd];
-        E->phase = PLAN_PHASE_RECOMPUTE;
-        for (int o = fb->first_op; o < fb->first_op + fb->n_ops; o++)
-            if (E->recomp[o]) emit_op(E, P, o, false);
-        E->phase = PLAN_PHASE_BWD;
-    }
-    for (int o = bl->first_op; o < bl->first_op + bl->n_ops; o++) emit_op(E, P, o, last_mb);
-    for (int i = 0; i < bl->n_acc; i++) {
-        int G = home(E, P, bl->acc[i].outer), dx = reshard(E, P, home(E, P, bl->acc[i].inner), P->buf[G].shard);
-        int args[3] = {G, dx, G};
-        plan_insn *in = insn(E, P, PLAN_I_COMPUTE, STREAM_MAIN, args, 3);
-        in->code = PCC_OP_ADD;
-        in->t_s = memory_s(E, P, 3 * (double)P->buf[G].bytes, G);
-    }
-    for (int i = 0; i < bl->n_carry; i++) {
-        int reg = carry_reg(E, P, b, i);
-        copy(E, P, home(E, P, bl->carry[i].outer), reg);
-    }
-}
-
-static void block_range(emitter *E, prog *P, int b, bool last_mb) {
-    const pcc_graph *g = E->g;
-    const pcc_block *bl = &g->blocks[b];
-    int fb = block_of(g, b), lo = E->copy_lo[fb][P->stage], hi = E->copy_hi[fb][P->stage];
-    if (hi <= lo) return;
-    bool bwd = bl->fwd >= 0;
-    int R = (int)bl->repeat;
-    // Inputs: a carried one goes into its carry register for the first copy (later ones get it
-    // from the stage before); every copy reads the buffer of one that is not carried.
-    bool first = bwd ? hi == R : lo == 0;
-    for (int i = 0; first && i < bl->n_in; i++) {
-        int inner = bl->in[i].inner, k = carry_of(bl, inner, true);
-        if (k < 0) continue;
-        int ob = reshard(E, P, home(E, P, bl->in[i].outer), E->home_sh[inner]);
-        copy(E, P, ob, carry_reg(E, P, b, k));
-    }
-    for (int i = 0; i < bl->n_in; i++) {
-        int inner = bl->in[i].inner;
-        if (carry_of(bl, inner, true) < 0) P->home[inner] = reshard(E, P, home(E, P, bl->in[i].outer), E->home_sh[inner]);
-    }
-    for (int i = 0; i < bl->n_acc; i++) {
-        int G = home(E, P, bl->acc[i].outer);
-        if (!is_param_grad(g, bl->acc[i].outer)) { // zeroed per micro-batch (param gradients: once, at the start)
-            plan_insn *in = insn(E, P, PLAN_I_COMPUTE, STREAM_MAIN, &G, 1);
-            in->code = PCC_OP_FILL;
-            in->t_s = memory_s(E, P, (double)P->buf[G].bytes, G);
-        }
-    }
-    loop_open(E, P, bwd ? PLAN_LOOP_REVERSE_LAYER : PLAN_LOOP_LAYER, hi - lo);
-    block_body(E, P, b, last_mb);
-    loop_close(E, P);
-    if ((bwd ? lo == 0 : hi == R))
-        for (int i = 0; i < bl->n_out; i++) {
-            int ob = home(E, P, bl->out[i].outer), k = carry_of(bl, bl->out[i].inner, false);
-            copy(E, P, k >= 0 ? carry_reg(E, P, b, k) : home(E, P, bl->out[i].inner), ob);
-        }
-}
-
-/* ---- stage boundaries ---- */
-
-typedef struct xfer {
-    int key;        // tensor id, or n_tensors + block: a block's carry register
-    int peer;       // the other stage
-} xfer;
-
-static int xfer_cmp(const void *a, const void *b) {
-    const xfer *x = a, *y = b;
-    if (x->peer != y->peer) return x->peer - y->peer;
-    return x->key - y->key;
-}
-
-// Adds a transfer once.
-static void xfer_add(const pcc_graph *g, xfer **v, int *n, int *cap, xfer x) {
-    for (int j = 0; j < *n; j++)
-        if ((*v)[j].key == x.key && (*v)[j].peer == x.peer) return;
-    *VEC_PUSH(g->arena, *v, *n, *cap) = x;
-}
-
-// What stage `stage` sends (send) or receives in the forward (bwd false) or backward phase:
-// values read on one stage and held on another, in a fixed order (by peer, then key); deferred
-// gradient contributions in the last micro-batch's backward only.
-static int transfers(emitter *E, int stage, bool bwd, bool send, bool last_mb, xfer **out) {
-    const pcc_graph *g = E->g;
-    xfer *v = NULL;
-    int n = 0, cap = 0;
-    for (int o = 0; o < g->n_ops; o++) {
-        const pcc_op *op = &g->ops[o];
-        if (op->block >= 0 || op->phase == PCC_PHASE_OPT || (op->phase == PCC_PHASE_BWD) != bwd) continue;
-        int rs = E->ostage[o];
-        for (int i = 0; i < op->nin; i++) {
-            int t = op->in[i], hs = E->tstage[t];
-            pcc_tensor_kind k = g->tensors[t].kind;
-            if (hs < 0 || hs == rs || k == PCC_T_INPUT || k == PCC_T_PARAM || k == PCC_T_STATE) continue;
-            if (bwd && k == PCC_T_ACT) continue; // received in the forward phase, and kept
-            if (E->deferred[t] && !last_mb) continue; // once, after the last micro-batch
-            if (send ? hs != stage : rs != stage) continue;
-            xfer_add(g, &v, &n, &cap, (xfer){t, send ? rs : hs});
-        }
-    }
-    // Blocks: outer inputs read by copies on other stages, and carries between stages.
-    for (int b = 0; b < g->n_blocks; b++) {
-        const pcc_block *bl = &g->blocks[b];
-        if ((bl->fwd >= 0) != bwd || g->blocks[b].n_ops == 0) continue;
-        if (bl->fwd >= 0 && g->ops[bl->first_op].phase == PCC_PHASE_OPT) continue;
-        int fb = block_of(g, b);
-        for (int s = 0; s < E->ns; s++) {
-            if (E->copy_hi[fb][s] <= E->copy_lo[fb][s]) continue;
-            bool first = bwd ? E->copy_hi[fb][s] == (int)bl->repeat : E->copy_lo[fb][s] == 0;
-            for (int i = 0; i < bl->n_in; i++) {
-                int t = bl->in[i].outer, hs = E->tstage[t];
-                if (carry_of(bl, bl->in[i].inner, true) >= 0 && !first) continue;
-                if (hs < 0 || hs == s || g->tensors[t].kind == PCC_T_PARAM || g->tensors[t].kind == PCC_T_INPUT) continue;
-                if (bwd && g->tensors[t].kind == PCC_T_ACT) continue; // as above
-                if (send ? hs != stage : s != stage) continue;
-                xfer_add(g, &v, &n, &cap, (xfer){t, send ? s : hs});
-            }
-            // The carry from the copy before (forward) or after (backward), on another stage.
-            int prev = bwd ? E->copy_hi[fb][s] : E->copy_lo[fb][s] - 1;
-            if (bl->n_carry > 0 && prev >= 0 && prev < (int)bl->repeat) {
-                int ps = copy_stage(E, b, prev);
-                if (ps != s && (send ? ps == stage : s == stage))
-                    for (int k = 0; k < bl->n_carry; k++) xfer_add(g, &v, &n, &cap, (xfer){g->n_tensors + b * 8 + k, send ? s : ps});
-            }
-        }
-    }
-    if (n > 0) qsort(v, (size_t)n, sizeof *v, xfer_cmp);
-    *out = v;
-    return n;
-}
-
-static void p2p(emitter *E, prog *P, bool bwd, bool send, bool last_mb) {
-    const pcc_graph *g = E->g;
-    xfer *x;
-    int n = transfers(E, P->stage, bwd, send, last_mb, &x);
-    for (int i = 0; i < n; i++) {
-        int buf, off = x[i].peer % E->pp - P->stage % E->pp;
-        if (off == 0) continue; // interleaved: another chunk of this device, which holds the same buffer
-        bool dfr = x[i].key < g->n_tensors && E->deferred[x[i].key];
-        if (send && E->V > 1 && dfr != E->deferred_sends) continue; // sent after the device's last unit
-        if (x[i].key >= g->n_tensors) {
-            int k = x[i].key - g->n_tensors;
-            buf = carry_reg(E, P, k / 8, k % 8);
-        } else {
-            buf = home(E, P, x[i].key);
-        }
-        plan_insn *in = insn(E, P, send ? PLAN_I_SEND : PLAN_I_RECV, STREAM_MAIN, &buf, 1);
-        in->a = PCC_AX_PP;
-        in->b = off;
-        in->tag = (uint8_t)(E->V == 1 ? 0 : dfr ? TAG_DEFERRED : bwd ? TAG_BWD : TAG_FWD);
-        in->t_s = transfer_s(E, P, buf, in->b);
-        if (!send) forget(P, buf);
-    }
-}
-
-/* ---- phases ---- */
-
-// One micro-batch's forward (bwd false) or backward pass on this stage: receive, the stage's
-// top-level ops and block ranges in program order, send.
-// part: PASS_RECV, PASS_COMPUTE, PASS_SEND, or all three (interleaved() issues them apart).
-enum { PASS_RECV = 1, PASS_COMPUTE = 2, PASS_SEND = 4, PASS_ALL = 7 };
-
-static void pass_part(emitter *E, prog *P, int delta, bool bwd, bool last_mb, int part) {
-    const pcc_graph *g = E->g;
-    E->delta = delta;
-    E->phase = bwd ? PLAN_PHASE_BWD : PLAN_PHASE_FWD;
-    P->n_cache = 0;
-    if (part & PASS_RECV) p2p(E, P, bwd, false, last_mb);
-    for (int o = bwd ? g->n_fwd_ops : 0; (part & PASS_COMPUTE) && o < (bwd ? g->n_ops : g->n_fwd_ops); o++) {
-        const pcc_op *op = &g->ops[o];
-        if (op->phase != (bwd ? PCC_PHASE_BWD : PCC_PHASE_FWD)) continue;
-        if (op->block < 0) {
-            if (on_stage(E, o, P->stage)) emit_op(E, P, o, last_mb);
-            continue;
-        }
-        block_range(E, P, op->block, last_mb);
-        o = g->blocks[op->block].first_op + g->blocks[op->block].n_ops - 1;
-    }
-    if (part & PASS_SEND) p2p(E, P, bwd, true, last_mb);
-    P->n_cache = 0;
-    E->phase = PLAN_PHASE_NONE;
-}
-
-static void pass(emitter *E, prog *P, int delta, bool bwd, bool last_mb) { pass_part(E, P, delta, bwd, last_mb, PASS_ALL); }
-
-static void forward(emitter *E, prog *P, int delta) { pass(E, P, delta, false, false); }
-static void backward(emitter *E, prog *P, int delta, bool last_mb) { pass(E, P, delta, true, last_mb); }
-
-static void optimizer(emitter *E, prog *P) {
-    const pcc_graph *g = E->g;
-    E->delta = 0;
-    E->phase = PLAN_PHASE_OPT;
-    for (int o = g->n_fwd_ops; o < g->n_ops; o++) {
-        const pcc_op *op = &g->ops[o];
-        if (op->phase != PCC_PHASE_OPT) continue;
-        if (op->block < 0) {
-            if (on_stage(E, o, P->stage)) emit_op(E, P, o, false);
-            continue;
-        }
-        const pcc_block *bl = &g->blocks[op->block];
-        int fb = block_of(g, op->block), lo = E->copy_lo[fb][P->stage], hi = E->copy_hi[fb][P->stage];
-        if (hi > lo) {
-            loop_open(E, P, PLAN_LOOP_LAYER, hi - lo);
-            for (int k = bl->first_op; k < bl->first_op + bl->n_ops; k++) emit_op(E, P, k, false);
-            loop_close(E, P);
-        }
-        o = bl->first_op + bl->n_ops - 1;
-    }
-}
-
-// Parameters used on several stages: the owner sends the updated value to the others.
-static void share_params(emitter *E, prog *P) {
-    const pcc_graph *g = E->g;
-    bool *users = arena_alloc(g->arena, sizeof(bool) * (size_t)E->ns);
-    bool *dev = arena_alloc(g->arena, sizeof(bool) * (size_t)E->pp);
-    for (int t = 0; t < g->n_tensors; t++) {
-        if (g->tensors[t].kind != PCC_T_PARAM || g->tensors[t].block >= 0) continue;
-        int owner = E->tstage[t];
-        memset(users, 0, sizeof(bool) * (size_t)E->ns);
-        memset(dev, 0, sizeof(bool) * (size_t)E->pp);
-        for (int o = 0; o < g->n_ops; o++) {
-            const pcc_op *op = &g->ops[o];
-            if (op->block >= 0 || op->phase == PCC_PHASE_OPT) continue;
-            for (int i = 0; i < op->nin; i++)
-                if (op->in[i] == t) users[E->ostage[o]] = true;
-        }
-        // Once per device that uses it (interleaved: its chunks share the buffer).
-        int od = owner % E->pp, me = P->stage % E->pp;
-        for (int s = 0; s < E->ns; s++) {
-            int d = s % E->pp;
-            if (d == od || !users[s] || dev[d]) continue;
-            dev[d] = true;
-            if (me != od && me != d) continue;
-            int buf = home(E, P, t);
-            plan_insn *in = insn(E, P, me == od ? PLAN_I_SEND : PLAN_I_RECV, STREAM_MAIN, &buf, 1);
-            in->a = PCC_AX_PP;
-            in->b = me == od ? d - od : od - d;
-            in->tag = (uint8_t)(E->V > 1 ? TAG_SHARE : 0);
-            in->t_s = transfer_s(E, P, buf, in->b);
-        }
-    }
-}
-
-// A stage's tables of buffers: its homes per tensor and its carry registers, all unmade.
-static void stage_tables(emitter *E, int **home, int ***carry) {
-    const pcc_graph *g = E->g;
-    *home = arena_alloc(g->arena, sizeof(int) * (size_t)(g->n_tensors + 1));
-    *carry = arena_alloc(g->arena, sizeof(int *) * (size_t)(g->n_blocks + 1));
-    for (int t = 0; t < g->n_tensors; t++) (*home)[t] = -1;
-    for (int b = 0; b < g->n_blocks; b++) {
-        (*carry)[b] = arena_alloc(g->arena, sizeof(int) * (size_t)(g->blocks[b].n_carry + 1));
-        for (int k = 0; k < g->blocks[b].n_carry; k++) (*carry)[b][k] = -1;
-    }
-}
-
-// Interleaved: makes model chunk c (on this device) the stage being emitted. The chunks of a
-// device keep their own buffers for the tensors of repeated blocks (each holds other copies)
-// and their own carry registers, and share one buffer per top-level tensor.
-static void chunk_enter(emitter *E, prog *P, int c) {
-    const pcc_graph *g = E->g;
-    if (P->home && c == P->stage) return;
-    int *to = P->chunk_home[c / E->pp];
-    if (P->home && P->home != to)
-        for (int t = 0; t < g->n_tensors; t++)
-            if (g->tensors[t].block < 0) to[t] = P->home[t];
-    bucket_flush(E, P);
-    P->home = to;
-    P->carry = P->chunk_carry[c / E->pp];
-    P->stage = c;
-    P->n_cache = 0;
-}
-
-// What a stage zeroes at the start of the step.
-static void stage_prologue(emitter *E, prog *P) {
-    const pcc_graph *g = E->g;
-    // Block-summed parameter gradients start at zero once per step.
-    for (int b = 0; b < g->n_blocks; b++)
-        for (int i = 0; i < g->blocks[b].n_acc; i++) {
-            int t = g->blocks[b].acc[i].outer, fb = block_of(g, b);
-            if (!is_param_grad(g, t)) continue;
-            if (E->copy_hi[fb][P->stage] <= E->copy_lo[fb][P->stage]) continue;
-            int G = home(E, P, t);
-            plan_insn *in = insn(E, P, PLAN_I_COMPUTE, STREAM_MAIN, &G, 1);
-            in->code = PCC_OP_FILL;
-            in->t_s = memory_s(E, P, (double)P->buf[G].bytes, G);
-        }
-    // Deferred contributions summed here read zeros until theirs arrives after the last micro-batch.
-    for (int t = 0; t < g->n_tensors; t++) {
-        bool here = false;
-        for (int o = 0; E->deferred[t] && o < g->n_ops && !here; o++)
-            for (int i = 0; i < g->ops[o].nin; i++) here |= g->ops[o].in[i] == t && E->ostage[o] == P->stage;
-        if (!here) continue;
-        int G = home(E, P, t);
-        plan_insn *in = insn(E, P, PLAN_I_COMPUTE, STREAM_MAIN, &G, 1);
-        in->code = PCC_OP_FILL;
-        in->t_s = memory_s(E, P, (double)P->buf[G].bytes, G);
-    }
-}
-
-// The micro-batch schedule of one device with V model chunks (Megatron-LM's interleaved 1F1B,
-// Narayanan et al. SC21 section 2.2). Its units are forward and backward passes of one chunk for
-// one micro-batch. Forward unit k (0 <= k < M V) runs local chunk v = (k mod pV) / p for
-// micro-batch (k / pV) p + k mod p: the micro-batches go in groups of p through chunk 0, then
-// the same group through chunk 1, ...; backward unit k the same with v counted down from V-1.
-// Device d first runs w = min((p - d - 1) 2 + (V - 1) p, M V) forward units (warm-up), then
-// alternates forward unit k + w and backward unit k (steady 1F1B), then runs the rest of the
-// backward units (cool-down).
-//
-// Why messages of one tag match in order: every device runs its forward units in the same
-// order of (v, micro-batch), and its backward units in the same order of (V-1-v, micro-batch).
-// The activation from chunk c to c+1 goes from device c mod p, local chunk v, to device
-// (c+1) mod p, local chunk v (or v+1 when c+1 wraps to device 0); for a fixed pair of devices
-// that is a fixed, order-keeping map of v, so the sender sends (TAG_FWD) in the order the
-// receiver receives; gradients (TAG_BWD) likewise. A pair of devices carries both kinds when
-// p = 2 (and the wrap-around from device p-1 to 0 carries chunk boundaries), in orders that
-// differ on the two sides: hence the tags. Units are unrolled (O(M V) passes: the plan's loops
-// count micro-batches by one, and the interleaved order steps them by p per group).
-// Unit u (forward or backward) of device d: its chunk and micro-batch.
-static void unit_of(const emitter *E, int d, int u, bool bwd, int *chunk, int *mb) {
-    int p = E->pp, V = E->V, v = (u % (p * V)) / p;
-    *chunk = (bwd ? V - 1 - v : v) * p + d;
-    *mb = (u / (p * V)) * p + u % p;
-}
-
-// The forward units device d runs before its first backward unit (the warm-up).
-static int warmup_units(const emitter *E, int d) {
-    int n = E->M * E->V, w = (E->pp - d - 1) * 2 + (E->V - 1) * E->pp;
-    return w < n ? w : n;
-}
-
-// One part of unit u of device d; nothing when u is past the end.
-static void unit_part(emitter *E, prog *P, int d, int u, bool bwd, int part) {
-    int c, mb;
-    if (u < 0 || u >= E->M * E->V) return;
-    unit_of(E, d, u, bwd, &c, &mb);
-    chunk_enter(E, P, c);
-    pass_part(E, P, mb, bwd, bwd && mb == E->M - 1, part);
-}
-
-static void interleaved(emitter *E, prog *P, int d) {
-    int n = E->M * E->V, w = warmup_units(E, d);
-    // As Megatron-LM: a step computes its units, then sends what they made and receives what
-    // the next step's units need, as one group of sends and receives (computing a forward and a
-    // backward unit before either sends is what keeps blocking sends from deadlocking).
-    unit_part(E, P, d, 0, false, PASS_RECV);
-    for (int k = 0; k < n + w; k++) {
-        int f = k < n ? k : -1, b = k - w; // this step's forward and backward units (-1, < 0: none)
-        unit_part(E, P, d, f, false, PASS_COMPUTE);
-        unit_part(E, P, d, b, true, PASS_COMPUTE);
-        unit_part(E, P, d, f, false, PASS_SEND);
-        unit_part(E, P, d, b, true, PASS_SEND);
-        if (f >= 0) unit_part(E, P, d, f + 1, false, PASS_RECV);
-        unit_part(E, P, d, b + 1, true, PASS_RECV);
-    }
-    // The gradient contributions summed once per step go in the group of the last step's sends:
-    // sent at their chunk's last backward unit, a blocking send would wait for a receiver that
-    // takes them only at its own last unit, while the two still exchange the other micro-batches.
-    // Their buffers are top-level tensors', which the device's chunks share.
-    int at = P->stage;
-    E->deferred_sends = true;
-    E->phase = PLAN_PHASE_BWD;
-    E->delta = E->M - 1;
-    for (int c = d; c < E->ns; c += E->pp) {
-        P->stage = c;
-        p2p(E, P, true, true, true);
-    }
-    E->deferred_sends = false;
-    E->phase = PLAN_PHASE_NONE;
-    P->stage = at;
-    E->delta = 0;
-}
-
-// Interleaved with pp > 2: whether every message between devices goes from one chunk to the next
-// (forward) or the one before (backward); else a message saying which does not, and false.
-// interleaved() pairs step k of device d with step k - 1 of device d + 1 (the warm-ups differ
-// by 2 units), and the wrap-around from device pp-1 to 0 with step k + pp - 1: every message
-// between chunks c and c + 1 lies in groups that run at the same step of that wave front, so
-// blocking sends cannot deadlock. A message that skips a chunk (gpt-tiny's token embedding on
-// chunk 0 read by chunk 2) pairs groups of different steps and deadlocks; with pp 2 it happens
-// to land on the same device or in matching groups, which the equivalence suite runs. Deferred
-// gradient sums are exempt: each device sends them in a group of its own after its last step,
-// when every message it owes the others has been taken.
-static bool interleaved_adjacent(emitter *E) {
-    const pcc_graph *g = E->g;
-    for (int s = 0; s < E->ns; s++)
-        for (int bwd = 0; bwd < 2; bwd++) {
-            xfer *x;
-            int n = transfers(E, s, bwd, false, true, &x);
-            for (int i = 0; i < n; i++) {
-                int from = x[i].peer;
-                bool dfr = x[i].key < g->n_tensors && E->deferred[x[i].key];
-                if (dfr || from % E->pp == s % E->pp || from == (bwd ? s + 1 : s - 1)) continue;
-                const char *what = x[i].key < g->n_tensors ? g->tensors[x[i].key].name : "a block's carry";
-                fprintf(stderr, "%s: %s: --virtual-stages with --pp %d: chunk %d receives \"%s\" from chunk %d; plancc's "
-                                "interleaved 1F1B sends only between consecutive chunks when pp > 2 (use --pp 2, other "
-                                "--virtual-stages, or no interleaving)\n", pcc_progname, g->file, E->pp, s, what, from);
-                return false;
-            }
-        }
-    return true;
-}
-
-// Interleaved: per stage, the most micro-batches between its forward and its backward pass at
-// once, from the order interleaved() runs them in (a stage's in-flight micro-batches are always
-// consecutive, so slot mb mod that count is free when a forward pass fills it).
-static void interleaved_in_flight(emitter *E) {
-    int n = E->M * E->V;
-    E->inflight = arena_alloc(E->g->arena, sizeof(int) * (size_t)(E->ns + 1));
-    int *now = arena_alloc(E->g->arena, sizeof(int) * (size_t)(E->ns + 1));
-    for (int d = 0; d < E->pp; d++) {
-        int w = warmup_units(E, d);
-        for (int k = 0; k < n + w; k++)
-            for (int bwd = 0; bwd < 2; bwd++) {
-                int u = bwd ? k - w : k, c, mb;
-                if (u < 0 || u >= n) continue;
-                unit_of(E, d, u, bwd, &c, &mb);
-                now[c] += bwd ? -1 : 1;
-                if (now[c] > E->inflight[c]) E->inflight[c] = now[c];
-            }
-    }
-}
-
-// After the last backward pass: wait for the gradient synchronization, the optimizer, and the
-// parameters shared with other stages.
-static void epilogue(emitter *E, prog *P) {
-    const pcc_graph *g = E->g;
-    bucket_flush(E, P);
-    for (int t = 0; t < g->n_tensors; t++)
-        if (P->shard_acc[t] >= 0) P->home[t] = P->shard_acc[t]; // ZeRO-2: the optimizer reads the summed shard
-    E->delta = 0;
-    if (P->used_sync) {
-        event(E, P, PLAN_I_RECORD, STREAM_SYNC, EV_SYNCED);
-        event(E, P, PLAN_I_WAIT, STREAM_MAIN, EV_SYNCED);
-    }
-    if (E->V == 1) {
-        optimizer(E, P);
-    } else {
-        int d = P->stage % E->pp;
-        for (int v = 0; v < E->V; v++) {
-            chunk_enter(E, P, v * E->pp + d);
-            optimizer(E, P);
-        }
-    }
-    share_params(E, P);
-}
-
-static void program(emitter *E, prog *P) {
-    const pcc_graph *g = E->g;
-    E->phase = PLAN_PHASE_NONE;
-    if (E->V > 1) {
-        int d = P->stage;
-        P->chunk_home = arena_alloc(g->arena, sizeof(int *) * (size_t)E->V);
-        P->chunk_carry = arena_alloc(g->arena, sizeof(int **) * (size_t)E->V);
-        for (int v = 0; v < E->V; v++) stage_tables(E, &P->chunk_home[v], &P->chunk_carry[v]);
-        P->home = NULL;
-        chunk_enter(E, P, d);
-        zero2_accumulators(E, P);
-        for (int v = 0; v < E->V; v++) {
-            chunk_enter(E, P, v * E->pp + d);
-            stage_prologue(E, P);
-        }
-        interleaved(E, P, d);
-        epilogue(E, P);
-        return;
-    }
-    stage_tables(E, &P->home, &P->carry);
-    zero2_accumulators(E, P);
-    stage_prologue(E, P);
-    int M = E->M, w = 0;
-    if (E->s->schedule == PCC_PIPE_1F1B && E->pp > 1) w = E->pp - P->stage - 1 < M ? E->pp - P->stage - 1 : M;
-    if (E->s->schedule == PCC_PIPE_GPIPE && E->pp > 1) {
-        loop_open(E, P, PLAN_LOOP_MB, M);
-        forward(E, P, 0);
-        loop_close(E, P);
-        if (M > 1) {
-            loop_open(E, P, PLAN_LOOP_MB, M - 1);
-            backward(E, P, 0, false);
-            loop_close(E, P);
-        }
-        backward(E, P, M - 1, true);
-    } else {
-        if (w > 0) {
-            loop_open(E, P, PLAN_LOOP_MB, w);
-            forward(E, P, 0);
-            loop_close(E, P);
-        }
-        int steady = M - w; // F(mb + w), B(mb)
-        if (w == 0) {
-            if (steady > 1) {
-                loop_open(E, P, PLAN_LOOP_MB, steady - 1);
-                forward(E, P, w);
-                backward(E, P, 0, false);
-                loop_close(E, P);
-            }
-            forward(E, P, M - 1);
-            backward(E, P, M - 1, true);
-        } else {
-            if (steady > 0) {
-                loop_open(E, P, PLAN_LOOP_MB, steady);
-                forward(E, P, w);
-                backward(E, P, 0, false);
-                loop_close(E, P);
-            }
-            if (w > 1) {
-                loop_open(E, P, PLAN_LOOP_MB, w - 1);
-                backward(E, P, M - w, false);
-                loop_close(E, P);
-            }
-            backward(E, P, M - 1, true);
-        }
-    }
-    epilogue(E, P);
-}
-
-/* ---- the plan ---- */
-
-static char *notes(emitter *E) {
-    const pcc_graph *g = E->g;
-    size_t cap = 256, n = 0;
-    char *s = arena_alloc(g->arena, cap);
-    for (int o = 0; o < g->n_fwd_ops; o++) {
-        const pcc_op *op = &g->ops[o];
-        pcc_letter l[PCC_MAX_LETTERS];
-        int nl = op_letters(g, op, l);
-        char line[512];
-        int k = snprintf(line, sizeof line, "%s %s %s:", op->ptr, pcc_ops[op->kind].name, op->nout ? g->tensors[op->out[0]].name : "");
-        static const char *const axn[PCC_AXES] = {"pp", "dp", "tp"};
-        for (int a = PCC_AX_DP; a < PCC_AXES; a++) {
-            int li = E->s->letter[a][o];
-            if (E->s->mesh[a] == 1) continue;
-            if (li >= 0 && li < nl) k += snprintf(line + k, sizeof line - (size_t)k, " %s=%s(%s)", axn[a], l[li].name, g->dims[l[li].dim].name);
-            else k += snprintf(line + k, sizeof line - (size_t)k, " %s=replicate", axn[a]);
-        }
-        int st = op->block >= 0 ? -1 : E->s->op_stage[o];
-        if (st >= 0 && E->V > 1) k += snprintf(line + k, sizeof line - (size_t)k, " chunk %d (stage %d)", st, st % E->pp);
-        else if (st >= 0 && E->pp > 1) k += snprintf(line + k, sizeof line - (size_t)k, " stage %d", st);
-        else if (op->block >= 0 && E->pp > 1) k += snprintf(line + k, sizeof line - (size_t)k, " block %s", g->blocks[op->block].name);
-        if (E->s->recompute[o]) k += snprintf(line + k, sizeof line - (size_t)k, " recompute");
-        snprintf(line + k, sizeof line - (size_t)k, " (%s)\n", E->s->cause[o] ? E->s->cause[o] : "template");
-        size_t len = strlen(line);
-        if (n + len + 1 > cap) {
-            size_t nc = (cap + len + 1) * 2;
-            s = arena_realloc(g->arena, s, cap, nc);
-            cap = nc;
-        }
-        memcpy(s + n, line, len + 1);
-        n += len;
-    }
-    if (n > 0) s[n - 1] = 0; // no trailing newline
-    return s;
-}
-
-// One step's FLOPs as Megatron-LM counts them (the formula of ../shared/data/
-// megatron_sc21_a100.csv): the matrix products of the forward and backward passes and of the
-// forward operators recomputed in the backward pass, over every micro-batch, summed over ranks.
-static double model_flops(const emitter *E) {
-    const pcc_graph *g = E->g;
-    double f = 0;
-    for (int o = 0; o < g->n_ops; o++) {
-        const pcc_op *op = &g->ops[o];
-        if (op->phase == PCC_PHASE_OPT) continue;
-        double mm = op_flops_matmul(g, op) * (double)op_copies(g, op);
-        f += op->phase == PCC_PHASE_FWD && E->recomp[o] ? 2 * mm : mm;
-    }
-    return f * E->M;
-}
-
-// The background program's groups, made before the plan's group table is written: one per set
-// of replica axes in use, and their union (the continuous rounds' stop flag, which every rank
-// of a stage's rounds must agree on). Returns the union's axes.
-static unsigned background_groups(emitter *E) {
-    unsigned all = 0;
-    for (int t = 0; t < E->g->n_tensors; t++)
-        if (E->local[t]) all |= E->local[t], group(E, E->local[t], STREAM_BG);
-    if (all) group(E, (int)all, STREAM_BG);
-    return all;
-}
-
-// Appends the background program to every stage's program (after assembly, before the check).
-static void background_programs(emitter *E, plan *p, prog *P, unsigned all) {
-    const pcc_graph *g = E->g;
-    pcc_bg_param *ps = arena_alloc(g->arena, sizeof(pcc_bg_param) * (size_t)(g->n_tensors + 1));
-    for (int st = 0; st < E->pp; st++) {
-        int n = 0;
-        for (int t = 0; t < g->n_tensors; t++) {
-            const pcc_tensor *T = &g->tensors[t];
-            if (T->kind != PCC_T_PARAM || T->grad < 0 || !E->local[T->grad] || P[st].home[t] < 0) continue;
-            int b = P[st].home[t];
-            double bytes = (double)P[st].buf[b].bytes;
-            pcc_group_shape sh = axes_group(E, E->local[T->grad]);
-            ps[n++] = (pcc_bg_param){(uint32_t)t, (uint32_t)b, (uint32_t)group(E, E->local[T->grad], STREAM_BG), sh,
-                                     (float)cost_collective_s(E->c, PCC_COLL_ALL_REDUCE, bytes, sh),
-                                     memory_s(E, &P[st], 3.0 * bytes, b)};
-        }
-        bgsync_emit(p, &p->programs[st], E->bg, ps, n, (uint32_t)group(E, (int)all, STREAM_BG), E->c);
-    }
-}
-
-pcc_status emit_plan(const pcc_graph *g, const pcc_cluster *c, const pcc_strategy *s, const pcc_emit_opts *o,
-                     pcc_emitted *e) {
-    memset(e, 0, sizeof *e);
-    emitter E = {.g = g, .c = c, .s = s, .pp = s->mesh[PCC_AX_PP], .dp = s->mesh[PCC_AX_DP], .tp = s->mesh[PCC_AX_TP],
-                 .M = s->micro_batches, .bucket_cap = o->bucket_bytes,
-                 .V = s->virtual_stages > 1 ? s->virtual_stages : 1};
-    E.ns = E.pp * E.V;
-    if (E.V > 1 && s->zero == 2) {
-        fprintf(stderr, "%s: --zero 2 with --virtual-stages: plancc reduce-scatters per micro-batch only in plain pipelines "
-                        "(use --zero 1 or 3, or no interleaving)\n", pcc_progname);
-        return PCC_ERR_INPUT;
-    }
-    if (E.V > 1) interleaved_in_flight(&E);
-    int nfb = g->n_blocks;
-    E.copy_lo = arena_alloc(g->arena, sizeof(int *) * (size_t)(nfb + 1));
-    E.copy_hi = arena_alloc(g->arena, sizeof(int *) * (size_t)(nfb + 1));
-    for (int b = 0; b < nfb; b++) {
-        if (g->blocks[b].fwd >= 0) continue;
-        E.copy_lo[b] = arena_alloc(g->arena, sizeof(int) * (size_t)E.ns);
-        E.copy_hi[b] = arena_alloc(g->arena, sizeof(int) * (size_t)E.ns);
-        for (int st = 0; st < E.ns; st++) E.copy_lo[b][st] = E.copy_hi[b][st] = 0;
-        for (int k = (int)g->blocks[b].repeat - 1; k >= 0; k--) E.copy_lo[b][s->copy_stage[b][k]] = k;
-        for (int k = 0; k < (int)g->blocks[b].repeat; k++) E.copy_hi[b][s->copy_stage[b][k]] = k + 1;
-    }
-    for (int b = 0; b < nfb; b++) {
-        const pcc_block *bl = &g->blocks[b];
-        int fb = block_of(g, b), spans = 0;
-        for (int st = 0; st < E.ns; st++) spans += E.copy_hi[fb][st] > E.copy_lo[fb][st];
-        if (bl->n_carry > 8) {
-            fprintf(stderr, "%s: %s: block \"%s\" carries %d values from copy to copy; plancc supports 8\n", pcc_progname,
-                    g->file, bl->name, bl->n_carry);
-            return PCC_ERR_INPUT;
-        }
-        if (bl->n_acc > 0 && spans > 1) {
-            fprintf(stderr, "%s: %s: block \"%s\" sums a gradient over its copies, and its copies are on %d pipeline "
-                            "stages; plancc cannot yet sum across stages (use fewer stages)\n",
-                    pcc_progname, g->file, bl->name, spans);
-            return PCC_ERR_INPUT;
-        }
-    }
-    place(&E);
-    keep(&E);
-    defer(&E);
-    cross_chunk(&E);
-    layouts(&E);
-    E.bg = o->sync.algo != PCC_SYNC_ALLREDUCE ? &o->sync : NULL;
-    pcc_status bst = background_params(&E);
-    if (bst) return bst;
-    zero2_grads(&E);
-    if (E.V > 1 && E.pp > 2 && !interleaved_adjacent(&E)) return PCC_ERR_INPUT;
-    prog *P = arena_alloc(g->arena, sizeof(prog) * (size_t)E.pp);
-    plan *p = calloc(1, sizeof *p);
-    PCC_ASSERT(p);
-    e->p = p;
-    for (int st = 0; st < E.pp; st++) {
-        P[st].stage = st;
-        program(&E, &P[st]);
-    }
-    // Memory.
-    uint64_t peak = 0;
-    double bound = 0;
-    for (int st = 0; st < E.pp; st++) {
-        uint64_t lb;
-        uint64_t a = memplan_place(P[st].buf, P[st].n_buf, P[st].insn, P[st].n_insn, P[st].args, P[st].attrs, &lb);
-        if (a > peak) peak = a, e->peak_stage = st;
-        if ((double)lb > bound) bound = (double)lb;
-        P[st].arena = a;
-    }
-    e->peak_bytes = (double)peak;
-    e->live_bound_bytes = bound;
-    // Assemble.
+        plan_tensor *pt = &p->tensors[t];
+        pt->name = emit_strdup(p, T->name);
+        pt->dtype = (uint8_t)T->dtype, pt->kind = (uint8_t)T->kind, pt->rank = (uint8_t)T->rank;
+        pt->copies = (uint32_t)tensor_copies(g, T);
+        for (int i = 0; i < T->rank; i++) pt->shape[i] = g->dims[T->dims[i]].size;
+        fill_source(T, pt);
+    }
+}
+
+static plan_buffer *emit_buffers(plan *p, const pcc_mbuf *buf, int n_buf) {
+    plan_buffer *out = plan_alloc(p, sizeof(plan_buffer) * (size_t)(n_buf + 1));
+    PCC_ASSERT(out);
+    for (int b = 0; b < n_buf; b++) {
+        const pcc_mbuf *eb = &buf[b];
+        plan_buffer *pb = &out[b];
+        pb->tensor = eb->tensor, pb->dtype = eb->dtype, pb->shard = eb->shard;
+        pb->offset = eb->offset, pb->bytes = eb->bytes;
+        pb->mb_slots = eb->mb_slots, pb->layer_slots = eb->layer_slots, pb->layer_base = eb->layer_base;
+        pb->flags = eb->persist ? PLAN_BUF_PERSIST : 0;
+        pb->mb_stride = eb->mb_stride, pb->layer_stride = eb->layer_stride;
+    }
+    return out;
+}
+
+static void emit_program(plan *p, plan_program *pr, const char *name, uint64_t arena, bool sync, const pcc_mbuf *buf, int n_buf,
+                  const plan_insn *insn, int n_insn, const uint32_t *args, int n_args, const plan_attrs *attrs, int n_attrs) {
+    pr->name = emit_strdup(p, name);
+    pr->arena_bytes = arena;
+    pr->n_streams = sync ? 2 : 1;
+    pr->priority[1] = sync ? -1 : 0;
+    pr->n_events = sync ? 2 : 0;
+    pr->n_buffers = (uint32_t)n_buf;
+    pr->buffers = emit_buffers(p, buf, n_buf);
+    pr->n_insns = (uint32_t)n_insn;
+    pr->insns = emit_memdup(p, insn, sizeof(plan_insn) * (size_t)n_insn);
+    pr->n_args = (uint32_t)n_args;
+    pr->args = emit_memdup(p, args, sizeof(uint32_t) * (size_t)n_args);
+    pr->n_attrs = (uint32_t)n_attrs;
+    pr->attrs = emit_memdup(p, attrs, sizeof(plan_attrs) * (size_t)n_attrs);
+}
+
+// META: phase 3's part as it is, and what the emitter knows.
+static void emit_meta(plan *p, const pcc_graph *g, const pcc_cluster *c, const pcc_programs *pr, const pcc_emit_opts *o,
+                      double peak) {
     plan_meta *m = &p->meta;
+    *m = pr->meta;
     snprintf(m->compiler, sizeof m->compiler, "plancc %s", PCC_VERSION);
     m->model_name = emit_strdup(p, g->name);
     m->options = emit_strdup(p, o->options);
     m->model_hash = o->model_hash, m->cluster_hash = o->cluster_hash;
     m->options_hash = plan_fnv1a64(o->options, strlen(o->options));
-    m->world = (uint32_t)(E.pp * E.dp * E.tp);
-    m->n_axes = PCC_AXES;
-    static const char *const axn[PCC_AXES] = {"pp", "dp", "tp"};
-    for (int a = 0; a < PCC_AXES; a++) {
-        m->mesh[a] = (uint32_t)s->mesh[a];
-        snprintf(m->axis_names[a], sizeof m->axis_names[a], "%s", axn[a]);
-    }
-    m->micro_batches = (uint32_t)E.M;
-    m->schedule = E.pp == 1 ? PLAN_SCHED_NONE : E.V > 1 ? PLAN_SCHED_1F1B_INTERLEAVED
-                : s->schedule == PCC_PIPE_GPIPE ? PLAN_SCHED_GPIPE : PLAN_SCHED_1F1B;
-    m->zero_stage = (uint32_t)s->zero;
-    m->est_step_s = s->est_step_s;
-    m->est_peak_bytes = (double)peak;
-    m->model_flops = model_flops(&E);
+    m->est_peak_bytes = peak;
     m->device_peak_flops = cost_peak_flops(c, g->dtype, true); // as cost_compute_s runs matrix products
     m->loss = (uint32_t)g->loss;
-    m->notes = emit_strdup(p, notes(&E));
-    emit_tensors(p, g);
-    unsigned bg_axes = E.bg ? background_groups(&E) : 0;
-    p->n_groups = (uint32_t)E.n_groups;
-    p->groups = plan_alloc(p, sizeof(plan_group) * (size_t)(E.n_groups + 1));
-    for (int i = 0; i < E.n_groups; i++) p->groups[i].axes = (uint32_t)E.groups[i][0];
+    m->notes = emit_strdup(p, pr->meta.notes);
+}
+
+// The groups, and every rank's coordinates on the mesh (the last axis varying fastest) and program.
+static void emit_ranks(plan *p, const pcc_programs *pr) {
+    const plan_meta *m = &p->meta;
+    p->n_groups = (uint32_t)pr->n_groups;
+    p->groups = plan_alloc(p, sizeof(plan_group) * (size_t)(pr->n_groups + 1));
+    for (int i = 0; i < pr->n_groups; i++) p->groups[i].axes = pr->group_axes[i];
     p->n_ranks = m->world;
     p->ranks = plan_alloc(p, sizeof(plan_rank) * m->world);
     for (uint32_t r = 0; r < m->world; r++) {
         uint32_t x = r;
-        for (int a = PCC_AXES - 1; a >= 0; a--) p->ranks[r].coord[a] = x % m->mesh[a], x /= m->mesh[a];
-        p->ranks[r].program = p->ranks[r].coord[PCC_AX_PP];
+        for (int a = (int)m->n_axes - 1; a >= 0; a--) p->ranks[r].coord[a] = x % m->mesh[a], x /= m->mesh[a];
+        p->ranks[r].program = pr->rank_program[r];
     }
-    p->n_programs = (uint32_t)E.pp;
-    p->programs = plan_alloc(p, sizeof(plan_program) * (size_t)E.pp);
-    for (int st = 0; st < E.pp; st++) {
-        prog *Q = &P[st];
-        plan_program *pr = &p->programs[st];
-        char name[32];
-        snprintf(name, sizeof name, "stage%d", st);
-        emit_program(p, pr, name, Q->arena, Q->used_sync, Q->buf, Q->n_buf, Q->insn, Q->n_insn, Q->args, Q->n_args, Q->attrs,
-                     Q->n_attrs);
+}
+
+void emit_plan(const pcc_graph *g, const pcc_cluster *c, const pcc_programs *pr, const pcc_emit_opts *o, pcc_emitted *e) {
+    memset(e, 0, sizeof *e);
+    uint64_t peak = 0;
+    for (int k = 0; k < pr->n; k++) {
+        if (pr->prog[k].arena > peak) peak = pr->prog[k].arena, e->peak_stage = k;
+        if ((double)pr->prog[k].live_bound > e->live_bound_bytes) e->live_bound_bytes = (double)pr->prog[k].live_bound;
     }
-    if (E.bg) {
-        background_programs(&E, p, P, bg_axes);
-        for (int st = 0; st < E.pp; st++)
-            if ((double)p->programs[st].arena_bytes > e->peak_bytes) e->peak_bytes = (double)p->programs[st].arena_bytes, e->peak_stage = st;
-        peak = (uint64_t)e->peak_bytes, m->est_peak_bytes = e->peak_bytes;
+    e->peak_bytes = (double)peak;
+    plan *p = calloc(1, sizeof *p);
+    PCC_ASSERT(p);
+    e->p = p;
+    emit_meta(p, g, c, pr, o, (double)peak);
+    emit_tensors(p, g);
+    emit_ranks(p, pr);
+    p->n_programs = (uint32_t)pr->n;
+    p->programs = plan_alloc(p, sizeof(plan_program) * (size_t)pr->n);
+    for (int k = 0; k < pr->n; k++) {
+        const pcc_program *q = &pr->prog[k];
+        emit_program(p, &p->programs[k], q->name, q->arena, q->sync, q->buf, q->n_buf, q->insn, q->n_insn, q->args, q->n_args,
+                     q->attrs, q->n_attrs);
     }
-    char err[1024];
-    if (plan_check(p, err, sizeof err) != PLAN_OK) {
-        fprintf(stderr, "%s: internal error: the emitted plan fails plan_check: %s\n", pcc_progname, err);
-        return PCC_ERR_INTERNAL;
-    }
-    if ((double)peak > c->memory_bytes) return PCC_ERR_INFEASIBLE;
-    return PCC_OK;
+    if (!pr->bg) return;
+    for (int k = 0; k < pr->n; k++)
+        bgsync_emit(p, &p->programs[k], pr->bg, pr->prog[k].bg, pr->prog[k].n_bg, pr->bg_stop_group, c);
+    for (int k = 0; k < pr->n; k++)
+        if ((double)p->programs[k].arena_bytes > e->peak_bytes) e->peak_bytes = (double)p->programs[k].arena_bytes, e->peak_stage = k;
+    p->meta.est_peak_bytes = e->peak_bytes;
+}
+
+/* ---- a program being built (preserve.c, burst.c) ---- */
+
+plan_insn *emit_insn(pcc_arena *ar, plan_insn **insns, int *n_insn, int *cap_insn, uint32_t **argv, int *n_args,
+                     int *cap_args, plan_insn_kind k, int stream, plan_phase phase, const int *args, int nargs) {
+    plan_insn *in = VEC_PUSH(ar, *insns, *n_insn, *cap_insn);
+    in->kind = (uint8_t)k;
+    in->stream = (uint8_t)stream;
+    in->phase = (uint8_t)(k <= PLAN_I_COPY ? phase : PLAN_PHASE_NONE);
+    in->nargs = (uint16_t)nargs;
+    in->args = (uint32_t)*n_args;
+    in->attrs = PLAN_NONE;
+    for (int i = 0; i < nargs; i++) *VEC_PUSH(ar, *argv, *n_args, *cap_args) = (uint32_t)args[i];
+    return in;
+}
+
+uint32_t emit_attrs(pcc_arena *ar, plan_attrs **v, int *n, int *cap, const pcc_op *op, bool accumulate) {
+    plan_attrs a;
+    memset(&a, 0, sizeof a);
+    const pcc_attrs *s = &op->attrs;
+    a.f[PLAN_AF_SCALE] = s->scale, a.f[PLAN_AF_EPS] = s->eps, a.f[PLAN_AF_P] = s->p, a.f[PLAN_AF_LR] = s->lr;
+    a.f[PLAN_AF_BETA1] = s->beta1, a.f[PLAN_AF_BETA2] = s->beta2, a.f[PLAN_AF_WEIGHT_DECAY] = s->weight_decay;
+    a.f[PLAN_AF_MOMENTUM] = s->momentum;
+    a.i[PLAN_AI_SEED] = s->seed, a.i[PLAN_AI_AXIS] = s->axis, a.i[PLAN_AI_START] = s->start, a.i[PLAN_AI_END] = s->end;
+    a.i[PLAN_AI_CAUSAL] = s->causal, a.i[PLAN_AI_ACCUMULATE] = op->accumulate || accumulate;
+    a.i[PLAN_AI_GHOST] = s->ghost_batch;
+    for (int i = 0; i < PLAN_MAX_RANK; i++) a.perm[i] = s->perm[i];
+    for (int i = 0; i < 2; i++) a.win[i] = s->kernel[i], a.win[2 + i] = s->stride[i], a.win[4 + i] = s->pad[i];
+    return emit_attrs_add(ar, v, n, cap, &a);
+}
+
+uint32_t emit_attrs_add(pcc_arena *ar, plan_attrs **v, int *n, int *cap, const plan_attrs *a) {
+    plan_attrs zero;
+    memset(&zero, 0, sizeof zero);
+    if (memcmp(a, &zero, sizeof *a) == 0) return PLAN_NONE;
+    for (int i = 0; i < *n; i++)
+        if (memcmp(&(*v)[i], a, sizeof *a) == 0) return (uint32_t)i;
+    *VEC_PUSH(ar, *v, *n, *cap) = *a;
+    return (uint32_t)(*n - 1);
 }

@@ -1,264 +1,559 @@
 /*
- * ilp.c: the only file that sees GLPK.
+ * ilp.c: phase 2, space-time scheduling: the intra-operator ILP, as plancc formulates it.
  *
- * A small builder for mixed-integer programs (named columns and rows, a sparse matrix kept in
- * the arena) and one solve call. GLPK's own terminal output is off; its parameters are checked
- * here before the call, because GLPK aborts the process on a bad one; every return code and
- * glp_mip_status is mapped to a result status. During branch and bound a callback keeps the
- * incumbent and the best bound for the progress line (below).
- * `dump_lp` writes the model in CPLEX LP text (glp_write_lp) before solving.
+ * Given each forward operator's candidates on a group of n devices (transform.c), pick one per
+ * operator. Alpa's formulation, as an integer program that glpk.c solves with GLPK:
  *
- * The progress line also lives here, since the ILP is what can take long: one line on stderr,
- * redrawn in place, with the compile's phase (progress_phase, from the driver) and, during a
- * solve, the ILP's size, incumbent, bound and gap. It is drawn only when stderr is a terminal
- * (and plancc is not -q), and not before a quarter of a second has passed, so fast compiles and
- * every output a test compares stay as they are.
+ *   x[o][k] in {0,1}, sum_k x[o][k] = 1                 one candidate per operator
+ *   y[e][k][l] in [0,1] for each edge e = (p -> c):      the pair chosen at both ends
+ *     sum_l y[e][k][l] = x[p][k],  sum_k y[e][k][l] = x[c][l]
+ *   minimize  sum w_o * (compute + gradient sync)(o, k) * x[o][k]
+ *           + sum w_e * (reshard forward + reshard backward)(e, k, l) * y[e][k][l]
+ *   subject to sum w_o * memory(o, k) * x[o][k] <= memory per device
  *
- * GLPK is deterministic for the same model built in the same order, and this file adds no
- * randomness, so the same problem gives the same solution.
+ * Compute is the cost model's roofline of the candidate's per-device FLOPs; gradient sync an
+ * all-reduce of every parameter the candidate replicates over the group; resharding the
+ * cheapest chain of collectives (reshard.c) from the producer's output layout to the consumer's
+ * input layout, and back for the gradient (a replicated input's gradient comes back as partial
+ * sums; a partial-sum output needs its gradient replicated). Memory is parameters times
+ * (weights + gradients + optimizer state) plus kept activations.
+ *
+ * Repeated blocks are solved once: a block op's costs weigh `repeat`, an edge inside the block
+ * weighs `repeat`, and a carried state is one more edge, from the op that makes it to the ops
+ * that read it in the next copy, weighing repeat - 1. Pairs with no resharding chain (a split
+ * that does not divide) get no y variable, which forbids them.
+ *
+ * Element-wise operators (relu, add, dropout, ...) can follow their first input's producer, as
+ * Alpa's "follow" does: they get no variables; for each candidate of the producer (the leader)
+ * the follower takes the candidate that is cheapest locally (its own cost plus resharding the
+ * producer's output into it, with the leader's recompute choice where it can), and that cost
+ * is folded into the leader's. Chains follow transitively. This shrinks the program, but the
+ * follower's choice is blind to memory and to its own readers: on a GPT block it cost 18% of
+ * the objective on 8 devices, and a program that fits without followers did not fit with them.
+ * Since a repeated block is solved once, programs stay small (a GPT block, about 600 columns;
+ * the Swin-like model, the largest here, about 7,600), so followers are used only when the full
+ * program would have more than FOLLOW_ABOVE_COLS columns (pcc_intra_opts can lower it).
+ *
+ * Memory per device: the candidates count parameters and kept activations for the group's
+ * whole batch and one micro-batch. The caller says what a byte of each costs on a device
+ * (pcc_intra_opts: data parallelism and ZeRO shard them, a pipeline keeps several micro-batches'
+ * activations); by default weights + gradients + optimizer state per parameter byte, and one
+ * byte per activation byte.
+ *
+ * The device mesh and the pipeline stages around this are search.c's; the order in time is
+ * pipeline.c's, which phase 3 (preserve.c) follows.
  */
 #include "plancc.h"
 
-#include <glpk.h>
 #include <math.h>
-#include <stdarg.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
 
-struct pcc_ilp {
-    pcc_arena *arena;
-    const char **col_names, **row_names;
-    int *col_kind;              // 0 binary, 1 continuous
-    double *col_lo, *col_hi, *col_cost;
-    int n_cols, cap_cols;
-    int *row_sense;
-    double *row_rhs;
-    int n_rows, cap_rows;
-    int *ia, *ja;               // 1-based, as glp_load_matrix wants (index 0 unused)
-    double *ar;
-    int n_nz, cap_nz;
-};
+typedef struct edge {
+    int p, po;      // producer forward op and the index of the tensor among its outputs
+    int c, ci;      // consumer forward op and input index
+    double w;       // how many times per step the edge is crossed
+    double mw;      // how many copies of its tensor there are (w, but 1 for a block input every copy reads)
+} edge;
 
-pcc_ilp *ilp_init(pcc_arena *a) {
-    pcc_ilp *p = arena_alloc(a, sizeof *p);
-    p->arena = a;
-    return p;
+typedef struct builder {
+    const pcc_graph *g;
+    const pcc_cluster *c;
+    const pcc_transform *t;
+    const pcc_intra_opts *o;
+    edge *edges;
+    int n_edges, cap_edges;
+    double mem_factor; // device bytes per byte of parameter (weights + grads + optimizer state)
+    double act_scale;  // device bytes per byte of kept activation the candidates count
+    int *leader;       // per forward op
+    int **follow;      // per forward op: candidate for each leader candidate
+    pcc_symtab memo;   // resharding times already searched, by shape and layouts
+    double *memo_s;
+    int n_memo, cap_memo;
+    double *pool;      // per bucket segment (graph_bucket_segment): its synchronized parameters' bytes
+} builder;
+
+/* ---- per-candidate costs ---- */
+
+static double cand_compute_s(const builder *B, const pcc_op *op, const pcc_cand *c) {
+    double bytes = 3 * op_bytes(B->g, op) / c->ways; // forward once, backward about twice
+    pcc_dtype dt = B->g->tensors[op->out[0]].dtype;
+    double t = cost_compute_s(B->c, c->flops_matmul, 0, dt, true);
+    // A recomputed forward runs its kernels again: one more launch.
+    return t + cost_compute_s(B->c, c->flops - c->flops_matmul, bytes, dt, false) + (c->recompute ? cost_launch_s(B->c) : 0);
 }
 
-static int grow_cols(pcc_ilp *p) {
-    if (p->n_cols == p->cap_cols) {
-        int cap = p->cap_cols ? 2 * p->cap_cols : 64;
-        size_t o = (size_t)p->cap_cols, n = (size_t)cap;
-        p->col_names = arena_realloc(p->arena, p->col_names, o * sizeof(char *), n * sizeof(char *));
-        p->col_kind = arena_realloc(p->arena, p->col_kind, o * sizeof(int), n * sizeof(int));
-        p->col_lo = arena_realloc(p->arena, p->col_lo, o * sizeof(double), n * sizeof(double));
-        p->col_hi = arena_realloc(p->arena, p->col_hi, o * sizeof(double), n * sizeof(double));
-        p->col_cost = arena_realloc(p->arena, p->col_cost, o * sizeof(double), n * sizeof(double));
-        p->cap_cols = cap;
+// Whether op's input i is a parameter whose gradient the step synchronizes where it is replicated.
+static bool step_synced(const builder *B, const pcc_op *op, int i) {
+    return B->g->tensors[op->in[i]].kind == PCC_T_PARAM && graph_step_synced(B->g, op->in[i], B->o->bg_dense);
+}
+
+// The bytes of the gradients that may share phase 3's buckets, per segment: every
+// step-synchronized parameter whole (as data parallelism over the group leaves them).
+static void collect_pools(builder *B) {
+    const pcc_graph *g = B->g;
+    B->pool = arena_alloc(g->arena, sizeof(double) * (size_t)(2 * g->n_blocks + 2));
+    bool *seen = arena_alloc(g->arena, sizeof(bool) * (size_t)(g->n_tensors + 1));
+    for (int o = 0; o < g->n_fwd_ops; o++) {
+        const pcc_op *op = &g->ops[o];
+        for (int i = 0; i < op->nin; i++) {
+            if (!step_synced(B, op, i) || seen[op->in[i]]) continue;
+            seen[op->in[i]] = true;
+            B->pool[graph_bucket_segment(g, o)] += tensor_bytes(g, &g->tensors[op->in[i]]);
+        }
     }
-    return p->n_cols++;
 }
 
-int ilp_add_col(pcc_ilp *p, const char *name, bool binary, double lo, double hi, double cost) {
-    int c = grow_cols(p);
-    p->col_names[c] = name;
-    p->col_kind[c] = binary ? 0 : 1;
-    p->col_lo[c] = binary ? 0 : lo;
-    p->col_hi[c] = binary ? 1 : hi;
-    p->col_cost[c] = cost;
-    return c;
-}
-
-int ilp_add_row(pcc_ilp *p, const char *name, pcc_ilp_sense sense, double rhs) {
-    if (p->n_rows == p->cap_rows) {
-        int cap = p->cap_rows ? 2 * p->cap_rows : 64;
-        size_t o = (size_t)p->cap_rows, n = (size_t)cap;
-        p->row_names = arena_realloc(p->arena, p->row_names, o * sizeof(char *), n * sizeof(char *));
-        p->row_sense = arena_realloc(p->arena, p->row_sense, o * sizeof(int), n * sizeof(int));
-        p->row_rhs = arena_realloc(p->arena, p->row_rhs, o * sizeof(double), n * sizeof(double));
-        p->cap_rows = cap;
+// A parameter's gradient needs an all-reduce when the op is split along a letter the parameter
+// does not carry (each device saw part of the work: data parallelism is the common case). A
+// replicated op computes the same full gradient everywhere and needs none. The gradients of a
+// segment share all-reduces of up to --bucket-mb (cost_bucketed_s), as phase 3 issues them.
+static double cand_sync_s(const builder *B, const pcc_op *op, const pcc_cand *c) {
+    double s = 0;
+    if (c->dim < 0) return 0;
+    double pool = B->pool[graph_bucket_segment(B->g, (int)(op - B->g->ops))];
+    for (int i = 0; i < op->nin; i++) {
+        const pcc_tensor *t = &B->g->tensors[op->in[i]];
+        if (!step_synced(B, op, i) || c->in[i].r <= 1) continue;
+        double piece = tensor_bytes(B->g, t);
+        for (int d = 0; d < t->rank; d++) piece /= c->in[i].d[d];
+        s += cost_bucketed_s(B->c, PCC_COLL_ALL_REDUCE, piece, pool, B->o->bucket_bytes,
+                             (pcc_group_shape){c->in[i].r, B->o->group.stride});
     }
-    p->row_names[p->n_rows] = name;
-    p->row_sense[p->n_rows] = (int)sense;
-    p->row_rhs[p->n_rows] = rhs;
-    return p->n_rows++;
+    return s;
 }
 
-void ilp_set(pcc_ilp *p, int row, int col, double coef) {
-    PCC_ASSERT(row >= 0 && row < p->n_rows && col >= 0 && col < p->n_cols);
-    if (p->n_nz + 1 >= p->cap_nz) {
-        int cap = p->cap_nz ? 2 * p->cap_nz : 256;
-        size_t o = (size_t)p->cap_nz, n = (size_t)cap;
-        p->ia = arena_realloc(p->arena, p->ia, o * sizeof(int), n * sizeof(int));
-        p->ja = arena_realloc(p->arena, p->ja, o * sizeof(int), n * sizeof(int));
-        p->ar = arena_realloc(p->arena, p->ar, o * sizeof(double), n * sizeof(double));
-        p->cap_nz = cap;
+static double cand_memory(const builder *B, const pcc_cand *c) {
+    return c->param_bytes * B->mem_factor + c->act_bytes * B->act_scale;
+}
+
+/* ---- edges ---- */
+
+static int out_index(const pcc_op *op, int t) {
+    for (int i = 0; i < op->nout; i++)
+        if (op->out[i] == t) return i;
+    return -1;
+}
+
+// The forward op that makes the value of t seen from a reader (following a block's "out" to
+// the op of the last copy); -1 for inputs, params and values bound from outside.
+static int maker(const pcc_graph *g, int t) {
+    if (g->tensors[t].producer >= 0) return t;
+    if (g->tensors[t].producer != PCC_PROD_BLOCK) return -1;
+    for (int b = 0; b < g->n_blocks; b++)
+        for (int i = 0; i < g->blocks[b].n_out; i++)
+            if (g->blocks[b].out[i].outer == t && g->blocks[b].fwd < 0) return maker(g, g->blocks[b].out[i].inner);
+    return -1;
+}
+
+static void add_edge(builder *B, int src_tensor, int c, int ci, double w, double mw) {
+    int t = maker(B->g, src_tensor);
+    if (t < 0 || w <= 0) return;
+    int p = B->g->tensors[t].producer;
+    *VEC_PUSH(B->g->arena, B->edges, B->n_edges, B->cap_edges) = (edge){p, out_index(&B->g->ops[p], t), c, ci, w, mw};
+}
+
+static void collect_edges(builder *B) {
+    const pcc_graph *g = B->g;
+    for (int c = 0; c < g->n_fwd_ops; c++) {
+        const pcc_op *op = &g->ops[c];
+        double w = (double)op_copies(g, op);
+        for (int i = 0; i < op->nin; i++) {
+            int t = op->in[i];
+            if (g->tensors[t].producer != PCC_PROD_BOUND) {
+                add_edge(B, t, c, i, w, w);
+                continue;
+            }
+            const pcc_block *bl = &g->blocks[op->block];
+            int carried = -1;
+            for (int k = 0; k < bl->n_carry; k++)
+                if (bl->carry[k].inner == t) carried = bl->carry[k].outer;
+            for (int k = 0; k < bl->n_in; k++)
+                if (bl->in[k].inner == t) add_edge(B, bl->in[k].outer, c, i, carried >= 0 ? 1 : w, 1);
+            if (carried >= 0) add_edge(B, carried, c, i, w - 1, w - 1);
+        }
     }
-    p->n_nz++;
-    p->ia[p->n_nz] = row + 1;
-    p->ja[p->n_nz] = col + 1;
-    p->ar[p->n_nz] = coef;
 }
 
-int ilp_cols(const pcc_ilp *p) { return p->n_cols; }
-int ilp_rows(const pcc_ilp *p) { return p->n_rows; }
-
-/* ---- the progress line ---- */
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+// The layout the gradient of consumer input ci comes back in.
+static pcc_layout grad_in_layout(const pcc_cand *c, int ci, int n) {
+    const pcc_layout *in = &c->in[ci];
+    if (c->dim < 0 || in->r == 1) return *in; // replicated op: full gradient; split input: split gradient
+    pcc_layout l = *in;                        // the op split along a letter this input lacks:
+    l.v = l.r, l.r = 1;                        // each device holds a partial gradient
+    (void)n;
+    return l;
 }
 
-#define PROGRESS_DELAY_S 0.25   // nothing is drawn before this: a fast compile shows nothing
-#define PROGRESS_PERIOD_S 0.1   // redraws at most this often (a new phase redraws at once)
-
-static struct {
-    bool on, drawn;
-    double start, last;
-    char phase[128], detail[128];
-} line;
-
-void progress_init(bool on) {
-    memset(&line, 0, sizeof line);
-    line.on = on && isatty(2);
-    line.start = now_s();
+// The layout a producer needs its output's gradient in.
+static pcc_layout grad_out_layout(const pcc_cand *c, int po) {
+    const pcc_layout *out = &c->out[po];
+    if (out->v == 1) return *out;
+    pcc_layout l = *out;                       // partial sums forward: the gradient is replicated
+    l.r *= l.v, l.v = 1;
+    return l;
 }
 
-static void progress_draw(bool now) {
-    double t = now_s();
-    if (!line.on || t - line.start < PROGRESS_DELAY_S || (!now && t - line.last < PROGRESS_PERIOD_S)) return;
-    line.last = t;
-    line.drawn = true;
-    // Carriage return and erase-to-end-of-line (ECMA-48 EL), so a shorter line leaves no tail.
-    fprintf(stderr, "\r\033[K%s: %.1f s, %s%s%s", pcc_progname, t - line.start, line.phase, line.detail[0] ? ": " : "",
-            line.detail);
-    fflush(stderr);
+// reshard_rvd, remembered: edges between tensors of one shape ask the same question often.
+static double reshard(builder *B, const pcc_tensor *t, const pcc_layout *from, const pcc_layout *to) {
+    char key[256];
+    int n = snprintf(key, sizeof key, "%d", t->dtype);
+    for (int i = 0; i < t->rank; i++) n += snprintf(key + n, sizeof key - (size_t)n, ",%lld", (long long)B->g->dims[t->dims[i]].size);
+    n += snprintf(key + n, sizeof key - (size_t)n, "|%d,%d", from->r, from->v);
+    for (int i = 0; i < t->rank; i++) n += snprintf(key + n, sizeof key - (size_t)n, ",%d", from->d[i]);
+    n += snprintf(key + n, sizeof key - (size_t)n, "|%d,%d", to->r, to->v);
+    for (int i = 0; i < t->rank; i++) n += snprintf(key + n, sizeof key - (size_t)n, ",%d", to->d[i]);
+    int hit = symtab_get(&B->memo, key);
+    if (hit >= 0) return B->memo_s[hit];
+    double sec = reshard_rvd(B->c, B->g, t, from, to, B->o->group, NULL);
+    int id = B->n_memo;
+    *VEC_PUSH(B->g->arena, B->memo_s, B->n_memo, B->cap_memo) = sec;
+    symtab_put(&B->memo, B->g->arena, arena_strdup(B->g->arena, key), id);
+    return sec;
 }
 
-void progress_phase(const char *fmt, ...) {
-    if (!line.on) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(line.phase, sizeof line.phase, fmt, ap);
-    va_end(ap);
-    line.detail[0] = 0;
-    progress_draw(true);
+// Seconds to cross edge e with candidates k (producer) and l (consumer); -1 if impossible.
+static double edge_cost(builder *B, const edge *e, const pcc_cand *pk, const pcc_cand *cl) {
+    const pcc_graph *g = B->g;
+    const pcc_op *c = &g->ops[e->c];
+    const pcc_tensor *t = &g->tensors[c->in[e->ci]];
+    double fwd = reshard(B, t, &pk->out[e->po], &cl->in[e->ci]);
+    if (fwd < 0) return -1;
+    if (t->grad < 0 && g->tensors[g->ops[e->p].out[e->po]].grad < 0) return fwd;
+    pcc_layout gi = grad_in_layout(cl, e->ci, B->o->group.size), go = grad_out_layout(pk, e->po);
+    double bwd = reshard(B, t, &gi, &go);
+    return bwd < 0 ? -1 : fwd + bwd;
 }
 
-void progress_clear(void) {
-    if (line.drawn) fputs("\r\033[K", stderr), fflush(stderr);
-    line.drawn = false;
+// Bytes per device that edge e keeps with candidates k (producer) and l (consumer): where the
+// consumer is recomputed in the backward pass and its producer is not, the tensor between them
+// is the recompute's starting point and stays alive from the forward to the backward pass (phase
+// 3 keeps it: preserve.c, keep). A tensor the backward pass keeps anyway is already in
+// the producer's activations. (Two recomputed readers of one tensor count it twice.)
+static double edge_memory(const builder *B, const edge *e, const pcc_cand *pk, const pcc_cand *cl) {
+    const pcc_graph *g = B->g;
+    const pcc_tensor *t = &g->tensors[g->ops[e->p].out[e->po]];
+    if (!cl->recompute || pk->recompute || t->saved) return 0;
+    double bytes = tensor_bytes(g, t);
+    for (int i = 0; i < t->rank; i++) bytes /= pk->out[e->po].d[i];
+    return e->mw * bytes * B->act_scale;
 }
 
-void progress_done(void) {
-    progress_clear();
-    line.on = false;
+/* ---- element-wise followers ---- */
+
+// The edge that feeds op o's first input from inside its own block, or -1.
+static int feeding_edge(builder *B, int o) {
+    for (int e = 0; e < B->n_edges; e++)
+        if (B->edges[e].c == o && B->edges[e].ci == 0 && B->g->ops[B->edges[e].p].block == B->g->ops[o].block &&
+            B->edges[e].w == (double)op_copies(B->g, &B->g->ops[o]))
+            return e;
+    return -1;
 }
 
-/* ---- solving ---- */
-
-typedef struct progress {
-    bool show;                  // this solve updates the progress line
-    int rows, cols;
-    double incumbent, bound;
-} progress;
-
-static void on_tree(glp_tree *T, void *info) {
-    progress *pr = info;
-    int reason = glp_ios_reason(T);
-    if (reason != GLP_IBINGO && reason != GLP_ISELECT && reason != GLP_IBRANCH) return;
-    int best = glp_ios_best_node(T);
-    if (best) pr->bound = glp_ios_node_bound(T, best);
-    if (reason == GLP_IBINGO) pr->incumbent = glp_mip_obj_val(glp_ios_get_prob(T));
-    if (!pr->show) return;
-    if (isnan(pr->incumbent))
-        snprintf(line.detail, sizeof line.detail, "ILP %d x %d, bound %.6g s, no incumbent yet", pr->rows, pr->cols, pr->bound);
-    else
-        snprintf(line.detail, sizeof line.detail, "ILP %d x %d, incumbent %.6g s, bound %.6g s, gap %.2f%%", pr->rows,
-                 pr->cols, pr->incumbent, pr->bound, 100 * glp_ios_mip_gap(T));
-    progress_draw(false);
+static double cand_local_s(const builder *B, int o, int k) {
+    const pcc_op *op = &B->g->ops[o];
+    const pcc_cand *c = &B->t->ops[o].c[k];
+    return cand_compute_s(B, op, c) + cand_sync_s(B, op, c);
 }
 
-static glp_prob *build(const pcc_ilp *p) {
-    glp_prob *P = glp_create_prob();
-    glp_set_obj_dir(P, GLP_MIN);
-    if (p->n_rows) glp_add_rows(P, p->n_rows);
-    if (p->n_cols) glp_add_cols(P, p->n_cols);
-    for (int r = 0; r < p->n_rows; r++) {
-        int type = p->row_sense[r] == PCC_ILP_EQ ? GLP_FX : p->row_sense[r] == PCC_ILP_LE ? GLP_UP : GLP_LO;
-        glp_set_row_name(P, r + 1, p->row_names[r]);
-        glp_set_row_bnds(P, r + 1, type, p->row_rhs[r], p->row_rhs[r]);
+// Above this many columns the program has element-wise ops follow their producers (unless
+// pcc_intra_opts says otherwise).
+#define FOLLOW_ABOVE_COLS 50000
+
+// Columns of the program with no followers: a choice per candidate and a pair per edge.
+static double full_program_cols(const builder *B) {
+    double n = 0;
+    for (int o = 0; o < B->t->n_ops; o++) n += B->t->ops[o].n;
+    for (int e = 0; e < B->n_edges; e++) n += (double)B->t->ops[B->edges[e].p].n * B->t->ops[B->edges[e].c].n;
+    return n;
+}
+
+// The follower's candidate when its producer takes pk: the cheapest locally, among those with
+// pk's recompute choice if there are any (a follower's kept activations are the leader's kind
+// of memory: keeping them when the leader drops its own defeats the leader's choice).
+static int follower_pick(builder *B, int e, int o, const pcc_cand *pk) {
+    double best = INFINITY;
+    int arg = -1;
+    for (int pass = 0; pass < 2 && arg < 0; pass++)
+        for (int f = 0; f < B->t->ops[o].n; f++) {
+            const pcc_cand *cf = &B->t->ops[o].c[f];
+            if (pass == 0 && cf->recompute != pk->recompute) continue;
+            double r = edge_cost(B, &B->edges[e], pk, cf);
+            if (r >= 0 && r + cand_local_s(B, o, f) < best) best = r + cand_local_s(B, o, f), arg = f;
+        }
+    return arg < 0 ? 0 : arg;
+}
+
+// Decides leaders and follow maps, in op order (a producer is settled before its readers).
+// Without followers every op leads itself.
+static void plan_followers(builder *B, bool followers) {
+    const pcc_graph *g = B->g;
+    int n = B->t->n_ops;
+    B->leader = arena_alloc(g->arena, sizeof(int) * (size_t)(n + 1));
+    B->follow = arena_alloc(g->arena, sizeof(int *) * (size_t)(n + 1));
+    for (int o = 0; o < n; o++) {
+        int e = followers && (pcc_ops[g->ops[o].kind].flags & PCC_OPF_ELEMENTWISE) ? feeding_edge(B, o) : -1;
+        int lead = e >= 0 ? B->leader[B->edges[e].p] : o;
+        int nl = B->t->ops[lead].n;
+        B->leader[o] = lead;
+        B->follow[o] = arena_alloc(g->arena, sizeof(int) * (size_t)nl);
+        for (int k = 0; k < nl; k++) {
+            if (e < 0) {
+                B->follow[o][k] = k;
+                continue;
+            }
+            B->follow[o][k] = follower_pick(B, e, o, &B->t->ops[B->edges[e].p].c[B->follow[B->edges[e].p][k]]);
+        }
     }
-    for (int c = 0; c < p->n_cols; c++) {
-        glp_set_col_name(P, c + 1, p->col_names[c]);
-        glp_set_col_kind(P, c + 1, p->col_kind[c] == 0 ? GLP_BV : GLP_CV);
-        if (p->col_kind[c] != 0) glp_set_col_bnds(P, c + 1, p->col_hi[c] > p->col_lo[c] ? GLP_DB : GLP_FX, p->col_lo[c], p->col_hi[c]);
-        glp_set_obj_coef(P, c + 1, p->col_cost[c]);
-    }
-    if (p->n_nz) glp_load_matrix(P, p->n_nz, p->ia, p->ja, p->ar);
-    return P;
 }
 
-static pcc_ilp_status map_status(int ret, int mip_status) {
-    if (mip_status == GLP_OPT) return PCC_ILP_OPTIMAL;
-    if (mip_status == GLP_NOFEAS) return PCC_ILP_INFEASIBLE;
-    if (mip_status == GLP_FEAS) return ret == 0 || ret == GLP_EMIPGAP ? PCC_ILP_GAP : PCC_ILP_TIME_LIMIT;
-    if (ret == GLP_ENOPFS) return PCC_ILP_INFEASIBLE;
-    if (ret == GLP_ETMLIM) return PCC_ILP_NO_SOLUTION;
-    return PCC_ILP_ERROR;
+// The candidate op o takes when its leader takes k.
+static const pcc_cand *cand_at(const builder *B, int o, int k) { return &B->t->ops[o].c[B->follow[o][k]]; }
+
+/* ---- the program ---- */
+
+typedef struct cols {
+    int *x_first; // per forward op: the column of its first candidate
+} cols;
+
+// What leader l costs (time, memory) with candidate k: its own and every follower's candidate,
+// and every edge between two ops it decides.
+static void leader_cost(builder *B, int l, int k, double *time, double *mem) {
+    const pcc_graph *g = B->g;
+    *time = *mem = 0;
+    for (int o = 0; o < B->t->n_ops; o++) {
+        if (B->leader[o] != l) continue;
+        const pcc_cand *c = cand_at(B, o, k);
+        double w = (double)op_copies(g, &g->ops[o]);
+        *time += w * (cand_compute_s(B, &g->ops[o], c) + cand_sync_s(B, &g->ops[o], c));
+        *mem += w * cand_memory(B, c);
+    }
+    for (int e = 0; e < B->n_edges; e++) {
+        const edge *ed = &B->edges[e];
+        if (B->leader[ed->p] != l || B->leader[ed->c] != l) continue;
+        double r = edge_cost(B, ed, cand_at(B, ed->p, k), cand_at(B, ed->c, k));
+        *time += r < 0 ? 1e30 : ed->w * r; // (a follower always has a feasible candidate; guard anyway)
+        *mem += edge_memory(B, ed, cand_at(B, ed->p, k), cand_at(B, ed->c, k));
+    }
 }
 
-pcc_status ilp_solve(pcc_ilp *p, const pcc_ilp_opts *o, pcc_ilp_result *r) {
-    memset(r, 0, sizeof *r);
-    r->rows = p->n_rows, r->cols = p->n_cols, r->nonzeros = p->n_nz;
-    // GLPK aborts the process on a bad parameter: check them here.
-    if (!(o->time_limit_s > 0) || o->time_limit_s > 1e6 || !(o->mip_gap >= 0) || o->mip_gap >= 1) {
-        fprintf(stderr, "%s: bad ILP parameters: time limit %g s, MIP gap %g\n", pcc_progname, o->time_limit_s, o->mip_gap);
-        return PCC_ERR_INPUT;
+static void add_choices(builder *B, pcc_mip *P, cols *C, int mem_row) {
+    const pcc_graph *g = B->g;
+    C->x_first = arena_alloc(g->arena, sizeof(int) * (size_t)(B->t->n_ops + 1));
+    for (int i = 0; i < B->t->n_ops; i++) {
+        C->x_first[i] = -1;
+        if (B->leader[i] != i) continue;
+        const pcc_op_cands *oc = &B->t->ops[i];
+        int row = mip_add_row(P, arena_printf(g->arena, "one_op%d", oc->op), PCC_MIP_EQ, 1);
+        for (int k = 0; k < oc->n; k++) {
+            double time, mem;
+            leader_cost(B, i, k, &time, &mem);
+            int col = mip_add_col(P, arena_printf(g->arena, "x_op%d_%d", oc->op, k), true, 0, 1, time);
+            if (k == 0) C->x_first[i] = col;
+            mip_set(P, row, col, 1);
+            mip_set(P, mem_row, col, mem / (1 << 30));
+        }
     }
-    glp_term_out(GLP_OFF);
-    glp_prob *P = build(p);
-    if (o->dump_lp && glp_write_lp(P, NULL, o->dump_lp) != 0) {
-        glp_delete_prob(P);
-        fprintf(stderr, "%s: %s: cannot write the ILP\n", pcc_progname, o->dump_lp);
-        return PCC_ERR_INPUT;
+}
+
+static void add_edges(builder *B, pcc_mip *P, const cols *C, int mem_row) {
+    const pcc_graph *g = B->g;
+    for (int e = 0; e < B->n_edges; e++) {
+        const edge *ed = &B->edges[e];
+        int lp = B->leader[ed->p], lc = B->leader[ed->c];
+        if (lp == lc) continue; // inside one leader's group: in leader_cost
+        int np = B->t->ops[lp].n, nc = B->t->ops[lc].n;
+        int *row_k = arena_alloc(g->arena, sizeof(int) * (size_t)np), *row_l = arena_alloc(g->arena, sizeof(int) * (size_t)nc);
+        for (int k = 0; k < np; k++) {
+            row_k[k] = mip_add_row(P, arena_printf(g->arena, "e%d_out%d", e, k), PCC_MIP_EQ, 0);
+            mip_set(P, row_k[k], C->x_first[lp] + k, -1);
+        }
+        for (int l = 0; l < nc; l++) {
+            row_l[l] = mip_add_row(P, arena_printf(g->arena, "e%d_in%d", e, l), PCC_MIP_EQ, 0);
+            mip_set(P, row_l[l], C->x_first[lc] + l, -1);
+        }
+        for (int k = 0; k < np; k++)
+            for (int l = 0; l < nc; l++) {
+                double s = edge_cost(B, ed, cand_at(B, ed->p, k), cand_at(B, ed->c, l));
+                if (s < 0) continue;
+                int col = mip_add_col(P, arena_printf(g->arena, "y_e%d_%d_%d", e, k, l), false, 0, 1, ed->w * s);
+                mip_set(P, row_k[k], col, 1);
+                mip_set(P, row_l[l], col, 1);
+                double m = edge_memory(B, ed, cand_at(B, ed->p, k), cand_at(B, ed->c, l));
+                if (m > 0) mip_set(P, mem_row, col, m / (1 << 30));
+            }
     }
-    // A solve shows on the driver's progress line; one called on its own (o->progress, as -d s
-    // does before the driver has a line) starts a line of its own.
-    bool own = o->progress && !line.on;
-    if (own) progress_init(true), progress_phase("phase 2: the intra-operator ILP");
-    progress pr = {.show = line.on, .rows = p->n_rows, .cols = p->n_cols, .incumbent = NAN, .bound = NAN};
-    double start = now_s();
-    glp_iocp parm;
-    glp_init_iocp(&parm);
-    parm.msg_lev = GLP_MSG_OFF;
-    parm.presolve = GLP_ON;
-    parm.tm_lim = (int)(o->time_limit_s * 1000);
-    parm.mip_gap = o->mip_gap;
-    parm.cb_func = on_tree;
-    parm.cb_info = &pr;
-    int ret = glp_intopt(P, &parm);
-    r->seconds = now_s() - start;
-    line.detail[0] = 0;
-    if (own) progress_done();
-    r->status = map_status(ret, glp_mip_status(P));
-    if (r->status == PCC_ILP_OPTIMAL || r->status == PCC_ILP_GAP || r->status == PCC_ILP_TIME_LIMIT) {
-        r->objective = glp_mip_obj_val(P);
-        r->bound = r->status == PCC_ILP_OPTIMAL || isnan(pr.bound) ? r->objective : fmin(pr.bound, r->objective);
-        r->gap = r->objective > 0 ? (r->objective - r->bound) / r->objective : 0;
-        r->x = arena_alloc(p->arena, sizeof(double) * (size_t)(p->n_cols + 1));
-        for (int c = 0; c < p->n_cols; c++) r->x[c] = glp_mip_col_val(P, c + 1);
+}
+
+static double mem_factor(const pcc_graph *g, const pcc_intra_opts *o) {
+    if (o->param_scale > 0) return o->param_scale;
+    pcc_totals t;
+    graph_totals(g, &t);
+    return t.bytes_weights > 0 ? 1 + t.bytes_grads / t.bytes_weights + t.bytes_optim / t.bytes_weights : 1;
+}
+
+// The least memory any choice needs (each leader at its most frugal candidate).
+static double min_memory(builder *B) {
+    double m = 0;
+    for (int l = 0; l < B->t->n_ops; l++) {
+        if (B->leader[l] != l) continue;
+        double best = INFINITY;
+        for (int k = 0; k < B->t->ops[l].n; k++) {
+            double time, mem;
+            leader_cost(B, l, k, &time, &mem);
+            best = fmin(best, mem);
+        }
+        m += best;
     }
-    glp_delete_prob(P);
-    glp_free_env();
+    return m;
+}
+
+static pcc_status infeasible(builder *B) {
+    if (B->o->quiet) return PCC_ERR_INFEASIBLE;
+    char need[32], have[32];
+    fmt_bytes(need, sizeof need, min_memory(B));
+    fmt_bytes(have, sizeof have, B->o->memory_bytes);
+    fprintf(stderr, "%s: %s: does not fit: on %d devices the most memory-frugal choice of splits and recompute needs "
+                    "%s per device, which has %s; use more devices (or more of them per operator), ZeRO, or a smaller "
+                    "micro-batch\n", pcc_progname, B->g->file, B->o->group.size, need, have);
+    return PCC_ERR_INFEASIBLE;
+}
+
+static void read_choice(builder *B, const cols *C, pcc_intra *s) {
+    const pcc_graph *g = B->g;
+    for (int i = 0; i < B->t->n_ops; i++) {
+        int l = B->leader[i], k = 0;
+        while (s->ilp.x[C->x_first[l] + k] < 0.5) k++;
+        s->choice[i] = B->follow[i][k];
+        s->cause[i] = l == i ? "ilp" : arena_printf(g->arena, "follow:%s", g->ops[l].ptr);
+        const pcc_op *op = &g->ops[i];
+        const pcc_cand *c = &B->t->ops[i].c[s->choice[i]];
+        double w = (double)op_copies(g, op);
+        s->compute_s += w * cand_compute_s(B, op, c);
+        s->sync_s += w * cand_sync_s(B, op, c);
+        s->memory_bytes += w * cand_memory(B, c);
+    }
+    for (int e = 0; e < B->n_edges; e++) {
+        const edge *ed = &B->edges[e];
+        s->memory_bytes += edge_memory(B, ed, &B->t->ops[ed->p].c[s->choice[ed->p]], &B->t->ops[ed->c].c[s->choice[ed->c]]);
+    }
+    s->reshard_s = s->ilp.objective - s->compute_s - s->sync_s;
+    s->leader = B->leader;
+    s->follow = B->follow;
+}
+
+pcc_status ilp_intra(const pcc_graph *g, const pcc_cluster *c, const pcc_transform *t, const pcc_intra_opts *o,
+                       pcc_intra **out) {
+    *out = NULL;
+    PCC_ASSERT(t->devices == o->group.size);
+    builder B = {.g = g, .c = c, .t = t, .o = o, .mem_factor = mem_factor(g, o), .act_scale = o->act_scale > 0 ? o->act_scale : 1};
+    symtab_init(&B.memo, g->arena, 256);
+    collect_pools(&B);
+    collect_edges(&B);
+    plan_followers(&B, full_program_cols(&B) > (o->follow_above_cols > 0 ? o->follow_above_cols : FOLLOW_ABOVE_COLS));
+    pcc_mip *P = mip_init(g->arena);
+    int mem_row = mip_add_row(P, "memory_gib", PCC_MIP_LE, o->memory_bytes / (1 << 30));
+    cols C;
+    add_choices(&B, P, &C, mem_row);
+    add_edges(&B, P, &C, mem_row);
+    pcc_intra *s = arena_alloc(g->arena, sizeof *s);
+    s->t = t;
+    s->choice = arena_alloc(g->arena, sizeof(int) * (size_t)(t->n_ops + 1));
+    s->cause = arena_alloc(g->arena, sizeof(char *) * (size_t)(t->n_ops + 1));
+    pcc_status st = mip_solve(P, &o->ilp, &s->ilp);
+    if (st) return st;
+    if (s->ilp.status == PCC_MIP_INFEASIBLE) return infeasible(&B);
+    if (s->ilp.status == PCC_MIP_NO_SOLUTION || s->ilp.status == PCC_MIP_ERROR) {
+        fprintf(stderr, "%s: %s: the scheduler's ILP: %s after %.1f s (%d rows, %d columns); raise --time-limit\n",
+                pcc_progname, g->file, mip_status_name(s->ilp.status), s->ilp.seconds, s->ilp.rows, s->ilp.cols);
+        return PCC_ERR_INFEASIBLE;
+    }
+    if (s->ilp.status == PCC_MIP_TIME_LIMIT)
+        warn("%s: the scheduler stopped at its time limit with a gap of %.2f%%", g->file, 100 * s->ilp.gap);
+    read_choice(&B, &C, s);
+    *out = s;
     return PCC_OK;
 }
 
-const char *ilp_status_name(pcc_ilp_status s) {
-    static const char *const names[] = {"optimal", "within the MIP gap", "stopped by the time limit",
-                                        "infeasible", "no solution within the time limit", "solver error"};
-    return names[s];
+double ilp_eval(const pcc_graph *g, const pcc_cluster *c, const pcc_transform *t, const pcc_intra_opts *o,
+                  const int *choice, double *memory) {
+    builder B = {.g = g, .c = c, .t = t, .o = o, .mem_factor = mem_factor(g, o), .act_scale = o->act_scale > 0 ? o->act_scale : 1};
+    symtab_init(&B.memo, g->arena, 256);
+    collect_pools(&B);
+    collect_edges(&B);
+    double cost = 0, mem = 0;
+    for (int i = 0; i < t->n_ops; i++) {
+        const pcc_op *op = &g->ops[t->ops[i].op];
+        const pcc_cand *k = &t->ops[i].c[choice[i]];
+        double w = (double)op_copies(g, op);
+        cost += w * (cand_compute_s(&B, op, k) + cand_sync_s(&B, op, k));
+        mem += w * cand_memory(&B, k);
+    }
+    for (int e = 0; e < B.n_edges; e++) {
+        const edge *ed = &B.edges[e];
+        const pcc_cand *pk = &t->ops[ed->p].c[choice[ed->p]], *cl = &t->ops[ed->c].c[choice[ed->c]];
+        double s = edge_cost(&B, ed, pk, cl);
+        if (s < 0) return -1;
+        cost += ed->w * s;
+        mem += edge_memory(&B, ed, pk, cl);
+    }
+    if (memory) *memory = mem;
+    return cost;
+}
+
+static bool layout_eq(const pcc_layout *a, const pcc_layout *b) {
+    if (a->r != b->r || a->v != b->v) return false;
+    for (int i = 0; i < PCC_MAX_RANK; i++)
+        if (a->d[i] != b->d[i]) return false;
+    return true;
+}
+
+void ilp_op_comm(const pcc_graph *g, const pcc_cluster *c, const pcc_transform *t, const pcc_intra_opts *o,
+                   const int *choice, double *fwd_s, double *bwd_s, double *sync_s) {
+    builder B = {.g = g, .c = c, .t = t, .o = o};
+    symtab_init(&B.memo, g->arena, 256);
+    collect_pools(&B);
+    collect_edges(&B);
+    for (int i = 0; i < t->n_ops; i++) {
+        fwd_s[i] = bwd_s[i] = 0;
+        sync_s[i] = cand_sync_s(&B, &g->ops[t->ops[i].op], &t->ops[i].c[choice[i]]) * (double)op_copies(g, &g->ops[t->ops[i].op]);
+    }
+    // One value resharded to one layout for several readers is one collective (phase 3
+    // reuses it); so is the sum of their gradients on the way back.
+    for (int e = 0; e < B.n_edges; e++) {
+        const edge *ed = &B.edges[e];
+        const pcc_cand *pk = &t->ops[ed->p].c[choice[ed->p]], *cl = &t->ops[ed->c].c[choice[ed->c]];
+        const pcc_tensor *x = &g->tensors[g->ops[ed->c].in[ed->ci]];
+        pcc_layout gi = grad_in_layout(cl, ed->ci, o->group.size), go = grad_out_layout(pk, ed->po);
+        bool seen_f = false, seen_b = false;
+        for (int k = 0; k < e; k++) {
+            const edge *ek = &B.edges[k];
+            if (ek->p != ed->p || ek->po != ed->po || ek->w != ed->w) continue;
+            const pcc_cand *ck = &t->ops[ek->c].c[choice[ek->c]];
+            seen_f |= layout_eq(&ck->in[ek->ci], &cl->in[ed->ci]);
+            pcc_layout gk = grad_in_layout(ck, ek->ci, o->group.size);
+            seen_b |= layout_eq(&gk, &gi);
+        }
+        double f = seen_f ? 0 : reshard(&B, x, &pk->out[ed->po], &cl->in[ed->ci]), b = 0;
+        if (!seen_b && (x->grad >= 0 || g->tensors[g->ops[ed->p].out[ed->po]].grad >= 0)) b = reshard(&B, x, &gi, &go);
+        fwd_s[ed->c] += ed->w * (f > 0 ? f : 0);
+        bwd_s[ed->c] += ed->w * (b > 0 ? b : 0);
+    }
+}
+
+void ilp_dump(FILE *f, const pcc_graph *g, const pcc_intra *s) {
+    char mem[32];
+    fprintf(f, "schedule: %d devices; ILP %d rows, %d columns, %d nonzeros: %s in %.3f s\n", s->t->devices, s->ilp.rows,
+            s->ilp.cols, s->ilp.nonzeros, mip_status_name(s->ilp.status), s->ilp.seconds);
+    fprintf(f, "  objective %.6g s per step (compute %.6g + gradient sync %.6g + resharding %.6g), bound %.6g, gap %.2f%%\n",
+            s->ilp.objective, s->compute_s, s->sync_s, s->reshard_s, s->ilp.bound, 100 * s->ilp.gap);
+    fprintf(f, "  memory per device %s\n", fmt_bytes(mem, sizeof mem, s->memory_bytes));
+    for (int i = 0; i < s->t->n_ops; i++) {
+        const pcc_op_cands *oc = &s->t->ops[i];
+        const pcc_op *op = &g->ops[oc->op];
+        const pcc_cand *c = &oc->c[s->choice[i]];
+        fprintf(f, "  %-18s %-14s %-16s ", op->ptr, pcc_ops[op->kind].name, g->tensors[op->out[0]].name);
+        if (c->dim >= 0) fprintf(f, "split %s=%s/%d", c->letter, g->dims[c->dim].name, c->ways);
+        else fprintf(f, "replicate");
+        fprintf(f, "%s  (%s)\n", c->recompute ? " recompute" : "", s->cause[i]);
+    }
 }

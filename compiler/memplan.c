@@ -1,5 +1,5 @@
 /*
- * memplan.c: the memory planner, and the parts of a plan that every emitter writes alike.
+ * memplan.c: the memory planner.
  *
  * The planner takes a program's buffers and instructions and gives every buffer a static offset
  * in the program's arena. Every buffer gets an interval of instruction indices in which it is
@@ -10,8 +10,8 @@
  * over their interval, largest first. The arena is the exact peak of the plan; plan_check proves
  * that no two live buffers overlap.
  *
- * Both emitters use it: emit.c (one program per pipeline stage) and burst.c (one program per
- * set of ranks that burst parallelism runs alike).
+ * It takes phase 3's programs as they are (preserve.c's, one per pipeline stage, or burst.c's,
+ * one per set of ranks that burst parallelism runs alike), before the emitter writes them.
  */
 #include "plancc.h"
 
@@ -172,7 +172,7 @@ static void bucket_extents(mprog *P) {
 }
 
 // Places the buffers; returns the arena size and the largest sum live at one instruction.
-static uint64_t memplan(mprog *P, uint64_t *live_bound) {
+static uint64_t place(mprog *P, uint64_t *live_bound) {
     for (int b = 0; b < P->n_buf; b++) {
         pcc_mbuf *eb = &P->buf[b];
         uint64_t slot = align_up(eb->bytes);
@@ -237,133 +237,10 @@ static uint64_t memplan(mprog *P, uint64_t *live_bound) {
     return arena;
 }
 
-uint64_t memplan_place(pcc_mbuf *buf, int n_buf, const plan_insn *insn, int n_insn, const uint32_t *args,
-                       const plan_attrs *attrs, uint64_t *live_bound) {
-    mprog P = {.buf = buf, .n_buf = n_buf, .insn = insn, .n_insn = n_insn, .args = args, .attrs = attrs};
-    return memplan(&P, live_bound);
-}
-
-/* ---- writing the plan ---- */
-
-const char *emit_strdup(plan *p, const char *s) {
-    if (!s) return NULL;
-    size_t n = strlen(s) + 1;
-    char *d = plan_alloc(p, n);
-    PCC_ASSERT(d);
-    memcpy(d, s, n);
-    return d;
-}
-
-void *emit_memdup(plan *p, const void *src, size_t n) {
-    void *d = plan_alloc(p, n ? n : 1);
-    PCC_ASSERT(d);
-    if (n) memcpy(d, src, n);
-    return d;
-}
-
-// A param's initializer or an input's data source, as the plan carries it (other kinds: none).
-// The pcc enums and the plan's differ by the plan's NONE; mapped by name, not by arithmetic.
-static void fill_source(const pcc_tensor *T, plan_tensor *pt) {
-    static const uint8_t init[] = {[PCC_INIT_ZEROS] = PLAN_INIT_ZEROS, [PCC_INIT_ONES] = PLAN_INIT_ONES,
-                                   [PCC_INIT_NORMAL] = PLAN_INIT_NORMAL, [PCC_INIT_UNIFORM] = PLAN_INIT_UNIFORM};
-    static const uint8_t data[PCC_DATA_KIND_COUNT] = {
-        [PCC_DATA_NORMAL] = PLAN_DATA_NORMAL,   [PCC_DATA_BINARY] = PLAN_DATA_BINARY,
-        [PCC_DATA_RANDINT] = PLAN_DATA_RANDINT, [PCC_DATA_TOKENS] = PLAN_DATA_TOKENS,
-        [PCC_DATA_TARGETS] = PLAN_DATA_TARGETS, [PCC_DATA_ARANGE] = PLAN_DATA_ARANGE,
-        [PCC_DATA_TEACHER] = PLAN_DATA_TEACHER};
-    if (T->kind == PCC_T_PARAM) {
-        PCC_ASSERT((unsigned)T->init.kind < sizeof init);
-        pt->source = init[T->init.kind];
-        if (pt->source == PLAN_INIT_NORMAL || pt->source == PLAN_INIT_UNIFORM) pt->a = T->init.a, pt->b = T->init.b;
-    } else if (T->kind == PCC_T_INPUT) {
-        PCC_ASSERT((unsigned)T->data.kind < PCC_DATA_KIND_COUNT);
-        pt->source = data[T->data.kind];
-        if (pt->source == PLAN_DATA_TEACHER) pt->a = T->data.scale, pt->b = T->data.bias;
-        else if (plan_source_args(PLAN_T_INPUT, pt->source)) pt->a = (double)T->data.high;
+void memplan(pcc_programs *pr) {
+    for (int k = 0; k < pr->n; k++) {
+        pcc_program *q = &pr->prog[k];
+        mprog P = {.buf = q->buf, .n_buf = q->n_buf, .insn = q->insn, .n_insn = q->n_insn, .args = q->args, .attrs = q->attrs};
+        q->arena = place(&P, &q->live_bound);
     }
-}
-
-void emit_tensors(plan *p, const pcc_graph *g) {
-    p->n_tensors = (uint32_t)g->n_tensors;
-    p->tensors = plan_alloc(p, sizeof(plan_tensor) * (size_t)(g->n_tensors + 1));
-    PCC_ASSERT(p->tensors);
-    for (int t = 0; t < g->n_tensors; t++) {
-        const pcc_tensor *T = &g->tensors[t];
-        plan_tensor *pt = &p->tensors[t];
-        pt->name = emit_strdup(p, T->name);
-        pt->dtype = (uint8_t)T->dtype, pt->kind = (uint8_t)T->kind, pt->rank = (uint8_t)T->rank;
-        pt->copies = (uint32_t)tensor_copies(g, T);
-        for (int i = 0; i < T->rank; i++) pt->shape[i] = g->dims[T->dims[i]].size;
-        fill_source(T, pt);
-    }
-}
-
-plan_buffer *emit_buffers(plan *p, const pcc_mbuf *buf, int n_buf) {
-    plan_buffer *out = plan_alloc(p, sizeof(plan_buffer) * (size_t)(n_buf + 1));
-    PCC_ASSERT(out);
-    for (int b = 0; b < n_buf; b++) {
-        const pcc_mbuf *eb = &buf[b];
-        plan_buffer *pb = &out[b];
-        pb->tensor = eb->tensor, pb->dtype = eb->dtype, pb->shard = eb->shard;
-        pb->offset = eb->offset, pb->bytes = eb->bytes;
-        pb->mb_slots = eb->mb_slots, pb->layer_slots = eb->layer_slots, pb->layer_base = eb->layer_base;
-        pb->flags = eb->persist ? PLAN_BUF_PERSIST : 0;
-        pb->mb_stride = eb->mb_stride, pb->layer_stride = eb->layer_stride;
-    }
-    return out;
-}
-
-plan_insn *emit_insn(pcc_arena *ar, plan_insn **insns, int *n_insn, int *cap_insn, uint32_t **argv, int *n_args,
-                     int *cap_args, plan_insn_kind k, int stream, plan_phase phase, const int *args, int nargs) {
-    plan_insn *in = VEC_PUSH(ar, *insns, *n_insn, *cap_insn);
-    in->kind = (uint8_t)k;
-    in->stream = (uint8_t)stream;
-    in->phase = (uint8_t)(k <= PLAN_I_COPY ? phase : PLAN_PHASE_NONE);
-    in->nargs = (uint16_t)nargs;
-    in->args = (uint32_t)*n_args;
-    in->attrs = PLAN_NONE;
-    for (int i = 0; i < nargs; i++) *VEC_PUSH(ar, *argv, *n_args, *cap_args) = (uint32_t)args[i];
-    return in;
-}
-
-void emit_program(plan *p, plan_program *pr, const char *name, uint64_t arena, bool sync, const pcc_mbuf *buf, int n_buf,
-                  const plan_insn *insn, int n_insn, const uint32_t *args, int n_args, const plan_attrs *attrs, int n_attrs) {
-    pr->name = emit_strdup(p, name);
-    pr->arena_bytes = arena;
-    pr->n_streams = sync ? 2 : 1;
-    pr->priority[1] = sync ? -1 : 0;
-    pr->n_events = sync ? 2 : 0;
-    pr->n_buffers = (uint32_t)n_buf;
-    pr->buffers = emit_buffers(p, buf, n_buf);
-    pr->n_insns = (uint32_t)n_insn;
-    pr->insns = emit_memdup(p, insn, sizeof(plan_insn) * (size_t)n_insn);
-    pr->n_args = (uint32_t)n_args;
-    pr->args = emit_memdup(p, args, sizeof(uint32_t) * (size_t)n_args);
-    pr->n_attrs = (uint32_t)n_attrs;
-    pr->attrs = emit_memdup(p, attrs, sizeof(plan_attrs) * (size_t)n_attrs);
-}
-
-uint32_t emit_attrs(pcc_arena *ar, plan_attrs **v, int *n, int *cap, const pcc_op *op, bool accumulate) {
-    plan_attrs a;
-    memset(&a, 0, sizeof a);
-    const pcc_attrs *s = &op->attrs;
-    a.f[PLAN_AF_SCALE] = s->scale, a.f[PLAN_AF_EPS] = s->eps, a.f[PLAN_AF_P] = s->p, a.f[PLAN_AF_LR] = s->lr;
-    a.f[PLAN_AF_BETA1] = s->beta1, a.f[PLAN_AF_BETA2] = s->beta2, a.f[PLAN_AF_WEIGHT_DECAY] = s->weight_decay;
-    a.f[PLAN_AF_MOMENTUM] = s->momentum;
-    a.i[PLAN_AI_SEED] = s->seed, a.i[PLAN_AI_AXIS] = s->axis, a.i[PLAN_AI_START] = s->start, a.i[PLAN_AI_END] = s->end;
-    a.i[PLAN_AI_CAUSAL] = s->causal, a.i[PLAN_AI_ACCUMULATE] = op->accumulate || accumulate;
-    a.i[PLAN_AI_GHOST] = s->ghost_batch;
-    for (int i = 0; i < PLAN_MAX_RANK; i++) a.perm[i] = s->perm[i];
-    for (int i = 0; i < 2; i++) a.win[i] = s->kernel[i], a.win[2 + i] = s->stride[i], a.win[4 + i] = s->pad[i];
-    return emit_attrs_add(ar, v, n, cap, &a);
-}
-
-uint32_t emit_attrs_add(pcc_arena *ar, plan_attrs **v, int *n, int *cap, const plan_attrs *a) {
-    plan_attrs zero;
-    memset(&zero, 0, sizeof zero);
-    if (memcmp(a, &zero, sizeof *a) == 0) return PLAN_NONE;
-    for (int i = 0; i < *n; i++)
-        if (memcmp(&(*v)[i], a, sizeof *a) == 0) return (uint32_t)i;
-    *VEC_PUSH(ar, *v, *n, *cap) = *a;
-    return (uint32_t)(*n - 1);
 }

@@ -352,7 +352,7 @@ static pcc_status load_axis(loader *L, const pcc_json *v, const char *ptr, int r
 }
 
 // Ghost batch norm's group: a positive integer that divides the batch (axis 0 of x), so every
-// group is whole; strategy_batch checks it again when --global-batch changes the batch.
+// group is whole; batch_apply checks it again when --global-batch changes the batch.
 static pcc_status load_ghost(loader *L, pcc_op *op, const pcc_json *v, const char *ptr) {
     pcc_status st = json_int(&L->r, v, ptr, 1, MAX_DIM_SIZE, &op->attrs.ghost_batch);
     if (st) return st;

@@ -9,7 +9,9 @@
  * their own rule. A failing check names the operand (FILE:/ops/3/in/1) and says what it wanted.
  *
  * FLOPs follow the usual convention (a multiply-add is 2); attention counts the full s x s score
- * matrix as Megatron-LM does, causal or not.
+ * matrix as Megatron-LM does, causal or not. graph_totals sums them, and the parameters' and
+ * kept activations' bytes, over the whole graph (the --check report, and the memory that phase
+ * 2 counts per device).
  */
 #include "plancc.h"
 
@@ -707,4 +709,30 @@ double op_bytes(const pcc_graph *g, const pcc_op *op) {
     if (pcc_ops[op->kind].flags & PCC_OPF_INPLACE) // read and written back: all but the gradient
         b += b - tensor_bytes(g, &g->tensors[op->in[1]]);
     return b;
+}
+
+/* ---- totals over the graph ---- */
+
+void graph_totals(const pcc_graph *g, pcc_totals *t) {
+    memset(t, 0, sizeof *t);
+    for (int i = 0; i < g->n_tensors; i++) {
+        const pcc_tensor *x = &g->tensors[i];
+        double n = (double)tensor_numel(g, x) * (double)tensor_copies(g, x), b = tensor_bytes(g, x) * (double)tensor_copies(g, x);
+        if (x->kind == PCC_T_PARAM) {
+            t->params += n;
+            t->bytes_weights += b;
+            if (x->grad >= 0) t->bytes_grads += b;
+        }
+        if (x->kind == PCC_T_STATE) t->bytes_optim += b;
+        if (x->saved) t->bytes_acts += b;
+    }
+    for (int o = 0; o < g->n_ops; o++) {
+        const pcc_op *op = &g->ops[o];
+        double f = op_flops(g, op) * (double)op_copies(g, op), mm = op_flops_matmul(g, op) * (double)op_copies(g, op);
+        switch (op->phase) {
+        case PCC_PHASE_FWD: t->flops_fwd += f; t->flops_fwd_matmul += mm; break;
+        case PCC_PHASE_BWD: t->flops_bwd += f; t->flops_bwd_matmul += mm; break;
+        case PCC_PHASE_OPT: t->flops_opt += f; break;
+        }
+    }
 }

@@ -1,10 +1,26 @@
 /*
  * plancc.h: the compiler's one internal header, sectioned by file.
  *
- * plancc turns a model (JSON graph) and a cluster (JSON) into a parallel training plan. The
- * compile is a row of passes over one graph IR (this header's "graph IR" section):
+ * plancc turns a model (JSON graph) and a cluster (JSON) into a parallel training plan. main()
+ * (main.c) is the pipeline, one call per box of the data flow; each is one file's entry point,
+ * and the sections below follow the flow, one per file, each with its entry points and their
+ * contracts (everything else in a file is static):
  *
- *   model_load (model.c)  ->  graph_check  ->  autodiff (autodiff.c)  ->  graph_check  -> ...
+ *   options_parse (options.c)
+ *   model_load (model.c) -> batch_apply (batch.c) -> graph_check (check.c) -> autodiff
+ *     (autodiff.c) -> graph_check; cluster_load (cluster.c)
+ *   phase 1: transform_all (transform.c), for the group sizes search_group_sizes names
+ *   phase 2: search (search.c), with the intra-operator ILP (ilp.c, solved by glpk.c), the
+ *            step-time estimate (estimate.c) and the cost model (cost.c, reshard.c)
+ *   phase 3: preserve (preserve.c), from layout.c's decisions (every value's stage and
+ *            layout), walking the micro-batch schedule (pipeline.c) and inserting reshard.c's
+ *            collectives; burst.c is DeepPool's phases 2 and 3
+ *   memplan (memplan.c) -> emit_plan (emit.c, bgsync.c) -> check_plan (check.c) -> plan_write
+ *
+ * Around the pipeline: driver.c's two loops (the micro-batch count; which ranked strategy
+ * fits), report.c's reports, util.c and json.c below everything (json.c is the only file that
+ * sees cJSON, glpk.c the only one that sees GLPK). The graph IR is this header's "graph IR"
+ * section; the plan is the plan library's (runtime/plan.h).
  *
  * Every pass returns a pcc_status. Bad input is reported through diag() with the input file and
  * the JSON Pointer of the node at fault, and the pass returns PCC_ERR_INPUT; broken internal
@@ -20,7 +36,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "plan.h" // the plan (runtime/plan.h), which phase 3 emits
+#include "plan.h" // the plan (runtime/plan.h), which the emitter writes
 
 #define PCC_VERSION "0.1.0"
 
@@ -50,6 +66,9 @@ void *arena_realloc(pcc_arena *a, void *p, size_t old_n, size_t new_n);
 char *arena_strdup(pcc_arena *a, const char *s);
 char *arena_printf(pcc_arena *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 size_t arena_bytes(const pcc_arena *a); // bytes held (for the memory figures of --check -v)
+// Appends text to the string s (*n characters in *cap bytes of arena a), growing it; returns the
+// string, which may have moved.
+char *arena_append(pcc_arena *a, char *s, size_t *n, size_t *cap, const char *text);
 
 // Growable array of T in an arena: `T *v; int n, cap;` plus VEC_PUSH(arena, v, n, cap), which
 // returns a pointer to the new (zeroed) last element. Growth may move the array.
@@ -78,6 +97,9 @@ void warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 // Reads a whole file into an arena; NUL-terminated; *len excludes the NUL. Reports and returns
 // PCC_ERR_INPUT when it cannot.
 pcc_status file_read_all(pcc_arena *a, const char *path, char **out, size_t *len, size_t max_bytes);
+
+// Seconds on a monotonic clock (for the summaries' timings).
+double clock_s(void);
 
 // Human-readable counts: "124.44 M", "1.23 GiB", "3.10 TFLOP". Writes into buf, returns buf.
 char *fmt_count(char *buf, size_t n, double x);
@@ -313,18 +335,31 @@ bool graph_is_table(const pcc_graph *g, int t);
 // Whether the training step synchronizes the gradient of param t where it is replicated: always,
 // but under --sync background (bg_dense) only a table's (dense replicas average in the background).
 bool graph_step_synced(const pcc_graph *g, int t, bool bg_dense);
-// Where forward op i's gradients may share a bucket (emit.c): a block's copy, or one stretch of
-// top-level ops between two blocks; the emitter closes the open bucket at every loop boundary.
+// Where forward op i's gradients may share a bucket (preserve.c): a block's copy, or one stretch
+// of top-level ops between two blocks; phase 3 closes the open bucket at every loop boundary.
 // 0..n_blocks: top-level stretches; n_blocks + 1 + b: block b's copies.
 int graph_bucket_segment(const pcc_graph *g, int i);
+// Block b's family: itself for a forward block, else the forward block it derives from (the
+// backward and optimizer blocks of a forward block share its copy numbering).
+int graph_block_family(const pcc_graph *g, int b);
+// The carry of block bl whose inner input (inner: true) or source (false) is tensor t, or -1.
+int graph_carry_of(const pcc_block *bl, int t, bool inner);
+// Whether tensor t is a gradient of a parameter (a contribution to it, or the sum itself), and
+// whether it is the one the parameter's optimizer reads.
+bool graph_is_param_grad(const pcc_graph *g, int t);
+bool graph_is_final_param_grad(const pcc_graph *g, int t);
+// The model dimension data parallelism splits: axis 0 of the first input with a shape (the
+// batch). -1 when the model has none.
+int graph_batch_dim(const pcc_graph *g);
+// The layers of the forward program, in order: every top-level forward op, and every copy of
+// every forward block (what pipeline stages cut and the estimate walks). Can't fail.
+typedef struct pcc_layer {
+    int op;                 // a top-level forward op, or -1
+    int block, copy;        // else a forward block and one of its copies
+} pcc_layer;
+pcc_layer *graph_layers(const pcc_graph *g, int *n);
 // "[B,S,H]" into buf.
 char *shape_str(const pcc_graph *g, const pcc_tensor *t, char *buf, size_t n);
-
-// Verifier, run after every pass: indices in range, every tensor produced once and before it is
-// read (in program order, blocks respected), shapes agree with each op's rule, bindings typed
-// alike. Returns PCC_ERR_INTERNAL with a message on a broken IR (input errors were caught in
-// model.c already, so a failure here is plancc's bug).
-pcc_status graph_check(const pcc_graph *g);
 
 /* ---------------------------------------------------------------- ops.c */
 
@@ -356,11 +391,59 @@ int op_letters(const pcc_graph *g, const pcc_op *op, pcc_letter *out);
 // Bytes read and written by one instance (each operand once).
 double op_bytes(const pcc_graph *g, const pcc_op *op);
 
+// Totals over the graph, for the --check report and the memory the phases count: parameter
+// elements, FLOPs per step by phase (all copies), and the bytes of weights, gradients,
+// optimizer state and kept activations. Can't fail.
+typedef struct pcc_totals {
+    double params;          // parameter elements
+    double flops_fwd, flops_bwd, flops_opt;
+    double flops_fwd_matmul, flops_bwd_matmul;
+    double bytes_weights, bytes_grads, bytes_optim, bytes_acts;
+} pcc_totals;
+void graph_totals(const pcc_graph *g, pcc_totals *t);
+
+/* ---------------------------------------------------------------- check.c */
+
+// Verifier, run after every pass: indices in range, every tensor produced once and before it is
+// read (in program order, blocks respected), shapes agree with each op's rule, bindings typed
+// alike. Returns PCC_ERR_INTERNAL with a message on a broken IR (input errors were caught in
+// model.c already, so a failure here is plancc's bug).
+pcc_status graph_check(const pcc_graph *g);
+// plan_check (runtime/plan_check.c) on a plan the compiler emitted: PCC_ERR_INTERNAL with a
+// message when it fails (a plancc bug), else PCC_OK.
+pcc_status check_plan(const plan *p);
+
 /* ---------------------------------------------------------------- model.c */
 
 // Loads and fully checks a model file; builds the forward graph. On bad input reports one
 // diagnostic with the file and JSON Pointer and returns PCC_ERR_INPUT; *out is then NULL.
 pcc_status model_load(pcc_arena *a, const char *path, pcc_graph **out);
+
+/* ---------------------------------------------------------------- batch.c */
+
+// The batch options (--global-batch, --micro-batch-size, --micro-batches).
+typedef struct pcc_batch_opts {
+    int64_t global_batch;       // samples per step; 0: as the model file says
+    int micro_batch_size;       // samples per micro-batch on each data-parallel replica; 0: not given
+    int dp;                     // the template's data parallelism (--dp; 0: not given)
+    int micro_batches;          // --micro-batches (1 when not given)
+    bool micro_batches_given;
+} pcc_batch_opts;
+
+// Sets the model's batch dimension (axis 0 of its first input) to the samples of one
+// micro-batch step over all replicas, and o->micro_batches and g->micro_batches:
+//   global and size:  micro-batches = global / (size * dp), batch = size * dp
+//   global only:      batch = global / micro-batches (as given, default 1)
+//   size only:        batch = size * dp, micro-batches as given; o->global_batch is then set to
+//                     the samples of the step (what the plan records)
+// micro_batches_given says whether o->micro_batches came from --micro-batches (then it must
+// agree). Call it after model_load, before graph_check and autodiff. PCC_ERR_INPUT (reported)
+// when the numbers do not divide, the model has no batch dimension, or a ghost batch norm's group
+// does not divide the batch so set.
+pcc_status batch_apply(pcc_graph *g, pcc_batch_opts *o);
+// The batch a micro-batch holds must be a multiple of this: the least common multiple of the
+// ghost batch norms' groups over the batch dimension (1 if none). Can't fail.
+int64_t batch_grain(const pcc_graph *g);
 
 /* ---------------------------------------------------------------- autodiff.c */
 
@@ -422,7 +505,7 @@ int profile_size(const pcc_profile *p);
 
 /* ---------------------------------------------------------------- cost.c */
 
-/* The cost model behind one interface: the scheduler, the template estimate (strategy.c) and
+/* The cost model behind one interface: the scheduler, the step-time estimate (estimate.c) and
  * the reports ask it for times. Compute is a roofline over the cluster's datasheet figures with
  * a shape-dependent GEMM efficiency (cuBLAS tile and wave quantization, main-loop depth) and
  * the sustained fractions the cluster file gives; memory-bound operators stream at the
@@ -480,7 +563,7 @@ double cost_op_s(const pcc_cluster *c, const pcc_graph *g, const pcc_op *op, con
 // (all-to-all, send/recv). Ring algorithm with alpha per step over the bus bandwidth of the
 // slowest link; an all-reduce across nodes takes NCCL's tree instead where that is faster.
 double cost_collective_s(const pcc_cluster *c, pcc_coll kind, double bytes, pcc_group_shape g);
-// One gradient's share of a bucketed collective (emit.c's --bucket-mb buckets): `bytes` of it
+// One gradient's share of a bucketed collective (preserve.c's --bucket-mb buckets): `bytes` of it
 // travel with others, `pool` bytes in all being ready to share buckets of up to bucket_bytes,
 // so that each bucket's time (latency and launch included) is split by bytes among its members.
 // A gradient as large as its bucket, or bucket_bytes 0, takes a collective of its own.
@@ -550,18 +633,28 @@ typedef struct pcc_transform {
 // candidate (and its recomputed twin where recompute applies). This function can't fail on a
 // checked graph.
 pcc_transform *transform(const pcc_graph *g, int devices);
+// Phase 1 for every group size the search asks for (search_group_sizes), in the order given.
+typedef struct pcc_transforms {
+    int n;
+    pcc_transform **t;
+} pcc_transforms;
+pcc_transforms *transform_all(const pcc_graph *g, const int *sizes, int n);
+// The candidates on a group of `devices`, or NULL when phase 1 did not make them.
+const pcc_transform *transform_find(const pcc_transforms *ts, int devices);
 // Writes the candidates in a fixed text form (one op per line group), for -d t and tests.
-void transform_dump(FILE *f, const pcc_graph *g, const pcc_transform *t);
+void transform_dump(FILE *f, const pcc_graph *g, const pcc_transforms *ts);
 
-/* ---------------------------------------------------------------- rvd.c */
+/* ---------------------------------------------------------------- reshard.c */
 
-/* Resharding: the cheapest chain of steps that turns a tensor's layout on a group into another
- * layout on the same group (nnScaler's intra-RVD search). Steps, each changing one factor:
+/* Resharding: the collectives that turn a tensor's layout into another. For the scheduler, the
+ * cheapest chain of steps between two layouts of a tensor on one group (nnScaler's intra-RVD
+ * search, reshard_rvd). Steps, each changing one factor:
  *   D->R all-gather, V->R all-reduce, V->D reduce-scatter, D->D all-to-all (between two dims),
  *   R->D local slice, R->V local scale (no communication).
  * The search is Dijkstra over all layouts of the tensor on the group, with the cost model's
  * time per step plus a launch per collective, so that a chain of small collectives does not win
- * over one bigger one only by the alpha-beta model's count of ring hops. */
+ * over one bigger one only by the alpha-beta model's count of ring hops. For phase 3, the chain
+ * over the mesh axes that it emits (reshard_steps). */
 
 typedef enum pcc_step_kind {
     PCC_STEP_ALL_GATHER, PCC_STEP_ALL_REDUCE, PCC_STEP_REDUCE_SCATTER, PCC_STEP_ALL_TO_ALL,
@@ -585,44 +678,54 @@ typedef struct pcc_reshard {
 // The cheapest way from `from` to `to` for tensor t on a group of `grp.size` devices (both
 // layouts multiply out to it). Fills *path when non-NULL. Returns the time in seconds, 0 when
 // the layouts are equal, or -1 when no chain exists (a split that does not divide a dimension).
-double rvd_reshard(const pcc_cluster *c, const pcc_graph *g, const pcc_tensor *t, const pcc_layout *from,
+double reshard_rvd(const pcc_cluster *c, const pcc_graph *g, const pcc_tensor *t, const pcc_layout *from,
                    const pcc_layout *to, pcc_group_shape grp, pcc_reshard *path);
 // "R2V1D(4,1)" into buf.
 char *layout_str(const pcc_layout *l, int rank, char *buf, size_t n);
+// Phase 3's resharding chain from layout `from` to `to` of a tensor of rank `rank` on the mesh
+// pp x dp x tp: collectives over one axis each (kind: pcc_coll), undoing splits from the least
+// significant axis up, then at most one local slice (kind -1) to what is left. Each step has the
+// layout after it. Returns the count (0 when equal; at most PCC_AXES + 1). Can't fail.
+typedef struct pcc_reshard_step {
+    int kind, axis;
+    plan_shard after;
+} pcc_reshard_step;
+int reshard_steps(plan_shard from, plan_shard to, int rank, pcc_reshard_step *steps);
 
-/* ---------------------------------------------------------------- ilp.c */
+/* ---------------------------------------------------------------- glpk.c */
 
-/* A mixed-integer program builder and one GLPK solve (GLPK never leaves ilp.c). */
-typedef struct pcc_ilp pcc_ilp;
-typedef enum pcc_ilp_sense { PCC_ILP_EQ, PCC_ILP_LE, PCC_ILP_GE } pcc_ilp_sense;
-typedef enum pcc_ilp_status {
-    PCC_ILP_OPTIMAL, PCC_ILP_GAP, PCC_ILP_TIME_LIMIT, // a solution (proven, within the gap, best so far)
-    PCC_ILP_INFEASIBLE, PCC_ILP_NO_SOLUTION, PCC_ILP_ERROR,
-} pcc_ilp_status;
-typedef struct pcc_ilp_opts {
+/* A mixed-integer program builder and one GLPK solve (GLPK never leaves glpk.c), and the
+ * progress line of a long compile. */
+typedef struct pcc_mip pcc_mip;
+typedef enum pcc_mip_sense { PCC_MIP_EQ, PCC_MIP_LE, PCC_MIP_GE } pcc_mip_sense;
+typedef enum pcc_mip_status {
+    PCC_MIP_OPTIMAL, PCC_MIP_GAP, PCC_MIP_TIME_LIMIT, // a solution (proven, within the gap, best so far)
+    PCC_MIP_INFEASIBLE, PCC_MIP_NO_SOLUTION, PCC_MIP_ERROR,
+} pcc_mip_status;
+typedef struct pcc_mip_opts {
     double time_limit_s;    // > 0
     double mip_gap;         // relative, in [0, 1)
     bool progress;          // with no driver's progress line on, a line of its own on a terminal
     const char *dump_lp;    // write the model as CPLEX LP text here first (NULL: no)
-} pcc_ilp_opts;
-typedef struct pcc_ilp_result {
-    pcc_ilp_status status;
+} pcc_mip_opts;
+typedef struct pcc_mip_result {
+    pcc_mip_status status;
     double objective, bound, gap, seconds;
     int rows, cols, nonzeros;
     double *x;              // column values (when there is a solution)
-} pcc_ilp_result;
+} pcc_mip_result;
 
-pcc_ilp *ilp_init(pcc_arena *a);
+pcc_mip *mip_init(pcc_arena *a);
 // Columns and rows get names (kept, not copied: arena strings) so --dump-ilp reads well.
-int ilp_add_col(pcc_ilp *p, const char *name, bool binary, double lo, double hi, double cost);
-int ilp_add_row(pcc_ilp *p, const char *name, pcc_ilp_sense sense, double rhs);
-void ilp_set(pcc_ilp *p, int row, int col, double coef);
-int ilp_cols(const pcc_ilp *p);
-int ilp_rows(const pcc_ilp *p);
+int mip_add_col(pcc_mip *p, const char *name, bool binary, double lo, double hi, double cost);
+int mip_add_row(pcc_mip *p, const char *name, pcc_mip_sense sense, double rhs);
+void mip_set(pcc_mip *p, int row, int col, double coef);
+int mip_cols(const pcc_mip *p);
+int mip_rows(const pcc_mip *p);
 // Solves; PCC_ERR_INPUT for bad parameters or an unwritable dump file; otherwise PCC_OK with
 // the outcome in r->status (the caller decides what an infeasible model means).
-pcc_status ilp_solve(pcc_ilp *p, const pcc_ilp_opts *o, pcc_ilp_result *r);
-const char *ilp_status_name(pcc_ilp_status s);
+pcc_status mip_solve(pcc_mip *p, const pcc_mip_opts *o, pcc_mip_result *r);
+const char *mip_status_name(pcc_mip_status s);
 
 // The progress line of a long compile: one line on stderr, redrawn in place, with the phase and,
 // during an ILP solve, its size, incumbent, bound and gap. progress_init(on) turns it on when
@@ -635,7 +738,7 @@ void progress_phase(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void progress_clear(void);
 void progress_done(void);
 
-/* ---------------------------------------------------------------- sched.c */
+/* ---------------------------------------------------------------- ilp.c */
 
 /* Phase 2, space-time scheduling, its intra-operator part (Alpa's formulation): one candidate
  * per forward operator on a group of devices, minimizing compute + gradient synchronization +
@@ -644,7 +747,7 @@ void progress_done(void);
  * its carried state an edge from one copy to the next. When the program would be large,
  * cheap element-wise operators follow their producer (no variables of their own). */
 
-typedef struct pcc_sched_opts {
+typedef struct pcc_intra_opts {
     pcc_group_shape group;  // the devices the operators are split over
     double memory_bytes;    // per device budget
     // What the candidates' bytes (parameters, and kept activations of the group's whole batch
@@ -657,71 +760,67 @@ typedef struct pcc_sched_opts {
     bool bg_dense;
     double bucket_bytes;    // gradients share collectives of up to this (--bucket-mb); 0: one each
     double follow_above_cols; // element-wise ops follow their producer when the program would have more columns (0: 50,000)
-    pcc_ilp_opts ilp;
+    pcc_mip_opts ilp;
     bool quiet;             // an infeasible program returns PCC_ERR_INFEASIBLE without a message
-} pcc_sched_opts;
+} pcc_intra_opts;
 
-typedef struct pcc_sched {
+typedef struct pcc_intra {
     const pcc_transform *t;
     int *choice;            // per forward op (index into t->ops[i].c)
     const char **cause;     // per forward op: why ("ilp", "follow:/ops/3")
     int *leader;            // per forward op: the op whose ILP variable decides it (itself if none)
     int **follow;           // per forward op: its candidate for each of its leader's candidates
-    pcc_ilp_result ilp;
+    pcc_mip_result ilp;
     double compute_s, sync_s, reshard_s; // per device per step, at the choice
     double memory_bytes;    // per device at the choice
-} pcc_sched;
+} pcc_intra;
 
 // Returns PCC_ERR_INFEASIBLE (with a message saying what would fit) when no choice fits memory.
-pcc_status sched_intra(const pcc_graph *g, const pcc_cluster *c, const pcc_transform *t, const pcc_sched_opts *o,
-                       pcc_sched **out);
+pcc_status ilp_intra(const pcc_graph *g, const pcc_cluster *c, const pcc_transform *t, const pcc_intra_opts *o,
+                       pcc_intra **out);
 // The ILP's objective for a given choice (one candidate index per forward op), computed
 // directly rather than by the solver; *memory gets the choice's bytes per device. -1 when an
 // edge of the choice has no resharding chain. (For tests, and to cost a template's choice.)
-double sched_eval(const pcc_graph *g, const pcc_cluster *c, const pcc_transform *t, const pcc_sched_opts *o,
+double ilp_eval(const pcc_graph *g, const pcc_cluster *c, const pcc_transform *t, const pcc_intra_opts *o,
                   const int *choice, double *memory);
-// The communication of a choice per forward op (t's order), for the template estimate:
+// The communication of a choice per forward op (t's order), for the step-time estimate:
 // fwd_s[i] the resharding of op i's inputs in the forward pass, bwd_s[i] that of their gradients
 // in the backward pass, both summed over the op's copies (per step of one micro-batch); sync_s[i]
 // the all-reduce of the gradients of the parameters it replicates over the group (all copies).
 // Arrays of t->n_ops. Evaluated on g as given (the caller may pass a graph whose batch dimension
 // is one data-parallel replica's). This function can't fail.
-void sched_op_comm(const pcc_graph *g, const pcc_cluster *c, const pcc_transform *t, const pcc_sched_opts *o,
+void ilp_op_comm(const pcc_graph *g, const pcc_cluster *c, const pcc_transform *t, const pcc_intra_opts *o,
                    const int *choice, double *fwd_s, double *bwd_s, double *sync_s);
 // The choice per operator with its cause, and the ILP's figures.
-void sched_dump(FILE *f, const pcc_graph *g, const pcc_sched *s);
+void ilp_dump(FILE *f, const pcc_graph *g, const pcc_intra *s);
 
-/* ---------------------------------------------------------------- strategy.c */
+/* ---------------------------------------------------------------- search.c */
 
-/* Phase 2, the mesh and the pipeline: how the devices factor into pp x dp x tp (tp varying
- * fastest, so a tensor-parallel group stays inside a node), which layers each pipeline stage
- * runs, and the split of every operator along the dp and tp axes. Two ways to get one:
- *   - a template (--dp --tp --pp): Megatron-LM's plan. The batch dimension is split over dp;
- *     the tp split of each operator comes from the intra-operator ILP (sched.c) on the tp group
- *     with the batch dimension excluded, which gives Megatron's column- then row-parallel
- *     linears; stages balance the layers' FLOPs.
- *   - --auto: every factorization of the devices (tp inside a node, dp dividing the batch, pp
- *     at most the number of layers), each with the ILP for its tp group, ranked by the cost
- *     model's step time; the emitter (emit.c) takes the best one that fits memory exactly. */
+/* Phase 2, the search: how the devices factor into pp x dp x tp (tp varying fastest, so a
+ * tensor-parallel group stays inside a node), which layers each pipeline stage runs, and the
+ * split of every operator along the dp and tp axes (the tp split from the intra-operator ILP
+ * of ilp.c on the tp group). A template (--dp --tp --pp) gives one strategy; --auto every
+ * factorization the ILP fits, ranked by the cost model's step time (estimate.c). */
 
 typedef enum pcc_recompute { PCC_RECOMPUTE_NONE, PCC_RECOMPUTE_FULL, PCC_RECOMPUTE_AUTO } pcc_recompute;
 typedef enum pcc_pipe_sched { PCC_PIPE_GPIPE = 1, PCC_PIPE_1F1B = 2 } pcc_pipe_sched; // plan_schedule's values
 
-typedef struct pcc_strategy_opts {
+typedef struct pcc_search_opts {
     int dp, tp, pp;             // 0: not given (auto)
     bool auto_mesh;             // search the factorizations (--auto, the default without --dp/--tp/--pp)
     int zero;                   // 0..3
     pcc_recompute recompute;
     pcc_pipe_sched schedule;    // 0: 1F1B when pp > 1
     int virtual_stages;         // model chunks per pipeline device (interleaved 1F1B); 0 or 1: none
-    bool bg_dense;              // --sync background: dense replicas are averaged off the step (pcc_sched_opts)
+    bool bg_dense;              // --sync background: dense replicas are averaged off the step (pcc_intra_opts)
     bool tp_batch;              // the template's ILP may split the batch over tp too (--tp-batch; implied by bg_dense)
     double bucket_bytes;        // --bucket-mb in bytes: the estimate's gradient buckets (0: one collective each)
-    pcc_ilp_opts ilp;
-    bool quiet;
-} pcc_strategy_opts;
+    pcc_mip_opts ilp;
+    bool quiet;                 // an infeasible search returns PCC_ERR_INFEASIBLE without a message
+    bool whole;                 // --check: no mesh; the ILP alone, on all the devices as one group
+} pcc_search_opts;
 
-// The template estimate of one training step, on the cost model (cost.c), and its parts. The
+// The estimate of one training step (estimate.c), on the cost model (cost.c), and its parts. The
 // per-device parts are those of the busiest pipeline device (the most seconds per micro-batch),
 // summed over the step's micro-batches.
 typedef struct pcc_estimate {
@@ -755,61 +854,72 @@ typedef struct pcc_strategy {
     int **copy_stage;           // per block (forward blocks), [repeat]
     int virtual_stages;         // model chunks per device (1: plain GPipe/1F1B; > 1: interleaved)
     bool bg_dense;              // planned for --sync background (the ILP and estimate leave dense syncs out)
-    double bucket_bytes;        // gradient bucket size the estimate assumes (pcc_strategy_opts)
+    double bucket_bytes;        // gradient bucket size the estimate assumes (pcc_search_opts)
     double est_step_s;          // the cost model's estimate of one step (est.step_s)
     pcc_estimate est;           // ... and its parts
     double est_memory_bytes;    // its estimate of the largest stage's memory per device
-    pcc_ilp_result ilp;         // the tp group's ILP (status OPTIMAL with 0 rows when tp = 1)
+    const pcc_intra *intra;     // the tp group's ILP and its choice (status OPTIMAL with 0 rows when tp = 1)
 } pcc_strategy;
 
-// The candidate strategies for the options: one for a template, all that the search finds for
-// --auto, best first (by est_step_s). PCC_ERR_INPUT (with a message) when a template does not
-// fit the devices or the model (dp not dividing the batch, pp above the number of layers, ...);
-// PCC_ERR_INFEASIBLE when no factorization is possible.
-pcc_status strategy_plan(const pcc_graph *g, const pcc_cluster *c, const pcc_strategy_opts *o, pcc_strategy ***out,
-                         int *n_out);
+// The tensor-parallel group sizes the search will try for the options (the ones phase 1 must
+// make candidates for): the template's tp, every tp of --auto's meshes, all the devices for
+// o->whole; in ascending order, *n of them (0 for a template that does not multiply out to the
+// devices: the search says why). Can't fail.
+int *search_group_sizes(const pcc_graph *g, const pcc_cluster *c, const pcc_search_opts *o, int *n);
+// The candidate strategies for the options, from phase 1's candidates t (search_group_sizes'
+// sizes): one for a template, all that the search finds for --auto, best first (by
+// est_step_s); with o->whole, one whose only parts are the mesh (tp = all devices) and intra.
+// PCC_ERR_INPUT (with a message) when a template does not fit the devices or the model (dp not
+// dividing the batch, pp above the number of layers, ...); PCC_ERR_INFEASIBLE when no
+// factorization is possible or nothing fits (with a message unless o->quiet).
+pcc_status search(const pcc_graph *g, const pcc_cluster *c, const pcc_transforms *t, const pcc_search_opts *o,
+                  pcc_strategy ***out, int *n);
 // "pp 2 x dp 2 x tp 2, 1f1b, 4 micro-batches" into buf.
 char *strategy_str(const pcc_strategy *s, char *buf, size_t n);
-// The batch options: global_batch samples per step (0: as the model file says) and
-// micro_batch_size samples per micro-batch on each data-parallel replica (0: not given; needs
-// dp, the template's). Sets the model's batch dimension (axis 0 of its first input) to the
-// samples of one micro-batch step over all replicas, and *micro_batches:
-//   global and size:  micro-batches = global / (size * dp), batch = size * dp
-//   global only:      batch = global / *micro_batches (as given, default 1)
-//   size only:        batch = size * dp, *micro_batches as given
-// micro_batches_given says whether *micro_batches came from --micro-batches (then it must agree).
-// Call it after model_load, before graph_check and autodiff. PCC_ERR_INPUT (reported) when the
-// numbers do not divide, the model has no batch dimension, or a ghost batch norm's group does not
-// divide the batch so set.
-pcc_status strategy_batch(pcc_graph *g, int64_t global_batch, int micro_batch_size, int dp, int *micro_batches,
-                          bool micro_batches_given);
-// The batch a micro-batch holds must be a multiple of this: the least common multiple of the
-// ghost batch norms' groups over the batch dimension (1 if none). Can't fail.
-int64_t strategy_batch_grain(const pcc_graph *g);
 
-/* ---------------------------------------------------------------- emit.c */
+/* ---------------------------------------------------------------- estimate.c */
 
-/* Phase 3, data dependency preservation, the memory planner and the plan: per pipeline stage
- * one program that every dp x tp rank of the stage runs. For each operator it finds the layout
- * of every operand from the strategy's split (the backward and optimizer operators from their
- * forward operator's), and where a producer's layout differs from a consumer's it inserts the
- * collectives that turn one into the other (all-gather, all-reduce, reduce-scatter,
- * all-to-all, a local slice), or a send/receive where they are on different stages. Gradients
- * of parameters replicated over dp are all-reduced (ZeRO: reduce-scattered, the parameters
- * all-gathered) on a second stream, overlapped with the backward pass of the last
- * micro-batch. Micro-batches run in the strategy's schedule (GPipe or 1F1B), repeated blocks
- * as loops. The memory planner then places every buffer at a static offset from its
- * liveness; the arena is the exact peak. */
+// The cost model's estimate of one training step of strategy s (its mesh, splits and stages
+// set; sc its tp group's ILP choice) into s->est: the busiest pipeline device's operators,
+// tensor-parallel resharding and sends per micro-batch, the schedule's bubble, then the
+// gradient synchronization the last backward pass does not hide, the optimizer and ZeRO's
+// all-gather. Can't fail.
+void estimate_step(const pcc_graph *g, const pcc_cluster *c, const pcc_intra *sc, pcc_strategy *s);
 
-// Phase 3's resharding chain from layout `from` to `to` of a tensor of rank `rank` on the mesh
-// pp x dp x tp: collectives over one axis each (kind: pcc_coll), undoing splits from the least
-// significant axis up, then at most one local slice (kind -1) to what is left. Each step has the
-// layout after it. Returns the count (0 when equal; at most PCC_AXES + 1).
-typedef struct pcc_reshard_step {
-    int kind, axis;
-    plan_shard after;
-} pcc_reshard_step;
-int reshard_steps(plan_shard from, plan_shard to, int rank, pcc_reshard_step *steps);
+/* ---------------------------------------------------------------- pipeline.c */
+
+/* The micro-batch schedules (GPipe, 1F1B, Megatron-LM's interleaved 1F1B): per pipeline device,
+ * the order of its units (a forward or backward pass of one micro-batch on one model chunk),
+ * with the loops over micro-batches, as phase 3 walks them. */
+
+typedef enum pcc_unit_kind {
+    PCC_UNIT_LOOP,      // a loop over micro-batches: `count` iterations of the units up to its END
+    PCC_UNIT_END,       // closes the innermost loop
+    PCC_UNIT_FWD,       // the forward pass of micro-batch `mb` on model chunk `chunk`
+    PCC_UNIT_BWD,       // its backward pass
+    PCC_UNIT_DEFERRED,  // interleaved, last: the once-a-step gradient sends of device `chunk`'s chunks
+} pcc_unit_kind;
+enum { PCC_PART_RECV = 1, PCC_PART_COMPUTE = 2, PCC_PART_SEND = 4, PCC_PART_ALL = 7 };
+typedef struct pcc_unit {
+    pcc_unit_kind kind;
+    int chunk;          // FWD, BWD: the stage or model chunk (chunk c runs on device c mod pp)
+    int mb;             // FWD, BWD: the micro-batch, counted from the enclosing loop's iteration
+    int count;          // LOOP: iterations
+    int part;           // FWD, BWD: which parts of the pass (PCC_PART_*; plain schedules: all)
+    bool last;          // BWD: the last micro-batch's (its gradients are final there)
+} pcc_unit;
+
+typedef struct pcc_pipeline {
+    int pp, V, M;               // pipeline devices, model chunks per device, micro-batches
+    pcc_pipe_sched schedule;    // GPipe or 1F1B (interleaved when V > 1)
+} pcc_pipeline;
+
+// The units of pipeline device d in the order it runs them, into *out (in arena a); returns
+// their count. Can't fail.
+int pipeline_units(pcc_arena *a, const pcc_pipeline *p, int d, pcc_unit **out);
+// Per stage (model chunk, pp * V of them): the most micro-batches whose forward pass it has run
+// and whose backward pass it has not, at once (the slots its kept activations need). Can't fail.
+int *pipeline_in_flight(pcc_arena *a, const pcc_pipeline *p);
 
 /* ---------------------------------------------------------------- bgsync.c */
 
@@ -849,27 +959,126 @@ typedef struct pcc_bg_param {
 void bgsync_emit(plan *p, plan_program *pr, const pcc_sync_opts *o, const pcc_bg_param *ps, int n, uint32_t stop_group,
                  const pcc_cluster *c);
 
-/* ---------------------------------------------------------------- emit.c (its options) */
+/* ---------------------------------------------------------------- preserve.c */
 
-typedef struct pcc_emit_opts {
-    const char *options;        // canonical option string, for META
-    uint64_t model_hash, cluster_hash;
+/* Phase 3, data dependency preservation: per pipeline stage one program that every dp x tp rank
+ * of the stage runs. For each operator it finds the layout of every operand from the strategy's
+ * split (the backward and optimizer operators from their forward operator's), and where a
+ * producer's layout differs from a consumer's it inserts the collectives that turn one into the
+ * other (reshard.c's chain: all-gather, all-reduce, reduce-scatter, all-to-all, a local slice),
+ * or a send/receive where they are on different stages. Gradients of parameters replicated over
+ * dp are all-reduced (ZeRO: reduce-scattered, the parameters all-gathered) in buckets on a
+ * second stream, overlapped with the backward pass of the last micro-batch. Micro-batches run
+ * in the order pipeline.c gives, repeated blocks as loops. Its output, the programs with their
+ * buffers unplaced, goes to the memory planner and then to the emitter. */
+
+// A buffer of a program being built: what the plan's buffer will hold, and the planner's state.
+typedef struct pcc_mbuf {
+    uint32_t tensor;
+    uint8_t dtype;
+    plan_shard shard;
+    uint64_t bytes;
+    uint32_t mb_slots, layer_slots, layer_base;
+    bool whole;                 // live for the whole program
+    bool persist;               // the home of a param, optimizer state or input (PLAN_BUF_PERSIST)
+    int first, last;            // liveness (instruction indices)
+    uint64_t mb_stride, layer_stride, extent; // slots at aligned strides; extent: all of them
+    uint64_t offset;
+    bool in_bucket;             // a member of a contiguous bucket (its first places them all)
+    int bucket_next;            // with in_bucket: the next buffer of its bucket, -1 for the last
+} pcc_mbuf;
+
+// One program of instructions over streams, as phase 3 builds it (preserve.c, burst.c): its
+// buffers (placed by the memory planner), instructions, their arguments and attributes, as the
+// plan will hold them.
+typedef struct pcc_program {
+    const char *name;           // "stage0", "burst2+"
+    pcc_mbuf *buf;      int n_buf;
+    plan_insn *insn;    int n_insn;
+    uint32_t *args;     int n_args;
+    plan_attrs *attrs;  int n_attrs;
+    bool sync;                  // uses a second stream and two events (the gradient synchronization's)
+    pcc_bg_param *bg;   int n_bg; // --sync background: the dense params its background round averages
+    uint64_t arena;             // the memory planner's: the arena's bytes (the exact peak) ...
+    uint64_t live_bound;        // ... and the most bytes live at one instruction (a lower bound)
+} pcc_program;
+
+// Phase 3's output: the programs, which rank runs which, the communicator groups, and what META
+// says of them (the mesh: world, n_axes, mesh, axis_names; micro_batches, schedule, zero_stage,
+// est_step_s, model_flops, notes in the arena; the emitter fills in the rest).
+typedef struct pcc_programs {
+    plan_meta meta;
+    pcc_program *prog;  int n;
+    uint32_t *rank_program;     // per rank (meta.world): its program
+    uint32_t *group_axes;       // per communicator group: its mesh axes (bits)
+    int n_groups;
+    const pcc_sync_opts *bg;    // --sync background: each program gets a background round; NULL: none
+    uint32_t bg_stop_group;     // the group continuous rounds agree on stopping over
+} pcc_programs;
+
+typedef struct pcc_preserve_opts {
     uint64_t bucket_bytes;      // gradient bytes per bucket (per rank); 0: one collective per gradient
-    bool quiet;
     pcc_sync_opts sync;         // --sync
-} pcc_emit_opts;
+} pcc_preserve_opts;
 
-typedef struct pcc_emitted {
-    plan *p;                    // malloc'd via plan_alloc; plan_free it
-    double peak_bytes;          // the largest program's arena
-    int peak_stage;
-    double live_bound_bytes;    // the largest sum of buffers live at one instruction (a lower bound)
-} pcc_emitted;
+// The programs of strategy s. PCC_ERR_INPUT (reported) for what phase 3 cannot make yet (ZeRO-2
+// with interleaving, more than 8 values carried by a block, a block summing a gradient over
+// copies on several stages, interleaving with a message that skips a chunk, a background-synced
+// parameter in a repeated block).
+pcc_status preserve(const pcc_graph *g, const pcc_cluster *c, const pcc_strategy *s, const pcc_preserve_opts *o,
+                    pcc_programs **out);
 
-// Emits the plan of strategy s. PCC_ERR_INFEASIBLE when a stage's arena exceeds the device's
-// memory (*e is still filled, so that the caller can report by how much).
-pcc_status emit_plan(const pcc_graph *g, const pcc_cluster *c, const pcc_strategy *s, const pcc_emit_opts *o,
-                     pcc_emitted *e);
+/* ---------------------------------------------------------------- layout.c */
+
+/* Phase 3's first half: for a strategy, where every value of the step lives (its stage, its
+ * layout on the mesh) and what the step does with it (kept for the backward pass, sent once per
+ * step, synchronized, trained per replica); preserve.c builds the programs from it. */
+
+typedef struct pcc_values {
+    const pcc_graph *g;
+    const pcc_cluster *c;
+    const pcc_strategy *s;
+    int pp, dp, tp, M;  // the mesh, and the micro-batches
+    int V, ns;          // model chunks per pipeline device (1: none) and stages in all, pp * V
+    int *inflight;      // per stage: the micro-batches whose kept activations it holds at once (pipeline.c)
+    plan_shard **sh;    // per op: the shard of each operand (inputs, then outputs)
+    plan_shard *home_sh;// per tensor: the layout of the buffer that holds it
+    plan_shard *opt_sh; // per param: the layout its optimizer runs in
+    bool *sync;         // per param grad tensor: needs a gradient synchronization
+    bool *zero2;        // per param grad tensor: ZeRO-2, reduce-scattered per micro-batch into its shard
+    const pcc_sync_opts *bg; // --sync background (NULL: the all-reduce in every step)
+    uint8_t *local;     // per param grad tensor: the mesh axes (bits) it is trained per replica along, averaged in the background
+    int *tstage;        // per tensor: the stage that holds it (-1: inputs, every stage; -2: per block copy)
+    bool *kept;         // per tensor: read in the backward pass (keep a slot per micro-batch)
+    bool *deferred;     // per tensor: a gradient contribution sent to another stage once per step
+    bool *xchunk;       // per tensor: interleaved, written and read by two chunks of one device
+    bool *recomp;       // per op: a forward op re-run in the backward pass
+    int *ostage;        // per op: stage (block ops: -2, by copy)
+    int **copy_lo, **copy_hi; // per forward block, per stage: its copies [lo, hi)
+} pcc_values;
+
+// The decisions for strategy s into *v. PCC_ERR_INPUT (reported) for what phase 3 cannot make
+// yet (preserve's list).
+pcc_status layout_values(const pcc_graph *g, const pcc_cluster *c, const pcc_strategy *s, const pcc_preserve_opts *o,
+                         pcc_values *v);
+// The stage of copy `copy` of block b (any block of its family). Can't fail.
+int layout_copy_stage(const pcc_values *v, int b, int copy);
+// The layout parameter gradient gp has as its producer leaves it (partial sums where it sums).
+plan_shard layout_grad_made(const pcc_values *v, int gp);
+// The collectives that synchronize parameter gradient gp, from the layout its producer leaves
+// to the one its optimizer wants: per axis where it holds partial sums, from the last axis down,
+// a reduce-scatter where the optimizer wants a shard, else an all-reduce in place. Returns the
+// count (at most PCC_AXES).
+int layout_sync_steps(const pcc_values *v, int gp, pcc_reshard_step *steps);
+// A value that crosses stages: a tensor (key < n_tensors) or block b's carry k (key
+// n_tensors + 8 b + k), and the stage at the other end.
+typedef struct pcc_xfer {
+    int key, peer;
+} pcc_xfer;
+// What stage `stage` sends (send) or receives in the forward (bwd false) or backward pass, in a
+// fixed order (by peer, then key) that both ends share; deferred gradient contributions only in
+// the last micro-batch's backward (last_mb). *out in the graph's arena; returns the count.
+int layout_transfers(const pcc_values *v, int stage, bool bwd, bool send, bool last_mb, pcc_xfer **out);
 
 /* ---------------------------------------------------------------- burst.c */
 
@@ -901,54 +1110,45 @@ typedef struct pcc_burst {
 // not handle (repeated blocks, several micro-batches, no batch dimension) and for widths given
 // that do not fit the layers (count, powers of two, batch, splittable).
 pcc_status burst_plan(const pcc_graph *g, const pcc_cluster *c, const pcc_burst_opts *o, pcc_burst **out);
-// The plan of a choice: n + 1 programs on a mesh of n axes of size 2. PCC_ERR_INFEASIBLE when a
-// program's arena exceeds the device's memory (*e is still filled).
-pcc_status burst_emit(const pcc_graph *g, const pcc_cluster *c, const pcc_burst *b, const pcc_emit_opts *o, pcc_emitted *e);
+// Burst parallelism's phase 3: the programs of a choice, n + 1 of them on a mesh of n axes of
+// size 2 (the ranks that run the same widths share one), their gradients all-reduced in buckets
+// of o->bucket_bytes. Can't fail.
+pcc_programs *burst_programs(const pcc_graph *g, const pcc_cluster *c, const pcc_burst *b, const pcc_preserve_opts *o);
 // The per-layer table: layer, its ops, GPUs, batch per GPU, time and gradient sync. Can't fail.
 void burst_table(FILE *f, const pcc_graph *g, const pcc_burst *b);
 
 /* ---------------------------------------------------------------- memplan.c */
 
-/* The memory planner and the plan-writing helpers that emit.c and burst.c share. */
+/* The memory planner: every buffer of every program at a static offset from its liveness. */
 
-// A buffer of a program being built: what the plan's buffer will hold, and the planner's state.
-typedef struct pcc_mbuf {
-    uint32_t tensor;
-    uint8_t dtype;
-    plan_shard shard;
-    uint64_t bytes;
-    uint32_t mb_slots, layer_slots, layer_base;
-    bool whole;                 // live for the whole program
-    bool persist;               // the home of a param, optimizer state or input (PLAN_BUF_PERSIST)
-    int first, last;            // liveness (instruction indices)
-    uint64_t mb_stride, layer_stride, extent; // slots at aligned strides; extent: all of them
-    uint64_t offset;
-    bool in_bucket;             // a member of a contiguous bucket (its first places them all)
-    int bucket_next;            // with in_bucket: the next buffer of its bucket, -1 for the last
-} pcc_mbuf;
+// Places the buffers of each program (its instructions, arguments and attributes as the plan
+// will hold them) at static offsets from their liveness; sets each one's arena (the exact peak)
+// and live bound (the most bytes live at one instruction). Can't fail.
+void memplan(pcc_programs *pr);
 
-// Places the buffers of one program (its instructions, arguments and attrs as the plan will hold
-// them) at static offsets from their liveness; returns the arena size, the exact peak, and in
-// *live_bound the most bytes live at one instruction (a lower bound). Can't fail.
-uint64_t memplan_place(pcc_mbuf *buf, int n_buf, const plan_insn *insn, int n_insn, const uint32_t *args,
-                       const plan_attrs *attrs, uint64_t *live_bound);
-// Copies into the plan's memory (NULL stays NULL; n 0 gives a valid pointer). Abort on OOM.
-const char *emit_strdup(plan *p, const char *s);
-void *emit_memdup(plan *p, const void *src, size_t n);
-// The plan's tensor table from g's tensors (names, shapes, copies, initializers, data sources).
-void emit_tensors(plan *p, const pcc_graph *g);
-// The plan's buffer records of a placed program.
-plan_buffer *emit_buffers(plan *p, const pcc_mbuf *buf, int n_buf);
+/* ---------------------------------------------------------------- emit.c */
+
+typedef struct pcc_emit_opts {
+    const char *options;        // canonical option string, for META
+    uint64_t model_hash, cluster_hash;
+} pcc_emit_opts;
+
+typedef struct pcc_emitted {
+    plan *p;                    // malloc'd via plan_alloc; plan_free it
+    double peak_bytes;          // the largest program's arena
+    int peak_stage;
+    double live_bound_bytes;    // the largest sum of buffers live at one instruction (a lower bound)
+} pcc_emitted;
+
+// The plan of phase 3's programs, placed by the memory planner (and with --sync background,
+// their background rounds appended by bgsync.c), into *e with its peak. Whether it fits the
+// device and passes plan_check is the caller's to ask. Can't fail.
+void emit_plan(const pcc_graph *g, const pcc_cluster *c, const pcc_programs *pr, const pcc_emit_opts *o, pcc_emitted *e);
 // Appends an instruction of kind k on stream to a program being built (*insns, *n_insn, *cap_insn
 // its VEC_PUSH vector) and its arguments to *argv: attrs PLAN_NONE, and phase (of its micro-batch's
 // pass) only where the kind takes one (compute, coll, send, recv, copy). Returns it for the rest.
 plan_insn *emit_insn(pcc_arena *ar, plan_insn **insns, int *n_insn, int *cap_insn, uint32_t **argv, int *n_args,
                      int *cap_args, plan_insn_kind k, int stream, plan_phase phase, const int *args, int nargs);
-// Fills a program record: its name, arena, streams (a second, higher-priority stream and two
-// events when sync: the gradient synchronization's), and copies of its buffers, instructions,
-// arguments and attributes.
-void emit_program(plan *p, plan_program *pr, const char *name, uint64_t arena, bool sync, const pcc_mbuf *buf, int n_buf,
-                  const plan_insn *insn, int n_insn, const uint32_t *args, int n_args, const plan_attrs *attrs, int n_attrs);
 // The index of op's attributes (accumulate: add into its outputs) in a program's attrs list
 // *v (n, cap: its VEC_PUSH count and capacity), added once; PLAN_NONE when all are zero.
 uint32_t emit_attrs(pcc_arena *ar, plan_attrs **v, int *n, int *cap, const pcc_op *op, bool accumulate);
@@ -968,13 +1168,101 @@ void report_print(FILE *f, const pcc_graph *g, const pcc_report_opts *o);
 // one step at the peak FLOP/s of the model's dtype. c NULL: exactly report_print. Can't fail.
 void report_print_cluster(FILE *f, const pcc_graph *g, const pcc_cluster *c, const pcc_report_opts *o);
 
-// Totals the report prints, exposed for tests and later phases.
-typedef struct pcc_totals {
-    double params;          // parameter elements
-    double flops_fwd, flops_bwd, flops_opt;
-    double flops_fwd_matmul, flops_bwd_matmul;
-    double bytes_weights, bytes_grads, bytes_optim, bytes_acts;
-} pcc_totals;
-void graph_totals(const pcc_graph *g, pcc_totals *t);
+/* ---------------------------------------------------------------- options.c */
+
+// plancc's options, laid out as the parts each phase takes.
+typedef struct pcc_options {
+    const char *model;
+    const char *cluster;        // NULL: no cluster (--check only)
+    const char *output;         // -o; NULL: MODEL's name + .plan (options_output)
+    int nodes, devices;         // 0: as the cluster file says
+    bool check, quiet, estimate_only;
+    bool tf32;                  // cost f32 matrix products at the TF32 tensor-core peak
+    const char *dumps;          // -d letters: t (phase 1's candidates), s (phase 2's choice)
+    pcc_report_opts report;     // --json, -v
+    pcc_batch_opts batch;       // --global-batch, --micro-batch-size, --micro-batches
+    pcc_search_opts search;     // the strategy; its ilp: --time-limit, --mip-gap, --dump-ilp
+    pcc_preserve_opts preserve; // --bucket-mb in bytes, --sync
+    double bucket_mb;           // --bucket-mb as given (10^6 bytes); 0: one collective per gradient
+    bool burst;                 // --burst: DeepPool's burst parallelism (burst.c)
+    double amp_limit;           // --amp-limit (0: none)
+    const char *burst_widths;   // --burst-widths LIST
+    int mb_searched;            // set by driver_micro_batches: the counts it planned (0: no search)
+    double mb_search_s;         // ... and its seconds
+} pcc_options;
+
+// Parses argv into *o and checks the options against each other; *done when --help or --version
+// printed what was asked. PCC_ERR_INPUT after one line "plancc: ..." on a usage error.
+pcc_status options_parse(int argc, char **argv, pcc_options *o, bool *done);
+// Whether the options ask for phase 1 (transform), 2 (the search) or 3 (phase 3 and the plan):
+// --check stops after its report, or after the phases its -d dumps (or --dump-ilp) need;
+// --estimate-only after phase 2.
+bool options_runs(const pcc_options *o, int phase);
+// Whether -d asks for the dump of this letter.
+bool options_dump(const pcc_options *o, char letter);
+// What the plan records of its inputs: the options that decide the plan in one canonical order
+// (the same options give the same bytes however they were spelled) and the model's and the
+// cluster's hashes (a warning, and 0, for a file it cannot hash).
+void options_emit(pcc_arena *a, const pcc_cluster *c, const pcc_options *o, pcc_emit_opts *eo);
+// The plan file to write: -o, or the model file's name without .json, plus .plan.
+const char *options_output(pcc_arena *a, const pcc_options *o);
+
+/* ---------------------------------------------------------------- driver.c */
+
+// Whether the options ask the driver to search the micro-batch count (--auto with --global-batch
+// and no count given).
+bool driver_searches_micro_batches(const pcc_options *o);
+// Plans every micro-batch count of the global batch that keeps whole ghost batch norm groups,
+// most first, each through the front end and phases 1 and 2 in an arena of its own, until 3 in a
+// row do no better; sets o->batch.micro_batches to the fastest (and o->mb_searched,
+// o->mb_search_s) and builds *g again in arena a for it. A count that does not fit is skipped;
+// other errors are returned (reported). When none fits, *g stays as it was.
+pcc_status driver_micro_batches(pcc_arena *a, pcc_options *o, const pcc_cluster *c, pcc_graph **g);
+
+// The fit: which of phase 2's ranked strategies becomes the plan. main.c's loop asks
+// driver_fit_next for a strategy, runs phase 3, the memory planner, the emitter and plan_check
+// on it, and asks driver_fit_done whether that ends the loop.
+typedef struct pcc_fit {
+    pcc_strategy **cand;        // the ranking being tried, best first (phase 2's, then a tighter round's)
+    int n, next;                // its length; the next one to try
+    int which;                  // the one that fit (index into cand); -1 while none has
+    // the driver's own
+    const pcc_graph *g;
+    const pcc_cluster *c;
+    const pcc_transforms *t;
+    const pcc_options *o;
+    pcc_cluster budget;         // the ILP's memory in the tighter rounds
+    double peak;                // the smallest arena of those that did not fit
+    int mode, round, suggestion;
+    const char *fix;            // the suggestion being tried
+    bool started;
+} pcc_fit;
+// Starts the fit over phase 2's ranking (cand, n; t: phase 1's candidates, which every round reuses).
+void driver_fit_init(pcc_fit *f, const pcc_graph *g, const pcc_cluster *c, const pcc_transforms *t, const pcc_options *o,
+                     pcc_strategy **cand, int n);
+// The next strategy to plan: the ranking's next; when it is spent, the best few of a search on a
+// tighter budget for the ILP (up to 3 rounds, with --recompute auto); then, having said by how
+// much nothing fits, those of each change that might (--recompute full, --zero 3, both). NULL
+// when none is left, with *st PCC_ERR_INFEASIBLE.
+const pcc_strategy *driver_fit_next(pcc_fit *f, pcc_status *st);
+// After the plan of the strategy driver_fit_next gave (*st its status, *e the plan): true when
+// the loop is over, with *st its end: PCC_OK (it fits: *e is the plan, f->which the strategy),
+// PCC_ERR_INFEASIBLE (a suggestion fits: named on stderr), or an error. Otherwise the plan is
+// freed and *st reset, for the next one.
+bool driver_fit_done(pcc_fit *f, pcc_status *st, pcc_emitted *e);
+
+/* ---------------------------------------------------------------- report.c (the compile's summaries) */
+
+// --estimate-only: strategy s's estimate of a step and its parts (the first of n candidates),
+// as text or, with --json, as JSON; seconds: the time it took. Can't fail.
+void report_estimate(FILE *f, const pcc_graph *g, const pcc_cluster *c, const pcc_options *o, const pcc_strategy *s, int n,
+                     double seconds);
+// The summary of a plan written to `out`: cand[which] of n (all with -v), the ILP, every
+// program's arena, the peak, the estimate beside the plan's simulation. Nothing with -q.
+void report_compile(FILE *f, const pcc_graph *g, const pcc_cluster *c, const pcc_options *o, pcc_strategy *const *cand, int n,
+                    int which, const pcc_emitted *e, const char *out, double seconds);
+// The same for a burst plan, with its per-layer table.
+void report_burst(FILE *f, const pcc_graph *g, const pcc_cluster *c, const pcc_options *o, const pcc_burst *b,
+                  const pcc_emitted *e, const char *out, double seconds);
 
 #endif

@@ -15,10 +15,20 @@
  * of one step: FLOPs per step over the device's peak for the model's dtype (bf16 and f16 at
  * their tensor-core peak, f32 at the f32 peak), on one device and split perfectly over all.
  * These are bounds from datasheet peaks, not predictions; the cost model (cost.c) predicts.
+ *
+ * The compile's summaries are here too, each printed once the driver has what it reports:
+ * --estimate-only's estimate of a step and its parts (text or JSON), the compile summary of a
+ * plan written (the strategy, the search, the ILP, each program's arena, the peak, and the plan
+ * simulated by runtime/sim.c beside the estimate: two views of one cost model, the one from the
+ * strategy, the other from the plan's own instructions, streams and events), and burst
+ * parallelism's, with its per-layer table. With -q they print nothing (the JSON estimate
+ * still prints: it is the output asked for).
  */
 #include "plancc.h"
+#include "sim.h"
 
 #include <string.h>
+#include <sys/stat.h>
 
 typedef struct op_row {
     double params, fwd, bwd, acts; // per copy
@@ -40,30 +50,6 @@ static void rows_compute(const pcc_graph *g, op_row *rows, bool *counted) {
     }
     for (int o = g->n_fwd_ops; o < g->n_ops; o++)
         if (g->ops[o].fwd >= 0 && g->ops[o].phase == PCC_PHASE_BWD) rows[g->ops[o].fwd].bwd += op_flops(g, &g->ops[o]);
-}
-
-void graph_totals(const pcc_graph *g, pcc_totals *t) {
-    memset(t, 0, sizeof *t);
-    for (int i = 0; i < g->n_tensors; i++) {
-        const pcc_tensor *x = &g->tensors[i];
-        double n = (double)tensor_numel(g, x) * (double)tensor_copies(g, x), b = tensor_bytes(g, x) * (double)tensor_copies(g, x);
-        if (x->kind == PCC_T_PARAM) {
-            t->params += n;
-            t->bytes_weights += b;
-            if (x->grad >= 0) t->bytes_grads += b;
-        }
-        if (x->kind == PCC_T_STATE) t->bytes_optim += b;
-        if (x->saved) t->bytes_acts += b;
-    }
-    for (int o = 0; o < g->n_ops; o++) {
-        const pcc_op *op = &g->ops[o];
-        double f = op_flops(g, op) * (double)op_copies(g, op), mm = op_flops_matmul(g, op) * (double)op_copies(g, op);
-        switch (op->phase) {
-        case PCC_PHASE_FWD: t->flops_fwd += f; t->flops_fwd_matmul += mm; break;
-        case PCC_PHASE_BWD: t->flops_bwd += f; t->flops_bwd_matmul += mm; break;
-        case PCC_PHASE_OPT: t->flops_opt += f; break;
-        }
-    }
 }
 
 /* ---- text ---- */
@@ -298,3 +284,117 @@ void report_print_cluster(FILE *f, const pcc_graph *g, const pcc_cluster *c, con
 }
 
 void report_print(FILE *f, const pcc_graph *g, const pcc_report_opts *o) { report_print_cluster(f, g, NULL, o); }
+
+/* ---- the compile's summaries ---- */
+
+void report_estimate(FILE *f, const pcc_graph *g, const pcc_cluster *c, const pcc_options *o, const pcc_strategy *s, int n,
+                     double seconds) {
+    const pcc_estimate *x = &s->est;
+    char buf[160], b1[32], b2[32];
+    int bd = graph_batch_dim(g);
+    int64_t batch = bd >= 0 ? g->dims[bd].size : 0;
+    if (o->report.json) {
+        fprintf(f, "{\"model\": \"%s\", \"cluster\": \"%s\", \"devices\": %d, \"pp\": %d, \"dp\": %d, \"tp\": %d, "
+               "\"virtual_stages\": %d, \"micro_batches\": %d, \"batch\": %lld, \"global_batch\": %lld, \"zero\": %d, "
+               "\"candidates\": %d, \"estimate\": {\"step_s\": %.9g, \"pipeline_s\": %.9g, \"bubble_s\": %.9g, "
+               "\"compute_s\": %.9g, \"tp_comm_s\": %.9g, \"p2p_s\": %.9g, \"sync_s\": %.9g, \"sync_exposed_s\": %.9g, "
+               "\"optimizer_s\": %.9g}, \"memory_bytes\": %.9g, \"micro_batch_counts_searched\": %d, \"seconds\": %.6f}\n",
+               g->name, c->name, c->n_devices, s->mesh[PCC_AX_PP], s->mesh[PCC_AX_DP], s->mesh[PCC_AX_TP], s->virtual_stages,
+               s->micro_batches, (long long)batch, (long long)batch * s->micro_batches, s->zero, n, x->step_s, x->pipeline_s,
+               x->bubble_s, x->compute_s, x->tp_comm_s, x->p2p_s, x->sync_s, x->sync_exposed_s, x->optimizer_s,
+               s->est_memory_bytes, o->mb_searched, seconds);
+        return;
+    }
+    if (o->quiet) return;
+    fprintf(f, "plancc: %s on %d x %s (%s): %s%s; estimate only, no plan written\n", g->name, c->n_devices, c->device_name,
+           c->file, strategy_str(s, buf, sizeof buf), o->search.auto_mesh ? " (--auto)" : "");
+    fprintf(f, "  estimated step %.6g s: pipeline %.6g s (bubble %.6g s), then gradient sync %.6g s exposed of %.6g s, "
+           "optimizer %.6g s\n", x->step_s, x->pipeline_s, x->bubble_s, x->sync_exposed_s, x->sync_s, x->optimizer_s);
+    fprintf(f, "  the busiest pipeline device over the step: operators %.6g s, tensor-parallel communication %.6g s, "
+           "pipeline sends %.6g s\n", x->compute_s, x->tp_comm_s, x->p2p_s);
+    fprintf(f, "  batch %lld per micro-batch step, %d micro-batch%s (%lld samples per step); memory per device (estimate) %s of "
+           "%s; planned in %.3f s\n", (long long)batch, s->micro_batches, s->micro_batches == 1 ? "" : "es",
+           (long long)batch * s->micro_batches, fmt_bytes(b1, sizeof b1, s->est_memory_bytes),
+           fmt_bytes(b2, sizeof b2, c->memory_bytes), seconds);
+    if (o->mb_searched)
+        fprintf(f, "  searched %d micro-batch counts of the global batch %lld; %d was the fastest\n", o->mb_searched,
+               (long long)o->batch.global_batch, o->batch.micro_batches);
+}
+
+// The emitted plan simulated (runtime/sim.h) next to the scheduler's estimate: the two come from
+// one cost model, the simulation from the plan's own instructions, streams and events.
+static void report_simulation(FILE *f, const plan *p, double est_s) {
+    sim_result r;
+    char err[512];
+    if (sim_run(p, NULL, &r, err, sizeof err) != PLAN_OK) {
+        warn("the simulator cannot run the plan: %s", err);
+        sim_free(&r);
+        return;
+    }
+    fprintf(f, "  simulated step %.6g s (%.3f x the estimate)", r.step_s, est_s > 0 ? r.step_s / est_s : 0);
+    if (r.tflops_per_gpu > 0) fprintf(f, ", %.3g TFLOP/s per GPU", r.tflops_per_gpu);
+    if (r.mfu > 0) fprintf(f, ", MFU %.1f%%", 100 * r.mfu);
+    fprintf(f, ", bubble %.1f%%, exposed communication %.3g s per rank (plandump --sim, --trace)\n", 100 * r.bubble, r.exposed_comm_s);
+    sim_free(&r);
+}
+
+// One line per program: its arena, buffers and instructions.
+static void report_programs(FILE *f, const plan *p) {
+    char b1[32];
+    for (uint32_t k = 0; k < p->n_programs; k++)
+        fprintf(f, "  %s: arena %s, %u buffers, %u instructions\n", p->programs[k].name,
+                fmt_bytes(b1, sizeof b1, (double)p->programs[k].arena_bytes), p->programs[k].n_buffers, p->programs[k].n_insns);
+}
+
+// -v: one line per candidate of the ranking, key=value for scripts.
+static void report_candidates(FILE *f, pcc_strategy *const *cand, int n) {
+    static const char *const ilp_word[] = {"optimal", "gap", "time_limit", "infeasible", "no_solution", "error"};
+    char buf[160];
+    for (int k = 0; k < n; k++) {
+        const pcc_mip_result *r = &cand[k]->intra->ilp;
+        fprintf(f, "  candidate %d: %s; est_step_s=%.6g est_memory=%.4g ilp_rows=%d ilp_cols=%d ilp_status=%s ilp_gap=%.4g "
+                   "ilp_s=%.3f\n", k + 1, strategy_str(cand[k], buf, sizeof buf), cand[k]->est_step_s,
+                cand[k]->est_memory_bytes, r->rows, r->cols, ilp_word[r->status], r->gap, r->seconds);
+    }
+}
+
+void report_compile(FILE *f, const pcc_graph *g, const pcc_cluster *c, const pcc_options *o, pcc_strategy *const *cand, int n,
+                    int which, const pcc_emitted *e, const char *out, double seconds) {
+    struct stat sb;
+    double nbytes = stat(out, &sb) == 0 ? (double)sb.st_size : 0;
+    if (o->quiet) return;
+    const pcc_strategy *s = cand[which];
+    const pcc_mip_result *r = &s->intra->ilp;
+    char buf[160], b1[32], b2[32], b3[32];
+    fprintf(f, "plancc: %s on %d x %s (%s): %s%s\n", g->name, c->n_devices, c->device_name, c->file,
+            strategy_str(s, buf, sizeof buf), o->search.auto_mesh ? " (--auto)" : "");
+    if (o->search.auto_mesh) fprintf(f, "  searched %d factorizations; this one ranked %d by the cost model\n", n, which + 1);
+    if (o->mb_searched)
+        fprintf(f, "  searched %d micro-batch counts of the global batch %lld; %d was the fastest\n", o->mb_searched,
+                (long long)o->batch.global_batch, o->batch.micro_batches);
+    if (o->report.verbose) report_candidates(f, cand, n);
+    fprintf(f, "  ILP (tp group of %d): %d rows x %d columns, %s, objective %.6g s, bound %.6g s, gap %.2f%%, %.3f s\n",
+            s->mesh[PCC_AX_TP], r->rows, r->cols, mip_status_name(r->status), r->objective, r->bound, 100 * r->gap, r->seconds);
+    report_programs(f, e->p);
+    fprintf(f, "  peak memory per device %s of %s (stage %d; live-buffer bound %s); estimated step %.6g s\n",
+            fmt_bytes(b1, sizeof b1, e->peak_bytes), fmt_bytes(b2, sizeof b2, c->memory_bytes), e->peak_stage,
+            fmt_bytes(b3, sizeof b3, e->live_bound_bytes), s->est_step_s);
+    report_simulation(f, e->p, s->est_step_s);
+    fprintf(f, "  wrote %s: %s, plan_check passed; compiled in %.3f s\n", out, fmt_bytes(b1, sizeof b1, nbytes), seconds);
+}
+
+void report_burst(FILE *f, const pcc_graph *g, const pcc_cluster *c, const pcc_options *o, const pcc_burst *b,
+                  const pcc_emitted *e, const char *out, double seconds) {
+    if (o->quiet) return;
+    char b1[32], b2[32];
+    fprintf(f, "plancc: %s on %d x %s (%s): burst parallelism, %d layers%s\n", g->name, c->n_devices, c->device_name, c->file,
+            b->n_regions, o->amp_limit > 0 ? "" : " (no amplification limit)");
+    if (o->amp_limit > 0) fprintf(f, "  amplification limit %g\n", o->amp_limit);
+    burst_table(f, g, b);
+    report_programs(f, e->p);
+    fprintf(f, "  peak memory per device %s of %s; estimated step %.6g s (data parallelism on the same cost model %.6g s, "
+               "%.3f x)\n", fmt_bytes(b1, sizeof b1, e->peak_bytes), fmt_bytes(b2, sizeof b2, c->memory_bytes), b->est_step_s,
+            b->dp_step_s, b->est_step_s > 0 ? b->dp_step_s / b->est_step_s : 0);
+    report_simulation(f, e->p, b->est_step_s);
+    fprintf(f, "  wrote %s, plan_check passed; compiled in %.3f s\n", out, seconds);
+}

@@ -14,6 +14,11 @@
  * The backward operators autodiff derived from an operator follow its choice, so a candidate's
  * cost is its forward plus its backward. The scheduler (phase 2) picks one per operator.
  *
+ * The driver runs this phase once per group size the search (phase 2) will try (search_group_sizes:
+ * every tensor-parallel group of the meshes it factors the devices into) and hands the result to
+ * the search, which filters the candidates per mesh (the batch is data parallelism's, recompute
+ * as the options say) but never calls back here.
+ *
  * Limits: one letter per candidate (the device mesh supplies the second axis: data parallel
  * replicas of a stage, or the pipeline); uniform splits only.
  */
@@ -104,10 +109,10 @@ static bool leaves_block(const pcc_graph *g, const pcc_op *op) {
     return false;
 }
 
-// Whether op gets recompute twins. The emitter recomputes operators inside repeated blocks
+// Whether op gets recompute twins. Phase 3 recomputes operators inside repeated blocks
 // only, so only those. Inside a block, also an operator that keeps nothing itself: what its
 // recomputed readers need is then recomputed too, rather than kept from the forward pass
-// (a chain of recomputed operators keeps only its start; sched.c counts what a chain keeps).
+// (a chain of recomputed operators keeps only its start; ilp.c counts what a chain keeps).
 // Not an operator whose output leaves the copy: that is where the next copy's chain starts.
 static bool can_recompute(const pcc_graph *g, const pcc_op *op) {
     if (op->block < 0) return false;
@@ -145,6 +150,20 @@ pcc_transform *transform(const pcc_graph *g, int devices) {
     return t;
 }
 
+pcc_transforms *transform_all(const pcc_graph *g, const int *sizes, int n) {
+    pcc_transforms *ts = arena_alloc(g->arena, sizeof *ts);
+    ts->n = n;
+    ts->t = arena_alloc(g->arena, sizeof(pcc_transform *) * (size_t)(n + 1));
+    for (int i = 0; i < n; i++) ts->t[i] = transform(g, sizes[i]);
+    return ts;
+}
+
+const pcc_transform *transform_find(const pcc_transforms *ts, int devices) {
+    for (int i = 0; ts && i < ts->n; i++)
+        if (ts->t[i]->devices == devices) return ts->t[i];
+    return NULL;
+}
+
 /* ---- dump ---- */
 
 static void layout_print(FILE *f, const pcc_layout *l, int rank) {
@@ -153,7 +172,7 @@ static void layout_print(FILE *f, const pcc_layout *l, int rank) {
     fputc(')', f);
 }
 
-void transform_dump(FILE *f, const pcc_graph *g, const pcc_transform *t) {
+static void transform_dump_one(FILE *f, const pcc_graph *g, const pcc_transform *t) {
     fprintf(f, "transform: %d devices, %d forward ops\n", t->devices, t->n_ops);
     for (int i = 0; i < t->n_ops; i++) {
         const pcc_op_cands *oc = &t->ops[i];
@@ -177,4 +196,8 @@ void transform_dump(FILE *f, const pcc_graph *g, const pcc_transform *t) {
             fputc('\n', f);
         }
     }
+}
+
+void transform_dump(FILE *f, const pcc_graph *g, const pcc_transforms *ts) {
+    for (int i = 0; i < ts->n; i++) transform_dump_one(f, g, ts->t[i]);
 }

@@ -1,5 +1,6 @@
 /*
- * util.c: the arena, the symbol table, diagnostics and number formatting that every pass uses.
+ * util.c: the arena, the symbol table, diagnostics, a clock and number formatting that every pass
+ * uses.
  *
  * The arena is a list of chunks; allocations bump a pointer and are never freed one by one.
  * A compilation owns one arena and frees it once at the end, which keeps the passes free of
@@ -12,6 +13,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 const char *pcc_progname = "plancc";
 bool pcc_quiet = false;
@@ -267,6 +269,24 @@ static char *fmt_scaled(char *buf, size_t n, double x, double base, const char *
     else
         snprintf(buf, n, "%.2f %s%s", x, units[u], suffix);
     return buf;
+}
+
+char *arena_append(pcc_arena *a, char *s, size_t *n, size_t *cap, const char *text) {
+    size_t len = strlen(text);
+    if (*n + len + 1 > *cap) {
+        size_t nc = (*cap + len + 1) * 2;
+        s = arena_realloc(a, s, *cap, nc);
+        *cap = nc;
+    }
+    memcpy(s + *n, text, len + 1);
+    *n += len;
+    return s;
+}
+
+double clock_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 char *fmt_count(char *buf, size_t n, double x) {

@@ -82,7 +82,7 @@ static void test_collectives(void) {
     EXPECT(NEAR(cost_collective_s(&big, PCC_COLL_ALL_REDUCE, 1e10, g), 2 * 63 * 3e-6 + 2 * 63.0 / 64 * 1e10 / 22.5e9));
 }
 
-// Bucketed gradients (emit.c's --bucket-mb): each pays its share of its bucket's collective.
+// Bucketed gradients (preserve.c's --bucket-mb): each pays its share of its bucket's collective.
 static void test_buckets(void) {
     pcc_cluster c = a100();
     pcc_group_shape g = {8, 1};

@@ -1,5 +1,6 @@
 /*
- * unit_emit.c: phase 3 and the memory planner.
+ * unit_emit.c: phase 3 (reshard.c's chains, pipeline.c's schedules, preserve.c) and the memory
+ * planner.
  *
  *  - Resharding: each single layout change gives the collective it should (V->R all-reduce,
  *    D->R all-gather, V->D reduce-scatter, D(i)->D(j) all-to-all, R->D and R->V a local slice),
@@ -7,7 +8,13 @@
  *    out by a simulator of the steps' meaning (runtime/PLAN_FORMAT.md, "What instructions
  *    mean") on every rank, ending with exactly the wanted pieces: splits undone in the right
  *    order, partial sums summed once.
- *  - The memory planner: plans from emit_plan pass plan_check (no two live buffers overlap),
+ *  - The micro-batch schedules (pipeline.c): GPipe, 1F1B and interleaved 1F1B, their loops
+ *    unrolled, run every micro-batch's forward and backward pass once on every chunk, forward
+ *    first, each interleaved pass's parts in order (receive, compute, send), with the warm-up
+ *    of each device as GPipe, 1F1B and Megatron-LM's interleaving define it; the last
+ *    micro-batch's backward is marked, out of any loop; the in-flight counts are the most
+ *    micro-batches between forward and backward in that order.
+ *  - The memory planner: plans from phase 3, the planner and emit_plan pass plan_check (no two live buffers overlap),
  *    every buffer lies inside the arena, the arena is reached (it is the exact peak), buffers
  *    share memory (the arena is below the sum of the buffers), and the same input gives the
  *    same bytes.
@@ -198,6 +205,27 @@ static pcc_cluster *cpu(pcc_arena *a, int devices) {
     return cluster_load(a, path, 0, devices, &c) ? NULL : c;
 }
 
+// Phases 1 and 2 as the driver runs them: phase 1 for the group sizes the search asks for.
+static pcc_status strategies(const pcc_graph *g, const pcc_cluster *c, const pcc_search_opts *so, pcc_strategy ***s, int *n) {
+    int ns;
+    int *sizes = search_group_sizes(g, c, so, &ns);
+    return search(g, c, transform_all(g, sizes, ns), so, s, n);
+}
+
+// Phase 3, the memory planner and the emitter, as the driver runs them.
+static pcc_status plan_of(const pcc_graph *g, const pcc_cluster *c, const pcc_strategy *s, uint64_t bucket_bytes,
+                          pcc_emitted *e) {
+    pcc_preserve_opts po = {.bucket_bytes = bucket_bytes};
+    pcc_emit_opts eo = {.options = "unit"};
+    pcc_programs *pr;
+    memset(e, 0, sizeof *e);
+    pcc_status st = preserve(g, c, s, &po, &pr);
+    if (st) return st;
+    memplan(pr);
+    emit_plan(g, c, pr, &eo, e);
+    return e->peak_bytes > c->memory_bytes ? PCC_ERR_INFEASIBLE : PCC_OK;
+}
+
 static void planner(const char *model, int dp, int tp, int pp, int mb, int zero) {
     pcc_arena *a = arena_init();
     pcc_graph *g = load(a, model, mb);
@@ -207,15 +235,14 @@ static void planner(const char *model, int dp, int tp, int pp, int mb, int zero)
         arena_free(a);
         return;
     }
-    pcc_strategy_opts so = {.dp = dp, .tp = tp, .pp = pp, .zero = zero, .recompute = PCC_RECOMPUTE_NONE,
+    pcc_search_opts so = {.dp = dp, .tp = tp, .pp = pp, .zero = zero, .recompute = PCC_RECOMPUTE_NONE,
                             .ilp = {.time_limit_s = 30, .mip_gap = 1e-6}, .quiet = true};
     pcc_strategy **s;
     int n;
-    EXPECT(strategy_plan(g, c, &so, &s, &n) == PCC_OK && n == 1);
-    pcc_emit_opts eo = {.options = "unit", .quiet = true};
+    EXPECT(strategies(g, c, &so, &s, &n) == PCC_OK && n == 1);
     pcc_emitted e, e2;
-    EXPECT(emit_plan(g, c, s[0], &eo, &e) == PCC_OK);
-    EXPECT(emit_plan(g, c, s[0], &eo, &e2) == PCC_OK);
+    EXPECT(plan_of(g, c, s[0], 0, &e) == PCC_OK);
+    EXPECT(plan_of(g, c, s[0], 0, &e2) == PCC_OK);
     char err[512];
     EXPECT(plan_check(e.p, err, sizeof err) == PLAN_OK);
     uint64_t peak = 0;
@@ -259,12 +286,11 @@ typedef struct sync_stats {
 static bool emit_tiny_dp2(pcc_arena *a, int mb, int zero, uint64_t bucket_bytes, pcc_emitted *e) {
     pcc_graph *g = load(a, "gpt-tiny.json", mb);
     pcc_cluster *c = cpu(a, 2);
-    pcc_strategy_opts so = {.dp = 2, .tp = 1, .pp = 1, .zero = zero, .recompute = PCC_RECOMPUTE_NONE,
+    pcc_search_opts so = {.dp = 2, .tp = 1, .pp = 1, .zero = zero, .recompute = PCC_RECOMPUTE_NONE,
                             .ilp = {.time_limit_s = 30, .mip_gap = 1e-6}, .quiet = true};
     pcc_strategy **s;
     int n;
-    pcc_emit_opts eo = {.options = "unit", .quiet = true, .bucket_bytes = bucket_bytes};
-    bool ok = g && c && strategy_plan(g, c, &so, &s, &n) == PCC_OK && emit_plan(g, c, s[0], &eo, e) == PCC_OK;
+    bool ok = g && c && strategies(g, c, &so, &s, &n) == PCC_OK && plan_of(g, c, s[0], bucket_bytes, e) == PCC_OK;
     EXPECT(ok);
     return ok;
 }
@@ -353,11 +379,96 @@ static void zero_stages(void) {
            p1, r1, p2, r2);
 }
 
+/* ---- the micro-batch schedules ---- */
+
+// Units u[0..n) unrolled into out (loops expanded, each unit's micro-batch made absolute, mb
+// offset `base`); *outside: whether each unrolled unit stood outside every loop. Returns the count.
+static int unroll(const pcc_unit *u, int n, int base, bool top, pcc_unit *out, bool *outside, int at) {
+    for (int i = 0; i < n; i++) {
+        if (u[i].kind == PCC_UNIT_LOOP) {
+            int depth = 1, j = i + 1;
+            while (depth > 0) depth += u[j].kind == PCC_UNIT_LOOP ? 1 : u[j].kind == PCC_UNIT_END ? -1 : 0, j++;
+            for (int k = 0; k < u[i].count; k++) at = unroll(&u[i + 1], j - 1 - (i + 1), base + k, false, out, outside, at);
+            i = j - 1;
+            continue;
+        }
+        out[at] = u[i];
+        out[at].mb += base;
+        outside[at++] = top;
+    }
+    return at;
+}
+
+static void schedule_check(int pp, int nv, int M, pcc_pipe_sched sched) {
+    pcc_arena *a = arena_init();
+    pcc_pipeline pl = {.pp = pp, .V = nv, .M = M, .schedule = sched};
+    int ns = pp * nv, *inflight = pipeline_in_flight(a, &pl);
+    int *most = calloc((size_t)ns, sizeof(int)), *now = calloc((size_t)ns, sizeof(int));
+    bool ok = true, order = true, parts = true, last = true, warm = true;
+    for (int d = 0; d < pp; d++) {
+        pcc_unit *u, *x = calloc((size_t)(8 * M * nv + 16), sizeof *x);
+        bool *top = calloc((size_t)(8 * M * nv + 16), 1);
+        int n = unroll(u, pipeline_units(a, &pl, d, &u), 0, true, x, top, 0);
+        int *fwd = calloc((size_t)(ns * M), sizeof(int)), *bwd = calloc((size_t)(ns * M), sizeof(int));
+        int *part = calloc((size_t)(2 * ns * M), sizeof(int)); // per pass: the parts seen so far
+        // Forward passes before the first backward: all of them (GPipe, in a pipeline), else the
+        // warm-up and one more (1F1B: pp - d - 1; Megatron-LM's interleaved: (pp - d - 1) 2 +
+        // (V - 1) pp).
+        int w = nv > 1 ? (pp - d - 1) * 2 + (nv - 1) * pp : pp > 1 && sched == PCC_PIPE_GPIPE ? M : pp - d - 1;
+        int want = w + 1 < M * nv ? w + 1 : M * nv, before = 0;
+        bool backward_seen = false;
+        for (int i = 0; i < n; i++) {
+            if (x[i].kind != PCC_UNIT_FWD && x[i].kind != PCC_UNIT_BWD) continue;
+            bool b = x[i].kind == PCC_UNIT_BWD;
+            int c = x[i].chunk, mb = x[i].mb, k = c * M + mb;
+            ok &= c % pp == d && mb >= 0 && mb < M;
+            if (!ok) break;
+            int *seen = &part[(b ? ns * M : 0) + k];
+            // each part once, in order: receive, compute, send
+            parts &= !(x[i].part & *seen) && !((x[i].part & PCC_PART_RECV) && *seen) &&
+                     !((x[i].part & PCC_PART_COMPUTE) && (*seen & PCC_PART_SEND));
+            *seen |= x[i].part;
+            last &= x[i].last == (b && mb == M - 1) && (!x[i].last || top[i]);
+            if (!(x[i].part & PCC_PART_COMPUTE)) continue;
+            backward_seen |= b;
+            before += !backward_seen;
+            (b ? bwd : fwd)[k]++;
+            order &= !b || fwd[k] == 1;
+            now[c] += b ? -1 : 1;
+            if (now[c] > most[c]) most[c] = now[c];
+        }
+        warm &= before == want;
+        for (int v = 0; v < nv; v++)
+            for (int mb = 0; mb < M; mb++) ok &= fwd[(v * pp + d) * M + mb] == 1 && bwd[(v * pp + d) * M + mb] == 1;
+        free(x), free(top), free(fwd), free(bwd), free(part);
+    }
+    for (int c = 0; c < ns; c++) ok &= inflight[c] == most[c];
+    EXPECT(ok);
+    EXPECT(order);
+    EXPECT(parts);
+    EXPECT(last);
+    EXPECT(warm);
+    if (!(ok && order && parts && last && warm)) printf("schedule pp %d V %d M %d %s\n", pp, nv, M, sched == PCC_PIPE_GPIPE ? "gpipe" : "1f1b");
+    free(most), free(now);
+    arena_free(a);
+}
+
+static void schedules(void) {
+    static const int cases[][4] = {{1, 1, 1, PCC_PIPE_GPIPE}, {1, 1, 4, PCC_PIPE_GPIPE}, {3, 1, 5, PCC_PIPE_GPIPE},
+                                   {4, 1, 1, PCC_PIPE_GPIPE}, {2, 1, 1, PCC_PIPE_1F1B},  {2, 1, 4, PCC_PIPE_1F1B},
+                                   {4, 1, 2, PCC_PIPE_1F1B},  {4, 1, 8, PCC_PIPE_1F1B},  {5, 1, 3, PCC_PIPE_1F1B},
+                                   {2, 2, 4, PCC_PIPE_1F1B},  {2, 4, 6, PCC_PIPE_1F1B},  {4, 2, 8, PCC_PIPE_1F1B},
+                                   {3, 3, 9, PCC_PIPE_1F1B}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        schedule_check(cases[i][0], cases[i][1], cases[i][2], (pcc_pipe_sched)cases[i][3]);
+}
+
 int main(int argc, char **argv) {
     root = argc > 1 ? argv[1] : ".";
     pcc_quiet = true;
     single_changes();
     all_pairs();
+    schedules();
     planner("mlp.json", 1, 1, 1, 1, 0);
     planner("mlp.json", 2, 2, 1, 2, 0);
     planner("gpt-tiny.json", 2, 2, 2, 4, 0);

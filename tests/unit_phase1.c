@@ -161,30 +161,30 @@ static void test_rvd(const pcc_graph *g) {
     pcc_reshard p;
     pcc_layout part = L(1, 4, 1, 1, 1), rep = L(4, 1, 1, 1, 1), hsplit = L(1, 1, 1, 1, 4), bsplit = L(1, 1, 4, 1, 1);
     // Partial sums to replicated: one all-reduce of the whole tensor.
-    double s1 = rvd_reshard(&c, g, t, &part, &rep, grp, &p);
+    double s1 = reshard_rvd(&c, g, t, &part, &rep, grp, &p);
     EXPECT(p.n_steps == 1 && p.step[0].kind == PCC_STEP_ALL_REDUCE && p.step[0].k == 4 && NEAR(p.step[0].bytes, T));
     EXPECT(NEAR(s1, cost_collective_s(&c, PCC_COLL_ALL_REDUCE, T, grp) + cost_launch_s(&c)));
-    EXPECT(NEAR(rvd_reshard(&c, g, t, &part, &rep, grp, NULL), s1));
+    EXPECT(NEAR(reshard_rvd(&c, g, t, &part, &rep, grp, NULL), s1));
     // Partial sums to split: one reduce-scatter (Megatron's sequence-parallel step).
-    rvd_reshard(&c, g, t, &part, &hsplit, grp, &p);
+    reshard_rvd(&c, g, t, &part, &hsplit, grp, &p);
     EXPECT(p.n_steps == 1 && p.step[0].kind == PCC_STEP_REDUCE_SCATTER && p.step[0].dim == 2);
     // Split to replicated: one all-gather ending with the whole tensor.
-    rvd_reshard(&c, g, t, &bsplit, &rep, grp, &p);
+    reshard_rvd(&c, g, t, &bsplit, &rep, grp, &p);
     EXPECT(p.n_steps == 1 && p.step[0].kind == PCC_STEP_ALL_GATHER && NEAR(p.step[0].bytes, T));
     // Replicated to split: a local slice, free.
-    EXPECT(rvd_reshard(&c, g, t, &rep, &hsplit, grp, &p) == 0 && p.n_steps == 1 && p.step[0].kind == PCC_STEP_SLICE);
+    EXPECT(reshard_rvd(&c, g, t, &rep, &hsplit, grp, &p) == 0 && p.n_steps == 1 && p.step[0].kind == PCC_STEP_SLICE);
     // One split to another: an all-to-all, cheaper than gathering and slicing.
-    rvd_reshard(&c, g, t, &bsplit, &hsplit, grp, &p);
+    reshard_rvd(&c, g, t, &bsplit, &hsplit, grp, &p);
     EXPECT(p.n_steps == 1 && p.step[0].kind == PCC_STEP_ALL_TO_ALL && p.step[0].dim == 0 && p.step[0].dim_to == 2);
     // Equal layouts: nothing to do. A split that does not divide the dimension: no chain.
-    EXPECT(rvd_reshard(&c, g, t, &hsplit, &hsplit, grp, &p) == 0 && p.n_steps == 0);
+    EXPECT(reshard_rvd(&c, g, t, &hsplit, &hsplit, grp, &p) == 0 && p.n_steps == 0);
     pcc_group_shape g3 = {3, 1};
     pcc_layout rep3 = L(3, 1, 1, 1, 1), h3 = L(1, 1, 1, 1, 3); // 64 is not divisible by 3
-    EXPECT(rvd_reshard(&c, g, t, &rep3, &h3, g3, NULL) < 0);
+    EXPECT(reshard_rvd(&c, g, t, &rep3, &h3, g3, NULL) < 0);
     // B and H split two ways each on 4 devices is no chain's end: every step moves the group's
     // whole factor, as phase 3 emits it (one collective over the group's mesh axis).
     pcc_layout bh = L(1, 1, 2, 1, 2);
-    EXPECT(rvd_reshard(&c, g, t, &part, &bh, grp, &p) < 0);
+    EXPECT(reshard_rvd(&c, g, t, &part, &bh, grp, &p) < 0);
     // 16 devices on two nodes: S split to H split is one 16-way all-to-all, costed on the whole
     // group (across nodes), not as 4 ways then 4 more on the node's links.
     pcc_cluster c2 = c;
@@ -192,7 +192,7 @@ static void test_rvd(const pcc_graph *g) {
     c2.network = (pcc_link){.kind = PCC_LINK_INFINIBAND, .bandwidth_Bps = 25e9, .latency_s = 3e-6};
     pcc_group_shape g16 = {16, 1};
     pcc_layout s16 = L(1, 1, 1, 16, 1), h16 = L(1, 1, 1, 1, 16);
-    double s2 = rvd_reshard(&c2, g, t, &s16, &h16, g16, &p);
+    double s2 = reshard_rvd(&c2, g, t, &s16, &h16, g16, &p);
     EXPECT(p.n_steps == 1 && p.step[0].kind == PCC_STEP_ALL_TO_ALL && p.step[0].k == 16);
     EXPECT(NEAR(s2, cost_collective_s(&c2, PCC_COLL_ALL_TO_ALL, T / 16, g16) + cost_launch_s(&c2)));
     char buf[64];

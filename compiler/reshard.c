@@ -1,27 +1,41 @@
 /*
- * rvd.c: resharding between RVD layouts, by shortest path (nnScaler's intra-RVD search).
+ * reshard.c: the collectives that turn a tensor's layout into another. Two questions, one file:
  *
- * A layout of a tensor on a group of n devices is <r, v, d0..dk-1> with r * v * prod(d) = n
- * (rvd.h comment in plancc.h). The states are every such vector whose splits divide the
- * tensor's dimensions; the edges are the six primitive steps, each moving the group's whole
- * factor n between two slots; an edge costs what the cost model says its collective takes on
- * the group, plus a launch for a collective and STEP_CHARGE for every step. Dijkstra from `from`
- * finds the cheapest chain to `to`.
+ * 1. What does a layout change cost (phase 2, the ILP's edges): reshard_rvd, nnScaler's
+ *    intra-RVD search over the layouts of a tensor on one group of devices.
+ * 2. Which collectives make it (phase 3, preserve): reshard_steps, the chain over the mesh axes
+ *    that phase 3 emits between a producer's buffer and a consumer's.
  *
- * Why n and not every factor k of it: phase 3 (emit.c, reshard_steps) turns a layout change on
- * the group into collectives over the group's mesh axis, all n of its members; a chain of
- * smaller factors (a 64-way all-to-all as 8 ways, then 8 ways again) would need sub-groups of
- * the axis, which it cannot make. Costed here, such chains also put both factors on the group's
- * own links, though the second's members are 8 apart (across nodes): DLRM's tables on 64 GPUs
- * were estimated at 0.31 ms of resharding a step for 3.2 ms simulated.
+ * reshard_rvd. A layout of a tensor on a group of n devices is <r, v, d0..dk-1> with
+ * r * v * prod(d) = n (pcc_layout). The states are every such vector whose splits divide the
+ * tensor's dimensions; the edges are the six primitive steps (D->R all-gather, V->R all-reduce,
+ * V->D reduce-scatter, D->D all-to-all, R->D local slice, R->V local scale), each moving the
+ * group's whole factor n between two slots; an edge costs what the cost model says its
+ * collective takes on the group, plus a launch for a collective and STEP_CHARGE for every step.
+ * Dijkstra from `from` finds the cheapest chain to `to`.
+ *
+ * Why n and not every factor k of it: phase 3 (reshard_steps) turns a layout change on the
+ * group into collectives over the group's mesh axis, all n of its members; a chain of smaller
+ * factors (a 64-way all-to-all as 8 ways, then 8 ways again) would need sub-groups of the axis,
+ * which it cannot make. Costed here, such chains also put both factors on the group's own
+ * links, though the second's members are 8 apart (across nodes): DLRM's tables on 64 GPUs were
+ * estimated at 0.31 ms of resharding a step for 3.2 ms simulated.
  *
  * State count: the ways to spread n's prime factors over rank + 2 slots; for n = 64 and rank 4
  * that is C(6 + 5, 5) = 462, so a search is a few thousand edge relaxations. The scheduler asks
  * once per (producer layout, consumer layout) pair and may cache.
  *
+ * reshard_steps. On the mesh pp x dp x tp a buffer's layout is a plan_shard: per axis,
+ * replicated, partial sums, or a split dimension (several axes may split one dimension, the
+ * earlier axis the more significant). The chain undoes, from the least significant axis up, the
+ * partial sums the reader does not want and every split past the longest common prefix of the
+ * two layouts' splits of a dimension: a reduce-scatter or an all-to-all where that lands
+ * directly on the wanted layout, else an all-reduce or an all-gather; then one local slice to
+ * what is left.
+ *
  * Limits: the members of each collective are taken to be on the group's own links (the group's
- * stride); uniform splits only; a layout change between different device groups is send/recv
- * and is phase 3's business, not this file's.
+ * stride); uniform splits only; a layout change between different device groups (pipeline
+ * stages) is send/recv, which phase 3 makes itself.
  */
 #include "plancc.h"
 
@@ -175,7 +189,7 @@ static void chain_fill(const pcc_cluster *c, const rvd_space *s, int dst, const 
     }
 }
 
-double rvd_reshard(const pcc_cluster *c, const pcc_graph *g, const pcc_tensor *t, const pcc_layout *from,
+double reshard_rvd(const pcc_cluster *c, const pcc_graph *g, const pcc_tensor *t, const pcc_layout *from,
                    const pcc_layout *to, pcc_group_shape grp, pcc_reshard *path) {
     if (path) memset(path, 0, sizeof *path);
     if (layout_eq(from, to, t->rank)) return 0;
@@ -213,4 +227,62 @@ char *layout_str(const pcc_layout *l, int rank, char *buf, size_t n) {
     for (int i = 0; i < rank && k < n; i++) k += (size_t)snprintf(buf + k, n - k, "%s%d", i ? "," : "", l->d[i]);
     if (k < n) snprintf(buf + k, n - k, ")");
     return buf;
+}
+
+/* ---- phase 3's chain over the mesh axes ---- */
+
+static bool shard_eq(plan_shard a, plan_shard b) { return memcmp(a.map, b.map, sizeof a.map) == 0; }
+
+// The axes that split dimension i, in mesh order.
+static int split_axes(plan_shard s, int i, int *ax) {
+    int n = 0;
+    for (int a = 0; a < PCC_AXES; a++)
+        if (s.map[a] == PLAN_SHARD_D(i)) ax[n++] = a;
+    return n;
+}
+
+// Is (cur's axes on dim i) + [a] a prefix of want's axes on dim i?
+static bool extends_prefix(plan_shard cur, plan_shard want, int i, int a) {
+    int c[PCC_AXES], w[PCC_AXES];
+    int nc = split_axes(cur, i, c), nw = split_axes(want, i, w);
+    if (nc + 1 > nw) return false;
+    for (int k = 0; k < nc; k++)
+        if (c[k] != w[k]) return false;
+    return w[nc] == a;
+}
+
+int reshard_steps(plan_shard cur, plan_shard want, int rank, pcc_reshard_step *step) {
+    if (shard_eq(cur, want)) return 0;
+    // Axes to undo: partial sums the reader does not want, and every split past the longest
+    // common prefix of the splits of a dimension (pieces are undone least significant first).
+    bool undo[PCC_AXES] = {false};
+    for (int a = 0; a < PCC_AXES; a++)
+        if (cur.map[a] == PLAN_SHARD_V && want.map[a] != PLAN_SHARD_V) undo[a] = true;
+    for (int i = 0; i < rank; i++) {
+        int c[PCC_AXES], w[PCC_AXES];
+        int nc = split_axes(cur, i, c), nw = split_axes(want, i, w), p = 0;
+        while (p < nc && p < nw && c[p] == w[p]) p++;
+        for (int k = p; k < nc; k++) undo[c[k]] = true;
+    }
+    int n = 0;
+    for (int a = PCC_AXES - 1; a >= 0; a--) {
+        if (!undo[a]) continue;
+        plan_shard next = cur;
+        pcc_coll kind;
+        int w = want.map[a];
+        if (cur.map[a] == PLAN_SHARD_V) {
+            if (w >= 2 && extends_prefix(cur, want, w - 2, a)) kind = PCC_COLL_REDUCE_SCATTER, next.map[a] = (uint8_t)w;
+            else kind = PCC_COLL_ALL_REDUCE, next.map[a] = PLAN_SHARD_R;
+        } else {
+            int i = cur.map[a] - 2, c[PCC_AXES];
+            int nc = split_axes(cur, i, c);
+            PCC_ASSERT(nc > 0 && c[nc - 1] == a);
+            if (w >= 2 && w - 2 != i && extends_prefix(cur, want, w - 2, a)) kind = PCC_COLL_ALL_TO_ALL, next.map[a] = (uint8_t)w;
+            else kind = PCC_COLL_ALL_GATHER, next.map[a] = PLAN_SHARD_R;
+        }
+        step[n++] = (pcc_reshard_step){(int)kind, a, next};
+        cur = next;
+    }
+    if (!shard_eq(cur, want)) step[n++] = (pcc_reshard_step){-1, -1, want}; // the local slice
+    return n;
 }

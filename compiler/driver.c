@@ -1,0 +1,213 @@
+/*
+ * driver.c: the two loops around main.c's pipeline: which micro-batch count to compile
+ * (driver_micro_batches), and which of phase 2's ranked strategies becomes the plan (the fit:
+ * driver_fit_*).
+ *
+ * The micro-batch search. With --auto and --global-batch and no micro-batch count, the count is
+ * searched too, as Megatron-LM users search --micro-batch-size. Every divisor m of the global
+ * batch that leaves whole ghost batch norm groups in a micro-batch, from the most micro-batches
+ * down (the small, quickly solved ILPs first), runs the front half of the pipeline on its own
+ * graph (front end, phase 1, phase 2, quietly, in an arena of its own) for the best step time the
+ * cost model estimates; the search stops once MB_PATIENCE counts in a row do no better than the
+ * best so far (fewer micro-batches mean bigger activations, so the ILP recomputes or shards
+ * more, while the bubble grows), and keeps the fastest. The pipeline's graph is then built again
+ * for that count.
+ *
+ * The fit. Phase 2 ranks strategies by the cost model; whether one fits is known only once the
+ * memory planner has placed its buffers. main.c's loop runs phase 3, the memory planner, the
+ * emitter and plan_check on the strategy driver_fit_next gives, and driver_fit_done says whether
+ * the result ends the loop. The strategies come in this order:
+ *   1. phase 2's ranking, best first;
+ *   2. when none fits and the ILP chose recompute itself (--recompute auto): phase 2 again, up to
+ *      three rounds, with a tighter memory budget for the ILP. Its memory model (parameters and
+ *      kept activations, spread evenly over the stages) is not the memory planner's exact arena
+ *      (transient buffers, the first and last stages' extra operators): the budget shrinks by
+ *      the overshoot of the smallest arena, at most to 3/4 a round, so that it recomputes or
+ *      splits more; the last round recomputes every block operator. Each round tries its best
+ *      few (each plan of a large model takes a while);
+ *   3. when still none fits: it says by how much, and tries what the message would suggest,
+ *      quietly: --recompute full, then ZeRO-3, then both; the first that fits is named, and the
+ *      compile still fails (exit 3).
+ * Phase 1's candidates serve every round (its group sizes do not depend on the memory or on
+ * recompute and ZeRO). An error other than "does not fit" ends the loop, but in step 3, where
+ * it only rules that suggestion out.
+ */
+#include "plancc.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+/* ---- the micro-batch search ---- */
+
+#define MB_PATIENCE 3
+
+// The front end as main.c runs it: the model loaded, the batch options applied, checked,
+// differentiated, checked.
+static pcc_status front_end(pcc_arena *a, pcc_options *o, pcc_graph **out) {
+    pcc_graph *g = NULL;
+    pcc_status st = model_load(a, o->model, &g);
+    if (!st) st = batch_apply(g, &o->batch);
+    if (!st) st = graph_check(g);
+    if (!st) st = autodiff(g);
+    if (!st) st = graph_check(g);
+    *out = g;
+    return st;
+}
+
+// The step time of m micro-batches: the front end, phase 1 and phase 2, quietly, in an arena of
+// their own; INFINITY when nothing fits.
+static pcc_status plan_micro_batches(const pcc_options *o, const pcc_cluster *c, int m, double *step_s) {
+    pcc_options t = *o;
+    t.batch.micro_batches = m, t.batch.micro_batches_given = true;
+    pcc_arena *a = arena_init();
+    pcc_graph *g;
+    pcc_status st = front_end(a, &t, &g);
+    pcc_strategy **cand = NULL;
+    int n = 0;
+    if (!st) {
+        pcc_search_opts so = o->search;
+        so.ilp.progress = false, so.ilp.dump_lp = NULL, so.quiet = true;
+        int ns;
+        int *sizes = search_group_sizes(g, c, &so, &ns);
+        st = search(g, c, transform_all(g, sizes, ns), &so, &cand, &n);
+    }
+    *step_s = !st && n > 0 ? cand[0]->est_step_s : INFINITY;
+    arena_free(a);
+    return st;
+}
+
+bool driver_searches_micro_batches(const pcc_options *o) {
+    return !o->check && !o->burst && o->search.auto_mesh && o->batch.global_batch && !o->batch.micro_batches_given &&
+           !o->batch.micro_batch_size;
+}
+
+pcc_status driver_micro_batches(pcc_arena *a, pcc_options *o, const pcc_cluster *c, pcc_graph **g) {
+    double t0 = clock_s(), best = INFINITY;
+    int64_t gb = o->batch.global_batch, grain = batch_grain(*g);
+    int best_m = 0, misses = 0;
+    bool was_quiet = pcc_quiet;
+    pcc_quiet = true; // the counts that do not fit say nothing; the chosen one is compiled loudly
+    for (int64_t m = gb < 65536 ? gb : 65536; m >= 1 && misses < MB_PATIENCE; m--) {
+        if (gb % m || (gb / m) % grain) continue; // whole samples, whole ghost batch norm groups
+        progress_phase("phase 2: %lld micro-batches of %lld samples (tried %d; best %d at %.4g s)", (long long)m,
+                       (long long)(gb / m), o->mb_searched, best_m, isfinite(best) ? best : 0);
+        double t_s;
+        pcc_status st = plan_micro_batches(o, c, (int)m, &t_s);
+        if (st && st != PCC_ERR_INFEASIBLE) {
+            pcc_quiet = was_quiet;
+            return st;
+        }
+        o->mb_searched++;
+        if (t_s < best) best = t_s, best_m = (int)m, misses = 0;
+        else if (best_m) misses++;
+    }
+    pcc_quiet = was_quiet;
+    o->mb_search_s = clock_s() - t0;
+    if (!best_m) return PCC_OK; // nothing fit: the plain compile (one micro-batch) says why
+    o->batch.micro_batches = best_m, o->batch.micro_batches_given = true;
+    return best_m == (*g)->micro_batches ? PCC_OK : front_end(a, o, g);
+}
+
+/* ---- the fit ---- */
+
+enum { FIT_RANKED, FIT_TIGHTER, FIT_EXPLAIN, FIT_OVER };
+
+void driver_fit_init(pcc_fit *f, const pcc_graph *g, const pcc_cluster *c, const pcc_transforms *t, const pcc_options *o,
+                     pcc_strategy **cand, int n) {
+    *f = (pcc_fit){.cand = cand, .n = n, .which = -1, .g = g, .c = c, .t = t, .o = o, .budget = *c, .peak = INFINITY};
+}
+
+// Step 2: phase 2 again on a tighter budget, its best few; false when no round is left.
+static bool fit_tighter(pcc_fit *f) {
+    pcc_search_opts so = f->o->search;
+    while (f->round < 3 && so.recompute == PCC_RECOMPUTE_AUTO && isfinite(f->peak)) {
+        bool last = f->round == 2;
+        progress_phase("phase 2 again: nothing fit in memory; a tighter budget for the ILP (round %d)", ++f->round);
+        f->budget.memory_bytes *= fmax(0.75, 0.98 * f->c->memory_bytes / f->peak);
+        pcc_search_opts r = so;
+        if (last) f->budget.memory_bytes = f->c->memory_bytes, r.recompute = PCC_RECOMPUTE_FULL;
+        r.quiet = true;
+        pcc_strategy **v;
+        int nv;
+        if (search(f->g, &f->budget, f->t, &r, &v, &nv)) continue; // keep the first round's figures
+        f->cand = v, f->n = nv > 4 ? 4 : nv, f->next = 0, f->mode = FIT_TIGHTER;
+        return true;
+    }
+    return false;
+}
+
+// Step 3's suggestions, in order: their search options (the ILP quiet, no dump) and names.
+static bool fit_suggestion(const pcc_fit *f, int k, pcc_search_opts *so, const char **name) {
+    *so = f->o->search;
+    so->quiet = true, so->ilp.progress = false, so->ilp.dump_lp = NULL;
+    bool zero3 = so->zero < 3 && (so->auto_mesh || so->dp > 1);
+    switch (k) {
+    case 0: so->recompute = PCC_RECOMPUTE_FULL, *name = "--recompute full"; return f->o->search.recompute != PCC_RECOMPUTE_FULL;
+    case 1: so->zero = 3, *name = "--zero 3"; return zero3;
+    case 2: so->zero = 3, so->recompute = PCC_RECOMPUTE_FULL, *name = "--zero 3 --recompute full"; return zero3;
+    default: return false;
+    }
+}
+
+// Step 3: the next suggestion whose search succeeds; false when none is left.
+static bool fit_explain(pcc_fit *f) {
+    if (f->mode != FIT_EXPLAIN) {
+        progress_done();
+        char need[32], have[32];
+        fmt_bytes(need, sizeof need, f->peak);
+        fmt_bytes(have, sizeof have, f->c->memory_bytes);
+        fprintf(stderr, "plancc: %s: does not fit: the smallest plan needs %s per device (its largest stage's arena), and "
+                        "a %s has %s\n", f->g->file, need, f->c->device_name, have);
+        f->mode = FIT_EXPLAIN, f->suggestion = -1;
+    }
+    pcc_search_opts so;
+    while (++f->suggestion < 3) {
+        if (!fit_suggestion(f, f->suggestion, &so, &f->fix)) continue;
+        pcc_strategy **v;
+        int nv;
+        if (search(f->g, f->c, f->t, &so, &v, &nv)) continue;
+        f->cand = v, f->n = nv, f->next = 0;
+        return true;
+    }
+    fprintf(stderr, "plancc: neither recompute nor ZeRO-3 make it fit: use more devices (--nodes, --devices, or more "
+                    "pipeline stages with --pp), or a smaller micro-batch (the batch dimension in the model)\n");
+    f->mode = FIT_OVER;
+    return false;
+}
+
+const pcc_strategy *driver_fit_next(pcc_fit *f, pcc_status *st) {
+    if (!f->started)
+        progress_phase("phase 3: communication, memory plan and plan_check (%d candidate%s)", f->n, f->n == 1 ? "" : "s");
+    f->started = true;
+    if (f->next < f->n) return f->cand[f->next++];
+    if (f->mode != FIT_EXPLAIN && f->mode != FIT_OVER && fit_tighter(f)) return f->cand[f->next++];
+    if (f->mode != FIT_OVER && fit_explain(f)) return f->cand[f->next++];
+    *st = PCC_ERR_INFEASIBLE;
+    return NULL;
+}
+
+bool driver_fit_done(pcc_fit *f, pcc_status *st, pcc_emitted *e) {
+    bool fits = !*st && e->peak_bytes <= f->c->memory_bytes;
+    if (fits && f->mode != FIT_EXPLAIN) {
+        f->which = f->next - 1, f->mode = FIT_OVER;
+        progress_done();
+        return true;
+    }
+    if (!*st) *st = PCC_ERR_INFEASIBLE; // it does not fit
+    if (e->p) plan_free(e->p), free(e->p);
+    e->p = NULL;
+    if (f->mode == FIT_EXPLAIN) {
+        if (fits) {
+            fprintf(stderr, "plancc: it fits with %s\n", f->fix);
+            f->mode = FIT_OVER, *st = PCC_ERR_INFEASIBLE;
+            return true;
+        }
+        if (*st != PCC_ERR_INFEASIBLE) f->next = f->n; // an error rules this suggestion out
+        *st = PCC_OK;
+        return false;
+    }
+    if (*st != PCC_ERR_INFEASIBLE) return true; // an error ends the compile
+    f->peak = fmin(f->peak, e->peak_bytes);
+    *st = PCC_OK;
+    return false;
+}

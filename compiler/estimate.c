@@ -1,0 +1,399 @@
+/*
+ * estimate.c: the one step-time estimator of a strategy, on the cost model.
+ *
+ * The step-time estimate of a strategy (phase 2's: it ranks the candidates of the search, and
+ * --estimate-only prints it) walks the plan as one device of each pipeline stage runs it, on the
+ * cost model (cost.c):
+ *   - every operator at its per-device shape (the batch dimension split dp ways where the
+ *     operator is split over dp, its tp letter's dimension tp ways), forward, backward and the
+ *     recomputed forward of recomputed operators, each on its layer's stage;
+ *   - the tensor-parallel resharding of every producer->consumer edge, forward and backward
+ *     (ilp_op_comm on the graph with one replica's batch), again when recomputed;
+ *   - the pipeline sends between stages (one per micro-batch and boundary each way);
+ *   - the gradients of parameters shared between stages (tied embeddings): summed over the
+ *     micro-batches and sent to the owner's stage once per step, after its last backward pass
+ *     (preserve.c's share_params), so the owner waits for them before its optimizer;
+ *   - the micro-batch schedule (cost_pipeline_s): m times the busiest stage plus the fill and
+ *     drain, (pp-1)/v of a stage for v virtual stages (Megatron-LM's interleaved 1F1B);
+ *   - per stage, the gradient synchronization (all-reduce over dp, reduce-scatter with ZeRO,
+ *     the tp group's all-reduce of parameters it replicates) on the second stream behind the
+ *     last micro-batch's backward pass (what is not hidden counts), then the optimizer and,
+ *     with ZeRO, the all-gather of the updated parameters. A stage that finishes its last
+ *     backward early (1F1B drains toward stage 0) has that much more time to hide its sync.
+ * Interleaving (--virtual-stages V): the layers are cut into pp * V chunks, chunk c on device
+ * c mod pp (the strategy's op_stage and copy_stage hold the chunk).
+ *
+ * It reads the strategy (mesh, splits, stages) and its tp group's ILP choice, never the plan:
+ * the simulator (runtime/sim.c) times the emitted plan itself, and the compile summary prints the
+ * two side by side.
+ */
+#include "plancc.h"
+
+static int tensor_of_op(const pcc_op *op, int k) { return k < op->nin ? op->in[k] : op->out[k - op->nin]; }
+
+typedef struct est {
+    const pcc_graph *g;
+    const pcc_cluster *c;
+    const pcc_intra *sc;
+    pcc_strategy *s;
+    int dp, tp, pp, v, m, nf; // nf: forward ops
+    pcc_graph gv;             // g with one data-parallel replica's batch
+    int ***ways;              // per forward op, per operand, per axis: the ways it is split on a device
+    int *owner;               // per tensor: the forward op that first reads it (params), -1
+    double *f, *b;            // per forward op, one copy: forward, backward operator seconds
+    double *fc, *bc, *sy;     // per forward op, one copy: tp resharding forward, backward; tp sync
+    double *orphan;           // per block, one copy: backward ops of no forward op
+    double orphan_top;
+    // Per device: per micro-batch compute, tp communication, p2p (forward, backward); per step
+    // sync, optimizer, post-optimizer all-gather, tied parameters' gradients received; layers.
+    double *Fc, *Fm, *Fp, *Bc, *Bm, *Bp, *sync, *opt, *post, *tied;
+    double *pool;       // per device and bucket segment: the bytes that share gradient buckets (est_pool)
+    double *last;       // per device: its last bucket's collective (est_last_bucket)
+    int *layers;
+} est;
+
+static double *zeros(const pcc_graph *g, int n) { return arena_alloc(g->arena, sizeof(double) * (size_t)(n + 1)); }
+
+static int *ones(const pcc_graph *g) {
+    int *w = arena_alloc(g->arena, sizeof(int) * PCC_MAX_RANK);
+    for (int a = 0; a < PCC_MAX_RANK; a++) w[a] = 1;
+    return w;
+}
+
+// Tensor t split only over dp, along the batch dimension.
+static const int *dp_ways(const est *E, int t) {
+    int *w = ones(E->g);
+    const pcc_tensor *x = &E->g->tensors[t];
+    for (int a = 0; a < x->rank; a++)
+        if (x->dims[a] == E->s->batch_dim) w[a] = E->dp;
+    return w;
+}
+
+// Forward op i's operands as its chosen candidate splits them over tp, and over dp along its dp letter.
+static void est_op_ways(est *E, int i) {
+    const pcc_graph *g = E->g;
+    const pcc_op *op = &g->ops[i];
+    const pcc_cand *cd = &E->sc->t->ops[i].c[E->sc->choice[i]];
+    int n = op->nin + op->nout, dl = E->s->letter[PCC_AX_DP][i];
+    pcc_letter l[PCC_MAX_LETTERS];
+    if (dl >= 0) op_letters(g, op, l);
+    E->ways[i] = arena_alloc(g->arena, sizeof(int *) * (size_t)(n + 1));
+    for (int k = 0; k < n; k++) {
+        int *w = E->ways[i][k] = ones(g);
+        const pcc_layout *lay = k < op->nin ? &cd->in[k] : &cd->out[k - op->nin];
+        for (int a = 0; a < PCC_MAX_RANK; a++) w[a] = lay->d[a] > 1 ? lay->d[a] : 1;
+        if (dl >= 0 && l[dl].axis[k] >= 0) w[l[dl].axis[k]] *= E->dp;
+    }
+}
+
+// How forward op i lays tensor t out: as its operand, or (a gradient) as the operand it is the
+// gradient of; any other tensor split over dp only.
+static const int *est_ways_of(const est *E, int i, int t) {
+    const pcc_op *op = &E->g->ops[i];
+    int u = E->g->tensors[t].kind == PCC_T_GRAD || E->g->tensors[t].kind == PCC_T_STATE ? E->g->tensors[t].of : t;
+    for (int k = 0; k < op->nin + op->nout; k++)
+        if (tensor_of_op(op, k) == t || tensor_of_op(op, k) == u) return E->ways[i][k];
+    return dp_ways(E, t);
+}
+
+// Operand splits of any op o as forward op i lays its tensors out (i < 0: dp only).
+static const int *const *est_ways(const est *E, const pcc_op *o, int i) {
+    int n = o->nin + o->nout;
+    const int **w = arena_alloc(E->g->arena, sizeof(int *) * (size_t)(n + 1));
+    for (int k = 0; k < n; k++) w[k] = i >= 0 ? est_ways_of(E, i, tensor_of_op(o, k)) : dp_ways(E, tensor_of_op(o, k));
+    return w;
+}
+
+// Per forward op, how its operands split on one device; the graph with one replica's batch;
+// which forward op reads each parameter first.
+static void est_layout(est *E) {
+    const pcc_graph *g = E->g;
+    E->ways = arena_alloc(g->arena, sizeof(int **) * (size_t)(E->nf + 1));
+    for (int i = 0; i < E->nf; i++) est_op_ways(E, i);
+    E->gv = *g;
+    E->gv.dims = arena_alloc(g->arena, sizeof(pcc_dim) * (size_t)(g->n_dims + 1));
+    for (int k = 0; k < g->n_dims; k++) {
+        E->gv.dims[k] = g->dims[k];
+        if (k == E->s->batch_dim) E->gv.dims[k].size = (g->dims[k].size + E->dp - 1) / E->dp;
+    }
+    E->owner = arena_alloc(g->arena, sizeof(int) * (size_t)(g->n_tensors + 1));
+    for (int t = 0; t < g->n_tensors; t++) E->owner[t] = -1;
+    for (int i = 0; i < E->nf; i++)
+        for (int k = 0; k < g->ops[i].nin; k++)
+            if (E->owner[g->ops[i].in[k]] < 0) E->owner[g->ops[i].in[k]] = i;
+}
+
+// Operator seconds per forward op (its forward, its backward ops) and tp communication.
+static void est_ops(est *E) {
+    const pcc_graph *g = E->g;
+    E->f = zeros(g, E->nf), E->b = zeros(g, E->nf), E->orphan = zeros(g, g->n_blocks);
+    for (int i = 0; i < E->nf; i++) E->f[i] = cost_op_s(E->c, g, &g->ops[i], (const int *const *)E->ways[i]);
+    for (int o = E->nf; o < g->n_ops; o++) {
+        const pcc_op *op = &g->ops[o];
+        if (op->phase != PCC_PHASE_BWD) continue;
+        double t = cost_op_s(E->c, g, op, est_ways(E, op, op->fwd));
+        if (op->fwd >= 0) E->b[op->fwd] += t;
+        else if (op->block >= 0) E->orphan[g->blocks[op->block].fwd] += t;
+        else E->orphan_top += t;
+    }
+    E->fc = zeros(g, E->nf), E->bc = zeros(g, E->nf), E->sy = zeros(g, E->nf);
+    pcc_intra_opts so = {.group = {E->tp, 1}, .memory_bytes = E->c->memory_bytes, .quiet = true, .bg_dense = E->s->bg_dense,
+                         .bucket_bytes = E->s->bucket_bytes};
+    ilp_op_comm(&E->gv, E->c, E->sc->t, &so, E->sc->choice, E->fc, E->bc, E->sy);
+    for (int i = 0; i < E->nf; i++) {
+        double n = (double)op_copies(g, &g->ops[i]);
+        E->fc[i] /= n, E->bc[i] /= n, E->sy[i] /= n;
+    }
+}
+
+// The device of forward op i in copy k of its block (k ignored at the top level).
+static int est_device(const est *E, int i, int k) {
+    const pcc_op *op = &E->g->ops[i];
+    return (op->block < 0 ? E->s->op_stage[i] : E->s->copy_stage[op->block][k]) % E->pp;
+}
+
+// One forward op's copy on device d: its forward, backward and recomputed forward.
+static void est_add_op(est *E, int i, int d) {
+    bool rc = E->s->recompute[i];
+    E->Fc[d] += E->f[i], E->Fm[d] += E->fc[i];
+    E->Bc[d] += E->b[i] + (rc ? E->f[i] : 0), E->Bm[d] += E->bc[i] + (rc ? E->fc[i] : 0);
+    E->sync[d] += E->sy[i];
+}
+
+// Bytes on one device of tensor t as its producer's chosen layout holds it (one replica's batch).
+static double est_held_bytes(const est *E, int t) {
+    double bytes = tensor_bytes(&E->gv, &E->g->tensors[t]);
+    int p = E->g->tensors[t].producer;
+    if (p < 0 || p >= E->nf) return bytes;
+    const pcc_op *op = &E->g->ops[p];
+    const pcc_cand *cd = &E->sc->t->ops[p].c[E->sc->choice[p]];
+    for (int k = 0; k < op->nout; k++)
+        if (op->out[k] == t)
+            for (int r = 0; r < E->g->tensors[t].rank; r++) bytes /= cd->out[k].d[r];
+    return bytes;
+}
+
+// What layer l hands to the next one: a block's carried values, or a top-level op's outputs.
+static double est_boundary_bytes(const est *E, const pcc_layer *l) {
+    double bytes = 0;
+    if (l->op >= 0)
+        for (int k = 0; k < E->g->ops[l->op].nout; k++) bytes += est_held_bytes(E, E->g->ops[l->op].out[k]);
+    else
+        for (int k = 0; k < E->g->blocks[l->block].n_carry; k++) bytes += est_held_bytes(E, E->g->blocks[l->block].carry[k].outer);
+    return bytes;
+}
+
+static double est_send_s(const est *E, double bytes) {
+    pcc_group_shape pair = {2, E->dp * E->tp};
+    return cost_collective_s(E->c, PCC_COLL_SEND_RECV, bytes, pair) + cost_launch_s(E->c);
+}
+
+// The layers on their devices, and the sends between chunks (both ways, per micro-batch).
+static void est_layers(est *E, const pcc_layer *L, int nl, const int *chunk) {
+    const pcc_graph *g = E->g;
+    for (int l = 0; l < nl; l++) {
+        int d = chunk[l] % E->pp;
+        E->layers[d]++;
+        if (L[l].op >= 0) {
+            est_add_op(E, L[l].op, d);
+        } else {
+            const pcc_block *bl = &g->blocks[L[l].block];
+            for (int i = bl->first_op; i < bl->first_op + bl->n_ops; i++) est_add_op(E, i, d);
+            E->Bc[d] += E->orphan[L[l].block];
+        }
+        if (l + 1 < nl && chunk[l + 1] != chunk[l]) {
+            double t = est_send_s(E, est_boundary_bytes(E, &L[l]));
+            E->Fp[d] += t, E->Bp[chunk[l + 1] % E->pp] += t;
+        }
+    }
+    E->Bc[chunk[nl - 1] % E->pp] += E->orphan_top;
+}
+
+// Bytes on one device of parameter p (owner op i), and whether the step synchronizes its
+// gradient over dp in phase 3's buckets (an all-reduce, or ZeRO's reduce-scatter, unless
+// ZeRO-2 reduce-scatters each micro-batch's by itself; --sync background: tables only).
+static double est_param_bytes(const est *E, int p, int i, bool *bucketed) {
+    const pcc_tensor *t = &E->g->tensors[p];
+    const int *w = est_ways_of(E, i, p);
+    double bytes = tensor_bytes(E->g, t);
+    for (int r = 0; r < t->rank; r++) bytes /= w[r];
+    int zero = E->s->zero;
+    *bucketed = E->dp > 1 && (zero == 0 ? graph_step_synced(E->g, p, E->s->bg_dense) : !(zero == 2 && E->m > 1));
+    return bytes;
+}
+
+// The bucket pool of a parameter of op i, its copy on device d: what its segment's gradients on
+// d add up to (a block's: one copy's, the same for every copy; a top-level stretch's: per device).
+static double *est_pool(const est *E, int i, int d) {
+    int seg = graph_bucket_segment(E->g, i);
+    return &E->pool[(E->g->ops[i].block >= 0 ? 0 : d) * (2 * E->g->n_blocks + 2) + seg];
+}
+
+// Gradient synchronization and the optimizer of parameter p's instance on device d (owner op i).
+static void est_param(est *E, int p, int i, int d, const pcc_op *opt) {
+    const pcc_graph *g = E->g;
+    bool bucketed;
+    double bytes = est_param_bytes(E, p, i, &bucketed), pool = *est_pool(E, i, d), cap = E->s->bucket_bytes;
+    pcc_group_shape dpg = {E->dp, E->tp};
+    double launch = cost_launch_s(E->c);
+    int zero = E->s->zero;
+    if (bucketed) E->sync[d] += cost_bucketed_s(E->c, zero ? PCC_COLL_REDUCE_SCATTER : PCC_COLL_ALL_REDUCE, bytes, pool, cap, dpg);
+    if (E->dp > 1 && zero > 0) {
+        double ag = cost_collective_s(E->c, PCC_COLL_ALL_GATHER, bytes, dpg) + launch;
+        if (!bucketed) E->sync[d] += cost_collective_s(E->c, PCC_COLL_REDUCE_SCATTER, bytes, dpg) + launch;
+        E->post[d] += ag;
+        if (zero == 3) E->Fm[d] += ag, E->Bm[d] += ag; // gathered again for each micro-batch's use
+    }
+    if (opt) E->opt[d] += cost_op_s(E->c, g, opt, est_ways(E, opt, i)) / (E->dp > 1 && zero > 0 ? E->dp : 1);
+}
+
+// Every parameter: sync and optimizer on its owner's device(s); tied parameters' gradients sent
+// to the owner once per step from each other stage that uses them. First the bytes that share
+// buckets, per device and segment.
+static void est_params(est *E) {
+    const pcc_graph *g = E->g;
+    const pcc_op **opt = arena_alloc(g->arena, sizeof(pcc_op *) * (size_t)(g->n_tensors + 1));
+    for (int o = E->nf; o < g->n_ops; o++)
+        if (g->ops[o].phase == PCC_PHASE_OPT) opt[g->ops[o].in[0]] = &g->ops[o];
+    E->pool = zeros(g, E->pp * (2 * g->n_blocks + 2));
+    for (int p = 0; p < g->n_tensors; p++) {
+        int i = E->owner[p];
+        bool bucketed;
+        if (g->tensors[p].kind != PCC_T_PARAM || i < 0) continue;
+        double bytes = est_param_bytes(E, p, i, &bucketed);
+        if (bucketed) *est_pool(E, i, est_device(E, i, 0)) += bytes;
+    }
+    for (int p = 0; p < g->n_tensors; p++) {
+        const pcc_tensor *t = &g->tensors[p];
+        int i = E->owner[p];
+        if (t->kind != PCC_T_PARAM || i < 0) continue;
+        int64_t n = g->ops[i].block >= 0 ? g->blocks[g->ops[i].block].repeat : 1;
+        for (int64_t k = 0; k < n; k++) est_param(E, p, i, est_device(E, i, (int)k), opt[p]);
+        if (g->ops[i].block >= 0) continue;
+        int home = est_device(E, i, 0);
+        for (int j = i + 1; j < E->nf; j++) {
+            bool reads = false;
+            for (int k = 0; k < g->ops[j].nin; k++) reads |= g->ops[j].in[k] == p;
+            if (!reads || g->ops[j].block >= 0 || est_device(E, j, 0) == home) continue;
+            const int *w = est_ways_of(E, j, p);
+            double bytes = tensor_bytes(g, t);
+            for (int r = 0; r < t->rank; r++) bytes /= w[r];
+            E->tied[home] += est_send_s(E, bytes);
+        }
+    }
+}
+
+// Whether op i is the owner of its input k, a parameter (counted once when it reads it twice).
+static bool est_owns(const est *E, int i, int k) {
+    const pcc_op *op = &E->g->ops[i];
+    int p = op->in[k];
+    if (E->g->tensors[p].kind != PCC_T_PARAM || E->owner[p] != i) return false;
+    for (int j = 0; j < k; j++)
+        if (op->in[j] == p) return false;
+    return true;
+}
+
+// The replicas over the tp group whose gradients op i's input k (a parameter) sums in the step
+// (the ILP's choice splits the op along a letter it does not carry: ilp.c's cand_sync_s), 1: none.
+static int est_tp_replicas(const est *E, int i, int k) {
+    const pcc_cand *cd = &E->sc->t->ops[i].c[E->sc->choice[i]];
+    int p = E->g->ops[i].in[k];
+    if (cd->dim < 0 || !graph_step_synced(E->g, p, E->s->bg_dense)) return 1;
+    return cd->in[k].r;
+}
+
+// The last bucket each device issues: the gradients of its earliest segment that the backward
+// pass finishes after the previous bucket closed (filled as preserve.c fills them, in the backward
+// pass's order), all-reduced over tp (the ILP's replicas) and dp. It starts when the backward
+// pass is over: nothing hides it.
+static void est_last_bucket(est *E) {
+    const pcc_graph *g = E->g;
+    int *first = arena_alloc(g->arena, sizeof(int) * (size_t)E->pp);
+    for (int d = 0; d < E->pp; d++) first[d] = -1;
+    for (int i = 0; i < E->nf; i++)
+        for (int k = 0; k < g->ops[i].nin; k++) {
+            bool bucketed;
+            if (!est_owns(E, i, k)) continue;
+            est_param_bytes(E, g->ops[i].in[k], i, &bucketed);
+            bucketed |= est_tp_replicas(E, i, k) > 1;
+            for (int64_t c = 0; bucketed && c < op_copies(g, &g->ops[i]); c++)
+                if (first[est_device(E, i, (int)c)] < 0) first[est_device(E, i, (int)c)] = i;
+        }
+    E->last = zeros(g, E->pp);
+    pcc_group_shape dpg = {E->dp, E->tp};
+    for (int d = 0; d < E->pp; d++) {
+        if (first[d] < 0) continue;
+        int seg = graph_bucket_segment(g, first[d]);
+        bool top = g->ops[first[d]].block < 0;
+        double open = 0, last = 0;
+        int r = 1, last_r = 1; // the tp replicas of the open bucket's gradients
+        for (int i = E->nf - 1; i >= 0; i--) {
+            if (graph_bucket_segment(g, i) != seg || (top && est_device(E, i, 0) != d)) continue;
+            for (int k = 0; k < g->ops[i].nin; k++) {
+                bool bucketed;
+                if (!est_owns(E, i, k)) continue;
+                double bytes = est_param_bytes(E, g->ops[i].in[k], i, &bucketed);
+                int rk = est_tp_replicas(E, i, k);
+                if (!bucketed && rk <= 1) continue;
+                open += bytes;
+                if (rk > r) r = rk;
+                if (open >= E->s->bucket_bytes) last = open, last_r = r, open = 0, r = 1;
+            }
+        }
+        if (open > 0) last = open, last_r = r;
+        double launch = cost_launch_s(E->c);
+        if (E->dp > 1)
+            E->last[d] += cost_collective_s(E->c, E->s->zero ? PCC_COLL_REDUCE_SCATTER : PCC_COLL_ALL_REDUCE, last, dpg) + launch;
+        if (last_r > 1) E->last[d] += cost_collective_s(E->c, PCC_COLL_ALL_REDUCE, last, (pcc_group_shape){last_r, 1}) + launch;
+    }
+}
+
+// The step: the pipeline, then per device what the last backward pass does not hide of its sync,
+// its optimizer and ZeRO's all-gather; a device that drains early has that much more slack.
+static void est_step(est *E) {
+    int pp = E->pp;
+    const pcc_graph *g = E->g;
+    double *F = zeros(g, pp), *B = zeros(g, pp), bubble;
+    int busy = 0;
+    for (int d = 0; d < pp; d++) {
+        F[d] = E->Fc[d] + E->Fm[d] + E->Fp[d], B[d] = E->Bc[d] + E->Bm[d] + E->Bp[d];
+        if (F[d] + B[d] > F[busy] + B[busy]) busy = d;
+    }
+    pcc_estimate *x = &E->s->est;
+    x->pipeline_s = cost_pipeline_s(F, B, pp, E->v, E->m, &bubble);
+    x->bubble_s = bubble;
+    x->compute_s = E->m * (E->Fc[busy] + E->Bc[busy]);
+    x->tp_comm_s = E->m * (E->Fm[busy] + E->Bm[busy]);
+    x->p2p_s = E->m * (E->Fp[busy] + E->Bp[busy]);
+    double lead = 0;
+    x->step_s = 0;
+    for (int d = 0; d < pp; d++) {
+        double per_layer = E->layers[d] > 0 ? (double)E->v / E->layers[d] : 1;
+        double window = B[d] / E->v * (per_layer < 1 ? 1 - per_layer : 0);
+        double exposed = cost_exposed_s(E->sync[d], window);
+        double tail = E->last[d] < E->sync[d] ? E->last[d] : E->sync[d];
+        if (tail > exposed) exposed = tail;
+        double end = x->pipeline_s - lead + E->tied[d] + exposed + E->opt[d] + E->post[d];
+        if (end > x->step_s || d == 0)
+            x->step_s = end, x->sync_s = E->sync[d], x->sync_exposed_s = exposed, x->optimizer_s = E->opt[d] + E->post[d];
+        lead += B[d] / E->v;
+    }
+}
+
+void estimate_step(const pcc_graph *g, const pcc_cluster *c, const pcc_intra *sc, pcc_strategy *s) {
+    est E = {.g = g, .c = c, .sc = sc, .s = s, .dp = s->mesh[PCC_AX_DP], .tp = s->mesh[PCC_AX_TP],
+             .pp = s->mesh[PCC_AX_PP], .v = s->virtual_stages, .m = s->micro_batches, .nf = g->n_fwd_ops};
+    int pp = E.pp, nl;
+    E.Fc = zeros(g, pp), E.Fm = zeros(g, pp), E.Fp = zeros(g, pp), E.Bc = zeros(g, pp), E.Bm = zeros(g, pp);
+    E.Bp = zeros(g, pp), E.sync = zeros(g, pp), E.opt = zeros(g, pp), E.post = zeros(g, pp), E.tied = zeros(g, pp);
+    E.layers = arena_alloc(g->arena, sizeof(int) * (size_t)(pp + 1));
+    const pcc_layer *L = graph_layers(g, &nl);
+    int *chunk = arena_alloc(g->arena, sizeof(int) * (size_t)(nl + 1));
+    for (int l = 0; l < nl; l++) chunk[l] = L[l].op >= 0 ? s->op_stage[L[l].op] : s->copy_stage[L[l].block][L[l].copy];
+    est_layout(&E);
+    est_ops(&E);
+    est_layers(&E, L, nl, chunk);
+    est_params(&E);
+    est_last_bucket(&E);
+    est_step(&E);
+}

@@ -1,0 +1,441 @@
+/*
+ * options.c: plancc's command line: the options, their checks against each other, the usage
+ * text, and the canonical option string a plan records.
+ *
+ * options_parse fills one pcc_options (plancc.h) from argv with getopt_long, then checks what
+ * no single option can: a template (--dp --tp --pp) or --auto, --burst and what it excludes,
+ * --check and what it leaves out, the batch options, --sync background against ZeRO. Every
+ * usage error prints one line "plancc: ..." and returns PCC_ERR_INPUT (exit 2); --help and
+ * --version print to stdout and set *done. The parts of the options each phase reads are laid
+ * out as that phase's own options struct (pcc_batch_opts, pcc_search_opts, pcc_preserve_opts),
+ * so the driver hands them on as they are.
+ *
+ * options_runs says which phases the options ask for (--check stops after its report or after
+ * the phases its -d dumps need; --estimate-only after phase 2). options_emit gives the emitter
+ * what the plan records: the options that decide the plan in one canonical order (so that the
+ * same options give the same bytes and the same hash however they were spelled) and the hashes
+ * of the model and cluster files.
+ */
+#include "plancc.h"
+
+#include <getopt.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: plancc MODEL --cluster FILE [-o PLAN] [--nodes N | --devices N] [strategy] [options]\n"
+            "       plancc --check MODEL [--cluster FILE [--nodes N] [--devices N]] [--json] [-v] [-q]\n"
+            "       plancc --help | --version\n"
+            "\n"
+            "plancc compiles a DNN training job (a model graph in JSON and a cluster in JSON) into a\n"
+            "parallel execution plan: phase 1 splits every operator, phase 2 picks the splits (an ILP\n"
+            "solved with GLPK), the device mesh and the pipeline, phase 3 inserts the collectives and\n"
+            "sends that keep every producer->consumer edge correct; the memory planner places every\n"
+            "buffer; the plan file is verified (plan_check) and written.\n"
+            "\n"
+            "  -o, --output PLAN  write the plan here (default: MODEL's name + .plan)\n"
+            "  --cluster FILE     the cluster (models/clusters/*.json)\n"
+            "  --nodes N          the cluster has N nodes (default: as FILE says)\n"
+            "  --devices N        the cluster has N devices in all: a whole number of nodes, or fewer\n"
+            "                     than one node; on a cpu cluster without a network, any N (one node\n"
+            "                     of N ranks)\n"
+            "strategy (default --auto):\n"
+            "  --auto             search every factorization pp x dp x tp of the devices, each with the\n"
+            "                     ILP for its tensor-parallel splits, and keep the fastest that fits\n"
+            "  --dp N --tp N --pp N\n"
+            "                     the Megatron-LM template: batch split over dp, tensor parallelism of\n"
+            "                     tp (inside a node), pp pipeline stages; the product is the device count\n"
+            "  --tp-batch         with the template: the ILP may also split the batch over the tp group\n"
+            "                     (data-parallel operators beside sharded ones, as --auto tries; with\n"
+            "                     --dp 1 --tp N, DLRM's layout: embedding tables sharded over all N with\n"
+            "                     all-to-all exchanges, the dense layers data-parallel). Implied by\n"
+            "                     --sync background where the batch divides by dp x tp\n"
+            );
+    fprintf(f,
+            "  --burst            DeepPool's burst parallelism: every layer data-parallel on its own number\n"
+            "                     of devices (1, 2, 4, ... all; a power of two), chosen by a dynamic program\n"
+            "                     over the layers on the cost model, with the activation moves between\n"
+            "                     widths and each layer's gradient all-reduce; pair it with --global-batch\n"
+            "  --amp-limit X      with --burst: DeepPool's GPU-time amplification limit (X > 1; default none)\n"
+            "  --burst-widths L   with --burst: the device count of every layer given, comma-separated\n"
+            "                     (for tests and experiments; plancc prints the layers)\n"
+            "  --micro-batches N  micro-batches per step, the gradient accumulation (default 1; with --auto\n"
+            "                     and --global-batch, searched: the fastest count on the cost model)\n"
+            "  --global-batch N   samples per step; the model's batch dimension becomes N divided by the\n"
+            "                     micro-batches (default: the model file's batch is one micro-batch step)\n"
+            "  --micro-batch-size N\n"
+            "                     samples per micro-batch on each data-parallel replica (needs --dp):\n"
+            "                     with --global-batch, micro-batches = N_global / (N x dp), as Megatron-LM's\n"
+            "                     --micro-batch-size and --global-batch-size\n"
+            "  --virtual-stages V model chunks per pipeline device: Megatron-LM's interleaved 1F1B\n"
+            "                     (needs --pp > 1 and micro-batches a multiple of pp; not with --zero 2)\n"
+            "  --schedule S       gpipe or 1f1b (default 1f1b when pp > 1)\n"
+            "  --zero N           ZeRO stage 0..3 over dp: 1 shards the optimizer state (gradients summed\n"
+            "                     whole over the micro-batches, reduce-scattered once); 2 also the\n"
+            "                     gradients (each micro-batch's reduce-scattered and summed in the shard);\n"
+            "                     3 also the parameters\n"
+            "  --bucket-mb X      gradient synchronization in buckets of X MB (10^6 bytes per rank), in the\n"
+            "                     order the backward pass finishes the gradients, each issued as soon as its\n"
+            "                     last gradient is ready (PyTorch DDP's bucket_cap_mb; default 25); 0: one\n"
+            "                     collective per parameter\n"
+            "  --recompute R      none, full (recompute every block operator in the backward pass) or\n"
+            "                     auto (the ILP decides per operator; default)\n"
+            "  --tf32             cost f32 matrix products and convolutions at the TF32 tensor-core peak\n"
+            "                     (what planrun --tf32 and PyTorch's allow_tf32 run); default: the f32 peak\n"
+            "  --time-limit S     the ILP stops after S seconds with its best (default 60)\n"
+            "  --mip-gap G        ... or once within relative gap G of the bound (default 1e-4)\n"
+            "  --dump-ilp FILE    write the ILP as CPLEX LP text\n"
+            "  --estimate-only    plan the strategy and print the cost model's estimate of a step and its\n"
+            "                     parts (with --json, as JSON); write no plan\n"
+            "  -d, --dump LETTERS print phase 1's candidates (t) and phase 2's choice per operator (s)\n");
+    fputs(
+            "  --sync S           how replicas of the dense parameters agree: allreduce (the gradient\n"
+            "                     all-reduce in every step; default), or ShadowSync's background sync\n"
+            "                     background:algo=ma|easgd|bmuf[,period=K|continuous][,alpha=A]\n"
+            "                     [,eta=E][,zeta=Z][,nesterov=0|1][,hogwild][,chunk=BYTES][,bucket=BYTES]:\n"
+            "                     each rank trains its own replica and a background stream averages\n"
+            "                     them every K steps (default 1) or back to back (continuous); MA\n"
+            "                     averages, EASGD pulls towards a\n"
+            "                     centre at rate alpha (default 0.5/N), BMUF adds block momentum eta\n"
+            "                     (default 1-1/N), block rate zeta (1), Nesterov (1); hogwild applies\n"
+            "                     the rounds racing with the foreground; chunk splits a round's all-reduce\n"
+            "                     into pieces of at most BYTES (default 4194304; 0: whole parameters);\n"
+            "                     bucket lets parameters share one all-reduce up to BYTES (default 0:\n"
+            "                     one a collective, each snapshot just before its own all-reduce).\n"
+            "                     The N replicas: a dense parameter replicated over dp, and over tp where\n"
+            "                     the ILP splits its operators by the batch (implies --tp-batch; with\n"
+            "                     --auto also tp = every device). Embedding tables stay synchronous\n"
+            "other:\n"
+            "  --check MODEL      only load and check MODEL, derive its backward pass and optimizer step,\n"
+            "                     and print per-operator parameters, FLOPs and kept activations; with\n"
+            "                     --cluster, whether one step fits one device and its compute bound\n"
+            "  --json             print the --check report as JSON\n"
+            "  -v, --verbose      more detail\n"
+            "  -q, --quiet        no warnings, no summary\n"
+            "  -h, --help         this text\n"
+            "  -V, --version      the version\n"
+            "\n"
+            "Formats: schemas/README.md (model, cluster), runtime/PLAN_FORMAT.md (plan). Show a plan with\n"
+            "plandump PLAN. Diagnostics: \"plancc: FILE:JSON-POINTER: message\" on stderr.\n"
+            "Exit codes: 0 success, 1 internal error, 2 invalid input or usage, 3 infeasible (does not fit).\n",
+          f);
+}
+
+enum { OPT_CLUSTER = 256, OPT_NODES, OPT_DEVICES, OPT_TIME_LIMIT, OPT_MIP_GAP, OPT_DUMP_ILP, OPT_DP, OPT_TP, OPT_PP,
+       OPT_ZERO, OPT_RECOMPUTE, OPT_SCHEDULE, OPT_AUTO, OPT_GLOBAL_BATCH, OPT_MICRO_BATCH_SIZE, OPT_VIRTUAL_STAGES,
+       OPT_ESTIMATE_ONLY, OPT_BURST, OPT_AMP_LIMIT, OPT_BURST_WIDTHS, OPT_BUCKET_MB, OPT_SYNC, OPT_TF32,
+       OPT_TP_BATCH };
+
+// What was given, for the checks after parsing.
+typedef struct given {
+    bool template_, auto_, schedule, recompute;
+} given;
+
+static pcc_status num_option(const char *name, const char *arg, double lo, double hi, double *out) {
+    char *end;
+    double v = strtod(arg, &end);
+    if (*end || end == arg || !(v >= lo && v <= hi)) {
+        fprintf(stderr, "plancc: %s wants a number in [%g, %g], got \"%s\"\n", name, lo, hi, arg);
+        return PCC_ERR_INPUT;
+    }
+    *out = v;
+    return PCC_OK;
+}
+
+// An integer option's value in [lo, hi]; a usage error otherwise.
+static pcc_status int_option(const char *name, const char *arg, long lo, long hi, int *out) {
+    char *end;
+    long v = strtol(arg, &end, 10);
+    if (end == arg || *end || v < lo || v > hi) {
+        fprintf(stderr, "plancc: %s wants an integer in [%ld, %ld], got \"%s\"\n", name, lo, hi, arg);
+        return PCC_ERR_INPUT;
+    }
+    *out = (int)v;
+    return PCC_OK;
+}
+
+// One option, c as getopt_long returns it (a flat dispatch over the options).
+static pcc_status option(int c, char **argv, pcc_options *o, given *gv, bool *done) {
+    switch (c) {
+    case 'c': o->check = true; break;
+    case 'j': o->report.json = true; break;
+    case 'v': o->report.verbose++; break;
+    case 'q': o->quiet = true; break;
+    case 'h': usage(stdout); *done = true; return PCC_OK;
+    case 'V': printf("plancc %s\n", PCC_VERSION); *done = true; return PCC_OK;
+    case 'm': if (int_option("--micro-batches", optarg, 1, 65536, &o->batch.micro_batches)) return PCC_ERR_INPUT; o->batch.micro_batches_given = true; break;
+    case OPT_GLOBAL_BATCH: {
+        int gb;
+        if (int_option("--global-batch", optarg, 1, INT32_MAX, &gb)) return PCC_ERR_INPUT;
+        o->batch.global_batch = gb;
+        break;
+    }
+    case OPT_MICRO_BATCH_SIZE: if (int_option("--micro-batch-size", optarg, 1, 1 << 24, &o->batch.micro_batch_size)) return PCC_ERR_INPUT; break;
+    case OPT_VIRTUAL_STAGES: if (int_option("--virtual-stages", optarg, 1, 1 << 16, &o->search.virtual_stages)) return PCC_ERR_INPUT; break;
+    case OPT_ESTIMATE_ONLY: o->estimate_only = true; break;
+    case OPT_BUCKET_MB: if (num_option("--bucket-mb", optarg, 0, 1e6, &o->bucket_mb)) return PCC_ERR_INPUT; break;
+    case OPT_CLUSTER: o->cluster = optarg; break;
+    case OPT_NODES: if (int_option("--nodes", optarg, 1, 1 << 20, &o->nodes)) return PCC_ERR_INPUT; break;
+    case OPT_DEVICES: if (int_option("--devices", optarg, 1, 1 << 24, &o->devices)) return PCC_ERR_INPUT; break;
+    case OPT_TIME_LIMIT: if (num_option("--time-limit", optarg, 0.001, 1e6, &o->search.ilp.time_limit_s)) return PCC_ERR_INPUT; break;
+    case OPT_MIP_GAP: if (num_option("--mip-gap", optarg, 0, 0.999, &o->search.ilp.mip_gap)) return PCC_ERR_INPUT; break;
+    case OPT_DUMP_ILP: o->search.ilp.dump_lp = optarg; break;
+    case 'o': o->output = optarg; break;
+    case OPT_DP: if (int_option("--dp", optarg, 1, 1 << 24, &o->search.dp)) return PCC_ERR_INPUT; gv->template_ = true; break;
+    case OPT_TP: if (int_option("--tp", optarg, 1, 1 << 24, &o->search.tp)) return PCC_ERR_INPUT; gv->template_ = true; break;
+    case OPT_TP_BATCH: o->search.tp_batch = true; break;
+    case OPT_PP: if (int_option("--pp", optarg, 1, 1 << 24, &o->search.pp)) return PCC_ERR_INPUT; gv->template_ = true; break;
+    case OPT_ZERO: if (int_option("--zero", optarg, 0, 3, &o->search.zero)) return PCC_ERR_INPUT; break;
+    case OPT_AUTO: gv->auto_ = true; break;
+    case OPT_BURST: o->burst = true; break;
+    case OPT_TF32: o->tf32 = true; break;
+    case OPT_BURST_WIDTHS: o->burst_widths = optarg; break;
+    case OPT_AMP_LIMIT: {
+        char *end;
+        double v = strtod(optarg, &end);
+        if (end == optarg || *end || !(v > 1) || !isfinite(v)) {
+            fprintf(stderr, "plancc: --amp-limit wants a number above 1 (DeepPool's GPU-time amplification limit), got \"%s\"\n", optarg);
+            return PCC_ERR_INPUT;
+        }
+        o->amp_limit = v;
+        break;
+    }
+    case OPT_SYNC: {
+        if (sync_parse(optarg, &o->preserve.sync)) return PCC_ERR_INPUT;
+        break;
+    }
+    case OPT_RECOMPUTE:
+        gv->recompute = true;
+        if (strcmp(optarg, "none") == 0) o->search.recompute = PCC_RECOMPUTE_NONE;
+        else if (strcmp(optarg, "full") == 0) o->search.recompute = PCC_RECOMPUTE_FULL;
+        else if (strcmp(optarg, "auto") == 0) o->search.recompute = PCC_RECOMPUTE_AUTO;
+        else {
+            fprintf(stderr, "plancc: --recompute wants none, full or auto, got \"%s\"\n", optarg);
+            return PCC_ERR_INPUT;
+        }
+        break;
+    case OPT_SCHEDULE:
+        gv->schedule = true;
+        if (strcmp(optarg, "gpipe") == 0) o->search.schedule = PCC_PIPE_GPIPE;
+        else if (strcmp(optarg, "1f1b") == 0) o->search.schedule = PCC_PIPE_1F1B;
+        else {
+            fprintf(stderr, "plancc: --schedule wants gpipe or 1f1b, got \"%s\"\n", optarg);
+            return PCC_ERR_INPUT;
+        }
+        break;
+    case 'd':
+        if (strspn(optarg, "ts") != strlen(optarg) || !*optarg) {
+            fprintf(stderr, "plancc: -d wants letters of \"ts\" (t: phase 1 candidates, s: phase 2 schedule), got \"%s\"\n", optarg);
+            return PCC_ERR_INPUT;
+        }
+        o->dumps = optarg;
+        break;
+    case ':': fprintf(stderr, "plancc: option %s needs a value\n", argv[optind - 1]); return PCC_ERR_INPUT;
+    default: fprintf(stderr, "plancc: unknown option %s (see plancc --help)\n", argv[optind - 1]); return PCC_ERR_INPUT;
+    }
+    return PCC_OK;
+}
+
+// The model, and the options that need a cluster.
+static pcc_status check_inputs(int argc, char **argv, pcc_options *o) {
+    if (optind + 1 != argc) {
+        fprintf(stderr, optind == argc ? "plancc: no model given (see plancc --help)\n"
+                                       : "plancc: more than one model given (see plancc --help)\n");
+        return PCC_ERR_INPUT;
+    }
+    if ((o->dumps || o->search.ilp.dump_lp) && !o->cluster) {
+        fprintf(stderr, "plancc: %s needs --cluster FILE (the phases cost their choices on a cluster)\n", o->dumps ? "-d" : "--dump-ilp");
+        return PCC_ERR_INPUT;
+    }
+    if ((o->nodes || o->devices) && !o->cluster) {
+        fprintf(stderr, "plancc: %s needs --cluster FILE (see plancc --help)\n", o->nodes ? "--nodes" : "--devices");
+        return PCC_ERR_INPUT;
+    }
+    o->model = argv[optind];
+    return PCC_OK;
+}
+
+// The strategy: a template or --auto, and the options that follow from it.
+static pcc_status check_strategy(pcc_options *o, const given *gv) {
+    if (gv->auto_ && gv->template_) {
+        fprintf(stderr, "plancc: --auto searches the mesh; it does not go with --dp, --tp or --pp\n");
+        return PCC_ERR_INPUT;
+    }
+    o->search.auto_mesh = !gv->template_;
+    o->search.bg_dense = o->preserve.sync.algo != PCC_SYNC_ALLREDUCE;
+    o->search.bucket_bytes = o->bucket_mb * 1e6;
+    o->search.quiet = o->quiet;
+    o->search.whole = o->check;
+    o->batch.dp = o->search.dp;
+    o->preserve.bucket_bytes = (uint64_t)(o->bucket_mb * 1e6);
+    if (o->search.tp_batch && !gv->template_) {
+        fprintf(stderr, "plancc: --tp-batch lets the template's ILP split the batch over --tp (--auto tries that by itself); "
+                        "it needs --dp, --tp or --pp\n");
+        return PCC_ERR_INPUT;
+    }
+    if (o->search.tp_batch && o->search.tp < 2) {
+        fprintf(stderr, "plancc: --tp-batch splits the batch over the tp group: it needs --tp 2 or more\n");
+        return PCC_ERR_INPUT;
+    }
+    if (!o->check && !o->cluster) {
+        fprintf(stderr, "plancc: compiling a plan needs --cluster FILE (models/clusters/ has some; see plancc --help)\n");
+        return PCC_ERR_INPUT;
+    }
+    return PCC_OK;
+}
+
+// --burst, --sync and --check against the rest.
+static pcc_status check_modes(const pcc_options *o, const given *gv) {
+    if (o->burst_widths && !o->burst) {
+        fprintf(stderr, "plancc: --burst-widths gives burst parallelism's per-layer device counts: it needs --burst\n");
+        return PCC_ERR_INPUT;
+    }
+    if (o->amp_limit > 0 && !o->burst) {
+        fprintf(stderr, "plancc: --amp-limit is burst parallelism's amplification limit: it needs --burst\n");
+        return PCC_ERR_INPUT;
+    }
+    if (o->burst) {
+        const char *clash = o->check ? "--check" : gv->template_ ? "--dp, --tp and --pp" : gv->auto_ ? "--auto"
+                          : o->batch.micro_batches_given ? "--micro-batches" : o->batch.micro_batch_size ? "--micro-batch-size"
+                          : o->search.zero ? "--zero" : gv->recompute ? "--recompute" : gv->schedule ? "--schedule"
+                          : o->search.virtual_stages ? "--virtual-stages" : o->estimate_only ? "--estimate-only"
+                          : o->preserve.sync.algo != PCC_SYNC_ALLREDUCE ? "--sync background" : NULL;
+        if (clash) {
+            fprintf(stderr, "plancc: --burst chooses every layer's device count itself; it does not go with %s\n", clash);
+            return PCC_ERR_INPUT;
+        }
+    }
+    if (o->preserve.sync.algo != PCC_SYNC_ALLREDUCE && o->search.zero) {
+        fprintf(stderr, "plancc: --sync background keeps a whole replica of the dense parameters on every dp rank; it does "
+                        "not go with --zero\n");
+        return PCC_ERR_INPUT;
+    }
+    if (o->check && (o->output || gv->template_ || gv->auto_ || o->preserve.sync.algo != PCC_SYNC_ALLREDUCE)) {
+        fprintf(stderr, "plancc: --check only checks the model; it writes no plan (leave out -o and the strategy)\n");
+        return PCC_ERR_INPUT;
+    }
+    return PCC_OK;
+}
+
+
+// The batch, interleaving and estimate options against each other and the rest.
+static pcc_status check_batch_options(const pcc_options *o, const given *gv) {
+    const char *why = NULL;
+    if (o->batch.micro_batch_size && !gv->template_)
+        why = "--micro-batch-size is per data-parallel replica, so it needs the template's --dp (with --tp, --pp)";
+    else if (o->estimate_only && (o->check || o->output))
+        why = o->check ? "--estimate-only plans a strategy; --check only checks the model" : "--estimate-only writes no plan (leave out -o)";
+    else if (o->search.virtual_stages > 1 && o->search.schedule == PCC_PIPE_GPIPE)
+        why = "--virtual-stages interleaves the 1F1B schedule (Megatron-LM's); it does not combine with --schedule gpipe";
+    if (!why) return PCC_OK;
+    fprintf(stderr, "plancc: %s\n", why);
+    return PCC_ERR_INPUT;
+}
+
+pcc_status options_parse(int argc, char **argv, pcc_options *o, bool *done) {
+    static const struct option longopts[] = {
+        {"check", no_argument, NULL, 'c'},   {"json", no_argument, NULL, 'j'},
+        {"verbose", no_argument, NULL, 'v'}, {"quiet", no_argument, NULL, 'q'},
+        {"help", no_argument, NULL, 'h'},    {"version", no_argument, NULL, 'V'},
+        {"micro-batches", required_argument, NULL, 'm'}, {"cluster", required_argument, NULL, OPT_CLUSTER},
+        {"nodes", required_argument, NULL, OPT_NODES},   {"devices", required_argument, NULL, OPT_DEVICES},
+        {"time-limit", required_argument, NULL, OPT_TIME_LIMIT}, {"mip-gap", required_argument, NULL, OPT_MIP_GAP},
+        {"dump-ilp", required_argument, NULL, OPT_DUMP_ILP}, {"dump", required_argument, NULL, 'd'},
+        {"output", required_argument, NULL, 'o'}, {"dp", required_argument, NULL, OPT_DP},
+        {"tp", required_argument, NULL, OPT_TP}, {"pp", required_argument, NULL, OPT_PP},
+        {"tp-batch", no_argument, NULL, OPT_TP_BATCH},
+        {"global-batch", required_argument, NULL, OPT_GLOBAL_BATCH}, {"zero", required_argument, NULL, OPT_ZERO},
+        {"micro-batch-size", required_argument, NULL, OPT_MICRO_BATCH_SIZE},
+        {"virtual-stages", required_argument, NULL, OPT_VIRTUAL_STAGES},
+        {"estimate-only", no_argument, NULL, OPT_ESTIMATE_ONLY}, {"bucket-mb", required_argument, NULL, OPT_BUCKET_MB},
+        {"recompute", required_argument, NULL, OPT_RECOMPUTE}, {"schedule", required_argument, NULL, OPT_SCHEDULE},
+        {"sync", required_argument, NULL, OPT_SYNC}, {"tf32", no_argument, NULL, OPT_TF32},
+        {"auto", no_argument, NULL, OPT_AUTO},
+        {"burst", no_argument, NULL, OPT_BURST}, {"amp-limit", required_argument, NULL, OPT_AMP_LIMIT},
+        {"burst-widths", required_argument, NULL, OPT_BURST_WIDTHS},
+        {NULL, 0, NULL, 0},
+    };
+    memset(o, 0, sizeof *o);
+    *done = false;
+    o->search.ilp = (pcc_mip_opts){.time_limit_s = 60, .mip_gap = 1e-4, .progress = true};
+    o->search.recompute = PCC_RECOMPUTE_AUTO;
+    o->batch.micro_batches = 1;
+    o->bucket_mb = 25;
+    given gv = {0};
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, ":cjvqhVd:o:", longopts, NULL)) != -1) {
+        pcc_status st = option(c, argv, o, &gv, done);
+        if (st || *done) return st;
+    }
+    pcc_status st = check_inputs(argc, argv, o);
+    if (!st) st = check_strategy(o, &gv);
+    if (!st) st = check_modes(o, &gv);
+    if (!st) st = check_batch_options(o, &gv);
+    return st;
+}
+
+bool options_runs(const pcc_options *o, int phase) {
+    if (!o->check) return !o->estimate_only || phase <= 2;
+    if (!o->cluster) return false;
+    if (phase == 1) return o->dumps || o->search.ilp.dump_lp;
+    return phase == 2 && (options_dump(o, 's') || o->search.ilp.dump_lp);
+}
+
+bool options_dump(const pcc_options *o, char letter) { return o->dumps && strchr(o->dumps, letter); }
+
+static uint64_t file_hash(const char *path) {
+    uint64_t h = 0;
+    char err[256];
+    if (plan_file_hash(path, &h, err, sizeof err)) warn("%s: the plan records no hash of it", err);
+    return h;
+}
+
+// The options that decide the plan, in one canonical order (the plan's META and its hash).
+static const char *canonical_options_(pcc_arena *a, const pcc_cluster *c, const pcc_options *o);
+
+// The options a plan records (and hashes): what changes the plan or its costs.
+static const char *canonical_options(pcc_arena *a, const pcc_cluster *c, const pcc_options *o) {
+    const char *s = canonical_options_(a, c, o);
+    return o->tf32 ? arena_printf(a, "%s --tf32", s) : s;
+}
+
+static const char *canonical_options_(pcc_arena *a, const pcc_cluster *c, const pcc_options *o) {
+    static const char *const rc[] = {"none", "full", "auto"};
+    const pcc_search_opts *s = &o->search;
+    char mesh[96] = "--auto";
+    if (!s->auto_mesh)
+        snprintf(mesh, sizeof mesh, "--dp %d --tp %d --pp %d%s", s->dp ? s->dp : 1, s->tp ? s->tp : 1, s->pp ? s->pp : 1,
+                 s->tp_batch ? " --tp-batch" : "");
+    if (o->burst) {
+        if (o->amp_limit > 0) snprintf(mesh, sizeof mesh, "--burst --amp-limit %g", o->amp_limit);
+        else snprintf(mesh, sizeof mesh, "--burst");
+        if (o->burst_widths) return arena_printf(a, "--devices %d %s --burst-widths %s --bucket-mb %g%s%s", c->n_devices, mesh,
+                                                 o->burst_widths, o->bucket_mb, o->batch.global_batch ? " --global-batch " : "",
+                                                 o->batch.global_batch ? arena_printf(a, "%lld", (long long)o->batch.global_batch) : "");
+    }
+    char batch[48] = "";
+    if (o->batch.global_batch) snprintf(batch, sizeof batch, " --global-batch %lld", (long long)o->batch.global_batch);
+    return arena_printf(a, "--devices %d %s --micro-batches %d%s --schedule %s --zero %d --recompute %s --bucket-mb %g "
+                        "--time-limit %g --mip-gap %g%s%s", c->n_devices, mesh, o->batch.micro_batches, batch,
+                        s->schedule == PCC_PIPE_GPIPE ? "gpipe" : "1f1b", s->zero, rc[s->recompute], o->bucket_mb,
+                        o->search.ilp.time_limit_s, o->search.ilp.mip_gap, o->preserve.sync.algo == PCC_SYNC_ALLREDUCE ? "" : " --sync ",
+                        o->preserve.sync.algo == PCC_SYNC_ALLREDUCE ? "" : sync_str(a, &o->preserve.sync));
+}
+
+void options_emit(pcc_arena *a, const pcc_cluster *c, const pcc_options *o, pcc_emit_opts *eo) {
+    *eo = (pcc_emit_opts){.options = canonical_options(a, c, o)};
+    eo->model_hash = file_hash(o->model);
+    eo->cluster_hash = file_hash(o->cluster);
+}
+
+const char *options_output(pcc_arena *a, const pcc_options *o) {
+    if (o->output) return o->output;
+    const char *base = strrchr(o->model, '/');
+    base = base ? base + 1 : o->model;
+    size_t n = strlen(base);
+    if (n > 5 && strcmp(base + n - 5, ".json") == 0) n -= 5;
+    return arena_printf(a, "%.*s.plan", (int)n, base);
+}

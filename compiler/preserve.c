@@ -1,0 +1,1096 @@
+/*
+ * preserve.c: phase 3, data dependency preservation (nnScaler's third phase).
+ *
+ * Input: a strategy from phase 2 (mesh pp x dp x tp, every forward operator's split along dp and
+ * tp, recompute, stages). Output (preserve): one program per pipeline stage, which every rank of
+ * the stage (its dp x tp ranks) runs: instructions over streams, with events between them, and
+ * buffers not yet placed (pcc_programs: the memory planner places them, the emitter writes the
+ * plan). Phase 3's first half, layout.c, decides where every value lives and in what layout, and
+ * what the step does with it (pcc_values); this file builds the programs from those decisions.
+ * A program is built in execution order:
+ *
+ *   [zero the accumulators of block-summed gradients]
+ *   the units of the micro-batch schedule (pipeline.c), in its loops:
+ *                                      F(mb) = recv inputs; forward operators; send outputs
+ *                                      B(mb) = recv gradients; backward operators; send gradients
+ *   the last micro-batch's backward, out of any loop, with the parameters' gradients
+ *   synchronized on stream 1 in buckets as soon as they are final (overlapped with the rest of
+ *   the backward); with ZeRO-2 and several micro-batches, every micro-batch's backward
+ *   reduce-scatters its gradient contributions onto the rank's shard instead
+ *   wait for the synchronization; the optimizer; parameter copies to the stages that share them
+ *
+ * Resharding. Where the buffer that holds a value has another layout than a reader wants,
+ * reshard() emits reshard.c's chain (reshard_steps): collectives over one mesh axis at a time,
+ * undoing splits from the least significant axis up (all-reduce of partial sums, all-gather of
+ * pieces; reduce-scatter and all-to-all where they land directly on the wanted layout), then one
+ * local copy that slices what is left. A chain made once is reused by the other readers of the
+ * same value and layout until the value changes or a loop boundary passes.
+ *
+ * Values that cross stages are sent at the end of the producer's phase and received at the
+ * start of the consumer's, in tensor order on every channel, so both sides agree. A parameter
+ * used on several stages (tied embeddings) lives on the stage of its first use, which runs its
+ * optimizer; the others hold a copy that is received after the optimizer, and accumulate their
+ * gradient contributions over the micro-batches and send the sum once, after the last one (as
+ * Megatron-LM all-reduces the embedding's gradient after the pipeline flush): sent per
+ * micro-batch, the message would sit in the same NCCL group as the pipeline's own and hold the
+ * last stage until the first stage reaches that micro-batch's backward, one wave at a time.
+ *
+ * --sync background (ShadowSync): the dense parameters (not embedding tables) replicated over an
+ * axis on which their gradient holds partial sums, dp, or tp where the ILP split their operator
+ * along the batch (ShadowSync's own layout: tables sharded over the tp group with all-to-all
+ * exchanges, the dense layers data-parallel beside them), are trained per replica (layout.c's
+ * `local`): their gradient's all-reduce over those axes becomes a scale by the replicas there
+ * (the loss gives each rank its sum over the global batch; the replica wants its local mean).
+ * Each program hands on the parameters its background round averages, with their groups
+ * (background_params_of); the emitter has bgsync.c append that round.
+ *
+ * Memory: every buffer is made with what the memory planner needs to place it: its bytes, its
+ * slots (one per micro-batch in flight for a kept activation, one per block copy for a block's
+ * parameter), and whether it lives for the whole program (parameters, optimizer state, inputs,
+ * the loss and accumulators) or in a contiguous bucket of gradients.
+ *
+ * Times. Every instruction carries the cost model's time for one execution (plan_insn.t_s), so
+ * that the simulator (runtime/sim.c) needs nothing but the plan: an operator at the per-device
+ * shape of its operands' layouts (cost_op_s, as the step-time estimate costs it); a collective
+ * from the bytes it moves over its group's shape; a send or receive as a two-member transfer
+ * along the pipeline axis; a copy as a memory-bound kernel. Each instruction also says which
+ * part of the step it is in (forward, backward, recomputed forward, optimizer), and META has the
+ * step's FLOPs as Megatron-LM counts them, for TFLOP/s and MFU.
+ */
+#include "plancc.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define STREAM_MAIN 0
+#define STREAM_SYNC 1
+#define STREAM_BG 2     // the background program's (bgsync.c), where --sync background asks for one
+#define EV_GRAD 0
+#define EV_SYNCED 1
+// Message tags of interleaved plans (plain ones use 0 only): the forward pass's activations, the
+// backward pass's gradients, the gradient contributions summed once per step, the parameters
+// shared after the optimizer. On each pair of devices, the messages of one tag are sent and
+// received in the same order (see pipeline.c); those of different tags are not.
+#define TAG_FWD 0
+#define TAG_BWD 1
+#define TAG_DEFERRED 2
+#define TAG_SHARE 3
+
+typedef pcc_mbuf ebuf; // a buffer of a program being built (memplan.c places it)
+
+typedef struct cache_entry {
+    int src;
+    plan_shard want;
+    int buf;
+} cache_entry;
+
+typedef struct prog {
+    int stage;
+    ebuf *buf;          int n_buf, cap_buf;
+    plan_insn *insn;    int n_insn, cap_insn;
+    uint32_t *args;     int n_args, cap_args;
+    plan_attrs *attrs;  int n_attrs, cap_attrs;
+    int loops[PLAN_MAX_LOOP_DEPTH], depth;
+    int *home;          // per tensor: its buffer on this stage, -1
+    int **carry;        // per block, per carried value: its carry register (scratch), -1
+    int **chunk_home;   // interleaved: per model chunk of this device, its home (top-level tensors shared)
+    int ***chunk_carry; //   ... and its carry registers
+    cache_entry *cache; int n_cache, cap_cache;
+    bool used_sync;
+    int *bucket;        int n_bucket, cap_bucket; // final gradients waiting for their bucket's collective
+    int *shard_acc;     // per tensor: ZeRO-2, the buffer its gradient shard accumulates in, -1
+    uint64_t bucket_bytes;                        // their bytes on this rank
+} prog;
+
+typedef struct builder {
+    const pcc_values *v; // layout.c's decisions: every value's stage and layout, and what the step does with it
+    const pcc_graph *g;  // the rest as v has them
+    const pcc_cluster *c;
+    const pcc_strategy *s;
+    int pp, dp, tp, M;
+    int V, ns;          // model chunks per pipeline device (1: none) and stages in all, pp * V
+    int (*groups)[2];   int n_groups, cap_groups; // (axes mask, stream) per plan group
+    uint64_t bucket_cap;// gradient bytes per bucket (0: one collective per gradient)
+    bool deferred_sends; // interleaved: p2p() sends the deferred gradient contributions only (else all but them)
+    int delta;          // the micro-batch offset of the instructions being emitted
+    plan_phase phase;   // the part of the step being emitted
+} builder;
+
+/* ---- small helpers ---- */
+
+static bool shard_eq(plan_shard a, plan_shard b) { return memcmp(a.map, b.map, sizeof a.map) == 0; }
+
+static plan_shard shard_r(void) {
+    plan_shard s;
+    memset(&s, 0, sizeof s);
+    return s;
+}
+
+static uint64_t shard_bytes(const builder *E, int t, plan_shard s) {
+    const pcc_tensor *T = &E->g->tensors[t];
+    int ways[PCC_MAX_RANK] = {0};
+    for (int i = 0; i < T->rank; i++) ways[i] = 1;
+    for (int a = 0; a < PCC_AXES; a++)
+        if (s.map[a] >= 2) ways[s.map[a] - 2] *= E->s->mesh[a];
+    uint64_t n = (uint64_t)pcc_dtype_bytes(T->dtype);
+    for (int i = 0; i < T->rank; i++) {
+        int64_t d = E->g->dims[T->dims[i]].size;
+        PCC_ASSERT(d % ways[i] == 0);
+        n *= (uint64_t)(d / ways[i]);
+    }
+    return n;
+}
+
+static int group(builder *E, int axes, int stream) {
+    for (int i = 0; i < E->n_groups; i++)
+        if (E->groups[i][0] == axes && E->groups[i][1] == stream) return i;
+    int *g = *VEC_PUSH(E->g->arena, E->groups, E->n_groups, E->cap_groups);
+    g[0] = axes, g[1] = stream;
+    return E->n_groups - 1;
+}
+
+/* ---- building a program ---- */
+
+static int in_flight(const builder *E, int stage) { return E->v->inflight[stage]; }
+
+// Interleaved: the most micro-batches any chunk of stage's device holds (a top-level tensor's
+// buffer is shared by the device's chunks).
+static int device_in_flight(const builder *E, int stage) {
+    int most = 1;
+    for (int c = stage % E->pp; c < E->ns; c += E->pp) most = E->v->inflight[c] > most ? E->v->inflight[c] : most;
+    return most;
+}
+
+static int new_buf(builder *E, prog *P, int t, plan_shard s, uint32_t mb_slots, uint32_t layer_slots, uint32_t base) {
+    ebuf *b = VEC_PUSH(E->g->arena, P->buf, P->n_buf, P->cap_buf);
+    b->tensor = t >= 0 ? (uint32_t)t : PLAN_NONE;
+    b->dtype = (uint8_t)(t >= 0 ? E->g->tensors[t].dtype : PCC_F32);
+    b->shard = s;
+    b->bytes = t >= 0 ? shard_bytes(E, t, s) : 0;
+    b->mb_slots = mb_slots, b->layer_slots = layer_slots, b->layer_base = base;
+    b->first = b->last = -1;
+    b->bucket_next = -1;
+    return P->n_buf - 1;
+}
+
+// The buffer that holds tensor t on this stage (made on first use).
+static int home(builder *E, prog *P, int t) {
+    if (P->home[t] >= 0) return P->home[t];
+    const pcc_graph *g = E->g;
+    const pcc_tensor *T = &g->tensors[t];
+    uint32_t mb = 1, layers = 1, base = 0;
+    if (T->block >= 0) {
+        int fb = graph_block_family(g, T->block);
+        bool per_copy = T->kind == PCC_T_PARAM || T->kind == PCC_T_STATE || E->v->kept[t] || (graph_is_param_grad(g, t) && !E->v->zero2[t]);
+        if (per_copy) {
+            layers = (uint32_t)(E->v->copy_hi[fb][P->stage] - E->v->copy_lo[fb][P->stage]);
+            base = (uint32_t)E->v->copy_lo[fb][P->stage];
+        }
+    }
+    if (T->kind == PCC_T_INPUT || t == g->loss) mb = (uint32_t)E->M;
+    else if (E->v->kept[t] && T->block < 0 && E->V > 1) mb = (uint32_t)device_in_flight(E, P->stage);
+    else if (E->v->kept[t]) mb = (uint32_t)in_flight(E, P->stage);
+    else if (E->v->xchunk[t] && !E->v->deferred[t] && !graph_is_param_grad(g, t)) mb = (uint32_t)E->M;
+    int b = new_buf(E, P, t, E->v->home_sh[t], mb, layers, base);
+    P->buf[b].persist = T->kind == PCC_T_PARAM || T->kind == PCC_T_STATE || T->kind == PCC_T_INPUT;
+    P->buf[b].whole = P->buf[b].persist || t == g->loss || (graph_is_final_param_grad(g, t) && !E->v->zero2[t]) || E->v->deferred[t];
+    P->home[t] = b;
+    return b;
+}
+
+/* ---- times (plan_insn.t_s): the cost model's, per execution ---- */
+
+// As the cost model takes a group: the ranks along mesh axis `axis` (dist 0), or two ranks
+// `dist` apart along it (a transfer). Neighbours on an axis are the product of the later axes'
+// sizes apart (tp varies fastest).
+static pcc_group_shape axis_group(const builder *E, int axis, int dist) {
+    int stride = 1;
+    for (int a = axis + 1; a < PCC_AXES; a++) stride *= E->s->mesh[a];
+    if (dist > 0) return (pcc_group_shape){2, dist * stride};
+    return (pcc_group_shape){E->s->mesh[axis], stride};
+}
+
+// The ranks of one group over the mesh axes in `axes` (bits), as the cost model sees them: how
+// many, and the rank stride of the fastest of them (dp and tp together are contiguous).
+static pcc_group_shape axes_group(const builder *E, unsigned axes) {
+    pcc_group_shape sh = {1, 1};
+    for (int a = 0; a < PCC_AXES; a++) {
+        if (!(axes >> a & 1u)) continue;
+        pcc_group_shape one = axis_group(E, a, 0);
+        sh.size *= one.size, sh.stride = one.stride;
+    }
+    return sh;
+}
+
+// A send or receive of buffer b to or from the stage `offset` away.
+static float transfer_s(const builder *E, const prog *P, int b, int offset) {
+    double bytes = (double)P->buf[b].bytes;
+    return (float)cost_collective_s(E->c, PCC_COLL_SEND_RECV, bytes, axis_group(E, PCC_AX_PP, offset < 0 ? -offset : offset));
+}
+
+// A memory-bound kernel moving `bytes` in the dtype of buffer b.
+static float memory_s(const builder *E, const prog *P, double bytes, int b) {
+    return (float)cost_compute_s(E->c, 0, bytes, (pcc_dtype)P->buf[b].dtype, false);
+}
+
+// One execution of op o on a rank: the cost model's time for the op at the per-device shape of
+// its operands' layouts (the scheduler's estimate costs ops the same way).
+static float op_time_s(const builder *E, int o) {
+    const pcc_op *op = &E->g->ops[o];
+    int ways[PCC_MAX_OPERANDS + 1][PCC_MAX_RANK];
+    const int *per_operand[PCC_MAX_OPERANDS + 1];
+    for (int k = 0; k < op->nin + op->nout; k++) {
+        const pcc_tensor *T = &E->g->tensors[k < op->nin ? op->in[k] : op->out[k - op->nin]];
+        for (int d = 0; d < T->rank; d++) {
+            ways[k][d] = 1;
+            for (int a = 0; a < PCC_AXES; a++)
+                if (E->v->sh[o][k].map[a] == PLAN_SHARD_D(d)) ways[k][d] *= E->s->mesh[a];
+        }
+        per_operand[k] = ways[k];
+    }
+    return (float)cost_op_s(E->c, E->g, op, per_operand);
+}
+
+static void forget(prog *P, int buf) {
+    for (int i = 0; i < P->n_cache; i++)
+        if (P->cache[i].src == buf || P->cache[i].buf == buf) P->cache[i--] = P->cache[--P->n_cache];
+}
+
+static plan_insn *insn(builder *E, prog *P, plan_insn_kind k, int stream, const int *args, int nargs) {
+    plan_insn *in = emit_insn(E->g->arena, &P->insn, &P->n_insn, &P->cap_insn, &P->args, &P->n_args, &P->cap_args, k, stream,
+                              E->phase, args, nargs);
+    in->mb_delta = (int16_t)E->delta;
+    return in;
+}
+
+static void bucket_flush(builder *E, prog *P);
+
+// A loop boundary closes the open gradient bucket: one instruction cannot span it.
+static void loop_open(builder *E, prog *P, plan_loop_var var, int count) {
+    PCC_ASSERT(P->depth < PLAN_MAX_LOOP_DEPTH);
+    bucket_flush(E, P);
+    P->n_cache = 0;
+    int saved = E->delta;
+    E->delta = 0;
+    plan_insn *in = insn(E, P, PLAN_I_LOOP, 0, NULL, 0);
+    E->delta = saved;
+    in->code = (uint16_t)var;
+    in->a = count;
+    P->loops[P->depth++] = P->n_insn - 1;
+}
+
+static void loop_close(builder *E, prog *P) {
+    bucket_flush(E, P);
+    int l = P->loops[--P->depth];
+    P->insn[l].b = P->n_insn - l - 1;
+    P->n_cache = 0;
+    PCC_ASSERT(P->insn[l].b > 0);
+}
+
+static void event(builder *E, prog *P, plan_insn_kind k, int stream, int ev) {
+    int saved = E->delta;
+    E->delta = 0;
+    insn(E, P, k, stream, NULL, 0)->a = ev;
+    E->delta = saved;
+}
+
+static void coll(builder *E, prog *P, pcc_coll kind, int axis, int stream, int in, int out) {
+    int args[2] = {in, out};
+    plan_insn *i = insn(E, P, PLAN_I_COLL, stream, args, 2);
+    i->code = (uint16_t)kind;
+    i->a = group(E, 1 << axis, stream);
+    bool ends_with = kind == PCC_COLL_ALL_REDUCE || kind == PCC_COLL_ALL_GATHER || kind == PCC_COLL_BROADCAST;
+    i->t_s = (float)cost_collective_s(E->c, kind, (double)P->buf[ends_with ? out : in].bytes, axis_group(E, axis, 0));
+    forget(P, out);
+}
+
+static void copy(builder *E, prog *P, int src, int dst) {
+    int args[2] = {src, dst};
+    plan_insn *in = insn(E, P, PLAN_I_COPY, STREAM_MAIN, args, 2);
+    in->t_s = memory_s(E, P, 2 * (double)P->buf[dst].bytes, dst);
+    forget(P, dst);
+}
+
+/* ---- phase 3: resharding (reshard.c's chain of steps, emitted) ---- */
+
+// Emits the chain that turns the value in buffer src into layout want; the last step writes
+// into buffer dst (>= 0, which has layout want) or a new buffer. Returns the buffer written.
+static int reshard_to(builder *E, prog *P, int src, plan_shard want, int dst) {
+    ebuf *sb = &P->buf[src];
+    if (shard_eq(sb->shard, want)) {
+        if (dst < 0 || dst == src) return src;
+        copy(E, P, src, dst);
+        return dst;
+    }
+    if (dst < 0)
+        for (int i = 0; i < P->n_cache; i++)
+            if (P->cache[i].src == src && shard_eq(P->cache[i].want, want)) return P->cache[i].buf;
+    int t = (int)sb->tensor;
+    pcc_reshard_step step[PCC_AXES + 1];
+    int n = reshard_steps(sb->shard, want, E->g->tensors[t].rank, step), b = src;
+    for (int k = 0; k < n; k++) {
+        int nb = k == n - 1 && dst >= 0 ? dst : new_buf(E, P, t, step[k].after, 1, 1, 0);
+        if (step[k].kind < 0) copy(E, P, b, nb);
+        else coll(E, P, (pcc_coll)step[k].kind, step[k].axis, STREAM_MAIN, b, nb);
+        b = nb;
+    }
+    if (dst < 0) *VEC_PUSH(E->g->arena, P->cache, P->n_cache, P->cap_cache) = (cache_entry){src, want, b};
+    return b;
+}
+
+static int reshard(builder *E, prog *P, int src, plan_shard want) { return reshard_to(E, P, src, want, -1); }
+
+/* ---- operators ---- */
+
+// The attrs of op; accumulate: it adds into its outputs; sharded: it does not, though it makes a
+// gradient summed over micro-batches (ZeRO-2 sums the gradient's shard instead).
+static uint32_t attrs_of(builder *E, prog *P, const pcc_op *op, bool accumulate, bool sharded) {
+    pcc_op o = *op;
+    if (sharded) o.accumulate = false;
+    return emit_attrs(E->g->arena, &P->attrs, &P->n_attrs, &P->cap_attrs, &o, accumulate);
+}
+
+// The index of attrs a in P's table (added if new), or PLAN_NONE when all zero.
+static uint32_t intern_attrs(builder *E, prog *P, const plan_attrs *pa) {
+    return emit_attrs_add(E->g->arena, &P->attrs, &P->n_attrs, &P->cap_attrs, pa);
+}
+
+static void sync_grad(builder *E, prog *P, int gp);
+static void zero2_grad(builder *E, prog *P, int gp);
+
+static uint32_t scale_attrs(builder *E, prog *P, double k) {
+    plan_attrs a;
+    memset(&a, 0, sizeof a);
+    a.f[PLAN_AF_SCALE] = k;
+    return intern_attrs(E, P, &a);
+}
+
+static void emit_op(builder *E, prog *P, int o, bool last_mb) {
+    const pcc_graph *g = E->g;
+    const pcc_op *op = &g->ops[o];
+    int args[PCC_MAX_OPERANDS + 1];
+    for (int i = 0; i < op->nin; i++) args[i] = reshard(E, P, home(E, P, op->in[i]), E->v->sh[o][i]);
+    for (int i = 0; i < op->nout; i++) {
+        args[op->nin + i] = home(E, P, op->out[i]);
+        PCC_ASSERT(P->buf[args[op->nin + i]].bytes == shard_bytes(E, op->out[i], E->v->sh[o][op->nin + i]));
+    }
+    plan_insn *in = insn(E, P, PLAN_I_COMPUTE, STREAM_MAIN, args, op->nin + op->nout);
+    in->code = (uint16_t)op->kind;
+    in->t_s = op_time_s(E, o);
+    bool defers = false, sharded = false; // its output goes to another stage once per step: sum it here first
+    for (int i = 0; i < op->nout; i++) defers |= E->v->deferred[op->out[i]], sharded |= E->v->zero2[op->out[i]];
+    in->attrs = attrs_of(E, P, op, defers, sharded);
+    for (int i = 0; i < op->nout; i++) forget(P, args[op->nin + i]);
+    if (pcc_ops[op->kind].flags & PCC_OPF_INPLACE) {
+        // The update lands in the buffers it was given; carry it back to where the values live
+        // (ZeRO 1 and 2: the parameter's shard is all-gathered into the whole parameter).
+        for (int i = 0; i < op->nin; i++) forget(P, args[i]);
+        for (int i = 0; i < op->nin; i++) {
+            int hb = home(E, P, op->in[i]);
+            if (args[i] != hb && i != 1) reshard_to(E, P, args[i], P->buf[hb].shard, hb);
+        }
+        P->n_cache = 0;
+    }
+    for (int i = 0; i < op->nout; i++) {
+        int t = op->out[i];
+        if (E->v->zero2[t]) zero2_grad(E, P, t);
+        else if (last_mb && E->v->sync[t] && graph_is_final_param_grad(g, t)) sync_grad(E, P, t);
+    }
+}
+
+// --sync background: the replica's own gradient, the gradient of its local mean (the loss gives
+// each rank its sum over the global batch, so the replicas along `axes` times it), in place of
+// the all-reduce over those axes.
+static int local_grad(builder *E, prog *P, int gp, int b, unsigned axes, int stream) {
+    plan_shard next = P->buf[b].shard;
+    for (int a = 0; a < PCC_AXES; a++)
+        if (axes >> a & 1u) next.map[a] = PLAN_SHARD_R;
+    int nb = new_buf(E, P, gp, next, 1, P->buf[b].layer_slots, P->buf[b].layer_base);
+    P->buf[nb].whole = true;
+    plan_insn *in = insn(E, P, PLAN_I_COMPUTE, stream, (int[]){b, nb}, 2);
+    in->code = PCC_OP_SCALE;
+    in->attrs = scale_attrs(E, P, (double)axes_group(E, axes).size);
+    in->t_s = memory_s(E, P, 2.0 * (double)P->buf[nb].bytes, nb);
+    return nb;
+}
+
+// --sync background: a gradient trained per replica, synchronized by itself (no bucket): the
+// local scale over its replica axes, the all-reduce or reduce-scatter over the other axes where
+// it holds partial sums (those the producer left V). With collectives, on stream 1; a scale
+// alone (dp's dense params) on a cpu cluster stays on stream 0, where a record and a wait per
+// parameter (a thread handing over to another) cost more than the scale. On a GPU the scale
+// goes to stream 1 too: its launch would otherwise delay the backward pass's next kernel.
+static void sync_grad_local(builder *E, prog *P, int gp) {
+    const pcc_graph *g = E->g;
+    int p = g->tensors[gp].of, hb = home(E, P, gp);
+    plan_shard want = E->v->opt_sh[p], made = layout_grad_made(E->v, gp);
+    unsigned mine = 0, other = 0; // the replica axes where the producer left partial sums (dp with one rank: none); the rest
+    for (int a = 0; a < PCC_AXES; a++)
+        if (made.map[a] == PLAN_SHARD_V) *(E->v->local[gp] >> a & 1u ? &mine : &other) |= 1u << a;
+    if (!other && (!mine || E->c->cpu)) {
+        P->home[gp] = mine ? local_grad(E, P, gp, hb, mine, STREAM_MAIN) : hb;
+        return;
+    }
+    event(E, P, PLAN_I_RECORD, STREAM_MAIN, EV_GRAD);
+    event(E, P, PLAN_I_WAIT, STREAM_SYNC, EV_GRAD);
+    P->used_sync = true;
+    int b = mine ? local_grad(E, P, gp, hb, mine, STREAM_SYNC) : hb;
+    for (int a = PCC_AXES - 1; a >= 0; a--) {
+        if (made.map[a] != PLAN_SHARD_V || (mine >> a & 1u)) continue;
+        if (want.map[a] >= 2 && P->buf[b].shard.map[a] == PLAN_SHARD_V) {
+            plan_shard next = P->buf[b].shard;
+            next.map[a] = want.map[a];
+            int nb = new_buf(E, P, gp, next, 1, P->buf[hb].layer_slots, P->buf[hb].layer_base);
+            P->buf[nb].whole = true;
+            coll(E, P, PCC_COLL_REDUCE_SCATTER, a, STREAM_SYNC, b, nb);
+            b = nb;
+        } else {
+            coll(E, P, PCC_COLL_ALL_REDUCE, a, STREAM_SYNC, b, b);
+        }
+    }
+    P->home[gp] = b; // the optimizer reads the synchronized gradient
+}
+
+/* ---- gradient synchronization: buckets ---- */
+
+static bool steps_eq(const pcc_reshard_step *x, int nx, const pcc_reshard_step *y, int ny) {
+    if (nx != ny) return false;
+    for (int k = 0; k < nx; k++)
+        if (x[k].kind != y[k].kind || x[k].axis != y[k].axis) return false;
+    return true;
+}
+
+// Buffers bk[0..n) of one bucket lie back to back in the arena (the memory planner places them
+// as one), where each holds one slot per block copy, the same count, for the whole program.
+static void bucket_layout(prog *P, const int *bk, int n) {
+    for (int j = 0; j < n; j++) {
+        const ebuf *b = &P->buf[bk[j]];
+        if (!b->whole || b->mb_slots != 1 || b->in_bucket || b->layer_slots != P->buf[bk[0]].layer_slots) return;
+    }
+    for (int j = 0; j < n; j++) {
+        P->buf[bk[j]].in_bucket = true;
+        P->buf[bk[j]].bucket_next = j + 1 < n ? bk[j + 1] : -1;
+    }
+}
+
+// One collective instruction over the pairs (in[j], out[j]): a bucket of n when n > 1.
+static void coll_bucket(builder *E, prog *P, pcc_coll kind, int axis, const int *in, const int *out, int n) {
+    int *args = arena_alloc(E->g->arena, sizeof(int) * (size_t)(2 * n));
+    double bytes = 0;
+    bool ends_with = kind == PCC_COLL_ALL_REDUCE || kind == PCC_COLL_ALL_GATHER || kind == PCC_COLL_BROADCAST;
+    for (int j = 0; j < n; j++) {
+        args[j] = in[j], args[n + j] = out[j];
+        bytes += (double)P->buf[ends_with ? out[j] : in[j]].bytes;
+    }
+    plan_insn *i = insn(E, P, PLAN_I_COLL, STREAM_SYNC, args, 2 * n);
+    i->code = (uint16_t)kind;
+    i->a = group(E, 1 << axis, STREAM_SYNC);
+    i->t_s = (float)cost_collective_s(E->c, kind, bytes, axis_group(E, axis, 0));
+    for (int j = 0; j < n; j++) forget(P, out[j]);
+}
+
+// Issues the open bucket: stream 1 waits for the gradients, then runs one collective per step
+// of their synchronization over all of them, while the backward pass goes on on stream 0.
+static void bucket_flush(builder *E, prog *P) {
+    int n = P->n_bucket;
+    if (n == 0) return;
+    P->n_bucket = 0, P->bucket_bytes = 0;
+    plan_phase saved = E->phase;
+    E->phase = PLAN_PHASE_BWD; // also when the last one closes after the backward pass
+    event(E, P, PLAN_I_RECORD, STREAM_MAIN, EV_GRAD);
+    event(E, P, PLAN_I_WAIT, STREAM_SYNC, EV_GRAD);
+    P->used_sync = true;
+    pcc_reshard_step step[PCC_AXES];
+    int ns = layout_sync_steps(E->v, P->bucket[0], step);
+    int *cur = arena_alloc(E->g->arena, sizeof(int) * (size_t)n), *next = arena_alloc(E->g->arena, sizeof(int) * (size_t)n);
+    for (int j = 0; j < n; j++) cur[j] = home(E, P, P->bucket[j]);
+    bucket_layout(P, cur, n);
+    for (int k = 0; k < ns; k++) {
+        for (int j = 0; j < n; j++) {
+            next[j] = cur[j];
+            if (step[k].kind != PCC_COLL_REDUCE_SCATTER) continue;
+            const ebuf *hb = &P->buf[cur[j]];
+            pcc_reshard_step mine[PCC_AXES]; // the same kinds and axes as step; its own layouts
+            layout_sync_steps(E->v, P->bucket[j], mine);
+            next[j] = new_buf(E, P, P->bucket[j], mine[k].after, 1, hb->layer_slots, hb->layer_base);
+            P->buf[next[j]].whole = true;
+        }
+        coll_bucket(E, P, (pcc_coll)step[k].kind, step[k].axis, cur, next, n);
+        if (step[k].kind == PCC_COLL_REDUCE_SCATTER) bucket_layout(P, next, n);
+        memcpy(cur, next, sizeof(int) * (size_t)n);
+    }
+    for (int j = 0; j < n; j++) P->home[P->bucket[j]] = cur[j]; // the optimizer reads the synchronized gradient
+    E->phase = saved;
+}
+
+// The gradient gp is final: it joins the open bucket (ordered as the backward pass finishes
+// them, as PyTorch DDP's and Megatron-LM's buckets), which is issued once it holds
+// --bucket-mb's bytes. A gradient synchronized by other collectives, or of another dtype or
+// slot count, closes the open bucket first.
+static void sync_grad(builder *E, prog *P, int gp) {
+    if (E->v->bg && E->v->local[gp]) {
+        bucket_flush(E, P);
+        sync_grad_local(E, P, gp);
+        return;
+    }
+    int hb = home(E, P, gp);
+    if (P->n_bucket > 0) {
+        pcc_reshard_step a[PCC_AXES], b[PCC_AXES];
+        int first = home(E, P, P->bucket[0]);
+        if (!steps_eq(a, layout_sync_steps(E->v, P->bucket[0], a), b, layout_sync_steps(E->v, gp, b)) || P->buf[first].dtype != P->buf[hb].dtype ||
+            P->buf[first].layer_slots != P->buf[hb].layer_slots)
+            bucket_flush(E, P);
+    }
+    *VEC_PUSH(E->g->arena, P->bucket, P->n_bucket, P->cap_bucket) = gp;
+    P->bucket_bytes += P->buf[hb].bytes;
+    if (P->bucket_bytes >= E->bucket_cap || P->n_bucket == PLAN_MAX_BUCKET) bucket_flush(E, P);
+}
+
+// ZeRO-2: this micro-batch's contribution to gradient gp is in its (transient, whole) buffer:
+// synchronize it now (all-reduce over the axes the optimizer keeps whole, reduce-scatter onto
+// the rank's shard over dp) and add the shard to the one summed over the micro-batches, which
+// the optimizer reads. On the compute stream: the next micro-batch's backward reuses the buffer.
+static void zero2_grad(builder *E, prog *P, int gp) {
+    pcc_reshard_step step[PCC_AXES];
+    int n = layout_sync_steps(E->v, gp, step), cur = home(E, P, gp);
+    for (int k = 0; k < n; k++) {
+        int next = cur;
+        if (step[k].kind == PCC_COLL_REDUCE_SCATTER) next = new_buf(E, P, gp, step[k].after, 1, 1, 0);
+        coll(E, P, (pcc_coll)step[k].kind, step[k].axis, STREAM_MAIN, cur, next);
+        cur = next;
+    }
+    int acc = P->shard_acc[gp];
+    PCC_ASSERT(acc >= 0 && P->buf[acc].bytes == P->buf[cur].bytes);
+    int args[3] = {acc, cur, acc};
+    plan_insn *in = insn(E, P, PLAN_I_COMPUTE, STREAM_MAIN, args, 3);
+    in->code = PCC_OP_ADD;
+    in->t_s = memory_s(E, P, 3 * (double)P->buf[acc].bytes, acc);
+}
+
+/* ---- ZeRO-2 ---- */
+
+// ZeRO-2: the buffers the gradient shards of this stage sum in over the micro-batches, zeroed
+// at the start of the step (a slot per block copy: a layer loop of fills).
+static void zero2_accumulators(builder *E, prog *P) {
+    const pcc_graph *g = E->g;
+    P->shard_acc = arena_alloc(g->arena, sizeof(int) * (size_t)(g->n_tensors + 1));
+    for (int t = 0; t < g->n_tensors; t++) {
+        P->shard_acc[t] = -1;
+        if (!E->v->zero2[t]) continue;
+        const pcc_tensor *T = &g->tensors[t];
+        int lo = 0, hi = 1;
+        if (T->block >= 0) {
+            int fb = graph_block_family(g, T->block);
+            lo = E->v->copy_lo[fb][P->stage], hi = E->v->copy_hi[fb][P->stage];
+        } else if (E->v->tstage[t] != P->stage) {
+            continue;
+        }
+        if (hi <= lo) continue;
+        pcc_reshard_step step[PCC_AXES];
+        int n = layout_sync_steps(E->v, t, step);
+        int acc = new_buf(E, P, t, step[n - 1].after, 1, (uint32_t)(hi - lo), T->block >= 0 ? (uint32_t)lo : 0);
+        P->buf[acc].whole = true;
+        P->shard_acc[t] = acc;
+        if (hi - lo > 1) loop_open(E, P, PLAN_LOOP_LAYER, hi - lo);
+        plan_insn *in = insn(E, P, PLAN_I_COMPUTE, STREAM_MAIN, &acc, 1);
+        in->code = PCC_OP_FILL;
+        in->t_s = memory_s(E, P, (double)P->buf[acc].bytes, acc);
+        if (hi - lo > 1) loop_close(E, P);
+    }
+}
+
+/* ---- units: top-level ops and block ranges ---- */
+
+static bool on_stage(const builder *E, int o, int stage) { return E->v->ostage[o] == stage; }
+
+// Whether this stage receives block b's carries from another stage and also sends them to one
+// (its copies lie strictly inside the block's, with other stages on both sides).
+static bool carry_passes_through(const builder *E, int b, int stage) {
+    int fb = graph_block_family(E->g, b), lo = E->v->copy_lo[fb][stage], hi = E->v->copy_hi[fb][stage];
+    return hi > lo && lo > 0 && hi < (int)E->g->blocks[fb].repeat && layout_copy_stage(E->v, b, lo - 1) != stage &&
+           layout_copy_stage(E->v, b, hi) != stage;
+}
+
+// The register that carries value k of block b from one copy to the next (a scratch buffer of
+// the carried tensor's size: the carry's source and destination hold the same layout).
+static int carry_reg(builder *E, prog *P, int b, int k) {
+    if (P->carry[b][k] < 0) {
+        int src = E->g->blocks[b].carry[k].inner;
+        // Two micro-batch slots where one group of sends and receives may send the register's
+        // value for one micro-batch and receive into it for the next (PLAN_FORMAT.md: a run of
+        // sends and receives is one group, across loop iterations too, and its receives may land
+        // before its sends read): on a stage that receives the carry and passes it on (plain 1F1B
+        // at pp >= 3: the warm-up loop's send of mb and its next iteration's receive of mb + 1),
+        // and interleaved (consecutive units of one chunk have consecutive micro-batches).
+        bool two = E->V > 1 || carry_passes_through(E, b, P->stage);
+        P->carry[b][k] = new_buf(E, P, -1, shard_r(), two ? 2 : 1, 1, 0);
+        P->buf[P->carry[b][k]].bytes = shard_bytes(E, src, E->v->home_sh[src]);
+    }
+    return P->carry[b][k];
+}
+
+// One copy of block b: the body of its layer loop.
+static void block_body(builder *E, prog *P, int b, bool last_mb) {
+    const pcc_graph *g = E->g;
+    const pcc_block *bl = &g->blocks[b];
+    // The carried inputs arrive from the previous copy through the carry registers.
+    // (Each call that may make a buffer is a statement of its own: the order of a call's arguments
+    // is unspecified, and buffer numbers must not depend on the C compiler.)
+    for (int i = 0; i < bl->n_carry; i++) {
+        int dst = home(E, P, bl->carry[i].inner);
+        copy(E, P, carry_reg(E, P, b, i), dst);
+    }
+    if (bl->fwd >= 0) {
+        // Backward: re-run the recomputed forward ops of this copy first.
+        const pcc_block *fb = &g->blocks[bl->fwd];
+        E->phase = PLAN_PHASE_RECOMPUTE;
+        for (int o = fb->first_op; o < fb->first_op + fb->n_ops; o++)
+            if (E->v->recomp[o]) emit_op(E, P, o, false);
+        E->phase = PLAN_PHASE_BWD;
+    }
+    for (int o = bl->first_op; o < bl->first_op + bl->n_ops; o++) emit_op(E, P, o, last_mb);
+    for (int i = 0; i < bl->n_acc; i++) {
+        int G = home(E, P, bl->acc[i].outer), dx = reshard(E, P, home(E, P, bl->acc[i].inner), P->buf[G].shard);
+        int args[3] = {G, dx, G};
+        plan_insn *in = insn(E, P, PLAN_I_COMPUTE, STREAM_MAIN, args, 3);
+        in->code = PCC_OP_ADD;
+        in->t_s = memory_s(E, P, 3 * (double)P->buf[G].bytes, G);
+    }
+    for (int i = 0; i < bl->n_carry; i++) {
+        int reg = carry_reg(E, P, b, i);
+        copy(E, P, home(E, P, bl->carry[i].outer), reg);
+    }
+}
+
+static void block_range(builder *E, prog *P, int b, bool last_mb) {
+    const pcc_graph *g = E->g;
+    const pcc_block *bl = &g->blocks[b];
+    int fb = graph_block_family(g, b), lo = E->v->copy_lo[fb][P->stage], hi = E->v->copy_hi[fb][P->stage];
+    if (hi <= lo) return;
+    bool bwd = bl->fwd >= 0;
+    int R = (int)bl->repeat;
+    // Inputs: a carried one goes into its carry register for the first copy (later ones get it
+    // from the stage before); every copy reads the buffer of one that is not carried.
+    bool first = bwd ? hi == R : lo == 0;
+    for (int i = 0; first && i < bl->n_in; i++) {
+        int inner = bl->in[i].inner, k = graph_carry_of(bl, inner, true);
+        if (k < 0) continue;
+        int ob = reshard(E, P, home(E, P, bl->in[i].outer), E->v->home_sh[inner]);
+        copy(E, P, ob, carry_reg(E, P, b, k));
+    }
+    for (int i = 0; i < bl->n_in; i++) {
+        int inner = bl->in[i].inner;
+        if (graph_carry_of(bl, inner, true) < 0) P->home[inner] = reshard(E, P, home(E, P, bl->in[i].outer), E->v->home_sh[inner]);
+    }
+    for (int i = 0; i < bl->n_acc; i++) {
+        int G = home(E, P, bl->acc[i].outer);
+        if (!graph_is_param_grad(g, bl->acc[i].outer)) { // zeroed per micro-batch (param gradients: once, at the start)
+            plan_insn *in = insn(E, P, PLAN_I_COMPUTE, STREAM_MAIN, &G, 1);
+            in->code = PCC_OP_FILL;
+            in->t_s = memory_s(E, P, (double)P->buf[G].bytes, G);
+        }
+    }
+    loop_open(E, P, bwd ? PLAN_LOOP_REVERSE_LAYER : PLAN_LOOP_LAYER, hi - lo);
+    block_body(E, P, b, last_mb);
+    loop_close(E, P);
+    if ((bwd ? lo == 0 : hi == R))
+        for (int i = 0; i < bl->n_out; i++) {
+            int ob = home(E, P, bl->out[i].outer), k = graph_carry_of(bl, bl->out[i].inner, false);
+            copy(E, P, k >= 0 ? carry_reg(E, P, b, k) : home(E, P, bl->out[i].inner), ob);
+        }
+}
+
+/* ---- stage boundaries ---- */
+
+static void p2p(builder *E, prog *P, bool bwd, bool send, bool last_mb) {
+    const pcc_graph *g = E->g;
+    pcc_xfer *x;
+    int n = layout_transfers(E->v, P->stage, bwd, send, last_mb, &x);
+    for (int i = 0; i < n; i++) {
+        int buf, off = x[i].peer % E->pp - P->stage % E->pp;
+        if (off == 0) continue; // interleaved: another chunk of this device, which holds the same buffer
+        bool dfr = x[i].key < g->n_tensors && E->v->deferred[x[i].key];
+        if (send && E->V > 1 && dfr != E->deferred_sends) continue; // sent after the device's last unit
+        if (x[i].key >= g->n_tensors) {
+            int k = x[i].key - g->n_tensors;
+            buf = carry_reg(E, P, k / 8, k % 8);
+        } else {
+            buf = home(E, P, x[i].key);
+        }
+        plan_insn *in = insn(E, P, send ? PLAN_I_SEND : PLAN_I_RECV, STREAM_MAIN, &buf, 1);
+        in->a = PCC_AX_PP;
+        in->b = off;
+        in->tag = (uint8_t)(E->V == 1 ? 0 : dfr ? TAG_DEFERRED : bwd ? TAG_BWD : TAG_FWD);
+        in->t_s = transfer_s(E, P, buf, in->b);
+        if (!send) forget(P, buf);
+    }
+}
+
+/* ---- phases ---- */
+
+// One micro-batch's forward (bwd false) or backward pass on this stage: receive, the stage's
+// top-level ops and block ranges in program order, send. part: PCC_PART_RECV, _COMPUTE, _SEND,
+// or all three (an interleaved schedule issues them apart).
+
+static void pass_part(builder *E, prog *P, int delta, bool bwd, bool last_mb, int part) {
+    const pcc_graph *g = E->g;
+    E->delta = delta;
+    E->phase = bwd ? PLAN_PHASE_BWD : PLAN_PHASE_FWD;
+    P->n_cache = 0;
+    if (part & PCC_PART_RECV) p2p(E, P, bwd, false, last_mb);
+    for (int o = bwd ? g->n_fwd_ops : 0; (part & PCC_PART_COMPUTE) && o < (bwd ? g->n_ops : g->n_fwd_ops); o++) {
+        const pcc_op *op = &g->ops[o];
+        if (op->phase != (bwd ? PCC_PHASE_BWD : PCC_PHASE_FWD)) continue;
+        if (op->block < 0) {
+            if (on_stage(E, o, P->stage)) emit_op(E, P, o, last_mb);
+            continue;
+        }
+        block_range(E, P, op->block, last_mb);
+        o = g->blocks[op->block].first_op + g->blocks[op->block].n_ops - 1;
+    }
+    if (part & PCC_PART_SEND) p2p(E, P, bwd, true, last_mb);
+    P->n_cache = 0;
+    E->phase = PLAN_PHASE_NONE;
+}
+
+
+static void optimizer(builder *E, prog *P) {
+    const pcc_graph *g = E->g;
+    E->delta = 0;
+    E->phase = PLAN_PHASE_OPT;
+    for (int o = g->n_fwd_ops; o < g->n_ops; o++) {
+        const pcc_op *op = &g->ops[o];
+        if (op->phase != PCC_PHASE_OPT) continue;
+        if (op->block < 0) {
+            if (on_stage(E, o, P->stage)) emit_op(E, P, o, false);
+            continue;
+        }
+        const pcc_block *bl = &g->blocks[op->block];
+        int fb = graph_block_family(g, op->block), lo = E->v->copy_lo[fb][P->stage], hi = E->v->copy_hi[fb][P->stage];
+        if (hi > lo) {
+            loop_open(E, P, PLAN_LOOP_LAYER, hi - lo);
+            for (int k = bl->first_op; k < bl->first_op + bl->n_ops; k++) emit_op(E, P, k, false);
+            loop_close(E, P);
+        }
+        o = bl->first_op + bl->n_ops - 1;
+    }
+}
+
+// Parameters used on several stages: the owner sends the updated value to the others.
+static void share_params(builder *E, prog *P) {
+    const pcc_graph *g = E->g;
+    bool *users = arena_alloc(g->arena, sizeof(bool) * (size_t)E->ns);
+    bool *dev = arena_alloc(g->arena, sizeof(bool) * (size_t)E->pp);
+    for (int t = 0; t < g->n_tensors; t++) {
+        if (g->tensors[t].kind != PCC_T_PARAM || g->tensors[t].block >= 0) continue;
+        int owner = E->v->tstage[t];
+        memset(users, 0, sizeof(bool) * (size_t)E->ns);
+        memset(dev, 0, sizeof(bool) * (size_t)E->pp);
+        for (int o = 0; o < g->n_ops; o++) {
+            const pcc_op *op = &g->ops[o];
+            if (op->block >= 0 || op->phase == PCC_PHASE_OPT) continue;
+            for (int i = 0; i < op->nin; i++)
+                if (op->in[i] == t) users[E->v->ostage[o]] = true;
+        }
+        // Once per device that uses it (interleaved: its chunks share the buffer).
+        int od = owner % E->pp, me = P->stage % E->pp;
+        for (int s = 0; s < E->ns; s++) {
+            int d = s % E->pp;
+            if (d == od || !users[s] || dev[d]) continue;
+            dev[d] = true;
+            if (me != od && me != d) continue;
+            int buf = home(E, P, t);
+            plan_insn *in = insn(E, P, me == od ? PLAN_I_SEND : PLAN_I_RECV, STREAM_MAIN, &buf, 1);
+            in->a = PCC_AX_PP;
+            in->b = me == od ? d - od : od - d;
+            in->tag = (uint8_t)(E->V > 1 ? TAG_SHARE : 0);
+            in->t_s = transfer_s(E, P, buf, in->b);
+        }
+    }
+}
+
+// A stage's tables of buffers: its homes per tensor and its carry registers, all unmade.
+static void stage_tables(builder *E, int **home, int ***carry) {
+    const pcc_graph *g = E->g;
+    *home = arena_alloc(g->arena, sizeof(int) * (size_t)(g->n_tensors + 1));
+    *carry = arena_alloc(g->arena, sizeof(int *) * (size_t)(g->n_blocks + 1));
+    for (int t = 0; t < g->n_tensors; t++) (*home)[t] = -1;
+    for (int b = 0; b < g->n_blocks; b++) {
+        (*carry)[b] = arena_alloc(g->arena, sizeof(int) * (size_t)(g->blocks[b].n_carry + 1));
+        for (int k = 0; k < g->blocks[b].n_carry; k++) (*carry)[b][k] = -1;
+    }
+}
+
+// Interleaved: makes model chunk c (on this device) the stage being emitted. The chunks of a
+// device keep their own buffers for the tensors of repeated blocks (each holds other copies)
+// and their own carry registers, and share one buffer per top-level tensor.
+static void chunk_enter(builder *E, prog *P, int c) {
+    const pcc_graph *g = E->g;
+    if (P->home && c == P->stage) return;
+    int *to = P->chunk_home[c / E->pp];
+    if (P->home && P->home != to)
+        for (int t = 0; t < g->n_tensors; t++)
+            if (g->tensors[t].block < 0) to[t] = P->home[t];
+    bucket_flush(E, P);
+    P->home = to;
+    P->carry = P->chunk_carry[c / E->pp];
+    P->stage = c;
+    P->n_cache = 0;
+}
+
+// What a stage zeroes at the start of the step.
+static void stage_prologue(builder *E, prog *P) {
+    const pcc_graph *g = E->g;
+    // Block-summed parameter gradients start at zero once per step.
+    for (int b = 0; b < g->n_blocks; b++)
+        for (int i = 0; i < g->blocks[b].n_acc; i++) {
+            int t = g->blocks[b].acc[i].outer, fb = graph_block_family(g, b);
+            if (!graph_is_param_grad(g, t)) continue;
+            if (E->v->copy_hi[fb][P->stage] <= E->v->copy_lo[fb][P->stage]) continue;
+            int G = home(E, P, t);
+            plan_insn *in = insn(E, P, PLAN_I_COMPUTE, STREAM_MAIN, &G, 1);
+            in->code = PCC_OP_FILL;
+            in->t_s = memory_s(E, P, (double)P->buf[G].bytes, G);
+        }
+    // Deferred contributions summed here read zeros until theirs arrives after the last micro-batch.
+    for (int t = 0; t < g->n_tensors; t++) {
+        bool here = false;
+        for (int o = 0; E->v->deferred[t] && o < g->n_ops && !here; o++)
+            for (int i = 0; i < g->ops[o].nin; i++) here |= g->ops[o].in[i] == t && E->v->ostage[o] == P->stage;
+        if (!here) continue;
+        int G = home(E, P, t);
+        plan_insn *in = insn(E, P, PLAN_I_COMPUTE, STREAM_MAIN, &G, 1);
+        in->code = PCC_OP_FILL;
+        in->t_s = memory_s(E, P, (double)P->buf[G].bytes, G);
+    }
+}
+
+// After the last backward pass: wait for the gradient synchronization, the optimizer, and the
+// parameters shared with other stages.
+static void epilogue(builder *E, prog *P) {
+    const pcc_graph *g = E->g;
+    bucket_flush(E, P);
+    for (int t = 0; t < g->n_tensors; t++)
+        if (P->shard_acc[t] >= 0) P->home[t] = P->shard_acc[t]; // ZeRO-2: the optimizer reads the summed shard
+    E->delta = 0;
+    if (P->used_sync) {
+        event(E, P, PLAN_I_RECORD, STREAM_SYNC, EV_SYNCED);
+        event(E, P, PLAN_I_WAIT, STREAM_MAIN, EV_SYNCED);
+    }
+    if (E->V == 1) {
+        optimizer(E, P);
+    } else {
+        int d = P->stage % E->pp;
+        for (int v = 0; v < E->V; v++) {
+            chunk_enter(E, P, v * E->pp + d);
+            optimizer(E, P);
+        }
+    }
+    share_params(E, P);
+}
+
+// Interleaved, after the device's last unit: the gradient contributions summed once per step,
+// in the group of the last step's sends (pipeline.c says why). Their buffers are top-level
+// tensors', which the device's chunks share.
+static void deferred_sends(builder *E, prog *P, int d) {
+    int at = P->stage;
+    E->deferred_sends = true;
+    E->phase = PLAN_PHASE_BWD;
+    E->delta = E->M - 1;
+    for (int c = d; c < E->ns; c += E->pp) {
+        P->stage = c;
+        p2p(E, P, true, true, true);
+    }
+    E->deferred_sends = false;
+    E->phase = PLAN_PHASE_NONE;
+    P->stage = at;
+    E->delta = 0;
+}
+
+// The device's units in the schedule's order (pipeline.c), each a pass of one micro-batch on one
+// chunk, the plain schedules' in loops over micro-batches.
+static void schedule(builder *E, prog *P, int d) {
+    pcc_pipeline pl = {.pp = E->pp, .V = E->V, .M = E->M, .schedule = E->s->schedule};
+    pcc_unit *u;
+    int n = pipeline_units(E->g->arena, &pl, d, &u);
+    for (int i = 0; i < n; i++) {
+        switch (u[i].kind) {
+        case PCC_UNIT_LOOP: loop_open(E, P, PLAN_LOOP_MB, u[i].count); break;
+        case PCC_UNIT_END: loop_close(E, P); break;
+        case PCC_UNIT_DEFERRED: deferred_sends(E, P, u[i].chunk); break;
+        case PCC_UNIT_FWD:
+        case PCC_UNIT_BWD:
+            if (E->V > 1) chunk_enter(E, P, u[i].chunk);
+            pass_part(E, P, u[i].mb, u[i].kind == PCC_UNIT_BWD, u[i].last, u[i].part);
+            break;
+        }
+    }
+}
+
+static void program(builder *E, prog *P) {
+    const pcc_graph *g = E->g;
+    int d = P->stage;
+    E->phase = PLAN_PHASE_NONE;
+    if (E->V > 1) {
+        P->chunk_home = arena_alloc(g->arena, sizeof(int *) * (size_t)E->V);
+        P->chunk_carry = arena_alloc(g->arena, sizeof(int **) * (size_t)E->V);
+        for (int v = 0; v < E->V; v++) stage_tables(E, &P->chunk_home[v], &P->chunk_carry[v]);
+        P->home = NULL;
+        chunk_enter(E, P, d);
+        zero2_accumulators(E, P);
+        for (int v = 0; v < E->V; v++) {
+            chunk_enter(E, P, v * E->pp + d);
+            stage_prologue(E, P);
+        }
+    } else {
+        stage_tables(E, &P->home, &P->carry);
+        zero2_accumulators(E, P);
+        stage_prologue(E, P);
+    }
+    schedule(E, P, d);
+    epilogue(E, P);
+}
+
+/* ---- what phase 3 hands on ---- */
+
+static char *notes(builder *E) {
+    const pcc_graph *g = E->g;
+    size_t cap = 256, n = 0;
+    char *s = arena_alloc(g->arena, cap);
+    for (int o = 0; o < g->n_fwd_ops; o++) {
+        const pcc_op *op = &g->ops[o];
+        pcc_letter l[PCC_MAX_LETTERS];
+        int nl = op_letters(g, op, l);
+        char line[512];
+        int k = snprintf(line, sizeof line, "%s %s %s:", op->ptr, pcc_ops[op->kind].name, op->nout ? g->tensors[op->out[0]].name : "");
+        static const char *const axn[PCC_AXES] = {"pp", "dp", "tp"};
+        for (int a = PCC_AX_DP; a < PCC_AXES; a++) {
+            int li = E->s->letter[a][o];
+            if (E->s->mesh[a] == 1) continue;
+            if (li >= 0 && li < nl) k += snprintf(line + k, sizeof line - (size_t)k, " %s=%s(%s)", axn[a], l[li].name, g->dims[l[li].dim].name);
+            else k += snprintf(line + k, sizeof line - (size_t)k, " %s=replicate", axn[a]);
+        }
+        int st = op->block >= 0 ? -1 : E->s->op_stage[o];
+        if (st >= 0 && E->V > 1) k += snprintf(line + k, sizeof line - (size_t)k, " chunk %d (stage %d)", st, st % E->pp);
+        else if (st >= 0 && E->pp > 1) k += snprintf(line + k, sizeof line - (size_t)k, " stage %d", st);
+        else if (op->block >= 0 && E->pp > 1) k += snprintf(line + k, sizeof line - (size_t)k, " block %s", g->blocks[op->block].name);
+        if (E->s->recompute[o]) k += snprintf(line + k, sizeof line - (size_t)k, " recompute");
+        snprintf(line + k, sizeof line - (size_t)k, " (%s)\n", E->s->cause[o] ? E->s->cause[o] : "template");
+        s = arena_append(g->arena, s, &n, &cap, line);
+    }
+    if (n > 0) s[n - 1] = 0; // no trailing newline
+    return s;
+}
+
+// One step's FLOPs as Megatron-LM counts them (the formula of ../shared/data/
+// megatron_sc21_a100.csv): the matrix products of the forward and backward passes and of the
+// forward operators recomputed in the backward pass, over every micro-batch, summed over ranks.
+static double model_flops(const builder *E) {
+    const pcc_graph *g = E->g;
+    double f = 0;
+    for (int o = 0; o < g->n_ops; o++) {
+        const pcc_op *op = &g->ops[o];
+        if (op->phase == PCC_PHASE_OPT) continue;
+        double mm = op_flops_matmul(g, op) * (double)op_copies(g, op);
+        f += op->phase == PCC_PHASE_FWD && E->v->recomp[o] ? 2 * mm : mm;
+    }
+    return f * E->M;
+}
+
+// The background program's groups, made before phase 3 hands its groups on: one per set of
+// replica axes in use, and their union (the continuous rounds' stop flag, which every rank of a
+// stage's rounds must agree on). Returns the union's group.
+static uint32_t background_groups(builder *E) {
+    unsigned all = 0;
+    for (int t = 0; t < E->g->n_tensors; t++)
+        if (E->v->local[t]) all |= E->v->local[t], group(E, E->v->local[t], STREAM_BG);
+    if (all) group(E, (int)all, STREAM_BG);
+    return (uint32_t)group(E, (int)all, STREAM_BG);
+}
+
+// The dense parameters a stage's background program averages (bgsync.c appends it when the plan
+// is written): each one's home buffer there, its group of replicas and its costs.
+static pcc_bg_param *background_params_of(builder *E, prog *P, int *n_out) {
+    const pcc_graph *g = E->g;
+    pcc_bg_param *ps = arena_alloc(g->arena, sizeof(pcc_bg_param) * (size_t)(g->n_tensors + 1));
+    int n = 0;
+    for (int t = 0; t < g->n_tensors; t++) {
+        const pcc_tensor *T = &g->tensors[t];
+        if (T->kind != PCC_T_PARAM || T->grad < 0 || !E->v->local[T->grad] || P->home[t] < 0) continue;
+        int b = P->home[t];
+        double bytes = (double)P->buf[b].bytes;
+        pcc_group_shape sh = axes_group(E, E->v->local[T->grad]);
+        ps[n++] = (pcc_bg_param){(uint32_t)t, (uint32_t)b, (uint32_t)group(E, E->v->local[T->grad], STREAM_BG), sh,
+                                 (float)cost_collective_s(E->c, PCC_COLL_ALL_REDUCE, bytes, sh),
+                                 memory_s(E, P, 3.0 * bytes, b)};
+    }
+    *n_out = n;
+    return ps;
+}
+
+// What the plan's META says of the strategy: the mesh, the schedule, the estimate, the FLOPs
+// of a step and the notes (the builder adds the rest).
+static void meta(builder *E, plan_meta *m) {
+    const pcc_strategy *s = E->s;
+    m->world = (uint32_t)(E->pp * E->dp * E->tp);
+    m->n_axes = PCC_AXES;
+    static const char *const axn[PCC_AXES] = {"pp", "dp", "tp"};
+    for (int a = 0; a < PCC_AXES; a++) {
+        m->mesh[a] = (uint32_t)s->mesh[a];
+        snprintf(m->axis_names[a], sizeof m->axis_names[a], "%s", axn[a]);
+    }
+    m->micro_batches = (uint32_t)E->M;
+    m->schedule = E->pp == 1 ? PLAN_SCHED_NONE : E->V > 1 ? PLAN_SCHED_1F1B_INTERLEAVED
+                : s->schedule == PCC_PIPE_GPIPE ? PLAN_SCHED_GPIPE : PLAN_SCHED_1F1B;
+    m->zero_stage = (uint32_t)s->zero;
+    m->est_step_s = s->est_step_s;
+    m->model_flops = model_flops(E);
+    m->notes = notes(E);
+}
+
+// Phase 3's output: the stage programs, each rank's (its pp coordinate), the groups, and with
+// --sync background the parameters each stage's background program averages.
+static pcc_programs *hand_off(builder *E, prog *P) {
+    const pcc_graph *g = E->g;
+    pcc_programs *out = arena_alloc(g->arena, sizeof *out);
+    meta(E, &out->meta);
+    out->n = E->pp;
+    out->prog = arena_alloc(g->arena, sizeof(pcc_program) * (size_t)E->pp);
+    for (int st = 0; st < E->pp; st++) {
+        pcc_program *q = &out->prog[st];
+        const prog *Q = &P[st];
+        *q = (pcc_program){.name = arena_printf(g->arena, "stage%d", st), .buf = Q->buf, .n_buf = Q->n_buf, .insn = Q->insn,
+                           .n_insn = Q->n_insn, .args = Q->args, .n_args = Q->n_args, .attrs = Q->attrs, .n_attrs = Q->n_attrs,
+                           .sync = Q->used_sync};
+    }
+    if (E->v->bg) {
+        out->bg = E->v->bg;
+        out->bg_stop_group = background_groups(E);
+        for (int st = 0; st < E->pp; st++) out->prog[st].bg = background_params_of(E, &P[st], &out->prog[st].n_bg);
+    }
+    out->n_groups = E->n_groups;
+    out->group_axes = arena_alloc(g->arena, sizeof(uint32_t) * (size_t)(E->n_groups + 1));
+    for (int i = 0; i < E->n_groups; i++) out->group_axes[i] = (uint32_t)E->groups[i][0];
+    out->rank_program = arena_alloc(g->arena, sizeof(uint32_t) * (size_t)out->meta.world);
+    for (uint32_t r = 0; r < out->meta.world; r++) out->rank_program[r] = r / (uint32_t)(E->dp * E->tp); // pp varies slowest
+    return out;
+}
+
+/* ---- phase 3 ---- */
+
+pcc_status preserve(const pcc_graph *g, const pcc_cluster *c, const pcc_strategy *s, const pcc_preserve_opts *o,
+                    pcc_programs **out) {
+    *out = NULL;
+    pcc_values *v = arena_alloc(g->arena, sizeof *v);
+    pcc_status st = layout_values(g, c, s, o, v);
+    if (st) return st;
+    builder E = {.v = v, .g = g, .c = c, .s = s, .pp = v->pp, .dp = v->dp, .tp = v->tp, .M = v->M, .V = v->V, .ns = v->ns,
+                 .bucket_cap = o->bucket_bytes};
+    prog *P = arena_alloc(g->arena, sizeof(prog) * (size_t)E.pp);
+    for (int d = 0; d < E.pp; d++) {
+        P[d].stage = d;
+        program(&E, &P[d]);
+    }
+    *out = hand_off(&E, P);
+    return PCC_OK;
+}
