@@ -52,8 +52,11 @@
 #include <math.h>
 #include <string.h>
 
-const char *const pcc_coll_names[PCC_COLL_COUNT] = {"all_reduce", "all_gather", "reduce_scatter",
-                                                    "all_to_all", "send_recv", "broadcast"};
+const char *const pcc_coll_names[PCC_COLL_COUNT] = {
+#define COLL(E, name, pieces, shards, inplace, roots) #name,
+#include "../runtime/colls.def"
+#undef COLL
+};
 
 // Kernel launch and framework overhead per operator when the cluster file gives none: the
 // order of a CUDA kernel launch (a few microseconds).
