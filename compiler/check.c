@@ -9,7 +9,7 @@
  * fault with its JSON Pointer, a failure here is a bug in plancc and is reported as an internal
  * error.
  *
- * check_plan runs the plan's own verifier, plan_check (the plan library's, runtime/plan_check.c:
+ * check_plan runs the plan's own verifier, plan_check (the plan library's, runtime/plan/check*.c:
  * every buffer written before it is read, live buffers never overlapping, every send matched,
  * every group's collectives in one order), on each plan the emitter writes, before the driver
  * decides whether it fits; a failure there is plancc's bug too.

@@ -2,7 +2,7 @@
  * emit.c: the emitter: the plan, written from phase 3's programs once the memory planner has
  * placed their buffers.
  *
- * emit_plan assembles the plan struct (runtime/plan.h) that plan_write encodes: META (what phase
+ * emit_plan assembles the plan struct (runtime/plan/plan.h) that plan_write encodes: META (what phase
  * 3 says of the mesh, schedule, estimate, FLOPs and notes, plus the compiler, model, options and
  * their hashes, the peak and the device's FLOP/s), the tensor table (names, shapes, copies,
  * initializers and data sources), the communicator groups, every rank's coordinates and program,

@@ -20,7 +20,7 @@
  * Around the pipeline: driver.c's two loops (the micro-batch count; which ranked strategy
  * fits), report.c's reports, util.c and json.c below everything (json.c is the only file that
  * sees cJSON, glpk.c the only one that sees GLPK). The graph IR is this header's "graph IR"
- * section; the plan is the plan library's (runtime/plan.h).
+ * section; the plan is the plan library's (runtime/plan/plan.h).
  *
  * Every pass returns a pcc_status. Bad input is reported through diag() with the input file and
  * the JSON Pointer of the node at fault, and the pass returns PCC_ERR_INPUT; broken internal
@@ -36,7 +36,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "plan.h" // the plan (runtime/plan.h), which the emitter writes
+#include "plan.h" // the plan (runtime/plan/plan.h), which the emitter writes
 
 #define PCC_VERSION "0.1.0"
 
@@ -409,7 +409,7 @@ void graph_totals(const pcc_graph *g, pcc_totals *t);
 // alike. Returns PCC_ERR_INTERNAL with a message on a broken IR (input errors were caught in
 // model.c already, so a failure here is plancc's bug).
 pcc_status graph_check(const pcc_graph *g);
-// plan_check (runtime/plan_check.c) on a plan the compiler emitted: PCC_ERR_INTERNAL with a
+// plan_check (runtime/plan/check*.c) on a plan the compiler emitted: PCC_ERR_INTERNAL with a
 // message when it fails (a plancc bug), else PCC_OK.
 pcc_status check_plan(const plan *p);
 

@@ -31,7 +31,7 @@ y = x W^T + b with W [n, k]: nn.Linear's own layout, so every weight is copied a
 transposes. Layernorm eps comes from the op's attrs (default 1e-5).
 
 Optimizer: torch.optim.AdamW (foreach=False) with the model's lr, betas, eps and weight decay on
-every parameter (plancc decays all of them, biases and norms included). runtime/cpu/kernels.c's
+every parameter (plancc decays all of them, biases and norms included). runtime/cpu/optim.c's
 adamw computes torch 1.13's _single_tensor_adamw formula (decoupled decay first, bias corrections
 by the 1-based step, eps added to sqrt(v)/sqrt(1 - b2^t)), with one difference in float32: it
 forms 1 - beta2 from beta2 rounded to float (0.999f = 0.99900001), giving 0.00099998713, where
