@@ -20,7 +20,8 @@ An unknown marker is an error, so a typo cannot hide a block.
 Every path the page names under compiler/, runtime/, tools/, tests/, schemas/, models/, data/,
 docs/ or .ci/ (in prose, tables or blocks; a `*` is a glob) must exist in SOURCE_ROOT, and every
 relative link target ([text](target)) must exist relative to the page: a file map or a link
-cannot rot. With --list the blocks are printed with what would happen to each, and nothing runs.
+cannot rot. docs/design.md, the file map, must also name every file of compiler/, runtime/ and
+tools/ (a file added without its row fails here). With --list the blocks are printed with what would happen to each, and nothing runs.
 
 Exit status: 0 when every block that ran passed and every path exists; 1 otherwise.
 """
@@ -129,6 +130,27 @@ def check_paths(page, text, root):
     return missing
 
 
+MAPPED = ["compiler", "runtime", "tools"]
+MAP_PAGE = "docs/design.md"
+
+
+def check_map(page, text, root):
+    """The file map names every file of the mapped folders; returns the ones it leaves out."""
+    if page != MAP_PAGE:
+        return []
+    named = set()
+    for p in PATH.findall(text):
+        named.update(os.path.relpath(x, root) for x in glob.glob(os.path.join(root, p)))
+    left = []
+    for top in MAPPED:
+        for dirpath, _, files in os.walk(os.path.join(root, top)):
+            for f in sorted(files):
+                rel = os.path.relpath(os.path.join(dirpath, f), root)
+                if rel not in named and not f.endswith((".pyc",)):
+                    left.append(f"{page}: the file map does not name {rel}")
+    return left
+
+
 def scratch_dir(build, root):
     d = tempfile.mkdtemp(prefix="plancc-docs-")
     os.symlink(os.path.abspath(build), os.path.join(d, "build"))
@@ -179,7 +201,7 @@ def main(argv):
     with open(os.path.join(root, page), encoding="utf-8") as f:
         text = f.read()
     blocks = parse_blocks(text)
-    errors = decide(page, blocks, has_gpu()) + check_paths(page, text, root)
+    errors = decide(page, blocks, has_gpu()) + check_paths(page, text, root) + check_map(page, text, root)
     shell = [b for b in blocks if b.lang in RUN_LANGS]
     if list_only:
         for b in shell:
