@@ -137,3 +137,15 @@ int rt_backend_round_drain(rt_backend *b, char *err, size_t err_n) {
     if (!b) return missing(b, "round_drain", err, err_n);
     return b->round_drain ? b->round_drain(b, err, err_n) : 0;
 }
+
+bool rt_backend_has_stamps(const rt_backend *b) { return b && b->stamp && b->stamp_read; }
+
+int rt_backend_stamp(rt_backend *b, const rt_exec *x, uint32_t *mark, char *err, size_t err_n) {
+    if (!rt_backend_has_stamps(b)) return missing(b, "stamp", err, err_n);
+    return b->stamp(b, x, mark, err, err_n);
+}
+
+int rt_backend_stamp_read(rt_backend *b, int rank, double *seconds, uint32_t n, char *err, size_t err_n) {
+    if (!rt_backend_has_stamps(b)) return missing(b, "stamp_read", err, err_n);
+    return b->stamp_read(b, rank, seconds, n, err, err_n);
+}

@@ -134,6 +134,7 @@ static const struct { int8_t in_min, in_max, out; } op_arity[] = {
 
 typedef struct pending {
     rt_p2p item;
+    uint32_t insn, mb, layer;   // for the trace
     char what[WHAT_BYTES];
 } pending;
 
@@ -177,20 +178,52 @@ static int fail(walker *w, uint32_t i, uint32_t mb, uint32_t layer, const char *
 
 static rt_exec exec_of(const walker *w, int stream) { return (rt_exec){w->thread, w->rk->rank, stream}; }
 
-// Issues the pending run of send/recv as one group.
+/* ---- the measured timeline (planrun --trace; trace.c) ---- */
+
+// Whether this walker records its instructions: a trace is asked for, and the walker's work ends
+// with the step (a background round that outlives the step is not traced: its marks would not
+// be complete when the step's are read).
+static bool tracing(const walker *w) { return w->run->o.trace && !(w->round && rt_backend_has_stamps(w->run->be)); }
+
+// A point in time on x's stream: the host clock where calls block, else a timing mark on the
+// stream (its number, which rt_trace_resolve turns into a time after the step).
+static int trace_point(walker *w, const rt_exec *x, double *t) {
+    if (!rt_backend_has_stamps(w->run->be)) {
+        *t = rt_trace_since(w->run->o.trace, rt_trace_clock());
+        return 0;
+    }
+    uint32_t mark;
+    char err[256];
+    if (rt_backend_stamp(w->run->be, x, &mark, err, sizeof err)) return rt_backend_fail(w->run->be, "timing mark: %s", err);
+    w->rk->trace_marks++;
+    *t = mark;
+    return 0;
+}
+
+static void trace_slice(walker *w, int stream, uint32_t insn, uint32_t mb, uint32_t layer, double t0, double t1) {
+    rt_trace_slice s = {.step = w->run->steps + 1, .insn = insn, .mb = mb, .layer = layer, .start = t0, .end = t1};
+    rt_trace_add(w->run->o.trace, w->rk->rank, stream, &s);
+}
+
+// Issues the pending run of send/recv as one group (traced as one span shared by its items).
 static int flush(walker *w) {
     if (!w->n_pend) return 0;
     rt_p2p items[64];
     rt_exec x = exec_of(w, w->pend_stream);
     char err[512];
-    int rc = 0;
+    bool traced = tracing(w);
+    double t0 = 0, t1 = 0;
+    int rc = traced ? trace_point(w, &x, &t0) : 0;
     for (int s = 0; s < w->n_pend && !rc; s += 64) {
         int n = w->n_pend - s < 64 ? w->n_pend - s : 64;
         for (int j = 0; j < n; j++) items[j] = w->pend[s + j].item, items[j].what = w->pend[s + j].what;
         rc = rt_backend_p2p(w->run->be, &x, items, n, err, sizeof err);
+        if (rc) rc = rt_backend_fail(w->run->be, "%s", err);
     }
+    if (!rc && traced && !(rc = trace_point(w, &x, &t1)))
+        for (int j = 0; j < w->n_pend; j++) trace_slice(w, w->pend_stream, w->pend[j].insn, w->pend[j].mb, w->pend[j].layer, t0, t1);
     w->n_pend = 0;
-    return rc ? rt_backend_fail(w->run->be, "%s", err) : 0;
+    return rc;
 }
 
 // The rank at this rank's coordinate + off along mesh axis a, or -1.
@@ -214,6 +247,7 @@ static int do_p2p(walker *w, uint32_t i, uint32_t mb, uint32_t layer, uint64_t s
     }
     w->pend_stream = in->stream;
     pending *p = &w->pend[w->n_pend++];
+    p->insn = i, p->mb = mb, p->layer = layer;
     uint32_t b = w->rk->pg->args[in->args];
     p->item = (rt_p2p){.send = in->kind == PLAN_I_SEND, .peer = peer, .tag = in->tag, .seq = seq,
                        .data = slot_addr(w->rk, &w->rk->pg->buffers[b], mb, layer), .bytes = slot_bytes(w->rk, &w->rk->pg->buffers[b]),
@@ -643,13 +677,29 @@ static int step_insn(walker *w, uint32_t i, frame f) {
     }
 }
 
+// step_insn with the instruction's slice in the trace when it is this walker's to run (a send
+// or receive gets its slice when its group is issued: flush).
+static int traced_insn(walker *w, uint32_t i, frame f) {
+    const plan_insn *in = &w->rk->pg->insns[i];
+    bool mine = w->stream < 0 || in->stream == w->stream;
+    if (!mine || in->kind == PLAN_I_SEND || in->kind == PLAN_I_RECV) return step_insn(w, i, f);
+    if (flush(w)) return -1; // step_insn would flush first too: the group's span ends before this one starts
+    rt_exec x = exec_of(w, in->stream);
+    double t0, t1;
+    if (trace_point(w, &x, &t0) || step_insn(w, i, f) || trace_point(w, &x, &t1)) return -1;
+    uint32_t mb = (uint32_t)((f.mb < 0 ? 0 : f.mb) + in->mb_delta), layer = (uint32_t)(f.layer < 0 ? 0 : f.layer);
+    trace_slice(w, in->stream, i, mb, layer, t0, t1);
+    return 0;
+}
+
 static int walk(walker *w, uint32_t lo, uint32_t hi, frame f) {
+    bool traced = tracing(w);
     for (uint32_t i = lo; i < hi; i++) {
         const plan_insn *in = &w->rk->pg->insns[i];
         if (in->kind == PLAN_I_LOOP) {
             if (run_loop(w, i, f)) return -1;
             i += (uint32_t)in->b;
-        } else if (step_insn(w, i, f)) {
+        } else if (traced ? traced_insn(w, i, f) : step_insn(w, i, f)) {
             return -1;
         }
     }
@@ -1048,7 +1098,33 @@ int rt_run_drain(const rt_run *r, char *err, size_t err_n) {
     return -1;
 }
 
+// After a step (or its failure): the trace's slices of every local rank become times, and the
+// step's span is recorded.
+static void trace_step_end(rt_run *r, uint64_t step, double t0) {
+    rt_trace *t = r->o.trace;
+    char why[256];
+    for (int q = 0; q < r->world; q++) {
+        rt_rank *rk = &r->ranks[q];
+        if (!rk->local) continue;
+        if (rt_backend_has_stamps(r->be)) rt_trace_resolve(t, q, r->be, rk->trace_marks, t0, why, sizeof why);
+        else rt_trace_settle(t, q);
+        rk->trace_marks = 0;
+    }
+    rt_trace_step(t, step, t0, rt_trace_since(t, rt_trace_clock()));
+}
+
+static int run_step(rt_run *r, double *loss, char *err, size_t err_n);
+
 int rt_run_step(rt_run *r, double *loss, char *err, size_t err_n) {
+    if (!r->o.trace) return run_step(r, loss, err, err_n);
+    double t0 = rt_trace_since(r->o.trace, rt_trace_clock());
+    uint64_t step = r->steps + 1;
+    int rc = run_step(r, loss, err, err_n);
+    trace_step_end(r, step, t0); // a failed step's slices are kept too
+    return rc;
+}
+
+static int run_step(rt_run *r, double *loss, char *err, size_t err_n) {
     *loss = NAN;
     for (int q = 0; q < r->world; q++)
         if (r->ranks[q].local && prepare_rank(r, &r->ranks[q], err, err_n)) return -1;

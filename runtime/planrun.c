@@ -39,6 +39,7 @@
 #include "cuda/rt_cuda.h"
 #endif
 
+#include <errno.h>
 #include <getopt.h>
 #include <math.h>
 #include <stdio.h>
@@ -64,7 +65,7 @@ enum { EXIT_USAGE = 1, EXIT_READ = 2, EXIT_INVALID = 3, EXIT_STALE = 4, EXIT_BAC
        EXIT_DIFFER = 7, EXIT_FILE = 8, EXIT_NO_GPU = 9, EXIT_LAUNCH = 10, EXIT_BACKGROUND = 11 };
 
 typedef struct options {
-    const char *plan, *backend, *data, *save, *load, *compare, *losses, *model, *cluster, *rendezvous;
+    const char *plan, *backend, *data, *save, *load, *compare, *losses, *model, *cluster, *rendezvous, *trace;
     long steps, log_every;
     // --background: the plan, steps per replica (-1: until the foreground ends), pieces in
     // flight, seed of replica 0, the replica --background-save/--background-compare speak of
@@ -106,6 +107,11 @@ static void usage(FILE *f) {
             "                      for float32 in torch.testing.assert_close)\n"
             "  --losses FILE       write each step's loss, one per line (%%.9g; f64: %%.17g)\n"
             "  --log-every N       print the loss every N steps (default 1; 0: only the summary)\n"
+            "  --trace FILE        write the run's measured timeline as Chrome trace JSON: every\n"
+            "                      instruction's start and end per rank and stream, in the tracks\n"
+            "                      of plandump --trace (cuda: timed by CUDA events); a process that\n"
+            "                      runs one rank of several writes FILE.rankN.json instead;\n"
+            "                      tools/compare_trace.py sets it beside the simulation\n"
             "  --timeout SEC       a blocked rank gives up after SEC seconds (default 60); a deadlock\n"
             "                      among all ranks is reported at once\n"
             "  --model F --cluster F  refuse the plan unless it was compiled from these files\n"
@@ -203,7 +209,7 @@ static int check_background_args(const options *o, bool until) {
 static int parse_args(int argc, char **argv, options *o) {
     enum { O_BACKEND = 256, O_STEPS, O_SEED, O_DATA, O_SAVE, O_LOAD, O_COMPARE, O_RTOL, O_LOSSES, O_LOG, O_TIMEOUT,
            O_MODEL, O_CLUSTER, O_QUIET, O_HELP, O_VERSION, O_ATOL, O_PRECISION, O_RANK, O_WORLD, O_LOCAL, O_RDV, O_TF32,
-           O_BG, O_BG_STEPS, O_BG_UNTIL, O_BG_INFLIGHT, O_BG_SEED, O_BG_REPLICA, O_BG_SAVE, O_BG_COMPARE, O_BG_NICE, O_NET, O_DILATION };
+           O_BG, O_BG_STEPS, O_BG_UNTIL, O_BG_INFLIGHT, O_BG_SEED, O_BG_REPLICA, O_BG_SAVE, O_BG_COMPARE, O_BG_NICE, O_NET, O_DILATION, O_TRACE };
     static const struct option longs[] = {
         {"backend", required_argument, NULL, O_BACKEND}, {"steps", required_argument, NULL, O_STEPS},
         {"seed", required_argument, NULL, O_SEED}, {"data", required_argument, NULL, O_DATA},
@@ -216,7 +222,7 @@ static int parse_args(int argc, char **argv, options *o) {
         {"rank", required_argument, NULL, O_RANK}, {"world-size", required_argument, NULL, O_WORLD},
         {"local-rank", required_argument, NULL, O_LOCAL}, {"rendezvous", required_argument, NULL, O_RDV},
         {"tf32", no_argument, NULL, O_TF32}, {"emulate-network", no_argument, NULL, O_NET},
-        {"dilation", required_argument, NULL, O_DILATION},
+        {"dilation", required_argument, NULL, O_DILATION}, {"trace", required_argument, NULL, O_TRACE},
         {"background", required_argument, NULL, O_BG}, {"background-steps", required_argument, NULL, O_BG_STEPS},
         {"background-until-fg", no_argument, NULL, O_BG_UNTIL}, {"background-inflight", required_argument, NULL, O_BG_INFLIGHT},
         {"background-seed", required_argument, NULL, O_BG_SEED}, {"background-replica", required_argument, NULL, O_BG_REPLICA},
@@ -247,6 +253,7 @@ static int parse_args(int argc, char **argv, options *o) {
         case O_RTOL: if (number("--rtol", optarg, 0, 1, &o->rtol)) return EXIT_USAGE; break;
         case O_ATOL: if (number("--atol", optarg, 0, 1, &o->atol)) return EXIT_USAGE; break;
         case O_LOSSES: o->losses = optarg; break;
+        case O_TRACE: o->trace = optarg; break;
         case O_LOG: if (number("--log-every", optarg, 0, 1e9, &v)) return EXIT_USAGE; o->log_every = (long)v; break;
         case O_TIMEOUT: if (number("--timeout", optarg, 0.001, 1e6, &o->timeout_s)) return EXIT_USAGE; break;
         case O_MODEL: o->model = optarg; break;
@@ -569,6 +576,64 @@ static int run_files(const options *o, const rt_run *r, bool quiet) {
     return 0;
 }
 
+/* ---- --trace: the measured timeline (trace.c) ---- */
+
+enum { TRACE_MAX_SLICES = 1 << 22 }; // 160 MiB of slices at most; past it they are counted, not kept
+
+// The file this process writes: --trace's, or where it runs one rank of several, the name with
+// ".rankN" before its extension (t.json -> t.rank3.json), so that processes never share a file.
+static void trace_path(const options *o, const how *h, const plan *p, char *buf, size_t n) {
+    const char *dot = strrchr(o->trace, '.'), *slash = strrchr(o->trace, '/');
+    if (!h->one_rank || p->meta.world == 1) snprintf(buf, n, "%s", o->trace);
+    else if (!dot || (slash && dot < slash)) snprintf(buf, n, "%s.rank%d", o->trace, h->rank);
+    else snprintf(buf, n, "%.*s.rank%d%s", (int)(dot - o->trace), o->trace, h->rank, dot);
+}
+
+// Before the run starts: the trace in ro (with --trace). 0, or EXIT_RUN with a message.
+static int trace_start(const options *o, const plan *p, rt_options *ro) {
+    if (!o->trace) return 0;
+    uint32_t streams = 1;
+    for (uint32_t k = 0; k < p->n_programs; k++) streams = p->programs[k].n_streams > streams ? p->programs[k].n_streams : streams;
+    if (!(ro->trace = rt_trace_new((int)p->meta.world, streams, TRACE_MAX_SLICES)))
+        return fprintf(stderr, "planrun: out of memory starting the trace\n"), EXIT_RUN;
+    return 0;
+}
+
+// Before the first step: the --trace file, opened (a path that cannot be written costs no run).
+// 0, or EXIT_FILE with a message.
+static int trace_open(const options *o, const how *h, const plan *p, FILE **f) {
+    *f = NULL;
+    if (!o->trace) return 0;
+    char path[4200];
+    trace_path(o, h, p, path, sizeof path);
+    if (!(*f = fopen(path, "w"))) return fprintf(stderr, "planrun: --trace %s: cannot write it: %s\n", path, strerror(errno)), EXIT_FILE;
+    return 0;
+}
+
+// After the steps (a failed run's too): writes this process's ranks' timeline and frees the
+// trace. 0, or EXIT_FILE with a message.
+static int trace_close(const options *o, const how *h, const plan *p, rt_options *ro, FILE *f, bool quiet) {
+    if (!f) {
+        rt_trace_free(ro->trace), ro->trace = NULL;
+        return 0;
+    }
+    bool *local = calloc(p->meta.world, sizeof *local);
+    for (uint32_t q = 0; local && q < p->meta.world; q++) local[q] = !h->one_rank || (int)q == h->rank;
+    rt_trace_info info = {.plan_path = o->plan, .backend = o->backend, .f64 = o->f64};
+    char path[4200];
+    trace_path(o, h, p, path, sizeof path);
+    int bad = !local || rt_trace_write(ro->trace, p, local, &info, f);
+    bad |= fclose(f) != 0;
+    uint64_t dropped = rt_trace_dropped(ro->trace);
+    if (dropped) fprintf(stderr, "planrun: --trace %s: %llu instructions not recorded (more than %d); trace fewer steps\n", path,
+                         (unsigned long long)dropped, TRACE_MAX_SLICES);
+    else if (!bad && !quiet) printf("wrote the measured timeline to %s\n", path);
+    free(local);
+    rt_trace_free(ro->trace), ro->trace = NULL;
+    if (bad) fprintf(stderr, "planrun: --trace %s: cannot write it\n", path);
+    return bad ? EXIT_FILE : 0;
+}
+
 // One run of the plan: the corpus, the run (and the background job's gates and replicas), the
 // steps, the reports and files. Returns planrun's exit code.
 static int run(const options *o, const plan *p, const how *h) {
@@ -584,10 +649,14 @@ static int run(const options *o, const plan *p, const how *h) {
                      .emulate_network = o->emulate_network, .dilation = o->dilation};
     bool quiet = o->quiet || !h->leader;
     background bg;
-    int rc = bg_gates(o, h, (int)p->meta.world, &ro, &bg);
+    FILE *tf = NULL;
+    int rc = trace_start(o, p, &ro);
+    if (!rc) rc = bg_gates(o, h, (int)p->meta.world, &ro, &bg);
+    else memset(&bg, 0, sizeof bg);
     rt_run r;
     if (rc || rt_run_init(&r, p, &ro, err, sizeof err)) {
         if (!rc) fprintf(stderr, "planrun: %s: %s\n", o->plan, err);
+        rt_trace_free(ro.trace);
         bg_free(&bg);
         rt_corpus_free(&corpus);
         return rc ? rc : EXIT_BACKEND;
@@ -601,6 +670,7 @@ static int run(const options *o, const plan *p, const how *h) {
         fprintf(stderr, "planrun: %s: cannot write the losses\n", o->losses);
         rc = EXIT_FILE;
     }
+    if (!rc) rc = trace_open(o, h, p, &tf);
     if (!rc && !quiet) describe_plan(o, p);
     if (!rc) rc = bg_start(o, h, &ro, &bg, o->quiet);
     if (!rc) rc = run_steps(o, &r, lf, quiet);
@@ -609,6 +679,8 @@ static int run(const options *o, const plan *p, const how *h) {
     int bg_rc = bg_end(o, &bg, !rc, o->quiet);
     if (!rc) teacher_report(quiet);
     if (!rc) rc = run_files(o, &r, quiet);
+    int trace_rc = trace_close(o, h, p, &ro, tf, quiet);
+    rc = rc ? rc : trace_rc;
     rt_run_free(&r);
     bg_free(&bg);
     rt_corpus_free(&corpus);

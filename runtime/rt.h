@@ -306,7 +306,7 @@ void rt_gate_stats_get(rt_gate *g, rt_gate_stats *s);
  *
  * Required: name, arena_alloc, arena_free, upload, download, kernel, copy, p2p, coll, record,
  * wait, fail, error. Optional (NULL: nothing to do): step_begin, step_end, thread_exit,
- * host_sum, when_done, join, round_end, round_fence, round_drain, free. */
+ * host_sum, when_done, join, round_end, round_fence, round_drain, stamp, stamp_read, free. */
 
 // Who issues a call: the host thread (0 .. ranks x streams - 1), the rank, and the stream the
 // work belongs to.
@@ -329,6 +329,7 @@ typedef struct rt_coll {
 } rt_coll;
 
 typedef struct rt_backend rt_backend;
+typedef struct rt_trace rt_trace;   // trace.c: the measured timeline
 struct rt_backend {
     const char *name;               // "cpu", "cuda"
     bool thread_per_stream;         // see the issue model above
@@ -386,6 +387,13 @@ struct rt_backend {
     int (*round_end)(rt_backend *b, const rt_exec *x, char *err, size_t err_n);
     int (*round_fence)(rt_backend *b, const rt_exec *x, char *err, size_t err_n);
     int (*round_drain)(rt_backend *b, char *err, size_t err_n);
+    // Timing marks (planrun --trace on an asynchronous backend; both or neither; NULL: calls
+    // block and the interpreter reads the host clock). stamp records a mark on x's stream after
+    // the work issued there so far and gives its number: marks count from 0 for each rank and
+    // step, in the order of the stamp calls. stamp_read, after step_end, gives the seconds from
+    // the rank's mark 0 to each of its marks 0 .. n-1 of the step, and starts the next count.
+    int (*stamp)(rt_backend *b, const rt_exec *x, uint32_t *mark, char *err, size_t err_n);
+    int (*stamp_read)(rt_backend *b, int rank, double *seconds, uint32_t n, char *err, size_t err_n);
     void (*free)(rt_backend *b);    // frees b itself too
 };
 
@@ -429,6 +437,9 @@ int rt_backend_round_end(rt_backend *b, const rt_exec *x, char *err, size_t err_
 int rt_backend_round_fence(rt_backend *b, const rt_exec *x, char *err, size_t err_n);
 int rt_backend_round_drain(rt_backend *b, char *err, size_t err_n);
 void rt_backend_free(rt_backend *b); // accepts NULL
+bool rt_backend_has_stamps(const rt_backend *b); // stamp and stamp_read are set
+int rt_backend_stamp(rt_backend *b, const rt_exec *x, uint32_t *mark, char *err, size_t err_n);
+int rt_backend_stamp_read(rt_backend *b, int rank, double *seconds, uint32_t n, char *err, size_t err_n);
 
 /* ---- interp.c: the interpreter ----
  *
@@ -455,6 +466,7 @@ typedef struct rt_options {
     bool background;
     bool emulate_network;           // the cpu backends: communication takes the plan's times (comm.c),
     double dilation;                // times this (0: 1)
+    rt_trace *trace;                // planrun --trace: every instruction's slice goes here (NULL: none)
 } rt_options;
 
 typedef struct rt_rank {
@@ -471,6 +483,7 @@ typedef struct rt_rank {
     int fg_left;                    // foreground walkers of this step still running (under lock)
     uint64_t bg_rounds;             // background rounds run so far
     bool lock_init;
+    uint32_t trace_marks;           // timing marks issued this step (planrun --trace, asynchronous backend)
 } rt_rank;
 
 typedef struct rt_run {
@@ -519,6 +532,44 @@ int rt_buffer_read(const rt_run *r, const rt_rank *rk, uint32_t b, uint32_t mb, 
 int rt_buffer_write(const rt_run *r, const rt_rank *rk, uint32_t b, uint32_t mb, uint32_t l, const void *host, char *err, size_t err_n);
 // The piece of tensor t that shard s names on the rank with coordinates coord.
 void rt_shard_box(const plan *p, const plan_tensor *t, plan_shard s, const uint32_t *coord, rt_box *box);
+
+/* ---- trace.c: the measured timeline (planrun --trace) ----
+ *
+ * A slice per instruction run, per rank and stream, in plandump --trace's tracks (trace.c's
+ * essay). The interpreter fills it when rt_options.trace is set; planrun writes it. */
+typedef struct rt_trace_slice {
+    uint64_t step;                  // the run's step, from 1 (--load may start past 1)
+    uint32_t insn, mb, layer;       // the instruction, its micro-batch and layer loop variable
+    double start, end;              // seconds since the trace began (timing marks until resolved)
+} rt_trace_slice;
+typedef struct rt_trace_info {
+    const char *plan_path, *backend;
+    bool f64;
+} rt_trace_info;
+enum { RT_TRACE_STEP_TID = 1000 };  // the track of each step's span
+
+// Monotonic host seconds.
+double rt_trace_clock(void);
+// A trace of world x n_streams tracks that records at most max_slices slices (the rest are
+// counted as dropped). NULL when out of memory or world or n_streams is 0.
+rt_trace *rt_trace_new(int world, uint32_t n_streams, uint64_t max_slices);
+void rt_trace_free(rt_trace *t); // accepts NULL
+// Seconds since the trace began of a host clock reading.
+double rt_trace_since(const rt_trace *t, double clock);
+// Appends a slice to the track of (rank, stream); only that track's one writer may call it.
+// Out of range, past the cap or out of memory: the slice is dropped (counted). Can't fail.
+void rt_trace_add(rt_trace *t, int rank, int stream, const rt_trace_slice *s);
+// Records a step's span (seconds since the trace began). -1 when out of memory.
+int rt_trace_step(rt_trace *t, uint64_t step, double start, double end);
+// After a step on an asynchronous backend: the rank's slices added since the last call hold
+// timing marks (0 .. n_marks - 1); they become base + the seconds from mark 0 (the backend's
+// stamp_read). -1 with a message when the backend cannot read them (the slices then sit at base).
+int rt_trace_resolve(rt_trace *t, int rank, rt_backend *be, uint32_t n_marks, double base, char *err, size_t err_n);
+// After a step where calls block: the rank's slices hold seconds already.
+void rt_trace_settle(rt_trace *t, int rank);
+// Writes the trace of the ranks with local[q] (NULL: all) as Chrome trace JSON. -1 on a write error.
+int rt_trace_write(const rt_trace *t, const plan *p, const bool *local, const rt_trace_info *info, FILE *f);
+uint64_t rt_trace_dropped(const rt_trace *t); // slices not recorded (0 for NULL)
 
 /* ---- bgjob.c: the background job (planrun --background) ----
  *

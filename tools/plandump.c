@@ -618,19 +618,11 @@ static uint32_t *shown_ranks(const options *o, const plan *p, const sim_result *
     return v;
 }
 
-static void rank_label(const plan *p, uint32_t q, char *buf, size_t n) {
-    const plan_program *pg = &p->programs[p->ranks[q].program];
-    int k = snprintf(buf, n, "rank %u: %s (", q, pg->name);
-    for (uint32_t a = 0; a < p->meta.n_axes && k > 0 && (size_t)k < n; a++)
-        k += snprintf(buf + k, n - (size_t)k, "%s%.8s %u", a ? ", " : "", p->meta.axis_names[a], p->ranks[q].coord[a]);
-    if (k > 0 && (size_t)k < n) snprintf(buf + k, n - (size_t)k, ")");
-}
-
 static void trace_meta(FILE *f, const plan *p, const sim_result *r, uint32_t q, bool *first) {
     char label[160];
     const sim_class *c = &r->classes[r->rank_class[q]];
     const plan_program *pg = &p->programs[c->program];
-    rank_label(p, q, label, sizeof(label));
+    plan_rank_label(p, q, label, sizeof(label));
     fprintf(f, "%s\n{\"ph\": \"M\", \"name\": \"process_name\", \"pid\": %u, \"args\": {\"name\": ", *first ? "" : ",", q);
     json_str(f, label);
     fprintf(f, "}},\n{\"ph\": \"M\", \"name\": \"process_sort_index\", \"pid\": %u, \"args\": {\"sort_index\": %u}}", q, q);
@@ -918,7 +910,7 @@ static void write_svg(FILE *f, const options *o, const plan *p, const sim_result
     svg_axis(f, &pt, r->step_s, y + 10, y + 14 + n * (SVG_ROW + 4));
     y += 14;
     for (uint32_t i = 0; i < n; i++, y += SVG_ROW + 4) {
-        rank_label(p, ranks[i], b, sizeof(b));
+        plan_rank_label(p, ranks[i], b, sizeof(b));
         svg_text(f, SVG_LEFT - 8, y + SVG_ROW / 2 + 4, "lab", b);
         pt.y = y;
         svg_pipeline_row(&pt, p, r, ranks[i]);
@@ -926,7 +918,7 @@ static void write_svg(FILE *f, const options *o, const plan *p, const sim_result
     y += 40;
     svg_text(f, 10, y - 6, "h", detail < n ? "per rank and stream (the first 16 ranks shown above)" : "per rank and stream");
     for (uint32_t i = 0; i < detail; i++) {
-        rank_label(p, ranks[i], b, sizeof(b));
+        plan_rank_label(p, ranks[i], b, sizeof(b));
         svg_text(f, 10, y + 14, "", b);
         pt.y = y + 22;
         y = svg_rank_rows(&pt, p, r, ranks[i]) + 8;

@@ -358,6 +358,7 @@ static void be_free(rt_backend *b) {
         for (int s = 0; s < cu->n_streams; s++)
             if (cu->streams[s]) cudaStreamSynchronize(cu->streams[s]);
         cu_prof_free(cu);
+        cu_stamps_free(cu);
         cu_nccl_free(cu);
         cu_ops_free(cu);
         for (int s = 0; s < CU_MAX_STREAMS; s++) {
@@ -468,6 +469,8 @@ rt_backend *rt_backend_cuda_init(const plan *p, const rt_options *o, char *err, 
         .wait = be_wait,
         .step_begin = be_step_begin,
         .step_end = be_step_end,
+        .stamp = cu_stamp,
+        .stamp_read = cu_stamp_read,
         .fail = be_fail,
         .error = be_error,
         .host_sum = cu_nccl_host_sum,

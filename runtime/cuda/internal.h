@@ -112,6 +112,8 @@ typedef struct cu_state {
     cu_conv_algo *convs;            // ops.c's cache
     size_t n_convs, cap_convs;
     cu_prof *prof;                  // NULL unless PLANRUN_CUDA_PROFILE is set
+    cudaEvent_t *stamps;            // planrun --trace: this step's timing marks (profile.c), reused across steps
+    uint32_t n_stamps, cap_stamps;
 
     pthread_mutex_t mu;
     bool failed;
@@ -154,6 +156,11 @@ int cu_prof_end(cu_state *cu, cudaStream_t st, char *err, size_t err_n);
 void cu_prof_step(cu_state *cu, bool ok);
 // Writes the profile file and frees it (accepts a state without one).
 void cu_prof_free(cu_state *cu);
+// planrun --trace's timing marks (rt_backend.stamp and stamp_read): an event with timing
+// recorded on x's stream, numbered in this step; after the step, the seconds from mark 0 to each.
+int cu_stamp(rt_backend *b, const rt_exec *x, uint32_t *mark, char *err, size_t err_n);
+int cu_stamp_read(rt_backend *b, int rank, double *seconds, uint32_t n, char *err, size_t err_n);
+void cu_stamps_free(cu_state *cu);
 
 /* ---- nccl.c ---- */
 

@@ -11,6 +11,12 @@
  * gets one entry per key with the median time, "seconds", and the number of samples in "note".
  * Without the variable nothing here runs.
  *
+ * Timing marks (planrun --trace; rt.h, rt_backend.stamp): cu_stamp records an event with timing
+ * on a stream and numbers it; after the step (step_end has waited for the GPU), cu_stamp_read
+ * turns marks 0 .. n-1 into seconds from mark 0 with cudaEventElapsedTime (resolution about half
+ * a microsecond) and starts the next step's count. The events are kept and reused, so a steady
+ * run creates none after its first step.
+ *
  * The events serialize nothing, but a kernel's time includes whatever else its stream waited
  * for between the events (none: the events bracket only the operator's own launches); two
  * streams running at once slow each other, so measure with plans of one stream where that
@@ -179,4 +185,46 @@ void cu_prof_free(cu_state *cu) {
     for (size_t i = 0; i < pr->n_e; i++) free(pr->e[i].ms);
     free(pr->e), free(pr->p), free(pr->path), free(pr);
     cu->prof = NULL;
+}
+
+/* ---- timing marks (planrun --trace) ---- */
+
+int cu_stamp(rt_backend *b, const rt_exec *x, uint32_t *mark, char *err, size_t err_n) {
+    cu_state *cu = cu_of(b);
+    cudaStream_t st;
+    CU_TRY(cu_stream(cu, x->stream, &st, err, err_n));
+    if (cu->n_stamps == cu->cap_stamps) {
+        uint32_t cap = cu->cap_stamps ? 2 * cu->cap_stamps : 1024;
+        cudaEvent_t *v = realloc(cu->stamps, cap * sizeof *v);
+        if (!v) return cu_say(err, err_n, "out of memory for %u timing marks", cap);
+        cu->stamps = v;
+        for (uint32_t k = cu->cap_stamps; k < cap; k++) v[k] = NULL;
+        cu->cap_stamps = cap;
+    }
+    cudaEvent_t *ev = &cu->stamps[cu->n_stamps];
+    if (!*ev) CUDA_CHECK(cudaEventCreate(ev));
+    CUDA_CHECK(cudaEventRecord(*ev, st));
+    *mark = cu->n_stamps++;
+    return 0;
+}
+
+int cu_stamp_read(rt_backend *b, int rank, double *seconds, uint32_t n, char *err, size_t err_n) {
+    cu_state *cu = cu_of(b);
+    (void)rank; // one rank per process
+    uint32_t have = cu->n_stamps;
+    cu->n_stamps = 0;
+    if (n > have) return cu_say(err, err_n, "%u timing marks asked for, %u recorded this step", n, have);
+    for (uint32_t k = 0; k < n; k++) {
+        float ms = 0;
+        CUDA_CHECK(cudaEventElapsedTime(&ms, cu->stamps[0], cu->stamps[k]));
+        seconds[k] = 1e-3 * ms;
+    }
+    return 0;
+}
+
+void cu_stamps_free(cu_state *cu) {
+    for (uint32_t k = 0; k < cu->cap_stamps; k++)
+        if (cu->stamps[k]) cudaEventDestroy(cu->stamps[k]);
+    free(cu->stamps);
+    cu->stamps = NULL, cu->n_stamps = cu->cap_stamps = 0;
 }

@@ -3,13 +3,16 @@
  * use for operators (runtime/ops.def's rows, in order), collectives (runtime/colls.def's),
  * dtypes, tensor kinds, initializers, data sources, instruction kinds, loop variables,
  * schedules and phases; each dtype's bytes; how many numbers a tensor's source takes; and what
- * colls.def says of each collective (plan_coll_lookup).
+ * colls.def says of each collective (plan_coll_lookup); and a rank's label in timelines
+ * (plan_rank_label: plandump --trace and planrun --trace name their tracks alike).
  *
  * Each table is in the order of the enum whose values the file stores (plan.h says which), so
  * a value is its name's index; a lookup out of range gives NULL, never an assert, because the
  * values come from files. _Static_asserts tie each table's length to its enum.
  */
 #include "plan.h"
+
+#include <stdio.h>
 
 static const char *const op_names[] = {
 #define OP(E, name, imin, imax, nout, ann, flags) #name,
@@ -72,6 +75,13 @@ const char *plan_insn_name(const plan_insn *in) {
 const char *plan_loop_var_name(uint32_t var) { return NAME_OR_NULL(loop_var_names, var); }
 const char *plan_schedule_name(uint32_t schedule) { return NAME_OR_NULL(schedule_names, schedule); }
 const char *plan_phase_name(uint32_t phase) { return NAME_OR_NULL(phase_names, phase); }
+void plan_rank_label(const plan *p, uint32_t q, char *buf, size_t n) {
+    const plan_program *pg = &p->programs[p->ranks[q].program];
+    int k = snprintf(buf, n, "rank %u: %s (", q, pg->name ? pg->name : "");
+    for (uint32_t a = 0; a < p->meta.n_axes && k > 0 && (size_t)k < n; a++)
+        k += snprintf(buf + k, n - (size_t)k, "%s%.8s %u", a ? ", " : "", p->meta.axis_names[a], p->ranks[q].coord[a]);
+    if (k > 0 && (size_t)k < n) snprintf(buf + k, n - (size_t)k, ")");
+}
 _Static_assert(COUNT(init_names) == PLAN_INIT_UNIFORM + 1, "one name per plan_init");
 _Static_assert(COUNT(data_names) == PLAN_DATA_TEACHER + 1, "one name per plan_data");
 

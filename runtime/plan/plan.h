@@ -371,6 +371,9 @@ const char *plan_insn_name(const plan_insn *in);
 const char *plan_loop_var_name(uint32_t var);
 const char *plan_schedule_name(uint32_t schedule);
 const char *plan_phase_name(uint32_t phase); // none fwd bwd recompute opt
+// A rank as timelines name it: "rank 3: stage1 (pp 1, dp 0, tp 1)" (cut to n bytes). q must be
+// below p->meta.world.
+void plan_rank_label(const plan *p, uint32_t q, char *buf, size_t n);
 
 /* shard.c: the mesh's geometry: groups and shards */
 
