@@ -101,6 +101,7 @@ int main(int argc, char **argv) {
     pcc_emitted e = {0};
 
     st = model_load(a, o.model, &g);                                            // the front end
+    if (!st) st = options_apply_model(&o, g);                                   // --bf16, Megatron-LM's layer counts
     if (!st) st = batch_apply(g, &o.batch);                                     // --global-batch and the like
     if (!st) st = graph_check(g);
     if (!st) st = autodiff(g);                                                  // backward pass, optimizer step

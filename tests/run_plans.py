@@ -249,8 +249,9 @@ def run_bad(run):
 def run_cli(run):
     p = run("--help")
     check("--help: usage on stdout, exit 0", p.returncode == 0 and "usage: plandump" in p.stdout and p.stderr == "", p)
-    check("--help documents the exit codes", "Exit codes: 0 success, 1 internal error, 2 usage" in p.stdout
-          and "4 not a valid plan file" in p.stdout and "5 the plan fails plan_check" in p.stdout, p)
+    check("--help documents the exit codes (the table the three tools share)",
+          "Exit codes (the same in plancc, plandump and planrun)" in p.stdout and " 4  not a plan file" in p.stdout
+          and " 5  the plan fails plan_check" in p.stdout and " 8  unusable data, checkpoint or output file" in p.stdout, p)
     p = run("--version")
     check("--version: exit 0", p.returncode == 0 and p.stdout.startswith("plandump ") and p.stderr == "", p)
     usage = [([], "no plan given"), (["a.plan", "b.plan"], "more than one plan"), (["--bogus", "x"], "unknown option"),
