@@ -333,9 +333,11 @@ static int cluster_dirs(const char *dirs[4], char *exe_dir, size_t n) {
     ssize_t got = readlink("/proc/self/exe", exe_dir, n - 40);
     if (got > 0) {
         exe_dir[got] = 0;
-        char *slash = strrchr(exe_dir, '/');
+        char *slash = strrchr(exe_dir, '/'); // PREFIX/bin/plancc -> PREFIX/share/plancc/clusters
+        if (slash) *slash = 0;
+        slash = strrchr(exe_dir, '/');
         if (slash) {
-            strcpy(slash, "/../share/plancc/clusters");
+            strcpy(slash, "/share/plancc/clusters");
             dirs[k++] = exe_dir;
         }
     }
@@ -552,6 +554,17 @@ static void config_name(const char *key, char *name, size_t n) {
         if (*c == '_') *c = '-';
 }
 
+// Whether config keys a and b name one option ("tp" and "tensor_model_parallel_size" do).
+static bool config_same(const char *a, const char *b) {
+    char na[128], nb[128];
+    config_name(a, na, sizeof na), config_name(b, nb, sizeof nb);
+    if (!strcmp(na, nb)) return true;
+    const struct option *oa = longopts, *ob = longopts;
+    while (oa->name && strcmp(oa->name, na)) oa++;
+    while (ob->name && strcmp(ob->name, nb)) ob++;
+    return oa->name && ob->name && oa->val == ob->val;
+}
+
 // One member of the config (a key and its value): the words it stands for, pushed onto cfg.
 static pcc_status config_member(pcc_jreader *r, const pcc_json *m, const char *ptr, config *cfg) {
     char name[128];
@@ -615,13 +628,9 @@ static pcc_status config_read(const char *file, config *cfg) {
     for (int i = 0; !st && i < json_size(root); i++) {
         const pcc_json *m = json_at(root, i);
         const char *ptr = json_ptr_key(&r, "", json_key(m));
-        char name[128], other[128];
-        config_name(json_key(m), name, sizeof name);
-        for (int j = 0; j < i && !st; j++) {
-            config_name(json_key(json_at(root, j)), other, sizeof other);
-            if (!strcmp(name, other))
-                st = diag(file, ptr, "option \"%s\" is given twice (also as \"%s\")", name, json_key(json_at(root, j)));
-        }
+        for (int j = 0; j < i && !st; j++)
+            if (config_same(json_key(m), json_key(json_at(root, j))))
+                st = diag(file, ptr, "option \"%s\" is given twice (also as \"%s\")", json_key(m), json_key(json_at(root, j)));
         if (!st) st = config_member(&r, m, ptr, cfg);
     }
     json_close(&r);

@@ -15,7 +15,7 @@
  * member, and each member runs the same rt_box_add calls in the same order on what it received:
  * the same additions in the same order give the same bits. That moves (n - 1) whole inputs per
  * member, more than a ring all-reduce would; the CPU backend is the reference, not the fast
- * path. The step's loss (host_sum) is gathered from every process and summed in rank order as
+ * path. The step's loss (host_sum) is sent by every process to every other and summed in rank order as
  * interp.c sums it over the ranks of one process; each rank's part is a float's value in double,
  * and sums of a few such values are exact in double, so grouping them by process changes no bit.
  *
@@ -57,7 +57,8 @@ static struct {
     bool started;                   // rt_mpi_begin called MPI_Init_thread
     int rank, world;
     pthread_mutex_t mu;             // every MPI call
-    MPI_Comm p2p, coll;             // duplicates of MPI_COMM_WORLD: tag spaces of their own
+    MPI_Comm p2p, coll, host;       // duplicates of MPI_COMM_WORLD: tag spaces of their own
+    uint64_t host_sums;             // host_sum calls so far (their tag)
     int seq_bits_p2p, seq_bits_coll, group_bits;
     const plan *p;
     uint32_t *coord;                // per rank, PLAN_MAX_AXES coordinates
@@ -153,8 +154,8 @@ static int wait_all(rt_backend *b, MPI_Request *reqs, MPI_Status *st, int n, con
                 w += (size_t)snprintf(who + w, sizeof who - w, "%s", one), named++;
             }
             if (w) who[w - 1] = 0;
-            rc = say(err, err_n, "timeout: nothing from rank%s for %g s while %s (rank%s may have died or hung; raise --timeout if a "
-                     "step is that slow)", who, M.timeout_s, what, who);
+            rc = say(err, err_n, "timeout: rank %d heard nothing from rank%s for %g s while %s (rank%s may have died or hung; raise "
+                     "--timeout if a step is that slow)", M.rank, who, M.timeout_s, what, who);
             break;
         }
         if (spin < 64) sched_yield();
@@ -361,32 +362,42 @@ static int mpi_coll(rt_backend *b, const rt_exec *x, const rt_coll *c, char *err
 
 /* ---- the loss, and the backend ---- */
 
+// Every process's n values reach every process (a send to and a receive from each, so that a
+// timeout names the ranks that sent nothing); then the sums in rank order.
 static int mpi_host_sum(rt_backend *b, double *v, int n, char *err, size_t err_n) {
-    double *all = calloc((size_t)M.world * (size_t)(n ? n : 1), sizeof *all);
-    int *peer = calloc(1, sizeof *peer);
-    MPI_Request req = MPI_REQUEST_NULL;
-    MPI_Status st;
-    if (!all || !peer) return free(all), free(peer), say(err, err_n, "out of memory summing the loss");
+    int w = M.world, k = 0, tag = (int)(M.host_sums++ & 0x7fff);
+    double *all = calloc((size_t)w * (size_t)(n ? n : 1), sizeof *all);
+    MPI_Request *reqs = malloc(sizeof *reqs * 2 * (size_t)w);
+    MPI_Status *st = calloc(2 * (size_t)w, sizeof *st);
+    int *peer = calloc(2 * (size_t)w, sizeof *peer);
+    if (!all || !reqs || !st || !peer) return free(all), free(reqs), free(st), free(peer), say(err, err_n, "out of memory summing the loss");
+    memcpy(&all[(size_t)M.rank * (size_t)n], v, sizeof *v * (size_t)n);
+    int rc = 0;
     pthread_mutex_lock(&M.mu);
-    int rc = MPI_Iallgather(v, n, MPI_DOUBLE, all, n, MPI_DOUBLE, M.coll, &req) != MPI_SUCCESS;
+    for (int q = 0; q < w; q++) {
+        if (q == M.rank) continue;
+        rc |= MPI_Irecv(&all[(size_t)q * (size_t)n], n, MPI_DOUBLE, q, tag, M.host, &reqs[k]) != MPI_SUCCESS;
+        rc |= MPI_Isend(v, n, MPI_DOUBLE, q, tag, M.host, &reqs[k + 1]) != MPI_SUCCESS;
+        peer[k] = peer[k + 1] = q, k += 2;
+    }
     pthread_mutex_unlock(&M.mu);
-    *peer = M.rank ? 0 : 1; // a timeout names one rank it waited for
-    if (rc) rc = say(err, err_n, "the loss: MPI_Iallgather failed");
-    if (!rc) rc = wait_all(b, &req, &st, 1, peer, "gathering the step's loss from every rank", err, err_n);
+    if (rc) rc = say(err, err_n, "the loss: MPI could not post its messages");
+    if (!rc) rc = wait_all(b, reqs, st, k, peer, "gathering the step's loss from every rank", err, err_n);
     for (int i = 0; !rc && i < n; i++) {
         double s = 0; // rank order, as interp.c's read_loss adds the ranks of one process
-        for (int q = 0; q < M.world; q++) s += all[(size_t)q * (size_t)n + (size_t)i];
+        for (int q = 0; q < w; q++) s += all[(size_t)q * (size_t)n + (size_t)i];
         v[i] = s;
     }
-    if (!rc) free(all);
-    free(peer);
-    return rc;
+    if (rc) return -1; // requests may still be in flight: the buffers stay (the process ends)
+    free(all), free(reqs), free(st), free(peer);
+    return 0;
 }
 
 static void mpi_free(rt_backend *b) {
     pthread_mutex_lock(&M.mu);
     MPI_Comm_free(&M.p2p);
     MPI_Comm_free(&M.coll);
+    MPI_Comm_free(&M.host);
     pthread_mutex_unlock(&M.mu);
     free(M.coord);
     M.coord = NULL;
@@ -420,12 +431,16 @@ rt_backend *rt_backend_mpi_init(const plan *p, const rt_options *o, uint32_t str
     for (int q = 0; q < M.world; q++)
         for (int a = (int)p->meta.n_axes - 1, rest = q; a >= 0; a--)
             M.coord[(size_t)q * PLAN_MAX_AXES + (size_t)a] = (uint32_t)rest % p->meta.mesh[a], rest /= (int)p->meta.mesh[a];
-    rt_backend *b = rt_backend_cpu_init(M.world, streams, events, o->timeout_s, o->f64 ? RT_CPU_F64 : 0, err, err_n);
+    // The local streams' waits for each other (events) give up later than the waits on other
+    // processes: when a peer hangs, the wait that knows which peer it was speaks first.
+    rt_backend *b = rt_backend_cpu_init(M.world, streams, events, 2 * o->timeout_s + 1, o->f64 ? RT_CPU_F64 : 0, err, err_n);
     if (!b) return free(M.coord), M.coord = NULL, NULL;
     MPI_Comm_dup(MPI_COMM_WORLD, &M.p2p);
     MPI_Comm_dup(MPI_COMM_WORLD, &M.coll);
+    MPI_Comm_dup(MPI_COMM_WORLD, &M.host);
     MPI_Comm_set_errhandler(M.p2p, MPI_ERRORS_RETURN);
     MPI_Comm_set_errhandler(M.coll, MPI_ERRORS_RETURN);
+    MPI_Comm_set_errhandler(M.host, MPI_ERRORS_RETURN);
     M.cpu_free = b->free;
     b->name = "cpu over MPI";
     b->p2p = mpi_p2p, b->coll = mpi_coll, b->host_sum = mpi_host_sum, b->free = mpi_free;

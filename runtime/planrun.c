@@ -64,8 +64,10 @@
 #endif
 #ifdef PLANCC_HAVE_MPI
 #define RDV_MPI ", mpi"
+#define MPIRUN "cpu under mpirun (one rank per process, MPI)"
 #else
 #define RDV_MPI ""
+#define MPIRUN "cpu under mpirun: not built (no MPI)"
 #endif
 
 enum { EXIT_USAGE = CLI_EXIT_INPUT, EXIT_READ = CLI_EXIT_NOT_PLAN, EXIT_INVALID = CLI_EXIT_CHECK, EXIT_STALE = CLI_EXIT_STALE,
@@ -302,7 +304,8 @@ static int parse_args(int argc, char **argv, options *o) {
         case O_PLOT: o->plot = optarg; break;
         case O_HELP: usage(stdout); exit(0);
         case O_VERSION:
-            printf("planrun %s (plan format %u; backends: %s; rendezvous: tcp, file%s)\n", PLANRUN_VERSION, PLAN_VERSION, BACKENDS, RDV_MPI);
+            printf("planrun %s (plan format %u; backends: %s; %s; rendezvous: tcp, file%s)\n", PLANRUN_VERSION, PLAN_VERSION, BACKENDS,
+                   MPIRUN, RDV_MPI);
             exit(0);
         default:
             fprintf(stderr, "planrun: unknown option or missing value: %s (see planrun --help)\n", argv[optind - 1]);
