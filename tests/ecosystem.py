@@ -167,6 +167,10 @@ def json_outputs(tmp, plan):
     doc = json.loads(d.stdout) if d.returncode == 0 else {}
     ok, why = valid(sim, doc) if doc else (False, "no JSON")
     check("plandump --sim --json follows schemas/sim.schema.json", ok, d, why)
+    if doc:  # the schemas are not vacuous: a member missing, or one too many, is refused
+        short = {k: v for k, v in doc.items() if k != "step_s"}
+        check("... which refuses a summary without step_s, or with a member it does not know",
+              not valid(sim, short)[0] and not valid(sim, {**doc, "speed": 1})[0])
     summary = json.loads(p.stdout) if p.returncode == 0 else {}
     check("... and simulates the step the compile summary simulated", doc and summary and
           abs(doc["step_s"] - summary["simulation"]["step_s"]) <= 1e-8 * summary["simulation"]["step_s"], d)

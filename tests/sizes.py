@@ -24,7 +24,6 @@ MAX_FUNC = 80
 ALLOWED = {
     ("compiler/options.c", "usage"): "usage text",
     ("compiler/options.c", "option"): "option parsing: one case per option",
-    ("tools/plandump.c", "usage"): "usage text",
     ("runtime/planrun.c", "usage"): "usage text",
     ("runtime/planrun.c", "parse_args"): "option parsing: one case per option",
     ("compiler/autodiff.c", "rule"): "dispatch switch: one case per operator's gradient rule",
