@@ -47,6 +47,7 @@ typedef enum pcc_status {
     PCC_ERR_INTERNAL = 1,   // a bug in plancc, or out of memory
     PCC_ERR_INPUT = 2,      // invalid input: model, cluster, options, unreadable file
     PCC_ERR_INFEASIBLE = 3, // nothing fits
+    PCC_ERR_OUTPUT = 8,     // the plan file cannot be written (runtime/cli.h's table: an unusable output file)
 } pcc_status;
 
 #define PCC_ASSERT(x)                                                                              \
