@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <dirent.h>
+#include <errno.h>
 #include <unistd.h>
 
 static void usage(FILE *f) {
@@ -361,7 +362,11 @@ static void cluster_names(const char *dir, const char **names, int n) {
 // cluster_dirs. Unchanged when not found there either (the loader then says it cannot open it).
 static pcc_status cluster_path(const char **cluster) {
     const char *name = *cluster;
-    if (access(name, F_OK) == 0 || strchr(name, '/') || !*name) return PCC_OK;
+    if (access(name, F_OK) == 0 || !*name) return PCC_OK;
+    if (strchr(name, '/')) { // a path: say so plainly (the loader would say "FILE:: cannot open")
+        fprintf(stderr, "plancc: %s: cannot open the cluster (--cluster): %s\n", name, strerror(errno));
+        return PCC_ERR_INPUT;
+    }
     if (!config_arena) {
         config_arena = arena_init();
         atexit(config_free);
