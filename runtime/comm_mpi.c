@@ -18,6 +18,9 @@
  * path. The step's loss (host_sum) is sent by every process to every other and summed in rank order as
  * interp.c sums it over the ranks of one process; each rank's part is a float's value in double,
  * and sums of a few such values are exact in double, so grouping them by process changes no bit.
+ * Under --precision f64 the parts are doubles, and a loss spread over several ranks and several
+ * micro-batches (summed per process here, per rank and micro-batch there) can differ in its last
+ * bits: the printed loss only, not the parameters.
  *
  * Matching. A message's MPI tag is its plan tag and its sequence number on the channel (both
  * counted in program order by the interpreter, as comm.c matches them); a collective's tag is its
