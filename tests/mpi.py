@@ -6,7 +6,8 @@ usage: mpi.py PLANCC PLANRUN SOURCE_ROOT
   - bit for bit: `mpirun -np 4 planrun PLAN` gives the threaded run's losses (--losses, %.9g, which
     tells every float32 apart) on gpt-tiny's 4-rank --auto plan and on plans with every kind of
     communication: dp 2 x tp 2 (all-reduce, all-gather, reduce-scatter), pp 2 x dp 2 with 4
-    micro-batches (sends and receives), pp 2 x tp 2, ZeRO-3 over dp 4; on the shipped corpus;
+    micro-batches (sends and receives), pp 2 x tp 2, ZeRO-3 over dp 4; on the shipped corpus; and
+    once over TCP (--mca btl tcp,self), the transport between machines, instead of shared memory;
   - a rank that is killed (SIGKILL) ends the job within the timeout, and the job's output names it;
   - a rank that hangs (SIGSTOP) makes the others give up after --timeout, each naming it, exit 11;
   - mpirun -np 2 with a 4-rank plan: exit 10, saying so; --save under mpirun: exit 2.
@@ -59,7 +60,7 @@ def ranks_of(marker):
     return found
 
 
-def same_losses(tmp, name, args, steps=10):
+def same_losses(tmp, name, args, steps=10, mca=()):
     plan = os.path.join(tmp, "p.plan")
     p = run([plancc, "models/gpt-tiny.json", "--cluster", "models/clusters/cpu.json", "--devices", 4, *args, "-q", "-o", plan])
     if not check(f"compile gpt-tiny {name}", p.returncode == 0, p.stderr[-500:]):
@@ -67,7 +68,7 @@ def same_losses(tmp, name, args, steps=10):
     a, b = os.path.join(tmp, "threads.loss"), os.path.join(tmp, "mpi.loss")
     common = ["--steps", steps, "--data", "data/kjv.bin", "--log-every", 0]
     t = run([planrun, plan, *common, "--losses", a])
-    m = run([*MPIRUN, "-np", 4, planrun, plan, *common, "--losses", b, "--timeout", 60])
+    m = run([*MPIRUN, *mca, "-np", 4, planrun, plan, *common, "--losses", b, "--timeout", 60])
     la = open(a).read() if t.returncode == 0 else "threads failed"
     lb = open(b).read() if m.returncode == 0 and os.path.exists(b) else "mpirun failed"
     check(f"{name}: mpirun -np 4 gives the threaded run's {steps} losses bit for bit", la == lb and len(la.split()) == steps,
@@ -155,6 +156,8 @@ def main():
         same_losses(tmp, "pp 2 x dp 2, 4 micro-batches", ["--pp", 2, "--dp", 2, "--micro-batches", 4])
         same_losses(tmp, "pp 2 x tp 2, 2 micro-batches", ["--pp", 2, "--tp", 2, "--micro-batches", 2], steps=6)
         same_losses(tmp, "ZeRO-3 over dp 4", ["--dp", 4, "--zero", 3], steps=6)
+        # Over TCP, as between machines, instead of shared memory.
+        same_losses(tmp, "dp 2 x tp 2 over TCP (--mca btl tcp,self)", ["--dp", 2, "--tp", 2], steps=6, mca=("--mca", "btl", "tcp,self"))
         failures(tmp)
     print(f"{passed} passed, {failed} failed")
     return 1 if failed else 0
