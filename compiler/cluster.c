@@ -407,6 +407,9 @@ static pcc_status load_root(pcc_jreader *r, const pcc_json *root, pcc_cluster *c
     static const char *const keys[] = {"version", "name", "description", "nodes", "device", "node", "network", "profile",
                                        "sources", NULL};
     static const char *const req[] = {"version", "name", "device", "node", "network", NULL};
+    if (json_type(root) == PCC_J_OBJECT && !json_get(root, "node") && (json_get(root, "ops") || json_get(root, "tensors")))
+        return diag(r->file, "", "this is a model, not a cluster (it has \"%s\"): --cluster wants a cluster such as "
+                    "models/clusters/dgx-a100.json, or the name of an installed one (dgx-a100)", json_get(root, "ops") ? "ops" : "tensors");
     pcc_status st = json_keys(r, root, "", keys, req);
     if (st) return st;
     int64_t version, nodes = 1;

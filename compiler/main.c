@@ -20,8 +20,8 @@
  * has a phase 2 and a phase 3 of its own (burst.c), and the same memory planner, emitter and
  * verifier (compile_burst). report.c prints what the options ask to be told.
  *
- * Exit codes (documented in --help and README.md): 0 success, 1 internal error, 2 invalid input
- * or usage, 3 infeasible.
+ * Exit codes (runtime/cli.h's table, printed by --help): 0 success, 1 internal error, 2 invalid
+ * input or usage, 3 infeasible, 8 the plan file cannot be written.
  */
 #include "plancc.h"
 
@@ -31,7 +31,7 @@ static pcc_status write_plan(const plan *p, const char *out) {
     char err[512];
     if (plan_write(p, out, err, sizeof err) == PLAN_OK) return PCC_OK;
     fprintf(stderr, "plancc: %s: %s\n", out, err);
-    return PCC_ERR_INPUT;
+    return PCC_ERR_OUTPUT;
 }
 
 // --burst: a phase 2 (every layer's width) and a phase 3 (its programs) of its own, burst.c's;
@@ -101,6 +101,7 @@ int main(int argc, char **argv) {
     pcc_emitted e = {0};
 
     st = model_load(a, o.model, &g);                                            // the front end
+    if (!st) st = options_apply_model(&o, g);                                   // --bf16, Megatron-LM's layer counts
     if (!st) st = batch_apply(g, &o.batch);                                     // --global-batch and the like
     if (!st) st = graph_check(g);
     if (!st) st = autodiff(g);                                                  // backward pass, optimizer step

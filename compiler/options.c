@@ -17,16 +17,22 @@
  * of the model and cluster files.
  */
 #include "plancc.h"
+#include "cli.h"
 
 #include <getopt.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <errno.h>
+#include <unistd.h>
 
 static void usage(FILE *f) {
     fprintf(f,
             "usage: plancc MODEL --cluster FILE [-o PLAN] [--nodes N | --devices N] [strategy] [options]\n"
             "       plancc --check MODEL [--cluster FILE [--nodes N] [--devices N]] [--json] [-v] [-q]\n"
+            "       plancc --config FILE [MODEL] [options]\n"
             "       plancc --help | --version\n"
             "\n"
             "plancc compiles a DNN training job (a model graph in JSON and a cluster in JSON) into a\n"
@@ -36,7 +42,11 @@ static void usage(FILE *f) {
             "buffer; the plan file is verified (plan_check) and written.\n"
             "\n"
             "  -o, --output PLAN  write the plan here (default: MODEL's name + .plan)\n"
-            "  --cluster FILE     the cluster (models/clusters/*.json)\n"
+            "  --cluster FILE     the cluster: a file, or the name of an installed one (dgx-a100, dgx-h100,\n"
+            "                     cpu, cpu-ethernet: share/plancc/clusters/NAME.json, or $PLANCC_CLUSTERS)\n"
+            "  --config FILE      options from a JSON object: {\"model\": \"gpt.json\", \"cluster\": \"dgx-a100\",\n"
+            "                     \"tensor-model-parallel-size\": 2, \"bf16\": true}; keys are the long options\n"
+            "                     (dashes or underscores), true/false for switches; the command line wins\n"
             "  --nodes N          the cluster has N nodes (default: as FILE says)\n"
             "  --devices N        the cluster has N devices in all: a whole number of nodes, or fewer\n"
             "                     than one node; on a cpu cluster without a network, any N (one node\n"
@@ -82,6 +92,7 @@ static void usage(FILE *f) {
             "                     collective per parameter\n"
             "  --recompute R      none, full (recompute every block operator in the backward pass) or\n"
             "                     auto (the ILP decides per operator; default)\n"
+            "  --bf16, --fp16     every float tensor of the model in bf16 (f16), whatever its file says\n"
             "  --tf32             cost f32 matrix products and convolutions at the TF32 tensor-core peak\n"
             "                     (what planrun --tf32 and PyTorch's allow_tf32 run); default: the f32 peak\n"
             "  --time-limit S     the ILP stops after S seconds with its best (default 60)\n"
@@ -111,33 +122,62 @@ static void usage(FILE *f) {
             "  --check MODEL      only load and check MODEL, derive its backward pass and optimizer step,\n"
             "                     and print per-operator parameters, FLOPs and kept activations; with\n"
             "                     --cluster, whether one step fits one device and its compute bound\n"
-            "  --json             print the --check report as JSON\n"
+            "  --json             print the report as JSON: --check's, --estimate-only's, or the compile\n"
+            "                     summary (schemas/compile.schema.json)\n"
             "  -v, --verbose      more detail\n"
             "  -q, --quiet        no warnings, no summary\n"
             "  -h, --help         this text\n"
             "  -V, --version      the version\n"
             "\n"
+            "\n"
+            "Megatron-LM's and DeepSpeed's names: --tensor-model-parallel-size (--tp),\n"
+            "--pipeline-model-parallel-size (--pp), --global-batch-size (--global-batch), --micro-batch-size,\n"
+            "--num-layers-per-virtual-pipeline-stage N (--virtual-stages = layers / (pp x N)),\n"
+            "--recompute-granularity full|selective (--recompute full|auto: the ILP picks what to recompute),\n"
+            "--use-distributed-optimizer (--zero 1), --zero-stage (--zero), --context-parallel-size and\n"
+            "--expert-model-parallel-size (1 only: plancc has neither yet). Options are never abbreviated.\n"
+            "\n"
             "Formats: schemas/README.md (model, cluster), runtime/PLAN_FORMAT.md (plan). Show a plan with\n"
-            "plandump PLAN. Diagnostics: \"plancc: FILE:JSON-POINTER: message\" on stderr.\n"
-            "Exit codes: 0 success, 1 internal error, 2 invalid input or usage, 3 infeasible (does not fit).\n",
+            "plandump PLAN. Diagnostics: \"plancc: FILE:JSON-POINTER: message\" on stderr.\n",
           f);
+    cli_print_exit_codes(f);
 }
 
-enum { OPT_CLUSTER = 256, OPT_NODES, OPT_DEVICES, OPT_TIME_LIMIT, OPT_MIP_GAP, OPT_DUMP_ILP, OPT_DP, OPT_TP, OPT_PP,
+enum { OPT_CONFIG = 256, OPT_CLUSTER, OPT_NODES, OPT_DEVICES, OPT_TIME_LIMIT, OPT_MIP_GAP, OPT_DUMP_ILP, OPT_DP, OPT_TP, OPT_PP,
        OPT_ZERO, OPT_RECOMPUTE, OPT_SCHEDULE, OPT_AUTO, OPT_GLOBAL_BATCH, OPT_MICRO_BATCH_SIZE, OPT_VIRTUAL_STAGES,
        OPT_ESTIMATE_ONLY, OPT_BURST, OPT_AMP_LIMIT, OPT_BURST_WIDTHS, OPT_BUCKET_MB, OPT_SYNC, OPT_TF32,
-       OPT_TP_BATCH };
+       OPT_TP_BATCH, OPT_BF16, OPT_FP16, OPT_CP, OPT_EP, OPT_LAYERS_PER_VS, OPT_RECOMPUTE_GRAN, OPT_DIST_OPT };
+
+// Where the option being read came from: NULL for the command line, "FILE:/key" for --config.
+static const char *origin;
+
+static pcc_arena *config_arena; // the config's strings and cluster paths, which the options point into, live until exit
+static void config_free(void) {
+    arena_free(config_arena);
+    config_arena = NULL;
+}
+
+// A usage error: "plancc: [FILE:/key: ]message" (fmt ends with its newline).
+static void bad(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void bad(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "plancc: ");
+    if (origin) fprintf(stderr, "%s: ", origin);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+}
 
 // What was given, for the checks after parsing.
 typedef struct given {
-    bool template_, auto_, schedule, recompute;
+    bool template_, auto_, schedule, recompute, virtual_stages;
 } given;
 
 static pcc_status num_option(const char *name, const char *arg, double lo, double hi, double *out) {
     char *end;
     double v = strtod(arg, &end);
     if (*end || end == arg || !(v >= lo && v <= hi)) {
-        fprintf(stderr, "plancc: %s wants a number in [%g, %g], got \"%s\"\n", name, lo, hi, arg);
+        bad("%s wants a number in [%g, %g], got \"%s\"\n", name, lo, hi, arg);
         return PCC_ERR_INPUT;
     }
     *out = v;
@@ -149,7 +189,7 @@ static pcc_status int_option(const char *name, const char *arg, long lo, long hi
     char *end;
     long v = strtol(arg, &end, 10);
     if (end == arg || *end || v < lo || v > hi) {
-        fprintf(stderr, "plancc: %s wants an integer in [%ld, %ld], got \"%s\"\n", name, lo, hi, arg);
+        bad("%s wants an integer in [%ld, %ld], got \"%s\"\n", name, lo, hi, arg);
         return PCC_ERR_INPUT;
     }
     *out = (int)v;
@@ -164,7 +204,7 @@ static pcc_status option(int c, char **argv, pcc_options *o, given *gv, bool *do
     case 'v': o->report.verbose++; break;
     case 'q': o->quiet = true; break;
     case 'h': usage(stdout); *done = true; return PCC_OK;
-    case 'V': printf("plancc %s\n", PCC_VERSION); *done = true; return PCC_OK;
+    case 'V': printf("plancc %s (plan format %u)\n", PCC_VERSION, PLAN_VERSION); *done = true; return PCC_OK;
     case 'm': if (int_option("--micro-batches", optarg, 1, 65536, &o->batch.micro_batches)) return PCC_ERR_INPUT; o->batch.micro_batches_given = true; break;
     case OPT_GLOBAL_BATCH: {
         int gb;
@@ -173,7 +213,34 @@ static pcc_status option(int c, char **argv, pcc_options *o, given *gv, bool *do
         break;
     }
     case OPT_MICRO_BATCH_SIZE: if (int_option("--micro-batch-size", optarg, 1, 1 << 24, &o->batch.micro_batch_size)) return PCC_ERR_INPUT; break;
-    case OPT_VIRTUAL_STAGES: if (int_option("--virtual-stages", optarg, 1, 1 << 16, &o->search.virtual_stages)) return PCC_ERR_INPUT; break;
+    case OPT_VIRTUAL_STAGES: if (int_option("--virtual-stages", optarg, 1, 1 << 16, &o->search.virtual_stages)) return PCC_ERR_INPUT; gv->virtual_stages = true; break;
+    case OPT_LAYERS_PER_VS:
+        if (int_option("--num-layers-per-virtual-pipeline-stage", optarg, 1, 1 << 24, &o->layers_per_vstage)) return PCC_ERR_INPUT;
+        break;
+    case OPT_CONFIG: break; // read before the command line (config_parse)
+    case OPT_BF16: case OPT_FP16: {
+        int want = c == OPT_BF16 ? PCC_BF16 : PCC_F16;
+        if (o->dtype_override && o->dtype_override - 1 != want) {
+            bad("--bf16 and --fp16 exclude each other\n");
+            return PCC_ERR_INPUT;
+        }
+        o->dtype_override = want + 1;
+        break;
+    }
+    case OPT_CP: case OPT_EP: {
+        int v;
+        const char *name = c == OPT_CP ? "--context-parallel-size" : "--expert-model-parallel-size";
+        if (int_option(name, optarg, 1, 1 << 24, &v)) return PCC_ERR_INPUT;
+        if (v > 1 && c == OPT_CP)
+            bad("--context-parallel-size %d: context parallelism (the sequence split over devices, Megatron-LM's ring "
+                "attention) is not built in plancc yet; only 1 is accepted (use --tp, --pp and --dp)\n", v);
+        else if (v > 1)
+            bad("--expert-model-parallel-size %d: plancc's models have no mixture-of-experts layers (runtime/ops.def has "
+                "no expert operator), so there are no experts to place; only 1 is accepted\n", v);
+        if (v > 1) return PCC_ERR_INPUT;
+        break;
+    }
+    case OPT_DIST_OPT: o->distributed_optimizer = true; break;
     case OPT_ESTIMATE_ONLY: o->estimate_only = true; break;
     case OPT_BUCKET_MB: if (num_option("--bucket-mb", optarg, 0, 1e6, &o->bucket_mb)) return PCC_ERR_INPUT; break;
     case OPT_CLUSTER: o->cluster = optarg; break;
@@ -196,7 +263,7 @@ static pcc_status option(int c, char **argv, pcc_options *o, given *gv, bool *do
         char *end;
         double v = strtod(optarg, &end);
         if (end == optarg || *end || !(v > 1) || !isfinite(v)) {
-            fprintf(stderr, "plancc: --amp-limit wants a number above 1 (DeepPool's GPU-time amplification limit), got \"%s\"\n", optarg);
+            bad("--amp-limit wants a number above 1 (DeepPool's GPU-time amplification limit), got \"%s\"\n", optarg);
             return PCC_ERR_INPUT;
         }
         o->amp_limit = v;
@@ -206,13 +273,22 @@ static pcc_status option(int c, char **argv, pcc_options *o, given *gv, bool *do
         if (sync_parse(optarg, &o->preserve.sync)) return PCC_ERR_INPUT;
         break;
     }
+    case OPT_RECOMPUTE_GRAN:
+        gv->recompute = true;
+        if (strcmp(optarg, "full") == 0) o->search.recompute = PCC_RECOMPUTE_FULL;
+        else if (strcmp(optarg, "selective") == 0) o->search.recompute = PCC_RECOMPUTE_AUTO;
+        else {
+            bad("--recompute-granularity wants full or selective (Megatron-LM's words), got \"%s\"\n", optarg);
+            return PCC_ERR_INPUT;
+        }
+        break;
     case OPT_RECOMPUTE:
         gv->recompute = true;
         if (strcmp(optarg, "none") == 0) o->search.recompute = PCC_RECOMPUTE_NONE;
         else if (strcmp(optarg, "full") == 0) o->search.recompute = PCC_RECOMPUTE_FULL;
         else if (strcmp(optarg, "auto") == 0) o->search.recompute = PCC_RECOMPUTE_AUTO;
         else {
-            fprintf(stderr, "plancc: --recompute wants none, full or auto, got \"%s\"\n", optarg);
+            bad("--recompute wants none, full or auto, got \"%s\"\n", optarg);
             return PCC_ERR_INPUT;
         }
         break;
@@ -221,26 +297,102 @@ static pcc_status option(int c, char **argv, pcc_options *o, given *gv, bool *do
         if (strcmp(optarg, "gpipe") == 0) o->search.schedule = PCC_PIPE_GPIPE;
         else if (strcmp(optarg, "1f1b") == 0) o->search.schedule = PCC_PIPE_1F1B;
         else {
-            fprintf(stderr, "plancc: --schedule wants gpipe or 1f1b, got \"%s\"\n", optarg);
+            bad("--schedule wants gpipe or 1f1b, got \"%s\"\n", optarg);
             return PCC_ERR_INPUT;
         }
         break;
     case 'd':
         if (strspn(optarg, "ts") != strlen(optarg) || !*optarg) {
-            fprintf(stderr, "plancc: -d wants letters of \"ts\" (t: phase 1 candidates, s: phase 2 schedule), got \"%s\"\n", optarg);
+            bad("-d wants letters of \"ts\" (t: phase 1 candidates, s: phase 2 schedule), got \"%s\"\n", optarg);
             return PCC_ERR_INPUT;
         }
         o->dumps = optarg;
         break;
-    case ':': fprintf(stderr, "plancc: option %s needs a value\n", argv[optind - 1]); return PCC_ERR_INPUT;
-    default: fprintf(stderr, "plancc: unknown option %s (see plancc --help)\n", argv[optind - 1]); return PCC_ERR_INPUT;
+    case ':': bad("option %s needs a value\n", argv[optind - 1]); return PCC_ERR_INPUT;
+    default: bad("unknown option %s (see plancc --help)\n", argv[optind - 1]); return PCC_ERR_INPUT;
     }
     return PCC_OK;
 }
 
+/* ---- --cluster NAME ---- */
+
+#ifndef PLANCC_CLUSTER_DIR
+#define PLANCC_CLUSTER_DIR ""
+#endif
+#ifndef PLANCC_SOURCE_CLUSTERS
+#define PLANCC_SOURCE_CLUSTERS ""
+#endif
+
+// The folders a cluster named without a path is looked for in, in order: $PLANCC_CLUSTERS, the
+// installed share/plancc/clusters (where meson install put it, then beside this program's bin/),
+// and the source tree's models/clusters (a program run from its build folder).
+static int cluster_dirs(const char *dirs[4], char *exe_dir, size_t n) {
+    int k = 0;
+    const char *env = getenv("PLANCC_CLUSTERS");
+    if (env && *env) dirs[k++] = env;
+    if (*PLANCC_CLUSTER_DIR) dirs[k++] = PLANCC_CLUSTER_DIR;
+    ssize_t got = readlink("/proc/self/exe", exe_dir, n - 40);
+    if (got > 0) {
+        exe_dir[got] = 0;
+        char *slash = strrchr(exe_dir, '/'); // PREFIX/bin/plancc -> PREFIX/share/plancc/clusters
+        if (slash) *slash = 0;
+        slash = strrchr(exe_dir, '/');
+        if (slash) {
+            strcpy(slash, "/share/plancc/clusters");
+            dirs[k++] = exe_dir;
+        }
+    }
+    if (*PLANCC_SOURCE_CLUSTERS) dirs[k++] = PLANCC_SOURCE_CLUSTERS;
+    return k;
+}
+
+// The names of the clusters in dir (without .json), for a suggestion; up to n-1, NULL-terminated.
+static void cluster_names(const char *dir, const char **names, int n) {
+    int k = 0;
+    DIR *d = opendir(dir);
+    for (struct dirent *e; d && k < n - 1 && (e = readdir(d));) {
+        size_t len = strlen(e->d_name);
+        if (len > 5 && !strcmp(e->d_name + len - 5, ".json")) names[k++] = arena_printf(config_arena, "%.*s", (int)len - 5, e->d_name);
+    }
+    if (d) closedir(d);
+    names[k] = NULL;
+}
+
+// --cluster: a file as given; a bare name (no '/') that is no file is NAME or NAME.json in
+// cluster_dirs. Unchanged when not found there either (the loader then says it cannot open it).
+static pcc_status cluster_path(const char **cluster) {
+    const char *name = *cluster;
+    if (access(name, F_OK) == 0 || !*name) return PCC_OK;
+    if (strchr(name, '/')) { // a path: say so plainly (the loader would say "FILE:: cannot open")
+        fprintf(stderr, "plancc: %s: cannot open the cluster (--cluster): %s\n", name, strerror(errno));
+        return PCC_ERR_INPUT;
+    }
+    if (!config_arena) {
+        config_arena = arena_init();
+        atexit(config_free);
+    }
+    const char *dirs[4];
+    char exe_dir[4096];
+    int nd = cluster_dirs(dirs, exe_dir, sizeof exe_dir);
+    size_t len = strlen(name);
+    bool has_json = len > 5 && !strcmp(name + len - 5, ".json");
+    for (int k = 0; k < nd; k++) {
+        const char *path = arena_printf(config_arena, "%s/%s%s", dirs[k], name, has_json ? "" : ".json");
+        if (access(path, R_OK) == 0) return *cluster = path, PCC_OK;
+    }
+    const char *names[64], *s = NULL;
+    for (int k = 0; k < nd && !s; k++) {
+        cluster_names(dirs[k], names, 64);
+        s = cli_suggest_word(name, names);
+    }
+    fprintf(stderr, "plancc: --cluster %s: no such file, and no cluster of that name among the installed ones%s%s%s (%s)\n", name,
+            s ? "; did you mean " : "", s ? s : "", s ? "?" : "", nd ? dirs[0] : "no cluster folder found");
+    return PCC_ERR_INPUT;
+}
+
 // The model, and the options that need a cluster.
-static pcc_status check_inputs(int argc, char **argv, pcc_options *o) {
-    if (optind + 1 != argc) {
+static pcc_status check_inputs(int argc, char **argv, const char *config_model, pcc_options *o) {
+    if (optind + 1 != argc && !(optind == argc && config_model)) {
         fprintf(stderr, optind == argc ? "plancc: no model given (see plancc --help)\n"
                                        : "plancc: more than one model given (see plancc --help)\n");
         return PCC_ERR_INPUT;
@@ -253,8 +405,8 @@ static pcc_status check_inputs(int argc, char **argv, pcc_options *o) {
         fprintf(stderr, "plancc: %s needs --cluster FILE (see plancc --help)\n", o->nodes ? "--nodes" : "--devices");
         return PCC_ERR_INPUT;
     }
-    o->model = argv[optind];
-    return PCC_OK;
+    o->model = optind < argc ? argv[optind] : config_model;
+    return o->cluster ? cluster_path(&o->cluster) : PCC_OK;
 }
 
 // The strategy: a template or --auto, and the options that follow from it.
@@ -264,6 +416,7 @@ static pcc_status check_strategy(pcc_options *o, const given *gv) {
         return PCC_ERR_INPUT;
     }
     o->search.auto_mesh = !gv->template_;
+    if (o->distributed_optimizer && !o->search.zero) o->search.zero = 1; // Megatron-LM's distributed optimizer is ZeRO-1
     o->search.bg_dense = o->preserve.sync.algo != PCC_SYNC_ALLREDUCE;
     o->search.bucket_bytes = o->bucket_mb * 1e6;
     o->search.quiet = o->quiet;
@@ -300,7 +453,7 @@ static pcc_status check_modes(const pcc_options *o, const given *gv) {
         const char *clash = o->check ? "--check" : gv->template_ ? "--dp, --tp and --pp" : gv->auto_ ? "--auto"
                           : o->batch.micro_batches_given ? "--micro-batches" : o->batch.micro_batch_size ? "--micro-batch-size"
                           : o->search.zero ? "--zero" : gv->recompute ? "--recompute" : gv->schedule ? "--schedule"
-                          : o->search.virtual_stages ? "--virtual-stages" : o->estimate_only ? "--estimate-only"
+                          : o->search.virtual_stages || o->layers_per_vstage ? "--virtual-stages" : o->estimate_only ? "--estimate-only"
                           : o->preserve.sync.algo != PCC_SYNC_ALLREDUCE ? "--sync background" : NULL;
         if (clash) {
             fprintf(stderr, "plancc: --burst chooses every layer's device count itself; it does not go with %s\n", clash);
@@ -327,6 +480,10 @@ static pcc_status check_batch_options(const pcc_options *o, const given *gv) {
         why = "--micro-batch-size is per data-parallel replica, so it needs the template's --dp (with --tp, --pp)";
     else if (o->estimate_only && (o->check || o->output))
         why = o->check ? "--estimate-only plans a strategy; --check only checks the model" : "--estimate-only writes no plan (leave out -o)";
+    else if (o->layers_per_vstage && gv->virtual_stages)
+        why = "--num-layers-per-virtual-pipeline-stage and --virtual-stages say the same thing two ways: give one";
+    else if (o->layers_per_vstage && (!gv->template_ || o->search.pp < 2))
+        why = "--num-layers-per-virtual-pipeline-stage interleaves pipeline stages: it needs --pp (--pipeline-model-parallel-size) 2 or more";
     else if (o->search.virtual_stages > 1 && o->search.schedule == PCC_PIPE_GPIPE)
         why = "--virtual-stages interleaves the 1F1B schedule (Megatron-LM's); it does not combine with --schedule gpipe";
     if (!why) return PCC_OK;
@@ -334,29 +491,189 @@ static pcc_status check_batch_options(const pcc_options *o, const given *gv) {
     return PCC_ERR_INPUT;
 }
 
+static const struct option longopts[] = {
+    {"check", no_argument, NULL, 'c'},   {"json", no_argument, NULL, 'j'},
+    {"verbose", no_argument, NULL, 'v'}, {"quiet", no_argument, NULL, 'q'},
+    {"help", no_argument, NULL, 'h'},    {"version", no_argument, NULL, 'V'},
+    {"config", required_argument, NULL, OPT_CONFIG},
+    {"micro-batches", required_argument, NULL, 'm'}, {"cluster", required_argument, NULL, OPT_CLUSTER},
+    {"nodes", required_argument, NULL, OPT_NODES},   {"devices", required_argument, NULL, OPT_DEVICES},
+    {"time-limit", required_argument, NULL, OPT_TIME_LIMIT}, {"mip-gap", required_argument, NULL, OPT_MIP_GAP},
+    {"dump-ilp", required_argument, NULL, OPT_DUMP_ILP}, {"dump", required_argument, NULL, 'd'},
+    {"output", required_argument, NULL, 'o'}, {"dp", required_argument, NULL, OPT_DP},
+    {"tp", required_argument, NULL, OPT_TP}, {"pp", required_argument, NULL, OPT_PP},
+    {"tp-batch", no_argument, NULL, OPT_TP_BATCH},
+    {"global-batch", required_argument, NULL, OPT_GLOBAL_BATCH}, {"zero", required_argument, NULL, OPT_ZERO},
+    {"micro-batch-size", required_argument, NULL, OPT_MICRO_BATCH_SIZE},
+    {"virtual-stages", required_argument, NULL, OPT_VIRTUAL_STAGES},
+    {"estimate-only", no_argument, NULL, OPT_ESTIMATE_ONLY}, {"bucket-mb", required_argument, NULL, OPT_BUCKET_MB},
+    {"recompute", required_argument, NULL, OPT_RECOMPUTE}, {"schedule", required_argument, NULL, OPT_SCHEDULE},
+    {"sync", required_argument, NULL, OPT_SYNC}, {"tf32", no_argument, NULL, OPT_TF32},
+    {"auto", no_argument, NULL, OPT_AUTO},
+    {"burst", no_argument, NULL, OPT_BURST}, {"amp-limit", required_argument, NULL, OPT_AMP_LIMIT},
+    {"burst-widths", required_argument, NULL, OPT_BURST_WIDTHS},
+    {"bf16", no_argument, NULL, OPT_BF16}, {"fp16", no_argument, NULL, OPT_FP16},
+    // Megatron-LM's and DeepSpeed's names for the same things
+    {"tensor-model-parallel-size", required_argument, NULL, OPT_TP},
+    {"pipeline-model-parallel-size", required_argument, NULL, OPT_PP},
+    {"context-parallel-size", required_argument, NULL, OPT_CP},
+    {"expert-model-parallel-size", required_argument, NULL, OPT_EP},
+    {"num-layers-per-virtual-pipeline-stage", required_argument, NULL, OPT_LAYERS_PER_VS},
+    {"global-batch-size", required_argument, NULL, OPT_GLOBAL_BATCH},
+    {"recompute-granularity", required_argument, NULL, OPT_RECOMPUTE_GRAN},
+    {"use-distributed-optimizer", no_argument, NULL, OPT_DIST_OPT},
+    {"zero-stage", required_argument, NULL, OPT_ZERO},
+    {NULL, 0, NULL, 0},
+};
+static const char shortopts[] = ":cjvqhVd:o:";
+
+/* ---- --config FILE ---- */
+
+// The words a config file stands for, as a command line would have them, and where each came from.
+typedef struct config {
+    const char *file;
+    char **argv;
+    const char **from;          // "FILE:/key" of argv[i]
+    int argc, cap;
+    const char *model;          // "model": the operand
+} config;
+
+
+static void config_push(config *cfg, const char *word, const char *from) {
+    if (cfg->argc + 1 >= cfg->cap) {
+        int cap = cfg->cap ? 2 * cfg->cap : 32;
+        cfg->argv = arena_realloc(config_arena, cfg->argv, sizeof *cfg->argv * (size_t)cfg->cap, sizeof *cfg->argv * (size_t)cap);
+        cfg->from = arena_realloc(config_arena, cfg->from, sizeof *cfg->from * (size_t)cfg->cap, sizeof *cfg->from * (size_t)cap);
+        cfg->cap = cap;
+    }
+    cfg->from[cfg->argc] = from;
+    cfg->argv[cfg->argc++] = arena_strdup(config_arena, word);
+    cfg->argv[cfg->argc] = NULL;
+}
+
+// The option a config key names: "tp", "--tp", "tensor_model_parallel_size" alike.
+static void config_name(const char *key, char *name, size_t n) {
+    if (!strncmp(key, "--", 2)) key += 2;
+    snprintf(name, n, "%s", key);
+    for (char *c = name; *c; c++)
+        if (*c == '_') *c = '-';
+}
+
+// Whether config keys a and b name one option ("tp" and "tensor_model_parallel_size" do).
+static bool config_same(const char *a, const char *b) {
+    char na[128], nb[128];
+    config_name(a, na, sizeof na), config_name(b, nb, sizeof nb);
+    if (!strcmp(na, nb)) return true;
+    const struct option *oa = longopts, *ob = longopts;
+    while (oa->name && strcmp(oa->name, na)) oa++;
+    while (ob->name && strcmp(ob->name, nb)) ob++;
+    return oa->name && ob->name && oa->val == ob->val;
+}
+
+// One member of the config (a key and its value): the words it stands for, pushed onto cfg.
+static pcc_status config_member(pcc_jreader *r, const pcc_json *m, const char *ptr, config *cfg) {
+    char name[128];
+    config_name(json_key(m), name, sizeof name);
+    const char *from = arena_printf(config_arena, "%s:%s", cfg->file, ptr);
+    if (!strcmp(name, "model")) return json_str(r, m, ptr, &cfg->model);
+    if (!strcmp(name, "config")) return diag(r->file, ptr, "a config file cannot name another one");
+    const struct option *o = longopts;
+    while (o->name && strcmp(o->name, name)) o++;
+    if (!o->name) {
+        const char *s = cli_suggest(name, longopts);
+        return diag(r->file, ptr, "unknown option \"%s\"%s%s%s (the keys are plancc's long options; see plancc --help)", json_key(m),
+                    s ? " (did you mean \"" : "", s ? s : "", s ? "\"?)" : "");
+    }
+    char word[160], value[64];
+    snprintf(word, sizeof word, "--%s", name);
+    bool b;
+    double v;
+    switch (json_type(m)) {
+    case PCC_J_BOOL:
+        if (o->has_arg != no_argument) return diag(r->file, ptr, "--%s takes a value (a number or a string), not true or false", name);
+        if (json_bool(r, m, ptr, &b)) return PCC_ERR_INPUT;
+        if (b) config_push(cfg, word, from);
+        return PCC_OK;
+    case PCC_J_NUMBER:
+    case PCC_J_STRING:
+        if (o->has_arg == no_argument) return diag(r->file, ptr, "--%s is a switch: give it true or false", name);
+        config_push(cfg, word, from);
+        if (json_type(m) == PCC_J_STRING) {
+            const char *sv;
+            if (json_str(r, m, ptr, &sv)) return PCC_ERR_INPUT;
+            config_push(cfg, sv, from);
+            return PCC_OK;
+        }
+        if (json_num(r, m, ptr, -1e300, 1e300, &v)) return PCC_ERR_INPUT;
+        if (v == floor(v) && fabs(v) < 9e15) snprintf(value, sizeof value, "%.0f", v);
+        else snprintf(value, sizeof value, "%.17g", v);
+        config_push(cfg, value, from);
+        return PCC_OK;
+    default:
+        return diag(r->file, ptr, "--%s wants %s, not %s", name, o->has_arg == no_argument ? "true or false" : "a number or a string",
+                    json_type_name(json_type(m)));
+    }
+}
+
+// Reads the config file into cfg: a JSON object whose keys are long options.
+static pcc_status config_read(const char *file, config *cfg) {
+    if (!config_arena) {
+        config_arena = arena_init();
+        atexit(config_free);
+    }
+    *cfg = (config){.file = file};
+    config_push(cfg, "plancc", NULL);
+    char *text;
+    size_t len;
+    pcc_jreader r;
+    pcc_json *root;
+    if (file_read_all(config_arena, file, &text, &len, 1 << 20)) return PCC_ERR_INPUT;
+    pcc_status st = json_open(&r, config_arena, file, text, len, &root);
+    if (!st) st = json_expect(&r, root, "", PCC_J_OBJECT);
+    for (int i = 0; !st && i < json_size(root); i++) {
+        const pcc_json *m = json_at(root, i);
+        const char *ptr = json_ptr_key(&r, "", json_key(m));
+        for (int j = 0; j < i && !st; j++)
+            if (config_same(json_key(m), json_key(json_at(root, j))))
+                st = diag(file, ptr, "option \"%s\" is given twice (also as \"%s\")", json_key(m), json_key(json_at(root, j)));
+        if (!st) st = config_member(&r, m, ptr, cfg);
+    }
+    json_close(&r);
+    return st;
+}
+
+// --config FILE (or --config=FILE) on the command line, NULL when none; one at most.
+static pcc_status config_find(int argc, char **argv, const char **file) {
+    *file = NULL;
+    for (int i = 1; i < argc && strcmp(argv[i], "--"); i++) {
+        const char *f = !strncmp(argv[i], "--config=", 9) ? argv[i] + 9 : NULL;
+        if (!strcmp(argv[i], "--config")) {
+            if (i + 1 == argc) return bad("option --config needs a value\n"), PCC_ERR_INPUT;
+            f = argv[++i];
+        }
+        if (!f) continue;
+        if (*file) return bad("--config is given twice (%s and %s): give one file\n", *file, f), PCC_ERR_INPUT;
+        *file = f;
+    }
+    return PCC_OK;
+}
+
+// Reads argv[1..argc) with getopt_long into o; from (when not NULL) names each word's origin.
+static pcc_status parse_words(int argc, char **argv, const char **from, pcc_options *o, given *gv, bool *done) {
+    optind = 0; // GNU getopt: start afresh (this runs twice, for a config and for the command line)
+    opterr = 0;
+    int c;
+    for (;;) {
+        origin = from && optind < argc ? from[optind ? optind : 1] : NULL;
+        if ((c = getopt_long(argc, argv, shortopts, longopts, NULL)) == -1) break;
+        pcc_status st = option(c, argv, o, gv, done);
+        if (st || *done) return origin = NULL, st;
+    }
+    origin = NULL;
+    return PCC_OK;
+}
+
 pcc_status options_parse(int argc, char **argv, pcc_options *o, bool *done) {
-    static const struct option longopts[] = {
-        {"check", no_argument, NULL, 'c'},   {"json", no_argument, NULL, 'j'},
-        {"verbose", no_argument, NULL, 'v'}, {"quiet", no_argument, NULL, 'q'},
-        {"help", no_argument, NULL, 'h'},    {"version", no_argument, NULL, 'V'},
-        {"micro-batches", required_argument, NULL, 'm'}, {"cluster", required_argument, NULL, OPT_CLUSTER},
-        {"nodes", required_argument, NULL, OPT_NODES},   {"devices", required_argument, NULL, OPT_DEVICES},
-        {"time-limit", required_argument, NULL, OPT_TIME_LIMIT}, {"mip-gap", required_argument, NULL, OPT_MIP_GAP},
-        {"dump-ilp", required_argument, NULL, OPT_DUMP_ILP}, {"dump", required_argument, NULL, 'd'},
-        {"output", required_argument, NULL, 'o'}, {"dp", required_argument, NULL, OPT_DP},
-        {"tp", required_argument, NULL, OPT_TP}, {"pp", required_argument, NULL, OPT_PP},
-        {"tp-batch", no_argument, NULL, OPT_TP_BATCH},
-        {"global-batch", required_argument, NULL, OPT_GLOBAL_BATCH}, {"zero", required_argument, NULL, OPT_ZERO},
-        {"micro-batch-size", required_argument, NULL, OPT_MICRO_BATCH_SIZE},
-        {"virtual-stages", required_argument, NULL, OPT_VIRTUAL_STAGES},
-        {"estimate-only", no_argument, NULL, OPT_ESTIMATE_ONLY}, {"bucket-mb", required_argument, NULL, OPT_BUCKET_MB},
-        {"recompute", required_argument, NULL, OPT_RECOMPUTE}, {"schedule", required_argument, NULL, OPT_SCHEDULE},
-        {"sync", required_argument, NULL, OPT_SYNC}, {"tf32", no_argument, NULL, OPT_TF32},
-        {"auto", no_argument, NULL, OPT_AUTO},
-        {"burst", no_argument, NULL, OPT_BURST}, {"amp-limit", required_argument, NULL, OPT_AMP_LIMIT},
-        {"burst-widths", required_argument, NULL, OPT_BURST_WIDTHS},
-        {NULL, 0, NULL, 0},
-    };
     memset(o, 0, sizeof *o);
     *done = false;
     o->search.ilp = (pcc_mip_opts){.time_limit_s = 60, .mip_gap = 1e-4, .progress = true};
@@ -364,17 +681,46 @@ pcc_status options_parse(int argc, char **argv, pcc_options *o, bool *done) {
     o->batch.micro_batches = 1;
     o->bucket_mb = 25;
     given gv = {0};
-    opterr = 0;
-    int c;
-    while ((c = getopt_long(argc, argv, ":cjvqhVd:o:", longopts, NULL)) != -1) {
-        pcc_status st = option(c, argv, o, &gv, done);
-        if (st || *done) return st;
-    }
-    pcc_status st = check_inputs(argc, argv, o);
+    const char *file;
+    config cfg = {0};
+    if (cli_check_options("plancc", argc, argv, shortopts, longopts) || config_find(argc, argv, &file)) return PCC_ERR_INPUT;
+    if (file && (config_read(file, &cfg) || parse_words(cfg.argc, cfg.argv, cfg.from, o, &gv, done))) return PCC_ERR_INPUT;
+    if (*done) return PCC_OK;
+    o->config = file;
+    pcc_status st = parse_words(argc, argv, NULL, o, &gv, done);
+    if (st || *done) return st;
+    st = check_inputs(argc, argv, cfg.model, o);
     if (!st) st = check_strategy(o, &gv);
     if (!st) st = check_modes(o, &gv);
     if (!st) st = check_batch_options(o, &gv);
     return st;
+}
+
+// The model's layers (the copies of its repeated blocks), for Megatron-LM's per-stage counts.
+static int64_t model_layers(const pcc_graph *g) {
+    int64_t n = 0;
+    for (int b = 0; b < g->n_blocks; b++)
+        if (g->blocks[b].fwd < 0) n += g->blocks[b].repeat;
+    return n;
+}
+
+pcc_status options_apply_model(pcc_options *o, pcc_graph *g) {
+    if (o->dtype_override) {
+        pcc_dtype d = (pcc_dtype)(o->dtype_override - 1);
+        g->dtype = d;
+        for (int t = 0; t < g->n_tensors; t++)
+            if (g->tensors[t].dtype != PCC_I32) g->tensors[t].dtype = d;
+    }
+    if (!o->layers_per_vstage) return PCC_OK;
+    int64_t layers = model_layers(g), pp = o->search.pp ? o->search.pp : 1;
+    if (!layers || layers % (pp * o->layers_per_vstage)) {
+        fprintf(stderr, "plancc: %s: --num-layers-per-virtual-pipeline-stage %d: the model has %lld layers (copies of its "
+                "repeated blocks), which %s %lld pipeline stages of %d layers each\n", g->file, o->layers_per_vstage,
+                (long long)layers, layers ? "do not divide into" : "cannot make", (long long)pp, o->layers_per_vstage);
+        return PCC_ERR_INPUT;
+    }
+    o->search.virtual_stages = (int)(layers / (pp * o->layers_per_vstage));
+    return PCC_OK;
 }
 
 bool options_runs(const pcc_options *o, int phase) {
@@ -399,6 +745,7 @@ static const char *canonical_options_(pcc_arena *a, const pcc_cluster *c, const 
 // The options a plan records (and hashes): what changes the plan or its costs.
 static const char *canonical_options(pcc_arena *a, const pcc_cluster *c, const pcc_options *o) {
     const char *s = canonical_options_(a, c, o);
+    if (o->dtype_override) s = arena_printf(a, "%s --%s", s, o->dtype_override - 1 == PCC_BF16 ? "bf16" : "fp16");
     return o->tf32 ? arena_printf(a, "%s --tf32", s) : s;
 }
 

@@ -47,6 +47,7 @@ typedef enum pcc_status {
     PCC_ERR_INTERNAL = 1,   // a bug in plancc, or out of memory
     PCC_ERR_INPUT = 2,      // invalid input: model, cluster, options, unreadable file
     PCC_ERR_INFEASIBLE = 3, // nothing fits
+    PCC_ERR_OUTPUT = 8,     // the plan file cannot be written (runtime/cli.h's table: an unusable output file)
 } pcc_status;
 
 #define PCC_ASSERT(x)                                                                              \
@@ -93,6 +94,10 @@ extern bool pcc_quiet; // warn() prints nothing
 pcc_status diag(const char *file, const char *where, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 void warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+// The warnings warn() was given so far (also under -q), oldest first: up to max of them into
+// out (valid until exit); returns how many. Can't fail.
+#define PCC_MAX_WARNINGS 32
+int warnings(const char **out, int max);
 
 // Reads a whole file into an arena; NUL-terminated; *len excludes the NUL. Reports and returns
 // PCC_ERR_INPUT when it cannot.
@@ -1187,6 +1192,10 @@ typedef struct pcc_options {
     bool burst;                 // --burst: DeepPool's burst parallelism (burst.c)
     double amp_limit;           // --amp-limit (0: none)
     const char *burst_widths;   // --burst-widths LIST
+    const char *config;         // --config FILE (its options come before the command line's), or NULL
+    int dtype_override;         // --bf16, --fp16: 1 + the pcc_dtype every float tensor becomes; 0: the model's
+    int layers_per_vstage;      // --num-layers-per-virtual-pipeline-stage (0: not given); options_apply_model
+    bool distributed_optimizer; // --use-distributed-optimizer: ZeRO-1 unless --zero says more
     int mb_searched;            // set by driver_micro_batches: the counts it planned (0: no search)
     double mb_search_s;         // ... and its seconds
 } pcc_options;
@@ -1194,6 +1203,11 @@ typedef struct pcc_options {
 // Parses argv into *o and checks the options against each other; *done when --help or --version
 // printed what was asked. PCC_ERR_INPUT after one line "plancc: ..." on a usage error.
 pcc_status options_parse(int argc, char **argv, pcc_options *o, bool *done);
+// What the options change in a model just loaded (call after model_load, before batch_apply):
+// --bf16/--fp16 make every float tensor that dtype; --num-layers-per-virtual-pipeline-stage
+// becomes o->search.virtual_stages (the model's layers over pp times it). PCC_ERR_INPUT
+// (reported) when the layers do not divide so.
+pcc_status options_apply_model(pcc_options *o, pcc_graph *g);
 // Whether the options ask for phase 1 (transform), 2 (the search) or 3 (phase 3 and the plan):
 // --check stops after its report, or after the phases its -d dumps (or --dump-ilp) need;
 // --estimate-only after phase 2.

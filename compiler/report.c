@@ -27,6 +27,7 @@
 #include "plancc.h"
 #include "sim.h"
 
+#include <math.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -358,10 +359,110 @@ static void report_candidates(FILE *f, pcc_strategy *const *cand, int n) {
     }
 }
 
+/* ---- the compile summary as JSON (schemas/compile.schema.json) ---- */
+
+// A number, or null where it is not finite (a bound before GLPK has one).
+static void json_num_or_null(FILE *f, double x) {
+    if (isfinite(x)) fprintf(f, "%.9g", x);
+    else fprintf(f, "null");
+}
+
+static void json_compile_head(FILE *f, const pcc_graph *g, const pcc_cluster *c, const char *out, double nbytes) {
+    fprintf(f, "{\"model\": ");
+    json_string(f, g->name);
+    fprintf(f, ", \"model_file\": ");
+    json_string(f, g->file);
+    fprintf(f, ", \"dtype\": \"%s\",\n \"cluster\": {\"name\": ", pcc_dtype_names[g->dtype]);
+    json_string(f, c->name);
+    fprintf(f, ", \"file\": ");
+    json_string(f, c->file);
+    fprintf(f, ", \"devices\": %d, \"nodes\": %d, \"device\": ", c->n_devices, c->nodes);
+    json_string(f, c->device_name);
+    fprintf(f, ", \"memory_bytes\": %.0f},\n \"plan\": {\"file\": ", c->memory_bytes);
+    json_string(f, out);
+    fprintf(f, ", \"bytes\": %.0f, \"plan_check\": true},\n", nbytes);
+}
+
+static void json_compile_programs(FILE *f, const pcc_emitted *e, double device_bytes) {
+    fprintf(f, " \"memory\": {\"peak_bytes\": %.0f, \"peak_stage\": %d, \"live_bound_bytes\": %.0f, \"device_bytes\": %.0f},\n"
+               " \"programs\": [", e->peak_bytes, e->peak_stage, e->live_bound_bytes, device_bytes);
+    for (uint32_t k = 0; k < e->p->n_programs; k++) {
+        const plan_program *pg = &e->p->programs[k];
+        fprintf(f, "%s\n  {\"name\": ", k ? "," : "");
+        json_string(f, pg->name);
+        fprintf(f, ", \"arena_bytes\": %llu, \"buffers\": %u, \"instructions\": %u}", (unsigned long long)pg->arena_bytes,
+                pg->n_buffers, pg->n_insns);
+    }
+    fprintf(f, "],\n");
+}
+
+static void json_compile_sim(FILE *f, const plan *p, double est_s) {
+    sim_result r;
+    char err[512];
+    fprintf(f, " \"simulation\": ");
+    if (sim_run(p, NULL, &r, err, sizeof err) != PLAN_OK) {
+        warn("the simulator cannot run the plan: %s", err);
+        fprintf(f, "null,\n");
+    } else {
+        fprintf(f, "{\"step_s\": %.9g, \"ratio_to_estimate\": %.9g, \"tflops_per_gpu\": %.9g, \"mfu\": %.9g, \"bubble\": %.9g, "
+                   "\"exposed_comm_s\": %.9g, \"peak_bytes\": %llu},\n", r.step_s, est_s > 0 ? r.step_s / est_s : 0, r.tflops_per_gpu,
+                r.mfu, r.bubble, r.exposed_comm_s, (unsigned long long)r.peak_bytes);
+    }
+    sim_free(&r);
+}
+
+static void json_compile_warnings(FILE *f) {
+    const char *w[PCC_MAX_WARNINGS];
+    int n = warnings(w, PCC_MAX_WARNINGS);
+    fprintf(f, " \"warnings\": [");
+    for (int i = 0; i < n; i++) {
+        fprintf(f, "%s", i ? ", " : "");
+        json_string(f, w[i]);
+    }
+    fprintf(f, "]");
+}
+
+// The compile summary of report_compile, as one JSON object.
+static void json_compile(FILE *f, const pcc_graph *g, const pcc_cluster *c, const pcc_options *o, pcc_strategy *const *cand,
+                         int n, int which, const pcc_emitted *e, const char *out, double nbytes, double seconds) {
+    static const char *const sched[] = {"gpipe", "1f1b"};
+    const pcc_strategy *s = cand[which];
+    const pcc_mip_result *r = &s->intra->ilp;
+    const pcc_estimate *x = &s->est;
+    char buf[160];
+    json_compile_head(f, g, c, out, nbytes);
+    fprintf(f, " \"strategy\": {\"pp\": %d, \"dp\": %d, \"tp\": %d, \"virtual_stages\": %d, \"micro_batches\": %d, "
+               "\"schedule\": \"%s\", \"zero\": %d, \"auto\": %s, \"text\": ", s->mesh[PCC_AX_PP], s->mesh[PCC_AX_DP],
+            s->mesh[PCC_AX_TP], s->virtual_stages, s->micro_batches, sched[s->schedule == PCC_PIPE_GPIPE ? 0 : 1], s->zero,
+            o->search.auto_mesh ? "true" : "false");
+    json_string(f, strategy_str(s, buf, sizeof buf));
+    fprintf(f, "},\n \"search\": {\"candidates\": %d, \"rank\": %d, \"micro_batch_counts_searched\": %d},\n", n, which + 1,
+            o->mb_searched);
+    fprintf(f, " \"ilp\": {\"tp_group\": %d, \"rows\": %d, \"columns\": %d, \"status\": \"%s\", \"objective_s\": ",
+            s->mesh[PCC_AX_TP], r->rows, r->cols, mip_status_name(r->status));
+    json_num_or_null(f, r->objective);
+    fprintf(f, ", \"bound_s\": ");
+    json_num_or_null(f, r->bound);
+    fprintf(f, ", \"gap\": ");
+    json_num_or_null(f, r->gap);
+    fprintf(f, ", \"seconds\": %.6f},\n", r->seconds);
+    json_compile_programs(f, e, c->memory_bytes);
+    fprintf(f, " \"estimate\": {\"step_s\": %.9g, \"pipeline_s\": %.9g, \"bubble_s\": %.9g, \"compute_s\": %.9g, "
+               "\"tp_comm_s\": %.9g, \"p2p_s\": %.9g, \"sync_s\": %.9g, \"sync_exposed_s\": %.9g, \"optimizer_s\": %.9g},\n",
+            x->step_s, x->pipeline_s, x->bubble_s, x->compute_s, x->tp_comm_s, x->p2p_s, x->sync_s, x->sync_exposed_s, x->optimizer_s);
+    json_compile_sim(f, e->p, s->est_step_s);
+    json_compile_warnings(f);
+    fprintf(f, ",\n \"seconds\": %.6f}\n", seconds);
+}
+
 void report_compile(FILE *f, const pcc_graph *g, const pcc_cluster *c, const pcc_options *o, pcc_strategy *const *cand, int n,
                     int which, const pcc_emitted *e, const char *out, double seconds) {
     struct stat sb;
     double nbytes = stat(out, &sb) == 0 ? (double)sb.st_size : 0;
+    if (o->report.json) {
+        json_compile(f, g, c, o, cand, n, which, e, out, nbytes, seconds);
+        return;
+    }
     if (o->quiet) return;
     const pcc_strategy *s = cand[which];
     const pcc_mip_result *r = &s->intra->ilp;
@@ -385,6 +486,18 @@ void report_compile(FILE *f, const pcc_graph *g, const pcc_cluster *c, const pcc
 
 void report_burst(FILE *f, const pcc_graph *g, const pcc_cluster *c, const pcc_options *o, const pcc_burst *b,
                   const pcc_emitted *e, const char *out, double seconds) {
+    if (o->report.json) {
+        struct stat sb;
+        json_compile_head(f, g, c, out, stat(out, &sb) == 0 ? (double)sb.st_size : 0);
+        fprintf(f, " \"strategy\": {\"burst\": true, \"layers\": %d, \"amp_limit\": %g, \"dp_step_s\": %.9g},\n", b->n_regions,
+                o->amp_limit, b->dp_step_s);
+        json_compile_programs(f, e, c->memory_bytes);
+        fprintf(f, " \"estimate\": {\"step_s\": %.9g},\n", b->est_step_s);
+        json_compile_sim(f, e->p, b->est_step_s);
+        json_compile_warnings(f);
+        fprintf(f, ",\n \"seconds\": %.6f}\n", seconds);
+        return;
+    }
     if (o->quiet) return;
     char b1[32], b2[32];
     fprintf(f, "plancc: %s on %d x %s (%s): burst parallelism, %d layers%s\n", g->name, c->n_devices, c->device_name, c->file,

@@ -202,13 +202,28 @@ pcc_status diag(const char *file, const char *where, const char *fmt, ...) {
     return PCC_ERR_INPUT;
 }
 
+// The warnings so far, for the JSON summary (the first PCC_MAX_WARNINGS, each cut at 512 bytes).
+static char warned[PCC_MAX_WARNINGS][512];
+static int n_warned;
+
+int warnings(const char **out, int max) {
+    int n = n_warned < max ? n_warned : max;
+    for (int i = 0; i < n; i++) out[i] = warned[i];
+    return n;
+}
+
 void warn(const char *fmt, ...) {
     char msg[2048];
     va_list ap;
-    if (pcc_quiet) return;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    if (n_warned < PCC_MAX_WARNINGS) {
+        size_t len = strlen(msg) < sizeof warned[0] ? strlen(msg) : sizeof warned[0] - 1;
+        memcpy(warned[n_warned], msg, len);
+        warned[n_warned++][len] = 0;
+    }
+    if (pcc_quiet) return;
     fprintf(stderr, "%s: warning: ", pcc_progname);
     put_escaped(stderr, msg);
     fputc('\n', stderr);

@@ -1296,6 +1296,7 @@ static rt_backend *backend_init(const plan *p, const rt_options *o, char *err, s
     uint32_t n_events = 1;
     for (uint32_t k = 0; k < p->n_programs; k++)
         if (p->programs[k].n_events > n_events) n_events = p->programs[k].n_events;
+    if (!strcmp(name, "cpu-mpi")) return rt_backend_mpi_init(p, o, max_streams(p), n_events, err, err_n); // one rank per process
     bool serial = !strcmp(name, "cpu-serial");
     unsigned flags = (serial ? RT_CPU_SERIAL : 0) | (o->f64 ? RT_CPU_F64 : 0) | (o->emulate_network ? RT_CPU_NETWORK : 0);
     if (serial || !strcmp(name, "cpu")) {

@@ -13,6 +13,11 @@
  * planrun can print "rank 3 (RANK), world size 8 (WORLD_SIZE), local rank 3 (LOCAL_RANK)". A value
  * that is not a decimal integer in range is an error naming the variable; a rank without a world
  * size (or the reverse) is an error, since guessing the other would start a job that hangs.
+ * torchrun's and OpenMPI's variables that both say a number and disagree (WORLD_SIZE=2 beside
+ * OMPI_COMM_WORLD_SIZE=4: two launchers, or a variable left over from another job) are an error
+ * naming both, not a silent choice. SLURM's are not compared: an allocation's variables reach
+ * every process that mpirun or torchrun starts inside it and count other things (tasks of the
+ * allocation, not processes of the job). A flag is the user's own choice and wins silently.
  *
  * The rendezvous moves one small blob (the 128-byte ncclUniqueId) from rank 0 to all ranks:
  *   - mpi: MPI_Bcast on MPI_COMM_WORLD (only when built with MPI, PLANCC_HAVE_MPI);
@@ -116,6 +121,15 @@ static int lookup(rt_getenv_fn *get, int flag, const char *flag_name, const char
     return 0;
 }
 
+// torchrun's and OpenMPI's values of one number (names[0], names[1]), when both are set, agree.
+static int agree(rt_getenv_fn *get, const char *const names[3], char *err, size_t err_n) {
+    const char *a = get(names[0]), *b = get(names[1]);
+    long x, y;
+    if (!a || !b || parse_int(a, 0, 1L << 30, &x) || parse_int(b, 0, 1L << 30, &y) || x == y) return 0;
+    return say(err, err_n, "the launchers' variables disagree: %s=%ld but %s=%ld (two launchers, or a variable left from another "
+               "job: unset the wrong one)", names[0], x, names[1], y);
+}
+
 int rt_launch_discover(rt_launch *l, int flag_rank, int flag_world, int flag_local, rt_getenv_fn *get, char *err,
                        size_t err_n) {
     static const char *const rank_vars[3] = {"RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"};
@@ -127,6 +141,9 @@ int rt_launch_discover(rt_launch *l, int flag_rank, int flag_world, int flag_loc
     if (lookup(get, flag_rank, "--rank", rank_vars, 0, &l->rank, &l->rank_from, err, err_n) ||
         lookup(get, flag_world, "--world-size", world_vars, 1, &l->world, &l->world_from, err, err_n) ||
         lookup(get, flag_local, "--local-rank", local_vars, 0, &l->local_rank, &l->local_from, err, err_n))
+        return -1;
+    if ((flag_world < 0 && agree(get, world_vars, err, err_n)) || (flag_rank < 0 && agree(get, rank_vars, err, err_n)) ||
+        (flag_local < 0 && agree(get, local_vars, err, err_n)))
         return -1;
     if (l->rank < 0 && l->world < 0) {
         if (l->local_rank >= 0)

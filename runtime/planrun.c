@@ -17,15 +17,21 @@
  * to the others; the local rank picks the GPU among CUDA_VISIBLE_DEVICES. Rank 0 prints the
  * losses (each step's loss is summed over the ranks); every rank prints what it found.
  *
- * Exit codes (also in --help and README.md):
- *   0 ok; 1 usage; 2 the plan cannot be read (I/O, not a plan, corrupt); 3 the plan fails
- *   plan_check; 4 stale (--model/--cluster differ from the plan's hashes); 5 the backend cannot
- *   run this plan (built without it, f16 on the cpu, ...); 6 a step failed (deadlock, timeout,
- *   kernel error, a dead peer); 7 --compare found a difference; 8 a data, --load or --save file
- *   is unusable; 9 --backend cuda finds no GPU to use (no driver, no device, a local rank
- *   beyond the visible devices); 10 the launch is inconsistent (launcher variables, a world
- *   size that differs from the plan's, a failed rendezvous); 11 the --background plan is unusable
- *   (unreadable, corrupt, fails plan_check, more than one rank, a backend that cannot run it).
+ * Under mpirun (OpenMPI's variables say this is one of N > 1 processes) the cpu backend runs one
+ * rank per process, communicating through MPI (comm_mpi.c), and computes what the threaded run
+ * computes, bit for bit; rank 0 prints. Any failure ends every process (MPI_Abort).
+ *
+ * For programs: --json prints JSON lines (a "start" object, one "step" object per logged step,
+ * a "summary"; schemas/planrun.schema.json) instead of the text, whose other lines then go to
+ * stderr; --metrics FILE writes every step's figures as CSV or JSON lines, --plot FILE.svg the
+ * loss and step time over the steps (metrics.c). While the steps run, a progress line comes on
+ * stderr every few seconds (runtime/cli.h; --quiet silences it).
+ *
+ * Exit codes: the table the three tools share (runtime/cli.h, printed by --help): 2 usage, 4 the
+ * plan cannot be read, 5 it fails plan_check, 6 stale, 7 --compare differs, 8 an unusable data,
+ * --load, --save, --metrics or --plot file, 9 the backend cannot run here (built without it, no
+ * GPU, f16 on the cpu), 10 an inconsistent launch, 11 a failed step, 13 an unusable --background
+ * plan.
  *
  * --background BG.plan (DeepPool's GPU multiplexing, bgjob.c and gate.c): every foreground rank
  * runs its own replica of the one-rank plan BG (seed --background-seed + rank) beside its
@@ -35,6 +41,7 @@
  * move one replica's parameters, which equal a plain run of BG with that seed.
  */
 #include "rt.h"
+#include "cli.h"
 #ifdef PLANCC_HAVE_CUDA
 #include "cuda/rt_cuda.h"
 #endif
@@ -45,6 +52,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #ifndef PLANRUN_VERSION
@@ -57,15 +65,23 @@
 #endif
 #ifdef PLANCC_HAVE_MPI
 #define RDV_MPI ", mpi"
+#define MPIRUN "cpu under mpirun (one rank per process, MPI)"
 #else
 #define RDV_MPI ""
+#define MPIRUN "cpu under mpirun: not built (no MPI)"
 #endif
 
-enum { EXIT_USAGE = 1, EXIT_READ = 2, EXIT_INVALID = 3, EXIT_STALE = 4, EXIT_BACKEND = 5, EXIT_RUN = 6,
-       EXIT_DIFFER = 7, EXIT_FILE = 8, EXIT_NO_GPU = 9, EXIT_LAUNCH = 10, EXIT_BACKGROUND = 11 };
+enum { EXIT_USAGE = CLI_EXIT_INPUT, EXIT_READ = CLI_EXIT_NOT_PLAN, EXIT_INVALID = CLI_EXIT_CHECK, EXIT_STALE = CLI_EXIT_STALE,
+       EXIT_BACKEND = CLI_EXIT_BACKEND, EXIT_RUN = CLI_EXIT_STEP, EXIT_DIFFER = CLI_EXIT_DIFFER, EXIT_FILE = CLI_EXIT_FILE,
+       EXIT_NO_GPU = CLI_EXIT_BACKEND, EXIT_LAUNCH = CLI_EXIT_LAUNCH, EXIT_BACKGROUND = CLI_EXIT_BACKGROUND };
+
+// Where the human lines go: stdout, or stderr when --json keeps stdout for JSON lines.
+static FILE *text_out;
 
 typedef struct options {
     const char *plan, *backend, *data, *save, *load, *compare, *losses, *model, *cluster, *rendezvous, *trace;
+    const char *metrics, *plot;     // --metrics FILE (CSV or JSON lines), --plot FILE.svg
+    bool json;                      // --json: JSON lines on stdout
     long steps, log_every;
     // --background: the plan, steps per replica (-1: until the foreground ends), pieces in
     // flight, seed of replica 0, the replica --background-save/--background-compare speak of
@@ -85,7 +101,7 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: planrun PLAN [options]\n"
             "Runs a plan that plancc compiled for training steps. The cpu backend runs every rank of\n"
-            "the plan as threads of this process.\n"
+            "the plan as threads of this process, or under mpirun one rank per process.\n"
             "\n"
             "  --backend cpu|cpu-serial|cuda\n"
             "                      the backend (default cpu: every stream of every rank a thread;\n"
@@ -112,6 +128,12 @@ static void usage(FILE *f) {
             "                      of plandump --trace (cuda: timed by CUDA events); a process that\n"
             "                      runs one rank of several writes FILE.rankN.json instead;\n"
             "                      tools/compare_trace.py sets it beside the simulation\n"
+            "  --json              JSON lines on stdout instead of the text: {\"type\": \"start\"}, one\n"
+            "                      {\"type\": \"step\"} per logged step (step, loss, time_s, samples_per_s,\n"
+            "                      tokens_per_s, arena_bytes, max_rss_bytes), {\"type\": \"summary\"}\n"
+            "                      (schemas/planrun.schema.json); the other lines go to stderr\n"
+            "  --metrics FILE      every step's figures: CSV when FILE ends in .csv, else JSON lines\n"
+            "  --plot FILE.svg     the loss and the step time over the steps, as a picture\n"
             "  --timeout SEC       a blocked rank gives up after SEC seconds (default 60); a deadlock\n"
             "                      among all ranks is reported at once\n"
             "  --model F --cluster F  refuse the plan unless it was compiled from these files\n"
@@ -149,26 +171,26 @@ static void usage(FILE *f) {
             "  --background-compare F  compare that replica's parameters with F's (--rtol, --atol;\n"
             "                      exit 7 on a difference)\n"
             "\n"
-            "Launch (the cuda backend; one process per GPU). Each number comes from the first of:\n"
+            "Launch. mpirun -np N planrun PLAN (an N-rank plan) runs one rank per process on the cpu\n"
+            "backend, communicating through MPI, with the threaded run's results bit for bit. The cuda\n"
+            "backend runs one process per GPU. Each number comes from the first of:\n"
             "  --rank R, --world-size N, --local-rank L   flags\n"
             "  RANK, WORLD_SIZE, LOCAL_RANK               torchrun\n"
             "  OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK   mpirun (OpenMPI)\n"
             "  SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID  srun\n"
+            "  torchrun's and OpenMPI's variables that disagree (WORLD_SIZE=2 beside\n"
+            "  OMPI_COMM_WORLD_SIZE=4) are an error (exit 10; a flag wins); SLURM's are not compared\n"
+            "  (mpirun or torchrun inside an allocation is normal).\n"
             "  The world size must be the plan's. The local rank picks the GPU (one visible GPU:\n"
             "  that one). NCCL's variables (NCCL_DEBUG, NCCL_SOCKET_IFNAME, ...) pass through.\n"
             "  --rendezvous tcp:HOST:PORT | file:PATH | mpi\n"
             "                      how rank 0's NCCL id reaches the others (default: MPI under\n"
             "                      mpirun when built with MPI, else tcp at MASTER_ADDR:MASTER_PORT);\n"
             "                      file: a path on a shared filesystem that does not exist yet\n"
-            "  --quiet             print nothing but errors\n"
-            "  --help, --version\n"
-            "\n"
-            "Exit codes: 0 ok, 1 usage, 2 unreadable plan, 3 plan fails its check, 4 stale plan,\n"
-            "5 the backend cannot run it (or this planrun was built without it), 6 a step failed\n"
-            "(deadlock, timeout, kernel, a dead peer), 7 --compare found a difference, 8 unusable\n"
-            "--data/--load/--save file, 9 --backend cuda finds no GPU, 10 inconsistent launch\n"
-            "(launcher variables, a world size other than the plan's, the rendezvous failed),\n"
-            "11 unusable --background plan (unreadable, fails its check, more than one rank).\n");
+            "  -q, --quiet         print nothing but errors (no progress lines either)\n"
+            "  --help, --version   (the version names the plan format it reads)\n"
+            "\n");
+    cli_print_exit_codes(f);
 }
 
 static int number(const char *opt, const char *s, double lo, double hi, double *out) {
@@ -209,7 +231,8 @@ static int check_background_args(const options *o, bool until) {
 static int parse_args(int argc, char **argv, options *o) {
     enum { O_BACKEND = 256, O_STEPS, O_SEED, O_DATA, O_SAVE, O_LOAD, O_COMPARE, O_RTOL, O_LOSSES, O_LOG, O_TIMEOUT,
            O_MODEL, O_CLUSTER, O_QUIET, O_HELP, O_VERSION, O_ATOL, O_PRECISION, O_RANK, O_WORLD, O_LOCAL, O_RDV, O_TF32,
-           O_BG, O_BG_STEPS, O_BG_UNTIL, O_BG_INFLIGHT, O_BG_SEED, O_BG_REPLICA, O_BG_SAVE, O_BG_COMPARE, O_BG_NICE, O_NET, O_DILATION, O_TRACE };
+           O_BG, O_BG_STEPS, O_BG_UNTIL, O_BG_INFLIGHT, O_BG_SEED, O_BG_REPLICA, O_BG_SAVE, O_BG_COMPARE, O_BG_NICE, O_NET, O_DILATION, O_JSON,
+           O_METRICS, O_PLOT, O_TRACE };
     static const struct option longs[] = {
         {"backend", required_argument, NULL, O_BACKEND}, {"steps", required_argument, NULL, O_STEPS},
         {"seed", required_argument, NULL, O_SEED}, {"data", required_argument, NULL, O_DATA},
@@ -222,7 +245,8 @@ static int parse_args(int argc, char **argv, options *o) {
         {"rank", required_argument, NULL, O_RANK}, {"world-size", required_argument, NULL, O_WORLD},
         {"local-rank", required_argument, NULL, O_LOCAL}, {"rendezvous", required_argument, NULL, O_RDV},
         {"tf32", no_argument, NULL, O_TF32}, {"emulate-network", no_argument, NULL, O_NET},
-        {"dilation", required_argument, NULL, O_DILATION}, {"trace", required_argument, NULL, O_TRACE},
+        {"dilation", required_argument, NULL, O_DILATION}, {"json", no_argument, NULL, O_JSON},
+        {"metrics", required_argument, NULL, O_METRICS}, {"plot", required_argument, NULL, O_PLOT}, {"trace", required_argument, NULL, O_TRACE},
         {"background", required_argument, NULL, O_BG}, {"background-steps", required_argument, NULL, O_BG_STEPS},
         {"background-until-fg", no_argument, NULL, O_BG_UNTIL}, {"background-inflight", required_argument, NULL, O_BG_INFLIGHT},
         {"background-seed", required_argument, NULL, O_BG_SEED}, {"background-replica", required_argument, NULL, O_BG_REPLICA},
@@ -234,7 +258,8 @@ static int parse_args(int argc, char **argv, options *o) {
     double v;
     int c;
     opterr = 0;
-    while ((c = getopt_long(argc, argv, "", longs, NULL)) != -1) {
+    if (cli_check_options("planrun", argc, argv, "q", longs)) return EXIT_USAGE;
+    while ((c = getopt_long(argc, argv, "q", longs, NULL)) != -1) {
         switch (c) {
         case O_BACKEND: o->backend = optarg; break;
         case O_PRECISION:
@@ -281,9 +306,15 @@ static int parse_args(int argc, char **argv, options *o) {
             o->bg_given = true;
             break;
         case O_BG_COMPARE: o->bg_compare = optarg, o->bg_given = true; break;
-        case O_QUIET: o->quiet = true; break;
+        case O_QUIET: case 'q': o->quiet = true; break;
+        case O_JSON: o->json = true; break;
+        case O_METRICS: o->metrics = optarg; break;
+        case O_PLOT: o->plot = optarg; break;
         case O_HELP: usage(stdout); exit(0);
-        case O_VERSION: printf("planrun %s (backends: %s; rendezvous: tcp, file%s)\n", PLANRUN_VERSION, BACKENDS, RDV_MPI); exit(0);
+        case O_VERSION:
+            printf("planrun %s (plan format %u; backends: %s; %s; rendezvous: tcp, file%s)\n", PLANRUN_VERSION, PLAN_VERSION, BACKENDS,
+                   MPIRUN, RDV_MPI);
+            exit(0);
         default:
             fprintf(stderr, "planrun: unknown option or missing value: %s (see planrun --help)\n", argv[optind - 1]);
             return EXIT_USAGE;
@@ -360,28 +391,11 @@ static int load_background(const options *o, uint32_t fg_world, plan *bg) {
     return rc;
 }
 
-static void describe_plan(const options *o, const plan *p) {
-    char mesh[96] = "";
-    size_t n = 0;
-    for (uint32_t a = 0; a < p->meta.n_axes && n < sizeof mesh; a++)
-        n += (size_t)snprintf(mesh + n, sizeof mesh - n, "%s%s %u", a ? " x " : "", p->meta.axis_names[a], p->meta.mesh[a]);
-    uint64_t peak = 0;
-    for (uint32_t k = 0; k < p->n_programs; k++)
-        if (p->programs[k].arena_bytes > peak) peak = p->programs[k].arena_bytes;
-    printf("planrun: %s: model %s, %u rank%s (%s), %u micro-batch%s, %s backend, arena %.2f MiB per rank, seed %llu%s%s\n",
-           o->plan, p->meta.model_name ? p->meta.model_name : "?", p->meta.world, p->meta.world == 1 ? "" : "s",
-           n ? mesh : "one device", p->meta.micro_batches, p->meta.micro_batches == 1 ? "" : "es", o->backend,
-           (double)peak / (1 << 20), (unsigned long long)o->seed, o->data ? ", data " : ", synthetic data",
-           o->data ? o->data : "");
-    if (o->emulate_network)
-        printf("planrun: network emulated: each collective, send and receive takes the plan's time for it on its ranks' links%s\n",
-               o->dilation > 0 && o->dilation != 1 ? ", dilated" : "");
-    if (o->emulate_network && o->dilation > 0 && o->dilation != 1) printf("planrun: time dilation %g\n", o->dilation);
-}
-
 // How this process runs the plan: every rank (the cpu backends) or one (cuda), and whether it
 // speaks for the run (prints the losses, writes --losses).
 typedef struct how {
+    const char *backend;            // the rt_options backend (NULL: --backend's; "cpu-mpi" under mpirun)
+    int processes;                  // the run's processes (0: one)
     bool one_rank;
     int rank;
     bool leader;
@@ -389,6 +403,74 @@ typedef struct how {
     const plan *bg;                 // --background: the one-rank plan, else NULL
     const void *bg_backend_config;  // the background's backend settings (cuda: lowest priority)
 } how;
+
+// What one step moves: samples (the first data input's batch, times the micro-batches), tokens
+// (a token input's elements, times the micro-batches; -1 for a model without one) and the arena
+// per rank.
+typedef struct step_size {
+    double samples, tokens;
+    uint64_t arena;
+} step_size;
+
+static step_size step_size_of(const plan *p, bool f64) {
+    step_size z = {0, -1, 0};
+    for (uint32_t t = 0; t < p->n_tensors; t++) {
+        const plan_tensor *x = &p->tensors[t];
+        if (x->kind != PLAN_T_INPUT || x->source == PLAN_DATA_ARANGE) continue;
+        double n = 1;
+        for (int d = 0; d < x->rank; d++) n *= (double)x->shape[d];
+        if (!z.samples && x->rank) z.samples = (double)x->shape[0] * p->meta.micro_batches;
+        if (x->source == PLAN_DATA_TOKENS && z.tokens < 0) z.tokens = n * p->meta.micro_batches;
+    }
+    for (uint32_t k = 0; k < p->n_programs; k++)
+        if (p->programs[k].arena_bytes > z.arena) z.arena = p->programs[k].arena_bytes;
+    z.arena *= f64 ? 2 : 1;
+    return z;
+}
+
+// The plan's mesh as "pp 1 x dp 4 x tp 1" (or as JSON members "pp": 1, ...).
+static void mesh_str(const plan *p, char *mesh, size_t size, bool json) {
+    size_t n = 0;
+    mesh[0] = 0;
+    for (uint32_t a = 0; a < p->meta.n_axes && n < size; a++)
+        n += (size_t)snprintf(mesh + n, size - n, json ? "%s\"%s\": %u" : "%s%s %u", a ? (json ? ", " : " x ") : "", p->meta.axis_names[a],
+                              p->meta.mesh[a]);
+}
+
+// --json's first line: what runs.
+static void json_start(const options *o, const plan *p, const how *h) {
+    char mesh[256];
+    mesh_str(p, mesh, sizeof mesh, true);
+    step_size z = step_size_of(p, o->f64);
+    printf("{\"type\": \"start\", \"plan\": \"%s\", \"model\": \"%s\", \"world\": %u, \"mesh\": {%s}, \"micro_batches\": %u, "
+           "\"backend\": \"%s\", \"processes\": %d, \"steps\": %ld, \"seed\": %llu, \"arena_bytes\": %llu, \"samples_per_step\": %.17g, "
+           "\"tokens_per_step\": ", o->plan, p->meta.model_name ? p->meta.model_name : "", p->meta.world, mesh, p->meta.micro_batches,
+           h->backend ? h->backend : o->backend, h->processes ? h->processes : 1, o->steps, (unsigned long long)o->seed,
+           (unsigned long long)z.arena, z.samples);
+    printf(z.tokens >= 0 ? "%.17g" : "null", z.tokens);
+    printf("}\n");
+}
+
+static void describe_plan(const options *o, const plan *p, const how *h) {
+    char mesh[256], procs[64] = "";
+    mesh_str(p, mesh, sizeof mesh, false);
+    if (h->processes > 1) snprintf(procs, sizeof procs, " over MPI (%d processes)", h->processes);
+    size_t n = strlen(mesh);
+    uint64_t peak = 0;
+    for (uint32_t k = 0; k < p->n_programs; k++)
+        if (p->programs[k].arena_bytes > peak) peak = p->programs[k].arena_bytes;
+    fprintf(text_out, "planrun: %s: model %s, %u rank%s (%s), %u micro-batch%s, %s backend, arena %.2f MiB per rank, seed %llu%s%s\n",
+           o->plan, p->meta.model_name ? p->meta.model_name : "?", p->meta.world, p->meta.world == 1 ? "" : "s",
+           n ? mesh : "one device", p->meta.micro_batches, p->meta.micro_batches == 1 ? "" : "es", o->backend,
+           (double)peak / (1 << 20), (unsigned long long)o->seed, o->data ? ", data " : ", synthetic data",
+           o->data ? o->data : "");
+    if (*procs) fprintf(text_out, "planrun: one rank per process%s; losses summed in rank order, as the threaded run sums them\n", procs);
+    if (o->emulate_network)
+        fprintf(text_out, "planrun: network emulated: each collective, send and receive takes the plan's time for it on its ranks' links%s\n",
+               o->dilation > 0 && o->dilation != 1 ? ", dilated" : "");
+    if (o->emulate_network && o->dilation > 0 && o->dilation != 1) fprintf(text_out, "planrun: time dilation %g\n", o->dilation);
+}
+
 
 /* ---- the background job (--background; bgjob.c, gate.c) ---- */
 
@@ -432,7 +514,7 @@ static int bg_start(const options *o, const how *h, const rt_options *ro, backgr
     if (!quiet) {
         char steps[64] = "steps until the foreground ends";
         if (o->bg_steps >= 0) snprintf(steps, sizeof steps, "%ld steps", o->bg_steps);
-        printf("planrun: background %s: model %s, a replica beside each of %d rank%s (seed %llu + rank), %s, at most %u "
+        fprintf(text_out, "planrun: background %s: model %s, a replica beside each of %d rank%s (seed %llu + rank), %s, at most %u "
                "piece%s in flight, none during the foreground's collectives\n", o->bg, h->bg->meta.model_name ? h->bg->meta.model_name : "?",
                n, n == 1 ? "" : "s", (unsigned long long)o->bg_seed, steps, o->bg_inflight, o->bg_inflight == 1 ? "" : "s");
     }
@@ -450,7 +532,7 @@ static void bg_report(const background *b) {
         const rt_bgjob_replica *x = &b->job.reps[k];
         rt_gate_stats st;
         rt_gate_stats_get(&b->gates[x->rank], &st);
-        printf("background beside rank %d: seed %llu, %llu step%s, loss %.6f -> %.6f; %llu pieces, %llu held back by the gate (%llu "
+        fprintf(text_out, "background beside rank %d: seed %llu, %llu step%s, loss %.6f -> %.6f; %llu pieces, %llu held back by the gate (%llu "
                "during foreground collectives), at most %u in flight; %llu foreground collectives (%llu began with a piece in flight)\n",
                x->rank, (unsigned long long)x->seed, (unsigned long long)x->steps, x->steps == 1 ? "" : "s", x->first_loss,
                x->last_loss, (unsigned long long)st.admitted, (unsigned long long)st.held, (unsigned long long)st.held_coll,
@@ -467,14 +549,14 @@ static int bg_files(const options *o, const background *b, bool quiet) {
     char err[4096];
     if (o->bg_save) {
         if (rt_save(&x->run, o->bg_save, err, sizeof err)) return fprintf(stderr, "planrun: --background-save: %s\n", err), EXIT_FILE;
-        if (!quiet) printf("saved the background replica beside rank %d to %s\n", x->rank, o->bg_save);
+        if (!quiet) fprintf(text_out, "saved the background replica beside rank %d to %s\n", x->rank, o->bg_save);
     }
     if (o->bg_compare) {
         rt_diff d;
         int c = rt_compare(&x->run, o->bg_compare, o->rtol, o->atol, &d, err, sizeof err);
         if (c < 0) return fprintf(stderr, "planrun: --background-compare: %s\n", err), EXIT_FILE;
         if (c > 0) return fprintf(stderr, "planrun: --background-compare %s (replica beside rank %d): %s\n", o->bg_compare, x->rank, err), EXIT_DIFFER;
-        printf("background replica beside rank %d: parameters equal %s's within atol %g + rtol %g; largest difference %.3g (\"%s\")\n",
+        fprintf(text_out, "background replica beside rank %d: parameters equal %s's within atol %g + rtol %g; largest difference %.3g (\"%s\")\n",
                x->rank, o->bg_compare, o->atol, o->rtol, d.abs, d.tensor);
     }
     return 0;
@@ -502,13 +584,59 @@ static void bg_free(background *b) {
     memset(b, 0, sizeof *b);
 }
 
-// The training steps: each step's loss (to lf, the --losses file, when not NULL, and every
-// --log-every steps to stdout), then the drain of a background round still running; closes lf.
-// 0, or the exit code of the failure.
-static int run_steps(const options *o, rt_run *r, FILE *lf, bool quiet) {
+static uint64_t max_rss_bytes(void) {
+    struct rusage ru;
+    return getrusage(RUSAGE_SELF, &ru) == 0 ? (uint64_t)ru.ru_maxrss * 1024 : 0;
+}
+
+static void figures_of(const options *o, const step_size *z, long s, double loss, double dt, rt_step_figures *f) {
+    *f = (rt_step_figures){.step = (uint64_t)s, .steps = (uint64_t)o->steps, .loss = loss, .time_s = dt,
+                           .samples_per_s = dt > 0 ? z->samples / dt : 0, .tokens_per_s = z->tokens < 0 ? -1 : dt > 0 ? z->tokens / dt : 0,
+                           .arena_bytes = z->arena, .rss_bytes = max_rss_bytes()};
+}
+
+// --json's last line: the run as a whole.
+static void json_summary(const options *o, const step_size *z, double el, double first, double last) {
+    rt_step_figures f;
+    figures_of(o, z, o->steps, last, el / (o->steps ? (double)o->steps : 1), &f);
+    printf("{\"type\": \"summary\", \"steps\": %ld, \"seconds\": %.9g, \"steps_per_s\": %.9g, \"first_loss\": ", o->steps, el,
+           el > 0 ? (double)o->steps / el : 0);
+    printf(isfinite(first) ? "%.9g" : "null", first);
+    printf(", \"last_loss\": ");
+    printf(isfinite(last) ? "%.9g" : "null", last);
+    printf(", \"samples_per_s\": %.9g, \"tokens_per_s\": ", f.samples_per_s);
+    printf(f.tokens_per_s >= 0 ? "%.9g" : "null", f.tokens_per_s);
+    printf(", \"arena_bytes\": %llu, \"max_rss_bytes\": %llu}\n", (unsigned long long)f.arena_bytes, (unsigned long long)f.rss_bytes);
+}
+
+// One step's figures: to the log (text or JSON, every --log-every steps), --metrics and --plot.
+static int step_done(const options *o, const step_size *z, long s, double loss, double dt, bool speak, rt_metrics *mx) {
+    char err[512];
+    rt_step_figures f;
+    figures_of(o, z, s, loss, dt, &f);
+    bool log = o->log_every && (s % o->log_every == 0 || s == o->steps);
+    if (speak && log && o->json) rt_step_json(stdout, &f), putchar('\n');
+    else if (speak && log && !o->quiet) printf("step %ld/%ld  loss %.6f  %.3f ms\n", s, o->steps, loss, 1e3 * dt);
+    char note[64];
+    snprintf(note, sizeof note, "loss %.6g", loss);
+    cli_progress_count((uint64_t)s);
+    cli_progress_note(note);
+    if (mx && rt_metrics_add(mx, &f, err, sizeof err)) return fprintf(stderr, "planrun: %s\n", err), EXIT_FILE;
+    return 0;
+}
+
+// The training steps: each step's loss (to lf, the --losses file, when not NULL; to the log and
+// the metrics mx, when not NULL), then the drain of a background round still running; closes lf.
+// speak: this process prints (rank 0's). 0, or the exit code of the failure.
+static int run_steps(const options *o, rt_run *r, FILE *lf, bool speak, rt_metrics *mx) {
     char err[4096];
     int rc = 0;
+    step_size z = step_size_of(r->p, o->f64);
     double t0 = now_s(), loss = NAN, first = NAN;
+    if (speak) {
+        snprintf(err, sizeof err, "training %s", o->plan);
+        cli_progress_work(err, "steps", (uint64_t)o->steps);
+    }
     for (long s = 0; s < o->steps && !rc; s++) {
         double ts = now_s();
         if (rt_run_step(r, &loss, err, sizeof err)) {
@@ -518,9 +646,9 @@ static int run_steps(const options *o, rt_run *r, FILE *lf, bool quiet) {
         }
         if (s == 0) first = loss;
         if (lf) fprintf(lf, o->f64 ? "%.17g\n" : "%.9g\n", loss);
-        if (!quiet && o->log_every && ((s + 1) % o->log_every == 0 || s + 1 == o->steps))
-            printf("step %ld/%ld  loss %.6f  %.3f ms\n", s + 1, o->steps, loss, 1e3 * (now_s() - ts));
+        rc = step_done(o, &z, s + 1, loss, now_s() - ts, speak, mx);
     }
+    cli_progress_work(NULL, NULL, 0);
     // A background round may still be running on the GPU: the run's time includes it, and
     // --save and --compare read the parameters it writes.
     if (!rc && rt_run_drain(r, err, sizeof err)) {
@@ -532,8 +660,20 @@ static int run_steps(const options *o, rt_run *r, FILE *lf, bool quiet) {
         rc = EXIT_FILE;
     }
     double el = now_s() - t0;
-    if (!rc && !quiet && o->steps)
+    if (!rc && speak && o->json) json_summary(o, &z, el, first, loss);
+    else if (!rc && speak && !o->quiet && o->steps)
         printf("%ld steps in %.3f s (%.1f steps/s); loss %.6f -> %.6f\n", o->steps, el, (double)o->steps / el, first, loss);
+    return rc;
+}
+
+// --metrics and --plot, after the steps: the file closed, the picture drawn.
+static int metrics_end(const options *o, const plan *p, rt_metrics *mx, int rc) {
+    char err[1024], title[512];
+    if (rt_metrics_close(mx, err, sizeof err) && !rc) fprintf(stderr, "planrun: %s\n", err), rc = EXIT_FILE;
+    snprintf(title, sizeof title, "%s: %s, %u rank%s, %s backend", o->plan, p->meta.model_name ? p->meta.model_name : "?", p->meta.world,
+             p->meta.world == 1 ? "" : "s", o->backend);
+    if (!rc && o->plot && rt_metrics_svg(mx, o->plot, title, err, sizeof err)) fprintf(stderr, "planrun: %s\n", err), rc = EXIT_FILE;
+    rt_metrics_free(mx);
     return rc;
 }
 
@@ -546,7 +686,7 @@ static void run_report(const rt_run *r, bool quiet) {
             hi = r->ranks[q].bg_rounds > hi ? r->ranks[q].bg_rounds : hi;
         }
     if (!quiet && lo != UINT64_MAX)
-        printf("background rounds: %llu to %llu per rank\n", (unsigned long long)lo, (unsigned long long)hi);
+        fprintf(text_out, "background rounds: %llu to %llu per rank\n", (unsigned long long)lo, (unsigned long long)hi);
 }
 
 // After a good run: the teacher's labels this process drew (unless quiet or none).
@@ -554,7 +694,7 @@ static void teacher_report(bool quiet) {
     rt_teacher_stats ts;
     rt_teacher_stats_get(&ts);
     if (!quiet && ts.labels > 0) // this process's ranks: every label once per step and micro-batch
-        printf("teacher labels: %.0f drawn, mean label %.6f, mean probability %.6f, best loss %.6f (the teacher's mean entropy)\n",
+        fprintf(text_out, "teacher labels: %.0f drawn, mean label %.6f, mean probability %.6f, best loss %.6f (the teacher's mean entropy)\n",
                ts.labels, ts.sum_label / ts.labels, ts.sum_prob / ts.labels, ts.sum_entropy / ts.labels);
 }
 
@@ -563,14 +703,14 @@ static int run_files(const options *o, const rt_run *r, bool quiet) {
     char err[4096];
     if (o->save) {
         if (rt_save(r, o->save, err, sizeof err)) return fprintf(stderr, "planrun: %s\n", err), EXIT_FILE;
-        if (!quiet) printf("saved the parameters and optimizer state to %s\n", o->save);
+        if (!quiet) fprintf(text_out, "saved the parameters and optimizer state to %s\n", o->save);
     }
     if (o->compare) {
         rt_diff d;
         int c = rt_compare(r, o->compare, o->rtol, o->atol, &d, err, sizeof err);
         if (c < 0) return fprintf(stderr, "planrun: %s\n", err), EXIT_FILE;
         if (c > 0) return fprintf(stderr, "planrun: --compare %s: %s\n", o->compare, err), EXIT_DIFFER;
-        printf("parameters equal %s's within atol %g + rtol %g; largest difference %.3g (\"%s\")\n", o->compare, o->atol,
+        fprintf(text_out, "parameters equal %s's within atol %g + rtol %g; largest difference %.3g (\"%s\")\n", o->compare, o->atol,
                o->rtol, d.abs, d.tensor);
     }
     return 0;
@@ -627,7 +767,7 @@ static int trace_close(const options *o, const how *h, const plan *p, rt_options
     uint64_t dropped = rt_trace_dropped(ro->trace);
     if (dropped) fprintf(stderr, "planrun: --trace %s: %llu instructions not recorded (more than %d); trace fewer steps\n", path,
                          (unsigned long long)dropped, TRACE_MAX_SLICES);
-    else if (!bad && !quiet) printf("wrote the measured timeline to %s\n", path);
+    else if (!bad && !quiet) fprintf(text_out, "wrote the measured timeline to %s\n", path);
     free(local);
     rt_trace_free(ro->trace), ro->trace = NULL;
     if (bad) fprintf(stderr, "planrun: --trace %s: cannot write it\n", path);
@@ -644,7 +784,7 @@ static int run(const options *o, const plan *p, const how *h) {
         rt_corpus_free(&corpus);
         return EXIT_FILE;
     }
-    rt_options ro = {.backend = o->backend, .f64 = o->f64, .one_rank = h->one_rank, .rank = h->rank, .seed = o->seed,
+    rt_options ro = {.backend = h->backend ? h->backend : o->backend, .f64 = o->f64, .one_rank = h->one_rank, .rank = h->rank, .seed = o->seed,
                      .timeout_s = o->timeout_s, .corpus = &corpus, .steps = (uint64_t)o->steps, .backend_config = h->backend_config,
                      .emulate_network = o->emulate_network, .dilation = o->dilation};
     bool quiet = o->quiet || !h->leader;
@@ -671,9 +811,13 @@ static int run(const options *o, const plan *p, const how *h) {
         rc = EXIT_FILE;
     }
     if (!rc) rc = trace_open(o, h, p, &tf);
-    if (!rc && !quiet) describe_plan(o, p);
+    rt_metrics mx;
+    bool keep = h->leader && (o->metrics || o->plot);
+    if (!rc && rt_metrics_open(&mx, keep ? o->metrics : NULL, err, sizeof err)) fprintf(stderr, "planrun: %s\n", err), rc = EXIT_FILE;
+    if (!rc && !quiet) describe_plan(o, p, h);
+    if (!rc && o->json && h->leader) json_start(o, p, h);
     if (!rc) rc = bg_start(o, h, &ro, &bg, o->quiet);
-    if (!rc) rc = run_steps(o, &r, lf, quiet);
+    if (!rc) rc = metrics_end(o, p, &mx, run_steps(o, &r, lf, h->leader, keep ? &mx : NULL));
     else if (lf) fclose(lf);
     if (!rc) run_report(&r, quiet);
     int bg_rc = bg_end(o, &bg, !rc, o->quiet);
@@ -687,13 +831,40 @@ static int run(const options *o, const plan *p, const how *h) {
     return rc ? rc : bg_rc;
 }
 
-// The cpu backends run every rank here: a launcher that says this is one of several processes
-// is a mistake (a world of one, srun -n 1 say, is fine).
+// Under mpirun: one rank of the plan per process, through MPI (comm_mpi.c).
+static int run_cpu_mpi(const options *o, const plan *p, const plan *bg, const rt_launch *l) {
+    char err[512];
+    int rank, world;
+    if (rt_mpi_begin(&rank, &world, err, sizeof err)) return fprintf(stderr, "planrun: rank %d: %s\n", l->rank, err), EXIT_BACKEND;
+    if (rank != l->rank || world != l->world) {
+        fprintf(stderr, "planrun: MPI says rank %d of %d, but %s and %s say rank %d of %d\n", rank, world, l->rank_from, l->world_from,
+                l->rank, l->world);
+        return EXIT_LAUNCH;
+    }
+    if (world != (int)p->meta.world) {
+        fprintf(stderr, "planrun: %s: the plan was compiled for %u rank%s but mpirun started %d processes: run mpirun -np %u\n", o->plan,
+                p->meta.world, p->meta.world == 1 ? "" : "s", world, p->meta.world);
+        return EXIT_LAUNCH;
+    }
+    const char *why = bg ? "--background" : o->save || o->compare ? "--save and --compare" : o->emulate_network ? "--emulate-network"
+                    : strcmp(o->backend, "cpu") ? "--backend cpu-serial" : NULL;
+    if (why) {
+        fprintf(stderr, "planrun: %s: not with one rank per process under mpirun (they need every rank in one process: start a "
+                "single planrun)\n", why);
+        return EXIT_USAGE;
+    }
+    how h = {.backend = "cpu-mpi", .processes = world, .one_rank = true, .rank = rank, .leader = rank == 0};
+    return run(o, p, &h);
+}
+
+// The cpu backends run every rank here, or under mpirun one rank per process; another launcher
+// that says this is one of several processes is a mistake (a world of one, srun -n 1 say, is fine).
 static int run_cpu(const options *o, const plan *p, const plan *bg, const rt_launch *l) {
+    if (l->launched && l->world > 1 && l->by_mpi) return run_cpu_mpi(o, p, bg, l);
     if (l->launched && l->world > 1) {
-        fprintf(stderr, "planrun: the %s backend runs every rank of the plan in this one process, but %s says this is "
-                "one of %d processes: use --backend cuda (one rank per process), or start a single planrun\n", o->backend,
-                l->world_from, l->world);
+        fprintf(stderr, "planrun: the %s backend runs every rank of the plan in this one process, or one rank per process under "
+                "mpirun, but %s says this is one of %d processes: start it with mpirun -np %d, use --backend cuda (one rank per "
+                "process), or start a single planrun\n", o->backend, l->world_from, l->world, l->world);
         return EXIT_LAUNCH;
     }
     how h = {.leader = true, .bg = bg};
@@ -705,13 +876,13 @@ static void describe_launch(const rt_launch *l, const rt_rendezvous *r) {
     char who[512], how_[300];
     rt_launch_describe(l, who, sizeof who);
     rt_rendezvous_describe(r, how_, sizeof how_);
-    printf("planrun[%d]: %s; rendezvous %s\n", l->rank, who, how_);
+    fprintf(text_out, "planrun[%d]: %s; rendezvous %s\n", l->rank, who, how_);
     fflush(stdout);
 }
 
 static void describe_gpu(const rt_launch *l, const rt_cuda_device *d) {
     const char *vis = getenv("CUDA_VISIBLE_DEVICES");
-    printf("planrun[%d]: GPU %d of %d (%s, sm_%d%d, %.1f GiB%s%s%s); CUDA runtime %d.%d, driver %d.%d, NCCL %d.%d.%d, cuDNN %d.%d.%d, "
+    fprintf(text_out, "planrun[%d]: GPU %d of %d (%s, sm_%d%d, %.1f GiB%s%s%s); CUDA runtime %d.%d, driver %d.%d, NCCL %d.%d.%d, cuDNN %d.%d.%d, "
            "cuBLAS %d.%d.%d\n", l->rank, d->ordinal, d->count, d->name, d->cc_major, d->cc_minor, (double)d->mem_bytes / (1 << 30),
            vis ? ", CUDA_VISIBLE_DEVICES=" : "", vis ? vis : "", "", d->runtime_version / 1000, d->runtime_version % 1000 / 10,
            d->driver_version / 1000, d->driver_version % 1000 / 10, d->nccl_version / 10000, d->nccl_version / 100 % 100,
@@ -750,9 +921,15 @@ static int run_cuda(const options *o, const plan *p, const plan *bg, rt_launch *
         return EXIT_LAUNCH;
     }
     if (!o->quiet) describe_launch(l, &rdv);
-    // The rendezvous first: it needs no GPU, and a rank that has none then fails after the others
-    // know the id (they stop at NCCL's setup with a timeout, naming it).
+    // The GPU first: a rank without one says so at once and stops, rather than meet its peers and
+    // fail after the rendezvous (its peers then stop at the rendezvous's timeout, naming it).
     rt_cuda_config cfg = {.rank = l->rank, .world = l->world, .tf32 = o->tf32};
+    rt_cuda_device dev;
+    if (rt_cuda_device_open(l->local_rank, &dev, err, sizeof err)) {
+        fprintf(stderr, "planrun: --backend cuda, rank %d (local rank %d): %s; stopping before the rendezvous (its peers will "
+                "time out waiting for rank %d)\n", l->rank, l->local_rank, err, l->rank);
+        return EXIT_NO_GPU;
+    }
     if (l->world > 1 || o->rendezvous) { // a world of one meets only when asked to (a test of the path)
         if (l->rank == 0 && rt_cuda_nccl_id(cfg.nccl_id, err, sizeof err)) {
             fprintf(stderr, "planrun: rank 0: cannot make the NCCL id: %s\n", err);
@@ -763,13 +940,7 @@ static int run_cuda(const options *o, const plan *p, const plan *bg, rt_launch *
             rt_rendezvous_finish();
             return EXIT_LAUNCH;
         }
-        if (!o->quiet) printf("planrun[%d]: rendezvous done: rank 0's NCCL id received\n", l->rank);
-    }
-    rt_cuda_device dev;
-    if (rt_cuda_device_open(l->local_rank, &dev, err, sizeof err)) {
-        fprintf(stderr, "planrun: --backend cuda, rank %d (local rank %d): %s\n", l->rank, l->local_rank, err);
-        rt_rendezvous_finish();
-        return EXIT_NO_GPU;
+        if (!o->quiet) fprintf(text_out, "planrun[%d]: rendezvous done: rank 0's NCCL id received\n", l->rank);
     }
     cfg.device = dev.ordinal;
     if (!o->quiet) describe_gpu(l, &dev);
@@ -789,8 +960,10 @@ static int run_cuda(const options *o, const plan *p, const plan *bg, rt_launch *
 
 int main(int argc, char **argv) {
     options o;
+    text_out = stdout;
     int rc = parse_args(argc, argv, &o);
     if (rc) return rc;
+    if (o.json) text_out = stderr;
     rt_launch l;
     char err[1024];
     if (rt_launch_discover(&l, o.rank, o.world, o.local_rank, NULL, err, sizeof err)) {
@@ -799,6 +972,8 @@ int main(int argc, char **argv) {
     }
     plan p, bg;
     if ((rc = load_plan(&o, &p))) return rc;
+    // Progress from the process that prints (rank 0 of a multi-process run).
+    cli_progress_start("planrun", o.quiet || (l.launched && l.rank > 0));
     if (o.bg && (rc = load_background(&o, p.meta.world, &bg))) {
         plan_free(&p);
         return rc;
@@ -817,5 +992,7 @@ int main(int argc, char **argv) {
     }
     if (bgp) plan_free(&bg);
     plan_free(&p);
+    cli_progress_stop();
+    rt_mpi_end(rc);
     return rc;
 }

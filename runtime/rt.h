@@ -7,6 +7,8 @@
  *               operator family (matmul.c, norm.c, attention.c, ...), backend.c around them
  *   data.c      synthetic data, initializers and token files
  *   comm.c      in-process collectives and send/recv for the CPU backend (ranks are threads)
+ *   comm_mpi.c  the CPU backend with one rank per process, communicating through MPI
+ *   metrics.c   planrun's per-step figures: JSON lines, CSV, the SVG curves
  *   gate.c      the admission gate of a background job (planrun --background)
  *   interp.c    the interpreter: one rank's program, its loops, streams and events
  *   bgjob.c     the background job: a replica of a one-rank plan beside every foreground rank
@@ -26,6 +28,7 @@
 #include <stddef.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <stdio.h>
 
 /* ---- rand.c: counter-based random numbers ----
  *
@@ -236,6 +239,38 @@ int rt_comm_coll(rt_comm *c, int thread, uint64_t key, uint64_t seq, int n_membe
 // (<= 0: 1; 1 at first). Set before the first step.
 void rt_comm_emulate(rt_comm *c, bool on);
 void rt_comm_dilate(rt_comm *c, double dilation);
+
+/* ---- metrics.c: the figures of each step (planrun --json, --metrics, --plot) ---- */
+typedef struct rt_step_figures {
+    uint64_t step, steps;           // 1-based; of the run's
+    double loss;                    // NAN: none
+    double time_s;                  // the step's wall time
+    double samples_per_s;           // samples of the step (all micro-batches) over its time
+    double tokens_per_s;            // ... tokens (a model fed by a token input); < 0: not a token model
+    uint64_t arena_bytes;           // the largest arena of a rank (the plan's exact peak)
+    uint64_t rss_bytes;             // this process's largest resident set so far
+} rt_step_figures;
+
+typedef struct rt_metrics {
+    FILE *f;                        // --metrics, or NULL
+    bool csv;                       // the file's name ends in .csv (else JSON lines)
+    const char *path;
+    double *loss, *time_s;          // every step's, for the picture
+    size_t n, cap;
+} rt_metrics;
+
+// One step's figures as one JSON object, no newline ("type": "step"; schemas/planrun.schema.json).
+void rt_step_json(FILE *f, const rt_step_figures *s);
+// Starts the figures; path (NULL: kept in memory only) is written as CSV when it ends in .csv,
+// else as JSON lines. -1 with a message when the file cannot be opened or is not a regular file.
+int rt_metrics_open(rt_metrics *m, const char *path, char *err, size_t err_n);
+// Adds a step (to the file, too). -1 with a message when out of memory or the file fails.
+int rt_metrics_add(rt_metrics *m, const rt_step_figures *s, char *err, size_t err_n);
+// Closes the file; -1 with a message when it could not be written whole.
+int rt_metrics_close(rt_metrics *m, char *err, size_t err_n);
+void rt_metrics_free(rt_metrics *m); // accepts a zeroed one
+// The loss and the step time over the steps as an SVG picture at path, titled. -1 with a message.
+int rt_metrics_svg(const rt_metrics *m, const char *path, const char *title, char *err, size_t err_n);
 
 /* ---- gate.c: the admission gate of a background job ----
  *
@@ -570,6 +605,20 @@ void rt_trace_settle(rt_trace *t, int rank);
 // Writes the trace of the ranks with local[q] (NULL: all) as Chrome trace JSON. -1 on a write error.
 int rt_trace_write(const rt_trace *t, const plan *p, const bool *local, const rt_trace_info *info, FILE *f);
 uint64_t rt_trace_dropped(const rt_trace *t); // slices not recorded (0 for NULL)
+/* ---- comm_mpi.c: one rank per process, through MPI ----
+ *
+ * Under mpirun, planrun's cpu backend runs one rank of the plan per process: the CPU backend
+ * with its sends, receives, collectives and the loss's sum through MPI, computing what the
+ * threaded backend computes bit for bit (comm_mpi.c says how). */
+// Starts MPI (once; MPI_THREAD_SERIALIZED) and says which process this is. -1 with a message when
+// it cannot, or when this build has no MPI.
+int rt_mpi_begin(int *rank, int *world, char *err, size_t err_n);
+// Ends MPI at planrun's exit: MPI_Abort(exit_code) when it is not 0 (mpirun then stops every
+// other rank at once), else MPI_Finalize. Nothing when MPI was not started.
+void rt_mpi_end(int exit_code);
+// The backend "cpu-mpi" (interp.c asks for it by that name): rank o->rank of p's world, which
+// must be MPI's; up to `streams` streams and `events` events per rank. NULL with a message.
+rt_backend *rt_backend_mpi_init(const plan *p, const rt_options *o, uint32_t streams, uint32_t events, char *err, size_t err_n);
 
 /* ---- bgjob.c: the background job (planrun --background) ----
  *

@@ -8,6 +8,7 @@ With a WRAPPER (valgrind ...), every planrun runs under it.
 """
 import os
 import subprocess
+import time
 import sys
 import tempfile
 
@@ -69,14 +70,17 @@ def launch_and_cuda(pr, plancc, cpu, mlp, j):
     expect("cpu under srun -n 1", prx({"SLURM_PROCID": "0", "SLURM_NTASKS": "1"}, j("mlp2.plan"), "--steps", 1), 0, "1/1")
     expect("cpu as one of 2 processes", prx({"RANK": "0", "WORLD_SIZE": "2"}, j("mlp2.plan"), "--steps", 1), 10,
            "runs every rank", "WORLD_SIZE")
+    expect("launchers that disagree: exit 10 naming both",
+           prx({"RANK": "0", "WORLD_SIZE": "2", "OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "4"}, j("mlp2.plan")), 10,
+           "WORLD_SIZE=2 but OMPI_COMM_WORLD_SIZE=4")
     expect("bad RANK", prx({"RANK": "one", "WORLD_SIZE": "2"}, j("mlp2.plan")), 10, "RANK=\"one\"")
     expect("rank without world size", prx({"OMPI_COMM_WORLD_RANK": "1"}, j("mlp2.plan")), 10, "no world size")
     expect("--rank beyond --world-size", prx({}, j("mlp2.plan"), "--rank", 2, "--world-size", 2), 10, "rank 2")
-    expect("bad --rank", prx({}, j("mlp2.plan"), "--rank", "1.5"), 1, "--rank")
+    expect("bad --rank", prx({}, j("mlp2.plan"), "--rank", "1.5"), 2, "--rank")
     if os.environ.get("PLANRUN_EXPECT_CUDA") == "1":
         check("meson found CUDA, so planrun has the cuda backend", built, None, f"--version says: {version.strip()}")
     if not built:
-        expect("cuda without the cuda backend", prx({}, j("mlp1.plan"), "--backend", "cuda", "--steps", 1), 5,
+        expect("cuda without the cuda backend", prx({}, j("mlp1.plan"), "--backend", "cuda", "--steps", 1), 9,
                "built without the cuda backend")
         return
     gpu = has_gpu()
@@ -95,22 +99,29 @@ def launch_and_cuda(pr, plancc, cpu, mlp, j):
     expect("cuda: bad --rendezvous", prx({}, j("mlp2.plan"), "--backend", "cuda", "--rank", 0, "--world-size", 2,
                                          "--rendezvous", "tcp:host:0"), 10, "port")
     expect("cuda: --save with 2 processes", prx({}, j("mlp2.plan"), "--backend", "cuda", "--rank", 0, "--world-size", 2,
-                                                "--save", j("x.st")), 1, "--save")
+                                                "--save", j("x.st")), 2, "--save")
     port = free_port()
-    expect("cuda: rank 0 alone gives up, naming rank 1",
-           prx({"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}, j("mlp2.plan"),
-               "--backend", "cuda", "--timeout", 1), 10, "1 of 2 ranks joined", "missing: 1")
     if gpu:
+        expect("cuda: rank 0 alone gives up, naming rank 1",
+               prx({"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}, j("mlp2.plan"),
+                   "--backend", "cuda", "--timeout", 1), 10, "1 of 2 ranks joined", "missing: 1")
         return  # two ranks on one machine's GPUs: the gpu suite's business
-    # Two real processes meet over TCP (torchrun's variables) and through a file (flags): both get
-    # rank 0's NCCL id, then stop for want of a GPU.
+    # Without a GPU a rank says so before it waits for its peers: at once, not after --timeout.
+    t0 = time.time()
+    expect("cuda: a lone rank without a GPU says so before the rendezvous",
+           prx({"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}, j("mlp2.plan"),
+               "--backend", "cuda", "--timeout", 60), 9, "no GPU", "before the rendezvous", "rank 1")
+    check("... and at once (not after the 60 s timeout)", time.time() - t0 < 30, None, f"{time.time() - t0:.1f} s")
+    # Two real processes started as torchrun (variables) and as flags with a file rendezvous: both
+    # stop for want of a GPU before they meet (the rendezvous itself: tests/unit_launch.c).
     def pair(name, envs, args):
         procs = [subprocess.Popen([str(x) for x in (*wrapper, *pr.planrun, j("mlp2.plan"), "--backend", "cuda",
                                                     "--timeout", 30, *args[r])],
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**env, **envs[r]})
                  for r in (1, 0)]
         outs = [p.communicate(timeout=120) for p in procs]
-        ok = all(p.returncode == 9 for p in procs) and all("rendezvous done" in o for o, _ in outs)
+        ok = all(p.returncode == 9 for p in procs) and all("before the rendezvous" in e and "rendezvous done" not in o
+                                                           for o, e in outs)
         check(name, ok, None, " / ".join(f"exit {p.returncode}: {o[-400:]} {e[-400:]}" for p, (o, e) in zip(procs, outs)))
     port = free_port()
     tcp = [{"RANK": str(r), "WORLD_SIZE": "2", "LOCAL_RANK": str(r), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
@@ -124,19 +135,19 @@ def background(pr, j):
     """--background: the background plan's refusals (exit 11), its options' (exit 1), and a
     replica's --background-save/--background-compare. mlp.plan has 2 ranks, mlp1.plan one."""
     fg, bg = j("mlp.plan"), j("mlp1.plan")
-    expect("background with 2 ranks", pr(fg, "--steps", 1, "--background", fg), 11, "--background", "2 ranks", "--devices 1")
-    expect("missing background plan", pr(fg, "--steps", 1, "--background", j("nope-bg.plan")), 11, "nope-bg.plan")
-    expect("background not a plan", pr(fg, "--steps", 1, "--background", j("junk.plan")), 11, "junk.plan")
-    expect("corrupt background plan", pr(fg, "--steps", 1, "--background", j("flip.plan")), 11, "flip.plan")
-    expect("truncated background plan", pr(fg, "--steps", 1, "--background", j("short.plan")), 11, "short.plan")
-    expect("background plan fails its check", pr(fg, "--steps", 1, "--background", j("rbw.plan")), 11, "rbw.plan",
+    expect("background with 2 ranks", pr(fg, "--steps", 1, "--background", fg), 13, "--background", "2 ranks", "--devices 1")
+    expect("missing background plan", pr(fg, "--steps", 1, "--background", j("nope-bg.plan")), 13, "nope-bg.plan")
+    expect("background not a plan", pr(fg, "--steps", 1, "--background", j("junk.plan")), 13, "junk.plan")
+    expect("corrupt background plan", pr(fg, "--steps", 1, "--background", j("flip.plan")), 13, "flip.plan")
+    expect("truncated background plan", pr(fg, "--steps", 1, "--background", j("short.plan")), 13, "short.plan")
+    expect("background plan fails its check", pr(fg, "--steps", 1, "--background", j("rbw.plan")), 13, "rbw.plan",
            "fails its check")
-    expect("--background-steps without --background", pr(fg, "--background-steps", 2), 1, "need --background")
+    expect("--background-steps without --background", pr(fg, "--background-steps", 2), 2, "need --background")
     expect("--background-steps and --background-until-fg", pr(fg, "--background", bg, "--background-steps", 2,
-                                                              "--background-until-fg"), 1, "exclude each other")
-    expect("--background-nice 20", pr(fg, "--background", bg, "--background-nice", 20), 1, "--background-nice", "0 to 19")
-    expect("--background-inflight 0", pr(fg, "--background", bg, "--background-inflight", 0), 1, "--background-inflight")
-    expect("--background-replica beyond the ranks", pr(fg, "--background", bg, "--background-replica", 2), 1,
+                                                              "--background-until-fg"), 2, "exclude each other")
+    expect("--background-nice 20", pr(fg, "--background", bg, "--background-nice", 20), 2, "--background-nice", "0 to 19")
+    expect("--background-inflight 0", pr(fg, "--background", bg, "--background-inflight", 0), 2, "--background-inflight")
+    expect("--background-replica beyond the ranks", pr(fg, "--background", bg, "--background-replica", 2), 2,
            "replicas 0 to 1")
     # replica 1 (seed 5 + 1) after 3 steps is the plain run with seed 6
     expect("plain background run", pr(bg, "--steps", 3, "--seed", 6, "--quiet", "--save", j("bg6.st")), 0)
@@ -171,44 +182,44 @@ def main():
         check("compile mlp", p.returncode == 0, p)
 
         # usage
-        expect("--help", pr("--help"), 0, "usage: planrun", "Exit codes", "--background BG.plan", "11 unusable --background")
+        expect("--help", pr("--help"), 0, "usage: planrun", "Exit codes", "--background BG.plan", "13  unusable --background plan")
         expect("--version", pr("--version"), 0, "planrun ")
-        expect("no plan", pr(), 1, "want one plan file")
-        expect("unknown option", pr(j("mlp.plan"), "--frobnicate"), 1, "--frobnicate")
-        expect("bad --steps", pr(j("mlp.plan"), "--steps", "ten"), 1, "--steps", "ten")
-        expect("bad --backend", pr(j("mlp.plan"), "--backend", "tpu"), 1, "tpu")
+        expect("no plan", pr(), 2, "want one plan file")
+        expect("unknown option", pr(j("mlp.plan"), "--frobnicate"), 2, "--frobnicate")
+        expect("bad --steps", pr(j("mlp.plan"), "--steps", "ten"), 2, "--steps", "ten")
+        expect("bad --backend", pr(j("mlp.plan"), "--backend", "tpu"), 2, "tpu")
 
         # the plan file
-        expect("missing plan", pr(j("nope.plan")), 2, "nope.plan")
+        expect("missing plan", pr(j("nope.plan")), 4, "nope.plan")
         with open(j("junk.plan"), "wb") as f:
             f.write(b"not a plan at all, just some bytes" * 4)
-        expect("not a plan", pr(j("junk.plan")), 2, "junk.plan")
+        expect("not a plan", pr(j("junk.plan")), 4, "junk.plan")
         with open(j("mlp.plan"), "rb") as f:
             data = f.read()
         with open(j("short.plan"), "wb") as f:
             f.write(data[: len(data) // 2])
-        expect("truncated plan", pr(j("short.plan")), 2, "short.plan")
+        expect("truncated plan", pr(j("short.plan")), 4, "short.plan")
         flipped = bytearray(data)
         flipped[len(data) - 20] ^= 0x40
         with open(j("flip.plan"), "wb") as f:
             f.write(flipped)
-        expect("corrupt plan", pr(j("flip.plan")), 2, "flip.plan")
+        expect("corrupt plan", pr(j("flip.plan")), 4, "flip.plan")
         p = run(plandump, "--assemble", os.path.join(root, "tests", "bad_plans", "read-before-write.plan.txt"),
                 "-o", j("rbw.plan"), "--force")
         check("assemble a broken plan", p.returncode == 0, p)
-        expect("plan fails its check", pr(j("rbw.plan")), 3, "rbw.plan", "before anything writes it")
-        expect("stale plan", pr(j("mlp.plan"), "--model", gpt), 4, "model")
+        expect("plan fails its check", pr(j("rbw.plan")), 5, "rbw.plan", "before anything writes it")
+        expect("stale plan", pr(j("mlp.plan"), "--model", gpt), 6, "model")
         launch_and_cuda(pr, plancc, cpu, mlp, j)
         background(pr, j)
 
         # a run that cannot go on: a deadlock is found at once, naming each blocked receive
         p = run(plandump, "--assemble", os.path.join(bad, "deadlock.plan.txt"), "-o", j("deadlock.plan"))
         check("assemble the deadlock plan", p.returncode == 0, p)
-        expect("deadlock", pr(j("deadlock.plan"), "--steps", 1, "--timeout", 120, timeout=100), 6, "deadlock",
+        expect("deadlock", pr(j("deadlock.plan"), "--steps", 1, "--timeout", 120, timeout=100), 11, "deadlock",
                "rank 0 (program 0 \"first\") stream 0: insn 0 (recv", "rank 1 (program 1 \"second\") stream 0: insn 0 (recv")
         # a failing foreground stops its background replicas too (the gates close), at once
         expect("deadlock with a background job", pr(j("deadlock.plan"), "--steps", 1, "--timeout", 120, "--background",
-                                                    j("mlp1.plan"), "--background-steps", 1000000, timeout=100), 6, "deadlock")
+                                                    j("mlp1.plan"), "--background-steps", 1000000, timeout=100), 11, "deadlock")
         p = run(plandump, "--assemble", os.path.join(bad, "grouped.plan.txt"), "-o", j("grouped.plan"))
         check("assemble the grouped plan", p.returncode == 0, p)
         expect("a send/recv group does not deadlock", pr(j("grouped.plan"), "--steps", 2), 0, "2 steps")
@@ -250,21 +261,21 @@ def main():
         eth = os.path.join(root, "models", "clusters", "cpu-ethernet.json")
         p = run(plancc, mlp, "--cluster", eth, "--devices", 2, "--dp", 2, "-o", j("mlp-eth.plan"))
         check("compile mlp on 2 ethernet servers", p.returncode == 0 and "2 x CPU rank" in p.stdout, p)
-        expect("--emulate-network on cuda", pr(j("mlp-eth.plan"), "--emulate-network", "--backend", "cuda"), 1,
+        expect("--emulate-network on cuda", pr(j("mlp-eth.plan"), "--emulate-network", "--backend", "cuda"), 2,
                "--emulate-network is for the cpu backends")
         for be in ("cpu", "cpu-serial"):
             expect(f"emulated network ({be})", pr(j("mlp-eth.plan"), "--emulate-network", "--backend", be, "--steps", 3,
                                                   "--losses", j(f"eth-{be}.loss")), 0, "network emulated", "step 3/3")
-        expect("--dilation without --emulate-network", pr(j("mlp-eth.plan"), "--dilation", 2), 1, "--dilation needs --emulate-network")
-        expect("--dilation 0", pr(j("mlp-eth.plan"), "--emulate-network", "--dilation", 0), 1, "--dilation wants a number")
+        expect("--dilation without --emulate-network", pr(j("mlp-eth.plan"), "--dilation", 2), 2, "--dilation needs --emulate-network")
+        expect("--dilation 0", pr(j("mlp-eth.plan"), "--emulate-network", "--dilation", 0), 2, "--dilation wants a number")
         expect("dilated", pr(j("mlp-eth.plan"), "--emulate-network", "--dilation", 2.5, "--steps", 1), 0, "time dilation 2.5")
         expect("the same without emulation", pr(j("mlp-eth.plan"), "--steps", 3, "--losses", j("eth.loss")), 0, "step 3/3")
         with open(j("eth.loss")) as f, open(j("eth-cpu.loss")) as g, open(j("eth-cpu-serial.loss")) as h:
             check("emulation changes no loss", f.read() == g.read() == h.read())
 
         # double precision: F64 files, resumable bit for bit; an f32 run loads them (rounded)
-        expect("bad --precision", pr(j("mlp.plan"), "--precision", "f16"), 1, "--precision", "f16")
-        expect("f64 on cuda", pr(j("mlp.plan"), "--precision", "f64", "--backend", "cuda"), 1, "cpu backends only")
+        expect("bad --precision", pr(j("mlp.plan"), "--precision", "f16"), 2, "--precision", "f16")
+        expect("f64 on cuda", pr(j("mlp.plan"), "--precision", "f64", "--backend", "cuda"), 2, "cpu backends only")
         expect("f64 run and save", pr(j("mlp.plan"), "--precision", "f64", "--steps", 3, "--save", j("d.st"),
                                       "--losses", j("d.loss")), 0, "step 3/3")
         with open(j("d.st"), "rb") as f:

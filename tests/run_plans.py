@@ -15,7 +15,7 @@ usage: run_plans.py [--good | --bad | --cli] PLANDUMP SOURCE_ROOT [WRAPPER ...]
   FRAGMENT; a plan that fails only plan_check (exit 5) and that the format can hold is written
   with --force, and plandump on the file refuses it the same way (exit 5, the same fragment).
   Every file in the folder must be listed. Binary damage (truncation, magic, version, a CRC)
-  exits 4; a missing file or a folder exits 2.
+  exits 4; a missing file or a folder exits 4 (not a plan file), an output that cannot be written 8.
 --cli: --help, --version, usage errors and their exit codes.
 Without a mode, all three. WRAPPER (valgrind -q --error-exitcode=97 ...) runs plandump under a
 memory checker, whose reports change the exit code or add to stderr and so fail the case.
@@ -222,11 +222,11 @@ def binary_damage(run, tmp):
     p = run("--rank", "2", os.path.join(tmp, "damaged.plan"))
     check("binary: --rank 2 reads PROGRAM 1 (damaged): exit 4", p.returncode == 4 and "CRC mismatch" in p.stderr, p)
     p = run(os.path.join(tmp, "missing.plan"))
-    check("a missing file: exit 2", p.returncode == 2 and "cannot open" in p.stderr, p)
+    check("a missing file: exit 4", p.returncode == 4 and "cannot open" in p.stderr, p)
     p = run(tmp)
-    check("a folder: exit 2", p.returncode == 2 and "not a regular file" in p.stderr, p)
+    check("a folder: exit 4", p.returncode == 4 and "not a regular file" in p.stderr, p)
     p = run("--assemble", "tests/plans/single.plan.txt", "-o", os.path.join(tmp, "no", "such", "dir.plan"))
-    check("an output that cannot be written: exit 2", p.returncode == 2 and "cannot create" in p.stderr, p)
+    check("an output that cannot be written: exit 8", p.returncode == 8 and "cannot create" in p.stderr, p)
 
 
 def run_bad(run):
@@ -249,8 +249,9 @@ def run_bad(run):
 def run_cli(run):
     p = run("--help")
     check("--help: usage on stdout, exit 0", p.returncode == 0 and "usage: plandump" in p.stdout and p.stderr == "", p)
-    check("--help documents the exit codes", "Exit codes: 0 success, 1 internal error, 2 usage" in p.stdout
-          and "4 not a valid plan file" in p.stdout and "5 the plan fails plan_check" in p.stdout, p)
+    check("--help documents the exit codes (the table the three tools share)",
+          "Exit codes (the same in plancc, plandump and planrun)" in p.stdout and " 4  not a plan file" in p.stdout
+          and " 5  the plan fails plan_check" in p.stdout and " 8  unusable data, checkpoint or output file" in p.stdout, p)
     p = run("--version")
     check("--version: exit 0", p.returncode == 0 and p.stdout.startswith("plandump ") and p.stderr == "", p)
     usage = [([], "no plan given"), (["a.plan", "b.plan"], "more than one plan"), (["--bogus", "x"], "unknown option"),

@@ -119,10 +119,10 @@ with tempfile.TemporaryDirectory() as tmp:
     # Errors.
     for args, code, words in [(["--ranks", "0-1", gpt], 2, "--ranks goes with --trace or --svg"),
                               (["--sim", "--rank", "0", gpt], 2, "simulate the whole plan"),
-                              (["--sim", "--json", gpt], 2, "only one of"),
+                              (["--sim", "--text", gpt], 2, "only one of"),
                               (["--trace", tr, "--ranks", "7-9", gpt], 2, "out of range"),
                               (["--trace", tr, "--ranks", "3-1", gpt], 2, "--ranks wants"),
-                              (["--svg", os.path.join(tmp, "no", "such.svg"), gpt], 2, "cannot open for writing")]:
+                              (["--svg", os.path.join(tmp, "no", "such.svg"), gpt], 8, "cannot open for writing")]:
         p = run(*args)
         check(f"plandump {' '.join(args[:-1])}: exit {code}", p.returncode == code and words in p.stderr, (p.returncode, p.stderr))
     dead = os.path.join(tmp, "dead.plan")
@@ -191,7 +191,7 @@ with tempfile.TemporaryDirectory() as tmp:
     for args, code, what in ((["--sim", fg, "--background", fg], 5, "must have one"),
                              ([fg, "--background", bg], 2, "goes with --sim"),
                              (["--sim", "--piece-ms", "-1", fg, "--background", bg], 2, "--piece-ms wants"),
-                             (["--sim", fg, "--background", os.path.join(tmp, "none.plan")], 2, "none.plan")):
+                             (["--sim", fg, "--background", os.path.join(tmp, "none.plan")], 4, "none.plan")):
         p = run(*args)
         check(f"--background error: {what} (exit {code})", p.returncode == code and what in p.stderr, f"{p.returncode} {p.stderr}")
 

@@ -4,7 +4,8 @@
   trace_cli.py PLANCC PLANDUMP PLANRUN SRC [PLANRUN_SAN]
 
 gpt-tiny on 4 cpu ranks (pp 2 x dp 2, 4 micro-batches, so sends, receives, collectives, events and
-two streams all occur) runs 3 steps with --trace, on the cpu and cpu-serial backends. The trace
+two streams all occur) runs 3 steps with --trace, on the cpu and cpu-serial backends, and under
+mpirun (one rank per process: a file per rank) where planrun has MPI. The trace
 must parse; name its processes and threads as plandump --trace does; hold, for every step, every
 instruction the simulation holds exactly once (same rank, stream, instruction, micro-batch and
 layer), plus only record and wait; keep each track's slices in order without overlap and inside
@@ -16,6 +17,7 @@ PLANRUN_SAN (the ASan+UBSan build) one traced run must be clean.
 """
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -142,6 +144,21 @@ def main():
         r = sh(planrun, "pp.plan", "--steps", "2", "--trace", "no/such/dir/t.json", cwd=tmp)
         check("--trace into a missing folder: exit 8 before any step", r.returncode == 8 and "step 1" not in r.stdout and
               "no/such/dir/t.json" in r.stderr, (r.returncode, r.stdout, r.stderr))
+        # one rank per process under mpirun: a file per rank, together the whole run
+        mpi = shutil.which("mpirun")
+        r = sh(planrun, "--version", cwd=tmp)
+        if mpi and "mpi" in (r.stdout + r.stderr):
+            r = sh(mpi, "--allow-run-as-root", "--oversubscribe", "-np", "4", planrun, "pp.plan", "--steps", "2", "--log-every", "0",
+                   "--trace", "m.json", cwd=tmp)
+            files = [os.path.join(tmp, f"m.rank{q}.json") for q in range(4)]
+            check("mpirun -np 4 --trace: a file per rank (m.rankN.json)", r.returncode == 0 and all(map(os.path.exists, files)),
+                  r.stdout[-500:] + r.stderr[-1500:])
+            if all(map(os.path.exists, files)):
+                r = sh(sys.executable, compare, "sim.json", *files, cwd=tmp)
+                check("compare_trace on the four files matches every simulated instruction",
+                      r.returncode == 0 and f"instructions matched: {n_sim};" in r.stdout, r.stdout[:600] + r.stderr)
+        else:
+            print("skip mpirun --trace: no mpirun, or planrun built without MPI")
         if planrun_san:
             r = sh(planrun_san, "pp.plan", "--steps", "2", "--log-every", "0", "--trace", "san.json", cwd=tmp)
             check("ASan+UBSan: a traced run is clean", r.returncode == 0 and "runtime error" not in r.stderr and

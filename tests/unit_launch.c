@@ -56,8 +56,17 @@ static void discovery_order(void) {
     static const char *const all[] = {"SLURM_PROCID", "6", "SLURM_NTASKS", "16", "SLURM_LOCALID", "2",
                                       "OMPI_COMM_WORLD_RANK", "5", "OMPI_COMM_WORLD_SIZE", "12", "OMPI_COMM_WORLD_LOCAL_RANK", "1",
                                       "RANK", "4", "WORLD_SIZE", "10", NULL};
-    EXPECT(discover(&l, -1, -1, -1, all, err, sizeof err) == 0 && l.rank == 4 && l.world == 10);
+    EXPECT(discover(&l, -1, -1, -1, all, err, sizeof err) == -1 && strstr(err, "WORLD_SIZE=10 but OMPI_COMM_WORLD_SIZE=12"));
+    // ... which must agree where both say a number: then torchrun's names are the ones shown.
+    static const char *const both[] = {"SLURM_PROCID", "6", "SLURM_NTASKS", "16", "SLURM_LOCALID", "2",
+                                       "OMPI_COMM_WORLD_RANK", "4", "OMPI_COMM_WORLD_SIZE", "10", "OMPI_COMM_WORLD_LOCAL_RANK", "1",
+                                       "RANK", "4", "WORLD_SIZE", "10", NULL};
+    EXPECT(discover(&l, -1, -1, -1, both, err, sizeof err) == 0 && l.rank == 4 && l.world == 10 && !strcmp(l.rank_from, "RANK"));
     EXPECT(l.local_rank == 1 && !strcmp(l.local_from, "OMPI_COMM_WORLD_LOCAL_RANK")); // no LOCAL_RANK: the next source
+    static const char *const ranks_differ[] = {"OMPI_COMM_WORLD_RANK", "5", "OMPI_COMM_WORLD_SIZE", "10", "RANK", "4", "WORLD_SIZE",
+                                               "10", NULL};
+    EXPECT(discover(&l, -1, -1, -1, ranks_differ, err, sizeof err) == -1 && strstr(err, "RANK=4 but OMPI_COMM_WORLD_RANK=5"));
+    EXPECT(discover(&l, 4, -1, -1, ranks_differ, err, sizeof err) == 0 && l.rank == 4); // a flag decides
     static const char *const mpi_slurm[] = {"SLURM_PROCID", "6", "SLURM_NTASKS", "16", "SLURM_LOCALID", "2",
                                             "OMPI_COMM_WORLD_RANK", "5", "OMPI_COMM_WORLD_SIZE", "12", NULL};
     EXPECT(discover(&l, -1, -1, -1, mpi_slurm, err, sizeof err) == 0 && l.rank == 5 && l.world == 12 && l.by_mpi);

@@ -28,6 +28,7 @@ traces of different plans (no instruction in common).
 import argparse
 import json
 import os
+import signal
 import sys
 from collections import defaultdict
 
@@ -288,4 +289,5 @@ def main():
 
 
 if __name__ == "__main__":
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `| head` ends the output quietly
     main()

@@ -32,13 +32,19 @@
  * per-stream timeline with each rank's live bytes. Without --ranks they show every rank of a
  * small plan and one rank per class of ranks that run alike (sim.h) of a large one.
  *
- * Exit codes: 0 success, 1 internal error, 2 usage error or a file that cannot be opened,
- * read or written, 4 not a valid plan file (magic, version, CRC, truncation, a malformed
- * section or text), 5 the plan fails plan_check, 6 a stale plan (--model/--cluster). The output is printed before the exit code 5,
- * so a broken plan can still be looked at. Diagnostics go to stderr as "plandump: FILE: message".
+ * --sim --json prints the simulation's figures as one JSON object (schemas/sim.schema.json).
+ * While it reads, checks and simulates, a line on stderr every few seconds says what it is doing
+ * (runtime/cli.h; -q silences it).
+ *
+ * Exit codes, the table all three tools share (runtime/cli.h): 0 success, 1 internal error, 2
+ * usage error, 4 not a plan file (unreadable, magic, version, CRC, truncation, a malformed
+ * section or text), 5 the plan fails plan_check, 6 a stale plan (--model/--cluster), 8 an output
+ * file (--trace, --svg, -o) that cannot be written. The output is printed before the exit code
+ * 5, so a broken plan can still be looked at. Diagnostics go to stderr as "plandump: FILE: message".
  */
 #include "plan/plan.h"
 #include "sim.h"
+#include "cli.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -50,62 +56,41 @@
 #define PLANDUMP_VERSION "0.1.0"
 #endif
 
-enum { EXIT_OK = 0, EXIT_INTERNAL = 1, EXIT_USAGE = 2, EXIT_FORMAT = 4, EXIT_INVALID = 5, EXIT_STALE = 6 };
+enum { EXIT_OK = CLI_EXIT_OK, EXIT_INTERNAL = CLI_EXIT_INTERNAL, EXIT_USAGE = CLI_EXIT_INPUT, EXIT_FORMAT = CLI_EXIT_NOT_PLAN,
+       EXIT_INVALID = CLI_EXIT_CHECK, EXIT_STALE = CLI_EXIT_STALE, EXIT_OUTPUT = CLI_EXIT_FILE };
 
 static void usage(FILE *f) {
     fprintf(f,
             "usage: plandump [--rank R] [--json | --text | --check-only] PLAN\n"
-            "       plandump [--sim] [--trace OUT.json] [--svg OUT.svg] [--ranks A-B] PLAN\n"
+            "       plandump [--sim [--json]] [--trace OUT.json] [--svg OUT.svg] [--ranks A-B] PLAN\n"
             "       plandump --sim --background BG.plan [--piece-ms X] PLAN\n"
             "       plandump --assemble TEXT -o PLAN [--force]\n"
-            "       plandump --help | --version\n"
             "\n"
-            "plandump shows a plan file that plancc wrote, checks it (plan_check: indices, arena,\n"
-            "data flow, matching sends and receives, collective order), and assembles plans from\n"
-            "their text form.\n"
+            "Shows a plan file (plan_check runs on it first): a summary (the default), the summary as\n"
+            "JSON (schemas/plan.schema.json), the text form, or nothing; simulates one step on the cost\n"
+            "model; assembles the text form back into a plan.\n"
             "\n"
-            "  (default)          a summary: mesh, micro-batches and schedule, the loss tensor,\n"
-            "                     the params' initializers and the inputs' data sources, the\n"
-            "                     compiler's notes, and per program the ranks that run it,\n"
-            "                     its arena, instructions by kind and communication per step\n"
-            "  --json             the summary as JSON, with the tensors (and their sources) and\n"
-            "                     each program's buffers and shards (schemas/plan.schema.json)\n"
-            "  --text             the whole plan in its text form (runtime/PLAN_FORMAT.md), which\n"
-            "                     --assemble turns back into the same bytes\n"
-            "  --check-only       print nothing; the exit code says whether the plan is valid\n"
-            "  --rank R           read only what rank R reads (its own program section)\n"
-            "  --sim              simulate one step (every rank's program with the cost model's\n"
-            "                     instruction times the plan carries) and print the step time\n"
-            "                     against the plan's estimate, TFLOP/s per GPU and MFU, the\n"
-            "                     pipeline bubble, exposed communication and peak memory\n"
-            "  --background BG    with --sim: pack the one-rank plan BG into every rank's idle\n"
-            "                     time on its compute stream (GPU multiplexing, DeepPool-style:\n"
-            "                     pieces of at most --piece-ms, never during a collective) and\n"
-            "                     print both jobs' samples/s and the total cluster throughput\n"
-            "  --piece-ms X       the longest background piece in ms (default 0.5)\n"
-            "  --trace OUT.json   write the simulated timeline as Chrome trace JSON (a process\n"
-            "                     per rank, a thread per stream, memory counters, send/recv flow\n"
-            "                     arrows; open it in Perfetto or chrome://tracing)\n"
-            "  --svg OUT.svg      draw the simulated timeline: the pipeline view (ranks x time,\n"
-            "                     forward and backward per micro-batch, idle time shaded) and\n"
-            "                     each rank's streams and live memory\n"
-            "  --ranks A-B        only ranks A to B in --trace and --svg (or one rank: --ranks A;\n"
-            "                     default: every rank up to 64 (16 in --svg), else one rank per\n"
-            "                     class of ranks that run alike)\n"
-            "  --model FILE       refuse the plan (exit 6) unless it was compiled from FILE ...\n"
-            "  --cluster FILE     ... and this cluster file (the hashes in its header)\n"
-            "  --assemble TEXT    parse the text form TEXT, check it and write the plan to -o PLAN\n"
-            "  -o, --output PLAN  where --assemble writes\n"
-            "  --force            with --assemble: write the plan even if it fails the check\n"
+            "  --rank R           read only the sections rank R reads\n"
+            "  --json             the summary as JSON; with --sim, the simulation's figures as JSON\n"
+            "                     (schemas/sim.schema.json)\n"
+            "  --text             the text form (--assemble turns it back into the same bytes)\n"
+            "  --check-only       print nothing; the exit code says whether the plan passes plan_check\n"
+            "  --model F --cluster F  refuse the plan (exit 6) unless it was compiled from these files\n"
+            "  --sim              simulate one step: step time against the plan's estimate, TFLOP/s\n"
+            "                     per GPU and MFU, bubble, exposed communication, memory\n"
+            "  --trace OUT.json   the simulated timeline as Chrome trace JSON (Perfetto)\n"
+            "  --svg OUT.svg      ... as a picture: the pipeline view over the per-stream timeline\n"
+            "  --ranks A-B        the ranks --trace and --svg show (default: all of a small plan)\n"
+            "  --background BG.plan  with --sim: pack a one-rank plan into every rank's idle time\n"
+            "  --piece-ms X       ... in pieces of at most X ms (default 0.5)\n"
+            "  --assemble TEXT -o PLAN  parse, check and write a plan; --force writes one that fails\n"
+            "                     plan_check (for tests of the readers)\n"
+            "  -q, --quiet        no progress lines on stderr\n"
             "  -h, --help         this text\n"
-            "  -V, --version      the version\n"
+            "  -V, --version      the version and the plan format version\n"
             "\n"
-            "Diagnostics: \"plandump: FILE: message\" on stderr.\n"
-            "Exit codes: 0 success, 1 internal error, 2 usage error or a file that cannot be opened,\n"
-            "read or written, 4 not a valid plan file (bad magic, version, CRC, truncated, malformed\n"
-            "section or text), 5 the plan fails plan_check (the output is printed first) or its\n"
-            "simulation deadlocks, 6 a stale plan (--model or --cluster differ from what it was\n"
-            "compiled from).\n");
+            "Diagnostics: \"plandump: FILE: message\" on stderr. The summary is printed before exit 5.\n");
+    cli_print_exit_codes(f);
 }
 
 typedef enum out_mode { OUT_SUMMARY, OUT_JSON, OUT_TEXT, OUT_NONE, OUT_SIM } out_mode;
@@ -119,6 +104,8 @@ typedef struct options {
     out_mode mode;
     int rank;       // -1: all
     bool force;
+    bool sim_json;  // --sim --json
+    bool quiet;     // -q: no progress lines
     bool ranks;     // --ranks given: ranks_lo..ranks_hi
     uint32_t ranks_lo, ranks_hi;
 } options;
@@ -127,6 +114,10 @@ enum { OPT_RANK = 256, OPT_JSON, OPT_TEXT, OPT_CHECK_ONLY, OPT_ASSEMBLE, OPT_FOR
        OPT_SVG, OPT_RANKS, OPT_BACKGROUND, OPT_PIECE_MS };
 
 static int set_mode(options *o, out_mode m, const char *flag) {
+    if ((o->mode == OUT_SIM && m == OUT_JSON) || (o->mode == OUT_JSON && m == OUT_SIM)) { // --sim --json
+        o->mode = OUT_SIM, o->sim_json = true;
+        return EXIT_OK;
+    }
     if (o->mode != OUT_SUMMARY && o->mode != m) {
         fprintf(stderr, "plandump: %s: only one of --json, --text, --check-only and --sim (see plandump --help)\n", flag);
         return EXIT_USAGE;
@@ -220,13 +211,15 @@ static int parse_options(int argc, char **argv, options *o, bool *done) {
         {"cluster", required_argument, NULL, OPT_CLUSTER}, {"sim", no_argument, NULL, OPT_SIM},
         {"trace", required_argument, NULL, OPT_TRACE},     {"svg", required_argument, NULL, OPT_SVG},
         {"ranks", required_argument, NULL, OPT_RANKS},     {"background", required_argument, NULL, OPT_BACKGROUND},
-        {"piece-ms", required_argument, NULL, OPT_PIECE_MS}, {NULL, 0, NULL, 0},
+        {"piece-ms", required_argument, NULL, OPT_PIECE_MS}, {"quiet", no_argument, NULL, 'q'},
+        {NULL, 0, NULL, 0},
     };
     *done = false;
     o->rank = -1;
     opterr = 0;
     int c, st = EXIT_OK;
-    while (!st && (c = getopt_long(argc, argv, ":o:hV", longopts, NULL)) != -1) {
+    if (cli_check_options("plandump", argc, argv, ":o:hVq", longopts)) return EXIT_USAGE;
+    while (!st && (c = getopt_long(argc, argv, ":o:hVq", longopts, NULL)) != -1) {
         switch (c) {
         case OPT_RANK: st = rank_option(optarg, &o->rank); break;
         case OPT_JSON: st = set_mode(o, OUT_JSON, "--json"); break;
@@ -243,6 +236,7 @@ static int parse_options(int argc, char **argv, options *o, bool *done) {
         case OPT_RANKS: st = ranks_option(optarg, o); break;
         case OPT_BACKGROUND: o->background = optarg; break;
         case OPT_PIECE_MS: st = piece_option(optarg, &o->piece_ms); break;
+        case 'q': o->quiet = true; break;
         case 'h': usage(stdout); *done = true; return EXIT_OK;
         case 'V': printf("plandump %s (plan format %u)\n", PLANDUMP_VERSION, PLAN_VERSION); *done = true; return EXIT_OK;
         case ':': fprintf(stderr, "plandump: option %s needs a value\n", argv[optind - 1]); return EXIT_USAGE;
@@ -927,18 +921,18 @@ static void write_svg(FILE *f, const options *o, const plan *p, const sim_result
     free(pt.cov);
 }
 
-// Writes one output file with `what`; EXIT_USAGE with a diagnostic when it cannot.
+// Writes one output file with `what`; EXIT_OUTPUT with a diagnostic when it cannot.
 static int write_file_with(const char *path, void (*what)(FILE *, const void *), const void *ctx) {
     FILE *f = fopen(path, "w");
     if (!f) {
         fprintf(stderr, "plandump: %s: cannot open for writing: %s\n", path, strerror(errno));
-        return EXIT_USAGE;
+        return EXIT_OUTPUT;
     }
     what(f, ctx);
     bool bad = ferror(f) != 0;
     if (fclose(f) != 0 || bad) {
         fprintf(stderr, "plandump: %s: cannot write: %s\n", path, strerror(errno));
-        return EXIT_USAGE;
+        return EXIT_OUTPUT;
     }
     return EXIT_OK;
 }
@@ -1004,6 +998,34 @@ static int show_mux(const options *o, const plan *p, const sim_result *r) {
     return EXIT_OK;
 }
 
+// --sim --json: the simulation's figures (schemas/sim.schema.json).
+static void print_sim_json(FILE *f, const char *file, const plan *p, const sim_result *r) {
+    const plan_meta *m = &p->meta;
+    fprintf(f, "{\"plan\": ");
+    json_str(f, file);
+    fprintf(f, ", \"model\": ");
+    json_str(f, m->model_name);
+    fprintf(f, ", \"world\": %u, \"micro_batches\": %u, \"schedule\": \"%s\", \"mesh\": {", m->world, m->micro_batches,
+            plan_schedule_name(m->schedule));
+    for (uint32_t i = 0; i < m->n_axes; i++) {
+        fprintf(f, "%s", i ? ", " : "");
+        json_str(f, m->axis_names[i]);
+        fprintf(f, ": %u", m->mesh[i]);
+    }
+    fprintf(f, "},\n \"step_s\": %.9g, \"estimate_s\": %.9g, \"ratio_to_estimate\": %.9g, \"model_flops\": %.9g, "
+               "\"tflops_per_gpu\": %.9g, \"mfu\": %.9g,\n", r->step_s, m->est_step_s,
+            m->est_step_s > 0 ? r->step_s / m->est_step_s : 0, m->model_flops, r->tflops_per_gpu, r->mfu);
+    fprintf(f, " \"bubble\": {\"mean\": %.9g, \"max\": %.9g, \"max_rank\": %u},\n", r->bubble, r->bubble_max, r->bubble_max_rank);
+    fprintf(f, " \"compute_s\": {\"mean\": %.9g, \"max\": %.9g, \"max_rank\": %u},\n", r->compute_s, r->compute_max_s,
+            r->compute_max_rank);
+    fprintf(f, " \"communication_s\": {\"mean\": %.9g, \"exposed_mean\": %.9g, \"exposed_max\": %.9g, \"exposed_max_rank\": %u},\n",
+            r->comm_s, r->exposed_comm_s, r->exposed_comm_max_s, r->exposed_max_rank);
+    fprintf(f, " \"memory\": {\"peak_bytes\": %llu, \"peak_program\": %u, \"live_peak_bytes\": %llu},\n",
+            (unsigned long long)r->peak_bytes, r->peak_program, (unsigned long long)r->live_peak_bytes);
+    fprintf(f, " \"simulation\": {\"classes\": %u, \"instructions\": %llu, \"seconds\": %.6f}}\n", r->n_classes,
+            (unsigned long long)r->executed, r->seconds);
+}
+
 // --sim, --trace, --svg: simulates p and shows the result.
 static int show_sim(const options *o, const plan *p) {
     bool all = o->background != NULL; // multiplexing needs every class's intervals
@@ -1011,13 +1033,19 @@ static int show_sim(const options *o, const plan *p) {
                    .rank_hi = o->ranks && !all ? o->ranks_hi : UINT32_MAX};
     sim_result r;
     char err[2048];
+    char what[256];
+    snprintf(what, sizeof what, "simulating %s (%u ranks)", o->plan, p->meta.world);
+    cli_progress_work(what, NULL, 0);
     plan_status st = sim_run(p, &so, &r, err, sizeof(err));
+    cli_progress_work(NULL, NULL, 0);
     if (st) {
         fprintf(stderr, "plandump: %s: %s\n", o->plan, err);
         return st == PLAN_ERR_IO ? EXIT_INTERNAL : st == PLAN_ERR_FORMAT ? EXIT_FORMAT : EXIT_INVALID;
     }
     const plan_meta *m = &p->meta;
-    if (o->mode == OUT_SIM) {
+    if (o->mode == OUT_SIM && o->sim_json) {
+        print_sim_json(stdout, o->plan, p, &r);
+    } else if (o->mode == OUT_SIM) {
         printf("plan %s: model %s, ", o->plan, m->model_name ? m->model_name : "(none)");
         for (uint32_t i = 0; i < m->n_axes; i++) printf("%s%s %u", i ? " x " : "", m->axis_names[i], m->mesh[i]);
         printf("%s = %u rank%s, %u micro-batch%s, schedule %s\n", m->n_axes ? "" : "(no axes)", m->world, m->world == 1 ? "" : "s",
@@ -1037,7 +1065,7 @@ static int show_sim(const options *o, const plan *p) {
 // as PLAN_ERR_IO, which is an internal error here, not a file's fault).
 static int exit_for(plan_status st, const char *err) {
     if (st == PLAN_ERR_IO && strcmp(err, "out of memory") == 0) return EXIT_INTERNAL;
-    return st == PLAN_OK ? EXIT_OK : st == PLAN_ERR_IO ? EXIT_USAGE : st == PLAN_ERR_FORMAT ? EXIT_FORMAT : EXIT_INVALID;
+    return st == PLAN_OK ? EXIT_OK : st == PLAN_ERR_IO ? EXIT_FORMAT : st == PLAN_ERR_FORMAT ? EXIT_FORMAT : EXIT_INVALID;
 }
 
 static int flush_stdout(void) {
@@ -1050,8 +1078,11 @@ static int flush_stdout(void) {
 
 static int dump(const options *o) {
     plan p;
-    char err[1024];
+    char err[1024], what[256];
+    snprintf(what, sizeof what, "reading %s", o->plan);
+    cli_progress_work(what, NULL, 0);
     plan_status st = plan_read(o->plan, o->rank, &p, err, sizeof(err));
+    cli_progress_work(NULL, NULL, 0);
     if (st) {
         fprintf(stderr, "plandump: %s: %s\n", o->plan, err);
         return exit_for(st, err);
@@ -1070,7 +1101,10 @@ static int dump(const options *o) {
         }
     }
     char check[1024];
+    snprintf(what, sizeof what, "checking %s (%u ranks)", o->plan, p.meta.world);
+    cli_progress_work(what, NULL, 0);
     plan_status cst = plan_check(&p, check, sizeof(check));
+    cli_progress_work(NULL, NULL, 0);
     bool sim = o->mode == OUT_SIM || o->trace || o->svg;
     if (o->mode == OUT_SUMMARY && !sim) print_summary(stdout, o->plan, &p, o->rank, cst ? check : NULL);
     else if (o->mode == OUT_JSON) print_json(stdout, o->plan, &p, o->rank, cst ? check : NULL);
@@ -1111,7 +1145,7 @@ static char *read_text(const char *path, size_t *n) {
 static int assemble(const options *o) {
     size_t n = 0;
     char *text = read_text(o->assemble, &n);
-    if (!text) return EXIT_USAGE;
+    if (!text) return EXIT_FORMAT;
     plan p;
     char err[1024];
     plan_status st = plan_parse(text, n, o->assemble, &p, err, sizeof(err));
@@ -1130,7 +1164,7 @@ static int assemble(const options *o) {
         st = plan_write(&p, o->output, err, sizeof(err));
         if (st == PLAN_ERR_FORMAT) fprintf(stderr, "plandump: %s: cannot encode: %s\n", o->assemble, err);
         else if (st) fprintf(stderr, "plandump: %s: %s\n", o->output, err);
-        rc = st == PLAN_ERR_FORMAT ? EXIT_INVALID : exit_for(st, err);
+        rc = st == PLAN_ERR_FORMAT ? EXIT_INVALID : st == PLAN_ERR_IO && strcmp(err, "out of memory") ? EXIT_OUTPUT : exit_for(st, err);
     }
     plan_free(&p);
     return rc;
@@ -1141,5 +1175,8 @@ int main(int argc, char **argv) {
     bool done;
     int rc = parse_options(argc, argv, &o, &done);
     if (rc || done) return rc;
-    return o.assemble ? assemble(&o) : dump(&o);
+    cli_progress_start("plandump", o.quiet);
+    rc = o.assemble ? assemble(&o) : dump(&o);
+    cli_progress_stop();
+    return rc;
 }

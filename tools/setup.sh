@@ -11,6 +11,7 @@ need=(
   libcjson-dev                         # model/cluster JSON front end
   libglpk-dev                          # the scheduler's ILP solver
   libopenblas-dev                      # GEMM for the CPU backend of planrun
+  libopenmpi-dev openmpi-bin           # planrun's cpu backend one rank per process under mpirun
   python3 python3-jsonschema           # schema validation of models/ in the test suite
   valgrind                             # the bad-input corpus also runs under memcheck
   python3-torch                        # tools/torch_ref.py: the PyTorch reference of gpt-tiny (Debian's 1.13;
