@@ -22,6 +22,7 @@
  */
 #include "checker.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -263,9 +264,24 @@ static plan_status check_coll_chunk(checker *c, uint32_t k, uint32_t i) {
     return PLAN_OK;
 }
 
+// An operator's attrs hold finite numbers: a NaN learning rate or an infinite scale trains to NaN
+// without a word (the hyperparameters' slots, PLAN_AF_*).
+static plan_status check_attrs_finite(checker *c, uint32_t k, uint32_t i) {
+    static const char *const names[8] = {"scale", "eps", "p", "lr", "beta1", "beta2", "weight_decay", "momentum"};
+    const plan_program *pg = &c->p->programs[k];
+    const plan_insn *in = &pg->insns[i];
+    if (in->kind != PLAN_I_COMPUTE || in->attrs == PLAN_NONE) return PLAN_OK;
+    const double *f = pg->attrs[in->attrs].f;
+    for (int j = 0; j < 8; j++)
+        if (!isfinite(f[j]))
+            return check_ifail(c, k, i, "attrs %u: f[%d] (%s) is %g: a hyperparameter must be finite", in->attrs, j, names[j], f[j]);
+    return PLAN_OK;
+}
+
 static plan_status check_insn(checker *c, uint32_t k, uint32_t i, uint32_t mb_count) {
     const plan_insn *in = &c->p->programs[k].insns[i];
     plan_status st = check_arity(c, k, i);
+    if (!st) st = check_attrs_finite(c, k, i);
     if (!st && in->kind == PLAN_I_COLL) st = check_coll_chunk(c, k, i);
     for (uint32_t j = 0; !st && in->kind == PLAN_I_COLL && j < in->nargs / 2u; j++) st = check_coll_sizes(c, k, i, j);
     for (uint32_t j = 0; !st && in->kind == PLAN_I_COLL && j < in->nargs / 2u; j++) st = check_coll_shard(c, k, i, j);
