@@ -19,6 +19,7 @@
  */
 #include "cpu.h"
 
+#include <math.h>
 #include <stdlib.h>
 
 static rt_comm *comm_of(rt_backend *b);
@@ -48,6 +49,23 @@ static int be_move(rt_backend *b, int rank, void *dst, const void *src, uint64_t
     (void)b, (void)rank, (void)err, (void)err_n;
     if (bytes) memmove(dst, src, (size_t)bytes);
     return 0;
+}
+
+// The first NaN or infinity among n elements (guard.c): the arena is host memory and every
+// call has returned when the walker asks. f16 and bf16 buffers do not reach the cpu backend.
+static int64_t be_find_nonfinite(rt_backend *b, const rt_exec *x, const void *data, uint64_t n, uint32_t dtype, char *err,
+                                 size_t err_n) {
+    (void)b, (void)x, (void)err, (void)err_n;
+    if (dtype == RT_DTYPE_F64) {
+        const double *d = data;
+        for (uint64_t i = 0; i < n; i++)
+            if (!isfinite(d[i])) return (int64_t)i;
+    } else if (dtype == 0) {
+        const float *f = data;
+        for (uint64_t i = 0; i < n; i++)
+            if (!isfinite(f[i])) return (int64_t)i;
+    }
+    return -1;
 }
 
 // What rt_backend_cpu_init's flags make of the backend; ctx points here.
@@ -133,6 +151,7 @@ rt_backend *rt_backend_cpu_init(int n_ranks, uint32_t streams, uint32_t events, 
         .upload = be_move,
         .download = be_move,
         .kernel = be_kernel,
+        .find_nonfinite = be_find_nonfinite,
         .copy = be_copy,
         .p2p = be_p2p,
         .coll = be_coll,
