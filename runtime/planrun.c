@@ -334,7 +334,12 @@ static int load_plan(const options *o, plan *p) {
         return EXIT_STALE;
     }
     if (plan_check(p, err, sizeof err) != PLAN_OK) {
-        fprintf(stderr, "planrun: %s: the plan fails its check: %s\n", o->plan, err);
+        // PLANRUN_UNCHECKED=1: tests/faults.py measures what a fault the verifier refuses would
+        // do at run time (planrun's own checks still stand); nothing else sets it.
+        const char *unchecked = getenv("PLANRUN_UNCHECKED");
+        fprintf(stderr, "planrun: %s: the plan fails its check: %s%s\n", o->plan, err,
+                unchecked && !strcmp(unchecked, "1") ? " (PLANRUN_UNCHECKED=1: running it anyway)" : "");
+        if (unchecked && !strcmp(unchecked, "1")) return 0;
         plan_free(p);
         return EXIT_INVALID;
     }

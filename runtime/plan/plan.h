@@ -455,6 +455,7 @@ plan_status plan_parse(const char *text, size_t n, const char *file, plan *out, 
 // that fails it. Returns PLAN_ERR_FORMAT with a message naming the item, or PLAN_OK.
 #define PLAN_MAX_LOOP_DEPTH 32
 #define PLAN_MAX_BUCKET 16384 // pairs of one collective instruction
+#define PLAN_MAX_EVENTS 65536u // events of one program (plan_check; the runtime keeps state per event)
 plan_status plan_validate(const plan *p, char *err, size_t err_n);
 
 // How instruction `in` of program pg uses its argument j: PLAN_ARG_READ, PLAN_ARG_WRITE or both
