@@ -13,6 +13,7 @@ need=(
   libopenblas-dev                      # GEMM for the CPU backend of planrun
   python3 python3-jsonschema           # schema validation of models/ in the test suite
   valgrind                             # the bad-input corpus also runs under memcheck
+  clang-14 libclang-rt-14-dev          # tests/fuzz: libFuzzer harnesses (without them the fuzz suite is not built)
   python3-torch                        # tools/torch_ref.py: the PyTorch reference of gpt-tiny (Debian's 1.13;
                                        # without it the script exits 77, meson's skip)
 )
