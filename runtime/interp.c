@@ -27,6 +27,11 @@
  *     every collective on their rank's gate, a background run's walkers wait at it before every
  *     operator, copy or collective (gate.c).
  *
+ * Guards (guard.c): after every compute the walker asks the backend whether an output holds a
+ * NaN or an infinity (the first one fails the step with RT_STEP_NONFINITE), and publishes the
+ * instruction it is in for the watchdog, which ends the process when walkers outlive a failure
+ * by --timeout.
+ *
  * A step: zero every accumulating operator's outputs, fill every micro-batch slot of every
  * input, run the walkers (on the run's crew of threads, which live as long as the run), then
  * read the loss from the buffers of the last operator that writes it (its value summed over its

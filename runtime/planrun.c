@@ -25,7 +25,8 @@
  *   is unusable; 9 --backend cuda finds no GPU to use (no driver, no device, a local rank
  *   beyond the visible devices); 10 the launch is inconsistent (launcher variables, a world
  *   size that differs from the plan's, a failed rendezvous); 11 the --background plan is unusable
- *   (unreadable, corrupt, fails plan_check, more than one rank, a backend that cannot run it).
+ *   (unreadable, corrupt, fails plan_check, more than one rank, a backend that cannot run it);
+ *   12 a non-finite loss or gradient (nothing saved; --allow-nonfinite runs on).
  *
  * --background BG.plan (DeepPool's GPU multiplexing, bgjob.c and gate.c): every foreground rank
  * runs its own replica of the one-rank plan BG (seed --background-seed + rank) beside its
@@ -169,7 +170,8 @@ static void usage(FILE *f) {
             "(deadlock, timeout, kernel, a dead peer), 7 --compare found a difference, 8 unusable\n"
             "--data/--load/--save file, 9 --backend cuda finds no GPU, 10 inconsistent launch\n"
             "(launcher variables, a world size other than the plan's, the rendezvous failed),\n"
-            "11 unusable --background plan (unreadable, fails its check, more than one rank).\n");
+            "11 unusable --background plan (unreadable, fails its check, more than one rank),\n"
+            "12 a non-finite loss or gradient (nothing saved).\n");
 }
 
 static int number(const char *opt, const char *s, double lo, double hi, double *out) {

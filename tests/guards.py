@@ -10,8 +10,8 @@ Each case is a defect of issue 24 that this test would catch again:
   - --timeout bounds a run whose other rank is busy computing (tests/run_bad/busy.plan.txt: it
     used to end only when the long products had all run);
   - --save, --losses, --compare and --load paths are checked before the first step (a typo
-    used to lose the whole run); --load of a directory is refused with a message (it aborted
-    under ASan);
+    used to lose the whole run), and plancc's -o before it compiles; --load of a directory is
+    refused with a message (it aborted under ASan);
   - a checkpoint carries its step and each tensor's CRC-32C: damaged bytes, a damaged step or a
     missing __metadata__ are refused on --load (they used to load silently, as step 0);
   - plancc -o, plandump --assemble -o and planrun --save write a FIFO in place (they renamed a
@@ -108,6 +108,16 @@ def early_paths(planrun, j):
         check(f"{opt}: no step ran", "step 1/" not in p.stdout and time.monotonic() - t0 < 20, p)
 
 
+def plancc_output(plancc, root, j):
+    """plancc -o into a folder that does not exist fails before the compile (a minute of CPU here)."""
+    t0 = time.monotonic()
+    p = run(plancc, os.path.join(root, "models", "gpt3-175b.json"), "--cluster",
+            os.path.join(root, "models", "clusters", "dgx-a100.json"), "--nodes", 128, "--global-batch", 1536,
+            "-o", j("no/such/gpt3.plan"))
+    check("plancc -o checked before compiling", p.returncode == 2 and "does not exist" in p.stderr and
+          time.monotonic() - t0 < 20, p)
+
+
 def checkpoints(planrun, j):
     p = run(planrun, j("mlp.plan"), "--steps", 2, "--save", j("a.st"), "--log-every", 0)
     check("save", p.returncode == 0, p)
@@ -162,6 +172,7 @@ def main():
         check("compile mlp", p.returncode == 0, p)
         nonfinite(plandump, planrun, j)
         early_paths(planrun, j)
+        plancc_output(plancc, root, j)
         checkpoints(planrun, j)
         fifos(plancc, plandump, planrun, root, j)
         watchdog(plandump, planrun, root, j)
