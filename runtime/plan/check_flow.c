@@ -680,6 +680,16 @@ static bool accumulates_in_place(const flow *f, const plan_insn *in) {
     return false;
 }
 
+// Whether argument j of instruction in is a sum it adds to (an accumulating output, or an input
+// it also writes: add's in-place accumulation), which holds no one micro-batch's value.
+static bool accumulated_arg(const flow *f, const plan_insn *in, uint32_t j) {
+    if ((plan_arg_role(f->pg, in, j) & A_WRITE) || in->kind != PLAN_I_COMPUTE) return true; // reads its own output
+    uint64_t s = slot_of(f, in, j);
+    for (uint32_t q = 0; q < in->nargs; q++)
+        if (q != j && (plan_arg_role(f->pg, in, q) & A_WRITE) && slot_of(f, in, q) == s) return true;
+    return false;
+}
+
 // The micro-batch whose value instruction i writes into its outputs: its own where it reads a
 // value of one micro-batch; MB_ANY where it reads none (params only, nothing, or it accumulates
 // over micro-batches, or updates in place); MB_UNKNOWN where it reads scratch of unknown origin.
@@ -745,7 +755,7 @@ static plan_status flow_insn(flow *f, uint32_t i) {
             st = flow_read(f, i, s);
             if (!st) st = hb_read(f, i, in->stream, s);
             if (!st) st = pend_read(f, i, j, s);
-            if (!st && !accumulates_in_place(f, in)) st = mb_read(f, i, s, f->mb + in->mb_delta);
+            if (!st && !(accumulates_in_place(f, in) && accumulated_arg(f, in, j))) st = mb_read(f, i, s, f->mb + in->mb_delta);
             f->unread[s] = 0;
         }
     for (uint32_t j = 0; j < in->nargs && !st; j++)
