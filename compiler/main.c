@@ -34,6 +34,14 @@ static pcc_status write_plan(const plan *p, const char *out) {
     return PCC_ERR_OUTPUT;
 }
 
+// The plan's file can be written (runtime/plan/file.c), asked before the work that makes it.
+static pcc_status check_output(const char *out) {
+    char err[512];
+    if (plan_out_check(out, err, sizeof err) == PLAN_OK) return PCC_OK;
+    fprintf(stderr, "plancc: -o %s\n", err);
+    return PCC_ERR_OUTPUT;
+}
+
 // --burst: a phase 2 (every layer's width) and a phase 3 (its programs) of its own, burst.c's;
 // the memory planner, the emitter and the verifier as for any plan.
 static pcc_status compile_burst(pcc_arena *a, const pcc_graph *g, const pcc_cluster *c, const pcc_options *o) {
@@ -100,7 +108,8 @@ int main(int argc, char **argv) {
     pcc_programs *pr;
     pcc_emitted e = {0};
 
-    st = model_load(a, o.model, &g);                                            // the front end
+    if (options_runs(&o, 3)) st = check_output(options_output(a, &o));          // -o, before any work
+    if (!st) st = model_load(a, o.model, &g);                                   // the front end
     if (!st) st = options_apply_model(&o, g);                                   // --bf16, Megatron-LM's layer counts
     if (!st) st = batch_apply(g, &o.batch);                                     // --global-batch and the like
     if (!st) st = graph_check(g);

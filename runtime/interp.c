@@ -27,6 +27,11 @@
  *     every collective on their rank's gate, a background run's walkers wait at it before every
  *     operator, copy or collective (gate.c).
  *
+ * Guards (guard.c): after every compute the walker asks the backend whether an output holds a
+ * NaN or an infinity (the first one fails the step with RT_STEP_NONFINITE), and publishes the
+ * instruction it is in for the watchdog, which ends the process when walkers outlive a failure
+ * by --timeout.
+ *
  * A step: zero every accumulating operator's outputs, fill every micro-batch slot of every
  * input, run the walkers (on the run's crew of threads, which live as long as the run), then
  * read the loss from the buffers of the last operator that writes it (its value summed over its
@@ -304,7 +309,7 @@ static int do_compute(walker *w, uint32_t i, uint32_t mb, uint32_t layer) {
     char err[384];
     rt_exec x = exec_of(w, in->stream);
     if (rt_backend_kernel(w->run->be, &x, &k, err, sizeof err)) return fail(w, i, mb, layer, "%s", err);
-    return 0;
+    return rt_guard_outputs(w->run, w->rk, &x, i, mb, layer);
 }
 
 static int do_copy(walker *w, uint32_t i, uint32_t mb, uint32_t layer) {
@@ -634,6 +639,7 @@ static int step_insn(walker *w, uint32_t i, frame f) {
     bool mine = w->stream < 0 || in->stream == w->stream, p2p = in->kind == PLAN_I_SEND || in->kind == PLAN_I_RECV;
     uint32_t mb = (uint32_t)((f.mb < 0 ? 0 : f.mb) + in->mb_delta), layer = (uint32_t)(f.layer < 0 ? 0 : f.layer);
     if (mine && (!p2p || in->stream != w->pend_stream) && flush(w)) return -1;
+    if (mine) rt_guard_busy(w->run, w->thread, i + 1);
     rt_exec x = exec_of(w, in->stream);
     char err[512];
     switch (in->kind) {
@@ -715,6 +721,7 @@ static void *walker_main(void *arg) {
         w->rk->fg_left--;
         pthread_mutex_unlock(&w->rk->lock);
     }
+    rt_guard_busy(w->run, w->thread, 0);
     rt_backend_thread_exit(w->run->be, w->thread);
     return NULL;
 }
@@ -1157,6 +1164,7 @@ static int run_step(rt_run *r, double *loss, char *err, size_t err_n) {
             walker *x = &w[started];
             *x = (walker){.run = r, .rk = &r->ranks[q], .stream = per_stream ? (int)s : -1, .thread = q * (int)ns + (int)s};
             c = attach_counters(r, x, c);
+            rt_guard_walker(r, x->thread, q, x->stream);
             if (started >= have) {
                 rt_backend_fail(r->be, "cannot start a thread for rank %d stream %u", q, s);
                 rt_backend_thread_exit(r->be, x->thread);
@@ -1169,7 +1177,9 @@ static int run_step(rt_run *r, double *loss, char *err, size_t err_n) {
         dr[q] = (drawer){.r = r, .rank = q, .ok = !r->ranks[q].local};
         if (r->ranks[q].local && started + drawing < have) jobs[started + drawing++] = (crew_job){drawer_main, &dr[q]};
     }
+    rt_guard_step(r, true);
     crew_run(r, jobs, started + drawing);
+    rt_guard_step(r, false);
     for (int t = 0; t < started; t++) free(w[t].pend);
     if (beside) {
         bool ok = true;
@@ -1181,6 +1191,7 @@ static int run_step(rt_run *r, double *loss, char *err, size_t err_n) {
     char end_err[512] = "";
     int end_rc = rt_backend_step_end(r->be, end_err, sizeof end_err);
     const char *e = rt_backend_error(r->be);
+    if (rt_guard_found(r)) return rt_guard_step_end(r, NAN, err, err_n); // an operator wrote a NaN or inf
     if (e || end_rc) {
         say(err, err_n, "step %llu: %s", (unsigned long long)r->steps + 1, e ? e : end_err);
         return -1;
@@ -1188,7 +1199,7 @@ static int run_step(rt_run *r, double *loss, char *err, size_t err_n) {
     int rc = read_loss(r, loss, err, err_n);
     if (!rc) rc = run_rounds(r, err, err_n);
     r->steps++, r->steps_here++;
-    return rc;
+    return rc ? rc : rt_guard_step_end(r, *loss, err, err_n);
 }
 
 /* ---- setting up ---- */
@@ -1332,7 +1343,9 @@ int rt_run_init(rt_run *r, const plan *p, const rt_options *o, char *err, size_t
         say(err, err_n, "out of memory setting up %d ranks", r->world);
         goto fail;
     }
-    if (!(r->be = backend_init(p, o, err, err_n)) || find_loss_buffers(r, err, err_n)) goto fail;
+    if (!(r->be = backend_init(p, o, err, err_n)) || find_loss_buffers(r, err, err_n) ||
+        rt_guard_init(r, r->world * (int)max_streams(p), err, err_n))
+        goto fail;
     for (int q = 0; q < r->world; q++) {
         rt_rank *rk = &r->ranks[q];
         rk->rank = q;
@@ -1355,6 +1368,7 @@ fail:
 
 void rt_run_free(rt_run *r) {
     if (!r) return;
+    rt_guard_free(r);
     for (int q = 0; r->ranks && q < r->world; q++) {
         rt_backend_arena_free(r->be, q, r->ranks[q].arena);
         if (r->ranks[q].lock_init) pthread_mutex_destroy(&r->ranks[q].lock);

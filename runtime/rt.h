@@ -429,6 +429,12 @@ struct rt_backend {
     // the rank's mark 0 to each of its marks 0 .. n-1 of the step, and starts the next count.
     int (*stamp)(rt_backend *b, const rt_exec *x, uint32_t *mark, char *err, size_t err_n);
     int (*stamp_read)(rt_backend *b, int rank, double *seconds, uint32_t n, char *err, size_t err_n);
+    // The index of the first of the n elements of dtype (0 f32, 1 f16, 2 bf16, RT_DTYPE_F64) at
+    // data, in rank x->rank's arena, that is a NaN or an infinity once the work issued on x's
+    // stream so far is done; -1 when all are finite, -2 (with a message) on a failure. NULL: the
+    // backend cannot look, and guard.c checks the step's loss only.
+    int64_t (*find_nonfinite)(rt_backend *b, const rt_exec *x, const void *data, uint64_t n, uint32_t dtype, char *err,
+                              size_t err_n);
     void (*free)(rt_backend *b);    // frees b itself too
 };
 
@@ -502,6 +508,11 @@ typedef struct rt_options {
     bool emulate_network;           // the cpu backends: communication takes the plan's times (comm.c),
     double dilation;                // times this (0: 1)
     rt_trace *trace;                // planrun --trace: every instruction's slice goes here (NULL: none)
+    bool allow_nonfinite;           // run on through NaN and infinite values (guard.c: else a step that
+                                    // makes one fails with RT_STEP_NONFINITE)
+    int watchdog_exit;              // guard.c's watchdog ends the process with this code when walkers
+                                    // outlive a failure by timeout_s (0: it only prints)
+    const char *watchdog_prefix;    // its message's start ("planrun: "), or NULL
 } rt_options;
 
 typedef struct rt_rank {
@@ -537,6 +548,7 @@ typedef struct rt_run {
     void ***next_in;
     uint64_t next_step;
     struct rt_crew *crew;           // the threads that run a step's walkers and drawers (interp.c)
+    struct rt_guard *guard;         // non-finite values and the watchdog (guard.c)
 } rt_run;
 
 // Starts the backend o->backend names, checks that it can run p (dtypes, inputs' micro-batch
@@ -545,7 +557,10 @@ typedef struct rt_run {
 // otherwise; *r is then freed.
 int rt_run_init(rt_run *r, const plan *p, const rt_options *o, char *err, size_t err_n);
 // Runs one training step; *loss is the step's loss (the mean over micro-batches; NAN when the
-// plan has none). -1 with the failing rank, stream and instruction in err.
+// plan has none). -1 with the failing rank, stream and instruction in err; RT_STEP_NONFINITE
+// when an operator wrote a NaN or an infinity, or the loss is one (unless
+// rt_options.allow_nonfinite), with the step, the first such tensor and its operator in err.
+#define RT_STEP_NONFINITE (-2)
 int rt_run_step(rt_run *r, double *loss, char *err, size_t err_n);
 // Waits until no background round is in flight (a backend whose rounds outlive the steps; else
 // returns 0 at once): before the host reads or writes parameters (st.c does) and at the end of
@@ -683,11 +698,14 @@ typedef struct rt_named {
 // (what an f32 run holds, exactly; or an f64 run's values). -1 when out of memory or when some
 // element is held by no rank.
 int rt_gather(const rt_run *r, bool state, rt_named **out, int *n, char *err, size_t err_n);
-// Writes the run's params and optimizer state into one safetensors file (via a temp file): F32,
-// or F64 for an f64 run.
+// Writes the run's params and optimizer state into one safetensors file (plan_out: a temp file,
+// fsync, rename; a device in place): F32, or F64 for an f64 run; __metadata__ holds the steps
+// taken and each tensor's CRC-32C.
 int rt_save(const rt_run *r, const char *path, char *err, size_t err_n);
-// Sets the run's params and optimizer state from a file rt_save wrote (same model): every
-// tensor of the run must be in the file with its shape, F32 or F64 (converted to the run's).
+// Sets the run's params and optimizer state, and its step count, from a file rt_save wrote (same
+// model): every tensor of the run must be in the file with its shape, F32 or F64 (converted to
+// the run's), and match its checksum; the step must be there. -1 with a message (nothing
+// changed) otherwise.
 int rt_load(rt_run *r, const char *path, char *err, size_t err_n);
 // Compares the run's params with a file's, element by element as torch.testing.assert_close
 // does: |x - ref| <= atol + rtol |ref|. 0 when all are within, 1 when one is not (err names
@@ -700,6 +718,29 @@ typedef struct rt_diff {
 } rt_diff;
 int rt_compare(const rt_run *r, const char *path, double rtol, double atol, rt_diff *worst, char *err, size_t err_n);
 void rt_named_free(rt_named *t, int n);
+
+/* ---- guard.c: non-finite values and the watchdog ---- */
+
+// Sets up r's guards for n_threads walker threads and starts the watchdog thread. -1 when out of
+// memory.
+int rt_guard_init(rt_run *r, int n_threads, char *err, size_t err_n);
+// Stops the watchdog and frees the guards; accepts a run without them.
+void rt_guard_free(rt_run *r);
+// A step starts (true) or its walkers have all returned (false): the watchdog watches steps only.
+void rt_guard_step(rt_run *r, bool in_step);
+// Walker thread `thread` runs rank `rank`'s stream `stream` (-1: all) in this step; it is in
+// instruction insn - 1 (rt_guard_busy; 0: between instructions). Relaxed stores: cheap.
+void rt_guard_walker(rt_run *r, int thread, int rank, int stream);
+void rt_guard_busy(rt_run *r, int thread, uint32_t insn);
+// After compute instruction i of rank rk ran at (mb, layer) on x: 0 when its outputs are finite
+// (or nothing is checked: allow_nonfinite, a backend without find_nonfinite); else the first
+// finding of the step is kept and the backend is failed (-1).
+int rt_guard_outputs(rt_run *r, const rt_rank *rk, const rt_exec *x, uint32_t i, uint32_t mb, uint32_t layer);
+// Whether the step found a non-finite output.
+bool rt_guard_found(rt_run *r);
+// At the end of a step: RT_STEP_NONFINITE with the message when an output or the loss was
+// non-finite (unless allow_nonfinite); the finding is then cleared. 0 otherwise.
+int rt_guard_step_end(rt_run *r, double loss, char *err, size_t err_n);
 
 /* ---- launch.c: who this process is, and the rendezvous ----
  *

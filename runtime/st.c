@@ -11,13 +11,20 @@
  * dense replicas of a background plan, --sync background, between rounds) the element
  * gathered is their mean, the model ShadowSync's rounds converge to. Tensors of a repeated block are saved per copy
  * as NAME.K. Only f32 params and state are saved; __metadata__.step holds the steps taken, so a
- * run that loads the file goes on with the next step's data and adamw's bias correction.
+ * run that loads the file goes on with the next step's data and adamw's bias correction, and
+ * __metadata__["crc32c:NAME"] each tensor's CRC-32C (of its bytes as stored). --load refuses a
+ * file that planrun did not write, whose step is missing or damaged, or any of whose tensors'
+ * bytes do not match their checksum, before it changes anything; --compare checks the
+ * checksums a file has. Files are written through runtime/plan/file.c's plan_out (a temporary
+ * file, fsync, a rename; a device written in place) and read with a size limit (what the plan's
+ * tensors take in F64, plus a header), so a directory or /dev/zero is refused with a message.
  * A background round still in flight on a GPU (it outlives its step) is waited for before any
  * piece is read or written (rt_run_drain).
  */
 #include "rt.h"
 
 #include <cjson/cJSON.h>
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -146,6 +153,36 @@ oom:
     return -1;
 }
 
+// The bytes tensor t is stored as (F32, rounded, or F64, little-endian: x86-64's order), a
+// block at a time: fn(ctx, bytes, n) for each; false when fn fails.
+static bool each_block(const rt_named *t, bool f64, bool (*fn)(void *, const void *, size_t), void *ctx) {
+    if (f64) return fn(ctx, t->data, (size_t)t->n * 8);
+    float buf[1024];
+    for (int64_t i = 0; i < t->n; i += 1024) {
+        size_t k = t->n - i < 1024 ? (size_t)(t->n - i) : 1024;
+        for (size_t j = 0; j < k; j++) buf[j] = (float)t->data[i + (int64_t)j];
+        if (!fn(ctx, buf, 4 * k)) return false;
+    }
+    return true;
+}
+
+static bool crc_block(void *ctx, const void *data, size_t n) {
+    *(uint32_t *)ctx = plan_crc32c(*(uint32_t *)ctx, data, n);
+    return true;
+}
+
+static bool write_block(void *ctx, const void *data, size_t n) { return fwrite(data, 1, n, ctx) == n; }
+
+// The CRC-32C of tensor t's stored bytes.
+static uint32_t tensor_crc(const rt_named *t, bool f64) {
+    uint32_t crc = 0;
+    each_block(t, f64, crc_block, &crc);
+    return crc;
+}
+
+// __metadata__ key of tensor NAME's checksum: "crc32c:NAME".
+static void crc_key(const char *name, char *key, size_t n) { snprintf(key, n, "crc32c:%s", name); }
+
 static char *header_json(const rt_named *v, int n, const plan *p, uint64_t done, bool f64) {
     cJSON *h = cJSON_CreateObject();
     cJSON *meta = cJSON_AddObjectToObject(h, "__metadata__");
@@ -155,6 +192,12 @@ static char *header_json(const rt_named *v, int n, const plan *p, uint64_t done,
     char steps[32];
     snprintf(steps, sizeof steps, "%llu", (unsigned long long)done);
     cJSON_AddStringToObject(meta, "step", steps);
+    for (int i = 0; i < n; i++) { // each tensor's stored bytes, checked on --load (a damaged file is refused)
+        char key[600], crc[16];
+        crc_key(v[i].name, key, sizeof key);
+        snprintf(crc, sizeof crc, "%08x", tensor_crc(&v[i], f64));
+        cJSON_AddStringToObject(meta, key, crc);
+    }
     uint64_t off = 0;
     for (int i = 0; i < n; i++) {
         cJSON *t = cJSON_AddObjectToObject(h, v[i].name);
@@ -171,38 +214,25 @@ static char *header_json(const rt_named *v, int n, const plan *p, uint64_t done,
     return s;
 }
 
-// One tensor's data as F32 (rounded) or F64, little-endian (x86-64's order).
-static bool write_data(FILE *f, const rt_named *t, bool f64) {
-    if (f64) return fwrite(t->data, 8, (size_t)t->n, f) == (size_t)t->n;
-    float buf[1024];
-    for (int64_t i = 0; i < t->n; i += 1024) {
-        size_t k = t->n - i < 1024 ? (size_t)(t->n - i) : 1024;
-        for (size_t j = 0; j < k; j++) buf[j] = (float)t->data[i + (int64_t)j];
-        if (fwrite(buf, 4, k, f) != k) return false;
-    }
-    return true;
-}
-
+// The file through plan_out (runtime/plan/file.c): a temporary file, fsync and a rename (a
+// device or FIFO written in place), removed if a signal ends the process mid-way.
 static int write_file(const char *path, const rt_named *v, int n, const plan *p, uint64_t done, bool f64, char *err, size_t err_n) {
     char *json = header_json(v, n, p, done, f64);
     if (!json) { snprintf(err, err_n, "out of memory writing %s", path); return -1; }
     size_t len = strlen(json), padded = (len + 7) / 8 * 8;
-    size_t tn = strlen(path) + 8;
-    char *tmp = malloc(tn);
-    FILE *f = tmp ? (snprintf(tmp, tn, "%s.tmp", path), fopen(tmp, "wb")) : NULL;
+    plan_out o;
+    char why[1024];
     int rc = -1;
-    if (f) {
+    if (!plan_out_open(&o, path, why, sizeof why)) {
         uint8_t hl[8];
         for (int i = 0; i < 8; i++) hl[i] = (uint8_t)((uint64_t)padded >> (8 * i));
-        bool ok = fwrite(hl, 1, 8, f) == 8 && fwrite(json, 1, len, f) == len;
-        for (size_t i = len; i < padded && ok; i++) ok = fputc(' ', f) != EOF;
-        for (int i = 0; i < n && ok; i++) ok = write_data(f, &v[i], f64);
-        ok = fclose(f) == 0 && ok;
-        if (ok && rename(tmp, path) == 0) rc = 0;
-        else remove(tmp);
+        bool ok = fwrite(hl, 1, 8, o.f) == 8 && fwrite(json, 1, len, o.f) == len;
+        for (size_t i = len; i < padded && ok; i++) ok = fputc(' ', o.f) != EOF;
+        for (int i = 0; i < n && ok; i++) ok = each_block(&v[i], f64, write_block, o.f);
+        if (!ok) snprintf(why, sizeof why, "%s: cannot write the file", path), plan_out_abort(&o);
+        else if (!plan_out_commit(&o, why, sizeof why)) rc = 0;
     }
-    if (rc) snprintf(err, err_n, "%s: cannot write the file", path);
-    free(tmp);
+    if (rc) snprintf(err, err_n, "%s", why);
     free(json);
     return rc;
 }
@@ -222,21 +252,15 @@ typedef struct st_file {
     uint8_t *bytes;
     size_t n;
     cJSON *header;
+    cJSON *meta;                // __metadata__, or NULL
     size_t data_at;
 } st_file;
 
-static int st_open(st_file *s, const char *path, char *err, size_t err_n) {
+// The file's whole bytes (at most max: a FIFO or /dev/zero stops there; a directory is refused)
+// and its JSON header.
+static int st_open(st_file *s, const char *path, size_t max, char *err, size_t err_n) {
     memset(s, 0, sizeof *s);
-    FILE *f = fopen(path, "rb");
-    if (!f) { snprintf(err, err_n, "%s: cannot open", path); return -1; }
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    s->bytes = len > 0 ? malloc((size_t)len) : NULL;
-    bool ok = s->bytes && fread(s->bytes, 1, (size_t)len, f) == (size_t)len;
-    fclose(f);
-    if (!ok) { free(s->bytes); snprintf(err, err_n, "%s: cannot read", path); return -1; }
-    s->n = (size_t)len;
+    if (plan_file_read(path, max, &s->bytes, &s->n, err, err_n)) return -1;
     uint64_t hl = 0;
     for (int i = 0; i < 8 && s->n >= 8; i++) hl |= (uint64_t)s->bytes[i] << (8 * i);
     if (s->n < 8 || hl > s->n - 8) {
@@ -251,7 +275,15 @@ static int st_open(st_file *s, const char *path, char *err, size_t err_n) {
         snprintf(err, err_n, "%s: the safetensors header is not a JSON object", path);
         return -1;
     }
+    s->meta = cJSON_GetObjectItemCaseSensitive(s->header, "__metadata__");
     return 0;
+}
+
+// The most bytes a file of tensors v can take: their data in F64, and a header of generous size.
+static size_t st_max_bytes(const rt_named *v, int n) {
+    uint64_t b = 1u << 24;
+    for (int i = 0; i < n; i++) b += 8 * (uint64_t)v[i].n + 1024 + 2 * strlen(v[i].name);
+    return b > SIZE_MAX ? SIZE_MAX : (size_t)b;
 }
 
 static void st_close(st_file *s) {
@@ -260,8 +292,10 @@ static void st_close(st_file *s) {
 }
 
 // Reads tensor want->name into out (want->n doubles) if the file holds it as F32 or F64 with
-// want's shape; -1 with a message otherwise.
-static int st_tensor(const st_file *s, const char *path, const rt_named *want, double *out, char *err, size_t err_n) {
+// want's shape and its bytes match the CRC-32C that __metadata__ gives it (need_crc: the
+// checksum must be there); -1 with a message otherwise.
+static int st_tensor(const st_file *s, const char *path, const rt_named *want, double *out, bool need_crc, char *err,
+                     size_t err_n) {
     cJSON *t = cJSON_GetObjectItemCaseSensitive(s->header, want->name);
     if (!t) { snprintf(err, err_n, "%s: no tensor \"%s\"", path, want->name); return -1; }
     cJSON *dt = cJSON_GetObjectItemCaseSensitive(t, "dtype"), *sh = cJSON_GetObjectItemCaseSensitive(t, "shape"),
@@ -282,6 +316,23 @@ static int st_tensor(const st_file *s, const char *path, const rt_named *want, d
         return -1;
     }
     const uint8_t *at = s->bytes + s->data_at + (size_t)b;
+    char key[600];
+    crc_key(want->name, key, sizeof key);
+    cJSON *crc = s->meta ? cJSON_GetObjectItemCaseSensitive(s->meta, key) : NULL;
+    if (need_crc && !cJSON_IsString(crc)) {
+        snprintf(err, err_n, "%s: /__metadata__/%s: missing: planrun's checkpoints carry each tensor's CRC-32C", path, key);
+        return -1;
+    }
+    if (crc) {
+        char *end;
+        unsigned long want_crc = cJSON_IsString(crc) ? strtoul(crc->valuestring, &end, 16) : 0;
+        uint32_t got = plan_crc32c(0, at, (size_t)(e - b));
+        if (!cJSON_IsString(crc) || *end || !*crc->valuestring || want_crc != got) {
+            snprintf(err, err_n, "%s: /%s: its bytes are damaged: CRC-32C %08x, but /__metadata__/%s says %s", path, want->name,
+                     got, key, cJSON_IsString(crc) ? crc->valuestring : "(not a string)");
+            return -1;
+        }
+    }
     for (int64_t i = 0; i < want->n; i++) {
         if (f64) {
             double x;
@@ -296,31 +347,52 @@ static int st_tensor(const st_file *s, const char *path, const rt_named *want, d
     return 0;
 }
 
+// A checkpoint's __metadata__ (what --load resumes from): an object, written by planrun, with
+// the steps taken. *steps gets them; -1 with a message naming the JSON Pointer otherwise (a
+// damaged header used to load as step 0).
+static int st_steps(const st_file *s, const char *path, uint64_t *steps, char *err, size_t err_n) {
+    if (!cJSON_IsObject(s->meta)) {
+        snprintf(err, err_n, "%s: /__metadata__: %s: not a checkpoint planrun wrote (--save)", path,
+                 s->meta ? "not an object" : "missing");
+        return -1;
+    }
+    cJSON *prod = cJSON_GetObjectItemCaseSensitive(s->meta, "producer"), *step = cJSON_GetObjectItemCaseSensitive(s->meta, "step");
+    if (!cJSON_IsString(prod) || strcmp(prod->valuestring, "planrun")) {
+        snprintf(err, err_n, "%s: /__metadata__/producer: not \"planrun\": not a checkpoint planrun wrote (--save)", path);
+        return -1;
+    }
+    char *end = NULL;
+    errno = 0;
+    unsigned long long done = cJSON_IsString(step) ? strtoull(step->valuestring, &end, 10) : 0;
+    if (!cJSON_IsString(step) || !*step->valuestring || *end || errno || step->valuestring[0] == '-') {
+        snprintf(err, err_n, "%s: /__metadata__/step: %s%s%s is not a step count", path, cJSON_IsString(step) ? "\"" : "",
+                 cJSON_IsString(step) ? step->valuestring : step ? "not a string" : "missing", cJSON_IsString(step) ? "\"" : "");
+        return -1;
+    }
+    *steps = done;
+    return 0;
+}
+
 int rt_load(rt_run *r, const char *path, char *err, size_t err_n) {
     rt_named *v;
     int n;
     if (rt_gather(r, true, &v, &n, err, err_n)) return -1;
     st_file s;
-    if (st_open(&s, path, err, err_n)) { rt_named_free(v, n); return -1; }
-    int rc = 0, k = 0;
-    // The steps already taken (__metadata__.step): the data and adamw's bias correction go on from there.
-    cJSON *meta = cJSON_GetObjectItemCaseSensitive(s.header, "__metadata__");
-    cJSON *step = meta ? cJSON_GetObjectItemCaseSensitive(meta, "step") : NULL;
-    if (cJSON_IsString(step)) {
-        char *end;
-        unsigned long long done = strtoull(step->valuestring, &end, 10);
-        if (*end || !*step->valuestring) rc = -1, snprintf(err, err_n, "%s: /__metadata__/step: \"%s\" is not a step count", path, step->valuestring);
-        else r->steps = done;
-    }
+    if (st_open(&s, path, st_max_bytes(v, n), err, err_n)) { rt_named_free(v, n); return -1; }
+    uint64_t done = 0;
+    int rc = st_steps(&s, path, &done, err, err_n), k = 0;
+    // Every tensor is read and checked before any is loaded: a damaged file changes nothing.
+    for (int i = 0; i < n && !rc; i++) rc = st_tensor(&s, path, &v[i], v[i].data, true, err, err_n);
     for (uint32_t ti = 0; ti < r->p->n_tensors && !rc; ti++) {
         const plan_tensor *t = &r->p->tensors[ti];
         if (!saved_kind(t, true)) continue;
         for (uint32_t c = 0; c < t->copies && !rc; c++, k++) {
-            if ((rc = st_tensor(&s, path, &v[k], v[k].data, err, err_n))) break;
             piece_ctx ctx = {.t = &v[k], .load = true};
             rc = for_each_piece(r, ti, c, true, copy_piece, &ctx, err, err_n);
         }
     }
+    // The steps already taken: the data and adamw's bias correction go on from there.
+    if (!rc) r->steps = done;
     st_close(&s);
     rt_named_free(v, n);
     return rc;
@@ -331,13 +403,13 @@ int rt_compare(const rt_run *r, const char *path, double rtol, double atol, rt_d
     int n;
     if (rt_gather(r, false, &v, &n, err, err_n)) return -1;
     st_file s;
-    if (st_open(&s, path, err, err_n)) { rt_named_free(v, n); return -1; }
+    if (st_open(&s, path, st_max_bytes(v, n), err, err_n)) { rt_named_free(v, n); return -1; }
     int rc = 0;
     memset(worst, 0, sizeof *worst);
     for (int k = 0; k < n && !rc; k++) {
         double *ref = malloc((size_t)v[k].n * sizeof *ref + 1);
         if (!ref) { rc = -1, snprintf(err, err_n, "out of memory comparing with %s", path); break; }
-        if ((rc = st_tensor(&s, path, &v[k], ref, err, err_n))) { free(ref); break; }
+        if ((rc = st_tensor(&s, path, &v[k], ref, false, err, err_n))) { free(ref); break; }
         for (int64_t i = 0; i < v[k].n; i++) {
             double d = fabs(v[k].data[i] - ref[i]);
             if (d > worst->abs) {

@@ -15,6 +15,7 @@
  * plan_check scales with long loops through its periodic expansion. The source root is argv[1].
  */
 #include "plan.h"
+#include "checker.h" // check_op_sums_away
 
 #include <dirent.h>
 #include <math.h>
@@ -454,8 +455,10 @@ static void test_coll_shards(void) {
     EXPECT(refused(check_pair("tp=v", "tp=d0", coll("all_to_all", 0)), "all_to_all on group 0 (2 ranks) wants in = out"));
     EXPECT(check_pair("tp=d1", "tp=d1", coll("broadcast", 0)) == PLAN_OK);
     EXPECT(refused(check_pair("tp=v", "", coll("broadcast", 0)), "broadcast wants the same shard in and out"));
-    EXPECT(check_pair("", "", "coll all_reduce s0 group 0 args 0 -> 0") == PLAN_OK);
-    EXPECT(check_pair("dp=v", "", "coll all_reduce s0 group 0 args 0 -> 0") == PLAN_OK); // dp is off the group
+    // In place on R over the group passes the shard rule (layer 2); the data flow (layer 4) then
+    // finds that a param at the start of the step holds no partial sums to add up.
+    EXPECT(refused(check_pair("", "", "coll all_reduce s0 group 0 args 0 -> 0"), "holds no partial sums there"));
+    EXPECT(refused(check_pair("dp=v", "", "coll all_reduce s0 group 0 args 0 -> 0"), "holds no partial sums there")); // dp is off the group
     EXPECT(refused(check_pair("tp=v", "", "coll all_reduce s0 group 0 args 0 -> 0"), "whose shard is tp=v: an in-place all_reduce"));
     EXPECT(refused(check_pair("", "", "coll broadcast s0 group 0 args 0 -> 0"), "only all_reduce runs in place"));
     EXPECT(refused(check_pair("", "", "coll all_reduce s0 group 0 args 0 -> 2"), "in holds tensor 0 \"t\", out tensor 1 \"u\""));
@@ -724,6 +727,31 @@ static void test_source_syntax(void) {
     }
 }
 
+// The operator code of a name in runtime/ops.def.
+static uint32_t op_code(const char *name) {
+    for (uint32_t k = 0; plan_op_name(k); k++)
+        if (!strcmp(plan_op_name(k), name)) return k;
+    return UINT32_MAX;
+}
+
+// Which split dimensions leave partial sums (plan_check's partial-sum rule), read off the
+// operators' annotations: a reduction letter that the output lacks.
+static void test_sums_away(void) {
+    uint32_t lin = op_code("linear"), gw = op_code("linear_grad_w"), gx = op_code("linear_grad_x"), rs = op_code("reduce_sum");
+    uint32_t relu = op_code("relu"), cat = op_code("concat"), lnw = op_code("layernorm_grad_w"), emb = op_code("embedding_grad");
+    EXPECT(!check_op_sums_away(lin, 0, 2, 0, 2, 0));  // linear's batch: kept
+    EXPECT(check_op_sums_away(lin, 0, 2, 1, 2, 0));   // its k+: summed (row-parallel)
+    EXPECT(check_op_sums_away(lin, 1, 2, 1, 2, 0));   // the weight's k+
+    EXPECT(!check_op_sums_away(lin, 1, 2, 0, 2, 0));  // the weight's n: kept
+    EXPECT(check_op_sums_away(gw, 0, 3, 0, 2, 0) && check_op_sums_away(gw, 0, 3, 1, 2, 0)); // *b+ over two leading dims
+    EXPECT(!check_op_sums_away(gw, 0, 3, 2, 2, 0));   // n: kept
+    EXPECT(check_op_sums_away(gx, 0, 2, 1, 2, 0) && !check_op_sums_away(gx, 0, 2, 0, 2, 0));
+    EXPECT(check_op_sums_away(rs, 0, 3, 0, 1, 0) && check_op_sums_away(rs, 0, 3, 1, 1, 0) && !check_op_sums_away(rs, 0, 3, 2, 1, 0));
+    EXPECT(!check_op_sums_away(relu, 0, 2, 0, 2, 0) && !check_op_sums_away(cat, 0, 2, 0, 2, 0));
+    EXPECT(check_op_sums_away(lnw, 0, 3, 1, 1, 0) && check_op_sums_away(lnw, 0, 3, 1, 1, 1) && !check_op_sums_away(lnw, 0, 3, 2, 1, 0));
+    EXPECT(check_op_sums_away(emb, 1, 2, 0, 2, 0));  // the ids' batch: a table's gradient sums over it
+}
+
 int main(int argc, char **argv) {
     root = argc > 1 ? argv[1] : ".";
     test_hashes();
@@ -740,6 +768,7 @@ int main(int argc, char **argv) {
     test_long_loops();
     test_encode_refuses();
     test_source_names();
+    test_sums_away();
     test_source_round_trip();
     test_source_canonical();
     test_source_validate();

@@ -224,8 +224,9 @@ static void crew_lasts_the_run(void) {
         EXPECT(rt_run_step(&r, &loss, err, sizeof err) == 0 && !isnan(loss));
         after[s] = threads();
     }
-    // Two streams (foreground, background) and one drawer: three threads beside this one.
-    EXPECT(after[0] == before + 3);
+    // Two streams (foreground, background), one drawer and the run's watchdog (guard.c): four
+    // threads beside this one.
+    EXPECT(after[0] == before + 4);
     EXPECT(after[1] == after[0] && after[2] == after[0] && after[3] == after[0]);
     EXPECT(r.ranks[0].bg_rounds == 4);
     rt_run_free(&r);

@@ -148,11 +148,12 @@ static char *pipeline(int p, int dp, int m, bool gpipe, double tf, double tb, do
     put(&t, "plan 4\nmesh pp %d dp %d\nmicro_batches %d schedule %s zero_stage 0\ngroup 0 axes dp\n", p, dp, m, gpipe ? "gpipe" : "1f1b");
     for (int s = 0; s < p; s++) put(&t, "ranks %d-%d program %d\n", s * dp, s * dp + dp - 1, s);
     for (int s = 0; s < p; s++) {
-        put(&t, "program %d \"stage%d\" arena 512 streams 1 priority 0 events 0\n", s, s);
-        // Two micro-batch slots: a middle stage sends mb j from a buffer and receives mb j + 1
-        // into it in one group of sends and receives, which plan_check refuses on one slot.
-        put(&t, "  buffer 0 scratch f32 at 0 bytes 64 mb_slots 2 mb_stride 128\n"
-                "  buffer 1 scratch f32 at 256 bytes 64 mb_slots 2 mb_stride 128\n");
+        // A micro-batch slot each: a middle stage sends mb j from a buffer and receives mb j + 1
+        // into it in one group of sends and receives, which plan_check refuses on one slot, and
+        // every micro-batch's value stays until its backward reads it (plan_check follows them).
+        put(&t, "program %d \"stage%d\" arena %d streams 1 priority 0 events 0\n", s, s, 128 * m);
+        put(&t, "  buffer 0 scratch f32 at 0 bytes 64 mb_slots %d mb_stride 128\n"
+                "  buffer 1 scratch f32 at 64 bytes 64 mb_slots %d mb_stride 128\n", m, m);
         int i = 0, w = gpipe ? m : p - s - 1 < m ? p - s - 1 : m;
         for (int j = 0; j < w; j++) pass(&t, &i, s, p, j, false, tf, tb);
         for (int j = 0; j < m - w; j++) {

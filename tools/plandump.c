@@ -1116,30 +1116,16 @@ static int dump(const options *o) {
     return rc ? rc : cst ? exit_for(cst, check) : src;
 }
 
-// The whole of a file, NUL-terminated; NULL with a diagnostic if it cannot be read.
+// The whole of a file, NUL-terminated, at most PLAN_TEXT_MAX_BYTES (file.c); NULL with a
+// diagnostic if it cannot be read.
 static char *read_text(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        fprintf(stderr, "plandump: %s: cannot open: %s\n", path, strerror(errno));
+    uint8_t *buf;
+    char err[1024];
+    if (plan_file_read(path, PLAN_TEXT_MAX_BYTES, &buf, n, err, sizeof err)) {
+        fprintf(stderr, "plandump: %s\n", err);
         return NULL;
     }
-    size_t cap = 1 << 16, len = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        len += fread(buf + len, 1, cap - len - 1, f);
-        if (len < cap - 1) break;
-        char *more = realloc(buf, cap * 2);
-        if (!more) free(buf);
-        buf = more;
-        cap *= 2;
-    }
-    bool bad = !buf || ferror(f);
-    if (bad) fprintf(stderr, "plandump: %s: cannot read: %s\n", path, buf ? strerror(errno) : "out of memory");
-    fclose(f);
-    if (bad) return free(buf), NULL;
-    buf[len] = 0;
-    *n = len;
-    return buf;
+    return (char *)buf;
 }
 
 static int assemble(const options *o) {

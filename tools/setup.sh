@@ -14,6 +14,7 @@ need=(
   libopenmpi-dev openmpi-bin           # planrun's cpu backend one rank per process under mpirun
   python3 python3-jsonschema           # schema validation of models/ in the test suite
   valgrind                             # the bad-input corpus also runs under memcheck
+  clang-14 libclang-rt-14-dev          # tests/fuzz: libFuzzer harnesses (without them the fuzz suite is not built)
   python3-torch                        # tools/torch_ref.py: the PyTorch reference of gpt-tiny (Debian's 1.13;
                                        # without it the script exits 77, meson's skip)
 )

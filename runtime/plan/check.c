@@ -13,20 +13,23 @@
  * arity its kind or operator wants and moves shards as its kind does; every buffer slot lies
  * inside the arena and holds its piece's bytes; in each program every slot is written before
  * it is read and no write lands on bytes that a live slot still holds; every send has its
- * receive on the peer, of the same size, tensor and shard; every member of a group issues the
- * group's collectives in the same order, kinds and sizes; background rounds touch nothing the
+ * receive on the peer, of the same size, tensor, shard, micro-batch and block copy; every member
+ * of a group issues the group's collectives in the same order, kinds, sizes and carried values;
+ * every cross-stream read follows its write (record and wait); partial sums are reduced before
+ * they are read; loops run what the graph implies; background rounds touch nothing the
  * foreground relies on.
  *
- * Limits: streams are taken in program order (the check does not prove that events order the
- * streams correctly, only that each wait has a record before it: a write on one stream while
- * another stream still reads the bytes, or a send on one stream of a buffer that another
- * stream writes, is not found; a group of sends and receives is checked against itself only,
- * which is what a single-stream pipeline needs); deadlocks that need several channels or groups
- * together (rank A receives from B before sending to C while ...) are not detected; a plan read
- * for one rank is checked without the programs it did not load. Every fault is
- * PLAN_ERR_INVALID with a message that names the program (and the ranks that run it), or the
- * rank, the instruction and the fault; a plan that fails plan_validate gives PLAN_ERR_INVALID
- * with plan_validate's message.
+ * Order: the instructions of every program, then the communication between programs, then
+ * each program's data flow (which also orders its streams by record and wait and follows
+ * partial sums), so that a message or collective that carries the wrong value is named as such
+ * rather than by what it breaks downstream.
+ *
+ * Limits: deadlocks that need several channels or groups together (rank A receives from B
+ * before sending to C while ...) are not detected; operands are not checked against their
+ * operator's annotation; a plan read for one rank is checked without the programs it did not
+ * load. Every fault is PLAN_ERR_INVALID with a message that names the program (and the ranks
+ * that run it), or the rank, the instruction and the fault; a plan that fails plan_validate
+ * gives PLAN_ERR_INVALID with plan_validate's message.
  */
 #include "checker.h"
 
@@ -36,7 +39,6 @@ static plan_status check_program(checker *c, uint32_t k) {
     for (uint32_t b = 0; b < pg->n_buffers && !st; b++) st = check_buffer(c, k, b);
     if (!st) st = check_background(c, k);
     if (!st) st = check_insns(c, k);
-    if (!st) st = check_flow(c, k);
     return st;
 }
 
@@ -53,5 +55,10 @@ plan_status plan_check(const plan *p, char *err, size_t err_n) {
     st = check_tensors(&c);
     for (uint32_t k = 0; k < p->n_programs && !st; k++)
         if (p->programs[k].name) st = check_program(&c, k);
-    return st ? st : check_comm(&c);
+    // What crosses programs before each program's data flow: a message or collective that
+    // carries the wrong thing is named as such, not by what it then breaks downstream.
+    if (!st) st = check_comm(&c);
+    for (uint32_t k = 0; k < p->n_programs && !st; k++)
+        if (p->programs[k].name) st = check_flow(&c, k);
+    return st;
 }

@@ -8,6 +8,13 @@
  *   - every member of a group issues that group's collectives in the same order, with the same
  *     kinds and sizes (members that run the same program agree by construction; members that
  *     run different programs are compared), and no rank outside an explicit group uses it.
+ * Each matched pair (a message and its receive, two members' collective) must carry the same
+ * value: the logical tensor of its buffers, and where the plan says it, the micro-batch (the
+ * loop variable plus mb_delta, for inputs, activations and buffers kept per micro-batch) and
+ * the block copy (layer_base plus the layer variable). So a rank that issues two same-size
+ * collectives of a group in the other order, or receives micro-batch 1's activation as micro-
+ * batch 0's, is found; kind and size alone could not tell. Scratch buffers carry nothing
+ * nameable and are compared by size.
  * Communication is compared by walking both programs in step, loops multiplied out, without
  * storing the sequences (comm_iter); a loop with no communication inside is skipped whole.
  */
@@ -62,9 +69,66 @@ static uint32_t comm_next(comm_iter *it) {
     }
 }
 
+// The loop variables at the instruction comm_next just returned: the innermost mb loop's (0
+// outside any) and the innermost layer loop's (reverse_layer counts down).
+static void comm_vars(const comm_iter *it, int64_t *mb, int64_t *layer) {
+    bool got_mb = false, got_layer = false;
+    *mb = *layer = 0;
+    for (int d = it->depth - 1; d >= 0; d--) {
+        uint16_t var = it->pg->insns[it->st[d].loop].code;
+        if (var == PLAN_LOOP_MB && !got_mb) *mb = it->st[d].iter, got_mb = true;
+        if ((var == PLAN_LOOP_LAYER || var == PLAN_LOOP_REVERSE_LAYER) && !got_layer) {
+            *layer = var == PLAN_LOOP_LAYER ? it->st[d].iter : (int64_t)it->st[d].count - 1 - it->st[d].iter;
+            got_layer = true;
+        }
+    }
+}
+
+// What argument j of instruction i carries, as far as the plan says: its logical tensor, the
+// micro-batch (for data of one micro-batch: inputs, activations, and what a buffer keeps per
+// micro-batch) and the block copy (for a tensor of several copies). tensor PLAN_NONE: scratch,
+// which carries nothing the checker can name.
+typedef struct carried {
+    uint32_t tensor;
+    int64_t mb, copy;
+} carried;
+
+static carried comm_carried(const plan *p, const comm_iter *it, uint32_t i, uint32_t j) {
+    const plan_insn *in = &it->pg->insns[i];
+    const plan_buffer *b = &it->pg->buffers[it->pg->args[in->args + j]];
+    carried c = {b->tensor, -1, -1};
+    if (b->tensor == PLAN_NONE) return c;
+    int64_t mb, layer;
+    comm_vars(it, &mb, &layer);
+    const plan_tensor *t = &p->tensors[b->tensor];
+    if (t->kind == PLAN_T_INPUT || t->kind == PLAN_T_ACTIVATION || b->mb_slots > 1) c.mb = mb + in->mb_delta;
+    if (t->copies > 1) c.copy = (int64_t)b->layer_base + layer;
+    return c;
+}
+
+// "activation "h" of micro-batch 2, copy 1"
+static void carried_text(const plan *p, carried c, char *buf, size_t n) {
+    if (c.tensor == PLAN_NONE) {
+        snprintf(buf, n, "scratch");
+        return;
+    }
+    const plan_tensor *t = &p->tensors[c.tensor];
+    int k = snprintf(buf, n, "%s \"%s\"", plan_tensor_kind_name(t->kind), check_name_or(t->name, "?"));
+    if (k > 0 && (size_t)k < n && c.mb >= 0) k += snprintf(buf + k, n - (size_t)k, " of micro-batch %lld", (long long)c.mb);
+    if (k > 0 && (size_t)k < n && c.copy >= 0) snprintf(buf + k, n - (size_t)k, "%s copy %lld", c.mb >= 0 ? "," : " of block",
+                                                        (long long)c.copy);
+}
+
+// Whether two sides carry the same thing (scratch on either side: nothing to compare).
+static bool carried_same(carried a, carried b) {
+    if (a.tensor == PLAN_NONE || b.tensor == PLAN_NONE) return true;
+    return a.tensor == b.tensor && (a.mb < 0 || b.mb < 0 || a.mb == b.mb) && (a.copy < 0 || b.copy < 0 || a.copy == b.copy);
+}
+
 typedef struct comm {
     checker *c;
     uint32_t **prefix;          // per program (NULL when not loaded)
+    uint32_t **before;          // per program and instruction: see reduced_before
     uint32_t *first_prog;       // per rank: scratch for the group walk
     uint32_t *first_rank;
     uint32_t *pairs;            // program pairs (a, b) already compared on the current group
@@ -147,6 +211,15 @@ static plan_status check_channel(comm *m, const channel *ch) {
                               "(program %u, insn %u) along %s: %llu bytes sent, %llu bytes received", (unsigned long long)s.n,
                               ch->from_rank, ch->from, i, ch->to_rank, ch->to, j, ax, (unsigned long long)bs, (unsigned long long)br);
         plan_status st = check_message_shard(m, ch, &s, i, &r, j);
+        carried a = comm_carried(p, &s, i, 0), b = comm_carried(p, &r, j, 0);
+        if (!st && !carried_same(a, b)) {
+            char ta[160], tb[160];
+            carried_text(p, a, ta, sizeof ta);
+            carried_text(p, b, tb, sizeof tb);
+            st = check_fail(m->c, "send/recv carries another value: message %llu from rank %u (program %u, insn %u) to rank %u "
+                            "(program %u, insn %u) along %s sends %s but is received as %s", (unsigned long long)s.n,
+                            ch->from_rank, ch->from, i, ch->to_rank, ch->to, j, ax, ta, tb);
+        }
         if (st) return st;
     }
 }
@@ -235,6 +308,67 @@ static plan_status check_p2p(comm *m) {
 
 /* Collectives: each group's members that run different programs issue the same collectives. */
 
+// The axes of group g as a mask; an explicit group (no axes) as bit 31.
+static uint32_t group_mask(const plan *p, int32_t g) { return p->groups[g].axes ? p->groups[g].axes : 1u << 31; }
+
+static bool in_place_reduce(const plan_insn *in, const plan_program *pg) {
+    return in->kind == PLAN_I_COLL && in->code == PLAN_COLL_ALL_REDUCE && pg->args[in->args] == pg->args[in->args + in->nargs / 2u];
+}
+
+// For each in-place all_reduce of program pg, the groups (group_mask) of the in-place
+// all_reduces of the same buffers right before it (the run of collectives, records and waits
+// that leads to it): a member that reduces a gradient over dp and then tp while another does tp
+// and then dp adds up different partial sums in each collective, which identity alone cannot see.
+static void reduced_before(const plan *p, const plan_program *pg, uint32_t *before) {
+    for (uint32_t i = 0; i < pg->n_insns; i++) {
+        const plan_insn *in = &pg->insns[i];
+        before[i] = 0;
+        if (!in_place_reduce(in, pg)) continue;
+        for (uint32_t j = i; j-- > 0;) {
+            const plan_insn *x = &pg->insns[j];
+            if (x->kind == PLAN_I_RECORD || x->kind == PLAN_I_WAIT) continue;
+            if (!in_place_reduce(x, pg)) break;
+            bool shared = false;
+            for (uint32_t a = 0; a < x->nargs / 2u && !shared; a++)
+                for (uint32_t b = 0; b < in->nargs / 2u && !shared; b++) shared = pg->args[x->args + a] == pg->args[in->args + b];
+            if (shared) before[i] |= group_mask(p, x->a);
+        }
+    }
+}
+
+// Collective x.n of group g carries the same values pair by pair on two members: the same
+// tensor, micro-batch and block copy in and out (members are matched by what they carry, not
+// only by kind and size: two same-size collectives issued in the other order are found).
+static plan_status check_coll_carried(comm *m, uint32_t g, const comm_iter *x, uint32_t i, uint32_t ra, const comm_iter *y,
+                                      uint32_t j, uint32_t rb) {
+    const plan *p = m->c->p;
+    const plan_insn *a = &x->pg->insns[i];
+    uint32_t ka = p->ranks[ra].program, kb = p->ranks[rb].program;
+    uint32_t ba = m->before[ka][i], bb = m->before[kb][j];
+    if (ba != bb) {
+        char ta[48], tb[48];
+        check_axes_text(p, ba & 0xffu, ta, sizeof ta);
+        check_axes_text(p, bb & 0xffu, tb, sizeof tb);
+        return check_fail(m->c, "collective carries another value on group %u: collective %llu (%s) reduces its buffers after "
+                          "in-place all-reduces over %s%s for rank %u (program %u, insn %u) but over %s%s for rank %u (program %u, "
+                          "insn %u): the members add up different partial sums", g, (unsigned long long)x->n,
+                          plan_coll_name(a->code), ba ? ta : "nothing", ba >> 31 ? " and an explicit group" : "", ra, ka, i,
+                          bb ? tb : "nothing", bb >> 31 ? " and an explicit group" : "", rb, kb, j);
+    }
+    for (uint32_t q = 0, np = a->nargs / 2u; q < a->nargs; q++) {
+        carried ca = comm_carried(p, x, i, q), cb = comm_carried(p, y, j, q);
+        if (carried_same(ca, cb)) continue;
+        char ta[160], tb[160];
+        carried_text(p, ca, ta, sizeof ta);
+        carried_text(p, cb, tb, sizeof tb);
+        return check_fail(m->c, "collective carries another value on group %u: collective %llu (%s) %s %u %s %s for rank %u "
+                          "(program %u, insn %u) but %s for rank %u (program %u, insn %u): its members are matched by what "
+                          "they carry", g, (unsigned long long)x->n, plan_coll_name(a->code), q < np ? "in" : "out",
+                          q < np ? q : q - np, np > 1 ? "(a pair of the bucket) is" : "is", ta, ra, ka, i, tb, rb, kb, j);
+    }
+    return PLAN_OK;
+}
+
 static plan_status check_coll_pair(comm *m, uint32_t g, uint32_t ra, uint32_t rb) {
     const plan *p = m->c->p;
     uint32_t ka = p->ranks[ra].program, kb = p->ranks[rb].program;
@@ -269,6 +403,8 @@ static plan_status check_coll_pair(comm *m, uint32_t g, uint32_t ra, uint32_t rb
                                   (unsigned long long)x.n, plan_coll_name(a->code), (unsigned long long)ai, (unsigned long long)ao,
                                   ra, ka, i, (unsigned long long)bi, (unsigned long long)bo, rb, kb, j);
         }
+        plan_status st = check_coll_carried(m, g, &x, i, ra, &y, j, rb);
+        if (st) return st;
     }
 }
 
@@ -349,14 +485,16 @@ plan_status check_comm(checker *c) {
     const plan *p = c->p;
     comm m = {.c = c};
     m.prefix = calloc((size_t)p->n_programs + 1, sizeof(uint32_t *));
+    m.before = calloc((size_t)p->n_programs + 1, sizeof(uint32_t *));
     m.first_prog = malloc(((size_t)p->n_ranks + 1) * sizeof(uint32_t));
     m.first_rank = malloc(((size_t)p->n_ranks + 1) * sizeof(uint32_t));
-    plan_status st = !m.prefix || !m.first_prog || !m.first_rank ? check_fail(c, "out of memory") : PLAN_OK;
+    plan_status st = !m.prefix || !m.before || !m.first_prog || !m.first_rank ? check_fail(c, "out of memory") : PLAN_OK;
     for (uint32_t k = 0; !st && k < p->n_programs; k++) {
         const plan_program *pg = &p->programs[k];
         m.prefix[k] = malloc(((size_t)pg->n_insns + 1) * sizeof(uint32_t));
-        if (!m.prefix[k]) st = check_fail(c, "out of memory");
-        else m.prefix[k][0] = 0;
+        m.before[k] = m.before ? malloc(((size_t)pg->n_insns + 1) * sizeof(uint32_t)) : NULL;
+        if (!m.prefix[k] || !m.before[k]) st = check_fail(c, "out of memory");
+        else m.prefix[k][0] = 0, reduced_before(p, pg, m.before[k]);
         for (uint32_t i = 0; !st && i < pg->n_insns; i++) {
             uint8_t kind = pg->insns[i].kind;
             m.prefix[k][i + 1] = m.prefix[k][i] + (kind == PLAN_I_SEND || kind == PLAN_I_RECV || kind == PLAN_I_COLL);
@@ -366,7 +504,9 @@ plan_status check_comm(checker *c) {
     for (uint32_t g = 0; !st && g < p->n_groups; g++)
         st = p->groups[g].axes ? check_mask_group(&m, g) : check_explicit_group(&m, g);
     for (uint32_t k = 0; m.prefix && k < p->n_programs; k++) free(m.prefix[k]);
+    for (uint32_t k = 0; m.before && k < p->n_programs; k++) free(m.before[k]);
     free(m.prefix);
+    free(m.before);
     free(m.first_prog);
     free(m.first_rank);
     free(m.pairs);

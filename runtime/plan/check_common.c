@@ -7,6 +7,8 @@
  */
 #include "checker.h"
 
+#include <string.h>
+
 #include <stdarg.h>
 #include <stdio.h>
 
@@ -34,6 +36,69 @@ const check_op_arity check_op_arities[] = {
 #undef BCAST
 #undef RNG
 const uint32_t check_n_ops = (uint32_t)(sizeof(check_op_arities) / sizeof(check_op_arities[0]));
+
+/* ---- which dimensions an operator sums away, from its annotation ---- */
+
+static const char *const op_annotations[] = {
+#define OP(E, name, imin, imax, nout, ann, flags) ann,
+#include "../ops.def"
+#undef OP
+};
+
+// Token t (0-based; spaces between) of the comma-separated part `part` of annotation side s,
+// copied into buf without its marks; *reduce: it carries '+'; *variadic: it starts with '*'.
+// The number of tokens of that part when t is -1. -1 when there is no such part or token.
+static int ann_token(const char *s, int part, int t, char *buf, size_t n, bool *reduce, bool *variadic) {
+    for (int k = 0; k < part && s; k++) s = strchr(s, ','), s = s ? s + 1 : NULL;
+    if (!s) return -1;
+    int count = 0;
+    while (*s && *s != ',') {
+        while (*s == ' ') s++;
+        if (!*s || *s == ',') break;
+        const char *e = s;
+        while (*e && *e != ' ' && *e != ',') e++;
+        if (count == t) {
+            size_t m = 0;
+            *reduce = *variadic = false;
+            for (const char *c = s; c < e; c++) {
+                if (*c == '+') *reduce = true;
+                else if (*c == '*') *variadic = true;
+                else if (*c != '^' && m + 1 < n) buf[m++] = *c;
+            }
+            buf[m] = 0;
+            return t;
+        }
+        count++;
+        s = e;
+    }
+    return t < 0 ? count : -1;
+}
+
+bool check_op_sums_away(uint32_t op, uint32_t q, int rank_q, int d, uint32_t rank_out, uint32_t j) {
+    const char *name = plan_op_name(op);
+    if (name && !strcmp(name, "reduce_sum")) return d < rank_q - (int)rank_out; // its leading axes are summed
+    if (op >= check_n_ops || !op_annotations[op][0]) return false;
+    const char *ann = op_annotations[op], *arrow = strstr(ann, "->");
+    if (!arrow) return false;
+    char in[32], letter[32];
+    size_t left_n = (size_t)(arrow - ann);
+    if (left_n >= 256) return false;
+    char left[256];
+    memcpy(left, ann, left_n), left[left_n] = 0;
+    bool reduce, variadic;
+    int n = ann_token(left, (int)q, -1, in, sizeof in, &reduce, &variadic);
+    if (n <= 0 || ann_token(left, (int)q, 0, in, sizeof in, &reduce, &variadic) < 0) return false;
+    int t = d; // a leading variadic group covers rank_q - (n - 1) dimensions
+    if (variadic) t = d < rank_q - (n - 1) ? 0 : d - (rank_q - (n - 1)) + 1;
+    if (ann_token(left, (int)q, t, letter, sizeof letter, &reduce, &variadic) < 0 || !reduce) return false;
+    const char *right = arrow + 2;
+    int m = ann_token(right, (int)j, -1, in, sizeof in, &reduce, &variadic);
+    for (int k = 0; k < m; k++) {
+        bool r2, v2;
+        if (ann_token(right, (int)j, k, in, sizeof in, &r2, &v2) >= 0 && !strcmp(in, letter)) return false;
+    }
+    return true;
+}
 
 /* ---- naming things ---- */
 

@@ -19,6 +19,32 @@
  * receive of a group writes bytes that a send of the same group reads, in either order (the
  * sequential data flow above cannot see this).
  *
+ * Streams (happens-before). Each stream runs its instructions in order and streams are ordered
+ * only by events, so the walk keeps a vector clock per stream (how far it has seen each
+ * stream: positions count a stream's instructions), a record copies its stream's clock into
+ * its event and a wait merges the event's clock into its stream's. A read of a slot last
+ * written on another stream must see that write (the reader's clock has reached its
+ * position), and a write over bytes that another stream read must see that read; otherwise
+ * the streams race (a deleted record/wait pair: results that differ run to run). The
+ * instructions of a background round race on purpose (hogwild, or ordered by the runtime's
+ * lock) and are left out.
+ *
+ * Partial sums. A compute whose output is declared R on mesh axis a while an input is V there,
+ * or split there along a dimension that the operator sums away (check_op_sums_away: a
+ * reduction letter of its annotation that the output lacks), holds partial sums over a that
+ * its shard does not show: a weight's gradient under data parallelism, declared as what the
+ * in-place all_reduce after it leaves. Until an all_reduce over a (or a reduce_scatter) sums
+ * them, only an operator that keeps them partial (scale, add, an accumulation) or a copy may
+ * read them; and an in-place all_reduce must find partial sums on each axis of its group, or it
+ * adds up replicas (an all-reduce moved to another group). Slots written from scratch buffers
+ * have no layout to follow and are not judged. A program with a background round is not
+ * checked: its replicas differ between rounds on purpose.
+ *
+ * Unread values. A slot that holds one micro-batch's or one block copy's value of a tensor
+ * (a buffer with several mb or layer slots, not persistent, not the loss) is written to be
+ * read: a pure write over an unread value, or an unread value at the end of the step, means a
+ * loop ran longer than the one that should read it.
+ *
  * The walk is bounded (slots, overlapping pairs, steps), so a plan too large to check is
  * refused with a message rather than checked for hours.
  */
@@ -114,7 +140,33 @@ typedef struct flow {
     uint64_t time, steps;
     int64_t mb, layer;         // the loop variables
     int mb_depth, layer_depth; // how many loops of each variable are around the instruction
+    // Happens-before between streams (see "Streams" at the top): per stream s, vc[s][t] is how far
+    // stream s has seen stream t (positions count each stream's instructions); per event, the
+    // clock its last record carried; per slot, the stream and position of its last write and,
+    // per stream, the position of its last read (rd[s * n_streams + t]).
+    uint32_t n_streams;
+    uint64_t vc[PLAN_MAX_STREAMS][PLAN_MAX_STREAMS];
+    uint64_t (*evc)[PLAN_MAX_STREAMS];
+    uint8_t *wstream;          // per slot: the stream of its last write; NO_STREAM: none to order
+    uint64_t *wpos, *rd;
+    bool in_bg;                // walking a background round (deliberate races: not ordered)
+    // Partial sums (see "Partial sums" at the top): per slot, the mesh axes (bit a) over which it
+    // holds partial sums that its declared shard does not show; checked unless the program has
+    // a background round (its replicas diverge on purpose between rounds).
+    uint16_t *pend;            // bits 0..7: axes; PEND_UNKNOWN: written from scratch, its layout unknown
+    bool check_pend;
+    // Per slot: written and not read since (a slot of a micro-batch or block copy that a loop of
+    // the wrong count leaves behind; see flow_unread).
+    uint8_t *unread;
+    // Per slot: the micro-batch whose value it holds (MB_ANY: one that does not depend on the
+    // micro-batch, a param's or an accumulation's; MB_UNKNOWN: from scratch); see mb_read.
+    int64_t *vmb;
 } flow;
+
+#define NO_STREAM 0xffu
+#define MB_ANY (-1)
+#define MB_UNKNOWN (-2)
+#define PEND_UNKNOWN 0x100u
 
 static void flow_free(flow *f) {
     free(f->base);
@@ -128,6 +180,7 @@ static void flow_free(flow *f) {
     free(f->ov);
     free(f->held);
     free(f->period);
+    free(f->evc), free(f->wstream), free(f->wpos), free(f->rd), free(f->pend), free(f->unread), free(f->vmb);
     for (int st = 0; st < PLAN_MAX_STREAMS; st++) free(f->grp_rd[st]), free(f->grp_wr[st]);
 }
 
@@ -320,6 +373,37 @@ static plan_status flow_start(flow *f) {
     return PLAN_OK;
 }
 
+// The state of the happens-before and partial-sum checks: nothing written yet, no clock moved.
+static plan_status flow_order_init(flow *f) {
+    const plan_program *pg = f->pg;
+    size_t n = (size_t)f->n_slots + 1;
+    f->n_streams = pg->n_streams;
+    uint32_t events = 0; // the events the program uses (n_events may be far larger: only the used ones get a clock)
+    for (uint32_t i = 0; i < pg->n_insns; i++)
+        if ((pg->insns[i].kind == PLAN_I_RECORD || pg->insns[i].kind == PLAN_I_WAIT) && (uint32_t)pg->insns[i].a + 1 > events)
+            events = (uint32_t)pg->insns[i].a + 1;
+    f->evc = calloc((size_t)events + 1, sizeof *f->evc);
+    f->wstream = malloc(n);
+    f->wpos = calloc(n, sizeof(uint64_t));
+    f->rd = calloc(n * f->n_streams, sizeof(uint64_t));
+    f->pend = calloc(n, sizeof(uint16_t));
+    f->unread = calloc(n, 1);
+    f->vmb = malloc(n * sizeof(int64_t));
+    if (!f->evc || !f->wstream || !f->wpos || !f->rd || !f->pend || !f->unread || !f->vmb)
+        return check_pfail(f->c, f->k, "out of memory");
+    for (uint64_t s = 0; s < f->n_slots; s++) { // what the step starts with: an input's slot m holds micro-batch m
+        const plan_buffer *b = &pg->buffers[f->slot_buf[s]];
+        bool per_mb = b->tensor != PLAN_NONE && f->c->p->tensors[b->tensor].kind == PLAN_T_INPUT &&
+                      b->mb_slots >= f->c->p->meta.micro_batches;
+        f->vmb[s] = per_mb ? (int64_t)((s - f->base[f->slot_buf[s]]) / f->layer_n[f->slot_buf[s]]) : MB_ANY;
+    }
+    memset(f->wstream, NO_STREAM, n);
+    f->check_pend = true;
+    for (uint32_t i = 0; i < pg->n_insns; i++)
+        if (pg->insns[i].kind == PLAN_I_LOOP && plan_loop_is_background(pg->insns[i].code)) f->check_pend = false;
+    return PLAN_OK;
+}
+
 /* Running the program. */
 
 // A read of slot s: it was written, and nothing wrote over its bytes since.
@@ -412,6 +496,250 @@ static plan_status flow_group(flow *f, uint32_t i) {
     return PLAN_OK;
 }
 
+/* Streams: happens-before. */
+
+// A read by instruction i (on stream st) of slot s: a write on another stream happens before it
+// (a record after the write on that stream, waited for on this one before the read).
+static plan_status hb_read(flow *f, uint32_t i, uint8_t st, uint64_t s) {
+    if (f->in_bg) return PLAN_OK;
+    f->rd[s * f->n_streams + st] = f->vc[st][st];
+    uint8_t w = f->wstream[s];
+    if (w == NO_STREAM || w == st || f->vc[st][w] >= f->wpos[s]) return PLAN_OK;
+    char a[160];
+    slot_desc(f, s, a, sizeof(a));
+    return ffail(f, i, "on stream %u reads %s, written by insn %u on stream %u, but no record on stream %u after that write "
+                 "is waited for on stream %u before this read: the streams race", st, a, f->writer[s], w, w, st);
+}
+
+// A write by instruction i (on stream st) of slot s over slot x's bytes (x may be s): every read
+// of x on another stream happens before it.
+static plan_status hb_war(flow *f, uint32_t i, uint8_t st, uint64_t s, uint64_t x) {
+    for (uint32_t t = 0; t < f->n_streams; t++) {
+        uint64_t r = f->rd[x * f->n_streams + t];
+        if (t == st || !r || f->vc[st][t] >= r) continue;
+        char a[160], b[160];
+        slot_desc(f, s, a, sizeof(a));
+        slot_desc(f, x, b, sizeof(b));
+        return ffail(f, i, "on stream %u writes %s over %s, which stream %u reads earlier, but no record on stream %u after "
+                     "that read is waited for on stream %u before this write: the streams race", st, a, b, t, t, st);
+    }
+    return PLAN_OK;
+}
+
+// A write by instruction i (on stream st) of slot s: every read of its bytes (s or a slot over
+// them) on another stream happens before it; then s was last written here.
+static plan_status hb_write(flow *f, uint32_t i, uint8_t st, uint64_t s) {
+    if (f->in_bg) {
+        f->wstream[s] = NO_STREAM;
+        return PLAN_OK;
+    }
+    plan_status ok = hb_war(f, i, st, s, s);
+    for (uint64_t o = f->ov_at[s]; o < f->ov_at[s + 1] && !ok; o++) ok = hb_war(f, i, st, s, f->ov[o]);
+    f->wstream[s] = st;
+    f->wpos[s] = f->vc[st][st];
+    return ok;
+}
+
+// Records and waits move the clocks: a record keeps its stream's clock in its event; a wait
+// takes the event's clock into its stream's.
+static void hb_event(flow *f, const plan_insn *in) {
+    uint8_t st = in->stream;
+    if (in->kind == PLAN_I_RECORD) memcpy(f->evc[in->a], f->vc[st], sizeof f->vc[st]);
+    if (in->kind == PLAN_I_WAIT)
+        for (uint32_t t = 0; t < f->n_streams; t++)
+            if (f->evc[in->a][t] > f->vc[st][t]) f->vc[st][t] = f->evc[in->a][t];
+}
+
+/* Partial sums. */
+
+static bool keeps_partial(const plan_insn *in) {
+    const char *name = plan_op_name(in->code);
+    return in->kind == PLAN_I_COMPUTE && name && (!strcmp(name, "scale") || !strcmp(name, "add"));
+}
+
+// The mesh axes on which argument j of a compute holds partial sums its declared shard does not
+// show: it is declared R on axis a while an input is split (D) on a along a dimension that the
+// operator sums away (a reduction letter of ops.def's annotation that the output lacks: a
+// weight's gradient under data parallelism), or holds partial sums (V) there, until an
+// in-place all_reduce over a.
+static uint16_t pend_made(const flow *f, const plan_insn *in, uint32_t j) {
+    const plan_program *pg = f->pg;
+    const plan_buffer *o = &pg->buffers[pg->args[in->args + j]];
+    if (in->kind != PLAN_I_COMPUTE || o->tensor == PLAN_NONE) return 0;
+    const plan *p = f->c->p;
+    uint16_t m = 0;
+    uint32_t nin = compute_inputs(in);
+    for (uint32_t q = 0; q < nin && q < in->nargs; q++) {
+        const plan_buffer *x = &pg->buffers[pg->args[in->args + q]];
+        if (x->tensor == PLAN_NONE) m |= PEND_UNKNOWN;
+        if (x->tensor == PLAN_NONE) continue;
+        for (uint32_t a = 0; a < p->meta.n_axes; a++) {
+            uint8_t v = x->shard.map[a];
+            if (o->shard.map[a] != PLAN_SHARD_R || v == PLAN_SHARD_R) continue;
+            if (v == PLAN_SHARD_V ||
+                check_op_sums_away(in->code, q, p->tensors[x->tensor].rank, v - PLAN_SHARD_D(0), p->tensors[o->tensor].rank, j - nin))
+                m |= (uint16_t)(1u << a);
+        }
+    }
+    return m;
+}
+
+static void axes_of(const flow *f, uint16_t m, char *buf, size_t n) { check_axes_text(f->c->p, m & 0xffu, buf, n); }
+
+// Whether collective `in` sums over its group (colls.def: V -> R, V -> D(i)).
+static bool sums(const plan_insn *in) {
+    if (in->kind != PLAN_I_COLL) return false;
+    plan_shards sh = plan_coll_lookup(in->code)->shards;
+    return sh == PLAN_SHARDS_V_R || sh == PLAN_SHARDS_V_D;
+}
+
+// Whether argument j (an input) of collective `in` is reduced in place by it: an all_reduce pair
+// whose in and out are one buffer.
+static bool reduced_in_place(const flow *f, const plan_insn *in, uint32_t j) {
+    uint32_t np = in->nargs / 2u;
+    return in->kind == PLAN_I_COLL && in->code == PLAN_COLL_ALL_REDUCE && j < np &&
+           f->pg->args[in->args + j] == f->pg->args[in->args + np + j];
+}
+
+// Reads of a slot that holds partial sums (pend): only an operator that keeps them partial (scale,
+// add), a copy, or an in-place all_reduce over all their axes may read them.
+static plan_status pend_read(flow *f, uint32_t i, uint32_t j, uint64_t s) {
+    const plan_insn *in = &f->pg->insns[i];
+    uint16_t m = f->pend[s] & 0xffu;
+    if (!f->check_pend || f->in_bg || !m || keeps_partial(in) || in->kind == PLAN_I_COPY) return PLAN_OK;
+    if (accumulates(f->pg, in) && j >= compute_inputs(in)) return PLAN_OK; // an accumulation adds to its partial sums
+    if (reduced_in_place(f, in, j)) return PLAN_OK; // pend_write checks its axes: several may reduce in turn
+    if (sums(in)) return PLAN_OK; // an all_reduce or reduce_scatter into another buffer: pend_write carries what stays
+    char a[160], ax[48], w[64];
+    slot_desc(f, s, a, sizeof(a));
+    axes_of(f, f->pend[s], ax, sizeof(ax));
+    writer_desc(f, s, w, sizeof(w));
+    return ffail(f, i, "reads %s (%s), which holds partial sums over %s (an input split there, the output declared R), "
+                 "before an in-place all_reduce over %s reduces them", a, w, ax, ax);
+}
+
+// What a write leaves in slot s (argument j of instruction i): partial sums made, kept, summed.
+static plan_status pend_write(flow *f, uint32_t i, uint32_t j, uint64_t s) {
+    const plan_insn *in = &f->pg->insns[i];
+    if (!f->check_pend || f->in_bg) {
+        f->pend[s] = 0;
+        return PLAN_OK;
+    }
+    uint16_t m = 0;
+    if (in->kind == PLAN_I_COMPUTE) {
+        m = pend_made(f, in, j);
+        for (uint32_t q = 0; q < in->nargs; q++) // what an operator that keeps partial sums read (an accumulation too)
+            if ((keeps_partial(in) || q == j) && (plan_arg_role(f->pg, in, q) & A_READ)) m |= f->pend[slot_of(f, in, q)];
+    } else if (in->kind == PLAN_I_COPY) {
+        m = f->pend[slot_of(f, in, 0)];
+    } else if (in->kind == PLAN_I_COLL && reduced_in_place(f, in, j - in->nargs / 2u)) {
+        uint32_t axes = f->c->p->groups[in->a].axes;
+        const plan_buffer *b = &f->pg->buffers[f->pg->args[in->args + j]];
+        if (axes && b->tensor != PLAN_NONE && in->attrs == PLAN_NONE && !(f->pend[s] & PEND_UNKNOWN) &&
+            (f->pend[s] & axes) != axes) {
+            char a[160], ax[48], have[48];
+            slot_desc(f, s, a, sizeof(a));
+            axes_of(f, (uint16_t)(axes & ~f->pend[s]), ax, sizeof(ax));
+            axes_of(f, f->pend[s], have, sizeof(have));
+            return ffail(f, i, "all-reduces %s in place over %s, but it holds no partial sums there (partial over: %s): "
+                         "the sum would multiply its replicas", a, ax, f->pend[s] ? have : "none");
+        }
+        m = axes ? (uint16_t)(f->pend[s] & ~axes) : 0;
+    } else if (sums(in)) { // into another buffer: what its group does not sum stays partial
+        uint32_t axes = f->c->p->groups[in->a].axes;
+        m = axes ? (uint16_t)(f->pend[slot_of(f, in, j - in->nargs / 2u)] & ~axes & 0xffu) : 0;
+    }
+    f->pend[s] = m;
+    return PLAN_OK;
+}
+
+/* Micro-batches: each value keeps the micro-batch it belongs to. */
+
+// A read of slot s by instruction i at micro-batch `at` (the mb loop's variable plus mb_delta):
+// a value of one micro-batch is read at that micro-batch (an instruction moved to another
+// micro-batch, or a slot that a loop of the wrong count left, is found here).
+static plan_status mb_read(flow *f, uint32_t i, uint64_t s, int64_t at) {
+    if (f->in_bg || f->vmb[s] < 0 || f->vmb[s] == at) return PLAN_OK;
+    char a[160], w[64];
+    slot_desc(f, s, a, sizeof(a));
+    writer_desc(f, s, w, sizeof(w));
+    return ffail(f, i, "reads %s (%s), which holds micro-batch %lld's value, as micro-batch %lld's", a, w, (long long)f->vmb[s],
+                 (long long)at);
+}
+
+// Whether instruction in reads and writes one slot: an update in place, which sums over
+// micro-batches (a gradient accumulated with add) rather than belonging to one.
+static bool accumulates_in_place(const flow *f, const plan_insn *in) {
+    if (accumulates(f->pg, in) || (in->kind == PLAN_I_COMPUTE && check_op_arities[in->code].inplace)) return true;
+    if (in->kind != PLAN_I_COMPUTE) return false;
+    for (uint32_t j = 0; j < in->nargs; j++)
+        for (uint32_t q = 0; q < in->nargs; q++)
+            if (j != q && (plan_arg_role(f->pg, in, j) & A_READ) && (plan_arg_role(f->pg, in, q) & A_WRITE) &&
+                slot_of(f, in, j) == slot_of(f, in, q))
+                return true;
+    return false;
+}
+
+// Whether argument j of instruction in is a sum it adds to (an accumulating output, or an input
+// it also writes: add's in-place accumulation), which holds no one micro-batch's value.
+static bool accumulated_arg(const flow *f, const plan_insn *in, uint32_t j) {
+    if ((plan_arg_role(f->pg, in, j) & A_WRITE) || in->kind != PLAN_I_COMPUTE) return true; // reads its own output
+    uint64_t s = slot_of(f, in, j);
+    for (uint32_t q = 0; q < in->nargs; q++)
+        if (q != j && (plan_arg_role(f->pg, in, q) & A_WRITE) && slot_of(f, in, q) == s) return true;
+    return false;
+}
+
+// The micro-batch whose value instruction i writes into its outputs: its own where it reads a
+// value of one micro-batch; MB_ANY where it reads none (params only, nothing, or it accumulates
+// over micro-batches, or updates in place); MB_UNKNOWN where it reads scratch of unknown origin.
+static int64_t mb_written(const flow *f, const plan_insn *in, int64_t at) {
+    if (accumulates_in_place(f, in)) return MB_ANY;
+    if (in->kind == PLAN_I_RECV) {
+        const plan_buffer *b = &f->pg->buffers[f->pg->args[in->args]];
+        uint8_t kind = b->tensor == PLAN_NONE ? PLAN_T_ACTIVATION : f->c->p->tensors[b->tensor].kind;
+        return kind == PLAN_T_PARAM || kind == PLAN_T_STATE ? MB_ANY : at;
+    }
+    int64_t v = MB_ANY;
+    for (uint32_t j = 0; j < in->nargs; j++) {
+        if (!(plan_arg_role(f->pg, in, j) & A_READ)) continue;
+        int64_t x = f->vmb[slot_of(f, in, j)];
+        if (x >= 0) return at;
+        if (x == MB_UNKNOWN) v = MB_UNKNOWN;
+    }
+    return v;
+}
+
+// The walk skips `skip` iterations of an mb loop that began at time t0 (a multiple of its
+// period: check_loops.c): the values written in it are those of micro-batches `skip` later.
+static void mb_skip(flow *f, uint64_t t0, int64_t skip) {
+    for (uint64_t s = 0; s < f->n_slots; s++)
+        if (f->last[s] > t0 && f->vmb[s] >= 0) f->vmb[s] += skip;
+}
+
+/* Slots left unread. */
+
+// Whether slot s holds one micro-batch's or one block copy's value of a tensor computed in the
+// step (not the loss, which the runtime reads): such a value is written to be read.
+static bool must_be_read(const flow *f, uint64_t s) {
+    const plan_buffer *b = &f->pg->buffers[f->slot_buf[s]];
+    return b->tensor != PLAN_NONE && !(b->flags & PLAN_BUF_PERSIST) && (b->mb_slots > 1 || b->layer_slots > 1) &&
+           b->tensor != f->c->p->meta.loss && !f->in_bg;
+}
+
+// A write of slot s by instruction i over a value nobody read (a forward loop that ran one
+// micro-batch too many, a backward loop one too few, ...).
+static plan_status flow_unread(flow *f, uint32_t i, uint64_t s) {
+    if (!f->unread[s]) return PLAN_OK;
+    char a[160];
+    slot_desc(f, s, a, sizeof(a));
+    if (i == PLAN_NONE)
+        return check_pfail(f->c, f->k, "%s (written by insn %u) is never read: a loop over micro-batches or block copies runs "
+                           "longer than the one that should read it", a, f->writer[s]);
+    return ffail(f, i, "writes %s over the value insn %u wrote, which nothing read: a loop over micro-batches or block copies "
+                 "runs longer than the one that should read it", a, f->writer[s]);
+}
+
 static plan_status flow_insn(flow *f, uint32_t i) {
     const plan_insn *in = &f->pg->insns[i];
     f->time++;
@@ -419,13 +747,29 @@ static plan_status flow_insn(flow *f, uint32_t i) {
     if (f->steps > MAX_STEPS)
         return check_pfail(f->c, f->k, "more than %llu steps after expanding its loops: too large to check", MAX_STEPS);
     plan_status st = flow_group(f, i);
+    if (in->kind != PLAN_I_LOOP) f->vc[in->stream][in->stream]++;
+    hb_event(f, in);
     for (uint32_t j = 0; j < in->nargs && !st; j++)
-        if (plan_arg_role(f->pg, in, j) & A_READ) st = flow_read(f, i, slot_of(f, in, j));
+        if (plan_arg_role(f->pg, in, j) & A_READ) {
+            uint64_t s = slot_of(f, in, j);
+            st = flow_read(f, i, s);
+            if (!st) st = hb_read(f, i, in->stream, s);
+            if (!st) st = pend_read(f, i, j, s);
+            if (!st && !(accumulates_in_place(f, in) && accumulated_arg(f, in, j))) st = mb_read(f, i, s, f->mb + in->mb_delta);
+            f->unread[s] = 0;
+        }
     for (uint32_t j = 0; j < in->nargs && !st; j++)
         if (plan_arg_role(f->pg, in, j) & A_WRITE) st = flow_write_check(f, i, j, slot_of(f, in, j));
+    int64_t vmb = st ? MB_ANY : mb_written(f, in, f->mb + in->mb_delta);
     for (uint32_t j = 0; j < in->nargs && !st; j++)
         if (plan_arg_role(f->pg, in, j) & A_WRITE) {
             uint64_t s = slot_of(f, in, j);
+            st = hb_write(f, i, in->stream, s);
+            if (!st) st = pend_write(f, i, j, s);
+            bool pure = !(plan_arg_role(f->pg, in, j) & A_READ); // not an update in place or an accumulation
+            if (!st && pure) st = flow_unread(f, i, s);
+            f->unread[s] = pure && must_be_read(f, s);
+            f->vmb[s] = f->in_bg ? MB_ANY : vmb;
             f->last[s] = f->time;
             f->writer[s] = i;
         }
@@ -436,18 +780,27 @@ static plan_status flow_range(flow *f, uint32_t from, uint32_t to);
 
 static plan_status flow_loop(flow *f, uint32_t i) {
     const plan_insn *in = &f->pg->insns[i];
-    if (plan_loop_is_background(in->code)) return flow_range(f, i + 1, i + 1 + (uint32_t)in->b); // one round, no variable
+    if (plan_loop_is_background(in->code)) { // one round, no variable; its races are deliberate
+        f->in_bg = true;
+        plan_status st = flow_range(f, i + 1, i + 1 + (uint32_t)in->b);
+        f->in_bg = false;
+        return st;
+    }
     bool mb = in->code == PLAN_LOOP_MB;
     uint64_t count = (uint64_t)in->a;
     int64_t saved = mb ? f->mb : f->layer;
     if (mb) f->mb_depth++;
     else f->layer_depth++;
     plan_status st = PLAN_OK;
-    for (uint64_t j = 0; j < count && !st; j = check_next_iteration(j, count, f->period[i])) {
+    uint64_t t0 = f->time;
+    for (uint64_t j = 0; j < count && !st;) {
         int64_t v = in->code == PLAN_LOOP_REVERSE_LAYER ? (int64_t)(count - 1 - j) : (int64_t)j;
         if (mb) f->mb = v;
         else f->layer = v;
         st = flow_range(f, i + 1, i + 1 + (uint32_t)in->b);
+        uint64_t next = check_next_iteration(j, count, f->period[i]);
+        if (mb && next > j + 1) mb_skip(f, t0, (int64_t)(next - j - 1));
+        j = next;
     }
     if (mb) f->mb = saved, f->mb_depth--;
     else f->layer = saved, f->layer_depth--;
@@ -470,8 +823,11 @@ static plan_status flow_range(flow *f, uint32_t from, uint32_t to) {
 }
 
 // Param and state buffers survive the step: nothing wrote over them after their last write.
+// Every value of a micro-batch or block copy written in the step was read.
 static plan_status flow_end(flow *f) {
     const plan *p = f->c->p;
+    for (uint64_t s = 0; s < f->n_slots; s++)
+        if (f->unread[s]) return flow_unread(f, PLAN_NONE, s);
     for (uint64_t s = 0; s < f->n_slots; s++) {
         const plan_buffer *bf = &f->pg->buffers[f->slot_buf[s]];
         if (bf->tensor == PLAN_NONE) continue;
@@ -502,6 +858,7 @@ plan_status check_flow(checker *c, uint32_t k) {
         for (uint32_t i = 0; !st && i < f.pg->n_insns; i++)
             if (f.pg->insns[i].kind == PLAN_I_LOOP) f.period[i] = check_loop_period(f.pg, i);
     }
+    if (!st) st = flow_order_init(&f);
     f.time = 1;
     if (!st) st = flow_range(&f, 0, f.pg->n_insns);
     if (!st) st = flow_end(&f);

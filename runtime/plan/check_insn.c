@@ -22,6 +22,7 @@
  */
 #include "checker.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -263,9 +264,25 @@ static plan_status check_coll_chunk(checker *c, uint32_t k, uint32_t i) {
     return PLAN_OK;
 }
 
+// An operator's attrs hold finite numbers: a NaN learning rate or an infinite scale trains to NaN
+// without a word (the hyperparameters' slots, PLAN_AF_*).
+static plan_status check_attrs_finite(checker *c, uint32_t k, uint32_t i) {
+    static const char *const names[8] = {"scale", "eps", "p", "lr", "beta1", "beta2", "weight_decay", "momentum"};
+    const plan_program *pg = &c->p->programs[k];
+    const plan_insn *in = &pg->insns[i];
+    if (in->kind != PLAN_I_COMPUTE || in->attrs == PLAN_NONE) return PLAN_OK;
+    const double *f = pg->attrs[in->attrs].f;
+    for (int j = 0; j < 8; j++)
+        if (!isfinite(f[j]))
+            return check_ifail(c, k, i, "attrs %u: f[%d] (%s) is %g: a hyperparameter must be finite", in->attrs, j, names[j], f[j]);
+    return PLAN_OK;
+}
+
 static plan_status check_insn(checker *c, uint32_t k, uint32_t i, uint32_t mb_count) {
     const plan_insn *in = &c->p->programs[k].insns[i];
     plan_status st = check_arity(c, k, i);
+    if (!st) st = check_attrs_finite(c, k, i);
+    if (!st) st = check_attrs_shapes(c, k, i);
     if (!st && in->kind == PLAN_I_COLL) st = check_coll_chunk(c, k, i);
     for (uint32_t j = 0; !st && in->kind == PLAN_I_COLL && j < in->nargs / 2u; j++) st = check_coll_sizes(c, k, i, j);
     for (uint32_t j = 0; !st && in->kind == PLAN_I_COLL && j < in->nargs / 2u; j++) st = check_coll_shard(c, k, i, j);
@@ -281,12 +298,66 @@ static plan_status check_insn(checker *c, uint32_t k, uint32_t i, uint32_t mb_co
 
 #define MAX_EXECUTED (1ull << 30) // instructions one program may execute per step, for the walks below
 
+// The largest number of copies of any tensor: the most block copies a layer loop may visit.
+static uint32_t max_copies(const plan *p) {
+    uint32_t n = 1;
+    for (uint32_t t = 0; t < p->n_tensors; t++)
+        if (p->tensors[t].copies > n) n = p->tensors[t].copies;
+    return n;
+}
+
+// A loop's count against what the graph implies (so that checking and simulating a plan take
+// time the model justifies, and a changed count is found): an mb loop runs at most the plan's
+// micro-batches and lies in no other mb loop; a layer loop at most the most copies of any
+// tensor, in no other layer loop.
+static plan_status check_loop_count(checker *c, uint32_t k, uint32_t i, bool in_mb, bool in_layer) {
+    const plan_insn *in = &c->p->programs[k].insns[i];
+    if (plan_loop_is_background(in->code)) return PLAN_OK; // its count is a period: a round is walked once
+    bool mb = in->code == PLAN_LOOP_MB;
+    uint32_t most = mb ? c->p->meta.micro_batches : max_copies(c->p);
+    if (mb ? in_mb : in_layer)
+        return check_ifail(c, k, i, "a %s loop inside another: the step has one pass over its %s", plan_loop_var_name(in->code),
+                           mb ? "micro-batches" : "block copies");
+    if ((uint32_t)in->a > most)
+        return check_ifail(c, k, i, "%s loop of %d, but the plan has %u %s", plan_loop_var_name(in->code), in->a, most,
+                           mb ? "micro-batches" : "block copies at most (the largest copies of any tensor)");
+    return PLAN_OK;
+}
+
+// Instruction i's buffers against the layer loop around it (count n): a block tensor's buffer
+// holds copies layer_base .. layer_base + layer_slots - 1, so the loop stays inside the tensor's
+// copies, and a persistent one (a param's or state's home, whose slot l holds copy layer_base +
+// l from the start) is walked exactly once: a longer loop wraps onto another copy's slot, a
+// shorter one never reaches the last copies (an optimizer that skips a layer).
+static plan_status check_layer_slots(checker *c, uint32_t k, uint32_t i, uint32_t loop, uint32_t n) {
+    const plan_program *pg = &c->p->programs[k];
+    const plan_insn *in = &pg->insns[i];
+    for (uint32_t j = 0; j < in->nargs; j++) {
+        uint32_t b = pg->args[in->args + j];
+        const plan_buffer *bf = &pg->buffers[b];
+        if (bf->tensor == PLAN_NONE || c->p->tensors[bf->tensor].copies < 2) continue;
+        const plan_tensor *t = &c->p->tensors[bf->tensor];
+        char who[160];
+        check_buffer_desc(c->p, pg, b, who, sizeof who);
+        if ((uint64_t)bf->layer_base + n > t->copies)
+            return check_ifail(c, k, i, "in the layer loop of insn %u (%u copies from layer_base %u) it touches %s, whose tensor "
+                               "has %u copies", loop, n, bf->layer_base, who, t->copies);
+        if ((bf->flags & PLAN_BUF_PERSIST) && n != bf->layer_slots && (n > bf->layer_slots || bf->layer_slots > 1))
+            return check_ifail(c, k, i, "the layer loop of insn %u runs %u block cop%s over %s, which holds %u (one slot "
+                               "each, from the start of the step): %s", loop, n, n == 1 ? "y" : "ies", who, bf->layer_slots,
+                               n > bf->layer_slots ? "a copy wraps onto another's slot" : "the last copies are never reached");
+    }
+    return PLAN_OK;
+}
+
 // Every instruction, with the count of the innermost mb loop around it; and the instructions
 // executed per step (loops multiplied out), which the communication walk visits, bounded.
 plan_status check_insns(checker *c, uint32_t k) {
     const plan_program *pg = &c->p->programs[k];
+    if (pg->n_events > PLAN_MAX_EVENTS) // the runtime and the simulator keep state per event
+        return check_pfail(c, k, "declares %u events, more than the %u a program may have", pg->n_events, PLAN_MAX_EVENTS);
     struct insn_scope {
-        uint32_t end, mb_count;
+        uint32_t end, mb_count, layer_loop; // layer_loop: the innermost layer loop's insn, or PLAN_NONE
         uint64_t mult;
     } stack[PLAN_MAX_LOOP_DEPTH];
     int depth = 0;
@@ -295,17 +366,23 @@ plan_status check_insns(checker *c, uint32_t k) {
     for (uint32_t i = 0; i < pg->n_insns && !st; i++) {
         while (depth && i >= stack[depth - 1].end) depth--;
         uint32_t mb_count = depth ? stack[depth - 1].mb_count : 0;
+        uint32_t layer_loop = depth ? stack[depth - 1].layer_loop : PLAN_NONE;
         uint64_t mult = depth ? stack[depth - 1].mult : 1;
         const plan_insn *in = &pg->insns[i];
         st = check_insn(c, k, i, mb_count);
+        if (!st && in->kind == PLAN_I_LOOP) st = check_loop_count(c, k, i, mb_count != 0, layer_loop != PLAN_NONE);
+        if (!st && layer_loop != PLAN_NONE && in->kind != PLAN_I_LOOP)
+            st = check_layer_slots(c, k, i, layer_loop, (uint32_t)pg->insns[layer_loop].a);
         executed += mult;
         if (!st && executed > MAX_EXECUTED)
             st = check_pfail(c, k, "executes more than %llu instructions per step (loops multiplied out): too large to check",
                              MAX_EXECUTED);
         if (in->kind == PLAN_I_LOOP) {
             uint64_t m = mult * (uint64_t)plan_loop_trips(in); // mult <= 2^30, count < 2^31: no overflow
+            bool layer = in->code == PLAN_LOOP_LAYER || in->code == PLAN_LOOP_REVERSE_LAYER;
             stack[depth++] = (struct insn_scope){i + 1 + (uint32_t)in->b,
                                                  in->code == PLAN_LOOP_MB ? (uint32_t)in->a : mb_count,
+                                                 layer ? i : plan_loop_is_background(in->code) ? PLAN_NONE : layer_loop,
                                                  m > MAX_EXECUTED ? MAX_EXECUTED + 1 : m};
         }
     }

@@ -195,6 +195,8 @@ static plan_status validate_fields(vctx *v, uint32_t k, uint32_t i) {
         if (!plan_coll_name(in->code)) return bad(v, "program %u: insn %u (%s): collective %u unknown", k, i, kn, in->code);
         if (in->a < 0 || (uint32_t)in->a >= p->n_groups)
             return bad(v, "program %u: insn %u (%s): group %d out of range (%u groups)", k, i, kn, in->a, p->n_groups);
+        if (in->attrs != PLAN_NONE && in->attrs >= pg->n_attrs) // a chunk's range (check_insn.c reads it)
+            return bad(v, "program %u: insn %u (%s): attrs %u out of range (%u attrs)", k, i, kn, in->attrs, pg->n_attrs);
         return PLAN_OK;
     case PLAN_I_SEND:
     case PLAN_I_RECV:

@@ -9,11 +9,16 @@
  *   check_loops.c   loops: their nesting, the period by which the data-flow walk expands them,
  *                   and the rules of background loops;
  *   check_insn.c    each instruction on its own: arities, what collectives and copies do to
- *                   sizes and shards, events, micro-batch ranges;
+ *                   sizes and shards, events, micro-batch ranges, loop counts against the
+ *                   graph (micro-batches, block copies, a persistent buffer's layer slots);
+ *   check_attrs.c   shape, window and axis attrs against the buffers' local shapes;
  *   check_flow.c    buffers and liveness: slots inside the arena, shard sizes, and the data
- *                   flow of each program (written before read, live buffers never overlap);
+ *                   flow of each program (written before read, live buffers never overlap,
+ *                   every cross-stream access ordered by record and wait, partial sums
+ *                   reduced before they are read, per-micro-batch values read);
  *   check_comm.c    communication between programs: sends against receives, and each group's
- *                   collectives in the same order on every member;
+ *                   collectives in the same order on every member, matched by what they
+ *                   carry (tensor, micro-batch, block copy);
  *   check_common.c  what they all use: the checker, fault messages that name the program, the
  *                   instruction or the buffer, and the operators' arities from ops.def.
  * check.c runs them (plan_check). Every fault is PLAN_ERR_INVALID (plan_validate's:
@@ -43,6 +48,11 @@ typedef struct check_op_arity {
 } check_op_arity;
 extern const check_op_arity check_op_arities[]; // indexed by the operator (pcc_op_kind)
 extern const uint32_t check_n_ops;           // rows of ops.def
+// Whether operator op sums away dimension d of its input q (of rank rank_q) in its output j (of
+// rank rank_out): the annotation's letter there is a reduction ('+') that output j lacks (for
+// reduce_sum, a leading dimension past the output's rank). So a split of that dimension leaves
+// partial sums in output j. False where the annotation says nothing (concat, reshape, ...).
+bool check_op_sums_away(uint32_t op, uint32_t q, int rank_q, int d, uint32_t rank_out, uint32_t j);
 
 // Fault messages; each returns PLAN_ERR_INVALID. check_fail writes the message as it is;
 // check_pfail puts 'program k "name" (ranks ...): ' before it, check_ifail that and
@@ -90,6 +100,12 @@ plan_status check_background(checker *c, uint32_t k);
 // Every instruction of program k on its own (arity, collective and copy shards and sizes,
 // events, micro-batch range), and the instructions executed per step, bounded.
 plan_status check_insns(checker *c, uint32_t k);
+
+/* ---- check_attrs.c ---- */
+
+// Instruction i of program k (its arity checked): the shapes, windows and axes of its attrs
+// against its buffers' local shapes.
+plan_status check_attrs_shapes(checker *c, uint32_t k, uint32_t i);
 
 /* ---- check_flow.c ---- */
 

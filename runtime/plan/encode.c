@@ -5,8 +5,9 @@
  * format.h give, writing the canonical form (format.h) into a growable buffer, then fills the
  * table's offsets, sizes and CRCs and the header's. It refuses a plan that fails plan_validate
  * (check_struct.c) or that was read for one rank (its other programs are not there), and one
- * whose sections outgrow the format's u32 sizes. plan_write goes through a temporary file and a
- * rename, so a reader sees the old file or the whole new one.
+ * whose sections outgrow the format's u32 sizes. plan_write goes through file.c's plan_out (a
+ * temporary file, fsync and a rename, so a reader sees the old file or the whole new one; a
+ * device or a FIFO written in place).
  */
 #include "format.h"
 
@@ -337,47 +338,12 @@ plan_status plan_encode(const plan *p, uint8_t **out, size_t *n, char *err, size
 
 /* ---- files ---- */
 
-static plan_status write_all(int fd, const uint8_t *data, size_t n, char *err, size_t err_n) {
-    while (n) {
-        ssize_t k = write(fd, data, n);
-        if (k < 0 && errno == EINTR) continue;
-        if (k <= 0) return plan_errorf(PLAN_ERR_IO, err, err_n, "cannot write: %s", strerror(errno));
-        data += k;
-        n -= (size_t)k;
-    }
-    if (fsync(fd) != 0) return plan_errorf(PLAN_ERR_IO, err, err_n, "cannot write: %s", strerror(errno));
-    return PLAN_OK;
-}
-
-// data to path through a temporary file in the same folder and a rename, so that a reader
-// sees the old file or the whole new one, never a part.
-static plan_status write_file(const char *path, const uint8_t *data, size_t n, char *err, size_t err_n) {
-    size_t len = strlen(path);
-    char *tmp = malloc(len + sizeof(".tmp.XXXXXX"));
-    if (!tmp) return plan_errorf(PLAN_ERR_IO, err, err_n, "out of memory");
-    memcpy(tmp, path, len);
-    memcpy(tmp + len, ".tmp.XXXXXX", sizeof(".tmp.XXXXXX"));
-    int fd = mkstemp(tmp);
-    if (fd < 0) {
-        plan_status st = plan_errorf(PLAN_ERR_IO, err, err_n, "cannot create a temporary file next to it: %s", strerror(errno));
-        free(tmp);
-        return st;
-    }
-    plan_status st = write_all(fd, data, n, err, err_n);
-    if (!st && fchmod(fd, 0644) != 0) st = plan_errorf(PLAN_ERR_IO, err, err_n, "cannot set its mode: %s", strerror(errno));
-    if (close(fd) != 0 && !st) st = plan_errorf(PLAN_ERR_IO, err, err_n, "cannot write: %s", strerror(errno));
-    if (!st && rename(tmp, path) != 0) st = plan_errorf(PLAN_ERR_IO, err, err_n, "cannot rename %s to it: %s", tmp, strerror(errno));
-    if (st) unlink(tmp);
-    free(tmp);
-    return st;
-}
-
 plan_status plan_write(const plan *p, const char *path, char *err, size_t err_n) {
     uint8_t *data;
     size_t n;
     plan_status st = plan_encode(p, &data, &n, err, err_n);
     if (st) return st;
-    st = write_file(path, data, n, err, err_n);
+    st = plan_out_write_file(path, data, n, err, err_n);
     free(data);
     return st;
 }

@@ -339,8 +339,42 @@ plan_status plan_encode(const plan *p, uint8_t **out, size_t *n, char *err, size
 // >= the plan's world loads no program (the caller compares meta.world with its own world).
 // On error, *out is left zeroed (nothing to free).
 plan_status plan_decode(const uint8_t *data, size_t n, int rank, plan *out, char *err, size_t err_n);
-plan_status plan_write(const plan *p, const char *path, char *err, size_t err_n); // via a temp file + rename
+plan_status plan_write(const plan *p, const char *path, char *err, size_t err_n); // plan_out_write_file (file.c)
 plan_status plan_read(const char *path, int rank, plan *out, char *err, size_t err_n);
+
+/* file.c: output files written safely, whole files read with a limit */
+
+// An output file being written: f is where the bytes go. A regular file (or a new path) is
+// written to a temporary file next to it (tmp), which commit flushes to the disk and renames
+// over path; anything else that exists at path (a device such as /dev/null, a FIFO) is written
+// in place (tmp NULL), never renamed over. A temporary file is removed on abort and when
+// SIGINT, SIGTERM or SIGHUP ends the process (where the program left the signal's default).
+typedef struct plan_out {
+    FILE *f;
+    const char *path;           // the caller's string: it must outlive the plan_out
+    char *tmp;                  // the temporary file's name, or NULL (in place)
+} plan_out;
+// Whether path can be written by plan_out_open, asked before the work that produces it: not a
+// directory; a device or FIFO that lets us write; else its folder exists and lets us create a
+// file. PLAN_ERR_IO with a message that names path, or PLAN_OK.
+plan_status plan_out_check(const char *path, char *err, size_t err_n);
+// Opens o for writing path (see plan_out). PLAN_ERR_IO with a message naming path; o then
+// holds nothing.
+plan_status plan_out_open(plan_out *o, const char *path, char *err, size_t err_n);
+// Flushes, fsyncs (a temporary file, then its folder after the rename) and closes o, renaming
+// the temporary file over path. On error (PLAN_ERR_IO, with a message) the temporary file is
+// removed and path is untouched.
+plan_status plan_out_commit(plan_out *o, char *err, size_t err_n);
+// Closes o and removes its temporary file, path untouched. Accepts NULL and a closed o.
+void plan_out_abort(plan_out *o);
+// The n bytes of data as the whole of path (open, write, commit).
+plan_status plan_out_write_file(const char *path, const void *data, size_t n, char *err, size_t err_n);
+// The whole of path (a regular file, a pipe, a device) in a malloc'd buffer of *n bytes plus a
+// NUL, at most max bytes: a directory, an unreadable file or a longer one is PLAN_ERR_IO with a
+// message naming path (*out NULL). The caller frees *out.
+plan_status plan_file_read(const char *path, size_t max, uint8_t **out, size_t *n, char *err, size_t err_n);
+// The largest plan text form plandump reads (256 MiB; compiled plans of thousands of ranks are a few MB).
+#define PLAN_TEXT_MAX_BYTES ((size_t)1 << 28)
 
 /* names.c: the name tables */
 
@@ -424,6 +458,7 @@ plan_status plan_parse(const char *text, size_t n, const char *file, plan *out, 
 // that fails it. Returns PLAN_ERR_FORMAT with a message naming the item, or PLAN_OK.
 #define PLAN_MAX_LOOP_DEPTH 32
 #define PLAN_MAX_BUCKET 16384 // pairs of one collective instruction
+#define PLAN_MAX_EVENTS 65536u // events of one program (plan_check; the runtime keeps state per event)
 plan_status plan_validate(const plan *p, char *err, size_t err_n);
 
 // How instruction `in` of program pg uses its argument j: PLAN_ARG_READ, PLAN_ARG_WRITE or both

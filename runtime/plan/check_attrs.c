@@ -1,0 +1,147 @@
+/*
+ * check_attrs.c: the verifier's shape attributes against the buffers they describe (layer 2,
+ * after plan_validate: indices in range). An operator whose attrs give a shape, a window or an
+ * axis must agree with the local shapes of its buffers (each tensor buffer's piece: its
+ * tensor's shape divided by its shard, plan_shard_local_shape), as the CPU kernels check at run
+ * time (runtime/cpu/conv.c, movement.c); before this check a plan whose attrs disagreed passed
+ * plan_check and failed only in its first step.
+ *   - conv2d, conv2d_grad_x, conv2d_grad_w, maxpool, avgpool and their gradients: the window
+ *     (attrs win: kernel of the pools, stride, padding; a convolution's kernel is its weight's
+ *     [o,c,kh,kw]) takes the input's [h,w] to the output's [ho,wo]: ho = (h + 2 pad - k) /
+ *     stride + 1, with stride >= 1, pad >= 0, and the window inside the padded input;
+ *   - slice and slice_grad: 0 <= start < end <= the whole's size along axis, the part that size
+ *     end - start there and the whole's elsewhere;
+ *   - transpose: perm a permutation of the input's rank, the output the input permuted;
+ *   - concat and split: the axis inside the rank.
+ * A scratch buffer has no shape to compare: an operator with one is not checked.
+ */
+#include "checker.h"
+
+#include <stdio.h>
+#include <string.h>
+
+// The local shape of argument j of instruction in (false for a scratch buffer).
+static bool arg_shape(const checker *c, const plan_program *pg, const plan_insn *in, uint32_t j, int64_t sh[PLAN_MAX_RANK],
+                      int *rank) {
+    if (j >= in->nargs) return false;
+    const plan_buffer *b = &pg->buffers[pg->args[in->args + j]];
+    if (b->tensor == PLAN_NONE) return false;
+    const plan_tensor *t = &c->p->tensors[b->tensor];
+    *rank = t->rank;
+    return plan_shard_local_shape(c->p, t, b->shard, sh);
+}
+
+static int64_t window_out(int64_t in, int64_t k, int64_t stride, int64_t pad) {
+    if (stride < 1 || pad < 0 || k < 1 || in + 2 * pad < k) return -1;
+    return (in + 2 * pad - k) / stride + 1;
+}
+
+// The window from x [n,c,h,w] to y [n,*,ho,wo] with kernel kh x kw and attrs win's stride and
+// padding.
+static plan_status check_window(checker *c, uint32_t k, uint32_t i, const int64_t *x, const int64_t *y, int64_t kh, int64_t kw) {
+    const plan_program *pg = &c->p->programs[k];
+    const int32_t *w = pg->attrs[pg->insns[i].attrs].win;
+    int64_t ho = window_out(x[2], kh, w[2], w[4]), wo = window_out(x[3], kw, w[3], w[5]);
+    if (ho == y[2] && wo == y[3]) return PLAN_OK;
+    return check_ifail(c, k, i, "attrs %u: a %lldx%lld window with stride %dx%d and padding %dx%d takes the input's %lldx%lld to "
+                       "%lldx%lld, but the buffers say %lldx%lld", pg->insns[i].attrs, (long long)kh, (long long)kw, w[2], w[3],
+                       w[4], w[5], (long long)x[2], (long long)x[3], (long long)ho, (long long)wo, (long long)y[2],
+                       (long long)y[3]);
+}
+
+// Convolutions and pools: which arguments are x (the image), w (the weights) and y (the window's
+// output), by operator; false when op has no window.
+static bool window_roles(const char *op, int *x, int *w, int *y) {
+    static const struct { const char *op; int x, w, y; } roles[] = {
+        {"conv2d", 0, 1, -1},        {"conv2d_grad_x", -1, 1, 0}, {"conv2d_grad_w", 1, -1, 0},
+        {"maxpool", 0, -1, -1},      {"avgpool", 0, -1, -1},      {"maxpool_grad", 1, -1, 0},
+        {"avgpool_grad", -1, -1, 0},
+    };
+    for (size_t r = 0; r < sizeof roles / sizeof *roles; r++)
+        if (!strcmp(op, roles[r].op)) return *x = roles[r].x, *w = roles[r].w, *y = roles[r].y, true;
+    return false;
+}
+
+static plan_status check_windowed(checker *c, uint32_t k, uint32_t i, const char *op) {
+    const plan_program *pg = &c->p->programs[k];
+    const plan_insn *in = &pg->insns[i];
+    int xr, wr, yr, r;
+    if (!window_roles(op, &xr, &wr, &yr) || in->attrs == PLAN_NONE) return PLAN_OK;
+    uint32_t nin = in->nargs - 1; // one output
+    // -1: the output (x for a gradient w.r.t. the input, y for the forward)
+    uint32_t xj = xr < 0 ? nin : (uint32_t)xr, yj = yr < 0 ? nin : (uint32_t)yr;
+    int64_t x[PLAN_MAX_RANK], y[PLAN_MAX_RANK], w[PLAN_MAX_RANK] = {0};
+    bool conv = !strncmp(op, "conv2d", 6);
+    if (!arg_shape(c, pg, in, xj, x, &r) || r != 4 || !arg_shape(c, pg, in, yj, y, &r) || r != 4) return PLAN_OK;
+    if (conv && (wr < 0 ? !arg_shape(c, pg, in, nin, w, &r) : !arg_shape(c, pg, in, (uint32_t)wr, w, &r))) return PLAN_OK;
+    const int32_t *win = pg->attrs[in->attrs].win;
+    return check_window(c, k, i, x, y, conv ? w[2] : win[0], conv ? w[3] : win[1]);
+}
+
+// slice: part = whole[start:end] along axis; slice_grad the other way.
+static plan_status check_slice(checker *c, uint32_t k, uint32_t i, bool grad) {
+    const plan_program *pg = &c->p->programs[k];
+    const plan_insn *in = &pg->insns[i];
+    int64_t whole[PLAN_MAX_RANK], part[PLAN_MAX_RANK];
+    int rw, rp;
+    if (in->attrs == PLAN_NONE || in->nargs != 2 || !arg_shape(c, pg, in, grad ? 1 : 0, whole, &rw) ||
+        !arg_shape(c, pg, in, grad ? 0 : 1, part, &rp))
+        return PLAN_OK;
+    const int64_t *a = pg->attrs[in->attrs].i;
+    int64_t axis = a[PLAN_AI_AXIS], s = a[PLAN_AI_START], e = a[PLAN_AI_END];
+    if (axis < 0 || axis >= rw || rp != rw)
+        return check_ifail(c, k, i, "attrs %u: axis %lld of a rank-%d whole and a rank-%d part", in->attrs, (long long)axis, rw, rp);
+    bool ok = s >= 0 && s < e && e <= whole[axis];
+    for (int d = 0; d < rw && ok; d++) ok = part[d] == (d == axis ? e - s : whole[d]);
+    if (ok) return PLAN_OK;
+    char ws[128], ps[128];
+    check_shape_text(whole, rw, ws, sizeof ws);
+    check_shape_text(part, rp, ps, sizeof ps);
+    return check_ifail(c, k, i, "attrs %u: slice [%lld, %lld) along axis %lld of the whole %s, but the part is %s", in->attrs,
+                       (long long)s, (long long)e, (long long)axis, ws, ps);
+}
+
+static plan_status check_transpose(checker *c, uint32_t k, uint32_t i) {
+    const plan_program *pg = &c->p->programs[k];
+    const plan_insn *in = &pg->insns[i];
+    int64_t x[PLAN_MAX_RANK], y[PLAN_MAX_RANK];
+    int rx, ry;
+    if (in->attrs == PLAN_NONE || in->nargs != 2 || !arg_shape(c, pg, in, 0, x, &rx) || !arg_shape(c, pg, in, 1, y, &ry))
+        return PLAN_OK;
+    const int32_t *perm = pg->attrs[in->attrs].perm;
+    bool seen[PLAN_MAX_RANK] = {false}, ok = rx == ry;
+    for (int d = 0; d < rx && ok; d++) {
+        ok = perm[d] >= 0 && perm[d] < rx && !seen[perm[d]] && y[d] == x[perm[d]];
+        if (ok) seen[perm[d]] = true;
+    }
+    if (ok) return PLAN_OK;
+    char xs[128], ys[128];
+    check_shape_text(x, rx, xs, sizeof xs);
+    check_shape_text(y, ry, ys, sizeof ys);
+    return check_ifail(c, k, i, "attrs %u: perm %d,%d,%d,%d... does not take the input %s to the output %s (output dimension d is "
+                       "input dimension perm[d])", in->attrs, perm[0], perm[1], perm[2], perm[3], xs, ys);
+}
+
+// concat and split: the axis lies inside the rank of the whole.
+static plan_status check_join_axis(checker *c, uint32_t k, uint32_t i, bool split) {
+    const plan_program *pg = &c->p->programs[k];
+    const plan_insn *in = &pg->insns[i];
+    int64_t sh[PLAN_MAX_RANK];
+    int r;
+    uint32_t whole = split ? 0 : in->nargs - 1;
+    if (in->attrs == PLAN_NONE || !in->nargs || !arg_shape(c, pg, in, whole, sh, &r)) return PLAN_OK;
+    int64_t axis = pg->attrs[in->attrs].i[PLAN_AI_AXIS];
+    if (axis >= 0 && axis < r) return PLAN_OK;
+    return check_ifail(c, k, i, "attrs %u: axis %lld is out of range for the rank-%d %s", in->attrs, (long long)axis, r,
+                       split ? "input" : "output");
+}
+
+plan_status check_attrs_shapes(checker *c, uint32_t k, uint32_t i) {
+    const plan_insn *in = &c->p->programs[k].insns[i];
+    const char *op = in->kind == PLAN_I_COMPUTE ? plan_op_name(in->code) : NULL;
+    if (!op) return PLAN_OK;
+    if (!strcmp(op, "slice") || !strcmp(op, "slice_grad")) return check_slice(c, k, i, op[5] != 0);
+    if (!strcmp(op, "transpose")) return check_transpose(c, k, i);
+    if (!strcmp(op, "concat") || !strcmp(op, "split")) return check_join_axis(c, k, i, op[0] == 's');
+    return check_windowed(c, k, i, op);
+}
