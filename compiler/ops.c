@@ -39,7 +39,7 @@ const pcc_op_info pcc_ops[PCC_OP_COUNT] = {
 #undef INPLACE
 #undef BCAST
 #undef RNG
-_Static_assert(PCC_OP_COUNT == 61, "operator count changed: update the tests' operator list");
+_Static_assert(PCC_OP_COUNT == 91, "operator count changed: update the tests' operator list");
 
 int op_lookup(const char *name) {
     for (int i = 0; i < PCC_OP_COUNT; i++)
@@ -242,6 +242,7 @@ static bool int_operand(pcc_op_kind k, int o) {
     case PCC_OP_CROSS_ENTROPY: return o == 1;
     case PCC_OP_EMBEDDING_GRAD: case PCC_OP_EMBEDDING_BAG_GRAD: return o == 1;
     case PCC_OP_CROSS_ENTROPY_GRAD: return o == 2;
+    case PCC_OP_NE: case PCC_OP_ONE_HOT: return o == 0;
     default: return false;
     }
 }
@@ -292,6 +293,80 @@ static pcc_status check_dtypes(checker *c) {
                         pcc_dtype_names[t->dtype], operand_desc(c, ref), pcc_dtype_names[operand(c, ref)->dtype]);
     }
     return PCC_OK;
+}
+
+/* ---- axis maps: broadcasting and reductions (attrs perm; runtime/ops.def's last section) ---- */
+
+static bool map_given(const pcc_attrs *a) {
+    for (int i = 0; i < PCC_MAX_RANK; i++)
+        if (a->perm[i]) return true;
+    return false;
+}
+
+int op_map_axis(const pcc_attrs *a, int big_rank, int small_rank, int j) {
+    return map_given(a) ? a->perm[j] - 1 : big_rank - small_rank + j;
+}
+
+bool op_map_find(const pcc_graph *g, const pcc_tensor *big, const pcc_tensor *small, pcc_attrs *a) {
+    memset(a->perm, 0, sizeof a->perm);
+    if (small->rank > big->rank) return false;
+    if (memcmp(small->dims, big->dims + (big->rank - small->rank), sizeof(int) * (size_t)small->rank) == 0) return true;
+    // Right-aligned, greedy: the small operand's last axis is the big one's last of that dimension.
+    int at = big->rank - 1;
+    for (int j = small->rank - 1; j >= 0; j--) {
+        while (at >= 0 && big->dims[at] != small->dims[j]) at--;
+        if (at < 0) {
+            memset(a->perm, 0, sizeof a->perm); // no map: the shape rule reports the suffix rule's failure
+            return false;
+        }
+        a->perm[j] = at-- + 1;
+    }
+    (void)g;
+    return true;
+}
+
+void op_map_canon(pcc_attrs *a, int big_rank, int small_rank) {
+    bool suffix = true;
+    for (int j = 0; j < small_rank; j++) suffix &= a->perm[j] == big_rank - small_rank + j + 1;
+    if (suffix) memset(a->perm, 0, sizeof a->perm);
+}
+
+// The smaller operand's axes are distinct, increasing axes of the larger one, each the same
+// dimension (`so` is the smaller operand, reported when they are not).
+static pcc_status check_mapped(checker *c, const pcc_tensor *big, const pcc_tensor *small, int so) {
+    const pcc_graph *g = c->g;
+    char sh[256];
+    if (small->rank > big->rank)
+        return fail(c, so, "has more dimensions than %s; it must be that shape with some axes left out", shape_str(g, big, sh, sizeof sh));
+    int last = -1;
+    for (int j = 0; j < small->rank; j++) {
+        int ax = op_map_axis(&c->op->attrs, big->rank, small->rank, j);
+        if (ax <= last || ax >= big->rank)
+            return fail(c, so, "axis %d maps to axis %d of %s, out of order or out of range", j, ax, shape_str(g, big, sh, sizeof sh));
+        if (big->dims[ax] != small->dims[j])
+            return fail(c, so, "axis %d is %s, but the axis it stands for in %s is %s", j, g->dims[small->dims[j]].name,
+                        shape_str(g, big, sh, sizeof sh), g->dims[big->dims[ax]].name);
+        last = ax;
+    }
+    return PCC_OK;
+}
+
+// sum, mean, max, reduce_sum (input big, output small), expand (input small, output big),
+// max_grad (dy small, x and dx big).
+static pcc_status check_reduce(checker *c) {
+    const pcc_graph *g = c->g;
+    const pcc_op *op = c->op;
+    const pcc_tensor *x = &g->tensors[op->in[0]], *y = &g->tensors[op->out[0]];
+    char sh[256];
+    switch (op->kind) {
+    case PCC_OP_EXPAND: return check_mapped(c, y, x, 0);
+    case PCC_OP_MAX_GRAD: {
+        const pcc_tensor *xx = &g->tensors[op->in[1]];
+        if (!same_shape(xx, y)) return fail(c, -1, "must have input 1's shape %s", shape_str(g, xx, sh, sizeof sh));
+        return check_mapped(c, xx, x, 0);
+    }
+    default: return check_mapped(c, x, y, -1);
+    }
 }
 
 // Everything but `axis` equal between a and b.
@@ -444,12 +519,8 @@ static pcc_status check_custom(checker *c) {
     case PCC_OP_RESHAPE: return check_reshape(c);
     case PCC_OP_FILL: return PCC_OK; // any shape
     case PCC_OP_TRANSPOSE: return check_transpose(c);
-    case PCC_OP_REDUCE_SUM: {
-        const pcc_tensor *y = &g->tensors[op->out[0]];
-        if (y->rank > x->rank || memcmp(y->dims, x->dims + (x->rank - y->rank), sizeof(int) * (size_t)y->rank) != 0)
-            return fail(c, -1, "must be a suffix of the input's shape");
-        return PCC_OK;
-    }
+    case PCC_OP_REDUCE_SUM: case PCC_OP_SUM: case PCC_OP_MEAN: case PCC_OP_MAX: case PCC_OP_EXPAND: case PCC_OP_MAX_GRAD:
+        return check_reduce(c);
     default: PCC_ASSERT(!"operator without a shape rule");
     }
 }
@@ -460,11 +531,14 @@ pcc_status op_check_shapes(const pcc_graph *g, const pcc_op *op, const char *src
     pcc_status st = check_dtypes(&c);
     if (st) return st;
     if (info->flags & PCC_OPF_BCAST) {
-        // b equals a or is a suffix of it (broadcast over a's leading dimensions); out equals a.
+        // b equals a or a suffix of it (broadcast over a's leading dimensions), or a's shape with
+        // axes left out (attrs perm maps b's axes to a's); out equals a.
         const pcc_tensor *a = &g->tensors[op->in[0]], *b = &g->tensors[op->in[1]], *y = &g->tensors[op->out[0]];
         char sh[256];
-        if (b->rank > a->rank || memcmp(b->dims, a->dims + (a->rank - b->rank), sizeof(int) * (size_t)b->rank) != 0)
-            return fail(&c, 1, "must equal input 0's shape %s or a suffix of it", shape_str(g, a, sh, sizeof sh));
+        if (!map_given(&op->attrs) &&
+            (b->rank > a->rank || memcmp(b->dims, a->dims + (a->rank - b->rank), sizeof(int) * (size_t)b->rank) != 0))
+            return fail(&c, 1, "must equal input 0's shape %s, a suffix of it, or that shape with axes left out", shape_str(g, a, sh, sizeof sh));
+        if ((st = check_mapped(&c, a, b, 1))) return st;
         if (!same_shape(a, y)) return fail(&c, -1, "must have input 0's shape %s", shape_str(g, a, sh, sizeof sh));
         return PCC_OK;
     }
@@ -588,6 +662,33 @@ static int letters_reduce_sum(const pcc_graph *g, const pcc_op *op, pcc_letter *
     return n;
 }
 
+// Ops with an axis map: one letter per axis of the big operand, shared by the small one's axis
+// that maps to it. Axes a reduction drops are reduction letters (sum, mean, reduce_sum: partial
+// sums), or cannot be split (max, max_grad: a maximum of pieces is not a sum).
+static int letters_mapped(const pcc_graph *g, const pcc_op *op, pcc_letter *out) {
+    bool small_in = op->kind == PCC_OP_EXPAND || op->kind == PCC_OP_MAX_GRAD || (pcc_ops[op->kind].flags & PCC_OPF_BCAST);
+    int big = op->kind == PCC_OP_EXPAND ? op->nin : op->kind == PCC_OP_MAX_GRAD ? 1 : 0;
+    int small = op->kind == PCC_OP_EXPAND || op->kind == PCC_OP_MAX_GRAD ? 0 : small_in ? 1 : op->nin;
+    const pcc_tensor *B = &g->tensors[operand_tensor(op, big)], *S = &g->tensors[operand_tensor(op, small)];
+    bool is_max = op->kind == PCC_OP_MAX || op->kind == PCC_OP_MAX_GRAD;
+    bool dropped_reduces = op->kind == PCC_OP_SUM || op->kind == PCC_OP_MEAN || op->kind == PCC_OP_REDUCE_SUM;
+    int n = 0;
+    for (int i = 0; i < B->rank; i++) {
+        int j = -1;
+        for (int k = 0; k < S->rank; k++)
+            if (op_map_axis(&op->attrs, B->rank, S->rank, k) == i) j = k;
+        char name[16];
+        snprintf(name, sizeof name, "x%d", i & 7);
+        pcc_letter *l = letter_get(g, out, &n, name, B->dims[i], j < 0 && dropped_reduces, j < 0 && is_max);
+        for (int o = 0; o < op->nin + op->nout; o++) {
+            const pcc_tensor *t = &g->tensors[operand_tensor(op, o)];
+            if (o == small) l->axis[o] = (signed char)j;
+            else if (t->rank == B->rank) l->axis[o] = (signed char)i;
+        }
+    }
+    return n;
+}
+
 // Ghost batch norm (attrs.ghost_batch G > 0): statistics over each run of G samples, so the
 // batch letter n splits in whole groups and the result is the same on any number of devices.
 static int letters_ghost(const pcc_op *op, pcc_letter *out, int n) {
@@ -602,10 +703,13 @@ int op_letters(const pcc_graph *g, const pcc_op *op, pcc_letter *out) {
     PCC_ASSERT(op->nin + op->nout <= PCC_MAX_OPERANDS);
     switch (op->kind) {
     case PCC_OP_FILL: return 0;
-    case PCC_OP_REDUCE_SUM: return letters_reduce_sum(g, op, out);
+    case PCC_OP_REDUCE_SUM: return map_given(&op->attrs) ? letters_mapped(g, op, out) : letters_reduce_sum(g, op, out);
     case PCC_OP_CONCAT: case PCC_OP_SPLIT: case PCC_OP_SLICE: case PCC_OP_SLICE_GRAD:
         return letters_positional(g, op, op->attrs.axis, out);
-    case PCC_OP_ADD: case PCC_OP_MUL: return letters_positional(g, op, -1, out);
+    case PCC_OP_ADD: case PCC_OP_MUL: case PCC_OP_SUB: case PCC_OP_DIV: case PCC_OP_MASKED_FILL:
+        return map_given(&op->attrs) ? letters_mapped(g, op, out) : letters_positional(g, op, -1, out);
+    case PCC_OP_SUM: case PCC_OP_MEAN: case PCC_OP_MAX: case PCC_OP_EXPAND: case PCC_OP_MAX_GRAD:
+        return letters_mapped(g, op, out);
     case PCC_OP_TRANSPOSE: return letters_transpose(g, op, out);
     case PCC_OP_RESHAPE: return letters_reshape(g, op, out);
     default: break;
@@ -623,6 +727,13 @@ static double numel(const pcc_graph *g, int t) { return (double)tensor_numel(g, 
 static double per_elem(pcc_op_kind k) {
     switch (k) {
     case PCC_OP_ADD: case PCC_OP_MUL: case PCC_OP_SCALE: case PCC_OP_RELU: case PCC_OP_RELU_GRAD: return 1;
+    case PCC_OP_SUB: case PCC_OP_DIV: case PCC_OP_MASKED_FILL: case PCC_OP_NE: case PCC_OP_ONE_HOT: return 1;
+    case PCC_OP_SQRT: case PCC_OP_RSQRT: case PCC_OP_LOG: case PCC_OP_EXP: return 2;
+    case PCC_OP_SQRT_GRAD: case PCC_OP_RSQRT_GRAD: case PCC_OP_LOG_GRAD: case PCC_OP_EXP_GRAD: return 4;
+    case PCC_OP_SIGMOID: case PCC_OP_TANH: case PCC_OP_SIN: case PCC_OP_COS: case PCC_OP_POW: return 4;
+    case PCC_OP_SIGMOID_GRAD: case PCC_OP_TANH_GRAD: case PCC_OP_SIN_GRAD: case PCC_OP_COS_GRAD: case PCC_OP_POW_GRAD: return 6;
+    case PCC_OP_GELU_ERF: return 8;
+    case PCC_OP_GELU_ERF_GRAD: return 12;
     case PCC_OP_DROPOUT: case PCC_OP_DROPOUT_GRAD: return 2;
     case PCC_OP_SILU: return 4;
     case PCC_OP_SILU_GRAD: return 6;
@@ -672,8 +783,10 @@ double op_flops(const pcc_graph *g, const pcc_op *op) {
         double f = 2 * (double)tensor_numel(g, dy) * (double)(dsize(g, w, 1) * dsize(g, w, 2) * dsize(g, w, 3));
         return f + (op->kind == PCC_OP_CONV2D && op->nin > 2 ? out0 : 0);
     }
-    case PCC_OP_CONV2D_GRAD_B: case PCC_OP_REDUCE_SUM: case PCC_OP_EMBEDDING_GRAD:
-        return numel(g, op->in[0]);
+    case PCC_OP_CONV2D_GRAD_B: case PCC_OP_REDUCE_SUM: case PCC_OP_EMBEDDING_GRAD: case PCC_OP_SUM: case PCC_OP_MEAN:
+    case PCC_OP_MAX: case PCC_OP_EXPAND:
+        return numel(g, op->in[0]) + (op->kind == PCC_OP_EXPAND ? out0 : 0);
+    case PCC_OP_MAX_GRAD: return 2 * out0;
     case PCC_OP_EMBEDDING_BAG: case PCC_OP_EMBEDDING_BAG_GRAD: { // b x l rows of width e
         double l = (double)dsize(g, &g->tensors[op->in[op->kind == PCC_OP_EMBEDDING_BAG ? 0 : 1]], 1);
         double e = op->kind == PCC_OP_EMBEDDING_BAG ? (double)dsize(g, &g->tensors[op->out[0]], 1) : (double)dsize(g, in0, 1);
@@ -719,7 +832,8 @@ void graph_totals(const pcc_graph *g, pcc_totals *t) {
         const pcc_tensor *x = &g->tensors[i];
         double n = (double)tensor_numel(g, x) * (double)tensor_copies(g, x), b = tensor_bytes(g, x) * (double)tensor_copies(g, x);
         if (x->kind == PCC_T_PARAM) {
-            t->params += n;
+            if (!x->frozen) t->params += n; // constants (buffers) are not parameters
+
             t->bytes_weights += b;
             if (x->grad >= 0) t->bytes_grads += b;
         }

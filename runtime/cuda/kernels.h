@@ -98,13 +98,14 @@ cudaError_t ck_norm_grad_w(cudaStream_t st, int64_t rows, int64_t h, const void 
 cudaError_t ck_softmax(cudaStream_t st, int64_t rows, int64_t n, const void *x, int xdt, void *y, int ydt, bool acc);
 cudaError_t ck_softmax_grad(cudaStream_t st, int64_t rows, int64_t n, const void *dy, int dydt, const void *y, int ydt,
                             void *dx, int dxdt, bool acc);
-// Per row r: lse(x_r) - x_r[label_r] into out[r] (double); a label outside [0, v) counts 0
-// and sets the flag.
-cudaError_t ck_ce_rows(cudaStream_t st, int64_t rows, int64_t v, const void *x, int xdt, const int32_t *labels, double *out,
-                       int *flag);
-// dx = (*dy / count) (softmax(x) - onehot(label)).
+// Per row r: lse(x_r) - x_r[label_r] into out[r] (double); a row labelled `ignore` (CK_NO_IGNORE:
+// none) counts 0; a label outside [0, v) counts 0 and sets the flag.
+#define CK_NO_IGNORE INT64_MIN
+cudaError_t ck_ce_rows(cudaStream_t st, int64_t rows, int64_t v, const void *x, int xdt, const int32_t *labels, int64_t ignore,
+                       double *out, int *flag);
+// dx = (*dy / count) (softmax(x) - onehot(label)); 0 on a row labelled `ignore`.
 cudaError_t ck_ce_grad(cudaStream_t st, int64_t rows, int64_t v, const void *dy, int dydt, double count, const void *x,
-                       int xdt, const int32_t *labels, void *dx, int dxdt, bool acc, int *flag);
+                       int xdt, const int32_t *labels, int64_t ignore, void *dx, int dxdt, bool acc, int *flag);
 // Pointwise loss terms into `partial` (one double per block of the launch, at most
 // CK_LOSS_BLOCKS): mse (a - b)^2, bce max(a, 0) - a b + log1p(exp(-|a|)).
 #define CK_LOSS_BLOCKS 256
@@ -200,6 +201,40 @@ cudaError_t ck_put_channels(cudaStream_t st, int64_t ng, int64_t c, const double
 cudaError_t ck_attn_softmax(cudaStream_t st, int64_t heads, int64_t s, float *p, bool causal);
 // dS = P (dP - rowsum(dP P)) in place over dp (f32, [heads, s, s]).
 cudaError_t ck_attn_dscores(cudaStream_t st, int64_t heads, int64_t s, const float *p, float *dp);
+
+/* ---- the operators of imported models (kernels_ext.cu; runtime/ops.def's last section) ---- */
+
+// Unary math: y = f(x), or with dy: y = dy f'(x). op: ck_un_op; e: pow's exponent.
+typedef enum ck_un_op {
+    CK_UN_SIGMOID, CK_UN_TANH, CK_UN_EXP, CK_UN_LOG, CK_UN_GELU_ERF, CK_UN_RSQRT, CK_UN_SQRT, CK_UN_SIN, CK_UN_COS, CK_UN_POW
+} ck_un_op;
+cudaError_t ck_unary(cudaStream_t st, int op, bool grad, int64_t n, void *y, int ydt, const void *x, int xdt, const void *dy,
+                     int dydt, double e, bool acc);
+
+// An axis map between a big operand and a small one (rt: cpu_map_strides): big's local shape,
+// and per big axis the small operand's stride (0: small lacks the axis).
+typedef struct ck_map {
+    int rank;
+    int64_t shape[CK_MAX_RANK], sst[CK_MAX_RANK];
+} ck_map;
+
+// Element-wise over big with small broadcast: y[i] = a[i] OP b[k] (add with ua/ub, mul, sub,
+// div), masked_fill (b != 0 ? s : a[i]), expand (y[i] = b[k], a unused).
+typedef enum ck_map_op { CK_MAP_ADD, CK_MAP_MUL, CK_MAP_SUB, CK_MAP_DIV, CK_MAP_FILL, CK_MAP_EXPAND } ck_map_op;
+cudaError_t ck_mapped(cudaStream_t st, int op, const ck_map *m, void *y, int ydt, const void *a, int adt, bool ua, const void *b,
+                      int bdt, bool ub, float s, bool acc);
+// Reductions of big x into small y (one thread per element of y): the sum (divided by count)
+// or the maximum. ny: elements of y.
+cudaError_t ck_reduce_map(cudaStream_t st, bool is_max, const ck_map *m, int64_t ny, const void *x, int xdt, void *y, int ydt,
+                          double count, bool acc);
+// max_grad: dx (big, dxdt) gets dy[k] at the first maximum of x in each group k, 0 elsewhere.
+cudaError_t ck_max_grad(cudaStream_t st, const ck_map *m, int64_t ny, const void *dy, int dydt, const void *x, int xdt, void *dx,
+                        int dxdt, bool acc);
+// ne: y = x != v; one_hot: y[i, j] = ids[i] == lo + j (nc columns, classes the logical count;
+// an id outside [0, classes) sets the flag).
+cudaError_t ck_ne(cudaStream_t st, int64_t n, const int32_t *x, double v, void *y, int ydt, bool acc);
+cudaError_t ck_one_hot(cudaStream_t st, int64_t n, int64_t nc, int64_t lo, int64_t classes, const int32_t *ids, void *y, int ydt,
+                       bool acc, int *flag);
 
 #ifdef __cplusplus
 }

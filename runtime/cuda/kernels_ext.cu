@@ -1,0 +1,205 @@
+/*
+ * kernels_ext.cu: the CUDA kernels of the operators that imported models need (runtime/ops.def's
+ * last section): the unary math and its gradients, broadcasts and reductions through an axis map
+ * (sub, div, masked_fill, expand, add and mul with a map, sum, mean, max, max_grad, reduce_sum
+ * with a map), ne and one_hot. Launched by ops_ext.c.
+ *
+ * Like kernels.cu they are written to be obviously right rather than fast: one thread per
+ * output element, loads and stores in any float dtype (common.cuh), and the CPU kernels' order
+ * of operations. The unary math runs in double (the CPU kernels compute in double and round
+ * once); a reduction walks its group in row-major order, accumulating in double. Never run on a
+ * GPU at the time of writing (no GPU in the session that wrote them): the gpu suite's
+ * tests/gpu_kernels.c holds a case for every one of them against the CPU kernels.
+ */
+#include "common.cuh"
+
+static __device__ double un_f(int op, double x, double e) {
+    switch (op) {
+    case CK_UN_SIGMOID: return 1 / (1 + exp(-x));
+    case CK_UN_TANH: return tanh(x);
+    case CK_UN_EXP: return exp(x);
+    case CK_UN_LOG: return log(x);
+    case CK_UN_GELU_ERF: return 0.5 * x * (1 + erf(x * 0.70710678118654752440));
+    case CK_UN_RSQRT: return 1 / sqrt(x);
+    case CK_UN_SQRT: return sqrt(x);
+    case CK_UN_SIN: return sin(x);
+    case CK_UN_COS: return cos(x);
+    default: return pow(x, e);
+    }
+}
+
+static __device__ double un_df(int op, double x, double e) {
+    switch (op) {
+    case CK_UN_SIGMOID: { double s = 1 / (1 + exp(-x)); return s * (1 - s); }
+    case CK_UN_TANH: { double t = tanh(x); return 1 - t * t; }
+    case CK_UN_EXP: return exp(x);
+    case CK_UN_LOG: return 1 / x;
+    case CK_UN_GELU_ERF: return 0.5 * (1 + erf(x * 0.70710678118654752440)) + x * 0.39894228040143267794 * exp(-0.5 * x * x);
+    case CK_UN_RSQRT: return -0.5 / (x * sqrt(x));
+    case CK_UN_SQRT: return 0.5 / sqrt(x);
+    case CK_UN_SIN: return cos(x);
+    case CK_UN_COS: return -sin(x);
+    default: return e == 0 ? 0 : e * pow(x, e - 1);
+    }
+}
+
+__global__ void k_unary(int op, bool grad, int64_t n, void *y, int ydt, const void *x, int xdt, const void *dy, int dydt, double e,
+                        bool acc) {
+    CK_FOR_EACH(i, n) {
+        double v = (double)ld(x, i, xdt);
+        double r = grad ? (double)ld(dy, i, dydt) * un_df(op, v, e) : un_f(op, v, e);
+        put(y, i, ydt, (float)r, acc);
+    }
+}
+
+extern "C" cudaError_t ck_unary(cudaStream_t st, int op, bool grad, int64_t n, void *y, int ydt, const void *x, int xdt, const void *dy,
+                                int dydt, double e, bool acc) {
+    if (n <= 0) return cudaSuccess;
+    k_unary<<<ck_grid(n), CK_THREADS, 0, st>>>(op, grad, n, y, ydt, x, xdt, dy, dydt, e, acc);
+    return cudaGetLastError();
+}
+
+// The small operand's flat index of big's flat index i.
+static __device__ int64_t map_index(const ck_map &m, int64_t i) {
+    int64_t k = 0;
+    for (int d = m.rank - 1; d >= 0; d--) {
+        int64_t c = i % m.shape[d];
+        i /= m.shape[d];
+        k += c * m.sst[d];
+    }
+    return k;
+}
+
+__global__ void k_mapped(int op, ck_map m, int64_t n, void *y, int ydt, const void *a, int adt, bool ua, const void *b, int bdt, bool ub,
+                         float s, bool acc) {
+    CK_FOR_EACH(i, n) {
+        int64_t k = map_index(m, i);
+        float bv = ld(b, k, bdt), r;
+        switch (op) {
+        case CK_MAP_ADD: r = (ua ? ld(a, i, adt) : 0.0f) + (ub ? bv : 0.0f); break;
+        case CK_MAP_MUL: r = ld(a, i, adt) * bv; break;
+        case CK_MAP_SUB: r = ld(a, i, adt) - bv; break;
+        case CK_MAP_DIV: r = ld(a, i, adt) / bv; break;
+        case CK_MAP_FILL: r = bv != 0 ? s : ld(a, i, adt); break;
+        default: r = bv; break; // expand
+        }
+        put(y, i, ydt, r, acc);
+    }
+}
+
+static int64_t map_numel(const ck_map *m) {
+    int64_t n = 1;
+    for (int d = 0; d < m->rank; d++) n *= m->shape[d];
+    return n;
+}
+
+extern "C" cudaError_t ck_mapped(cudaStream_t st, int op, const ck_map *m, void *y, int ydt, const void *a, int adt, bool ua, const void *b,
+                                 int bdt, bool ub, float s, bool acc) {
+    int64_t n = map_numel(m);
+    if (n <= 0) return cudaSuccess;
+    k_mapped<<<ck_grid(n), CK_THREADS, 0, st>>>(op, *m, n, y, ydt, a, adt, ua, b, bdt, ub, s, acc);
+    return cudaGetLastError();
+}
+
+// The big flat index of the first element of small's group k, and each reduced axis's big
+// stride and size: the group is every combination of the reduced axes.
+static __device__ int64_t group_base(const ck_map &m, int64_t k, int64_t *rstride, int64_t *rsize, int *nr) {
+    int64_t big_stride = 1, base = 0;
+    *nr = 0;
+    for (int d = m.rank - 1; d >= 0; d--) {
+        if (m.sst[d] == 0) {
+            rstride[*nr] = big_stride, rsize[*nr] = m.shape[d], (*nr)++;
+        } else {
+            base += ((k / m.sst[d]) % m.shape[d]) * big_stride;
+        }
+        big_stride *= m.shape[d];
+    }
+    return base;
+}
+
+// The g-th element of a group (reduced axes' combination g, last axis fastest... in the order
+// group_base listed them: innermost first).
+static __device__ int64_t group_at(int64_t base, int64_t g, const int64_t *rstride, const int64_t *rsize, int nr) {
+    int64_t off = base;
+    for (int r = 0; r < nr; r++) {
+        off += (g % rsize[r]) * rstride[r];
+        g /= rsize[r];
+    }
+    return off;
+}
+
+__global__ void k_reduce_map(bool is_max, ck_map m, int64_t ny, const void *x, int xdt, void *y, int ydt, double count, bool acc) {
+    CK_FOR_EACH(k, ny) {
+        int64_t rstride[CK_MAX_RANK], rsize[CK_MAX_RANK];
+        int nr;
+        int64_t base = group_base(m, k, rstride, rsize, &nr), len = 1;
+        for (int r = 0; r < nr; r++) len *= rsize[r];
+        double acc_v = is_max ? -INFINITY : 0;
+        for (int64_t g = 0; g < len; g++) {
+            double v = (double)ld(x, group_at(base, g, rstride, rsize, nr), xdt);
+            acc_v = is_max ? (v > acc_v ? v : acc_v) : acc_v + v;
+        }
+        put(y, k, ydt, (float)(acc_v / count), acc);
+    }
+}
+
+extern "C" cudaError_t ck_reduce_map(cudaStream_t st, bool is_max, const ck_map *m, int64_t ny, const void *x, int xdt, void *y, int ydt,
+                                     double count, bool acc) {
+    if (ny <= 0) return cudaSuccess;
+    k_reduce_map<<<ck_grid(ny), CK_THREADS, 0, st>>>(is_max, *m, ny, x, xdt, y, ydt, count, acc);
+    return cudaGetLastError();
+}
+
+__global__ void k_max_grad(ck_map m, int64_t ny, const void *dy, int dydt, const void *x, int xdt, void *dx, int dxdt, bool acc) {
+    CK_FOR_EACH(k, ny) {
+        int64_t rstride[CK_MAX_RANK], rsize[CK_MAX_RANK];
+        int nr;
+        int64_t base = group_base(m, k, rstride, rsize, &nr), len = 1, arg = -1;
+        for (int r = 0; r < nr; r++) len *= rsize[r];
+        float best = 0;
+        // The first maximum in big's row-major order (the CPU kernel's): the smallest flat index.
+        for (int64_t g = 0; g < len; g++) {
+            int64_t at = group_at(base, g, rstride, rsize, nr);
+            float v = ld(x, at, xdt);
+            if (arg < 0 || v > best || (v == best && at < arg)) best = v, arg = at;
+        }
+        float d = ld(dy, k, dydt);
+        for (int64_t g = 0; g < len; g++) {
+            int64_t at = group_at(base, g, rstride, rsize, nr);
+            put(dx, at, dxdt, at == arg ? d : 0.0f, acc);
+        }
+    }
+}
+
+extern "C" cudaError_t ck_max_grad(cudaStream_t st, const ck_map *m, int64_t ny, const void *dy, int dydt, const void *x, int xdt, void *dx,
+                                   int dxdt, bool acc) {
+    if (ny <= 0) return cudaSuccess;
+    k_max_grad<<<ck_grid(ny), CK_THREADS, 0, st>>>(*m, ny, dy, dydt, x, xdt, dx, dxdt, acc);
+    return cudaGetLastError();
+}
+
+__global__ void k_ne(int64_t n, const int32_t *x, double v, void *y, int ydt, bool acc) {
+    CK_FOR_EACH(i, n) put(y, i, ydt, (double)x[i] != v ? 1.0f : 0.0f, acc);
+}
+
+extern "C" cudaError_t ck_ne(cudaStream_t st, int64_t n, const int32_t *x, double v, void *y, int ydt, bool acc) {
+    if (n <= 0) return cudaSuccess;
+    k_ne<<<ck_grid(n), CK_THREADS, 0, st>>>(n, x, v, y, ydt, acc);
+    return cudaGetLastError();
+}
+
+__global__ void k_one_hot(int64_t n, int64_t nc, int64_t lo, int64_t classes, const int32_t *ids, void *y, int ydt, bool acc, int *flag) {
+    CK_FOR_EACH(e, n * nc) {
+        int64_t i = e / nc, j = e % nc;
+        int32_t id = ids[i];
+        if (id < 0 || id >= classes) raise_flag(flag, CK_FLAG_LABEL);
+        put(y, e, ydt, id == lo + j ? 1.0f : 0.0f, acc);
+    }
+}
+
+extern "C" cudaError_t ck_one_hot(cudaStream_t st, int64_t n, int64_t nc, int64_t lo, int64_t classes, const int32_t *ids, void *y, int ydt,
+                                  bool acc, int *flag) {
+    if (n <= 0 || nc <= 0) return cudaSuccess;
+    k_one_hot<<<ck_grid(n * nc), CK_THREADS, 0, st>>>(n, nc, lo, classes, ids, y, ydt, acc, flag);
+    return cudaGetLastError();
+}
