@@ -22,6 +22,8 @@ For every models/*.json it runs `PLANCC --check --json MODEL` and checks:
       swin-tiny    28,288,354 (torchvision swin_t) less its 23,322 relative-position-bias entries,
                    which the format cannot express; 4.49 G multiply-adds per image (torchvision)
       gpt3-175b    within 0.1% of 174.6 B (Brown et al. 2020)
+      the imports of models/torch/ (IMPORTED below): exactly the published count, e.g.
+      llama2-7b    6,738,415,616 (Llama-2-7b)
       megatron-*   the row of data/megatron_sc21_a100.csv (a copy of the published table) (Narayanan et al., SC'21):
                    dimensions as the row says, parameters within 2% of params_b (or within the
                    rounding of its last published digit: the paper prints 1.7 for a model of
@@ -189,10 +191,20 @@ def check_gpt(name, model, rep):
           "plancc %.6e, paper %.6e" % (fwd + bwd + fwd - head, paper))
 
 
+# Models imported from models/torch/ by tools/plancc-import at their published sizes: the
+# parameter count (PyTorch's parameters(), buffers not counted) and where it is published.
+IMPORTED = {
+    "llama2-7b": (6738415616, "Llama-2-7b (Touvron et al. 2023; Hugging Face meta-llama/Llama-2-7b-hf: 6,738,415,616)"),
+}
+
+
 def check_published(name, model, rep, rows):
     p = rep["totals"]["params"]
     fwd_mm = rep["totals"]["flops"]["forward_matmul"]
-    if name == "gpt2-small":
+    if name in IMPORTED:
+        want, src = IMPORTED[name]
+        check(f"{name}: {want:,} parameters ({src})", p == want, "plancc %d" % p)
+    elif name == "gpt2-small":
         check("gpt2-small: 124,439,808 parameters", p == 124439808, "plancc %d" % p)
     elif name == "vgg16":
         check("vgg16: 138,357,544 parameters", p == 138357544, "plancc %d" % p)
@@ -276,7 +288,7 @@ def main():
             check_gpt(name, model, rep)
         check_published(name, model, rep, rows)
     for must in ["mlp", "cnn-small", "resnet-small", "vgg16", "wrn-50-2", "dlrm", "swin-tiny", "gpt-tiny", "gpt2-small",
-                 "gpt3-175b"] + ["megatron-" + r["model"].lower() for r in rows]:
+                 "gpt3-175b"] + ["megatron-" + r["model"].lower() for r in rows] + sorted(IMPORTED):
         check("models/%s.json exists" % must, must in names)
     gen = os.path.join(root, "tools", "gen_models.py")
     p = subprocess.run(["/usr/bin/python3", gen, "--check"], capture_output=True, text=True,

@@ -14,7 +14,8 @@ need=(
   python3 python3-jsonschema           # schema validation of models/ in the test suite
   valgrind                             # the bad-input corpus also runs under memcheck
   python3-torch                        # tools/torch_ref.py: the PyTorch reference of gpt-tiny (Debian's 1.13;
-                                       # without it the script exits 77, meson's skip)
+                                       # without it the script exits 77, meson's skip); tools/plancc-import torch
+  python3-onnx                         # tools/plancc-import onnx: graphs exported by torch.onnx.export
 )
 
 missing=()
