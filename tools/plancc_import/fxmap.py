@@ -20,8 +20,8 @@ of constant subgraphs), and maps each node to model operators:
                           sum, amax/max(dim), view/reshape/flatten/unsqueeze/squeeze, transpose/
                           permute, expand, cat, chunk/split, getitem (slices, None, an index),
                           F.conv2d, F.max_pool2d, F.avg_pool2d, F.dropout (p = 0 or eval: none),
-                          F.cross_entropy (mean; with ignore_index on computed labels: the sum
-                          over the rows kept divided by their count), masked_fill, contiguous,
+                          F.cross_entropy (mean; with an explicit ignore_index: the sum over the
+                          rows kept divided by their count, PyTorch's rule), masked_fill, contiguous,
                           float/to/type_as (no change of dtype)
 Anything else (an unsupported function, data-dependent control flow, a dynamic shape) is an
 ImportError_ naming the construct, the fx node and its source line (plancc-import exits 2).
@@ -704,8 +704,8 @@ def h_cross_entropy(m, n, shape):
     xs, ts = unflattened(x), unflattened(t)
     if xs is not None and ts is not None and xs.shape[:-1] == ts.shape and xs.shape[-1] == x.shape[-1]:
         x, t = xs, ts
-    if red == "mean" and t.kind == "input":  # the loader's labels are classes: no row is ignored
-        return m.op("cross_entropy", [x, t], [])
+    if red == "mean" and t.kind == "input" and "ignore_index" not in n.kwargs:
+        return m.op("cross_entropy", [x, t], [])  # labels straight from the data: no row is ignored
     if red not in ("mean", "sum"):
         m.fail(f"a cross-entropy with reduction {red}")
     total = m.op("cross_entropy", [x, t], [], {"ignore_index": int(ignore), "reduction": "sum"})
