@@ -195,6 +195,7 @@ def check_gpt(name, model, rep):
 # parameter count (PyTorch's parameters(), buffers not counted) and where it is published.
 IMPORTED = {
     "llama2-7b": (6738415616, "Llama-2-7b (Touvron et al. 2023; Hugging Face meta-llama/Llama-2-7b-hf: 6,738,415,616)"),
+    "t5-small": (60506624, "t5-small (Raffel et al. 2020; Hugging Face t5-small, LM head tied: 60,506,624)"),
     "vit-b16": (86567656, "ViT-B/16 (torchvision vit_b_16: 86,567,656)"),
     "bert-large": (336226108, "BERT-large pre-training: BertModel 335,141,888 (Hugging Face bert-large-uncased) + MLM and NSP heads"),
 }

@@ -284,8 +284,9 @@ class Mapper:
                     self.fail("the model's output, which must be the scalar loss")
                 self.g.loss = loss
                 continue
-            if n.op not in ("placeholder", "get_attr") and not self.dep[n]:
-                self.v[n] = Folded(n, self.vals[n])
+            int_buffer = n.op == "get_attr" and isinstance(self.vals[n], torch.Tensor) and not self.vals[n].is_floating_point()
+            if (n.op not in ("placeholder", "get_attr") or int_buffer) and not self.dep[n]:
+                self.v[n] = Folded(n, self.vals[n])  # an integer buffer too: only lookups may read it
                 continue
             self.v[n] = self.map_node(n)
         self.node = None
@@ -457,6 +458,19 @@ def h_matmul(m, n, shape):
 
 
 def h_embedding(m, n, shape):
+    fv = m.v.get(n.args[0]) if isinstance(n.args[0], fx.Node) else None
+    if isinstance(fv, Folded) and isinstance(fv.val, torch.Tensor) and not fv.val.is_floating_point():
+        # a lookup at constant ids (T5's relative position buckets): a constant one-hot matrix
+        # times the table, so the table is trained as in PyTorch
+        w = m.arg(n.args[1])
+        t = fv.val
+        if t.device.type == "meta":
+            oh = torch.zeros(list(t.shape) + [w.shape[0]], device="meta")
+        else:
+            oh = F.one_hot(t.long(), w.shape[0]).float()
+        c = m.const(oh, n.args[0].name + "_onehot")
+        c.copy = m.copy()
+        return m.op("matmul", [c, w], shape)
     (ids, w, *rest), kw = _args(m, n)
     if (rest and rest[0] is not None) or kw.get("padding_idx") is not None or kw.get("max_norm") is not None:
         m.fail("an embedding with padding_idx or max_norm")

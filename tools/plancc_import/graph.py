@@ -154,9 +154,7 @@ class Graph:
     def to_json(self, optimizer, blocks=True, description=None):
         self.prune()
         dims, vdims = self._dims()
-        plan = find_blocks(self) if blocks else None
-        if plan is None and blocks and any(o.copy for o in self.ops):
-            self.notes.append("the copies of a module list differ: they are written out, not as a repeated block")
+        plans = find_blocks(self) if blocks else []
         m = {"version": 1, "name": self.name}
         if description:
             m["description"] = description
@@ -181,13 +179,7 @@ class Graph:
                 j["attrs"] = o.attrs
             return j
 
-        if plan is None:
-            for v in self.values:
-                if v.kind != "activation" or v.producer is not None:
-                    tensors[v.name] = decl(v)
-            ops = [op_json(o) for o in self.ops]
-        else:
-            tensors, ops = plan.emit(self, decl, op_json)
+        tensors, ops = emit_with_blocks(self, plans, decl, op_json)
         m["tensors"] = tensors
         m["ops"] = ops
         m["loss"] = self.loss.name
@@ -283,6 +275,8 @@ class BlockPlan:
         self.list, self.n, self.first, self.last, self.per_copy = lst, n, first, last, per_copy
 
     def emit(self, g, decl, op_json):
+        """This block's JSON entry, the values its copies own (not declared at the top level) and
+        the outer values its `out` binds (declared there)."""
         c0 = self.per_copy[0]
         inner = {}          # copy-0 value -> inner name
         block_tensors, bind_in, carry, out = {}, {}, {}, {}
@@ -296,52 +290,56 @@ class BlockPlan:
                     nm = strip_copy(v.name, self.list, 0)
                     inner[id(v)] = nm
                     block_tensors[nm] = decl(v)
-        c1 = self.per_copy[1] if self.n > 1 else None
+        c1 = self.per_copy[1]
         ext0 = external_inputs(c0, produced0, self.list)
-        ext1 = external_inputs(c1, {id(v) for o in c1 for v in o.outs}, self.list) if c1 else ext0
-        pos0 = {id(v): k for k, o in enumerate(c0) for k2, v in enumerate(o.outs)}
-        idx1 = {id(v): (k, k2) for k, o in enumerate(c1 or []) for k2, v in enumerate(o.outs)}
+        ext1 = external_inputs(c1, {id(v) for o in c1 for v in o.outs}, self.list)
         prev_outs = {id(v): (k, k2) for k, o in enumerate(c0) for k2, v in enumerate(o.outs)}
-        for (v0, v1) in zip(ext0, ext1):
+        for v0, v1 in zip(ext0, ext1):
             nm = "in." + v0.name
             inner[id(v0)] = nm
             bind_in[nm] = v0.name
-            if c1 is not None and id(v1) in prev_outs:
+            if id(v1) in prev_outs:
                 k, k2 = prev_outs[id(v1)]
                 carry[nm] = c0[k].outs[k2].name
         last = self.per_copy[-1]
         later = set()
         for o in g.ops[self.last:]:
             later.update(id(v) for v in o.ins)
-        if g.loss is not None:
-            later.add(id(g.loss))
-        lastpos = {id(v): (k, k2) for k, o in enumerate(last) for k2, v in enumerate(o.outs)}
-        outer_of = {}
-        for vid, (k, k2) in lastpos.items():
-            if vid in later:
-                outer = last[k].outs[k2]
-                out[outer.name] = c0[k].outs[k2].name
-                outer_of[vid] = outer
-        tensors = {}
-        for v in g.values:
-            if v.copy and v.copy[0] == self.list:
-                continue
-            if v.kind != "activation" or (v.producer is not None and v.producer.copy is None):
-                tensors[v.name] = decl(v)
-        for vid, outer in outer_of.items():
-            tensors[outer.name] = decl(outer)
-        for nm in bind_in:
-            block_tensors.pop(nm, None)
-        ops = [op_json(o) for o in g.ops[:self.first]]
-        block = {"block": self.list, "repeat": self.n, "in": bind_in}
+        later.add(id(g.loss))
+        outers = []
+        for k, o in enumerate(last):
+            for k2, v in enumerate(o.outs):
+                if id(v) in later:
+                    out[v.name] = c0[k].outs[k2].name
+                    outers.append(v)
+        block = {"block": self.list.replace(".", "_"), "repeat": self.n, "in": bind_in}
         if carry:
             block["carry"] = carry
         block["out"] = out
         block["tensors"] = block_tensors
         block["ops"] = [op_json(o, lambda v: inner.get(id(v), v.name)) for o in c0]
-        ops.append(block)
-        ops += [op_json(o) for o in g.ops[self.last:]]
-        return tensors, ops
+        owned = {id(v) for c in self.per_copy for o in c for v in o.outs} - {id(v) for v in outers}
+        owned |= {id(v) for v in g.values if v.copy and v.copy[0] == self.list and v.kind in ("param", "const")}
+        return block, owned
+
+
+def emit_with_blocks(g, plans, decl, op_json):
+    """The top-level tensors and ops of g with each plan's copies as one block entry."""
+    owned, entries, k = set(), [], 0
+    for p in sorted(plans, key=lambda p: p.first):
+        entries += [op_json(o) for o in g.ops[k:p.first]]
+        block, own = p.emit(g, decl, op_json)
+        entries.append(block)
+        owned |= own
+        k = p.last
+    entries += [op_json(o) for o in g.ops[k:]]
+    tensors = {}
+    for v in g.values:
+        if id(v) in owned:
+            continue
+        if v.kind != "activation" or v.producer is not None:
+            tensors[v.name] = decl(v)
+    return tensors, entries
 
 
 def strip_copy(name, lst, i):
@@ -362,8 +360,8 @@ def external_inputs(ops, produced, lst):
 
 
 def find_blocks(g):
-    """A BlockPlan for the first module list whose copies are identical, or None."""
-    lists = []
+    """A BlockPlan for every module list whose copies are identical (notes say why not)."""
+    lists, plans = [], []
     for o in g.ops:
         if o.copy and o.copy[0] not in lists:
             lists.append(o.copy[0])
@@ -371,21 +369,21 @@ def find_blocks(g):
         idx = [k for k, o in enumerate(g.ops) if o.copy and o.copy[0] == lst]
         first, last = idx[0], idx[-1] + 1
         if any(not (g.ops[k].copy and g.ops[k].copy[0] == lst) for k in range(first, last)):
-            g.notes.append(f"module list {lst}: other operators run between its copies")
-            return None
+            g.notes.append(f"module list {lst}: other operators run between its copies; written out")
+            continue
         copies = {}
         for k in range(first, last):
             copies.setdefault(g.ops[k].copy[1], []).append(g.ops[k])
         n = len(copies)
         if sorted(copies) != list(range(n)) or n < 2:
-            return None
+            continue
         per = [copies[i] for i in range(n)]
         why = same_copies(per, lst)
         if why:
-            g.notes.append(f"module list {lst}: {why}")
-            return None
-        return BlockPlan(lst, n, first, last, per)
-    return None
+            g.notes.append(f"module list {lst}: {why}; written out, not as a repeated block")
+            continue
+        plans.append(BlockPlan(lst, n, first, last, per))
+    return plans
 
 
 def same_copies(per, lst):

@@ -27,7 +27,7 @@ def block_lists(m):
 
 def file_name(v, lists):
     """planrun's name for parameter or constant v in a weights file."""
-    if v.copy and v.copy[0] in lists:
+    if v.copy and v.copy[0].replace(".", "_") in lists:  # graph.py names the block so
         lst, i = v.copy
         return v.name.replace(f"{lst}.{i}.", f"{lst}.", 1) + f".{i}", f".{i}"
     return v.name, ""
