@@ -101,4 +101,4 @@ def make():
 
 
 def make_large():
-    return _make(Config(vocab=30522, dim=1024, layers=24, heads=16, mlp=4096, positions=512, seq=512, batch=1, device="meta"))
+    return _make(Config(vocab=30522, dim=1024, layers=24, heads=16, mlp=4096, positions=512, seq=512, batch=2, device="meta"))

@@ -126,4 +126,4 @@ def make():
 
 
 def make_7b():
-    return _make(Config(vocab=32000, dim=4096, layers=32, heads=32, kv_heads=32, ffn=11008, seq=4096, batch=1, device="meta"))
+    return _make(Config(vocab=32000, dim=4096, layers=32, heads=32, kv_heads=32, ffn=11008, seq=4096, batch=2, device="meta"))

@@ -166,4 +166,4 @@ def make():
 
 def make_small():
     return _make(Config(vocab=32128, d_model=512, d_kv=64, heads=8, d_ff=2048, layers=6, buckets=32, max_distance=128, src=512,
-                        tgt=512, batch=1, device="meta"))
+                        tgt=512, batch=2, device="meta"))

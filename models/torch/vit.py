@@ -90,4 +90,4 @@ def make():
 
 
 def make_b16():
-    return _make(Config(image=224, patch=16, dim=768, layers=12, heads=12, mlp=3072, classes=1000, batch=1, device="meta"))
+    return _make(Config(image=224, patch=16, dim=768, layers=12, heads=12, mlp=3072, classes=1000, batch=2, device="meta"))

@@ -180,6 +180,11 @@ class Graph:
             return j
 
         tensors, ops = emit_with_blocks(self, plans, decl, op_json)
+        used = {d for t in tensors.values() for d in t["shape"]}
+        for e in ops:
+            used.update(d for t in e.get("tensors", {}).values() for d in t["shape"])
+        used.add("B")
+        m["dims"] = {k: v for k, v in dims.items() if k in used}
         m["tensors"] = tensors
         m["ops"] = ops
         m["loss"] = self.loss.name
