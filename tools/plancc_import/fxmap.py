@@ -62,9 +62,16 @@ class Tracer(fx.Tracer):
 
 
 def source_line(node):
+    """The innermost frame of the model's own code that made the node: 'File "...", line N, in f: code'."""
     st = node.meta.get("stack_trace") or getattr(node, "stack_trace", None) or ""
-    lines = [l.strip() for l in st.strip().splitlines() if l.strip().startswith("File ")]
-    return lines[-1] if lines else "(no source line recorded)"
+    lines = st.strip().splitlines()
+    best = None
+    for k, l in enumerate(lines):
+        l = l.strip()
+        if l.startswith("File ") and "/torch/" not in l and "plancc_import" not in l and "plancc-import" not in l:
+            code = lines[k + 1].strip() if k + 1 < len(lines) and not lines[k + 1].strip().startswith("File ") else ""
+            best = l + (": " + code if code else "")
+    return best or "(no source line recorded)"
 
 
 def trace_error(exc, path):
@@ -743,6 +750,13 @@ def unflattened(v):
     return None
 
 
+def h_mse(m, n, shape):
+    (a, b, *rest), kw = _args(m, n)
+    if kw.get("reduction", "mean") != "mean" or a.shape != b.shape:
+        m.fail("an mse_loss that is not the mean over equal shapes")
+    return m.op("mse_loss", [a, b], [])
+
+
 def h_masked_fill(m, n, shape):
     (x, mask, value), _ = _args(m, n)
     if not isinstance(mask, Value_):
@@ -779,7 +793,7 @@ HANDLERS = {
     "float": h_identity, "to": h_identity, "type_as": h_identity, "clone": h_identity, "long": h_identity,
     "transpose": h_transpose, "permute": h_transpose, "t": h_transpose, "expand": h_expand, "cat": h_cat,
     "chunk": h_split, "split": h_split, "getitem": h_getitem, "conv2d": h_conv2d, "max_pool2d": h_pool("maxpool"),
-    "avg_pool2d": h_pool("avgpool"), "dropout": h_dropout, "cross_entropy": h_cross_entropy,
+    "avg_pool2d": h_pool("avgpool"), "dropout": h_dropout, "cross_entropy": h_cross_entropy, "mse_loss": h_mse,
     "masked_fill": h_masked_fill, "one_hot": h_one_hot, "size": h_python, "getattr": h_python, "dim": h_python,
 }
 
