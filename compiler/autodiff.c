@@ -343,6 +343,12 @@ static void backward_op(ad *A, int o) {
         rule_split(A, o);
         return;
     }
+    if (A->g->ops[o].kind == PCC_OP_TOPK) { // the gradient flows through the values (output 0) only
+        int dy = grad_sum(A, A->g->ops[o].out[0]);
+        int in[2] = {dy, A->g->ops[o].out[1]};
+        if (dy >= 0) grad_into(A, A->g->ops[o].in[0], PCC_OP_TOPK_GRAD, o, in, 2);
+        return;
+    }
     PCC_ASSERT(nout == 1);
     int dy = grad_sum(A, A->g->ops[o].out[0]);
     if (dy >= 0) rule(A, o, dy);
@@ -355,6 +361,7 @@ static bool differentiable(pcc_op_kind k, int input) {
     case PCC_OP_EMBEDDING: case PCC_OP_EMBEDDING_BAG: return input == 1;
     case PCC_OP_CROSS_ENTROPY: case PCC_OP_BCE_LOGITS: case PCC_OP_MASKED_FILL: return input == 0;
     case PCC_OP_NE: case PCC_OP_ONE_HOT: return false;
+    case PCC_OP_TOPK_GRAD: return input == 0;
     default: return true;
     }
 }

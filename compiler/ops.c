@@ -39,7 +39,7 @@ const pcc_op_info pcc_ops[PCC_OP_COUNT] = {
 #undef INPLACE
 #undef BCAST
 #undef RNG
-_Static_assert(PCC_OP_COUNT == 91, "operator count changed: update the tests' operator list");
+_Static_assert(PCC_OP_COUNT == 93, "operator count changed: update the tests' operator list");
 
 int op_lookup(const char *name) {
     for (int i = 0; i < PCC_OP_COUNT; i++)
@@ -243,9 +243,13 @@ static bool int_operand(pcc_op_kind k, int o) {
     case PCC_OP_EMBEDDING_GRAD: case PCC_OP_EMBEDDING_BAG_GRAD: return o == 1;
     case PCC_OP_CROSS_ENTROPY_GRAD: return o == 2;
     case PCC_OP_NE: case PCC_OP_ONE_HOT: return o == 0;
+    case PCC_OP_TOPK_GRAD: return o == 1;
     default: return false;
     }
 }
+
+// Which outputs hold integer ids: topk's indices.
+static bool int_output(pcc_op_kind k, int o) { return k == PCC_OP_TOPK && o == 1; }
 
 // Float operands exempt from the one-dtype rule: a loss's scalar (its output, and the seed its
 // gradient reads) may be wider than the logits; optimizer state and master weights are f32
@@ -282,7 +286,7 @@ static pcc_status check_dtypes(checker *c) {
     for (int o = 0; o < op->nin + op->nout; o++) {
         int oo = o < op->nin ? o : -1 - (o - op->nin);
         const pcc_tensor *t = operand(c, oo);
-        bool want_int = o < op->nin && int_operand(op->kind, o);
+        bool want_int = o < op->nin ? int_operand(op->kind, o) : int_output(op->kind, o - op->nin);
         if (want_int && t->dtype != PCC_I32) return fail(c, oo, "is %s; this operand holds integer ids and must be i32", pcc_dtype_names[t->dtype]);
         if (want_int) continue;
         if (!is_float(t->dtype)) return fail(c, oo, "is %s; this operand must be a float tensor", pcc_dtype_names[t->dtype]);
@@ -787,6 +791,8 @@ double op_flops(const pcc_graph *g, const pcc_op *op) {
     case PCC_OP_MAX: case PCC_OP_EXPAND:
         return numel(g, op->in[0]) + (op->kind == PCC_OP_EXPAND ? out0 : 0);
     case PCC_OP_MAX_GRAD: return 2 * out0;
+    case PCC_OP_TOPK: case PCC_OP_TOPK_GRAD: // a selection of k per row: k passes over the row
+        return numel(g, op->in[0]) * (double)dsize(g, &g->tensors[op->out[0]], g->tensors[op->out[0]].rank - 1);
     case PCC_OP_EMBEDDING_BAG: case PCC_OP_EMBEDDING_BAG_GRAD: { // b x l rows of width e
         double l = (double)dsize(g, &g->tensors[op->in[op->kind == PCC_OP_EMBEDDING_BAG ? 0 : 1]], 1);
         double e = op->kind == PCC_OP_EMBEDDING_BAG ? (double)dsize(g, &g->tensors[op->out[0]], 1) : (double)dsize(g, in0, 1);

@@ -563,6 +563,8 @@ static void imported(void) {
     c = mk("ne", "ne", 0), ids(IN(&c, 4, 6), 5), OUT(&c, 4, 6), c.attrs.f[PLAN_AF_SCALE] = 2, push(c);
     c = mk("one_hot, classes 2..5 of 7", "one_hot", 0), ids(IN(&c, 4, 6), 7), OUT(&c, 4, 6, 3);
     c.v[1].start[2] = 2, c.v[1].full[2] = 7, push(c);
+    c = mk("topk, k 2 of 9", "topk", 0), IN(&c, 5, 9), OUT(&c, 5, 2), ids(OUT(&c, 5, 2), 9), push(c);
+    c = mk("topk_grad", "topk_grad", 0), IN(&c, 5, 2), ids(IN(&c, 5, 2), 9), OUT(&c, 5, 9), push(c);
     c = mk("cross_entropy, ignore_index 3, sum", "cross_entropy", 1e-5);
     IN(&c, 6, 10), ids(IN(&c, 6), 10), SCALAR_OUT(&c), c.attrs.f[PLAN_AF_SCALE] = 3, c.attrs.i[PLAN_AI_MODE] = 3, push(c);
     c = mk("cross_entropy_grad, ignore_index 3", "cross_entropy_grad", 1e-5), SCALAR_IN(&c), IN(&c, 6, 10), ids(IN(&c, 6), 10);

@@ -1065,6 +1065,23 @@ static void grad_ce_modes(int64_t mode) {
     for (int j = 0; j < 5; j++) EXPECT(dl->d[5 + j] == 0 && dl->d[20 + j] == 0);
 }
 
+// topk over rows of 6, k = 2: the two largest, largest first, their indices; the gradient through
+// the values scatters dy back to those indices.
+static void grad_topk(void) {
+    tensor *x = randu(2, 3, 6), *v = zeros(2, 3, 2), *ix = ids(6, 2, 3, 2), *dy[2], *dx = zeros_like(x);
+    call f = {.op = OP_TOPK, .nin = 1, .in = {x}, .nout = 2, .out = {v, ix}};
+    run(&f);
+    for (int r = 0; r < 3; r++) {
+        int best = 0;
+        for (int e = 1; e < 6; e++) best = x->d[r * 6 + e] > x->d[r * 6 + best] ? e : best;
+        EXPECT(ix->i[r * 2] == best && v->d[r * 2] == x->d[r * 6 + best] && v->d[r * 2 + 1] <= v->d[r * 2]);
+    }
+    upstream(&f, dy);
+    dy[1] = zeros(2, 3, 2); // the indices get no gradient
+    runc(c2(OP_TOPK_GRAD, (plan_attrs){0}, dy[0], ix, dx));
+    gradcheck("topk", &f, dy, 0, dx);
+}
+
 static void gradients_ext(void) {
     static const uint32_t un[][2] = {{OP_SIGMOID, OP_SIGMOID_GRAD}, {OP_TANH, OP_TANH_GRAD}, {OP_EXP, OP_EXP_GRAD},
                                      {OP_LOG, OP_LOG_GRAD}, {OP_GELU_ERF, OP_GELU_ERF_GRAD}, {OP_RSQRT, OP_RSQRT_GRAD},
@@ -1084,6 +1101,7 @@ static void gradients_ext(void) {
     split_reduce();
     grad_ce_modes(1);
     grad_ce_modes(3);
+    grad_topk();
     plan_attrs m = {.perm = {1, 3}};
     refused(c2(OP_SUB, m, zeros(3, 2, 3, 4), zeros(2, 3, 4), zeros(3, 2, 3, 4)), "not input 0 [2,3,4] with axes left out");
     refused(c1(OP_SUM, (plan_attrs){.perm = {2}}, zeros(3, 2, 3, 4), zeros(1, 4)), "output 0 is [4]");

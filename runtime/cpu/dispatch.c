@@ -122,6 +122,8 @@ static kernel_fn *const kernels[CPU_OP_COUNT] = {
     [CPU_OP_COS_GRAD] = CPU_KERNEL(unary_grad),
     [CPU_OP_POW_GRAD] = CPU_KERNEL(unary_grad),
     [CPU_OP_MAX_GRAD] = CPU_KERNEL(max_grad),
+    [CPU_OP_TOPK] = CPU_KERNEL(topk),
+    [CPU_OP_TOPK_GRAD] = CPU_KERNEL(topk_grad),
 };
 
 static const struct op_row {
@@ -140,6 +142,8 @@ static bool int_operand(uint32_t op, uint32_t j) {
     case CPU_OP_CROSS_ENTROPY: case CPU_OP_EMBEDDING_GRAD: case CPU_OP_EMBEDDING_BAG_GRAD: return j == 1;
     case CPU_OP_CROSS_ENTROPY_GRAD: return j == 2;
     case CPU_OP_NE: case CPU_OP_ONE_HOT: return j == 0;
+    case CPU_OP_TOPK: return j == 2;          // its indices (output 1)
+    case CPU_OP_TOPK_GRAD: return j == 1;
     default: return false;
     }
 }

@@ -14,6 +14,8 @@
  *   ne                int32 x -> 1 where x != attrs scale, else 0 (float).
  *   one_hot           int32 ids [*b] -> [*b, c]: 1 where the class index equals the id; a piece
  *                     of the class axis (its view's start) holds the classes from its start on.
+ *   topk              x [*b, n] -> the k largest of each row, largest first (ties: the lower
+ *                     index first), and their int32 indices; topk_grad scatters dy back.
  * They store through cpu_put (or, summing, zero first with cpu_clear).
  */
 #include "cpu.h"
@@ -120,5 +122,51 @@ int CPU_KERNEL(one_hot)(kctx *c) {
             return cpu_fail(c, "input 0 holds id %d at element %lld, outside [0, %lld)", X[i], (long long)i, (long long)classes);
         for (int64_t j = 0; j < nc; j++) cpu_put(&Y[i * nc + j], X[i] == lo + j ? 1 : 0, c->acc);
     }
+    return 0;
+}
+
+// x [*b, n] -> values [*b, k] (largest first; ties: the lower index first) and int32 indices.
+int CPU_KERNEL(topk)(kctx *c) {
+    const rt_view *x = &c->in[0], *v = &c->out[0], *ix = &c->out[1];
+    if (x->rank < 1 || v->rank != x->rank) return cpu_fail(c, "output 0 is %s; it must be input 0's shape %s with the last dimension k", CPU_SHAPE(v), CPU_SHAPE(x));
+    kshape want = cpu_shape_of(x);
+    want.d[want.rank - 1] = cpu_dim(v, -1);
+    if (cpu_expect(c, "output 0", v, want) || cpu_expect(c, "output 1", ix, want)) return -1;
+    int64_t n = cpu_dim(x, -1), k = cpu_dim(v, -1), rows = n ? cpu_numel(x) / n : 0;
+    if (k > n) return cpu_fail(c, "k = %lld is more than the row's %lld elements", (long long)k, (long long)n);
+    const real *X = cpu_r(x);
+    real *V = cpu_r(v);
+    int32_t *ID = (int32_t *)ix->data;
+    for (int64_t r = 0; r < rows; r++) {
+        const real *row = X + r * n;
+        for (int64_t j = 0; j < k; j++) {
+            int64_t best = -1;
+            for (int64_t e = 0; e < n; e++) {
+                bool taken = false;
+                for (int64_t q = 0; q < j && !taken; q++) taken = ID[r * k + q] == e;
+                if (!taken && (best < 0 || row[e] > row[best])) best = e;
+            }
+            ID[r * k + j] = (int32_t)best;
+            cpu_put(&V[r * k + j], row[best], c->acc);
+        }
+    }
+    return 0;
+}
+
+// (dy [*b, k], indices [*b, k]) -> dx [*b, n]: dy scattered to the indices, 0 elsewhere.
+int CPU_KERNEL(topk_grad)(kctx *c) {
+    const rt_view *dy = &c->in[0], *ix = &c->in[1], *dx = &c->out[0];
+    if (cpu_like(c, "input 1", ix, dy) || dx->rank != dy->rank) return cpu_fail(c, "its operands do not fit [*b,k], [*b,k] -> [*b,n]");
+    int64_t n = cpu_dim(dx, -1), k = cpu_dim(dy, -1), rows = k ? cpu_numel(dy) / k : 0;
+    const real *DY = cpu_r(dy);
+    const int32_t *ID = cpu_i(ix);
+    real *DX = cpu_r(dx);
+    cpu_clear(c, 0);
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t j = 0; j < k; j++) {
+            int32_t e = ID[r * k + j];
+            if (e < 0 || e >= n) return cpu_fail(c, "input 1 holds index %d, outside [0, %lld)", e, (long long)n);
+            DX[r * n + e] += DY[r * k + j];
+        }
     return 0;
 }

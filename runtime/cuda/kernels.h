@@ -235,6 +235,11 @@ cudaError_t ck_max_grad(cudaStream_t st, const ck_map *m, int64_t ny, const void
 cudaError_t ck_ne(cudaStream_t st, int64_t n, const int32_t *x, double v, void *y, int ydt, bool acc);
 cudaError_t ck_one_hot(cudaStream_t st, int64_t n, int64_t nc, int64_t lo, int64_t classes, const int32_t *ids, void *y, int ydt,
                        bool acc, int *flag);
+// topk over rows of n: the k largest (ties: the lower index) into v, their indices into idx;
+// topk_grad: dx (rows of n) = dy scattered to idx (an index outside [0, n) sets the flag).
+cudaError_t ck_topk(cudaStream_t st, int64_t rows, int64_t n, int64_t k, const void *x, int xdt, void *v, int vdt, int32_t *idx, bool acc);
+cudaError_t ck_topk_grad(cudaStream_t st, int64_t rows, int64_t n, int64_t k, const void *dy, int dydt, const int32_t *idx, void *dx,
+                         int dxdt, bool acc, int *flag);
 
 #ifdef __cplusplus
 }

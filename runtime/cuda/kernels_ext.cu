@@ -203,3 +203,51 @@ extern "C" cudaError_t ck_one_hot(cudaStream_t st, int64_t n, int64_t nc, int64_
     k_one_hot<<<ck_grid(n * nc), CK_THREADS, 0, st>>>(n, nc, lo, classes, ids, y, ydt, acc, flag);
     return cudaGetLastError();
 }
+
+__global__ void k_topk(int64_t rows, int64_t n, int64_t k, const void *x, int xdt, void *v, int vdt, int32_t *idx, bool acc) {
+    CK_FOR_EACH(r, rows) {
+        for (int64_t j = 0; j < k; j++) {
+            int64_t best = -1;
+            float bv = 0;
+            for (int64_t e = 0; e < n; e++) {
+                bool taken = false;
+                for (int64_t q = 0; q < j && !taken; q++) taken = idx[r * k + q] == e;
+                float xe = ld(x, r * n + e, xdt);
+                if (!taken && (best < 0 || xe > bv)) best = e, bv = xe;
+            }
+            idx[r * k + j] = (int32_t)best;
+            put(v, r * k + j, vdt, bv, acc);
+        }
+    }
+}
+
+extern "C" cudaError_t ck_topk(cudaStream_t st, int64_t rows, int64_t n, int64_t k, const void *x, int xdt, void *v, int vdt, int32_t *idx,
+                               bool acc) {
+    if (rows <= 0 || k <= 0) return cudaSuccess;
+    k_topk<<<ck_grid(rows), CK_THREADS, 0, st>>>(rows, n, k, x, xdt, v, vdt, idx, acc);
+    return cudaGetLastError();
+}
+
+// One thread per row: zero the row (unless accumulating), then add dy at each index in order.
+__global__ void k_topk_grad(int64_t rows, int64_t n, int64_t k, const void *dy, int dydt, const int32_t *idx, void *dx, int dxdt, bool acc,
+                            int *flag) {
+    CK_FOR_EACH(r, rows) {
+        if (!acc)
+            for (int64_t e = 0; e < n; e++) st(dx, r * n + e, dxdt, 0.0f);
+        for (int64_t j = 0; j < k; j++) {
+            int32_t e = idx[r * k + j];
+            if (e < 0 || e >= n) {
+                raise_flag(flag, CK_FLAG_LABEL);
+                continue;
+            }
+            put(dx, r * n + e, dxdt, ld(dy, r * k + j, dydt), true);
+        }
+    }
+}
+
+extern "C" cudaError_t ck_topk_grad(cudaStream_t st, int64_t rows, int64_t n, int64_t k, const void *dy, int dydt, const int32_t *idx, void *dx,
+                                    int dxdt, bool acc, int *flag) {
+    if (rows <= 0) return cudaSuccess;
+    k_topk_grad<<<ck_grid(rows), CK_THREADS, 0, st>>>(rows, n, k, dy, dydt, idx, dx, dxdt, acc, flag);
+    return cudaGetLastError();
+}

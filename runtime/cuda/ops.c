@@ -1302,7 +1302,8 @@ static op_fn *const ops[OP_COUNT] = {
     [OP_COS] = op_ext, [OP_POW] = op_ext, [OP_NE] = op_ext, [OP_SUM] = op_ext, [OP_MEAN] = op_ext, [OP_MAX] = op_ext,
     [OP_EXPAND] = op_ext, [OP_ONE_HOT] = op_ext, [OP_SIGMOID_GRAD] = op_ext, [OP_TANH_GRAD] = op_ext, [OP_EXP_GRAD] = op_ext,
     [OP_LOG_GRAD] = op_ext, [OP_GELU_ERF_GRAD] = op_ext, [OP_RSQRT_GRAD] = op_ext, [OP_SQRT_GRAD] = op_ext,
-    [OP_SIN_GRAD] = op_ext, [OP_COS_GRAD] = op_ext, [OP_POW_GRAD] = op_ext, [OP_MAX_GRAD] = op_ext,
+    [OP_SIN_GRAD] = op_ext, [OP_COS_GRAD] = op_ext, [OP_POW_GRAD] = op_ext, [OP_MAX_GRAD] = op_ext, [OP_TOPK] = op_ext,
+    [OP_TOPK_GRAD] = op_ext,
 };
 
 // Operand j (inputs, then outputs) holds int32 ids or labels (the CPU kernels' int_operand).
@@ -1312,6 +1313,8 @@ static bool int_operand(uint32_t op, uint32_t j) {
     case OP_CROSS_ENTROPY: case OP_EMBEDDING_GRAD: case OP_EMBEDDING_BAG_GRAD: return j == 1;
     case OP_CROSS_ENTROPY_GRAD: return j == 2;
     case OP_NE: case OP_ONE_HOT: return j == 0;
+    case OP_TOPK: return j == 2;
+    case OP_TOPK_GRAD: return j == 1;
     default: return false;
     }
 }

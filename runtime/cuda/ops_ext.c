@@ -123,6 +123,23 @@ static int ids_ops(cu_state *cu, cudaStream_t st, const rt_kernel *k, const char
     return 0;
 }
 
+// topk: x [*b, n] -> values, indices [*b, k]; topk_grad: (dy, indices) -> dx [*b, n].
+static int topk(cu_state *cu, cudaStream_t st, const rt_kernel *k, const char *name, char *err, size_t err_n) {
+    bool grad = k->op == XOP_TOPK_GRAD;
+    const rt_view *big = grad ? &k->out[0] : &k->in[0], *small = grad ? &k->in[0] : &k->out[0];
+    const rt_view *idx = grad ? &k->in[1] : &k->out[1];
+    bool ok = big->rank >= 1 && small->rank == big->rank && same_shape(small, idx);
+    for (int i = 0; ok && i + 1 < big->rank; i++) ok = big->shape[i] == small->shape[i];
+    if (!ok) return xfail(err, err_n, name, "its operands do not fit [*b,n] and [*b,k]");
+    int64_t n = big->shape[big->rank - 1], kk = small->shape[small->rank - 1], rows = n ? vnumel(big) / n : 0;
+    if (kk > n) return xfail(err, err_n, name, "k = %lld is more than the row's %lld elements", (long long)kk, (long long)n);
+    if (grad)
+        CUDA_CHECK(ck_topk_grad(st, rows, n, kk, small->data, small->dtype, idx->data, big->data, big->dtype, k->accumulate, cu->flag));
+    else
+        CUDA_CHECK(ck_topk(st, rows, n, kk, big->data, big->dtype, small->data, small->dtype, idx->data, k->accumulate));
+    return 0;
+}
+
 int cu_ext_op(cu_state *cu, cudaStream_t st, const rt_kernel *k, const char *name, char *err, size_t err_n) {
     static const int un[][2] = {{XOP_SIGMOID, CK_UN_SIGMOID}, {XOP_TANH, CK_UN_TANH}, {XOP_EXP, CK_UN_EXP}, {XOP_LOG, CK_UN_LOG},
                                 {XOP_GELU_ERF, CK_UN_GELU_ERF}, {XOP_RSQRT, CK_UN_RSQRT}, {XOP_SQRT, CK_UN_SQRT}, {XOP_SIN, CK_UN_SIN},
@@ -145,6 +162,7 @@ int cu_ext_op(cu_state *cu, cudaStream_t st, const rt_kernel *k, const char *nam
     case XOP_MAX: return reduce(st, k, name, true, false, err, err_n);
     case XOP_MAX_GRAD: return max_grad(st, k, name, err, err_n);
     case XOP_NE: case XOP_ONE_HOT: return ids_ops(cu, st, k, name, err, err_n);
+    case XOP_TOPK: case XOP_TOPK_GRAD: return topk(cu, st, k, name, err, err_n);
     default: return xfail(err, err_n, name, "not an operator of cuda/ops_ext.c");
     }
 }

@@ -89,9 +89,25 @@ class Interp(fx.Interpreter):
         self.vals = {}
 
     def run_node(self, n):
-        r = super().run_node(n)
+        try:
+            r = super().run_node(n)
+        except Exception as e:  # noqa: BLE001 - PyTorch could not run the node on the example
+            r = meta_fallback(self, n)
+            if r is None:
+                raise ImportError_(f"PyTorch cannot run fx node {n.name} ({n.op} {target_name(n.target)}) on the example "
+                                   f"inputs: {type(e).__name__}: {str(e).splitlines()[0]} at {source_line(n)}") from e
         self.vals[n] = r
         return r
+
+
+def meta_fallback(interp, n):
+    """The value of a node that torch 1.13 cannot run on the meta device (F.one_hot), or None."""
+    if n.op == "call_function" and target_name(n.target) == "one_hot":
+        x = interp.env[n.args[0]] if isinstance(n.args[0], fx.Node) else None
+        classes = n.args[1] if len(n.args) > 1 else n.kwargs.get("num_classes", -1)
+        if isinstance(x, torch.Tensor) and x.device.type == "meta" and classes > 0:
+            return torch.empty(list(x.shape) + [classes], dtype=torch.long, device="meta")
+    return None
 
 
 def module_lists(model):
@@ -776,6 +792,18 @@ def h_one_hot(m, n, shape):
     return m.op("one_hot", [x], shape)
 
 
+def h_topk(m, n, shape):
+    (x, k, *rest), kw = _args(m, n)
+    dim = rest[0] if rest else kw.get("dim", -1)
+    largest = rest[1] if len(rest) > 1 else kw.get("largest", True)
+    if dim % len(x.shape) != len(x.shape) - 1 or not largest or kw.get("sorted", True) is False:
+        m.fail("a topk that is not of the largest, sorted, over the last dimension")
+    sh = list(x.shape[:-1]) + [int(k)]
+    vals, idx = m.op("topk", [x], [sh, sh], nout=2)
+    idx.dtype = "i32"
+    return (vals, idx)
+
+
 def h_python(m, n, shape):
     (x, *rest), _ = _args(m, n)
     m.fail(f"{target_name(n.target)} of a value that depends on the inputs (a dynamic shape)")
@@ -794,7 +822,7 @@ HANDLERS = {
     "transpose": h_transpose, "permute": h_transpose, "t": h_transpose, "expand": h_expand, "cat": h_cat,
     "chunk": h_split, "split": h_split, "getitem": h_getitem, "conv2d": h_conv2d, "max_pool2d": h_pool("maxpool"),
     "avg_pool2d": h_pool("avgpool"), "dropout": h_dropout, "cross_entropy": h_cross_entropy, "mse_loss": h_mse,
-    "masked_fill": h_masked_fill, "one_hot": h_one_hot, "size": h_python, "getattr": h_python, "dim": h_python,
+    "masked_fill": h_masked_fill, "one_hot": h_one_hot, "topk": h_topk, "size": h_python, "getattr": h_python, "dim": h_python,
 }
 
 
