@@ -71,12 +71,16 @@ def source_line(node):
         if l.startswith("File ") and "/torch/" not in l and "plancc_import" not in l and "plancc-import" not in l:
             code = lines[k + 1].strip() if k + 1 < len(lines) and not lines[k + 1].strip().startswith("File ") else ""
             best = l + (": " + code if code else "")
+            break  # torch.fx lists the innermost frame first
+    if best is None and node.op == "output" and isinstance(node.args[0], fx.Node):
+        return source_line(node.args[0])  # the output's own line: that of the value it returns
     return best or "(no source line recorded)"
 
 
 def trace_error(exc, path):
     """A TraceError (control flow on a traced value, ...) as a message with the user's line."""
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename.endswith(path.split("/")[-1])]
+    frames = [f for f in traceback.extract_tb(exc.__traceback__)
+              if "/torch/" not in f.filename and "plancc_import" not in f.filename and "plancc-import" not in f.filename]
     where = f'File "{frames[-1].filename}", line {frames[-1].lineno}: {frames[-1].line}' if frames else "(unknown line)"
     return f"cannot trace the model: {type(exc).__name__}: {exc} (at {where}); data-dependent control flow and dynamic shapes cannot be imported"
 
@@ -729,9 +733,9 @@ def h_dropout(m, n, shape):
 
 
 def h_cross_entropy(m, n, shape):
-    (x, t, *rest), kw = _args(m, n)
-    if kw.get("weight") is not None or kw.get("label_smoothing", 0) or (rest and rest[0] is not None):
+    if n.kwargs.get("weight") is not None or n.kwargs.get("label_smoothing", 0) or (len(n.args) > 2 and n.args[2] is not None):
         m.fail("a cross-entropy with class weights or label smoothing")
+    (x, t, *rest), kw = _args(m, n)
     ignore = kw.get("ignore_index", -100)
     red = kw.get("reduction", "mean")
     if len(x.shape) != len(t.shape) + 1:
