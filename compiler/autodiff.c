@@ -276,9 +276,10 @@ static void rule(ad *A, int o, int dy) {
         grad_into(A, x[0], PCC_OP_SOFTMAX_GRAD, o, in, 2);
         return;
     }
-    case PCC_OP_ATTENTION: {
-        int in[4] = {dy, x[0], x[1], x[2]};
-        grad_multi(A, o, PCC_OP_ATTENTION_GRAD, in, 4, x, 3);
+    case PCC_OP_ATTENTION: { // with a bias: its gradient (the scores') by attention_grad_bias
+        int in[5] = {dy, x[0], x[1], x[2], op.nin > 3 ? x[3] : -1};
+        grad_multi(A, o, PCC_OP_ATTENTION_GRAD, in, op.nin + 1, x, 3);
+        if (op.nin > 3) grad_into(A, x[3], PCC_OP_ATTENTION_GRAD_BIAS, o, in, 5);
         return;
     }
     case PCC_OP_EMBEDDING: case PCC_OP_EMBEDDING_BAG: {

@@ -327,7 +327,7 @@ static void attr_keys(pcc_op_kind k, const char *const **allowed, const char *co
     static const char *const perm[] = {"perm", NULL};
     static const char *const conv[] = {"stride", "padding", NULL};
     static const char *const pool[] = {"kernel", "stride", "padding", NULL}, *const pool_req[] = {"kernel", NULL};
-    static const char *const attn[] = {"causal", NULL};
+    static const char *const attn[] = {"causal", "scale", NULL};
     static const char *const axes[] = {"axes", NULL};
     static const char *const ce[] = {"ignore_index", "reduction", NULL};
     static const char *const exponent[] = {"exponent", NULL}, *const value[] = {"value", NULL};
@@ -461,8 +461,19 @@ static pcc_status load_value(loader *L, pcc_op *op, const pcc_json *v, const cha
     return PCC_OK;
 }
 
+// attention's bias: its axes are some of the scores' [b,n,s,t], found by dimension name (its last
+// ones when it is a suffix); the shape rule reports a bias that fits none.
+static void load_attention_bias(loader *L, pcc_op *op) {
+    const pcc_graph *g = L->g;
+    const pcc_tensor *q = &g->tensors[op->in[0]], *k = &g->tensors[op->in[1]];
+    if (op->nin < 4 || q->rank != 4 || k->rank != 4) return;
+    pcc_tensor scores = {.rank = 4, .dims = {q->dims[0], q->dims[2], q->dims[1], k->dims[1]}};
+    op_map_find(g, &scores, &g->tensors[op->in[3]], &op->attrs);
+}
+
 static pcc_status load_attrs_ext(loader *L, pcc_op *op, const pcc_json *v, const char *ptr) {
     pcc_status st;
+    if (op->kind == PCC_OP_ATTENTION) load_attention_bias(L, op);
     if ((pcc_ops[op->kind].flags & PCC_OPF_BCAST) || op->kind == PCC_OP_SUM || op->kind == PCC_OP_MEAN || op->kind == PCC_OP_MAX ||
         op->kind == PCC_OP_EXPAND)
         if ((st = load_map(L, op, v, ptr))) return st;

@@ -39,7 +39,7 @@ const pcc_op_info pcc_ops[PCC_OP_COUNT] = {
 #undef INPLACE
 #undef BCAST
 #undef RNG
-_Static_assert(PCC_OP_COUNT == 93, "operator count changed: update the tests' operator list");
+_Static_assert(PCC_OP_COUNT == 94, "operator count changed: update the tests' operator list");
 
 int op_lookup(const char *name) {
     for (int i = 0; i < PCC_OP_COUNT; i++)
@@ -234,6 +234,8 @@ static bool same_shape(const pcc_tensor *a, const pcc_tensor *b) {
 
 static bool is_float(pcc_dtype t) { return t != PCC_I32; }
 
+static int operand_tensor(const pcc_op *op, int o);
+
 // Which operands hold integer ids (everything else is float); data-movement ops take any dtype
 // and keep it.
 static bool int_operand(pcc_op_kind k, int o) {
@@ -371,6 +373,65 @@ static pcc_status check_reduce(checker *c) {
     }
     default: return check_mapped(c, x, y, -1);
     }
+}
+
+/* ---- attention: q [b,s,n,d], k [b,t,m,d], v [b,t,m,e] (n a multiple of m: grouped-query heads),
+ * an optional additive bias whose axes are some of the scores' [b,n,s,t] (attrs perm maps them;
+ * zeros: its last axes), out [b,s,n,e]. attention_grad takes dy first and makes dq, dk, dv;
+ * attention_grad_bias the bias's gradient. ---- */
+
+typedef struct attn_ops {
+    int q, k, v, y, bias;   // operand indices (y: the output, or dy for the gradients); bias -1: none
+} attn_ops;
+
+static attn_ops attn_operands(const pcc_op *op) {
+    if (op->kind == PCC_OP_ATTENTION) return (attn_ops){0, 1, 2, op->nin, op->nin > 3 ? 3 : -1};
+    return (attn_ops){1, 2, 3, 0, op->nin > 4 ? 4 : -1};
+}
+
+// The logical [b,n,s,t] dims of the scores.
+static void attn_score_dims(const pcc_graph *g, const pcc_op *op, int *dims) {
+    attn_ops a = attn_operands(op);
+    const pcc_tensor *q = &g->tensors[operand_tensor(op, a.q)], *k = &g->tensors[operand_tensor(op, a.k)];
+    dims[0] = q->dims[0], dims[1] = q->dims[2], dims[2] = q->dims[1], dims[3] = k->dims[1];
+}
+
+static pcc_status attn_same(checker *c, int o, int axis, int ref, int ref_axis, const char *what) {
+    const pcc_tensor *t = operand(c, o), *r = operand(c, ref);
+    if (t->dims[axis] == r->dims[ref_axis]) return PCC_OK;
+    return fail(c, o, "axis %d (%s) is %s, but %s's is %s", axis, what, c->g->dims[t->dims[axis]].name, operand_desc(c, ref),
+                c->g->dims[r->dims[ref_axis]].name);
+}
+
+static pcc_status check_attention(checker *c) {
+    const pcc_graph *g = c->g;
+    const pcc_op *op = c->op;
+    attn_ops a = attn_operands(op);
+    int n = op->nin + op->nout;
+    for (int o = 0; o < n; o++) {
+        int oo = o < op->nin ? o : -1 - (o - op->nin);
+        if (o != a.bias && !(op->kind == PCC_OP_ATTENTION_GRAD_BIAS && o == op->nin) && operand(c, oo)->rank != 4)
+            return fail(c, oo, "has rank %d; attention's operands are [b,s,n,d], [b,t,m,d], [b,t,m,e] and [b,s,n,e]", operand(c, oo)->rank);
+    }
+    pcc_status st;
+    int y = a.y < op->nin ? a.y : -1 - (a.y - op->nin);
+    if ((st = attn_same(c, a.k, 0, a.q, 0, "b")) || (st = attn_same(c, a.v, 0, a.q, 0, "b")) || (st = attn_same(c, a.k, 3, a.q, 3, "d")) ||
+        (st = attn_same(c, a.v, 1, a.k, 1, "t")) || (st = attn_same(c, a.v, 2, a.k, 2, "m")) || (st = attn_same(c, y, 0, a.q, 0, "b")) ||
+        (st = attn_same(c, y, 1, a.q, 1, "s")) || (st = attn_same(c, y, 2, a.q, 2, "n")) || (st = attn_same(c, y, 3, a.v, 3, "e")))
+        return st;
+    int64_t heads = dsize(g, operand(c, a.q), 2), kv = dsize(g, operand(c, a.k), 2);
+    if (heads % kv != 0)
+        return fail(c, a.k, "has %lld heads; the query's %lld must be a multiple of them (grouped-query attention)", (long long)kv, (long long)heads);
+    if (op->kind == PCC_OP_ATTENTION_GRAD) // dq, dk, dv like q, k, v
+        for (int i = 0; i < 3; i++)
+            if (!same_shape(operand(c, -1 - i), operand(c, a.q + i)))
+                return fail(c, -1 - i, "must have %s's shape", operand_desc(c, a.q + i));
+    if (a.bias < 0) return PCC_OK;
+    if (op->kind == PCC_OP_ATTENTION_GRAD_BIAS && !same_shape(operand(c, -1), operand(c, a.bias)))
+        return fail(c, -1, "must have the bias's shape");
+    pcc_tensor scores = {.rank = 4};
+    attn_score_dims(g, op, scores.dims);
+    return check_mapped(c, &scores, operand(c, a.bias), a.bias);
 }
 
 // Everything but `axis` equal between a and b.
@@ -525,6 +586,7 @@ static pcc_status check_custom(checker *c) {
     case PCC_OP_TRANSPOSE: return check_transpose(c);
     case PCC_OP_REDUCE_SUM: case PCC_OP_SUM: case PCC_OP_MEAN: case PCC_OP_MAX: case PCC_OP_EXPAND: case PCC_OP_MAX_GRAD:
         return check_reduce(c);
+    case PCC_OP_ATTENTION: case PCC_OP_ATTENTION_GRAD: case PCC_OP_ATTENTION_GRAD_BIAS: return check_attention(c);
     default: PCC_ASSERT(!"operator without a shape rule");
     }
 }
@@ -693,6 +755,54 @@ static int letters_mapped(const pcc_graph *g, const pcc_op *op, pcc_letter *out)
     return n;
 }
 
+// Attention's letters, in the order the old annotation "b s^ n d^, ... -> b s^ n d^" gave them
+// (b, s, n, d), then t, m, e where they are other dimensions than s, n, d. The key length t and
+// the kv heads m of grouped-query attention cannot split (q's heads split alone: each rank keeps
+// every kv head, and the gradients' dk and dv are then partial sums, so n is a reduction letter
+// there). The bias joins the letters of the score axes it has.
+static int letters_attention(const pcc_graph *g, const pcc_op *op, pcc_letter *out) {
+    attn_ops a = attn_operands(op);
+    const pcc_tensor *q = &g->tensors[operand_tensor(op, a.q)], *k = &g->tensors[operand_tensor(op, a.k)];
+    const pcc_tensor *v = &g->tensors[operand_tensor(op, a.v)];
+    bool gqa = k->dims[2] != q->dims[2], cross = k->dims[1] != q->dims[1], ev = v->dims[3] != q->dims[3];
+    bool gradop = op->kind != PCC_OP_ATTENTION;
+    int n = 0;
+    // (operand, axis) lists per letter: q-like (q, y, dq), k-like (k, dk), v-like (v, dv)
+    int qs[3] = {a.q, a.y, op->kind == PCC_OP_ATTENTION_GRAD ? op->nin : -1};
+    int ks[2] = {a.k, op->kind == PCC_OP_ATTENTION_GRAD ? op->nin + 1 : -1}, vs[2] = {a.v, op->kind == PCC_OP_ATTENTION_GRAD ? op->nin + 2 : -1};
+    int bias_ops[2] = {a.bias, op->kind == PCC_OP_ATTENTION_GRAD_BIAS ? op->nin : -1};
+    const pcc_tensor *bias = a.bias >= 0 ? &g->tensors[operand_tensor(op, a.bias)] : NULL;
+    int bax[4] = {-1, -1, -1, -1}; // the bias's axis of each score axis [b,n,s,t]
+    for (int j = 0; bias && j < bias->rank; j++) bax[op_map_axis(&op->attrs, 4, bias->rank, j)] = j;
+    bool dbias = op->kind == PCC_OP_ATTENTION_GRAD_BIAS;
+    struct { const char *name; int dim; bool reduce, nosplit; int qax, kax, vax, score; } L[7] = {
+        {"b", q->dims[0], dbias && bax[0] < 0, false, 0, 0, 0, 0},
+        {"s", q->dims[1], false, true, 1, cross ? -1 : 1, cross ? -1 : 1, 2},
+        {"n", q->dims[2], (gradop && gqa) || (dbias && bax[1] < 0), false, 2, gqa ? -1 : 2, gqa ? -1 : 2, 1},
+        {"d", q->dims[3], false, true, 3, 3, ev ? -1 : 3, -1},
+        {"t", k->dims[1], false, true, -1, cross ? 1 : -1, cross ? 1 : -1, 3},
+        {"m", k->dims[2], false, true, -1, gqa ? 2 : -1, gqa ? 2 : -1, -1},
+        {"e", v->dims[3], false, true, -1, -1, ev ? 3 : -1, -1}};
+    for (int i = 0; i < 7; i++) {
+        bool used = i < 4 || (i == 4 && (cross || (bias && bax[3] >= 0))) || (i == 5 && gqa) || (i == 6 && ev);
+        if (!used) continue;
+        pcc_letter *l = letter_get(g, out, &n, L[i].name, L[i].dim, L[i].reduce, L[i].nosplit);
+        if (i == 4 && !cross) l->dim = k->dims[1]; // a self-attention bias's key axis: a letter of its own
+        for (int j = 0; j < 3; j++)
+            if (qs[j] >= 0 && L[i].qax >= 0 && !(i == 3 && j > 0 && ev)) l->axis[qs[j]] = (signed char)L[i].qax;
+        if (i == 6) // e: the output (or dy) and dv, not q
+            for (int j = 1; j < 3; j++)
+                if (qs[j] >= 0) l->axis[qs[j]] = 3;
+        for (int j = 0; j < 2; j++) {
+            if (ks[j] >= 0 && L[i].kax >= 0) l->axis[ks[j]] = (signed char)L[i].kax;
+            if (vs[j] >= 0 && L[i].vax >= 0) l->axis[vs[j]] = (signed char)L[i].vax;
+        }
+        for (int j = 0; j < 2; j++)
+            if (bias_ops[j] >= 0 && L[i].score >= 0 && bax[L[i].score] >= 0) l->axis[bias_ops[j]] = (signed char)bax[L[i].score];
+    }
+    return n;
+}
+
 // Ghost batch norm (attrs.ghost_batch G > 0): statistics over each run of G samples, so the
 // batch letter n splits in whole groups and the result is the same on any number of devices.
 static int letters_ghost(const pcc_op *op, pcc_letter *out, int n) {
@@ -714,6 +824,7 @@ int op_letters(const pcc_graph *g, const pcc_op *op, pcc_letter *out) {
         return map_given(&op->attrs) ? letters_mapped(g, op, out) : letters_positional(g, op, -1, out);
     case PCC_OP_SUM: case PCC_OP_MEAN: case PCC_OP_MAX: case PCC_OP_EXPAND: case PCC_OP_MAX_GRAD:
         return letters_mapped(g, op, out);
+    case PCC_OP_ATTENTION: case PCC_OP_ATTENTION_GRAD: case PCC_OP_ATTENTION_GRAD_BIAS: return letters_attention(g, op, out);
     case PCC_OP_TRANSPOSE: return letters_transpose(g, op, out);
     case PCC_OP_RESHAPE: return letters_reshape(g, op, out);
     default: break;
@@ -772,13 +883,13 @@ double op_flops(const pcc_graph *g, const pcc_op *op) {
         return 2 * out0 * (double)dsize(g, in0, in0->rank - 2);
     case PCC_OP_LINEAR_GRAD_W: // dY [*b, n], X [*b, k] -> [n, k]
         return 2 * out0 * numel(g, op->in[0]) / (double)dsize(g, in0, in0->rank - 1);
-    case PCC_OP_ATTENTION: { // q [b, s, n, d]: scores 2 b n s s d, weighted sum 2 b n s s d
-        double s = (double)dsize(g, in0, 1);
-        return 4 * numel(g, op->in[0]) * s;
-    }
-    case PCC_OP_ATTENTION_GRAD: {
-        double s = (double)dsize(g, in0, 1);
-        return 8 * numel(g, op->in[0]) * s;
+    case PCC_OP_ATTENTION: case PCC_OP_ATTENTION_GRAD: case PCC_OP_ATTENTION_GRAD_BIAS: {
+        // scores 2 b n s t d and the weighted sum 2 b n s t e; the backward twice that (the
+        // bias's gradient recomputes the probabilities: one more forward)
+        attn_ops a = attn_operands(op);
+        const pcc_tensor *q = &g->tensors[op->in[a.q]], *k = &g->tensors[op->in[a.k]], *v = &g->tensors[op->in[a.v]];
+        double f = 2 * (double)tensor_numel(g, q) * (double)dsize(g, k, 1) * (double)(dsize(g, q, 3) + dsize(g, v, 3)) / (double)dsize(g, q, 3);
+        return op->kind == PCC_OP_ATTENTION ? f : op->kind == PCC_OP_ATTENTION_GRAD ? 2 * f : f;
     }
     case PCC_OP_CONV2D: case PCC_OP_CONV2D_GRAD_X: case PCC_OP_CONV2D_GRAD_W: {
         // all three: 2 * (n o ho wo) * (c kh kw)

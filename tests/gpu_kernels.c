@@ -565,6 +565,21 @@ static void imported(void) {
     c.v[1].start[2] = 2, c.v[1].full[2] = 7, push(c);
     c = mk("topk, k 2 of 9", "topk", 0), IN(&c, 5, 9), OUT(&c, 5, 2), ids(OUT(&c, 5, 2), 9), push(c);
     c = mk("topk_grad", "topk_grad", 0), IN(&c, 5, 2), ids(IN(&c, 5, 2), 9), OUT(&c, 5, 9), push(c);
+    // attention's general form: cross (s 5, t 7), 4 query heads over 2 kv heads, value width 6, a
+    // bias [n,s,t] (perm 2,3,4), causal, scale 0.5; the gradients and the bias's
+    for (int op = 0; op < 3; op++) {
+        static const char *const names[] = {"attention", "attention_grad", "attention_grad_bias"};
+        char name[64];
+        snprintf(name, sizeof name, "%s, cross, GQA, bias", names[op]);
+        c = mk(name, names[op], 1e-4);
+        if (op) IN(&c, 2, 5, 4, 6);
+        IN(&c, 2, 5, 4, 3), IN(&c, 2, 7, 2, 3), IN(&c, 2, 7, 2, 6), IN(&c, 4, 5, 7);
+        if (op == 0) OUT(&c, 2, 5, 4, 6);
+        if (op == 1) OUT(&c, 2, 5, 4, 3), OUT(&c, 2, 7, 2, 3), OUT(&c, 2, 7, 2, 6);
+        if (op == 2) OUT(&c, 4, 5, 7);
+        c.attrs.perm[0] = 2, c.attrs.perm[1] = 3, c.attrs.perm[2] = 4, c.attrs.i[PLAN_AI_CAUSAL] = 1, c.attrs.f[PLAN_AF_SCALE] = 0.5;
+        push(c);
+    }
     c = mk("cross_entropy, ignore_index 3, sum", "cross_entropy", 1e-5);
     IN(&c, 6, 10), ids(IN(&c, 6), 10), SCALAR_OUT(&c), c.attrs.f[PLAN_AF_SCALE] = 3, c.attrs.i[PLAN_AI_MODE] = 3, push(c);
     c = mk("cross_entropy_grad, ignore_index 3", "cross_entropy_grad", 1e-5), SCALAR_IN(&c), IN(&c, 6, 10), ids(IN(&c, 6), 10);

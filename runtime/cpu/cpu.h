@@ -358,6 +358,7 @@ int CPU_KERNEL(topk_grad)(kctx *c);
 // attention.c: attention
 int CPU_KERNEL(attention)(kctx *c);
 int CPU_KERNEL(attention_grad)(kctx *c);
+int CPU_KERNEL(attention_grad_bias)(kctx *c);
 
 // embedding.c: embeddings
 int CPU_KERNEL(embedding)(kctx *c);

@@ -124,6 +124,7 @@ static kernel_fn *const kernels[CPU_OP_COUNT] = {
     [CPU_OP_MAX_GRAD] = CPU_KERNEL(max_grad),
     [CPU_OP_TOPK] = CPU_KERNEL(topk),
     [CPU_OP_TOPK_GRAD] = CPU_KERNEL(topk_grad),
+    [CPU_OP_ATTENTION_GRAD_BIAS] = CPU_KERNEL(attention_grad_bias),
 };
 
 static const struct op_row {

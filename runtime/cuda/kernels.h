@@ -237,6 +237,22 @@ cudaError_t ck_one_hot(cudaStream_t st, int64_t n, int64_t nc, int64_t lo, int64
                        bool acc, int *flag);
 // topk over rows of n: the k largest (ties: the lower index) into v, their indices into idx;
 // topk_grad: dx (rows of n) = dy scattered to idx (an index outside [0, n) sets the flag).
+// Attention in its general form (cpu/attention.c's semantics): q [b,s,n,d], k [b,t,m,d],
+// v [b,t,m,e] of one float dtype, an optional bias with strides bst along [b,n,s,t]; scratch:
+// b n s t floats for the forward, twice that for the backward. The backward makes dq (when
+// not NULL), dk and dv (when dk is not NULL; summed over each kv head's query heads) and dbias
+// (db, nb elements, when not NULL).
+typedef struct ck_attn {
+    int64_t b, s, t, n, m, d, e, group, q_head0, k_head0;
+    const void *q, *k, *v, *bias;
+    int dt, bdt;
+    int64_t bst[4];
+    float scale;
+    bool causal;
+} ck_attn;
+cudaError_t ck_attention(cudaStream_t st, const ck_attn *a, float *scratch, void *y, int ydt, bool acc);
+cudaError_t ck_attention_grad(cudaStream_t st, const ck_attn *a, float *scratch, const void *dy, void *dq, void *dk, void *dv, int gdt,
+                              void *db, int64_t nb, bool acc);
 cudaError_t ck_topk(cudaStream_t st, int64_t rows, int64_t n, int64_t k, const void *x, int xdt, void *v, int vdt, int32_t *idx, bool acc);
 cudaError_t ck_topk_grad(cudaStream_t st, int64_t rows, int64_t n, int64_t k, const void *dy, int dydt, const int32_t *idx, void *dx,
                          int dxdt, bool acc, int *flag);

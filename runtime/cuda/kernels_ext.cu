@@ -251,3 +251,112 @@ extern "C" cudaError_t ck_topk_grad(cudaStream_t st, int64_t rows, int64_t n, in
     k_topk_grad<<<ck_grid(rows), CK_THREADS, 0, st>>>(rows, n, k, dy, dydt, idx, dx, dxdt, acc, flag);
     return cudaGetLastError();
 }
+
+/* ---- attention in its general form (cross lengths, grouped-query heads, a bias): one thread
+ * per query row; the probabilities (and for the backward dS) kept in scratch [b,n,s,t] ---- */
+
+static __device__ int64_t attn_kv(const ck_attn *a, int64_t h) { return (a->q_head0 + h) / a->group - a->k_head0; }
+
+// Row (bi, h, i) of P = softmax(scale q k^T + bias) into p (t floats).
+static __device__ void attn_row(const ck_attn *a, int64_t bi, int64_t h, int64_t i, float *p) {
+    int64_t kv = attn_kv(a, h), len = a->causal ? (i + 1 < a->t ? i + 1 : a->t) : a->t;
+    float mx = -INFINITY;
+    for (int64_t j = 0; j < len; j++) {
+        double sdot = 0;
+        for (int64_t c = 0; c < a->d; c++)
+            sdot += (double)ld(a->q, ((bi * a->s + i) * a->n + h) * a->d + c, a->dt) * ld(a->k, ((bi * a->t + j) * a->m + kv) * a->d + c, a->dt);
+        float x = (float)(a->scale * sdot);
+        if (a->bias) x += ld(a->bias, bi * a->bst[0] + h * a->bst[1] + i * a->bst[2] + j * a->bst[3], a->bdt);
+        p[j] = x;
+        mx = fmaxf(mx, x);
+    }
+    double sum = 0;
+    for (int64_t j = 0; j < len; j++) sum += p[j] = expf(p[j] - mx);
+    for (int64_t j = 0; j < a->t; j++) p[j] = j < len ? (float)(p[j] / sum) : 0.0f;
+}
+
+__global__ void k_attn_fwd(ck_attn a, float *P, void *y, int ydt, bool acc) {
+    CK_FOR_EACH(r, a.b * a.n * a.s) {
+        int64_t i = r % a.s, h = (r / a.s) % a.n, bi = r / (a.s * a.n), kv = attn_kv(&a, h);
+        float *p = P + r * a.t;
+        attn_row(&a, bi, h, i, p);
+        for (int64_t c = 0; c < a.e; c++) {
+            double o = 0;
+            for (int64_t j = 0; j < a.t; j++) o += (double)p[j] * ld(a.v, ((bi * a.t + j) * a.m + kv) * a.e + c, a.dt);
+            put(y, ((bi * a.s + i) * a.n + h) * a.e + c, ydt, (float)o, acc);
+        }
+    }
+}
+
+extern "C" cudaError_t ck_attention(cudaStream_t st, const ck_attn *a, float *scratch, void *y, int ydt, bool acc) {
+    int64_t rows = a->b * a->n * a->s;
+    if (rows <= 0) return cudaSuccess;
+    k_attn_fwd<<<ck_grid(rows), CK_THREADS, 0, st>>>(*a, scratch, y, ydt, acc);
+    return cudaGetLastError();
+}
+
+// Per query row: P, dS = P (dP - rowsum(dP P)) with dP = dy v^T, and dq = scale dS k.
+__global__ void k_attn_rows(ck_attn a, float *P, float *DS, const void *dy, void *dq, int dqdt, bool acc) {
+    CK_FOR_EACH(r, a.b * a.n * a.s) {
+        int64_t i = r % a.s, h = (r / a.s) % a.n, bi = r / (a.s * a.n), kv = attn_kv(&a, h);
+        float *p = P + r * a.t, *ds = DS + r * a.t;
+        attn_row(&a, bi, h, i, p);
+        double dot = 0;
+        for (int64_t j = 0; j < a.t; j++) {
+            double g = 0;
+            for (int64_t c = 0; c < a.e; c++)
+                g += (double)ld(dy, ((bi * a.s + i) * a.n + h) * a.e + c, a.dt) * ld(a.v, ((bi * a.t + j) * a.m + kv) * a.e + c, a.dt);
+            ds[j] = (float)g;
+            dot += g * p[j];
+        }
+        for (int64_t j = 0; j < a.t; j++) ds[j] = p[j] * (ds[j] - (float)dot);
+        for (int64_t c = 0; dq && c < a.d; c++) {
+            double g = 0;
+            for (int64_t j = 0; j < a.t; j++) g += (double)ds[j] * ld(a.k, ((bi * a.t + j) * a.m + kv) * a.d + c, a.dt);
+            put(dq, ((bi * a.s + i) * a.n + h) * a.d + c, dqdt, (float)(a.scale * g), acc);
+        }
+    }
+}
+
+// Per key row (bi, kv, j): dv = sum over its query heads and rows of P dy, dk = scale sum dS q.
+__global__ void k_attn_kv(ck_attn a, const float *P, const float *DS, const void *dy, void *dk, void *dv, int gdt, bool acc) {
+    CK_FOR_EACH(r, a.b * a.m * a.t) {
+        int64_t j = r % a.t, kv = (r / a.t) % a.m, bi = r / (a.t * a.m);
+        for (int64_t c = 0; c < a.e + a.d; c++) {
+            double g = 0;
+            for (int64_t h = 0; h < a.n; h++) {
+                if (attn_kv(&a, h) != kv) continue;
+                for (int64_t i = 0; i < a.s; i++) {
+                    int64_t row = (bi * a.n + h) * a.s + i;
+                    g += c < a.e ? (double)P[row * a.t + j] * ld(dy, ((bi * a.s + i) * a.n + h) * a.e + c, a.dt)
+                                 : (double)DS[row * a.t + j] * ld(a.q, ((bi * a.s + i) * a.n + h) * a.d + (c - a.e), a.dt);
+                }
+            }
+            if (c < a.e) put(dv, ((bi * a.t + j) * a.m + kv) * a.e + c, gdt, (float)g, acc);
+            else put(dk, ((bi * a.t + j) * a.m + kv) * a.d + (c - a.e), gdt, (float)(a.scale * g), acc);
+        }
+    }
+}
+
+// dbias: per bias element, dS summed over the score positions that map to it.
+__global__ void k_attn_dbias(ck_attn a, const float *DS, int64_t nb, const int64_t *bshape, void *db, bool acc) {
+    CK_FOR_EACH(e, nb) {
+        double g = 0;
+        for (int64_t r = 0; r < a.b * a.n * a.s * a.t; r++) {
+            int64_t j = r % a.t, i = (r / a.t) % a.s, h = (r / (a.t * a.s)) % a.n, bi = r / (a.t * a.s * a.n);
+            if (bi * a.bst[0] + h * a.bst[1] + i * a.bst[2] + j * a.bst[3] == e) g += DS[r];
+        }
+        put(db, e, a.bdt, (float)g, acc);
+    }
+}
+
+extern "C" cudaError_t ck_attention_grad(cudaStream_t st, const ck_attn *a, float *scratch, const void *dy, void *dq, void *dk, void *dv,
+                                         int gdt, void *db, int64_t nb, bool acc) {
+    int64_t rows = a->b * a->n * a->s;
+    if (rows <= 0) return cudaSuccess;
+    float *P = scratch, *DS = scratch + rows * a->t;
+    k_attn_rows<<<ck_grid(rows), CK_THREADS, 0, st>>>(*a, P, DS, dy, dq, gdt, acc);
+    if (dk) k_attn_kv<<<ck_grid(a->b * a->m * a->t), CK_THREADS, 0, st>>>(*a, P, DS, dy, dk, dv, gdt, acc);
+    if (db && nb > 0) k_attn_dbias<<<ck_grid(nb), CK_THREADS, 0, st>>>(*a, DS, nb, NULL, db, acc);
+    return cudaGetLastError();
+}

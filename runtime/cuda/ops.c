@@ -1225,8 +1225,18 @@ static int staged(oc *c, op_fn *fn, char *err, size_t err_n) {
     return rc;
 }
 
-static int op_attention_any(oc *c, char *err, size_t err_n) { return staged(c, op_attention, err, err_n); }
-static int op_attention_grad_any(oc *c, char *err, size_t err_n) { return staged(c, op_attention_grad, err, err_n); }
+// The general forms (a bias, cross lengths, grouped-query heads, another value width) run in
+// ops_ext.c; q, k, v of one shape keep cuBLAS's path.
+static bool attention_general(const oc *c) {
+    uint32_t qi = c->k->op == OP_ATTENTION ? 0 : 1;
+    return c->nin > qi + 3 || !shape_is(&c->in[qi + 1], shape_of(&c->in[qi])) || !shape_is(&c->in[qi + 2], shape_of(&c->in[qi]));
+}
+static int op_attention_any(oc *c, char *err, size_t err_n) {
+    return attention_general(c) ? op_ext(c, err, err_n) : staged(c, op_attention, err, err_n);
+}
+static int op_attention_grad_any(oc *c, char *err, size_t err_n) {
+    return attention_general(c) ? op_ext(c, err, err_n) : staged(c, op_attention_grad, err, err_n);
+}
 static int op_conv2d_any(oc *c, char *err, size_t err_n) { return staged(c, op_conv2d, err, err_n); }
 static int op_conv2d_grad_x_any(oc *c, char *err, size_t err_n) { return staged(c, op_conv2d_grad_x, err, err_n); }
 static int op_conv2d_grad_w_any(oc *c, char *err, size_t err_n) { return staged(c, op_conv2d_grad_w, err, err_n); }
@@ -1303,7 +1313,7 @@ static op_fn *const ops[OP_COUNT] = {
     [OP_EXPAND] = op_ext, [OP_ONE_HOT] = op_ext, [OP_SIGMOID_GRAD] = op_ext, [OP_TANH_GRAD] = op_ext, [OP_EXP_GRAD] = op_ext,
     [OP_LOG_GRAD] = op_ext, [OP_GELU_ERF_GRAD] = op_ext, [OP_RSQRT_GRAD] = op_ext, [OP_SQRT_GRAD] = op_ext,
     [OP_SIN_GRAD] = op_ext, [OP_COS_GRAD] = op_ext, [OP_POW_GRAD] = op_ext, [OP_MAX_GRAD] = op_ext, [OP_TOPK] = op_ext,
-    [OP_TOPK_GRAD] = op_ext,
+    [OP_TOPK_GRAD] = op_ext, [OP_ATTENTION_GRAD_BIAS] = op_ext,
 };
 
 // Operand j (inputs, then outputs) holds int32 ids or labels (the CPU kernels' int_operand).

@@ -12,6 +12,7 @@
  */
 #include "internal.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 
@@ -140,6 +141,41 @@ static int topk(cu_state *cu, cudaStream_t st, const rt_kernel *k, const char *n
     return 0;
 }
 
+// attention, attention_grad and attention_grad_bias in their general form (cpu/attention.c).
+static int attention(cudaStream_t st, const rt_kernel *k, const char *name, char *err, size_t err_n) {
+    uint32_t qi = k->op == XOP_ATTENTION ? 0 : 1;
+    const rt_view *q = &k->in[qi], *kk = &k->in[qi + 1], *v = &k->in[qi + 2], *bias = qi + 3 < k->nin ? &k->in[qi + 3] : NULL;
+    if (q->rank != 4 || kk->rank != 4 || v->rank != 4) return xfail(err, err_n, name, "q, k and v must be [b,s,n,d], [b,t,m,d], [b,t,m,e]");
+    ck_attn a = {.b = q->shape[0], .s = q->shape[1], .n = q->shape[2], .d = q->shape[3], .t = kk->shape[1], .m = kk->shape[2],
+                 .e = v->shape[3], .q_head0 = q->start[2], .k_head0 = kk->start[2], .q = q->data, .k = kk->data, .v = v->data,
+                 .dt = q->dtype, .causal = k->attrs.i[PLAN_AI_CAUSAL] != 0};
+    if (kk->full[2] <= 0 || q->full[2] % kk->full[2] || kk->shape[0] != a.b || v->shape[0] != a.b || v->shape[1] != a.t ||
+        v->shape[2] != a.m || kk->shape[3] != a.d || kk->dtype != q->dtype || v->dtype != q->dtype)
+        return xfail(err, err_n, name, "q, k and v do not fit [b,s,n,d], [b,t,m,d], [b,t,m,e] with n a multiple of m, of one dtype");
+    a.group = q->full[2] / kk->full[2];
+    double sc = k->attrs.f[PLAN_AF_SCALE];
+    a.scale = (float)(sc != 0 ? sc : 1 / sqrt((double)(a.d > 0 ? a.d : 1)));
+    if (bias) {
+        rt_view scores = {.rank = 4, .shape = {a.b, a.n, a.s, a.t}};
+        ck_map m;
+        if (build_map(k, &scores, bias, &m, name, "the bias", err, err_n)) return -1;
+        for (int i = 0; i < 4; i++) a.bst[i] = m.sst[i];
+        a.bias = bias->data, a.bdt = bias->dtype;
+    }
+    size_t rows = (size_t)(a.b * a.n * a.s * a.t);
+    float *scratch = NULL;
+    CU_TRY(cu_scratch(st, (rows ? rows : 1) * sizeof(float) * (qi ? 2 : 1), (void **)&scratch, err, err_n));
+    cudaError_t e;
+    if (!qi) e = ck_attention(st, &a, scratch, k->out[0].data, k->out[0].dtype, k->accumulate);
+    else if (k->op == XOP_ATTENTION_GRAD)
+        e = ck_attention_grad(st, &a, scratch, k->in[0].data, k->out[0].data, k->out[1].data, k->out[2].data, k->out[0].dtype, NULL, 0,
+                              k->accumulate);
+    else e = ck_attention_grad(st, &a, scratch, k->in[0].data, NULL, NULL, NULL, 0, k->out[0].data, vnumel(&k->out[0]), k->accumulate);
+    cu_scratch_free(st, scratch);
+    CUDA_CHECK(e);
+    return 0;
+}
+
 int cu_ext_op(cu_state *cu, cudaStream_t st, const rt_kernel *k, const char *name, char *err, size_t err_n) {
     static const int un[][2] = {{XOP_SIGMOID, CK_UN_SIGMOID}, {XOP_TANH, CK_UN_TANH}, {XOP_EXP, CK_UN_EXP}, {XOP_LOG, CK_UN_LOG},
                                 {XOP_GELU_ERF, CK_UN_GELU_ERF}, {XOP_RSQRT, CK_UN_RSQRT}, {XOP_SQRT, CK_UN_SQRT}, {XOP_SIN, CK_UN_SIN},
@@ -163,6 +199,7 @@ int cu_ext_op(cu_state *cu, cudaStream_t st, const rt_kernel *k, const char *nam
     case XOP_MAX_GRAD: return max_grad(st, k, name, err, err_n);
     case XOP_NE: case XOP_ONE_HOT: return ids_ops(cu, st, k, name, err, err_n);
     case XOP_TOPK: case XOP_TOPK_GRAD: return topk(cu, st, k, name, err, err_n);
+    case XOP_ATTENTION: case XOP_ATTENTION_GRAD: case XOP_ATTENTION_GRAD_BIAS: return attention(st, k, name, err, err_n);
     default: return xfail(err, err_n, name, "not an operator of cuda/ops_ext.c");
     }
 }
