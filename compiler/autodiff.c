@@ -171,7 +171,8 @@ static bool rule_ext(ad *A, int o, int dy) {
     static const pcc_op_kind unary[][2] = {
         {PCC_OP_SIGMOID, PCC_OP_SIGMOID_GRAD}, {PCC_OP_TANH, PCC_OP_TANH_GRAD}, {PCC_OP_EXP, PCC_OP_EXP_GRAD},
         {PCC_OP_LOG, PCC_OP_LOG_GRAD}, {PCC_OP_GELU_ERF, PCC_OP_GELU_ERF_GRAD}, {PCC_OP_RSQRT, PCC_OP_RSQRT_GRAD},
-        {PCC_OP_SQRT, PCC_OP_SQRT_GRAD}, {PCC_OP_SIN, PCC_OP_SIN_GRAD}, {PCC_OP_COS, PCC_OP_COS_GRAD}, {PCC_OP_POW, PCC_OP_POW_GRAD}};
+        {PCC_OP_SQRT, PCC_OP_SQRT_GRAD}, {PCC_OP_SIN, PCC_OP_SIN_GRAD}, {PCC_OP_COS, PCC_OP_COS_GRAD}, {PCC_OP_POW, PCC_OP_POW_GRAD},
+        {PCC_OP_ERF, PCC_OP_ERF_GRAD}};
     for (size_t i = 0; i < sizeof unary / sizeof unary[0]; i++)
         if (unary[i][0] == op.kind) {
             int in[2] = {dy, x[0]};

@@ -39,7 +39,7 @@ const pcc_op_info pcc_ops[PCC_OP_COUNT] = {
 #undef INPLACE
 #undef BCAST
 #undef RNG
-_Static_assert(PCC_OP_COUNT == 94, "operator count changed: update the tests' operator list");
+_Static_assert(PCC_OP_COUNT == 96, "operator count changed: update the tests' operator list");
 
 int op_lookup(const char *name) {
     for (int i = 0; i < PCC_OP_COUNT; i++)
@@ -848,6 +848,8 @@ static double per_elem(pcc_op_kind k) {
     case PCC_OP_SIGMOID: case PCC_OP_TANH: case PCC_OP_SIN: case PCC_OP_COS: case PCC_OP_POW: return 4;
     case PCC_OP_SIGMOID_GRAD: case PCC_OP_TANH_GRAD: case PCC_OP_SIN_GRAD: case PCC_OP_COS_GRAD: case PCC_OP_POW_GRAD: return 6;
     case PCC_OP_GELU_ERF: return 8;
+    case PCC_OP_ERF: return 6;
+    case PCC_OP_ERF_GRAD: return 6;
     case PCC_OP_GELU_ERF_GRAD: return 12;
     case PCC_OP_DROPOUT: case PCC_OP_DROPOUT_GRAD: return 2;
     case PCC_OP_SILU: return 4;

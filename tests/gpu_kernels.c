@@ -530,8 +530,8 @@ static void run_all(rt_backend *b, rt_backend *b32) {
 // (attrs perm), ne and one_hot (one_hot on a piece of its class axis), cross_entropy ignoring a
 // label and summing.
 static void imported(void) {
-    static const char *const un[] = {"sigmoid", "tanh", "exp", "log", "gelu_erf", "rsqrt", "sqrt", "sin", "cos", "pow"};
-    for (int i = 0; i < 10; i++) {
+    static const char *const un[] = {"sigmoid", "tanh", "exp", "log", "gelu_erf", "rsqrt", "sqrt", "sin", "cos", "pow", "erf"};
+    for (int i = 0; i < 11; i++) {
         bool pos = i == 3 || i == 5 || i == 6 || i == 9;
         tcase c = mk(un[i], un[i], 1e-5);
         IN(&c, 5, 40), OUT(&c, 5, 40), c.attrs.f[PLAN_AF_SCALE] = 1.5;

@@ -944,7 +944,7 @@ static void unary_values(void) {
     static const struct { uint32_t op; double x, e, want; } v[] = {
         {OP_SIGMOID, 0.3, 0, 0.574442516811659}, {OP_TANH, 0.3, 0, 0.291312612451591}, {OP_EXP, 0.3, 0, 1.349858807576003},
         {OP_LOG, 0.3, 0, -1.203972804325936}, {OP_GELU_ERF, 0.3, 0, 0.185373426656686}, {OP_RSQRT, 0.25, 0, 2},
-        {OP_SQRT, 0.25, 0, 0.5}, {OP_SIN, 0.3, 0, 0.295520206661340}, {OP_COS, 0.3, 0, 0.955336489125606}, {OP_POW, 3, 2, 9}};
+        {OP_SQRT, 0.25, 0, 0.5}, {OP_ERF, 0.3, 0, 0.328626759459127}, {OP_SIN, 0.3, 0, 0.295520206661340}, {OP_COS, 0.3, 0, 0.955336489125606}, {OP_POW, 3, 2, 9}};
     for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
         tensor *x = zeros(1, 1), *y = zeros(1, 1);
         x->d[0] = v[i].x;
@@ -1108,7 +1108,8 @@ static void grad_attention_general(bool causal) {
 static void gradients_ext(void) {
     static const uint32_t un[][2] = {{OP_SIGMOID, OP_SIGMOID_GRAD}, {OP_TANH, OP_TANH_GRAD}, {OP_EXP, OP_EXP_GRAD},
                                      {OP_LOG, OP_LOG_GRAD}, {OP_GELU_ERF, OP_GELU_ERF_GRAD}, {OP_RSQRT, OP_RSQRT_GRAD},
-                                     {OP_SQRT, OP_SQRT_GRAD}, {OP_SIN, OP_SIN_GRAD}, {OP_COS, OP_COS_GRAD}};
+                                     {OP_SQRT, OP_SQRT_GRAD}, {OP_SIN, OP_SIN_GRAD}, {OP_COS, OP_COS_GRAD},
+                                     {OP_ERF, OP_ERF_GRAD}};
     for (size_t i = 0; i < sizeof un / sizeof un[0]; i++) grad_unary_math(un[i][0], un[i][1], 0);
     grad_unary_math(OP_POW, OP_POW_GRAD, 2);
     grad_unary_math(OP_POW, OP_POW_GRAD, -0.5);

@@ -125,6 +125,8 @@ static kernel_fn *const kernels[CPU_OP_COUNT] = {
     [CPU_OP_TOPK] = CPU_KERNEL(topk),
     [CPU_OP_TOPK_GRAD] = CPU_KERNEL(topk_grad),
     [CPU_OP_ATTENTION_GRAD_BIAS] = CPU_KERNEL(attention_grad_bias),
+    [CPU_OP_ERF] = CPU_KERNEL(unary),
+    [CPU_OP_ERF_GRAD] = CPU_KERNEL(unary_grad),
 };
 
 static const struct op_row {

@@ -1,6 +1,6 @@
 /*
  * cpu/unary.c: the CPU backend's element-wise math of imported models: sigmoid, tanh, exp, log,
- * gelu_erf (GELU as PyTorch's default: x Phi(x) with the normal CDF from erf), rsqrt, sqrt, sin,
+ * erf, gelu_erf (GELU as PyTorch's default: x Phi(x) with the normal CDF from erf), rsqrt, sqrt, sin,
  * cos and pow (x^e, e = attrs scale), and their gradients, each (dy, x) -> dy f'(x) as
  * compiler/autodiff.c wires them. Every value is computed in double and stored through cpu_put
  * (overwrite, or add when accumulating), so the f32 and f64 builds differ only by the final
@@ -12,6 +12,7 @@
 
 #define SQRT1_2 0.70710678118654752440  // 1/sqrt(2)
 #define INV_SQRT_2PI 0.39894228040143267794 // 1/sqrt(2 pi)
+#define SQRT2 1.41421356237309504880
 
 static double f_of(uint32_t op, double x, double e) {
     switch (op) {
@@ -24,6 +25,7 @@ static double f_of(uint32_t op, double x, double e) {
     case CPU_OP_SQRT: return sqrt(x);
     case CPU_OP_SIN: return sin(x);
     case CPU_OP_COS: return cos(x);
+    case CPU_OP_ERF: return erf(x);
     default: return pow(x, e); // pow
     }
 }
@@ -46,6 +48,7 @@ static double df_of(uint32_t op, double x, double e) {
     case CPU_OP_SQRT_GRAD: return 0.5 / sqrt(x);
     case CPU_OP_SIN_GRAD: return cos(x);
     case CPU_OP_COS_GRAD: return -sin(x);
+    case CPU_OP_ERF_GRAD: return 2 * INV_SQRT_2PI * SQRT2 * exp(-x * x); // 2/sqrt(pi) exp(-x^2)
     default: return e == 0 ? 0 : e * pow(x, e - 1); // pow_grad
     }
 }

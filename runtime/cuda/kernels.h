@@ -206,7 +206,7 @@ cudaError_t ck_attn_dscores(cudaStream_t st, int64_t heads, int64_t s, const flo
 
 // Unary math: y = f(x), or with dy: y = dy f'(x). op: ck_un_op; e: pow's exponent.
 typedef enum ck_un_op {
-    CK_UN_SIGMOID, CK_UN_TANH, CK_UN_EXP, CK_UN_LOG, CK_UN_GELU_ERF, CK_UN_RSQRT, CK_UN_SQRT, CK_UN_SIN, CK_UN_COS, CK_UN_POW
+    CK_UN_SIGMOID, CK_UN_TANH, CK_UN_EXP, CK_UN_LOG, CK_UN_GELU_ERF, CK_UN_RSQRT, CK_UN_SQRT, CK_UN_SIN, CK_UN_COS, CK_UN_POW, CK_UN_ERF
 } ck_un_op;
 cudaError_t ck_unary(cudaStream_t st, int op, bool grad, int64_t n, void *y, int ydt, const void *x, int xdt, const void *dy,
                      int dydt, double e, bool acc);

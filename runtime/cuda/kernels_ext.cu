@@ -24,6 +24,7 @@ static __device__ double un_f(int op, double x, double e) {
     case CK_UN_SQRT: return sqrt(x);
     case CK_UN_SIN: return sin(x);
     case CK_UN_COS: return cos(x);
+    case CK_UN_ERF: return erf(x);
     default: return pow(x, e);
     }
 }
@@ -39,6 +40,7 @@ static __device__ double un_df(int op, double x, double e) {
     case CK_UN_SQRT: return 0.5 / sqrt(x);
     case CK_UN_SIN: return cos(x);
     case CK_UN_COS: return -sin(x);
+    case CK_UN_ERF: return 1.12837916709551257390 * exp(-x * x); // 2/sqrt(pi)
     default: return e == 0 ? 0 : e * pow(x, e - 1);
     }
 }

@@ -1313,7 +1313,7 @@ static op_fn *const ops[OP_COUNT] = {
     [OP_EXPAND] = op_ext, [OP_ONE_HOT] = op_ext, [OP_SIGMOID_GRAD] = op_ext, [OP_TANH_GRAD] = op_ext, [OP_EXP_GRAD] = op_ext,
     [OP_LOG_GRAD] = op_ext, [OP_GELU_ERF_GRAD] = op_ext, [OP_RSQRT_GRAD] = op_ext, [OP_SQRT_GRAD] = op_ext,
     [OP_SIN_GRAD] = op_ext, [OP_COS_GRAD] = op_ext, [OP_POW_GRAD] = op_ext, [OP_MAX_GRAD] = op_ext, [OP_TOPK] = op_ext,
-    [OP_TOPK_GRAD] = op_ext, [OP_ATTENTION_GRAD_BIAS] = op_ext,
+    [OP_TOPK_GRAD] = op_ext, [OP_ATTENTION_GRAD_BIAS] = op_ext, [OP_ERF] = op_ext, [OP_ERF_GRAD] = op_ext,
 };
 
 // Operand j (inputs, then outputs) holds int32 ids or labels (the CPU kernels' int_operand).

@@ -179,10 +179,10 @@ static int attention(cudaStream_t st, const rt_kernel *k, const char *name, char
 int cu_ext_op(cu_state *cu, cudaStream_t st, const rt_kernel *k, const char *name, char *err, size_t err_n) {
     static const int un[][2] = {{XOP_SIGMOID, CK_UN_SIGMOID}, {XOP_TANH, CK_UN_TANH}, {XOP_EXP, CK_UN_EXP}, {XOP_LOG, CK_UN_LOG},
                                 {XOP_GELU_ERF, CK_UN_GELU_ERF}, {XOP_RSQRT, CK_UN_RSQRT}, {XOP_SQRT, CK_UN_SQRT}, {XOP_SIN, CK_UN_SIN},
-                                {XOP_COS, CK_UN_COS}, {XOP_POW, CK_UN_POW}};
+                                {XOP_COS, CK_UN_COS}, {XOP_POW, CK_UN_POW}, {XOP_ERF, CK_UN_ERF}};
     static const int ungrad[] = {XOP_SIGMOID_GRAD, XOP_TANH_GRAD, XOP_EXP_GRAD, XOP_LOG_GRAD, XOP_GELU_ERF_GRAD,
-                                 XOP_RSQRT_GRAD, XOP_SQRT_GRAD, XOP_SIN_GRAD, XOP_COS_GRAD, XOP_POW_GRAD};
-    for (int i = 0; i < 10; i++) {
+                                 XOP_RSQRT_GRAD, XOP_SQRT_GRAD, XOP_SIN_GRAD, XOP_COS_GRAD, XOP_POW_GRAD, XOP_ERF_GRAD};
+    for (int i = 0; i < 11; i++) {
         if ((int)k->op == un[i][0]) return unary(st, k, name, un[i][1], false, err, err_n);
         if ((int)k->op == ungrad[i]) return unary(st, k, name, un[i][1], true, err, err_n);
     }

@@ -817,7 +817,7 @@ HANDLERS = {
     "linear": h_linear, "matmul": h_matmul, "bmm": h_matmul, "embedding": h_embedding, "layer_norm": h_layer_norm,
     "softmax": h_softmax, "gelu": h_unary("gelu"), "silu": h_unary("silu"), "relu": h_unary("relu"),
     "sigmoid": h_unary("sigmoid"), "tanh": h_unary("tanh"), "exp": h_unary("exp"), "log": h_unary("log"),
-    "sqrt": h_unary("sqrt"), "rsqrt": h_unary("rsqrt"), "sin": h_unary("sin"), "cos": h_unary("cos"),
+    "sqrt": h_unary("sqrt"), "rsqrt": h_unary("rsqrt"), "sin": h_unary("sin"), "cos": h_unary("cos"), "erf": h_unary("erf"),
     "pow": h_pow, "neg": h_neg, "add": h_arith("add"), "sub": h_arith("sub"), "mul": h_arith("mul"),
     "div": h_arith("div"), "iadd": h_arith("add"), "mean": h_reduce("mean"), "sum": h_reduce("sum"),
     "amax": h_reduce("amax"), "max": h_reduce("max"), "view": h_reshape, "reshape": h_reshape,

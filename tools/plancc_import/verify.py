@@ -21,7 +21,7 @@ import torch
 
 import weights
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
 NOISE = 1e-12  # a parameter whose float64 gradient never exceeds this is trained on rounding noise
 
 
