@@ -358,7 +358,8 @@ class Mapper:
         kind = "param" if p is not None and p.requires_grad else "const"
         if kind == "const" and not t.is_floating_point():
             self.fail(f"the integer buffer {n.target} used in the computation")
-        v = self.g.value(n.target, list(t.shape), "f32", kind)
+        shown = getattr(self.model, "plancc_names", {}).get(n.target, n.target)  # an ONNX initializer's own name
+        v = self.g.value(shown, list(t.shape), "f32", kind)
         v.tensor, v.init = t.detach(), init_of(t.detach())
         v.copy = copy_of_name(n.target, self.lists)
         v.torch_name = n.target
