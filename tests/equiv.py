@@ -4,7 +4,7 @@
 usage: equiv.py [--backend B] [--precision f64] [--seed S] [--quick] PLANCC PLANRUN SOURCE_ROOT [MODEL...]
 
 --quick: one plan of each strategy family (QUICK below) on 1, 2 and 4 ranks, for the tiny
-variants of imported models (tests/models/).
+variants of imported models (tests/models/); --few: five plans (FEW below).
 
 A MODEL ending in .json is a model file (relative to SOURCE_ROOT unless absolute), e.g.
 tests/models/ops-mix.json; any other is models/MODEL.json.
@@ -61,10 +61,15 @@ def run(*args):
 QUICK = {1: ["--auto", "--micro-batches 2"],
          2: ["--auto", "--dp 2", "--tp 2", "--pp 2 --micro-batches 2", "--dp 2 --zero 3", "--dp 2 --recompute full"],
          4: ["--auto", "--dp 2 --tp 2", "--dp 2 --pp 2 --micro-batches 2", "--tp 2 --pp 2 --micro-batches 2", "--tp 4"]}
+# --few: fewer still (dp, pp with micro-batches, dp x tp, tp x pp and --auto), for a list of models.
+FEW = {1: [], 2: ["--dp 2", "--pp 2 --micro-batches 2"], 4: ["--auto", "--dp 2 --tp 2", "--tp 2 --pp 2 --micro-batches 2"]}
 quick = False
+few = False
 
 
 def strategies(n):
+    if few:
+        return FEW.get(n, [])
     if quick:
         return QUICK.get(n, [])
     if n == 1:
@@ -213,10 +218,11 @@ def main():
     global PRECISION, RTOL, ATOL, SEED
     args = sys.argv[1:]
     backend = "cpu"
-    global quick
-    while args[:1] in (["--backend"], ["--precision"], ["--seed"], ["--quick"]) and len(args) > 1:
-        if args[0] == "--quick":
+    global quick, few
+    while args[:1] in (["--backend"], ["--precision"], ["--seed"], ["--quick"], ["--few"]) and len(args) > 1:
+        if args[0] in ("--quick", "--few"):
             quick = True
+            few = args[0] == "--few"
             args = args[1:]
             continue
         if args[0] == "--backend":

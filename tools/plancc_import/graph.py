@@ -56,6 +56,7 @@ class Op:
     def __init__(self, type_, ins, outs, attrs=None, where=""):
         self.type, self.ins, self.outs, self.attrs, self.where = type_, ins, outs, attrs or {}, where
         self.copy = None        # (list name, index)
+        self.bias_axes = None   # attention: the scores' axes [b,n,s,t] its bias has (fuse.py)
 
 
 class Graph:
@@ -209,6 +210,16 @@ def op_axis_pairs(o):
         return [((p, i), (whole, i)) for p in parts for i in range(len(whole.shape)) if i != ax]
     if t == "transpose":
         return [((outs[0], i), (ins[0], p)) for i, p in enumerate(o.attrs["perm"])]
+    if t == "attention":  # q [b,s,n,d], k [b,t,m,d], v [b,t,m,e] -> y [b,s,n,e]; bias on [b,n,s,t]
+        q, k, v, y = ins[0], ins[1], ins[2], outs[0]
+        pairs = [((q, 0), (k, 0)), ((q, 0), (v, 0)), ((q, 0), (y, 0)), ((q, 1), (y, 1)), ((k, 1), (v, 1)), ((q, 2), (y, 2)),
+                 ((k, 2), (v, 2)), ((q, 3), (k, 3)), ((v, 3), (y, 3))]
+        if q.shape[2] == k.shape[2]:
+            pairs.append(((q, 2), (k, 2)))  # as many kv heads as query heads: one head dimension
+        if len(ins) > 3:
+            where = [(q, 0), (q, 2), (q, 1), (k, 1)]  # the scores' axes [b,n,s,t]
+            pairs += [((ins[3], j), where[a]) for j, a in enumerate(o.bias_axes)]
+        return pairs
     if t == "reshape":
         return reshape_pairs(ins[0], outs[0])
     ann = ANNOTATIONS.get(t, "")
