@@ -5,8 +5,7 @@ spells them out:
               (the weight on either side: LLaMA's and T5's forms)
   attention   softmax(scale (q k^T) [+ bias]) v over [b, heads, s, d] layouts, with q, k, v
               transposed from [b, s, heads, d] and the output transposed back  ->  attention(q,
-              k, v[, bias]) with attrs scale and causal false (a causal mask stays the bias); not
-              where the bias depends on a trained parameter (see fuse_attention)
+              k, v[, bias]) with attrs scale and causal false (a causal mask stays the bias)
 
 Each rewrite needs every intermediate value used once (by the next operator of the pattern), so
 nothing the rest of the graph reads goes away; the rewritten output keeps its value (and name),
@@ -114,15 +113,6 @@ def transposed(g, v, before, copy):
     return out
 
 
-def trained(v, memo):
-    """Whether v depends on a trained parameter."""
-    if id(v) not in memo:
-        memo[id(v)] = False
-        o = v.producer
-        memo[id(v)] = v.kind == "param" or (o is not None and any(trained(x, memo) for x in o.ins))
-    return memo[id(v)]
-
-
 def fuse_attention(g, use, sm):
     """sm = softmax(z); z = [add(u, bias)]; u = [scale(s)]; s = bmm(qh, kT); o = bmm(p, vh);
     the output of the transpose of o (or o)."""
@@ -143,11 +133,6 @@ def fuse_attention(g, use, sm):
         else:
             bias_axes = axis_map(ad, scores, bias)
         z = scores
-    if bias is not None and trained(bias, {}):
-        # a trained bias (T5's relative positions, AlphaFold's pair bias) stays unfused: with it,
-        # a pipeline of several micro-batches trains tests/models/t5-tiny.json unlike one device
-        # (an open fault in attention_grad_bias under pipelines, issue 23's report)
-        return False
     sc = producer(z, "scale")
     if sc is not None and only_use(use, z, ad or sm):
         scale, z = sc.attrs["scale"], sc.ins[0]
