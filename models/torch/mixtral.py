@@ -4,9 +4,11 @@ a sparse mixture of experts: a router (linear, no bias) scores E SwiGLU experts 
 top 2 are kept (torch.topk), their softmax probabilities renormalized to sum to 1, and the
 token's output is the gate-weighted sum of those two experts' outputs.
 
-Written densely: every expert runs on every token (batched, weights [E, dim, ffn]) and the gates
-of the experts not chosen are 0, so the loss and the gradients are exactly Mixtral's, but the
-compute is E/2 times a routed implementation's (plancc has no token dispatch with capacity yet).
+Written densely: every expert runs on every token (the experts' weights [E, dim, ffn] side by
+side as one [dim, E ffn] product; each expert's hidden scaled by its gate before the down
+projection) and the gates of the experts not chosen are 0, so the loss and the gradients are
+exactly Mixtral's, but the compute is E/2 times a routed implementation's (plancc has no token
+dispatch with capacity yet).
 
 Factories (tools/plancc-import torch models/torch/mixtral.py:FACTORY):
   make        a tiny variant (2 layers, dim 32, 4 heads over 2 kv heads, 4 experts, top 2);
@@ -35,18 +37,18 @@ class MoE(nn.Module):
 
     def forward(self, x):
         c = self.c
-        t = c.batch * c.seq
-        x = x.reshape(t, c.dim)
-        probs = F.softmax(self.gate(x), dim=-1)
+        b, s, e, f = c.batch, c.seq, c.experts, c.ffn
+        probs = F.softmax(self.gate(x), dim=-1)  # [b, s, E]
         top = torch.topk(probs, c.top_k, dim=-1)  # (torch.fx cannot unpack a traced tuple)
         weights, chosen = top[0], top[1]
         weights = weights / weights.sum(dim=-1, keepdim=True)
-        gates = (F.one_hot(chosen, c.experts).float() * weights[:, :, None]).sum(dim=1)  # [t, E]
-        xe = x[None].expand(c.experts, t, c.dim)
-        h = F.silu(torch.matmul(xe, self.w1)) * torch.matmul(xe, self.w3)
-        y = torch.matmul(h, self.w2)  # [E, t, dim]
-        out = (gates.transpose(0, 1)[:, :, None] * y).sum(dim=0)
-        return out.reshape(c.batch, c.seq, c.dim)
+        gates = (F.one_hot(chosen, e).float() * weights[..., None]).sum(dim=2)  # [b, s, E]
+        # every expert at once: [dim, E * ffn] products, the gates applied before the down
+        # projection (linear in each expert's hidden), so the batch keeps its own axis
+        w1 = self.w1.permute(1, 0, 2).reshape(c.dim, e * f)
+        w3 = self.w3.permute(1, 0, 2).reshape(c.dim, e * f)
+        h = F.silu(torch.matmul(x, w1)).view(b, s, e, f) * torch.matmul(x, w3).view(b, s, e, f)
+        return torch.matmul((h * gates[..., None]).reshape(b, s, e * f), self.w2.reshape(e * f, c.dim))
 
 
 class Block(nn.Module):
