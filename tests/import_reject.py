@@ -3,16 +3,44 @@
 tests/import_bad/expect.tsv must make `tools/plancc-import torch` exit 2 with one message line
 that holds the listed fragment and, for a construct of the model, the fx node and the line of
 cases.py it comes from ("fx node NAME ... cases.py", line N). No traceback, no file written.
-Then three ONNX graphs (tools/plancc-import onnx): a file that is not ONNX, a node without a
+Every case runs the tool's main() in this process (torch loads once). Then three ONNX graphs
+(tools/plancc-import onnx): a file that is not ONNX, a node without a
 mapping (named by index and type), a graph of two outputs. Exit 77 (skip) where Debian's
 python3-torch is missing.
 
 usage: import_reject.py SOURCE_ROOT
 """
+import contextlib
+import importlib.machinery
+import importlib.util
+import io
 import os
-import subprocess
 import sys
 import tempfile
+
+
+def load_tool(tool):
+    """tools/plancc-import as a module: its main() runs in this process (torch loads once)."""
+    loader = importlib.machinery.SourceFileLoader("plancc_import_tool", tool)
+    spec = importlib.util.spec_from_loader(loader.name, loader)
+    mod = importlib.util.module_from_spec(spec)
+    loader.exec_module(mod)
+    return mod
+
+
+def run_tool(mod, args):
+    """(exit status, stderr) of `plancc-import ARGS`."""
+    err, argv = io.StringIO(), sys.argv
+    sys.argv = ["plancc-import"] + args
+    try:
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            try:
+                rc = mod.main()
+            except SystemExit as e:
+                rc = e.code
+    finally:
+        sys.argv = argv
+    return rc, err.getvalue()
 
 
 def main():
@@ -27,12 +55,13 @@ def main():
     passed = failed = 0
     with open(os.path.join(root, "tests", "import_bad", "expect.tsv"), encoding="utf-8") as f:
         rows = [l.rstrip("\n").split("\t") for l in f if l.strip() and not l.startswith("#")]
+    mod = load_tool(tool)
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "m.json")
         for factory, frag in rows:
-            p = subprocess.run(["/usr/bin/python3", tool, "torch", f"{cases}:{factory}", "-o", out], capture_output=True, text=True)
-            lines = p.stderr.strip().splitlines()
-            ok = p.returncode == 2 and len(lines) == 1 and frag in lines[0] and not os.path.exists(out)
+            rc, stderr = run_tool(mod, ["torch", f"{cases}:{factory}", "-o", out])
+            lines = stderr.strip().splitlines()
+            ok = rc == 2 and len(lines) == 1 and frag in lines[0] and not os.path.exists(out)
             if ok and "fx node" in frag:
                 ok = 'cases.py", line ' in lines[0]
             if ok:
@@ -40,14 +69,14 @@ def main():
                 print(f"ok   {factory}: {lines[0][:200]}")
             else:
                 failed += 1
-                print(f"FAIL {factory}: exit {p.returncode}, want 2 and one line with {frag!r}:\n{p.stderr[-1500:]}")
-        p_ok, p_failed = onnx_cases(tool, tmp)
+                print(f"FAIL {factory}: exit {rc}, want 2 and one line with {frag!r}:\n{stderr[-1500:]}")
+        p_ok, p_failed = onnx_cases(mod, tmp)
         passed, failed = passed + p_ok, failed + p_failed
     print(f"{passed} passed, {failed} failed")
     return 1 if failed else 0
 
 
-def onnx_cases(tool, tmp):
+def onnx_cases(mod, tmp):
     """ONNX graphs plancc-import onnx must refuse: not ONNX at all, a node without a mapping (named
     with its index and type), two outputs."""
     import onnx
@@ -74,14 +103,14 @@ def onnx_cases(tool, tmp):
         with open(path, "wb") as f:
             f.write(model if isinstance(model, bytes) else model.SerializeToString())
         out = os.path.join(tmp, "o.json")
-        p = subprocess.run(["/usr/bin/python3", tool, "onnx", path, "-o", out], capture_output=True, text=True)
-        lines = p.stderr.strip().splitlines()
-        if p.returncode == 2 and len(lines) == 1 and frag in lines[0] and not os.path.exists(out):
+        rc, stderr = run_tool(mod, ["onnx", path, "-o", out])
+        lines = stderr.strip().splitlines()
+        if rc == 2 and len(lines) == 1 and frag in lines[0] and not os.path.exists(out):
             passed += 1
             print(f"ok   onnx {name}: {lines[0][:200]}")
         else:
             failed += 1
-            print(f"FAIL onnx {name}: exit {p.returncode}, want 2 and one line with {frag!r}:\n{p.stderr[-1500:]}")
+            print(f"FAIL onnx {name}: exit {rc}, want 2 and one line with {frag!r}:\n{stderr[-1500:]}")
     return passed, failed
 
 
