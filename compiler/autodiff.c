@@ -166,6 +166,11 @@ static bool rule_ext(ad *A, int o, int dy) {
     }
     case PCC_OP_EXPAND: grad_into(A, x[0], PCC_OP_REDUCE_SUM, o, &dy, 1); return true;
     case PCC_OP_NE: case PCC_OP_ONE_HOT: return true; // integer inputs: no gradient
+    case PCC_OP_GATHER: case PCC_OP_INDEX_SELECT: { // dy scattered back to the rows it came from
+        int in[2] = {dy, x[1]};
+        grad_into(A, x[0], op.kind == PCC_OP_GATHER ? PCC_OP_GATHER_GRAD : PCC_OP_INDEX_SELECT_GRAD, o, in, 2);
+        return true;
+    }
     default: break;
     }
     static const pcc_op_kind unary[][2] = {
@@ -364,6 +369,7 @@ static bool differentiable(pcc_op_kind k, int input) {
     case PCC_OP_CROSS_ENTROPY: case PCC_OP_BCE_LOGITS: case PCC_OP_MASKED_FILL: return input == 0;
     case PCC_OP_NE: case PCC_OP_ONE_HOT: return false;
     case PCC_OP_TOPK_GRAD: return input == 0;
+    case PCC_OP_GATHER: case PCC_OP_INDEX_SELECT: return input == 0;
     default: return true;
     }
 }

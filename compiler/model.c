@@ -340,6 +340,7 @@ static void attr_keys(pcc_op_kind k, const char *const **allowed, const char *co
     case PCC_OP_CROSS_ENTROPY: *allowed = ce; return;
     case PCC_OP_POW: *allowed = *required = exponent; return;
     case PCC_OP_NE: *allowed = *required = value; return;
+    case PCC_OP_GATHER: case PCC_OP_INDEX_SELECT: *allowed = *required = axis; return;
     case PCC_OP_SCALE: *allowed = *required = scale; return;
     case PCC_OP_LAYERNORM: case PCC_OP_RMSNORM: *allowed = eps; return;
     case PCC_OP_BATCHNORM: *allowed = bn; return;

@@ -39,7 +39,7 @@ const pcc_op_info pcc_ops[PCC_OP_COUNT] = {
 #undef INPLACE
 #undef BCAST
 #undef RNG
-_Static_assert(PCC_OP_COUNT == 96, "operator count changed: update the tests' operator list");
+_Static_assert(PCC_OP_COUNT == 100, "operator count changed: update the tests' operator list");
 
 int op_lookup(const char *name) {
     for (int i = 0; i < PCC_OP_COUNT; i++)
@@ -246,6 +246,7 @@ static bool int_operand(pcc_op_kind k, int o) {
     case PCC_OP_CROSS_ENTROPY_GRAD: return o == 2;
     case PCC_OP_NE: case PCC_OP_ONE_HOT: return o == 0;
     case PCC_OP_TOPK_GRAD: return o == 1;
+    case PCC_OP_GATHER: case PCC_OP_INDEX_SELECT: case PCC_OP_GATHER_GRAD: case PCC_OP_INDEX_SELECT_GRAD: return o == 1;
     default: return false;
     }
 }
@@ -434,6 +435,32 @@ static pcc_status check_attention(checker *c) {
     return check_mapped(c, &scores, operand(c, a.bias), a.bias);
 }
 
+/* ---- gather (torch.gather: out[.., i, ..] = x[.., idx[.., i, ..], ..] along axis; idx like out,
+ * every other axis x's) and index_select (out = x with its axis replaced by idx's rows: x[.., idx,
+ * ..]); their gradients scatter dy back into x's shape ---- */
+
+static pcc_status check_gather(checker *c) {
+    const pcc_graph *g = c->g;
+    const pcc_op *op = c->op;
+    bool grad = op->kind == PCC_OP_GATHER_GRAD || op->kind == PCC_OP_INDEX_SELECT_GRAD;
+    bool sel = op->kind == PCC_OP_INDEX_SELECT || op->kind == PCC_OP_INDEX_SELECT_GRAD;
+    const pcc_tensor *x = &g->tensors[grad ? op->out[0] : op->in[0]], *idx = &g->tensors[op->in[1]];
+    const pcc_tensor *y = &g->tensors[grad ? op->in[0] : op->out[0]];
+    int xo = grad ? -1 : 0, yo = grad ? 0 : -1, axis = op->attrs.axis;
+    char sh[256];
+    if (axis < 0 || axis >= x->rank) return fail(c, xo, "has rank %d; axis %d is out of range", x->rank, axis);
+    if (y->rank != x->rank) return fail(c, yo, "must have the rank of %s", shape_str(g, x, sh, sizeof sh));
+    if (sel && idx->rank != 1) return fail(c, 1, "must be a list of row numbers (rank 1)");
+    if (!sel && idx->rank != x->rank) return fail(c, 1, "must have the rank of %s (the gathered shape)", shape_str(g, x, sh, sizeof sh));
+    for (int i = 0; i < x->rank; i++) {
+        int want = i != axis ? x->dims[i] : sel ? idx->dims[0] : idx->dims[i];
+        if (y->dims[i] != want)
+            return fail(c, yo, "axis %d is %s; it must be %s", i, g->dims[y->dims[i]].name, g->dims[want].name);
+    }
+    if (!sel && !same_shape(idx, y)) return fail(c, 1, "must have the gathered shape %s", shape_str(g, y, sh, sizeof sh));
+    return PCC_OK;
+}
+
 // Everything but `axis` equal between a and b.
 static bool same_but_axis(const pcc_tensor *a, const pcc_tensor *b, int axis) {
     if (a->rank != b->rank) return false;
@@ -587,6 +614,7 @@ static pcc_status check_custom(checker *c) {
     case PCC_OP_REDUCE_SUM: case PCC_OP_SUM: case PCC_OP_MEAN: case PCC_OP_MAX: case PCC_OP_EXPAND: case PCC_OP_MAX_GRAD:
         return check_reduce(c);
     case PCC_OP_ATTENTION: case PCC_OP_ATTENTION_GRAD: case PCC_OP_ATTENTION_GRAD_BIAS: return check_attention(c);
+    case PCC_OP_GATHER: case PCC_OP_INDEX_SELECT: case PCC_OP_GATHER_GRAD: case PCC_OP_INDEX_SELECT_GRAD: return check_gather(c);
     default: PCC_ASSERT(!"operator without a shape rule");
     }
 }
@@ -755,6 +783,23 @@ static int letters_mapped(const pcc_graph *g, const pcc_op *op, pcc_letter *out)
     return n;
 }
 
+// index_select: every axis but the selected one is a letter of x and y (idx has no such axis);
+// the selected axis never splits (x's rows and y's are other sizes).
+static int letters_select(const pcc_graph *g, const pcc_op *op, pcc_letter *out) {
+    bool grad = op->kind == PCC_OP_INDEX_SELECT_GRAD;
+    int xo = grad ? 2 : 0, yo = grad ? 0 : 2; // operand indices (inputs, then the output)
+    const pcc_tensor *x = &g->tensors[operand_tensor(op, xo)];
+    int n = 0;
+    for (int i = 0; i < x->rank; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "x%d", i & 7);
+        pcc_letter *l = letter_get(g, out, &n, name, x->dims[i], false, i == op->attrs.axis);
+        l->axis[xo] = (signed char)i, l->axis[yo] = (signed char)i;
+        if (i == op->attrs.axis) l->axis[1] = 0;
+    }
+    return n;
+}
+
 // Attention's letters, in the order the old annotation "b s^ n d^, ... -> b s^ n d^" gave them
 // (b, s, n, d), then t, m, e where they are other dimensions than s, n, d. The key length t and
 // the kv heads m of grouped-query attention cannot split (q's heads split alone: each rank keeps
@@ -825,6 +870,8 @@ int op_letters(const pcc_graph *g, const pcc_op *op, pcc_letter *out) {
     case PCC_OP_SUM: case PCC_OP_MEAN: case PCC_OP_MAX: case PCC_OP_EXPAND: case PCC_OP_MAX_GRAD:
         return letters_mapped(g, op, out);
     case PCC_OP_ATTENTION: case PCC_OP_ATTENTION_GRAD: case PCC_OP_ATTENTION_GRAD_BIAS: return letters_attention(g, op, out);
+    case PCC_OP_GATHER: case PCC_OP_GATHER_GRAD: return letters_positional(g, op, op->attrs.axis, out);
+    case PCC_OP_INDEX_SELECT: case PCC_OP_INDEX_SELECT_GRAD: return letters_select(g, op, out);
     case PCC_OP_TRANSPOSE: return letters_transpose(g, op, out);
     case PCC_OP_RESHAPE: return letters_reshape(g, op, out);
     default: break;
@@ -904,6 +951,7 @@ double op_flops(const pcc_graph *g, const pcc_op *op) {
     case PCC_OP_MAX: case PCC_OP_EXPAND:
         return numel(g, op->in[0]) + (op->kind == PCC_OP_EXPAND ? out0 : 0);
     case PCC_OP_MAX_GRAD: return 2 * out0;
+    case PCC_OP_GATHER: case PCC_OP_INDEX_SELECT: case PCC_OP_GATHER_GRAD: case PCC_OP_INDEX_SELECT_GRAD: return out0;
     case PCC_OP_TOPK: case PCC_OP_TOPK_GRAD: // a selection of k per row: k passes over the row
         return numel(g, op->in[0]) * (double)dsize(g, &g->tensors[op->out[0]], g->tensors[op->out[0]].rank - 1);
     case PCC_OP_EMBEDDING_BAG: case PCC_OP_EMBEDDING_BAG_GRAD: { // b x l rows of width e

@@ -580,6 +580,12 @@ static void imported(void) {
         c.attrs.perm[0] = 2, c.attrs.perm[1] = 3, c.attrs.perm[2] = 4, c.attrs.i[PLAN_AI_CAUSAL] = 1, c.attrs.f[PLAN_AF_SCALE] = 0.5;
         push(c);
     }
+    c = mk("gather, axis 1", "gather", 0), IN(&c, 2, 5, 3), ids(IN(&c, 2, 4, 3), 5), OUT(&c, 2, 4, 3), c.attrs.i[PLAN_AI_AXIS] = 1, push(c);
+    c = mk("index_select, axis 1", "index_select", 0), IN(&c, 2, 5, 3), ids(IN(&c, 4), 5), OUT(&c, 2, 4, 3), c.attrs.i[PLAN_AI_AXIS] = 1, push(c);
+    c = mk("gather_grad", "gather_grad", 1e-6), IN(&c, 2, 4, 3), ids(IN(&c, 2, 4, 3), 5), OUT(&c, 2, 5, 3), c.attrs.i[PLAN_AI_AXIS] = 1;
+    c.no16 = true, push(c);
+    c = mk("index_select_grad", "index_select_grad", 1e-6), IN(&c, 2, 4, 3), ids(IN(&c, 4), 5), OUT(&c, 2, 5, 3);
+    c.attrs.i[PLAN_AI_AXIS] = 1, c.no16 = true, push(c);
     c = mk("cross_entropy, ignore_index 3, sum", "cross_entropy", 1e-5);
     IN(&c, 6, 10), ids(IN(&c, 6), 10), SCALAR_OUT(&c), c.attrs.f[PLAN_AF_SCALE] = 3, c.attrs.i[PLAN_AI_MODE] = 3, push(c);
     c = mk("cross_entropy_grad, ignore_index 3", "cross_entropy_grad", 1e-5), SCALAR_IN(&c), IN(&c, 6, 10), ids(IN(&c, 6), 10);

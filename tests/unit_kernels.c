@@ -1105,6 +1105,26 @@ static void grad_attention_general(bool causal) {
     EXPECT(close_to(yp, piece(f.out[0], 2, 2, 4), 1e-12));
 }
 
+// gather along axis 1 of x [2,5,3] with idx [2,4,3], and index_select of rows [3,0,3,1] of x's
+// axis 1: the gradients (scatter-adds, a row picked twice gets both) against central
+// differences, and the values against x read by hand.
+static void grad_gather(bool sel) {
+    plan_attrs a = {.i[PLAN_AI_AXIS] = 1};
+    tensor *x = randu(3, 2, 5, 3), *idx = sel ? ids(5, 1, 4) : ids(5, 3, 2, 4, 3), *y = zeros(3, 2, 4, 3), *dy[1], *dx = zeros_like(x);
+    if (sel) idx->i[0] = 3, idx->i[1] = 0, idx->i[2] = 3, idx->i[3] = 1;
+    call f = c2(sel ? OP_INDEX_SELECT : OP_GATHER, a, x, idx, y);
+    run(&f);
+    for (int b = 0; b < 2; b++)
+        for (int i = 0; i < 4; i++)
+            for (int k = 0; k < 3; k++) {
+                int r = sel ? idx->i[i] : idx->i[(b * 4 + i) * 3 + k];
+                EXPECT(y->d[(b * 4 + i) * 3 + k] == x->d[(b * 5 + r) * 3 + k]);
+            }
+    upstream(&f, dy);
+    runc(c2(sel ? OP_INDEX_SELECT_GRAD : OP_GATHER_GRAD, a, dy[0], idx, dx));
+    gradcheck(sel ? "index_select" : "gather", &f, dy, 0, dx);
+}
+
 static void gradients_ext(void) {
     static const uint32_t un[][2] = {{OP_SIGMOID, OP_SIGMOID_GRAD}, {OP_TANH, OP_TANH_GRAD}, {OP_EXP, OP_EXP_GRAD},
                                      {OP_LOG, OP_LOG_GRAD}, {OP_GELU_ERF, OP_GELU_ERF_GRAD}, {OP_RSQRT, OP_RSQRT_GRAD},
@@ -1126,6 +1146,9 @@ static void gradients_ext(void) {
     grad_ce_modes(1);
     grad_ce_modes(3);
     grad_topk();
+    grad_gather(false);
+    grad_gather(true);
+    refused(c2(OP_INDEX_SELECT, (plan_attrs){.i[PLAN_AI_AXIS] = 0}, zeros(1, 3), ids(9, 1, 2), zeros(1, 2)), "outside [0, 3)");
     grad_attention_general(false);
     grad_attention_general(true);
     plan_attrs m = {.perm = {1, 3}};

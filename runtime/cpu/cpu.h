@@ -344,7 +344,7 @@ int CPU_KERNEL(avgpool_grad)(kctx *c);
 int CPU_KERNEL(unary)(kctx *c);
 int CPU_KERNEL(unary_grad)(kctx *c);
 
-// reduce.c: sum, mean, max, expand, max_grad, masked_fill, sub, div; ne, one_hot, topk
+// reduce.c: sum, mean, max, expand, max_grad, masked_fill, sub, div; ne, one_hot, topk, gather
 int CPU_KERNEL(reduce)(kctx *c);
 int CPU_KERNEL(expand)(kctx *c);
 int CPU_KERNEL(max_grad)(kctx *c);
@@ -354,6 +354,8 @@ int CPU_KERNEL(ne)(kctx *c);
 int CPU_KERNEL(one_hot)(kctx *c);
 int CPU_KERNEL(topk)(kctx *c);
 int CPU_KERNEL(topk_grad)(kctx *c);
+int CPU_KERNEL(gather)(kctx *c);
+int CPU_KERNEL(gather_grad)(kctx *c);
 
 // attention.c: attention
 int CPU_KERNEL(attention)(kctx *c);

@@ -127,6 +127,10 @@ static kernel_fn *const kernels[CPU_OP_COUNT] = {
     [CPU_OP_ATTENTION_GRAD_BIAS] = CPU_KERNEL(attention_grad_bias),
     [CPU_OP_ERF] = CPU_KERNEL(unary),
     [CPU_OP_ERF_GRAD] = CPU_KERNEL(unary_grad),
+    [CPU_OP_GATHER] = CPU_KERNEL(gather),
+    [CPU_OP_INDEX_SELECT] = CPU_KERNEL(gather),
+    [CPU_OP_GATHER_GRAD] = CPU_KERNEL(gather_grad),
+    [CPU_OP_INDEX_SELECT_GRAD] = CPU_KERNEL(gather_grad),
 };
 
 static const struct op_row {
@@ -147,6 +151,7 @@ static bool int_operand(uint32_t op, uint32_t j) {
     case CPU_OP_NE: case CPU_OP_ONE_HOT: return j == 0;
     case CPU_OP_TOPK: return j == 2;          // its indices (output 1)
     case CPU_OP_TOPK_GRAD: return j == 1;
+    case CPU_OP_GATHER: case CPU_OP_INDEX_SELECT: case CPU_OP_GATHER_GRAD: case CPU_OP_INDEX_SELECT_GRAD: return j == 1;
     default: return false;
     }
 }

@@ -16,6 +16,10 @@
  *                     of the class axis (its view's start) holds the classes from its start on.
  *   topk              x [*b, n] -> the k largest of each row, largest first (ties: the lower
  *                     index first), and their int32 indices; topk_grad scatters dy back.
+ *   gather            (x, idx) -> y: y[.., i, ..] = x[.., idx[.., i, ..], ..] along attrs axis
+ *                     (torch.gather; idx like y, the other axes x's); index_select: y = x with
+ *                     its axis's rows idx (rank 1). Their gradients add dy back at those rows.
+ *                     The axis never splits; the others split alike in x, idx and y.
  * They store through cpu_put (or, summing, zero first with cpu_clear).
  */
 #include "cpu.h"
@@ -169,4 +173,55 @@ int CPU_KERNEL(topk_grad)(kctx *c) {
             DX[r * n + e] += DY[r * k + j];
         }
     return 0;
+}
+
+/* ---- gather and index_select ---- */
+
+// Row-major strides of v.
+static void strides_of(const rt_view *v, int64_t *st) {
+    int64_t s = 1;
+    for (int i = v->rank - 1; i >= 0; i--) st[i] = s, s *= v->shape[i];
+}
+
+// Visits every element of `over` (y for the forward, dy for the gradient): fn(y index, x index),
+// x's index that of the same coordinates with the axis coordinate read from idx (gather: idx
+// like y; index_select: idx[coordinate]). Fails on an index outside x's axis.
+static int gather_walk(kctx *c, const rt_view *x, const rt_view *idx, const rt_view *y, bool sel, real *X, real *Y, bool scatter) {
+    int axis = (int)c->a->i[PLAN_AI_AXIS];
+    if (axis < 0 || axis >= x->rank || y->rank != x->rank) return cpu_fail(c, "axis %d does not fit %s", axis, CPU_SHAPE(x));
+    for (int i = 0; i < x->rank; i++)
+        if (i != axis && y->shape[i] != x->shape[i]) return cpu_fail(c, "%s and %s differ off axis %d", CPU_SHAPE(y), CPU_SHAPE(x), axis);
+    if (sel ? idx->rank != 1 || idx->shape[0] != y->shape[axis] : !cpu_same_shape(idx, y))
+        return cpu_fail(c, "input 1 is %s; it does not fit %s", CPU_SHAPE(idx), CPU_SHAPE(y));
+    int64_t xs[PLAN_MAX_RANK], ys[PLAN_MAX_RANK], n = cpu_numel(y), rows = x->shape[axis];
+    strides_of(x, xs), strides_of(y, ys);
+    const int32_t *ID = cpu_i(idx);
+    for (int64_t e = 0; e < n; e++) {
+        int64_t rest = e, xi = 0, a = 0;
+        for (int i = 0; i < y->rank; i++) {
+            int64_t coord = rest / ys[i];
+            rest %= ys[i];
+            if (i == axis) a = coord;
+            else xi += coord * xs[i];
+        }
+        int64_t r = sel ? ID[a] : ID[e];
+        if (r < 0 || r >= rows) return cpu_fail(c, "input 1 holds index %lld, outside [0, %lld)", (long long)r, (long long)rows);
+        xi += r * xs[axis];
+        if (scatter) X[xi] += Y[e];
+        else cpu_put(&Y[e], X[xi], c->acc);
+    }
+    return 0;
+}
+
+// (x, idx) -> y: gather (idx like y) or index_select (idx a list of rows of x's axis).
+int CPU_KERNEL(gather)(kctx *c) {
+    bool sel = c->k->op == CPU_OP_INDEX_SELECT;
+    return gather_walk(c, &c->in[0], &c->in[1], &c->out[0], sel, cpu_r(&c->in[0]), cpu_r(&c->out[0]), false);
+}
+
+// (dy, idx) -> dx: dy added back at the rows it was gathered from.
+int CPU_KERNEL(gather_grad)(kctx *c) {
+    bool sel = c->k->op == CPU_OP_INDEX_SELECT_GRAD;
+    cpu_clear(c, 0);
+    return gather_walk(c, &c->out[0], &c->in[1], &c->in[0], sel, cpu_r(&c->out[0]), cpu_r(&c->in[0]), true);
 }

@@ -253,6 +253,19 @@ typedef struct ck_attn {
 cudaError_t ck_attention(cudaStream_t st, const ck_attn *a, float *scratch, void *y, int ydt, bool acc);
 cudaError_t ck_attention_grad(cudaStream_t st, const ck_attn *a, float *scratch, const void *dy, void *dq, void *dk, void *dv, int gdt,
                               void *db, int64_t nb, bool acc);
+// gather and index_select: y (n elements, strides ys) from x (strides xs) with the axis's
+// coordinate read from idx (idx like y; sel: idx[coordinate], index_select); an index outside
+// [0, rows) reads 0 and sets the flag. The gradient adds dy into f32 dx with atomics (zeroed
+// first unless acc).
+typedef struct ck_gather_args {
+    int rank, axis;
+    bool sel;
+    int64_t n, rows, xs[CK_MAX_RANK], ys[CK_MAX_RANK];
+    const int32_t *idx;
+} ck_gather_args;
+cudaError_t ck_gather(cudaStream_t st, const ck_gather_args *g, const void *x, int xdt, void *y, int ydt, bool acc, int *flag);
+cudaError_t ck_gather_grad(cudaStream_t st, const ck_gather_args *g, const void *dy, int dydt, float *dx, int64_t nx, bool acc,
+                           int *flag);
 cudaError_t ck_topk(cudaStream_t st, int64_t rows, int64_t n, int64_t k, const void *x, int xdt, void *v, int vdt, int32_t *idx, bool acc);
 cudaError_t ck_topk_grad(cudaStream_t st, int64_t rows, int64_t n, int64_t k, const void *dy, int dydt, const int32_t *idx, void *dx,
                          int dxdt, bool acc, int *flag);

@@ -362,3 +362,57 @@ extern "C" cudaError_t ck_attention_grad(cudaStream_t st, const ck_attn *a, floa
     if (db && nb > 0) k_attn_dbias<<<ck_grid(nb), CK_THREADS, 0, st>>>(*a, DS, nb, NULL, db, acc);
     return cudaGetLastError();
 }
+
+/* ---- gather and index_select (cpu/reduce.c's semantics) ---- */
+
+// x's flat index of y's element e: the same coordinates, the axis's read from idx.
+static __device__ int64_t gather_src(const ck_gather_args &g, int64_t e, int *bad) {
+    int64_t rest = e, xi = 0, a = 0;
+    for (int i = 0; i < g.rank; i++) {
+        int64_t coord = rest / g.ys[i];
+        rest %= g.ys[i];
+        if (i == g.axis) a = coord;
+        else xi += coord * g.xs[i];
+    }
+    int64_t r = g.sel ? g.idx[a] : g.idx[e];
+    if (r < 0 || r >= g.rows) {
+        *bad = 1;
+        r = 0;
+    }
+    return xi + r * g.xs[g.axis];
+}
+
+__global__ void k_gather(ck_gather_args g, const void *x, int xdt, void *y, int ydt, bool acc, int *flag) {
+    CK_FOR_EACH(e, g.n) {
+        int bad = 0;
+        int64_t xi = gather_src(g, e, &bad);
+        if (bad) raise_flag(flag, CK_FLAG_EMBEDDING_ID);
+        put(y, e, ydt, bad ? 0.0f : ld(x, xi, xdt), acc);
+    }
+}
+
+__global__ void k_gather_grad(ck_gather_args g, const void *dy, int dydt, float *dx, int *flag) {
+    CK_FOR_EACH(e, g.n) {
+        int bad = 0;
+        int64_t xi = gather_src(g, e, &bad);
+        if (bad) raise_flag(flag, CK_FLAG_EMBEDDING_ID);
+        else atomicAdd(dx + xi, ld(dy, e, dydt));
+    }
+}
+
+extern "C" cudaError_t ck_gather(cudaStream_t st, const ck_gather_args *g, const void *x, int xdt, void *y, int ydt, bool acc, int *flag) {
+    if (g->n <= 0) return cudaSuccess;
+    k_gather<<<ck_grid(g->n), CK_THREADS, 0, st>>>(*g, x, xdt, y, ydt, acc, flag);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t ck_gather_grad(cudaStream_t st, const ck_gather_args *g, const void *dy, int dydt, float *dx, int64_t nx, bool acc,
+                                      int *flag) {
+    if (!acc && nx > 0) {
+        cudaError_t e = cudaMemsetAsync(dx, 0, (size_t)nx * sizeof(float), st);
+        if (e != cudaSuccess) return e;
+    }
+    if (g->n <= 0) return cudaSuccess;
+    k_gather_grad<<<ck_grid(g->n), CK_THREADS, 0, st>>>(*g, dy, dydt, dx, flag);
+    return cudaGetLastError();
+}

@@ -1314,6 +1314,7 @@ static op_fn *const ops[OP_COUNT] = {
     [OP_LOG_GRAD] = op_ext, [OP_GELU_ERF_GRAD] = op_ext, [OP_RSQRT_GRAD] = op_ext, [OP_SQRT_GRAD] = op_ext,
     [OP_SIN_GRAD] = op_ext, [OP_COS_GRAD] = op_ext, [OP_POW_GRAD] = op_ext, [OP_MAX_GRAD] = op_ext, [OP_TOPK] = op_ext,
     [OP_TOPK_GRAD] = op_ext, [OP_ATTENTION_GRAD_BIAS] = op_ext, [OP_ERF] = op_ext, [OP_ERF_GRAD] = op_ext,
+    [OP_GATHER] = op_ext, [OP_INDEX_SELECT] = op_ext, [OP_GATHER_GRAD] = op_ext, [OP_INDEX_SELECT_GRAD] = op_ext,
 };
 
 // Operand j (inputs, then outputs) holds int32 ids or labels (the CPU kernels' int_operand).
@@ -1325,6 +1326,7 @@ static bool int_operand(uint32_t op, uint32_t j) {
     case OP_NE: case OP_ONE_HOT: return j == 0;
     case OP_TOPK: return j == 2;
     case OP_TOPK_GRAD: return j == 1;
+    case OP_GATHER: case OP_INDEX_SELECT: case OP_GATHER_GRAD: case OP_INDEX_SELECT_GRAD: return j == 1;
     default: return false;
     }
 }

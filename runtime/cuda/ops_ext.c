@@ -176,6 +176,27 @@ static int attention(cudaStream_t st, const rt_kernel *k, const char *name, char
     return 0;
 }
 
+// gather, index_select and their gradients (cpu/reduce.c's gather_walk).
+static int gather(cu_state *cu, cudaStream_t st, const rt_kernel *k, const char *name, char *err, size_t err_n) {
+    bool grad = k->op == XOP_GATHER_GRAD || k->op == XOP_INDEX_SELECT_GRAD, sel = k->op == XOP_INDEX_SELECT || k->op == XOP_INDEX_SELECT_GRAD;
+    const rt_view *x = grad ? &k->out[0] : &k->in[0], *idx = &k->in[1], *y = grad ? &k->in[0] : &k->out[0];
+    ck_gather_args g = {.rank = x->rank, .axis = (int)k->attrs.i[PLAN_AI_AXIS], .sel = sel, .n = vnumel(y), .idx = idx->data};
+    bool ok = g.axis >= 0 && g.axis < x->rank && y->rank == x->rank;
+    for (int i = 0; ok && i < x->rank; i++) ok = i == g.axis || y->shape[i] == x->shape[i];
+    ok = ok && (sel ? idx->rank == 1 && idx->shape[0] == y->shape[g.axis] : same_shape(idx, y));
+    if (!ok) return xfail(err, err_n, name, "its operands do not fit x, idx and the gathered shape along axis %d", g.axis);
+    g.rows = x->shape[g.axis];
+    int64_t sx = 1, sy = 1;
+    for (int i = x->rank - 1; i >= 0; i--) g.xs[i] = sx, g.ys[i] = sy, sx *= x->shape[i], sy *= y->shape[i];
+    if (!grad) {
+        CUDA_CHECK(ck_gather(st, &g, x->data, x->dtype, y->data, y->dtype, k->accumulate, cu->flag));
+        return 0;
+    }
+    if (x->dtype != 0) return xfail(err, err_n, name, "the gradient adds with f32 atomics; output 0 is not f32");
+    CUDA_CHECK(ck_gather_grad(st, &g, y->data, y->dtype, x->data, vnumel(x), k->accumulate, cu->flag));
+    return 0;
+}
+
 int cu_ext_op(cu_state *cu, cudaStream_t st, const rt_kernel *k, const char *name, char *err, size_t err_n) {
     static const int un[][2] = {{XOP_SIGMOID, CK_UN_SIGMOID}, {XOP_TANH, CK_UN_TANH}, {XOP_EXP, CK_UN_EXP}, {XOP_LOG, CK_UN_LOG},
                                 {XOP_GELU_ERF, CK_UN_GELU_ERF}, {XOP_RSQRT, CK_UN_RSQRT}, {XOP_SQRT, CK_UN_SQRT}, {XOP_SIN, CK_UN_SIN},
@@ -200,6 +221,7 @@ int cu_ext_op(cu_state *cu, cudaStream_t st, const rt_kernel *k, const char *nam
     case XOP_NE: case XOP_ONE_HOT: return ids_ops(cu, st, k, name, err, err_n);
     case XOP_TOPK: case XOP_TOPK_GRAD: return topk(cu, st, k, name, err, err_n);
     case XOP_ATTENTION: case XOP_ATTENTION_GRAD: case XOP_ATTENTION_GRAD_BIAS: return attention(st, k, name, err, err_n);
+    case XOP_GATHER: case XOP_INDEX_SELECT: case XOP_GATHER_GRAD: case XOP_INDEX_SELECT_GRAD: return gather(cu, st, k, name, err, err_n);
     default: return xfail(err, err_n, name, "not an operator of cuda/ops_ext.c");
     }
 }

@@ -378,6 +378,8 @@ class Mapper:
                     v.data["high"] = o.ins[0].shape[-1]
                 elif o.type == "one_hot" and o.ins[0] is v:
                     v.data["high"] = o.outs[0].shape[-1]
+                elif o.type in ("gather", "index_select") and o.ins[1] is v:
+                    v.data["high"] = o.ins[0].shape[o.attrs["axis"]]
 
 
 Value_ = None  # set below (graph.Value), for isinstance checks
@@ -655,7 +657,9 @@ def h_getitem(m, n, shape):
 
 
 def index_value(m, x, idx, shape):
-    """x[idx] for slices, None, an integer and Ellipsis."""
+    """x[idx] for slices, None, an integer, Ellipsis, and a list of rows (an integer tensor)."""
+    if isinstance(idx, Value_) and idx.dtype == "i32" and len(idx.shape) == 1:
+        return m.op("index_select", [x, idx], shape, {"axis": 0})
     idx = idx if isinstance(idx, tuple) else (idx,)
     if sum(i is Ellipsis for i in idx) > 1:
         m.fail("an index with two ellipses")
@@ -809,6 +813,20 @@ def h_topk(m, n, shape):
     return (vals, idx)
 
 
+def h_gather(m, n, shape):
+    (x, dim, idx, *rest), kw = _args(m, n)
+    if kw.get("sparse_grad"):
+        m.fail("a gather with sparse_grad")
+    return m.op("gather", [x, idx], shape, {"axis": dim % len(x.shape)})
+
+
+def h_index_select(m, n, shape):
+    (x, dim, idx), _ = _args(m, n)
+    if len(idx.shape) != 1:
+        m.fail("an index_select with rows that are not a list")
+    return m.op("index_select", [x, idx], shape, {"axis": dim % len(x.shape)})
+
+
 def h_python(m, n, shape):
     (x, *rest), _ = _args(m, n)
     m.fail(f"{target_name(n.target)} of a value that depends on the inputs (a dynamic shape)")
@@ -827,7 +845,7 @@ HANDLERS = {
     "transpose": h_transpose, "permute": h_transpose, "t": h_transpose, "expand": h_expand, "cat": h_cat,
     "chunk": h_split, "split": h_split, "getitem": h_getitem, "conv2d": h_conv2d, "max_pool2d": h_pool("maxpool"),
     "avg_pool2d": h_pool("avgpool"), "dropout": h_dropout, "cross_entropy": h_cross_entropy, "mse_loss": h_mse,
-    "masked_fill": h_masked_fill, "one_hot": h_one_hot, "topk": h_topk, "size": h_python, "getattr": h_python, "dim": h_python,
+    "masked_fill": h_masked_fill, "one_hot": h_one_hot, "topk": h_topk, "gather": h_gather, "index_select": h_index_select, "size": h_python, "getattr": h_python, "dim": h_python,
 }
 
 

@@ -103,7 +103,7 @@ class Graph:
                 live.add(id(o))
                 need.update(id(v) for v in o.ins)
         self.ops = [o for o in self.ops if id(o) in live]
-        used = need | {id(v) for v in self.inputs}
+        used = need | {id(v) for v in self.inputs} | {id(v) for o in self.ops for v in o.outs}
         self.values = [v for v in self.values if id(v) in used]
 
     # ---- dimensions ----
@@ -210,6 +210,12 @@ def op_axis_pairs(o):
         return [((p, i), (whole, i)) for p in parts for i in range(len(whole.shape)) if i != ax]
     if t == "transpose":
         return [((outs[0], i), (ins[0], p)) for i, p in enumerate(o.attrs["perm"])]
+    if t in ("gather", "index_select"):  # the axis is idx's; every other axis x's
+        x, idx, y, ax = ins[0], ins[1], outs[0], o.attrs["axis"]
+        pairs = [((x, i), (y, i)) for i in range(len(x.shape)) if i != ax]
+        if t == "gather":
+            return pairs + [((idx, i), (y, i)) for i in range(len(y.shape))]
+        return pairs + [((idx, 0), (y, ax))]
     if t == "attention":  # q [b,s,n,d], k [b,t,m,d], v [b,t,m,e] -> y [b,s,n,e]; bias on [b,n,s,t]
         q, k, v, y = ins[0], ins[1], ins[2], outs[0]
         pairs = [((q, 0), (k, 0)), ((q, 0), (v, 0)), ((q, 0), (y, 0)), ((q, 1), (y, 1)), ((k, 1), (v, 1)), ((q, 2), (y, 2)),
