@@ -56,3 +56,22 @@ def label_smoothing():
 
 def not_a_pair():
     return nn.Linear(2, 2)
+
+
+class _Attn(nn.Module):
+    def __init__(self, **kw):
+        super().__init__()
+        self.attn = nn.MultiheadAttention(4, 2, batch_first=True, **kw)
+
+    def forward(self, x):
+        return self.attn(x, x, x)[0].mean()
+
+
+def mha_bias_kv():
+    torch.manual_seed(0)
+    return _Attn(add_bias_kv=True), (torch.randn(2, 3, 4),)
+
+
+def mha_dropout():
+    torch.manual_seed(0)
+    return _Attn(dropout=0.1), (torch.randn(2, 3, 4),)

@@ -1,7 +1,8 @@
 """fxmap.py: a PyTorch module, traced with torch.fx, as the importer's graph (graph.py).
 
 trace(module, inputs) traces *into* every module (nn.Linear, nn.Embedding, nn.LayerNorm,
-nn.Conv2d and the user's own: is_leaf_module is False), records which module each node was made
+nn.Conv2d, the user's own: is_leaf_module is False; nn.MultiheadAttention and the nn.Transformer*
+layers through stdlayers.py's traceable forwards), records which module each node was made
 in (so the copies of an nn.ModuleList can become one repeated block) and the node's source line,
 runs the example inputs through the traced graph once (every node's value: shapes, and the values
 of constant subgraphs), and maps each node to model operators:
@@ -34,16 +35,21 @@ import torch
 import torch.fx as fx
 import torch.nn.functional as F
 
+import stdlayers
 from graph import Graph, ImportError_
 
 
 class Tracer(fx.Tracer):
-    """Traces into every module; each node remembers the module path it was made in."""
+    """Traces into every module; each node remembers the module path it was made in. torch.nn's
+    transformer layers are traced through stdlayers.py's rewrites of their forward (theirs test
+    their inputs' ranks and dtypes, which torch.fx cannot trace); examples: the example inputs,
+    which tell those rewrites a mask's dtype."""
 
-    def __init__(self):
+    def __init__(self, examples=None):
         super().__init__()
         self.stack = []
         self.record_stack_traces = True
+        self.examples = examples
 
     def is_leaf_module(self, m, qualname):
         return False
@@ -51,7 +57,7 @@ class Tracer(fx.Tracer):
     def call_module(self, m, forward, args, kwargs):
         self.stack.append(self.path_of_module(m))
         try:
-            return super().call_module(m, forward, args, kwargs)
+            return super().call_module(m, stdlayers.traceable(self, m, forward), args, kwargs)
         finally:
             self.stack.pop()
 
@@ -82,6 +88,8 @@ def trace_error(exc, path):
     frames = [f for f in traceback.extract_tb(exc.__traceback__)
               if "/torch/" not in f.filename and "plancc_import" not in f.filename and "plancc-import" not in f.filename]
     where = f'File "{frames[-1].filename}", line {frames[-1].lineno}: {frames[-1].line}' if frames else "(unknown line)"
+    if isinstance(exc, stdlayers.Unsupported):
+        return f"cannot import the model: {exc} (at {where})"
     return f"cannot trace the model: {type(exc).__name__}: {exc} (at {where}); data-dependent control flow and dynamic shapes cannot be imported"
 
 
@@ -292,7 +300,7 @@ class Mapper:
     # ---- the nodes ----
 
     def run(self):
-        tracer = Tracer()
+        tracer = Tracer(self.inputs)
         try:
             graph = tracer.trace(self.model)
         except Exception as e:  # noqa: BLE001 - any tracing failure is the model's construct
@@ -338,7 +346,10 @@ class Mapper:
         if not isinstance(t, torch.Tensor):
             self.fail("an input that is not a tensor")
         known = t.device.type != "meta" and t.numel() > 0  # a model on the meta device has shapes only
-        if t.is_floating_point():
+        if t.dtype == torch.bool:  # a mask: 0/1 floats (what masked_fill's mask operand takes)
+            v = self.g.value(n.name, list(t.shape), "f32", "input")
+            v.data = {"kind": "binary"}
+        elif t.is_floating_point():
             v = self.g.value(n.name, list(t.shape), "f32", "input")
             binary = known and bool(((t == 0) | (t == 1)).all())
             v.data = {"kind": "binary" if binary else "normal"}
@@ -436,6 +447,10 @@ def init_of(t):
     if t.numel() == 0 or t.device.type == "meta":
         return {"kind": "zeros"}
     t = t.double()
+    if not bool(torch.isfinite(t).all()):  # a mask's -inf: the statistics of the finite entries
+        t = t[torch.isfinite(t)]
+        if t.numel() == 0:
+            return {"kind": "zeros"}
     lo, hi = float(t.min()), float(t.max())
     clamp = lambda x, lo_, hi_: min(max(x, lo_), hi_)  # the loader's ranges: |mean| <= 1e6, std in [0, 1e6]
     if lo == hi and abs(lo) <= 1e6:

@@ -96,6 +96,9 @@ def torch_losses(g, model, a, steps):
             d = v.data
             vals = weights.draw_input(v.name, d["kind"], v.shape, d.get("high", 0), a.seed, s)
             t = torch.tensor(vals, dtype=torch.float64 if v.dtype == "f32" else torch.long).reshape(v.shape)
+            ex = getattr(v, "example", None)
+            if isinstance(ex, torch.Tensor) and ex.dtype == torch.bool:
+                t = t.bool()  # a boolean input (a padding mask): planrun's i32 0/1 as PyTorch's bool
             ins.append(t)
         opt.zero_grad()
         loss = model(*ins)
