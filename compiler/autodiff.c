@@ -104,6 +104,89 @@ static int reduce_to(ad *A, int g, int b, int fwd) {
     return out;
 }
 
+// Emits op k(in...) into a new gradient-shaped temporary like tensor `like` (not contributed);
+// clear_map: the op's operands are all one shape, so the forward op's axis map does not apply.
+static int emit_tmp(ad *A, int like, pcc_op_kind k, int fwd, const int *in, int nin, bool clear_map) {
+    int out = new_grad(A, like, arena_printf(A->g->arena, "~@%d", A->g->n_ops));
+    int id = emit(A, k, fwd, in, nin, &out, 1);
+    if (clear_map) memset(A->g->ops[id].attrs.perm, 0, sizeof A->g->ops[id].attrs.perm);
+    return out;
+}
+
+static int emit_scale(ad *A, int x, int fwd, double factor) {
+    int out = emit_tmp(A, x, PCC_OP_SCALE, fwd, &x, 1, true);
+    A->g->ops[A->g->n_ops - 1].attrs.scale = factor;
+    return out;
+}
+
+// sub: da = dy, db = -reduce(dy); div: da = dy / b, db = -reduce(dy y / b) (y = a / b, saved).
+static void rule_sub_div(ad *A, int o, int dy) {
+    pcc_op op = A->g->ops[o];
+    int a = op.in[0], b = op.in[1];
+    if (op.kind == PCC_OP_SUB) {
+        contribute(A, a, dy);
+        if (A->needs[b]) contribute(A, b, emit_scale(A, reduce_to(A, dy, b, o), o, -1));
+        return;
+    }
+    int in_a[2] = {dy, b};
+    grad_into(A, a, PCC_OP_DIV, o, in_a, 2);
+    if (!A->needs[b]) return;
+    int in_t[2] = {dy, op.out[0]};
+    int t = emit_tmp(A, a, PCC_OP_MUL, o, in_t, 2, true);
+    int in_u[2] = {t, b};
+    int u = emit_tmp(A, a, PCC_OP_DIV, o, in_u, 2, false);
+    contribute(A, b, emit_scale(A, reduce_to(A, u, b, o), o, -1));
+}
+
+// The operators of imported models (runtime/ops.def's last section).
+static bool rule_ext(ad *A, int o, int dy) {
+    pcc_op op = A->g->ops[o];
+    const int *x = op.in;
+    switch (op.kind) {
+    case PCC_OP_SUB: case PCC_OP_DIV: rule_sub_div(A, o, dy); return true;
+    case PCC_OP_MASKED_FILL: {
+        int in[2] = {dy, x[1]};
+        grad_into(A, x[0], PCC_OP_MASKED_FILL, o, in, 2);
+        if (A->needs[x[0]]) A->g->ops[A->g->n_ops - 1].attrs.scale = 0;
+        return true;
+    }
+    case PCC_OP_SUM: grad_into(A, x[0], PCC_OP_EXPAND, o, &dy, 1); return true;
+    case PCC_OP_MEAN: {
+        if (!A->needs[x[0]]) return true;
+        const pcc_graph *g = A->g;
+        double count = (double)tensor_numel(g, &g->tensors[x[0]]) / (double)tensor_numel(g, &g->tensors[op.out[0]]);
+        int e = emit_tmp(A, x[0], PCC_OP_EXPAND, o, &dy, 1, false);
+        contribute(A, x[0], emit_scale(A, e, o, 1 / count));
+        return true;
+    }
+    case PCC_OP_MAX: {
+        int in[2] = {dy, x[0]};
+        grad_into(A, x[0], PCC_OP_MAX_GRAD, o, in, 2);
+        return true;
+    }
+    case PCC_OP_EXPAND: grad_into(A, x[0], PCC_OP_REDUCE_SUM, o, &dy, 1); return true;
+    case PCC_OP_NE: case PCC_OP_ONE_HOT: return true; // integer inputs: no gradient
+    case PCC_OP_GATHER: case PCC_OP_INDEX_SELECT: { // dy scattered back to the rows it came from
+        int in[2] = {dy, x[1]};
+        grad_into(A, x[0], op.kind == PCC_OP_GATHER ? PCC_OP_GATHER_GRAD : PCC_OP_INDEX_SELECT_GRAD, o, in, 2);
+        return true;
+    }
+    default: break;
+    }
+    static const pcc_op_kind unary[][2] = {
+        {PCC_OP_SIGMOID, PCC_OP_SIGMOID_GRAD}, {PCC_OP_TANH, PCC_OP_TANH_GRAD}, {PCC_OP_EXP, PCC_OP_EXP_GRAD},
+        {PCC_OP_LOG, PCC_OP_LOG_GRAD}, {PCC_OP_GELU_ERF, PCC_OP_GELU_ERF_GRAD}, {PCC_OP_RSQRT, PCC_OP_RSQRT_GRAD},
+        {PCC_OP_SQRT, PCC_OP_SQRT_GRAD}, {PCC_OP_SIN, PCC_OP_SIN_GRAD}, {PCC_OP_COS, PCC_OP_COS_GRAD}, {PCC_OP_POW, PCC_OP_POW_GRAD},
+        {PCC_OP_ERF, PCC_OP_ERF_GRAD}};
+    for (size_t i = 0; i < sizeof unary / sizeof unary[0]; i++)
+        if (unary[i][0] == op.kind) {
+            int in[2] = {dy, x[0]};
+            grad_into(A, x[0], unary[i][1], o, in, 2);
+            return true;
+        }
+    return false;
+}
+
 static void rule_binary(ad *A, int o, int dy) {
     const pcc_op *op = &A->g->ops[o];
     int a = op->in[0], b = op->in[1];
@@ -118,7 +201,8 @@ static void rule_binary(ad *A, int o, int dy) {
     if (A->needs[b]) {
         int t = new_grad(A, a, arena_printf(A->g->arena, "*@%d", A->g->n_ops));
         int in_b[2] = {dy, a};
-        emit(A, PCC_OP_MUL, o, in_b, 2, &t, 1);
+        int id = emit(A, PCC_OP_MUL, o, in_b, 2, &t, 1);
+        memset(A->g->ops[id].attrs.perm, 0, sizeof A->g->ops[id].attrs.perm); // dy and a: one shape
         contribute(A, b, reduce_to(A, t, b, o));
     }
 }
@@ -198,9 +282,10 @@ static void rule(ad *A, int o, int dy) {
         grad_into(A, x[0], PCC_OP_SOFTMAX_GRAD, o, in, 2);
         return;
     }
-    case PCC_OP_ATTENTION: {
-        int in[4] = {dy, x[0], x[1], x[2]};
-        grad_multi(A, o, PCC_OP_ATTENTION_GRAD, in, 4, x, 3);
+    case PCC_OP_ATTENTION: { // with a bias: its gradient (the scores') by attention_grad_bias
+        int in[5] = {dy, x[0], x[1], x[2], op.nin > 3 ? x[3] : -1};
+        grad_multi(A, o, PCC_OP_ATTENTION_GRAD, in, op.nin + 1, x, 3);
+        if (op.nin > 3) grad_into(A, x[3], PCC_OP_ATTENTION_GRAD_BIAS, o, in, 5);
         return;
     }
     case PCC_OP_EMBEDDING: case PCC_OP_EMBEDDING_BAG: {
@@ -254,7 +339,8 @@ static void rule(ad *A, int o, int dy) {
         grad_into(A, x[0], PCC_OP_BCE_LOGITS_GRAD, o, in, 3);
         return;
     }
-    default: PCC_ASSERT(!"operator without a gradient rule");
+    default:
+        if (!rule_ext(A, o, dy)) PCC_ASSERT(!"operator without a gradient rule");
     }
 }
 
@@ -262,6 +348,12 @@ static void backward_op(ad *A, int o) {
     int nout = A->g->ops[o].nout;
     if (A->g->ops[o].kind == PCC_OP_SPLIT) {
         rule_split(A, o);
+        return;
+    }
+    if (A->g->ops[o].kind == PCC_OP_TOPK) { // the gradient flows through the values (output 0) only
+        int dy = grad_sum(A, A->g->ops[o].out[0]);
+        int in[2] = {dy, A->g->ops[o].out[1]};
+        if (dy >= 0) grad_into(A, A->g->ops[o].in[0], PCC_OP_TOPK_GRAD, o, in, 2);
         return;
     }
     PCC_ASSERT(nout == 1);
@@ -274,7 +366,10 @@ static void backward_op(ad *A, int o) {
 static bool differentiable(pcc_op_kind k, int input) {
     switch (k) {
     case PCC_OP_EMBEDDING: case PCC_OP_EMBEDDING_BAG: return input == 1;
-    case PCC_OP_CROSS_ENTROPY: case PCC_OP_BCE_LOGITS: return input == 0;
+    case PCC_OP_CROSS_ENTROPY: case PCC_OP_BCE_LOGITS: case PCC_OP_MASKED_FILL: return input == 0;
+    case PCC_OP_NE: case PCC_OP_ONE_HOT: return false;
+    case PCC_OP_TOPK_GRAD: return input == 0;
+    case PCC_OP_GATHER: case PCC_OP_INDEX_SELECT: return input == 0;
     default: return true;
     }
 }
@@ -290,7 +385,7 @@ static void sweep_needs(ad *A, int first, int n) {
 
 static void compute_needs(ad *A) {
     pcc_graph *g = A->g;
-    for (int t = 0; t < A->nfwd; t++) A->needs[t] = g->tensors[t].kind == PCC_T_PARAM;
+    for (int t = 0; t < A->nfwd; t++) A->needs[t] = g->tensors[t].kind == PCC_T_PARAM && !g->tensors[t].frozen;
     for (int o = 0; o < g->n_fwd_ops; o++) {
         const pcc_op *op = &g->ops[o];
         if (op->block < 0) {

@@ -274,7 +274,8 @@ double cost_op_s(const pcc_cluster *c, const pcc_graph *g, const pcc_op *op, con
         double t = profile_lookup(c->profile, key);
         if (t >= 0) return t;
     }
-    if (op->kind == PCC_OP_ATTENTION || op->kind == PCC_OP_ATTENTION_GRAD) return attention_s(c, &d);
+    if (op->kind == PCC_OP_ATTENTION || op->kind == PCC_OP_ATTENTION_GRAD || op->kind == PCC_OP_ATTENTION_GRAD_BIAS)
+        return attention_s(c, &d); // the bias's gradient recomputes what attention_grad does
     if (op->kind == PCC_OP_CONV2D || op->kind == PCC_OP_CONV2D_GRAD_X || op->kind == PCC_OP_CONV2D_GRAD_W)
         return conv_s(c, &d);
     if (pcc_ops[op->kind].flags & PCC_OPF_MATMUL) return matmul_s(c, &d);

@@ -194,7 +194,7 @@ uint32_t emit_attrs(pcc_arena *ar, plan_attrs **v, int *n, int *cap, const pcc_o
     a.f[PLAN_AF_MOMENTUM] = s->momentum;
     a.i[PLAN_AI_SEED] = s->seed, a.i[PLAN_AI_AXIS] = s->axis, a.i[PLAN_AI_START] = s->start, a.i[PLAN_AI_END] = s->end;
     a.i[PLAN_AI_CAUSAL] = s->causal, a.i[PLAN_AI_ACCUMULATE] = op->accumulate || accumulate;
-    a.i[PLAN_AI_GHOST] = s->ghost_batch;
+    a.i[PLAN_AI_GHOST] = s->ghost_batch, a.i[PLAN_AI_MODE] = s->mode;
     for (int i = 0; i < PLAN_MAX_RANK; i++) a.perm[i] = s->perm[i];
     for (int i = 0; i < 2; i++) a.win[i] = s->kernel[i], a.win[2 + i] = s->stride[i], a.win[4 + i] = s->pad[i];
     return emit_attrs_add(ar, v, n, cap, &a);

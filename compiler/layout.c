@@ -195,6 +195,13 @@ static void keep(pcc_values *E) {
     for (int o = 0; o < g->n_fwd_ops; o++)
         if (E->recomp[o])
             for (int i = 0; i < g->ops[o].nout; i++) E->kept[g->ops[o].out[i]] = false;
+    // A block's input that every copy reads (not carried) lives in its outer tensor's buffer:
+    // when the backward reads it (an attention bias computed before the block), keep that one.
+    for (int b = 0; b < g->n_blocks; b++)
+        for (int i = 0; g->blocks[b].fwd < 0 && i < g->blocks[b].n_in; i++) {
+            const pcc_bind *bi = &g->blocks[b].in[i];
+            if (E->kept[bi->inner] && graph_carry_of(&g->blocks[b], bi->inner, true) < 0) E->kept[bi->outer] = true;
+        }
     for (int t = 0; t < g->n_tensors; t++) {
         pcc_tensor_kind k = g->tensors[t].kind;
         if (k != PCC_T_ACT && k != PCC_T_INPUT) E->kept[t] = false;

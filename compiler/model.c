@@ -254,8 +254,9 @@ static pcc_status load_tensor(loader *L, scope *sc, const pcc_json *v, const cha
         if ((st = json_str(&L->r, x, kptr, &kind))) return st;
         if (strcmp(kind, "input") == 0) t.kind = PCC_T_INPUT;
         else if (strcmp(kind, "param") == 0) t.kind = PCC_T_PARAM;
+        else if (strcmp(kind, "const") == 0) t.kind = PCC_T_PARAM, t.frozen = true;
         else if (strcmp(kind, "activation") == 0) t.kind = PCC_T_ACT;
-        else return diag(file_of(L), kptr, "unknown tensor kind \"%s\" (expected input, param or activation)", kind);
+        else return diag(file_of(L), kptr, "unknown tensor kind \"%s\" (expected input, param, const or activation)", kind);
         if (t.kind == PCC_T_INPUT && sc->block >= 0)
             return diag(file_of(L), kptr, "inputs are declared at the top level; bind one into the block with \"in\"");
     }
@@ -269,11 +270,12 @@ static pcc_status load_tensor(loader *L, scope *sc, const pcc_json *v, const cha
         return diag(file_of(L), json_ptr_key(&L->r, ptr, "data"), "only inputs take \"data\"");
     }
     if (t.kind == PCC_T_PARAM) {
-        if (!init) return diag(file_of(L), ptr, "parameter \"%s\" needs \"init\"", name);
+        const char *what = t.frozen ? "constant" : "parameter";
+        if (!init) return diag(file_of(L), ptr, "%s \"%s\" needs \"init\"", what, name);
         if ((st = load_init(L, init, json_ptr_key(&L->r, ptr, "init"), &t.init))) return st;
-        if (t.dtype == PCC_I32) return diag(file_of(L), ptr, "parameter \"%s\" must be a float tensor", name);
+        if (t.dtype == PCC_I32) return diag(file_of(L), ptr, "%s \"%s\" must be a float tensor", what, name);
     } else if (init) {
-        return diag(file_of(L), json_ptr_key(&L->r, ptr, "init"), "only parameters take \"init\"");
+        return diag(file_of(L), json_ptr_key(&L->r, ptr, "init"), "only parameters and constants take \"init\"");
     }
     int id = graph_add_tensor(L->g, &t);
     symtab_put(&sc->names, L->g->arena, name, id);
@@ -325,9 +327,20 @@ static void attr_keys(pcc_op_kind k, const char *const **allowed, const char *co
     static const char *const perm[] = {"perm", NULL};
     static const char *const conv[] = {"stride", "padding", NULL};
     static const char *const pool[] = {"kernel", "stride", "padding", NULL}, *const pool_req[] = {"kernel", NULL};
-    static const char *const attn[] = {"causal", NULL};
+    static const char *const attn[] = {"causal", "scale", NULL};
+    static const char *const axes[] = {"axes", NULL};
+    static const char *const ce[] = {"ignore_index", "reduction", NULL};
+    static const char *const exponent[] = {"exponent", NULL}, *const value[] = {"value", NULL};
+    static const char *const fill[] = {"value", "axes", NULL};
     *required = none;
     switch (k) {
+    case PCC_OP_SUM: case PCC_OP_MEAN: case PCC_OP_MAX: *allowed = *required = axes; return;
+    case PCC_OP_EXPAND: case PCC_OP_ADD: case PCC_OP_MUL: case PCC_OP_SUB: case PCC_OP_DIV: *allowed = axes; return;
+    case PCC_OP_MASKED_FILL: *allowed = fill, *required = value; return;
+    case PCC_OP_CROSS_ENTROPY: *allowed = ce; return;
+    case PCC_OP_POW: *allowed = *required = exponent; return;
+    case PCC_OP_NE: *allowed = *required = value; return;
+    case PCC_OP_GATHER: case PCC_OP_INDEX_SELECT: *allowed = *required = axis; return;
     case PCC_OP_SCALE: *allowed = *required = scale; return;
     case PCC_OP_LAYERNORM: case PCC_OP_RMSNORM: *allowed = eps; return;
     case PCC_OP_BATCHNORM: *allowed = bn; return;
@@ -363,6 +376,111 @@ static pcc_status load_ghost(loader *L, pcc_op *op, const pcc_json *v, const cha
         return diag(file_of(L), ptr, "ghost_batch %lld does not divide the batch: input 0 \"%s\" has %s = %lld along axis 0",
                     (long long)op->attrs.ghost_batch, x->name, L->g->dims[x->dims[0]].name, (long long)n);
     return PCC_OK;
+}
+
+// attrs "axes": a list of distinct axes (negative counts from the end) of a tensor of rank
+// `rank`; *mask gets bit i for axis i.
+static pcc_status load_axes(loader *L, const pcc_json *v, const char *ptr, int rank, unsigned *mask) {
+    pcc_status st = json_expect(&L->r, v, ptr, PCC_J_ARRAY);
+    if (st) return st;
+    *mask = 0;
+    for (int i = 0; i < json_size(v); i++) {
+        int a;
+        const char *ip = json_ptr_idx(&L->r, ptr, i);
+        if ((st = load_axis(L, json_at(v, i), ip, rank, &a))) return st;
+        if (*mask & (1u << a)) return diag(file_of(L), ip, "axis %d is listed twice", a);
+        *mask |= 1u << a;
+    }
+    return PCC_OK;
+}
+
+// The axis map (attrs perm) of the operators that broadcast or reduce (runtime/ops.def's last
+// section): from "axes" where given (sum, mean, max: the input's axes reduced; expand: the
+// output's axes the input lacks; add, mul, sub, div, masked_fill: the axes of input 0 that input
+// 1's axes are), else found by matching dimension names (op_map_find). The shape rule checks it.
+static pcc_status load_map(loader *L, pcc_op *op, const pcc_json *v, const char *ptr) {
+    const pcc_graph *g = L->g;
+    bool reduce = op->kind == PCC_OP_SUM || op->kind == PCC_OP_MEAN || op->kind == PCC_OP_MAX;
+    const pcc_tensor *big = &g->tensors[op->kind == PCC_OP_EXPAND ? op->out[0] : op->in[0]];
+    const pcc_tensor *small = &g->tensors[op->kind == PCC_OP_EXPAND ? op->in[0] : reduce ? op->out[0] : op->in[1]];
+    const pcc_json *x = v ? json_get(v, "axes") : NULL;
+    if (!x) {
+        op_map_find(g, big, small, &op->attrs); // no map: the shape rule says what does not fit
+        return PCC_OK;
+    }
+    unsigned mask;
+    bool listed_kept = !reduce && op->kind != PCC_OP_EXPAND; // binary ops list where input 1's axes are
+    pcc_status st = load_axes(L, x, json_ptr_key(&L->r, ptr, "axes"), big->rank, &mask);
+    if (st) return st;
+    int n = 0;
+    for (int i = 0; i < big->rank; i++)
+        if (((mask >> i) & 1) == listed_kept) {
+            if (n >= small->rank) n++;
+            else op->attrs.perm[n++] = i + 1;
+        }
+    if (n != small->rank)
+        return diag(file_of(L), json_ptr_key(&L->r, ptr, "axes"), "leaves %d axes of %s \"%s\", but %s \"%s\" has rank %d", n,
+                    op->kind == PCC_OP_EXPAND ? "output 0" : "input 0", big->name, op->kind == PCC_OP_EXPAND ? "input 0" : reduce ? "output 0" : "input 1",
+                    small->name, small->rank);
+    op_map_canon(&op->attrs, big->rank, small->rank);
+    return PCC_OK;
+}
+
+// cross_entropy's "ignore_index" (rows with that label count 0) and "reduction" ("mean", the
+// default: divided by the count of all rows; "sum"); attrs.mode bits PCC_CE_*.
+static pcc_status load_ce(loader *L, pcc_op *op, const pcc_json *v, const char *ptr) {
+    const pcc_json *x;
+    pcc_status st;
+    if ((x = json_get(v, "ignore_index"))) {
+        int64_t ii;
+        if ((st = json_int(&L->r, x, json_ptr_key(&L->r, ptr, "ignore_index"), -(1ll << 31), (1ll << 31) - 1, &ii))) return st;
+        op->attrs.scale = (double)ii, op->attrs.mode |= PCC_CE_IGNORE;
+    }
+    if ((x = json_get(v, "reduction"))) {
+        const char *r, *rp = json_ptr_key(&L->r, ptr, "reduction");
+        if ((st = json_str(&L->r, x, rp, &r))) return st;
+        if (strcmp(r, "sum") == 0) op->attrs.mode |= PCC_CE_SUM;
+        else if (strcmp(r, "mean") != 0) return diag(file_of(L), rp, "reduction \"%s\" is not one of mean, sum", r);
+    }
+    return PCC_OK;
+}
+
+// The values some operators keep in attrs.scale: pow's exponent, masked_fill's value, ne's
+// (integer) value.
+static pcc_status load_value(loader *L, pcc_op *op, const pcc_json *v, const char *ptr) {
+    const pcc_json *x;
+    pcc_status st;
+    if ((x = json_get(v, "exponent")) && (st = json_num(&L->r, x, json_ptr_key(&L->r, ptr, "exponent"), -64, 64, &op->attrs.scale)))
+        return st;
+    if (op->kind == PCC_OP_NE && (x = json_get(v, "value"))) {
+        int64_t iv;
+        if ((st = json_int(&L->r, x, json_ptr_key(&L->r, ptr, "value"), -(1ll << 31), (1ll << 31) - 1, &iv))) return st;
+        op->attrs.scale = (double)iv;
+    } else if ((x = json_get(v, "value")) && (st = json_num(&L->r, x, json_ptr_key(&L->r, ptr, "value"), -1e30, 1e30, &op->attrs.scale))) {
+        return st;
+    }
+    return PCC_OK;
+}
+
+// attention's bias: its axes are some of the scores' [b,n,s,t], found by dimension name (its last
+// ones when it is a suffix); the shape rule reports a bias that fits none.
+static void load_attention_bias(loader *L, pcc_op *op) {
+    const pcc_graph *g = L->g;
+    const pcc_tensor *q = &g->tensors[op->in[0]], *k = &g->tensors[op->in[1]];
+    if (op->nin < 4 || q->rank != 4 || k->rank != 4) return;
+    pcc_tensor scores = {.rank = 4, .dims = {q->dims[0], q->dims[2], q->dims[1], k->dims[1]}};
+    op_map_find(g, &scores, &g->tensors[op->in[3]], &op->attrs);
+}
+
+static pcc_status load_attrs_ext(loader *L, pcc_op *op, const pcc_json *v, const char *ptr) {
+    pcc_status st;
+    if (op->kind == PCC_OP_ATTENTION) load_attention_bias(L, op);
+    if ((pcc_ops[op->kind].flags & PCC_OPF_BCAST) || op->kind == PCC_OP_SUM || op->kind == PCC_OP_MEAN || op->kind == PCC_OP_MAX ||
+        op->kind == PCC_OP_EXPAND)
+        if ((st = load_map(L, op, v, ptr))) return st;
+    if (!v) return PCC_OK;
+    if (op->kind == PCC_OP_CROSS_ENTROPY) return load_ce(L, op, v, ptr);
+    return load_value(L, op, v, ptr);
 }
 
 static pcc_status load_attrs(loader *L, pcc_op *op, const pcc_json *v, const char *ptr) {
@@ -512,6 +630,7 @@ static pcc_status load_op(loader *L, scope *sc, const pcc_json *v, const char *p
     if (name && (st = json_name(&L->r, name, json_ptr_key(&L->r, ptr, "name"), &label))) return st;
     if (name) op->label = label;
     if ((st = load_attrs(L, op, json_get(v, "attrs"), json_ptr_key(&L->r, ptr, "attrs")))) return st;
+    if ((st = load_attrs_ext(L, op, json_get(v, "attrs"), json_ptr_key(&L->r, ptr, "attrs")))) return st;
     return op_check_shapes(L->g, op, file_of(L));
 }
 
@@ -780,7 +899,7 @@ static pcc_status check_tensors_used(loader *L) {
         if (x->kind == PCC_T_ACT && x->producer == PCC_PROD_NONE)
             return diag(file_of(L), x->ptr, "activation \"%s\" is declared but no op produces it", x->name);
         if (!read[t] && x->kind == PCC_T_PARAM)
-            warn("%s:%s: parameter \"%s\" is never used", file_of(L), x->ptr, x->name);
+            warn("%s:%s: %s \"%s\" is never used", file_of(L), x->ptr, x->frozen ? "constant" : "parameter", x->name);
         if (!read[t] && x->kind == PCC_T_INPUT)
             warn("%s:%s: input \"%s\" is never used", file_of(L), x->ptr, x->name);
     }

@@ -39,7 +39,7 @@ const pcc_op_info pcc_ops[PCC_OP_COUNT] = {
 #undef INPLACE
 #undef BCAST
 #undef RNG
-_Static_assert(PCC_OP_COUNT == 61, "operator count changed: update the tests' operator list");
+_Static_assert(PCC_OP_COUNT == 100, "operator count changed: update the tests' operator list");
 
 int op_lookup(const char *name) {
     for (int i = 0; i < PCC_OP_COUNT; i++)
@@ -234,6 +234,8 @@ static bool same_shape(const pcc_tensor *a, const pcc_tensor *b) {
 
 static bool is_float(pcc_dtype t) { return t != PCC_I32; }
 
+static int operand_tensor(const pcc_op *op, int o);
+
 // Which operands hold integer ids (everything else is float); data-movement ops take any dtype
 // and keep it.
 static bool int_operand(pcc_op_kind k, int o) {
@@ -242,9 +244,15 @@ static bool int_operand(pcc_op_kind k, int o) {
     case PCC_OP_CROSS_ENTROPY: return o == 1;
     case PCC_OP_EMBEDDING_GRAD: case PCC_OP_EMBEDDING_BAG_GRAD: return o == 1;
     case PCC_OP_CROSS_ENTROPY_GRAD: return o == 2;
+    case PCC_OP_NE: case PCC_OP_ONE_HOT: return o == 0;
+    case PCC_OP_TOPK_GRAD: return o == 1;
+    case PCC_OP_GATHER: case PCC_OP_INDEX_SELECT: case PCC_OP_GATHER_GRAD: case PCC_OP_INDEX_SELECT_GRAD: return o == 1;
     default: return false;
     }
 }
+
+// Which outputs hold integer ids: topk's indices.
+static bool int_output(pcc_op_kind k, int o) { return k == PCC_OP_TOPK && o == 1; }
 
 // Float operands exempt from the one-dtype rule: a loss's scalar (its output, and the seed its
 // gradient reads) may be wider than the logits; optimizer state and master weights are f32
@@ -281,7 +289,7 @@ static pcc_status check_dtypes(checker *c) {
     for (int o = 0; o < op->nin + op->nout; o++) {
         int oo = o < op->nin ? o : -1 - (o - op->nin);
         const pcc_tensor *t = operand(c, oo);
-        bool want_int = o < op->nin && int_operand(op->kind, o);
+        bool want_int = o < op->nin ? int_operand(op->kind, o) : int_output(op->kind, o - op->nin);
         if (want_int && t->dtype != PCC_I32) return fail(c, oo, "is %s; this operand holds integer ids and must be i32", pcc_dtype_names[t->dtype]);
         if (want_int) continue;
         if (!is_float(t->dtype)) return fail(c, oo, "is %s; this operand must be a float tensor", pcc_dtype_names[t->dtype]);
@@ -291,6 +299,165 @@ static pcc_status check_dtypes(checker *c) {
             return fail(c, oo, "is %s while %s is %s; an operator's float operands share one dtype",
                         pcc_dtype_names[t->dtype], operand_desc(c, ref), pcc_dtype_names[operand(c, ref)->dtype]);
     }
+    return PCC_OK;
+}
+
+/* ---- axis maps: broadcasting and reductions (attrs perm; runtime/ops.def's last section) ---- */
+
+static bool map_given(const pcc_attrs *a) {
+    for (int i = 0; i < PCC_MAX_RANK; i++)
+        if (a->perm[i]) return true;
+    return false;
+}
+
+int op_map_axis(const pcc_attrs *a, int big_rank, int small_rank, int j) {
+    return map_given(a) ? a->perm[j] - 1 : big_rank - small_rank + j;
+}
+
+bool op_map_find(const pcc_graph *g, const pcc_tensor *big, const pcc_tensor *small, pcc_attrs *a) {
+    memset(a->perm, 0, sizeof a->perm);
+    if (small->rank > big->rank) return false;
+    if (memcmp(small->dims, big->dims + (big->rank - small->rank), sizeof(int) * (size_t)small->rank) == 0) return true;
+    // Right-aligned, greedy: the small operand's last axis is the big one's last of that dimension.
+    int at = big->rank - 1;
+    for (int j = small->rank - 1; j >= 0; j--) {
+        while (at >= 0 && big->dims[at] != small->dims[j]) at--;
+        if (at < 0) {
+            memset(a->perm, 0, sizeof a->perm); // no map: the shape rule reports the suffix rule's failure
+            return false;
+        }
+        a->perm[j] = at-- + 1;
+    }
+    (void)g;
+    return true;
+}
+
+void op_map_canon(pcc_attrs *a, int big_rank, int small_rank) {
+    bool suffix = true;
+    for (int j = 0; j < small_rank; j++) suffix &= a->perm[j] == big_rank - small_rank + j + 1;
+    if (suffix) memset(a->perm, 0, sizeof a->perm);
+}
+
+// The smaller operand's axes are distinct, increasing axes of the larger one, each the same
+// dimension (`so` is the smaller operand, reported when they are not).
+static pcc_status check_mapped(checker *c, const pcc_tensor *big, const pcc_tensor *small, int so) {
+    const pcc_graph *g = c->g;
+    char sh[256];
+    if (small->rank > big->rank)
+        return fail(c, so, "has more dimensions than %s; it must be that shape with some axes left out", shape_str(g, big, sh, sizeof sh));
+    int last = -1;
+    for (int j = 0; j < small->rank; j++) {
+        int ax = op_map_axis(&c->op->attrs, big->rank, small->rank, j);
+        if (ax <= last || ax >= big->rank)
+            return fail(c, so, "axis %d maps to axis %d of %s, out of order or out of range", j, ax, shape_str(g, big, sh, sizeof sh));
+        if (big->dims[ax] != small->dims[j])
+            return fail(c, so, "axis %d is %s, but the axis it stands for in %s is %s", j, g->dims[small->dims[j]].name,
+                        shape_str(g, big, sh, sizeof sh), g->dims[big->dims[ax]].name);
+        last = ax;
+    }
+    return PCC_OK;
+}
+
+// sum, mean, max, reduce_sum (input big, output small), expand (input small, output big),
+// max_grad (dy small, x and dx big).
+static pcc_status check_reduce(checker *c) {
+    const pcc_graph *g = c->g;
+    const pcc_op *op = c->op;
+    const pcc_tensor *x = &g->tensors[op->in[0]], *y = &g->tensors[op->out[0]];
+    char sh[256];
+    switch (op->kind) {
+    case PCC_OP_EXPAND: return check_mapped(c, y, x, 0);
+    case PCC_OP_MAX_GRAD: {
+        const pcc_tensor *xx = &g->tensors[op->in[1]];
+        if (!same_shape(xx, y)) return fail(c, -1, "must have input 1's shape %s", shape_str(g, xx, sh, sizeof sh));
+        return check_mapped(c, xx, x, 0);
+    }
+    default: return check_mapped(c, x, y, -1);
+    }
+}
+
+/* ---- attention: q [b,s,n,d], k [b,t,m,d], v [b,t,m,e] (n a multiple of m: grouped-query heads),
+ * an optional additive bias whose axes are some of the scores' [b,n,s,t] (attrs perm maps them;
+ * zeros: its last axes), out [b,s,n,e]. attention_grad takes dy first and makes dq, dk, dv;
+ * attention_grad_bias the bias's gradient. ---- */
+
+typedef struct attn_ops {
+    int q, k, v, y, bias;   // operand indices (y: the output, or dy for the gradients); bias -1: none
+} attn_ops;
+
+static attn_ops attn_operands(const pcc_op *op) {
+    if (op->kind == PCC_OP_ATTENTION) return (attn_ops){0, 1, 2, op->nin, op->nin > 3 ? 3 : -1};
+    return (attn_ops){1, 2, 3, 0, op->nin > 4 ? 4 : -1};
+}
+
+// The logical [b,n,s,t] dims of the scores.
+static void attn_score_dims(const pcc_graph *g, const pcc_op *op, int *dims) {
+    attn_ops a = attn_operands(op);
+    const pcc_tensor *q = &g->tensors[operand_tensor(op, a.q)], *k = &g->tensors[operand_tensor(op, a.k)];
+    dims[0] = q->dims[0], dims[1] = q->dims[2], dims[2] = q->dims[1], dims[3] = k->dims[1];
+}
+
+static pcc_status attn_same(checker *c, int o, int axis, int ref, int ref_axis, const char *what) {
+    const pcc_tensor *t = operand(c, o), *r = operand(c, ref);
+    if (t->dims[axis] == r->dims[ref_axis]) return PCC_OK;
+    return fail(c, o, "axis %d (%s) is %s, but %s's is %s", axis, what, c->g->dims[t->dims[axis]].name, operand_desc(c, ref),
+                c->g->dims[r->dims[ref_axis]].name);
+}
+
+static pcc_status check_attention(checker *c) {
+    const pcc_graph *g = c->g;
+    const pcc_op *op = c->op;
+    attn_ops a = attn_operands(op);
+    int n = op->nin + op->nout;
+    for (int o = 0; o < n; o++) {
+        int oo = o < op->nin ? o : -1 - (o - op->nin);
+        if (o != a.bias && !(op->kind == PCC_OP_ATTENTION_GRAD_BIAS && o == op->nin) && operand(c, oo)->rank != 4)
+            return fail(c, oo, "has rank %d; attention's operands are [b,s,n,d], [b,t,m,d], [b,t,m,e] and [b,s,n,e]", operand(c, oo)->rank);
+    }
+    pcc_status st;
+    int y = a.y < op->nin ? a.y : -1 - (a.y - op->nin);
+    if ((st = attn_same(c, a.k, 0, a.q, 0, "b")) || (st = attn_same(c, a.v, 0, a.q, 0, "b")) || (st = attn_same(c, a.k, 3, a.q, 3, "d")) ||
+        (st = attn_same(c, a.v, 1, a.k, 1, "t")) || (st = attn_same(c, a.v, 2, a.k, 2, "m")) || (st = attn_same(c, y, 0, a.q, 0, "b")) ||
+        (st = attn_same(c, y, 1, a.q, 1, "s")) || (st = attn_same(c, y, 2, a.q, 2, "n")) || (st = attn_same(c, y, 3, a.v, 3, "e")))
+        return st;
+    int64_t heads = dsize(g, operand(c, a.q), 2), kv = dsize(g, operand(c, a.k), 2);
+    if (heads % kv != 0)
+        return fail(c, a.k, "has %lld heads; the query's %lld must be a multiple of them (grouped-query attention)", (long long)kv, (long long)heads);
+    if (op->kind == PCC_OP_ATTENTION_GRAD) // dq, dk, dv like q, k, v
+        for (int i = 0; i < 3; i++)
+            if (!same_shape(operand(c, -1 - i), operand(c, a.q + i)))
+                return fail(c, -1 - i, "must have %s's shape", operand_desc(c, a.q + i));
+    if (a.bias < 0) return PCC_OK;
+    if (op->kind == PCC_OP_ATTENTION_GRAD_BIAS && !same_shape(operand(c, -1), operand(c, a.bias)))
+        return fail(c, -1, "must have the bias's shape");
+    pcc_tensor scores = {.rank = 4};
+    attn_score_dims(g, op, scores.dims);
+    return check_mapped(c, &scores, operand(c, a.bias), a.bias);
+}
+
+/* ---- gather (torch.gather: out[.., i, ..] = x[.., idx[.., i, ..], ..] along axis; idx like out,
+ * every other axis x's) and index_select (out = x with its axis replaced by idx's rows: x[.., idx,
+ * ..]); their gradients scatter dy back into x's shape ---- */
+
+static pcc_status check_gather(checker *c) {
+    const pcc_graph *g = c->g;
+    const pcc_op *op = c->op;
+    bool grad = op->kind == PCC_OP_GATHER_GRAD || op->kind == PCC_OP_INDEX_SELECT_GRAD;
+    bool sel = op->kind == PCC_OP_INDEX_SELECT || op->kind == PCC_OP_INDEX_SELECT_GRAD;
+    const pcc_tensor *x = &g->tensors[grad ? op->out[0] : op->in[0]], *idx = &g->tensors[op->in[1]];
+    const pcc_tensor *y = &g->tensors[grad ? op->in[0] : op->out[0]];
+    int xo = grad ? -1 : 0, yo = grad ? 0 : -1, axis = op->attrs.axis;
+    char sh[256];
+    if (axis < 0 || axis >= x->rank) return fail(c, xo, "has rank %d; axis %d is out of range", x->rank, axis);
+    if (y->rank != x->rank) return fail(c, yo, "must have the rank of %s", shape_str(g, x, sh, sizeof sh));
+    if (sel && idx->rank != 1) return fail(c, 1, "must be a list of row numbers (rank 1)");
+    if (!sel && idx->rank != x->rank) return fail(c, 1, "must have the rank of %s (the gathered shape)", shape_str(g, x, sh, sizeof sh));
+    for (int i = 0; i < x->rank; i++) {
+        int want = i != axis ? x->dims[i] : sel ? idx->dims[0] : idx->dims[i];
+        if (y->dims[i] != want)
+            return fail(c, yo, "axis %d is %s; it must be %s", i, g->dims[y->dims[i]].name, g->dims[want].name);
+    }
+    if (!sel && !same_shape(idx, y)) return fail(c, 1, "must have the gathered shape %s", shape_str(g, y, sh, sizeof sh));
     return PCC_OK;
 }
 
@@ -444,12 +611,10 @@ static pcc_status check_custom(checker *c) {
     case PCC_OP_RESHAPE: return check_reshape(c);
     case PCC_OP_FILL: return PCC_OK; // any shape
     case PCC_OP_TRANSPOSE: return check_transpose(c);
-    case PCC_OP_REDUCE_SUM: {
-        const pcc_tensor *y = &g->tensors[op->out[0]];
-        if (y->rank > x->rank || memcmp(y->dims, x->dims + (x->rank - y->rank), sizeof(int) * (size_t)y->rank) != 0)
-            return fail(c, -1, "must be a suffix of the input's shape");
-        return PCC_OK;
-    }
+    case PCC_OP_REDUCE_SUM: case PCC_OP_SUM: case PCC_OP_MEAN: case PCC_OP_MAX: case PCC_OP_EXPAND: case PCC_OP_MAX_GRAD:
+        return check_reduce(c);
+    case PCC_OP_ATTENTION: case PCC_OP_ATTENTION_GRAD: case PCC_OP_ATTENTION_GRAD_BIAS: return check_attention(c);
+    case PCC_OP_GATHER: case PCC_OP_INDEX_SELECT: case PCC_OP_GATHER_GRAD: case PCC_OP_INDEX_SELECT_GRAD: return check_gather(c);
     default: PCC_ASSERT(!"operator without a shape rule");
     }
 }
@@ -460,11 +625,14 @@ pcc_status op_check_shapes(const pcc_graph *g, const pcc_op *op, const char *src
     pcc_status st = check_dtypes(&c);
     if (st) return st;
     if (info->flags & PCC_OPF_BCAST) {
-        // b equals a or is a suffix of it (broadcast over a's leading dimensions); out equals a.
+        // b equals a or a suffix of it (broadcast over a's leading dimensions), or a's shape with
+        // axes left out (attrs perm maps b's axes to a's); out equals a.
         const pcc_tensor *a = &g->tensors[op->in[0]], *b = &g->tensors[op->in[1]], *y = &g->tensors[op->out[0]];
         char sh[256];
-        if (b->rank > a->rank || memcmp(b->dims, a->dims + (a->rank - b->rank), sizeof(int) * (size_t)b->rank) != 0)
-            return fail(&c, 1, "must equal input 0's shape %s or a suffix of it", shape_str(g, a, sh, sizeof sh));
+        if (!map_given(&op->attrs) &&
+            (b->rank > a->rank || memcmp(b->dims, a->dims + (a->rank - b->rank), sizeof(int) * (size_t)b->rank) != 0))
+            return fail(&c, 1, "must equal input 0's shape %s, a suffix of it, or that shape with axes left out", shape_str(g, a, sh, sizeof sh));
+        if ((st = check_mapped(&c, a, b, 1))) return st;
         if (!same_shape(a, y)) return fail(&c, -1, "must have input 0's shape %s", shape_str(g, a, sh, sizeof sh));
         return PCC_OK;
     }
@@ -588,6 +756,98 @@ static int letters_reduce_sum(const pcc_graph *g, const pcc_op *op, pcc_letter *
     return n;
 }
 
+// Ops with an axis map: one letter per axis of the big operand, shared by the small one's axis
+// that maps to it. Axes a reduction drops are reduction letters (sum, mean, reduce_sum: partial
+// sums), or cannot be split (max, max_grad: a maximum of pieces is not a sum).
+static int letters_mapped(const pcc_graph *g, const pcc_op *op, pcc_letter *out) {
+    bool small_in = op->kind == PCC_OP_EXPAND || op->kind == PCC_OP_MAX_GRAD || (pcc_ops[op->kind].flags & PCC_OPF_BCAST);
+    int big = op->kind == PCC_OP_EXPAND ? op->nin : op->kind == PCC_OP_MAX_GRAD ? 1 : 0;
+    int small = op->kind == PCC_OP_EXPAND || op->kind == PCC_OP_MAX_GRAD ? 0 : small_in ? 1 : op->nin;
+    const pcc_tensor *B = &g->tensors[operand_tensor(op, big)], *S = &g->tensors[operand_tensor(op, small)];
+    bool is_max = op->kind == PCC_OP_MAX || op->kind == PCC_OP_MAX_GRAD;
+    bool dropped_reduces = op->kind == PCC_OP_SUM || op->kind == PCC_OP_MEAN || op->kind == PCC_OP_REDUCE_SUM;
+    int n = 0;
+    for (int i = 0; i < B->rank; i++) {
+        int j = -1;
+        for (int k = 0; k < S->rank; k++)
+            if (op_map_axis(&op->attrs, B->rank, S->rank, k) == i) j = k;
+        char name[16];
+        snprintf(name, sizeof name, "x%d", i & 7);
+        pcc_letter *l = letter_get(g, out, &n, name, B->dims[i], j < 0 && dropped_reduces, j < 0 && is_max);
+        for (int o = 0; o < op->nin + op->nout; o++) {
+            const pcc_tensor *t = &g->tensors[operand_tensor(op, o)];
+            if (o == small) l->axis[o] = (signed char)j;
+            else if (t->rank == B->rank) l->axis[o] = (signed char)i;
+        }
+    }
+    return n;
+}
+
+// index_select: every axis but the selected one is a letter of x and y (idx has no such axis);
+// the selected axis never splits (x's rows and y's are other sizes).
+static int letters_select(const pcc_graph *g, const pcc_op *op, pcc_letter *out) {
+    bool grad = op->kind == PCC_OP_INDEX_SELECT_GRAD;
+    int xo = grad ? 2 : 0, yo = grad ? 0 : 2; // operand indices (inputs, then the output)
+    const pcc_tensor *x = &g->tensors[operand_tensor(op, xo)];
+    int n = 0;
+    for (int i = 0; i < x->rank; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "x%d", i & 7);
+        pcc_letter *l = letter_get(g, out, &n, name, x->dims[i], false, i == op->attrs.axis);
+        l->axis[xo] = (signed char)i, l->axis[yo] = (signed char)i;
+        if (i == op->attrs.axis) l->axis[1] = 0;
+    }
+    return n;
+}
+
+// Attention's letters, in the order the old annotation "b s^ n d^, ... -> b s^ n d^" gave them
+// (b, s, n, d), then t, m, e where they are other dimensions than s, n, d. The key length t and
+// the kv heads m of grouped-query attention cannot split (q's heads split alone: each rank keeps
+// every kv head, and the gradients' dk and dv are then partial sums, so n is a reduction letter
+// there). The bias joins the letters of the score axes it has.
+static int letters_attention(const pcc_graph *g, const pcc_op *op, pcc_letter *out) {
+    attn_ops a = attn_operands(op);
+    const pcc_tensor *q = &g->tensors[operand_tensor(op, a.q)], *k = &g->tensors[operand_tensor(op, a.k)];
+    const pcc_tensor *v = &g->tensors[operand_tensor(op, a.v)];
+    bool gqa = k->dims[2] != q->dims[2], cross = k->dims[1] != q->dims[1], ev = v->dims[3] != q->dims[3];
+    bool gradop = op->kind != PCC_OP_ATTENTION;
+    int n = 0;
+    // (operand, axis) lists per letter: q-like (q, y, dq), k-like (k, dk), v-like (v, dv)
+    int qs[3] = {a.q, a.y, op->kind == PCC_OP_ATTENTION_GRAD ? op->nin : -1};
+    int ks[2] = {a.k, op->kind == PCC_OP_ATTENTION_GRAD ? op->nin + 1 : -1}, vs[2] = {a.v, op->kind == PCC_OP_ATTENTION_GRAD ? op->nin + 2 : -1};
+    int bias_ops[2] = {a.bias, op->kind == PCC_OP_ATTENTION_GRAD_BIAS ? op->nin : -1};
+    const pcc_tensor *bias = a.bias >= 0 ? &g->tensors[operand_tensor(op, a.bias)] : NULL;
+    int bax[4] = {-1, -1, -1, -1}; // the bias's axis of each score axis [b,n,s,t]
+    for (int j = 0; bias && j < bias->rank; j++) bax[op_map_axis(&op->attrs, 4, bias->rank, j)] = j;
+    bool dbias = op->kind == PCC_OP_ATTENTION_GRAD_BIAS;
+    struct { const char *name; int dim; bool reduce, nosplit; int qax, kax, vax, score; } L[7] = {
+        {"b", q->dims[0], dbias && bax[0] < 0, false, 0, 0, 0, 0},
+        {"s", q->dims[1], false, true, 1, cross ? -1 : 1, cross ? -1 : 1, 2},
+        {"n", q->dims[2], (gradop && gqa) || (dbias && bax[1] < 0), false, 2, gqa ? -1 : 2, gqa ? -1 : 2, 1},
+        {"d", q->dims[3], false, true, 3, 3, ev ? -1 : 3, -1},
+        {"t", k->dims[1], false, true, -1, cross ? 1 : -1, cross ? 1 : -1, 3},
+        {"m", k->dims[2], false, true, -1, gqa ? 2 : -1, gqa ? 2 : -1, -1},
+        {"e", v->dims[3], false, true, -1, -1, ev ? 3 : -1, -1}};
+    for (int i = 0; i < 7; i++) {
+        bool used = i < 4 || (i == 4 && (cross || (bias && bax[3] >= 0))) || (i == 5 && gqa) || (i == 6 && ev);
+        if (!used) continue;
+        pcc_letter *l = letter_get(g, out, &n, L[i].name, L[i].dim, L[i].reduce, L[i].nosplit);
+        if (i == 4 && !cross) l->dim = k->dims[1]; // a self-attention bias's key axis: a letter of its own
+        for (int j = 0; j < 3; j++)
+            if (qs[j] >= 0 && L[i].qax >= 0 && !(i == 3 && j > 0 && ev)) l->axis[qs[j]] = (signed char)L[i].qax;
+        if (i == 6) // e: the output (or dy) and dv, not q
+            for (int j = 1; j < 3; j++)
+                if (qs[j] >= 0) l->axis[qs[j]] = 3;
+        for (int j = 0; j < 2; j++) {
+            if (ks[j] >= 0 && L[i].kax >= 0) l->axis[ks[j]] = (signed char)L[i].kax;
+            if (vs[j] >= 0 && L[i].vax >= 0) l->axis[vs[j]] = (signed char)L[i].vax;
+        }
+        for (int j = 0; j < 2; j++)
+            if (bias_ops[j] >= 0 && L[i].score >= 0 && bax[L[i].score] >= 0) l->axis[bias_ops[j]] = (signed char)bax[L[i].score];
+    }
+    return n;
+}
+
 // Ghost batch norm (attrs.ghost_batch G > 0): statistics over each run of G samples, so the
 // batch letter n splits in whole groups and the result is the same on any number of devices.
 static int letters_ghost(const pcc_op *op, pcc_letter *out, int n) {
@@ -602,10 +862,16 @@ int op_letters(const pcc_graph *g, const pcc_op *op, pcc_letter *out) {
     PCC_ASSERT(op->nin + op->nout <= PCC_MAX_OPERANDS);
     switch (op->kind) {
     case PCC_OP_FILL: return 0;
-    case PCC_OP_REDUCE_SUM: return letters_reduce_sum(g, op, out);
+    case PCC_OP_REDUCE_SUM: return map_given(&op->attrs) ? letters_mapped(g, op, out) : letters_reduce_sum(g, op, out);
     case PCC_OP_CONCAT: case PCC_OP_SPLIT: case PCC_OP_SLICE: case PCC_OP_SLICE_GRAD:
         return letters_positional(g, op, op->attrs.axis, out);
-    case PCC_OP_ADD: case PCC_OP_MUL: return letters_positional(g, op, -1, out);
+    case PCC_OP_ADD: case PCC_OP_MUL: case PCC_OP_SUB: case PCC_OP_DIV: case PCC_OP_MASKED_FILL:
+        return map_given(&op->attrs) ? letters_mapped(g, op, out) : letters_positional(g, op, -1, out);
+    case PCC_OP_SUM: case PCC_OP_MEAN: case PCC_OP_MAX: case PCC_OP_EXPAND: case PCC_OP_MAX_GRAD:
+        return letters_mapped(g, op, out);
+    case PCC_OP_ATTENTION: case PCC_OP_ATTENTION_GRAD: case PCC_OP_ATTENTION_GRAD_BIAS: return letters_attention(g, op, out);
+    case PCC_OP_GATHER: case PCC_OP_GATHER_GRAD: return letters_positional(g, op, op->attrs.axis, out);
+    case PCC_OP_INDEX_SELECT: case PCC_OP_INDEX_SELECT_GRAD: return letters_select(g, op, out);
     case PCC_OP_TRANSPOSE: return letters_transpose(g, op, out);
     case PCC_OP_RESHAPE: return letters_reshape(g, op, out);
     default: break;
@@ -623,6 +889,15 @@ static double numel(const pcc_graph *g, int t) { return (double)tensor_numel(g, 
 static double per_elem(pcc_op_kind k) {
     switch (k) {
     case PCC_OP_ADD: case PCC_OP_MUL: case PCC_OP_SCALE: case PCC_OP_RELU: case PCC_OP_RELU_GRAD: return 1;
+    case PCC_OP_SUB: case PCC_OP_DIV: case PCC_OP_MASKED_FILL: case PCC_OP_NE: case PCC_OP_ONE_HOT: return 1;
+    case PCC_OP_SQRT: case PCC_OP_RSQRT: case PCC_OP_LOG: case PCC_OP_EXP: return 2;
+    case PCC_OP_SQRT_GRAD: case PCC_OP_RSQRT_GRAD: case PCC_OP_LOG_GRAD: case PCC_OP_EXP_GRAD: return 4;
+    case PCC_OP_SIGMOID: case PCC_OP_TANH: case PCC_OP_SIN: case PCC_OP_COS: case PCC_OP_POW: return 4;
+    case PCC_OP_SIGMOID_GRAD: case PCC_OP_TANH_GRAD: case PCC_OP_SIN_GRAD: case PCC_OP_COS_GRAD: case PCC_OP_POW_GRAD: return 6;
+    case PCC_OP_GELU_ERF: return 8;
+    case PCC_OP_ERF: return 6;
+    case PCC_OP_ERF_GRAD: return 6;
+    case PCC_OP_GELU_ERF_GRAD: return 12;
     case PCC_OP_DROPOUT: case PCC_OP_DROPOUT_GRAD: return 2;
     case PCC_OP_SILU: return 4;
     case PCC_OP_SILU_GRAD: return 6;
@@ -657,13 +932,13 @@ double op_flops(const pcc_graph *g, const pcc_op *op) {
         return 2 * out0 * (double)dsize(g, in0, in0->rank - 2);
     case PCC_OP_LINEAR_GRAD_W: // dY [*b, n], X [*b, k] -> [n, k]
         return 2 * out0 * numel(g, op->in[0]) / (double)dsize(g, in0, in0->rank - 1);
-    case PCC_OP_ATTENTION: { // q [b, s, n, d]: scores 2 b n s s d, weighted sum 2 b n s s d
-        double s = (double)dsize(g, in0, 1);
-        return 4 * numel(g, op->in[0]) * s;
-    }
-    case PCC_OP_ATTENTION_GRAD: {
-        double s = (double)dsize(g, in0, 1);
-        return 8 * numel(g, op->in[0]) * s;
+    case PCC_OP_ATTENTION: case PCC_OP_ATTENTION_GRAD: case PCC_OP_ATTENTION_GRAD_BIAS: {
+        // scores 2 b n s t d and the weighted sum 2 b n s t e; the backward twice that (the
+        // bias's gradient recomputes the probabilities: one more forward)
+        attn_ops a = attn_operands(op);
+        const pcc_tensor *q = &g->tensors[op->in[a.q]], *k = &g->tensors[op->in[a.k]], *v = &g->tensors[op->in[a.v]];
+        double f = 2 * (double)tensor_numel(g, q) * (double)dsize(g, k, 1) * (double)(dsize(g, q, 3) + dsize(g, v, 3)) / (double)dsize(g, q, 3);
+        return op->kind == PCC_OP_ATTENTION ? f : op->kind == PCC_OP_ATTENTION_GRAD ? 2 * f : f;
     }
     case PCC_OP_CONV2D: case PCC_OP_CONV2D_GRAD_X: case PCC_OP_CONV2D_GRAD_W: {
         // all three: 2 * (n o ho wo) * (c kh kw)
@@ -672,8 +947,13 @@ double op_flops(const pcc_graph *g, const pcc_op *op) {
         double f = 2 * (double)tensor_numel(g, dy) * (double)(dsize(g, w, 1) * dsize(g, w, 2) * dsize(g, w, 3));
         return f + (op->kind == PCC_OP_CONV2D && op->nin > 2 ? out0 : 0);
     }
-    case PCC_OP_CONV2D_GRAD_B: case PCC_OP_REDUCE_SUM: case PCC_OP_EMBEDDING_GRAD:
-        return numel(g, op->in[0]);
+    case PCC_OP_CONV2D_GRAD_B: case PCC_OP_REDUCE_SUM: case PCC_OP_EMBEDDING_GRAD: case PCC_OP_SUM: case PCC_OP_MEAN:
+    case PCC_OP_MAX: case PCC_OP_EXPAND:
+        return numel(g, op->in[0]) + (op->kind == PCC_OP_EXPAND ? out0 : 0);
+    case PCC_OP_MAX_GRAD: return 2 * out0;
+    case PCC_OP_GATHER: case PCC_OP_INDEX_SELECT: case PCC_OP_GATHER_GRAD: case PCC_OP_INDEX_SELECT_GRAD: return out0;
+    case PCC_OP_TOPK: case PCC_OP_TOPK_GRAD: // a selection of k per row: k passes over the row
+        return numel(g, op->in[0]) * (double)dsize(g, &g->tensors[op->out[0]], g->tensors[op->out[0]].rank - 1);
     case PCC_OP_EMBEDDING_BAG: case PCC_OP_EMBEDDING_BAG_GRAD: { // b x l rows of width e
         double l = (double)dsize(g, &g->tensors[op->in[op->kind == PCC_OP_EMBEDDING_BAG ? 0 : 1]], 1);
         double e = op->kind == PCC_OP_EMBEDDING_BAG ? (double)dsize(g, &g->tensors[op->out[0]], 1) : (double)dsize(g, in0, 1);
@@ -719,7 +999,8 @@ void graph_totals(const pcc_graph *g, pcc_totals *t) {
         const pcc_tensor *x = &g->tensors[i];
         double n = (double)tensor_numel(g, x) * (double)tensor_copies(g, x), b = tensor_bytes(g, x) * (double)tensor_copies(g, x);
         if (x->kind == PCC_T_PARAM) {
-            t->params += n;
+            if (!x->frozen) t->params += n; // constants (buffers) are not parameters
+
             t->bytes_weights += b;
             if (x->grad >= 0) t->bytes_grads += b;
         }

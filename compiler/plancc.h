@@ -222,6 +222,7 @@ typedef struct pcc_tensor {
     pcc_init init;          // PARAM
     pcc_data data;          // INPUT
     bool saved;             // forward tensor read by the backward pass (an activation to keep)
+    bool frozen;            // PARAM: a constant ("kind": "const", a PyTorch buffer): no gradient, no optimizer
 } pcc_tensor;
 
 typedef enum pcc_op_kind {
@@ -253,7 +254,12 @@ int op_lookup(const char *name); // -1 if unknown
 
 typedef enum pcc_phase { PCC_PHASE_FWD, PCC_PHASE_BWD, PCC_PHASE_OPT } pcc_phase;
 
-// Operator attributes: one struct for all ops; each op reads the fields it documents.
+// cross_entropy's attrs.mode: rows labelled attrs.scale (ignore_index) count 0; the sum instead
+// of the mean.
+enum { PCC_CE_IGNORE = 1, PCC_CE_SUM = 2 };
+
+// Operator attributes: one struct for all ops; each op reads the fields it documents. scale
+// also holds pow's exponent, masked_fill's and ne's value and cross_entropy's ignore_index.
 typedef struct pcc_attrs {
     double scale;       // scale: factor; fill: value
     double eps;         // layernorm, rmsnorm, batchnorm
@@ -262,9 +268,10 @@ typedef struct pcc_attrs {
     int64_t seed;       // dropout
     int axis;           // concat, split, slice (negative counts from the end, normalized on load)
     int64_t start, end; // slice
-    int perm[PCC_MAX_RANK]; // transpose
+    int perm[PCC_MAX_RANK]; // transpose; the axis map (1-based; ops.def's last section) of broadcasts and reductions
     int kernel[2], stride[2], pad[2]; // conv2d, maxpool, avgpool
     bool causal;        // attention
+    int mode;           // cross_entropy: PCC_CE_* bits
     // optimizer (sgd, adamw)
     double lr, beta1, beta2, weight_decay, momentum;
 } pcc_attrs;
@@ -393,6 +400,15 @@ typedef struct pcc_letter {
     signed char axis[PCC_MAX_OPERANDS];
 } pcc_letter;
 int op_letters(const pcc_graph *g, const pcc_op *op, pcc_letter *out);
+// Axis maps (attrs perm of broadcasting and reducing ops, runtime/ops.def's last section): the
+// axis of the larger operand (rank big_rank) that axis j of the smaller one (small_rank) is.
+int op_map_axis(const pcc_attrs *a, int big_rank, int small_rank, int j);
+// Sets a->perm to a map of small's axes into big's: zeros when small is a suffix of big, else
+// each axis to big's last unclaimed axis of the same dimension, right to left. False when
+// small's dimensions are not a subsequence of big's.
+bool op_map_find(const pcc_graph *g, const pcc_tensor *big, const pcc_tensor *small, pcc_attrs *a);
+// Clears a->perm when it maps small's axes to big's last ones (the suffix rule's zeros).
+void op_map_canon(pcc_attrs *a, int big_rank, int small_rank);
 // Bytes read and written by one instance (each operand once).
 double op_bytes(const pcc_graph *g, const pcc_op *op);
 

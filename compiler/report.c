@@ -41,7 +41,7 @@ static void rows_compute(const pcc_graph *g, op_row *rows, bool *counted) {
         rows[o].fwd = op_flops(g, op);
         for (int i = 0; i < op->nin; i++) {
             const pcc_tensor *t = &g->tensors[op->in[i]];
-            if (t->kind == PCC_T_PARAM && !counted[op->in[i]]) {
+            if (t->kind == PCC_T_PARAM && !t->frozen && !counted[op->in[i]]) {
                 counted[op->in[i]] = true;
                 rows[o].params += (double)tensor_numel(g, t);
             }

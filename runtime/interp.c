@@ -1204,12 +1204,9 @@ static int run_step(rt_run *r, double *loss, char *err, size_t err_n) {
 
 /* ---- setting up ---- */
 
-static bool is_loss_op(uint32_t op) {
-    const char *name = plan_op_name(op);
-    return name && (!strcmp(name, "cross_entropy") || !strcmp(name, "mse_loss") || !strcmp(name, "bce_logits"));
-}
-
-// Per program, the buffer that the last loss operator writes (the loss is read from it).
+// Per program, the buffer of the last computed instruction that writes the loss tensor (the loss
+// is read from it): a loss operator's output, or that of whatever operator computes a composite
+// loss from losses (`add`, `scale`, ...).
 static int find_loss_buffers(rt_run *r, char *err, size_t err_n) {
     const plan *p = r->p;
     for (uint32_t k = 0; k < p->n_programs; k++) {
@@ -1218,7 +1215,7 @@ static int find_loss_buffers(rt_run *r, char *err, size_t err_n) {
         if (p->meta.loss == PLAN_NONE) continue;
         for (uint32_t i = 0; i < pg->n_insns; i++) {
             const plan_insn *in = &pg->insns[i];
-            if (in->kind != PLAN_I_COMPUTE || !is_loss_op(in->code) || !in->nargs) continue;
+            if (in->kind != PLAN_I_COMPUTE || !in->nargs) continue;
             uint32_t b = pg->args[in->args + in->nargs - 1];
             if (pg->buffers[b].tensor == p->meta.loss) r->loss_bufs[k] = b;
         }

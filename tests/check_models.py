@@ -22,6 +22,8 @@ For every models/*.json it runs `PLANCC --check --json MODEL` and checks:
       swin-tiny    28,288,354 (torchvision swin_t) less its 23,322 relative-position-bias entries,
                    which the format cannot express; 4.49 G multiply-adds per image (torchvision)
       gpt3-175b    within 0.1% of 174.6 B (Brown et al. 2020)
+      the imports of models/torch/ (IMPORTED below): exactly the published count, e.g.
+      llama2-7b    6,738,415,616 (Llama-2-7b)
       megatron-*   the row of data/megatron_sc21_a100.csv (a copy of the published table) (Narayanan et al., SC'21):
                    dimensions as the row says, parameters within 2% of params_b (or within the
                    rounding of its last published digit: the paper prints 1.7 for a model of
@@ -189,10 +191,27 @@ def check_gpt(name, model, rep):
           "plancc %.6e, paper %.6e" % (fwd + bwd + fwd - head, paper))
 
 
+# Models imported from models/torch/ by tools/plancc-import at their published sizes: the
+# parameter count (PyTorch's parameters(), buffers not counted) and where it is published.
+IMPORTED = {
+    "llama2-7b": (6738415616, "Llama-2-7b (Touvron et al. 2023; Hugging Face meta-llama/Llama-2-7b-hf: 6,738,415,616)"),
+    "mixtral-8x7b": (46702792704, "Mixtral 8x7B (Jiang et al. 2024; Hugging Face mistralai/Mixtral-8x7B-v0.1: 46,702,792,704)"),
+    "mixtral-8x7b-routed": (46702792704, "Mixtral 8x7B, routed with a capacity: the same parameters"),
+    "t5-small": (60506624, "t5-small (Raffel et al. 2020; Hugging Face t5-small, LM head tied: 60,506,624)"),
+    "evoformer-af2": (87838082, "AlphaFold2's Evoformer stack: 48 x 1,829,952 by the supplement's Algorithms 6-14 "
+                      "(a recount; no exact published figure for the stack alone) + 386 read-out"),
+    "vit-b16": (86567656, "ViT-B/16 (torchvision vit_b_16: 86,567,656)"),
+    "bert-large": (336226108, "BERT-large pre-training: BertModel 335,141,888 (Hugging Face bert-large-uncased) + MLM and NSP heads"),
+}
+
+
 def check_published(name, model, rep, rows):
     p = rep["totals"]["params"]
     fwd_mm = rep["totals"]["flops"]["forward_matmul"]
-    if name == "gpt2-small":
+    if name in IMPORTED:
+        want, src = IMPORTED[name]
+        check(f"{name}: {want:,} parameters ({src})", p == want, "plancc %d" % p)
+    elif name == "gpt2-small":
         check("gpt2-small: 124,439,808 parameters", p == 124439808, "plancc %d" % p)
     elif name == "vgg16":
         check("vgg16: 138,357,544 parameters", p == 138357544, "plancc %d" % p)
@@ -276,7 +295,7 @@ def main():
             check_gpt(name, model, rep)
         check_published(name, model, rep, rows)
     for must in ["mlp", "cnn-small", "resnet-small", "vgg16", "wrn-50-2", "dlrm", "swin-tiny", "gpt-tiny", "gpt2-small",
-                 "gpt3-175b"] + ["megatron-" + r["model"].lower() for r in rows]:
+                 "gpt3-175b"] + ["megatron-" + r["model"].lower() for r in rows] + sorted(IMPORTED):
         check("models/%s.json exists" % must, must in names)
     gen = os.path.join(root, "tools", "gen_models.py")
     p = subprocess.run(["/usr/bin/python3", gen, "--check"], capture_output=True, text=True,

@@ -1,7 +1,13 @@
 #!/usr/bin/env python3
 """Equivalence: every parallel plan trains exactly like the one-device plan.
 
-usage: equiv.py [--backend B] [--precision f64] [--seed S] PLANCC PLANRUN SOURCE_ROOT [MODEL...]
+usage: equiv.py [--backend B] [--precision f64] [--seed S] [--quick] PLANCC PLANRUN SOURCE_ROOT [MODEL...]
+
+--quick: one plan of each strategy family (QUICK below) on 1, 2 and 4 ranks, for the tiny
+variants of imported models (tests/models/); --few: five plans (FEW below).
+
+A MODEL ending in .json is a model file (relative to SOURCE_ROOT unless absolute), e.g.
+tests/models/ops-mix.json; any other is models/MODEL.json.
 
 For mlp, gpt-tiny, cnn-small, dlrm-small (dlrm.json with small tables) and resnet-small (ghost
 batch norm; or the models named), on 1, 2, 4 and 8 CPU ranks
@@ -50,7 +56,22 @@ def run(*args):
     return subprocess.run([str(a) for a in args], capture_output=True, text=True)
 
 
+# --quick: one plan of each strategy family on 1, 2 and 4 ranks (the imported models' tiny variants:
+# a few seconds each instead of the full list's minutes).
+QUICK = {1: ["--auto", "--micro-batches 2"],
+         2: ["--auto", "--dp 2", "--tp 2", "--pp 2 --micro-batches 2", "--dp 2 --zero 3", "--dp 2 --recompute full"],
+         4: ["--auto", "--dp 2 --tp 2", "--dp 2 --pp 2 --micro-batches 2", "--tp 2 --pp 2 --micro-batches 2", "--tp 4"]}
+# --few: fewer still (dp, pp with micro-batches, dp x tp, tp x pp and --auto), for a list of models.
+FEW = {1: [], 2: ["--dp 2", "--pp 2 --micro-batches 2"], 4: ["--auto", "--dp 2 --tp 2", "--tp 2 --pp 2 --micro-batches 2"]}
+quick = False
+few = False
+
+
 def strategies(n):
+    if few:
+        return FEW.get(n, [])
+    if quick:
+        return QUICK.get(n, [])
     if n == 1:
         return ["--auto", "--micro-batches 4", "--recompute full", "--zero 3"]
     s = ["--auto", f"--dp {n}", f"--tp {n}", f"--pp {n} --micro-batches 4", f"--pp {n} --micro-batches 4 --schedule gpipe",
@@ -197,7 +218,13 @@ def main():
     global PRECISION, RTOL, ATOL, SEED
     args = sys.argv[1:]
     backend = "cpu"
-    while args[:1] in (["--backend"], ["--precision"], ["--seed"]) and len(args) > 1:
+    global quick, few
+    while args[:1] in (["--backend"], ["--precision"], ["--seed"], ["--quick"], ["--few"]) and len(args) > 1:
+        if args[0] in ("--quick", "--few"):
+            quick = True
+            few = args[0] == "--few"
+            args = args[1:]
+            continue
         if args[0] == "--backend":
             backend = args[1]
         elif args[0] == "--seed":
@@ -213,10 +240,14 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         c = Case(plancc, planrun, root, tmp, backend)
         for model in models:
-            for n in (1, 2, 4, 8):
-                for opts in strategies(n) + burst_strategies(model, n):
+            if model.endswith(".json"):  # a model file outside models/ (tests/models/...)
+                name = os.path.splitext(os.path.basename(model))[0]
+                c.paths[name] = model if os.path.isabs(model) else os.path.join(root, model)
+                model = name
+            for n in (1, 2, 4) if quick else (1, 2, 4, 8):
+                for opts in strategies(n) + ([] if quick else burst_strategies(model, n)):
                     c.check(model, n, opts)
-            if model == "gpt-tiny":
+            if model == "gpt-tiny" and not quick:
                 deep_pipelines(c, tmp)
     print(f"{passed} passed, {failed} failed, {skipped} skipped")
     return 1 if failed else 0

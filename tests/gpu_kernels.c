@@ -100,7 +100,7 @@ static operand *ids(operand *o, int64_t high) {
     return o;
 }
 
-static tcase cases[128];
+static tcase cases[192];
 static int n_cases;
 
 static void push(tcase c) {
@@ -507,11 +507,11 @@ static rt_backend *backend(int device, bool tf32, plan *p, plan_program *pg, pla
 static void run_all(rt_backend *b, rt_backend *b32) {
     static const variant variants[] = {{"f32", 0, false, false}, {"f32, accumulate", 0, false, true}, {"tf32", 0, true, false},
                                        {"f16", 1, false, false}, {"bf16", 2, false, false}, {"bf16, accumulate", 2, false, true}};
-    bool seen[128] = {false};
+    bool seen[256] = {false};
     for (int i = 0; i < n_cases; i++) {
         const tcase *c = &cases[i];
         if (only && strcmp(plan_op_name(c->op), only)) continue;
-        seen[c->op < 128 ? c->op : 0] = true;
+        seen[c->op < 256 ? c->op : 0] = true;
         for (size_t v = 0; v < sizeof variants / sizeof *variants; v++) {
             const variant *w = &variants[v];
             if ((w->tf32 && !c->product) || (w->acc && c->no_acc) || (w->dt && c->no16)) continue;
@@ -525,6 +525,73 @@ static void run_all(rt_backend *b, rt_backend *b32) {
             if (!seen[op]) printf("FAIL operator %s has no case\n", plan_op_name(op)), fails++;
 }
 
+// The operators of imported models (runtime/ops.def's last section; runtime/cuda/ops_ext.c): the
+// unary math on a domain where each is smooth, broadcasts and reductions through an axis map
+// (attrs perm), ne and one_hot (one_hot on a piece of its class axis), cross_entropy ignoring a
+// label and summing.
+static void imported(void) {
+    static const char *const un[] = {"sigmoid", "tanh", "exp", "log", "gelu_erf", "rsqrt", "sqrt", "sin", "cos", "pow", "erf"};
+    for (int i = 0; i < 11; i++) {
+        bool pos = i == 3 || i == 5 || i == 6 || i == 9;
+        tcase c = mk(un[i], un[i], 1e-5);
+        IN(&c, 5, 40), OUT(&c, 5, 40), c.attrs.f[PLAN_AF_SCALE] = 1.5;
+        c.v[0].lo = pos ? 0.5 : -3, c.v[0].hi = pos ? 2 : 3, push(c);
+        char g[32];
+        snprintf(g, sizeof g, "%s_grad", un[i]);
+        c = mk(g, g, 1e-5), IN(&c, 5, 40), IN(&c, 5, 40), OUT(&c, 5, 40), c.attrs.f[PLAN_AF_SCALE] = 1.5;
+        c.v[1].lo = pos ? 0.5 : -3, c.v[1].hi = pos ? 2 : 3, push(c);
+    }
+    static const char *const bin[] = {"add", "mul", "sub", "div", "masked_fill"};
+    for (int i = 0; i < 5; i++) {
+        char name[48];
+        snprintf(name, sizeof name, "%s, axis map", bin[i]);
+        tcase c = mk(name, bin[i], 1e-6);
+        IN(&c, 3, 4, 5), IN(&c, 3, 5), OUT(&c, 3, 4, 5), c.attrs.perm[0] = 1, c.attrs.perm[1] = 3, c.attrs.f[PLAN_AF_SCALE] = -2;
+        if (i == 3) c.v[1].lo = 0.5, c.v[1].hi = 2;
+        push(c);
+    }
+    static const char *const red[] = {"sum", "mean", "max", "reduce_sum"};
+    for (int i = 0; i < 4; i++) {
+        char name[48];
+        snprintf(name, sizeof name, "%s, axes 0 and 2", red[i]);
+        tcase c = mk(name, red[i], 1e-5);
+        IN(&c, 3, 4, 5), OUT(&c, 4), c.attrs.perm[0] = 2, c.v[0].full[0] = 6, push(c);
+    }
+    tcase c = mk("expand", "expand", 0);
+    IN(&c, 4), OUT(&c, 3, 4, 5), c.attrs.perm[0] = 2, push(c);
+    c = mk("max_grad", "max_grad", 0), IN(&c, 4), IN(&c, 3, 4, 5), OUT(&c, 3, 4, 5), c.attrs.perm[0] = 2, push(c);
+    c = mk("ne", "ne", 0), ids(IN(&c, 4, 6), 5), OUT(&c, 4, 6), c.attrs.f[PLAN_AF_SCALE] = 2, push(c);
+    c = mk("one_hot, classes 2..5 of 7", "one_hot", 0), ids(IN(&c, 4, 6), 7), OUT(&c, 4, 6, 3);
+    c.v[1].start[2] = 2, c.v[1].full[2] = 7, push(c);
+    c = mk("topk, k 2 of 9", "topk", 0), IN(&c, 5, 9), OUT(&c, 5, 2), ids(OUT(&c, 5, 2), 9), push(c);
+    c = mk("topk_grad", "topk_grad", 0), IN(&c, 5, 2), ids(IN(&c, 5, 2), 9), OUT(&c, 5, 9), push(c);
+    // attention's general form: cross (s 5, t 7), 4 query heads over 2 kv heads, value width 6, a
+    // bias [n,s,t] (perm 2,3,4), causal, scale 0.5; the gradients and the bias's
+    for (int op = 0; op < 3; op++) {
+        static const char *const names[] = {"attention", "attention_grad", "attention_grad_bias"};
+        char name[64];
+        snprintf(name, sizeof name, "%s, cross, GQA, bias", names[op]);
+        c = mk(name, names[op], 1e-4);
+        if (op) IN(&c, 2, 5, 4, 6);
+        IN(&c, 2, 5, 4, 3), IN(&c, 2, 7, 2, 3), IN(&c, 2, 7, 2, 6), IN(&c, 4, 5, 7);
+        if (op == 0) OUT(&c, 2, 5, 4, 6);
+        if (op == 1) OUT(&c, 2, 5, 4, 3), OUT(&c, 2, 7, 2, 3), OUT(&c, 2, 7, 2, 6);
+        if (op == 2) OUT(&c, 4, 5, 7);
+        c.attrs.perm[0] = 2, c.attrs.perm[1] = 3, c.attrs.perm[2] = 4, c.attrs.i[PLAN_AI_CAUSAL] = 1, c.attrs.f[PLAN_AF_SCALE] = 0.5;
+        push(c);
+    }
+    c = mk("gather, axis 1", "gather", 0), IN(&c, 2, 5, 3), ids(IN(&c, 2, 4, 3), 5), OUT(&c, 2, 4, 3), c.attrs.i[PLAN_AI_AXIS] = 1, push(c);
+    c = mk("index_select, axis 1", "index_select", 0), IN(&c, 2, 5, 3), ids(IN(&c, 4), 5), OUT(&c, 2, 4, 3), c.attrs.i[PLAN_AI_AXIS] = 1, push(c);
+    c = mk("gather_grad", "gather_grad", 1e-6), IN(&c, 2, 4, 3), ids(IN(&c, 2, 4, 3), 5), OUT(&c, 2, 5, 3), c.attrs.i[PLAN_AI_AXIS] = 1;
+    c.no16 = true, push(c);
+    c = mk("index_select_grad", "index_select_grad", 1e-6), IN(&c, 2, 4, 3), ids(IN(&c, 4), 5), OUT(&c, 2, 5, 3);
+    c.attrs.i[PLAN_AI_AXIS] = 1, c.no16 = true, push(c);
+    c = mk("cross_entropy, ignore_index 3, sum", "cross_entropy", 1e-5);
+    IN(&c, 6, 10), ids(IN(&c, 6), 10), SCALAR_OUT(&c), c.attrs.f[PLAN_AF_SCALE] = 3, c.attrs.i[PLAN_AI_MODE] = 3, push(c);
+    c = mk("cross_entropy_grad, ignore_index 3", "cross_entropy_grad", 1e-5), SCALAR_IN(&c), IN(&c, 6, 10), ids(IN(&c, 6), 10);
+    OUT(&c, 6, 10), c.attrs.f[PLAN_AF_SCALE] = 3, c.attrs.i[PLAN_AI_MODE] = 1, push(c);
+}
+
 int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-v")) verbose = 1;
@@ -532,7 +599,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--backend") && i + 1 < argc && !strcmp(argv[i + 1], "cpu")) on_cpu = true, i++;
         else { fprintf(stderr, "usage: gpu_kernels [-v] [--op NAME] [--backend cpu]\n"); return 2; }
     }
-    products(), elementwise(), rows(), losses(), movement(), embeddings(), windows(), optimizers();
+    products(), elementwise(), rows(), losses(), movement(), embeddings(), windows(), optimizers(), imported();
     char err[1024];
     if (on_cpu) {
         rt_backend *b = rt_backend_cpu_init(1, 1, 1, 60, 0, err, sizeof err);

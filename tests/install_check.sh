@@ -24,6 +24,12 @@ for p in plancc plandump planrun; do
 done
 if [ -f "$src/tools/plancc-import" ]; then
   [ -x "$bin/plancc-import" ] && ok "installed plancc-import" || bad "installed plancc-import"
+  # The installed importer finds its package under share/plancc and imports a model.
+  if /usr/bin/python3 -c 'import torch' 2>/dev/null; then
+    if "$bin/plancc-import" torch "$src/tests/import_ok/lookups.py:make" -o "$tmp/imported.json" >"$tmp/import.log" 2>&1 &&
+       "$bin/plancc" --check "$tmp/imported.json" >/dev/null 2>&1; then ok "installed plancc-import imports a model plancc accepts"
+    else cat "$tmp/import.log"; bad "installed plancc-import imports a model plancc accepts"; fi
+  fi
 fi
 
 # plancc finds --cluster dgx-a100 by name in the installed share folder (beside its bin/), not in

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The JSON Schemas and the C loaders must agree: every model or cluster the schema rejects
 (tests/schema_bad/model-*.json, cluster-*.json) plancc rejects too (exit 2), and every one the
-schema accepts (tests/schema_good/*.json, models/*.json, models/clusters/*.json) plancc accepts
+schema accepts (tests/schema_good/*.json, models/*.json, tests/models/*.json, models/clusters/*.json) plancc accepts
 (exit 0). validate_schemas.py proves the schema side; this proves plancc's.
 
 usage: schema_drift.py PLANCC SOURCE_ROOT
@@ -16,6 +16,7 @@ passed = failed = 0
 cases = [(f, 2) for f in sorted(glob.glob(os.path.join(root, "tests", "schema_bad", "model-*.json")))]
 cases += [(f, 0) for f in sorted(glob.glob(os.path.join(root, "tests", "schema_good", "*.json")))]
 cases += [(f, 0) for f in sorted(glob.glob(os.path.join(root, "models", "*.json")))]
+cases += [(f, 0) for f in sorted(glob.glob(os.path.join(root, "tests", "models", "*.json")))]
 cases += [(f, 2) for f in sorted(glob.glob(os.path.join(root, "tests", "schema_bad", "cluster-*.json")))]
 cases += [(f, 0) for f in sorted(glob.glob(os.path.join(root, "models", "clusters", "*.json")))]
 mlp = os.path.join(root, "models", "mlp.json")

@@ -909,7 +909,7 @@ static void errors_shapes(void) {
     refused(adamw0, "step 0");
     refused((call){.op = OP_SGD, .a.f[PLAN_AF_MOMENTUM] = 0.9, .nin = 2, .in = {zeros(1, 2), zeros(1, 2)}}, "momentum");
     refused(c3(OP_ATTENTION, none, zeros(4, 1, 2, 1, 2), zeros(4, 1, 3, 1, 2), zeros(4, 1, 2, 1, 2), zeros(4, 1, 2, 1, 2)),
-            "input 1 is [1,3,1,2]");
+            "the values is [1,2,1,2] but should be [1,3,1,2]");
     refused(c1(OP_DROPOUT, (plan_attrs){.f[PLAN_AF_P] = 1}, zeros(1, 2), zeros(1, 2)), "p = 1");
     refused(c3(OP_LAYERNORM, none, zeros(2, 2, 4), zeros(1, 4), zeros(1, 3), zeros(2, 2, 4)), "input 2 is [3] but should be [4]");
     plan_attrs ghost4 = {.f[PLAN_AF_EPS] = 1e-5, .i[PLAN_AI_GHOST] = 4};
@@ -918,6 +918,247 @@ static void errors_shapes(void) {
     refused((call){.op = OP_BATCHNORM_GRAD_W, .a = ghost4, .nin = 2, .in = {zeros(4, 2, 2, 1, 1), zeros(4, 2, 2, 1, 1)}, .nout = 2,
                    .out = {zeros(1, 2), zeros(1, 2)}},
             "input 1 has 2 samples, not whole ghost batch groups of 4");
+}
+
+/* ---- the operators of imported models (runtime/ops.def's last section) ---- */
+
+static void runc(call c) { run(&c); }
+
+// Unary math: (dy, x) -> dy f'(x) against central differences, on x in a domain where f is
+// smooth (positive for log, sqrt, rsqrt and pow).
+static void grad_unary_math(uint32_t op, uint32_t grad_op, double exponent) {
+    tensor *x = randu(2, 4, 5);
+    bool positive = op == OP_LOG || op == OP_SQRT || op == OP_RSQRT || op == OP_POW;
+    for (int64_t e = 0; e < x->n; e++) x->d[e] = positive ? 1 + 0.5 * x->d[e] : 2 * x->d[e];
+    plan_attrs a = {.f[PLAN_AF_SCALE] = exponent};
+    call f = {.op = op, .a = a, .nin = 1, .in = {x}, .nout = 1, .out = {zeros(2, 4, 5)}};
+    tensor *dy[1], *dx = zeros_like(x);
+    run(&f);
+    upstream(&f, dy);
+    run(&(call){.op = grad_op, .a = a, .nin = 2, .in = {dy[0], x}, .nout = 1, .out = {dx}});
+    gradcheck(op_names[op], &f, dy, 0, dx);
+}
+
+// The forward values of the unary math against libm, one element each.
+static void unary_values(void) {
+    static const struct { uint32_t op; double x, e, want; } v[] = {
+        {OP_SIGMOID, 0.3, 0, 0.574442516811659}, {OP_TANH, 0.3, 0, 0.291312612451591}, {OP_EXP, 0.3, 0, 1.349858807576003},
+        {OP_LOG, 0.3, 0, -1.203972804325936}, {OP_GELU_ERF, 0.3, 0, 0.185373426656686}, {OP_RSQRT, 0.25, 0, 2},
+        {OP_SQRT, 0.25, 0, 0.5}, {OP_ERF, 0.3, 0, 0.328626759459127}, {OP_SIN, 0.3, 0, 0.295520206661340}, {OP_COS, 0.3, 0, 0.955336489125606}, {OP_POW, 3, 2, 9}};
+    for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
+        tensor *x = zeros(1, 1), *y = zeros(1, 1);
+        x->d[0] = v[i].x;
+        runc(c1(v[i].op, (plan_attrs){.f[PLAN_AF_SCALE] = v[i].e}, x, y));
+        if (fabs(y->d[0] - v[i].want) > 1e-12) fprintf(stderr, "%s(%g) = %.15g, want %.15g\n", op_names[v[i].op], v[i].x, y->d[0], v[i].want);
+        EXPECT(fabs(y->d[0] - v[i].want) <= 1e-12);
+    }
+}
+
+// a [2,3,4] and b [2,4] mapped to a's axes 0 and 2 (attrs perm 1,3): the gradients exactly as
+// autodiff wires them (add: dy and reduce_sum(dy); mul: mul(dy, b) and reduce_sum(mul(dy, a));
+// sub: dy and -reduce_sum(dy); div: div(dy, b) and -reduce_sum(div(mul(dy, y), b))).
+static void grad_mapped(uint32_t op) {
+    plan_attrs m = {.perm = {1, 3}}, none = {0};
+    tensor *a = randu(3, 2, 3, 4), *b = randu(2, 2, 4), *y = zeros(3, 2, 3, 4);
+    if (op == OP_DIV)
+        for (int64_t e = 0; e < b->n; e++) b->d[e] = 1.5 + 0.5 * b->d[e];
+    call f = c2(op, m, a, b, y);
+    tensor *dy[1], *da = zeros_like(a), *db = zeros_like(b), *t = zeros_like(a), *u = zeros_like(a);
+    run(&f);
+    upstream(&f, dy);
+    tensor *ysaved = copy_of(y);
+    switch (op) {
+    case OP_ADD: case OP_SUB:
+        memcpy(da->d, dy[0]->d, sizeof(double) * (size_t)da->n);
+        runc(c1(OP_REDUCE_SUM, m, dy[0], db));
+        break;
+    case OP_MUL:
+        runc(c2(OP_MUL, m, dy[0], b, da));
+        runc(c2(OP_MUL, none, dy[0], a, t));
+        runc(c1(OP_REDUCE_SUM, m, t, db));
+        break;
+    default:
+        runc(c2(OP_DIV, m, dy[0], b, da));
+        runc(c2(OP_MUL, none, dy[0], ysaved, t));
+        runc(c2(OP_DIV, m, t, b, u));
+        runc(c1(OP_REDUCE_SUM, m, u, db));
+        break;
+    }
+    if (op == OP_SUB || op == OP_DIV)
+        for (int64_t e = 0; e < db->n; e++) db->d[e] = -db->d[e];
+    gradcheck(op_names[op], &f, dy, 0, da);
+    gradcheck(op_names[op], &f, dy, 1, db);
+}
+
+// masked_fill: a mask [3] over x [2,3,4]'s axis 1 (perm 2); the gradient is masked_fill of dy with 0.
+static void grad_masked_fill(void) {
+    plan_attrs m = {.perm = {2}, .f[PLAN_AF_SCALE] = -7}, m0 = {.perm = {2}};
+    tensor *x = randu(3, 2, 3, 4), *mask = zeros(1, 3), *y = zeros(3, 2, 3, 4), *dy[1], *dx = zeros_like(x);
+    mask->d[1] = 1;
+    call f = c2(OP_MASKED_FILL, m, x, mask, y);
+    run(&f);
+    EXPECT(y->d[4] == -7 && y->d[0] == x->d[0] && y->d[8] == x->d[8]);
+    upstream(&f, dy);
+    runc(c2(OP_MASKED_FILL, m0, dy[0], mask, dx));
+    gradcheck("masked_fill", &f, dy, 0, dx);
+}
+
+// sum, mean, max over axes 0 and 2 of [2,3,4] (output [3], perm 2); expand back. Gradients:
+// sum -> expand; mean -> expand then scale 1/8; max -> max_grad; expand -> reduce_sum.
+static void grad_reduce(uint32_t op) {
+    plan_attrs m = {.perm = {2}};
+    tensor *x = randu(3, 2, 3, 4), *y = zeros(1, 3), *dy[1], *dx = zeros_like(x);
+    call f = c1(op, m, x, y);
+    run(&f);
+    upstream(&f, dy);
+    if (op == OP_MAX) {
+        runc(c2(OP_MAX_GRAD, m, dy[0], x, dx));
+    } else {
+        runc(c1(OP_EXPAND, m, dy[0], dx));
+        if (op == OP_MEAN) runc(c1(OP_SCALE, (plan_attrs){.f[PLAN_AF_SCALE] = 1.0 / 8}, copy_of(dx), dx));
+    }
+    gradcheck(op_names[op], &f, dy, 0, dx);
+    tensor *xs = randu(1, 3), *ys = zeros(3, 2, 3, 4), *dxs = zeros_like(xs);
+    call e = c1(OP_EXPAND, m, xs, ys);
+    run(&e);
+    upstream(&e, dy);
+    runc(c1(OP_REDUCE_SUM, m, dy[0], dxs));
+    gradcheck("expand", &e, dy, 0, dxs);
+}
+
+// A mean over a split reduced axis: the pieces' outputs add up to the whole's (the count is the
+// logical one); one_hot's class axis in pieces is the whole's columns.
+static void split_reduce(void) {
+    plan_attrs m = {.perm = {2}};
+    tensor *x = randu(3, 4, 3, 2), *y = zeros(1, 3), *sum = zeros(1, 3);
+    runc(c1(OP_MEAN, m, x, y));
+    for (int k = 0; k < 2; k++) {
+        tensor *xp = piece(x, 0, k ? 1 : 0, k ? 4 : 1), *yp = zeros(1, 3);
+        runc(c1(OP_MEAN, m, xp, yp));
+        for (int j = 0; j < 3; j++) sum->d[j] += yp->d[j];
+    }
+    EXPECT(close_to(sum, y, 1e-12));
+    tensor *id = ids(5, 1, 6), *oh = zeros(2, 6, 5), *ohp = zeros(2, 6, 3);
+    runc(c1(OP_ONE_HOT, (plan_attrs){0}, id, oh));
+    ohp->full[1] = 5, ohp->start[1] = 2;
+    runc(c1(OP_ONE_HOT, (plan_attrs){0}, id, ohp));
+    for (int i = 0; i < 6; i++) {
+        EXPECT(oh->d[i * 5 + id->i[i]] == 1);
+        for (int j = 0; j < 3; j++) EXPECT(ohp->d[i * 3 + j] == oh->d[i * 5 + 2 + j]);
+    }
+    tensor *ne = zeros(1, 6);
+    runc(c1(OP_NE, (plan_attrs){.f[PLAN_AF_SCALE] = id->i[0]}, id, ne));
+    for (int i = 0; i < 6; i++) EXPECT(ne->d[i] == (id->i[i] != id->i[0]));
+}
+
+// cross_entropy with ignore_index (mode bit 1; -100 here) and as a sum (bit 2): ignored rows count
+// nothing and get no gradient.
+static void grad_ce_modes(int64_t mode) {
+    plan_attrs a = {.f[PLAN_AF_SCALE] = -100, .i[PLAN_AI_MODE] = mode};
+    tensor *logits = randu(3, 2, 3, 5), *lab = ids(5, 2, 2, 3), *dy[1], *dl = zeros_like(logits);
+    lab->i[1] = lab->i[4] = -100;
+    call ce = {.op = OP_CROSS_ENTROPY, .a = a, .nin = 2, .in = {logits, lab}, .nout = 1, .out = {zeros(0)}};
+    run(&ce);
+    upstream(&ce, dy);
+    run(&(call){.op = OP_CROSS_ENTROPY_GRAD, .a = a, .nin = 3, .in = {dy[0], logits, lab}, .nout = 1, .out = {dl}});
+    gradcheck("cross_entropy (ignore_index)", &ce, dy, 0, dl);
+    for (int j = 0; j < 5; j++) EXPECT(dl->d[5 + j] == 0 && dl->d[20 + j] == 0);
+}
+
+// topk over rows of 6, k = 2: the two largest, largest first, their indices; the gradient through
+// the values scatters dy back to those indices.
+static void grad_topk(void) {
+    tensor *x = randu(2, 3, 6), *v = zeros(2, 3, 2), *ix = ids(6, 2, 3, 2), *dy[2], *dx = zeros_like(x);
+    call f = {.op = OP_TOPK, .nin = 1, .in = {x}, .nout = 2, .out = {v, ix}};
+    run(&f);
+    for (int r = 0; r < 3; r++) {
+        int best = 0;
+        for (int e = 1; e < 6; e++) best = x->d[r * 6 + e] > x->d[r * 6 + best] ? e : best;
+        EXPECT(ix->i[r * 2] == best && v->d[r * 2] == x->d[r * 6 + best] && v->d[r * 2 + 1] <= v->d[r * 2]);
+    }
+    upstream(&f, dy);
+    dy[1] = zeros(2, 3, 2); // the indices get no gradient
+    runc(c2(OP_TOPK_GRAD, (plan_attrs){0}, dy[0], ix, dx));
+    gradcheck("topk", &f, dy, 0, dx);
+}
+
+// The general attention: cross (s 3, t 4), grouped-query (4 query heads over 2 kv heads), value
+// width 5 unlike d 3, a bias [n,s,t] (attrs perm 2,3,4 of the scores' [b,n,s,t]), causal or not,
+// a scale: dq, dk, dv, dbias against central differences; and a split of the query heads (the
+// second pair, reading kv head 1 of the whole keys) computes the same rows.
+static void grad_attention_general(bool causal) {
+    plan_attrs a = {.f[PLAN_AF_SCALE] = 0.6, .i[PLAN_AI_CAUSAL] = causal, .perm = {2, 3, 4}};
+    tensor *q = randu(4, 2, 3, 4, 3), *k = randu(4, 2, 4, 2, 3), *v = randu(4, 2, 4, 2, 5), *bias = randu(3, 4, 3, 4);
+    call f = {.op = OP_ATTENTION, .a = a, .nin = 4, .in = {q, k, v, bias}, .nout = 1, .out = {zeros(4, 2, 3, 4, 5)}};
+    tensor *dy[1], *dq = zeros_like(q), *dk = zeros_like(k), *dv = zeros_like(v), *db = zeros_like(bias);
+    run(&f);
+    upstream(&f, dy);
+    run(&(call){.op = OP_ATTENTION_GRAD, .a = a, .nin = 5, .in = {dy[0], q, k, v, bias}, .nout = 3, .out = {dq, dk, dv}});
+    run(&(call){.op = OP_ATTENTION_GRAD_BIAS, .a = a, .nin = 5, .in = {dy[0], q, k, v, bias}, .nout = 1, .out = {db}});
+    const char *what = causal ? "attention (cross, GQA, bias, causal)" : "attention (cross, GQA, bias)";
+    for (int i = 0; i < 4; i++) gradcheck(what, &f, dy, i, (tensor *[]){dq, dk, dv, db}[i]);
+    tensor *qp = piece(q, 2, 2, 4), *bp = piece(bias, 0, 2, 4), *yp = zeros(4, 2, 3, 2, 5);
+    call part = {.op = OP_ATTENTION, .a = a, .nin = 4, .in = {qp, k, v, bp}, .nout = 1, .out = {yp}};
+    run(&part);
+    f.out[0] = zeros(4, 2, 3, 4, 5); // gradcheck left the last perturbed forward in the old one
+    run(&f);
+    EXPECT(close_to(yp, piece(f.out[0], 2, 2, 4), 1e-12));
+}
+
+// gather along axis 1 of x [2,5,3] with idx [2,4,3], and index_select of rows [3,0,3,1] of x's
+// axis 1: the gradients (scatter-adds, a row picked twice gets both) against central
+// differences, and the values against x read by hand.
+static void grad_gather(bool sel) {
+    plan_attrs a = {.i[PLAN_AI_AXIS] = 1};
+    tensor *x = randu(3, 2, 5, 3), *idx = sel ? ids(5, 1, 4) : ids(5, 3, 2, 4, 3), *y = zeros(3, 2, 4, 3), *dy[1], *dx = zeros_like(x);
+    if (sel) idx->i[0] = 3, idx->i[1] = 0, idx->i[2] = 3, idx->i[3] = 1;
+    call f = c2(sel ? OP_INDEX_SELECT : OP_GATHER, a, x, idx, y);
+    run(&f);
+    for (int b = 0; b < 2; b++)
+        for (int i = 0; i < 4; i++)
+            for (int k = 0; k < 3; k++) {
+                int r = sel ? idx->i[i] : idx->i[(b * 4 + i) * 3 + k];
+                EXPECT(y->d[(b * 4 + i) * 3 + k] == x->d[(b * 5 + r) * 3 + k]);
+            }
+    upstream(&f, dy);
+    runc(c2(sel ? OP_INDEX_SELECT_GRAD : OP_GATHER_GRAD, a, dy[0], idx, dx));
+    gradcheck(sel ? "index_select" : "gather", &f, dy, 0, dx);
+}
+
+static void gradients_ext(void) {
+    static const uint32_t un[][2] = {{OP_SIGMOID, OP_SIGMOID_GRAD}, {OP_TANH, OP_TANH_GRAD}, {OP_EXP, OP_EXP_GRAD},
+                                     {OP_LOG, OP_LOG_GRAD}, {OP_GELU_ERF, OP_GELU_ERF_GRAD}, {OP_RSQRT, OP_RSQRT_GRAD},
+                                     {OP_SQRT, OP_SQRT_GRAD}, {OP_SIN, OP_SIN_GRAD}, {OP_COS, OP_COS_GRAD},
+                                     {OP_ERF, OP_ERF_GRAD}};
+    for (size_t i = 0; i < sizeof un / sizeof un[0]; i++) grad_unary_math(un[i][0], un[i][1], 0);
+    grad_unary_math(OP_POW, OP_POW_GRAD, 2);
+    grad_unary_math(OP_POW, OP_POW_GRAD, -0.5);
+    unary_values();
+    grad_mapped(OP_ADD);
+    grad_mapped(OP_MUL);
+    grad_mapped(OP_SUB);
+    grad_mapped(OP_DIV);
+    grad_masked_fill();
+    grad_reduce(OP_SUM);
+    grad_reduce(OP_MEAN);
+    grad_reduce(OP_MAX);
+    split_reduce();
+    grad_ce_modes(1);
+    grad_ce_modes(3);
+    grad_topk();
+    grad_gather(false);
+    grad_gather(true);
+    refused(c2(OP_INDEX_SELECT, (plan_attrs){.i[PLAN_AI_AXIS] = 0}, zeros(1, 3), ids(9, 1, 2), zeros(1, 2)), "outside [0, 3)");
+    grad_attention_general(false);
+    grad_attention_general(true);
+    plan_attrs m = {.perm = {1, 3}};
+    refused(c2(OP_SUB, m, zeros(3, 2, 3, 4), zeros(2, 3, 4), zeros(3, 2, 3, 4)), "not input 0 [2,3,4] with axes left out");
+    refused(c1(OP_SUM, (plan_attrs){.perm = {2}}, zeros(3, 2, 3, 4), zeros(1, 4)), "output 0 is [4]");
+    refused(c1(OP_ONE_HOT, (plan_attrs){0}, ids(9, 1, 2), zeros(2, 2, 3)), "outside [0, 3)");
+    tensor *bad = ids(5, 2, 2, 3);
+    bad->i[0] = -100;
+    refused(c2(OP_CROSS_ENTROPY, (plan_attrs){.f[PLAN_AF_SCALE] = -1, .i[PLAN_AI_MODE] = 1}, zeros(3, 2, 3, 5), bad, zeros(0)),
+            "label -100");
 }
 
 int main(void) {
@@ -930,6 +1171,7 @@ int main(void) {
     normals();
     errors_views();
     errors_shapes();
+    gradients_ext();
     // Every operator ran in both precisions and agreed.
     for (int op = 0; op < OP_COUNT; op++) {
         if (!covered[op]) fprintf(stderr, "operator %s never ran in the f32 against f64 check\n", op_names[op]);

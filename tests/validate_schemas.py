@@ -248,6 +248,7 @@ def main():
             report(True, what, f"rejected as expected: {err[0]}: {err[1]}")
 
     models = sorted(glob.glob(os.path.join(root, "models", "*.json")))
+    models += sorted(glob.glob(os.path.join(root, "tests", "models", "*.json")))  # the test suites' own models
     if not models:
         print("note models/*.json: no model files yet")
     for path in models:

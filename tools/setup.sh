@@ -16,7 +16,8 @@ need=(
   valgrind                             # the bad-input corpus also runs under memcheck
   clang-14 libclang-rt-14-dev          # tests/fuzz: libFuzzer harnesses (without them the fuzz suite is not built)
   python3-torch                        # tools/torch_ref.py: the PyTorch reference of gpt-tiny (Debian's 1.13;
-                                       # without it the script exits 77, meson's skip)
+                                       # without it the script exits 77, meson's skip); tools/plancc-import torch
+  python3-onnx                         # tools/plancc-import onnx: graphs exported by torch.onnx.export
 )
 
 missing=()

@@ -1,67 +1,104 @@
 /*
- * cpu/attention.c: the CPU backend's attention, forward and backward. q, k, v [b,s,n,d] (n heads
- * of size d) -> softmax(scale q k^T) v per (batch, head), scale = attrs scale or, when that is 0
- * (the compiler never sets it), 1/sqrt(d); causal (attrs causal) masks keys after the query.
- * Each (batch, head) is an [s,d] matrix with row stride n d, so the products are strided GEMMs.
- * The backward recomputes the probabilities; scratch is two s x s matrices per call.
+ * cpu/attention.c: the CPU backend's attention, forward and backward, in its general form:
+ * q [b,s,n,d], k [b,t,m,d], v [b,t,m,e] -> y [b,s,n,e], y = softmax(scale q k^T + bias) v per
+ * (batch, query head), where
+ *   - the key/value length t may differ from the query length s (cross-attention);
+ *   - n query heads share m key/value heads, n a multiple of m (grouped-query attention): query
+ *     head h (global index, from q's view start) reads kv head h / (n/m) (global; the local one
+ *     from k's view start), so a split of the query heads over ranks that keep every kv head,
+ *     or split the kv heads alike, computes the same;
+ *   - scale is attrs scale, or 1/sqrt(d) when that is 0;
+ *   - causal (attrs causal) masks key j > query i (top-left aligned, PyTorch's is_causal);
+ *   - an optional fourth input is an additive bias whose axes are some of the scores' [b,n,s,t]
+ *     (attrs perm, cpu_map_strides: padding masks, relative position biases, pair biases).
+ * Each (batch, head) is a matrix with a row stride of heads x width, so the products are strided
+ * GEMMs. The backward recomputes the probabilities: attention_grad (dy, q, k, v[, bias]) ->
+ * dq, dk, dv (dk and dv summed over the query heads that share them: zeroed first unless
+ * accumulating), attention_grad_bias (dy, q, k, v, bias) -> dbias (dS summed over the axes the
+ * bias lacks). Scratch is two s x t matrices per call.
  */
 #include "cpu.h"
 
 #include <stdlib.h>
 
 typedef struct attn_geom {
-    int64_t b, s, n, d, ld;
+    int64_t b, s, t, n, m, d, e;
+    int64_t group, q_head0, k_head0, kv_heads; // global: query heads per kv head, first heads held
+    int64_t bst[4];                            // the bias's strides along [b,n,s,t] (0: absent)
+    const real *bias;
     real scale;
     bool causal;
 } attn_geom;
 
-// Every operand is [b,s,n,d] like input `ref`.
-static int attn_check(kctx *c, uint32_t ref, attn_geom *g) {
-    const rt_view *q = &c->in[ref];
-    if (cpu_rank_is(c, ref ? "input 1" : "input 0", q, 4, "[b,s,n,d]")) return -1;
-    for (uint32_t i = 0; i < c->nin + c->nout; i++) {
-        const rt_view *v = i < c->nin ? &c->in[i] : &c->out[i - c->nin];
-        char what[32];
-        snprintf(what, sizeof what, "%s %u", i < c->nin ? "input" : "output", i < c->nin ? i : i - c->nin);
-        if (cpu_expect(c, what, v, cpu_shape_of(q))) return -1;
+static int attn_check(kctx *c, uint32_t qi, attn_geom *g) {
+    const rt_view *q = &c->in[qi], *k = &c->in[qi + 1], *v = &c->in[qi + 2];
+    const rt_view *y = qi ? &c->in[0] : &c->out[0];
+    if (cpu_rank_is(c, "the query", q, 4, "[b,s,n,d]") || cpu_rank_is(c, "the keys", k, 4, "[b,t,m,d]") ||
+        cpu_rank_is(c, "the values", v, 4, "[b,t,m,e]") || cpu_rank_is(c, qi ? "dy" : "output 0", y, 4, "[b,s,n,e]"))
+        return -1;
+    *g = (attn_geom){.b = q->shape[0], .s = q->shape[1], .n = q->shape[2], .d = q->shape[3], .t = k->shape[1], .m = k->shape[2],
+                     .e = v->shape[3], .q_head0 = q->start[2], .k_head0 = k->start[2], .kv_heads = k->full[2]};
+    if (cpu_expect(c, "the keys", k, (kshape){4, {g->b, g->t, g->m, g->d}}) || cpu_expect(c, "the values", v, (kshape){4, {g->b, g->t, g->m, g->e}}) ||
+        cpu_expect(c, qi ? "dy" : "output 0", y, (kshape){4, {g->b, g->s, g->n, g->e}}))
+        return -1;
+    if (g->kv_heads <= 0 || q->full[2] % g->kv_heads != 0)
+        return cpu_fail(c, "%lld query heads are not a multiple of %lld kv heads", (long long)q->full[2], (long long)g->kv_heads);
+    g->group = q->full[2] / g->kv_heads;
+    for (int64_t h = 0; h < g->n; h++) {
+        int64_t kv = (g->q_head0 + h) / g->group - g->k_head0;
+        if (kv < 0 || kv >= g->m)
+            return cpu_fail(c, "query head %lld reads kv head %lld, which this piece of the keys (heads %lld..%lld) does not hold",
+                            (long long)(g->q_head0 + h), (long long)(kv + g->k_head0), (long long)g->k_head0, (long long)(g->k_head0 + g->m - 1));
+    }
+    uint32_t bi = qi + 3;
+    if (bi < c->nin) {
+        rt_view scores = {.rank = 4, .shape = {g->b, g->n, g->s, g->t}};
+        if (cpu_map(c, &scores, "the scores [b,n,s,t]", &c->in[bi], "the bias", g->bst)) return -1;
+        g->bias = cpu_r(&c->in[bi]);
     }
     double sc = c->a->f[PLAN_AF_SCALE];
-    *g = (attn_geom){.b = q->shape[0], .s = q->shape[1], .n = q->shape[2], .d = q->shape[3], .ld = q->shape[2] * q->shape[3],
-                     .scale = (real)(sc != 0 ? sc : 1 / sqrt((double)(q->shape[3] > 0 ? q->shape[3] : 1))),
-                     .causal = c->a->i[PLAN_AI_CAUSAL] != 0};
+    g->scale = (real)(sc != 0 ? sc : 1 / sqrt((double)(g->d > 0 ? g->d : 1)));
+    g->causal = c->a->i[PLAN_AI_CAUSAL] != 0;
     return 0;
 }
 
-// p [s,s] = softmax(scale q k^T) of one head, keys after the query masked out when causal.
-static void attn_probs(const attn_geom *g, const real *q, const real *k, real *p) {
-    int64_t s = g->s;
-    cpu_gemm(false, true, s, s, g->d, g->scale, q, g->ld, k, g->ld, 0, p, s);
+// p [s,t] = softmax(scale q k^T + bias) of batch bi, query head h (kv head kv).
+static void attn_probs(const attn_geom *g, const real *q, const real *k, int64_t bi, int64_t h, real *p) {
+    int64_t s = g->s, t = g->t;
+    cpu_gemm(false, true, s, t, g->d, g->scale, q, g->n * g->d, k, g->m * g->d, 0, p, t);
     for (int64_t i = 0; i < s; i++) {
-        real *row = p + i * s;
-        int64_t len = g->causal ? i + 1 : s;
-        real m = row[0];
-        for (int64_t j = 1; j < len; j++) m = row[j] > m ? row[j] : m;
+        real *row = p + i * t;
+        if (g->bias) {
+            const real *br = g->bias + bi * g->bst[0] + h * g->bst[1] + i * g->bst[2];
+            for (int64_t j = 0; j < t; j++) row[j] += br[j * g->bst[3]];
+        }
+        int64_t len = g->causal ? (i + 1 < t ? i + 1 : t) : t;
+        real mx = row[0];
+        for (int64_t j = 1; j < len; j++) mx = row[j] > mx ? row[j] : mx;
         double sum = 0;
-        for (int64_t j = 0; j < len; j++) sum += row[j] = R_EXP(row[j] - m);
+        for (int64_t j = 0; j < len; j++) sum += row[j] = R_EXP(row[j] - mx);
         real inv = (real)(1 / sum);
         for (int64_t j = 0; j < len; j++) row[j] *= inv;
-        for (int64_t j = len; j < s; j++) row[j] = 0;
+        for (int64_t j = len; j < t; j++) row[j] = 0;
     }
 }
 
-// (q, k, v) -> softmax(scale q k^T) v.
+static int64_t attn_kv(const attn_geom *g, int64_t h) { return (g->q_head0 + h) / g->group - g->k_head0; }
+
+// (q, k, v[, bias]) -> softmax(scale q k^T + bias) v.
 int CPU_KERNEL(attention)(kctx *c) {
     attn_geom g;
     if (attn_check(c, 0, &g)) return -1;
-    real *p = cpu_scratch(c, g.s * g.s);
+    real *p = cpu_scratch(c, g.s * g.t);
     if (!p) return -1;
     const real *Q = cpu_r(&c->in[0]), *K = cpu_r(&c->in[1]), *V = cpu_r(&c->in[2]);
     real *Y = cpu_r(&c->out[0]);
     for (int64_t bi = 0; bi < g.b; bi++)
         for (int64_t h = 0; h < g.n; h++) {
-            int64_t off = bi * g.s * g.ld + h * g.d;
-            attn_probs(&g, Q + off, K + off, p);
-            cpu_gemm(false, false, g.s, g.d, g.s, 1, p, g.s, V + off, g.ld, cpu_beta(c), Y + off, g.ld);
+            int64_t kv = attn_kv(&g, h);
+            attn_probs(&g, Q + bi * g.s * g.n * g.d + h * g.d, K + bi * g.t * g.m * g.d + kv * g.d, bi, h, p);
+            cpu_gemm(false, false, g.s, g.e, g.t, 1, p, g.t, V + bi * g.t * g.m * g.e + kv * g.e, g.m * g.e, cpu_beta(c),
+                     Y + bi * g.s * g.n * g.e + h * g.e, g.n * g.e);
         }
     free(p);
     return 0;
@@ -70,33 +107,65 @@ int CPU_KERNEL(attention)(kctx *c) {
 // dS = P (dP - rowsum(dP P)), in place over dp.
 static void attn_dscores(const attn_geom *g, const real *p, real *dp) {
     for (int64_t i = 0; i < g->s; i++) {
-        const real *pr = p + i * g->s;
-        real *dr = dp + i * g->s;
+        const real *pr = p + i * g->t;
+        real *dr = dp + i * g->t;
         double dot = 0;
-        for (int64_t j = 0; j < g->s; j++) dot += (double)dr[j] * pr[j];
-        for (int64_t j = 0; j < g->s; j++) dr[j] = pr[j] * (dr[j] - (real)dot);
+        for (int64_t j = 0; j < g->t; j++) dot += (double)dr[j] * pr[j];
+        for (int64_t j = 0; j < g->t; j++) dr[j] = pr[j] * (dr[j] - (real)dot);
     }
 }
 
-// (dy, q, k, v) -> (dq, dk, dv): dv = P^T dy, dP = dy v^T, dq = scale dS k, dk = scale dS^T q.
+// dS of batch bi, head h into dp (p: the probabilities, recomputed).
+static void attn_ds(const attn_geom *g, const real *DY, const real *Q, const real *K, const real *V, int64_t bi, int64_t h, real *p,
+                    real *dp) {
+    int64_t kv = attn_kv(g, h);
+    attn_probs(g, Q + bi * g->s * g->n * g->d + h * g->d, K + bi * g->t * g->m * g->d + kv * g->d, bi, h, p);
+    cpu_gemm(false, true, g->s, g->t, g->e, 1, DY + bi * g->s * g->n * g->e + h * g->e, g->n * g->e, V + bi * g->t * g->m * g->e + kv * g->e,
+             g->m * g->e, 0, dp, g->t);
+    attn_dscores(g, p, dp);
+}
+
+// (dy, q, k, v[, bias]) -> (dq, dk, dv): dv = P^T dy, dP = dy v^T, dq = scale dS k, dk = scale dS^T q.
 int CPU_KERNEL(attention_grad)(kctx *c) {
     attn_geom g;
     if (attn_check(c, 1, &g)) return -1;
-    real *p = cpu_scratch(c, 2 * g.s * g.s);
+    for (uint32_t i = 0; i < 3; i++)
+        if (cpu_like(c, i == 0 ? "dq" : i == 1 ? "dk" : "dv", &c->out[i], &c->in[1 + i])) return -1;
+    real *p = cpu_scratch(c, 2 * g.s * g.t);
     if (!p) return -1;
-    real *dp = p + g.s * g.s, beta = cpu_beta(c);
+    real *dp = p + g.s * g.t;
     const real *DY = cpu_r(&c->in[0]), *Q = cpu_r(&c->in[1]), *K = cpu_r(&c->in[2]), *V = cpu_r(&c->in[3]);
     real *DQ = cpu_r(&c->out[0]), *DK = cpu_r(&c->out[1]), *DV = cpu_r(&c->out[2]);
-    int64_t s = g.s, d = g.d, ld = g.ld;
+    cpu_clear(c, 1), cpu_clear(c, 2); // dk and dv gather the query heads of their group
     for (int64_t bi = 0; bi < g.b; bi++)
         for (int64_t h = 0; h < g.n; h++) {
-            int64_t off = bi * s * ld + h * d;
-            attn_probs(&g, Q + off, K + off, p);
-            cpu_gemm(true, false, s, d, s, 1, p, s, DY + off, ld, beta, DV + off, ld);
-            cpu_gemm(false, true, s, s, d, 1, DY + off, ld, V + off, ld, 0, dp, s);
-            attn_dscores(&g, p, dp);
-            cpu_gemm(false, false, s, d, s, g.scale, dp, s, K + off, ld, beta, DQ + off, ld);
-            cpu_gemm(true, false, s, d, s, g.scale, dp, s, Q + off, ld, beta, DK + off, ld);
+            int64_t kv = attn_kv(&g, h), qo = bi * g.s * g.n * g.d + h * g.d, ko = bi * g.t * g.m * g.d + kv * g.d;
+            attn_ds(&g, DY, Q, K, V, bi, h, p, dp);
+            // p holds the probabilities, dp now dS
+            cpu_gemm(true, false, g.t, g.e, g.s, 1, p, g.t, DY + bi * g.s * g.n * g.e + h * g.e, g.n * g.e, 1,
+                     DV + bi * g.t * g.m * g.e + kv * g.e, g.m * g.e);
+            cpu_gemm(false, false, g.s, g.d, g.t, g.scale, dp, g.t, K + ko, g.m * g.d, cpu_beta(c), DQ + qo, g.n * g.d);
+            cpu_gemm(true, false, g.t, g.d, g.s, g.scale, dp, g.t, Q + qo, g.n * g.d, 1, DK + ko, g.m * g.d);
+        }
+    free(p);
+    return 0;
+}
+
+// (dy, q, k, v, bias) -> dbias: dS summed over the axes the bias lacks.
+int CPU_KERNEL(attention_grad_bias)(kctx *c) {
+    attn_geom g;
+    if (attn_check(c, 1, &g) || cpu_like(c, "output 0", &c->out[0], &c->in[4])) return -1;
+    real *p = cpu_scratch(c, 2 * g.s * g.t);
+    if (!p) return -1;
+    real *dp = p + g.s * g.t, *DB = cpu_r(&c->out[0]);
+    const real *DY = cpu_r(&c->in[0]), *Q = cpu_r(&c->in[1]), *K = cpu_r(&c->in[2]), *V = cpu_r(&c->in[3]);
+    cpu_clear(c, 0);
+    for (int64_t bi = 0; bi < g.b; bi++)
+        for (int64_t h = 0; h < g.n; h++) {
+            attn_ds(&g, DY, Q, K, V, bi, h, p, dp);
+            real *base = DB + bi * g.bst[0] + h * g.bst[1];
+            for (int64_t i = 0; i < g.s; i++)
+                for (int64_t j = 0; j < g.t; j++) base[i * g.bst[2] + j * g.bst[3]] += dp[i * g.t + j];
         }
     free(p);
     return 0;

@@ -1,8 +1,8 @@
 /*
  * cpu.h: what the CPU backend's kernel files share; private to runtime/cpu/. The backend's
  * contract with the rest of the runtime is in rt.h. The kernels live in one file per operator
- * family (matmul.c, elementwise.c, norm.c, softmax.c, movement.c, loss.c, optim.c, conv.c,
- * attention.c, embedding.c; the list at the end of this header), dispatch.c maps operators to
+ * family (matmul.c, elementwise.c, unary.c, reduce.c, norm.c, softmax.c, movement.c, loss.c, optim.c,
+ * conv.c, attention.c, embedding.c; the list at the end of this header), dispatch.c maps operators to
  * them, and backend.c is the backend around them.
  *
  * What a kernel computes. Every operator of runtime/ops.def runs on the local pieces of its
@@ -233,6 +233,50 @@ static inline real *cpu_scratch(kctx *c, int64_t n) {
 
 static inline real cpu_sigmoid(real x) { return 1 / (1 + R_EXP(-x)); }
 
+// The axis map of a broadcast or a reduction (attrs perm, runtime/ops.def's last section: perm[j]
+// is 1 + the axis of `big` that axis j of `small` is; all zeros: small is big's last axes). Sets
+// st[i] to the stride in `small` of big's axis i (0 where small lacks it) and returns 0, or -1
+// when small's local shape does not fit big's at those axes.
+static inline int cpu_map_strides(const plan_attrs *a, const rt_view *big, const rt_view *small, int64_t *st) {
+    bool given = false;
+    for (int i = 0; i < PLAN_MAX_RANK; i++) given |= a->perm[i] != 0;
+    if (small->rank > big->rank) return -1;
+    for (int i = 0; i < big->rank; i++) st[i] = 0;
+    int64_t s = 1;
+    int last = big->rank;
+    for (int j = small->rank - 1; j >= 0; j--) {
+        int ax = given ? a->perm[j] - 1 : big->rank - small->rank + j;
+        if (ax < 0 || ax >= last || big->shape[ax] != small->shape[j]) return -1;
+        st[ax] = s;
+        s *= small->shape[j];
+        last = ax;
+    }
+    return 0;
+}
+
+// The same, failing with a message naming the operands.
+static inline int cpu_map(kctx *c, const rt_view *big, const char *bname, const rt_view *small, const char *sname, int64_t *st) {
+    if (!cpu_map_strides(c->a, big, small, st)) return 0;
+    return cpu_fail(c, "%s is %s, which is not %s %s with axes left out (as attrs perm maps them)", sname, CPU_SHAPE(small), bname,
+                    CPU_SHAPE(big));
+}
+
+// Visits big's elements in order: i its flat index, k the flat index in `small` (strides st from
+// cpu_map_strides).
+#define CPU_FOR_MAPPED(big, st, i, k, body)                                                        \
+    do {                                                                                           \
+        int64_t idx_[PLAN_MAX_RANK] = {0}, k = 0, n_ = cpu_numel(big);                            \
+        for (int64_t i = 0; i < n_; i++) {                                                         \
+            body;                                                                                  \
+            for (int d_ = (big)->rank - 1; d_ >= 0; d_--) {                                        \
+                k += (st)[d_];                                                                     \
+                if (++idx_[d_] < (big)->shape[d_]) break;                                          \
+                k -= (st)[d_] * (big)->shape[d_];                                                  \
+                idx_[d_] = 0;                                                                      \
+            }                                                                                      \
+        }                                                                                          \
+    } while (0)
+
 /* ---- the kernels, by file (dispatch.c maps operators to them) ---- */
 
 // matmul.c: dense products
@@ -296,9 +340,27 @@ int CPU_KERNEL(maxpool_grad)(kctx *c);
 int CPU_KERNEL(avgpool)(kctx *c);
 int CPU_KERNEL(avgpool_grad)(kctx *c);
 
+// unary.c: sigmoid, tanh, exp, log, gelu_erf, rsqrt, sqrt, sin, cos, pow and their gradients
+int CPU_KERNEL(unary)(kctx *c);
+int CPU_KERNEL(unary_grad)(kctx *c);
+
+// reduce.c: sum, mean, max, expand, max_grad, masked_fill, sub, div; ne, one_hot, topk, gather
+int CPU_KERNEL(reduce)(kctx *c);
+int CPU_KERNEL(expand)(kctx *c);
+int CPU_KERNEL(max_grad)(kctx *c);
+int CPU_KERNEL(masked_fill)(kctx *c);
+int CPU_KERNEL(sub_div)(kctx *c);
+int CPU_KERNEL(ne)(kctx *c);
+int CPU_KERNEL(one_hot)(kctx *c);
+int CPU_KERNEL(topk)(kctx *c);
+int CPU_KERNEL(topk_grad)(kctx *c);
+int CPU_KERNEL(gather)(kctx *c);
+int CPU_KERNEL(gather_grad)(kctx *c);
+
 // attention.c: attention
 int CPU_KERNEL(attention)(kctx *c);
 int CPU_KERNEL(attention_grad)(kctx *c);
+int CPU_KERNEL(attention_grad_bias)(kctx *c);
 
 // embedding.c: embeddings
 int CPU_KERNEL(embedding)(kctx *c);

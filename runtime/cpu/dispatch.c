@@ -92,6 +92,45 @@ static kernel_fn *const kernels[CPU_OP_COUNT] = {
     [CPU_OP_BCE_LOGITS_GRAD] = CPU_KERNEL(pointwise_loss_grad),
     [CPU_OP_SGD] = CPU_KERNEL(sgd),
     [CPU_OP_ADAMW] = CPU_KERNEL(adamw),
+    [CPU_OP_SUB] = CPU_KERNEL(sub_div),
+    [CPU_OP_DIV] = CPU_KERNEL(sub_div),
+    [CPU_OP_MASKED_FILL] = CPU_KERNEL(masked_fill),
+    [CPU_OP_SIGMOID] = CPU_KERNEL(unary),
+    [CPU_OP_TANH] = CPU_KERNEL(unary),
+    [CPU_OP_EXP] = CPU_KERNEL(unary),
+    [CPU_OP_LOG] = CPU_KERNEL(unary),
+    [CPU_OP_GELU_ERF] = CPU_KERNEL(unary),
+    [CPU_OP_RSQRT] = CPU_KERNEL(unary),
+    [CPU_OP_SQRT] = CPU_KERNEL(unary),
+    [CPU_OP_SIN] = CPU_KERNEL(unary),
+    [CPU_OP_COS] = CPU_KERNEL(unary),
+    [CPU_OP_POW] = CPU_KERNEL(unary),
+    [CPU_OP_NE] = CPU_KERNEL(ne),
+    [CPU_OP_SUM] = CPU_KERNEL(reduce),
+    [CPU_OP_MEAN] = CPU_KERNEL(reduce),
+    [CPU_OP_MAX] = CPU_KERNEL(reduce),
+    [CPU_OP_EXPAND] = CPU_KERNEL(expand),
+    [CPU_OP_ONE_HOT] = CPU_KERNEL(one_hot),
+    [CPU_OP_SIGMOID_GRAD] = CPU_KERNEL(unary_grad),
+    [CPU_OP_TANH_GRAD] = CPU_KERNEL(unary_grad),
+    [CPU_OP_EXP_GRAD] = CPU_KERNEL(unary_grad),
+    [CPU_OP_LOG_GRAD] = CPU_KERNEL(unary_grad),
+    [CPU_OP_GELU_ERF_GRAD] = CPU_KERNEL(unary_grad),
+    [CPU_OP_RSQRT_GRAD] = CPU_KERNEL(unary_grad),
+    [CPU_OP_SQRT_GRAD] = CPU_KERNEL(unary_grad),
+    [CPU_OP_SIN_GRAD] = CPU_KERNEL(unary_grad),
+    [CPU_OP_COS_GRAD] = CPU_KERNEL(unary_grad),
+    [CPU_OP_POW_GRAD] = CPU_KERNEL(unary_grad),
+    [CPU_OP_MAX_GRAD] = CPU_KERNEL(max_grad),
+    [CPU_OP_TOPK] = CPU_KERNEL(topk),
+    [CPU_OP_TOPK_GRAD] = CPU_KERNEL(topk_grad),
+    [CPU_OP_ATTENTION_GRAD_BIAS] = CPU_KERNEL(attention_grad_bias),
+    [CPU_OP_ERF] = CPU_KERNEL(unary),
+    [CPU_OP_ERF_GRAD] = CPU_KERNEL(unary_grad),
+    [CPU_OP_GATHER] = CPU_KERNEL(gather),
+    [CPU_OP_INDEX_SELECT] = CPU_KERNEL(gather),
+    [CPU_OP_GATHER_GRAD] = CPU_KERNEL(gather_grad),
+    [CPU_OP_INDEX_SELECT_GRAD] = CPU_KERNEL(gather_grad),
 };
 
 static const struct op_row {
@@ -109,6 +148,10 @@ static bool int_operand(uint32_t op, uint32_t j) {
     case CPU_OP_EMBEDDING: case CPU_OP_EMBEDDING_BAG: return j == 0;
     case CPU_OP_CROSS_ENTROPY: case CPU_OP_EMBEDDING_GRAD: case CPU_OP_EMBEDDING_BAG_GRAD: return j == 1;
     case CPU_OP_CROSS_ENTROPY_GRAD: return j == 2;
+    case CPU_OP_NE: case CPU_OP_ONE_HOT: return j == 0;
+    case CPU_OP_TOPK: return j == 2;          // its indices (output 1)
+    case CPU_OP_TOPK_GRAD: return j == 1;
+    case CPU_OP_GATHER: case CPU_OP_INDEX_SELECT: case CPU_OP_GATHER_GRAD: case CPU_OP_INDEX_SELECT_GRAD: return j == 1;
     default: return false;
     }
 }

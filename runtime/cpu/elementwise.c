@@ -1,9 +1,11 @@
 /*
  * cpu/elementwise.c: the CPU backend's element-wise operators: add and mul (input 1 equal to
- * input 0 or a suffix of its shape, repeated over its leading dimensions; add counts each
- * addend only where its view's `once` is set), scale, relu, gelu (the tanh approximation) and
+ * input 0 or a suffix of its shape, repeated over its leading dimensions, or with an axis map in
+ * attrs perm (runtime/ops.def's last section) input 0's shape with axes left out; add counts
+ * each addend only where its view's `once` is set), scale, relu, gelu (the tanh approximation) and
  * silu with their gradients, fill (a constant: a gradient seed, or zeros), reduce_sum (the sum
- * over leading dimensions that undoes a broadcast), and dropout. They store through cpu_put, so
+ * over leading dimensions, or over the axes an axis map leaves out, that undoes a broadcast),
+ * and dropout. They store through cpu_put, so
  * they overwrite or, accumulating, add (reduce_sum zeroes its output first unless
  * accumulating, then adds).
  *
@@ -14,6 +16,25 @@
  * so any split, a recompute and dropout_grad (the same kernel on dy) draw the same mask.
  */
 #include "cpu.h"
+
+static bool map_given(const plan_attrs *a) {
+    for (int i = 0; i < PLAN_MAX_RANK; i++)
+        if (a->perm[i]) return true;
+    return false;
+}
+
+// add and mul with an axis map (attrs perm): b is a's shape with axes left out.
+static int binary_mapped(kctx *c) {
+    const rt_view *a = &c->in[0], *b = &c->in[1];
+    int64_t st[PLAN_MAX_RANK];
+    if (cpu_like(c, "output 0", &c->out[0], a) || cpu_map(c, a, "input 0", b, "input 1", st)) return -1;
+    const real *A = cpu_r(a), *B = cpu_r(b);
+    real *Y = cpu_r(&c->out[0]);
+    bool ua = a->once, ub = b->once;
+    if (c->k->op == CPU_OP_MUL) CPU_FOR_MAPPED(a, st, i, k, cpu_put(&Y[i], A[i] * B[k], c->acc));
+    else CPU_FOR_MAPPED(a, st, i, k, cpu_put(&Y[i], (ua ? A[i] : 0) + (ub ? B[k] : 0), c->acc));
+    return 0;
+}
 
 // add and mul: b equals a's shape or a suffix of it (it repeats over a's leading dimensions).
 static int binary_shapes(kctx *c) {
@@ -26,6 +47,7 @@ static int binary_shapes(kctx *c) {
 
 // a + b, each addend counted only where its `once` is set.
 int CPU_KERNEL(add)(kctx *c) {
+    if (map_given(c->a)) return binary_mapped(c);
     if (binary_shapes(c)) return -1;
     const rt_view *a = &c->in[0], *b = &c->in[1];
     const real *A = cpu_r(a), *B = cpu_r(b);
@@ -43,6 +65,7 @@ int CPU_KERNEL(add)(kctx *c) {
 }
 
 int CPU_KERNEL(mul)(kctx *c) {
+    if (map_given(c->a)) return binary_mapped(c);
     if (binary_shapes(c)) return -1;
     const real *A = cpu_r(&c->in[0]), *B = cpu_r(&c->in[1]);
     real *Y = cpu_r(&c->out[0]);
@@ -125,6 +148,15 @@ int CPU_KERNEL(fill)(kctx *c) {
 // x -> y, y's shape a suffix of x's: the sum over x's leading dimensions.
 int CPU_KERNEL(reduce_sum)(kctx *c) {
     const rt_view *x = &c->in[0], *y = &c->out[0];
+    if (map_given(c->a)) { // y is x with axes left out (attrs perm): the gradient of a broadcast
+        int64_t st[PLAN_MAX_RANK];
+        if (cpu_map(c, x, "input 0", y, "output 0", st)) return -1;
+        const real *X = cpu_r(x);
+        real *Y = cpu_r(y);
+        cpu_clear(c, 0);
+        CPU_FOR_MAPPED(x, st, i, k, Y[k] += X[i]);
+        return 0;
+    }
     bool ok = y->rank <= x->rank;
     for (int i = 0; ok && i < y->rank; i++) ok = y->shape[i] == x->shape[x->rank - y->rank + i];
     if (!ok) return cpu_fail(c, "output 0 is %s; it must be a suffix of input 0's shape %s", CPU_SHAPE(y), CPU_SHAPE(x));

@@ -3,6 +3,10 @@
  * int32 labels [*b]), mse_loss and bce_logits (element-wise, on equal shapes). A loss is a
  * scalar: the local sum divided by the GLOBAL count (the views' full sizes), so the pieces of
  * a split batch add up to the whole batch's mean; the gradients take dy (a scalar) first.
+ * cross_entropy's attrs mode (PLAN_AI_MODE): bit 1, rows whose label is f[PLAN_AF_SCALE]
+ * (PyTorch's ignore_index) count 0 and get no gradient; bit 2, the sum instead of the mean
+ * (PyTorch's mean over the rows not ignored is this sum divided by their count: a model computes
+ * the count with ne and sum, and divides).
  */
 #include "cpu.h"
 
@@ -11,7 +15,20 @@ static int scalar_check(kctx *c, const char *what, const rt_view *v) {
     return cpu_fail(c, "%s is %s; it must be a scalar", what, CPU_SHAPE(v));
 }
 
-// logits [*b,v] and labels [*b] (int32, each in [0, v)).
+// cross_entropy's attrs: rows labelled `ignore` count 0 (when `ignoring`); the sum or the mean.
+typedef struct ce_mode {
+    bool ignoring, sum;
+    int64_t ignore;
+} ce_mode;
+
+static ce_mode ce_mode_of(const kctx *c) {
+    int64_t m = c->a->i[PLAN_AI_MODE];
+    return (ce_mode){.ignoring = m & 1, .sum = (m & 2) != 0, .ignore = (int64_t)c->a->f[PLAN_AF_SCALE]};
+}
+
+static bool ce_skip(const ce_mode *m, int32_t label) { return m->ignoring && label == m->ignore; }
+
+// logits [*b,v] and labels [*b] (int32, each in [0, v) or the ignore_index).
 static int ce_check(kctx *c, const rt_view *logits, const char *lname, const rt_view *labels, const char *yname) {
     if (logits->rank < 1) return cpu_fail(c, "%s is a scalar; it needs [*b,v]", lname);
     kshape want = cpu_shape_of(logits);
@@ -19,8 +36,9 @@ static int ce_check(kctx *c, const rt_view *logits, const char *lname, const rt_
     if (cpu_expect(c, yname, labels, want)) return -1;
     int64_t v = cpu_dim(logits, -1), n = cpu_numel(labels);
     const int32_t *y = cpu_i(labels);
+    ce_mode m = ce_mode_of(c);
     for (int64_t i = 0; i < n; i++)
-        if (y[i] < 0 || y[i] >= v)
+        if ((y[i] < 0 || y[i] >= v) && !ce_skip(&m, y[i]))
             return cpu_fail(c, "%s holds label %d at element %lld, outside [0, %lld)", yname, y[i], (long long)i, (long long)v);
     return 0;
 }
@@ -43,11 +61,12 @@ int CPU_KERNEL(cross_entropy)(kctx *c) {
     const real *X = cpu_r(x);
     const int32_t *y = cpu_i(lab);
     double sum = 0;
+    ce_mode md = ce_mode_of(c);
     for (int64_t r = 0; r < rows; r++) {
         real m;
-        sum += logsumexp(X + r * v, v, &m) - X[r * v + y[r]];
+        if (!ce_skip(&md, y[r])) sum += logsumexp(X + r * v, v, &m) - X[r * v + y[r]];
     }
-    cpu_put(cpu_r(&c->out[0]), (real)(sum / (double)cpu_full_numel(lab)), c->acc);
+    cpu_put(cpu_r(&c->out[0]), (real)(md.sum ? sum : sum / (double)cpu_full_numel(lab)), c->acc);
     return 0;
 }
 
@@ -57,11 +76,16 @@ int CPU_KERNEL(cross_entropy_grad)(kctx *c) {
     if (scalar_check(c, "input 0", &c->in[0]) || ce_check(c, x, "input 1", lab, "input 2") || cpu_like(c, "output 0", &c->out[0], x))
         return -1;
     int64_t v = cpu_dim(x, -1), rows = v ? cpu_numel(lab) : 0;
-    double k = (double)*cpu_r(&c->in[0]) / (double)cpu_full_numel(lab);
+    ce_mode md = ce_mode_of(c);
+    double k = (double)*cpu_r(&c->in[0]) / (md.sum ? 1 : (double)cpu_full_numel(lab));
     const real *X = cpu_r(x);
     const int32_t *y = cpu_i(lab);
     real *DX = cpu_r(&c->out[0]);
     for (int64_t r = 0; r < rows; r++) {
+        if (ce_skip(&md, y[r])) {
+            for (int64_t j = 0; j < v; j++) cpu_put(&DX[r * v + j], 0, c->acc);
+            continue;
+        }
         real m, lse = (real)logsumexp(X + r * v, v, &m), kr = (real)k;
         for (int64_t j = 0; j < v; j++) cpu_put(&DX[r * v + j], kr * (R_EXP(X[r * v + j] - lse) - (real)(j == y[r])), c->acc);
     }

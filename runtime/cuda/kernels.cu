@@ -350,14 +350,17 @@ static __device__ double row_lse(const void *x, int xdt, int64_t off, int64_t v,
     return (double)m + log(s);
 }
 
-__global__ void k_ce_rows(int64_t rows, int64_t v, const void *x, int xdt, const int32_t *labels, double *out, int *flag) {
+__global__ void k_ce_rows(int64_t rows, int64_t v, const void *x, int xdt, const int32_t *labels, int64_t ignore, double *out,
+                          int *flag) {
     __shared__ double sh[CK_THREADS];
     __shared__ float shf[CK_THREADS];
     CK_FOR_EACH_ROW(r, rows) {
         double lse = row_lse(x, xdt, r * v, v, sh, shf);
         if (threadIdx.x == 0) {
             int32_t y = labels[r];
-            if (y < 0 || y >= v) {
+            if (y == ignore) {
+                out[r] = 0;
+            } else if (y < 0 || y >= v) {
                 raise_flag(flag, CK_FLAG_LABEL);
                 out[r] = 0;
             } else {
@@ -368,33 +371,34 @@ __global__ void k_ce_rows(int64_t rows, int64_t v, const void *x, int xdt, const
 }
 
 extern "C" cudaError_t ck_ce_rows(cudaStream_t st, int64_t rows, int64_t v, const void *x, int xdt, const int32_t *labels,
-                                  double *out, int *flag) {
+                                  int64_t ignore, double *out, int *flag) {
     if (rows <= 0 || v <= 0) return cudaSuccess;
-    k_ce_rows<<<ck_row_grid(rows), CK_THREADS, 0, st>>>(rows, v, x, xdt, labels, out, flag);
+    k_ce_rows<<<ck_row_grid(rows), CK_THREADS, 0, st>>>(rows, v, x, xdt, labels, ignore, out, flag);
     return cudaGetLastError();
 }
 
 __global__ void k_ce_grad(int64_t rows, int64_t v, const void *dy, int dydt, double count, const void *x, int xdt,
-                          const int32_t *labels, void *dx, int dxdt, bool acc, int *flag) {
+                          const int32_t *labels, int64_t ignore, void *dx, int dxdt, bool acc, int *flag) {
     __shared__ double sh[CK_THREADS];
     __shared__ float shf[CK_THREADS];
     float kr = (float)((double)ld(dy, 0, dydt) / count);
     CK_FOR_EACH_ROW(r, rows) {
         float lse = (float)row_lse(x, xdt, r * v, v, sh, shf);
         int32_t y = labels[r];
-        if (y < 0 || y >= v) {
+        float k = y == ignore ? 0.0f : kr; // an ignored row gets no gradient
+        if (y != ignore && (y < 0 || y >= v)) {
             if (threadIdx.x == 0) raise_flag(flag, CK_FLAG_LABEL);
             y = -1;
         }
         for (int64_t j = threadIdx.x; j < v; j += CK_THREADS)
-            put(dx, r * v + j, dxdt, kr * (expf(ld(x, r * v + j, xdt) - lse) - (float)(j == y)), acc);
+            put(dx, r * v + j, dxdt, k == 0 ? 0.0f : k * (expf(ld(x, r * v + j, xdt) - lse) - (float)(j == y)), acc);
     }
 }
 
 extern "C" cudaError_t ck_ce_grad(cudaStream_t st, int64_t rows, int64_t v, const void *dy, int dydt, double count, const void *x,
-                                  int xdt, const int32_t *labels, void *dx, int dxdt, bool acc, int *flag) {
+                                  int xdt, const int32_t *labels, int64_t ignore, void *dx, int dxdt, bool acc, int *flag) {
     if (rows <= 0 || v <= 0) return cudaSuccess;
-    k_ce_grad<<<ck_row_grid(rows), CK_THREADS, 0, st>>>(rows, v, dy, dydt, count, x, xdt, labels, dx, dxdt, acc, flag);
+    k_ce_grad<<<ck_row_grid(rows), CK_THREADS, 0, st>>>(rows, v, dy, dydt, count, x, xdt, labels, ignore, dx, dxdt, acc, flag);
     return cudaGetLastError();
 }
 

@@ -98,13 +98,14 @@ cudaError_t ck_norm_grad_w(cudaStream_t st, int64_t rows, int64_t h, const void 
 cudaError_t ck_softmax(cudaStream_t st, int64_t rows, int64_t n, const void *x, int xdt, void *y, int ydt, bool acc);
 cudaError_t ck_softmax_grad(cudaStream_t st, int64_t rows, int64_t n, const void *dy, int dydt, const void *y, int ydt,
                             void *dx, int dxdt, bool acc);
-// Per row r: lse(x_r) - x_r[label_r] into out[r] (double); a label outside [0, v) counts 0
-// and sets the flag.
-cudaError_t ck_ce_rows(cudaStream_t st, int64_t rows, int64_t v, const void *x, int xdt, const int32_t *labels, double *out,
-                       int *flag);
-// dx = (*dy / count) (softmax(x) - onehot(label)).
+// Per row r: lse(x_r) - x_r[label_r] into out[r] (double); a row labelled `ignore` (CK_NO_IGNORE:
+// none) counts 0; a label outside [0, v) counts 0 and sets the flag.
+#define CK_NO_IGNORE INT64_MIN
+cudaError_t ck_ce_rows(cudaStream_t st, int64_t rows, int64_t v, const void *x, int xdt, const int32_t *labels, int64_t ignore,
+                       double *out, int *flag);
+// dx = (*dy / count) (softmax(x) - onehot(label)); 0 on a row labelled `ignore`.
 cudaError_t ck_ce_grad(cudaStream_t st, int64_t rows, int64_t v, const void *dy, int dydt, double count, const void *x,
-                       int xdt, const int32_t *labels, void *dx, int dxdt, bool acc, int *flag);
+                       int xdt, const int32_t *labels, int64_t ignore, void *dx, int dxdt, bool acc, int *flag);
 // Pointwise loss terms into `partial` (one double per block of the launch, at most
 // CK_LOSS_BLOCKS): mse (a - b)^2, bce max(a, 0) - a b + log1p(exp(-|a|)).
 #define CK_LOSS_BLOCKS 256
@@ -200,6 +201,74 @@ cudaError_t ck_put_channels(cudaStream_t st, int64_t ng, int64_t c, const double
 cudaError_t ck_attn_softmax(cudaStream_t st, int64_t heads, int64_t s, float *p, bool causal);
 // dS = P (dP - rowsum(dP P)) in place over dp (f32, [heads, s, s]).
 cudaError_t ck_attn_dscores(cudaStream_t st, int64_t heads, int64_t s, const float *p, float *dp);
+
+/* ---- the operators of imported models (kernels_ext.cu; runtime/ops.def's last section) ---- */
+
+// Unary math: y = f(x), or with dy: y = dy f'(x). op: ck_un_op; e: pow's exponent.
+typedef enum ck_un_op {
+    CK_UN_SIGMOID, CK_UN_TANH, CK_UN_EXP, CK_UN_LOG, CK_UN_GELU_ERF, CK_UN_RSQRT, CK_UN_SQRT, CK_UN_SIN, CK_UN_COS, CK_UN_POW, CK_UN_ERF
+} ck_un_op;
+cudaError_t ck_unary(cudaStream_t st, int op, bool grad, int64_t n, void *y, int ydt, const void *x, int xdt, const void *dy,
+                     int dydt, double e, bool acc);
+
+// An axis map between a big operand and a small one (rt: cpu_map_strides): big's local shape,
+// and per big axis the small operand's stride (0: small lacks the axis).
+typedef struct ck_map {
+    int rank;
+    int64_t shape[CK_MAX_RANK], sst[CK_MAX_RANK];
+} ck_map;
+
+// Element-wise over big with small broadcast: y[i] = a[i] OP b[k] (add with ua/ub, mul, sub,
+// div), masked_fill (b != 0 ? s : a[i]), expand (y[i] = b[k], a unused).
+typedef enum ck_map_op { CK_MAP_ADD, CK_MAP_MUL, CK_MAP_SUB, CK_MAP_DIV, CK_MAP_FILL, CK_MAP_EXPAND } ck_map_op;
+cudaError_t ck_mapped(cudaStream_t st, int op, const ck_map *m, void *y, int ydt, const void *a, int adt, bool ua, const void *b,
+                      int bdt, bool ub, float s, bool acc);
+// Reductions of big x into small y (one thread per element of y): the sum (divided by count)
+// or the maximum. ny: elements of y.
+cudaError_t ck_reduce_map(cudaStream_t st, bool is_max, const ck_map *m, int64_t ny, const void *x, int xdt, void *y, int ydt,
+                          double count, bool acc);
+// max_grad: dx (big, dxdt) gets dy[k] at the first maximum of x in each group k, 0 elsewhere.
+cudaError_t ck_max_grad(cudaStream_t st, const ck_map *m, int64_t ny, const void *dy, int dydt, const void *x, int xdt, void *dx,
+                        int dxdt, bool acc);
+// ne: y = x != v; one_hot: y[i, j] = ids[i] == lo + j (nc columns, classes the logical count;
+// an id outside [0, classes) sets the flag).
+cudaError_t ck_ne(cudaStream_t st, int64_t n, const int32_t *x, double v, void *y, int ydt, bool acc);
+cudaError_t ck_one_hot(cudaStream_t st, int64_t n, int64_t nc, int64_t lo, int64_t classes, const int32_t *ids, void *y, int ydt,
+                       bool acc, int *flag);
+// topk over rows of n: the k largest (ties: the lower index) into v, their indices into idx;
+// topk_grad: dx (rows of n) = dy scattered to idx (an index outside [0, n) sets the flag).
+// Attention in its general form (cpu/attention.c's semantics): q [b,s,n,d], k [b,t,m,d],
+// v [b,t,m,e] of one float dtype, an optional bias with strides bst along [b,n,s,t]; scratch:
+// b n s t floats for the forward, twice that for the backward. The backward makes dq (when
+// not NULL), dk and dv (when dk is not NULL; summed over each kv head's query heads) and dbias
+// (db, nb elements, when not NULL).
+typedef struct ck_attn {
+    int64_t b, s, t, n, m, d, e, group, q_head0, k_head0;
+    const void *q, *k, *v, *bias;
+    int dt, bdt;
+    int64_t bst[4];
+    float scale;
+    bool causal;
+} ck_attn;
+cudaError_t ck_attention(cudaStream_t st, const ck_attn *a, float *scratch, void *y, int ydt, bool acc);
+cudaError_t ck_attention_grad(cudaStream_t st, const ck_attn *a, float *scratch, const void *dy, void *dq, void *dk, void *dv, int gdt,
+                              void *db, int64_t nb, bool acc);
+// gather and index_select: y (n elements, strides ys) from x (strides xs) with the axis's
+// coordinate read from idx (idx like y; sel: idx[coordinate], index_select); an index outside
+// [0, rows) reads 0 and sets the flag. The gradient adds dy into f32 dx with atomics (zeroed
+// first unless acc).
+typedef struct ck_gather_args {
+    int rank, axis;
+    bool sel;
+    int64_t n, rows, xs[CK_MAX_RANK], ys[CK_MAX_RANK];
+    const int32_t *idx;
+} ck_gather_args;
+cudaError_t ck_gather(cudaStream_t st, const ck_gather_args *g, const void *x, int xdt, void *y, int ydt, bool acc, int *flag);
+cudaError_t ck_gather_grad(cudaStream_t st, const ck_gather_args *g, const void *dy, int dydt, float *dx, int64_t nx, bool acc,
+                           int *flag);
+cudaError_t ck_topk(cudaStream_t st, int64_t rows, int64_t n, int64_t k, const void *x, int xdt, void *v, int vdt, int32_t *idx, bool acc);
+cudaError_t ck_topk_grad(cudaStream_t st, int64_t rows, int64_t n, int64_t k, const void *dy, int dydt, const int32_t *idx, void *dx,
+                         int dxdt, bool acc, int *flag);
 
 #ifdef __cplusplus
 }

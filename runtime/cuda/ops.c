@@ -351,7 +351,16 @@ static int binary_shapes(oc *c, char *err, size_t err_n) {
     return expect(c, err, err_n, "output 0", &c->out[0], shape_of(a));
 }
 
+static int op_ext(oc *c, char *err, size_t err_n) { return cu_ext_op(c->cu, c->st, c->k, c->name, err, err_n); }
+
+static bool map_given(const oc *c) {
+    for (int i = 0; i < PLAN_MAX_RANK; i++)
+        if (c->a->perm[i]) return true;
+    return false;
+}
+
 static int op_add_mul(oc *c, char *err, size_t err_n) {
+    if (map_given(c)) return op_ext(c, err, err_n); // an axis map (ops.def's last section)
     if (binary_shapes(c, err, err_n)) return -1;
     const rt_view *a = &c->in[0], *b = &c->in[1], *y = &c->out[0];
     bool add = c->k->op == OP_ADD;
@@ -398,6 +407,7 @@ static int op_fill(oc *c, char *err, size_t err_n) {
 }
 
 static int op_reduce_sum(oc *c, char *err, size_t err_n) {
+    if (map_given(c)) return op_ext(c, err, err_n);
     const rt_view *x = &c->in[0], *y = &c->out[0];
     bool ok = y->rank <= x->rank;
     for (int i = 0; ok && i < y->rank; i++) ok = y->shape[i] == x->shape[x->rank - y->rank + i];
@@ -509,14 +519,21 @@ static int ce_check(oc *c, char *err, size_t err_n, const rt_view *logits, const
     return expect(c, err, err_n, yname, labels, want);
 }
 
+// cross_entropy's attrs mode (plan.h's PLAN_AI_MODE): bit 1 ignores rows labelled f[SCALE]; bit 2
+// sums instead of averaging over the logical count.
+static int64_t ce_ignore(const oc *c) {
+    return (c->a->i[PLAN_AI_MODE] & 1) ? (int64_t)c->a->f[PLAN_AF_SCALE] : CK_NO_IGNORE;
+}
+static double ce_count(const oc *c, const rt_view *lab) { return (c->a->i[PLAN_AI_MODE] & 2) ? 1 : (double)full_numel(lab); }
+
 static int op_cross_entropy(oc *c, char *err, size_t err_n) {
     const rt_view *x = &c->in[0], *lab = &c->in[1], *y = &c->out[0];
     if (ce_check(c, err, err_n, x, "input 0", lab, "input 1") || scalar(c, err, err_n, "output 0", y)) return -1;
     int64_t v = dim(x, -1), rows = v ? numel(lab) : 0;
     double *terms = NULL;
     CU_TRY(scratch(c, (size_t)(rows ? rows : 1) * sizeof(double), (void **)&terms, err, err_n));
-    cudaError_t e = ck_ce_rows(c->st, rows, v, x->data, x->dtype, lab->data, terms, c->cu->flag);
-    if (e == cudaSuccess) e = ck_sum_into(c->st, rows, terms, (double)full_numel(lab), y->data, y->dtype, c->acc);
+    cudaError_t e = ck_ce_rows(c->st, rows, v, x->data, x->dtype, lab->data, ce_ignore(c), terms, c->cu->flag);
+    if (e == cudaSuccess) e = ck_sum_into(c->st, rows, terms, ce_count(c, lab), y->data, y->dtype, c->acc);
     cu_scratch_free(c->st, terms);
     CUDA_CHECK(e);
     return 0;
@@ -527,8 +544,8 @@ static int op_cross_entropy_grad(oc *c, char *err, size_t err_n) {
     if (scalar(c, err, err_n, "input 0", dy) || ce_check(c, err, err_n, x, "input 1", lab, "input 2") || like(c, err, err_n, "output 0", dx, x))
         return -1;
     int64_t v = dim(x, -1), rows = v ? numel(lab) : 0;
-    CUDA_CHECK(ck_ce_grad(c->st, rows, v, dy->data, dy->dtype, (double)full_numel(lab), x->data, x->dtype, lab->data, dx->data, dx->dtype,
-                          c->acc, c->cu->flag));
+    CUDA_CHECK(ck_ce_grad(c->st, rows, v, dy->data, dy->dtype, ce_count(c, lab), x->data, x->dtype, lab->data, ce_ignore(c), dx->data,
+                          dx->dtype, c->acc, c->cu->flag));
     return 0;
 }
 
@@ -1208,8 +1225,18 @@ static int staged(oc *c, op_fn *fn, char *err, size_t err_n) {
     return rc;
 }
 
-static int op_attention_any(oc *c, char *err, size_t err_n) { return staged(c, op_attention, err, err_n); }
-static int op_attention_grad_any(oc *c, char *err, size_t err_n) { return staged(c, op_attention_grad, err, err_n); }
+// The general forms (a bias, cross lengths, grouped-query heads, another value width) run in
+// ops_ext.c; q, k, v of one shape keep cuBLAS's path.
+static bool attention_general(const oc *c) {
+    uint32_t qi = c->k->op == OP_ATTENTION ? 0 : 1;
+    return c->nin > qi + 3 || !shape_is(&c->in[qi + 1], shape_of(&c->in[qi])) || !shape_is(&c->in[qi + 2], shape_of(&c->in[qi]));
+}
+static int op_attention_any(oc *c, char *err, size_t err_n) {
+    return attention_general(c) ? op_ext(c, err, err_n) : staged(c, op_attention, err, err_n);
+}
+static int op_attention_grad_any(oc *c, char *err, size_t err_n) {
+    return attention_general(c) ? op_ext(c, err, err_n) : staged(c, op_attention_grad, err, err_n);
+}
 static int op_conv2d_any(oc *c, char *err, size_t err_n) { return staged(c, op_conv2d, err, err_n); }
 static int op_conv2d_grad_x_any(oc *c, char *err, size_t err_n) { return staged(c, op_conv2d_grad_x, err, err_n); }
 static int op_conv2d_grad_w_any(oc *c, char *err, size_t err_n) { return staged(c, op_conv2d_grad_w, err, err_n); }
@@ -1280,6 +1307,14 @@ static op_fn *const ops[OP_COUNT] = {
     [OP_BCE_LOGITS_GRAD] = op_pointwise_loss_grad,
     [OP_SGD] = op_sgd,
     [OP_ADAMW] = op_adamw,
+    [OP_SUB] = op_ext, [OP_DIV] = op_ext, [OP_MASKED_FILL] = op_ext, [OP_SIGMOID] = op_ext, [OP_TANH] = op_ext,
+    [OP_EXP] = op_ext, [OP_LOG] = op_ext, [OP_GELU_ERF] = op_ext, [OP_RSQRT] = op_ext, [OP_SQRT] = op_ext, [OP_SIN] = op_ext,
+    [OP_COS] = op_ext, [OP_POW] = op_ext, [OP_NE] = op_ext, [OP_SUM] = op_ext, [OP_MEAN] = op_ext, [OP_MAX] = op_ext,
+    [OP_EXPAND] = op_ext, [OP_ONE_HOT] = op_ext, [OP_SIGMOID_GRAD] = op_ext, [OP_TANH_GRAD] = op_ext, [OP_EXP_GRAD] = op_ext,
+    [OP_LOG_GRAD] = op_ext, [OP_GELU_ERF_GRAD] = op_ext, [OP_RSQRT_GRAD] = op_ext, [OP_SQRT_GRAD] = op_ext,
+    [OP_SIN_GRAD] = op_ext, [OP_COS_GRAD] = op_ext, [OP_POW_GRAD] = op_ext, [OP_MAX_GRAD] = op_ext, [OP_TOPK] = op_ext,
+    [OP_TOPK_GRAD] = op_ext, [OP_ATTENTION_GRAD_BIAS] = op_ext, [OP_ERF] = op_ext, [OP_ERF_GRAD] = op_ext,
+    [OP_GATHER] = op_ext, [OP_INDEX_SELECT] = op_ext, [OP_GATHER_GRAD] = op_ext, [OP_INDEX_SELECT_GRAD] = op_ext,
 };
 
 // Operand j (inputs, then outputs) holds int32 ids or labels (the CPU kernels' int_operand).
@@ -1288,6 +1323,10 @@ static bool int_operand(uint32_t op, uint32_t j) {
     case OP_EMBEDDING: case OP_EMBEDDING_BAG: return j == 0;
     case OP_CROSS_ENTROPY: case OP_EMBEDDING_GRAD: case OP_EMBEDDING_BAG_GRAD: return j == 1;
     case OP_CROSS_ENTROPY_GRAD: return j == 2;
+    case OP_NE: case OP_ONE_HOT: return j == 0;
+    case OP_TOPK: return j == 2;
+    case OP_TOPK_GRAD: return j == 1;
+    case OP_GATHER: case OP_INDEX_SELECT: case OP_GATHER_GRAD: case OP_INDEX_SELECT_GRAD: return j == 1;
     default: return false;
     }
 }

@@ -272,10 +272,12 @@ static inline uint32_t plan_loop_trips(const plan_insn *in) {
 enum { PLAN_AF_SCALE, PLAN_AF_EPS, PLAN_AF_P, PLAN_AF_LR, PLAN_AF_BETA1, PLAN_AF_BETA2, PLAN_AF_WEIGHT_DECAY, PLAN_AF_MOMENTUM };
 // PLAN_AI_GHOST > 0: batch norm's statistics are over each run of that many samples (ghost
 // batch norm); 0: over the whole batch the instruction sees.
-enum { PLAN_AI_SEED, PLAN_AI_AXIS, PLAN_AI_START, PLAN_AI_END, PLAN_AI_CAUSAL, PLAN_AI_ACCUMULATE, PLAN_AI_GHOST };
+// PLAN_AI_MODE: cross_entropy's bits (1: rows labelled f[PLAN_AF_SCALE] count 0; 2: the sum, not
+// the mean).
+enum { PLAN_AI_SEED, PLAN_AI_AXIS, PLAN_AI_START, PLAN_AI_END, PLAN_AI_CAUSAL, PLAN_AI_ACCUMULATE, PLAN_AI_GHOST, PLAN_AI_MODE };
 typedef struct plan_attrs {
     double f[8];                // scale, eps, p, lr, beta1, beta2, weight_decay, momentum
-    int64_t i[8];               // seed, axis, start, end, causal, accumulate, ghost, 0
+    int64_t i[8];               // seed, axis, start, end, causal, accumulate, ghost, mode
     int32_t perm[PLAN_MAX_RANK];
     int32_t win[6];             // kernel[2], stride[2], pad[2]
 } plan_attrs;
