@@ -39,8 +39,6 @@
 
 /* ---- the micro-batch search ---- */
 
-#define MB_PATIENCE 3
-
 // The front end as main.c runs it: the model loaded, the batch options applied, checked,
 // differentiated, checked.
 static pcc_status front_end(pcc_arena *a, pcc_options *o, pcc_graph **out) {
@@ -54,58 +52,70 @@ static pcc_status front_end(pcc_arena *a, pcc_options *o, pcc_graph **out) {
     return st;
 }
 
-// The step time of m micro-batches: the front end, phase 1 and phase 2, quietly, in an arena of
-// their own; INFINITY when nothing fits.
-static pcc_status plan_micro_batches(const pcc_options *o, const pcc_cluster *c, int m, double *step_s) {
+// The micro-batch counts to search: every divisor of the global batch (the model's batch when
+// none is given) that leaves whole samples and whole ghost batch norm groups in a micro-batch.
+static int *counts(pcc_arena *a, const pcc_graph *g, int64_t gb, int *n) {
+    int64_t grain = batch_grain(g);
+    int *v = NULL, cap = 0;
+    *n = 0;
+    for (int64_t m = gb < 65536 ? gb : 65536; m >= 1; m--)
+        if (gb % m == 0 && (gb / m) % grain == 0) *VEC_PUSH(a, v, *n, cap) = (int)m;
+    return v;
+}
+
+// One count's slot: its graph through the front end, phase 1 and its configurations, in arena a.
+static pcc_status slot_init(pcc_arena *a, const pcc_options *o, const pcc_cluster *c, int64_t gb, int m, pcc_bf_slot *slot) {
     pcc_options t = *o;
-    t.batch.micro_batches = m, t.batch.micro_batches_given = true;
-    pcc_arena *a = arena_init();
+    t.batch.micro_batches = m, t.batch.micro_batches_given = true, t.batch.global_batch = gb;
     pcc_graph *g;
     pcc_status st = front_end(a, &t, &g);
-    pcc_strategy **cand = NULL;
-    int n = 0;
-    if (!st) {
-        pcc_search_opts so = o->search;
-        so.ilp.progress = false, so.ilp.dump_lp = NULL, so.quiet = true;
-        int ns;
-        int *sizes = search_group_sizes(g, c, &so, &ns);
-        st = search(g, c, transform_all(g, sizes, ns), &so, &cand, &n);
-    }
-    *step_s = !st && n > 0 ? cand[0]->est_step_s : INFINITY;
-    arena_free(a);
-    return st;
+    if (st) return st;
+    int ns;
+    int *sizes = search_group_sizes(g, c, &o->search, &ns);
+    slot->space = space_init(g, c, transform_all(g, sizes, ns), &o->search);
+    slot->m = m;
+    return PCC_OK;
 }
 
 bool driver_searches_micro_batches(const pcc_options *o) {
-    return !o->check && !o->burst && o->search.auto_mesh && o->batch.global_batch && !o->batch.micro_batches_given &&
-           !o->batch.micro_batch_size;
+    return !o->check && !o->burst && o->search.auto_mesh && !o->batch.micro_batches_given && !o->batch.micro_batch_size;
 }
 
 pcc_status driver_micro_batches(pcc_arena *a, pcc_options *o, const pcc_cluster *c, pcc_graph **g) {
-    double t0 = clock_s(), best = INFINITY;
-    int64_t gb = o->batch.global_batch, grain = batch_grain(*g);
-    int best_m = 0, misses = 0;
-    bool was_quiet = pcc_quiet;
-    pcc_quiet = true; // the counts that do not fit say nothing; the chosen one is compiled loudly
-    for (int64_t m = gb < 65536 ? gb : 65536; m >= 1 && misses < MB_PATIENCE; m--) {
-        if (gb % m || (gb / m) % grain) continue; // whole samples, whole ghost batch norm groups
-        progress_phase("phase 2: %lld micro-batches of %lld samples (tried %d; best %d at %.4g s)", (long long)m,
-                       (long long)(gb / m), o->mb_searched, best_m, isfinite(best) ? best : 0);
-        double t_s;
-        pcc_status st = plan_micro_batches(o, c, (int)m, &t_s);
-        if (st && st != PCC_ERR_INFEASIBLE) {
-            pcc_quiet = was_quiet;
-            return st;
-        }
-        o->mb_searched++;
-        if (t_s < best) best = t_s, best_m = (int)m, misses = 0;
-        else if (best_m) misses++;
+    double t0 = clock_s();
+    int b = graph_batch_dim(*g), n;
+    int64_t gb = o->batch.global_batch ? o->batch.global_batch : b >= 0 ? (*g)->dims[b].size : 1;
+    int *m = counts(a, *g, gb, &n);
+    if (n <= 1) return PCC_OK;
+    pcc_bf_slot *slots = arena_alloc(a, sizeof(pcc_bf_slot) * (size_t)n);
+    pcc_arena **arenas = arena_alloc(a, sizeof(pcc_arena *) * (size_t)n);
+    pcc_status st = PCC_OK;
+    int ns = 0;
+    for (int i = 0; i < n && !st; i++) {
+        progress_phase("phase 2: %d micro-batches of %lld samples", m[i], (long long)(gb / m[i]));
+        arenas[ns] = arena_init();
+        bool was = pcc_trial;
+        pcc_trial = true; // a count the batch arithmetic refuses is left out; the compile of it would say why
+        st = slot_init(arenas[ns], o, c, gb, m[i], &slots[ns]);
+        pcc_trial = was;
+        if (!st) ns++;
+        else arena_free(arenas[ns]);
+        if (st == PCC_ERR_INPUT) st = PCC_OK;
     }
-    pcc_quiet = was_quiet;
+    pcc_bf_result r = {.slot = -1};
+    if (!st && ns) st = bestfirst(slots, ns, &o->search, &r);
+    if (!st && r.slot >= 0) {
+        pcc_config *pick = arena_alloc(a, sizeof *pick);
+        *pick = r.config;
+        o->search.pick = pick;
+        o->batch.micro_batches = slots[r.slot].m, o->batch.micro_batches_given = true;
+        if (slots[r.slot].m > 1 || o->batch.global_batch) o->batch.global_batch = gb;
+    }
+    for (int i = 0; i < ns; i++) arena_free(arenas[i]);
+    o->mb_searched = n;
     o->mb_search_s = clock_s() - t0;
-    if (!best_m) return PCC_OK; // nothing fit: the plain compile (one micro-batch) says why
-    o->batch.micro_batches = best_m, o->batch.micro_batches_given = true;
-    return best_m == (*g)->micro_batches ? PCC_OK : front_end(a, o, g);
+    if (st || r.slot < 0) return st; // nothing fit: the plain compile (one micro-batch) says why
+    return front_end(a, o, g);
 }
 
 /* ---- the fit ---- */

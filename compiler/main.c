@@ -79,6 +79,7 @@ static int finish(pcc_arena *a, pcc_emitted *e, pcc_status st) {
     }
     progress_done();
     arena_free(a);
+    mip_memo_free();
     return st;
 }
 
@@ -87,6 +88,7 @@ int main(int argc, char **argv) {
     bool done;
     pcc_status st = options_parse(argc, argv, &o, &done);
     if (st || done) return st;
+    o.search.preserve = &o.preserve; // the search's memory figure is phase 3's and the planner's
     pcc_quiet = o.quiet;
     progress_init(!o.quiet && !o.check);
     pcc_arena *a = arena_init();
@@ -117,16 +119,19 @@ int main(int argc, char **argv) {
     if (options_dump(&o, 't')) transform_dump(stdout, g, t);
     if (options_runs(&o, 2)) st = search(g, c, t, &o.search, &cand, &n);        // phase 2
     if (!st && options_dump(&o, 's')) ilp_dump(stdout, g, cand[0]->intra);
-    if (!st && o.estimate_only) report_estimate(stdout, g, c, &o, cand[0], n, clock_s() - t0 + o.mb_search_s);
-    if (st || !options_runs(&o, 3)) return finish(a, &e, st);
+    if (st || !options_runs(&o, 2) || (!options_runs(&o, 3) && !o.estimate_only)) return finish(a, &e, st);
     options_emit(a, c, &o, &eo);
     driver_fit_init(&fit, g, c, t, &o, cand, n);
     while (!st && (s = driver_fit_next(&fit, &st))) {                           // best first, until one fits
         st = preserve(g, c, s, &o.preserve, &pr);                               // phase 3
         if (!st) memplan(pr);                                                   // the memory planner
         if (!st) emit_plan(g, c, pr, &eo, &e);                                  // the plan
-        if (!st) st = check_plan(e.p);                                          // the verifier
+        if (!st && !o.estimate_only) st = check_plan(e.p);                      // the verifier
         if (driver_fit_done(&fit, &st, &e)) break;
+    }
+    if (o.estimate_only) {                                                      // --estimate-only: the fit, no file
+        if (!st) report_estimate(stdout, g, c, &o, fit.cand[fit.which], e.peak_bytes, fit.n, clock_s() - t0 + o.mb_search_s);
+        return finish(a, &e, st);
     }
     const char *out = options_output(a, &o);
     if (!st) st = write_plan(e.p, out);
