@@ -9,11 +9,12 @@
  * During branch and bound a callback keeps the incumbent and the best bound for the progress
  * line (below). `dump_lp` writes the model in CPLEX LP text (glp_write_lp) before solving.
  *
- * The progress line also lives here, since the ILP is what can take long: one line on stderr,
- * redrawn in place, with the compile's phase (progress_phase, from the driver) and, during a
- * solve, the ILP's size, incumbent, bound and gap. It is drawn only when stderr is a terminal
- * (and plancc is not -q), and not before a quarter of a second has passed, so fast compiles and
- * every output a test compares stay as they are.
+ * The progress line also lives here, since the ILP is what can take long: the compile's phase
+ * (progress_phase: the search's candidates, best so far and bound) and, during a solve, the
+ * ILP's size, incumbent, bound and gap (a bound only once one exists). On a terminal it is one
+ * line redrawn in place, not before a quarter of a second has passed; elsewhere (a log, a CI
+ * job) a whole line every five seconds, the first after five, so fast compiles and every output
+ * a test compares stay as they are. -q turns it off.
  *
  * GLPK is deterministic for the same model built in the same order, and this file adds no
  * randomness, so the same problem gives the same solution.
@@ -131,24 +132,35 @@ int mip_rows(const pcc_mip *p) { return p->n_rows; }
 
 /* ---- the progress line ---- */
 
-#define PROGRESS_DELAY_S 0.25   // nothing is drawn before this: a fast compile shows nothing
-#define PROGRESS_PERIOD_S 0.1   // redraws at most this often (a new phase redraws at once)
+#define PROGRESS_DELAY_S 0.25   // on a terminal, nothing is drawn before this: a fast compile shows nothing
+#define PROGRESS_PERIOD_S 0.1   // ... and it is redrawn at most this often (a new phase redraws at once)
+#define PROGRESS_LINE_S 5.0     // elsewhere (a log, a pipe) a whole line this often, the first after as long
 
 static struct {
-    bool on, drawn;
+    bool on, tty, drawn;
     double start, last;
-    char phase[128], detail[128];
+    char phase[160], detail[128];
 } line;
 
 void progress_init(bool on) {
     memset(&line, 0, sizeof line);
-    line.on = on && isatty(2);
-    line.start = clock_s();
+    line.on = on;
+    line.tty = isatty(2);
+    line.start = line.last = clock_s();
 }
 
 static void progress_draw(bool now) {
     double t = clock_s();
-    if (!line.on || t - line.start < PROGRESS_DELAY_S || (!now && t - line.last < PROGRESS_PERIOD_S)) return;
+    if (!line.on) return;
+    if (!line.tty) { // a line of its own every few seconds, so a log shows a long compile moving
+        if (t - line.last < PROGRESS_LINE_S) return;
+        line.last = t;
+        fprintf(stderr, "%s: %.0f s: %s%s%s\n", pcc_progname, t - line.start, line.phase, line.detail[0] ? ": " : "",
+                line.detail);
+        fflush(stderr);
+        return;
+    }
+    if (t - line.start < PROGRESS_DELAY_S || (!now && t - line.last < PROGRESS_PERIOD_S)) return;
     line.last = t;
     line.drawn = true;
     // Carriage return and erase-to-end-of-line (ECMA-48 EL), so a shorter line leaves no tail.
@@ -193,7 +205,9 @@ static void on_tree(glp_tree *T, void *info) {
     if (best) pr->bound = glp_ios_node_bound(T, best);
     if (reason == GLP_IBINGO) pr->incumbent = glp_mip_obj_val(glp_ios_get_prob(T));
     if (!pr->show) return;
-    if (isnan(pr->incumbent))
+    if (isnan(pr->incumbent) && isnan(pr->bound))
+        snprintf(line.detail, sizeof line.detail, "ILP %d x %d, no incumbent or bound yet", pr->rows, pr->cols);
+    else if (isnan(pr->incumbent))
         snprintf(line.detail, sizeof line.detail, "ILP %d x %d, bound %.6g s, no incumbent yet", pr->rows, pr->cols, pr->bound);
     else
         snprintf(line.detail, sizeof line.detail, "ILP %d x %d, incumbent %.6g s, bound %.6g s, gap %.2f%%", pr->rows,

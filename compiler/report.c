@@ -305,8 +305,32 @@ static void report_search(FILE *f, const pcc_graph *g, const pcc_options *o) {
                 o->batch.global_batch ? "global batch" : "model's batch", (long long)gb, o->batch.micro_batches);
 }
 
+#define BUBBLE_WARN 0.25  // a pipeline idle more than this share of the step
+#define MFU_WARN 0.25     // or less than this share of the devices' peak used
+
+// No silent bad plan: a pipeline mostly idle, or devices mostly idle, says so on stderr with the
+// options that change it (warn: nothing with -q).
+static void report_warnings(const pcc_graph *g, const pcc_cluster *c, const pcc_options *o, const pcc_strategy *s) {
+    pcc_totals t;
+    graph_totals(g, &t);
+    double step = s->est_step_s, peak = cost_peak_flops(c, g->dtype, true) * c->n_devices;
+    double mfu = step > 0 && peak > 0 ? (t.flops_fwd + t.flops_bwd) * s->micro_batches / (step * peak) : 1;
+    double bubble = step > 0 ? s->est.bubble_s / step : 0;
+    int pp = s->mesh[PCC_AX_PP], m = s->micro_batches;
+    bool searched = o->search.auto_mesh && o->batch.global_batch && !o->batch.micro_batches_given;
+    if (bubble > BUBBLE_WARN)
+        warn("%s: the pipeline's fill and drain idle %.0f%% of the step (pp %d, %d micro-batch%s): more micro-batches fill "
+             "it: %s", g->file, 100 * bubble, pp, m, m == 1 ? "" : "es",
+             searched || o->search.auto_mesh ? "a larger --global-batch (--auto searches the count of the batch it is given)"
+                                             : "--micro-batches, or --global-batch with a --micro-batch-size");
+    if (mfu < MFU_WARN)
+        warn("%s: the plan uses %.1f%% of the devices' peak FLOP/s by its estimate (MFU); each device has little work: a "
+             "larger --global-batch, or fewer devices (--devices, --nodes)", g->file, 100 * mfu);
+}
+
 void report_estimate(FILE *f, const pcc_graph *g, const pcc_cluster *c, const pcc_options *o, const pcc_strategy *s,
                      double peak_bytes, int n, double seconds) {
+    report_warnings(g, c, o, s);
     const pcc_estimate *x = &s->est;
     char buf[160], b1[32], b2[32];
     int bd = graph_batch_dim(g);
@@ -378,8 +402,9 @@ void report_compile(FILE *f, const pcc_graph *g, const pcc_cluster *c, const pcc
                     int which, const pcc_emitted *e, const char *out, double seconds) {
     struct stat sb;
     double nbytes = stat(out, &sb) == 0 ? (double)sb.st_size : 0;
-    if (o->quiet) return;
     const pcc_strategy *s = cand[which];
+    report_warnings(g, c, o, s);
+    if (o->quiet) return;
     const pcc_mip_result *r = &s->intra->ilp;
     char buf[160], b1[32], b2[32], b3[32];
     fprintf(f, "plancc: %s on %d x %s (%s): %s%s\n", g->name, c->n_devices, c->device_name, c->file,
