@@ -212,6 +212,8 @@ def check_published(name, model, rep, rows):
     elif name == "gpt3-175b":
         check("gpt3-175b: 174.6 B parameters within 0.1%", abs(p - 174.6e9) <= 0.001 * 174.6e9,
               "plancc %d" % p)
+    elif name == "llama2-7b":  # Hugging Face's count of meta-llama/Llama-2-7b-hf
+        check("llama2-7b: 6,738,415,616 parameters", p == 6738415616, "plancc %d" % p)
     elif name.startswith("megatron-"):
         row = [r for r in rows if "megatron-" + r["model"].lower() == name]
         if not check("%s: a row of megatron_sc21_a100.csv" % name, len(row) == 1):
@@ -276,7 +278,7 @@ def main():
             check_gpt(name, model, rep)
         check_published(name, model, rep, rows)
     for must in ["mlp", "cnn-small", "resnet-small", "vgg16", "wrn-50-2", "dlrm", "swin-tiny", "gpt-tiny", "gpt2-small",
-                 "gpt3-175b"] + ["megatron-" + r["model"].lower() for r in rows]:
+                 "gpt3-175b", "llama2-7b", "evoformer"] + ["megatron-" + r["model"].lower() for r in rows]:
         check("models/%s.json exists" % must, must in names)
     gen = os.path.join(root, "tools", "gen_models.py")
     p = subprocess.run(["/usr/bin/python3", gen, "--check"], capture_output=True, text=True,
