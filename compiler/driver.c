@@ -130,6 +130,7 @@ void driver_fit_init(pcc_fit *f, const pcc_graph *g, const pcc_cluster *c, const
 // Step 2: phase 2 again on a tighter budget, its best few; false when no round is left.
 static bool fit_tighter(pcc_fit *f) {
     pcc_search_opts so = f->o->search;
+    if (so.auto_mesh && !so.pick) return false; // --auto's search tightens every configuration itself
     while (f->round < 3 && so.recompute == PCC_RECOMPUTE_AUTO && isfinite(f->peak)) {
         bool last = f->round == 2;
         progress_phase("phase 2 again: nothing fit in memory; a tighter budget for the ILP (round %d)", ++f->round);
@@ -150,9 +151,13 @@ static bool fit_tighter(pcc_fit *f) {
 static bool fit_suggestion(const pcc_fit *f, int k, pcc_search_opts *so, const char **name) {
     *so = f->o->search;
     so->quiet = true, so->ilp.progress = false, so->ilp.dump_lp = NULL;
-    bool zero3 = so->zero < 3 && (so->auto_mesh || so->dp > 1);
+    // --auto's own search has tried full recompute (with --recompute auto) and every ZeRO stage
+    // from the one asked for: only what it left out is worth a search.
+    bool searched = so->auto_mesh && !so->pick, rc = f->o->search.recompute != PCC_RECOMPUTE_FULL;
+    bool zero3 = so->zero < 3 && (so->auto_mesh || so->dp > 1) && !searched;
+    if (searched) rc = f->o->search.recompute == PCC_RECOMPUTE_NONE;
     switch (k) {
-    case 0: so->recompute = PCC_RECOMPUTE_FULL, *name = "--recompute full"; return f->o->search.recompute != PCC_RECOMPUTE_FULL;
+    case 0: so->recompute = PCC_RECOMPUTE_FULL, *name = "--recompute full"; return rc;
     case 1: so->zero = 3, *name = "--zero 3"; return zero3;
     case 2: so->zero = 3, so->recompute = PCC_RECOMPUTE_FULL, *name = "--zero 3 --recompute full"; return zero3;
     default: return false;
@@ -189,6 +194,10 @@ const pcc_strategy *driver_fit_next(pcc_fit *f, pcc_status *st) {
     if (!f->started)
         progress_phase("phase 3: communication, memory plan and plan_check (%d candidate%s)", f->n, f->n == 1 ? "" : "s");
     f->started = true;
+    // The search's memory planner has already found these too large: their peaks, no second plan.
+    while (f->next < f->n && f->mode != FIT_EXPLAIN && f->cand[f->next]->memory_planned &&
+           f->cand[f->next]->est_memory_bytes > f->c->memory_bytes)
+        f->peak = fmin(f->peak, f->cand[f->next++]->est_memory_bytes);
     if (f->next < f->n) return f->cand[f->next++];
     if (f->mode != FIT_EXPLAIN && f->mode != FIT_OVER && fit_tighter(f)) return f->cand[f->next++];
     if (f->mode != FIT_OVER && fit_explain(f)) return f->cand[f->next++];
