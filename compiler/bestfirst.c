@@ -6,30 +6,37 @@
  * may split the batch over tp, the recompute the ILP may use (auto, none, full) and the virtual
  * stages; with the driver's search over micro-batch counts, one set of configurations per count
  * (a slot: that count's graph in an arena of its own). Every configuration sits in one priority
- * queue, keyed by what its step cannot beat, and moves through three levels:
+ * queue, keyed by what its step cannot beat, and moves through four levels:
  *
- *   0. key: a lower bound on its estimate that needs no ILP (search.c's space_bound: every
- *      operator's FLOPs at the best rate the cost model ever gives, split perfectly over dp x tp,
- *      through the pipeline's fill and drain). Popped: the ILP without its memory row, which
- *      the memo shares between every mesh, ZeRO stage and pipeline depth of one tp group and
- *      batch. If that answer keeps the memory row, it is the ILP's answer: level 2. Otherwise
- *      level 1, keyed by its estimate.
- *   1. key: the estimate of the choice the ILP makes with all memory allowed. Popped: the ILP
- *      with its memory row (the hard solve), level 2 with its estimate.
- *   2. key: the estimate of the strategy. Popped: the memory planner plans it (phase 3 and
+ *   0. key: a lower bound that needs no ILP (search.c's space_bound: every operator's FLOPs at
+ *      the best rate the cost model ever gives, split perfectly over dp x tp, through the
+ *      pipeline's fill and drain). Popped: the cost model's floor of its mesh.
+ *   1. key: that floor (space_floor: every operator at its cheapest candidate on the mesh, as the
+ *      estimator times it, through the pipeline; computed once per dp x tp). Popped: the ILP
+ *      without its memory row, which the memo shares between every mesh, ZeRO stage and
+ *      pipeline depth of one tp group and batch. If that answer keeps the memory row, it is the
+ *      ILP's answer: level 3. Otherwise level 2, keyed by its estimate. (With recompute auto the
+ *      answer without the row is recompute none's, searched as its own configuration.)
+ *   2. key: the estimate of the choice the ILP makes with all memory allowed. Popped: the ILP
+ *      with its memory row (the hard solve), level 3 with its estimate.
+ *   3. key: the estimate of the strategy. Popped: the memory planner plans it (phase 3 and
  *      memplan.c, what the compile will do), so the memory figure the search ranks by is the
  *      emitted plan's peak. The first that fits is the answer: every configuration left in the
- *      queue has a key at least as large.
+ *      queue has a key at least as large. One that does not fit, with recompute auto, comes back
+ *      at level 2 with a smaller share of the memory for its ILP (two rounds, as the driver's fit
+ *      tightens a template).
  *
- * A level-1 key is not a proven bound (a choice forced to save memory has a different estimate,
- * which is usually but not always larger); level 0's is. What the answer gives up for it is
- * bounded by level 1's keys, and what the search found is reported: how many configurations it
- * looked at of how many, the ILPs it solved and reused, and the bound left in the queue.
+ * Levels 0 and 1 are lower bounds (the estimator's pipeline grows with every stage's time, and
+ * every operator costs at least its cheapest candidate). Level 2's is not (a choice forced to
+ * save memory has a different estimate, usually but not always larger): that is what the
+ * answer may give up, and the tests compare it against a grid of templates. What the search did
+ * is reported: the configurations it looked at of how many, the ones it planned, the ILPs it
+ * solved and reused.
  *
  * The time budget (--time-limit, for the whole search) shortens every ILP's own limit to the
- * time left; once spent, level-1 configurations are dropped instead of solved (the hard solves)
- * and the search finishes on what is cheap, with a warning that says so. Ties break by slot,
- * configuration and level, so the result is deterministic unless the budget runs out.
+ * time left; once spent, level-2 configurations are dropped instead of solved (the hard solves)
+ * and the search finishes on what is cheap, with a warning that says so. Ties break by level,
+ * slot, configuration and round, so the result is deterministic unless the budget runs out.
  *
  * Progress: the search updates the progress line (glpk.c) with what it has searched, the best
  * estimate found so far and the bound.

@@ -3,21 +3,21 @@
  * (driver_micro_batches), and which of phase 2's ranked strategies becomes the plan (the fit:
  * driver_fit_*).
  *
- * The micro-batch search. With --auto and --global-batch and no micro-batch count, the count is
- * searched too, as Megatron-LM users search --micro-batch-size. Every divisor m of the global
- * batch that leaves whole ghost batch norm groups in a micro-batch, from the most micro-batches
- * down (the small, quickly solved ILPs first), runs the front half of the pipeline on its own
- * graph (front end, phase 1, phase 2, quietly, in an arena of its own) for the best step time the
- * cost model estimates; the search stops once MB_PATIENCE counts in a row do no better than the
- * best so far (fewer micro-batches mean bigger activations, so the ILP recomputes or shards
- * more, while the bubble grows), and keeps the fastest. The pipeline's graph is then built again
- * for that count.
+ * The micro-batch search. With --auto and no micro-batch count (or size) given, the count is
+ * searched too, as Megatron-LM users search --micro-batch-size: every divisor m of the global
+ * batch (the model's batch when --global-batch is not given) that leaves whole ghost batch norm
+ * groups in a micro-batch gets its own graph (the front end, phase 1 and its configurations, in
+ * an arena of its own; a count the batch arithmetic refuses is left out), and bestfirst.c
+ * searches all the counts' configurations in one queue, so a count is only planned while it
+ * could still win. The chosen count and configuration go to the compile (o->batch,
+ * o->search.pick), which builds the pipeline's graph again for that count.
  *
  * The fit. Phase 2 ranks strategies by the cost model; whether one fits is known only once the
  * memory planner has placed its buffers. main.c's loop runs phase 3, the memory planner, the
  * emitter and plan_check on the strategy driver_fit_next gives, and driver_fit_done says whether
  * the result ends the loop. The strategies come in this order:
- *   1. phase 2's ranking, best first;
+ *   1. phase 2's ranking, best first (with --auto the search's memory planner has fit the
+ *      first already, and candidates it found too large are not planned again);
  *   2. when none fits and the ILP chose recompute itself (--recompute auto): phase 2 again, up to
  *      three rounds, with a tighter memory budget for the ILP. Its memory model (parameters and
  *      kept activations, spread evenly over the stages) is not the memory planner's exact arena
@@ -28,6 +28,8 @@
  *   3. when still none fits: it says by how much, and tries what the message would suggest,
  *      quietly: --recompute full, then ZeRO-3, then both; the first that fits is named, and the
  *      compile still fails (exit 3).
+ * --auto's own search tightens every configuration and covers full recompute and ZeRO-3, so
+ * with --auto steps 2 and 3's searches run only for what it left out.
  * Phase 1's candidates serve every round (its group sizes do not depend on the memory or on
  * recompute and ZeRO). An error other than "does not fit" ends the loop, but in step 3, where
  * it only rules that suggestion out.

@@ -16,8 +16,11 @@
  * job) a whole line every five seconds, the first after five, so fast compiles and every output
  * a test compares stay as they are. -q turns it off.
  *
- * GLPK is deterministic for the same model built in the same order, and this file adds no
- * randomness, so the same problem gives the same solution.
+ * Every program solved is remembered for the rest of the process (the memo below): the same
+ * program again gets the same answer without GLPK. A row marked relaxable (ilp.c's memory row)
+ * is left out first: the optimum without it, when it keeps the row, is the answer, and that
+ * program serves every budget of the search. GLPK is deterministic for the same model built in
+ * the same order, and this file adds no randomness, so the same problem gives the same solution.
  */
 #include "plancc.h"
 

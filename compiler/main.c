@@ -13,8 +13,9 @@
  * the memory planner fits into the device's memory becomes the plan, phase 2 running again with
  * a tighter budget when none does). The options say where the pipeline stops: --check after
  * its report of the model, or after the phases its -d dumps show (t: phase 1's candidates, s:
- * phase 2's choice, the ILP on all the devices as one group); --estimate-only after phase 2,
- * with the estimate of a step. In a compile, -d shows phase 1's candidates for every group size
+ * phase 2's choice, the ILP on all the devices as one group); --estimate-only after the fit
+ * (phase 3 and the memory planner, no plan_check, no file), with the estimate of a step and the
+ * planner's peak, so it exits 3 with the compile's message when nothing fits. In a compile, -d shows phase 1's candidates for every group size
  * the search tries and the ILP choice of phase 2's best-ranked strategy (the fit may end on
  * another). --burst (DeepPool's burst parallelism)
  * has a phase 2 and a phase 3 of its own (burst.c), and the same memory planner, emitter and

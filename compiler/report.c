@@ -321,8 +321,8 @@ static void report_warnings(const pcc_graph *g, const pcc_cluster *c, const pcc_
     if (bubble > BUBBLE_WARN)
         warn("%s: the pipeline's fill and drain idle %.0f%% of the step (pp %d, %d micro-batch%s): more micro-batches fill "
              "it: %s", g->file, 100 * bubble, pp, m, m == 1 ? "" : "es",
-             searched || o->search.auto_mesh ? "a larger --global-batch (--auto searches the count of the batch it is given)"
-                                             : "--micro-batches, or --global-batch with a --micro-batch-size");
+             searched || o->search.auto_mesh ? "a larger --global-batch (--auto then searches how to cut it into micro-batches)"
+                                             : "--micro-batches M, or --global-batch N with --micro-batch-size");
     if (mfu < MFU_WARN)
         warn("%s: the plan uses %.1f%% of the devices' peak FLOP/s by its estimate (MFU); each device has little work: a "
              "larger --global-batch, or fewer devices (--devices, --nodes)", g->file, 100 * mfu);

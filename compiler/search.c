@@ -10,11 +10,16 @@
  *     the tp split of each operator comes from the intra-operator ILP (ilp.c) on the tp group
  *     with the batch dimension taken out of the candidates, which gives Megatron's column- then
  *     row-parallel linears; with --tp-batch (or --sync background) the ILP may split the batch
- *     over tp too.
- *   - --auto: every factorization of the devices (tp inside a node, dp dividing the batch, pp at
- *     most the number of layers), each ZeRO stage from the one asked for up, with and without
- *     the batch over tp, each with the ILP for its tp group; the driver then takes the best that
- *     the memory planner fits exactly.
+ *     over tp too. Where the ILP's memory model finds nothing that fits, --recompute none and
+ *     full take their choice with all memory allowed (the memory planner has the last word),
+ *     and auto recomputes every block operator.
+ *   - --auto: the configurations (pcc_config) of this graph - every factorization of the devices
+ *     (tp inside a node, dp dividing the batch, pp at most the number of layers), each ZeRO stage
+ *     from the one asked for up, with and without the batch over tp, recompute auto, none and full
+ *     (so every template is one), interleaved where it can run - each with two lower bounds on its
+ *     step (space_bound, space_floor) and its strategy on demand (space_build). bestfirst.c
+ *     searches them; the driver's search over micro-batch counts hands the compile the one it
+ *     chose (o->pick), which is built alone.
  * The split along dp is the batch dimension wherever an operator has it. Stages cut the
  * sequence of layers (graph_layers: top-level operators and the copies of repeated blocks)
  * into pp contiguous runs that balance their FLOPs (the smallest largest run, by bisection over
