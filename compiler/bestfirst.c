@@ -156,7 +156,7 @@ static pcc_status expand(bf *B, bf_node x, bool *done) {
         if (!*done) tighten(B, &x, s->est_memory_bytes);
         return PCC_OK;
     case 2: // the hard solve, unless the time is spent
-        if (B->o->deadline_s > 0 && clock_s() > B->o->deadline_s) {
+        if (B->o->deadline_s > 0 && clock_cpu_s() > B->o->deadline_s) {
             B->r->dropped++;
             return PCC_OK;
         }

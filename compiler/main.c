@@ -90,7 +90,7 @@ int main(int argc, char **argv) {
     pcc_status st = options_parse(argc, argv, &o, &done);
     if (st || done) return st;
     o.search.preserve = &o.preserve; // the search's memory figure is phase 3's and the planner's
-    o.search.deadline_s = clock_s() + o.search.ilp.time_limit_s; // one time budget for the whole search
+    o.search.deadline_s = clock_cpu_s() + o.search.ilp.time_limit_s; // one time budget for the whole search
     pcc_quiet = o.quiet;
     progress_init(!o.quiet && !o.check);
     pcc_arena *a = arena_init();

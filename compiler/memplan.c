@@ -178,8 +178,7 @@ static void chunks_add(chunks *X, const mprog *P, int b) {
 // The lowest aligned offset where buffer eb meets no placed buffer live with it: move past
 // every one in the way until none is (all offsets below the current one are taken, so this is
 // the first fit).
-static uint64_t lowest_free(const chunks *X, const mprog *P, const pcc_mbuf *eb) {
-    uint64_t at = 0;
+static uint64_t lowest_free(const chunks *X, const mprog *P, const pcc_mbuf *eb, uint64_t at) {
     for (bool moved = true; moved;) {
         moved = false;
         for (int c = chunk_of(X, eb->first); c <= chunk_of(X, eb->last); c++)
@@ -243,7 +242,7 @@ static uint64_t place(mprog *P, uint64_t *live_bound) {
     chunks X;
     chunks_init(&X, P->n_insn);
     bool *placed = calloc((size_t)P->n_buf + 1, 1);
-    uint64_t arena = 0;
+    uint64_t arena = 0, whole_top = 0;
     for (int k = 0; k < P->n_buf; k++) {
         pcc_mbuf *eb = &P->buf[order[k]];
         if (eb->in_bucket && eb->extent == 0) { // placed with the first of its bucket
@@ -255,10 +254,13 @@ static uint64_t place(mprog *P, uint64_t *live_bound) {
             placed[order[k]] = true;
             continue;
         }
-        uint64_t at = lowest_free(&X, P, eb);
+        // Buffers live over the whole program come first and stack from 0 with no gap (each is
+        // live with every one before it): the rest start above them, and need not see them.
+        uint64_t at = eb->whole ? whole_top : lowest_free(&X, P, eb, whole_top);
         eb->offset = at;
         placed[order[k]] = true;
-        chunks_add(&X, P, order[k]);
+        if (eb->whole) whole_top = align_up(at + eb->extent);
+        else chunks_add(&X, P, order[k]);
         for (int j = bucket_next(P, order[k]), prev = order[k]; j >= 0; prev = j, j = bucket_next(P, j))
             P->buf[j].offset = P->buf[prev].offset + P->buf[prev].bytes;
         if (at + eb->extent > arena) arena = at + eb->extent;

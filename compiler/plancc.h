@@ -101,6 +101,7 @@ pcc_status file_read_all(pcc_arena *a, const char *path, char **out, size_t *len
 
 // Seconds on a monotonic clock (for the summaries' timings).
 double clock_s(void);
+double clock_cpu_s(void); // this process's CPU seconds (the search's budget: a loaded machine does not shorten it)
 
 // Human-readable counts: "124.44 M", "1.23 GiB", "3.10 TFLOP". Writes into buf, returns buf.
 char *fmt_count(char *buf, size_t n, double x);
@@ -855,7 +856,7 @@ typedef struct pcc_search_opts {
     bool quiet;                 // an infeasible search returns PCC_ERR_INFEASIBLE without a message
     bool whole;                 // --check: no mesh; the ILP alone, on all the devices as one group
     const pcc_config *pick;     // --auto: build this configuration only (the driver's search chose it)
-    double deadline_s;          // clock_s() when the search's time budget is spent (0: none)
+    double deadline_s;          // clock_cpu_s() when the search's time budget is spent (0: none)
     const struct pcc_preserve_opts *preserve; // phase 3's options, for the memory planner's figure
     double fit_memory_bytes;    // what must fit a device (0: the cluster's memory)
 } pcc_search_opts;

@@ -291,6 +291,12 @@ double clock_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+double clock_cpu_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 char *fmt_count(char *buf, size_t n, double x) {
     static const char *const u[] = {"", "K", "M", "B", "T"};
     return fmt_scaled(buf, n, x, 1000, u, 5, "");
