@@ -15,10 +15,14 @@
  *      estimator times it, through the pipeline; computed once per dp x tp). Popped: the ILP
  *      without its memory row, which the memo shares between every mesh, ZeRO stage and
  *      pipeline depth of one tp group and batch. If that answer keeps the memory row, it is the
- *      ILP's answer: level 3. Otherwise level 2, keyed by its estimate. (With recompute auto the
- *      answer without the row is recompute none's, searched as its own configuration.)
- *   2. key: the estimate of the choice the ILP makes with all memory allowed. Popped: the ILP
- *      with its memory row (the hard solve), level 3 with its estimate.
+ *      ILP's answer: level 3, keyed by its estimate. Otherwise level 2, keyed still by the
+ *      floor: the choice the ILP makes under the row may have a better estimate than the one it
+ *      makes without (the ILP's objective leaves out the optimizer and the data-parallel
+ *      synchronization, which splitting more shrinks), so the estimate without the row bounds
+ *      nothing. (With recompute auto the answer without the row is recompute none's, searched
+ *      as its own configuration.)
+ *   2. key: the floor. Popped: the ILP with its memory row (the hard solve), level 3 with its
+ *      estimate.
  *   3. key: the estimate of the strategy. Popped: the memory planner plans it (phase 3 and
  *      memplan.c, what the compile will do), so the memory figure the search ranks by is the
  *      emitted plan's peak. The first that fits is the answer: every configuration left in the
@@ -26,10 +30,12 @@
  *      at level 2 with a smaller share of the memory for its ILP (two rounds, as the driver's fit
  *      tightens a template).
  *
- * Levels 0 and 1 are lower bounds (the estimator's pipeline grows with every stage's time, and
- * every operator costs at least its cheapest candidate). Level 2's is not (a choice forced to
- * save memory has a different estimate, usually but not always larger): that is what the
- * answer may give up, and the tests compare it against a grid of templates. What the search did
+ * Every key is a lower bound on the estimate of what the configuration can still become (the
+ * estimator's pipeline grows with every stage's time, and every operator costs at least its
+ * cheapest candidate), so the answer is the configuration with the best estimate that fits,
+ * among all the search has (every template among them). Its one exception: a configuration the
+ * memory planner finds too large comes back with a smaller share, keyed by its estimate, which
+ * is the driver's heuristic for a template with recompute auto, not a bound. What the search did
  * is reported: the configurations it looked at of how many, the ones it planned, the ILPs it
  * solved and reused.
  *
@@ -171,8 +177,10 @@ static pcc_status expand(bf *B, bf_node x, bool *done) {
     // recompute none's (the row left out, recompute only costs), which is searched too
     if (x.level == 1 && s->exact && x.config.rc == PCC_RECOMPUTE_AUTO && B->o->recompute == PCC_RECOMPUTE_AUTO && x.config.round == 0)
         return PCC_OK;
-    double key = fmax(x.key, s->est_step_s);
     bool exact = x.level == 2 || s->exact;
+    // An inexact probe's estimate is no bound (a choice forced to save memory may be faster by
+    // the estimate): the hard solve keeps the floor's key, and only an exact estimate raises it.
+    double key = exact ? fmax(x.key, s->est_step_s) : x.key;
     if (exact) keep(B, x.slot, s);
     heap_push(&B->heap, (bf_node){key, exact ? 3 : 2, x.slot, x.k, x.config, s});
     return PCC_OK;
