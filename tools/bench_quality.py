@@ -43,7 +43,6 @@ import concurrent.futures as cf
 import csv
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -85,8 +84,8 @@ class Bench:
         return dst
 
     def model_with_batch(self, model, batch):
-        """The model file with its batch dimension B set to `batch` (and the dimensions made of
-        B, such as Swin's windows-times-batch BW1..BW3, scaled with it)."""
+        """The model file with its batch dimension B set to `batch`, and the dimensions made of B
+        (Swin's windows, the Evoformer's rows of the MSA) as plancc scales them (--global-batch)."""
         key = (model, batch)
         with self.lock:     # held while writing: another thread may want the same file
             if key not in self.models:
@@ -96,12 +95,12 @@ class Bench:
     def _write_model(self, model, batch):
         with open(model, encoding="utf-8") as f:
             m = json.load(f)
-        b0 = m["dims"]["B"]
-        for d, v in list(m["dims"].items()):
-            if d == "B" or re.fullmatch(r"BW\d+", d):
-                if (v * batch) % b0:
-                    raise ValueError(f"{model}: cannot scale {d}={v} from B={b0} to {batch}")
-                m["dims"][d] = v * batch // b0
+        if m["dims"]["B"] != batch:
+            p = subprocess.run([self.a.plancc, "--check", "--json", model, "--global-batch", str(batch)],
+                               capture_output=True, text=True)
+            if p.returncode != 0:
+                raise ValueError(f"{model}: plancc cannot scale the batch to {batch}: {p.stderr.strip()}")
+            m["dims"] = json.loads(p.stdout)["dims"]
         path = os.path.join(self.tmp, f"{os.path.basename(model)[:-5]}.B{batch}.json")
         with open(path, "w", encoding="utf-8") as f:
             json.dump(m, f)
