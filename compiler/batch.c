@@ -65,6 +65,95 @@ static pcc_status batch_by_size(const pcc_batch_opts *o, int64_t step, int *micr
     return PCC_OK;
 }
 
+static int64_t gcd_abs(int64_t a, int64_t b) { return gcd64(a < 0 ? -a : a, b < 0 ? -b : b); }
+
+typedef struct ratio {
+    int64_t num, den;   // 1/1: unchanged
+} ratio;
+
+static ratio ratio_mul(ratio a, ratio b) {
+    int64_t g1 = gcd_abs(a.num, b.den), g2 = gcd_abs(b.num, a.den);
+    return (ratio){(a.num / g1) * (b.num / g2), (a.den / g2) * (b.den / g1)};
+}
+
+// One reshape group of op (old sizes): input dims [*i0, i) and output dims [*j0, j); false at the end.
+static bool next_group(const pcc_graph *g, const int64_t *old, const pcc_tensor *x, const pcc_tensor *y, int *i, int *j) {
+    if (*i >= x->rank && *j >= y->rank) return false;
+    int64_t px = 1, py = 1;
+    if (*i < x->rank) px *= old[x->dims[(*i)++]];
+    if (*j < y->rank) py *= old[y->dims[(*j)++]];
+    while (px != py && (*i < x->rank || *j < y->rank)) {
+        if ((px < py && *i < x->rank) || *j >= y->rank) px *= old[x->dims[(*i)++]];
+        else py *= old[y->dims[(*j)++]];
+    }
+    while (*i < x->rank && old[x->dims[*i]] == 1) (*i)++; // size-1 dimensions join the group before
+    while (*j < y->rank && old[y->dims[*j]] == 1) (*j)++;
+    (void)g;
+    return true;
+}
+
+// The factor of a group side (NULL when none of its dims changed), and its one unchanged dim.
+static bool side_factor(const pcc_tensor *t, int a, int b, const ratio *f, const bool *changed, ratio *out, int *single) {
+    bool any = false;
+    *out = (ratio){1, 1}, *single = b - a == 1 ? t->dims[a] : -1;
+    for (int k = a; k < b; k++)
+        if (changed[t->dims[k]]) any = true, *out = ratio_mul(*out, f[t->dims[k]]);
+    return any;
+}
+
+// Dim d follows factor r: its new size, or a refusal naming it.
+static pcc_status follow(pcc_graph *g, int d, ratio r, const int64_t *old, ratio *f, bool *changed, int b, const pcc_op *op) {
+    if ((old[d] * r.num) % r.den != 0)
+        return diag(g->file, g->dims[d].ptr, "dimension %s = %lld is made of the batch dimension %s (reshape at %s), and "
+                    "the batch option changes %s by %lld/%lld, which leaves %s a fraction; choose a batch that keeps it whole",
+                    g->dims[d].name, (long long)old[d], g->dims[b].name, op->ptr, g->dims[b].name, (long long)r.num,
+                    (long long)r.den, g->dims[d].name);
+    f[d] = r, changed[d] = true;
+    return PCC_OK;
+}
+
+// The reshapes' groups, until no dimension changes: see the essay.
+static pcc_status derived_dims(pcc_graph *g, int b, int64_t batch) {
+    int64_t *old = arena_alloc(g->arena, sizeof(int64_t) * (size_t)(g->n_dims + 1));
+    ratio *f = arena_alloc(g->arena, sizeof(ratio) * (size_t)(g->n_dims + 1));
+    bool *changed = arena_alloc(g->arena, sizeof(bool) * (size_t)(g->n_dims + 1));
+    for (int d = 0; d < g->n_dims; d++) old[d] = g->dims[d].size, f[d] = (ratio){1, 1};
+    int64_t q = gcd64(batch, old[b]);
+    f[b] = (ratio){batch / q, old[b] / q}, changed[b] = true;
+    for (bool again = true; again;) {
+        again = false;
+        for (int o = 0; o < g->n_ops; o++) {
+            const pcc_op *op = &g->ops[o];
+            if (op->kind != PCC_OP_RESHAPE) continue;
+            const pcc_tensor *x = &g->tensors[op->in[0]], *y = &g->tensors[op->out[0]];
+            for (int i = 0, j = 0, i0 = 0, j0 = 0; next_group(g, old, x, y, &i, &j); i0 = i, j0 = j) {
+                ratio rx, ry;
+                int sx, sy;
+                bool cx = side_factor(x, i0, i, f, changed, &rx, &sx), cy = side_factor(y, j0, j, f, changed, &ry, &sy);
+                if (cx == cy) continue;
+                int d = cx ? sy : sx;
+                if (d < 0) {
+                    const pcc_tensor *t = cx ? y : x;
+                    int k0 = cx ? j0 : i0;
+                    return diag(g->file, g->dims[t->dims[k0]].ptr, "the batch dimension %s meets dimension %s and others in "
+                                "reshape %s; plancc cannot tell which of them changes with the batch option",
+                                g->dims[b].name, g->dims[t->dims[k0]].name, op->ptr);
+                }
+                pcc_status st = follow(g, d, cx ? rx : ry, old, f, changed, b, op);
+                if (st) return st;
+                again = true;
+            }
+        }
+    }
+    for (int d = 0; d < g->n_dims; d++)
+        if (changed[d]) g->dims[d].size = old[d] * f[d].num / f[d].den;
+    for (int o = 0; o < g->n_ops; o++) {
+        pcc_status st = op_check_shapes(g, &g->ops[o], g->file);
+        if (st) return st;
+    }
+    return PCC_OK;
+}
+
 pcc_status batch_apply(pcc_graph *g, pcc_batch_opts *o) {
     g->micro_batches = o->micro_batches;
     if (!o->global_batch && !o->micro_batch_size) return PCC_OK;
@@ -88,9 +177,10 @@ pcc_status batch_apply(pcc_graph *g, pcc_batch_opts *o) {
     } else {
         batch = step;
     }
-    g->dims[b].size = batch;
+    pcc_status st = batch == g->dims[b].size ? PCC_OK : derived_dims(g, b, batch);
+    if (st) return st;
     g->micro_batches = o->micro_batches;
-    pcc_status st = ghost_check(g, b, o->global_batch);
+    st = ghost_check(g, b, o->global_batch);
     if (!st && !o->global_batch) o->global_batch = batch * o->micro_batches; // what the plan records
     return st;
 }

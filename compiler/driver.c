@@ -3,21 +3,21 @@
  * (driver_micro_batches), and which of phase 2's ranked strategies becomes the plan (the fit:
  * driver_fit_*).
  *
- * The micro-batch search. With --auto and --global-batch and no micro-batch count, the count is
- * searched too, as Megatron-LM users search --micro-batch-size. Every divisor m of the global
- * batch that leaves whole ghost batch norm groups in a micro-batch, from the most micro-batches
- * down (the small, quickly solved ILPs first), runs the front half of the pipeline on its own
- * graph (front end, phase 1, phase 2, quietly, in an arena of its own) for the best step time the
- * cost model estimates; the search stops once MB_PATIENCE counts in a row do no better than the
- * best so far (fewer micro-batches mean bigger activations, so the ILP recomputes or shards
- * more, while the bubble grows), and keeps the fastest. The pipeline's graph is then built again
- * for that count.
+ * The micro-batch search. With --auto and no micro-batch count (or size) given, the count is
+ * searched too, as Megatron-LM users search --micro-batch-size: every divisor m of the global
+ * batch (the model's batch when --global-batch is not given) that leaves whole ghost batch norm
+ * groups in a micro-batch gets its own graph (the front end, phase 1 and its configurations, in
+ * an arena of its own; a count the batch arithmetic refuses is left out), and bestfirst.c
+ * searches all the counts' configurations in one queue, so a count is only planned while it
+ * could still win. The chosen count and configuration go to the compile (o->batch,
+ * o->search.pick), which builds the pipeline's graph again for that count.
  *
  * The fit. Phase 2 ranks strategies by the cost model; whether one fits is known only once the
  * memory planner has placed its buffers. main.c's loop runs phase 3, the memory planner, the
  * emitter and plan_check on the strategy driver_fit_next gives, and driver_fit_done says whether
  * the result ends the loop. The strategies come in this order:
- *   1. phase 2's ranking, best first;
+ *   1. phase 2's ranking, best first (with --auto the search's memory planner has fit the
+ *      first already, and candidates it found too large are not planned again);
  *   2. when none fits and the ILP chose recompute itself (--recompute auto): phase 2 again, up to
  *      three rounds, with a tighter memory budget for the ILP. Its memory model (parameters and
  *      kept activations, spread evenly over the stages) is not the memory planner's exact arena
@@ -28,6 +28,8 @@
  *   3. when still none fits: it says by how much, and tries what the message would suggest,
  *      quietly: --recompute full, then ZeRO-3, then both; the first that fits is named, and the
  *      compile still fails (exit 3).
+ * --auto's own search tightens every configuration and covers full recompute and ZeRO-3, so
+ * with --auto steps 2 and 3's searches run only for what it left out.
  * Phase 1's candidates serve every round (its group sizes do not depend on the memory or on
  * recompute and ZeRO). An error other than "does not fit" ends the loop, but in step 3, where
  * it only rules that suggestion out.
@@ -38,8 +40,6 @@
 #include <stdlib.h>
 
 /* ---- the micro-batch search ---- */
-
-#define MB_PATIENCE 3
 
 // The front end as main.c runs it: the model loaded, the batch options applied, checked,
 // differentiated, checked.
@@ -55,58 +55,70 @@ static pcc_status front_end(pcc_arena *a, pcc_options *o, pcc_graph **out) {
     return st;
 }
 
-// The step time of m micro-batches: the front end, phase 1 and phase 2, quietly, in an arena of
-// their own; INFINITY when nothing fits.
-static pcc_status plan_micro_batches(const pcc_options *o, const pcc_cluster *c, int m, double *step_s) {
+// The micro-batch counts to search: every divisor of the global batch (the model's batch when
+// none is given) that leaves whole samples and whole ghost batch norm groups in a micro-batch.
+static int *counts(pcc_arena *a, const pcc_graph *g, int64_t gb, int *n) {
+    int64_t grain = batch_grain(g);
+    int *v = NULL, cap = 0;
+    *n = 0;
+    for (int64_t m = gb < 65536 ? gb : 65536; m >= 1; m--)
+        if (gb % m == 0 && (gb / m) % grain == 0) *VEC_PUSH(a, v, *n, cap) = (int)m;
+    return v;
+}
+
+// One count's slot: its graph through the front end, phase 1 and its configurations, in arena a.
+static pcc_status slot_init(pcc_arena *a, const pcc_options *o, const pcc_cluster *c, int64_t gb, int m, pcc_bf_slot *slot) {
     pcc_options t = *o;
-    t.batch.micro_batches = m, t.batch.micro_batches_given = true;
-    pcc_arena *a = arena_init();
+    t.batch.micro_batches = m, t.batch.micro_batches_given = true, t.batch.global_batch = gb;
     pcc_graph *g;
     pcc_status st = front_end(a, &t, &g);
-    pcc_strategy **cand = NULL;
-    int n = 0;
-    if (!st) {
-        pcc_search_opts so = o->search;
-        so.ilp.progress = false, so.ilp.dump_lp = NULL, so.quiet = true;
-        int ns;
-        int *sizes = search_group_sizes(g, c, &so, &ns);
-        st = search(g, c, transform_all(g, sizes, ns), &so, &cand, &n);
-    }
-    *step_s = !st && n > 0 ? cand[0]->est_step_s : INFINITY;
-    arena_free(a);
-    return st;
+    if (st) return st;
+    int ns;
+    int *sizes = search_group_sizes(g, c, &o->search, &ns);
+    slot->space = space_init(g, c, transform_all(g, sizes, ns), &o->search);
+    slot->m = m;
+    return PCC_OK;
 }
 
 bool driver_searches_micro_batches(const pcc_options *o) {
-    return !o->check && !o->burst && o->search.auto_mesh && o->batch.global_batch && !o->batch.micro_batches_given &&
-           !o->batch.micro_batch_size;
+    return !o->check && !o->burst && o->search.auto_mesh && !o->batch.micro_batches_given && !o->batch.micro_batch_size;
 }
 
 pcc_status driver_micro_batches(pcc_arena *a, pcc_options *o, const pcc_cluster *c, pcc_graph **g) {
-    double t0 = clock_s(), best = INFINITY;
-    int64_t gb = o->batch.global_batch, grain = batch_grain(*g);
-    int best_m = 0, misses = 0;
-    bool was_quiet = pcc_quiet;
-    pcc_quiet = true; // the counts that do not fit say nothing; the chosen one is compiled loudly
-    for (int64_t m = gb < 65536 ? gb : 65536; m >= 1 && misses < MB_PATIENCE; m--) {
-        if (gb % m || (gb / m) % grain) continue; // whole samples, whole ghost batch norm groups
-        progress_phase("phase 2: %lld micro-batches of %lld samples (tried %d; best %d at %.4g s)", (long long)m,
-                       (long long)(gb / m), o->mb_searched, best_m, isfinite(best) ? best : 0);
-        double t_s;
-        pcc_status st = plan_micro_batches(o, c, (int)m, &t_s);
-        if (st && st != PCC_ERR_INFEASIBLE) {
-            pcc_quiet = was_quiet;
-            return st;
-        }
-        o->mb_searched++;
-        if (t_s < best) best = t_s, best_m = (int)m, misses = 0;
-        else if (best_m) misses++;
+    double t0 = clock_s();
+    int b = graph_batch_dim(*g), n;
+    int64_t gb = o->batch.global_batch ? o->batch.global_batch : b >= 0 ? (*g)->dims[b].size : 1;
+    int *m = counts(a, *g, gb, &n);
+    if (n <= 1) return PCC_OK;
+    pcc_bf_slot *slots = arena_alloc(a, sizeof(pcc_bf_slot) * (size_t)n);
+    pcc_arena **arenas = arena_alloc(a, sizeof(pcc_arena *) * (size_t)n);
+    pcc_status st = PCC_OK;
+    int ns = 0;
+    for (int i = 0; i < n && !st; i++) {
+        progress_phase("phase 2: %d micro-batches of %lld samples", m[i], (long long)(gb / m[i]));
+        arenas[ns] = arena_init();
+        bool was = pcc_trial;
+        pcc_trial = true; // a count the batch arithmetic refuses is left out; the compile of it would say why
+        st = slot_init(arenas[ns], o, c, gb, m[i], &slots[ns]);
+        pcc_trial = was;
+        if (!st) ns++;
+        else arena_free(arenas[ns]);
+        if (st == PCC_ERR_INPUT) st = PCC_OK;
     }
-    pcc_quiet = was_quiet;
+    pcc_bf_result r = {.slot = -1};
+    if (!st && ns) st = bestfirst(slots, ns, &o->search, &r);
+    if (!st && r.slot >= 0) {
+        pcc_config *pick = arena_alloc(a, sizeof *pick);
+        *pick = r.config;
+        o->search.pick = pick;
+        o->batch.micro_batches = slots[r.slot].m, o->batch.micro_batches_given = true;
+        if (slots[r.slot].m > 1 || o->batch.global_batch) o->batch.global_batch = gb;
+    }
+    for (int i = 0; i < ns; i++) arena_free(arenas[i]);
+    o->mb_searched = n;
     o->mb_search_s = clock_s() - t0;
-    if (!best_m) return PCC_OK; // nothing fit: the plain compile (one micro-batch) says why
-    o->batch.micro_batches = best_m, o->batch.micro_batches_given = true;
-    return best_m == (*g)->micro_batches ? PCC_OK : front_end(a, o, g);
+    if (st || r.slot < 0) return st; // nothing fit: the plain compile (one micro-batch) says why
+    return front_end(a, o, g);
 }
 
 /* ---- the fit ---- */
@@ -121,6 +133,7 @@ void driver_fit_init(pcc_fit *f, const pcc_graph *g, const pcc_cluster *c, const
 // Step 2: phase 2 again on a tighter budget, its best few; false when no round is left.
 static bool fit_tighter(pcc_fit *f) {
     pcc_search_opts so = f->o->search;
+    if (so.auto_mesh && !so.pick) return false; // --auto's search tightens every configuration itself
     while (f->round < 3 && so.recompute == PCC_RECOMPUTE_AUTO && isfinite(f->peak)) {
         bool last = f->round == 2;
         progress_phase("phase 2 again: nothing fit in memory; a tighter budget for the ILP (round %d)", ++f->round);
@@ -141,9 +154,13 @@ static bool fit_tighter(pcc_fit *f) {
 static bool fit_suggestion(const pcc_fit *f, int k, pcc_search_opts *so, const char **name) {
     *so = f->o->search;
     so->quiet = true, so->ilp.progress = false, so->ilp.dump_lp = NULL;
-    bool zero3 = so->zero < 3 && (so->auto_mesh || so->dp > 1);
+    // --auto's own search has tried full recompute (with --recompute auto) and every ZeRO stage
+    // from the one asked for: only what it left out is worth a search.
+    bool searched = so->auto_mesh && !so->pick, rc = f->o->search.recompute != PCC_RECOMPUTE_FULL;
+    bool zero3 = so->zero < 3 && (so->auto_mesh || so->dp > 1) && !searched;
+    if (searched) rc = f->o->search.recompute == PCC_RECOMPUTE_NONE;
     switch (k) {
-    case 0: so->recompute = PCC_RECOMPUTE_FULL, *name = "--recompute full"; return f->o->search.recompute != PCC_RECOMPUTE_FULL;
+    case 0: so->recompute = PCC_RECOMPUTE_FULL, *name = "--recompute full"; return rc;
     case 1: so->zero = 3, *name = "--zero 3"; return zero3;
     case 2: so->zero = 3, so->recompute = PCC_RECOMPUTE_FULL, *name = "--zero 3 --recompute full"; return zero3;
     default: return false;
@@ -180,6 +197,10 @@ const pcc_strategy *driver_fit_next(pcc_fit *f, pcc_status *st) {
     if (!f->started)
         progress_phase("phase 3: communication, memory plan and plan_check (%d candidate%s)", f->n, f->n == 1 ? "" : "s");
     f->started = true;
+    // The search's memory planner has already found these too large: their peaks, no second plan.
+    while (f->next < f->n && f->mode != FIT_EXPLAIN && f->cand[f->next]->memory_planned &&
+           f->cand[f->next]->est_memory_bytes > f->c->memory_bytes)
+        f->peak = fmin(f->peak, f->cand[f->next++]->est_memory_bytes);
     if (f->next < f->n) return f->cand[f->next++];
     if (f->mode != FIT_EXPLAIN && f->mode != FIT_OVER && fit_tighter(f)) return f->cand[f->next++];
     if (f->mode != FIT_OVER && fit_explain(f)) return f->cand[f->next++];

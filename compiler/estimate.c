@@ -29,6 +29,8 @@
  */
 #include "plancc.h"
 
+#include <math.h>
+
 static int tensor_of_op(const pcc_op *op, int k) { return k < op->nin ? op->in[k] : op->out[k - op->nin]; }
 
 typedef struct est {
@@ -396,4 +398,30 @@ void estimate_step(const pcc_graph *g, const pcc_cluster *c, const pcc_intra *sc
     est_params(&E);
     est_last_bucket(&E);
     est_step(&E);
+}
+
+void estimate_floor(const pcc_graph *g, const pcc_cluster *c, const pcc_transform *t, const int *dp_letter, int dp,
+                    int batch_dim, double *fb, double *ffb) {
+    int nf = g->n_fwd_ops;
+    pcc_strategy s = {.batch_dim = batch_dim};
+    s.letter[PCC_AX_DP] = (int *)dp_letter;
+    pcc_intra sc = {.t = t, .choice = arena_alloc(g->arena, sizeof(int) * (size_t)(nf + 1))};
+    est E = {.g = g, .c = c, .sc = &sc, .s = &s, .dp = dp, .tp = t->devices, .nf = nf};
+    E.ways = arena_alloc(g->arena, sizeof(int **) * (size_t)(nf + 1));
+    // Each forward op's backward ops, in one list per op.
+    int *next = arena_alloc(g->arena, sizeof(int) * (size_t)(g->n_ops + 1)), *first = arena_alloc(g->arena, sizeof(int) * (size_t)(nf + 1));
+    for (int i = 0; i < nf; i++) first[i] = -1;
+    for (int o = g->n_ops - 1; o >= nf; o--)
+        if (g->ops[o].phase == PCC_PHASE_BWD && g->ops[o].fwd >= 0) next[o] = first[g->ops[o].fwd], first[g->ops[o].fwd] = o;
+    for (int i = 0; i < nf; i++) {
+        fb[i] = ffb[i] = INFINITY;
+        for (int k = 0; k < t->ops[i].n; k++) {
+            sc.choice[i] = k;
+            est_op_ways(&E, i);
+            double f = cost_op_s(c, g, &g->ops[i], (const int *const *)E.ways[i]), b = 0;
+            for (int o = first[i]; o >= 0; o = next[o]) b += cost_op_s(c, g, &g->ops[o], est_ways(&E, &g->ops[o], i));
+            if (f + b < fb[i]) fb[i] = f + b;
+            if (2 * f + b < ffb[i]) ffb[i] = 2 * f + b;
+        }
+    }
 }

@@ -311,6 +311,10 @@ static const pcc_cand *cand_at(const builder *B, int o, int k) { return &B->t->o
 
 /* ---- the program ---- */
 
+// A row's or column's name, only where the program is written out (--dump-ilp): a large
+// program's names would cost more memory than its coefficients.
+#define NAME(B, ...) ((B)->o->ilp.dump_lp ? arena_printf((B)->g->arena, __VA_ARGS__) : NULL)
+
 typedef struct cols {
     int *x_first; // per forward op: the column of its first candidate
 } cols;
@@ -343,11 +347,11 @@ static void add_choices(builder *B, pcc_mip *P, cols *C, int mem_row) {
         C->x_first[i] = -1;
         if (B->leader[i] != i) continue;
         const pcc_op_cands *oc = &B->t->ops[i];
-        int row = mip_add_row(P, arena_printf(g->arena, "one_op%d", oc->op), PCC_MIP_EQ, 1);
+        int row = mip_add_row(P, NAME(B, "one_op%d", oc->op), PCC_MIP_EQ, 1);
         for (int k = 0; k < oc->n; k++) {
             double time, mem;
             leader_cost(B, i, k, &time, &mem);
-            int col = mip_add_col(P, arena_printf(g->arena, "x_op%d_%d", oc->op, k), true, 0, 1, time);
+            int col = mip_add_col(P, NAME(B, "x_op%d_%d", oc->op, k), true, 0, 1, time);
             if (k == 0) C->x_first[i] = col;
             mip_set(P, row, col, 1);
             mip_set(P, mem_row, col, mem / (1 << 30));
@@ -364,18 +368,18 @@ static void add_edges(builder *B, pcc_mip *P, const cols *C, int mem_row) {
         int np = B->t->ops[lp].n, nc = B->t->ops[lc].n;
         int *row_k = arena_alloc(g->arena, sizeof(int) * (size_t)np), *row_l = arena_alloc(g->arena, sizeof(int) * (size_t)nc);
         for (int k = 0; k < np; k++) {
-            row_k[k] = mip_add_row(P, arena_printf(g->arena, "e%d_out%d", e, k), PCC_MIP_EQ, 0);
+            row_k[k] = mip_add_row(P, NAME(B, "e%d_out%d", e, k), PCC_MIP_EQ, 0);
             mip_set(P, row_k[k], C->x_first[lp] + k, -1);
         }
         for (int l = 0; l < nc; l++) {
-            row_l[l] = mip_add_row(P, arena_printf(g->arena, "e%d_in%d", e, l), PCC_MIP_EQ, 0);
+            row_l[l] = mip_add_row(P, NAME(B, "e%d_in%d", e, l), PCC_MIP_EQ, 0);
             mip_set(P, row_l[l], C->x_first[lc] + l, -1);
         }
         for (int k = 0; k < np; k++)
             for (int l = 0; l < nc; l++) {
                 double s = edge_cost(B, ed, cand_at(B, ed->p, k), cand_at(B, ed->c, l));
                 if (s < 0) continue;
-                int col = mip_add_col(P, arena_printf(g->arena, "y_e%d_%d_%d", e, k, l), false, 0, 1, ed->w * s);
+                int col = mip_add_col(P, NAME(B, "y_e%d_%d_%d", e, k, l), false, 0, 1, ed->w * s);
                 mip_set(P, row_k[k], col, 1);
                 mip_set(P, row_l[l], col, 1);
                 double m = edge_memory(B, ed, cand_at(B, ed->p, k), cand_at(B, ed->c, l));
@@ -452,6 +456,7 @@ pcc_status ilp_intra(const pcc_graph *g, const pcc_cluster *c, const pcc_transfo
     plan_followers(&B, full_program_cols(&B) > (o->follow_above_cols > 0 ? o->follow_above_cols : FOLLOW_ABOVE_COLS));
     pcc_mip *P = mip_init(g->arena);
     int mem_row = mip_add_row(P, "memory_gib", PCC_MIP_LE, o->memory_bytes / (1 << 30));
+    mip_relax_row(P, mem_row);
     cols C;
     add_choices(&B, P, &C, mem_row);
     add_edges(&B, P, &C, mem_row);
@@ -460,6 +465,7 @@ pcc_status ilp_intra(const pcc_graph *g, const pcc_cluster *c, const pcc_transfo
     s->choice = arena_alloc(g->arena, sizeof(int) * (size_t)(t->n_ops + 1));
     s->cause = arena_alloc(g->arena, sizeof(char *) * (size_t)(t->n_ops + 1));
     pcc_status st = mip_solve(P, &o->ilp, &s->ilp);
+    mip_free(P);
     if (st) return st;
     if (s->ilp.status == PCC_MIP_INFEASIBLE) return infeasible(&B);
     if (s->ilp.status == PCC_MIP_NO_SOLUTION || s->ilp.status == PCC_MIP_ERROR) {

@@ -392,7 +392,7 @@ static pcc_status background_params(pcc_values *E) {
         if (!axes && E->dp == 1) axes = 1u << PCC_AX_DP;
         if (!axes) continue;
         if (T->block >= 0) {
-            fprintf(stderr, "%s: %s: --sync background: parameter \"%s\" is in repeated block; plancc synchronizes only "
+            if (!pcc_trial) fprintf(stderr, "%s: %s: --sync background: parameter \"%s\" is in repeated block; plancc synchronizes only "
                             "parameters outside repeated blocks in the background (use --sync allreduce)\n",
                     pcc_progname, g->file, T->name);
             return PCC_ERR_INPUT;
@@ -544,7 +544,7 @@ static bool interleaved_adjacent(const pcc_values *E) {
                 bool dfr = x[i].key < g->n_tensors && E->deferred[x[i].key];
                 if (dfr || from % E->pp == s % E->pp || from == (bwd ? s + 1 : s - 1)) continue;
                 const char *what = x[i].key < g->n_tensors ? g->tensors[x[i].key].name : "a block's carry";
-                fprintf(stderr, "%s: %s: --virtual-stages with --pp %d: chunk %d receives \"%s\" from chunk %d; plancc's "
+                if (!pcc_trial) fprintf(stderr, "%s: %s: --virtual-stages with --pp %d: chunk %d receives \"%s\" from chunk %d; plancc's "
                                 "interleaved 1F1B sends only between consecutive chunks when pp > 2 (use --pp 2, other "
                                 "--virtual-stages, or no interleaving)\n", pcc_progname, g->file, E->pp, s, what, from);
                 return false;
@@ -578,12 +578,12 @@ static pcc_status block_limits(const pcc_values *E) {
         int fb = graph_block_family(g, b), spans = 0;
         for (int st = 0; st < E->ns; st++) spans += E->copy_hi[fb][st] > E->copy_lo[fb][st];
         if (bl->n_carry > 8) {
-            fprintf(stderr, "%s: %s: block \"%s\" carries %d values from copy to copy; plancc supports 8\n", pcc_progname,
+            if (!pcc_trial) fprintf(stderr, "%s: %s: block \"%s\" carries %d values from copy to copy; plancc supports 8\n", pcc_progname,
                     g->file, bl->name, bl->n_carry);
             return PCC_ERR_INPUT;
         }
         if (bl->n_acc > 0 && spans > 1) {
-            fprintf(stderr, "%s: %s: block \"%s\" sums a gradient over its copies, and its copies are on %d pipeline "
+            if (!pcc_trial) fprintf(stderr, "%s: %s: block \"%s\" sums a gradient over its copies, and its copies are on %d pipeline "
                             "stages; plancc cannot yet sum across stages (use fewer stages)\n",
                     pcc_progname, g->file, bl->name, spans);
             return PCC_ERR_INPUT;
@@ -613,7 +613,7 @@ pcc_status layout_values(const pcc_graph *g, const pcc_cluster *c, const pcc_str
                       .M = s->micro_batches, .V = s->virtual_stages > 1 ? s->virtual_stages : 1};
     E->ns = E->pp * E->V;
     if (E->V > 1 && s->zero == 2) {
-        fprintf(stderr, "%s: --zero 2 with --virtual-stages: plancc reduce-scatters per micro-batch only in plain pipelines "
+        if (!pcc_trial) fprintf(stderr, "%s: --zero 2 with --virtual-stages: plancc reduce-scatters per micro-batch only in plain pipelines "
                         "(use --zero 1 or 3, or no interleaving)\n", pcc_progname);
         return PCC_ERR_INPUT;
     }

@@ -13,8 +13,9 @@
  * the memory planner fits into the device's memory becomes the plan, phase 2 running again with
  * a tighter budget when none does). The options say where the pipeline stops: --check after
  * its report of the model, or after the phases its -d dumps show (t: phase 1's candidates, s:
- * phase 2's choice, the ILP on all the devices as one group); --estimate-only after phase 2,
- * with the estimate of a step. In a compile, -d shows phase 1's candidates for every group size
+ * phase 2's choice, the ILP on all the devices as one group); --estimate-only after the fit
+ * (phase 3 and the memory planner, no plan_check, no file), with the estimate of a step and the
+ * planner's peak, so it exits 3 with the compile's message when nothing fits. In a compile, -d shows phase 1's candidates for every group size
  * the search tries and the ILP choice of phase 2's best-ranked strategy (the fit may end on
  * another). --burst (DeepPool's burst parallelism)
  * has a phase 2 and a phase 3 of its own (burst.c), and the same memory planner, emitter and
@@ -87,6 +88,7 @@ static int finish(pcc_arena *a, pcc_emitted *e, pcc_status st) {
     }
     progress_done();
     arena_free(a);
+    mip_memo_free();
     return st;
 }
 
@@ -95,6 +97,8 @@ int main(int argc, char **argv) {
     bool done;
     pcc_status st = options_parse(argc, argv, &o, &done);
     if (st || done) return st;
+    o.search.preserve = &o.preserve; // the search's memory figure is phase 3's and the planner's
+    o.search.deadline_s = clock_cpu_s() + o.search.ilp.time_limit_s; // one time budget for the whole search
     pcc_quiet = o.quiet;
     progress_init(!o.quiet && !o.check);
     pcc_arena *a = arena_init();
@@ -127,16 +131,19 @@ int main(int argc, char **argv) {
     if (options_dump(&o, 't')) transform_dump(stdout, g, t);
     if (options_runs(&o, 2)) st = search(g, c, t, &o.search, &cand, &n);        // phase 2
     if (!st && options_dump(&o, 's')) ilp_dump(stdout, g, cand[0]->intra);
-    if (!st && o.estimate_only) report_estimate(stdout, g, c, &o, cand[0], n, clock_s() - t0 + o.mb_search_s);
-    if (st || !options_runs(&o, 3)) return finish(a, &e, st);
+    if (st || !options_runs(&o, 2) || (!options_runs(&o, 3) && !o.estimate_only)) return finish(a, &e, st);
     options_emit(a, c, &o, &eo);
     driver_fit_init(&fit, g, c, t, &o, cand, n);
     while (!st && (s = driver_fit_next(&fit, &st))) {                           // best first, until one fits
         st = preserve(g, c, s, &o.preserve, &pr);                               // phase 3
         if (!st) memplan(pr);                                                   // the memory planner
         if (!st) emit_plan(g, c, pr, &eo, &e);                                  // the plan
-        if (!st) st = check_plan(e.p);                                          // the verifier
+        if (!st && !o.estimate_only) st = check_plan(e.p);                      // the verifier
         if (driver_fit_done(&fit, &st, &e)) break;
+    }
+    if (o.estimate_only) {                                                      // --estimate-only: the fit, no file
+        if (!st) report_estimate(stdout, g, c, &o, fit.cand[fit.which], e.peak_bytes, fit.n, clock_s() - t0 + o.mb_search_s);
+        return finish(a, &e, st);
     }
     const char *out = options_output(a, &o);
     if (!st) st = write_plan(e.p, out);

@@ -12,9 +12,14 @@
  *
  * It takes phase 3's programs as they are (preserve.c's, one per pipeline stage, or burst.c's,
  * one per set of ranks that burst parallelism runs alike), before the emitter writes them.
+ *
+ * The search asks it too (memplan_strategy_peak): phase 3 and the planner on a candidate
+ * strategy, so that the memory figure phase 2 ranks and fits by is the peak the emitted plan will
+ * have, not a model of it.
  */
 #include "plancc.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -130,13 +135,61 @@ static void liveness(mprog *P) {
     free(outer), free(inner), free(end), free(first_is_write), free(loop_of), free(one_loop);
 }
 
-typedef struct span {
-    uint64_t lo, hi;
-} span;
+// The placed buffers, indexed by time: the program's instructions cut into chunks, each with the
+// buffers live in it by offset. A new buffer looks only at the chunks it lives in.
+#define CHUNKS 256
 
-static int span_cmp(const void *a, const void *b) {
-    const span *x = a, *y = b;
-    return x->lo < y->lo ? -1 : x->lo > y->lo;
+typedef struct chunks {
+    int n_insn;
+    int *v[CHUNKS], n[CHUNKS], cap[CHUNKS];
+} chunks;
+
+static void chunks_init(chunks *X, int n_insn) {
+    memset(X, 0, sizeof *X);
+    X->n_insn = n_insn > 0 ? n_insn : 1;
+}
+
+static void chunks_free(chunks *X) {
+    for (int c = 0; c < CHUNKS; c++) free(X->v[c]);
+}
+
+static int chunk_of(const chunks *X, int i) { return (int)((int64_t)i * CHUNKS / X->n_insn); }
+
+// Inserts placed buffer b into the chunks of its interval, after those at offsets <= its own.
+static void chunks_add(chunks *X, const mprog *P, int b) {
+    const pcc_mbuf *eb = &P->buf[b];
+    for (int c = chunk_of(X, eb->first); c <= chunk_of(X, eb->last); c++) {
+        if (X->n[c] == X->cap[c]) {
+            X->cap[c] = X->cap[c] ? 2 * X->cap[c] : 16;
+            X->v[c] = realloc(X->v[c], sizeof(int) * (size_t)X->cap[c]);
+            PCC_ASSERT(X->v[c]);
+        }
+        int lo = 0, hi = X->n[c];
+        while (lo < hi) {
+            int mid = (lo + hi) / 2;
+            if (P->buf[X->v[c][mid]].offset <= eb->offset) lo = mid + 1;
+            else hi = mid;
+        }
+        memmove(X->v[c] + lo + 1, X->v[c] + lo, sizeof(int) * (size_t)(X->n[c] - lo));
+        X->v[c][lo] = b, X->n[c]++;
+    }
+}
+
+// The lowest aligned offset where buffer eb meets no placed buffer live with it: move past
+// every one in the way until none is (all offsets below the current one are taken, so this is
+// the first fit).
+static uint64_t lowest_free(const chunks *X, const mprog *P, const pcc_mbuf *eb, uint64_t at) {
+    for (bool moved = true; moved;) {
+        moved = false;
+        for (int c = chunk_of(X, eb->first); c <= chunk_of(X, eb->last); c++)
+            for (int j = 0; j < X->n[c]; j++) {
+                const pcc_mbuf *o = &P->buf[X->v[c][j]];
+                if (o->offset >= at + eb->extent) break;
+                if (o->offset + o->extent <= at || o->last < eb->first || o->first > eb->last) continue;
+                at = align_up(o->offset + o->extent), moved = true;
+            }
+    }
+    return at;
 }
 
 static const mprog *g_order_prog; // the program place_cmp sorts the buffers of
@@ -186,9 +239,10 @@ static uint64_t place(mprog *P, uint64_t *live_bound) {
     for (int b = 0; b < P->n_buf; b++) order[b] = b;
     g_order_prog = P;
     qsort(order, (size_t)P->n_buf, sizeof(int), place_cmp);
-    span *busy = malloc(sizeof(span) * (size_t)(P->n_buf + 1));
+    chunks X;
+    chunks_init(&X, P->n_insn);
     bool *placed = calloc((size_t)P->n_buf + 1, 1);
-    uint64_t arena = 0;
+    uint64_t arena = 0, whole_top = 0;
     for (int k = 0; k < P->n_buf; k++) {
         pcc_mbuf *eb = &P->buf[order[k]];
         if (eb->in_bucket && eb->extent == 0) { // placed with the first of its bucket
@@ -200,24 +254,18 @@ static uint64_t place(mprog *P, uint64_t *live_bound) {
             placed[order[k]] = true;
             continue;
         }
-        int nb = 0;
-        for (int j = 0; j < P->n_buf; j++) {
-            const pcc_mbuf *o = &P->buf[j];
-            if (!placed[j] || o->extent == 0 || o->last < eb->first || o->first > eb->last) continue;
-            busy[nb++] = (span){o->offset, o->offset + o->extent};
-        }
-        qsort(busy, (size_t)nb, sizeof *busy, span_cmp);
-        uint64_t at = 0;
-        for (int j = 0; j < nb; j++) {
-            if (busy[j].lo >= at + eb->extent) break;
-            if (busy[j].hi > at) at = align_up(busy[j].hi);
-        }
+        // Buffers live over the whole program come first and stack from 0 with no gap (each is
+        // live with every one before it): the rest start above them, and need not see them.
+        uint64_t at = eb->whole ? whole_top : lowest_free(&X, P, eb, whole_top);
         eb->offset = at;
         placed[order[k]] = true;
+        if (eb->whole) whole_top = align_up(at + eb->extent);
+        else chunks_add(&X, P, order[k]);
         for (int j = bucket_next(P, order[k]), prev = order[k]; j >= 0; prev = j, j = bucket_next(P, j))
             P->buf[j].offset = P->buf[prev].offset + P->buf[prev].bytes;
         if (at + eb->extent > arena) arena = at + eb->extent;
     }
+    chunks_free(&X);
     // The lower bound: the most bytes live at one instruction.
     uint64_t best = 0;
     int64_t *delta = calloc((size_t)P->n_insn + 2, sizeof(int64_t));
@@ -233,7 +281,7 @@ static uint64_t place(mprog *P, uint64_t *live_bound) {
         if (run > (int64_t)best) best = (uint64_t)run;
     }
     *live_bound = best;
-    free(delta), free(order), free(busy), free(placed);
+    free(delta), free(order), free(placed);
     return arena;
 }
 
@@ -243,4 +291,28 @@ void memplan(pcc_programs *pr) {
         mprog P = {.buf = q->buf, .n_buf = q->n_buf, .insn = q->insn, .n_insn = q->n_insn, .args = q->args, .attrs = q->attrs};
         q->arena = place(&P, &q->live_bound);
     }
+}
+
+double memplan_strategy_peak(const pcc_graph *g, const pcc_cluster *c, const pcc_strategy *s, const pcc_preserve_opts *o,
+                             pcc_status *st) {
+    pcc_programs *pr;
+    bool was = pcc_trial;
+    pcc_trial = true; // a limit of phase 3 rules this strategy out; the compile of one would say it
+    *st = preserve(g, c, s, o, &pr);
+    pcc_trial = was;
+    if (*st) return INFINITY;
+    memplan(pr);
+    if (!pr->bg) {
+        uint64_t peak = 0;
+        for (int k = 0; k < pr->n; k++)
+            if (pr->prog[k].arena > peak) peak = pr->prog[k].arena;
+        return (double)peak;
+    }
+    // Background rounds put their buffers past the foreground's arena as the emitter places them.
+    pcc_emit_opts eo = {.options = ""};
+    pcc_emitted e;
+    emit_plan(g, c, pr, &eo, &e);
+    double peak = e.peak_bytes;
+    plan_free(e.p), free(e.p);
+    return peak;
 }

@@ -91,6 +91,7 @@ bool symtab_put(pcc_symtab *t, pcc_arena *a, const char *key, int val); // false
 // check can `return diag(...)`.
 extern const char *pcc_progname;
 extern bool pcc_quiet; // warn() prints nothing
+extern bool pcc_trial; // a trial of the search (phase 3 on a candidate, a micro-batch count): diag() says nothing
 pcc_status diag(const char *file, const char *where, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 void warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -105,6 +106,7 @@ pcc_status file_read_all(pcc_arena *a, const char *path, char **out, size_t *len
 
 // Seconds on a monotonic clock (for the summaries' timings).
 double clock_s(void);
+double clock_cpu_s(void); // this process's CPU seconds (the search's budget: a loaded machine does not shorten it)
 
 // Human-readable counts: "124.44 M", "1.23 GiB", "3.10 TFLOP". Writes into buf, returns buf.
 char *fmt_count(char *buf, size_t n, double x);
@@ -728,24 +730,44 @@ typedef struct pcc_mip_opts {
     double mip_gap;         // relative, in [0, 1)
     bool progress;          // with no driver's progress line on, a line of its own on a terminal
     const char *dump_lp;    // write the model as CPLEX LP text here first (NULL: no)
+    bool relax_only;        // solve only without the relaxable row; flag an answer that breaks it
 } pcc_mip_opts;
 typedef struct pcc_mip_result {
     pcc_mip_status status;
     double objective, bound, gap, seconds;
     int rows, cols, nonzeros;
     double *x;              // column values (when there is a solution)
+    bool reused;            // from the memo: the same program was solved before in this process
+    bool relaxed;           // answered by the program without its relaxable row (mip_relax_row)
+    bool row_violated;      // ... with relax_only: that answer breaks the row (it is not the program's)
 } pcc_mip_result;
+// What the solves of this process cost: GLPK runs, answers from the memo, answers by a relaxation.
+typedef struct pcc_ilp_counts {
+    int solves, reused, relaxed;
+    double seconds;         // inside GLPK
+} pcc_ilp_counts;
 
+// A program to build; its solutions' columns go into arena a. mip_free releases it (NULL too).
 pcc_mip *mip_init(pcc_arena *a);
-// Columns and rows get names (kept, not copied: arena strings) so --dump-ilp reads well.
+void mip_free(pcc_mip *p);
+// Columns and rows get names (kept, not copied: arena strings; NULL: none) so --dump-ilp reads well.
 int mip_add_col(pcc_mip *p, const char *name, bool binary, double lo, double hi, double cost);
 int mip_add_row(pcc_mip *p, const char *name, pcc_mip_sense sense, double rhs);
 void mip_set(pcc_mip *p, int row, int col, double coef);
+// Marks a row (a budget) that the solve first leaves out: if the optimum without it satisfies
+// it, that is the answer, and the program without it is remembered for every other budget.
+void mip_relax_row(pcc_mip *p, int row);
 int mip_cols(const pcc_mip *p);
 int mip_rows(const pcc_mip *p);
 // Solves; PCC_ERR_INPUT for bad parameters or an unwritable dump file; otherwise PCC_OK with
-// the outcome in r->status (the caller decides what an infeasible model means).
+// the outcome in r->status (the caller decides what an infeasible model means). A program
+// identical to one solved before in this process (same columns, rows, coefficients and gap)
+// gets that solve's answer again (r->reused): every distinct program is solved once.
 pcc_status mip_solve(pcc_mip *p, const pcc_mip_opts *o, pcc_mip_result *r);
+// The solves so far in this process. Can't fail.
+const pcc_ilp_counts *mip_counts(void);
+// Frees the memo (at exit; the next solve starts an empty one). Can't fail.
+void mip_memo_free(void);
 const char *mip_status_name(pcc_mip_status s);
 
 // The progress line of a long compile: one line on stderr, redrawn in place, with the phase and,
@@ -826,6 +848,21 @@ void ilp_dump(FILE *f, const pcc_graph *g, const pcc_intra *s);
 typedef enum pcc_recompute { PCC_RECOMPUTE_NONE, PCC_RECOMPUTE_FULL, PCC_RECOMPUTE_AUTO } pcc_recompute;
 typedef enum pcc_pipe_sched { PCC_PIPE_GPIPE = 1, PCC_PIPE_1F1B = 2 } pcc_pipe_sched; // plan_schedule's values
 
+// One point of --auto's search space (search.c enumerates them, bestfirst.c searches them): the
+// mesh, the virtual stages (1: plain), the ZeRO stage, whether the ILP may split the batch over tp
+// too, and the recompute candidates the ILP gets (auto: its choice under memory; none; full:
+// every block operator recomputed, Megatron-LM's activation checkpointing).
+typedef struct pcc_config {
+    int pp, dp, tp, v, zero;
+    bool btp;
+    pcc_recompute rc;
+    // The share of a device's memory the ILP's memory model may fill (0: all). With recompute auto,
+    // a configuration the memory planner finds too large is tried again with a smaller share, as
+    // the driver's fit does for a template: round says how many times.
+    double budget;
+    int round;
+} pcc_config;
+
 typedef struct pcc_search_opts {
     int dp, tp, pp;             // 0: not given (auto)
     bool auto_mesh;             // search the factorizations (--auto, the default without --dp/--tp/--pp)
@@ -839,6 +876,10 @@ typedef struct pcc_search_opts {
     pcc_mip_opts ilp;
     bool quiet;                 // an infeasible search returns PCC_ERR_INFEASIBLE without a message
     bool whole;                 // --check: no mesh; the ILP alone, on all the devices as one group
+    const pcc_config *pick;     // --auto: build this configuration only (the driver's search chose it)
+    double deadline_s;          // clock_cpu_s() when the search's time budget is spent (0: none)
+    const struct pcc_preserve_opts *preserve; // phase 3's options, for the memory planner's figure
+    double fit_memory_bytes;    // what must fit a device (0: the cluster's memory)
 } pcc_search_opts;
 
 // The estimate of one training step (estimate.c), on the cost model (cost.c), and its parts. The
@@ -878,8 +919,12 @@ typedef struct pcc_strategy {
     double bucket_bytes;        // gradient bucket size the estimate assumes (pcc_search_opts)
     double est_step_s;          // the cost model's estimate of one step (est.step_s)
     pcc_estimate est;           // ... and its parts
-    double est_memory_bytes;    // its estimate of the largest stage's memory per device
+    double est_memory_bytes;    // the largest stage's memory per device: the memory planner's peak where
+                                // memory_planned, else the ILP's model of it
+    bool memory_planned;        // est_memory_bytes is the memory planner's (memplan_strategy_peak)
     const pcc_intra *intra;     // the tp group's ILP and its choice (status OPTIMAL with 0 rows when tp = 1)
+    pcc_config config;          // what it was built from
+    bool exact;                 // its ILP answer is the ILP's (not a probe's that breaks the memory row)
 } pcc_strategy;
 
 // The tensor-parallel group sizes the search will try for the options (the ones phase 1 must
@@ -898,6 +943,51 @@ pcc_status search(const pcc_graph *g, const pcc_cluster *c, const pcc_transforms
 // "pp 2 x dp 2 x tp 2, 1f1b, 4 micro-batches" into buf.
 char *strategy_str(const pcc_strategy *s, char *buf, size_t n);
 
+// --auto's configurations on one graph (a micro-batch count), for bestfirst.c: space_init
+// enumerates them (t: phase 1's candidates for search_group_sizes' sizes); space_bound is a
+// lower bound on a configuration's estimated step that needs no ILP; space_build its strategy
+// (probe: the ILP without its memory row; the strategy's `exact` says whether that was the
+// ILP's answer). space_build returns PCC_ERR_INFEASIBLE when the ILP finds nothing.
+typedef struct pcc_space pcc_space;
+pcc_space *space_init(const pcc_graph *g, const pcc_cluster *c, const pcc_transforms *t, const pcc_search_opts *o);
+int space_count(const pcc_space *s);
+const pcc_config *space_config(const pcc_space *s, int i);
+const pcc_graph *space_graph(const pcc_space *s);
+const pcc_cluster *space_cluster(const pcc_space *s);
+double space_bound(const pcc_space *s, int i);
+// A tighter lower bound, from the cost model's times of every operator's cheapest candidate on
+// the mesh (estimate_floor, computed once per dp and tp). Can't fail.
+double space_floor(pcc_space *s, const pcc_config *k);
+pcc_status space_build(const pcc_space *s, const pcc_config *k, bool probe, pcc_strategy **out);
+
+/* ---------------------------------------------------------------- bestfirst.c */
+
+typedef struct pcc_bf_slot {
+    pcc_space *space;           // one micro-batch count's configurations
+    int m;                      // that count
+} pcc_bf_slot;
+typedef struct pcc_bf_result {
+    int slot;                   // the answer's slot (-1: nothing fits)
+    pcc_config config;          // ... and configuration
+    pcc_strategy **ranked;      // slot ranked_slot's strategies, the answer first, then by estimate
+    int n, ranked_slot;
+    int configs, expanded;      // configurations in all; looked at (their ILP probed)
+    int checked, dropped;       // planned by the memory planner; left unsolved when the time ran out
+    double bound;               // the answer's key: no configuration left could beat it
+    double least_peak;          // the least memory-planner peak of those that did not fit
+    bool out_of_time;
+} pcc_bf_result;
+// The best configuration of every slot's that the memory planner fits (o->fit_memory_bytes or
+// the cluster's memory), by the estimate. An error of an ILP ends it (returned); nothing fitting
+// is r->slot -1 with PCC_OK.
+pcc_status bestfirst(pcc_bf_slot *slots, int n, const pcc_search_opts *o, pcc_bf_result *r);
+// What the searches of this process did, added up (for the compile's summary). Can't fail.
+typedef struct pcc_search_counts {
+    int searches, configs, expanded, checked, dropped;
+    double seconds, bound;      // bound: the last search's
+} pcc_search_counts;
+const pcc_search_counts *bestfirst_counts(void);
+
 /* ---------------------------------------------------------------- estimate.c */
 
 // The cost model's estimate of one training step of strategy s (its mesh, splits and stages
@@ -906,6 +996,12 @@ char *strategy_str(const pcc_strategy *s, char *buf, size_t n);
 // gradient synchronization the last backward pass does not hide, the optimizer and ZeRO's
 // all-gather. Can't fail.
 void estimate_step(const pcc_graph *g, const pcc_cluster *c, const pcc_intra *sc, pcc_strategy *s);
+// What estimate_step charges forward op i's operators (its forward and its backward ops, one
+// micro-batch, one device) at the least over the candidates of t (one tp group): fb[i], and
+// with its forward run again (recompute) ffb[i]; dp_letter[i] the letter dp splits (-1: none),
+// dp the replicas, batch_dim the batch dimension. Arrays of g->n_fwd_ops. Can't fail.
+void estimate_floor(const pcc_graph *g, const pcc_cluster *c, const pcc_transform *t, const int *dp_letter, int dp,
+                    int batch_dim, double *fb, double *ffb);
 
 /* ---------------------------------------------------------------- pipeline.c */
 
@@ -1146,6 +1242,11 @@ void burst_table(FILE *f, const pcc_graph *g, const pcc_burst *b);
 // will hold them) at static offsets from their liveness; sets each one's arena (the exact peak)
 // and live bound (the most bytes live at one instruction). Can't fail.
 void memplan(pcc_programs *pr);
+// The peak per device (the largest program's arena, background rounds included) of the plan of
+// strategy s: phase 3 and the planner, as a compile runs them, in g's arena. *st: phase 3's
+// status (PCC_ERR_INPUT, said nothing, for what it cannot make; the peak is then INFINITY).
+double memplan_strategy_peak(const pcc_graph *g, const pcc_cluster *c, const pcc_strategy *s, const pcc_preserve_opts *o,
+                             pcc_status *st);
 
 /* ---------------------------------------------------------------- emit.c */
 
@@ -1283,10 +1384,11 @@ bool driver_fit_done(pcc_fit *f, pcc_status *st, pcc_emitted *e);
 
 /* ---------------------------------------------------------------- report.c (the compile's summaries) */
 
-// --estimate-only: strategy s's estimate of a step and its parts (the first of n candidates),
-// as text or, with --json, as JSON; seconds: the time it took. Can't fail.
-void report_estimate(FILE *f, const pcc_graph *g, const pcc_cluster *c, const pcc_options *o, const pcc_strategy *s, int n,
-                     double seconds);
+// --estimate-only: strategy s's estimate of a step and its parts (one of n candidates: the one
+// the memory planner fits, peak_bytes its peak), as text or, with --json, as JSON; seconds: the
+// time it took. Can't fail.
+void report_estimate(FILE *f, const pcc_graph *g, const pcc_cluster *c, const pcc_options *o, const pcc_strategy *s,
+                     double peak_bytes, int n, double seconds);
 // The summary of a plan written to `out`: cand[which] of n (all with -v), the ILP, every
 // program's arena, the peak, the estimate beside the plan's simulation. Nothing with -q.
 void report_compile(FILE *f, const pcc_graph *g, const pcc_cluster *c, const pcc_options *o, pcc_strategy *const *cand, int n,

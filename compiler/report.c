@@ -288,8 +288,50 @@ void report_print(FILE *f, const pcc_graph *g, const pcc_report_opts *o) { repor
 
 /* ---- the compile's summaries ---- */
 
-void report_estimate(FILE *f, const pcc_graph *g, const pcc_cluster *c, const pcc_options *o, const pcc_strategy *s, int n,
-                     double seconds) {
+// --auto's search: what it looked at and what it solved (bestfirst.c, glpk.c), and the
+// micro-batch counts it planned.
+static void report_search(FILE *f, const pcc_graph *g, const pcc_options *o) {
+    const pcc_search_counts *k = bestfirst_counts();
+    const pcc_ilp_counts *n = mip_counts();
+    char left[80] = "";
+    if (!o->search.auto_mesh || !k->searches) return;
+    if (k->dropped) snprintf(left, sizeof left, "; %d left unsolved when the time ran out", k->dropped);
+    fprintf(f, "  searched %d of %d candidates (%d planned by the memory planner%s) in %.3f s; ILPs: %d solved in %.3f s, "
+               "%d reused, %d answered without their memory row\n", k->expanded, k->configs, k->checked, left, k->seconds,
+            n->solves, n->seconds, n->reused, n->relaxed);
+    int bd = graph_batch_dim(g);
+    int64_t gb = bd >= 0 ? g->dims[bd].size * g->micro_batches : 0;
+    if (o->mb_searched)
+        fprintf(f, "  searched %d micro-batch counts of the %s %lld; %d was the fastest\n", o->mb_searched,
+                o->batch.global_batch ? "global batch" : "model's batch", (long long)gb, o->batch.micro_batches);
+}
+
+#define BUBBLE_WARN 0.25  // a pipeline idle more than this share of the step
+#define MFU_WARN 0.25     // or less than this share of the devices' peak used
+
+// No silent bad plan: a pipeline mostly idle, or devices mostly idle, says so on stderr with the
+// options that change it (warn: nothing with -q).
+static void report_warnings(const pcc_graph *g, const pcc_cluster *c, const pcc_options *o, const pcc_strategy *s) {
+    pcc_totals t;
+    graph_totals(g, &t);
+    double step = s->est_step_s, peak = cost_peak_flops(c, g->dtype, true) * c->n_devices;
+    double mfu = step > 0 && peak > 0 ? (t.flops_fwd + t.flops_bwd) * s->micro_batches / (step * peak) : 1;
+    double bubble = step > 0 ? s->est.bubble_s / step : 0;
+    int pp = s->mesh[PCC_AX_PP], m = s->micro_batches;
+    bool searched = o->search.auto_mesh && o->batch.global_batch && !o->batch.micro_batches_given;
+    if (bubble > BUBBLE_WARN)
+        warn("%s: the pipeline's fill and drain idle %.0f%% of the step (pp %d, %d micro-batch%s): more micro-batches fill "
+             "it: %s", g->file, 100 * bubble, pp, m, m == 1 ? "" : "es",
+             searched || o->search.auto_mesh ? "a larger --global-batch (--auto then searches how to cut it into micro-batches)"
+                                             : "--micro-batches M, or --global-batch N with --micro-batch-size");
+    if (mfu < MFU_WARN)
+        warn("%s: the plan uses %.1f%% of the devices' peak FLOP/s by its estimate (MFU); each device has little work: a "
+             "larger --global-batch, or fewer devices (--devices, --nodes)", g->file, 100 * mfu);
+}
+
+void report_estimate(FILE *f, const pcc_graph *g, const pcc_cluster *c, const pcc_options *o, const pcc_strategy *s,
+                     double peak_bytes, int n, double seconds) {
+    report_warnings(g, c, o, s);
     const pcc_estimate *x = &s->est;
     char buf[160], b1[32], b2[32];
     int bd = graph_batch_dim(g);
@@ -303,7 +345,7 @@ void report_estimate(FILE *f, const pcc_graph *g, const pcc_cluster *c, const pc
                g->name, c->name, c->n_devices, s->mesh[PCC_AX_PP], s->mesh[PCC_AX_DP], s->mesh[PCC_AX_TP], s->virtual_stages,
                s->micro_batches, (long long)batch, (long long)batch * s->micro_batches, s->zero, n, x->step_s, x->pipeline_s,
                x->bubble_s, x->compute_s, x->tp_comm_s, x->p2p_s, x->sync_s, x->sync_exposed_s, x->optimizer_s,
-               s->est_memory_bytes, o->mb_searched, seconds);
+               peak_bytes, o->mb_searched, seconds);
         return;
     }
     if (o->quiet) return;
@@ -313,13 +355,11 @@ void report_estimate(FILE *f, const pcc_graph *g, const pcc_cluster *c, const pc
            "optimizer %.6g s\n", x->step_s, x->pipeline_s, x->bubble_s, x->sync_exposed_s, x->sync_s, x->optimizer_s);
     fprintf(f, "  the busiest pipeline device over the step: operators %.6g s, tensor-parallel communication %.6g s, "
            "pipeline sends %.6g s\n", x->compute_s, x->tp_comm_s, x->p2p_s);
-    fprintf(f, "  batch %lld per micro-batch step, %d micro-batch%s (%lld samples per step); memory per device (estimate) %s of "
-           "%s; planned in %.3f s\n", (long long)batch, s->micro_batches, s->micro_batches == 1 ? "" : "es",
-           (long long)batch * s->micro_batches, fmt_bytes(b1, sizeof b1, s->est_memory_bytes),
+    fprintf(f, "  batch %lld per micro-batch step, %d micro-batch%s (%lld samples per step); memory per device %s of "
+           "%s (the memory planner's peak); planned in %.3f s\n", (long long)batch, s->micro_batches, s->micro_batches == 1 ? "" : "es",
+           (long long)batch * s->micro_batches, fmt_bytes(b1, sizeof b1, peak_bytes),
            fmt_bytes(b2, sizeof b2, c->memory_bytes), seconds);
-    if (o->mb_searched)
-        fprintf(f, "  searched %d micro-batch counts of the global batch %lld; %d was the fastest\n", o->mb_searched,
-               (long long)o->batch.global_batch, o->batch.micro_batches);
+    report_search(f, g, o);
 }
 
 // The emitted plan simulated (runtime/sim.h) next to the scheduler's estimate: the two come from
@@ -459,20 +499,18 @@ void report_compile(FILE *f, const pcc_graph *g, const pcc_cluster *c, const pcc
                     int which, const pcc_emitted *e, const char *out, double seconds) {
     struct stat sb;
     double nbytes = stat(out, &sb) == 0 ? (double)sb.st_size : 0;
+    const pcc_strategy *s = cand[which];
+    report_warnings(g, c, o, s);                       // on stderr, and in the JSON's "warnings"
     if (o->report.json) {
         json_compile(f, g, c, o, cand, n, which, e, out, nbytes, seconds);
         return;
     }
     if (o->quiet) return;
-    const pcc_strategy *s = cand[which];
     const pcc_mip_result *r = &s->intra->ilp;
     char buf[160], b1[32], b2[32], b3[32];
     fprintf(f, "plancc: %s on %d x %s (%s): %s%s\n", g->name, c->n_devices, c->device_name, c->file,
             strategy_str(s, buf, sizeof buf), o->search.auto_mesh ? " (--auto)" : "");
-    if (o->search.auto_mesh) fprintf(f, "  searched %d factorizations; this one ranked %d by the cost model\n", n, which + 1);
-    if (o->mb_searched)
-        fprintf(f, "  searched %d micro-batch counts of the global batch %lld; %d was the fastest\n", o->mb_searched,
-                (long long)o->batch.global_batch, o->batch.micro_batches);
+    report_search(f, g, o);
     if (o->report.verbose) report_candidates(f, cand, n);
     fprintf(f, "  ILP (tp group of %d): %d rows x %d columns, %s, objective %.6g s, bound %.6g s, gap %.2f%%, %.3f s\n",
             s->mesh[PCC_AX_TP], r->rows, r->cols, mip_status_name(r->status), r->objective, r->bound, 100 * r->gap, r->seconds);

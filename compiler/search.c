@@ -10,11 +10,16 @@
  *     the tp split of each operator comes from the intra-operator ILP (ilp.c) on the tp group
  *     with the batch dimension taken out of the candidates, which gives Megatron's column- then
  *     row-parallel linears; with --tp-batch (or --sync background) the ILP may split the batch
- *     over tp too.
- *   - --auto: every factorization of the devices (tp inside a node, dp dividing the batch, pp at
- *     most the number of layers), each ZeRO stage from the one asked for up, with and without
- *     the batch over tp, each with the ILP for its tp group; the driver then takes the best that
- *     the memory planner fits exactly.
+ *     over tp too. Where the ILP's memory model finds nothing that fits, --recompute none and
+ *     full take their choice with all memory allowed (the memory planner has the last word),
+ *     and auto recomputes every block operator.
+ *   - --auto: the configurations (pcc_config) of this graph - every factorization of the devices
+ *     (tp inside a node, dp dividing the batch, pp at most the number of layers), each ZeRO stage
+ *     from the one asked for up, with and without the batch over tp, recompute auto, none and full
+ *     (so every template is one), interleaved where it can run - each with two lower bounds on its
+ *     step (space_bound, space_floor) and its strategy on demand (space_build). bestfirst.c
+ *     searches them; the driver's search over micro-batch counts hands the compile the one it
+ *     chose (o->pick), which is built alone.
  * The split along dp is the batch dimension wherever an operator has it. Stages cut the
  * sequence of layers (graph_layers: top-level operators and the copies of repeated blocks)
  * into pp contiguous runs that balance their FLOPs (the smallest largest run, by bisection over
@@ -133,8 +138,8 @@ static void memory_scales(const pcc_graph *g, int pp, int dp, int zero, pcc_pipe
 // Phase 1's candidates for the tp group of a mesh, as that mesh may use them: the batch is dp's
 // unless batch_tp (then its pieces over dp x tp must hold whole ghost batch norm groups), and
 // --recompute none or full drops the candidates that disagree.
-static pcc_transform *tp_candidates(const pcc_graph *g, const pcc_transform *all, const pcc_search_opts *o, int bdim,
-                                    int dp, bool batch_tp) {
+static pcc_transform *tp_candidates(const pcc_graph *g, const pcc_transform *all, pcc_recompute rc, int bdim, int dp,
+                                    bool batch_tp) {
     int tp = all->devices;
     pcc_transform *t = arena_alloc(g->arena, sizeof *t);
     *t = *all;
@@ -152,8 +157,8 @@ static pcc_transform *tp_candidates(const pcc_graph *g, const pcc_transform *all
             if (cd->dim >= 0 && cd->dim == bdim && !batch_tp) continue; // the batch is dp's (unless asked)
             // over dp x tp, a ghost batch norm's pieces must still hold whole groups
             if (cd->dim >= 0 && cd->dim == bdim && !whole_grains(g, &g->ops[oc->op], cd->letter, (int64_t)dp * tp)) continue;
-            if (o->recompute == PCC_RECOMPUTE_NONE && cd->recompute) continue;
-            if (o->recompute == PCC_RECOMPUTE_FULL && has_rc && !cd->recompute) continue;
+            if (rc == PCC_RECOMPUTE_NONE && cd->recompute) continue;
+            if (rc == PCC_RECOMPUTE_FULL && has_rc && !cd->recompute) continue;
             oc->c[n++] = *cd;
         }
         PCC_ASSERT(n > 0);
@@ -162,25 +167,37 @@ static pcc_transform *tp_candidates(const pcc_graph *g, const pcc_transform *all
     return t;
 }
 
-// The intra-operator ILP of one mesh's tp group.
+// The intra-operator ILP of configuration k's tp group: against the memory the mesh leaves it
+// (mode SOLVE), with all memory allowed (RELAXED), or the ILP without its memory row only, its
+// answer flagged when it breaks the row (PROBE: no hard solve).
+typedef enum solve_mode { SOLVE, RELAXED, PROBE } solve_mode;
+
 static pcc_status tp_schedule(const pcc_graph *g, const pcc_cluster *c, const pcc_transform *all, const pcc_search_opts *o,
-                              int bdim, int pp, int dp, int zero, bool batch_tp, pcc_intra **out) {
+                              int bdim, const pcc_config *k, solve_mode mode, pcc_intra **out) {
     int tp = all->devices;
-    pcc_transform *t = tp_candidates(g, all, o, bdim, dp, batch_tp);
-    pcc_intra_opts so = {.group = {tp, 1}, .memory_bytes = c->memory_bytes * pp, .ilp = o->ilp, .quiet = true,
-                         .bg_dense = o->bg_dense, .bucket_bytes = o->bucket_bytes};
-    memory_scales(g, pp, dp, dp > 1 ? zero : 0, o->schedule ? o->schedule : PCC_PIPE_1F1B, &so);
+    // Without its memory row the ILP never recomputes (that only costs time): a probe of recompute
+    // auto is recompute none's program, which the memo then holds for both.
+    pcc_recompute rc = mode == PROBE && k->rc == PCC_RECOMPUTE_AUTO ? PCC_RECOMPUTE_NONE : k->rc;
+    pcc_transform *t = tp_candidates(g, all, rc, bdim, k->dp, k->btp);
+    double share = k->budget > 0 ? k->budget : 1;
+    pcc_intra_opts so = {.group = {tp, 1}, .memory_bytes = mode == RELAXED ? 1e30 : c->memory_bytes * k->pp * share, .ilp = o->ilp,
+                         .quiet = true, .bg_dense = o->bg_dense, .bucket_bytes = o->bucket_bytes};
+    memory_scales(g, k->pp, k->dp, k->dp > 1 ? k->zero : 0, o->schedule ? o->schedule : PCC_PIPE_1F1B, &so);
     so.ilp.progress = false;
+    so.ilp.relax_only = mode == PROBE;
+    if (o->deadline_s > 0) so.ilp.time_limit_s = fmin(so.ilp.time_limit_s, fmax(0.05, o->deadline_s - clock_cpu_s()));
     return ilp_intra(g, c, t, &so, out);
 }
 
 static pcc_strategy *make(const pcc_graph *g, const pcc_cluster *c, const pcc_search_opts *o, const pcc_intra *sc,
-                          int bdim, int pp, int dp, int tp, int zero, const pcc_layer *L, const double *flops, int nl) {
+                          int bdim, const pcc_config *k, const pcc_layer *L, const double *flops, int nl) {
     pcc_strategy *s = arena_alloc(g->arena, sizeof *s);
-    s->mesh[PCC_AX_PP] = pp, s->mesh[PCC_AX_DP] = dp, s->mesh[PCC_AX_TP] = tp;
+    int pp = k->pp, dp = k->dp;
+    s->mesh[PCC_AX_PP] = pp, s->mesh[PCC_AX_DP] = dp, s->mesh[PCC_AX_TP] = k->tp;
+    s->config = *k;
     s->micro_batches = g->micro_batches;
     s->schedule = pp == 1 ? PCC_PIPE_GPIPE : o->schedule ? o->schedule : PCC_PIPE_1F1B;
-    s->zero = dp > 1 ? zero : 0;
+    s->zero = dp > 1 ? k->zero : 0;
     s->batch_dim = bdim;
     s->bg_dense = o->bg_dense;
     s->bucket_bytes = o->bucket_bytes;
@@ -201,7 +218,7 @@ static pcc_strategy *make(const pcc_graph *g, const pcc_cluster *c, const pcc_se
         // checkpointing: every block operator runs again in the backward pass and only the
         // block's inputs are kept, matrix products included (their outputs are kept by no
         // backward operator, so phase 1 offers them no recompute candidate of their own).
-        s->recompute[i] = op->block >= 0 && (cd->recompute || o->recompute == PCC_RECOMPUTE_FULL);
+        s->recompute[i] = op->block >= 0 && (cd->recompute || k->rc == PCC_RECOMPUTE_FULL);
         s->cause[i] = sc->cause[i];
     }
     s->op_stage = arena_alloc(g->arena, sizeof(int) * (size_t)(g->n_ops + 1));
@@ -209,7 +226,7 @@ static pcc_strategy *make(const pcc_graph *g, const pcc_cluster *c, const pcc_se
     for (int i = 0; i < g->n_ops; i++) s->op_stage[i] = -1;
     for (int b = 0; b < g->n_blocks; b++)
         if (g->blocks[b].fwd < 0) s->copy_stage[b] = arena_alloc(g->arena, sizeof(int) * (size_t)g->blocks[b].repeat);
-    int v = s->virtual_stages = pp > 1 && o->virtual_stages > 1 ? o->virtual_stages : 1;
+    int v = s->virtual_stages = pp > 1 && k->v > 1 ? k->v : 1;
     int *chunk = arena_alloc(g->arena, sizeof(int) * (size_t)(nl + 1));
     partition(flops, nl, pp * v, chunk);
     for (int i = 0; i < nl; i++) {
@@ -223,18 +240,9 @@ static pcc_strategy *make(const pcc_graph *g, const pcc_cluster *c, const pcc_se
     return s;
 }
 
-static int by_time(const void *a, const void *b) {
-    const pcc_strategy *x = *(pcc_strategy *const *)a, *y = *(pcc_strategy *const *)b;
-    if (x->est_step_s != y->est_step_s) return x->est_step_s < y->est_step_s ? -1 : 1;
-    for (int i = 0; i < PCC_AXES; i++) // ties: fewer pipeline stages, then less tp
-        if (x->mesh[i] != y->mesh[i]) return x->mesh[i] < y->mesh[i] ? -1 : 1;
-    if (x->zero != y->zero) return x->zero - y->zero; // then the least sharding
-    return x->virtual_stages - y->virtual_stages; // then no interleaving
-}
-
 /* ---- the search ---- */
 
-typedef struct search_ctx {
+struct pcc_space {
     const pcc_graph *g;
     const pcc_cluster *c;
     const pcc_transforms *t;
@@ -243,26 +251,63 @@ typedef struct search_ctx {
     int64_t bsize;              // the batch dimension's size (1 when none)
     const pcc_layer *L;
     const double *flops;        // per layer
-    pcc_strategy **v;           // the candidates so far
+    double *lb_s;               // per layer: a lower bound on its seconds, forward and backward, one micro-batch, one device
+    double *lb_rc_s;            // per layer: the same for its recomputed forward (--recompute full)
+    pcc_config *k;              // --auto's configurations
     int n, cap;
-} search_ctx;
+    struct floor_memo {         // per (dp, tp): estimate_floor per layer, plain and with recompute full
+        int dp, tp;
+        double *plain, *full;
+    } *fl;
+    int n_fl, cap_fl;
+};
 
-static void search_init(search_ctx *S, const pcc_graph *g, const pcc_cluster *c, const pcc_transforms *t,
+// Seconds op o cannot take less than on one device: its FLOPs at the best rate the cost model
+// ever gives (the tensor-core peak of its dtype at the sustained GEMM efficiency, or the vector
+// peak). No bound (0) with a profile table, whose times are measured, not modelled.
+static double op_floor_s(const pcc_graph *g, const pcc_cluster *c, const pcc_op *op) {
+    if (c->profile) return 0;
+    pcc_dtype dt = g->tensors[op->nout ? op->out[0] : op->in[0]].dtype;
+    double mm = cost_peak_flops(c, dt, true) * (c->gemm_efficiency > 0 ? c->gemm_efficiency : 1);
+    double vec = cost_peak_flops(c, dt, false), best = mm > vec ? mm : vec;
+    return 0.999 * op_flops(g, op) / best;
+}
+
+// Per layer: the floor of its forward and backward operators, and of its forward alone.
+static void space_floors(pcc_space *S) {
+    const pcc_graph *g = S->g;
+    double *fw = arena_alloc(g->arena, sizeof(double) * (size_t)(g->n_fwd_ops + 1));
+    double *all = arena_alloc(g->arena, sizeof(double) * (size_t)(g->n_fwd_ops + 1));
+    for (int o = 0; o < g->n_ops; o++) {
+        const pcc_op *op = &g->ops[o];
+        if (op->phase == PCC_PHASE_FWD) fw[o] = op_floor_s(g, S->c, op), all[o] += fw[o];
+        else if (op->phase == PCC_PHASE_BWD && op->fwd >= 0) all[op->fwd] += op_floor_s(g, S->c, op);
+    }
+    S->lb_s = arena_alloc(g->arena, sizeof(double) * (size_t)(S->nl + 1));
+    S->lb_rc_s = arena_alloc(g->arena, sizeof(double) * (size_t)(S->nl + 1));
+    for (int i = 0; i < S->nl; i++) {
+        const pcc_layer *l = &S->L[i];
+        if (l->op >= 0) {
+            S->lb_s[i] = all[l->op];
+            continue;
+        }
+        const pcc_block *bl = &g->blocks[l->block];
+        for (int k = bl->first_op; k < bl->first_op + bl->n_ops; k++) S->lb_s[i] += all[k], S->lb_rc_s[i] += fw[k];
+    }
+}
+
+static void search_init(pcc_space *S, const pcc_graph *g, const pcc_cluster *c, const pcc_transforms *t,
                         const pcc_search_opts *o) {
-    *S = (search_ctx){.g = g, .c = c, .t = t, .o = o, .N = c->n_devices, .bdim = graph_batch_dim(g)};
+    *S = (pcc_space){.g = g, .c = c, .t = t, .o = o, .N = c->n_devices, .bdim = graph_batch_dim(g)};
     S->bsize = S->bdim >= 0 ? g->dims[S->bdim].size : 1;
     S->L = graph_layers(g, &S->nl);
     S->flops = layer_flops(g, S->L, S->nl);
 }
 
-static void add(search_ctx *S, const pcc_search_opts *o, const pcc_intra *sc, int pp, int dp, int tp, int zero) {
-    *VEC_PUSH(S->g->arena, S->v, S->n, S->cap) = make(S->g, S->c, o, sc, S->bdim, pp, dp, tp, zero, S->L, S->flops, S->nl);
-}
-
 // --auto's meshes: tp inside a node (with --sync background also the whole cluster: ShadowSync's
 // layout, the tables sharded over every device, the dense layers' replicas beside them), pp at
 // most the layers (and --pp's where given), dp dividing the batch.
-static bool auto_mesh_ok(const search_ctx *S, int tp, int pp) {
+static bool auto_mesh_ok(const pcc_space *S, int tp, int pp) {
     const pcc_cluster *c = S->c;
     int N = S->N;
     if (N % tp || (tp > c->devices_per_node && !c->cpu && !(S->o->bg_dense && tp == N))) return false;
@@ -273,7 +318,7 @@ static bool auto_mesh_ok(const search_ctx *S, int tp, int pp) {
 }
 
 // The template's numbers against the cluster and the model.
-static pcc_status template_check(const search_ctx *S, int dp, int tp, int pp) {
+static pcc_status template_check(const pcc_space *S, int dp, int tp, int pp) {
     const pcc_graph *g = S->g;
     const pcc_search_opts *o = S->o;
     int N = S->N, bdim = S->bdim, nl = S->nl;
@@ -299,8 +344,23 @@ static pcc_status template_check(const search_ctx *S, int dp, int tp, int pp) {
     return PCC_OK;
 }
 
+// Configuration k's strategy: its ILP (mode PROBE: the ILP without its memory row, the strategy
+// marked inexact when that answer breaks the row), the stages and the estimate. Where the ILP
+// finds no choice that fits its memory model, --recompute none and full take their choice with
+// all memory allowed, as a template does (the memory planner has the last word); auto has none.
+static pcc_status build(const pcc_space *S, const pcc_transform *all, const pcc_config *k, solve_mode mode, pcc_strategy **out) {
+    pcc_intra *sc = NULL;
+    pcc_status st = tp_schedule(S->g, S->c, all, S->o, S->bdim, k, mode, &sc);
+    if (st == PCC_ERR_INFEASIBLE && mode == SOLVE && k->rc != PCC_RECOMPUTE_AUTO)
+        st = tp_schedule(S->g, S->c, all, S->o, S->bdim, k, RELAXED, &sc);
+    if (st) return st;
+    *out = make(S->g, S->c, S->o, sc, S->bdim, k, S->L, S->flops, S->nl);
+    (*out)->exact = !sc->ilp.row_violated;
+    return PCC_OK;
+}
+
 // The template: one strategy (Megatron-LM's).
-static pcc_status search_template(search_ctx *S) {
+static pcc_status search_template(pcc_space *S, pcc_strategy ***out, int *n_out) {
     const pcc_graph *g = S->g;
     const pcc_cluster *c = S->c;
     const pcc_search_opts *o = S->o;
@@ -319,54 +379,115 @@ static pcc_status search_template(search_ctx *S) {
                     dp * tp, bdim >= 0 ? g->dims[bdim].name : "", (long long)S->bsize);
     const pcc_transform *all = transform_find(S->t, tp);
     PCC_ASSERT(all);
-    pcc_intra *sc;
-    st = tp_schedule(g, c, all, o, bdim, pp, dp, o->zero, btp, &sc);
-    if (st == PCC_ERR_INFEASIBLE) {
-        // Keep going with all memory allowed: the memory planner says exactly what does not fit.
-        pcc_search_opts o2 = *o;
-        o2.recompute = o->recompute == PCC_RECOMPUTE_NONE ? PCC_RECOMPUTE_NONE : PCC_RECOMPUTE_FULL;
-        pcc_cluster c2 = *c;
-        c2.memory_bytes = 1e30;
-        st = tp_schedule(g, &c2, all, &o2, bdim, pp, dp, o->zero, btp, &sc);
+    pcc_config k = {.pp = pp, .dp = dp, .tp = tp, .v = o->virtual_stages > 1 ? o->virtual_stages : 1, .zero = o->zero,
+                    .btp = btp, .rc = o->recompute};
+    pcc_strategy *s;
+    st = build(S, all, &k, SOLVE, &s);
+    if (st == PCC_ERR_INFEASIBLE) { // --recompute auto: every block operator recomputed, all memory allowed
+        k.rc = PCC_RECOMPUTE_FULL;
+        st = build(S, all, &k, RELAXED, &s);
     }
     if (st) return st;
-    add(S, o, sc, pp, dp, tp, o->zero);
+    *out = arena_alloc(g->arena, sizeof(pcc_strategy *));
+    (*out)[0] = s, *n_out = 1;
     return PCC_OK;
 }
 
-// --auto on one mesh: ZeRO from the stage asked for up (1 and 3; 2 only when asked), and where
-// each replica's batch divides by tp, the ILP also free to split the batch over tp (data
-// parallelism over dp x tp for the operators that gain from it, Alpa's mixed plans): every
-// variant the ILP fits is a candidate, ranked by the estimate. *last: the last failure.
-static pcc_status search_mesh(search_ctx *S, int tp, int pp, pcc_status *last) {
+// --auto's configurations on this graph: every mesh, ZeRO from the stage asked for up (1 and 3;
+// 2 only when asked), where each replica's batch divides by tp the batch over tp too (Alpa's
+// mixed plans), recompute as asked (auto: also none and full, Megatron-LM's two, so that every
+// template is among the candidates), and interleaving where the pipeline can run it (pp 2).
+static void space_enumerate(pcc_space *S) {
     const pcc_search_opts *o = S->o;
-    int dp = S->N / tp / pp;
-    bool btp_ok = tp > 1 && S->bdim >= 0 && S->bsize % ((int64_t)dp * tp) == 0;
+    pcc_recompute rcs[3] = {o->recompute, PCC_RECOMPUTE_NONE, PCC_RECOMPUTE_FULL};
+    int nrc = o->recompute == PCC_RECOMPUTE_AUTO ? 3 : 1;
+    for (int tp = 1; tp <= S->N; tp++)
+        for (int pp = 1; pp <= S->N / tp; pp++) {
+            if (!auto_mesh_ok(S, tp, pp)) continue;
+            int dp = S->N / tp / pp;
+            bool btp_ok = tp > 1 && S->bdim >= 0 && S->bsize % ((int64_t)dp * tp) == 0;
+            bool inter = o->virtual_stages > 1 && pp == 2 && pp * o->virtual_stages <= S->nl && S->g->micro_batches % pp == 0;
+            for (int zero = o->zero; zero <= 3; zero++)
+                for (int btp = 0; btp <= (int)btp_ok; btp++)
+                    for (int r = 0; r < nrc; r++)
+                        for (int v = 0; v <= (int)inter; v++) {
+                            if ((zero == 2 && o->zero != 2) || (zero > o->zero && dp == 1)) continue;
+                            *VEC_PUSH(S->g->arena, S->k, S->n, S->cap) = (pcc_config){
+                                .pp = pp, .dp = dp, .tp = tp, .v = v ? o->virtual_stages : 1, .zero = zero, .btp = btp, .rc = rcs[r]};
+                        }
+        }
+}
+
+pcc_space *space_init(const pcc_graph *g, const pcc_cluster *c, const pcc_transforms *t, const pcc_search_opts *o) {
+    pcc_space *S = arena_alloc(g->arena, sizeof *S);
+    search_init(S, g, c, t, o);
+    space_floors(S);
+    space_enumerate(S);
+    return S;
+}
+
+int space_count(const pcc_space *S) { return S->n; }
+const pcc_config *space_config(const pcc_space *S, int i) { return &S->k[i]; }
+const pcc_graph *space_graph(const pcc_space *S) { return S->g; }
+const pcc_cluster *space_cluster(const pcc_space *S) { return S->c; }
+
+// cost_pipeline_s of per-layer seconds: it grows with every stage's time, so a lower bound per
+// layer gives one for the pipeline.
+static double pipeline_floor(const pcc_space *S, const pcc_config *k, const double *a, const double *b, double scale) {
+    int pp = k->pp, v = k->v, m = S->g->micro_batches;
+    double *W = arena_alloc(S->g->arena, sizeof(double) * (size_t)pp), sum = 0, max = 0;
+    int *chunk = arena_alloc(S->g->arena, sizeof(int) * (size_t)(S->nl + 1));
+    partition(S->flops, S->nl, pp * v, chunk);
+    for (int l = 0; l < S->nl; l++) W[chunk[l] % pp] += (a[l] + (b ? b[l] : 0)) * scale;
+    for (int d = 0; d < pp; d++) sum += W[d], max = W[d] > max ? W[d] : max;
+    return m * max + (sum - max) / v;
+}
+
+double space_bound(const pcc_space *S, int i) {
+    const pcc_config *k = &S->k[i];
+    return pipeline_floor(S, k, S->lb_s, k->rc == PCC_RECOMPUTE_FULL ? S->lb_rc_s : NULL, 1 / ((double)k->dp * k->tp));
+}
+
+// estimate_floor per layer for the mesh's dp and tp, computed once.
+static const struct floor_memo *floors(pcc_space *S, int dp, int tp) {
+    for (int i = 0; i < S->n_fl; i++)
+        if (S->fl[i].dp == dp && S->fl[i].tp == tp) return &S->fl[i];
+    const pcc_graph *g = S->g;
+    int nf = g->n_fwd_ops;
+    int *dl = arena_alloc(g->arena, sizeof(int) * (size_t)(nf + 1));
+    double *fb = arena_alloc(g->arena, sizeof(double) * (size_t)(nf + 1)), *ffb = arena_alloc(g->arena, sizeof(double) * (size_t)(nf + 1));
+    for (int o = 0; o < nf; o++) dl[o] = dp > 1 && S->bdim >= 0 ? letter_of_dim(g, &g->ops[o], S->bdim, dp) : -1;
     const pcc_transform *all = transform_find(S->t, tp);
     PCC_ASSERT(all);
-    for (int zero = o->zero; zero <= 3; zero++)
-        for (int btp = 0; btp <= (int)btp_ok; btp++) {
-            if ((zero == 2 && o->zero != 2) || (zero > o->zero && dp == 1)) continue;
-            pcc_intra *sc = NULL;
-            pcc_status st = tp_schedule(S->g, S->c, all, o, S->bdim, pp, dp, zero, btp, &sc);
-            if (st) {
-                *last = st;
-                if (st != PCC_ERR_INFEASIBLE) return st;
-                continue;
-            }
-            // Interleaving is one more candidate beside the plain 1F1B (where the pipeline can
-            // run it: pp 2): --auto keeps it only where the estimate says it pays.
-            pcc_search_opts plain = *o;
-            plain.virtual_stages = 1;
-            add(S, &plain, sc, pp, dp, tp, zero);
-            if (o->virtual_stages > 1 && pp == 2 && pp * o->virtual_stages <= S->nl && S->g->micro_batches % pp == 0)
-                add(S, o, sc, pp, dp, tp, zero);
+    estimate_floor(g, S->c, all, dl, dp, S->bdim, fb, ffb);
+    struct floor_memo *f = VEC_PUSH(g->arena, S->fl, S->n_fl, S->cap_fl);
+    *f = (struct floor_memo){dp, tp, arena_alloc(g->arena, sizeof(double) * (size_t)(S->nl + 1)),
+                             arena_alloc(g->arena, sizeof(double) * (size_t)(S->nl + 1))};
+    for (int l = 0; l < S->nl; l++) {
+        const pcc_layer *L = &S->L[l];
+        if (L->op >= 0) {
+            f->plain[l] = f->full[l] = fb[L->op];
+            continue;
         }
-    return PCC_OK;
+        const pcc_block *bl = &g->blocks[L->block];
+        for (int o = bl->first_op; o < bl->first_op + bl->n_ops; o++) f->plain[l] += fb[o], f->full[l] += ffb[o];
+    }
+    return f;
+}
+
+double space_floor(pcc_space *S, const pcc_config *k) {
+    const struct floor_memo *f = floors(S, k->dp, k->tp);
+    return 0.999 * pipeline_floor(S, k, k->rc == PCC_RECOMPUTE_FULL ? f->full : f->plain, NULL, 1);
+}
+
+pcc_status space_build(const pcc_space *S, const pcc_config *k, bool probe, pcc_strategy **out) {
+    const pcc_transform *all = transform_find(S->t, k->tp);
+    PCC_ASSERT(all);
+    return build(S, all, k, probe ? PROBE : SOLVE, out);
 }
 
 // --auto: nothing fits; say why (unless asked quietly, as the driver's tighter rounds do).
-static pcc_status no_fit(const search_ctx *S, pcc_status last) {
+static pcc_status no_fit(const pcc_space *S, pcc_status last) {
     const pcc_graph *g = S->g;
     const pcc_cluster *c = S->c;
     if (S->o->quiet) return PCC_ERR_INFEASIBLE;
@@ -382,22 +503,33 @@ static pcc_status no_fit(const search_ctx *S, pcc_status last) {
     return PCC_ERR_INFEASIBLE;
 }
 
-// --auto: every mesh, ranked.
-static pcc_status search_auto(search_ctx *S) {
-    pcc_status last = PCC_OK;
-    for (int tp = 1; tp <= S->N; tp++)
-        for (int pp = 1; pp <= S->N / tp; pp++) {
-            if (!auto_mesh_ok(S, tp, pp)) continue;
-            pcc_status st = search_mesh(S, tp, pp, &last);
-            if (st) return st;
-        }
-    if (S->n == 0) return no_fit(S, last);
-    qsort(S->v, (size_t)S->n, sizeof *S->v, by_time);
+// --auto: the best-first search over the configurations (bestfirst.c), or the one the driver's
+// search over micro-batch counts picked (o->pick).
+static pcc_status search_auto(pcc_space *S, pcc_strategy ***out, int *n_out) {
+    if (S->o->pick) {
+        const pcc_transform *all = transform_find(S->t, S->o->pick->tp);
+        pcc_strategy *s;
+        PCC_ASSERT(all);
+        pcc_status st = build(S, all, S->o->pick, SOLVE, &s);
+        if (st) return st;
+        *out = arena_alloc(S->g->arena, sizeof(pcc_strategy *));
+        (*out)[0] = s, *n_out = 1;
+        return PCC_OK;
+    }
+    space_floors(S);
+    space_enumerate(S);
+    if (S->n == 0) return no_fit(S, PCC_OK);
+    pcc_bf_slot slot = {.space = S, .m = S->g->micro_batches};
+    pcc_bf_result r;
+    pcc_status st = bestfirst(&slot, 1, S->o, &r);
+    if (st) return st;
+    if (r.n == 0) return no_fit(S, PCC_ERR_INFEASIBLE);
+    *out = r.ranked, *n_out = r.n;
     return PCC_OK;
 }
 
 // --check -d s: the ILP alone, on all the devices as one group.
-static pcc_status search_whole(search_ctx *S) {
+static pcc_status search_whole(pcc_space *S, pcc_strategy ***out, int *n_out) {
     const pcc_cluster *c = S->c;
     pcc_intra_opts so = {.group = {S->N, 1}, .memory_bytes = c->memory_bytes, .ilp = S->o->ilp};
     pcc_intra *sc;
@@ -407,16 +539,19 @@ static pcc_status search_whole(search_ctx *S) {
     s->mesh[PCC_AX_PP] = s->mesh[PCC_AX_DP] = 1, s->mesh[PCC_AX_TP] = S->N;
     s->micro_batches = S->g->micro_batches;
     s->intra = sc;
-    *VEC_PUSH(S->g->arena, S->v, S->n, S->cap) = s;
+    *out = arena_alloc(S->g->arena, sizeof(pcc_strategy *));
+    (*out)[0] = s, *n_out = 1;
     return PCC_OK;
 }
 
 int *search_group_sizes(const pcc_graph *g, const pcc_cluster *c, const pcc_search_opts *o, int *n_out) {
-    search_ctx S;
+    pcc_space S;
     search_init(&S, g, c, NULL, o);
     int *v = NULL, n = 0, cap = 0;
     if (o->whole) {
         *VEC_PUSH(g->arena, v, n, cap) = S.N;
+    } else if (o->auto_mesh && o->pick) {
+        *VEC_PUSH(g->arena, v, n, cap) = o->pick->tp;
     } else if (!o->auto_mesh) {
         int dp = o->dp ? o->dp : 1, tp = o->tp ? o->tp : 1, pp = o->pp ? o->pp : 1;
         if ((int64_t)dp * tp * pp == S.N) *VEC_PUSH(g->arena, v, n, cap) = tp; // else the search refuses the template
@@ -436,12 +571,9 @@ pcc_status search(const pcc_graph *g, const pcc_cluster *c, const pcc_transforms
                   pcc_strategy ***out, int *n_out) {
     *out = NULL, *n_out = 0;
     if (!o->quiet && !o->whole) progress_phase("phase 2: the device mesh and the splits (%s)", o->auto_mesh ? "--auto" : "template");
-    search_ctx S;
+    pcc_space S;
     search_init(&S, g, c, t, o);
-    pcc_status st = o->whole ? search_whole(&S) : o->auto_mesh ? search_auto(&S) : search_template(&S);
-    if (st) return st;
-    *out = S.v, *n_out = S.n;
-    return PCC_OK;
+    return o->whole ? search_whole(&S, out, n_out) : o->auto_mesh ? search_auto(&S, out, n_out) : search_template(&S, out, n_out);
 }
 
 char *strategy_str(const pcc_strategy *s, char *buf, size_t n) {

@@ -295,7 +295,7 @@ def main():
             check_gpt(name, model, rep)
         check_published(name, model, rep, rows)
     for must in ["mlp", "cnn-small", "resnet-small", "vgg16", "wrn-50-2", "dlrm", "swin-tiny", "gpt-tiny", "gpt2-small",
-                 "gpt3-175b"] + ["megatron-" + r["model"].lower() for r in rows] + sorted(IMPORTED):
+                 "gpt3-175b", "evoformer"] + ["megatron-" + r["model"].lower() for r in rows] + sorted(IMPORTED):
         check("models/%s.json exists" % must, must in names)
     gen = os.path.join(root, "tools", "gen_models.py")
     p = subprocess.run(["/usr/bin/python3", gen, "--check"], capture_output=True, text=True,

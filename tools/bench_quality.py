@@ -5,13 +5,9 @@ ZeRO-3 data parallelism and the compute lower bound, per model (issue 5, item 5)
 For each row (a model, a cluster, a GPU count N and a global batch G, the samples of one
 training step), every strategy trains on the same G samples per step:
 
-  --auto      plancc's own search (pp x dp x tp, the ILP's per-operator splits and recompute).
-              plancc's batch dimension B is one micro-batch of all replicas and --micro-batches
-              M the gradient accumulation, so G = B x M; --auto takes that split as given (so
-              does --global-batch, which sets B = G / M, and only B: Swin's window-batch
-              dimensions would not follow). So this script writes the model with each B that
-              the template grid uses, runs --auto on each split and keeps the best; once --auto
-              searches M itself, GLOBAL_BATCH_OPTION makes it one call per row.
+  --auto      plancc's own search (pp x dp x tp, ZeRO, recompute, the ILP's per-operator splits)
+              with --global-batch G: one call per row, which also searches the micro-batch count
+              M (G = B x M; dimensions made of the batch, as Swin's windows, follow it).
   template    the best of a grid search, Megatron-LM style: tp in {1, 2, 4, 8} inside a node,
               pp a power of two or the paper's (every divisor with --full-grid) up to the
               number of layers, dp = N / (tp pp) dividing G, micro-batch per replica a power of
@@ -47,7 +43,6 @@ import concurrent.futures as cf
 import csv
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -58,7 +53,7 @@ import time
 MEGATRON_CSV = "megatron_sc21_a100.csv"
 EXIT_OK, EXIT_INFEASIBLE = 0, 3
 # The option plancc would take for the global batch (None while it has none; see the docstring).
-GLOBAL_BATCH_OPTION = None
+GLOBAL_BATCH_OPTION = "--global-batch"
 # Variants of one template configuration, fastest first (recompute adds compute, ZeRO adds
 # communication; neither saves time): (recompute, zero).
 VARIANTS = [("none", 0), ("none", 1), ("none", 3), ("full", 0), ("full", 1), ("full", 3)]
@@ -89,8 +84,8 @@ class Bench:
         return dst
 
     def model_with_batch(self, model, batch):
-        """The model file with its batch dimension B set to `batch` (and the dimensions made of
-        B, such as Swin's windows-times-batch BW1..BW3, scaled with it)."""
+        """The model file with its batch dimension B set to `batch`, and the dimensions made of B
+        (Swin's windows, the Evoformer's rows of the MSA) as plancc scales them (--global-batch)."""
         key = (model, batch)
         with self.lock:     # held while writing: another thread may want the same file
             if key not in self.models:
@@ -100,12 +95,12 @@ class Bench:
     def _write_model(self, model, batch):
         with open(model, encoding="utf-8") as f:
             m = json.load(f)
-        b0 = m["dims"]["B"]
-        for d, v in list(m["dims"].items()):
-            if d == "B" or re.fullmatch(r"BW\d+", d):
-                if (v * batch) % b0:
-                    raise ValueError(f"{model}: cannot scale {d}={v} from B={b0} to {batch}")
-                m["dims"][d] = v * batch // b0
+        if m["dims"]["B"] != batch:
+            p = subprocess.run([self.a.plancc, "--check", "--json", model, "--global-batch", str(batch)],
+                               capture_output=True, text=True)
+            if p.returncode != 0:
+                raise ValueError(f"{model}: plancc cannot scale the batch to {batch}: {p.stderr.strip()}")
+            m["dims"] = json.loads(p.stdout)["dims"]
         path = os.path.join(self.tmp, f"{os.path.basename(model)[:-5]}.B{batch}.json")
         with open(path, "w", encoding="utf-8") as f:
             json.dump(m, f)
@@ -123,8 +118,9 @@ class Bench:
             self.n += 1
             plan = os.path.join(self.tmp, f"p{self.n}.plan")
         model = self.model_with_batch(row["model"], batch)
-        cmd = [self.a.plancc, model, "--cluster", row["cluster"], "--devices", str(row["gpus"]),
-               "--micro-batches", str(micro), "-o", plan] + args
+        cmd = [self.a.plancc, model, "--cluster", row["cluster"], "--devices", str(row["gpus"]), "-o", plan] + args
+        if micro:  # None: --auto searches the count (--global-batch)
+            cmd += ["--micro-batches", str(micro)]
         p = subprocess.run(cmd, capture_output=True, text=True)
         with self.lock:
             self.compiles += 1
@@ -179,7 +175,7 @@ class Bench:
         the configuration cannot be planned (exit 3)."""
         model = self.model_with_batch(row["model"], c["B"])
         cmd = [self.a.plancc, model, "--cluster", row["cluster"], "--devices", str(row["gpus"]),
-               "--micro-batches", str(c["M"]), "--estimate-only", "--json"] + c["args"]
+               "--estimate-only", "--json"] + c["args"] + (["--micro-batches", str(c["M"])] if c["M"] else [])
         p = subprocess.run(cmd, capture_output=True, text=True)
         with self.lock:
             self.estimates += 1
@@ -259,7 +255,7 @@ class Bench:
         # --auto on every whole-model micro-batch B that the template grid uses.
         batches = sorted({c["B"] for c in grid})
         if GLOBAL_BATCH_OPTION:
-            auto = [{"B": row["B0"], "M": 1, "args": ["--auto", GLOBAL_BATCH_OPTION, str(G)]}]
+            auto = [{"B": row["B0"], "M": None, "args": ["--auto", GLOBAL_BATCH_OPTION, str(G)]}]
         else:
             auto = [{"B": B, "M": G // B, "args": ["--auto"]} for B in batches]
         out["auto"], _ = self.best_of(row, auto, pool)
@@ -311,6 +307,12 @@ def rows(root, data):
                 "gpus": 64, "G": 65536})
     out.append({"name": "Swin-T", "model": os.path.join(root, "models", "swin-tiny.json"), "cluster": a100,
                 "gpus": 64, "G": 512})
+    # The two real models of issue 22: LLaMA-2-7B's sizes on 64 GPUs at 1024 sequences (4 M tokens)
+    # and AlphaFold2's Evoformer on 64 GPUs at 128 samples.
+    out.append({"name": "LLaMA-2-7B", "model": os.path.join(root, "models", "llama2-7b.json"), "cluster": a100,
+                "gpus": 64, "G": 1024})
+    out.append({"name": "Evoformer", "model": os.path.join(root, "models", "evoformer.json"), "cluster": a100,
+                "gpus": 64, "G": 128})
     return out
 
 
@@ -385,7 +387,7 @@ def run(a, b):
             r = res[k]
             if r:
                 extra = f"; recompute {r['rc']}, zero {r['zero']}" if k == "template" else ""
-                print(f"  {res['row']['name']:<16} {k:<8} B={r['B']:<5} M={r['M']:<5} {r['strategy']}{extra}")
+                print(f"  {res['row']['name']:<16} {k:<8} B={r['B']:<5} M={r['M'] or '-':<5} {r['strategy']}{extra}")
     wall = time.perf_counter() - t0
     lose = [res["row"]["name"] for res in results
             if res["template"] and (not res["auto"] or res["auto"]["step_s"] > res["template"]["step_s"] * (1 + 1e-9))]

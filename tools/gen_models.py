@@ -17,6 +17,8 @@ hand edits:
   gpt2-small       GPT-2 124M (124,439,808 parameters as Hugging Face counts, tied embeddings)
   gpt3-175b        GPT-3 175B (Brown et al. 2020, Table 2.1)
   megatron-*       one per row of ../shared/data/megatron_sc21_a100.csv (Narayanan et al., SC'21)
+                   (data/megatron_sc21_a100.csv, the repository's copy, where ../shared is absent)
+  evoformer        AlphaFold2's Evoformer stack, 48 blocks (no pair bias, gates or dropout)
 
 Usage:
   /usr/bin/python3 tools/gen_models.py            (re)write models/*.json
@@ -45,6 +47,8 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MEGATRON_CSV = os.path.join(os.path.dirname(ROOT), "shared", "data", "megatron_sc21_a100.csv")
+if not os.path.exists(MEGATRON_CSV):  # a checkout without ../shared: the repository's copy
+    MEGATRON_CSV = os.path.join(ROOT, "data", "megatron_sc21_a100.csv")
 
 # ---------------------------------------------------------------------------------------------
 # Deterministic JSON text: 2-space indent, containers that fit on one line stay on one line.
@@ -1141,8 +1145,187 @@ def swin_tiny():
 # ---------------------------------------------------------------------------------------------
 
 
+def evo_attention(m, x, sfx, Bx, L, C, N, D, pre):
+    """Self-attention of x [Bx, L, C] over L (Bx: the batch times the rows it runs over), residual
+    left to the caller: layernorm, q k v, attention, output projection."""
+    ln = m.act(pre + "ln" + sfx, [Bx, L, C])
+    m.param(pre + "g" + sfx, [C], ONES)
+    m.param(pre + "b" + sfx, [C], ZEROS)
+    m.op("layernorm", [x, pre + "g" + sfx, pre + "b" + sfx], [ln])
+    qkv = []
+    for p in "qkv":
+        w = m.param(pre + "w" + p + sfx, [C, C], normal(0.02))
+        t = m.act(pre + p + sfx, [Bx, L, C])
+        t4 = m.act(pre + p + "4" + sfx, [Bx, L, N, D])
+        m.op("linear", [ln, w], [t])
+        m.op("reshape", [t], [t4])
+        qkv.append(t4)
+    o4 = m.act(pre + "o4" + sfx, [Bx, L, N, D])
+    m.op("attention", qkv, [o4])
+    o = m.act(pre + "o" + sfx, [Bx, L, C])
+    m.op("reshape", [o4], [o])
+    wo = m.param(pre + "wo" + sfx, [C, C], normal(0.02))
+    y = m.act(pre + "y" + sfx, [Bx, L, C])
+    m.op("linear", [o, wo], [y])
+    return y
+
+
+def evo_transition(m, x, shape, C, F, pre):
+    """Layernorm, C -> F, relu, F -> C (residual left to the caller)."""
+    ln = m.act(pre + "ln", shape + [C])
+    m.param(pre + "g", [C], ONES)
+    m.param(pre + "b", [C], ZEROS)
+    m.op("layernorm", [x, pre + "g", pre + "b"], [ln])
+    w1, w2 = m.param(pre + "w1", [F, C], normal(0.02)), m.param(pre + "w2", [C, F], normal(0.02))
+    h, a, y = m.act(pre + "h", shape + [F]), m.act(pre + "a", shape + [F]), m.act(pre + "y", shape + [C])
+    m.op("linear", [ln, w1], [h])
+    m.op("relu", [h], [a])
+    m.op("linear", [a, w2], [y])
+    return y
+
+
+def evoformer():
+    """AlphaFold2's Evoformer (Jumper et al. 2021, Supplementary 1.6): 48 blocks over an MSA
+    representation [B, Ns, Nr, Cm] and a pair representation [B, Ri, Rj, Cz]."""
+    m = Model("evoformer",
+              "AlphaFold2's Evoformer stack (Jumper et al. 2021, supplementary section 1.6) at its "
+              "training sizes: 48 blocks, 128 MSA sequences x 256 residues, Cm = 256, Cz = 128, 8 "
+              "MSA heads and 4 pair heads of 32, outer product mean through c = 32, triangle "
+              "multiplication through c = 128, transitions of 4x, batch 2, bf16. Each block: MSA row "
+              "attention, MSA column attention, MSA transition, outer product mean into the pair, "
+              "triangle multiplication outgoing and incoming, triangle attention around the "
+              "starting and the ending node, pair transition, each with its residual. Left out for "
+              "want of operators: the pair bias of row attention and of triangle attention, the "
+              "sigmoid gates, dropout. The loss: mean squared error of the final pair against a "
+              "target.", "bf16")
+    B, Ns, Nr, Cm = m.dim("B", 2), m.dim("Ns", 128), m.dim("Nr", 256), m.dim("Cm", 256)
+    Ri, Rj, Cz = m.dim("Ri", 256), m.dim("Rj", 256), m.dim("Cz", 128)
+    Hm, Hz, Dh = m.dim("Hm", 8), m.dim("Hz", 4), m.dim("Dh", 32)
+    Fm, Fz, Co, Ct = m.dim("Fm", 4 * 256), m.dim("Fz", 4 * 128), m.dim("Co", 32), m.dim("Ct", 128)
+    BNs, BNr, BRi, BRj = m.dim("BNs", 2 * 128), m.dim("BNr", 2 * 256), m.dim("BRi", 2 * 256), m.dim("BRj", 2 * 256)
+    RC, RC2, CC = m.dim("RC", 256 * 32), m.dim("RC2", 256 * 32), m.dim("CC", 32 * 32)
+    m.input("msa", [B, Ns, Nr, Cm], {"kind": "normal"})
+    m.input("pair", [B, Ri, Rj, Cz], {"kind": "normal"})
+    m.input("target", [B, Ri, Rj, Cz], {"kind": "normal"})
+    m.act("msa_out", [B, Ns, Nr, Cm])
+    m.act("pair_out", [B, Ri, Rj, Cz])
+    m.act("loss", [])
+    m.begin_block("evoformer", 48, {"x": "msa", "z": "pair"})
+    # MSA row attention (over residues, per sequence) and column attention (over sequences).
+    xr = m.act("xr", [BNs, Nr, Cm])
+    m.op("reshape", ["x"], [xr])
+    yr = evo_attention(m, xr, "", BNs, Nr, Cm, Hm, Dh, "row_")
+    yr4 = m.act("yr4", [B, Ns, Nr, Cm])
+    m.op("reshape", [yr], [yr4])
+    x1 = m.act("x1", [B, Ns, Nr, Cm])
+    m.op("add", ["x", yr4], [x1])
+    xt = m.act("xt", [B, Nr, Ns, Cm])
+    m.op("transpose", [x1], [xt], {"perm": [0, 2, 1, 3]})
+    xc = m.act("xc", [BNr, Ns, Cm])
+    m.op("reshape", [xt], [xc])
+    yc = evo_attention(m, xc, "", BNr, Ns, Cm, Hm, Dh, "col_")
+    yc4 = m.act("yc4", [B, Nr, Ns, Cm])
+    m.op("reshape", [yc], [yc4])
+    yct = m.act("yct", [B, Ns, Nr, Cm])
+    m.op("transpose", [yc4], [yct], {"perm": [0, 2, 1, 3]})
+    x2 = m.act("x2", [B, Ns, Nr, Cm])
+    m.op("add", [x1, yct], [x2])
+    ym = evo_transition(m, x2, [B, Ns, Nr], Cm, Fm, "msa_t_")
+    x3 = m.act("x3", [B, Ns, Nr, Cm])
+    m.op("add", [x2, ym], [x3])
+    # Outer product mean: o[b, i, j] = sum_s a[b, s, i] (x) c[b, s, j], projected to Cz.
+    lo = m.act("opm_ln", [B, Ns, Nr, Cm])
+    m.param("opm_g", [Cm], ONES)
+    m.param("opm_b", [Cm], ZEROS)
+    m.op("layernorm", [x3, "opm_g", "opm_b"], [lo])
+    for p in "ac":
+        m.param("opm_w" + p, [Co, Cm], normal(0.02))
+        m.act("opm_" + p, [B, Ns, Nr, Co])
+        m.op("linear", [lo, "opm_w" + p], ["opm_" + p])
+    at = m.act("opm_at", [B, Nr, Co, Ns])
+    m.op("transpose", ["opm_a"], [at], {"perm": [0, 2, 3, 1]})
+    a2 = m.act("opm_a2", [B, RC, Ns])
+    m.op("reshape", [at], [a2])
+    c2 = m.act("opm_c2", [B, Ns, RC2])
+    m.op("reshape", ["opm_c"], [c2])
+    op = m.act("opm_o", [B, RC, RC2])
+    m.op("bmm", [a2, c2], [op])
+    m.dim("Co2", 32)
+    o5 = m.act("opm_o5", [B, Ri, Co, Rj, "Co2"])
+    m.op("reshape", [op], [o5])
+    o5t = m.act("opm_o5t", [B, Ri, Rj, Co, "Co2"])
+    m.op("transpose", [o5], [o5t], {"perm": [0, 1, 3, 2, 4]})
+    o4 = m.act("opm_o4", [B, Ri, Rj, CC])
+    m.op("reshape", [o5t], [o4])
+    m.param("opm_wo", [Cz, CC], normal(0.02))
+    oz = m.act("opm_z", [B, Ri, Rj, Cz])
+    m.op("linear", [o4, "opm_wo"], [oz])
+    z1 = m.act("z1", [B, Ri, Rj, Cz])
+    m.op("add", ["z", oz], [z1])
+    z = z1
+    # Triangle multiplication, outgoing (sum over k of a[i, k] b[j, k]) and incoming (a[k, i] b[k, j]).
+    for kind in ("out", "in"):
+        pre = "tm" + kind + "_"
+        ln = m.act(pre + "ln", [B, Ri, Rj, Cz])
+        m.param(pre + "lng", [Cz], ONES)
+        m.param(pre + "lnb", [Cz], ZEROS)
+        m.op("layernorm", [z, pre + "lng", pre + "lnb"], [ln])
+        for p in "ab":
+            m.param(pre + "w" + p, [Ct, Cz], normal(0.02))
+            m.act(pre + p, [B, Ri, Rj, Ct])
+            m.op("linear", [ln, pre + "w" + p], [pre + p])
+        # outgoing: A [B, Ct, Ri, Rk=Rj] @ B^T [B, Ct, Rk, Rj']; incoming: A^T [B, Ct, Rj, Ri] @ B [B, Ct, Ri, Rj]
+        pa = m.act(pre + "pa", [B, Ct, Ri, Rj] if kind == "out" else [B, Ct, Rj, Ri])
+        m.op("transpose", [pre + "a"], [pa], {"perm": [0, 3, 1, 2] if kind == "out" else [0, 3, 2, 1]})
+        pb = m.act(pre + "pb", [B, Ct, Rj, Ri] if kind == "out" else [B, Ct, Ri, Rj])
+        m.op("transpose", [pre + "b"], [pb], {"perm": [0, 3, 2, 1] if kind == "out" else [0, 3, 1, 2]})
+        pr = m.act(pre + "pr", [B, Ct, Ri, Ri] if kind == "out" else [B, Ct, Rj, Rj])
+        m.op("bmm", [pa, pb], [pr])
+        # the product's two residue axes carry one name; renamed through a reshape to [Ri, Rj]
+        flat = m.act(pre + "flat", [B, Ct, m.dim("RR", 256 * 256)])
+        m.op("reshape", [pr], [flat])
+        pij = m.act(pre + "pij", [B, Ct, Ri, Rj])
+        m.op("reshape", [flat], [pij])
+        pt = m.act(pre + "pt", [B, Ri, Rj, Ct])
+        m.op("transpose", [pij], [pt], {"perm": [0, 2, 3, 1]})
+        m.param(pre + "wo", [Cz, Ct], normal(0.02))
+        y = m.act(pre + "y", [B, Ri, Rj, Cz])
+        m.op("linear", [pt, pre + "wo"], [y])
+        zn = m.act(pre + "z", [B, Ri, Rj, Cz])
+        m.op("add", [z, y], [zn])
+        z = zn
+    # Triangle attention around the starting node (over j, per i) and the ending node (over i, per j).
+    zs = m.act("tas_x", [BRi, Rj, Cz])
+    m.op("reshape", [z], [zs])
+    ys = evo_attention(m, zs, "", BRi, Rj, Cz, Hz, Dh, "tas_")
+    ys4 = m.act("tas_y4", [B, Ri, Rj, Cz])
+    m.op("reshape", [ys], [ys4])
+    z2 = m.act("z2", [B, Ri, Rj, Cz])
+    m.op("add", [z, ys4], [z2])
+    zt = m.act("tae_t", [B, Rj, Ri, Cz])
+    m.op("transpose", [z2], [zt], {"perm": [0, 2, 1, 3]})
+    ze = m.act("tae_x", [BRj, Ri, Cz])
+    m.op("reshape", [zt], [ze])
+    ye = evo_attention(m, ze, "", BRj, Ri, Cz, Hz, Dh, "tae_")
+    ye4 = m.act("tae_y4", [B, Rj, Ri, Cz])
+    m.op("reshape", [ye], [ye4])
+    yet = m.act("tae_yt", [B, Ri, Rj, Cz])
+    m.op("transpose", [ye4], [yet], {"perm": [0, 2, 1, 3]})
+    z3 = m.act("z3", [B, Ri, Rj, Cz])
+    m.op("add", [z2, yet], [z3])
+    yz = evo_transition(m, z3, [B, Ri, Rj], Cz, Fz, "pair_t_")
+    z4 = m.act("z4", [B, Ri, Rj, Cz])
+    m.op("add", [z3, yz], [z4])
+    m.end_block({"x": x3, "z": z4}, {"msa_out": x3, "pair_out": z4})
+    m.op("mse_loss", ["pair_out", "target"], ["loss"])
+    m.loss = "loss"
+    m.optimizer = adamw(1e-3, (0.9, 0.999), 1e-6, 0.0)
+    return m
+
+
 def all_models():
-    ms = [mlp(), cnn_small(), resnet_small(), vgg16(), wrn_50_2(), dlrm(), dlrm_ctr(), swin_tiny(), gpt_tiny(), gpt2_small(), gpt3_175b()]
+    ms = [mlp(), cnn_small(), resnet_small(), vgg16(), wrn_50_2(), dlrm(), dlrm_ctr(), swin_tiny(), gpt_tiny(), gpt2_small(), gpt3_175b(),
+          evoformer()]
     ms += [megatron(r) for r in megatron_rows()]
     return ms
 
