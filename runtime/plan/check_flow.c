@@ -557,6 +557,23 @@ static bool keeps_partial(const plan_insn *in) {
     return in->kind == PLAN_I_COMPUTE && name && (!strcmp(name, "scale") || !strcmp(name, "add"));
 }
 
+// attention_grad_bias (dy, q, k, v, bias) -> dbias: whether splitting dimension d of input q sums
+// it away, the bias's gradient lacking the scores' axis [b,n,s,t] that dimension stands for (its
+// annotation is "", so check_op_sums_away cannot say). dy and q are [b,s,n,*], k and v [b,t,m,*];
+// the bias maps onto the scores by attrs perm (perm[j] - 1 the scores' axis of the bias's axis j;
+// all zeros: the last axes), as runtime/cpu/cpu.h's cpu_map_strides reads it.
+static bool attn_bias_sums_away(const plan_program *pg, const plan_insn *in, uint32_t q, int d, int rank_bias) {
+    static const int qax[4] = {0, 2, 1, -1}, kax[4] = {0, 3, 1, -1}; // the scores' axis of each dimension
+    if (q >= 4 || d < 0 || d >= 4) return false;
+    int ax = q <= 1 ? qax[d] : kax[d];
+    if (ax < 0) return false; // the head dimension: contracted, not a score axis (never split)
+    bool given = false, has = false;
+    const int32_t *perm = in->attrs != PLAN_NONE && in->attrs < pg->n_attrs ? pg->attrs[in->attrs].perm : NULL;
+    for (int j = 0; perm && j < PLAN_MAX_RANK; j++) given |= perm[j] != 0;
+    for (int j = 0; j < rank_bias && j < PLAN_MAX_RANK; j++) has |= (given ? perm[j] - 1 : 4 - rank_bias + j) == ax;
+    return !has;
+}
+
 // The mesh axes on which argument j of a compute holds partial sums its declared shard does not
 // show: it is declared R on axis a while an input is split (D) on a along a dimension that the
 // operator sums away (a reduction letter of ops.def's annotation that the output lacks: a
@@ -569,6 +586,8 @@ static uint16_t pend_made(const flow *f, const plan_insn *in, uint32_t j) {
     const plan *p = f->c->p;
     uint16_t m = 0;
     uint32_t nin = compute_inputs(in);
+    const char *name = plan_op_name(in->code);
+    bool attn_bias = name && !strcmp(name, "attention_grad_bias");
     for (uint32_t q = 0; q < nin && q < in->nargs; q++) {
         const plan_buffer *x = &pg->buffers[pg->args[in->args + q]];
         if (x->tensor == PLAN_NONE) m |= PEND_UNKNOWN;
@@ -576,8 +595,10 @@ static uint16_t pend_made(const flow *f, const plan_insn *in, uint32_t j) {
         for (uint32_t a = 0; a < p->meta.n_axes; a++) {
             uint8_t v = x->shard.map[a];
             if (o->shard.map[a] != PLAN_SHARD_R || v == PLAN_SHARD_R) continue;
-            if (v == PLAN_SHARD_V ||
-                check_op_sums_away(in->code, q, p->tensors[x->tensor].rank, v - PLAN_SHARD_D(0), p->tensors[o->tensor].rank, j - nin))
+            bool away = attn_bias ? attn_bias_sums_away(pg, in, q, v - PLAN_SHARD_D(0), p->tensors[o->tensor].rank)
+                                  : check_op_sums_away(in->code, q, p->tensors[x->tensor].rank, v - PLAN_SHARD_D(0),
+                                                       p->tensors[o->tensor].rank, j - nin);
+            if (v == PLAN_SHARD_V || away)
                 m |= (uint16_t)(1u << a);
         }
     }
