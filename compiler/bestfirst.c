@@ -259,8 +259,8 @@ pcc_status bestfirst(pcc_bf_slot *slots, int ns, const pcc_search_opts *o, pcc_b
     r->out_of_time = r->dropped > 0;
     if (r->out_of_time && !o->quiet)
         warn("the search's time budget (--time-limit %g s) ran out after %d of %d candidates: %d were left without their "
-             "ILP, and the plan is the best of the rest (raise --time-limit to search them)", o->ilp.time_limit_s,
-             r->expanded, r->configs, r->dropped);
+             "ILP and %d ILPs found no solution in the time they had, and the plan is the best of the rest (raise "
+             "--time-limit to search them)", o->ilp.time_limit_s, r->expanded, r->configs, r->dropped, ilp_unsolved());
     if (!st) rank(&B, win);
     bf_free(&B);
     counts.searches++, counts.configs += r->configs, counts.expanded += r->expanded, counts.checked += r->checked;

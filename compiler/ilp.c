@@ -445,6 +445,9 @@ static void read_choice(builder *B, const cols *C, pcc_intra *s) {
     s->follow = B->follow;
 }
 
+// The ILPs of this process that ended without a solution (the time limit, a solver error).
+static int unsolved;
+
 pcc_status ilp_intra(const pcc_graph *g, const pcc_cluster *c, const pcc_transform *t, const pcc_intra_opts *o,
                        pcc_intra **out) {
     *out = NULL;
@@ -469,8 +472,9 @@ pcc_status ilp_intra(const pcc_graph *g, const pcc_cluster *c, const pcc_transfo
     if (st) return st;
     if (s->ilp.status == PCC_MIP_INFEASIBLE) return infeasible(&B);
     if (s->ilp.status == PCC_MIP_NO_SOLUTION || s->ilp.status == PCC_MIP_ERROR) {
-        fprintf(stderr, "%s: %s: the scheduler's ILP: %s after %.1f s (%d rows, %d columns); raise --time-limit\n",
-                pcc_progname, g->file, mip_status_name(s->ilp.status), s->ilp.seconds, s->ilp.rows, s->ilp.cols);
+        if (unsolved++ == 0) // a search meets many: the first is said, the rest counted (ilp_unsolved)
+            fprintf(stderr, "%s: %s: the scheduler's ILP: %s after %.1f s (%d rows, %d columns); raise --time-limit\n",
+                    pcc_progname, g->file, mip_status_name(s->ilp.status), s->ilp.seconds, s->ilp.rows, s->ilp.cols);
         return PCC_ERR_INFEASIBLE;
     }
     if (s->ilp.status == PCC_MIP_TIME_LIMIT)
@@ -479,6 +483,8 @@ pcc_status ilp_intra(const pcc_graph *g, const pcc_cluster *c, const pcc_transfo
     *out = s;
     return PCC_OK;
 }
+
+int ilp_unsolved(void) { return unsolved; }
 
 double ilp_eval(const pcc_graph *g, const pcc_cluster *c, const pcc_transform *t, const pcc_intra_opts *o,
                   const int *choice, double *memory) {

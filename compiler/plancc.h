@@ -821,6 +821,9 @@ typedef struct pcc_intra {
 // Returns PCC_ERR_INFEASIBLE (with a message saying what would fit) when no choice fits memory.
 pcc_status ilp_intra(const pcc_graph *g, const pcc_cluster *c, const pcc_transform *t, const pcc_intra_opts *o,
                        pcc_intra **out);
+// How many ILPs of this process ended without a solution: ilp_intra says the first on stderr
+// and counts the rest (a search's summary reports them).
+int ilp_unsolved(void);
 // The ILP's objective for a given choice (one candidate index per forward op), computed
 // directly rather than by the solver; *memory gets the choice's bytes per device. -1 when an
 // edge of the choice has no resharding chain. (For tests, and to cost a template's choice.)
