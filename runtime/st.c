@@ -13,9 +13,9 @@
  * as NAME.K. Only f32 params and state are saved; __metadata__.step holds the steps taken, so a
  * run that loads the file goes on with the next step's data and adamw's bias correction, and
  * __metadata__["crc32c:NAME"] each tensor's CRC-32C (of its bytes as stored). --load refuses a
- * file that planrun did not write, whose step is missing or damaged, or any of whose tensors'
- * bytes do not match their checksum, before it changes anything; --compare checks the
- * checksums a file has. Files are written through runtime/plan/file.c's plan_out (a temporary
+ * file that neither planrun (--save) nor plancc-import (--weights: step 0) wrote, whose step is
+ * missing or damaged, or any of whose tensors' bytes do not match their checksum, before it
+ * changes anything; --compare checks the checksums a file has. Files are written through runtime/plan/file.c's plan_out (a temporary
  * file, fsync, a rename; a device written in place) and read with a size limit (what the plan's
  * tensors take in F64, plus a header), so a directory or /dev/zero is refused with a message.
  * A background round still in flight on a GPU (it outlives its step) is waited for before any
@@ -357,8 +357,9 @@ static int st_steps(const st_file *s, const char *path, uint64_t *steps, char *e
         return -1;
     }
     cJSON *prod = cJSON_GetObjectItemCaseSensitive(s->meta, "producer"), *step = cJSON_GetObjectItemCaseSensitive(s->meta, "step");
-    if (!cJSON_IsString(prod) || strcmp(prod->valuestring, "planrun")) {
-        snprintf(err, err_n, "%s: /__metadata__/producer: not \"planrun\": not a checkpoint planrun wrote (--save)", path);
+    if (!cJSON_IsString(prod) || (strcmp(prod->valuestring, "planrun") && strcmp(prod->valuestring, "plancc-import"))) {
+        snprintf(err, err_n, "%s: /__metadata__/producer: not \"planrun\" or \"plancc-import\": not a checkpoint planrun "
+                 "wrote (--save) or initial weights plancc-import wrote (--weights)", path);
         return -1;
     }
     char *end = NULL;

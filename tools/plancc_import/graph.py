@@ -30,7 +30,9 @@ class ImportError_(Exception):
 
 def _read_annotations():
     ann = {}
-    path = os.path.join(ROOT, "runtime", "ops.def")
+    path = os.path.join(ROOT, "runtime", "ops.def")  # the source tree; installed: share/plancc/ops.def
+    if not os.path.isfile(path):
+        path = os.path.join(os.path.dirname(os.path.dirname(os.path.realpath(__file__))), "ops.def")
     with open(path, encoding="utf-8") as f:
         for line in f:
             m = re.match(r'OP\(\s*\w+,\s*(\w+),\s*-?\d+,\s*-?\d+,\s*-?\d+,\s*"([^"]*)"', line)

@@ -58,9 +58,33 @@ def draw_input(name, kind, shape, high, seed, step, mb=0):
     raise ValueError(f"input {name}: data kind {kind} is not reproduced here")
 
 
+def _crc32c_table():
+    t = []
+    for i in range(256):
+        c = i
+        for _ in range(8):
+            c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
+        t.append(c)
+    return t
+
+
+_CRC32C = _crc32c_table()
+
+
+def crc32c(data):
+    """CRC-32C (Castagnoli) of bytes, as runtime/plan/hash.c's plan_crc32c computes it."""
+    crc, t = 0xFFFFFFFF, _CRC32C
+    for b in data:
+        crc = t[(crc ^ b) & 0xFF] ^ (crc >> 8)
+    return crc ^ 0xFFFFFFFF
+
+
 def write(path, tensors, meta=None):
-    """tensors: name -> (shape, flat list of floats or a torch tensor); written as F32."""
+    """tensors: name -> (shape, flat list of floats or a torch tensor); written as F32, with the
+    __metadata__ planrun --load checks (runtime/st.c): the producer, step 0 and each tensor's
+    CRC-32C under "crc32c:NAME" (meta adds to it)."""
     header, blobs, off = {}, [], 0
+    checks = {"format": "pt", "producer": "plancc-import", "step": "0"}
     for name in sorted(tensors):
         shape, data = tensors[name]
         if hasattr(data, "detach"):
@@ -68,10 +92,10 @@ def write(path, tensors, meta=None):
         else:
             raw = struct.pack(f"<{len(data)}f", *data)
         header[name] = {"dtype": "F32", "shape": list(shape), "data_offsets": [off, off + len(raw)]}
+        checks[f"crc32c:{name}"] = "%08x" % crc32c(raw)
         blobs.append(raw)
         off += len(raw)
-    if meta:
-        header["__metadata__"] = meta
+    header["__metadata__"] = {**checks, **(meta or {})}
     h = json.dumps(header, separators=(",", ":")).encode()
     h += b" " * ((8 - len(h) % 8) % 8)
     with open(path, "wb") as f:
