@@ -221,7 +221,8 @@ static bool source_resolves(pcc_jreader *r, const pcc_json *root, const char *k)
     return v != NULL;
 }
 
-static pcc_status load_sources(pcc_jreader *r, const pcc_json *root, const pcc_json *v) {
+// The calibrated device figures' sources are kept (plancc reports where its calibration came from).
+static pcc_status load_sources(pcc_jreader *r, const pcc_json *root, const pcc_json *v, pcc_cluster *c) {
     pcc_status st = json_keys(r, v, "/sources", NULL, NULL);
     if (st) return st;
     for (int i = 0; i < json_size(v); i++) {
@@ -232,6 +233,8 @@ static pcc_status load_sources(pcc_jreader *r, const pcc_json *root, const pcc_j
         if ((st = json_str(r, m, ptr, &text))) return st;
         if (!text[0]) return diag(r->file, ptr, "the source is empty");
         if (!source_resolves(r, root, k)) warn("%s:%s: \"%s\" points at nothing in the file", r->file, ptr, k);
+        if (!strcmp(k, "/device/gemm_efficiency")) c->gemm_efficiency_source = text;
+        if (!strcmp(k, "/device/memory_efficiency")) c->memory_efficiency_source = text;
     }
     return PCC_OK;
 }
@@ -428,7 +431,7 @@ static pcc_status load_root(pcc_jreader *r, const pcc_json *root, pcc_cluster *c
     if (c->network.kind == PCC_LINK_NONE && c->nodes > 1)
         return diag(r->file, "/nodes", "%d nodes, but a cluster without a network (network.kind \"none\") has one node", c->nodes);
     if ((x = json_get(root, "profile")) && (st = load_profile(r, x, c))) return st;
-    if ((x = json_get(root, "sources")) && (st = load_sources(r, root, x))) return st;
+    if ((x = json_get(root, "sources")) && (st = load_sources(r, root, x, c))) return st;
     return PCC_OK;
 }
 

@@ -8,8 +8,8 @@
  *   GEMM        t = max(2 b m n k / (peak(dtype) * eff), bytes / (bw * mem_eff)) + launch
  *               eff = gemm_efficiency * tile * wave * k / (k + K0)
  *                 gemm_efficiency  the sustained fraction of the tensor-core peak that large
- *                                  GEMMs reach (cluster file; the A100's comes from measured
- *                                  best-case cuBLAS throughput).
+ *                                  GEMMs reach (cluster file: a measured fraction, models/clusters/README.md,
+ *                                  "Calibration").
  *                 tile, wave       cuBLAS computes C in tiles, one thread block each, in waves
  *                                  of one block per multiprocessor: m and n are padded to the
  *                                  tile, the last wave may be partly idle (NVIDIA, "Matrix

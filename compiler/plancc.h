@@ -511,6 +511,8 @@ typedef struct pcc_cluster {
     pcc_link network;               // between nodes (kind NONE on a single-node cluster)
     int nics_per_node;
     const pcc_profile *profile;     // measured operator times, or NULL
+    const char *gemm_efficiency_source;   // the file's sources["/device/gemm_efficiency"], or NULL
+    const char *memory_efficiency_source; // the file's sources["/device/memory_efficiency"], or NULL
 } pcc_cluster;
 
 // Loads and checks a cluster file (schemas/cluster.schema.json) with the same diagnostics as the

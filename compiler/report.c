@@ -329,6 +329,51 @@ static void report_warnings(const pcc_graph *g, const pcc_cluster *c, const pcc_
              "larger --global-batch, or fewer devices (--devices, --nodes)", g->file, 100 * mfu);
 }
 
+// Where the cost model's device calibration came from: the cluster profile's measured entries
+// (they replace the roofline for the shapes they list) and, for every other shape, each device
+// figure: "cluster" (the cluster file's, with its source if the file gives one) or "default" (the
+// file gives none: 1, the ideal roofline). models/clusters/README.md, "Calibration".
+static const char *calibration_from(double v) { return v > 0 ? "cluster" : "default"; }
+
+static void json_calibration_figure(FILE *f, const char *name, double v, const char *src) {
+    fprintf(f, "\"%s\": {\"value\": %.9g, \"from\": \"%s\", \"source\": ", name, v > 0 ? v : 1, calibration_from(v));
+    if (v > 0 && src) json_string(f, src);
+    else fprintf(f, "null");
+    fprintf(f, "}");
+}
+
+// The "calibration" member of the --json summaries.
+static void json_calibration(FILE *f, const pcc_cluster *c) {
+    fprintf(f, "\"calibration\": {\"profile_entries\": %d, ", profile_size(c->profile));
+    json_calibration_figure(f, "gemm_efficiency", c->gemm_efficiency, c->gemm_efficiency_source);
+    fprintf(f, ", ");
+    json_calibration_figure(f, "memory_efficiency", c->memory_efficiency, c->memory_efficiency_source);
+    fprintf(f, "}");
+}
+
+// One figure of the text summary: "gemm_efficiency 0.83 (cluster file: First principles, measured)",
+// the source's words up to its first colon (the cluster files open each source with its kind).
+static void text_calibration_figure(FILE *f, const char *name, double v, const char *src) {
+    if (v <= 0) {
+        fprintf(f, "%s 1 (default: not in the cluster file, the ideal roofline)", name);
+        return;
+    }
+    int n = src ? (int)strcspn(src, ":.") : 0;
+    fprintf(f, "%s %.3g (cluster file%s%.*s%s)", name, v, src ? ": " : ", no source given", n > 60 ? 60 : n, src ? src : "",
+            n > 60 ? "..." : "");
+}
+
+// The text summary's calibration line.
+static void text_calibration(FILE *f, const pcc_cluster *c) {
+    fprintf(f, "  calibration (plancc --json for the sources): ");
+    if (profile_size(c->profile) > 0)
+        fprintf(f, "measured profile table (%d entries) for the shapes it lists; otherwise ", profile_size(c->profile));
+    text_calibration_figure(f, "gemm_efficiency", c->gemm_efficiency, c->gemm_efficiency_source);
+    fprintf(f, ", ");
+    text_calibration_figure(f, "memory_efficiency", c->memory_efficiency, c->memory_efficiency_source);
+    fprintf(f, "\n");
+}
+
 void report_estimate(FILE *f, const pcc_graph *g, const pcc_cluster *c, const pcc_options *o, const pcc_strategy *s,
                      double peak_bytes, int n, double seconds) {
     report_warnings(g, c, o, s);
@@ -341,11 +386,13 @@ void report_estimate(FILE *f, const pcc_graph *g, const pcc_cluster *c, const pc
                "\"virtual_stages\": %d, \"micro_batches\": %d, \"batch\": %lld, \"global_batch\": %lld, \"zero\": %d, "
                "\"candidates\": %d, \"estimate\": {\"step_s\": %.9g, \"pipeline_s\": %.9g, \"bubble_s\": %.9g, "
                "\"compute_s\": %.9g, \"tp_comm_s\": %.9g, \"p2p_s\": %.9g, \"sync_s\": %.9g, \"sync_exposed_s\": %.9g, "
-               "\"optimizer_s\": %.9g}, \"memory_bytes\": %.9g, \"micro_batch_counts_searched\": %d, \"seconds\": %.6f}\n",
+               "\"optimizer_s\": %.9g}, \"memory_bytes\": %.9g, \"micro_batch_counts_searched\": %d, \"seconds\": %.6f, ",
                g->name, c->name, c->n_devices, s->mesh[PCC_AX_PP], s->mesh[PCC_AX_DP], s->mesh[PCC_AX_TP], s->virtual_stages,
                s->micro_batches, (long long)batch, (long long)batch * s->micro_batches, s->zero, n, x->step_s, x->pipeline_s,
                x->bubble_s, x->compute_s, x->tp_comm_s, x->p2p_s, x->sync_s, x->sync_exposed_s, x->optimizer_s,
                peak_bytes, o->mb_searched, seconds);
+        json_calibration(f, c);
+        fprintf(f, "}\n");
         return;
     }
     if (o->quiet) return;
@@ -359,6 +406,7 @@ void report_estimate(FILE *f, const pcc_graph *g, const pcc_cluster *c, const pc
            "%s (the memory planner's peak); planned in %.3f s\n", (long long)batch, s->micro_batches, s->micro_batches == 1 ? "" : "es",
            (long long)batch * s->micro_batches, fmt_bytes(b1, sizeof b1, peak_bytes),
            fmt_bytes(b2, sizeof b2, c->memory_bytes), seconds);
+    text_calibration(f, c);
     report_search(f, g, o);
 }
 
@@ -492,6 +540,8 @@ static void json_compile(FILE *f, const pcc_graph *g, const pcc_cluster *c, cons
             x->step_s, x->pipeline_s, x->bubble_s, x->compute_s, x->tp_comm_s, x->p2p_s, x->sync_s, x->sync_exposed_s, x->optimizer_s);
     json_compile_sim(f, e->p, s->est_step_s);
     json_compile_warnings(f);
+    fprintf(f, ",\n ");
+    json_calibration(f, c);
     fprintf(f, ",\n \"seconds\": %.6f}\n", seconds);
 }
 
@@ -519,6 +569,7 @@ void report_compile(FILE *f, const pcc_graph *g, const pcc_cluster *c, const pcc
             fmt_bytes(b1, sizeof b1, e->peak_bytes), fmt_bytes(b2, sizeof b2, c->memory_bytes), e->peak_stage,
             fmt_bytes(b3, sizeof b3, e->live_bound_bytes), s->est_step_s);
     report_simulation(f, e->p, s->est_step_s);
+    text_calibration(f, c);
     fprintf(f, "  wrote %s: %s, plan_check passed; compiled in %.3f s\n", out, fmt_bytes(b1, sizeof b1, nbytes), seconds);
 }
 
@@ -533,6 +584,8 @@ void report_burst(FILE *f, const pcc_graph *g, const pcc_cluster *c, const pcc_o
         fprintf(f, " \"estimate\": {\"step_s\": %.9g},\n", b->est_step_s);
         json_compile_sim(f, e->p, b->est_step_s);
         json_compile_warnings(f);
+        fprintf(f, ",\n ");
+        json_calibration(f, c);
         fprintf(f, ",\n \"seconds\": %.6f}\n", seconds);
         return;
     }
@@ -547,5 +600,6 @@ void report_burst(FILE *f, const pcc_graph *g, const pcc_cluster *c, const pcc_o
                "%.3f x)\n", fmt_bytes(b1, sizeof b1, e->peak_bytes), fmt_bytes(b2, sizeof b2, c->memory_bytes), b->est_step_s,
             b->dp_step_s, b->est_step_s > 0 ? b->dp_step_s / b->est_step_s : 0);
     report_simulation(f, e->p, b->est_step_s);
+    text_calibration(f, c);
     fprintf(f, "  wrote %s, plan_check passed; compiled in %.3f s\n", out, seconds);
 }

@@ -295,5 +295,24 @@ a = json.loads(p.stdout)["estimate"]["step_s"] if p.returncode == 0 else 0
 b = json.loads(q.stdout)["estimate"]["step_s"] if q.returncode == 0 else 0
 check("--tf32: an f32 CNN's estimate drops (156 vs 19.5 TFLOP/s peaks)", 0 < b < 0.5 * a, q)
 
+# The summary says where the cost model's device calibration came from: the cluster file's figure
+# with its source (dgx-a100.json's measured fractions), or the ideal-roofline default (cpu.json
+# gives none); the text summary says the same in a line.
+cal = lambda p: json.loads(p.stdout).get("calibration", {}) if p.returncode == 0 else {}
+c = cal(run("models/gpt-tiny.json", "--cluster", "models/clusters/dgx-a100.json", "--devices", "2", "--estimate-only",
+            "--json"))
+g = c.get("gemm_efficiency", {})
+check("--json calibration: dgx-a100's gemm_efficiency is the cluster file's, with its measured source",
+      g.get("from") == "cluster" and g.get("value") == 0.83 and "measured" in (g.get("source") or "")
+      and c.get("profile_entries") == 0, None)
+c = cal(run("models/gpt-tiny.json", "--cluster", "models/clusters/cpu.json", "--devices", "2", "--estimate-only", "--json"))
+check("--json calibration: a cluster without the figures uses the documented default 1",
+      c.get("memory_efficiency", {}).get("from") == "default" and c["memory_efficiency"]["value"] == 1
+      and c["memory_efficiency"]["source"] is None, None)
+p = run("models/gpt-tiny.json", "--cluster", "models/clusters/dgx-h100.json", "--devices", "2", "--estimate-only")
+check("the text summary has the calibration line", p.returncode == 0 and
+      "calibration (plancc --json for the sources): gemm_efficiency 0.8 (cluster file: First principles, measured)"
+      in p.stdout, p)
+
 print(f"{passed} passed, {failed} failed")
 sys.exit(1 if failed else 0)

@@ -413,8 +413,11 @@ def check_produced(m):
 
 
 def gpt(name, description, layers, hidden, heads, seq, vocab, batch, dtype, optimizer,
-        ffn=None):
-    """GPT-2 layout: learned positions, pre-LN blocks, tanh GELU MLP of 4H, tied LM head."""
+        ffn=None, dropout=None):
+    """GPT-2 layout: learned positions, pre-LN blocks, tanh GELU MLP of 4H, tied LM head.
+
+    dropout: the hidden dropout probability, as Megatron-LM applies it (on the embeddings' sum
+    and on each residual branch before its add); None for none."""
     m = Model(name, description, dtype)
     B, S, H, V = m.dim("B", batch), m.dim("S", seq), m.dim("H", hidden), m.dim("V", vocab)
     assert hidden % heads == 0
@@ -440,7 +443,12 @@ def gpt(name, description, layers, hidden, heads, seq, vocab, batch, dtype, opti
 
     m.op("embedding", ["tokens", "wte"], ["tok_emb"])
     m.op("embedding", ["positions", "wpe"], ["pos_emb"])
-    m.op("add", ["tok_emb", "pos_emb"], ["h_in"])
+    if dropout:
+        m.act("h_sum", [B, S, H])
+        m.op("add", ["tok_emb", "pos_emb"], ["h_sum"])
+        m.op("dropout", ["h_sum"], ["h_in"], {"p": dropout})
+    else:
+        m.op("add", ["tok_emb", "pos_emb"], ["h_in"])
 
     m.begin_block("layer", layers, {"x": "h_in"})
     m.param("ln1_g", [H], ONES)
@@ -462,8 +470,11 @@ def gpt(name, description, layers, hidden, heads, seq, vocab, batch, dtype, opti
     m.param("bo", [H], ZEROS)
     m.act("p", [B, S, H])
     m.op("linear", ["o", "wo", "bo"], ["p"])
+    if dropout:
+        m.act("pd", [B, S, H])
+        m.op("dropout", ["p"], ["pd"], {"p": dropout})
     m.act("r", [B, S, H])
-    m.op("add", ["x", "p"], ["r"])
+    m.op("add", ["x", "pd" if dropout else "p"], ["r"])
     m.param("ln2_g", [H], ONES)
     m.param("ln2_b", [H], ZEROS)
     m.act("c", [B, S, H])
@@ -478,8 +489,11 @@ def gpt(name, description, layers, hidden, heads, seq, vocab, batch, dtype, opti
     m.param("b2", [H], ZEROS)
     m.act("z", [B, S, H])
     m.op("linear", ["g", "w2", "b2"], ["z"])
+    if dropout:
+        m.act("zd", [B, S, H])
+        m.op("dropout", ["z"], ["zd"], {"p": dropout})
     m.act("y", [B, S, H])
-    m.op("add", ["r", "z"], ["y"])
+    m.op("add", ["r", "zd" if dropout else "z"], ["y"])
     m.end_block({"x": "y"}, {"h_out": "y"})
 
     m.op("layernorm", ["h_out", "lnf_g", "lnf_b"], ["xf"])
@@ -546,11 +560,13 @@ def megatron(row):
             "GPUs in the paper). The paper trains in fp16 with loss scaling; this model uses bf16 "
             "(same 2-byte storage and tensor-core FLOP rate on A100, no loss scaling). "
             "Published size %s B; the paper's formula 12*l*h^2*(1 + 13/(12h) + (V+s)/(12*l*h)) "
-            "counts every parameter here except the final layernorm's 2h. " % (
+            "counts every parameter here except the final layernorm's 2h. Hidden dropout 0.1 as in "
+            "Megatron-LM (on the embeddings' sum and on each residual branch); its attention dropout "
+            "over the b x heads x s x s probabilities is not an operator here. " % (
                 row["model"], l, h, a, mb, row["tp"], row["pp"], row["global_batch"],
                 row["gpus"], row["params_b"]) + GPT_NOTE)
     return gpt(megatron_name(row), desc, layers=l, hidden=h, heads=a, seq=2048, vocab=51200,
-               batch=mb, dtype="bf16", optimizer=adamw(1.5e-4, (0.9, 0.95), 1e-8, 0.1))
+               batch=mb, dtype="bf16", optimizer=adamw(1.5e-4, (0.9, 0.95), 1e-8, 0.1), dropout=0.1)
 
 
 # ---------------------------------------------------------------------------------------------
