@@ -92,6 +92,18 @@ static int finish(pcc_arena *a, pcc_emitted *e, pcc_status st) {
     return st;
 }
 
+// Phase 3 on candidate s. A candidate of --auto's that phase 3 cannot make (a limit of plancc's,
+// such as a gradient summed over block copies on two stages) gives way to the next one quietly
+// while more are left (more); the last one says why.
+static pcc_status phase3(const pcc_graph *g, const pcc_cluster *c, const pcc_strategy *s, const pcc_options *o, bool more,
+                         pcc_programs **pr) {
+    bool was = pcc_trial;
+    pcc_trial = was || (o->search.auto_mesh && more);
+    pcc_status st = preserve(g, c, s, &o->preserve, pr);
+    pcc_trial = was;
+    return st;
+}
+
 int main(int argc, char **argv) {
     pcc_options o;
     bool done;
@@ -135,7 +147,17 @@ int main(int argc, char **argv) {
     options_emit(a, c, &o, &eo);
     driver_fit_init(&fit, g, c, t, &o, cand, n);
     while (!st && (s = driver_fit_next(&fit, &st))) {                           // best first, until one fits
-        st = preserve(g, c, s, &o.preserve, &pr);                               // phase 3
+        st = phase3(g, c, s, &o, fit.next < fit.n, &pr);                        // phase 3
+        if (st == PCC_ERR_INPUT && o.search.auto_mesh && fit.next < fit.n) {
+            st = PCC_OK;                                                        // a limit: the next candidate
+            continue;
+        }
+        if (st == PCC_ERR_INPUT && o.search.auto_mesh) {                        // the last one said why
+            fprintf(stderr, "plancc: --auto: every plan it ranked for %d devices meets that limit: use fewer devices "
+                            "(--devices, --nodes) or a larger batch (--global-batch)\n", c->n_devices);
+            st = PCC_ERR_INFEASIBLE;
+            break;
+        }
         if (!st) memplan(pr);                                                   // the memory planner
         if (!st) emit_plan(g, c, pr, &eo, &e);                                  // the plan
         if (!st && !o.estimate_only) st = check_plan(e.p);                      // the verifier
