@@ -206,6 +206,7 @@ static void on_tree(glp_tree *T, void *info) {
     if (reason != GLP_IBINGO && reason != GLP_ISELECT && reason != GLP_IBRANCH) return;
     int best = glp_ios_best_node(T);
     if (best) pr->bound = glp_ios_node_bound(T, best);
+    if (!isfinite(pr->bound)) pr->bound = NAN; // GLPK's -DBL_MAX before the relaxation has one
     if (reason == GLP_IBINGO) pr->incumbent = glp_mip_obj_val(glp_ios_get_prob(T));
     if (!pr->show) return;
     if (isnan(pr->incumbent) && isnan(pr->bound))
