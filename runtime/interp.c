@@ -61,72 +61,6 @@ static void say(char *err, size_t n, const char *fmt, ...) {
     va_end(ap);
 }
 
-/* ---- shards and views ---- */
-
-void rt_shard_box(const plan *p, const plan_tensor *t, plan_shard s, const uint32_t *coord, rt_box *box) {
-    memset(box, 0, sizeof *box);
-    box->rank = t->rank;
-    for (int d = 0; d < t->rank; d++) {
-        int64_t idx = 0, ways = 1;
-        for (uint32_t a = 0; a < p->meta.n_axes; a++)
-            if (s.map[a] == PLAN_SHARD_D(d)) idx = idx * p->meta.mesh[a] + coord[a], ways *= p->meta.mesh[a];
-        box->full[d] = t->shape[d];
-        box->shape[d] = t->shape[d] / ways;
-        box->start[d] = idx * box->shape[d];
-    }
-}
-
-// With f64 (rk->scale 2) every offset, stride and size is doubled: an f32 element's place holds
-// a double, and an i32 buffer keeps its values in the first half of its doubled place.
-static uint8_t *slot_addr(const rt_rank *rk, const plan_buffer *b, uint32_t mb, uint32_t l) {
-    return rk->arena + (b->offset + (uint64_t)(mb % b->mb_slots) * b->mb_stride +
-                        (uint64_t)(l % b->layer_slots) * b->layer_stride) * rk->scale;
-}
-
-static uint64_t slot_bytes(const rt_rank *rk, const plan_buffer *b) { return b->bytes * rk->scale; }
-
-// The type buffer b's elements have in the arena (f32 ones are doubles with f64).
-static uint32_t elem_dtype(const rt_rank *rk, const plan_buffer *b) { return b->dtype == 0 && rk->scale == 2 ? RT_DTYPE_F64 : b->dtype; }
-
-static void view_of_box(rt_view *v, const rt_box *box, void *data, uint8_t dtype) {
-    memset(v, 0, sizeof *v);
-    v->data = data;
-    v->dtype = dtype;
-    v->rank = box->rank;
-    v->once = true;
-    for (int d = 0; d < PLAN_MAX_RANK; d++) {
-        bool in = d < box->rank;
-        v->shape[d] = in ? box->shape[d] : 1;
-        v->full[d] = in ? box->full[d] : 1;
-        v->start[d] = in ? box->start[d] : 0;
-    }
-}
-
-// A scratch buffer as a flat vector of its dtype's elements.
-static void scratch_box(const plan_buffer *b, rt_box *box) {
-    memset(box, 0, sizeof *box);
-    box->rank = 1;
-    uint32_t es = plan_dtype_bytes(b->dtype); // 2 for f16/bf16 scratch (the cuda backend)
-    box->shape[0] = box->full[0] = (int64_t)(b->bytes / (es ? es : 4));
-}
-
-void rt_buffer_view(const rt_run *r, const rt_rank *rk, uint32_t bi, uint32_t mb, uint32_t l, rt_view *v) {
-    const plan_buffer *b = &rk->pg->buffers[bi];
-    rt_box box;
-    if (b->tensor == PLAN_NONE) scratch_box(b, &box);
-    else rt_shard_box(r->p, &r->p->tensors[b->tensor], b->shard, rk->coord, &box);
-    view_of_box(v, &box, slot_addr(rk, b, mb, l), b->dtype);
-}
-
-int rt_buffer_read(const rt_run *r, const rt_rank *rk, uint32_t bi, uint32_t mb, uint32_t l, void *host, char *err, size_t err_n) {
-    const plan_buffer *b = &rk->pg->buffers[bi];
-    return rt_backend_download(r->be, rk->rank, host, slot_addr(rk, b, mb, l), slot_bytes(rk, b), err, err_n);
-}
-
-int rt_buffer_write(const rt_run *r, const rt_rank *rk, uint32_t bi, uint32_t mb, uint32_t l, const void *host, char *err, size_t err_n) {
-    const plan_buffer *b = &rk->pg->buffers[bi];
-    return rt_backend_upload(r->be, rk->rank, slot_addr(rk, b, mb, l), host, slot_bytes(rk, b), err, err_n);
-}
 
 // Inputs and outputs of every operator (runtime/ops.def); out -1: all arguments past the inputs.
 static const struct { int8_t in_min, in_max, out; } op_arity[] = {
@@ -255,7 +189,7 @@ static int do_p2p(walker *w, uint32_t i, uint32_t mb, uint32_t layer, uint64_t s
     p->insn = i, p->mb = mb, p->layer = layer;
     uint32_t b = w->rk->pg->args[in->args];
     p->item = (rt_p2p){.send = in->kind == PLAN_I_SEND, .peer = peer, .tag = in->tag, .seq = seq,
-                       .data = slot_addr(w->rk, &w->rk->pg->buffers[b], mb, layer), .bytes = slot_bytes(w->rk, &w->rk->pg->buffers[b]),
+                       .data = rt_slot_addr(w->rk, &w->rk->pg->buffers[b], mb, layer), .bytes = rt_slot_bytes(w->rk, &w->rk->pg->buffers[b]),
                        .t_s = in->t_s};
     char extra[64];
     snprintf(extra, sizeof extra, " %s rank %d", in->kind == PLAN_I_SEND ? "to" : "from", peer);
@@ -317,20 +251,20 @@ static int do_copy(walker *w, uint32_t i, uint32_t mb, uint32_t layer) {
     const plan_insn *in = &pg->insns[i];
     uint32_t s = pg->args[in->args], d = pg->args[in->args + 1];
     const plan_buffer *sb = &pg->buffers[s], *db = &pg->buffers[d];
-    uint8_t *src = slot_addr(w->rk, sb, mb, layer), *dst = slot_addr(w->rk, db, mb, layer);
+    uint8_t *src = rt_slot_addr(w->rk, sb, mb, layer), *dst = rt_slot_addr(w->rk, db, mb, layer);
     rt_exec x = exec_of(w, in->stream);
     char err[384];
     int rc;
     if (sb->tensor == PLAN_NONE || db->tensor == PLAN_NONE) {
         if (sb->bytes != db->bytes) return fail(w, i, mb, layer, "copy of %llu bytes into %llu", (unsigned long long)sb->bytes, (unsigned long long)db->bytes);
-        rc = rt_backend_copy(w->run->be, &x, dst, NULL, src, NULL, slot_bytes(w->rk, sb), elem_dtype(w->rk, db), err, sizeof err);
+        rc = rt_backend_copy(w->run->be, &x, dst, NULL, src, NULL, rt_slot_bytes(w->rk, sb), rt_elem_dtype(w->rk, db), err, sizeof err);
     } else {
         rt_box sbx, dbx;
         rt_shard_box(w->run->p, &w->run->p->tensors[sb->tensor], sb->shard, w->rk->coord, &sbx);
         rt_shard_box(w->run->p, &w->run->p->tensors[db->tensor], db->shard, w->rk->coord, &dbx);
         // R -> V: the data stays on coordinate 0, the others hold zeros.
         const void *from = counts_once(w->run, w->rk, sb, db) ? src : NULL;
-        rc = rt_backend_copy(w->run->be, &x, dst, &dbx, from, &sbx, slot_bytes(w->rk, db), elem_dtype(w->rk, db), err, sizeof err);
+        rc = rt_backend_copy(w->run->be, &x, dst, &dbx, from, &sbx, rt_slot_bytes(w->rk, db), rt_elem_dtype(w->rk, db), err, sizeof err);
     }
     return rc ? fail(w, i, mb, layer, "%s", err) : 0;
 }
@@ -362,7 +296,7 @@ static int group_members(const rt_run *r, const rt_rank *rk, const plan_group *g
 
 static void buffer_box(const walker *w, uint32_t bi, rt_box *box) {
     const plan_buffer *b = &w->rk->pg->buffers[bi];
-    if (b->tensor == PLAN_NONE) scratch_box(b, box);
+    if (b->tensor == PLAN_NONE) rt_scratch_box(b, box);
     else rt_shard_box(w->run->p, &w->run->p->tensors[b->tensor], b->shard, w->rk->coord, box);
 }
 
@@ -394,13 +328,13 @@ static int coll_pair(walker *w, uint32_t i, uint32_t mb, uint32_t layer, uint64_
     free(members);
     if (me < 0) return fail(w, i, mb, layer, "rank %d is not a member of group %d", w->rk->rank, in->a);
     const plan_buffer *inb = &pg->buffers[ib];
-    rt_coll_member m = {.rank = w->rk->rank, .in = slot_addr(w->rk, inb, mb, layer),
-                        .out = slot_addr(w->rk, &pg->buffers[ob], mb, layer), .contributes = true};
+    rt_coll_member m = {.rank = w->rk->rank, .in = rt_slot_addr(w->rk, inb, mb, layer),
+                        .out = rt_slot_addr(w->rk, &pg->buffers[ob], mb, layer), .contributes = true};
     buffer_box(w, ib, &m.in_box);
     buffer_box(w, ob, &m.out_box);
     if (in->attrs != PLAN_NONE) { // a chunk: elements start .. end - 1 of an in-place all-reduce (plan_check)
         const plan_attrs *at = &pg->attrs[in->attrs];
-        uint64_t off = (uint64_t)at->i[PLAN_AI_START] * rt_dtype_bytes(elem_dtype(w->rk, inb));
+        uint64_t off = (uint64_t)at->i[PLAN_AI_START] * rt_dtype_bytes(rt_elem_dtype(w->rk, inb));
         m.in = (const uint8_t *)m.in + off, m.out = (uint8_t *)m.out + off;
         flat = at->i[PLAN_AI_END] - at->i[PLAN_AI_START];
     }
@@ -422,7 +356,7 @@ static int coll_pair(walker *w, uint32_t i, uint32_t mb, uint32_t layer, uint64_
     char what[WHAT_BYTES], err[512];
     describe(w, what, sizeof what, i, mb, layer, "");
     rt_coll c = {.kind = in->code, .group = (uint32_t)in->a, .instance = inst, .seq = seq, .n_members = n, .me = me,
-                 .mine = m, .dtype = (uint8_t)elem_dtype(w->rk, inb), .what = what, .t_s = in->t_s};
+                 .mine = m, .dtype = (uint8_t)rt_elem_dtype(w->rk, inb), .what = what, .t_s = in->t_s};
     rt_exec x = exec_of(w, in->stream);
     return rt_backend_coll(w->run->be, &x, &c, err, sizeof err) ? rt_backend_fail(w->run->be, "%s", err) : 0;
 }
@@ -448,12 +382,12 @@ static int64_t bucket_flat(const walker *w, const plan_insn *in, uint32_t mb, ui
     for (uint32_t j = 0; j < np; j++) {
         const plan_buffer *b = &pg->buffers[a[j]];
         if (a[j] != a[np + j] || b->dtype == 3) return 0;
-        if (j && slot_addr(w->rk, &pg->buffers[a[j - 1]], mb, layer) + slot_bytes(w->rk, &pg->buffers[a[j - 1]]) !=
-                     slot_addr(w->rk, b, mb, layer))
+        if (j && rt_slot_addr(w->rk, &pg->buffers[a[j - 1]], mb, layer) + rt_slot_bytes(w->rk, &pg->buffers[a[j - 1]]) !=
+                     rt_slot_addr(w->rk, b, mb, layer))
             return 0;
-        bytes += slot_bytes(w->rk, b);
+        bytes += rt_slot_bytes(w->rk, b);
     }
-    return (int64_t)(bytes / rt_dtype_bytes(elem_dtype(w->rk, &pg->buffers[a[0]])));
+    return (int64_t)(bytes / rt_dtype_bytes(rt_elem_dtype(w->rk, &pg->buffers[a[0]])));
 }
 
 // A collective instruction: its pairs are collectives seq, seq + 1, ... on the group instance
@@ -817,7 +751,7 @@ static const plan_tensor *master_of(const plan *p, const plan_tensor *t) {
 static void staged_view(const rt_run *r, const rt_rank *rk, uint32_t bi, rt_view *v) {
     rt_buffer_view(r, rk, bi, 0, 0, v);
     v->data = r->stage;
-    v->dtype = (uint8_t)elem_dtype(rk, &rk->pg->buffers[bi]);
+    v->dtype = (uint8_t)rt_elem_dtype(rk, &rk->pg->buffers[bi]);
 }
 
 /* ---- prefetch: the next step's inputs while the device runs this one ----
@@ -848,10 +782,10 @@ static int draw_input(const rt_run *r, const rt_rank *rk, uint32_t bi, uint32_t 
     const plan_buffer *b = &rk->pg->buffers[bi];
     rt_view v;
     rt_buffer_view(r, rk, bi, 0, 0, &v);
-    v.dtype = (uint8_t)elem_dtype(rk, b);
+    v.dtype = (uint8_t)rt_elem_dtype(rk, b);
     // The draw writes f32 (f64) or int32 elements, narrowed in place after; the slot may be larger.
     size_t eb = rt_dtype_bytes(v.dtype) < 4 ? 4 : rt_dtype_bytes(v.dtype), n = (size_t)rt_view_numel(&v);
-    size_t bytes = n * eb > slot_bytes(rk, b) ? n * eb : (size_t)slot_bytes(rk, b);
+    size_t bytes = n * eb > rt_slot_bytes(rk, b) ? n * eb : (size_t)rt_slot_bytes(rk, b);
     if (!*block && !(*block = calloc(bytes ? bytes : 1, 1))) return say(err, err_n, "out of memory for the next step's inputs"), -1;
     v.data = *block;
     if (rt_fill_input(r->p, &r->p->tensors[b->tensor], r->o.seed, step, mb, r->o.corpus, &v, err, err_n)) return -1;
@@ -1044,7 +978,7 @@ static int read_loss(const rt_run *r, double *loss, char *err, size_t err_n) {
         for (uint32_t mb = 0; mb < p->meta.micro_batches; mb++) {
             union { float f; double d; uint16_t h; } x;
             uint64_t n = rk->scale == 2 ? 8 : is_half(b->dtype) ? 2 : 4;
-            if (rt_backend_download(r->be, q, &x, slot_addr(rk, b, mb, 0), n, err, err_n)) return -1;
+            if (rt_backend_download(r->be, q, &x, rt_slot_addr(rk, b, mb, 0), n, err, err_n)) return -1;
             sum += n == 8 ? x.d : n == 2 ? (double)float_of(x.h, b->dtype) : x.f;
         }
     }

@@ -582,6 +582,14 @@ int rt_buffer_read(const rt_run *r, const rt_rank *rk, uint32_t b, uint32_t mb, 
 int rt_buffer_write(const rt_run *r, const rt_rank *rk, uint32_t b, uint32_t mb, uint32_t l, const void *host, char *err, size_t err_n);
 // The piece of tensor t that shard s names on the rank with coordinates coord.
 void rt_shard_box(const plan *p, const plan_tensor *t, plan_shard s, const uint32_t *coord, rt_box *box);
+// buffers.c: the address of buffer b's slot for micro-batch mb and layer slot l in rank rk's
+// arena, and its size in bytes (both doubled with f64); the type its elements have there (f32
+// ones are doubles with f64); a view of a box's piece at data; a scratch buffer as a flat box.
+uint8_t *rt_slot_addr(const rt_rank *rk, const plan_buffer *b, uint32_t mb, uint32_t l);
+uint64_t rt_slot_bytes(const rt_rank *rk, const plan_buffer *b);
+uint32_t rt_elem_dtype(const rt_rank *rk, const plan_buffer *b);
+void rt_view_of_box(rt_view *v, const rt_box *box, void *data, uint8_t dtype);
+void rt_scratch_box(const plan_buffer *b, rt_box *box);
 
 /* ---- trace.c: the measured timeline (planrun --trace) ----
  *
