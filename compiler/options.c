@@ -140,8 +140,9 @@ static void usage(FILE *f) {
             "--pipeline-model-parallel-size (--pp), --global-batch-size (--global-batch), --micro-batch-size,\n"
             "--num-layers-per-virtual-pipeline-stage N (--virtual-stages = layers / (pp x N)),\n"
             "--recompute-granularity full|selective (--recompute full|auto: the ILP picks what to recompute),\n"
-            "--use-distributed-optimizer (--zero 1), --zero-stage (--zero), --context-parallel-size and\n"
-            "--expert-model-parallel-size (1 only: plancc has neither yet). Options are never abbreviated.\n"
+            "--use-distributed-optimizer (--zero 1), --zero-stage (--zero), --sequence-parallel (the same),\n"
+            "--context-parallel-size and --expert-model-parallel-size (1 only: plancc has neither yet).\n"
+            "Options are never abbreviated.\n"
             "\n"
             "Formats: schemas/README.md (model, cluster), runtime/PLAN_FORMAT.md (plan). Show a plan with\n"
             "plandump PLAN. Diagnostics: \"plancc: FILE:JSON-POINTER: message\" on stderr.\n",
