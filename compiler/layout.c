@@ -316,6 +316,17 @@ static void layouts_sums(pcc_values *E, const bool *set) {
     }
 }
 
+// Whether the synchronization of a gradient in layout cur over axis a (partial sums there) is a
+// reduce-scatter onto the optimizer's layout want: want splits a dimension on a, and no later
+// (less significant) axis splits that dimension in cur, so that a's pieces nest in cur's (else
+// an all-reduce, and phase 3 slices what the optimizer wants from the whole sum).
+static bool sync_scatters(plan_shard cur, plan_shard want, int a) {
+    if (want.map[a] < PLAN_SHARD_D(0) || cur.map[a] != PLAN_SHARD_V) return false;
+    for (int b = a + 1; b < PCC_AXES; b++)
+        if (cur.map[b] == want.map[a]) return false;
+    return true;
+}
+
 // Parameters: their gradients are synchronized over the axes where they hold partial sums; the
 // optimizer runs on the parameter's layout, or with ZeRO on a dp shard of it.
 static void layouts_params(pcc_values *E) {
@@ -337,8 +348,8 @@ static void layouts_params(pcc_values *E) {
         if (!shard_eq(os, ps)) E->sync[gp] = true;
         // Synchronized in place (all-reduce) where the optimizer wants the whole sum: the
         // buffer's layout is the one after it. (Where it wants a shard: a reduce-scatter.)
-        for (int a = 0; a < PCC_AXES; a++)
-            if (gs.map[a] == PLAN_SHARD_V && os.map[a] == PLAN_SHARD_R) gs.map[a] = PLAN_SHARD_R;
+        for (int a = PCC_AXES - 1; a >= 0; a--)
+            if (gs.map[a] == PLAN_SHARD_V && !sync_scatters(gs, os, a)) gs.map[a] = PLAN_SHARD_R;
         E->home_sh[gp] = gs;
         for (int i = 0; i < op->nin; i++) E->sh[o][i] = os;
         for (int i = 2; i < op->nin; i++) E->home_sh[op->in[i]] = os;
@@ -404,7 +415,7 @@ static pcc_status background_params(pcc_values *E) {
 
 // The collectives that synchronize gradient gp, from the layout its producer leaves to the one
 // its optimizer wants: per axis where the producer leaves partial sums, from the last axis down,
-// a reduce-scatter where the optimizer wants a shard, else an all-reduce in place.
+// a reduce-scatter where the optimizer wants a shard (sync_scatters), else an all-reduce in place.
 int layout_sync_steps(const pcc_values *E, int gp, pcc_reshard_step *step) {
     const pcc_graph *g = E->g;
     const pcc_op *prod = &g->ops[g->tensors[gp].producer];
@@ -415,7 +426,7 @@ int layout_sync_steps(const pcc_values *E, int gp, pcc_reshard_step *step) {
     int n = 0;
     for (int a = PCC_AXES - 1; a >= 0; a--) {
         if (made.map[a] != PLAN_SHARD_V) continue;
-        bool scatter = want.map[a] >= 2 && cur.map[a] == PLAN_SHARD_V;
+        bool scatter = sync_scatters(cur, want, a);
         if (scatter) cur.map[a] = want.map[a];
         step[n++] = (pcc_reshard_step){scatter ? PCC_COLL_REDUCE_SCATTER : PCC_COLL_ALL_REDUCE, a, cur};
     }

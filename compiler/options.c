@@ -64,6 +64,11 @@ static void usage(FILE *f) {
             "                     --sync background where the batch divides by dp x tp\n"
             );
     fprintf(f,
+            "  --sequence-parallel\n"
+            "                     with --tp 2 or more: Megatron-LM's sequence parallelism - layernorm,\n"
+            "                     the residual adds and dropout split along the sequence over the tp\n"
+            "                     group, so the all-reduce after a row-parallel product becomes a\n"
+            "                     reduce-scatter and an all-gather before the next column-parallel one\n"
             "  --burst            DeepPool's burst parallelism: every layer data-parallel on its own number\n"
             "                     of devices (1, 2, 4, ... all; a power of two), chosen by a dynamic program\n"
             "                     over the layers on the cost model, with the activation moves between\n"
@@ -135,8 +140,9 @@ static void usage(FILE *f) {
             "--pipeline-model-parallel-size (--pp), --global-batch-size (--global-batch), --micro-batch-size,\n"
             "--num-layers-per-virtual-pipeline-stage N (--virtual-stages = layers / (pp x N)),\n"
             "--recompute-granularity full|selective (--recompute full|auto: the ILP picks what to recompute),\n"
-            "--use-distributed-optimizer (--zero 1), --zero-stage (--zero), --context-parallel-size and\n"
-            "--expert-model-parallel-size (1 only: plancc has neither yet). Options are never abbreviated.\n"
+            "--use-distributed-optimizer (--zero 1), --zero-stage (--zero), --sequence-parallel (the same),\n"
+            "--context-parallel-size and --expert-model-parallel-size (1 only: plancc has neither yet).\n"
+            "Options are never abbreviated.\n"
             "\n"
             "Formats: schemas/README.md (model, cluster), runtime/PLAN_FORMAT.md (plan). Show a plan with\n"
             "plandump PLAN. Diagnostics: \"plancc: FILE:JSON-POINTER: message\" on stderr.\n",
@@ -147,7 +153,8 @@ static void usage(FILE *f) {
 enum { OPT_CONFIG = 256, OPT_CLUSTER, OPT_NODES, OPT_DEVICES, OPT_TIME_LIMIT, OPT_MIP_GAP, OPT_DUMP_ILP, OPT_DP, OPT_TP, OPT_PP,
        OPT_ZERO, OPT_RECOMPUTE, OPT_SCHEDULE, OPT_AUTO, OPT_GLOBAL_BATCH, OPT_MICRO_BATCH_SIZE, OPT_VIRTUAL_STAGES,
        OPT_ESTIMATE_ONLY, OPT_BURST, OPT_AMP_LIMIT, OPT_BURST_WIDTHS, OPT_BUCKET_MB, OPT_SYNC, OPT_TF32,
-       OPT_TP_BATCH, OPT_BF16, OPT_FP16, OPT_CP, OPT_EP, OPT_LAYERS_PER_VS, OPT_RECOMPUTE_GRAN, OPT_DIST_OPT };
+       OPT_TP_BATCH, OPT_BF16, OPT_FP16, OPT_CP, OPT_EP, OPT_LAYERS_PER_VS, OPT_RECOMPUTE_GRAN, OPT_DIST_OPT,
+       OPT_SEQ_PARALLEL };
 
 // Where the option being read came from: NULL for the command line, "FILE:/key" for --config.
 static const char *origin;
@@ -254,6 +261,7 @@ static pcc_status option(int c, char **argv, pcc_options *o, given *gv, bool *do
     case OPT_DP: if (int_option("--dp", optarg, 1, 1 << 24, &o->search.dp)) return PCC_ERR_INPUT; gv->template_ = true; break;
     case OPT_TP: if (int_option("--tp", optarg, 1, 1 << 24, &o->search.tp)) return PCC_ERR_INPUT; gv->template_ = true; break;
     case OPT_TP_BATCH: o->search.tp_batch = true; break;
+    case OPT_SEQ_PARALLEL: o->search.sequence_parallel = true; break;
     case OPT_PP: if (int_option("--pp", optarg, 1, 1 << 24, &o->search.pp)) return PCC_ERR_INPUT; gv->template_ = true; break;
     case OPT_ZERO: if (int_option("--zero", optarg, 0, 3, &o->search.zero)) return PCC_ERR_INPUT; break;
     case OPT_AUTO: gv->auto_ = true; break;
@@ -429,6 +437,11 @@ static pcc_status check_strategy(pcc_options *o, const given *gv) {
                         "it needs --dp, --tp or --pp\n");
         return PCC_ERR_INPUT;
     }
+    if (o->search.sequence_parallel && (!gv->template_ || o->search.tp < 2)) {
+        fprintf(stderr, "plancc: --sequence-parallel splits the norms, residual adds and dropout along the sequence over the "
+                        "tensor-parallel group: it needs --tp 2 or more\n");
+        return PCC_ERR_INPUT;
+    }
     if (o->search.tp_batch && o->search.tp < 2) {
         fprintf(stderr, "plancc: --tp-batch splits the batch over the tp group: it needs --tp 2 or more\n");
         return PCC_ERR_INPUT;
@@ -504,6 +517,7 @@ static const struct option longopts[] = {
     {"output", required_argument, NULL, 'o'}, {"dp", required_argument, NULL, OPT_DP},
     {"tp", required_argument, NULL, OPT_TP}, {"pp", required_argument, NULL, OPT_PP},
     {"tp-batch", no_argument, NULL, OPT_TP_BATCH},
+    {"sequence-parallel", no_argument, NULL, OPT_SEQ_PARALLEL},
     {"global-batch", required_argument, NULL, OPT_GLOBAL_BATCH}, {"zero", required_argument, NULL, OPT_ZERO},
     {"micro-batch-size", required_argument, NULL, OPT_MICRO_BATCH_SIZE},
     {"virtual-stages", required_argument, NULL, OPT_VIRTUAL_STAGES},
@@ -755,8 +769,8 @@ static const char *canonical_options_(pcc_arena *a, const pcc_cluster *c, const 
     const pcc_search_opts *s = &o->search;
     char mesh[96] = "--auto";
     if (!s->auto_mesh)
-        snprintf(mesh, sizeof mesh, "--dp %d --tp %d --pp %d%s", s->dp ? s->dp : 1, s->tp ? s->tp : 1, s->pp ? s->pp : 1,
-                 s->tp_batch ? " --tp-batch" : "");
+        snprintf(mesh, sizeof mesh, "--dp %d --tp %d --pp %d%s%s", s->dp ? s->dp : 1, s->tp ? s->tp : 1, s->pp ? s->pp : 1,
+                 s->tp_batch ? " --tp-batch" : "", s->sequence_parallel ? " --sequence-parallel" : "");
     if (o->burst) {
         if (o->amp_limit > 0) snprintf(mesh, sizeof mesh, "--burst --amp-limit %g", o->amp_limit);
         else snprintf(mesh, sizeof mesh, "--burst");

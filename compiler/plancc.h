@@ -877,6 +877,7 @@ typedef struct pcc_search_opts {
     int virtual_stages;         // model chunks per pipeline device (interleaved 1F1B); 0 or 1: none
     bool bg_dense;              // --sync background: dense replicas are averaged off the step (pcc_intra_opts)
     bool tp_batch;              // the template's ILP may split the batch over tp too (--tp-batch; implied by bg_dense)
+    bool sequence_parallel;     // Megatron-LM's sequence parallelism over tp (--sequence-parallel; search.c, seq_keeps)
     double bucket_bytes;        // --bucket-mb in bytes: the estimate's gradient buckets (0: one collective each)
     pcc_mip_opts ilp;
     bool quiet;                 // an infeasible search returns PCC_ERR_INFEASIBLE without a message

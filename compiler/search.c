@@ -10,9 +10,10 @@
  *     the tp split of each operator comes from the intra-operator ILP (ilp.c) on the tp group
  *     with the batch dimension taken out of the candidates, which gives Megatron's column- then
  *     row-parallel linears; with --tp-batch (or --sync background) the ILP may split the batch
- *     over tp too. Where the ILP's memory model finds nothing that fits, --recompute none and
- *     full take their choice with all memory allowed (the memory planner has the last word),
- *     and auto recomputes every block operator.
+ *     over tp too; with --sequence-parallel, norms, residual adds and dropout must split the
+ *     sequence and nothing else may (seq_keeps). Where the ILP's memory model finds nothing
+ *     that fits, --recompute none and full take their choice with all memory allowed (the
+ *     memory planner has the last word), and auto recomputes every block operator.
  *   - --auto: the configurations (pcc_config) of this graph - every factorization of the devices
  *     (tp inside a node, dp dividing the batch, pp at most the number of layers), each ZeRO stage
  *     from the one asked for up, with and without the batch over tp, recompute auto, none and full
@@ -135,11 +136,37 @@ static void memory_scales(const pcc_graph *g, int pp, int dp, int zero, pcc_pipe
     so->act_scale = (double)fly / dp;
 }
 
+// Megatron-LM's sequence parallelism (--sequence-parallel): the operators between a row-parallel
+// and the next column-parallel matrix product - the norms, the residual adds, dropout - run split
+// along the sequence over the tp group; no other operator splits the sequence. The sequence is
+// the dimension attention reads its queries' positions from (axis 1 of q: [B, S, N, D]); -1 when
+// the model has no attention.
+static int seq_dim(const pcc_graph *g) {
+    for (int i = 0; i < g->n_fwd_ops; i++)
+        if (g->ops[i].kind == PCC_OP_ATTENTION) return g->tensors[g->ops[i].in[0]].dims[1];
+    return -1;
+}
+
+static bool seq_region_op(const pcc_op *op) {
+    return op->kind == PCC_OP_LAYERNORM || op->kind == PCC_OP_RMSNORM || op->kind == PCC_OP_ADD || op->kind == PCC_OP_DROPOUT;
+}
+
+// Whether candidate cd of op stays under sequence parallelism along sdim (-1: off): a norm, add
+// or dropout that can split the sequence must, and nothing else may.
+static bool seq_keeps(const pcc_op_cands *from, const pcc_op *op, const pcc_cand *cd, int sdim) {
+    if (sdim < 0) return true;
+    if (!seq_region_op(op)) return cd->dim != sdim;
+    bool can = false;
+    for (int k = 0; k < from->n; k++) can |= from->c[k].dim == sdim;
+    return !can || cd->dim == sdim;
+}
+
 // Phase 1's candidates for the tp group of a mesh, as that mesh may use them: the batch is dp's
-// unless batch_tp (then its pieces over dp x tp must hold whole ghost batch norm groups), and
-// --recompute none or full drops the candidates that disagree.
+// unless batch_tp (then its pieces over dp x tp must hold whole ghost batch norm groups),
+// --recompute none or full drops the candidates that disagree, and sequence parallelism along
+// sdim (-1: off) those seq_keeps refuses.
 static pcc_transform *tp_candidates(const pcc_graph *g, const pcc_transform *all, pcc_recompute rc, int bdim, int dp,
-                                    bool batch_tp) {
+                                    bool batch_tp, int sdim) {
     int tp = all->devices;
     pcc_transform *t = arena_alloc(g->arena, sizeof *t);
     *t = *all;
@@ -159,6 +186,7 @@ static pcc_transform *tp_candidates(const pcc_graph *g, const pcc_transform *all
             if (cd->dim >= 0 && cd->dim == bdim && !whole_grains(g, &g->ops[oc->op], cd->letter, (int64_t)dp * tp)) continue;
             if (rc == PCC_RECOMPUTE_NONE && cd->recompute) continue;
             if (rc == PCC_RECOMPUTE_FULL && has_rc && !cd->recompute) continue;
+            if (!seq_keeps(from, &g->ops[oc->op], cd, sdim)) continue;
             oc->c[n++] = *cd;
         }
         PCC_ASSERT(n > 0);
@@ -178,7 +206,7 @@ static pcc_status tp_schedule(const pcc_graph *g, const pcc_cluster *c, const pc
     // Without its memory row the ILP never recomputes (that only costs time): a probe of recompute
     // auto is recompute none's program, which the memo then holds for both.
     pcc_recompute rc = mode == PROBE && k->rc == PCC_RECOMPUTE_AUTO ? PCC_RECOMPUTE_NONE : k->rc;
-    pcc_transform *t = tp_candidates(g, all, rc, bdim, k->dp, k->btp);
+    pcc_transform *t = tp_candidates(g, all, rc, bdim, k->dp, k->btp, o->sequence_parallel && tp > 1 ? seq_dim(g) : -1);
     double share = k->budget > 0 ? k->budget : 1;
     pcc_intra_opts so = {.group = {tp, 1}, .memory_bytes = mode == RELAXED ? 1e30 : c->memory_bytes * k->pp * share, .ilp = o->ilp,
                          .quiet = true, .bg_dense = o->bg_dense, .bucket_bytes = o->bucket_bytes};
@@ -330,6 +358,13 @@ static pcc_status template_check(const pcc_space *S, int dp, int tp, int pp) {
         return diag(g->file, bdim >= 0 ? g->dims[bdim].ptr : "",
                     bdim >= 0 ? "--dp %d does not divide the batch dimension %s = %lld" : "--dp %d: the model has no input with a batch dimension%s%lld",
                     dp, bdim >= 0 ? g->dims[bdim].name : "", (long long)(bdim >= 0 ? bsize : 0));
+    int sdim = seq_dim(g);
+    if (o->sequence_parallel && sdim < 0)
+        return diag(g->file, "/ops", "--sequence-parallel splits the norms, residual adds and dropout along the sequence, but the "
+                    "model has no attention operator to say which dimension is the sequence");
+    if (o->sequence_parallel && g->dims[sdim].size % tp != 0)
+        return diag(g->file, g->dims[sdim].ptr, "--sequence-parallel: --tp %d does not divide the sequence dimension %s = %lld", tp,
+                    g->dims[sdim].name, (long long)g->dims[sdim].size);
     if (pp > nl)
         return diag(g->file, "", "--pp %d: the model has only %d layers (top-level operators and block copies) to put in stages", pp, nl);
     int nv = o->virtual_stages > 1 ? o->virtual_stages : 1;

@@ -264,6 +264,17 @@ for args, why in [(["--tp-batch"], "it needs --dp, --tp or --pp"), (["--devices"
                   (["--devices", "6", "--dp", "2", "--tp", "3", "--tp-batch"], "/dims/B: --tp-batch: --dp x --tp = 6 does not divide")]:
     p = run("models/mlp.json", "--cluster", "models/clusters/cpu.json", *args, "-o", "/dev/null")
     check(f"{' '.join(args)}: exit 2, {why}", p.returncode == 2 and why in p.stderr and len(p.stderr.splitlines()) == 1, p)
+# --sequence-parallel (Megatron-LM's sequence parallelism over tp): each misuse exits 2 and says why.
+for model, args, why in [("gpt-tiny", ["--devices", "2", "--sequence-parallel"], "it needs --tp 2 or more"),
+                         ("gpt-tiny", ["--devices", "2", "--dp", "2", "--sequence-parallel"], "it needs --tp 2 or more"),
+                         ("gpt-tiny", ["--devices", "2", "--tp", "1", "--dp", "2", "--sequence-parallel"], "it needs --tp 2 or more"),
+                         ("mlp", ["--devices", "2", "--tp", "2", "--sequence-parallel"], "no attention operator"),
+                         ("gpt-tiny", ["--devices", "3", "--tp", "3", "--sequence-parallel"],
+                          "/dims/S: --sequence-parallel: --tp 3 does not divide the sequence dimension S = 32")]:
+    p = run(f"models/{model}.json", "--cluster", "models/clusters/cpu.json", *args, "-o", "/dev/null")
+    check(f"{model} {' '.join(args)}: exit 2, {why}", p.returncode == 2 and why in p.stderr and len(p.stderr.splitlines()) == 1, p)
+p = run("--help")
+check("--help documents --sequence-parallel", "--sequence-parallel" in p.stdout and "reduce-scatter" in p.stdout, p)
 p = run("models/dlrm-small.json", "--cluster", "models/clusters/cpu.json", "--devices", "4", "--tp", "4", "--tp-batch", "-q",
         "-o", "/dev/null")
 check("--tp 4 --tp-batch on dlrm-small compiles", p.returncode == 0, p)

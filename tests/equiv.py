@@ -12,7 +12,8 @@ tests/models/ops-mix.json; any other is models/MODEL.json.
 For mlp, gpt-tiny, cnn-small, dlrm-small (dlrm.json with small tables) and resnet-small (ghost
 batch norm; or the models named), on 1, 2, 4 and 8 CPU ranks
 (models/clusters/cpu.json), for every strategy family plancc offers (DP, TP, PP with 1F1B and
-GPipe, interleaved 1F1B, DP x TP x PP, ZeRO 1/2/3, full recompute, --auto, DeepPool's --burst with the cost
+GPipe, interleaved 1F1B, DP x TP x PP, ZeRO 1/2/3, full recompute, --auto, Megatron-LM's sequence
+parallelism for models with attention, DeepPool's --burst with the cost
 model's widths and with widths given per layer): compile the plan, run 10 steps with
 planrun's cpu backend, and check that
   - the loss of every step equals the one-device plan's (same micro-batch count) within 1e-5
@@ -93,6 +94,24 @@ def strategies(n):
               "--dp 2 --tp 2 --pp 2 --micro-batches 4", "--dp 2 --tp 2 --pp 2 --micro-batches 4 --zero 3 --recompute full",
               "--dp 2 --tp 4 --zero 2"]
     return s
+
+
+# Megatron-LM's sequence parallelism (--sequence-parallel, models with attention): layernorm, the
+# residual adds and dropout split along the sequence over tp, reduce-scatter and all-gather in
+# place of tp's all-reduce.
+SEQ = {2: ["--tp 2 --sequence-parallel"],
+       4: ["--dp 2 --tp 2 --sequence-parallel", "--tp 4 --sequence-parallel", "--tp 2 --pp 2 --micro-batches 4 --sequence-parallel",
+           "--dp 2 --tp 2 --sequence-parallel --zero 1", "--dp 2 --tp 2 --sequence-parallel --zero 3"],
+       8: ["--dp 2 --tp 2 --pp 2 --micro-batches 4 --sequence-parallel --zero 1"]}
+SEQ_QUICK = {2: ["--tp 2 --sequence-parallel"], 4: ["--dp 2 --tp 2 --sequence-parallel"]}
+
+
+def seq_strategies(c, model, n):
+    path = c.paths.get(model) or os.path.join(c.root, "models", model + ".json")
+    with open(path, encoding="utf-8") as f:
+        if '"attention"' not in f.read():
+            return []
+    return (SEQ_QUICK if quick else SEQ).get(n, [])
 
 
 # Burst parallelism (--burst): the cost model's choice, and widths given per layer that change at
@@ -245,7 +264,7 @@ def main():
                 c.paths[name] = model if os.path.isabs(model) else os.path.join(root, model)
                 model = name
             for n in (1, 2, 4) if quick else (1, 2, 4, 8):
-                for opts in strategies(n) + ([] if quick else burst_strategies(model, n)):
+                for opts in strategies(n) + ([] if quick else burst_strategies(model, n)) + ([] if few else seq_strategies(c, model, n)):
                     c.check(model, n, opts)
             if model == "gpt-tiny" and not quick:
                 deep_pipelines(c, tmp)

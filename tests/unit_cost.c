@@ -72,6 +72,11 @@ static void test_collectives(void) {
     // Inside a node: the ring.
     double S = 1e9;
     EXPECT(NEAR(cost_collective_s(&c, PCC_COLL_ALL_REDUCE, S, (pcc_group_shape){8, 1}), 14e-6 + 1.75 * S / 225e9));
+    // Megatron-LM's sequence parallelism: a reduce-scatter onto the sequence and the all-gather
+    // back cost what tp's all-reduce of the same activation costs (its communication volume).
+    EXPECT(NEAR(cost_collective_s(&c, PCC_COLL_REDUCE_SCATTER, S, (pcc_group_shape){8, 1}) +
+                    cost_collective_s(&c, PCC_COLL_ALL_GATHER, S, (pcc_group_shape){8, 1}),
+                cost_collective_s(&c, PCC_COLL_ALL_REDUCE, S, (pcc_group_shape){8, 1})));
     // Across 64 nodes, one member each: a small all-reduce takes the tree (log2(64) network hops
     // each way), a large one the ring (2(n-1)/n of the data against the tree's 2).
     pcc_cluster big = c;

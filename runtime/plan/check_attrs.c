@@ -12,7 +12,14 @@
  *   - slice and slice_grad: 0 <= start < end <= the whole's size along axis, the part that size
  *     end - start there and the whole's elsewhere;
  *   - transpose: perm a permutation of the input's rank, the output the input permuted;
- *   - concat and split: the axis inside the rank.
+ *   - concat and split: the axis inside the rank;
+ *   - an element-wise operator (ops.def's ELEMENTWISE rows with one output): every input that
+ *     has dimensions splits each of them over the same mesh axes as the output's dimension it
+ *     lines up with (attrs perm's axis map where the input is the smaller operand, else the
+ *     suffix rule of broadcasting; a dimension of size 1 broadcasts), since
+ *     its kernel runs index by index on the pieces (elementwise-shard). A reduce-scatter that
+ *     cut a residual along the hidden instead of the sequence (Megatron's sequence parallelism)
+ *     has its pieces of the right size but the wrong elements, and is caught here.
  * A scratch buffer has no shape to compare: an operator with one is not checked.
  */
 #include "checker.h"
@@ -136,10 +143,54 @@ static plan_status check_join_axis(checker *c, uint32_t k, uint32_t i, bool spli
                        split ? "input" : "output");
 }
 
+// ops.def's flags, as this file needs them: element-wise with one output.
+enum { USER = 0, INTERNAL = 0, MATMUL = 0, RNG = 0, LOSS = 0, INPLACE = 0, BCAST = 0, ELEMENTWISE = 1 };
+static const bool elementwise_one_out[] = {
+#define OP(E, name, imin, imax, nout, ann, flags) ((flags) & ELEMENTWISE) && (nout) == 1,
+#include "../ops.def"
+#undef OP
+};
+
+// An element-wise operator's inputs split as its output does, dimension by dimension.
+static plan_status check_elementwise(checker *c, uint32_t k, uint32_t i) {
+    const plan *p = c->p;
+    const plan_program *pg = &p->programs[k];
+    const plan_insn *in = &pg->insns[i];
+    if (in->code >= sizeof elementwise_one_out / sizeof *elementwise_one_out || !elementwise_one_out[in->code] || !in->nargs)
+        return PLAN_OK;
+    const plan_buffer *y = &pg->buffers[pg->args[in->args + in->nargs - 1]];
+    if (y->tensor == PLAN_NONE) return PLAN_OK;
+    const plan_tensor *ty = &p->tensors[y->tensor];
+    for (uint32_t j = 0; j + 1 < in->nargs; j++) {
+        const plan_buffer *x = &pg->buffers[pg->args[in->args + j]];
+        if (x->tensor == PLAN_NONE) continue;
+        const plan_tensor *tx = &p->tensors[x->tensor];
+        if (tx->rank > ty->rank) continue; // arity and shapes are other checks' business
+        const int32_t *perm = in->attrs != PLAN_NONE && tx->rank < ty->rank ? pg->attrs[in->attrs].perm : NULL;
+        bool mapped = false;
+        for (int d = 0; perm && d < tx->rank; d++) mapped |= perm[d] != 0;
+        for (int d = 0; d < tx->rank; d++) {
+            int e = mapped ? perm[d] - 1 : ty->rank - tx->rank + d;
+            if (e < 0 || e >= ty->rank) continue; // a bad map is check_struct's business
+            uint32_t mx = check_split_axes(p, x->shard, d), my = check_split_axes(p, y->shard, e);
+            if (mx == my || tx->shape[d] == 1) continue;
+            char sx[80], sy[80];
+            check_shard_desc(p, x->shard, sx, sizeof sx);
+            check_shard_desc(p, y->shard, sy, sizeof sy);
+            return check_ifail(c, k, i, "element-wise %s: input %u (tensor \"%s\", %s) and the output (tensor \"%s\", %s) split "
+                               "dimension %d (output dimension %d) differently: the kernel would combine elements of different "
+                               "places", plan_op_name(in->code), j, tx->name, sx, ty->name, sy, d, e);
+        }
+    }
+    return PLAN_OK;
+}
+
 plan_status check_attrs_shapes(checker *c, uint32_t k, uint32_t i) {
     const plan_insn *in = &c->p->programs[k].insns[i];
     const char *op = in->kind == PLAN_I_COMPUTE ? plan_op_name(in->code) : NULL;
     if (!op) return PLAN_OK;
+    plan_status st = check_elementwise(c, k, i);
+    if (st) return st;
     if (!strcmp(op, "slice") || !strcmp(op, "slice_grad")) return check_slice(c, k, i, op[5] != 0);
     if (!strcmp(op, "transpose")) return check_transpose(c, k, i);
     if (!strcmp(op, "concat") || !strcmp(op, "split")) return check_join_axis(c, k, i, op[0] == 's');

@@ -11,7 +11,9 @@
  *     makes (colls.def's shards: all_reduce V -> R, all_gather D(i) -> R, reduce_scatter
  *     V -> D(i), all_to_all D(i) -> D(j), broadcast unchanged) on the group's axes and keeps
  *     the others; in place, only the kinds colls.def lets run in place (all_reduce), declared R
- *     there;
+ *     there; and its pieces nest: an axis of the group that splits a dimension is the last axis
+ *     to split it (no later axis off the group does), so a rank's piece on one side lies inside
+ *     its piece on the other;
  *   - a copy between tensor buffers keeps its tensor and takes a piece of src (an axis R -> D(i)
  *     or V, dst's splits of each dimension extending src's); a copy with a scratch buffer copies
  *     equal sizes;
@@ -147,6 +149,8 @@ static plan_status check_bucket(checker *c, uint32_t k, uint32_t i) {
     return PLAN_OK;
 }
 
+static plan_status check_coll_nesting(checker *c, uint32_t k, uint32_t i, plan_shard x, plan_shard y, uint32_t axes);
+
 // The shards of a collective on a group over mesh axes (coll-shard), when both buffers hold a
 // tensor: the same tensor; off the group's axes the same shard; on them what the kind makes.
 static plan_status check_coll_shard(checker *c, uint32_t k, uint32_t i, uint32_t j) {
@@ -177,6 +181,33 @@ static plan_status check_coll_shard(checker *c, uint32_t k, uint32_t i, uint32_t
         return check_ifail(c, k, i, "on group %d (axes %s) in is %s, out is %s: %s wants %s on each of the group's axes, but on "
                            "%.8s it goes %s -> %s", in->a, ax, sx, sy, name, rule, p->meta.axis_names[a], check_shard_value(mx, vx),
                            check_shard_value(my, vy));
+    }
+    return check_coll_nesting(c, k, i, x->shard, y->shard, axes);
+}
+
+// A collective's pieces nest (coll-nesting): where the group's axes split a dimension on the side
+// that holds pieces (out of a reduce-scatter, in of an all-gather, both of an all-to-all), no
+// axis off the group that comes later in mesh order (a less significant digit) splits it too;
+// else a rank's piece after the collective does not lie inside its piece before (ZeRO's
+// reduce-scatter over dp of a gradient that tp already cuts along the same dimension).
+static plan_status check_coll_nesting(checker *c, uint32_t k, uint32_t i, plan_shard x, plan_shard y, uint32_t axes) {
+    const plan *p = c->p;
+    for (int side = 0; side < 2; side++) {
+        plan_shard s = side ? y : x;
+        for (uint32_t a = 0; a < p->meta.n_axes; a++) {
+            if (!(axes >> a & 1u) || s.map[a] < PLAN_SHARD_D(0)) continue;
+            for (uint32_t b = a + 1; b < p->meta.n_axes; b++) {
+                if (axes >> b & 1u || s.map[b] != s.map[a]) continue;
+                char sx[80], sy[80];
+                check_shard_desc(p, x, sx, sizeof sx);
+                check_shard_desc(p, y, sy, sizeof sy);
+                return check_ifail(c, k, i, "on group %d in is %s, out is %s: %.8s (on the group) and %.8s (off it, later in the "
+                                   "mesh, so the less significant) both split dimension %d of %s, so a rank's piece does not "
+                                   "nest in the other side's: a collective's axis must be the last to split a dimension",
+                                   p->programs[k].insns[i].a, sx, sy, p->meta.axis_names[a], p->meta.axis_names[b],
+                                   s.map[a] - PLAN_SHARD_D(0), side ? "out" : "in");
+            }
+        }
     }
     return PLAN_OK;
 }
