@@ -8,6 +8,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <time.h>
 
 static int missing(const rt_backend *b, const char *entry, char *err, size_t err_n) {
     snprintf(err, err_n, "%s backend: it has no %s entry", b && b->name ? b->name : "no", entry);
@@ -93,6 +94,20 @@ int rt_backend_fail(rt_backend *b, const char *fmt, ...) {
     va_end(ap);
     if (b && b->fail) b->fail(b, msg);
     return -1;
+}
+
+int rt_say(char *err, size_t n, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    if (err && n) vsnprintf(err, n, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+double rt_clock_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
 const char *rt_backend_error(rt_backend *b) {

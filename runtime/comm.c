@@ -249,25 +249,19 @@ static int wait_until(rt_comm *c, int thread, ready_fn ready, void *arg, const c
 
 /* ---- network emulation ---- */
 
-static double mono_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 static double later(double a, double b) { return a > b ? a : b; }
 
 // Under the lock: the end of a message of t_s seconds from src to dst, which starts when the
 // sender's sending side and the receiver's receiving side are free (from now on) and holds them.
 static double occupy_msg(rt_comm *c, int src, int dst, double t_s) {
-    double end = later(mono_s(), later(c->tx_free[src], c->rx_free[dst])) + t_s;
+    double end = later(rt_clock_s(), later(c->tx_free[src], c->rx_free[dst])) + t_s;
     c->tx_free[src] = c->rx_free[dst] = end;
     return end;
 }
 
 // Under the lock: the end of collective o (every side of every member's link).
 static double occupy_coll(rt_comm *c, const cop *o) {
-    double start = mono_s();
+    double start = rt_clock_s();
     for (int i = 0; i < o->n; i++) start = later(start, later(c->tx_free[o->m[i].rank], c->rx_free[o->m[i].rank]));
     double end = start + c->dilation * o->t_s;
     for (int i = 0; i < o->n; i++) c->tx_free[o->m[i].rank] = c->rx_free[o->m[i].rank] = end;
@@ -278,7 +272,7 @@ static double occupy_coll(rt_comm *c, const cop *o) {
 // wakes it: changed). The thread is not waiting on another, so it never counts towards a
 // deadlock.
 static int wait_transfer(rt_comm *c, int thread, double end) {
-    for (double left; !c->failed && (left = end - mono_s()) > 0;) {
+    for (double left; !c->failed && (left = end - rt_clock_s()) > 0;) {
         struct timespec t;
         clock_gettime(CLOCK_REALTIME, &t);
         double whole = (double)(long)left;

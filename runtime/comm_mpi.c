@@ -69,27 +69,12 @@ static struct {
     void (*cpu_free)(rt_backend *b);
 } M = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
-static int say(char *err, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int say(char *err, size_t n, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    if (err && n) vsnprintf(err, n, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
-static double mono_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 int rt_mpi_begin(int *rank, int *world, char *err, size_t err_n) {
     int init = 0, provided = 0;
     MPI_Initialized(&init);
     if (!init) {
         if (MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS)
-            return say(err, err_n, "MPI_Init_thread failed");
+            return rt_say(err, err_n, "MPI_Init_thread failed");
         M.started = true;
     }
     MPI_Comm_rank(MPI_COMM_WORLD, &M.rank);
@@ -120,8 +105,8 @@ static int wait_all(rt_backend *b, MPI_Request *reqs, MPI_Status *st, int n, con
                     size_t err_n) {
     int *idx = malloc(sizeof *idx * (size_t)(n ? n : 1));
     MPI_Status *got = malloc(sizeof *got * (size_t)(n ? n : 1));
-    if (!idx || !got) return free(idx), free(got), say(err, err_n, "out of memory waiting for %s", what);
-    double last = mono_s();
+    if (!idx || !got) return free(idx), free(got), rt_say(err, err_n, "out of memory waiting for %s", what);
+    double last = rt_clock_s();
     int rc = 0;
     for (unsigned spin = 0;; spin++) {
         int outc = 0;
@@ -135,17 +120,17 @@ static int wait_all(rt_backend *b, MPI_Request *reqs, MPI_Status *st, int n, con
             char text[MPI_MAX_ERROR_STRING];
             int len = 0;
             MPI_Error_string(mrc == MPI_ERR_IN_STATUS ? got[0].MPI_ERROR : mrc, text, &len);
-            rc = say(err, err_n, "%s: communication with rank %d failed: %s (did rank %d die?)", what, peer[bad], text, peer[bad]);
+            rc = rt_say(err, err_n, "%s: communication with rank %d failed: %s (did rank %d die?)", what, peer[bad], text, peer[bad]);
             break;
         }
         if (outc == MPI_UNDEFINED) break; // every request done
         for (int k = 0; k < outc; k++) st[idx[k]] = got[k];
-        if (outc > 0) last = mono_s(), spin = 0;
+        if (outc > 0) last = rt_clock_s(), spin = 0;
         if (b->error(b)) {
-            rc = say(err, err_n, "%s", b->error(b));
+            rc = rt_say(err, err_n, "%s", b->error(b));
             break;
         }
-        if (mono_s() - last > M.timeout_s) {
+        if (rt_clock_s() - last > M.timeout_s) {
             char who[256] = "";
             size_t w = 0;
             int named = 0;
@@ -157,7 +142,7 @@ static int wait_all(rt_backend *b, MPI_Request *reqs, MPI_Status *st, int n, con
                 w += (size_t)snprintf(who + w, sizeof who - w, "%s", one), named++;
             }
             if (w) who[w - 1] = 0;
-            rc = say(err, err_n, "timeout: rank %d heard nothing from rank%s for %g s while %s (rank%s may have died or hung; raise "
+            rc = rt_say(err, err_n, "timeout: rank %d heard nothing from rank%s for %g s while %s (rank%s may have died or hung; raise "
                      "--timeout if a step is that slow)", M.rank, who, M.timeout_s, what, who);
             break;
         }
@@ -179,20 +164,20 @@ static int mpi_p2p(rt_backend *b, const rt_exec *x, rt_p2p *items, int n, char *
     MPI_Request *reqs = malloc(sizeof *reqs * (size_t)(n ? n : 1));
     MPI_Status *st = calloc((size_t)(n ? n : 1), sizeof *st);
     int *peer = calloc((size_t)(n ? n : 1), sizeof *peer);
-    if (!reqs || !st || !peer) return free(reqs), free(st), free(peer), say(err, err_n, "out of memory posting %d messages", n);
+    if (!reqs || !st || !peer) return free(reqs), free(st), free(peer), rt_say(err, err_n, "out of memory posting %d messages", n);
     int rc = 0;
     for (int i = 0; i < n; i++) reqs[i] = MPI_REQUEST_NULL, peer[i] = items[i].peer;
     pthread_mutex_lock(&M.mu);
     for (int i = 0; i < n && !rc; i++) {
         if (items[i].bytes > INT_MAX) {
-            rc = say(err, err_n, "%s: %llu bytes: the MPI backend moves at most 2 GiB in one message", items[i].what,
+            rc = rt_say(err, err_n, "%s: %llu bytes: the MPI backend moves at most 2 GiB in one message", items[i].what,
                      (unsigned long long)items[i].bytes);
             break;
         }
         int tag = p2p_tag(items[i].tag, items[i].seq), count = (int)items[i].bytes;
         int mrc = items[i].send ? MPI_Isend(items[i].data, count, MPI_BYTE, items[i].peer, tag, M.p2p, &reqs[i])
                                 : MPI_Irecv(items[i].data, count, MPI_BYTE, items[i].peer, tag, M.p2p, &reqs[i]);
-        if (mrc != MPI_SUCCESS) rc = say(err, err_n, "%s: MPI could not post it (error %d)", items[i].what, mrc);
+        if (mrc != MPI_SUCCESS) rc = rt_say(err, err_n, "%s: MPI could not post it (error %d)", items[i].what, mrc);
     }
     pthread_mutex_unlock(&M.mu);
     if (!rc) rc = wait_all(b, reqs, st, n, peer, n ? items[0].what : "messages", err, err_n);
@@ -201,7 +186,7 @@ static int mpi_p2p(rt_backend *b, const rt_exec *x, rt_p2p *items, int n, char *
         if (items[i].send) continue;
         MPI_Get_count(&st[i], MPI_BYTE, &count);
         if ((uint64_t)count != items[i].bytes)
-            rc = say(err, err_n, "message size mismatch: %s receives %llu bytes, but rank %d sends %d", items[i].what,
+            rc = rt_say(err, err_n, "message size mismatch: %s receives %llu bytes, but rank %d sends %d", items[i].what,
                      (unsigned long long)items[i].bytes, items[i].peer, count);
     }
     if (rc) return b->fail(b, err), rc; // requests may still be in flight: the buffers stay (the process ends)
@@ -275,7 +260,7 @@ static int coll_post_headers(coll_io *io, char *err, size_t err_n) {
     memcpy(w->start, c->mine.in_box.start, sizeof w->start), memcpy(w->shape, c->mine.in_box.shape, sizeof w->shape);
     memcpy(w->full, c->mine.in_box.full, sizeof w->full);
     uint64_t bytes = (uint64_t)box_numel(&c->mine.in_box) * rt_dtype_bytes(c->dtype);
-    if (bytes > INT_MAX) return say(err, err_n, "%s: %llu bytes: the MPI backend moves at most 2 GiB at once", c->what, (unsigned long long)bytes);
+    if (bytes > INT_MAX) return rt_say(err, err_n, "%s: %llu bytes: the MPI backend moves at most 2 GiB at once", c->what, (unsigned long long)bytes);
     int rc = 0;
     pthread_mutex_lock(&M.mu);
     for (int s = 0; s < n && !rc; s++) {
@@ -292,7 +277,7 @@ static int coll_post_headers(coll_io *io, char *err, size_t err_n) {
         io->peer[io->n_reqs++] = io->members[s];
     }
     pthread_mutex_unlock(&M.mu);
-    return rc ? say(err, err_n, "%s: MPI could not post it", c->what) : 0;
+    return rc ? rt_say(err, err_n, "%s: MPI could not post it", c->what) : 0;
 }
 
 // After the descriptions arrived: checks them and posts the receives of the contributors' inputs.
@@ -304,20 +289,20 @@ static int coll_post_data(coll_io *io, char *err, size_t err_n) {
         if (s == c->me) continue;
         if (w->magic != WIRE_MAGIC || w->n != c->n_members || w->me != s || w->dtype != c->dtype || w->kind != c->kind ||
             w->rank > PLAN_MAX_RANK)
-            return say(err, err_n, "collective mismatch: %s meets rank %d, which issues another collective there (member %d of %d, "
+            return rt_say(err, err_n, "collective mismatch: %s meets rank %d, which issues another collective there (member %d of %d, "
                        "kind %u, dtype %u)", c->what, io->members[s], w->me, w->n, w->kind, w->dtype);
         if (!w->contributes) continue;
         rt_box box;
         box_of(w, &box);
         uint64_t bytes = (uint64_t)box_numel(&box) * rt_dtype_bytes(c->dtype);
         if (!bytes) continue;
-        if (bytes > INT_MAX || !(io->data[s] = malloc((size_t)bytes))) return say(err, err_n, "%s: cannot take %llu bytes", c->what, (unsigned long long)bytes);
+        if (bytes > INT_MAX || !(io->data[s] = malloc((size_t)bytes))) return rt_say(err, err_n, "%s: cannot take %llu bytes", c->what, (unsigned long long)bytes);
         pthread_mutex_lock(&M.mu);
         rc = MPI_Irecv(io->data[s], (int)bytes, MPI_BYTE, io->members[s], tag, M.coll, &io->reqs[io->n_reqs]) != MPI_SUCCESS;
         pthread_mutex_unlock(&M.mu);
         io->peer[io->n_reqs++] = io->members[s];
     }
-    return rc ? say(err, err_n, "%s: MPI could not post a receive", c->what) : 0;
+    return rc ? rt_say(err, err_n, "%s: MPI could not post a receive", c->what) : 0;
 }
 
 // This member's output: zero plus every contributing member's input, in member order (comm.c's run_cop).
@@ -326,7 +311,7 @@ static int coll_reduce(coll_io *io, char *err, size_t err_n) {
     size_t es = rt_dtype_bytes(c->dtype);
     int64_t out_n = box_numel(&c->mine.out_box);
     void *tmp = calloc((size_t)(out_n ? out_n : 1), es);
-    if (!tmp) return say(err, err_n, "out of memory running %s", c->what);
+    if (!tmp) return rt_say(err, err_n, "out of memory running %s", c->what);
     for (int s = 0; s < c->n_members; s++) {
         if (s == c->me) {
             if (c->mine.contributes) rt_box_add(tmp, &c->mine.out_box, c->mine.in, &c->mine.in_box, c->dtype);
@@ -347,10 +332,10 @@ static int mpi_coll(rt_backend *b, const rt_exec *x, const rt_coll *c, char *err
     coll_io io = {.c = c, .members = calloc((size_t)M.world, sizeof(int)), .hdr = calloc((size_t)n, sizeof(wire)),
                   .data = calloc((size_t)n, sizeof(void *)), .reqs = malloc(sizeof(MPI_Request) * (size_t)cap),
                   .st = calloc((size_t)cap, sizeof(MPI_Status)), .peer = calloc((size_t)cap, sizeof(int))};
-    int rc = !io.members || !io.hdr || !io.data || !io.reqs || !io.st || !io.peer ? say(err, err_n, "out of memory in %s", c->what) : 0;
+    int rc = !io.members || !io.hdr || !io.data || !io.reqs || !io.st || !io.peer ? rt_say(err, err_n, "out of memory in %s", c->what) : 0;
     for (int k = 0; !rc && k < cap; k++) io.reqs[k] = MPI_REQUEST_NULL;
     if (!rc && (group_members(c->group, io.members) != n || c->me < 0 || c->me >= n || io.members[c->me] != M.rank))
-        rc = say(err, err_n, "%s: this process (rank %d) is not member %d of %d of its group", c->what, M.rank, c->me, n);
+        rc = rt_say(err, err_n, "%s: this process (rank %d) is not member %d of %d of its group", c->what, M.rank, c->me, n);
     if (!rc) rc = coll_post_headers(&io, err, err_n);
     // The descriptions first (their requests come in pairs with my sends), then the inputs.
     if (!rc) rc = wait_all(b, io.reqs, io.st, io.n_hdr, io.peer, c->what, err, err_n);
@@ -373,7 +358,7 @@ static int mpi_host_sum(rt_backend *b, double *v, int n, char *err, size_t err_n
     MPI_Request *reqs = malloc(sizeof *reqs * 2 * (size_t)w);
     MPI_Status *st = calloc(2 * (size_t)w, sizeof *st);
     int *peer = calloc(2 * (size_t)w, sizeof *peer);
-    if (!all || !reqs || !st || !peer) return free(all), free(reqs), free(st), free(peer), say(err, err_n, "out of memory summing the loss");
+    if (!all || !reqs || !st || !peer) return free(all), free(reqs), free(st), free(peer), rt_say(err, err_n, "out of memory summing the loss");
     memcpy(&all[(size_t)M.rank * (size_t)n], v, sizeof *v * (size_t)n);
     int rc = 0;
     pthread_mutex_lock(&M.mu);
@@ -384,7 +369,7 @@ static int mpi_host_sum(rt_backend *b, double *v, int n, char *err, size_t err_n
         peer[k] = peer[k + 1] = q, k += 2;
     }
     pthread_mutex_unlock(&M.mu);
-    if (rc) rc = say(err, err_n, "the loss: MPI could not post its messages");
+    if (rc) rc = rt_say(err, err_n, "the loss: MPI could not post its messages");
     if (!rc) rc = wait_all(b, reqs, st, k, peer, "gathering the step's loss from every rank", err, err_n);
     for (int i = 0; !rc && i < n; i++) {
         double s = 0; // rank order, as interp.c's read_loss adds the ranks of one process
@@ -416,9 +401,9 @@ static int bits_for(uint64_t n) {
 rt_backend *rt_backend_mpi_init(const plan *p, const rt_options *o, uint32_t streams, uint32_t events, char *err, size_t err_n) {
     int init = 0;
     MPI_Initialized(&init);
-    if (!init) return say(err, err_n, "the MPI backend needs rt_mpi_begin first"), NULL;
+    if (!init) return rt_say(err, err_n, "the MPI backend needs rt_mpi_begin first"), NULL;
     if ((int)p->meta.world != M.world) {
-        say(err, err_n, "the plan has %u ranks and mpirun started %d processes: start one per rank (mpirun -np %u)", p->meta.world,
+        rt_say(err, err_n, "the plan has %u ranks and mpirun started %d processes: start one per rank (mpirun -np %u)", p->meta.world,
             M.world, p->meta.world);
         return NULL;
     }
@@ -427,10 +412,10 @@ rt_backend *rt_backend_mpi_init(const plan *p, const rt_options *o, uint32_t str
     int tag_bits = flag && ub ? bits_for((uint64_t)*ub + 1) - 1 : 15; // the largest b with 2^b - 1 <= ub
     M.group_bits = bits_for(p->n_groups + 1ull);
     M.seq_bits_p2p = tag_bits - 3, M.seq_bits_coll = tag_bits - M.group_bits;
-    if (M.seq_bits_coll < 8) return say(err, err_n, "the plan's %u groups leave too few bits of MPI's tags (MPI_TAG_UB %d)", p->n_groups,
+    if (M.seq_bits_coll < 8) return rt_say(err, err_n, "the plan's %u groups leave too few bits of MPI's tags (MPI_TAG_UB %d)", p->n_groups,
                                         ub ? *ub : 0), NULL;
     M.p = p, M.timeout_s = o->timeout_s;
-    if (!(M.coord = calloc((size_t)M.world * PLAN_MAX_AXES, sizeof *M.coord))) return say(err, err_n, "out of memory"), NULL;
+    if (!(M.coord = calloc((size_t)M.world * PLAN_MAX_AXES, sizeof *M.coord))) return rt_say(err, err_n, "out of memory"), NULL;
     for (int q = 0; q < M.world; q++)
         for (int a = (int)p->meta.n_axes - 1, rest = q; a >= 0; a--)
             M.coord[(size_t)q * PLAN_MAX_AXES + (size_t)a] = (uint32_t)rest % p->meta.mesh[a], rest /= (int)p->meta.mesh[a];

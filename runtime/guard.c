@@ -43,12 +43,6 @@ struct rt_guard {
     int *busy_rank, *busy_stream;
 };
 
-static double mono_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 /* ---- non-finite values ---- */
 
 int rt_guard_outputs(rt_run *r, const rt_rank *rk, const rt_exec *x, uint32_t i, uint32_t mb, uint32_t layer) {
@@ -144,9 +138,9 @@ static void *watchdog_main(void *arg) {
         pthread_cond_timedwait(&g->cv, &g->mu, &dl);
         const char *e = g->in_step ? rt_backend_error(r->be) : NULL;
         if (!e) { failed_at = -1; continue; }
-        if (failed_at < 0) failed_at = mono_s();
+        if (failed_at < 0) failed_at = rt_clock_s();
         double limit = r->o.timeout_s > 0 ? r->o.timeout_s : 60;
-        if (mono_s() - failed_at < limit) continue;
+        if (rt_clock_s() - failed_at < limit) continue;
         char busy[1200];
         describe_busy(r, g, busy, sizeof busy);
         fprintf(stderr, "%sstep %llu failed: %s\n%s: %g s later (--timeout) these walkers have not stopped, so the run ends here:%s\n",
@@ -154,7 +148,7 @@ static void *watchdog_main(void *arg) {
                 r->o.watchdog_prefix ? "the watchdog" : "watchdog", limit, busy);
         fflush(stderr);
         if (r->o.watchdog_exit) _exit(r->o.watchdog_exit);
-        failed_at = mono_s() + 1e9; // said once
+        failed_at = rt_clock_s() + 1e9; // said once
     }
     pthread_mutex_unlock(&g->mu);
     return NULL;

@@ -128,7 +128,7 @@ static bool tracing(const walker *w) { return w->run->o.trace && !(w->round && r
 // stream (its number, which rt_trace_resolve turns into a time after the step).
 static int trace_point(walker *w, const rt_exec *x, double *t) {
     if (!rt_backend_has_stamps(w->run->be)) {
-        *t = rt_trace_since(w->run->o.trace, rt_trace_clock());
+        *t = rt_trace_since(w->run->o.trace, rt_clock_s());
         return 0;
     }
     uint32_t mark;
@@ -1051,14 +1051,14 @@ static void trace_step_end(rt_run *r, uint64_t step, double t0) {
         else rt_trace_settle(t, q);
         rk->trace_marks = 0;
     }
-    rt_trace_step(t, step, t0, rt_trace_since(t, rt_trace_clock()));
+    rt_trace_step(t, step, t0, rt_trace_since(t, rt_clock_s()));
 }
 
 static int run_step(rt_run *r, double *loss, char *err, size_t err_n);
 
 int rt_run_step(rt_run *r, double *loss, char *err, size_t err_n) {
     if (!r->o.trace) return run_step(r, loss, err, err_n);
-    double t0 = rt_trace_since(r->o.trace, rt_trace_clock());
+    double t0 = rt_trace_since(r->o.trace, rt_clock_s());
     uint64_t step = r->steps + 1;
     int rc = run_step(r, loss, err, err_n);
     trace_step_end(r, step, t0); // a failed step's slices are kept too

@@ -60,21 +60,6 @@
 #define RDV_VERSION 1u
 #define RDV_MAX_BLOB 4096
 
-static int say(char *err, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int say(char *err, size_t n, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    if (err && n) vsnprintf(err, n, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 static void sleep_ms(int ms) {
     struct timespec t = {ms / 1000, (long)(ms % 1000) * 1000000L};
     nanosleep(&t, NULL);
@@ -105,7 +90,7 @@ static int lookup(rt_getenv_fn *get, int flag, const char *flag_name, const char
     *v = -1;
     *from = NULL;
     if (flag >= 0) {
-        if (flag < lo) return say(err, err_n, "%s %d: it must be at least %ld", flag_name, flag, lo);
+        if (flag < lo) return rt_say(err, err_n, "%s %d: it must be at least %ld", flag_name, flag, lo);
         *v = flag, *from = flag_name;
         return 0;
     }
@@ -114,7 +99,7 @@ static int lookup(rt_getenv_fn *get, int flag, const char *flag_name, const char
         if (!s) continue;
         long x;
         if (parse_int(s, lo, 1L << 30, &x))
-            return say(err, err_n, "%s=\"%s\" is not a whole number of at least %ld", names[i], s, lo);
+            return rt_say(err, err_n, "%s=\"%s\" is not a whole number of at least %ld", names[i], s, lo);
         *v = (int)x, *from = names[i];
         return 0;
     }
@@ -126,7 +111,7 @@ static int agree(rt_getenv_fn *get, const char *const names[3], char *err, size_
     const char *a = get(names[0]), *b = get(names[1]);
     long x, y;
     if (!a || !b || parse_int(a, 0, 1L << 30, &x) || parse_int(b, 0, 1L << 30, &y) || x == y) return 0;
-    return say(err, err_n, "the launchers' variables disagree: %s=%ld but %s=%ld (two launchers, or a variable left from another "
+    return rt_say(err, err_n, "the launchers' variables disagree: %s=%ld but %s=%ld (two launchers, or a variable left from another "
                "job: unset the wrong one)", names[0], x, names[1], y);
 }
 
@@ -147,17 +132,17 @@ int rt_launch_discover(rt_launch *l, int flag_rank, int flag_world, int flag_loc
         return -1;
     if (l->rank < 0 && l->world < 0) {
         if (l->local_rank >= 0)
-            return say(err, err_n, "a local rank is given (%s) but no rank and world size: set them too (--rank and --world-size, or RANK and WORLD_SIZE)", l->local_from);
+            return rt_say(err, err_n, "a local rank is given (%s) but no rank and world size: set them too (--rank and --world-size, or RANK and WORLD_SIZE)", l->local_from);
         return 0; // no launcher: the caller decides (the cpu backend runs every rank itself)
     }
     if (l->rank < 0)
-        return say(err, err_n, "the world size is given (%s = %d) but no rank (--rank, RANK, OMPI_COMM_WORLD_RANK or SLURM_PROCID)",
+        return rt_say(err, err_n, "the world size is given (%s = %d) but no rank (--rank, RANK, OMPI_COMM_WORLD_RANK or SLURM_PROCID)",
                    l->world_from, l->world);
     if (l->world < 0)
-        return say(err, err_n, "the rank is given (%s = %d) but no world size (--world-size, WORLD_SIZE, OMPI_COMM_WORLD_SIZE or SLURM_NTASKS)",
+        return rt_say(err, err_n, "the rank is given (%s = %d) but no world size (--world-size, WORLD_SIZE, OMPI_COMM_WORLD_SIZE or SLURM_NTASKS)",
                    l->rank_from, l->rank);
     if (l->rank >= l->world)
-        return say(err, err_n, "rank %d (%s) is not below the world size %d (%s)", l->rank, l->rank_from, l->world, l->world_from);
+        return rt_say(err, err_n, "rank %d (%s) is not below the world size %d (%s)", l->rank, l->rank_from, l->world, l->world_from);
     if (l->local_rank < 0) {
         l->local_rank = l->world == 1 ? 0 : l->rank;
         l->local_from = l->world == 1 ? "default" : "assumed equal to the rank: one node";
@@ -168,7 +153,7 @@ int rt_launch_discover(rt_launch *l, int flag_rank, int flag_world, int flag_loc
     if (addr && *addr) snprintf(l->master_addr, sizeof l->master_addr, "%s", addr);
     if (port && *port) {
         long p;
-        if (parse_int(port, 1, 65535, &p)) return say(err, err_n, "MASTER_PORT=\"%s\" is not a port number (1 to 65535)", port);
+        if (parse_int(port, 1, 65535, &p)) return rt_say(err, err_n, "MASTER_PORT=\"%s\" is not a port number (1 to 65535)", port);
         l->master_port = (int)p;
     }
     return 0;
@@ -188,15 +173,15 @@ void rt_launch_describe(const rt_launch *l, char *buf, size_t n) {
 static int parse_tcp(rt_rendezvous *r, const char *hostport, char *err, size_t err_n) {
     const char *colon = strrchr(hostport, ':');
     if (!colon || colon == hostport)
-        return say(err, err_n, "--rendezvous tcp:%s: want tcp:HOST:PORT", hostport);
+        return rt_say(err, err_n, "--rendezvous tcp:%s: want tcp:HOST:PORT", hostport);
     size_t hl = (size_t)(colon - hostport);
     if (hostport[0] == '[' && hl >= 2 && hostport[hl - 1] == ']') hostport++, hl -= 2; // [v6 address]
-    if (hl >= sizeof r->host) return say(err, err_n, "--rendezvous: the host name is too long");
+    if (hl >= sizeof r->host) return rt_say(err, err_n, "--rendezvous: the host name is too long");
     memcpy(r->host, hostport, hl);
     r->host[hl] = 0;
     long p;
     if (parse_int(colon + 1, 1, 65535, &p))
-        return say(err, err_n, "--rendezvous tcp:...:%s: not a port number (1 to 65535)", colon + 1);
+        return rt_say(err, err_n, "--rendezvous tcp:...:%s: not a port number (1 to 65535)", colon + 1);
     r->port = (int)p;
     return 0;
 }
@@ -209,7 +194,7 @@ int rt_rendezvous_choose(rt_rendezvous *r, const char *spec, const rt_launch *l,
             return parse_tcp(r, spec + 4, err, err_n);
         }
         if (!strncmp(spec, "file:", 5) && spec[5]) {
-            if (strlen(spec + 5) >= sizeof r->path - 16) return say(err, err_n, "--rendezvous file:...: the path is too long");
+            if (strlen(spec + 5) >= sizeof r->path - 16) return rt_say(err, err_n, "--rendezvous file:...: the path is too long");
             r->kind = RT_RDV_FILE;
             snprintf(r->path, sizeof r->path, "%s", spec + 5);
             return 0;
@@ -219,10 +204,10 @@ int rt_rendezvous_choose(rt_rendezvous *r, const char *spec, const rt_launch *l,
             r->kind = RT_RDV_MPI;
             return 0;
 #else
-            return say(err, err_n, "--rendezvous mpi: this planrun was built without MPI (meson option -Dmpi=enabled needs libopenmpi-dev)");
+            return rt_say(err, err_n, "--rendezvous mpi: this planrun was built without MPI (meson option -Dmpi=enabled needs libopenmpi-dev)");
 #endif
         }
-        return say(err, err_n, "--rendezvous \"%s\": want tcp:HOST:PORT, file:PATH or mpi", spec);
+        return rt_say(err, err_n, "--rendezvous \"%s\": want tcp:HOST:PORT, file:PATH or mpi", spec);
     }
     if (!l->launched || l->world <= 1) return 0; // RT_RDV_NONE: nobody to meet
 #ifdef PLANCC_HAVE_MPI
@@ -237,7 +222,7 @@ int rt_rendezvous_choose(rt_rendezvous *r, const char *spec, const rt_launch *l,
         r->port = l->master_port;
         return 0;
     }
-    return say(err, err_n, "world size %d but no way to meet rank 0: set MASTER_ADDR and MASTER_PORT, or pass --rendezvous "
+    return rt_say(err, err_n, "world size %d but no way to meet rank 0: set MASTER_ADDR and MASTER_PORT, or pass --rendezvous "
                "tcp:HOST:PORT or file:PATH%s", l->world,
 #ifdef PLANCC_HAVE_MPI
                " (or start under mpirun)"
@@ -272,7 +257,7 @@ static uint32_t get32(const uint8_t *p) { return (uint32_t)p[0] | (uint32_t)p[1]
 static int io_all(int fd, void *buf, size_t n, bool writing, double deadline) {
     uint8_t *p = buf;
     while (n) {
-        int ms = (int)((deadline - now_s()) * 1000);
+        int ms = (int)((deadline - rt_clock_s()) * 1000);
         if (ms <= 0) return errno = ETIMEDOUT, -1;
         struct pollfd pf = {fd, writing ? POLLOUT : POLLIN, 0};
         int k = poll(&pf, 1, ms);
@@ -314,7 +299,7 @@ static int tcp_listen(int port, int backlog, char *err, size_t err_n) {
         close(fd);
         if (last == EADDRINUSE) break;
     }
-    say(err, err_n, "rank 0 cannot listen on port %d: %s%s", port, strerror(last),
+    rt_say(err, err_n, "rank 0 cannot listen on port %d: %s%s", port, strerror(last),
         last == EADDRINUSE ? " (under torchrun with TORCHELASTIC_USE_AGENT_STORE the agent holds MASTER_PORT: pass "
                              "--rendezvous tcp:HOST:PORT with a free port)" : "");
     return -1;
@@ -325,12 +310,12 @@ static int tcp_serve(const rt_rendezvous *r, int world, const void *blob, size_t
     int lfd = tcp_listen(r->port, world, err, err_n);
     if (lfd < 0) return -1;
     int *fds = calloc((size_t)world, sizeof *fds);
-    if (!fds) { close(lfd); return say(err, err_n, "rendezvous: out of memory"); }
+    if (!fds) { close(lfd); return rt_say(err, err_n, "rendezvous: out of memory"); }
     for (int i = 0; i < world; i++) fds[i] = -1;
-    double deadline = now_s() + timeout_s;
+    double deadline = rt_clock_s() + timeout_s;
     int joined = 1, rc = 0;
     while (joined < world && !rc) {
-        int ms = (int)((deadline - now_s()) * 1000);
+        int ms = (int)((deadline - rt_clock_s()) * 1000);
         if (ms <= 0) break;
         struct pollfd pf = {lfd, POLLIN, 0};
         int k = poll(&pf, 1, ms);
@@ -339,7 +324,7 @@ static int tcp_serve(const rt_rendezvous *r, int world, const void *blob, size_t
         if (fd < 0) continue;
         uint8_t h[20], reply[8];
         // A peer gets a few seconds to say hello, so one stray connection cannot eat the timeout.
-        double hd = now_s() + 5 < deadline ? now_s() + 5 : deadline;
+        double hd = rt_clock_s() + 5 < deadline ? rt_clock_s() + 5 : deadline;
         if (io_all(fd, h, sizeof h, false, hd)) { close(fd); continue; }
         hello m = {get32(h), get32(h + 4), get32(h + 8), get32(h + 12), get32(h + 16)};
         uint32_t status = m.magic != RDV_MAGIC || m.version != RDV_VERSION ? RDV_BAD_MAGIC
@@ -350,17 +335,17 @@ static int tcp_serve(const rt_rendezvous *r, int world, const void *blob, size_t
                                                                             : RDV_OK;
         if (status != RDV_OK) {
             put32(reply, RDV_MAGIC), put32(reply + 4, status);
-            io_all(fd, reply, sizeof reply, true, now_s() + 1);
+            io_all(fd, reply, sizeof reply, true, rt_clock_s() + 1);
             close(fd);
             if (status == RDV_BAD_MAGIC) continue; // not one of ours
             if (status == RDV_BAD_WORLD)
-                rc = say(err, err_n, "rendezvous on port %d: rank %u says the world size is %u, rank 0 has %d", r->port, m.rank, m.world, world);
+                rc = rt_say(err, err_n, "rendezvous on port %d: rank %u says the world size is %u, rank 0 has %d", r->port, m.rank, m.world, world);
             else if (status == RDV_DUP_RANK)
-                rc = say(err, err_n, "rendezvous on port %d: two processes say they are rank %u", r->port, m.rank);
+                rc = rt_say(err, err_n, "rendezvous on port %d: two processes say they are rank %u", r->port, m.rank);
             else if (status == RDV_BAD_RANK)
-                rc = say(err, err_n, "rendezvous on port %d: a process says it is rank %u of %d", r->port, m.rank, world);
+                rc = rt_say(err, err_n, "rendezvous on port %d: a process says it is rank %u of %d", r->port, m.rank, world);
             else
-                rc = say(err, err_n, "rendezvous on port %d: rank %u expects %u bytes, rank 0 sends %zu", r->port, m.rank, m.bytes, bytes);
+                rc = rt_say(err, err_n, "rendezvous on port %d: rank %u expects %u bytes, rank 0 sends %zu", r->port, m.rank, m.bytes, bytes);
             continue;
         }
         fds[m.rank] = fd;
@@ -371,16 +356,16 @@ static int tcp_serve(const rt_rendezvous *r, int world, const void *blob, size_t
         size_t n = 0;
         for (int q = 1, shown = 0; q < world && n < sizeof missing - 16; q++)
             if (fds[q] < 0) n += (size_t)snprintf(missing + n, sizeof missing - n, shown++ ? ", %d" : "%d", q);
-        rc = say(err, err_n, "rendezvous on port %d: %d of %d ranks joined within %g s; missing: %s", r->port, joined, world,
+        rc = rt_say(err, err_n, "rendezvous on port %d: %d of %d ranks joined within %g s; missing: %s", r->port, joined, world,
                  timeout_s, missing);
     }
     uint8_t head[8];
     put32(head, RDV_MAGIC), put32(head + 4, rc ? RDV_ABORT : RDV_OK);
     for (int q = 1; q < world; q++) {
         if (fds[q] < 0) continue;
-        if (rc) io_all(fds[q], head, sizeof head, true, now_s() + 1);
+        if (rc) io_all(fds[q], head, sizeof head, true, rt_clock_s() + 1);
         else if (io_all(fds[q], head, sizeof head, true, deadline + 5) || io_all(fds[q], (void *)blob, bytes, true, deadline + 5))
-            rc = say(err, err_n, "rendezvous on port %d: cannot send the id to rank %d: %s", r->port, q, strerror(errno));
+            rc = rt_say(err, err_n, "rendezvous on port %d: cannot send the id to rank %d: %s", r->port, q, strerror(errno));
         close(fds[q]);
     }
     free(fds);
@@ -394,7 +379,7 @@ static int tcp_connect(const rt_rendezvous *r, double deadline, char *err, size_
     snprintf(port, sizeof port, "%d", r->port);
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res = NULL;
     int g = getaddrinfo(r->host, port, &hints, &res);
-    if (g) return say(err, err_n, "rendezvous: cannot resolve %s: %s", r->host, gai_strerror(g));
+    if (g) return rt_say(err, err_n, "rendezvous: cannot resolve %s: %s", r->host, gai_strerror(g));
     int last = 0;
     for (;;) {
         for (struct addrinfo *a = res; a; a = a->ai_next) {
@@ -407,15 +392,15 @@ static int tcp_connect(const rt_rendezvous *r, double deadline, char *err, size_
             last = errno;
             close(fd);
         }
-        if (now_s() >= deadline) break;
+        if (rt_clock_s() >= deadline) break;
         sleep_ms(50);
     }
     freeaddrinfo(res);
-    return say(err, err_n, "rendezvous: cannot reach rank 0 at %s:%d: %s", r->host, r->port, strerror(last)), -1;
+    return rt_say(err, err_n, "rendezvous: cannot reach rank 0 at %s:%d: %s", r->host, r->port, strerror(last)), -1;
 }
 
 static int tcp_join(const rt_rendezvous *r, int rank, int world, void *blob, size_t bytes, double timeout_s, char *err, size_t err_n) {
-    double deadline = now_s() + timeout_s;
+    double deadline = rt_clock_s() + timeout_s;
     int fd = tcp_connect(r, deadline, err, err_n);
     if (fd < 0) return -1;
     uint8_t h[20], head[8];
@@ -423,21 +408,21 @@ static int tcp_join(const rt_rendezvous *r, int rank, int world, void *blob, siz
         put32(h + 16, (uint32_t)bytes);
     int rc = 0;
     if (io_all(fd, h, sizeof h, true, deadline) || io_all(fd, head, sizeof head, false, deadline)) {
-        rc = errno == ETIMEDOUT ? say(err, err_n, "rendezvous: rank 0 at %s:%d took the hello but did not answer within %g s "
+        rc = errno == ETIMEDOUT ? rt_say(err, err_n, "rendezvous: rank 0 at %s:%d took the hello but did not answer within %g s "
                                               "(have all %d ranks started?)", r->host, r->port, timeout_s, world)
-                                : say(err, err_n, "rendezvous: the connection to rank 0 at %s:%d broke: %s", r->host, r->port,
+                                : rt_say(err, err_n, "rendezvous: the connection to rank 0 at %s:%d broke: %s", r->host, r->port,
                                       errno == EPIPE ? "rank 0 closed it (it gave up: see its message)" : strerror(errno));
     } else if (get32(head) != RDV_MAGIC) {
-        rc = say(err, err_n, "rendezvous: %s:%d is not a planrun rank 0", r->host, r->port);
+        rc = rt_say(err, err_n, "rendezvous: %s:%d is not a planrun rank 0", r->host, r->port);
     } else if (get32(head + 4) != RDV_OK) {
         static const char *const why[] = {"", "the world sizes differ (rank 0 names them)", "the rank is out of range",
                                           "another process has this rank", "the id sizes differ", "a protocol mismatch",
                                           "rank 0 gave up (its message says why)"};
         uint32_t s = get32(head + 4);
-        rc = say(err, err_n, "rendezvous: rank 0 at %s:%d refused rank %d of %d: %s", r->host, r->port, rank, world,
+        rc = rt_say(err, err_n, "rendezvous: rank 0 at %s:%d refused rank %d of %d: %s", r->host, r->port, rank, world,
                  s < 7 ? why[s] : "an unknown reason");
     } else if (io_all(fd, blob, bytes, false, deadline + 5)) {
-        rc = say(err, err_n, "rendezvous: rank 0 at %s:%d sent a short id: %s", r->host, r->port, strerror(errno));
+        rc = rt_say(err, err_n, "rendezvous: rank 0 at %s:%d sent a short id: %s", r->host, r->port, strerror(errno));
     }
     close(fd);
     return rc;
@@ -449,7 +434,7 @@ static int file_write_atomic(const char *path, const void *data, size_t n, char 
     char tmp[4200];
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) return say(err, err_n, "rendezvous: cannot write %s: %s", tmp, strerror(errno));
+    if (fd < 0) return rt_say(err, err_n, "rendezvous: cannot write %s: %s", tmp, strerror(errno));
     const uint8_t *p = data;
     size_t left = n;
     while (left) {
@@ -458,14 +443,14 @@ static int file_write_atomic(const char *path, const void *data, size_t n, char 
         if (w <= 0) {
             int e = errno;
             close(fd), unlink(tmp);
-            return say(err, err_n, "rendezvous: cannot write %s: %s", tmp, strerror(e));
+            return rt_say(err, err_n, "rendezvous: cannot write %s: %s", tmp, strerror(e));
         }
         p += w, left -= (size_t)w;
     }
     if (fsync(fd) || close(fd) || rename(tmp, path)) {
         int e = errno;
         unlink(tmp);
-        return say(err, err_n, "rendezvous: cannot publish %s: %s", path, strerror(e));
+        return rt_say(err, err_n, "rendezvous: cannot publish %s: %s", path, strerror(e));
     }
     return 0;
 }
@@ -475,15 +460,15 @@ static void ack_path(char *buf, size_t n, const char *path, int rank) { snprintf
 static int file_serve(const rt_rendezvous *r, int world, const void *blob, size_t bytes, double timeout_s, char *err, size_t err_n) {
     struct stat st;
     if (stat(r->path, &st) == 0)
-        return say(err, err_n, "rendezvous: %s already exists (left by an earlier job?); remove it and start again", r->path);
+        return rt_say(err, err_n, "rendezvous: %s already exists (left by an earlier job?); remove it and start again", r->path);
     uint8_t *buf = malloc(16 + bytes);
-    if (!buf) return say(err, err_n, "rendezvous: out of memory");
+    if (!buf) return rt_say(err, err_n, "rendezvous: out of memory");
     put32(buf, RDV_MAGIC), put32(buf + 4, RDV_VERSION), put32(buf + 8, (uint32_t)world), put32(buf + 12, (uint32_t)bytes);
     memcpy(buf + 16, blob, bytes);
     int rc = file_write_atomic(r->path, buf, 16 + bytes, err, err_n);
     free(buf);
     if (rc) return -1;
-    double deadline = now_s() + timeout_s;
+    double deadline = rt_clock_s() + timeout_s;
     char ack[4200];
     int joined = 1;
     for (;;) {
@@ -492,7 +477,7 @@ static int file_serve(const rt_rendezvous *r, int world, const void *blob, size_
             ack_path(ack, sizeof ack, r->path, q);
             joined += stat(ack, &st) == 0;
         }
-        if (joined == world || now_s() >= deadline) break;
+        if (joined == world || rt_clock_s() >= deadline) break;
         sleep_ms(20);
     }
     char missing[256] = "";
@@ -504,32 +489,32 @@ static int file_serve(const rt_rendezvous *r, int world, const void *blob, size_
     }
     unlink(r->path);
     if (joined < world)
-        return say(err, err_n, "rendezvous through %s: %d of %d ranks read it within %g s; missing: %s", r->path, joined, world,
+        return rt_say(err, err_n, "rendezvous through %s: %d of %d ranks read it within %g s; missing: %s", r->path, joined, world,
                    timeout_s, missing);
     return 0;
 }
 
 static int file_join(const rt_rendezvous *r, int rank, int world, void *blob, size_t bytes, double timeout_s, char *err, size_t err_n) {
-    double deadline = now_s() + timeout_s;
+    double deadline = rt_clock_s() + timeout_s;
     uint8_t *buf = malloc(16 + bytes);
-    if (!buf) return say(err, err_n, "rendezvous: out of memory");
+    if (!buf) return rt_say(err, err_n, "rendezvous: out of memory");
     int fd = -1;
-    while ((fd = open(r->path, O_RDONLY | O_CLOEXEC)) < 0 && now_s() < deadline) sleep_ms(20);
+    while ((fd = open(r->path, O_RDONLY | O_CLOEXEC)) < 0 && rt_clock_s() < deadline) sleep_ms(20);
     if (fd < 0) {
         free(buf);
-        return say(err, err_n, "rendezvous: %s did not appear within %g s (is rank 0 running, with the same path on a shared filesystem?)",
+        return rt_say(err, err_n, "rendezvous: %s did not appear within %g s (is rank 0 running, with the same path on a shared filesystem?)",
                    r->path, timeout_s);
     }
     ssize_t got = read(fd, buf, 16 + bytes);
     close(fd);
     int rc = 0;
     if (got != (ssize_t)(16 + bytes) || get32(buf) != RDV_MAGIC || get32(buf + 4) != RDV_VERSION)
-        rc = say(err, err_n, "rendezvous: %s is not a planrun rendezvous file of %zu bytes", r->path, 16 + bytes);
+        rc = rt_say(err, err_n, "rendezvous: %s is not a planrun rendezvous file of %zu bytes", r->path, 16 + bytes);
     else if (get32(buf + 8) != (uint32_t)world)
-        rc = say(err, err_n, "rendezvous: %s was written for a world of %u, this rank has %d (a file from another job?)", r->path,
+        rc = rt_say(err, err_n, "rendezvous: %s was written for a world of %u, this rank has %d (a file from another job?)", r->path,
                  get32(buf + 8), world);
     else if (get32(buf + 12) != bytes)
-        rc = say(err, err_n, "rendezvous: %s holds %u bytes, this rank wants %zu", r->path, get32(buf + 12), bytes);
+        rc = rt_say(err, err_n, "rendezvous: %s holds %u bytes, this rank wants %zu", r->path, get32(buf + 12), bytes);
     else
         memcpy(blob, buf + 16, bytes);
     free(buf);
@@ -537,7 +522,7 @@ static int file_join(const rt_rendezvous *r, int rank, int world, void *blob, si
     char ack[4200];
     ack_path(ack, sizeof ack, r->path, rank);
     int afd = open(ack, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (afd < 0) return say(err, err_n, "rendezvous: cannot write %s: %s", ack, strerror(errno));
+    if (afd < 0) return rt_say(err, err_n, "rendezvous: cannot write %s: %s", ack, strerror(errno));
     close(afd);
     return 0;
 }
@@ -551,14 +536,14 @@ static int mpi_bcast(int rank, int world, void *blob, size_t bytes, char *err, s
     int init = 0, r = -1, n = -1;
     MPI_Initialized(&init);
     if (!init) {
-        if (MPI_Init(NULL, NULL) != MPI_SUCCESS) return say(err, err_n, "rendezvous: MPI_Init failed");
+        if (MPI_Init(NULL, NULL) != MPI_SUCCESS) return rt_say(err, err_n, "rendezvous: MPI_Init failed");
         mpi_started = true;
     }
     MPI_Comm_rank(MPI_COMM_WORLD, &r);
     MPI_Comm_size(MPI_COMM_WORLD, &n);
     if (r != rank || n != world)
-        return say(err, err_n, "rendezvous: MPI says rank %d of %d, planrun found rank %d of %d", r, n, rank, world);
-    if (MPI_Bcast(blob, (int)bytes, MPI_BYTE, 0, MPI_COMM_WORLD) != MPI_SUCCESS) return say(err, err_n, "rendezvous: MPI_Bcast failed");
+        return rt_say(err, err_n, "rendezvous: MPI says rank %d of %d, planrun found rank %d of %d", r, n, rank, world);
+    if (MPI_Bcast(blob, (int)bytes, MPI_BYTE, 0, MPI_COMM_WORLD) != MPI_SUCCESS) return rt_say(err, err_n, "rendezvous: MPI_Bcast failed");
     return 0;
 }
 #endif
@@ -572,9 +557,9 @@ void rt_rendezvous_finish(void) {
 }
 
 int rt_rendezvous_run(const rt_rendezvous *r, int rank, int world, void *blob, size_t bytes, double timeout_s, char *err, size_t err_n) {
-    if (bytes > RDV_MAX_BLOB) return say(err, err_n, "rendezvous: %zu bytes is more than the %d it carries", bytes, RDV_MAX_BLOB);
-    if (world < 1 || rank < 0 || rank >= world) return say(err, err_n, "rendezvous: rank %d of %d", rank, world);
-    if (r->kind == RT_RDV_NONE) return world == 1 ? 0 : say(err, err_n, "rendezvous: none chosen for %d ranks", world);
+    if (bytes > RDV_MAX_BLOB) return rt_say(err, err_n, "rendezvous: %zu bytes is more than the %d it carries", bytes, RDV_MAX_BLOB);
+    if (world < 1 || rank < 0 || rank >= world) return rt_say(err, err_n, "rendezvous: rank %d of %d", rank, world);
+    if (r->kind == RT_RDV_NONE) return world == 1 ? 0 : rt_say(err, err_n, "rendezvous: none chosen for %d ranks", world);
     switch (r->kind) {
     case RT_RDV_TCP:
         return rank == 0 ? tcp_serve(r, world, blob, bytes, timeout_s, err, err_n) : tcp_join(r, rank, world, blob, bytes, timeout_s, err, err_n);
@@ -584,8 +569,8 @@ int rt_rendezvous_run(const rt_rendezvous *r, int rank, int world, void *blob, s
 #ifdef PLANCC_HAVE_MPI
         return mpi_bcast(rank, world, blob, bytes, err, err_n);
 #else
-        return say(err, err_n, "rendezvous: this planrun was built without MPI");
+        return rt_say(err, err_n, "rendezvous: this planrun was built without MPI");
 #endif
-    default: return say(err, err_n, "rendezvous: unknown kind %d", (int)r->kind);
+    default: return rt_say(err, err_n, "rendezvous: unknown kind %d", (int)r->kind);
     }
 }

@@ -25,21 +25,12 @@
 #include <string.h>
 #include <sys/stat.h>
 
-static int say(char *err, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int say(char *err, size_t n, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    if (err && n) vsnprintf(err, n, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
 // fopen(path, "w") for a regular file or a new one; NULL with a message otherwise.
 static FILE *open_out(const char *path, char *err, size_t err_n) {
     struct stat st;
-    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) return say(err, err_n, "%s: not a regular file; planrun writes only those", path), NULL;
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) return rt_say(err, err_n, "%s: not a regular file; planrun writes only those", path), NULL;
     FILE *f = fopen(path, "w");
-    if (!f) say(err, err_n, "%s: cannot open for writing: %s", path, strerror(errno));
+    if (!f) rt_say(err, err_n, "%s: cannot open for writing: %s", path, strerror(errno));
     return f;
 }
 
@@ -79,7 +70,7 @@ int rt_metrics_add(rt_metrics *m, const rt_step_figures *s, char *err, size_t er
         if (loss) m->loss = loss;
         double *t = realloc(m->time_s, cap * sizeof *t);
         if (t) m->time_s = t;
-        if (!loss || !t) return say(err, err_n, "out of memory keeping the figures of %zu steps", m->n);
+        if (!loss || !t) return rt_say(err, err_n, "out of memory keeping the figures of %zu steps", m->n);
         m->cap = cap;
     }
     m->loss[m->n] = s->loss, m->time_s[m->n] = s->time_s, m->n++;
@@ -92,7 +83,7 @@ int rt_metrics_add(rt_metrics *m, const rt_step_figures *s, char *err, size_t er
         rt_step_json(m->f, s);
         fputc('\n', m->f);
     }
-    return ferror(m->f) ? say(err, err_n, "%s: cannot write: %s", m->path, strerror(errno)) : 0;
+    return ferror(m->f) ? rt_say(err, err_n, "%s: cannot write: %s", m->path, strerror(errno)) : 0;
 }
 
 int rt_metrics_close(rt_metrics *m, char *err, size_t err_n) {
@@ -100,7 +91,7 @@ int rt_metrics_close(rt_metrics *m, char *err, size_t err_n) {
     bool bad = ferror(m->f) != 0;
     bad |= fclose(m->f) != 0;
     m->f = NULL;
-    return bad ? say(err, err_n, "%s: cannot write: %s", m->path, strerror(errno)) : 0;
+    return bad ? rt_say(err, err_n, "%s: cannot write: %s", m->path, strerror(errno)) : 0;
 }
 
 void rt_metrics_free(rt_metrics *m) {
@@ -174,5 +165,5 @@ int rt_metrics_svg(const rt_metrics *m, const char *path, const char *title, cha
     fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"12\" text-anchor=\"middle\">step</text>\n</svg>\n", L + time.w / 2, y);
     bool bad = ferror(f) != 0;
     bad |= fclose(f) != 0;
-    return bad ? say(err, err_n, "%s: cannot write: %s", path, strerror(errno)) : 0;
+    return bad ? rt_say(err, err_n, "%s: cannot write: %s", path, strerror(errno)) : 0;
 }

@@ -352,12 +352,6 @@ static int parse_args(int argc, char **argv, options *o) {
     return check_background_args(o, until);
 }
 
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 static int load_plan(const options *o, plan *p) {
     char err[1024];
     plan_status st = plan_read(o->plan, -1, p, err, sizeof err);
@@ -645,13 +639,13 @@ static int run_steps(const options *o, rt_run *r, FILE *lf, bool speak, rt_metri
     char err[4096];
     int rc = 0;
     step_size z = step_size_of(r->p, o->f64);
-    double t0 = now_s(), loss = NAN, first = NAN;
+    double t0 = rt_clock_s(), loss = NAN, first = NAN;
     if (speak) {
         snprintf(err, sizeof err, "training %s", o->plan);
         cli_progress_work(err, "steps", (uint64_t)o->steps);
     }
     for (long s = 0; s < o->steps && !rc; s++) {
-        double ts = now_s();
+        double ts = rt_clock_s();
         int st = rt_run_step(r, &loss, err, sizeof err);
         if (st) {
             fprintf(stderr, "planrun: %s%s\n", err, st == RT_STEP_NONFINITE && o->save ? "; nothing saved" : "");
@@ -660,7 +654,7 @@ static int run_steps(const options *o, rt_run *r, FILE *lf, bool speak, rt_metri
         }
         if (s == 0) first = loss;
         if (lf) fprintf(lf, o->f64 ? "%.17g\n" : "%.9g\n", loss);
-        rc = step_done(o, &z, s + 1, loss, now_s() - ts, speak, mx);
+        rc = step_done(o, &z, s + 1, loss, rt_clock_s() - ts, speak, mx);
     }
     cli_progress_work(NULL, NULL, 0);
     // A background round may still be running on the GPU: the run's time includes it, and
@@ -673,7 +667,7 @@ static int run_steps(const options *o, rt_run *r, FILE *lf, bool speak, rt_metri
         fprintf(stderr, "planrun: %s: cannot write the losses\n", o->losses);
         rc = EXIT_FILE;
     }
-    double el = now_s() - t0;
+    double el = rt_clock_s() - t0;
     if (!rc && speak && o->json) json_summary(o, &z, el, first, loss);
     else if (!rc && speak && !o->quiet && o->steps)
         printf("%ld steps in %.3f s (%.1f steps/s); loss %.6f -> %.6f\n", o->steps, el, (double)o->steps / el, first, loss);

@@ -469,6 +469,11 @@ void rt_backend_step_begin(rt_backend *b, int n_threads);
 void rt_backend_thread_exit(rt_backend *b, int thread);
 int rt_backend_step_end(rt_backend *b, char *err, size_t err_n);
 int rt_backend_fail(rt_backend *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+// A message into err (n bytes; nothing when err is NULL or n 0); returns -1, for
+// `return rt_say(err, n, ...)`.
+int rt_say(char *err, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+// Seconds on the host's monotonic clock (timeouts, progress, traces).
+double rt_clock_s(void);
 const char *rt_backend_error(rt_backend *b);
 int rt_backend_host_sum(rt_backend *b, double *v, int n, char *err, size_t err_n);
 int rt_backend_when_done(rt_backend *b, const rt_exec *x, void (*fn)(void *), void *arg, char *err, size_t err_n);
@@ -606,8 +611,6 @@ typedef struct rt_trace_info {
 } rt_trace_info;
 enum { RT_TRACE_STEP_TID = 1000 };  // the track of each step's span
 
-// Monotonic host seconds.
-double rt_trace_clock(void);
 // A trace of world x n_streams tracks that records at most max_slices slices (the rest are
 // counted as dropped). NULL when out of memory or world or n_streams is 0.
 rt_trace *rt_trace_new(int world, uint32_t n_streams, uint64_t max_slices);

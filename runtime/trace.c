@@ -44,18 +44,12 @@ struct rt_trace {
     size_t n_steps, cap_steps;
 };
 
-double rt_trace_clock(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 rt_trace *rt_trace_new(int world, uint32_t n_streams, uint64_t max_slices) {
     rt_trace *t = calloc(1, sizeof *t);
     if (!t || world <= 0 || !n_streams) return free(t), NULL;
     t->tracks = calloc((size_t)world * n_streams, sizeof *t->tracks);
     if (!t->tracks) return free(t), NULL;
-    t->world = world, t->n_streams = n_streams, t->max_slices = max_slices, t->t0 = rt_trace_clock();
+    t->world = world, t->n_streams = n_streams, t->max_slices = max_slices, t->t0 = rt_clock_s();
     return t;
 }
 
