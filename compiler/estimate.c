@@ -212,15 +212,16 @@ static void est_layers(est *E, const pcc_layer *L, int nl, const int *chunk) {
 }
 
 // Bytes on one device of parameter p (owner op i), and whether the step synchronizes its
-// gradient over dp in phase 3's buckets (an all-reduce, or ZeRO's reduce-scatter, unless
-// ZeRO-2 reduce-scatters each micro-batch's by itself; --sync background: tables only).
+// gradient over dp in phase 3's buckets (an all-reduce, or ZeRO's reduce-scatter, unless ZeRO-2
+// with micro-batches or ZeRO-3 reduce-scatters each micro-batch's by itself; --sync background:
+// tables only).
 static double est_param_bytes(const est *E, int p, int i, bool *bucketed) {
     const pcc_tensor *t = &E->g->tensors[p];
     const int *w = est_ways_of(E, i, p);
     double bytes = tensor_bytes(E->g, t);
     for (int r = 0; r < t->rank; r++) bytes /= w[r];
     int zero = E->s->zero;
-    *bucketed = E->dp > 1 && (zero == 0 ? graph_step_synced(E->g, p, E->s->bg_dense) : !(zero == 2 && E->m > 1));
+    *bucketed = E->dp > 1 && (zero == 0 ? graph_step_synced(E->g, p, E->s->bg_dense) : !layout_zero_per_micro_batch(E->s));
     return bytes;
 }
 
@@ -242,7 +243,9 @@ static void est_param(est *E, int p, int i, int d, const pcc_op *opt) {
     if (bucketed) E->sync[d] += cost_bucketed_s(E->c, zero ? PCC_COLL_REDUCE_SCATTER : PCC_COLL_ALL_REDUCE, bytes, pool, cap, dpg);
     if (E->dp > 1 && zero > 0) {
         double ag = cost_collective_s(E->c, PCC_COLL_ALL_GATHER, bytes, dpg) + launch;
-        if (!bucketed) E->sync[d] += cost_collective_s(E->c, PCC_COLL_REDUCE_SCATTER, bytes, dpg) + launch;
+        // Reduce-scattered per micro-batch on the compute stream (preserve.c's zero2_grad), and
+        // summed into the shard: part of every micro-batch's backward.
+        if (!bucketed) E->Bm[d] += cost_collective_s(E->c, PCC_COLL_REDUCE_SCATTER, bytes, dpg) + launch;
         E->post[d] += ag;
         if (zero == 3) E->Fm[d] += ag, E->Bm[d] += ag; // gathered again for each micro-batch's use
     }

@@ -24,8 +24,9 @@
  * stage and summed on another, sent once per step (deferred); a top-level tensor two chunks of
  * one device share (interleaved: it needs a slot per micro-batch); with --sync background, a
  * dense parameter trained per replica along the axes where its gradient would be all-reduced
- * (local); with ZeRO-2 and several micro-batches, a gradient reduce-scattered per micro-batch
- * (zero2). And which values cross stages, in which fixed order (layout_transfers), so that
+ * (local); with ZeRO-2 and several micro-batches, or ZeRO-3 without interleaving, a gradient
+ * reduce-scattered per micro-batch as soon as it is made (zero2: FSDP's and DeepSpeed ZeRO-3's
+ * order, so that no whole gradient outlives its layer). And which values cross stages, in which fixed order (layout_transfers), so that
  * both ends of every message agree.
  *
  * It refuses what phase 3 cannot make yet, with a message: ZeRO-2 with interleaving, a block
@@ -435,20 +436,28 @@ int layout_sync_steps(const pcc_values *E, int gp, pcc_reshard_step *step) {
 
 /* ---- ZeRO-2 ---- */
 
+bool layout_zero_per_micro_batch(const pcc_strategy *s) {
+    int dp = s->mesh[PCC_AX_DP], v = s->virtual_stages > 1 ? s->virtual_stages : 1;
+    return dp > 1 && ((s->zero == 2 && s->micro_batches > 1) || (s->zero == 3 && v == 1));
+}
+
 static bool reads_deferred(const pcc_values *E, const pcc_op *op) {
     for (int i = 0; i < op->nin; i++)
         if (E->deferred[op->in[i]]) return true;
     return false;
 }
 
-// Gradients that ZeRO-2 (with several micro-batches) reduce-scatters per micro-batch: final
-// gradients of parameters whose optimizer runs on a dp shard, made by an operator (not a block's
-// sum over its copies, not a sum with a contribution from another stage) every final parameter
-// gradient of which qualifies too (the operator stops accumulating over micro-batches).
+// Gradients that ZeRO-2 (with several micro-batches) and ZeRO-3 (without interleaving)
+// reduce-scatter per micro-batch: final gradients of parameters whose optimizer runs on a dp
+// shard, made by an operator (not a block's sum over its copies, not a sum with a contribution
+// from another stage) every final parameter gradient of which qualifies too (the operator stops
+// accumulating over micro-batches). ZeRO-3 does so even with one micro-batch: a block's whole
+// gradients would otherwise take a slot per copy until the step's buckets, as much memory as
+// the whole model's gradients, which ZeRO-3 exists to avoid.
 static void zero2_grads(pcc_values *E) {
     const pcc_graph *g = E->g;
     E->zero2 = arena_alloc(g->arena, sizeof(bool) * (size_t)(g->n_tensors + 1));
-    if (E->s->zero != 2 || E->M < 2) return;
+    if (!layout_zero_per_micro_batch(E->s)) return;
     for (int t = 0; t < g->n_tensors; t++) {
         if (!graph_is_final_param_grad(g, t) || !E->sync[t] || E->deferred[t] || g->tensors[t].producer < 0) continue;
         if (reads_deferred(E, &g->ops[g->tensors[t].producer])) continue;

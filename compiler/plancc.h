@@ -1184,6 +1184,10 @@ typedef struct pcc_values {
 // yet (preserve's list).
 pcc_status layout_values(const pcc_graph *g, const pcc_cluster *c, const pcc_strategy *s, const pcc_preserve_opts *o,
                          pcc_values *v);
+// Whether strategy s reduce-scatters each micro-batch's parameter gradients onto the rank's dp
+// shard as soon as they are made (ZeRO-2 with several micro-batches, ZeRO-3 without
+// interleaving), on the compute stream, instead of in the step's gradient buckets.
+bool layout_zero_per_micro_batch(const pcc_strategy *s);
 // The stage of copy `copy` of block b (any block of its family). Can't fail.
 int layout_copy_stage(const pcc_values *v, int b, int copy);
 // The layout parameter gradient gp has as its producer leaves it (partial sums where it sums).
