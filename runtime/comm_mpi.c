@@ -83,13 +83,13 @@ int rt_mpi_begin(int *rank, int *world, char *err, size_t err_n) {
     return 0;
 }
 
-void rt_mpi_end(int exit_code) {
+void rt_mpi_end(int exit_code, bool agreed) {
     int init = 0, fin = 0;
     MPI_Initialized(&init);
     if (!init) return;
     MPI_Finalized(&fin);
     if (fin) return;
-    if (exit_code) {
+    if (exit_code && !agreed) {
         fflush(stdout), fflush(stderr);
         MPI_Abort(MPI_COMM_WORLD, exit_code); // the other ranks stop now rather than at their timeout
     }
@@ -443,7 +443,7 @@ int rt_mpi_begin(int *rank, int *world, char *err, size_t err_n) {
     return -1;
 }
 
-void rt_mpi_end(int exit_code) { (void)exit_code; }
+void rt_mpi_end(int exit_code, bool agreed) { (void)exit_code, (void)agreed; }
 
 rt_backend *rt_backend_mpi_init(const plan *p, const rt_options *o, uint32_t streams, uint32_t events, char *err, size_t err_n) {
     (void)p, (void)o, (void)streams, (void)events;

@@ -861,6 +861,9 @@ static int run(const options *o, const plan *p, const how *h) {
     return rc ? rc : bg_rc;
 }
 
+// A failure every rank of an mpirun reaches alike, before any message (rt_mpi_end).
+static bool mpi_agreed;
+
 // Under mpirun: one rank of the plan per process, through MPI (comm_mpi.c).
 static int run_cpu_mpi(const options *o, const plan *p, const plan *bg, const rt_launch *l) {
     char err[512];
@@ -874,6 +877,7 @@ static int run_cpu_mpi(const options *o, const plan *p, const plan *bg, const rt
     if (world != (int)p->meta.world) {
         fprintf(stderr, "planrun: %s: the plan was compiled for %u rank%s but mpirun started %d processes: run mpirun -np %u\n", o->plan,
                 p->meta.world, p->meta.world == 1 ? "" : "s", world, p->meta.world);
+        mpi_agreed = true;
         return EXIT_LAUNCH;
     }
     const char *why = bg ? "--background" : o->save || o->compare ? "--save and --compare" : o->emulate_network ? "--emulate-network"
@@ -881,6 +885,7 @@ static int run_cpu_mpi(const options *o, const plan *p, const plan *bg, const rt
     if (why) {
         fprintf(stderr, "planrun: %s: not with one rank per process under mpirun (they need every rank in one process: start a "
                 "single planrun)\n", why);
+        mpi_agreed = true;
         return EXIT_USAGE;
     }
     how h = {.backend = "cpu-mpi", .processes = world, .one_rank = true, .rank = rank, .leader = rank == 0};
@@ -1023,6 +1028,6 @@ int main(int argc, char **argv) {
     if (bgp) plan_free(&bg);
     plan_free(&p);
     cli_progress_stop();
-    rt_mpi_end(rc);
+    rt_mpi_end(rc, mpi_agreed);
     return rc;
 }

@@ -640,8 +640,10 @@ uint64_t rt_trace_dropped(const rt_trace *t); // slices not recorded (0 for NULL
 // it cannot, or when this build has no MPI.
 int rt_mpi_begin(int *rank, int *world, char *err, size_t err_n);
 // Ends MPI at planrun's exit: MPI_Abort(exit_code) when it is not 0 (mpirun then stops every
-// other rank at once), else MPI_Finalize. Nothing when MPI was not started.
-void rt_mpi_end(int exit_code);
+// other rank at once), else MPI_Finalize. agreed: every rank fails alike, before any message
+// (a refused launch or option): MPI_Finalize, and each process exits with its code, since a
+// world of simultaneous MPI_Aborts can crash OpenMPI's mpirun. Nothing when MPI was not started.
+void rt_mpi_end(int exit_code, bool agreed);
 // The backend "cpu-mpi" (interp.c asks for it by that name): rank o->rank of p's world, which
 // must be MPI's; up to `streams` streams and `events` events per rank. NULL with a message.
 rt_backend *rt_backend_mpi_init(const plan *p, const rt_options *o, uint32_t streams, uint32_t events, char *err, size_t err_n);
