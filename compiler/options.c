@@ -69,6 +69,7 @@ static void usage(FILE *f) {
             "                     the residual adds and dropout split along the sequence over the tp\n"
             "                     group, so the all-reduce after a row-parallel product becomes a\n"
             "                     reduce-scatter and an all-gather before the next column-parallel one\n"
+            "                     (--auto searches every tp mesh with and without it)\n"
             "  --burst            DeepPool's burst parallelism: every layer data-parallel on its own number\n"
             "                     of devices (1, 2, 4, ... all; a power of two), chosen by a dynamic program\n"
             "                     over the layers on the cost model, with the activation moves between\n"

@@ -860,6 +860,7 @@ typedef enum pcc_pipe_sched { PCC_PIPE_GPIPE = 1, PCC_PIPE_1F1B = 2 } pcc_pipe_s
 typedef struct pcc_config {
     int pp, dp, tp, v, zero;
     bool btp;
+    bool sp;                    // Megatron-LM's sequence parallelism over tp (search.c, seq_keeps)
     pcc_recompute rc;
     // The share of a device's memory the ILP's memory model may fill (0: all). With recompute auto,
     // a configuration the memory planner finds too large is tried again with a smaller share, as

@@ -206,7 +206,7 @@ static pcc_status tp_schedule(const pcc_graph *g, const pcc_cluster *c, const pc
     // Without its memory row the ILP never recomputes (that only costs time): a probe of recompute
     // auto is recompute none's program, which the memo then holds for both.
     pcc_recompute rc = mode == PROBE && k->rc == PCC_RECOMPUTE_AUTO ? PCC_RECOMPUTE_NONE : k->rc;
-    pcc_transform *t = tp_candidates(g, all, rc, bdim, k->dp, k->btp, o->sequence_parallel && tp > 1 ? seq_dim(g) : -1);
+    pcc_transform *t = tp_candidates(g, all, rc, bdim, k->dp, k->btp, k->sp && tp > 1 ? seq_dim(g) : -1);
     double share = k->budget > 0 ? k->budget : 1;
     pcc_intra_opts so = {.group = {tp, 1}, .memory_bytes = mode == RELAXED ? 1e30 : c->memory_bytes * k->pp * share, .ilp = o->ilp,
                          .quiet = true, .bg_dense = o->bg_dense, .bucket_bytes = o->bucket_bytes};
@@ -415,7 +415,7 @@ static pcc_status search_template(pcc_space *S, pcc_strategy ***out, int *n_out)
     const pcc_transform *all = transform_find(S->t, tp);
     PCC_ASSERT(all);
     pcc_config k = {.pp = pp, .dp = dp, .tp = tp, .v = o->virtual_stages > 1 ? o->virtual_stages : 1, .zero = o->zero,
-                    .btp = btp, .rc = o->recompute};
+                    .btp = btp, .sp = o->sequence_parallel, .rc = o->recompute};
     pcc_strategy *s;
     st = build(S, all, &k, SOLVE, &s);
     if (st == PCC_ERR_INFEASIBLE) { // --recompute auto: every block operator recomputed, all memory allowed
@@ -430,26 +430,30 @@ static pcc_status search_template(pcc_space *S, pcc_strategy ***out, int *n_out)
 
 // --auto's configurations on this graph: every mesh, ZeRO from the stage asked for up (1 and 3;
 // 2 only when asked), where each replica's batch divides by tp the batch over tp too (Alpa's
-// mixed plans), recompute as asked (auto: also none and full, Megatron-LM's two, so that every
+// mixed plans), with and without Megatron-LM's sequence parallelism where tp divides the
+// sequence, recompute as asked (auto: also none and full, Megatron-LM's two, so that every
 // template is among the candidates), and interleaving where the pipeline can run it (pp 2).
 static void space_enumerate(pcc_space *S) {
     const pcc_search_opts *o = S->o;
     pcc_recompute rcs[3] = {o->recompute, PCC_RECOMPUTE_NONE, PCC_RECOMPUTE_FULL};
-    int nrc = o->recompute == PCC_RECOMPUTE_AUTO ? 3 : 1;
+    int nrc = o->recompute == PCC_RECOMPUTE_AUTO ? 3 : 1, sdim = seq_dim(S->g);
     for (int tp = 1; tp <= S->N; tp++)
         for (int pp = 1; pp <= S->N / tp; pp++) {
             if (!auto_mesh_ok(S, tp, pp)) continue;
             int dp = S->N / tp / pp;
             bool btp_ok = tp > 1 && S->bdim >= 0 && S->bsize % ((int64_t)dp * tp) == 0;
+            bool sp_ok = tp > 1 && sdim >= 0 && S->g->dims[sdim].size % tp == 0;
             bool inter = o->virtual_stages > 1 && pp == 2 && pp * o->virtual_stages <= S->nl && S->g->micro_batches % pp == 0;
             for (int zero = o->zero; zero <= 3; zero++)
                 for (int btp = 0; btp <= (int)btp_ok; btp++)
-                    for (int r = 0; r < nrc; r++)
-                        for (int v = 0; v <= (int)inter; v++) {
-                            if ((zero == 2 && o->zero != 2) || (zero > o->zero && dp == 1)) continue;
-                            *VEC_PUSH(S->g->arena, S->k, S->n, S->cap) = (pcc_config){
-                                .pp = pp, .dp = dp, .tp = tp, .v = v ? o->virtual_stages : 1, .zero = zero, .btp = btp, .rc = rcs[r]};
-                        }
+                    for (int sp = 0; sp <= (int)sp_ok; sp++)
+                        for (int r = 0; r < nrc; r++)
+                            for (int v = 0; v <= (int)inter; v++) {
+                                if ((zero == 2 && o->zero != 2) || (zero > o->zero && dp == 1)) continue;
+                                *VEC_PUSH(S->g->arena, S->k, S->n, S->cap) = (pcc_config){
+                                    .pp = pp, .dp = dp, .tp = tp, .v = v ? o->virtual_stages : 1, .zero = zero, .btp = btp,
+                                    .sp = sp, .rc = rcs[r]};
+                            }
         }
 }
 
@@ -618,5 +622,6 @@ char *strategy_str(const pcc_strategy *s, char *buf, size_t n) {
              s->mesh[PCC_AX_TP], s->mesh[PCC_AX_PP] == 1 ? "no pipeline" : s->schedule == PCC_PIPE_GPIPE ? "gpipe" : "1f1b", v,
              s->micro_batches, s->micro_batches == 1 ? "" : "es",
              s->zero == 3 ? ", zero 3" : s->zero == 2 ? ", zero 2" : s->zero == 1 ? ", zero 1" : "");
+    if (s->config.sp) snprintf(buf + strlen(buf), n - strlen(buf), ", sequence parallel");
     return buf;
 }

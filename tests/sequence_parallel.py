@@ -13,6 +13,9 @@ For gpt-tiny on CPU ranks with --tp 2, --dp 2 --tp 2 and --tp 4, each with and w
     and the MLP's first product): two of each per block;
   - the per-device peak memory (the plan's peak_bytes) is lower than the same mesh without it;
   - the plan records --sequence-parallel in its options.
+And --auto searches it: on Megatron-LM's 18B model over 32 DGX A100 nodes (batch 1024, estimate
+only), --auto's answer says whether it uses sequence parallelism (JSON "sequence_parallel"), and
+its step is no slower than the template of its own mesh with and without --sequence-parallel.
 What it catches: a constraint that no longer reaches the ILP (norms replicated or hidden-split,
 an all-reduce back in the forward pass), a reduce-scatter on the wrong dimension, the memory
 saving lost. The numerics are the equivalence suite's (tests/equiv.py, SEQ).
@@ -113,6 +116,38 @@ def sp_plan(name, text, shapes):
     return peak
 
 
+def estimate(plancc, root, *opts, may_not_fit=False):
+    """plancc's estimate as JSON; None (a pass) where may_not_fit and nothing fits (exit 3)."""
+    p = run(plancc, os.path.join(root, "models", "megatron-18b.json"), "--cluster",
+            os.path.join(root, "models", "clusters", "dgx-a100.json"), "--nodes", 32, "--global-batch", 1024, *opts,
+            "--estimate-only", "--json")
+    what = f"megatron-18b {' '.join(map(str, opts))}"
+    if may_not_fit and p.returncode == 3:
+        check(f"{what}: does not fit (exit 3)", True)
+        return None
+    return json.loads(p.stdout) if check(f"{what}: estimate", p.returncode == 0, p.stderr.strip()[-300:]) else None
+
+
+def auto_searches_sp(plancc, root):
+    auto = estimate(plancc, root, "--auto")
+    if auto is None:
+        return
+    mesh = ["--dp", auto["dp"], "--tp", auto["tp"], "--pp", auto["pp"], "--micro-batches", auto["micro_batches"],
+            "--zero", auto["zero"], "--recompute", "auto"]
+    if auto["virtual_stages"] > 1:
+        mesh += ["--virtual-stages", auto["virtual_stages"]]
+    steps = {}
+    for sp in (False, True):
+        e = estimate(plancc, root, *mesh, *(["--sequence-parallel"] if sp else []), may_not_fit=not sp)
+        if e is not None:
+            steps[sp] = e["estimate"]["step_s"]
+    check("--auto chooses sequence parallelism on megatron-18b (tp %d)" % auto["tp"],
+          auto["tp"] > 1 and auto["sequence_parallel"] is True, json.dumps({k: auto[k] for k in ("dp", "tp", "pp", "sequence_parallel")}))
+    best = min(steps.values()) if True in steps else None
+    check("--auto's step %.4g s <= its mesh's template with and without --sequence-parallel %s" % (auto["estimate"]["step_s"], steps),
+          best is not None and auto["estimate"]["step_s"] <= best * (1 + 1e-9))
+
+
 def main():
     if len(sys.argv) != 4:
         print(__doc__)
@@ -131,6 +166,7 @@ def main():
             peak = read_plan(plain)[4]
             check(f"{n} ranks {mesh}: peak memory per device {peak_sp} bytes with --sequence-parallel < {peak} without",
                   peak_sp is not None and peak is not None and peak_sp < peak)
+        auto_searches_sp(plancc, root)
     print(f"{passed} passed, {failed} failed")
     return 1 if failed else 0
 
