@@ -25,6 +25,14 @@
  *               v and dO), then dV = P^T dO, dP = dO V^T, dS = softmax' (reads P and dP, writes
  *               dS), dQ = dS K, dK = dS^T Q. Causal masking does not skip work (Megatron-LM
  *               masks a full s x s product, and its FLOP count, the paper's, counts it).
+ *               Dropout of the probabilities (attrs p > 0, Megatron-LM's attention_dropout: a
+ *               torch dropout, unfused) is one more pass over them wherever they are formed: it
+ *               reads P, writes the dropped P' and its one-byte mask (b s s (2 dtype + 1)
+ *               bytes); the backward forms P' again (attention_grad recomputes it; Megatron-LM's
+ *               full recompute re-runs its forward) and passes dP' to dP through the mask,
+ *               another such pass. Memory: planrun's kernels regenerate the mask from the
+ *               counter-based generator, so nothing is saved for the backward (the memory
+ *               planner has nothing to add).
  *   profile     a table of measured times (cluster "profile") replaces the roofline for every
  *               per-device shape it lists: whole operators, or one GEMM.
  *   collectives NCCL's ring (nccl-tests doc/PERFORMANCE.md): n members, alpha per hop, B the bus
@@ -215,10 +223,13 @@ static double attention_s(const pcc_cluster *c, const dev_op *d) {
     double b = dev_dim(d, qk, 0) * dev_dim(d, qk, 2), s = dev_dim(d, qk, 1), h = dev_dim(d, qk, 3);
     double scores = b * s * s * pcc_dtype_bytes(dt);
     double t_qk = cost_gemm_s(c, dt, b, s, s, h, false), t_pv = cost_gemm_s(c, dt, b, s, h, s, op->accumulate);
-    double fwd = t_qk + cost_memory_s(c, 2 * scores) + t_pv; // S = QK^T; P = softmax(S); O = PV
+    // dropout of P: read P, write P' and the mask (one byte an element)
+    double t_drop = op->attrs.p > 0 ? cost_memory_s(c, b * s * s * (2.0 * pcc_dtype_bytes(dt) + 1)) : 0;
+    double fwd = t_qk + cost_memory_s(c, 2 * scores) + t_drop + t_pv; // S = QK^T; P = softmax(S); P' = drop(P); O = P'V
     if (op->kind == PCC_OP_ATTENTION) return fwd;
-    // Backward: S and P again, dV = P^T dO, dP = dO V^T, dS = softmax'(P, dP), dQ = dS K, dK = dS^T Q.
-    return t_qk + cost_memory_s(c, 2 * scores) + 3 * t_pv + t_qk + cost_memory_s(c, 3 * scores);
+    // Backward: S, P and P' again, dV = P'^T dO, dP' = dO V^T, dP = drop'(dP'), dS = softmax'(P, dP),
+    // dQ = dS K, dK = dS^T Q.
+    return t_qk + cost_memory_s(c, 2 * scores) + t_drop + 3 * t_pv + t_qk + t_drop + cost_memory_s(c, 3 * scores);
 }
 
 // A matrix product at its per-device shape: batch letters are in both inputs and the output,

@@ -327,7 +327,7 @@ static void attr_keys(pcc_op_kind k, const char *const **allowed, const char *co
     static const char *const perm[] = {"perm", NULL};
     static const char *const conv[] = {"stride", "padding", NULL};
     static const char *const pool[] = {"kernel", "stride", "padding", NULL}, *const pool_req[] = {"kernel", NULL};
-    static const char *const attn[] = {"causal", "scale", NULL};
+    static const char *const attn[] = {"causal", "scale", "dropout", "seed", NULL};
     static const char *const axes[] = {"axes", NULL};
     static const char *const ce[] = {"ignore_index", "reduction", NULL};
     static const char *const exponent[] = {"exponent", NULL}, *const value[] = {"value", NULL};
@@ -508,10 +508,14 @@ static pcc_status load_attrs(loader *L, pcc_op *op, const pcc_json *v, const cha
     if ((x = json_get(v, "ghost_batch")) && (st = load_ghost(L, op, x, P("ghost_batch")))) return st;
     if ((x = json_get(v, "p")) && (st = json_num(&L->r, x, P("p"), 0, 1, &a->p))) return st;
     if (a->p >= 1) return diag(file_of(L), P("p"), "dropout probability must be below 1");
+    // attention's dropout of its probabilities: the same p and seed (the kernels' mask is keyed
+    // on the global (batch, head, query, key) index, runtime/cpu/attention.c)
+    if ((x = json_get(v, "dropout")) && (st = json_num(&L->r, x, P("dropout"), 0, 1, &a->p))) return st;
+    if (a->p >= 1) return diag(file_of(L), P("dropout"), "attention dropout probability must be below 1");
     if ((x = json_get(v, "seed")) && (st = json_int(&L->r, x, P("seed"), 0, INT64_MAX / 2, &a->seed))) return st;
     // Without a seed, a dropout's seed comes from where it is in the file (its attrs' JSON
     // pointer), so two dropouts never share a mask unless the model says so.
-    if (!x && op->kind == PCC_OP_DROPOUT) a->seed = (int64_t)(plan_fnv1a64(ptr, strlen(ptr)) % (uint64_t)(INT64_MAX / 2));
+    if (!x && (op->kind == PCC_OP_DROPOUT || (op->kind == PCC_OP_ATTENTION && a->p > 0))) a->seed = (int64_t)(plan_fnv1a64(ptr, strlen(ptr)) % (uint64_t)(INT64_MAX / 2));
     if ((x = json_get(v, "causal")) && (st = json_bool(&L->r, x, P("causal"), &a->causal))) return st;
     if ((x = json_get(v, "axis")) && (st = load_axis(L, x, P("axis"), rank, &a->axis))) return st;
     if ((x = json_get(v, "start")) && (st = json_int(&L->r, x, P("start"), 0, MAX_DIM_SIZE, &a->start))) return st;

@@ -167,6 +167,15 @@ static int new_buf(builder *E, prog *P, int t, plan_shard s, uint32_t mb_slots, 
     b->dtype = (uint8_t)(t >= 0 ? E->g->tensors[t].dtype : PCC_F32);
     b->shard = s;
     b->bytes = t >= 0 ? shard_bytes(E, t, s) : 0;
+    // A block tensor's buffer of one layer slot (an activation not kept, a resharding step) is
+    // reused by each copy the stage runs: its layer_base is still the stage's first copy, so that
+    // layer_base + the layer loop's variable names the copy at work (the runtime keys dropout's
+    // masks on it; the verifier matches collectives by it).
+    const pcc_tensor *T = t >= 0 ? &E->g->tensors[t] : NULL;
+    if (T && T->block >= 0 && layer_slots == 1 && base == 0) {
+        int fb = graph_block_family(E->g, T->block);
+        if (E->v->copy_hi[fb][P->stage] > E->v->copy_lo[fb][P->stage]) base = (uint32_t)E->v->copy_lo[fb][P->stage];
+    }
     b->mb_slots = mb_slots, b->layer_slots = layer_slots, b->layer_base = base;
     b->first = b->last = -1;
     b->bucket_next = -1;

@@ -130,6 +130,14 @@ static void products(void) {
         for (int i = 0; i < 4; i++) IN(&c, 2, 7, 3, 4);
         for (int i = 0; i < 3; i++) OUT(&c, 2, 7, 3, 4);
         c.attrs.i[PLAN_AI_CAUSAL] = causal, c.product = true, push(c);
+        // dropout of the probabilities: the cuBLAS path's mask kernels, the CPU's mask
+        c = mk(causal ? "attention, causal, dropout 0.3" : "attention, dropout 0.3", "attention", 1e-4);
+        IN(&c, 2, 7, 3, 4), IN(&c, 2, 7, 3, 4), IN(&c, 2, 7, 3, 4), OUT(&c, 2, 7, 3, 4);
+        c.attrs.i[PLAN_AI_CAUSAL] = causal, c.attrs.f[PLAN_AF_P] = 0.3, c.attrs.i[PLAN_AI_SEED] = 6, c.product = true, push(c);
+        c = mk(causal ? "attention_grad, causal, dropout 0.3" : "attention_grad, dropout 0.3", "attention_grad", 1e-4);
+        for (int i = 0; i < 4; i++) IN(&c, 2, 7, 3, 4);
+        for (int i = 0; i < 3; i++) OUT(&c, 2, 7, 3, 4);
+        c.attrs.i[PLAN_AI_CAUSAL] = causal, c.attrs.f[PLAN_AF_P] = 0.3, c.attrs.i[PLAN_AI_SEED] = 6, c.product = true, push(c);
     }
     // Long rows: the CUDA softmax keeps 2, 4 or 8 elements a thread in registers up to 2048, and
     // reads the row again beyond.
@@ -579,6 +587,8 @@ static void imported(void) {
         if (op == 2) OUT(&c, 4, 5, 7);
         c.attrs.perm[0] = 2, c.attrs.perm[1] = 3, c.attrs.perm[2] = 4, c.attrs.i[PLAN_AI_CAUSAL] = 1, c.attrs.f[PLAN_AF_SCALE] = 0.5;
         push(c);
+        snprintf(name, sizeof name, "%s, cross, GQA, bias, dropout 0.2", names[op]); // the general kernels' mask
+        snprintf(c.name, sizeof c.name, "%s", name), c.attrs.f[PLAN_AF_P] = 0.2, c.attrs.i[PLAN_AI_SEED] = 8, push(c);
     }
     c = mk("gather, axis 1", "gather", 0), IN(&c, 2, 5, 3), ids(IN(&c, 2, 4, 3), 5), OUT(&c, 2, 4, 3), c.attrs.i[PLAN_AI_AXIS] = 1, push(c);
     c = mk("index_select, axis 1", "index_select", 0), IN(&c, 2, 5, 3), ids(IN(&c, 4), 5), OUT(&c, 2, 4, 3), c.attrs.i[PLAN_AI_AXIS] = 1, push(c);

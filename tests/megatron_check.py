@@ -2,8 +2,9 @@
 """The cost model against Megatron-LM's published throughput: no row's error may regress.
 
 The cluster's device figures are first principles (measured GEMM and HBM fractions, none fitted
-to this table: models/clusters/README.md), and with them every row is predicted 12 to 27% faster
-than published, outside the issue's 10% target (what plancc's models and cost model still leave
+to this table: models/clusters/README.md), and with them every row is predicted 9 to 22% faster
+than published (with Megatron-LM's attention dropout counted since 2026-11-28; 12 to 27% before),
+all but one row outside the issue's 10% target (what plancc's models and cost model still leave
 out is listed in the README). The bounds below hold that error from growing; the target is
 printed beside each row, not enforced, until the model reaches it without fitting.
 
@@ -23,8 +24,8 @@ import time
 
 TARGET = 10.0  # percent, the issue's
 # Recorded |error| bounds in percent, per row (tools/megatron_bench.py's table).
-BOUNDS = {"1.7B": 28.5, "3.6B": 28.5, "7.5B": 26.5, "18B": 21.5, "39B": 25.5, "76B": 27.5, "145B": 20.5,
-          "310B": 23.0, "530B": 19.0, "1T": 13.5}
+BOUNDS = {"1.7B": 11.0, "3.6B": 14.5, "7.5B": 18.0, "18B": 16.0,
+          "39B": 20.5, "76B": 23.5, "145B": 17.5, "310B": 20.0, "530B": 17.0, "1T": 12.0}
 TIME_LIMIT_S = 30.0
 
 

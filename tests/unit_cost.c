@@ -165,12 +165,25 @@ static void test_ops(pcc_arena *a) {
         last8[PCC_MAX_RANK] = {1, 1, 8, 1, 1, 1, 1, 1};
     const int *col[4] = {one, rows8, rows8, last8};
     EXPECT(NEAR(cost_op_s(&c, g, q, col), cost_gemm_s(&c, PCC_BF16, 1, 2048, 3200, 25600, false) + bias / 8));
-    // Attention over 20 heads on a device: scores, softmax, weighted sum, unfused.
+    // Attention over 20 heads on a device: scores, softmax, weighted sum, unfused; Megatron-LM's
+    // attention dropout 0.1 (the model's): a pass reading P, writing P' and a one-byte mask.
     int heads8[PCC_MAX_RANK] = {1, 1, 8, 1, 1, 1, 1, 1};
     const int *hd[4] = {heads8, heads8, heads8, heads8};
-    double scores = 20.0 * 2048 * 2048 * 2;
-    EXPECT(NEAR(cost_op_s(&c, g, att, hd), cost_gemm_s(&c, PCC_BF16, 20, 2048, 2048, 160, false) + cost_memory_s(&c, 2 * scores) +
+    double scores = 20.0 * 2048 * 2048 * 2, drop = cost_memory_s(&c, 20.0 * 2048 * 2048 * 5);
+    EXPECT(att->attrs.p == 0.1);
+    EXPECT(NEAR(cost_op_s(&c, g, att, hd), cost_gemm_s(&c, PCC_BF16, 20, 2048, 2048, 160, false) + cost_memory_s(&c, 2 * scores) + drop +
                                                cost_gemm_s(&c, PCC_BF16, 20, 2048, 160, 2048, false)));
+    // Without it, one pass less forward and two less backward (P' formed again, dP' -> dP).
+    const pcc_op *ag = NULL;
+    for (int i = 0; i < g->n_ops && !ag; i++)
+        if (g->ops[i].kind == PCC_OP_ATTENTION_GRAD && g->ops[i].fwd == (int)(att - g->ops)) ag = &g->ops[i];
+    EXPECT(ag != NULL);
+    if (!ag) return;
+    pcc_op att0 = *att, ag0 = *ag;
+    att0.attrs.p = ag0.attrs.p = 0;
+    EXPECT(NEAR(cost_op_s(&c, g, att, hd) - cost_op_s(&c, g, &att0, hd), drop));
+    const int *hdg[7] = {heads8, heads8, heads8, heads8, heads8, heads8, heads8}; // dy, q, k, v -> dq, dk, dv: [b, s, n, d] alike
+    EXPECT(NEAR(cost_op_s(&c, g, ag, hdg) - cost_op_s(&c, g, &ag0, hdg), 2 * drop));
 }
 
 // The example profile, inline in a cluster file: its entries replace the roofline, the rest do not.

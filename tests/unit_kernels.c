@@ -159,6 +159,7 @@ static double max_abs_diff(const tensor *a, const tensor *b) {
     for (int64_t e = 0; e < a->n && e < b->n; e++) w = fmax(w, fabs(a->d[e] - b->d[e]));
     return w;
 }
+static bool close_to(const tensor *a, const tensor *b, double tol) { return max_abs_diff(a, b) <= tol; }
 
 static void free_all(void) {
     for (int k = 0; k < npool; k++) free(pool[k]->d), free(pool[k]->i), free(pool[k]->f), free(pool[k]);
@@ -377,15 +378,57 @@ static void grad_softmax(void) {
     gradcheck("softmax", &f, dy, 0, dx);
 }
 
-static void grad_attention(bool causal, double scale) {
+// p > 0: dropout of the probabilities; the mask is a function of the step, so the central
+// differences see the same one as the backward regenerates.
+static void grad_attention(bool causal, double scale, double p) {
     tensor *q = randu(4, 2, 4, 2, 3), *k = randu(4, 2, 4, 2, 3), *v = randu(4, 2, 4, 2, 3);
-    plan_attrs a = {.f[PLAN_AF_SCALE] = scale, .i[PLAN_AI_CAUSAL] = causal};
+    plan_attrs a = {.f[PLAN_AF_SCALE] = scale, .f[PLAN_AF_P] = p, .i[PLAN_AI_SEED] = 9, .i[PLAN_AI_CAUSAL] = causal};
     call f = {.op = OP_ATTENTION, .a = a, .nin = 3, .in = {q, k, v}, .nout = 1, .out = {zeros(4, 2, 4, 2, 3)}};
     tensor *dy[1], *dq = zeros_like(q), *dk = zeros_like(k), *dv = zeros_like(v);
     run(&f);
     upstream(&f, dy);
     run(&(call){.op = OP_ATTENTION_GRAD, .a = a, .nin = 4, .in = {dy[0], q, k, v}, .nout = 3, .out = {dq, dk, dv}});
-    for (int i = 0; i < 3; i++) gradcheck(causal ? "attention (causal)" : "attention", &f, dy, i, (tensor *[]){dq, dk, dv}[i]);
+    const char *what = p > 0 ? (causal ? "attention (causal, dropout)" : "attention (dropout)") : causal ? "attention (causal)" : "attention";
+    for (int i = 0; i < 3; i++) gradcheck(what, &f, dy, i, (tensor *[]){dq, dk, dv}[i]);
+}
+
+// Attention's dropout mask, read out: q = k = 0 make the probabilities 1/t, and v [b,t,n,t] with
+// v[.., j, .., j] = t makes output element (b, i, h, j) the mask's factor at (b, h, i, j): 0 or
+// 1/(1-p), kept at a rate near 1 - p. Pieces of the batch, the queries, the heads and the keys
+// (v's rows and columns alike, so a piece of t keys still reads its factors) draw the same
+// factors as the whole: the mask is keyed on the global index.
+static tensor *attn_ident(int64_t b, int64_t t, int64_t n, int64_t t0, int64_t tf) {
+    tensor *v = zeros(4, (int)b, (int)t, (int)n, (int)t);
+    for (int64_t e = 0; e < v->n; e++) {
+        int64_t col = e % t, row = e / (t * n) % t;
+        v->d[e] = col == row ? (double)t : 0;
+    }
+    v->start[1] = t0, v->full[1] = tf; // a piece of the keys (its columns are local)
+    return v;
+}
+
+static void attention_dropout_mask(void) {
+    const double p = 0.25;
+    plan_attrs a = {.f[PLAN_AF_P] = p, .i[PLAN_AI_SEED] = 3};
+    tensor *q = zeros(4, 2, 6, 3, 2), *k = zeros(4, 2, 16, 3, 2), *y = zeros(4, 2, 6, 3, 16);
+    run(&(call){.op = OP_ATTENTION, .a = a, .nin = 3, .in = {q, k, attn_ident(2, 16, 3, 0, 16)}, .nout = 1, .out = {y}});
+    int64_t kept = 0, bad = 0;
+    for (int64_t e = 0; e < y->n; e++) kept += y->d[e] != 0, bad += y->d[e] != 0 && fabs(y->d[e] - 1 / (1 - p)) > 1e-12;
+    EXPECT(bad == 0 && kept > 0.68 * (double)y->n && kept < 0.82 * (double)y->n); // 432 of 576 expected, sd 10
+    for (int dim = 0; dim < 3; dim++) { // batch, queries, heads: q's and the output's pieces
+        tensor *qp = piece(q, dim, 1, 2), *kp = dim == 2 ? piece(k, 2, 1, 2) : dim == 0 ? piece(k, 0, 1, 2) : k;
+        tensor *vp = attn_ident(dim == 0 ? 1 : 2, 16, dim == 2 ? 1 : 3, 0, 16), *yp = zeros_like(piece(y, dim, 1, 2));
+        if (dim != 1) vp->start[dim] = 1, vp->full[dim] = dim == 0 ? 2 : 3;
+        run(&(call){.op = OP_ATTENTION, .a = a, .nin = 3, .in = {qp, kp, vp}, .nout = 1, .out = {yp}});
+        EXPECT(close_to(yp, piece(y, dim, 1, 2), 1e-12));
+    }
+    tensor *kp = piece(k, 1, 8, 16), *yp = zeros(4, 2, 6, 3, 8); // keys 8..15: the output's columns 8..15
+    run(&(call){.op = OP_ATTENTION, .a = a, .nin = 3, .in = {q, kp, attn_ident(2, 8, 3, 8, 16)}, .nout = 1, .out = {yp}});
+    EXPECT(close_to(yp, piece(y, 3, 8, 16), 1e-12));
+    a.f[PLAN_AF_P] = 0; // no dropout: the plain average
+    run(&(call){.op = OP_ATTENTION, .a = a, .nin = 3, .in = {q, k, attn_ident(2, 16, 3, 0, 16)}, .nout = 1, .out = {y}});
+    for (int64_t e = 0; e < y->n; e++) bad += fabs(y->d[e] - 1) > 1e-12;
+    EXPECT(bad == 0);
 }
 
 static void grad_embedding(bool bag) {
@@ -540,9 +583,12 @@ static void gradients(void) {
     grad_norm(OP_LAYERNORM);
     grad_norm(OP_RMSNORM);
     grad_softmax();
-    grad_attention(true, 0);
-    grad_attention(false, 0);
-    grad_attention(true, 0.7);
+    grad_attention(true, 0, 0);
+    grad_attention(false, 0, 0);
+    grad_attention(true, 0.7, 0);
+    grad_attention(true, 0, 0.3);
+    grad_attention(false, 0.7, 0.5);
+    attention_dropout_mask();
     grad_embedding(false);
     grad_embedding(true);
     grad_concat_split();
@@ -563,7 +609,6 @@ static void gradients(void) {
 
 /* ---- splits: pieces against the whole ---- */
 
-static bool close_to(const tensor *a, const tensor *b, double tol) { return max_abs_diff(a, b) <= tol; }
 
 // a + b of two tensors of one shape.
 static tensor *sum2(const tensor *a, const tensor *b) {
@@ -1086,8 +1131,8 @@ static void grad_topk(void) {
 // width 5 unlike d 3, a bias [n,s,t] (attrs perm 2,3,4 of the scores' [b,n,s,t]), causal or not,
 // a scale: dq, dk, dv, dbias against central differences; and a split of the query heads (the
 // second pair, reading kv head 1 of the whole keys) computes the same rows.
-static void grad_attention_general(bool causal) {
-    plan_attrs a = {.f[PLAN_AF_SCALE] = 0.6, .i[PLAN_AI_CAUSAL] = causal, .perm = {2, 3, 4}};
+static void grad_attention_general(bool causal, double p) {
+    plan_attrs a = {.f[PLAN_AF_SCALE] = 0.6, .f[PLAN_AF_P] = p, .i[PLAN_AI_SEED] = 4, .i[PLAN_AI_CAUSAL] = causal, .perm = {2, 3, 4}};
     tensor *q = randu(4, 2, 3, 4, 3), *k = randu(4, 2, 4, 2, 3), *v = randu(4, 2, 4, 2, 5), *bias = randu(3, 4, 3, 4);
     call f = {.op = OP_ATTENTION, .a = a, .nin = 4, .in = {q, k, v, bias}, .nout = 1, .out = {zeros(4, 2, 3, 4, 5)}};
     tensor *dy[1], *dq = zeros_like(q), *dk = zeros_like(k), *dv = zeros_like(v), *db = zeros_like(bias);
@@ -1095,7 +1140,7 @@ static void grad_attention_general(bool causal) {
     upstream(&f, dy);
     run(&(call){.op = OP_ATTENTION_GRAD, .a = a, .nin = 5, .in = {dy[0], q, k, v, bias}, .nout = 3, .out = {dq, dk, dv}});
     run(&(call){.op = OP_ATTENTION_GRAD_BIAS, .a = a, .nin = 5, .in = {dy[0], q, k, v, bias}, .nout = 1, .out = {db}});
-    const char *what = causal ? "attention (cross, GQA, bias, causal)" : "attention (cross, GQA, bias)";
+    const char *what = p > 0 ? "attention (cross, GQA, bias, dropout)" : causal ? "attention (cross, GQA, bias, causal)" : "attention (cross, GQA, bias)";
     for (int i = 0; i < 4; i++) gradcheck(what, &f, dy, i, (tensor *[]){dq, dk, dv, db}[i]);
     tensor *qp = piece(q, 2, 2, 4), *bp = piece(bias, 0, 2, 4), *yp = zeros(4, 2, 3, 2, 5);
     call part = {.op = OP_ATTENTION, .a = a, .nin = 4, .in = {qp, k, v, bp}, .nout = 1, .out = {yp}};
@@ -1149,8 +1194,9 @@ static void gradients_ext(void) {
     grad_gather(false);
     grad_gather(true);
     refused(c2(OP_INDEX_SELECT, (plan_attrs){.i[PLAN_AI_AXIS] = 0}, zeros(1, 3), ids(9, 1, 2), zeros(1, 2)), "outside [0, 3)");
-    grad_attention_general(false);
-    grad_attention_general(true);
+    grad_attention_general(false, 0);
+    grad_attention_general(true, 0);
+    grad_attention_general(true, 0.3);
     plan_attrs m = {.perm = {1, 3}};
     refused(c2(OP_SUB, m, zeros(3, 2, 3, 4), zeros(2, 3, 4), zeros(3, 2, 3, 4)), "not input 0 [2,3,4] with axes left out");
     refused(c1(OP_SUM, (plan_attrs){.perm = {2}}, zeros(3, 2, 3, 4), zeros(1, 4)), "output 0 is [4]");

@@ -413,11 +413,12 @@ def check_produced(m):
 
 
 def gpt(name, description, layers, hidden, heads, seq, vocab, batch, dtype, optimizer,
-        ffn=None, dropout=None):
+        ffn=None, dropout=None, attn_dropout=None):
     """GPT-2 layout: learned positions, pre-LN blocks, tanh GELU MLP of 4H, tied LM head.
 
     dropout: the hidden dropout probability, as Megatron-LM applies it (on the embeddings' sum
-    and on each residual branch before its add); None for none."""
+    and on each residual branch before its add); None for none. attn_dropout: the attention
+    probabilities' dropout (Megatron-LM's attention_dropout; attention's "dropout" attr)."""
     m = Model(name, description, dtype)
     B, S, H, V = m.dim("B", batch), m.dim("S", seq), m.dim("H", hidden), m.dim("V", vocab)
     assert hidden % heads == 0
@@ -463,7 +464,8 @@ def gpt(name, description, layers, hidden, heads, seq, vocab, batch, dtype, opti
         m.op("linear", ["a", "w" + p, "b" + p], [p])
         m.op("reshape", [p], [p + "4"])
     m.act("o4", [B, S, N, D])
-    m.op("attention", ["q4", "k4", "v4"], ["o4"], {"causal": True})
+    m.op("attention", ["q4", "k4", "v4"], ["o4"],
+         {"causal": True, "dropout": attn_dropout} if attn_dropout else {"causal": True})
     m.act("o", [B, S, H])
     m.op("reshape", ["o4"], ["o"])
     m.param("wo", [H, H], normal(proj_std))
@@ -560,13 +562,14 @@ def megatron(row):
             "GPUs in the paper). The paper trains in fp16 with loss scaling; this model uses bf16 "
             "(same 2-byte storage and tensor-core FLOP rate on A100, no loss scaling). "
             "Published size %s B; the paper's formula 12*l*h^2*(1 + 13/(12h) + (V+s)/(12*l*h)) "
-            "counts every parameter here except the final layernorm's 2h. Hidden dropout 0.1 as in "
-            "Megatron-LM (on the embeddings' sum and on each residual branch); its attention dropout "
-            "over the b x heads x s x s probabilities is not an operator here. " % (
+            "counts every parameter here except the final layernorm's 2h. Dropout as in Megatron-LM's "
+            "SC'21 runs: hidden dropout 0.1 (on the embeddings' sum and on each residual branch) and "
+            "attention dropout 0.1 (on the b x heads x s x s probabilities). " % (
                 row["model"], l, h, a, mb, row["tp"], row["pp"], row["global_batch"],
                 row["gpus"], row["params_b"]) + GPT_NOTE)
     return gpt(megatron_name(row), desc, layers=l, hidden=h, heads=a, seq=2048, vocab=51200,
-               batch=mb, dtype="bf16", optimizer=adamw(1.5e-4, (0.9, 0.95), 1e-8, 0.1), dropout=0.1)
+               batch=mb, dtype="bf16", optimizer=adamw(1.5e-4, (0.9, 0.95), 1e-8, 0.1), dropout=0.1,
+               attn_dropout=0.1)
 
 
 # ---------------------------------------------------------------------------------------------

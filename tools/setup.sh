@@ -18,6 +18,7 @@ need=(
   python3-torch                        # tools/torch_ref.py: the PyTorch reference of gpt-tiny (Debian's 1.13;
                                        # without it the script exits 77, meson's skip); tools/plancc-import torch
   python3-onnx                         # tools/plancc-import onnx: graphs exported by torch.onnx.export
+  python3-numpy                        # tools/torch_ref.py: planrun's attention dropout mask (python3-torch pulls it in too)
 )
 
 missing=()

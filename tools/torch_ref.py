@@ -25,7 +25,11 @@ The model, GPT-2's layout (nanoGPT's model.py, without dropout):
               x = x + fc2(gelu(fc1(ln2(x))))   fc1 H -> F, fc2 F -> H, GELU's tanh approximation
   logits = lnf(x) @ wte^T                      final layernorm, LM head tied to the embedding
   loss = cross_entropy(logits, targets)        the mean over all B*S positions
-attn is causal softmax(q k^T / sqrt(D)) v per head, the heads being H's consecutive D-column
+attn is causal softmax(q k^T / sqrt(D)) v per head, and with the attention's "dropout" attr
+(tests/models/gpt-tiny-attn-dropout.json) softmax(...) x M v, M planrun's own mask: PyTorch's
+generator cannot draw it, so attn_mask draws it here as runtime/cpu/attention.c does (rt.h's
+counter-based generator keyed by --seed, the attrs' seed, the step, micro-batch and block copy,
+at the global (batch, head, query, key) index); the heads being H's consecutive D-column
 slices (plancc's reshape [B,S,H] -> [B,S,N,D] is row-major, as torch's view). plancc's linear is
 y = x W^T + b with W [n, k]: nn.Linear's own layout, so every weight is copied as it is, no
 transposes. Layernorm eps comes from the op's attrs (default 1e-5).
@@ -266,8 +270,14 @@ def load_model(path):
         if set(attrs.get(key, {})) - {"eps"}:
             raise Fail("%s: a layernorm with attrs %s" % (path, attrs[key]))
     eps = [attrs[k].get("eps", 1e-5) for k in ("layernorm:x", "layernorm:r", "layernorm:h_out")]
-    if attrs["attention:q4"].get("causal", True) is not True or set(attrs["attention:q4"]) - {"causal"}:
-        raise Fail("%s: this reference builds causal attention only" % path)
+    at = attrs["attention:q4"]
+    if at.get("causal", True) is not True or set(at) - {"causal", "dropout", "seed"}:
+        raise Fail("%s: this reference builds causal attention only (with dropout and its seed)" % path)
+    # Attention dropout: planrun's mask, drawn here as the kernels draw it (attn_mask); without a
+    # seed, plancc's: FNV-1a of the attrs' JSON pointer.
+    attn_p = float(at.get("dropout", 0))
+    ai = [op[0] for op in GPT2_BLOCK].index("attention")
+    attn_seed = at.get("seed", fnv1a64(("/ops/%d/ops/%d/attrs" % (bi, ai)).encode()) % ((2 ** 63 - 1) // 2))
     opt = dict(OPT_DEFAULTS)
     opt.update(m.get("optimizer", {}))
     if opt.pop("type", "adamw") != "adamw":
@@ -277,7 +287,42 @@ def load_model(path):
     for k, v in bparams.items():
         pmap["blocks.*." + k] = (v, blk["repeat"])
     return {"B": B, "S": S, "V": V, "H": H, "N": N, "D": D, "F": F_, "L": blk["repeat"], "eps": eps,
-            "opt": opt, "params": pmap, "name": m["name"], "high": V}
+            "opt": opt, "params": pmap, "name": m["name"], "high": V, "attn_p": attn_p, "attn_seed": attn_seed}
+
+
+def fnv1a64(data):
+    """runtime/plan/hash.c's plan_fnv1a64."""
+    h = 0xCBF29CE484222325
+    for b in data:
+        h = ((h ^ b) * 0x100000001B3) & MASK
+    return h
+
+
+def attn_mask(cfg, seed, step, mb, layer, b0, nb):
+    """Attention dropout's factors [nb, N, S, S] (numpy float64: 0 or 1/(1-p)) for rows b0..b0+nb
+    of micro-batch mb at 1-based step `step`, block copy `layer`: cpu/attention.c's attn_mask_row,
+    rt_key(seed, attrs seed, step, mb, layer) and the global index ((b N + h) S + i) S + j, in
+    numpy's wrapping uint64 arithmetic."""
+    import numpy as np
+    N, S, p = cfg["N"], cfg["S"], cfg["attn_p"]
+    key = rt_key(rt_key(rt_key(rt_key(seed, cfg["attn_seed"]), step), mb), layer)
+    u = np.uint64
+    b = np.arange(b0, b0 + nb, dtype=u)[:, None, None, None]
+    h = np.arange(N, dtype=u)[None, :, None, None]
+    i = np.arange(S, dtype=u)[None, None, :, None]
+    j = np.arange(S, dtype=u)[None, None, None, :]
+
+    def mix(x):
+        x = x + u(0x9E3779B97F4A7C15)
+        x = (x ^ (x >> u(30))) * u(0xBF58476D1CE4E5B9)
+        x = (x ^ (x >> u(27))) * u(0x94D049BB133111EB)
+        return x ^ (x >> u(31))
+
+    with np.errstate(over="ignore"):
+        idx = ((b * u(N) + h) * u(S) + i) * u(S) + j
+        draw = mix(mix(u(key) ^ mix(idx)))  # rt_uniform(rt_key(key, idx)): rt_uniform mixes once more
+    uniform = (draw >> u(11)).astype(np.float64) * 2.0 ** -53
+    return np.where(uniform >= p, 1 / (1 - p), 0.0)
 
 
 # ---- the PyTorch model ----
@@ -296,17 +341,19 @@ def build_torch(cfg):
             self.ln2 = nn.LayerNorm(H, eps=cfg["eps"][1])
             self.fc1, self.fc2 = nn.Linear(H, Fd), nn.Linear(Fd, H)
 
-        def attn(self, a):
+        def attn(self, a, drop):
             B, S, H = a.shape
             N, D = cfg["N"], cfg["D"]
             q, k, v = (m(a).view(B, S, N, D).transpose(1, 2) for m in (self.q, self.k, self.v))
             att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(D))
             causal = torch.ones(S, S, dtype=torch.bool).triu(1)
             att = F.softmax(att.masked_fill(causal, float("-inf")), dim=-1)
+            if drop is not None:  # planrun's mask (attn_mask), its factor rounded to the dtype
+                att = att * drop.to(att.dtype)
             return (att @ v).transpose(1, 2).reshape(B, S, H)
 
-        def forward(self, x):
-            x = x + self.proj(self.attn(self.ln1(x)))
+        def forward(self, x, drop=None):
+            x = x + self.proj(self.attn(self.ln1(x), drop))
             return x + self.fc2(F.gelu(self.fc1(self.ln2(x)), approximate="tanh"))
 
     class GPT(nn.Module):
@@ -317,11 +364,16 @@ def build_torch(cfg):
             self.blocks = nn.ModuleList(Block() for _ in range(cfg["L"]))
             self.lnf = nn.LayerNorm(cfg["H"], eps=cfg["eps"][2])
 
-        def forward(self, tokens, targets):
+        def forward(self, tokens, targets, where=None):
+            """where: (seed, step, mb, b0) for attention dropout's masks, rows b0.. of the micro-batch."""
             S = tokens.shape[1]
             x = F.embedding(tokens, self.wte) + self.wpe[:S]
-            for b in self.blocks:
-                x = b(x)
+            for layer, b in enumerate(self.blocks):
+                drop = None
+                if cfg["attn_p"] > 0:
+                    seed, step, mb, b0 = where
+                    drop = torch.from_numpy(attn_mask(cfg, seed, step, mb, layer, b0, tokens.shape[0]))
+                x = b(x, drop)
             logits = F.linear(self.lnf(x), self.wte)
             return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
 
@@ -439,7 +491,7 @@ def torch_side(a, cfg, init, dtype, halves=False):
             tok, tgt = torch.tensor(tok, dtype=torch.long), torch.tensor(tgt, dtype=torch.long)
             for part in parts:
                 w = (part.stop - part.start) / B  # the part's share of the micro-batch's mean
-                loss = model(tok[part], tgt[part])
+                loss = model(tok[part], tgt[part], (a.seed, s + 1, mb, part.start))
                 (loss * (w / M)).backward()
                 total += w * loss.item()
         losses.append(total / M)

@@ -15,7 +15,17 @@
  * GEMMs. The backward recomputes the probabilities: attention_grad (dy, q, k, v[, bias]) ->
  * dq, dk, dv (dk and dv summed over the query heads that share them: zeroed first unless
  * accumulating), attention_grad_bias (dy, q, k, v, bias) -> dbias (dS summed over the axes the
- * bias lacks). Scratch is two s x t matrices per call.
+ * bias lacks). Scratch is two s x t matrices and a row of t per call.
+ *
+ * Dropout of the probabilities (attrs p, Megatron-LM's attention_dropout): O = (P . M) V with
+ * M = keep / (1 - p) per element, drawn from rt.h's counter-based generator keyed by (the run's
+ * seed, attrs seed, step, micro-batch, block copy) and the GLOBAL index ((batch x heads + head)
+ * x queries + query) x keys + key, from the views' start and full. So a split of the batch, the
+ * heads, the queries or the keys, a recompute and the backward all draw the same mask. The
+ * backward regenerates M rather than reading a stored one, as FlashAttention does with its
+ * Philox offsets (Megatron-LM's unfused path stores it instead; compiler/cost.c counts that):
+ * dV = (P . M)^T dY, dP = (dY V^T) . M, dS = P (dP - rowsum(dP P)). Masked-out (causal) keys
+ * draw a value too but hold 0 either way.
  */
 #include "cpu.h"
 
@@ -28,6 +38,9 @@ typedef struct attn_geom {
     const real *bias;
     real scale;
     bool causal;
+    double p;                                  // dropout of the probabilities (0: none)
+    uint64_t key;                              // its mask's key, before the element index
+    int64_t b0, s0, t0, heads, queries, keys;  // global: first batch, query, key; full sizes
 } attn_geom;
 
 static int attn_check(kctx *c, uint32_t qi, attn_geom *g) {
@@ -59,7 +72,28 @@ static int attn_check(kctx *c, uint32_t qi, attn_geom *g) {
     double sc = c->a->f[PLAN_AF_SCALE];
     g->scale = (real)(sc != 0 ? sc : 1 / sqrt((double)(g->d > 0 ? g->d : 1)));
     g->causal = c->a->i[PLAN_AI_CAUSAL] != 0;
+    g->p = c->a->f[PLAN_AF_P];
+    if (!(g->p >= 0 && g->p < 1)) return cpu_fail(c, "dropout p = %g; the drop probability must be in [0, 1)", g->p);
+    const rt_kernel *kk = c->k;
+    g->key = rt_key(rt_key(rt_key(rt_key(kk->seed, (uint64_t)c->a->i[PLAN_AI_SEED]), kk->step), kk->mb), kk->layer);
+    g->b0 = q->start[0], g->s0 = q->start[1], g->t0 = k->start[1];
+    g->heads = q->full[2], g->queries = q->full[1], g->keys = k->full[1];
     return 0;
+}
+
+// The dropout factors of row i (local query) of batch bi, head h (local): 0 or 1 / (1 - p).
+static void attn_mask_row(const attn_geom *g, int64_t bi, int64_t h, int64_t i, real *m) {
+    uint64_t row = (uint64_t)((((g->b0 + bi) * g->heads + g->q_head0 + h) * g->queries + g->s0 + i) * g->keys + g->t0);
+    real keep = (real)(1 / (1 - g->p));
+    for (int64_t j = 0; j < g->t; j++) m[j] = rt_uniform(rt_key(g->key, row + (uint64_t)j)) >= g->p ? keep : 0;
+}
+
+// p [s,t] *= the mask of batch bi, head h (m: t reals of scratch).
+static void attn_drop(const attn_geom *g, int64_t bi, int64_t h, real *p, real *m) {
+    for (int64_t i = 0; i < g->s; i++) {
+        attn_mask_row(g, bi, h, i, m);
+        for (int64_t j = 0; j < g->t; j++) p[i * g->t + j] *= m[j];
+    }
 }
 
 // p [s,t] = softmax(scale q k^T + bias) of batch bi, query head h (kv head kv).
@@ -89,7 +123,7 @@ static int64_t attn_kv(const attn_geom *g, int64_t h) { return (g->q_head0 + h) 
 int CPU_KERNEL(attention)(kctx *c) {
     attn_geom g;
     if (attn_check(c, 0, &g)) return -1;
-    real *p = cpu_scratch(c, g.s * g.t);
+    real *p = cpu_scratch(c, g.s * g.t + g.t);
     if (!p) return -1;
     const real *Q = cpu_r(&c->in[0]), *K = cpu_r(&c->in[1]), *V = cpu_r(&c->in[2]);
     real *Y = cpu_r(&c->out[0]);
@@ -97,6 +131,7 @@ int CPU_KERNEL(attention)(kctx *c) {
         for (int64_t h = 0; h < g.n; h++) {
             int64_t kv = attn_kv(&g, h);
             attn_probs(&g, Q + bi * g.s * g.n * g.d + h * g.d, K + bi * g.t * g.m * g.d + kv * g.d, bi, h, p);
+            if (g.p > 0) attn_drop(&g, bi, h, p, p + g.s * g.t);
             cpu_gemm(false, false, g.s, g.e, g.t, 1, p, g.t, V + bi * g.t * g.m * g.e + kv * g.e, g.m * g.e, cpu_beta(c),
                      Y + bi * g.s * g.n * g.e + h * g.e, g.n * g.e);
         }
@@ -104,25 +139,32 @@ int CPU_KERNEL(attention)(kctx *c) {
     return 0;
 }
 
-// dS = P (dP - rowsum(dP P)), in place over dp.
-static void attn_dscores(const attn_geom *g, const real *p, real *dp) {
+// dS = P (dP - rowsum(dP P)), in place over dp. With dropout, dp holds dY V^T (the gradient of
+// the dropped probabilities): each row is first multiplied by its mask, and p becomes P . M (what
+// dV reads); m is t reals of scratch.
+static void attn_dscores(const attn_geom *g, int64_t bi, int64_t h, real *p, real *dp, real *m) {
     for (int64_t i = 0; i < g->s; i++) {
-        const real *pr = p + i * g->t;
-        real *dr = dp + i * g->t;
+        real *pr = p + i * g->t, *dr = dp + i * g->t;
+        if (g->p > 0) {
+            attn_mask_row(g, bi, h, i, m);
+            for (int64_t j = 0; j < g->t; j++) dr[j] *= m[j];
+        }
         double dot = 0;
         for (int64_t j = 0; j < g->t; j++) dot += (double)dr[j] * pr[j];
         for (int64_t j = 0; j < g->t; j++) dr[j] = pr[j] * (dr[j] - (real)dot);
+        if (g->p > 0)
+            for (int64_t j = 0; j < g->t; j++) pr[j] *= m[j];
     }
 }
 
-// dS of batch bi, head h into dp (p: the probabilities, recomputed).
+// dS of batch bi, head h into dp; p: the probabilities, recomputed, as dV reads them (dropped).
 static void attn_ds(const attn_geom *g, const real *DY, const real *Q, const real *K, const real *V, int64_t bi, int64_t h, real *p,
                     real *dp) {
     int64_t kv = attn_kv(g, h);
     attn_probs(g, Q + bi * g->s * g->n * g->d + h * g->d, K + bi * g->t * g->m * g->d + kv * g->d, bi, h, p);
     cpu_gemm(false, true, g->s, g->t, g->e, 1, DY + bi * g->s * g->n * g->e + h * g->e, g->n * g->e, V + bi * g->t * g->m * g->e + kv * g->e,
              g->m * g->e, 0, dp, g->t);
-    attn_dscores(g, p, dp);
+    attn_dscores(g, bi, h, p, dp, dp + g->s * g->t);
 }
 
 // (dy, q, k, v[, bias]) -> (dq, dk, dv): dv = P^T dy, dP = dy v^T, dq = scale dS k, dk = scale dS^T q.
@@ -131,7 +173,7 @@ int CPU_KERNEL(attention_grad)(kctx *c) {
     if (attn_check(c, 1, &g)) return -1;
     for (uint32_t i = 0; i < 3; i++)
         if (cpu_like(c, i == 0 ? "dq" : i == 1 ? "dk" : "dv", &c->out[i], &c->in[1 + i])) return -1;
-    real *p = cpu_scratch(c, 2 * g.s * g.t);
+    real *p = cpu_scratch(c, 2 * g.s * g.t + g.t);
     if (!p) return -1;
     real *dp = p + g.s * g.t;
     const real *DY = cpu_r(&c->in[0]), *Q = cpu_r(&c->in[1]), *K = cpu_r(&c->in[2]), *V = cpu_r(&c->in[3]);
@@ -141,7 +183,7 @@ int CPU_KERNEL(attention_grad)(kctx *c) {
         for (int64_t h = 0; h < g.n; h++) {
             int64_t kv = attn_kv(&g, h), qo = bi * g.s * g.n * g.d + h * g.d, ko = bi * g.t * g.m * g.d + kv * g.d;
             attn_ds(&g, DY, Q, K, V, bi, h, p, dp);
-            // p holds the probabilities, dp now dS
+            // p holds the probabilities as the forward multiplied V by (dropped), dp now dS
             cpu_gemm(true, false, g.t, g.e, g.s, 1, p, g.t, DY + bi * g.s * g.n * g.e + h * g.e, g.n * g.e, 1,
                      DV + bi * g.t * g.m * g.e + kv * g.e, g.m * g.e);
             cpu_gemm(false, false, g.s, g.d, g.t, g.scale, dp, g.t, K + ko, g.m * g.d, cpu_beta(c), DQ + qo, g.n * g.d);
@@ -155,7 +197,7 @@ int CPU_KERNEL(attention_grad)(kctx *c) {
 int CPU_KERNEL(attention_grad_bias)(kctx *c) {
     attn_geom g;
     if (attn_check(c, 1, &g) || cpu_like(c, "output 0", &c->out[0], &c->in[4])) return -1;
-    real *p = cpu_scratch(c, 2 * g.s * g.t);
+    real *p = cpu_scratch(c, 2 * g.s * g.t + g.t);
     if (!p) return -1;
     real *dp = p + g.s * g.t, *DB = cpu_r(&c->out[0]);
     const real *DY = cpu_r(&c->in[0]), *Q = cpu_r(&c->in[1]), *K = cpu_r(&c->in[2]), *V = cpu_r(&c->in[3]);

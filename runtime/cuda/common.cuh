@@ -1,5 +1,5 @@
 /*
- * common.cuh: what kernels.cu and kernels_nn.cu share: loads and stores in any float dtype,
+ * common.cuh: what the .cu files share: loads and stores in any float dtype, the counter-based generator,
  * grid-stride loops, block reductions. Private to runtime/cuda/.
  *
  * Everything is written to be obviously right rather than fast: one thread per output element
@@ -16,6 +16,26 @@
 #include <cuda_runtime.h>
 
 #define CK_THREADS 256 // threads per block, a power of two (the block reductions need one)
+
+// rt.h's counter-based generator (rt_mix, rt_key, rt_uniform), bit for bit: dropout's masks must
+// equal the CPU's.
+static __device__ __forceinline__ uint64_t ck_mix(uint64_t x) {
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+static __device__ __forceinline__ uint64_t ck_key(uint64_t key, uint64_t word) { return ck_mix(key ^ ck_mix(word)); }
+static __device__ __forceinline__ double ck_uniform(uint64_t key) { return (double)(ck_mix(key) >> 11) * 0x1.0p-53; }
+
+// Attention's dropout factor of score (bi, h, i, j) (local indices): 0 or 1 / (1 - p), drawn at
+// the global index ((batch x heads + head) x queries + query) x keys + key as
+// cpu/attention.c's attn_mask_row draws it; 1 without dropout.
+static __device__ __forceinline__ float ck_attn_keep(const ck_attn *a, int64_t bi, int64_t h, int64_t i, int64_t j) {
+    if (!(a->p > 0)) return 1.0f;
+    uint64_t g = (uint64_t)((((a->b0 + bi) * a->heads + a->q_head0 + h) * a->queries + a->s0 + i) * a->keys + a->t0 + j);
+    return ck_uniform(ck_key(a->key, g)) >= a->p ? (float)(1 / (1 - a->p)) : 0.0f;
+}
 
 // Element i of p (dtype dt) as float.
 static __device__ __forceinline__ float ld(const void *p, int64_t i, int dt) {

@@ -144,6 +144,9 @@ int cu_op_kernel(rt_backend *b, const rt_exec *x, const rt_kernel *k, char *err,
 // ops_ext.c: the operators of imported models (runtime/ops.def's last section), and add, mul and
 // reduce_sum when attrs perm carries an axis map; after ops.c's checks of arity, views and dtypes.
 int cu_ext_op(cu_state *cu, cudaStream_t st, const rt_kernel *k, const char *name, char *err, size_t err_n);
+// ops_ext.c: attention's dropout into a (p, key, the global geometry ck_attn_keep reads) from
+// kernel k's attrs and the query and key views; -1 (a untouched beyond p) when p is outside [0, 1).
+int cu_attn_dropout(const rt_kernel *k, const rt_view *q, const rt_view *kk, ck_attn *a);
 int cu_op_copy(rt_backend *b, const rt_exec *x, void *dst, const rt_box *db, const void *src, const rt_box *sb, uint64_t bytes,
                uint32_t dtype, char *err, size_t err_n);
 void cu_ops_free(cu_state *cu);

@@ -81,14 +81,7 @@ extern "C" cudaError_t ck_ew(cudaStream_t st, const ck_ew_args *a) {
 
 /* ---- dropout: rt.h's counter-based generator ---- */
 
-static __device__ __forceinline__ uint64_t ck_mix(uint64_t x) {
-    x += 0x9e3779b97f4a7c15ull;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
-static __device__ __forceinline__ uint64_t ck_key(uint64_t key, uint64_t word) { return ck_mix(key ^ ck_mix(word)); }
-static __device__ __forceinline__ double ck_uniform(uint64_t key) { return (double)(ck_mix(key) >> 11) * 0x1.0p-53; }
+// ck_mix, ck_key and ck_uniform: common.cuh.
 
 __global__ void k_dropout(void *y, int ydt, const void *x, int xdt, ck_box b, int64_t n, uint64_t key, double p, float keep,
                           bool acc) {

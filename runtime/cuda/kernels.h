@@ -239,7 +239,8 @@ cudaError_t ck_one_hot(cudaStream_t st, int64_t n, int64_t nc, int64_t lo, int64
 // topk_grad: dx (rows of n) = dy scattered to idx (an index outside [0, n) sets the flag).
 // Attention in its general form (cpu/attention.c's semantics): q [b,s,n,d], k [b,t,m,d],
 // v [b,t,m,e] of one float dtype, an optional bias with strides bst along [b,n,s,t]; scratch:
-// b n s t floats for the forward, twice that for the backward. The backward makes dq (when
+// b n s t floats for the forward, twice that for the backward; a->p > 0: dropout of the
+// probabilities (ck_attn_keep, common.cuh). The backward makes dq (when
 // not NULL), dk and dv (when dk is not NULL; summed over each kv head's query heads) and dbias
 // (db, nb elements, when not NULL).
 typedef struct ck_attn {
@@ -249,10 +250,20 @@ typedef struct ck_attn {
     int64_t bst[4];
     float scale;
     bool causal;
+    double p;                                 // dropout of the probabilities (0: none)
+    uint64_t key;                             // its mask's key, before the element index
+    int64_t b0, s0, t0, heads, queries, keys; // global: first batch, query, key; full sizes
 } ck_attn;
 cudaError_t ck_attention(cudaStream_t st, const ck_attn *a, float *scratch, void *y, int ydt, bool acc);
 cudaError_t ck_attention_grad(cudaStream_t st, const ck_attn *a, float *scratch, const void *dy, void *dq, void *dk, void *dv, int gdt,
                               void *db, int64_t nb, bool acc);
+// The cuBLAS path's attention dropout (a->p > 0; kernels_nn.cu) on batch element bi's [a->n, s, s] (f32, in place): ck_attn_drop
+// multiplies the probabilities by the mask; ck_attn_dscores_drop takes dp = dy v^T (the dropped
+// probabilities' gradient), multiplies it by the mask, makes dS = P (dP - rowsum(dP P)) in
+// place and leaves p = P . mask (what dv reads). The geometry and key come from a (its
+// pointers unused).
+cudaError_t ck_attn_drop(cudaStream_t st, const ck_attn *a, int64_t bi, float *p);
+cudaError_t ck_attn_dscores_drop(cudaStream_t st, const ck_attn *a, int64_t bi, float *p, float *dp);
 // gather and index_select: y (n elements, strides ys) from x (strides xs) with the axis's
 // coordinate read from idx (idx like y; sel: idx[coordinate], index_select); an index outside
 // [0, rows) reads 0 and sets the flag. The gradient adds dy into f32 dx with atomics (zeroed

@@ -282,6 +282,7 @@ __global__ void k_attn_fwd(ck_attn a, float *P, void *y, int ydt, bool acc) {
         int64_t i = r % a.s, h = (r / a.s) % a.n, bi = r / (a.s * a.n), kv = attn_kv(&a, h);
         float *p = P + r * a.t;
         attn_row(&a, bi, h, i, p);
+        for (int64_t j = 0; a.p > 0 && j < a.t; j++) p[j] *= ck_attn_keep(&a, bi, h, i, j);
         for (int64_t c = 0; c < a.e; c++) {
             double o = 0;
             for (int64_t j = 0; j < a.t; j++) o += (double)p[j] * ld(a.v, ((bi * a.t + j) * a.m + kv) * a.e + c, a.dt);
@@ -297,7 +298,8 @@ extern "C" cudaError_t ck_attention(cudaStream_t st, const ck_attn *a, float *sc
     return cudaGetLastError();
 }
 
-// Per query row: P, dS = P (dP - rowsum(dP P)) with dP = dy v^T, and dq = scale dS k.
+// Per query row: P, dS = P (dP - rowsum(dP P)) with dP = dy v^T (times the dropout mask, and P
+// then times it too: what k_attn_kv's dv reads), and dq = scale dS k.
 __global__ void k_attn_rows(ck_attn a, float *P, float *DS, const void *dy, void *dq, int dqdt, bool acc) {
     CK_FOR_EACH(r, a.b * a.n * a.s) {
         int64_t i = r % a.s, h = (r / a.s) % a.n, bi = r / (a.s * a.n), kv = attn_kv(&a, h);
@@ -308,10 +310,12 @@ __global__ void k_attn_rows(ck_attn a, float *P, float *DS, const void *dy, void
             double g = 0;
             for (int64_t c = 0; c < a.e; c++)
                 g += (double)ld(dy, ((bi * a.s + i) * a.n + h) * a.e + c, a.dt) * ld(a.v, ((bi * a.t + j) * a.m + kv) * a.e + c, a.dt);
+            if (a.p > 0) g = (double)((float)g * ck_attn_keep(&a, bi, h, i, j));
             ds[j] = (float)g;
             dot += g * p[j];
         }
         for (int64_t j = 0; j < a.t; j++) ds[j] = p[j] * (ds[j] - (float)dot);
+        for (int64_t j = 0; a.p > 0 && j < a.t; j++) p[j] *= ck_attn_keep(&a, bi, h, i, j);
         for (int64_t c = 0; dq && c < a.d; c++) {
             double g = 0;
             for (int64_t j = 0; j < a.t; j++) g += (double)ds[j] * ld(a.k, ((bi * a.t + j) * a.m + kv) * a.d + c, a.dt);

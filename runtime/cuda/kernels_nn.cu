@@ -310,6 +310,44 @@ __global__ void k_attn_dscores_reg(int64_t heads, int64_t s, const float *p, flo
     }
 }
 
+__global__ void k_attn_drop(ck_attn a, int64_t bi, float *p) {
+    CK_FOR_EACH(e, a.n * a.s * a.t) {
+        int64_t j = e % a.t, i = (e / a.t) % a.s, h = e / (a.t * a.s);
+        p[e] *= ck_attn_keep(&a, bi, h, i, j);
+    }
+}
+
+extern "C" cudaError_t ck_attn_drop(cudaStream_t st, const ck_attn *a, int64_t bi, float *p) {
+    if (a->n * a->s * a->t <= 0) return cudaSuccess;
+    k_attn_drop<<<ck_grid(a->n * a->s * a->t), CK_THREADS, 0, st>>>(*a, bi, p);
+    return cudaGetLastError();
+}
+
+// cpu/attention.c's attn_dscores with dropout: dP = dp . mask, dS = P (dP - rowsum(dP P)), p *= mask.
+__global__ void k_attn_dscores_drop(ck_attn a, int64_t bi, float *p, float *dp) {
+    __shared__ double sh[CK_THREADS];
+    CK_FOR_EACH_ROW(r, a.n * a.s) {
+        int64_t i = r % a.s, h = r / a.s;
+        float *pr = p + r * a.t, *dr = dp + r * a.t;
+        double dot = 0;
+        for (int64_t j = threadIdx.x; j < a.t; j += CK_THREADS) {
+            dr[j] *= ck_attn_keep(&a, bi, h, i, j);
+            dot += (double)dr[j] * pr[j];
+        }
+        dot = block_sum(dot, sh);
+        for (int64_t j = threadIdx.x; j < a.t; j += CK_THREADS) {
+            dr[j] = pr[j] * (dr[j] - (float)dot);
+            pr[j] *= ck_attn_keep(&a, bi, h, i, j);
+        }
+    }
+}
+
+extern "C" cudaError_t ck_attn_dscores_drop(cudaStream_t st, const ck_attn *a, int64_t bi, float *p, float *dp) {
+    if (a->n * a->s <= 0) return cudaSuccess;
+    k_attn_dscores_drop<<<ck_row_grid(a->n * a->s), CK_THREADS, 0, st>>>(*a, bi, p, dp);
+    return cudaGetLastError();
+}
+
 extern "C" cudaError_t ck_attn_dscores(cudaStream_t st, int64_t heads, int64_t s, const float *p, float *dp) {
     if (heads * s <= 0) return cudaSuccess;
     unsigned g = ck_row_grid(heads * s);

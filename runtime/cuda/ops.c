@@ -747,6 +747,7 @@ typedef struct attn_geom {
     int64_t b, s, n, d, ld;
     float scale;
     bool causal;
+    ck_attn drop; // dropout of the probabilities (drop.p > 0): its key and the global geometry
 } attn_geom;
 
 static int attn_check(oc *c, char *err, size_t err_n, uint32_t ref, attn_geom *g) {
@@ -762,6 +763,8 @@ static int attn_check(oc *c, char *err, size_t err_n, uint32_t ref, attn_geom *g
     *g = (attn_geom){.b = q->shape[0], .s = q->shape[1], .n = q->shape[2], .d = q->shape[3], .ld = q->shape[2] * q->shape[3],
                      .scale = (float)(sc != 0 ? sc : 1 / sqrt((double)(q->shape[3] > 0 ? q->shape[3] : 1))),
                      .causal = c->a->i[PLAN_AI_CAUSAL] != 0};
+    g->drop = (ck_attn){.s = g->s, .t = g->s, .n = g->n, .q_head0 = q->start[2]};
+    if (cu_attn_dropout(c->k, q, &c->in[ref + 1], &g->drop)) return fail(c, err, err_n, "dropout p = %g; the drop probability must be in [0, 1)", g->drop.p);
     return 0;
 }
 
@@ -784,6 +787,8 @@ static int op_attention(oc *c, char *err, size_t err_n) {
     for (int64_t bi = 0; bi < g.b && !rc; bi++) {
         int64_t off = bi * g.s * g.ld;
         rc = attn_probs(c, err, err_n, &g, Q + off, K + off, p);
+        if (!rc && g.drop.p > 0 && ck_attn_drop(c->st, &g.drop, bi, p) != cudaSuccess)
+            rc = cu_say(err, err_n, "attention: %s", cudaGetErrorString(cudaGetLastError()));
         if (!rc) rc = gemm(c, err, err_n, false, false, g.s, g.d, g.s, 1, p, g.s, g.s * g.s, V + off, g.ld, g.d, beta_of(c), Y + off, g.ld, g.d, g.n, CK_F32);
     }
     cu_scratch_free(c->st, p);
@@ -809,9 +814,11 @@ static int op_attention_grad(oc *c, char *err, size_t err_n) {
     for (int64_t bi = 0; bi < g.b && !rc; bi++) {
         int64_t off = bi * s * ld;
         rc = attn_probs(c, err, err_n, &g, Q + off, K + off, p);
-        if (!rc) rc = gemm(c, err, err_n, true, false, s, d, s, 1, p, s, s2, DY + off, ld, d, beta, DV + off, ld, d, h, CK_F32);
         if (!rc) rc = gemm(c, err, err_n, false, true, s, s, d, 1, DY + off, ld, d, V + off, ld, d, 0, dp, s, s2, h, CK_F32);
-        if (!rc && ck_attn_dscores(c->st, h, s, p, dp) != cudaSuccess) rc = cu_say(err, err_n, "attention_grad: %s", cudaGetErrorString(cudaGetLastError()));
+        // dS; with dropout dp is first the dropped probabilities' gradient, and p becomes P . mask
+        if (!rc && (g.drop.p > 0 ? ck_attn_dscores_drop(c->st, &g.drop, bi, p, dp) : ck_attn_dscores(c->st, h, s, p, dp)) != cudaSuccess)
+            rc = cu_say(err, err_n, "attention_grad: %s", cudaGetErrorString(cudaGetLastError()));
+        if (!rc) rc = gemm(c, err, err_n, true, false, s, d, s, 1, p, s, s2, DY + off, ld, d, beta, DV + off, ld, d, h, CK_F32);
         if (!rc) rc = gemm(c, err, err_n, false, false, s, d, s, g.scale, dp, s, s2, K + off, ld, d, beta, DQ + off, ld, d, h, CK_F32);
         if (!rc) rc = gemm(c, err, err_n, true, false, s, d, s, g.scale, dp, s, s2, Q + off, ld, d, beta, DK + off, ld, d, h, CK_F32);
     }

@@ -141,6 +141,15 @@ static int topk(cu_state *cu, cudaStream_t st, const rt_kernel *k, const char *n
     return 0;
 }
 
+int cu_attn_dropout(const rt_kernel *k, const rt_view *q, const rt_view *kk, ck_attn *a) {
+    a->p = k->attrs.f[PLAN_AF_P];
+    if (!(a->p >= 0 && a->p < 1)) return -1;
+    a->key = rt_key(rt_key(rt_key(rt_key(k->seed, (uint64_t)k->attrs.i[PLAN_AI_SEED]), k->step), k->mb), k->layer);
+    a->b0 = q->start[0], a->s0 = q->start[1], a->t0 = kk->start[1];
+    a->heads = q->full[2], a->queries = q->full[1], a->keys = kk->full[1];
+    return 0;
+}
+
 // attention, attention_grad and attention_grad_bias in their general form (cpu/attention.c).
 static int attention(cudaStream_t st, const rt_kernel *k, const char *name, char *err, size_t err_n) {
     uint32_t qi = k->op == XOP_ATTENTION ? 0 : 1;
@@ -153,6 +162,7 @@ static int attention(cudaStream_t st, const rt_kernel *k, const char *name, char
         v->shape[2] != a.m || kk->shape[3] != a.d || kk->dtype != q->dtype || v->dtype != q->dtype)
         return xfail(err, err_n, name, "q, k and v do not fit [b,s,n,d], [b,t,m,d], [b,t,m,e] with n a multiple of m, of one dtype");
     a.group = q->full[2] / kk->full[2];
+    if (cu_attn_dropout(k, q, kk, &a)) return xfail(err, err_n, name, "the dropout probability must be in [0, 1)");
     double sc = k->attrs.f[PLAN_AF_SCALE];
     a.scale = (float)(sc != 0 ? sc : 1 / sqrt((double)(a.d > 0 ? a.d : 1)));
     if (bias) {

@@ -185,11 +185,23 @@ static plan_status check_elementwise(checker *c, uint32_t k, uint32_t i) {
     return PLAN_OK;
 }
 
+// dropout's and attention's drop probability (f[PLAN_AF_P], attention's dropout of its
+// probabilities) in [0, 1): the kernels refuse another in the middle of a step.
+static plan_status check_drop_p(checker *c, uint32_t k, uint32_t i, const char *op) {
+    const plan_program *pg = &c->p->programs[k];
+    const plan_insn *in = &pg->insns[i];
+    if (in->attrs == PLAN_NONE || (strncmp(op, "dropout", 7) && strncmp(op, "attention", 9))) return PLAN_OK;
+    double p = pg->attrs[in->attrs].f[PLAN_AF_P];
+    if (p >= 0 && p < 1) return PLAN_OK;
+    return check_ifail(c, k, i, "attrs %u: %s's drop probability %g is outside [0, 1)", in->attrs, op, p);
+}
+
 plan_status check_attrs_shapes(checker *c, uint32_t k, uint32_t i) {
     const plan_insn *in = &c->p->programs[k].insns[i];
     const char *op = in->kind == PLAN_I_COMPUTE ? plan_op_name(in->code) : NULL;
     if (!op) return PLAN_OK;
     plan_status st = check_elementwise(c, k, i);
+    if (!st) st = check_drop_p(c, k, i, op);
     if (st) return st;
     if (!strcmp(op, "slice") || !strcmp(op, "slice_grad")) return check_slice(c, k, i, op[5] != 0);
     if (!strcmp(op, "transpose")) return check_transpose(c, k, i);

@@ -11,7 +11,7 @@
  *   check_insn.c    each instruction on its own: arities, what collectives and copies do to
  *                   sizes and shards, events, micro-batch ranges, loop counts against the
  *                   graph (micro-batches, block copies, a persistent buffer's layer slots);
- *   check_attrs.c   shape, window and axis attrs against the buffers' local shapes;
+ *   check_attrs.c   shape, window and axis attrs against the buffers' local shapes; drop probabilities;
  *   check_flow.c    buffers and liveness: slots inside the arena, shard sizes, and the data
  *                   flow of each program (written before read, live buffers never overlap,
  *                   every cross-stream access ordered by record and wait, partial sums
@@ -104,7 +104,7 @@ plan_status check_insns(checker *c, uint32_t k);
 /* ---- check_attrs.c ---- */
 
 // Instruction i of program k (its arity checked): the shapes, windows and axes of its attrs
-// against its buffers' local shapes.
+// against its buffers' local shapes; dropout's and attention's drop probability in [0, 1).
 plan_status check_attrs_shapes(checker *c, uint32_t k, uint32_t i);
 
 /* ---- check_flow.c ---- */
