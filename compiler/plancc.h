@@ -1463,7 +1463,7 @@ int policy_stages(const pcc_policy *p, const pcc_layer *L, const double *flops, 
 // Phase 2 found no candidate of forward op `op` that keeps its pins over tp devices: quiet (a
 // configuration of --auto's), PCC_ERR_INFEASIBLE; else the diagnostic at the rule, PCC_ERR_INPUT.
 pcc_status policy_bare(const pcc_policy *p, const pcc_graph *g, int op, int tp, bool quiet);
-// Why op has its split, for the plan's notes: the rule that pinned it ("/rules/2"), else cause.
+// Why op has its split, for the plan's notes: the rule that pinned it or its recompute ("/rules/2"), else cause.
 const char *policy_cause(const pcc_policy *p, int op, const char *cause);
 // At the end of a compile: an infeasible one under a policy says so, naming the policy; st back.
 pcc_status policy_blame(const pcc_options *o, pcc_status st);

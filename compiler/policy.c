@@ -514,8 +514,8 @@ pcc_status policy_bare(const pcc_policy *p, const pcc_graph *g, int op, int tp, 
 }
 
 const char *policy_cause(const pcc_policy *p, int op, const char *cause) {
-    if (!p || p->rule[op] < 0 || !p->rules[p->rule[op]].split) return cause;
-    return p->rules[p->rule[op]].ptr; // the rule that pinned the split: "/rules/2"
+    if (!p || p->rule[op] < 0 || (!p->rules[p->rule[op]].split && p->rules[p->rule[op]].recompute < 0)) return cause;
+    return p->rules[p->rule[op]].ptr; // the rule that pinned its split or recompute: "/rules/2"
 }
 
 pcc_status policy_blame(const pcc_options *o, pcc_status st) {
