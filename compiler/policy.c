@@ -391,8 +391,8 @@ static pcc_status check_template(const pcc_policy *p, const pcc_graph *g, const 
     for (int i = 0; i < g->n_fwd_ops; i++) {
         const pcc_policy_rule *u = p->rule[i] >= 0 ? &p->rules[p->rule[i]] : NULL;
         if (u && !split_divides(g, &g->ops[i], u, dp, tp, bdim))
-            return diag(p->file, u->split_ptr, "operator %s (%s:%s): --tp %d%s does not divide letter \"%s\" into whole pieces",
-                        op_name(g->arena, g, &g->ops[i]), g->file, g->ops[i].ptr, tp, dp > 1 ? " (x --dp, on the batch)" : "",
+            return diag(p->file, u->split_ptr, "operator %s (%s:%s): tp %d%s does not divide letter \"%s\" into whole pieces",
+                        op_name(g->arena, g, &g->ops[i]), g->file, g->ops[i].ptr, tp, dp > 1 ? " (x dp, on the batch)" : "",
                         u->split);
     }
     pcc_status st = check_stages(p, g, L, nl, chunks);
