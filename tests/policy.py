@@ -119,6 +119,23 @@ def pins_reach_the_plan(plancc, plandump, root, tmp):
           all("stage 1" in st.get(t, "") for t in ("xf", "logits", "loss")), str(st))
 
 
+def pinned_stage(plancc, plandump, root, tmp):
+    out = os.path.join(tmp, "pinned.plan")
+    p = run(plancc, os.path.join(root, "models", "gpt-tiny.json"), "--cluster", "cpu", "--devices", 8, "--policy",
+            os.path.join(root, "models", "policies", "pinned-gpt-tiny.json"), "-o", out, "-q")
+    st = {l.split(":")[0].split()[-1]: l for l in notes(plandump, out) if " stage " in l}
+    check("pinned-gpt-tiny.json: the lookups on stage 0, h_in pinned to stage 1 and the head after it",
+          p.returncode == 0 and all("stage 0" in st.get(t, "") for t in ("tok_emb", "pos_emb")) and
+          all("stage 1" in st.get(t, "") for t in ("h_in", "xf", "logits", "loss")), str(st))
+    pol = os.path.join(tmp, "auto-pins.json")
+    with open(pol, "w", encoding="utf-8") as f:  # --auto: only configurations whose cut keeps the pins (pp 2 here)
+        json.dump({"version": 1, "mesh": {"tp": 2}, "rules": [{"ops": "h_in", "stage": 1}, {"ops": "logits", "stage": 1}]}, f)
+    p = run(plancc, os.path.join(root, "models", "gpt-tiny.json"), "--cluster", "cpu", "--devices", 8, "--policy", pol, "-o", out)
+    st = {l.split(":")[0].split()[-1]: l for l in notes(plandump, out) if " stage " in l}
+    check("--auto under stage pins: a mesh whose stages keep them", p.returncode == 0 and "pp 2 x dp 2 x tp 2" in p.stdout and
+          "stage 1" in st.get("h_in", "") and "stage 0" in st.get("pos_emb", ""), p.stdout[:300] + str(st))
+
+
 def command_line(plancc, root, tmp):
     model = os.path.join(root, "models", "gpt-tiny.json")
     pol = os.path.join(root, "models", "policies", "megatron-gpt-tiny.json")
@@ -166,6 +183,7 @@ def main():
         examples(plancc, plandump, root, tmp)
         megatron_equals_template(plancc, plandump, root, tmp)
         pins_reach_the_plan(plancc, plandump, root, tmp)
+        pinned_stage(plancc, plandump, root, tmp)
         command_line(plancc, root, tmp)
         infeasible(plancc, root, tmp)
     print(f"{passed} passed, {failed} failed")
