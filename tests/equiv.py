@@ -4,7 +4,8 @@
 usage: equiv.py [--backend B] [--precision f64] [--seed S] [--quick] PLANCC PLANRUN SOURCE_ROOT [MODEL...]
        equiv.py [--precision f64] --policies PLANCC PLANRUN SOURCE_ROOT
 
---policies: every example policy of models/policies/ written for gpt-tiny (*-gpt-tiny.json),
+--policies: every example policy of models/policies/ written for gpt-tiny (*-gpt-tiny.json) or
+the imported llama-tiny (*-llama-tiny.json, tests/models/),
 compiled with `--policy FILE` on the devices its mesh names (8 where it leaves one open; the
 micro-batch count given where the policy leaves it open, so that the reference matches).
 
@@ -170,18 +171,21 @@ def micro_batches(opts):
 
 
 def policies(c):
-    """The example policies for gpt-tiny: (devices, options) of each."""
+    """The example policies for gpt-tiny and the tiny imported models: (model, devices, options) of each."""
     import json
     d = os.path.join(c.root, "models", "policies")
     out = []
     for name in sorted(os.listdir(d)):
-        if not name.endswith("-gpt-tiny.json"):
+        model = next((m for m in ("gpt-tiny", "llama-tiny") if name.endswith(f"-{m}.json")), None)
+        if model is None:
             continue
+        if model != "gpt-tiny":  # the imported models' tiny variants live in tests/models/
+            c.paths[model] = os.path.join(c.root, "tests", "models", model + ".json")
         path = os.path.join(d, name)
         with open(path, encoding="utf-8") as f:
             mesh = json.load(f).get("mesh", {})
         n = mesh["dp"] * mesh["tp"] * mesh["pp"] if all(k in mesh for k in ("dp", "tp", "pp")) else 8
-        out.append((n, f"--policy {path}" + ("" if "micro_batches" in mesh else " --micro-batches 1")))
+        out.append((model, n, f"--policy {path}" + ("" if "micro_batches" in mesh else " --micro-batches 1")))
     return out
 
 
@@ -290,8 +294,8 @@ def main():
     models = args[3:] or MODELS
     with tempfile.TemporaryDirectory() as tmp:
         c = Case(plancc, planrun, root, tmp, backend)
-        for n, opts in policies(c) if pol else []:
-            c.check("gpt-tiny", n, opts)
+        for model, n, opts in policies(c) if pol else []:
+            c.check(model, n, opts)
         for model in [] if pol else models:
             if model.endswith(".json"):  # a model file outside models/ (tests/models/...)
                 name = os.path.splitext(os.path.basename(model))[0]
