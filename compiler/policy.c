@@ -24,8 +24,10 @@
  *
  * How the pins act (search.c's hooks, kept small): tp_candidates drops the candidates a split or
  * recompute pin refuses (policy_keeps, policy_recompute; a split of the batch letter is allowed
- * for that operator even where the batch is dp's); make() takes the recompute pin over the mesh's
- * --recompute and cuts stages with policy_stages; space_enumerate drops --auto's configurations
+ * for that operator even where the batch is dp's; a recompute pin on an operator phase 1 offers
+ * no recompute of is refused, since phase 3 would not keep the inputs its recompute reads, and so
+ * is a recompute:false pin where the mesh recomputes every block operator, for the same reason);
+ * make() takes the recompute pin over the mesh's --recompute and cuts stages with policy_stages; space_enumerate drops --auto's configurations
  * that break a mesh pin, a division or the stages (policy_config_ok). Everything the policy
  * leaves open the ILP chooses as always; phase 3, the memory planner and plan_check run as
  * always. With a group of one device (tp 1) a split pin has nothing to split and holds trivially.
@@ -508,6 +510,14 @@ bool policy_config_ok(const pcc_policy *p, const pcc_graph *g, const pcc_config 
 pcc_status policy_bare(const pcc_policy *p, const pcc_graph *g, int op, int tp, bool quiet) {
     if (quiet) return PCC_ERR_INFEASIBLE;
     const pcc_policy_rule *u = &p->rules[p->rule[op]];
+    if (u->recompute == 0)
+        return diag(p->file, u->recompute_ptr, "operator %s (%s:%s): the plan recomputes every block operator (recompute full, "
+                    "or the template's last resort when nothing fits without it), and one kept out would leave the recomputed "
+                    "operators after it reading what nothing keeps", op_name(g->arena, g, &g->ops[op]), g->file, g->ops[op].ptr);
+    if (u->recompute == 1 && !u->split)
+        return diag(p->file, u->recompute_ptr, "operator %s (%s:%s) has no recompute candidate in phase 1 (the backward pass keeps "
+                    "none of its outputs, or recomputing it needs inputs nothing keeps): only --recompute full recomputes it, "
+                    "with the whole block", op_name(g->arena, g, &g->ops[op]), g->file, g->ops[op].ptr);
     return diag(p->file, u->split_ptr ? u->split_ptr : u->recompute_ptr ? u->recompute_ptr : u->ptr,
                 "operator %s (%s:%s) has no candidate over a tp group of %d that keeps this pin together with the mesh's "
                 "options (phase 1's candidates: plancc --check -d t)", op_name(g->arena, g, &g->ops[op]), g->file, g->ops[op].ptr, tp);

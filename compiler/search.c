@@ -187,6 +187,8 @@ static pcc_transform *tp_candidates(const pcc_graph *g, const pcc_transform *all
         bool has_rc = false;
         for (int k = 0; k < from->n; k++) has_rc |= from->c[k].recompute;
         int n = 0, pin = policy_recompute(pol, oc->op);
+        if (pin == 1 && !has_rc && rc != PCC_RECOMPUTE_FULL) return *bare = oc->op, NULL; // phase 1 offers no recompute of it
+        if (pin == 0 && rc == PCC_RECOMPUTE_FULL) return *bare = oc->op, NULL; // full recomputes the block from its inputs
         for (int k = 0; k < from->n; k++) {
             const pcc_cand *cd = &from->c[k];
             if (cd->dim >= 0 && cd->dim == bdim && !batch_tp && !policy_splits(pol, oc->op, cd->letter)) continue; // dp's (unless asked)
@@ -218,7 +220,7 @@ static pcc_status tp_schedule(const pcc_graph *g, const pcc_cluster *c, const pc
     pcc_recompute rc = mode == PROBE && k->rc == PCC_RECOMPUTE_AUTO ? PCC_RECOMPUTE_NONE : k->rc;
     int bare = -1;
     pcc_transform *t = tp_candidates(g, all, rc, bdim, k->dp, k->btp, o->sequence_parallel && tp > 1 ? seq_dim(g) : -1, o->policy, &bare);
-    if (!t) return policy_bare(o->policy, g, bare, tp, o->auto_mesh || o->quiet);
+    if (!t) return policy_bare(o->policy, g, bare, tp, o->auto_mesh); // a template: the policy contradicts itself
     double share = k->budget > 0 ? k->budget : 1;
     pcc_intra_opts so = {.group = {tp, 1}, .memory_bytes = mode == RELAXED ? 1e30 : c->memory_bytes * k->pp * share, .ilp = o->ilp,
                          .quiet = true, .bg_dense = o->bg_dense, .bucket_bytes = o->bucket_bytes};

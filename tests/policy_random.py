@@ -7,8 +7,11 @@ Draws N policies (default 12, seed 1): a mesh of 8 CPU ranks (some with keys lef
 --auto), and rules that pin 1 to 8 operators of gpt-tiny to a random letter of theirs (or
 replicate), some block operators' recompute on or off. The operators' names come from the model,
 their letters from plancc itself (the diagnostic of a probe policy lists them). For each:
-  - plancc exits 0, 2 (a split that does not divide over the mesh: the diagnostic at the rule's
-    split) or 3; nothing else (no crash, no internal error);
+  - plancc exits 0, 2 (a split that does not divide over the mesh, a recompute pin on an
+    operator phase 1 offers no recompute of, recompute false under recompute full: the
+    diagnostic at the rule) or 3; nothing else (no crash, no internal error: seed 7 once found
+    two plans that failed plan_check - the block's last residual add recomputed alone, and an
+    MLP product kept out of full recompute - whose recomputed operators read what nothing kept);
   - a plan's notes show every split pin on its operator (tp=LETTER, the rule's pointer) and every
     recompute pin;
   - the plan trains 3 steps in f64 like the one-device plan (planrun --compare, 1e-10).
@@ -25,7 +28,7 @@ import subprocess
 import sys
 import tempfile
 
-MESHES = [{"dp": 2, "tp": 2, "pp": 2}, {"dp": 1, "tp": 4, "pp": 2}, {"dp": 2, "tp": 4, "pp": 1}, {"tp": 2}, {"dp": 1, "tp": 8, "pp": 1}]
+MESHES = [{"dp": 2, "tp": 2, "pp": 2}, {"dp": 2, "tp": 2, "pp": 2, "recompute": "full"}, {"dp": 1, "tp": 4, "pp": 2}, {"dp": 2, "tp": 4, "pp": 1}, {"tp": 2}, {"dp": 1, "tp": 8, "pp": 1}]
 
 
 def run(*args):
@@ -95,7 +98,7 @@ def main():
                 json.dump(pol, f)
             p = run(plancc, model, "--cluster", "cpu", "--devices", 8, "--micro-batches", 2, "--policy", path, "-o", plan, "-q")
             what = f"policy {i} {json.dumps(pol)}"
-            if p.returncode == 2 and re.search(r":/rules/\d+/split: .* does not divide", p.stderr):
+            if p.returncode == 2 and re.search(r":/rules/\d+/(split: .* does not divide|recompute: .* (no recompute candidate|recomputes every block operator))", p.stderr):
                 passed += 1
                 print(f"ok   {what}: refused: {p.stderr.strip().splitlines()[-1]}")
                 continue
