@@ -1460,9 +1460,10 @@ bool policy_config_ok(const pcc_policy *p, const pcc_graph *g, const pcc_config 
 // pinned. 1: cut; 0: the policy leaves the stages open (chunk untouched, the caller cuts); -1: no
 // cut keeps the pins (every stage needs a layer). Can't fail otherwise.
 int policy_stages(const pcc_policy *p, const pcc_layer *L, const double *flops, int nl, int chunks, int *chunk);
-// Phase 2 found no candidate of forward op `op` that keeps its pins over tp devices: quiet (a
-// configuration of --auto's), PCC_ERR_INFEASIBLE; else the diagnostic at the rule, PCC_ERR_INPUT.
-pcc_status policy_bare(const pcc_policy *p, const pcc_graph *g, int op, int tp, bool quiet);
+// Phase 2 found no candidate of a forward op (oc: all of phase 1's for it) that keeps its pins
+// (full: the mesh recomputes every block operator): quiet (a configuration of --auto's),
+// PCC_ERR_INFEASIBLE; else the diagnostic at the rule's pin that fails, PCC_ERR_INPUT.
+pcc_status policy_bare(const pcc_policy *p, const pcc_graph *g, const pcc_op_cands *oc, bool full, bool quiet);
 // Why op has its split, for the plan's notes: the rule that pinned it or its recompute ("/rules/2"), else cause.
 const char *policy_cause(const pcc_policy *p, int op, const char *cause);
 // At the end of a compile: an infeasible one under a policy says so, naming the policy; st back.

@@ -507,20 +507,24 @@ bool policy_config_ok(const pcc_policy *p, const pcc_graph *g, const pcc_config 
     return policy_stages(p, L, flops, nl, k->pp * k->v, chunk) >= 0;
 }
 
-pcc_status policy_bare(const pcc_policy *p, const pcc_graph *g, int op, int tp, bool quiet) {
+pcc_status policy_bare(const pcc_policy *p, const pcc_graph *g, const pcc_op_cands *oc, bool full, bool quiet) {
     if (quiet) return PCC_ERR_INFEASIBLE;
+    int op = oc->op, tp = 1;
+    bool has_rc = false;
+    for (int k = 0; k < oc->n; k++) has_rc |= oc->c[k].recompute, tp = oc->c[k].ways > tp ? oc->c[k].ways : tp;
     const pcc_policy_rule *u = &p->rules[p->rule[op]];
-    if (u->recompute == 0)
+    if (u->recompute == 0 && full)
         return diag(p->file, u->recompute_ptr, "operator %s (%s:%s): the plan recomputes every block operator (recompute full, "
                     "or the template's last resort when nothing fits without it), and one kept out would leave the recomputed "
                     "operators after it reading what nothing keeps", op_name(g->arena, g, &g->ops[op]), g->file, g->ops[op].ptr);
-    if (u->recompute == 1 && !u->split)
+    if (u->recompute == 1 && !has_rc && !full)
         return diag(p->file, u->recompute_ptr, "operator %s (%s:%s) has no recompute candidate in phase 1 (the backward pass keeps "
                     "none of its outputs, or recomputing it needs inputs nothing keeps): only --recompute full recomputes it, "
                     "with the whole block", op_name(g->arena, g, &g->ops[op]), g->file, g->ops[op].ptr);
     return diag(p->file, u->split_ptr ? u->split_ptr : u->recompute_ptr ? u->recompute_ptr : u->ptr,
                 "operator %s (%s:%s) has no candidate over a tp group of %d that keeps this pin together with the mesh's "
-                "options (phase 1's candidates: plancc --check -d t)", op_name(g->arena, g, &g->ops[op]), g->file, g->ops[op].ptr, tp);
+                "options (phase 1's candidates: plancc --check MODEL --cluster C -d t)", op_name(g->arena, g, &g->ops[op]), g->file,
+                g->ops[op].ptr, tp);
 }
 
 const char *policy_cause(const pcc_policy *p, int op, const char *cause) {

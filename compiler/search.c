@@ -220,7 +220,9 @@ static pcc_status tp_schedule(const pcc_graph *g, const pcc_cluster *c, const pc
     pcc_recompute rc = mode == PROBE && k->rc == PCC_RECOMPUTE_AUTO ? PCC_RECOMPUTE_NONE : k->rc;
     int bare = -1;
     pcc_transform *t = tp_candidates(g, all, rc, bdim, k->dp, k->btp, o->sequence_parallel && tp > 1 ? seq_dim(g) : -1, o->policy, &bare);
-    if (!t) return policy_bare(o->policy, g, bare, tp, o->auto_mesh); // a template: the policy contradicts itself
+    // A template's own mesh: the policy contradicts itself (exit 2); --auto's configurations and the
+    // template's last resort (full recompute where nothing fits) are left out quietly (exit 3).
+    if (!t) return policy_bare(o->policy, g, &all->ops[bare], rc == PCC_RECOMPUTE_FULL, o->auto_mesh || k->rc != o->recompute);
     double share = k->budget > 0 ? k->budget : 1;
     pcc_intra_opts so = {.group = {tp, 1}, .memory_bytes = mode == RELAXED ? 1e30 : c->memory_bytes * k->pp * share, .ilp = o->ilp,
                          .quiet = true, .bg_dense = o->bg_dense, .bucket_bytes = o->bucket_bytes};
