@@ -119,7 +119,7 @@ static pcc_status read_rule_pins(pcc_jreader *r, const pcc_json *v, const char *
         if (!st && !strcmp(u->split, "replicate")) u->split = "";
     }
     if (!st && (x = json_get(v, "recompute"))) {
-        bool b;
+        bool b = false;
         u->recompute_ptr = json_ptr_key(r, ptr, "recompute");
         st = json_bool(r, x, u->recompute_ptr, &b);
         u->recompute = b;
