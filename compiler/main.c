@@ -79,8 +79,11 @@ static pcc_status compile_burst(pcc_arena *a, const pcc_graph *g, const pcc_clus
     return st;
 }
 
+static const pcc_options *finish_opts;
+
 // The end of a run: the report flushed (a full disk is an error), everything freed.
 static int finish(pcc_arena *a, pcc_emitted *e, pcc_status st) {
+    st = policy_blame(finish_opts, st);                                         // exit 3 under --policy names it
     if (e->p) plan_free(e->p), free(e->p);
     if (!st && fflush(stdout) != 0) {
         fprintf(stderr, "plancc: cannot write the report\n");
@@ -124,13 +127,16 @@ int main(int argc, char **argv) {
     pcc_programs *pr;
     pcc_emitted e = {0};
 
+    finish_opts = &o;
     if (options_runs(&o, 3)) st = check_output(options_output(a, &o));          // -o, before any work
+    if (!st) st = policy_read(a, &o);                                           // --policy: its mesh onto the options
     if (!st) st = model_load(a, o.model, &g);                                   // the front end
     if (!st) st = options_apply_model(&o, g);                                   // --bf16, Megatron-LM's layer counts
     if (!st) st = batch_apply(g, &o.batch);                                     // --global-batch and the like
     if (!st) st = graph_check(g);
     if (!st) st = autodiff(g);                                                  // backward pass, optimizer step
     if (!st) st = graph_check(g);
+    if (!st) st = policy_resolve(&o, g);                                        // --policy: its rules onto the operators
     if (!st && o.cluster) st = cluster_load(a, o.cluster, o.nodes, o.devices, &c);
     if (!st && c) c->tf32 = o.tf32;
     if (!st && o.check) report_print_cluster(stdout, g, c, &o.report);          // --check: the model's figures

@@ -119,6 +119,13 @@ static void partition(const double *flops, int n, int pp, int *stage) {
     }
 }
 
+// The stages: the policy's where it gives or pins them (policy.c), else the balanced cut.
+static void stages(const pcc_policy *pol, const pcc_layer *L, const double *flops, int n, int pp, int *stage) {
+    int st = policy_stages(pol, L, flops, n, pp, stage);
+    PCC_ASSERT(st >= 0); // the template's check and --auto's configurations keep the policy's stages feasible
+    if (st == 0) partition(flops, n, pp, stage);
+}
+
 /* ---- one mesh ---- */
 
 // What a byte the ILP counts costs one device of the mesh (pcc_intra_opts): the ILP sees the
@@ -164,9 +171,10 @@ static bool seq_keeps(const pcc_op_cands *from, const pcc_op *op, const pcc_cand
 // Phase 1's candidates for the tp group of a mesh, as that mesh may use them: the batch is dp's
 // unless batch_tp (then its pieces over dp x tp must hold whole ghost batch norm groups),
 // --recompute none or full drops the candidates that disagree, and sequence parallelism along
-// sdim (-1: off) those seq_keeps refuses.
+// sdim (-1: off) those seq_keeps refuses; a policy's pins (policy.c) those it refuses, its
+// recompute pin over rc's. NULL when the pins leave an operator none (*bare: which).
 static pcc_transform *tp_candidates(const pcc_graph *g, const pcc_transform *all, pcc_recompute rc, int bdim, int dp,
-                                    bool batch_tp, int sdim) {
+                                    bool batch_tp, int sdim, const pcc_policy *pol, int *bare) {
     int tp = all->devices;
     pcc_transform *t = arena_alloc(g->arena, sizeof *t);
     *t = *all;
@@ -178,17 +186,21 @@ static pcc_transform *tp_candidates(const pcc_graph *g, const pcc_transform *all
         oc->c = arena_alloc(g->arena, sizeof(pcc_cand) * (size_t)(from->n + 1));
         bool has_rc = false;
         for (int k = 0; k < from->n; k++) has_rc |= from->c[k].recompute;
-        int n = 0;
+        int n = 0, pin = policy_recompute(pol, oc->op);
+        if (pin == 1 && !has_rc && rc != PCC_RECOMPUTE_FULL) return *bare = oc->op, NULL; // phase 1 offers no recompute of it
+        if (pin == 0 && rc == PCC_RECOMPUTE_FULL) return *bare = oc->op, NULL; // full recomputes the block from its inputs
         for (int k = 0; k < from->n; k++) {
             const pcc_cand *cd = &from->c[k];
-            if (cd->dim >= 0 && cd->dim == bdim && !batch_tp) continue; // the batch is dp's (unless asked)
+            if (cd->dim >= 0 && cd->dim == bdim && !batch_tp && !policy_splits(pol, oc->op, cd->letter)) continue; // dp's (unless asked)
             // over dp x tp, a ghost batch norm's pieces must still hold whole groups
             if (cd->dim >= 0 && cd->dim == bdim && !whole_grains(g, &g->ops[oc->op], cd->letter, (int64_t)dp * tp)) continue;
-            if (rc == PCC_RECOMPUTE_NONE && cd->recompute) continue;
-            if (rc == PCC_RECOMPUTE_FULL && has_rc && !cd->recompute) continue;
-            if (!seq_keeps(from, &g->ops[oc->op], cd, sdim)) continue;
+            if (pin < 0 && rc == PCC_RECOMPUTE_NONE && cd->recompute) continue;
+            if (pin < 0 && rc == PCC_RECOMPUTE_FULL && has_rc && !cd->recompute) continue;
+            if (pin >= 0 && has_rc && cd->recompute != (pin == 1)) continue;
+            if (!seq_keeps(from, &g->ops[oc->op], cd, sdim) || !policy_keeps(pol, oc->op, cd, tp)) continue;
             oc->c[n++] = *cd;
         }
+        if (n == 0 && pol) return *bare = oc->op, NULL;
         PCC_ASSERT(n > 0);
         oc->n = n;
     }
@@ -206,7 +218,11 @@ static pcc_status tp_schedule(const pcc_graph *g, const pcc_cluster *c, const pc
     // Without its memory row the ILP never recomputes (that only costs time): a probe of recompute
     // auto is recompute none's program, which the memo then holds for both.
     pcc_recompute rc = mode == PROBE && k->rc == PCC_RECOMPUTE_AUTO ? PCC_RECOMPUTE_NONE : k->rc;
-    pcc_transform *t = tp_candidates(g, all, rc, bdim, k->dp, k->btp, k->sp && tp > 1 ? seq_dim(g) : -1);
+    int bare = -1;
+    pcc_transform *t = tp_candidates(g, all, rc, bdim, k->dp, k->btp, k->sp && tp > 1 ? seq_dim(g) : -1, o->policy, &bare);
+    // A template's own mesh: the policy contradicts itself (exit 2); --auto's configurations and the
+    // template's last resort (full recompute where nothing fits) are left out quietly (exit 3).
+    if (!t) return policy_bare(o->policy, g, &all->ops[bare], rc == PCC_RECOMPUTE_FULL, o->auto_mesh || k->rc != o->recompute);
     double share = k->budget > 0 ? k->budget : 1;
     pcc_intra_opts so = {.group = {tp, 1}, .memory_bytes = mode == RELAXED ? 1e30 : c->memory_bytes * k->pp * share, .ilp = o->ilp,
                          .quiet = true, .bg_dense = o->bg_dense, .bucket_bytes = o->bucket_bytes};
@@ -246,8 +262,9 @@ static pcc_strategy *make(const pcc_graph *g, const pcc_cluster *c, const pcc_se
         // checkpointing: every block operator runs again in the backward pass and only the
         // block's inputs are kept, matrix products included (their outputs are kept by no
         // backward operator, so phase 1 offers them no recompute candidate of their own).
-        s->recompute[i] = op->block >= 0 && (cd->recompute || k->rc == PCC_RECOMPUTE_FULL);
-        s->cause[i] = sc->cause[i];
+        int pin = policy_recompute(o->policy, i);
+        s->recompute[i] = op->block >= 0 && (pin >= 0 ? pin == 1 : cd->recompute || k->rc == PCC_RECOMPUTE_FULL);
+        s->cause[i] = policy_cause(o->policy, i, sc->cause[i]);
     }
     s->op_stage = arena_alloc(g->arena, sizeof(int) * (size_t)(g->n_ops + 1));
     s->copy_stage = arena_alloc(g->arena, sizeof(int *) * (size_t)(g->n_blocks + 1));
@@ -256,7 +273,7 @@ static pcc_strategy *make(const pcc_graph *g, const pcc_cluster *c, const pcc_se
         if (g->blocks[b].fwd < 0) s->copy_stage[b] = arena_alloc(g->arena, sizeof(int) * (size_t)g->blocks[b].repeat);
     int v = s->virtual_stages = pp > 1 && k->v > 1 ? k->v : 1;
     int *chunk = arena_alloc(g->arena, sizeof(int) * (size_t)(nl + 1));
-    partition(flops, nl, pp * v, chunk);
+    stages(o->policy, L, flops, nl, pp * v, chunk);
     for (int i = 0; i < nl; i++) {
         if (L[i].op >= 0) s->op_stage[L[i].op] = chunk[i];
         else s->copy_stage[L[i].block][L[i].copy] = chunk[i];
@@ -450,9 +467,9 @@ static void space_enumerate(pcc_space *S) {
                         for (int r = 0; r < nrc; r++)
                             for (int v = 0; v <= (int)inter; v++) {
                                 if ((zero == 2 && o->zero != 2) || (zero > o->zero && dp == 1)) continue;
-                                *VEC_PUSH(S->g->arena, S->k, S->n, S->cap) = (pcc_config){
-                                    .pp = pp, .dp = dp, .tp = tp, .v = v ? o->virtual_stages : 1, .zero = zero, .btp = btp,
-                                    .sp = sp, .rc = rcs[r]};
+                                pcc_config k = {.pp = pp, .dp = dp, .tp = tp, .v = v ? o->virtual_stages : 1, .zero = zero,
+                                                .btp = btp, .sp = sp, .rc = rcs[r]};
+                                if (policy_config_ok(o->policy, S->g, &k, S->L, S->flops, S->nl)) *VEC_PUSH(S->g->arena, S->k, S->n, S->cap) = k;
                             }
         }
 }
@@ -476,7 +493,7 @@ static double pipeline_floor(const pcc_space *S, const pcc_config *k, const doub
     int pp = k->pp, v = k->v, m = S->g->micro_batches;
     double *W = arena_alloc(S->g->arena, sizeof(double) * (size_t)pp), sum = 0, max = 0;
     int *chunk = arena_alloc(S->g->arena, sizeof(int) * (size_t)(S->nl + 1));
-    partition(S->flops, S->nl, pp * v, chunk);
+    stages(S->o->policy, S->L, S->flops, S->nl, pp * v, chunk);
     for (int l = 0; l < S->nl; l++) W[chunk[l] % pp] += (a[l] + (b ? b[l] : 0)) * scale;
     for (int d = 0; d < pp; d++) sum += W[d], max = W[d] > max ? W[d] : max;
     return m * max + (sum - max) / v;

@@ -2,6 +2,12 @@
 """Equivalence: every parallel plan trains exactly like the one-device plan.
 
 usage: equiv.py [--backend B] [--precision f64] [--seed S] [--quick] PLANCC PLANRUN SOURCE_ROOT [MODEL...]
+       equiv.py [--precision f64] --policies PLANCC PLANRUN SOURCE_ROOT
+
+--policies: every example policy of models/policies/ written for gpt-tiny (*-gpt-tiny.json) or
+the imported llama-tiny (*-llama-tiny.json, tests/models/),
+compiled with `--policy FILE` on the devices its mesh names (8 where it leaves one open; the
+micro-batch count given where the policy leaves it open, so that the reference matches).
 
 --quick: one plan of each strategy family (QUICK below) on 1, 2 and 4 ranks, for the tiny
 variants of imported models (tests/models/); --few: five plans (FEW below).
@@ -155,7 +161,32 @@ def deep_pipelines(c, tmp):
 
 def micro_batches(opts):
     w = opts.split()
+    if "--policy" in w:  # a policy may pin the count itself
+        import json
+        with open(w[w.index("--policy") + 1], encoding="utf-8") as f:
+            mb = json.load(f).get("mesh", {}).get("micro_batches")
+        if mb:
+            return mb
     return int(w[w.index("--micro-batches") + 1]) if "--micro-batches" in w else 1
+
+
+def policies(c):
+    """The example policies for gpt-tiny and the tiny imported models: (model, devices, options) of each."""
+    import json
+    d = os.path.join(c.root, "models", "policies")
+    out = []
+    for name in sorted(os.listdir(d)):
+        model = next((m for m in ("gpt-tiny", "llama-tiny") if name.endswith(f"-{m}.json")), None)
+        if model is None:
+            continue
+        if model != "gpt-tiny":  # the imported models' tiny variants live in tests/models/
+            c.paths[model] = os.path.join(c.root, "tests", "models", model + ".json")
+        path = os.path.join(d, name)
+        with open(path, encoding="utf-8") as f:
+            mesh = json.load(f).get("mesh", {})
+        n = mesh["dp"] * mesh["tp"] * mesh["pp"] if all(k in mesh for k in ("dp", "tp", "pp")) else 8
+        out.append((model, n, f"--policy {path}" + ("" if "micro_batches" in mesh else " --micro-batches 1")))
+    return out
 
 
 def losses(path):
@@ -238,7 +269,12 @@ def main():
     args = sys.argv[1:]
     backend = "cpu"
     global quick, few
-    while args[:1] in (["--backend"], ["--precision"], ["--seed"], ["--quick"], ["--few"]) and len(args) > 1:
+    pol = False
+    while args[:1] in (["--backend"], ["--precision"], ["--seed"], ["--quick"], ["--few"], ["--policies"]) and len(args) > 1:
+        if args[0] == "--policies":
+            pol = True
+            args = args[1:]
+            continue
         if args[0] in ("--quick", "--few"):
             quick = True
             few = args[0] == "--few"
@@ -258,7 +294,9 @@ def main():
     models = args[3:] or MODELS
     with tempfile.TemporaryDirectory() as tmp:
         c = Case(plancc, planrun, root, tmp, backend)
-        for model in models:
+        for model, n, opts in policies(c) if pol else []:
+            c.check(model, n, opts)
+        for model in [] if pol else models:
             if model.endswith(".json"):  # a model file outside models/ (tests/models/...)
                 name = os.path.splitext(os.path.basename(model))[0]
                 c.paths[name] = model if os.path.isabs(model) else os.path.join(root, model)

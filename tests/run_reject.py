@@ -8,11 +8,13 @@ containing FRAGMENT (POINTER may be "LINE:COL" for syntax errors). No crash, no 
 a run under ASan/UBSan shows its report on stderr and a different exit code, and fails here.
 Every file in tests/bad/ must be listed, so nothing in the corpus goes unchecked.
 
-usage: run_reject.py [--cluster | --config] PLANCC SOURCE_ROOT [WRAPPER ...]
+usage: run_reject.py [--cluster | --config | --policy] PLANCC SOURCE_ROOT [WRAPPER ...]
 --cluster: the corpus is tests/bad_cluster/ (same expect.tsv format), each case run as
 plancc --check models/mlp.json --cluster tests/bad_cluster/FILE.
 --config: the corpus is tests/bad_config/ (plancc --config files), each case run as
 plancc --check models/mlp.json --config tests/bad_config/FILE.
+--policy: the corpus is tests/bad_policy/ (plancc --policy files), each case run as
+plancc models/gpt-tiny.json --cluster cpu --devices 8 --estimate-only --policy tests/bad_policy/FILE.
 WRAPPER (e.g. valgrind -q --error-exitcode=97) runs plancc under a memory checker: its reports
 go to stderr and change the exit code, so they fail the case.
 """
@@ -23,13 +25,13 @@ import sys
 
 def main():
     args = sys.argv[1:]
-    mode = args[0] if args and args[0] in ("--cluster", "--config") else None
+    mode = args[0] if args and args[0] in ("--cluster", "--config", "--policy") else None
     cluster = mode == "--cluster"
     if mode:
         args = args[1:]
     plancc, root = os.path.abspath(args[0]), os.path.abspath(args[1])
     wrapper = args[2:]
-    corpus = {"--cluster": "bad_cluster", "--config": "bad_config"}.get(mode, "bad")
+    corpus = {"--cluster": "bad_cluster", "--config": "bad_config", "--policy": "bad_policy"}.get(mode, "bad")
     bad = os.path.join(root, "tests", corpus)
     cases = []
     with open(os.path.join(bad, "expect.tsv"), encoding="utf-8") as f:
@@ -56,6 +58,8 @@ def main():
             failed += 1
             continue
         check = ["--check", "models/mlp.json", mode, path] if mode else ["--check", path]
+        if mode == "--policy":
+            check = ["models/gpt-tiny.json", "--cluster", "cpu", "--devices", "8", "--estimate-only", mode, path]
         p = subprocess.run([*wrapper, plancc, *check], cwd=root, capture_output=True, env=env)
         try:
             stderr = p.stderr.decode("utf-8")

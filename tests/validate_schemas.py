@@ -4,15 +4,17 @@
 usage: /usr/bin/python3 tests/validate_schemas.py [REPO_ROOT]
 
 REPO_ROOT defaults to the parent of this file's folder. Checks, one output line each:
-  - schemas/model.schema.json and schemas/cluster.schema.json are valid JSON Schema 2020-12;
+  - schemas/model.schema.json, cluster.schema.json and policy.schema.json are valid JSON Schema 2020-12;
   - the operator types and their input/output counts in model.schema.json agree with the USER
     rows of runtime/ops.def;
   - every models/*.json follows model.schema.json, and every models/clusters/*.json follows
-    cluster.schema.json and names a source for each of its figures;
+    cluster.schema.json and names a source for each of its figures, and every
+    models/policies/*.json follows policy.schema.json;
   - every tests/schema_good/*.json is accepted (cluster-* by the cluster schema, the rest by the
     model schema);
   - every tests/schema_bad/*.json is rejected by its schema: model-* by the model schema,
-    cluster-* by the cluster schema (so the checks are shown not to be vacuous).
+    cluster-* by the cluster schema, policy-* by the policy schema (so the checks are shown not to
+    be vacuous).
 Every file must be well-formed JSON without duplicate keys (plancc's loader refuses those too).
 
 Ends with "N passed, M failed"; exits 0 if nothing failed, 1 otherwise, and 77 (meson's "skip")
@@ -189,7 +191,7 @@ def main():
     print(f"validate_schemas: {root}")
 
     validators = {}
-    for kind in ("model", "cluster"):
+    for kind in ("model", "cluster", "policy"):
         path = os.path.join(root, "schemas", f"{kind}.schema.json")
         what = f"{rel(root, path)}: valid JSON Schema 2020-12"
         try:
@@ -229,9 +231,9 @@ def main():
     def expect_invalid(path):
         what = rel(root, path)
         name = os.path.basename(path)
-        kind = "model" if name.startswith("model-") else "cluster" if name.startswith("cluster-") else None
+        kind = next((k for k in ("model", "cluster", "policy") if name.startswith(k + "-")), None)
         if kind is None:
-            report(False, what, "a bad file's name must start with model- or cluster-")
+            report(False, what, "a bad file's name must start with model-, cluster- or policy-")
             return
         if kind not in validators:
             report(False, what, f"{kind}.schema.json did not load")
@@ -258,6 +260,8 @@ def main():
         report(False, "models/clusters/*.json", "no cluster files")
     for path in clusters:
         expect_valid("cluster", path, source_problems)
+    for path in sorted(glob.glob(os.path.join(root, "models", "policies", "*.json"))):
+        expect_valid("policy", path)
     for path in sorted(glob.glob(os.path.join(root, "tests", "schema_good", "*.json"))):
         kind = "cluster" if os.path.basename(path).startswith("cluster-") else "model"
         expect_valid(kind, path)
