@@ -180,7 +180,17 @@ static void est_cp_comm(est *E) {
             if (!has_seq) continue;
             double bytes = tensor_bytes(g, t);
             for (int a = 0; a < t->rank; a++) bytes /= E->ways[i][k][a];
-            double s = cost_collective_s(E->c, PCC_COLL_ALL_TO_ALL, bytes, cpg) + cost_launch_s(E->c);
+            // Where tp splits the heads too, cp's pieces of them are the more significant (cp is
+            // the slower mesh axis) and tp's pieces of the producer's do not nest in them:
+            // phase 3 gathers the heads over tp, exchanges them whole over cp, and slices tp's
+            // piece (reshard.c's chain). The same on the way back.
+            int ax = l[cl].axis[k], tw = ax >= 0 ? E->ways[i][k][ax] / E->cp : 1;
+            double s = cost_launch_s(E->c);
+            if (tw > 1) {
+                bytes *= tw;
+                s += cost_collective_s(E->c, PCC_COLL_ALL_GATHER, bytes, (pcc_group_shape){E->tp, 1}) + cost_launch_s(E->c);
+            }
+            s += cost_collective_s(E->c, PCC_COLL_ALL_TO_ALL, bytes, cpg);
             E->xc[i] += s;
             if (k < op->nin) E->xin[i] += s;
         }
