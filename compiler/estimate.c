@@ -8,7 +8,9 @@
  *     operator is split over dp, its tp letter's dimension tp ways), forward, backward and the
  *     recomputed forward of recomputed operators, each on its layer's stage;
  *   - the tensor-parallel resharding of every producer->consumer edge, forward and backward
- *     (ilp_op_comm on the graph with one replica's batch), again when recomputed;
+ *     (ilp_op_comm on the graph with one replica's batch and sequence), again when recomputed;
+ *   - with context parallelism, the all-to-alls over cp around attention (est_cp_comm), and the
+ *     all-reduce of the gradients over cp beside dp's;
  *   - the pipeline sends between stages (one per micro-batch and boundary each way);
  *   - the gradients of parameters shared between stages (tied embeddings): summed over the
  *     micro-batches and sent to the owner's stage once per step, after its last backward pass
@@ -39,11 +41,13 @@ typedef struct est {
     const pcc_intra *sc;
     pcc_strategy *s;
     int dp, tp, pp, v, m, nf; // nf: forward ops
+    int cp;                   // context parallelism (1: none): the sequence split cp ways
     pcc_graph gv;             // g with one data-parallel replica's batch
     int ***ways;              // per forward op, per operand, per axis: the ways it is split on a device
     int *owner;               // per tensor: the forward op that first reads it (params), -1
     double *f, *b;            // per forward op, one copy: forward, backward operator seconds
     double *fc, *bc, *sy;     // per forward op, one copy: tp resharding forward, backward; tp sync
+    double *xc, *xin;         // per forward op, one copy: cp's all-to-alls of its forward; of its inputs alone
     double *orphan;           // per block, one copy: backward ops of no forward op
     double orphan_top;
     // Per device: per micro-batch compute, tp communication, p2p (forward, backward); per step
@@ -62,29 +66,32 @@ static int *ones(const pcc_graph *g) {
     return w;
 }
 
-// Tensor t split only over dp, along the batch dimension.
+// Tensor t split only over dp, along the batch dimension, and over cp along the sequence.
 static const int *dp_ways(const est *E, int t) {
     int *w = ones(E->g);
     const pcc_tensor *x = &E->g->tensors[t];
     for (int a = 0; a < x->rank; a++)
         if (x->dims[a] == E->s->batch_dim) w[a] = E->dp;
+        else if (E->cp > 1 && x->dims[a] == E->s->seq_dim) w[a] = E->cp;
     return w;
 }
 
-// Forward op i's operands as its chosen candidate splits them over tp, and over dp along its dp letter.
+// Forward op i's operands as its chosen candidate splits them over tp, over dp along its dp
+// letter, and over cp along its cp letter.
 static void est_op_ways(est *E, int i) {
     const pcc_graph *g = E->g;
     const pcc_op *op = &g->ops[i];
     const pcc_cand *cd = &E->sc->t->ops[i].c[E->sc->choice[i]];
-    int n = op->nin + op->nout, dl = E->s->letter[PCC_AX_DP][i];
+    int n = op->nin + op->nout, dl = E->s->letter[PCC_AX_DP][i], cl = E->cp > 1 ? E->s->letter[PCC_AX_CP][i] : -1;
     pcc_letter l[PCC_MAX_LETTERS];
-    if (dl >= 0) op_letters(g, op, l);
+    if (dl >= 0 || cl >= 0) op_letters(g, op, l);
     E->ways[i] = arena_alloc(g->arena, sizeof(int *) * (size_t)(n + 1));
     for (int k = 0; k < n; k++) {
         int *w = E->ways[i][k] = ones(g);
         const pcc_layout *lay = k < op->nin ? &cd->in[k] : &cd->out[k - op->nin];
         for (int a = 0; a < PCC_MAX_RANK; a++) w[a] = lay->d[a] > 1 ? lay->d[a] : 1;
         if (dl >= 0 && l[dl].axis[k] >= 0) w[l[dl].axis[k]] *= E->dp;
+        if (cl >= 0 && l[cl].axis[k] >= 0) w[l[cl].axis[k]] *= E->cp;
     }
 }
 
@@ -117,6 +124,7 @@ static void est_layout(est *E) {
     for (int k = 0; k < g->n_dims; k++) {
         E->gv.dims[k] = g->dims[k];
         if (k == E->s->batch_dim) E->gv.dims[k].size = (g->dims[k].size + E->dp - 1) / E->dp;
+        if (E->cp > 1 && k == E->s->seq_dim) E->gv.dims[k].size = (g->dims[k].size + E->cp - 1) / E->cp;
     }
     E->owner = arena_alloc(g->arena, sizeof(int) * (size_t)(g->n_tensors + 1));
     for (int t = 0; t < g->n_tensors; t++) E->owner[t] = -1;
@@ -148,6 +156,47 @@ static void est_ops(est *E) {
     }
 }
 
+// Context parallelism: op i's all-to-alls over cp in its forward pass, where its cp letter is
+// not the sequence (attention's heads): every operand that has the sequence comes from, or goes
+// to, operators that split the sequence over cp. Each moves the rank's piece. The backward pass
+// mirrors them (dy in; dq, dk, dv out) and exchanges the kept inputs q, k, v again (phase 3
+// keeps them in their producer's sequence split), so it costs the forward's plus its inputs'.
+static void est_cp_comm(est *E) {
+    const pcc_graph *g = E->g;
+    E->xc = zeros(g, E->nf), E->xin = zeros(g, E->nf);
+    if (E->cp < 2) return;
+    pcc_group_shape cpg = {E->cp, E->tp};
+    for (int i = 0; i < E->nf; i++) {
+        const pcc_op *op = &g->ops[i];
+        int cl = E->s->letter[PCC_AX_CP][i];
+        pcc_letter l[PCC_MAX_LETTERS];
+        if (cl < 0) continue;
+        op_letters(g, op, l);
+        if (l[cl].dim == E->s->seq_dim) continue;
+        for (int k = 0; k < op->nin + op->nout; k++) {
+            const pcc_tensor *t = &g->tensors[tensor_of_op(op, k)];
+            bool has_seq = false;
+            for (int a = 0; a < t->rank; a++) has_seq |= t->dims[a] == E->s->seq_dim;
+            if (!has_seq) continue;
+            double bytes = tensor_bytes(g, t);
+            for (int a = 0; a < t->rank; a++) bytes /= E->ways[i][k][a];
+            // Where tp splits the heads too, cp's pieces of them are the more significant (cp is
+            // the slower mesh axis) and tp's pieces of the producer's do not nest in them:
+            // phase 3 gathers the heads over tp, exchanges them whole over cp, and slices tp's
+            // piece (reshard.c's chain). The same on the way back.
+            int ax = l[cl].axis[k], tw = ax >= 0 ? E->ways[i][k][ax] / E->cp : 1;
+            double s = cost_launch_s(E->c);
+            if (tw > 1) {
+                bytes *= tw;
+                s += cost_collective_s(E->c, PCC_COLL_ALL_GATHER, bytes, (pcc_group_shape){E->tp, 1}) + cost_launch_s(E->c);
+            }
+            s += cost_collective_s(E->c, PCC_COLL_ALL_TO_ALL, bytes, cpg);
+            E->xc[i] += s;
+            if (k < op->nin) E->xin[i] += s;
+        }
+    }
+}
+
 // The device of forward op i in copy k of its block (k ignored at the top level).
 static int est_device(const est *E, int i, int k) {
     const pcc_op *op = &E->g->ops[i];
@@ -157,8 +206,8 @@ static int est_device(const est *E, int i, int k) {
 // One forward op's copy on device d: its forward, backward and recomputed forward.
 static void est_add_op(est *E, int i, int d) {
     bool rc = E->s->recompute[i];
-    E->Fc[d] += E->f[i], E->Fm[d] += E->fc[i];
-    E->Bc[d] += E->b[i] + (rc ? E->f[i] : 0), E->Bm[d] += E->bc[i] + (rc ? E->fc[i] : 0);
+    E->Fc[d] += E->f[i], E->Fm[d] += E->fc[i] + E->xc[i];
+    E->Bc[d] += E->b[i] + (rc ? E->f[i] : 0), E->Bm[d] += E->bc[i] + E->xc[i] + E->xin[i] + (rc ? E->fc[i] + E->xc[i] : 0);
     E->sync[d] += E->sy[i];
 }
 
@@ -186,7 +235,7 @@ static double est_boundary_bytes(const est *E, const pcc_layer *l) {
 }
 
 static double est_send_s(const est *E, double bytes) {
-    pcc_group_shape pair = {2, E->dp * E->tp};
+    pcc_group_shape pair = {2, E->dp * E->cp * E->tp};
     return cost_collective_s(E->c, PCC_COLL_SEND_RECV, bytes, pair) + cost_launch_s(E->c);
 }
 
@@ -211,6 +260,15 @@ static void est_layers(est *E, const pcc_layer *L, int nl, const int *chunk) {
     E->Bc[chunk[nl - 1] % E->pp] += E->orphan_top;
 }
 
+// Whether the gradients of op i's parameters are partial sums over cp (its cp letter is the
+// sequence, a reduction letter of every weight's gradient).
+static bool est_cp_partial(const est *E, int i) {
+    if (E->cp < 2 || E->s->letter[PCC_AX_CP][i] < 0) return false;
+    pcc_letter l[PCC_MAX_LETTERS];
+    op_letters(E->g, &E->g->ops[i], l);
+    return l[E->s->letter[PCC_AX_CP][i]].dim == E->s->seq_dim;
+}
+
 // Bytes on one device of parameter p (owner op i), and whether the step synchronizes its
 // gradient over dp in phase 3's buckets (an all-reduce, or ZeRO's reduce-scatter, unless ZeRO-2
 // with micro-batches or ZeRO-3 reduce-scatters each micro-batch's by itself; --sync background:
@@ -221,7 +279,7 @@ static double est_param_bytes(const est *E, int p, int i, bool *bucketed) {
     double bytes = tensor_bytes(E->g, t);
     for (int r = 0; r < t->rank; r++) bytes /= w[r];
     int zero = E->s->zero;
-    *bucketed = E->dp > 1 && (zero == 0 ? graph_step_synced(E->g, p, E->s->bg_dense) : !layout_zero_per_micro_batch(E->s));
+    *bucketed = (E->dp > 1 || est_cp_partial(E, i)) && (zero == 0 ? graph_step_synced(E->g, p, E->s->bg_dense) : !layout_zero_per_micro_batch(E->s));
     return bytes;
 }
 
@@ -237,15 +295,20 @@ static void est_param(est *E, int p, int i, int d, const pcc_op *opt) {
     const pcc_graph *g = E->g;
     bool bucketed;
     double bytes = est_param_bytes(E, p, i, &bucketed), pool = *est_pool(E, i, d), cap = E->s->bucket_bytes;
-    pcc_group_shape dpg = {E->dp, E->tp};
+    pcc_group_shape dpg = {E->dp, E->cp * E->tp}, cpg = {E->cp, E->tp};
     double launch = cost_launch_s(E->c);
     int zero = E->s->zero;
-    if (bucketed) E->sync[d] += cost_bucketed_s(E->c, zero ? PCC_COLL_REDUCE_SCATTER : PCC_COLL_ALL_REDUCE, bytes, pool, cap, dpg);
+    if (bucketed && est_cp_partial(E, i)) E->sync[d] += cost_bucketed_s(E->c, PCC_COLL_ALL_REDUCE, bytes, pool, cap, cpg);
+    if (bucketed && E->dp > 1)
+        E->sync[d] += cost_bucketed_s(E->c, zero ? PCC_COLL_REDUCE_SCATTER : PCC_COLL_ALL_REDUCE, bytes, pool, cap, dpg);
     if (E->dp > 1 && zero > 0) {
         double ag = cost_collective_s(E->c, PCC_COLL_ALL_GATHER, bytes, dpg) + launch;
         // Reduce-scattered per micro-batch on the compute stream (preserve.c's zero2_grad), and
         // summed into the shard: part of every micro-batch's backward.
-        if (!bucketed) E->Bm[d] += cost_collective_s(E->c, PCC_COLL_REDUCE_SCATTER, bytes, dpg) + launch;
+        if (!bucketed) {
+            E->Bm[d] += cost_collective_s(E->c, PCC_COLL_REDUCE_SCATTER, bytes, dpg) + launch;
+            if (est_cp_partial(E, i)) E->Bm[d] += cost_collective_s(E->c, PCC_COLL_ALL_REDUCE, bytes, cpg) + launch;
+        }
         E->post[d] += ag;
         if (zero == 3) E->Fm[d] += ag, E->Bm[d] += ag; // gathered again for each micro-batch's use
     }
@@ -325,7 +388,7 @@ static void est_last_bucket(est *E) {
                 if (first[est_device(E, i, (int)c)] < 0) first[est_device(E, i, (int)c)] = i;
         }
     E->last = zeros(g, E->pp);
-    pcc_group_shape dpg = {E->dp, E->tp};
+    pcc_group_shape dpg = {E->dp, E->cp * E->tp}, cpg = {E->cp, E->tp};
     for (int d = 0; d < E->pp; d++) {
         if (first[d] < 0) continue;
         int seg = graph_bucket_segment(g, first[d]);
@@ -349,6 +412,7 @@ static void est_last_bucket(est *E) {
         double launch = cost_launch_s(E->c);
         if (E->dp > 1)
             E->last[d] += cost_collective_s(E->c, E->s->zero ? PCC_COLL_REDUCE_SCATTER : PCC_COLL_ALL_REDUCE, last, dpg) + launch;
+        if (E->cp > 1) E->last[d] += cost_collective_s(E->c, PCC_COLL_ALL_REDUCE, last, cpg) + launch;
         if (last_r > 1) E->last[d] += cost_collective_s(E->c, PCC_COLL_ALL_REDUCE, last, (pcc_group_shape){last_r, 1}) + launch;
     }
 }
@@ -387,6 +451,7 @@ static void est_step(est *E) {
 
 void estimate_step(const pcc_graph *g, const pcc_cluster *c, const pcc_intra *sc, pcc_strategy *s) {
     est E = {.g = g, .c = c, .sc = sc, .s = s, .dp = s->mesh[PCC_AX_DP], .tp = s->mesh[PCC_AX_TP],
+             .cp = s->mesh[PCC_AX_CP] > 1 ? s->mesh[PCC_AX_CP] : 1,
              .pp = s->mesh[PCC_AX_PP], .v = s->virtual_stages, .m = s->micro_batches, .nf = g->n_fwd_ops};
     int pp = E.pp, nl;
     E.Fc = zeros(g, pp), E.Fm = zeros(g, pp), E.Fp = zeros(g, pp), E.Bc = zeros(g, pp), E.Bm = zeros(g, pp);
@@ -397,6 +462,7 @@ void estimate_step(const pcc_graph *g, const pcc_cluster *c, const pcc_intra *sc
     for (int l = 0; l < nl; l++) chunk[l] = L[l].op >= 0 ? s->op_stage[L[l].op] : s->copy_stage[L[l].block][L[l].copy];
     est_layout(&E);
     est_ops(&E);
+    est_cp_comm(&E);
     est_layers(&E, L, nl, chunk);
     est_params(&E);
     est_last_bucket(&E);
@@ -409,7 +475,7 @@ void estimate_floor(const pcc_graph *g, const pcc_cluster *c, const pcc_transfor
     pcc_strategy s = {.batch_dim = batch_dim};
     s.letter[PCC_AX_DP] = (int *)dp_letter;
     pcc_intra sc = {.t = t, .choice = arena_alloc(g->arena, sizeof(int) * (size_t)(nf + 1))};
-    est E = {.g = g, .c = c, .sc = &sc, .s = &s, .dp = dp, .tp = t->devices, .nf = nf};
+    est E = {.g = g, .c = c, .sc = &sc, .s = &s, .dp = dp, .cp = 1, .tp = t->devices, .nf = nf};
     E.ways = arena_alloc(g->arena, sizeof(int **) * (size_t)(nf + 1));
     // Each forward op's backward ops, in one list per op.
     int *next = arena_alloc(g->arena, sizeof(int) * (size_t)(g->n_ops + 1)), *first = arena_alloc(g->arena, sizeof(int) * (size_t)(nf + 1));

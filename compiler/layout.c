@@ -630,7 +630,7 @@ static pcc_status analyse(pcc_values *E, const pcc_preserve_opts *o) {
 pcc_status layout_values(const pcc_graph *g, const pcc_cluster *c, const pcc_strategy *s, const pcc_preserve_opts *o,
                          pcc_values *E) {
     *E = (pcc_values){.g = g, .c = c, .s = s, .pp = s->mesh[PCC_AX_PP], .dp = s->mesh[PCC_AX_DP], .tp = s->mesh[PCC_AX_TP],
-                      .M = s->micro_batches, .V = s->virtual_stages > 1 ? s->virtual_stages : 1};
+                      .cp = s->mesh[PCC_AX_CP] > 1 ? s->mesh[PCC_AX_CP] : 1, .M = s->micro_batches, .V = s->virtual_stages > 1 ? s->virtual_stages : 1};
     E->ns = E->pp * E->V;
     if (E->V > 1 && s->zero == 2) {
         if (!pcc_trial) fprintf(stderr, "%s: --zero 2 with --virtual-stages: plancc reduce-scatters per micro-batch only in plain pipelines "

@@ -69,6 +69,11 @@ static void usage(FILE *f) {
             "                     --sync background where the batch divides by dp x tp\n"
             );
     fprintf(f,
+            "  --cp N             with the template: context parallelism over N devices, DeepSpeed-Ulysses'\n"
+            "                     form - every operator splits the sequence over cp, attention its heads\n"
+            "                     (heads / (tp x cp) each), with an all-to-all before and after it; the\n"
+            "                     devices are pp x dp x cp x tp (tp fastest); needs attention, and cp\n"
+            "                     dividing the sequence; combines with --sequence-parallel\n"
             "  --sequence-parallel\n"
             "                     with --tp 2 or more: Megatron-LM's sequence parallelism - layernorm,\n"
             "                     the residual adds and dropout split along the sequence over the tp\n"
@@ -147,7 +152,7 @@ static void usage(FILE *f) {
             "--num-layers-per-virtual-pipeline-stage N (--virtual-stages = layers / (pp x N)),\n"
             "--recompute-granularity full|selective (--recompute full|auto: the ILP picks what to recompute),\n"
             "--use-distributed-optimizer (--zero 1), --zero-stage (--zero), --sequence-parallel (the same),\n"
-            "--context-parallel-size and --expert-model-parallel-size (1 only: plancc has neither yet).\n"
+            "--context-parallel-size (--cp), --expert-model-parallel-size (1 only: plancc has no experts to place).\n"
             "Options are never abbreviated.\n"
             "\n"
             "Formats: schemas/README.md (model, cluster), runtime/PLAN_FORMAT.md (plan). Show a plan with\n"
@@ -160,7 +165,7 @@ enum { OPT_CONFIG = 256, OPT_CLUSTER, OPT_NODES, OPT_DEVICES, OPT_TIME_LIMIT, OP
        OPT_ZERO, OPT_RECOMPUTE, OPT_SCHEDULE, OPT_AUTO, OPT_GLOBAL_BATCH, OPT_MICRO_BATCH_SIZE, OPT_VIRTUAL_STAGES,
        OPT_ESTIMATE_ONLY, OPT_BURST, OPT_AMP_LIMIT, OPT_BURST_WIDTHS, OPT_BUCKET_MB, OPT_SYNC, OPT_TF32,
        OPT_TP_BATCH, OPT_BF16, OPT_FP16, OPT_CP, OPT_EP, OPT_LAYERS_PER_VS, OPT_RECOMPUTE_GRAN, OPT_DIST_OPT,
-       OPT_SEQ_PARALLEL, OPT_POLICY };
+       OPT_SEQ_PARALLEL, OPT_POLICY, OPT_CP_SHORT };
 
 // Where the option being read came from: NULL for the command line, "FILE:/key" for --config.
 static const char *origin;
@@ -184,7 +189,7 @@ static void bad(const char *fmt, ...) {
 
 // What was given, for the checks after parsing.
 typedef struct given {
-    bool template_, auto_, schedule, recompute, virtual_stages;
+    bool template_, auto_, schedule, recompute, virtual_stages, cp;
 } given;
 
 static pcc_status num_option(const char *name, const char *arg, double lo, double hi, double *out) {
@@ -241,14 +246,15 @@ static pcc_status option(int c, char **argv, pcc_options *o, given *gv, bool *do
         o->dtype_override = want + 1;
         break;
     }
-    case OPT_CP: case OPT_EP: {
+    case OPT_CP_SHORT: case OPT_CP:
+        if (int_option(c == OPT_CP ? "--context-parallel-size" : "--cp", optarg, 1, 1 << 24, &o->search.cp)) return PCC_ERR_INPUT;
+        if (o->search.cp > 1) gv->template_ = gv->cp = true;
+        break;
+    case OPT_EP: {
         int v;
-        const char *name = c == OPT_CP ? "--context-parallel-size" : "--expert-model-parallel-size";
+        const char *name = "--expert-model-parallel-size";
         if (int_option(name, optarg, 1, 1 << 24, &v)) return PCC_ERR_INPUT;
-        if (v > 1 && c == OPT_CP)
-            bad("--context-parallel-size %d: context parallelism (the sequence split over devices, Megatron-LM's ring "
-                "attention) is not built in plancc yet; only 1 is accepted (use --tp, --pp and --dp)\n", v);
-        else if (v > 1)
+        if (v > 1)
             bad("--expert-model-parallel-size %d: plancc's models have no mixture-of-experts layers (runtime/ops.def has "
                 "no expert operator), so there are no experts to place; only 1 is accepted\n", v);
         if (v > 1) return PCC_ERR_INPUT;
@@ -428,7 +434,12 @@ static pcc_status check_inputs(int argc, char **argv, const char *config_model, 
 // The strategy: a template or --auto, and the options that follow from it.
 static pcc_status check_strategy(pcc_options *o, const given *gv) {
     if (gv->auto_ && gv->template_) {
-        fprintf(stderr, "plancc: --auto searches the mesh; it does not go with --dp, --tp or --pp\n");
+        fprintf(stderr, "plancc: --auto searches the mesh; it does not go with --dp, --tp, --pp or --cp\n");
+        return PCC_ERR_INPUT;
+    }
+    if (gv->cp && (o->preserve.sync.algo != PCC_SYNC_ALLREDUCE || o->burst || o->check)) {
+        fprintf(stderr, "plancc: --cp %d is the template's context parallelism; it does not go with %s\n", o->search.cp,
+                o->burst ? "--burst" : o->check ? "--check" : "--sync background");
         return PCC_ERR_INPUT;
     }
     o->search.auto_mesh = !gv->template_;
@@ -538,7 +549,7 @@ static const struct option longopts[] = {
     // Megatron-LM's and DeepSpeed's names for the same things
     {"tensor-model-parallel-size", required_argument, NULL, OPT_TP},
     {"pipeline-model-parallel-size", required_argument, NULL, OPT_PP},
-    {"context-parallel-size", required_argument, NULL, OPT_CP},
+    {"context-parallel-size", required_argument, NULL, OPT_CP}, {"cp", required_argument, NULL, OPT_CP_SHORT},
     {"expert-model-parallel-size", required_argument, NULL, OPT_EP},
     {"num-layers-per-virtual-pipeline-stage", required_argument, NULL, OPT_LAYERS_PER_VS},
     {"global-batch-size", required_argument, NULL, OPT_GLOBAL_BATCH},
@@ -777,8 +788,9 @@ static const char *canonical_options_(pcc_arena *a, const pcc_cluster *c, const 
     const pcc_search_opts *s = &o->search;
     char mesh[96] = "--auto";
     if (!s->auto_mesh)
-        snprintf(mesh, sizeof mesh, "--dp %d --tp %d --pp %d%s%s", s->dp ? s->dp : 1, s->tp ? s->tp : 1, s->pp ? s->pp : 1,
-                 s->tp_batch ? " --tp-batch" : "", s->sequence_parallel ? " --sequence-parallel" : "");
+        snprintf(mesh, sizeof mesh, "--dp %d --tp %d --pp %d%s%s%s", s->dp ? s->dp : 1, s->tp ? s->tp : 1, s->pp ? s->pp : 1,
+                 s->tp_batch ? " --tp-batch" : "", s->sequence_parallel ? " --sequence-parallel" : "",
+                 s->cp > 1 ? arena_printf(a, " --cp %d", s->cp) : "");
     if (o->burst) {
         if (o->amp_limit > 0) snprintf(mesh, sizeof mesh, "--burst --amp-limit %g", o->amp_limit);
         else snprintf(mesh, sizeof mesh, "--burst");

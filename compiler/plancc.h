@@ -859,6 +859,7 @@ typedef enum pcc_pipe_sched { PCC_PIPE_GPIPE = 1, PCC_PIPE_1F1B = 2 } pcc_pipe_s
 // every block operator recomputed, Megatron-LM's activation checkpointing).
 typedef struct pcc_config {
     int pp, dp, tp, v, zero;
+    int cp;                     // context parallelism (the template's --cp; 0 or 1: none)
     bool btp;
     bool sp;                    // Megatron-LM's sequence parallelism over tp (search.c, seq_keeps)
     pcc_recompute rc;
@@ -871,6 +872,7 @@ typedef struct pcc_config {
 
 typedef struct pcc_search_opts {
     int dp, tp, pp;             // 0: not given (auto)
+    int cp;                     // --cp: context parallelism, DeepSpeed-Ulysses' form (0 or 1: none; search.c, cp_letter)
     bool auto_mesh;             // search the factorizations (--auto, the default without --dp/--tp/--pp)
     int zero;                   // 0..3
     pcc_recompute recompute;
@@ -905,15 +907,18 @@ typedef struct pcc_estimate {
     double optimizer_s;         // the optimizer step (with ZeRO's parameter all-gather after it)
 } pcc_estimate;
 
-enum { PCC_AX_PP, PCC_AX_DP, PCC_AX_TP, PCC_AXES };
+// The mesh axes, slowest first (Megatron-LM's rank order: tp fastest, then cp, dp, pp). A plan
+// without context parallelism leaves the cp axis out of its mesh (preserve.c, hand_off).
+enum { PCC_AX_PP, PCC_AX_DP, PCC_AX_CP, PCC_AX_TP, PCC_AXES };
 
 typedef struct pcc_strategy {
-    int mesh[PCC_AXES];         // pp, dp, tp
+    int mesh[PCC_AXES];         // pp, dp, cp, tp
     int micro_batches;          // the graph's
     pcc_pipe_sched schedule;
     int zero;
     int batch_dim;              // the model dimension data parallelism splits (-1: none found)
-    // Per forward op: the letter (index into op_letters) split along dp and along tp, -1 none;
+    int seq_dim;                // the sequence, which context parallelism splits (-1: no cp)
+    // Per forward op: the letter (index into op_letters) split along dp, cp and tp, -1 none;
     // whether it is recomputed in the backward pass; why (for plandump's notes).
     int *letter[PCC_AXES];
     bool *recompute;
@@ -1164,6 +1169,7 @@ typedef struct pcc_values {
     const pcc_cluster *c;
     const pcc_strategy *s;
     int pp, dp, tp, M;  // the mesh, and the micro-batches
+    int cp;             // the context-parallel axis's size (1: none)
     int V, ns;          // model chunks per pipeline device (1: none) and stages in all, pp * V
     int *inflight;      // per stage: the micro-batches whose kept activations it holds at once (pipeline.c)
     plan_shard **sh;    // per op: the shard of each operand (inputs, then outputs)

@@ -108,6 +108,7 @@ typedef struct builder {
     const pcc_cluster *c;
     const pcc_strategy *s;
     int pp, dp, tp, M;
+    int cp;             // the context-parallel axis (1: none; the plan's mesh then leaves it out)
     int V, ns;          // model chunks per pipeline device (1: none) and stages in all, pp * V
     int (*groups)[2];   int n_groups, cap_groups; // (axes mask, stream) per plan group
     uint64_t bucket_cap;// gradient bytes per bucket (0: one collective per gradient)
@@ -972,7 +973,7 @@ static char *notes(builder *E) {
         int nl = op_letters(g, op, l);
         char line[512];
         int k = snprintf(line, sizeof line, "%s %s %s:", op->ptr, pcc_ops[op->kind].name, op->nout ? g->tensors[op->out[0]].name : "");
-        static const char *const axn[PCC_AXES] = {"pp", "dp", "tp"};
+        static const char *const axn[PCC_AXES] = {"pp", "dp", "cp", "tp"};
         for (int a = PCC_AX_DP; a < PCC_AXES; a++) {
             int li = E->s->letter[a][o];
             if (E->s->mesh[a] == 1) continue;
@@ -1041,9 +1042,9 @@ static pcc_bg_param *background_params_of(builder *E, prog *P, int *n_out) {
 // of a step and the notes (the builder adds the rest).
 static void meta(builder *E, plan_meta *m) {
     const pcc_strategy *s = E->s;
-    m->world = (uint32_t)(E->pp * E->dp * E->tp);
+    m->world = (uint32_t)(E->pp * E->dp * E->cp * E->tp);
     m->n_axes = PCC_AXES;
-    static const char *const axn[PCC_AXES] = {"pp", "dp", "tp"};
+    static const char *const axn[PCC_AXES] = {"pp", "dp", "cp", "tp"};
     for (int a = 0; a < PCC_AXES; a++) {
         m->mesh[a] = (uint32_t)s->mesh[a];
         snprintf(m->axis_names[a], sizeof m->axis_names[a], "%s", axn[a]);
@@ -1055,6 +1056,37 @@ static void meta(builder *E, plan_meta *m) {
     m->est_step_s = s->est_step_s;
     m->model_flops = model_flops(E);
     m->notes = notes(E);
+}
+
+// An axis of size 1 taken out of the plan's mesh: every shard and group of the axes after it
+// moves down one (a plan without context parallelism is pp x dp x tp, as before cp existed).
+static plan_shard shard_drop(plan_shard s, int axis) {
+    for (int a = axis; a + 1 < PLAN_MAX_AXES; a++) s.map[a] = s.map[a + 1];
+    s.map[PLAN_MAX_AXES - 1] = PLAN_SHARD_R;
+    return s;
+}
+
+static void drop_axis(pcc_programs *out, int axis) {
+    plan_meta *m = &out->meta;
+    PCC_ASSERT(m->mesh[axis] == 1);
+    for (uint32_t a = (uint32_t)axis; a + 1 < m->n_axes; a++) {
+        m->mesh[a] = m->mesh[a + 1];
+        memcpy(m->axis_names[a], m->axis_names[a + 1], sizeof m->axis_names[a]);
+    }
+    m->n_axes--;
+    m->mesh[m->n_axes] = 0;
+    memset(m->axis_names[m->n_axes], 0, sizeof m->axis_names[m->n_axes]);
+    uint32_t low = (1u << axis) - 1;
+    for (int i = 0; i < out->n_groups; i++) {
+        uint32_t x = out->group_axes[i];
+        PCC_ASSERT(!(x >> axis & 1u));
+        out->group_axes[i] = (x & low) | (x >> (axis + 1)) << axis;
+    }
+    for (int p = 0; p < out->n; p++)
+        for (int b = 0; b < out->prog[p].n_buf; b++) {
+            PCC_ASSERT(out->prog[p].buf[b].shard.map[axis] == PLAN_SHARD_R);
+            out->prog[p].buf[b].shard = shard_drop(out->prog[p].buf[b].shard, axis);
+        }
 }
 
 // Phase 3's output: the stage programs, each rank's (its pp coordinate), the groups, and with
@@ -1081,7 +1113,8 @@ static pcc_programs *hand_off(builder *E, prog *P) {
     out->group_axes = arena_alloc(g->arena, sizeof(uint32_t) * (size_t)(E->n_groups + 1));
     for (int i = 0; i < E->n_groups; i++) out->group_axes[i] = (uint32_t)E->groups[i][0];
     out->rank_program = arena_alloc(g->arena, sizeof(uint32_t) * (size_t)out->meta.world);
-    for (uint32_t r = 0; r < out->meta.world; r++) out->rank_program[r] = r / (uint32_t)(E->dp * E->tp); // pp varies slowest
+    for (uint32_t r = 0; r < out->meta.world; r++) out->rank_program[r] = r / (uint32_t)(E->dp * E->cp * E->tp); // pp varies slowest
+    if (E->cp == 1) drop_axis(out, PCC_AX_CP);
     return out;
 }
 
@@ -1093,7 +1126,7 @@ pcc_status preserve(const pcc_graph *g, const pcc_cluster *c, const pcc_strategy
     pcc_values *v = arena_alloc(g->arena, sizeof *v);
     pcc_status st = layout_values(g, c, s, o, v);
     if (st) return st;
-    builder E = {.v = v, .g = g, .c = c, .s = s, .pp = v->pp, .dp = v->dp, .tp = v->tp, .M = v->M, .V = v->V, .ns = v->ns,
+    builder E = {.v = v, .g = g, .c = c, .s = s, .pp = v->pp, .dp = v->dp, .cp = v->cp, .tp = v->tp, .M = v->M, .V = v->V, .ns = v->ns,
                  .bucket_cap = o->bucket_bytes};
     prog *P = arena_alloc(g->arena, sizeof(prog) * (size_t)E.pp);
     for (int d = 0; d < E.pp; d++) {

@@ -1,6 +1,6 @@
 /*
- * search.c: phase 2, the search: the device mesh (pp x dp x tp), the pipeline stages, and the
- * split of every forward operator along the dp and tp axes.
+ * search.c: phase 2, the search: the device mesh (pp x dp x cp x tp), the pipeline stages, and
+ * the split of every forward operator along the dp, cp and tp axes.
  *
  * Input: the graph, the cluster, and phase 1's candidates per operator for every tensor-parallel
  * group size the search will try (search_group_sizes says which; the driver runs phase 1 for
@@ -13,7 +13,10 @@
  *     over tp too; with --sequence-parallel, norms, residual adds and dropout must split the
  *     sequence and nothing else may (seq_keeps). Where the ILP's memory model finds nothing
  *     that fits, --recompute none and full take their choice with all memory allowed (the
- *     memory planner has the last word), and auto recomputes every block operator.
+ *     memory planner has the last word), and auto recomputes every block operator. With --cp N
+ *     (context parallelism, DeepSpeed-Ulysses' form; cp_letter), every operator splits the
+ *     sequence over the cp axis and attention its heads, and the tp candidates leave the
+ *     sequence to cp as they leave the batch to dp. --auto does not try cp yet.
  *   - --auto: the configurations (pcc_config) of this graph - every factorization of the devices
  *     (tp inside a node, dp dividing the batch, pp at most the number of layers), each ZeRO stage
  *     from the one asked for up, with and without the batch over tp, recompute auto, none and full
@@ -133,14 +136,38 @@ static void stages(const pcc_policy *pol, const pcc_layer *L, const double *flop
 // memory. Parameters: weights + gradients + optimizer state, ZeRO sharding the optimizer state
 // (1), gradients (2) and weights (3) over dp. Activations: 1/dp of the batch, times the
 // micro-batches a stage keeps in flight (1F1B: up to pp; GPipe: all; no pipeline: one at a time).
-static void memory_scales(const pcc_graph *g, int pp, int dp, int zero, pcc_pipe_sched sch, pcc_intra_opts *so) {
+static void memory_scales(const pcc_graph *g, int pp, int dp, int cp, int zero, pcc_pipe_sched sch, pcc_intra_opts *so) {
     pcc_totals t;
     graph_totals(g, &t);
     if (t.bytes_weights <= 0) return;
     so->param_scale = (t.bytes_weights / (zero >= 3 ? dp : 1) + t.bytes_grads / (zero >= 2 ? dp : 1) +
                        t.bytes_optim / (zero >= 1 ? dp : 1)) / t.bytes_weights;
     int m = g->micro_batches, fly = pp == 1 ? 1 : sch == PCC_PIPE_GPIPE ? m : (pp < m ? pp : m);
-    so->act_scale = (double)fly / dp;
+    so->act_scale = (double)fly / dp / cp;
+}
+
+// Context parallelism (--cp N), DeepSpeed-Ulysses' form: every operator that has the sequence
+// splits it over the cp axis, as dp splits the batch; attention, whose sequence cannot split
+// (every query reads every key), splits its query heads there instead, on top of tp's split of
+// them (heads / (tp x cp) each), and phase 3's resharding turns the sequence split of q, k and v
+// into the head split with an all-to-all over cp, and back after attention (reshard.c); the
+// backward pass mirrors them. An operator whose sequence letter is a reduction (the loss, a
+// weight's gradient) leaves partial sums over cp, which the gradient synchronization all-reduces
+// beside dp's. The letter: attention's heads "n"; else the sequence's first letter that is not a
+// reduction, else a reduction; -1 when the op has no sequence (replicated over cp).
+static int cp_letter(const pcc_graph *g, const pcc_op *op, int sdim, int cp) {
+    pcc_letter l[PCC_MAX_LETTERS];
+    int n = op_letters(g, op, l), red = -1;
+    for (int i = 0; i < n; i++) {
+        bool ok = !l[i].nosplit && g->dims[l[i].dim].size % ((int64_t)cp * l[i].grain) == 0;
+        if (op->kind == PCC_OP_ATTENTION) {
+            if (ok && strcmp(l[i].name, "n") == 0) return i;
+        } else if (ok && l[i].dim == sdim) {
+            if (!l[i].reduce) return i;
+            if (red < 0) red = i;
+        }
+    }
+    return red;
 }
 
 // Megatron-LM's sequence parallelism (--sequence-parallel): the operators between a row-parallel
@@ -170,11 +197,14 @@ static bool seq_keeps(const pcc_op_cands *from, const pcc_op *op, const pcc_cand
 
 // Phase 1's candidates for the tp group of a mesh, as that mesh may use them: the batch is dp's
 // unless batch_tp (then its pieces over dp x tp must hold whole ghost batch norm groups),
-// --recompute none or full drops the candidates that disagree, and sequence parallelism along
-// sdim (-1: off) those seq_keeps refuses; a policy's pins (policy.c) those it refuses, its
-// recompute pin over rc's. NULL when the pins leave an operator none (*bare: which).
+// --recompute none or full drops the candidates that disagree, sequence parallelism along
+// sdim (-1: off) those seq_keeps refuses, context parallelism along cdim (-1: off) those that
+// split the sequence over tp (it is cp's), but for sequence parallelism's norms, adds and dropout
+// (their sequence split over tp nests inside cp's piece: cp is the slower axis); a policy's pins
+// (policy.c) those it refuses, its recompute pin over rc's. NULL when the pins leave an operator
+// none (*bare: which).
 static pcc_transform *tp_candidates(const pcc_graph *g, const pcc_transform *all, pcc_recompute rc, int bdim, int dp,
-                                    bool batch_tp, int sdim, const pcc_policy *pol, int *bare) {
+                                    bool batch_tp, int sdim, int cdim, const pcc_policy *pol, int *bare) {
     int tp = all->devices;
     pcc_transform *t = arena_alloc(g->arena, sizeof *t);
     *t = *all;
@@ -198,6 +228,7 @@ static pcc_transform *tp_candidates(const pcc_graph *g, const pcc_transform *all
             if (pin < 0 && rc == PCC_RECOMPUTE_FULL && has_rc && !cd->recompute) continue;
             if (pin >= 0 && has_rc && cd->recompute != (pin == 1)) continue;
             if (!seq_keeps(from, &g->ops[oc->op], cd, sdim) || !policy_keeps(pol, oc->op, cd, tp)) continue;
+            if (cdim >= 0 && cd->dim == cdim && !(sdim == cdim && seq_region_op(&g->ops[oc->op]))) continue;
             oc->c[n++] = *cd;
         }
         if (n == 0 && pol) return *bare = oc->op, NULL;
@@ -218,15 +249,16 @@ static pcc_status tp_schedule(const pcc_graph *g, const pcc_cluster *c, const pc
     // Without its memory row the ILP never recomputes (that only costs time): a probe of recompute
     // auto is recompute none's program, which the memo then holds for both.
     pcc_recompute rc = mode == PROBE && k->rc == PCC_RECOMPUTE_AUTO ? PCC_RECOMPUTE_NONE : k->rc;
-    int bare = -1;
-    pcc_transform *t = tp_candidates(g, all, rc, bdim, k->dp, k->btp, k->sp && tp > 1 ? seq_dim(g) : -1, o->policy, &bare);
+    int bare = -1, cp = k->cp > 1 ? k->cp : 1;
+    pcc_transform *t = tp_candidates(g, all, rc, bdim, k->dp, k->btp, k->sp && tp > 1 ? seq_dim(g) : -1, cp > 1 ? seq_dim(g) : -1,
+                                     o->policy, &bare);
     // A template's own mesh: the policy contradicts itself (exit 2); --auto's configurations and the
     // template's last resort (full recompute where nothing fits) are left out quietly (exit 3).
     if (!t) return policy_bare(o->policy, g, &all->ops[bare], rc == PCC_RECOMPUTE_FULL, o->auto_mesh || k->rc != o->recompute);
     double share = k->budget > 0 ? k->budget : 1;
     pcc_intra_opts so = {.group = {tp, 1}, .memory_bytes = mode == RELAXED ? 1e30 : c->memory_bytes * k->pp * share, .ilp = o->ilp,
                          .quiet = true, .bg_dense = o->bg_dense, .bucket_bytes = o->bucket_bytes};
-    memory_scales(g, k->pp, k->dp, k->dp > 1 ? k->zero : 0, o->schedule ? o->schedule : PCC_PIPE_1F1B, &so);
+    memory_scales(g, k->pp, k->dp, cp, k->dp > 1 ? k->zero : 0, o->schedule ? o->schedule : PCC_PIPE_1F1B, &so);
     so.ilp.progress = false;
     so.ilp.relax_only = mode == PROBE;
     if (o->deadline_s > 0) so.ilp.time_limit_s = fmin(so.ilp.time_limit_s, fmax(0.05, o->deadline_s - clock_cpu_s()));
@@ -236,13 +268,14 @@ static pcc_status tp_schedule(const pcc_graph *g, const pcc_cluster *c, const pc
 static pcc_strategy *make(const pcc_graph *g, const pcc_cluster *c, const pcc_search_opts *o, const pcc_intra *sc,
                           int bdim, const pcc_config *k, const pcc_layer *L, const double *flops, int nl) {
     pcc_strategy *s = arena_alloc(g->arena, sizeof *s);
-    int pp = k->pp, dp = k->dp;
-    s->mesh[PCC_AX_PP] = pp, s->mesh[PCC_AX_DP] = dp, s->mesh[PCC_AX_TP] = k->tp;
+    int pp = k->pp, dp = k->dp, cp = k->cp > 1 ? k->cp : 1;
+    s->mesh[PCC_AX_PP] = pp, s->mesh[PCC_AX_DP] = dp, s->mesh[PCC_AX_CP] = cp, s->mesh[PCC_AX_TP] = k->tp;
     s->config = *k;
     s->micro_batches = g->micro_batches;
     s->schedule = pp == 1 ? PCC_PIPE_GPIPE : o->schedule ? o->schedule : PCC_PIPE_1F1B;
     s->zero = dp > 1 ? k->zero : 0;
     s->batch_dim = bdim;
+    s->seq_dim = cp > 1 ? seq_dim(g) : -1;
     s->bg_dense = o->bg_dense;
     s->bucket_bytes = o->bucket_bytes;
     int n = g->n_fwd_ops;
@@ -256,6 +289,7 @@ static pcc_strategy *make(const pcc_graph *g, const pcc_cluster *c, const pcc_se
         const pcc_op *op = &g->ops[i];
         const pcc_cand *cd = &sc->t->ops[i].c[sc->choice[i]];
         if (dp > 1 && bdim >= 0) s->letter[PCC_AX_DP][i] = letter_of_dim(g, op, bdim, dp);
+        if (cp > 1) s->letter[PCC_AX_CP][i] = cp_letter(g, op, s->seq_dim, cp);
         if (cd->dim >= 0) s->letter[PCC_AX_TP][i] = letter_by_name(g, op, cd->letter);
         PCC_ASSERT(cd->dim < 0 || s->letter[PCC_AX_TP][i] >= 0);
         // Phase 3 recomputes inside blocks. --recompute full is Megatron-LM's activation
@@ -362,15 +396,46 @@ static bool auto_mesh_ok(const pcc_space *S, int tp, int pp) {
     return !S->o->pp || pp == S->o->pp;
 }
 
+// --cp against the model: attention says which dimension is the sequence; cp divides it, and
+// its query heads split over tp x cp (Ulysses' all-to-all gives each cp rank whole heads).
+static pcc_status cp_check(const pcc_space *S, int cp, int tp) {
+    const pcc_graph *g = S->g;
+    int sdim = seq_dim(g);
+    if (sdim < 0)
+        return diag(g->file, "/ops", "--cp %d splits the sequence over devices, but the model has no attention operator to say "
+                    "which dimension is the sequence", cp);
+    if (g->dims[sdim].size % cp != 0)
+        return diag(g->file, g->dims[sdim].ptr, "--cp %d does not divide the sequence dimension %s = %lld", cp, g->dims[sdim].name,
+                    (long long)g->dims[sdim].size);
+    if (S->o->sequence_parallel && g->dims[sdim].size % ((int64_t)cp * tp) != 0)
+        return diag(g->file, g->dims[sdim].ptr, "--sequence-parallel with --cp %d: --cp x --tp = %d does not divide the sequence "
+                    "dimension %s = %lld", cp, cp * tp, g->dims[sdim].name, (long long)g->dims[sdim].size);
+    for (int i = 0; i < g->n_fwd_ops; i++) {
+        const pcc_op *op = &g->ops[i];
+        if (op->kind != PCC_OP_ATTENTION) continue;
+        int n = g->tensors[op->in[0]].dims[2];
+        if (g->dims[n].size % ((int64_t)cp * tp) != 0)
+            return diag(g->file, op->ptr, "--cp %d: attention splits its query heads over --tp x --cp = %d (DeepSpeed-Ulysses' "
+                        "all-to-all), which does not divide the heads dimension %s = %lld", cp, cp * tp, g->dims[n].name,
+                        (long long)g->dims[n].size);
+    }
+    return PCC_OK;
+}
+
 // The template's numbers against the cluster and the model.
 static pcc_status template_check(const pcc_space *S, int dp, int tp, int pp) {
     const pcc_graph *g = S->g;
     const pcc_search_opts *o = S->o;
-    int N = S->N, bdim = S->bdim, nl = S->nl;
+    int N = S->N, bdim = S->bdim, nl = S->nl, cp = o->cp > 1 ? o->cp : 1;
     int64_t bsize = S->bsize;
-    if ((int64_t)dp * tp * pp != N)
+    if (cp > 1 && (int64_t)dp * cp * tp * pp != N)
+        return diag(S->c->file, "", "--dp %d x --cp %d x --tp %d x --pp %d is %lld devices, but the cluster has %d (set --devices "
+                    "or --nodes)", dp, cp, tp, pp, (long long)dp * cp * tp * pp, N);
+    if ((int64_t)dp * tp * pp != N && cp == 1)
         return diag(S->c->file, "", "--dp %d x --tp %d x --pp %d is %lld devices, but the cluster has %d (set --devices or --nodes)",
                     dp, tp, pp, (long long)dp * tp * pp, N);
+    pcc_status st = cp > 1 ? cp_check(S, cp, tp) : PCC_OK;
+    if (st) return st;
     if (dp > 1 && (bdim < 0 || bsize % dp != 0))
         return diag(g->file, bdim >= 0 ? g->dims[bdim].ptr : "",
                     bdim >= 0 ? "--dp %d does not divide the batch dimension %s = %lld" : "--dp %d: the model has no input with a batch dimension%s%lld",
@@ -432,7 +497,7 @@ static pcc_status search_template(pcc_space *S, pcc_strategy ***out, int *n_out)
     const pcc_transform *all = transform_find(S->t, tp);
     PCC_ASSERT(all);
     pcc_config k = {.pp = pp, .dp = dp, .tp = tp, .v = o->virtual_stages > 1 ? o->virtual_stages : 1, .zero = o->zero,
-                    .btp = btp, .sp = o->sequence_parallel, .rc = o->recompute};
+                    .cp = o->cp > 1 ? o->cp : 1, .btp = btp, .sp = o->sequence_parallel, .rc = o->recompute};
     pcc_strategy *s;
     st = build(S, all, &k, SOLVE, &s);
     if (st == PCC_ERR_INFEASIBLE) { // --recompute auto: every block operator recomputed, all memory allowed
@@ -592,7 +657,8 @@ static pcc_status search_whole(pcc_space *S, pcc_strategy ***out, int *n_out) {
     pcc_status st = ilp_intra(S->g, c, transform_find(S->t, S->N), &so, &sc);
     if (st) return st;
     pcc_strategy *s = arena_alloc(S->g->arena, sizeof *s);
-    s->mesh[PCC_AX_PP] = s->mesh[PCC_AX_DP] = 1, s->mesh[PCC_AX_TP] = S->N;
+    s->mesh[PCC_AX_PP] = s->mesh[PCC_AX_DP] = s->mesh[PCC_AX_CP] = 1, s->mesh[PCC_AX_TP] = S->N;
+    s->seq_dim = -1;
     s->micro_batches = S->g->micro_batches;
     s->intra = sc;
     *out = arena_alloc(S->g->arena, sizeof(pcc_strategy *));
@@ -609,8 +675,8 @@ int *search_group_sizes(const pcc_graph *g, const pcc_cluster *c, const pcc_sear
     } else if (o->auto_mesh && o->pick) {
         *VEC_PUSH(g->arena, v, n, cap) = o->pick->tp;
     } else if (!o->auto_mesh) {
-        int dp = o->dp ? o->dp : 1, tp = o->tp ? o->tp : 1, pp = o->pp ? o->pp : 1;
-        if ((int64_t)dp * tp * pp == S.N) *VEC_PUSH(g->arena, v, n, cap) = tp; // else the search refuses the template
+        int dp = o->dp ? o->dp : 1, tp = o->tp ? o->tp : 1, pp = o->pp ? o->pp : 1, cp = o->cp > 1 ? o->cp : 1;
+        if ((int64_t)dp * cp * tp * pp == S.N) *VEC_PUSH(g->arena, v, n, cap) = tp; // else the search refuses the template
     } else {
         for (int tp = 1; tp <= S.N; tp++)
             for (int pp = 1; pp <= S.N / tp; pp++)
@@ -633,9 +699,10 @@ pcc_status search(const pcc_graph *g, const pcc_cluster *c, const pcc_transforms
 }
 
 char *strategy_str(const pcc_strategy *s, char *buf, size_t n) {
-    char v[48] = "";
+    char v[48] = "", cp[24] = "";
     if (s->virtual_stages > 1) snprintf(v, sizeof v, " interleaved, %d virtual stages", s->virtual_stages);
-    snprintf(buf, n, "pp %d x dp %d x tp %d, %s%s, %d micro-batch%s%s", s->mesh[PCC_AX_PP], s->mesh[PCC_AX_DP],
+    if (s->mesh[PCC_AX_CP] > 1) snprintf(cp, sizeof cp, " x cp %d", s->mesh[PCC_AX_CP]);
+    snprintf(buf, n, "pp %d x dp %d%s x tp %d, %s%s, %d micro-batch%s%s", s->mesh[PCC_AX_PP], s->mesh[PCC_AX_DP], cp,
              s->mesh[PCC_AX_TP], s->mesh[PCC_AX_PP] == 1 ? "no pipeline" : s->schedule == PCC_PIPE_GPIPE ? "gpipe" : "1f1b", v,
              s->micro_batches, s->micro_batches == 1 ? "" : "es",
              s->zero == 3 ? ", zero 3" : s->zero == 2 ? ", zero 2" : s->zero == 1 ? ", zero 1" : "");

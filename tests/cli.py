@@ -273,6 +273,20 @@ for model, args, why in [("gpt-tiny", ["--devices", "2", "--sequence-parallel"],
                           "/dims/S: --sequence-parallel: --tp 3 does not divide the sequence dimension S = 32")]:
     p = run(f"models/{model}.json", "--cluster", "models/clusters/cpu.json", *args, "-o", "/dev/null")
     check(f"{model} {' '.join(args)}: exit 2, {why}", p.returncode == 2 and why in p.stderr and len(p.stderr.splitlines()) == 1, p)
+# --cp (context parallelism, DeepSpeed-Ulysses' form): each misuse exits 2 and says why.
+for model, args, why in [("mlp", ["--devices", "2", "--cp", "2"], "no attention operator"),
+                         ("gpt-tiny", ["--devices", "3", "--cp", "3"], "/dims/S: --cp 3 does not divide the sequence dimension S = 32"),
+                         ("gpt-tiny", ["--devices", "4", "--cp", "2"], "--dp 1 x --cp 2 x --tp 1 x --pp 1 is 2 devices, but the cluster has 4"),
+                         ("gpt-tiny", ["--devices", "8", "--cp", "8"], "--tp x --cp = 8 (DeepSpeed-Ulysses' all-to-all), which does not "
+                          "divide the heads dimension N = 4"),
+                         ("gpt-tiny", ["--devices", "8", "--cp", "4", "--tp", "2"], "does not divide the heads dimension N = 4"),
+                         ("gpt-tiny", ["--devices", "2", "--cp", "2", "--auto"], "it does not go with --dp, --tp, --pp or --cp"),
+                         ("gpt-tiny", ["--devices", "2", "--cp", "2", "--burst"], "does not go with --burst"),
+                         ("gpt-tiny", ["--devices", "2", "--cp", "2", "--sync", "background:algo=ma"], "does not go with --sync background")]:
+    p = run(f"models/{model}.json", "--cluster", "models/clusters/cpu.json", *args, "-o", "/dev/null")
+    check(f"{model} {' '.join(args)}: exit 2, {why}", p.returncode == 2 and why in p.stderr and len(p.stderr.splitlines()) == 1, p)
+p = run("--help")
+check("--help documents --cp", "--cp N" in p.stdout and "all-to-all" in p.stdout and "--context-parallel-size (--cp)" in p.stdout, p)
 p = run("--help")
 check("--help documents --sequence-parallel", "--sequence-parallel" in p.stdout and "reduce-scatter" in p.stdout, p)
 p = run("models/dlrm-small.json", "--cluster", "models/clusters/cpu.json", "--devices", "4", "--tp", "4", "--tp-batch", "-q",

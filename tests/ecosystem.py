@@ -87,7 +87,8 @@ def megatron_names(tmp):
     check("--num-layers-per-virtual-pipeline-stage 3 on 12 layers and pp 2 is --virtual-stages 2", ok, p)
     p = run("plancc", *est, "--num-layers-per-virtual-pipeline-stage", 5)
     check("--num-layers-per-virtual-pipeline-stage 5: 12 layers do not divide, exit 2", p.returncode == 2 and "12 layers" in p.stderr, p)
-    for flag, words in [("--context-parallel-size", "not built"), ("--expert-model-parallel-size", "no mixture-of-experts")]:
+    same_plan("cp", ["--dp", 2, "--cp", 2], ["--dp", 2, "--context-parallel-size", 2], tmp)
+    for flag, words in [("--expert-model-parallel-size", "no mixture-of-experts")]:
         p = run("plancc", "models/gpt-tiny.json", "--cluster", "cpu", "--devices", 4, flag, 2)
         check(f"{flag} 2: exit 2, says {words!r}", p.returncode == 2 and words in p.stderr and p.stdout == "", p)
     # --bf16 / --fp16 override the model's float dtype (and are recorded in the plan's options)
@@ -120,6 +121,14 @@ def config(tmp):
     p = run("plancc", f"--config={cfg}", "--tp", 1, "--dp", 4, "-o", pa)
     q = run("plancc", "models/gpt-tiny.json", "--cluster", "models/clusters/cpu.json", "--devices", 4, "--dp", 4, "-q", "-o", pb)
     check("the command line wins over the config", p.returncode == 0 and open(pa, "rb").read() == open(pb, "rb").read(), p)
+    with open(cfg, "w") as f:
+        json.dump({"model": "models/gpt-tiny.json", "cluster": "models/clusters/cpu.json", "devices": 4, "cp": 2, "--dp": 2,
+                   "quiet": True}, f)
+    p = run("plancc", "--config", cfg, "-o", pa)
+    q = run("plancc", "models/gpt-tiny.json", "--cluster", "models/clusters/cpu.json", "--devices", 4, "--dp", 2, "--cp", 2, "-q",
+            "-o", pb)
+    check("--config's \"cp\": 2 compiles the plan of --cp 2", p.returncode == 0 and q.returncode == 0 and
+          open(pa, "rb").read() == open(pb, "rb").read(), p)
     p = run("plancc", "--config", cfg, "--config", cfg)
     check("two --config: exit 2", p.returncode == 2 and "given twice" in p.stderr, p)
     p = run("plancc", "--config", os.path.join(tmp, "none.json"))

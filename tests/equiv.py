@@ -19,7 +19,7 @@ For mlp, gpt-tiny, cnn-small, dlrm-small (dlrm.json with small tables) and resne
 batch norm; or the models named), on 1, 2, 4 and 8 CPU ranks
 (models/clusters/cpu.json), for every strategy family plancc offers (DP, TP, PP with 1F1B and
 GPipe, interleaved 1F1B, DP x TP x PP, ZeRO 1/2/3, full recompute, --auto, Megatron-LM's sequence
-parallelism for models with attention, DeepPool's --burst with the cost
+parallelism and context parallelism (--cp, with dp, tp, pp and ZeRO) for models with attention, DeepPool's --burst with the cost
 model's widths and with widths given per layer): compile the plan, run 10 steps with
 planrun's cpu backend, and check that
   - the loss of every step equals the one-device plan's (same micro-batch count) within 1e-5
@@ -110,6 +110,14 @@ SEQ = {2: ["--tp 2 --sequence-parallel"],
            "--dp 2 --tp 2 --sequence-parallel --zero 1", "--dp 2 --tp 2 --sequence-parallel --zero 3"],
        8: ["--dp 2 --tp 2 --pp 2 --micro-batches 4 --sequence-parallel --zero 1"]}
 SEQ_QUICK = {2: ["--tp 2 --sequence-parallel"], 4: ["--dp 2 --tp 2 --sequence-parallel"]}
+# Context parallelism (--cp, DeepSpeed-Ulysses' form): the sequence split over cp, attention's heads
+# there instead, all-to-alls between; alone, with dp, tp, pp, sequence parallelism and ZeRO.
+SEQ[2] += ["--cp 2"]
+SEQ[4] += ["--cp 4", "--dp 2 --cp 2", "--cp 2 --tp 2", "--cp 2 --pp 2 --micro-batches 4", "--cp 2 --tp 2 --sequence-parallel",
+           "--dp 2 --cp 2 --zero 1"]
+SEQ[8] += ["--dp 2 --cp 2 --tp 2"]
+SEQ_QUICK[2] += ["--cp 2"]
+SEQ_QUICK[4] += ["--cp 2 --tp 2"]
 
 
 def seq_strategies(c, model, n):

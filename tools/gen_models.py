@@ -16,6 +16,7 @@ hand edits:
   gpt-tiny         2-layer GPT for fast numeric tests on a CPU
   gpt2-small       GPT-2 124M (124,439,808 parameters as Hugging Face counts, tied embeddings)
   gpt3-175b        GPT-3 175B (Brown et al. 2020, Table 2.1)
+  gpt-32k, -128k   a 7B-class GPT at 32,768 and 131,072 tokens of context (context parallelism)
   megatron-*       one per row of ../shared/data/megatron_sc21_a100.csv (Narayanan et al., SC'21)
                    (data/megatron_sc21_a100.csv, the repository's copy, where ../shared is absent)
   evoformer        AlphaFold2's Evoformer stack, 48 blocks (no pair bias, gates or dropout)
@@ -541,6 +542,20 @@ def gpt3_175b():
                "weight decay 0.1 and lr 0.6e-4 as in the paper. " + GPT_NOTE,
                layers=96, hidden=12288, heads=96, seq=2048, vocab=50257, batch=8, dtype="bf16",
                optimizer=adamw(0.6e-4, (0.9, 0.95), 1e-8, 0.1))
+
+
+def gpt_long(seq, tag):
+    """A 7B-class GPT (Llama-2 7B's width and depth in GPT-2's layout) at a long context, for
+    context parallelism (plancc --cp): one sequence per step, bf16."""
+    return gpt("gpt-" + tag,
+               "A 7B-class GPT at a context of %d tokens (%s), for context parallelism (plancc --cp; "
+               "docs/plancc.md): 32 layers, h=4096, 32 heads of 128 (Llama-2 7B's width and depth), "
+               "GPT-2's vocabulary of 50257, bf16, one sequence per step (batch 1: the sequence is what "
+               "splits, not the batch). Causal dense attention. Learned position embeddings over the "
+               "whole context, as GPT-2's layout has them (%.2f B of the parameters). Adam betas "
+               "(0.9, 0.95), weight decay 0.1. " % (seq, tag, seq * 4096 / 1e9) + GPT_NOTE,
+               layers=32, hidden=4096, heads=32, seq=seq, vocab=50257, batch=1, dtype="bf16",
+               optimizer=adamw(3e-4, (0.9, 0.95), 1e-8, 0.1))
 
 
 def megatron_rows(path=MEGATRON_CSV):
@@ -1344,7 +1359,7 @@ def evoformer():
 
 def all_models():
     ms = [mlp(), cnn_small(), resnet_small(), vgg16(), wrn_50_2(), dlrm(), dlrm_ctr(), swin_tiny(), gpt_tiny(), gpt2_small(), gpt3_175b(),
-          evoformer()]
+          gpt_long(32768, "32k"), gpt_long(131072, "128k"), evoformer()]
     ms += [megatron(r) for r in megatron_rows()]
     return ms
 

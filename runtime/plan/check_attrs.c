@@ -20,6 +20,13 @@
  *     its kernel runs index by index on the pieces (elementwise-shard). A reduce-scatter that
  *     cut a residual along the hidden instead of the sequence (Megatron's sequence parallelism)
  *     has its pieces of the right size but the wrong elements, and is caught here.
+ *   - attention and attention_grad: the operands shaped like the queries (q, the output, its
+ *     gradient dy, dq) split their batch and heads (axes 0 and 2) over the same mesh axes as q,
+ *     the keys and values (k, v, dk, dv) their batch as q does and their heads as q does (or
+ *     not at all, where grouped-query attention's kv heads are fewer), and no operand splits
+ *     its sequence or head size (axes 1 and 3): every query reads every key of its head
+ *     (attention-shard). An all-to-all of context parallelism onto the wrong dimension, or one
+ *     left out, gives pieces of the right size but the wrong heads, and is caught here.
  * A scratch buffer has no shape to compare: an operator with one is not checked.
  */
 #include "checker.h"
@@ -196,12 +203,49 @@ static plan_status check_drop_p(checker *c, uint32_t k, uint32_t i, const char *
     return check_ifail(c, k, i, "attrs %u: %s's drop probability %g is outside [0, 1)", in->attrs, op, p);
 }
 
+// Attention's operands split alike: the queries' batch and heads, no sequence, no head size.
+static plan_status check_attention(checker *c, uint32_t k, uint32_t i, bool grad) {
+    const plan *p = c->p;
+    const plan_program *pg = &p->programs[k];
+    const plan_insn *in = &pg->insns[i];
+    // operand indices (inputs, then outputs) of q-like and kv-like operands; -1 past the end
+    int nin = in->nargs - (grad ? 3 : 1), qi = grad ? 1 : 0;
+    if (nin < 3 || nin > 5) return PLAN_OK; // arity is another check's business
+    int ql[3] = {grad ? 0 : nin, grad ? nin : -1, -1}, kv[4] = {qi + 1, qi + 2, grad ? nin + 1 : -1, grad ? nin + 2 : -1};
+    const plan_buffer *q = &pg->buffers[pg->args[in->args + qi]];
+    if (q->tensor == PLAN_NONE || p->tensors[q->tensor].rank != 4) return PLAN_OK;
+    const plan_tensor *tq = &p->tensors[q->tensor];
+    for (int j = -1; j < 7; j++) {
+        int o = j < 0 ? qi : j < 3 ? ql[j] : kv[j - 3];
+        if (o < 0) continue;
+        const plan_buffer *x = &pg->buffers[pg->args[in->args + (uint32_t)o]];
+        if (x->tensor == PLAN_NONE || p->tensors[x->tensor].rank != 4) continue;
+        const plan_tensor *tx = &p->tensors[x->tensor];
+        for (int d = 0; d < 4; d++) {
+            uint32_t mx = check_split_axes(p, x->shard, d), mq = check_split_axes(p, q->shard, d);
+            bool ok = d == 1 || d == 3 ? mx == 0 : mx == mq || (j >= 3 && d == 2 && mx == 0 && tx->shape[2] != tq->shape[2]);
+            if (ok) continue;
+            char sx[80], sq[80];
+            check_shard_desc(p, x->shard, sx, sizeof sx);
+            check_shard_desc(p, q->shard, sq, sizeof sq);
+            if (d == 1 || d == 3)
+                return check_ifail(c, k, i, "%s: operand %d (tensor \"%s\", %s) splits its %s, which attention cannot split: "
+                                   "every query reads every key of its head", plan_op_name(in->code), o, tx->name, sx,
+                                   d == 1 ? "sequence" : "head size");
+            return check_ifail(c, k, i, "%s: operand %d (tensor \"%s\", %s) splits its %s otherwise than q (tensor \"%s\", %s)",
+                               plan_op_name(in->code), o, tx->name, sx, d == 0 ? "batch" : "heads", tq->name, sq);
+        }
+    }
+    return PLAN_OK;
+}
+
 plan_status check_attrs_shapes(checker *c, uint32_t k, uint32_t i) {
     const plan_insn *in = &c->p->programs[k].insns[i];
     const char *op = in->kind == PLAN_I_COMPUTE ? plan_op_name(in->code) : NULL;
     if (!op) return PLAN_OK;
     plan_status st = check_elementwise(c, k, i);
     if (!st) st = check_drop_p(c, k, i, op);
+    if (!st && (!strcmp(op, "attention") || !strcmp(op, "attention_grad"))) st = check_attention(c, k, i, op[9] != 0);
     if (st) return st;
     if (!strcmp(op, "slice") || !strcmp(op, "slice_grad")) return check_slice(c, k, i, op[5] != 0);
     if (!strcmp(op, "transpose")) return check_transpose(c, k, i);

@@ -1,0 +1,92 @@
+#!/usr/bin/env python3
+"""Context parallelism (--cp N, DeepSpeed-Ulysses' form): what the plan does, read from it.
+
+usage: context_parallel.py PLANCC PLANDUMP SOURCE_ROOT
+
+For gpt-tiny on CPU ranks with --cp 2, --cp 4, --dp 2 --cp 2, --cp 2 --tp 2 and --cp 2 --tp 2
+--sequence-parallel, compiles the plan and reads its text form (plandump --text):
+  - the mesh has a cp axis of N and the plan's options record --cp N;
+  - every forward operator but attention writes its output split along the sequence (S) over
+    cp; attention reads q, k and v split along the heads (N) over cp and nowhere along S;
+  - the forward pass of the block has exactly four all-to-alls on the cp group: q, k and v from
+    the S split to the N split, and attention's output back; the backward pass has the mirror
+    ones (the output's gradient to N; dq, dk, dv back to S), no fewer than four;
+  - the weight gradients are all-reduced on the cp group (they are partial sums over it);
+  - the per-device peak memory (the plan's peak_bytes) is lower than the same options without
+    --cp on 1/N of the devices (the same model, each device holding 1/N of the sequence).
+What it catches: a sequence split that no longer reaches every operator (an operator gathered
+whole on every cp rank), attention split along S (wrong: every query reads every key) or left
+whole, an all-to-all missing or onto the wrong dimension, gradients not summed over cp, the
+memory saving lost. The numerics are the equivalence suite's (tests/equiv.py, SEQ).
+"""
+import os
+import re
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import sequence_parallel as sp  # noqa: E402  (its plan reader and checks)
+
+check, run = sp.check, sp.run
+
+
+def split_on(buf, buffers, tensors, shapes, dim, axis="cp"):
+    """Whether buffer buf holds its tensor (or the gradient of one: "d:q4@42") split along
+    dimension `dim` over `axis`."""
+    t, shard = buffers[buf]
+    dims = shapes.get(re.sub(r"^d:|@\d+$", "", tensors[t]))
+    return dims is not None and dim in dims and shard.get(axis) == f"d{dims.index(dim)}"
+
+
+def cp_plan(name, text, shapes, cp):
+    tensors, groups, buffers, insns, peak = sp.read_plan(text)
+    check(f"{name}: the mesh has a cp axis of {cp}", re.search(rf"^mesh .*\bcp {cp}\b", text, re.M) is not None)
+    check(f"{name}: the plan records --cp {cp}", re.search(rf'^options ".*--cp {cp}\b', text, re.M) is not None)
+    cpg = {g for g, axes in groups.items() if axes == "cp"}
+    fwd = [i for i in insns if i["phase"] == "fwd"]
+    bwd = [i for i in insns if i["phase"] == "bwd"]
+    ops = [i for i in fwd if i["kind"] == "compute" and i["name"] != "attention"]
+    seq = [i for i in ops if "S" in (shapes.get(tensors[buffers[i["out"][0]][0]]) or [])]
+    off = [tensors[buffers[i["out"][0]][0]] for i in seq if not split_on(i["out"][0], buffers, tensors, shapes, "S")]
+    check(f"{name}: {len(seq)} forward operators write their output split along S over cp", seq and not off, f"not along S: {off}")
+    att = [i for i in fwd if i["kind"] == "compute" and i["name"] == "attention"]
+    heads = all(split_on(b, buffers, tensors, shapes, "N") and not split_on(b, buffers, tensors, shapes, "S")
+                for i in att for b in i["in"][:3] + i["out"])
+    check(f"{name}: attention reads q, k, v and writes its output split along N over cp, not along S", att and heads)
+    a2a = [i for i in fwd if i["kind"] == "coll" and i["name"] == "all_to_all" and i["group"] in cpg]
+    to_n = [i for i in a2a if split_on(i["in"][0], buffers, tensors, shapes, "S") and split_on(i["out"][0], buffers, tensors, shapes, "N")]
+    to_s = [i for i in a2a if split_on(i["in"][0], buffers, tensors, shapes, "N") and split_on(i["out"][0], buffers, tensors, shapes, "S")]
+    check(f"{name}: the forward block has 4 all-to-alls on cp: q, k, v from S to N, the output from N to S",
+          len(a2a) == 4 and len(to_n) == 3 and len(to_s) == 1,
+          " ".join(f"{i['name']}({tensors[buffers[i['in'][0]][0]]})" for i in a2a))
+    b2a = [i for i in bwd if i["kind"] == "coll" and i["name"] == "all_to_all" and i["group"] in cpg]
+    back = [i for i in b2a if split_on(i["in"][0], buffers, tensors, shapes, "N") and split_on(i["out"][0], buffers, tensors, shapes, "S")]
+    check(f"{name}: the backward block's all-to-alls on cp mirror them: dq, dk, dv from N to S ({len(b2a)} in all)",
+          len(b2a) >= 4 and len(back) == 3, f"{len(b2a)} all-to-alls, {len(back)} back to S")
+    ar = [i for i in bwd if i["kind"] == "coll" and i["name"] == "all_reduce" and i["group"] in cpg]
+    check(f"{name}: the weight gradients are all-reduced over cp", len(ar) > 0)
+    return peak
+
+
+def main():
+    if len(sys.argv) != 4:
+        print(__doc__)
+        return 2
+    plancc, plandump, root = sys.argv[1:]
+    shapes = sp.model_shapes(root)
+    with __import__("tempfile").TemporaryDirectory() as tmp:
+        for n, cp, mesh in [(2, 2, ""), (4, 4, ""), (4, 2, "--dp 2"), (4, 2, "--tp 2"), (4, 2, "--tp 2 --sequence-parallel")]:
+            plain = sp.plan_text(plancc, plandump, root, tmp, n // cp, mesh)
+            text = sp.plan_text(plancc, plandump, root, tmp, n, f"{mesh} --cp {cp}".strip())
+            if plain is None or text is None:
+                continue
+            name = f"{n} ranks {mesh} --cp {cp}".replace("  ", " ")
+            peak_cp = cp_plan(name, text, shapes, cp)
+            peak = sp.read_plan(plain)[4]
+            check(f"{name}: peak memory per device {peak_cp} bytes < {peak} without --cp on {n // cp}",
+                  peak_cp is not None and peak is not None and peak_cp < peak)
+    print(f"{sp.passed} passed, {sp.failed} failed")
+    return 1 if sp.failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
