@@ -23,6 +23,7 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 // The seconds of op on view c, whole.
 static double op_whole_s(const pcc_graph *g, const pcc_cluster *c, const pcc_op *op) {
@@ -111,4 +112,42 @@ void hetero_partition(const pcc_cluster *c, const double *ls, int nl, int pp, in
         run += w_of(ls, grp, nl, s, l);
     }
     free(grp);
+}
+
+// The chunk of layer l of strategy s.
+static int layer_chunk(const pcc_strategy *s, const pcc_layer *L) {
+    return L->op >= 0 ? s->op_stage[L->op] : s->copy_stage[L->block][L->copy];
+}
+
+void hetero_compare(const pcc_graph *g, const pcc_cluster *c, const pcc_intra *sc, pcc_strategy *s, const int *even) {
+    int nl;
+    const pcc_layer *L = graph_layers(g, &nl);
+    pcc_strategy e = *s;
+    e.op_stage = arena_alloc(g->arena, sizeof(int) * (size_t)(g->n_ops + 1));
+    e.copy_stage = arena_alloc(g->arena, sizeof(int *) * (size_t)(g->n_blocks + 1));
+    memcpy(e.op_stage, s->op_stage, sizeof(int) * (size_t)g->n_ops);
+    for (int b = 0; b < g->n_blocks; b++)
+        if (g->blocks[b].fwd < 0) e.copy_stage[b] = arena_alloc(g->arena, sizeof(int) * (size_t)g->blocks[b].repeat);
+    for (int l = 0; l < nl; l++) {
+        if (L[l].op >= 0) e.op_stage[L[l].op] = even[l];
+        else e.copy_stage[L[l].block][L[l].copy] = even[l];
+    }
+    estimate_step(g, c, sc, &e);
+    s->est_even_s = e.est.step_s;
+}
+
+void hetero_report(FILE *f, const pcc_graph *g, const pcc_cluster *c, const pcc_strategy *s) {
+    if (!c->groups || !s->op_stage) return;
+    int nl, pp = s->mesh[PCC_AX_PP];
+    const pcc_layer *L = graph_layers(g, &nl);
+    fprintf(f, "  node groups:");
+    for (int d = 0; d < pp; d++) {
+        const pcc_cluster *v = cluster_stage_view(c, pp, d);
+        int layers = 0, k = (int)(v - c->groups);
+        for (int l = 0; l < nl; l++) layers += layer_chunk(s, &L[l]) % pp == d;
+        fprintf(f, "%s stage %d on group %d (%s, ranks %d-%d): %d layer%s", d ? ";" : "", d, k, v->device_name,
+                d * (c->n_devices / pp), (d + 1) * (c->n_devices / pp) - 1, layers, layers == 1 ? "" : "s");
+    }
+    fprintf(f, "\n  stages cut by each group's speed: %.6g s per step; cut by FLOPs instead: %.6g s\n", s->est_step_s,
+            s->est_even_s);
 }

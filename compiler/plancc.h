@@ -949,6 +949,7 @@ typedef struct pcc_strategy {
     const pcc_intra *intra;     // the tp group's ILP and its choice (status OPTIMAL with 0 rows when tp = 1)
     pcc_config config;          // what it was built from
     bool exact;                 // its ILP answer is the ILP's (not a probe's that breaks the memory row)
+    double est_even_s;          // node groups: the estimate were the stages cut by FLOPs instead (hetero.c); else 0
 } pcc_strategy;
 
 // The tensor-parallel group sizes the search will try for the options (the ones phase 1 must
@@ -994,6 +995,12 @@ double *hetero_layer_seconds(const pcc_graph *g, const pcc_cluster *c, const pcc
 // device's stage inside one group: cluster_stages_fit) with the smallest largest chunk time, each
 // chunk timed on its group (ls: hetero_layer_seconds); chunk[l] for every layer. Can't fail.
 void hetero_partition(const pcc_cluster *c, const double *ls, int nl, int pp, int v, int *chunk);
+// s->est_even_s: the estimate of strategy s (sc its ILP choice) were its layers in the chunks
+// `even` (the FLOP-balanced cut) instead. Can't fail.
+void hetero_compare(const pcc_graph *g, const pcc_cluster *c, const pcc_intra *sc, pcc_strategy *s, const int *even);
+// The --estimate-only lines of a cluster of node groups: each stage's group and layers, and the
+// step with stages cut by FLOPs instead. Nothing for a cluster of one group. Can't fail.
+void hetero_report(FILE *f, const pcc_graph *g, const pcc_cluster *c, const pcc_strategy *s);
 
 /* ---------------------------------------------------------------- bestfirst.c */
 

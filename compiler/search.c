@@ -264,6 +264,10 @@ static pcc_strategy *make(const pcc_graph *g, const pcc_cluster *c, const pcc_se
     }
     estimate_step(g, c, sc, s);
     s->est_step_s = s->est.step_s;
+    if (group_s) { // node groups: what the FLOP-balanced cut would have given, for the report
+        partition(flops, nl, pp * v, chunk);
+        hetero_compare(g, c, sc, s, chunk);
+    }
     s->est_memory_bytes = sc->memory_bytes / pp;
     s->intra = sc;
     return s;
