@@ -33,6 +33,14 @@
  * becomes that count), and on a cpu cluster without a network any count is one node of that
  * many ranks (a cpu cluster with one counts nodes as a gpu cluster does).
  *
+ * Node groups ("groups", schemas/README.md "Node groups"): each group's nodes, device, node and
+ * optional network are checked as above at /groups/N/...; every group's nodes hold the same number
+ * of devices of the same kind. The pcc_cluster itself then carries the worst group's figures
+ * (merge_groups: least memory, peak and bandwidth, slowest links), so what is decided once for
+ * the whole cluster holds on every group, and groups[i] is group i's own view for the stages on
+ * it (cluster_stage_view); ranks are numbered node by node, group by group. --nodes and
+ * --devices are refused on such a cluster, and so is a profile.
+ *
  * Limits: at most 2^20 nodes, 2^16 devices per node in the file and 2^24 devices in all (the
  * device count is an int everywhere downstream). The cJSON tree is freed before cluster_load
  * returns; the cluster lives in the caller's arena.
