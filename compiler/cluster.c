@@ -33,6 +33,14 @@
  * becomes that count), and on a cpu cluster without a network any count is one node of that
  * many ranks (a cpu cluster with one counts nodes as a gpu cluster does).
  *
+ * Node groups ("groups", schemas/README.md "Node groups"): each group's nodes, device, node and
+ * optional network are checked as above at /groups/N/...; every group's nodes hold the same number
+ * of devices of the same kind. The pcc_cluster itself then carries the worst group's figures
+ * (merge_groups: least memory, peak and bandwidth, slowest links), so what is decided once for
+ * the whole cluster holds on every group, and groups[i] is group i's own view for the stages on
+ * it (cluster_stage_view); ranks are numbered node by node, group by group. --nodes and
+ * --devices are refused on such a cluster, and so is a profile.
+ *
  * Limits: at most 2^20 nodes, 2^16 devices per node in the file and 2^24 devices in all (the
  * device count is an int everywhere downstream). The cJSON tree is freed before cluster_load
  * returns; the cluster lives in the caller's arena.
@@ -41,6 +49,9 @@
 
 #include <errno.h>
 #include <float.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define CLUSTER_MAX_BYTES ((size_t)1 << 20)
@@ -97,101 +108,105 @@ static pcc_status load_enum(pcc_jreader *r, const pcc_json *v, const char *ptr, 
 
 /* ---- device ---- */
 
-static pcc_status load_peak_flops(pcc_jreader *r, const pcc_json *v, pcc_cluster *c) {
+static pcc_status load_peak_flops(pcc_jreader *r, const pcc_json *v, const char *at, pcc_cluster *c) {
     // Indexed by pcc_math.
     static const char *const keys[] = {"f32", "tf32", "bf16", "f16", NULL};
     static const char *const req[] = {"f32", NULL};
     _Static_assert(PCC_MATH_COUNT == 4, "one key per pcc_math");
-    pcc_status st = json_keys(r, v, "/device/peak_flops", keys, req);
+    pcc_status st = json_keys(r, v, at, keys, req);
     if (st) return st;
-    if ((st = num_pos(r, json_get(v, "f32"), "/device/peak_flops/f32", &c->peak_flops[PCC_MATH_F32]))) return st;
+    if ((st = num_pos(r, json_get(v, "f32"), json_ptr_key(r, at, "f32"), &c->peak_flops[PCC_MATH_F32]))) return st;
     for (int m = PCC_MATH_TF32; m < PCC_MATH_COUNT; m++) {
         const pcc_json *x = json_get(v, keys[m]);
         c->peak_flops[m] = c->peak_flops[PCC_MATH_F32];
-        if (x && (st = num_pos(r, x, json_ptr_key(r, "/device/peak_flops", keys[m]), &c->peak_flops[m]))) return st;
+        if (x && (st = num_pos(r, x, json_ptr_key(r, at, keys[m]), &c->peak_flops[m]))) return st;
     }
     return PCC_OK;
 }
 
-static pcc_status load_device(pcc_jreader *r, const pcc_json *v, pcc_cluster *c) {
+// The device object v at `at` ("/device", or "/groups/N/device").
+static pcc_status load_device(pcc_jreader *r, const pcc_json *v, const char *at, pcc_cluster *c) {
     static const char *const keys[] = {"kind", "name", "memory_bytes", "memory_bandwidth_Bps", "peak_flops",
                                        "launch_overhead_s", "sm_count", "gemm_efficiency", "memory_efficiency", NULL};
     static const char *const req[] = {"kind", "name", "memory_bytes", "memory_bandwidth_Bps", "peak_flops", NULL};
     static const char *const kinds[] = {"gpu", "cpu", NULL};
-    pcc_status st = json_keys(r, v, "/device", keys, req);
+    pcc_status st = json_keys(r, v, at, keys, req);
     if (st) return st;
     int kind;
-    if ((st = load_enum(r, json_get(v, "kind"), "/device/kind", "device kind", kinds, "gpu or cpu", &kind))) return st;
+    if ((st = load_enum(r, json_get(v, "kind"), json_ptr_key(r, at, "kind"), "device kind", kinds, "gpu or cpu", &kind))) return st;
     c->cpu = kind == 1;
-    if ((st = json_str(r, json_get(v, "name"), "/device/name", &c->device_name))) return st;
-    if (!c->device_name[0]) return diag(r->file, "/device/name", "the device name is empty");
+    if ((st = json_str(r, json_get(v, "name"), json_ptr_key(r, at, "name"), &c->device_name))) return st;
+    if (!c->device_name[0]) return diag(r->file, json_ptr_key(r, at, "name"), "the device name is empty");
     int64_t mem;
-    if ((st = json_int(r, json_get(v, "memory_bytes"), "/device/memory_bytes", 1, MAX_MEMORY_BYTES, &mem))) return st;
+    if ((st = json_int(r, json_get(v, "memory_bytes"), json_ptr_key(r, at, "memory_bytes"), 1, MAX_MEMORY_BYTES, &mem))) return st;
     c->memory_bytes = (double)mem;
-    if ((st = num_pos(r, json_get(v, "memory_bandwidth_Bps"), "/device/memory_bandwidth_Bps", &c->memory_bandwidth_Bps)))
+    if ((st = num_pos(r, json_get(v, "memory_bandwidth_Bps"), json_ptr_key(r, at, "memory_bandwidth_Bps"), &c->memory_bandwidth_Bps)))
         return st;
-    if ((st = load_peak_flops(r, json_get(v, "peak_flops"), c))) return st;
+    if ((st = load_peak_flops(r, json_get(v, "peak_flops"), json_ptr_key(r, at, "peak_flops"), c))) return st;
     c->launch_overhead_s = c->gemm_efficiency = c->memory_efficiency = 0;
-    if ((st = opt_num(r, v, "/device", "launch_overhead_s", num_nonneg, &c->launch_overhead_s))) return st;
-    if ((st = opt_num(r, v, "/device", "gemm_efficiency", num_frac, &c->gemm_efficiency))) return st;
-    if ((st = opt_num(r, v, "/device", "memory_efficiency", num_frac, &c->memory_efficiency))) return st;
+    if ((st = opt_num(r, v, at, "launch_overhead_s", num_nonneg, &c->launch_overhead_s))) return st;
+    if ((st = opt_num(r, v, at, "gemm_efficiency", num_frac, &c->gemm_efficiency))) return st;
+    if ((st = opt_num(r, v, at, "memory_efficiency", num_frac, &c->memory_efficiency))) return st;
     const pcc_json *x = json_get(v, "sm_count");
     int64_t sms = 0;
-    if (x && (st = json_int(r, x, "/device/sm_count", 1, 1 << 20, &sms))) return st;
+    if (x && (st = json_int(r, x, json_ptr_key(r, at, "sm_count"), 1, 1 << 20, &sms))) return st;
     c->sm_count = (int)sms;
     return PCC_OK;
 }
 
 /* ---- node and network ---- */
 
-static pcc_status load_node(pcc_jreader *r, const pcc_json *v, pcc_cluster *c) {
+// The node object v at `at` ("/node", or "/groups/N/node").
+static pcc_status load_node(pcc_jreader *r, const pcc_json *v, const char *at, pcc_cluster *c) {
     static const char *const keys[] = {"devices_per_node", "intra", NULL};
     static const char *const intra_keys[] = {"kind", "bandwidth_Bps", "latency_s", "efficiency", NULL};
     static const char *const intra_req[] = {"kind", "bandwidth_Bps", "latency_s", NULL};
     static const char *const kinds[] = {"nvlink", "pcie", "shm", NULL};
     static const pcc_link_kind link_of[] = {PCC_LINK_NVLINK, PCC_LINK_PCIE, PCC_LINK_SHM};
-    pcc_status st = json_keys(r, v, "/node", keys, keys);
+    pcc_status st = json_keys(r, v, at, keys, keys);
     if (st) return st;
     int64_t dpn;
-    if ((st = json_int(r, json_get(v, "devices_per_node"), "/node/devices_per_node", 1, MAX_DEVICES_PER_NODE, &dpn)))
+    if ((st = json_int(r, json_get(v, "devices_per_node"), json_ptr_key(r, at, "devices_per_node"), 1, MAX_DEVICES_PER_NODE, &dpn)))
         return st;
     c->devices_per_node = (int)dpn;
     const pcc_json *in = json_get(v, "intra");
-    if ((st = json_keys(r, in, "/node/intra", intra_keys, intra_req))) return st;
+    const char *ip = json_ptr_key(r, at, "intra");
+    if ((st = json_keys(r, in, ip, intra_keys, intra_req))) return st;
     int kind;
-    if ((st = load_enum(r, json_get(in, "kind"), "/node/intra/kind", "intra-node link kind", kinds,
+    if ((st = load_enum(r, json_get(in, "kind"), json_ptr_key(r, ip, "kind"), "intra-node link kind", kinds,
                         "nvlink, pcie or shm", &kind)))
         return st;
     c->intra.kind = link_of[kind];
-    if ((st = num_pos(r, json_get(in, "bandwidth_Bps"), "/node/intra/bandwidth_Bps", &c->intra.bandwidth_Bps))) return st;
-    if ((st = opt_num(r, in, "/node/intra", "efficiency", num_frac, &c->intra.efficiency))) return st;
-    return num_nonneg(r, json_get(in, "latency_s"), "/node/intra/latency_s", &c->intra.latency_s);
+    if ((st = num_pos(r, json_get(in, "bandwidth_Bps"), json_ptr_key(r, ip, "bandwidth_Bps"), &c->intra.bandwidth_Bps))) return st;
+    if ((st = opt_num(r, in, ip, "efficiency", num_frac, &c->intra.efficiency))) return st;
+    return num_nonneg(r, json_get(in, "latency_s"), json_ptr_key(r, ip, "latency_s"), &c->intra.latency_s);
 }
 
-static pcc_status load_network(pcc_jreader *r, const pcc_json *v, pcc_cluster *c) {
+// The network object v at `at` (at, or "/groups/N/network").
+static pcc_status load_network(pcc_jreader *r, const pcc_json *v, const char *at, pcc_cluster *c) {
     static const char *const keys[] = {"kind", "nics_per_node", "nic_bandwidth_Bps", "latency_s", "efficiency", NULL};
     static const char *const req[] = {"kind", "nics_per_node", "nic_bandwidth_Bps", "latency_s", NULL};
     static const char *const none_keys[] = {"kind", NULL};
     static const char *const kinds[] = {"infiniband", "ethernet", "none", NULL};
     static const pcc_link_kind link_of[] = {PCC_LINK_INFINIBAND, PCC_LINK_ETHERNET, PCC_LINK_NONE};
-    pcc_status st = json_expect(r, v, "/network", PCC_J_OBJECT);
+    pcc_status st = json_expect(r, v, at, PCC_J_OBJECT);
     if (st) return st;
     const pcc_json *k = json_get(v, "kind");
-    if (!k) return diag(r->file, "/network", "missing required key \"kind\"");
+    if (!k) return diag(r->file, at, "missing required key \"kind\"");
     int kind;
-    if ((st = load_enum(r, k, "/network/kind", "network kind", kinds, "infiniband, ethernet or none", &kind))) return st;
+    if ((st = load_enum(r, k, json_ptr_key(r, at, "kind"), "network kind", kinds, "infiniband, ethernet or none", &kind))) return st;
     c->network = (pcc_link){.kind = link_of[kind]};
     c->nics_per_node = 0;
-    if (c->network.kind == PCC_LINK_NONE) return json_keys(r, v, "/network", none_keys, none_keys);
-    if ((st = json_keys(r, v, "/network", keys, req))) return st;
+    if (c->network.kind == PCC_LINK_NONE) return json_keys(r, v, at, none_keys, none_keys);
+    if ((st = json_keys(r, v, at, keys, req))) return st;
     int64_t nics;
-    if ((st = json_int(r, json_get(v, "nics_per_node"), "/network/nics_per_node", 1, MAX_DEVICES_PER_NODE, &nics)))
+    if ((st = json_int(r, json_get(v, "nics_per_node"), json_ptr_key(r, at, "nics_per_node"), 1, MAX_DEVICES_PER_NODE, &nics)))
         return st;
     c->nics_per_node = (int)nics;
-    if ((st = num_pos(r, json_get(v, "nic_bandwidth_Bps"), "/network/nic_bandwidth_Bps", &c->network.bandwidth_Bps)))
+    if ((st = num_pos(r, json_get(v, "nic_bandwidth_Bps"), json_ptr_key(r, at, "nic_bandwidth_Bps"), &c->network.bandwidth_Bps)))
         return st;
-    if ((st = opt_num(r, v, "/network", "efficiency", num_frac, &c->network.efficiency))) return st;
-    return num_nonneg(r, json_get(v, "latency_s"), "/network/latency_s", &c->network.latency_s);
+    if ((st = opt_num(r, v, at, "efficiency", num_frac, &c->network.efficiency))) return st;
+    return num_nonneg(r, json_get(v, "latency_s"), json_ptr_key(r, at, "latency_s"), &c->network.latency_s);
 }
 
 /* ---- sources ---- */
@@ -215,7 +230,10 @@ static bool source_resolves(pcc_jreader *r, const pcc_json *root, const char *k)
         size_t n = strcspn(k + 1, "/");
         char *seg = arena_alloc(r->arena, n + 1);
         memcpy(seg, k + 1, n);
-        v = json_type(v) == PCC_J_OBJECT ? json_get(v, seg) : NULL;
+        char *end;
+        long i = strtol(seg, &end, 10);
+        if (json_type(v) == PCC_J_ARRAY) v = *seg && !*end && i >= 0 && i < json_size(v) ? json_at(v, (int)i) : NULL;
+        else v = json_type(v) == PCC_J_OBJECT ? json_get(v, seg) : NULL;
         k += 1 + n;
     }
     return v != NULL;
@@ -233,8 +251,11 @@ static pcc_status load_sources(pcc_jreader *r, const pcc_json *root, const pcc_j
         if ((st = json_str(r, m, ptr, &text))) return st;
         if (!text[0]) return diag(r->file, ptr, "the source is empty");
         if (!source_resolves(r, root, k)) warn("%s:%s: \"%s\" points at nothing in the file", r->file, ptr, k);
-        if (!strcmp(k, "/device/gemm_efficiency")) c->gemm_efficiency_source = text;
-        if (!strcmp(k, "/device/memory_efficiency")) c->memory_efficiency_source = text;
+        int gi = -1, at = 0;
+        pcc_cluster *to = c;
+        if (sscanf(k, "/groups/%d/%n", &gi, &at) == 1 && at > 0 && c->groups && gi >= 0 && gi < c->n_groups) to = &c->groups[gi];
+        if (!strcmp(k + at, "/device/gemm_efficiency" + (at > 0))) to->gemm_efficiency_source = text;
+        if (!strcmp(k + at, "/device/memory_efficiency" + (at > 0))) to->memory_efficiency_source = text;
     }
     return PCC_OK;
 }
@@ -406,16 +427,150 @@ static pcc_status load_profile(pcc_jreader *r, const pcc_json *v, pcc_cluster *c
 
 /* ---- the document ---- */
 
+/* ---- node groups ---- */
+
+#define MAX_GROUPS 64
+
+// The worse of two fractions of a peak (0 stands for 1, "not given").
+static double worse_frac(double a, double b) {
+    a = a > 0 ? a : 1, b = b > 0 ? b : 1;
+    return a < b ? a : b;
+}
+
+// The slower of two links: the lower sustained bandwidth, the higher latency.
+static pcc_link worse_link(pcc_link a, pcc_link b) {
+    double ea = a.efficiency > 0 ? a.efficiency : 1, eb = b.efficiency > 0 ? b.efficiency : 1;
+    pcc_link w = a.bandwidth_Bps * ea <= b.bandwidth_Bps * eb ? a : b;
+    w.latency_s = a.latency_s > b.latency_s ? a.latency_s : b.latency_s;
+    return w;
+}
+
+// The cluster as a whole, from its groups: every figure the worst group's (the least memory,
+// bandwidth and peak, the slowest links, the longest launch), so that a cost or a memory check
+// made on it holds on every group. The device is named after all of them ("A + B").
+static void merge_groups(pcc_arena *a, pcc_cluster *c) {
+    const pcc_cluster *g0 = &c->groups[0];
+    int nodes = 0;
+    for (int i = 0; i < c->n_groups; i++) nodes += c->groups[i].nodes;
+    c->cpu = g0->cpu, c->devices_per_node = g0->devices_per_node, c->nodes = nodes;
+    c->device_name = g0->device_name, c->memory_bytes = g0->memory_bytes, c->memory_bandwidth_Bps = g0->memory_bandwidth_Bps;
+    memcpy(c->peak_flops, g0->peak_flops, sizeof c->peak_flops);
+    c->launch_overhead_s = g0->launch_overhead_s, c->sm_count = g0->sm_count;
+    c->gemm_efficiency = g0->gemm_efficiency, c->memory_efficiency = g0->memory_efficiency;
+    c->intra = g0->intra, c->network = g0->network, c->nics_per_node = g0->nics_per_node;
+    for (int i = 1; i < c->n_groups; i++) {
+        const pcc_cluster *g = &c->groups[i];
+        bool seen = false;
+        for (int j = 0; j < i; j++) seen |= strcmp(c->groups[j].device_name, g->device_name) == 0;
+        if (!seen) c->device_name = arena_printf(a, "%s + %s", c->device_name, g->device_name);
+        c->memory_bytes = fmin(c->memory_bytes, g->memory_bytes);
+        c->memory_bandwidth_Bps = fmin(c->memory_bandwidth_Bps, g->memory_bandwidth_Bps);
+        for (int m = 0; m < PCC_MATH_COUNT; m++) c->peak_flops[m] = fmin(c->peak_flops[m], g->peak_flops[m]);
+        c->launch_overhead_s = fmax(c->launch_overhead_s, g->launch_overhead_s);
+        c->sm_count = c->sm_count && g->sm_count ? (c->sm_count < g->sm_count ? c->sm_count : g->sm_count) : 0;
+        c->gemm_efficiency = worse_frac(c->gemm_efficiency, g->gemm_efficiency);
+        c->memory_efficiency = worse_frac(c->memory_efficiency, g->memory_efficiency);
+        c->intra = worse_link(c->intra, g->intra);
+        c->network = worse_link(c->network, g->network);
+        c->nics_per_node = c->nics_per_node < g->nics_per_node ? c->nics_per_node : g->nics_per_node;
+    }
+}
+
+// Group i (v at ptr): its nodes, device and node, and its own network where it gives one (else
+// the cluster's, in *g already).
+static pcc_status load_group(pcc_jreader *r, const pcc_json *v, const char *ptr, pcc_cluster *g) {
+    static const char *const keys[] = {"nodes", "device", "node", "network", NULL};
+    static const char *const req[] = {"nodes", "device", "node", NULL};
+    pcc_status st = json_keys(r, v, ptr, keys, req);
+    if (st) return st;
+    int64_t nodes;
+    if ((st = json_int(r, json_get(v, "nodes"), json_ptr_key(r, ptr, "nodes"), 1, MAX_NODES, &nodes))) return st;
+    g->nodes = (int)nodes;
+    if ((st = load_device(r, json_get(v, "device"), json_ptr_key(r, ptr, "device"), g))) return st;
+    if ((st = load_node(r, json_get(v, "node"), json_ptr_key(r, ptr, "node"), g))) return st;
+    const pcc_json *x = json_get(v, "network");
+    const char *np = json_ptr_key(r, ptr, "network");
+    if (x && (st = load_network(r, x, np, g))) return st;
+    if (x && g->network.kind == PCC_LINK_NONE)
+        return diag(r->file, json_ptr_key(r, np, "kind"), "a group's own network links its nodes to the others: not \"none\"");
+    return PCC_OK;
+}
+
+// "groups": node groups of one kind of device each, ranks numbered node by node, group by group.
+// Every group's nodes hold the same number of devices (the mesh's tp stays inside a node) of the
+// same kind (gpu or cpu); more than one node in all needs a network.
+static pcc_status load_groups(pcc_jreader *r, const pcc_json *root, const pcc_json *v, pcc_cluster *c) {
+    static const char *const single[] = {"device", "node", "nodes", NULL};
+    for (int i = 0; single[i]; i++)
+        if (json_get(root, single[i]))
+            return diag(r->file, json_ptr_key(r, "", single[i]), "a cluster gives either \"groups\" or \"device\", \"node\" "
+                        "and \"nodes\", not both: a group holds its own nodes, device and node");
+    pcc_status st = json_expect(r, v, "/groups", PCC_J_ARRAY);
+    if (st) return st;
+    int n = json_size(v);
+    if (n < 1 || n > MAX_GROUPS) return diag(r->file, "/groups", "%d groups: a cluster has 1 to %d node groups", n, MAX_GROUPS);
+    if ((st = load_network(r, json_get(root, "network"), "/network", c))) return st;
+    c->n_groups = n;
+    c->groups = arena_alloc(r->arena, sizeof(pcc_cluster) * (size_t)n);
+    c->group_first = arena_alloc(r->arena, sizeof(int) * (size_t)(n + 1));
+    int64_t devices = 0;
+    for (int i = 0; i < n; i++) {
+        pcc_cluster *g = &c->groups[i];
+        const char *ptr = json_ptr_idx(r, "/groups", i);
+        *g = *c;
+        g->groups = NULL, g->group_first = NULL, g->n_groups = 1;
+        if ((st = load_group(r, json_at(v, i), ptr, g))) return st;
+        if (g->cpu != c->groups[0].cpu)
+            return diag(r->file, json_ptr_key(r, json_ptr_key(r, ptr, "device"), "kind"), "\"%s\", but group 0's devices are "
+                        "\"%s\": the groups of one cluster are all gpu or all cpu", g->cpu ? "cpu" : "gpu", g->cpu ? "gpu" : "cpu");
+        if (g->devices_per_node != c->groups[0].devices_per_node)
+            return diag(r->file, json_ptr_key(r, json_ptr_key(r, ptr, "node"), "devices_per_node"), "%d, but group 0's nodes hold "
+                        "%d: every group's nodes hold the same number of devices (tensor parallelism stays inside a node)",
+                        g->devices_per_node, c->groups[0].devices_per_node);
+        g->n_devices = g->nodes * g->devices_per_node;
+        c->group_first[i] = (int)devices;
+        devices += g->n_devices;
+        if (devices > MAX_DEVICES)
+            return diag(r->file, ptr, "the groups up to this one hold %lld devices, more than the %d plancc supports",
+                        (long long)devices, MAX_DEVICES);
+    }
+    c->group_first[n] = (int)devices;
+    merge_groups(r->arena, c);
+    if (c->network.kind == PCC_LINK_NONE && c->nodes > 1)
+        return diag(r->file, "/network/kind", "the groups have %d nodes in all, but a cluster without a network has one node", c->nodes);
+    return PCC_OK;
+}
+
+// The single form's device, node and network at the top level.
+static pcc_status load_single(pcc_jreader *r, const pcc_json *root, pcc_cluster *c) {
+    static const char *const need[] = {"device", "node", NULL};
+    for (int i = 0; need[i]; i++)
+        if (!json_get(root, need[i])) return diag(r->file, "", "missing required key \"%s\" (or \"groups\")", need[i]);
+    int64_t nodes = 1;
+    const pcc_json *x = json_get(root, "nodes");
+    pcc_status st;
+    if (x && (st = json_int(r, x, "/nodes", 1, MAX_NODES, &nodes))) return st;
+    c->nodes = (int)nodes;
+    if ((st = load_device(r, json_get(root, "device"), "/device", c))) return st;
+    if ((st = load_node(r, json_get(root, "node"), "/node", c))) return st;
+    if ((st = load_network(r, json_get(root, "network"), "/network", c))) return st;
+    if (c->network.kind == PCC_LINK_NONE && c->nodes > 1)
+        return diag(r->file, "/nodes", "%d nodes, but a cluster without a network (network.kind \"none\") has one node", c->nodes);
+    c->n_groups = 1;
+    return PCC_OK;
+}
+
 static pcc_status load_root(pcc_jreader *r, const pcc_json *root, pcc_cluster *c) {
-    static const char *const keys[] = {"version", "name", "description", "nodes", "device", "node", "network", "profile",
-                                       "sources", NULL};
-    static const char *const req[] = {"version", "name", "device", "node", "network", NULL};
-    if (json_type(root) == PCC_J_OBJECT && !json_get(root, "node") && (json_get(root, "ops") || json_get(root, "tensors")))
+    static const char *const keys[] = {"version", "name", "description", "nodes", "device", "node", "network", "groups",
+                                       "profile", "sources", NULL};
+    static const char *const req[] = {"version", "name", "network", NULL};
+    if (json_type(root) == PCC_J_OBJECT && !json_get(root, "node") && !json_get(root, "groups") &&
+        (json_get(root, "ops") || json_get(root, "tensors")))
         return diag(r->file, "", "this is a model, not a cluster (it has \"%s\"): --cluster wants a cluster such as "
                     "models/clusters/dgx-a100.json, or the name of an installed one (dgx-a100)", json_get(root, "ops") ? "ops" : "tensors");
     pcc_status st = json_keys(r, root, "", keys, req);
     if (st) return st;
-    int64_t version, nodes = 1;
+    int64_t version;
     if ((st = json_int(r, json_get(root, "version"), "/version", 0, INT32_MAX, &version))) return st;
     if (version != 1)
         return diag(r->file, "/version", "unsupported cluster format version %lld (this plancc reads version 1)", (long long)version);
@@ -423,13 +578,11 @@ static pcc_status load_root(pcc_jreader *r, const pcc_json *root, pcc_cluster *c
     const pcc_json *x;
     const char *desc;
     if ((x = json_get(root, "description")) && (st = json_str(r, x, "/description", &desc))) return st;
-    if ((x = json_get(root, "nodes")) && (st = json_int(r, x, "/nodes", 1, MAX_NODES, &nodes))) return st;
-    c->nodes = (int)nodes;
-    if ((st = load_device(r, json_get(root, "device"), c))) return st;
-    if ((st = load_node(r, json_get(root, "node"), c))) return st;
-    if ((st = load_network(r, json_get(root, "network"), c))) return st;
-    if (c->network.kind == PCC_LINK_NONE && c->nodes > 1)
-        return diag(r->file, "/nodes", "%d nodes, but a cluster without a network (network.kind \"none\") has one node", c->nodes);
+    if ((x = json_get(root, "groups"))) st = load_groups(r, root, x, c);
+    else st = load_single(r, root, c);
+    if (st) return st;
+    if ((x = json_get(root, "profile")) && c->groups)
+        return diag(r->file, "/profile", "a profile is measured on one kind of device; a cluster of node groups takes none");
     if ((x = json_get(root, "profile")) && (st = load_profile(r, x, c))) return st;
     if ((x = json_get(root, "sources")) && (st = load_sources(r, root, x, c))) return st;
     return PCC_OK;
@@ -457,6 +610,14 @@ static pcc_status devices_shape(const pcc_cluster *c, int devices, int *nodes, i
 }
 
 static pcc_status apply_overrides(pcc_arena *a, pcc_cluster *c, int nodes, int devices) {
+    if (c->groups && (nodes > 0 || devices > 0)) // each group's nodes are the file's
+        return diag(c->file, "/groups", "%s: the cluster has %d node groups of different devices; set each group's \"nodes\" "
+                    "in the file (--nodes and --devices resize a cluster of one kind of node)", nodes > 0 ? "--nodes" : "--devices",
+                    c->n_groups);
+    if (c->groups) {
+        c->n_devices = c->group_first[c->n_groups];
+        return PCC_OK;
+    }
     if (nodes > 1 && c->network.kind == PCC_LINK_NONE)
         return diag(c->file, "", "--nodes %d: the cluster has no network between nodes (network.kind \"none\"), so it is "
                     "one node", nodes);
@@ -498,4 +659,29 @@ pcc_status cluster_load(pcc_arena *a, const char *path, int nodes, int devices, 
     if (st) return st;
     *out = c;
     return PCC_OK;
+}
+
+/* ---- the groups' views ---- */
+
+const pcc_cluster *cluster_span_view(const pcc_cluster *c, int lo, int hi) {
+    if (!c->groups) return c;
+    for (int i = 0; i < c->n_groups; i++)
+        if (c->group_first[i] <= lo && hi <= c->group_first[i + 1]) return &c->groups[i];
+    return NULL;
+}
+
+const pcc_cluster *cluster_stage_view(const pcc_cluster *c, int pp, int d) {
+    int per = c->n_devices / pp;
+    return cluster_span_view(c, d * per, (d + 1) * per);
+}
+
+bool cluster_stages_fit(const pcc_cluster *c, int pp) {
+    for (int d = 0; d < pp; d++)
+        if (!cluster_stage_view(c, pp, d)) return false;
+    return true;
+}
+
+void cluster_set_tf32(pcc_cluster *c, bool tf32) {
+    c->tf32 = tf32;
+    for (int i = 0; c->groups && i < c->n_groups; i++) c->groups[i].tf32 = tf32;
 }

@@ -45,11 +45,18 @@ typedef struct est {
     pcc_graph gv;             // g with one data-parallel replica's batch
     int ***ways;              // per forward op, per operand, per axis: the ways it is split on a device
     int *owner;               // per tensor: the forward op that first reads it (params), -1
+    // What follows up to orphan_top is one group's (est_times): the op times of every group a
+    // stage is on, T[vi[d]] for pipeline device d, whose view of the cluster is view[d].
     double *f, *b;            // per forward op, one copy: forward, backward operator seconds
     double *fc, *bc, *sy;     // per forward op, one copy: tp resharding forward, backward; tp sync
     double *xc, *xin;         // per forward op, one copy: cp's all-to-alls of its forward; of its inputs alone
     double *orphan;           // per block, one copy: backward ops of no forward op
     double orphan_top;
+    struct est_times {
+        double *f, *b, *fc, *bc, *sy, *orphan, orphan_top;
+    } *T;
+    const pcc_cluster **view; // per pipeline device: its group's view (the cluster itself with one group)
+    int *vi;                  // per pipeline device: its T
     // Per device: per micro-batch compute, tp communication, p2p (forward, backward); per step
     // sync, optimizer, post-optimizer all-gather, tied parameters' gradients received; layers.
     double *Fc, *Fm, *Fp, *Bc, *Bm, *Bp, *sync, *opt, *post, *tied;
@@ -133,9 +140,11 @@ static void est_layout(est *E) {
             if (E->owner[g->ops[i].in[k]] < 0) E->owner[g->ops[i].in[k]] = i;
 }
 
-// Operator seconds per forward op (its forward, its backward ops) and tp communication.
+// Operator seconds per forward op (its forward, its backward ops) and tp communication, on
+// E->c (est_groups sets it to each group's view in turn).
 static void est_ops(est *E) {
     const pcc_graph *g = E->g;
+    E->orphan_top = 0;
     E->f = zeros(g, E->nf), E->b = zeros(g, E->nf), E->orphan = zeros(g, g->n_blocks);
     for (int i = 0; i < E->nf; i++) E->f[i] = cost_op_s(E->c, g, &g->ops[i], (const int *const *)E->ways[i]);
     for (int o = E->nf; o < g->n_ops; o++) {
@@ -197,6 +206,34 @@ static void est_cp_comm(est *E) {
     }
 }
 
+// Each pipeline device's view of the cluster (its stage's group), and est_ops on every distinct one.
+static void est_groups(est *E) {
+    const pcc_graph *g = E->g;
+    const pcc_cluster *all = E->c;
+    E->view = arena_alloc(g->arena, sizeof(pcc_cluster *) * (size_t)E->pp);
+    E->vi = arena_alloc(g->arena, sizeof(int) * (size_t)E->pp);
+    E->T = arena_alloc(g->arena, sizeof(struct est_times) * (size_t)E->pp);
+    int nv = 0;
+    for (int d = 0; d < E->pp; d++) {
+        const pcc_cluster *v = cluster_stage_view(all, E->pp, d);
+        E->view[d] = v ? v : all; // a stage across groups (never planned): the worst group's figures
+        E->vi[d] = nv;
+        for (int k = 0; k < d; k++)
+            if (E->view[k] == E->view[d]) E->vi[d] = E->vi[k];
+        if (E->vi[d] < nv) continue;
+        E->c = E->view[d];
+        est_ops(E);
+        E->T[nv++] = (struct est_times){E->f, E->b, E->fc, E->bc, E->sy, E->orphan, E->orphan_top};
+    }
+    E->c = all;
+}
+
+// Device d's group's op times into E->f .. E->orphan_top.
+static void est_on(est *E, int d) {
+    const struct est_times *t = &E->T[E->vi[d]];
+    E->f = t->f, E->b = t->b, E->fc = t->fc, E->bc = t->bc, E->sy = t->sy, E->orphan = t->orphan, E->orphan_top = t->orphan_top;
+}
+
 // The device of forward op i in copy k of its block (k ignored at the top level).
 static int est_device(const est *E, int i, int k) {
     const pcc_op *op = &E->g->ops[i];
@@ -205,6 +242,7 @@ static int est_device(const est *E, int i, int k) {
 
 // One forward op's copy on device d: its forward, backward and recomputed forward.
 static void est_add_op(est *E, int i, int d) {
+    est_on(E, d);
     bool rc = E->s->recompute[i];
     E->Fc[d] += E->f[i], E->Fm[d] += E->fc[i] + E->xc[i];
     E->Bc[d] += E->b[i] + (rc ? E->f[i] : 0), E->Bm[d] += E->bc[i] + E->xc[i] + E->xin[i] + (rc ? E->fc[i] + E->xc[i] : 0);
@@ -234,9 +272,12 @@ static double est_boundary_bytes(const est *E, const pcc_layer *l) {
     return bytes;
 }
 
-static double est_send_s(const est *E, double bytes) {
+// A send from pipeline device a to b: on their group's links, or between two groups on the
+// slower of the two (the cluster's worst figures).
+static double est_send_s(const est *E, double bytes, int a, int b) {
     pcc_group_shape pair = {2, E->dp * E->cp * E->tp};
-    return cost_collective_s(E->c, PCC_COLL_SEND_RECV, bytes, pair) + cost_launch_s(E->c);
+    const pcc_cluster *c = E->view[a] == E->view[b] ? E->view[a] : E->c;
+    return cost_collective_s(c, PCC_COLL_SEND_RECV, bytes, pair) + cost_launch_s(c);
 }
 
 // The layers on their devices, and the sends between chunks (both ways, per micro-batch).
@@ -250,13 +291,15 @@ static void est_layers(est *E, const pcc_layer *L, int nl, const int *chunk) {
         } else {
             const pcc_block *bl = &g->blocks[L[l].block];
             for (int i = bl->first_op; i < bl->first_op + bl->n_ops; i++) est_add_op(E, i, d);
+            est_on(E, d);
             E->Bc[d] += E->orphan[L[l].block];
         }
         if (l + 1 < nl && chunk[l + 1] != chunk[l]) {
-            double t = est_send_s(E, est_boundary_bytes(E, &L[l]));
+            double t = est_send_s(E, est_boundary_bytes(E, &L[l]), d, chunk[l + 1] % E->pp);
             E->Fp[d] += t, E->Bp[chunk[l + 1] % E->pp] += t;
         }
     }
+    est_on(E, chunk[nl - 1] % E->pp);
     E->Bc[chunk[nl - 1] % E->pp] += E->orphan_top;
 }
 
@@ -296,23 +339,24 @@ static void est_param(est *E, int p, int i, int d, const pcc_op *opt) {
     bool bucketed;
     double bytes = est_param_bytes(E, p, i, &bucketed), pool = *est_pool(E, i, d), cap = E->s->bucket_bytes;
     pcc_group_shape dpg = {E->dp, E->cp * E->tp}, cpg = {E->cp, E->tp};
-    double launch = cost_launch_s(E->c);
+    const pcc_cluster *c = E->view[d];
+    double launch = cost_launch_s(c);
     int zero = E->s->zero;
-    if (bucketed && est_cp_partial(E, i)) E->sync[d] += cost_bucketed_s(E->c, PCC_COLL_ALL_REDUCE, bytes, pool, cap, cpg);
+    if (bucketed && est_cp_partial(E, i)) E->sync[d] += cost_bucketed_s(c, PCC_COLL_ALL_REDUCE, bytes, pool, cap, cpg);
     if (bucketed && E->dp > 1)
-        E->sync[d] += cost_bucketed_s(E->c, zero ? PCC_COLL_REDUCE_SCATTER : PCC_COLL_ALL_REDUCE, bytes, pool, cap, dpg);
+        E->sync[d] += cost_bucketed_s(c, zero ? PCC_COLL_REDUCE_SCATTER : PCC_COLL_ALL_REDUCE, bytes, pool, cap, dpg);
     if (E->dp > 1 && zero > 0) {
-        double ag = cost_collective_s(E->c, PCC_COLL_ALL_GATHER, bytes, dpg) + launch;
+        double ag = cost_collective_s(c, PCC_COLL_ALL_GATHER, bytes, dpg) + launch;
         // Reduce-scattered per micro-batch on the compute stream (preserve.c's zero2_grad), and
         // summed into the shard: part of every micro-batch's backward.
         if (!bucketed) {
-            E->Bm[d] += cost_collective_s(E->c, PCC_COLL_REDUCE_SCATTER, bytes, dpg) + launch;
-            if (est_cp_partial(E, i)) E->Bm[d] += cost_collective_s(E->c, PCC_COLL_ALL_REDUCE, bytes, cpg) + launch;
+            E->Bm[d] += cost_collective_s(c, PCC_COLL_REDUCE_SCATTER, bytes, dpg) + launch;
+            if (est_cp_partial(E, i)) E->Bm[d] += cost_collective_s(c, PCC_COLL_ALL_REDUCE, bytes, cpg) + launch;
         }
         E->post[d] += ag;
         if (zero == 3) E->Fm[d] += ag, E->Bm[d] += ag; // gathered again for each micro-batch's use
     }
-    if (opt) E->opt[d] += cost_op_s(E->c, g, opt, est_ways(E, opt, i)) / (E->dp > 1 && zero > 0 ? E->dp : 1);
+    if (opt) E->opt[d] += cost_op_s(c, g, opt, est_ways(E, opt, i)) / (E->dp > 1 && zero > 0 ? E->dp : 1);
 }
 
 // Every parameter: sync and optimizer on its owner's device(s); tied parameters' gradients sent
@@ -346,7 +390,7 @@ static void est_params(est *E) {
             const int *w = est_ways_of(E, j, p);
             double bytes = tensor_bytes(g, t);
             for (int r = 0; r < t->rank; r++) bytes /= w[r];
-            E->tied[home] += est_send_s(E, bytes);
+            E->tied[home] += est_send_s(E, bytes, est_device(E, j, 0), home);
         }
     }
 }
@@ -409,11 +453,12 @@ static void est_last_bucket(est *E) {
             }
         }
         if (open > 0) last = open, last_r = r;
-        double launch = cost_launch_s(E->c);
+        const pcc_cluster *c = E->view[d];
+        double launch = cost_launch_s(c);
         if (E->dp > 1)
-            E->last[d] += cost_collective_s(E->c, E->s->zero ? PCC_COLL_REDUCE_SCATTER : PCC_COLL_ALL_REDUCE, last, dpg) + launch;
-        if (E->cp > 1) E->last[d] += cost_collective_s(E->c, PCC_COLL_ALL_REDUCE, last, cpg) + launch;
-        if (last_r > 1) E->last[d] += cost_collective_s(E->c, PCC_COLL_ALL_REDUCE, last, (pcc_group_shape){last_r, 1}) + launch;
+            E->last[d] += cost_collective_s(c, E->s->zero ? PCC_COLL_REDUCE_SCATTER : PCC_COLL_ALL_REDUCE, last, dpg) + launch;
+        if (E->cp > 1) E->last[d] += cost_collective_s(c, PCC_COLL_ALL_REDUCE, last, cpg) + launch;
+        if (last_r > 1) E->last[d] += cost_collective_s(c, PCC_COLL_ALL_REDUCE, last, (pcc_group_shape){last_r, 1}) + launch;
     }
 }
 
@@ -461,7 +506,7 @@ void estimate_step(const pcc_graph *g, const pcc_cluster *c, const pcc_intra *sc
     int *chunk = arena_alloc(g->arena, sizeof(int) * (size_t)(nl + 1));
     for (int l = 0; l < nl; l++) chunk[l] = L[l].op >= 0 ? s->op_stage[L[l].op] : s->copy_stage[L[l].block][L[l].copy];
     est_layout(&E);
-    est_ops(&E);
+    est_groups(&E);
     est_cp_comm(&E);
     est_layers(&E, L, nl, chunk);
     est_params(&E);

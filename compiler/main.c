@@ -138,7 +138,7 @@ int main(int argc, char **argv) {
     if (!st) st = graph_check(g);
     if (!st) st = policy_resolve(&o, g);                                        // --policy: its rules onto the operators
     if (!st && o.cluster) st = cluster_load(a, o.cluster, o.nodes, o.devices, &c);
-    if (!st && c) c->tf32 = o.tf32;
+    if (!st && c) cluster_set_tf32(c, o.tf32);
     if (!st && o.check) report_print_cluster(stdout, g, c, &o.report);          // --check: the model's figures
     if (!st && o.burst) st = compile_burst(a, g, c, &o);                        // DeepPool's burst parallelism
     if (!st && driver_searches_micro_batches(&o)) st = driver_micro_batches(a, &o, c, &g);

@@ -513,6 +513,14 @@ typedef struct pcc_cluster {
     const pcc_profile *profile;     // measured operator times, or NULL
     const char *gemm_efficiency_source;   // the file's sources["/device/gemm_efficiency"], or NULL
     const char *memory_efficiency_source; // the file's sources["/device/memory_efficiency"], or NULL
+    // Node groups ("groups": e.g. A100 nodes and H100 nodes in one job). With one group (the file's
+    // one device and node) groups is NULL and the cluster is its own view. With several, the fields
+    // above are the worst group's figures (least memory and peak, slowest links: what holds on every
+    // group) and groups[i] is group i's own view, ranks group_first[i] .. group_first[i+1]-1 (ranks
+    // numbered node by node, group by group); every cost function takes a view as it is.
+    int n_groups;
+    struct pcc_cluster *groups;
+    int *group_first;               // [n_groups + 1]
 } pcc_cluster;
 
 // Loads and checks a cluster file (schemas/cluster.schema.json) with the same diagnostics as the
@@ -522,6 +530,16 @@ typedef struct pcc_cluster {
 // file, or an object in it) is loaded and checked too; its diagnostics name the file that holds
 // it. Returns PCC_ERR_INPUT on bad input or overrides.
 pcc_status cluster_load(pcc_arena *a, const char *path, int nodes, int devices, pcc_cluster **out);
+// The view of the group that holds ranks lo .. hi-1 (the cluster itself when it has one group),
+// or NULL when they span two groups. Can't fail.
+const pcc_cluster *cluster_span_view(const pcc_cluster *c, int lo, int hi);
+// The view of pipeline stage d of pp (pp is the mesh's outermost axis: stage d holds ranks
+// d * N/pp .. (d+1) * N/pp - 1), or NULL when those ranks span two groups. Can't fail.
+const pcc_cluster *cluster_stage_view(const pcc_cluster *c, int pp, int d);
+// Whether every stage of pp lies inside one group. Can't fail.
+bool cluster_stages_fit(const pcc_cluster *c, int pp);
+// plancc --tf32 on the cluster and every group's view. Can't fail.
+void cluster_set_tf32(pcc_cluster *c, bool tf32);
 // The measured seconds of `key` (cost.c builds the keys: "gemm|bf16|b1|m2048|n3200|k25600" or
 // "layernorm|bf16|2048x25600,25600,25600"), or -1 when the table has no such entry or p is NULL.
 double profile_lookup(const pcc_profile *p, const char *key);
@@ -938,6 +956,7 @@ typedef struct pcc_strategy {
     const pcc_intra *intra;     // the tp group's ILP and its choice (status OPTIMAL with 0 rows when tp = 1)
     pcc_config config;          // what it was built from
     bool exact;                 // its ILP answer is the ILP's (not a probe's that breaks the memory row)
+    double est_even_s;          // node groups: the estimate were the stages cut by FLOPs instead (hetero.c); else 0
 } pcc_strategy;
 
 // The tensor-parallel group sizes the search will try for the options (the ones phase 1 must
@@ -972,6 +991,23 @@ double space_bound(const pcc_space *s, int i);
 // the mesh (estimate_floor, computed once per dp and tp). Can't fail.
 double space_floor(pcc_space *s, const pcc_config *k);
 pcc_status space_build(const pcc_space *s, const pcc_config *k, bool probe, pcc_strategy **out);
+
+/* ---------------------------------------------------------------- hetero.c */
+
+// On a cluster of node groups: per group k, per layer l of L (graph_layers), the layer's seconds
+// (its forward and backward operators, whole) on group k's view, at [k * nl + l]; NULL for a
+// cluster of one group. Can't fail.
+double *hetero_layer_seconds(const pcc_graph *g, const pcc_cluster *c, const pcc_layer *L, int nl);
+// The layers cut into pp * v contiguous non-empty chunks (chunk c on pipeline device c mod pp, each
+// device's stage inside one group: cluster_stages_fit) with the smallest largest chunk time, each
+// chunk timed on its group (ls: hetero_layer_seconds); chunk[l] for every layer. Can't fail.
+void hetero_partition(const pcc_cluster *c, const double *ls, int nl, int pp, int v, int *chunk);
+// s->est_even_s: the estimate of strategy s (sc its ILP choice) were its layers in the chunks
+// `even` (the FLOP-balanced cut) instead. Can't fail.
+void hetero_compare(const pcc_graph *g, const pcc_cluster *c, const pcc_intra *sc, pcc_strategy *s, const int *even);
+// The --estimate-only lines of a cluster of node groups: each stage's group and layers, and the
+// step with stages cut by FLOPs instead. Nothing for a cluster of one group. Can't fail.
+void hetero_report(FILE *f, const pcc_graph *g, const pcc_cluster *c, const pcc_strategy *s);
 
 /* ---------------------------------------------------------------- bestfirst.c */
 

@@ -105,7 +105,8 @@ typedef struct prog {
 typedef struct builder {
     const pcc_values *v; // layout.c's decisions: every value's stage and layout, and what the step does with it
     const pcc_graph *g;  // the rest as v has them
-    const pcc_cluster *c;
+    const pcc_cluster *c;    // the view of the group the stage being built is on
+    const pcc_cluster *all;  // the whole cluster (its worst figures: the links between groups)
     const pcc_strategy *s;
     int pp, dp, tp, M;
     int cp;             // the context-parallel axis (1: none; the plan's mesh then leaves it out)
@@ -235,7 +236,9 @@ static pcc_group_shape axes_group(const builder *E, unsigned axes) {
 // A send or receive of buffer b to or from the stage `offset` away.
 static float transfer_s(const builder *E, const prog *P, int b, int offset) {
     double bytes = (double)P->buf[b].bytes;
-    return (float)cost_collective_s(E->c, PCC_COLL_SEND_RECV, bytes, axis_group(E, PCC_AX_PP, offset < 0 ? -offset : offset));
+    int peer = ((P->stage + offset) % E->pp + E->pp) % E->pp;
+    const pcc_cluster *c = cluster_stage_view(E->all, E->pp, peer) == E->c ? E->c : E->all; // between groups: the slower
+    return (float)cost_collective_s(c, PCC_COLL_SEND_RECV, bytes, axis_group(E, PCC_AX_PP, offset < 0 ? -offset : offset));
 }
 
 // A memory-bound kernel moving `bytes` in the dtype of buffer b.
@@ -1126,13 +1129,16 @@ pcc_status preserve(const pcc_graph *g, const pcc_cluster *c, const pcc_strategy
     pcc_values *v = arena_alloc(g->arena, sizeof *v);
     pcc_status st = layout_values(g, c, s, o, v);
     if (st) return st;
-    builder E = {.v = v, .g = g, .c = c, .s = s, .pp = v->pp, .dp = v->dp, .cp = v->cp, .tp = v->tp, .M = v->M, .V = v->V, .ns = v->ns,
+    builder E = {.v = v, .g = g, .c = c, .all = c, .s = s, .pp = v->pp, .dp = v->dp, .cp = v->cp, .tp = v->tp, .M = v->M, .V = v->V, .ns = v->ns,
                  .bucket_cap = o->bucket_bytes};
     prog *P = arena_alloc(g->arena, sizeof(prog) * (size_t)E.pp);
     for (int d = 0; d < E.pp; d++) {
         P[d].stage = d;
+        const pcc_cluster *view = cluster_stage_view(c, E.pp, d);
+        E.c = view ? view : c; // stage d's instruction times on its group's devices and links
         program(&E, &P[d]);
     }
+    E.c = c;
     *out = hand_off(&E, P);
     return PCC_OK;
 }

@@ -407,6 +407,7 @@ void report_estimate(FILE *f, const pcc_graph *g, const pcc_cluster *c, const pc
            "%s (the memory planner's peak); planned in %.3f s\n", (long long)batch, s->micro_batches, s->micro_batches == 1 ? "" : "es",
            (long long)batch * s->micro_batches, fmt_bytes(b1, sizeof b1, peak_bytes),
            fmt_bytes(b2, sizeof b2, c->memory_bytes), seconds);
+    hetero_report(f, g, c, s);
     text_calibration(f, c);
     report_search(f, g, o);
 }

@@ -123,10 +123,16 @@ static void partition(const double *flops, int n, int pp, int *stage) {
 }
 
 // The stages: the policy's where it gives or pins them (policy.c), else the balanced cut.
-static void stages(const pcc_policy *pol, const pcc_layer *L, const double *flops, int n, int pp, int *stage) {
-    int st = policy_stages(pol, L, flops, n, pp, stage);
+// The chunk of each of the n layers: the policy's stages where it gives them, else balanced by
+// each node group's seconds (c, group_s: a cluster with groups; pp devices of v chunks), else by
+// FLOPs.
+static void stages(const pcc_policy *pol, const pcc_layer *L, const double *flops, int n, int chunks, int *stage,
+                   const pcc_cluster *c, const double *group_s, int pp, int v) {
+    int st = policy_stages(pol, L, flops, n, chunks, stage);
     PCC_ASSERT(st >= 0); // the template's check and --auto's configurations keep the policy's stages feasible
-    if (st == 0) partition(flops, n, pp, stage);
+    if (st > 0) return;
+    if (group_s) hetero_partition(c, group_s, n, pp, v, stage); // node groups: balance each group's seconds
+    else partition(flops, n, chunks, stage);
 }
 
 /* ---- one mesh ---- */
@@ -266,7 +272,7 @@ static pcc_status tp_schedule(const pcc_graph *g, const pcc_cluster *c, const pc
 }
 
 static pcc_strategy *make(const pcc_graph *g, const pcc_cluster *c, const pcc_search_opts *o, const pcc_intra *sc,
-                          int bdim, const pcc_config *k, const pcc_layer *L, const double *flops, int nl) {
+                          int bdim, const pcc_config *k, const pcc_layer *L, const double *flops, const double *group_s, int nl) {
     pcc_strategy *s = arena_alloc(g->arena, sizeof *s);
     int pp = k->pp, dp = k->dp, cp = k->cp > 1 ? k->cp : 1;
     s->mesh[PCC_AX_PP] = pp, s->mesh[PCC_AX_DP] = dp, s->mesh[PCC_AX_CP] = cp, s->mesh[PCC_AX_TP] = k->tp;
@@ -307,13 +313,17 @@ static pcc_strategy *make(const pcc_graph *g, const pcc_cluster *c, const pcc_se
         if (g->blocks[b].fwd < 0) s->copy_stage[b] = arena_alloc(g->arena, sizeof(int) * (size_t)g->blocks[b].repeat);
     int v = s->virtual_stages = pp > 1 && k->v > 1 ? k->v : 1;
     int *chunk = arena_alloc(g->arena, sizeof(int) * (size_t)(nl + 1));
-    stages(o->policy, L, flops, nl, pp * v, chunk);
+    stages(o->policy, L, flops, nl, pp * v, chunk, group_s ? c : NULL, group_s, pp, v);
     for (int i = 0; i < nl; i++) {
         if (L[i].op >= 0) s->op_stage[L[i].op] = chunk[i];
         else s->copy_stage[L[i].block][L[i].copy] = chunk[i];
     }
     estimate_step(g, c, sc, s);
     s->est_step_s = s->est.step_s;
+    if (group_s) { // node groups: what the FLOP-balanced cut would have given, for the report
+        partition(flops, nl, pp * v, chunk);
+        hetero_compare(g, c, sc, s, chunk);
+    }
     s->est_memory_bytes = sc->memory_bytes / pp;
     s->intra = sc;
     return s;
@@ -330,6 +340,8 @@ struct pcc_space {
     int64_t bsize;              // the batch dimension's size (1 when none)
     const pcc_layer *L;
     const double *flops;        // per layer
+    const double *group_s;      // node groups: per group, per layer, its seconds (hetero.c); NULL: one group
+    const pcc_cluster *fast;    // the group whose figures bound every group's times from below (the cluster with one)
     double *lb_s;               // per layer: a lower bound on its seconds, forward and backward, one micro-batch, one device
     double *lb_rc_s;            // per layer: the same for its recomputed forward (--recompute full)
     pcc_config *k;              // --auto's configurations
@@ -359,8 +371,8 @@ static void space_floors(pcc_space *S) {
     double *all = arena_alloc(g->arena, sizeof(double) * (size_t)(g->n_fwd_ops + 1));
     for (int o = 0; o < g->n_ops; o++) {
         const pcc_op *op = &g->ops[o];
-        if (op->phase == PCC_PHASE_FWD) fw[o] = op_floor_s(g, S->c, op), all[o] += fw[o];
-        else if (op->phase == PCC_PHASE_BWD && op->fwd >= 0) all[op->fwd] += op_floor_s(g, S->c, op);
+        if (op->phase == PCC_PHASE_FWD) fw[o] = op_floor_s(g, S->fast, op), all[o] += fw[o];
+        else if (op->phase == PCC_PHASE_BWD && op->fwd >= 0) all[op->fwd] += op_floor_s(g, S->fast, op);
     }
     S->lb_s = arena_alloc(g->arena, sizeof(double) * (size_t)(S->nl + 1));
     S->lb_rc_s = arena_alloc(g->arena, sizeof(double) * (size_t)(S->nl + 1));
@@ -381,6 +393,10 @@ static void search_init(pcc_space *S, const pcc_graph *g, const pcc_cluster *c, 
     S->bsize = S->bdim >= 0 ? g->dims[S->bdim].size : 1;
     S->L = graph_layers(g, &S->nl);
     S->flops = layer_flops(g, S->L, S->nl);
+    S->group_s = hetero_layer_seconds(g, c, S->L, S->nl);
+    S->fast = c;
+    for (int i = 0; c->groups && i < c->n_groups; i++) // the best peak: the bounds hold on every stage
+        if (i == 0 || cost_peak_flops(&c->groups[i], g->dtype, true) > cost_peak_flops(S->fast, g->dtype, true)) S->fast = &c->groups[i];
 }
 
 // --auto's meshes: tp inside a node (with --sync background also the whole cluster: ShadowSync's
@@ -390,7 +406,7 @@ static bool auto_mesh_ok(const pcc_space *S, int tp, int pp) {
     const pcc_cluster *c = S->c;
     int N = S->N;
     if (N % tp || (tp > c->devices_per_node && !c->cpu && !(S->o->bg_dense && tp == N))) return false;
-    if ((N / tp) % pp || pp > S->nl) return false;
+    if ((N / tp) % pp || pp > S->nl || !cluster_stages_fit(c, pp)) return false; // node groups: a stage in one
     int dp = N / tp / pp;
     if (dp > 1 && (S->bdim < 0 || S->bsize % dp != 0)) return false;
     return !S->o->pp || pp == S->o->pp;
@@ -447,6 +463,10 @@ static pcc_status template_check(const pcc_space *S, int dp, int tp, int pp) {
     if (o->sequence_parallel && g->dims[sdim].size % tp != 0)
         return diag(g->file, g->dims[sdim].ptr, "--sequence-parallel: --tp %d does not divide the sequence dimension %s = %lld", tp,
                     g->dims[sdim].name, (long long)g->dims[sdim].size);
+    if (!cluster_stages_fit(S->c, pp))
+        return diag(S->c->file, "/groups", "--pp %d puts a pipeline stage (%d devices) across two node groups of different "
+                    "devices; each stage must lie inside one group: choose --pp so that every group's devices are a whole "
+                    "number of stages", pp, N / pp);
     if (pp > nl)
         return diag(g->file, "", "--pp %d: the model has only %d layers (top-level operators and block copies) to put in stages", pp, nl);
     int nv = o->virtual_stages > 1 ? o->virtual_stages : 1;
@@ -471,7 +491,7 @@ static pcc_status build(const pcc_space *S, const pcc_transform *all, const pcc_
     if (st == PCC_ERR_INFEASIBLE && mode == SOLVE && k->rc != PCC_RECOMPUTE_AUTO)
         st = tp_schedule(S->g, S->c, all, S->o, S->bdim, k, RELAXED, &sc);
     if (st) return st;
-    *out = make(S->g, S->c, S->o, sc, S->bdim, k, S->L, S->flops, S->nl);
+    *out = make(S->g, S->c, S->o, sc, S->bdim, k, S->L, S->flops, S->group_s, S->nl);
     (*out)->exact = !sc->ilp.row_violated;
     return PCC_OK;
 }
@@ -558,7 +578,7 @@ static double pipeline_floor(const pcc_space *S, const pcc_config *k, const doub
     int pp = k->pp, v = k->v, m = S->g->micro_batches;
     double *W = arena_alloc(S->g->arena, sizeof(double) * (size_t)pp), sum = 0, max = 0;
     int *chunk = arena_alloc(S->g->arena, sizeof(int) * (size_t)(S->nl + 1));
-    stages(S->o->policy, S->L, S->flops, S->nl, pp * v, chunk);
+    stages(S->o->policy, S->L, S->flops, S->nl, pp * v, chunk, S->group_s ? S->c : NULL, S->group_s, pp, v);
     for (int l = 0; l < S->nl; l++) W[chunk[l] % pp] += (a[l] + (b ? b[l] : 0)) * scale;
     for (int d = 0; d < pp; d++) sum += W[d], max = W[d] > max ? W[d] : max;
     return m * max + (sum - max) / v;
@@ -580,7 +600,7 @@ static const struct floor_memo *floors(pcc_space *S, int dp, int tp) {
     for (int o = 0; o < nf; o++) dl[o] = dp > 1 && S->bdim >= 0 ? letter_of_dim(g, &g->ops[o], S->bdim, dp) : -1;
     const pcc_transform *all = transform_find(S->t, tp);
     PCC_ASSERT(all);
-    estimate_floor(g, S->c, all, dl, dp, S->bdim, fb, ffb);
+    estimate_floor(g, S->fast, all, dl, dp, S->bdim, fb, ffb);
     struct floor_memo *f = VEC_PUSH(g->arena, S->fl, S->n_fl, S->cap_fl);
     *f = (struct floor_memo){dp, tp, arena_alloc(g->arena, sizeof(double) * (size_t)(S->nl + 1)),
                              arena_alloc(g->arena, sizeof(double) * (size_t)(S->nl + 1))};

@@ -167,6 +167,15 @@ def deep_pipelines(c, tmp):
         c.check("gpt-tiny-6", math.prod(int(w[w.index(a) + 1]) for a in ("--dp", "--pp") if a in w), opts)
 
 
+def hetero_strategies(model, n):
+    """Node groups of different speeds (models/clusters/cpu-hetero.json: 2 fast ranks, 2 slow): a
+    stage on each group, the layers cut by each group's speed, and --auto."""
+    if model != "gpt-tiny" or n != 4:
+        return []
+    hc = "--cluster models/clusters/cpu-hetero.json"
+    return [f"{hc} --pp 2 --dp 2", f"{hc} --pp 2 --dp 2 --micro-batches 2", f"{hc} --auto"]
+
+
 def micro_batches(opts):
     w = opts.split()
     if "--policy" in w:  # a policy may pin the count itself
@@ -211,6 +220,11 @@ class Case:
 
     def compile(self, model, n, opts, out):
         path = self.paths.get(model) or os.path.join(self.root, "models", model + ".json")
+        args = opts.split()
+        if "--cluster" in args:  # a cluster of its own (node groups): its devices are the file's
+            i = args.index("--cluster")
+            args[i + 1] = os.path.join(self.root, args[i + 1])
+            return run(self.plancc, path, *args, "-o", out)
         return run(self.plancc, path, "--cluster",
                    os.path.join(self.root, "models", "clusters", "cpu.json"), "--devices", n, *opts.split(), "-o", out)
 
@@ -310,7 +324,8 @@ def main():
                 c.paths[name] = model if os.path.isabs(model) else os.path.join(root, model)
                 model = name
             for n in (1, 2, 4) if quick else (1, 2, 4, 8):
-                for opts in strategies(n) + ([] if quick else burst_strategies(model, n)) + ([] if few else seq_strategies(c, model, n)):
+                for opts in strategies(n) + ([] if quick else burst_strategies(model, n)) + ([] if few else seq_strategies(c, model, n)) \
+                        + hetero_strategies(model, n):
                     c.check(model, n, opts)
             if model == "gpt-tiny" and not quick:
                 deep_pipelines(c, tmp)

@@ -175,8 +175,11 @@ def source_problems(doc):
     """Shipped clusters name a source for every figure of device, node and network."""
     sources = doc.get("sources", {})
     problems = [f"sources{k}: points at nothing" for k in sources if not resolve(doc, k)]
-    for top in ("device", "node", "network"):
-        for path in numbers_in(doc.get(top, {}), (top,)):
+    tops = [((top,), doc.get(top, {})) for top in ("device", "node", "network")]
+    for i, g in enumerate(doc.get("groups", [])):
+        tops += [(("groups", str(i), top), g.get(top, {})) for top in ("device", "node", "network")]
+    for base, obj in tops:
+        for path in numbers_in(obj, base):
             ptrs = [pointer(path[:i]) for i in range(1, len(path) + 1)]
             if not any(p in sources for p in ptrs):
                 problems.append(f"{pointer(path)}: no entry in sources")
