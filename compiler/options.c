@@ -17,6 +17,7 @@
  * of the model and cluster files.
  */
 #include "plancc.h"
+#include "policy.h"
 #include "cli.h"
 
 #include <getopt.h>

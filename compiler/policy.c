@@ -43,6 +43,7 @@
  * per-operator order to constrain.
  */
 #include "plancc.h"
+#include "policy.h"
 
 #include <fnmatch.h>
 #include <string.h>

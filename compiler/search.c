@@ -40,6 +40,7 @@
  * choice (intra) and the mesh tp = all.
  */
 #include "plancc.h"
+#include "policy.h"
 
 #include <math.h>
 #include <stdlib.h>
