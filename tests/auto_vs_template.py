@@ -19,18 +19,7 @@ import os
 import subprocess
 import sys
 
-passed = failed = 0
-
-
-def check(name, ok, detail=""):
-    global passed, failed
-    if ok:
-        passed += 1
-        print(f"ok   {name}")
-    else:
-        failed += 1
-        print(f"FAIL {name}{': ' + detail if detail else ''}")
-    return ok
+from common import check, summary
 
 
 def estimate(plancc, args):
@@ -90,8 +79,7 @@ def main():
     row(plancc, root, "gpt-tiny", 8, 16)
     row(plancc, root, "cnn-small", 8, 16)
     row(plancc, root, "gpt-tiny", 4, 0)
-    print(f"{passed} passed, {failed} failed")
-    return 1 if failed else 0
+    return summary()
 
 
 if __name__ == "__main__":

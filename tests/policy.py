@@ -27,18 +27,7 @@ import subprocess
 import sys
 import tempfile
 
-passed = failed = 0
-
-
-def check(name, ok, detail=""):
-    global passed, failed
-    if ok:
-        passed += 1
-        print(f"ok   {name}")
-    else:
-        failed += 1
-        print(f"FAIL {name}{': ' + detail if detail else ''}")
-    return ok
+from common import check, summary
 
 
 def run(*args, cwd=None):
@@ -188,8 +177,7 @@ def main():
         pinned_stage(plancc, plandump, root, tmp)
         command_line(plancc, root, tmp)
         infeasible(plancc, root, tmp)
-    print(f"{passed} passed, {failed} failed")
-    return 1 if failed else 0
+    return summary()
 
 
 if __name__ == "__main__":

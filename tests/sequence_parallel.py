@@ -27,18 +27,7 @@ import subprocess
 import sys
 import tempfile
 
-passed = failed = 0
-
-
-def check(name, ok, detail=""):
-    global passed, failed
-    if ok:
-        passed += 1
-        print(f"ok   {name}")
-    else:
-        failed += 1
-        print(f"FAIL {name}{': ' + detail if detail else ''}")
-    return ok
+from common import check, summary
 
 
 def run(*args):
@@ -167,8 +156,7 @@ def main():
             check(f"{n} ranks {mesh}: peak memory per device {peak_sp} bytes with --sequence-parallel < {peak} without",
                   peak_sp is not None and peak is not None and peak_sp < peak)
         auto_searches_sp(plancc, root)
-    print(f"{passed} passed, {failed} failed")
-    return 1 if failed else 0
+    return summary()
 
 
 if __name__ == "__main__":

@@ -1,0 +1,32 @@
+"""What the Python test scripts share: a tally of checks and its summary.
+
+    from common import check, summary
+    check("what is checked", condition, "detail printed when it fails")
+    ...
+    return summary()        # prints "N passed, M failed"; 1 if any failed, else 0
+
+Each check prints one line, "ok   NAME" or "FAIL NAME: DETAIL", as meson's log shows them.
+"""
+
+_tally = {"passed": 0, "failed": 0}
+
+
+def check(name, ok, detail=""):
+    """Counts and prints one check; returns ok, so that a caller can stop on a failure."""
+    if ok:
+        _tally["passed"] += 1
+        print(f"ok   {name}")
+    else:
+        _tally["failed"] += 1
+        print(f"FAIL {name}{': ' + detail if detail else ''}")
+    return ok
+
+
+def failures():
+    return _tally["failed"]
+
+
+def summary():
+    """Prints the tally; the script's exit status: 1 if a check failed, else 0."""
+    print(f"{_tally['passed']} passed, {_tally['failed']} failed")
+    return 1 if _tally["failed"] else 0
