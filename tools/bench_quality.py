@@ -309,8 +309,9 @@ def rows(root, data):
                 "gpus": 64, "G": 512})
     # The two real models of issue 22: LLaMA-2-7B's sizes on 64 GPUs at 1024 sequences (4 M tokens)
     # and AlphaFold2's Evoformer on 64 GPUs at 128 samples.
+    # models/llama2-7b.json is plancc-import's, in PyTorch's default f32; Llama 2 trains in bf16.
     out.append({"name": "LLaMA-2-7B", "model": os.path.join(root, "models", "llama2-7b.json"), "cluster": a100,
-                "gpus": 64, "G": 1024})
+                "gpus": 64, "G": 1024, "dtype": "bf16"})
     out.append({"name": "Evoformer", "model": os.path.join(root, "models", "evoformer.json"), "cluster": a100,
                 "gpus": 64, "G": 128})
     return out
@@ -357,7 +358,13 @@ def run(a, b):
     for r in todo:
         r["model"], r["cluster"] = b.snapshot(r["model"]), b.snapshot(r["cluster"])
         with open(r["model"], encoding="utf-8") as f:
-            r["B0"] = json.load(f)["dims"]["B"]
+            m = json.load(f)
+        r["B0"] = m["dims"]["B"]
+        if r.get("dtype"):  # the row's training dtype for the model's float tensors (the file's default)
+            m["dtype"] = r["dtype"]
+            r["model"] = os.path.join(b.tmp, "%s.%s.json" % (os.path.basename(r["model"])[:-5], r["dtype"]))
+            with open(r["model"], "w", encoding="utf-8") as f:
+                json.dump(m, f)
     t0 = time.perf_counter()
     results = []
     print("plan quality: step time (s) and TFLOP/s per GPU (model FLOPs, no recompute) from the plan's estimate")
