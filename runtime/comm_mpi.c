@@ -91,6 +91,10 @@ void rt_mpi_end(int exit_code, bool agreed) {
     if (fin) return;
     if (exit_code && !agreed) {
         fflush(stdout), fflush(stderr);
+        // Ranks that fail together (their peers' timeouts) abort one after another, lowest first:
+        // the first abort stops the rest, and OpenMPI's mpirun can crash on many at once.
+        struct timespec stagger = {M.rank / 10, (long)(M.rank % 10) * 100000000L};
+        nanosleep(&stagger, NULL);
         MPI_Abort(MPI_COMM_WORLD, exit_code); // the other ranks stop now rather than at their timeout
     }
     if (M.started) MPI_Finalize();

@@ -639,7 +639,7 @@ uint64_t rt_trace_dropped(const rt_trace *t); // slices not recorded (0 for NULL
 // Starts MPI (once; MPI_THREAD_SERIALIZED) and says which process this is. -1 with a message when
 // it cannot, or when this build has no MPI.
 int rt_mpi_begin(int *rank, int *world, char *err, size_t err_n);
-// Ends MPI at planrun's exit: MPI_Abort(exit_code) when it is not 0 (mpirun then stops every
+// Ends MPI at planrun's exit: MPI_Abort(exit_code) when it is not 0, rank r after r x 0.1 s (mpirun stops every
 // other rank at once), else MPI_Finalize. agreed: every rank fails alike, before any message
 // (a refused launch or option): MPI_Finalize, and each process exits with its code, since a
 // world of simultaneous MPI_Aborts can crash OpenMPI's mpirun. Nothing when MPI was not started.

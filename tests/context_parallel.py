@@ -26,7 +26,9 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import sequence_parallel as sp  # noqa: E402  (its plan reader and checks)
 
-check, run = sp.check, sp.run
+from common import check, summary  # noqa: E402
+
+run = sp.run
 
 
 def split_on(buf, buffers, tensors, shapes, dim, axis="cp"):
@@ -84,8 +86,7 @@ def main():
             peak = sp.read_plan(plain)[4]
             check(f"{name}: peak memory per device {peak_cp} bytes < {peak} without --cp on {n // cp}",
                   peak_cp is not None and peak is not None and peak_cp < peak)
-    print(f"{sp.passed} passed, {sp.failed} failed")
-    return 1 if sp.failed else 0
+    return summary()
 
 
 if __name__ == "__main__":
