@@ -28,7 +28,6 @@ usage: foundry_bench.py [--plancc PATH] [--root DIR] [--csv FILE] [--system h100
 The exit code is 0 when every row ran; it does not judge the errors.
 """
 import argparse
-import csv
 import json
 import os
 import subprocess
@@ -39,6 +38,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tools"))
 import gen_models  # noqa: E402
+from megatron_bench import rows  # noqa: E402  (a published table: CSV under '#' comment lines)
 
 VOCAB = 50368
 # scripts/train/yamls/pretrain/mpt-<size>.yaml: d_model, n_heads, n_layers.
@@ -47,11 +47,6 @@ MPT = {"125m": (768, 12, 12), "350m": (1024, 16, 24), "760m": (1536, 12, 24), "1
        "70b": (8192, 64, 80)}
 CLUSTERS = {"h100_80gb": "dgx-h100.json", "a100_80gb": "dgx-a100.json"}
 ZERO = {"FULL_SHARD": "3", "SHARD_GRAD_OP": "2"}
-
-
-def rows(path):
-    with open(path, newline="") as f:
-        return list(csv.DictReader(line for line in f if not line.startswith("#")))
 
 
 def params(h, layers, seq):
