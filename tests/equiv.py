@@ -25,11 +25,15 @@ planrun's cpu backend, and check that
   - the loss of every step equals the one-device plan's (same micro-batch count) within 1e-5
     relative, and
   - every parameter after the 10 steps equals the one-device plan's element by element within
-    1e-5 + 1e-5 |reference| (planrun --compare, torch.testing.assert_close's rule with its float32
-    atol; it names the first tensor and element that differ). The absolute term is needed: a
-    parameter with an exactly zero gradient (gpt-tiny's key biases: softmax ignores a constant
-    added to every key) trains on fp32 rounding noise, which AdamW scales up to about 1e-6, and
-    that noise differs under every split. Each line shows the largest difference measured.
+    2e-5 + 1e-5 |reference| (planrun --compare, torch.testing.assert_close's rule; it names the
+    first tensor and element that differ). The absolute term is needed: a parameter with an
+    exactly zero or near-zero gradient (gpt-tiny's key biases: softmax ignores a constant added
+    to every key) trains on fp32 rounding noise, which AdamW normalizes into updates of up to
+    its learning rate, and that noise differs under every split and every BLAS kernel. It is
+    twice torch's float32 atol: on an AVX-512 machine gpt-tiny-dropout under --dp 2 --tp 2
+    ends 1.06e-5 from the one-device plan in one element of wo.1 (its f64 run agrees within
+    2e-14, so the plan is exact and the gap is rounding). Each line shows the largest
+    difference measured.
 The initialization and data are identical by construction (keyed by tensor name and global
 element index). A strategy plancc refuses for a model (exit 2: dp does not divide the batch,
 more stages than layers) is reported as skipped, with plancc's reason.
@@ -51,7 +55,7 @@ import tempfile
 
 STEPS = 10
 RTOL = 1e-5   # losses: relative; parameters: |x - ref| <= ATOL + RTOL |ref| (planrun --compare)
-ATOL = 1e-5   # PyTorch's float32 atol (torch.testing.assert_close)
+ATOL = 2e-5   # twice PyTorch's float32 atol (torch.testing.assert_close): see above
 PRECISION = "f32"
 SEED = "1"    # planrun --seed: initialization, data, dropout
 MODELS = ["mlp", "gpt-tiny", "cnn-small", "dlrm-small", "resnet-small"]
