@@ -194,6 +194,8 @@ def bad_plan(run, tmp, name, code, fragment):
     p = run(out)
     check(f"{name}: plandump on the forced file: exit 5, same diagnostic",
           p.returncode == 5 and one_line(p, f"plandump: {out}: ", fragment) and "FAILED" in p.stdout, p)
+    if run.wrapper:  # under a memory checker: --check-only runs the same reader and checks again
+        return
     p = run("--check-only", out)
     check(f"{name}: --check-only on it: exit 5, silent stdout", p.returncode == 5 and p.stdout == "", p)
 
