@@ -71,7 +71,3 @@ def mha_bias_kv():
     torch.manual_seed(0)
     return _Attn(add_bias_kv=True), (torch.randn(2, 3, 4),)
 
-
-def mha_dropout():
-    torch.manual_seed(0)
-    return _Attn(dropout=0.1), (torch.randn(2, 3, 4),)

@@ -9,6 +9,8 @@ torch.fx cannot trace): the torch suite imports each and verifies it against PyT
                input, then cross-attention with kdim and vdim (separate q, k, v weights)
   transformer  nn.Transformer (one encoder and one decoder layer, batch first) with the float
                causal mask of generate_square_subsequent_mask as a buffer
+  dropout      nn.TransformerEncoderLayer as PyTorch makes it by default (dropout 0.1: hidden,
+               and the attention's probabilities), training: tests/import_dropout.py
 """
 import torch
 import torch.nn as nn
@@ -50,6 +52,17 @@ class Transformer(nn.Module):
         return self.t(src, tgt, tgt_mask=self.tgt_mask).pow(2).mean()
 
 
+class Dropout(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(11, 8)
+        self.enc = nn.TransformerEncoder(nn.TransformerEncoderLayer(8, 2, 16, batch_first=True), 2)
+        self.head = nn.Linear(8, 11)
+
+    def forward(self, x, y):
+        return F.cross_entropy(self.head(self.enc(self.emb(x))).reshape(-1, 11), y.reshape(-1))
+
+
 def encoder():
     torch.manual_seed(0)
     return Encoder(), (torch.randint(0, 11, (2, 5)), torch.randint(0, 11, (2, 5)))
@@ -65,3 +78,8 @@ def attention():
 def transformer():
     torch.manual_seed(0)
     return Transformer(), (torch.randn(2, 5, 8), torch.randn(2, 4, 8))
+
+
+def dropout():
+    torch.manual_seed(0)
+    return Dropout(), (torch.randint(0, 11, (2, 5)), torch.randint(0, 11, (2, 5)))

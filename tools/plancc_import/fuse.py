@@ -3,9 +3,11 @@ spells them out:
 
   rmsnorm     x * rsqrt(mean(x^2, last axis) + eps) * w  ->  rmsnorm(x, w, eps)
               (the weight on either side: LLaMA's and T5's forms)
-  attention   softmax(scale (q k^T) [+ bias]) v over [b, heads, s, d] layouts, with q, k, v
-              transposed from [b, s, heads, d] and the output transposed back  ->  attention(q,
-              k, v[, bias]) with attrs scale and causal false (a causal mask stays the bias)
+  attention   [dropout_p](softmax(scale (q k^T) [+ bias])) v over [b, heads, s, d] layouts, with
+              q, k, v transposed from [b, s, heads, d] and the output transposed back  ->
+              attention(q, k, v[, bias]) with attrs scale, causal false (a causal mask stays the
+              bias) and dropout p (PyTorch's attention dropout: plancc draws its own mask, as it
+              does for every dropout)
 
 Each rewrite needs every intermediate value used once (by the next operator of the pattern), so
 nothing the rest of the graph reads goes away; the rewritten output keeps its value (and name),
@@ -119,7 +121,11 @@ def fuse_attention(g, use, sm):
     if sm.type != "softmax" or len(sm.ins[0].shape) != 4:
         return False
     p = sm.outs[0]
-    pv = use.get(id(p), [])
+    pv, drop = use.get(id(p), []), None
+    if len(pv) == 1 and pv[0] is not None and pv[0].type == "dropout" and pv[0].ins[0] is p:
+        drop = pv[0]
+        p = drop.outs[0]
+        pv = use.get(id(p), [])
     if len(pv) != 1 or pv[0] is None or pv[0].type != "bmm" or pv[0].ins[0] is not p:
         return False
     pv = pv[0]
@@ -154,6 +160,8 @@ def fuse_attention(g, use, sm):
     v = untransposed(g, vh) or transposed(g, vh, anchor, copy)
     ins = [q, k, v] + ([bias] if bias is not None else [])
     attrs = {"causal": False, "scale": float(scale)}
+    if drop is not None:
+        attrs["dropout"] = float(drop.attrs["p"])
     if back is not None:
         new = Op("attention", ins, back.outs, attrs, anchor.where)
     else:  # the output stays [b, h, s, e]: attention writes [b, s, h, e], then a transpose
@@ -170,6 +178,8 @@ def fuse_attention(g, use, sm):
     replace(g, anchor, new)
     if back is not None:
         g.ops.remove(pv)  # its output is read by nothing now
+    if drop is not None:
+        g.ops.remove(drop)  # the attention draws its mask
     return True
 
 

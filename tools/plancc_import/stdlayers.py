@@ -13,13 +13,16 @@ attention operator:
                        are one tensor; else the slices of in_proj_weight, or q/k/v_proj_weight),
                        softmax(q k^T / sqrt(d) + mask) v per head, out_proj. batch_first or not.
                        attn_mask [L, S] or [N heads, L, S] (float: added; bool: True masked) and
-                       key_padding_mask [N, S] (bool: True masked; float: added). Returns
-                       (output, None): the attention weights are not computed.
+                       key_padding_mask [N, S] (bool: True masked; float: added). Dropout of
+                       the probabilities while training (the module's dropout, PyTorch's
+                       default 0.1 in the transformer layers): fuse.py makes it attention's
+                       "dropout". Returns (output, None): the attention weights are not
+                       computed.
   TransformerEncoderLayer, TransformerDecoderLayer (norm_first or not): their slow paths.
   TransformerEncoder, TransformerDecoder, Transformer: the layers in turn, then the norm.
 
 Refused (an exception with the model's source line; plancc-import exits 2): add_bias_kv,
-add_zero_attn, attention dropout while training, need_weights used by the model (the weights are
+add_zero_attn, need_weights used by the model (the weights are
 None), a mask whose dtype cannot be known (a value computed from the inputs: only a model input
 or a buffer, or a mask computed from buffers alone, can be a bool mask).
 """
@@ -113,8 +116,6 @@ def mha_forward(tracer, m, query, key, value, key_padding_mask=None, need_weight
     """nn.MultiheadAttention.forward (torch 1.13's arithmetic), traceable; returns (output, None)."""
     if m.bias_k is not None or m.add_zero_attn:
         raise Unsupported("an nn.MultiheadAttention with add_bias_kv or add_zero_attn")
-    if m.training and m.dropout > 0:
-        raise Unsupported("an nn.MultiheadAttention with dropout while training (set dropout=0 or eval())")
     if not m.batch_first:  # [L, N, E]: transposed once each, a shared input once
         qk, kv = query is key, key is value
         query = query.transpose(0, 1)
@@ -131,6 +132,8 @@ def mha_forward(tracer, m, query, key, value, key_padding_mask=None, need_weight
         if mask is not None:
             scores = scores + mask
     p = F.softmax(scores, dim=-1)
+    if m.training and m.dropout > 0:
+        p = F.dropout(p, m.dropout, True)
     o = torch.matmul(p, v).transpose(1, 2).reshape(n, s, h * d)
     o = m.out_proj(o)
     return (o if m.batch_first else o.transpose(0, 1)), None

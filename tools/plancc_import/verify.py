@@ -6,7 +6,11 @@ for adamw, zeros), as one safetensors file for `planrun --load`.
 
 run: trains the PyTorch module and planrun's plans (one device; four CPU devices with --auto)
 from that file for N steps on the inputs planrun draws (weights.draw_input), all in float64, and
-compares every step's loss and the final parameters. torch.optim.AdamW (foreach=False) is the
+compares every step's loss and the final parameters. Dropout (hidden, and attention's) draws its
+mask from planrun's generator, not torch's, so a model with dropout is compared with every
+dropout off on both sides (p 0 in the compiled copy; torch.nn.functional.dropout the identity
+while PyTorch trains), which --verify says; tests/meson.build's torch suite checks planrun's
+dropout against PyTorch given planrun's mask (tools/torch_ref.py). torch.optim.AdamW (foreach=False) is the
 optimizer planrun's adamw kernel implements (tools/torch_ref.py explains the formula). A
 parameter whose float64 gradient in PyTorch never exceeds NOISE (its exact gradient is 0: a bias
 that a softmax ignores) is left out of the parameter comparison and named: AdamW divides each
@@ -85,6 +89,35 @@ def planrun_losses(a, model_path, wfile, devices, tmp, tag, steps):
     return losses, weights.read(final), (summary[0].split("): ", 1)[-1] if summary else "")
 
 
+def without_dropout(m):
+    """The model file m with every dropout's p set to 0 (dropout ops, attention's dropout); how
+    many it changed."""
+    n = 0
+    stack = [m.get("ops", [])]
+    while stack:
+        for o in stack.pop():
+            if "ops" in o:
+                stack.append(o["ops"])
+            at = o.get("attrs") or {}
+            if o.get("type") == "dropout" and at.get("p", 0) > 0:
+                at["p"], n = 0.0, n + 1
+            elif o.get("type") == "attention" and at.get("dropout", 0) > 0:
+                at["dropout"], n = 0.0, n + 1
+    return n
+
+
+class no_torch_dropout:
+    """torch.nn.functional.dropout as the identity while the block runs (nn.Dropout and
+    nn.MultiheadAttention call it by that name)."""
+
+    def __enter__(self):
+        self.saved = torch.nn.functional.dropout
+        torch.nn.functional.dropout = lambda x, p=0.5, training=True, inplace=False: x
+
+    def __exit__(self, *exc):
+        torch.nn.functional.dropout = self.saved
+
+
 def torch_losses(g, model, a, steps):
     model = model.double()
     model.train()
@@ -152,11 +185,18 @@ def run(g, m, model, inputs, a):
     failed = 0
     with tempfile.TemporaryDirectory() as tmp:
         mp, wf = os.path.join(tmp, "model.json"), os.path.join(tmp, "init.st")
-        import graph
-        graph.write_json(m, mp)
-        write_weights(g, m, wf, a)
         import copy
-        ref, tmodel = torch_losses(g, copy.deepcopy(model), a, n)
+        import graph
+        m_off = copy.deepcopy(m)
+        dropouts = without_dropout(m_off)
+        graph.write_json(m_off, mp)
+        write_weights(g, m, wf, a)
+        if dropouts:
+            print(f"plancc-import: --verify: {dropouts} dropout(s) off on both sides (planrun draws its own masks)")
+            with no_torch_dropout():
+                ref, tmodel = torch_losses(g, copy.deepcopy(model), a, n)
+        else:
+            ref, tmodel = torch_losses(g, copy.deepcopy(model), a, n)
         print(f"PyTorch (f64)      losses {' '.join(f'{x:.9f}' for x in ref)}")
         for devices in ("1", "4"):
             try:
