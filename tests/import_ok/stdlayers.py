@@ -11,7 +11,13 @@ torch.fx cannot trace): the torch suite imports each and verifies it against PyT
                causal mask of generate_square_subsequent_mask as a buffer
   dropout      nn.TransformerEncoderLayer as PyTorch makes it by default (dropout 0.1: hidden,
                and the attention's probabilities), training: tests/import_dropout.py
+  written      attention written out with dropout 0.1 of its probabilities and of its output,
+               its head width computed from the input's shape (x.size(-1) // heads: ONNX's
+               Shape, Gather of index -1 and an integer Div): tests/import_dropout.py exports it
+               to ONNX in training mode
 """
+import math
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -63,6 +69,27 @@ class Dropout(nn.Module):
         return F.cross_entropy(self.head(self.enc(self.emb(x))).reshape(-1, 11), y.reshape(-1))
 
 
+class Written(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(11, 8)
+        self.qkv = nn.Linear(8, 24)
+        self.proj = nn.Linear(8, 8)
+        self.drop = nn.Dropout(0.1)
+        self.head = nn.Linear(8, 11)
+
+    def forward(self, x, y):
+        h = self.emb(x)
+        n, s, e = h.size(0), h.size(1), h.size(-1)
+        d = e // 2
+        c = self.qkv(h).split(e, dim=-1)  # a traced tuple: indexed, not unpacked
+        q, k, v = (c[i].reshape(n, s, 2, d).transpose(1, 2) for i in range(3))
+        p = F.dropout(F.softmax(q @ k.transpose(2, 3) / math.sqrt(d), dim=-1), 0.1, self.training)
+        o = (p @ v).transpose(1, 2).reshape(n, s, e)
+        h = h + self.drop(self.proj(o))
+        return F.cross_entropy(self.head(h).reshape(-1, 11), y.reshape(-1))
+
+
 def encoder():
     torch.manual_seed(0)
     return Encoder(), (torch.randint(0, 11, (2, 5)), torch.randint(0, 11, (2, 5)))
@@ -83,3 +110,8 @@ def transformer():
 def dropout():
     torch.manual_seed(0)
     return Dropout(), (torch.randint(0, 11, (2, 5)), torch.randint(0, 11, (2, 5)))
+
+
+def written():
+    torch.manual_seed(0)
+    return Written(), (torch.randint(0, 11, (2, 5)), torch.randint(0, 11, (2, 5)))

@@ -3,7 +3,8 @@ spells them out:
 
   rmsnorm     x * rsqrt(mean(x^2, last axis) + eps) * w  ->  rmsnorm(x, w, eps)
               (the weight on either side: LLaMA's and T5's forms)
-  attention   [dropout_p](softmax(scale (q k^T) [+ bias])) v over [b, heads, s, d] layouts, with
+  attention   [dropout_p](softmax(scale (q k^T) [+ bias])) v (scale: a scale, or a division or
+              product by a scalar constant) over [b, heads, s, d] layouts, with
               q, k, v transposed from [b, s, heads, d] and the output transposed back  ->
               attention(q, k, v[, bias]) with attrs scale, causal false (a causal mask stays the
               bias) and dropout p (PyTorch's attention dropout: plancc draws its own mask, as it
@@ -116,7 +117,8 @@ def transposed(g, v, before, copy):
 
 
 def fuse_attention(g, use, sm):
-    """sm = softmax(z); z = [add(u, bias)]; u = [scale(s)]; s = bmm(qh, kT); o = bmm(p, vh);
+    """sm = softmax(z); z = [add(u, bias)]; u = [scale(s) | div(s, c) | mul(s, c)]; s = bmm(qh, kT);
+    p = [dropout(sm)]; o = bmm(p, vh);
     the output of the transpose of o (or o)."""
     if sm.type != "softmax" or len(sm.ins[0].shape) != 4:
         return False
@@ -139,16 +141,21 @@ def fuse_attention(g, use, sm):
         else:
             bias_axes = axis_map(ad, scores, bias)
         z = scores
-    sc = producer(z, "scale")
+    sc = producer(z, "scale") or producer(z, "div") or producer(z, "mul")
+    if sc is not None and sc.type != "scale":  # a division or product by a scalar constant (ONNX's Div)
+        c = scalar_value(sc.ins[1]) if len(sc.ins) == 2 else None
+        sc = None if not c else sc
     if sc is not None and only_use(use, z, ad or sm):
-        scale, z = sc.attrs["scale"], sc.ins[0]
+        c = sc.attrs["scale"] if sc.type == "scale" else scalar_value(sc.ins[1])
+        scale, z = (1 / c if sc.type == "div" else c), sc.ins[0]
     qk = producer(z, "bmm")
     if qk is None or not only_use(use, z, sc or ad or sm):
         return False
     qh, kt = qk.ins
     kh = untransposed(g, kt, (0, 1, 3, 2))
+    ks = untransposed(g, kt, (0, 2, 3, 1)) if kh is None else None  # k^T straight from [b, s, h, d] (ONNX's)
     vh = pv.ins[1]
-    if kh is None or len(qh.shape) != 4 or len(vh.shape) != 4 or scale == 0:
+    if (kh is None and ks is None) or len(qh.shape) != 4 or len(vh.shape) != 4 or scale == 0:
         return False
     o = pv.outs[0]
     ot = use.get(id(o), [])
@@ -156,7 +163,7 @@ def fuse_attention(g, use, sm):
     anchor = back or pv
     copy = anchor.copy
     q = untransposed(g, qh) or transposed(g, qh, anchor, copy)
-    k = untransposed(g, kh) or transposed(g, kh, anchor, copy)
+    k = ks or untransposed(g, kh) or transposed(g, kh, anchor, copy)
     v = untransposed(g, vh) or transposed(g, vh, anchor, copy)
     ins = [q, k, v] + ([bias] if bias is not None else [])
     attrs = {"causal": False, "scale": float(scale)}

@@ -14,7 +14,7 @@ what the ONNX graph computes.
 Mapped: MatMul, Gemm, Add, Sub, Mul, Div, Pow, Sqrt, Neg, Exp, Log, Erf, Sigmoid, Tanh, Relu,
 Softmax, ReduceMean, ReduceSum, Reshape, Transpose, Unsqueeze, Squeeze, Flatten, Concat, Slice,
 Split, Expand, Gather (a lookup in a parameter: an embedding), Conv, MaxPool, AveragePool,
-Identity, Dropout (ratio 0 or inference), Cast (of a float), SoftmaxCrossEntropyLoss (mean or
+Identity, Dropout (training: plancc's dropout, its mask output unused), Cast (of a float), SoftmaxCrossEntropyLoss (mean or
 sum, ignore_index), and any node whose inputs are all constants. Anything else is an error
 naming the node, its type and its index in the graph (plancc-import exits 2).
 """
@@ -123,6 +123,8 @@ def run_node(node, ins, k, shapes):
     simple = {"Add": torch.add, "Sub": torch.sub, "Mul": torch.mul, "Div": torch.div, "MatMul": torch.matmul, "Equal": torch.eq}
     unary = {"Sqrt": torch.sqrt, "Neg": torch.neg, "Exp": torch.exp, "Log": torch.log, "Erf": torch.erf, "Sigmoid": torch.sigmoid,
              "Tanh": torch.tanh, "Relu": F.relu, "Identity": lambda v: v}
+    if op == "Div" and all(isinstance(v, torch.Tensor) and not v.is_floating_point() for v in ins[:2]):
+        return [torch.div(ins[0], ins[1], rounding_mode="trunc")]  # ONNX divides integers as C does
     if op in simple:
         return [simple[op](ins[0], ins[1])]
     if op in unary:
@@ -187,6 +189,7 @@ def run_node(node, ins, k, shapes):
         if isinstance(idx, torch.Tensor) and idx.dim() == 0:
             sel = [slice(None)] * axis + [int(idx)]
             return [x[tuple(sel)]]
+        idx = torch.where(idx < 0, idx + x.shape[axis], idx)  # ONNX counts negative indices from the end
         return [torch.index_select(x, axis, idx.flatten()).reshape(list(x.shape[:axis]) + list(idx.shape) + list(x.shape[axis + 1:]))]
     if op == "Gemm":
         A, B = ins[0], ins[1]
@@ -206,12 +209,19 @@ def run_node(node, ins, k, shapes):
         return [fn(x, dim=dims, keepdim=keep)]
     if op == "Split":
         sizes = ints(ins[1]) if len(ins) > 1 and ins[1] is not None else a.get("split")
-        return list(torch.split(x, sizes, dim=a.get("axis", 0)))
+        axis, parts = a.get("axis", 0), len(node.output)
+        if sizes is None:  # equal parts, one per output
+            sizes = shape_in(shapes, node.input[0], x)[axis] // parts
+        y = torch.split(x, sizes, dim=axis)
+        return [y[i] for i in range(parts)]  # indexed: a traced tuple cannot be iterated
     if op == "Dropout":
         ratio = float(ins[1]) if len(ins) > 1 and ins[1] is not None else a.get("ratio", 0.5)
-        if ratio != 0 and not (len(ins) > 2 and ins[2] is not None and not bool(ins[2])):
-            raise ImportError_(f"node {k} \"{node.name}\" (Dropout) with ratio {ratio}: export in eval mode or with p = 0")
-        return [x, None]
+        training = len(ins) > 2 and ins[2] is not None and bool(ins[2])
+        if ratio == 0 or not training:
+            return [x, None]
+        if not 0 < ratio < 1:
+            raise ImportError_(f"node {k} \"{node.name}\" (Dropout) with ratio {ratio}: a drop probability is in [0, 1)")
+        return [F.dropout(x, ratio, True), None]  # the mask output: planrun draws its own
     if op == "Conv":
         if a.get("group", 1) != 1 or any(d != 1 for d in a.get("dilations", [1, 1])):
             raise ImportError_(f"node {k} \"{node.name}\" (Conv) with groups or dilation")
