@@ -8,7 +8,8 @@ off on both sides, which it says), and the imported model trains in planrun with
 (the loss moves off the dropout-free run's). Attention written out with dropout
 (stdlayers.py:written) likewise through the torch front end and, exported by torch.onnx.export in
 training mode, through the ONNX one (its Dropout nodes; its scale a Div by a constant; k^T one
-transpose from [b, s, h, d]); and a hand-made ONNX graph whose reshape reads the width from
+transpose from [b, s, h, d]); nn.TransformerEncoderLayer's own ONNX export (a reshape that
+splits and merges at once: two reshapes); and a hand-made ONNX graph whose reshape reads the width from
 Shape, Gather of index -1 and an integer Div (ONNX's C division) imports and verifies. Exit 77
 (skip) without python3-torch or python3-onnx.
 
@@ -120,6 +121,17 @@ def written(plancc, planrun, root, tmp):
         attn = [o for o in walk(m["ops"]) if o.get("type") == "attention"]
         check(f"{args[0]}: the written-out attention with dropout is one attention with dropout 0.1",
               len(attn) == 1 and abs((attn[0].get("attrs") or {}).get("dropout", 0) - 0.1) < 1e-6, str([o.get("attrs") for o in attn]))
+    # nn.TransformerEncoderLayer as exported: its heads reshaped [L, N, E] -> [L, N H, D] (a split
+    # and a merge), its attention in parts over [N H, L, S] (not fused), its dropouts training.
+    model, inputs = stdlayers.dropout()
+    onnx_path = os.path.join(tmp, "encoder.onnx")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(model, inputs, onnx_path, opset_version=14, training=torch.onnx.TrainingMode.TRAINING,
+                          do_constant_folding=False)
+    m = import_verify(plancc, planrun, root, ["onnx", onnx_path], os.path.join(tmp, "encoder.json"))
+    check("onnx: nn.TransformerEncoderLayer's export: its dropouts are dropout ops",
+          m is not None and sum(o.get("type") == "dropout" for o in walk(m["ops"])) == 8)
 
 
 def shape_arithmetic(plancc, planrun, root, tmp):

@@ -209,7 +209,10 @@ class Mapper:
         if math.prod(shape) != math.prod(x.shape):
             self.fail(f"a reshape of {x.shape} into {shape}")
         if not reshape_ok(x.shape, shape):
-            self.fail(f"a reshape of {x.shape} into {shape} that regroups dimensions (plancc's reshape splits or merges adjacent ones)")
+            mid = refinement(x.shape, shape)
+            if mid is None:
+                self.fail(f"a reshape of {x.shape} into {shape} that regroups dimensions (plancc's reshape splits or merges adjacent ones)")
+            x = self.op("reshape", [x], mid)  # split first, then merge: [L, N, E] -> [L, N, H, D] -> [L, N H, D]
         y = self.op("reshape", [x], shape)
         # remember pure insertions/removals of 1s, so a broadcast can use the source directly
         if [s for s in shape if s != 1] == [s for s in x.shape if s != 1]:
@@ -477,6 +480,27 @@ def reshape_ok(a, b):
         if i - i0 > 1 and j - j0 > 1:
             return False
     return True
+
+
+def refinement(a, b):
+    """The shape that both a and b merge adjacent axes of (where each axis boundary of either is
+    one of it: the prefix products of both, merged), so that a reshape of a into b is a split into
+    it and a merge out of it; None where a and b regroup elements across each other's axes
+    ([6, 4] into [4, 6])."""
+    def bounds(shape):
+        out, p = set(), 1
+        for n in shape:
+            p *= n
+            out.add(p)
+        return out
+    cuts = sorted(bounds(a) | bounds(b))
+    mid, prev = [], 1
+    for c in cuts:
+        if c % prev:
+            return None
+        mid.append(c // prev)
+        prev = c
+    return mid if reshape_ok(a, mid) and reshape_ok(mid, b) else None
 
 
 # ---- handlers: (mapper, node, the node's output shape) -> Value or python object ----
