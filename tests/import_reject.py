@@ -78,7 +78,8 @@ def main():
 
 def onnx_cases(mod, tmp):
     """ONNX graphs plancc-import onnx must refuse: not ONNX at all, a node without a mapping (named
-    with its index and type), two outputs."""
+    with its index and type), a node whose values do not fit it (a reshape to another size: named
+    likewise, PyTorch's message after it), two outputs."""
     import onnx
     from onnx import TensorProto, helper
 
@@ -89,11 +90,15 @@ def onnx_cases(mod, tmp):
         return helper.make_model(helper.make_graph(nodes, "g", [x], outs, [w]), opset_imports=[helper.make_opsetid("", 14)])
 
     axis = helper.make_tensor("axis", TensorProto.INT64, [], [1])
+    five = helper.make_tensor("five", TensorProto.INT64, [1], [5])
     cases = {
         "not-onnx.onnx": (b"this is not a model", "not a valid ONNX model"),
         "cumsum.onnx": (graph([helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Constant", [], ["ax"], value=axis),
                                helper.make_node("CumSum", ["h", "ax"], ["c"]), helper.make_node("ReduceMean", ["c"], ["loss"], keepdims=0)],
                               ["loss"]), 'node 2 "" of type CumSum (no mapping'),
+        "reshape-size.onnx": (graph([helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Constant", [], ["sh"], value=five),
+                                     helper.make_node("Reshape", ["h", "sh"], ["r"]), helper.make_node("ReduceMean", ["r"], ["loss"], keepdims=0)],
+                                    ["loss"]), 'node 2 "" (Reshape): RuntimeError: shape \'[5]\' is invalid for input of size 6'),
         "two-outputs.onnx": (graph([helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("ReduceMean", ["h"], ["a"], keepdims=0),
                                     helper.make_node("ReduceSum", ["h"], ["b"], keepdims=0)], ["a", "b"]), "it must have one, the scalar loss"),
     }

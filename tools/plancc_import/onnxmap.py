@@ -82,7 +82,7 @@ class OnnxModule(nn.Module):
         self.shapes = {n: list(v.shape) for n, v in env.items() if isinstance(v, torch.Tensor)}
         for k, node in enumerate(self.nodes):
             ins = [env.get(x) if x else None for x in node.input]
-            outs = run_node(node, ins, k, self.shapes)
+            outs = node_run(node, ins, k, self.shapes)
             dyn = any(x in dynamic for x in node.input if x) and node.op_type != "Shape"
             for name, v in zip(node.output, outs):
                 env[name] = v
@@ -102,7 +102,7 @@ class OnnxModule(nn.Module):
             if not any(o in self.dynamic for o in node.output):
                 continue
             ins = [(self.static[x] if x in self.static else env.get(x)) if x else None for x in node.input]
-            for name, v in zip(node.output, run_node(node, ins, k, self.shapes)):
+            for name, v in zip(node.output, node_run(node, ins, k, self.shapes)):
                 env[name] = v
         return env[self.output]
 
@@ -114,6 +114,18 @@ def shape_in(shapes, name, x):
 
 def ints(t):
     return [int(x) for x in (t.tolist() if isinstance(t, torch.Tensor) else t)]
+
+
+def node_run(node, ins, k, shapes):
+    """run_node, with any failure of PyTorch's on the node's values (a shape that does not fit, an
+    index out of range) reported as bad input naming the node."""
+    try:
+        return run_node(node, ins, k, shapes)
+    except ImportError_:
+        raise
+    except Exception as e:  # noqa: BLE001 - the graph's values do not fit its node
+        first = (str(e).splitlines() or [""])[0]
+        raise ImportError_(f"node {k} \"{node.name}\" ({node.op_type}): {type(e).__name__}: {first}") from e
 
 
 def run_node(node, ins, k, shapes):
