@@ -4,7 +4,9 @@ the tiny models of models/torch/ (llama: rotary embeddings, GQA, RMSNorm; vit: c
 a Gemm head): the ONNX graph, run as a PyTorch module (tools/plancc_import/onnxmap.py), computes
 the PyTorch model's loss on the model's own example inputs (1e-6 relative: the export is
 faithful), and plancc-import onnx --verify 3 then trains it in planrun on 1 and 4 devices as
-PyTorch trains that module. Exit 77 (skip) without python3-torch or python3-onnx.
+PyTorch trains that module; likewise the exports of torch.nn's TransformerEncoder and Transformer
+with causal masks (tests/import_ok/stdlayers.py). Exit 77 (skip) without python3-torch or
+python3-onnx.
 
 usage: onnx_import.py PLANCC PLANRUN SOURCE_ROOT
 """
@@ -49,6 +51,26 @@ def main():
             if p.returncode:
                 failed += 1
                 print(f"FAIL {arch}: plancc-import onnx --verify exits {p.returncode}\n{p.stderr[-2000:]}")
+    # torch.nn's transformer layers as torch.onnx.export writes them (tests/import_ok/stdlayers.py):
+    # heads reshaped [L, N, E] -> [L, N H, D], causal masks of -inf (a bool buffer turned into a
+    # float one; generate_square_subsequent_mask's) held at the lowest finite float.
+    sys.path.insert(0, os.path.join(root, "tests", "import_ok"))
+    import stdlayers
+    with tempfile.TemporaryDirectory() as tmp:
+        for factory in ("encoder", "transformer"):
+            model, inputs = getattr(stdlayers, factory)()
+            path = os.path.join(tmp, factory + ".onnx")
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                torch.onnx.export(model, inputs, path, opset_version=14, training=torch.onnx.TrainingMode.TRAINING,
+                                  do_constant_folding=False)
+            p = subprocess.run(["/usr/bin/python3", os.path.join(root, "tools", "plancc-import"), "onnx", path, "-o",
+                                os.path.join(tmp, factory + ".json"), "--verify", "3", "--plancc", plancc, "--planrun", planrun],
+                               capture_output=True, text=True)
+            print(p.stdout.strip())
+            if p.returncode:
+                failed += 1
+                print(f"FAIL nn.{factory}: plancc-import onnx --verify exits {p.returncode}\n{p.stderr[-2000:]}")
     print("all passed" if not failed else f"{failed} failed")
     return 1 if failed else 0
 

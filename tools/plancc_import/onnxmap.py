@@ -54,7 +54,7 @@ class OnnxModule(nn.Module):
             a = torch.from_numpy(numpy_helper.to_array(t).copy())
             if a.is_floating_point():
                 attr = "p%d" % len(self.names)
-                self.register_parameter(attr, nn.Parameter(a.float()))
+                self.register_parameter(attr, nn.Parameter(finite(a.float())))
                 self.names[t.name] = attr
             else:
                 self.static[t.name] = a
@@ -91,7 +91,7 @@ class OnnxModule(nn.Module):
                 if dyn:
                     dynamic.add(name)
                 else:
-                    self.static[name] = v
+                    self.static[name] = finite(v)
         self.dynamic = dynamic
 
     def run(self, inputs):
@@ -105,6 +105,17 @@ class OnnxModule(nn.Module):
             for name, v in zip(node.output, node_run(node, ins, k, self.shapes)):
                 env[name] = v
         return env[self.output]
+
+
+def finite(v):
+    """A constant with -inf (an additive mask: generate_square_subsequent_mask, masked_fill) holding
+    the dtype's lowest finite value instead: a softmax gives the same 0 after it, and the sum of
+    the scores and the mask, an activation in plancc where the attention is not fused, stays
+    finite (planrun refuses a non-finite activation as divergence). The module, --verify's
+    reference, computes with the same value."""
+    if isinstance(v, torch.Tensor) and v.is_floating_point() and bool(torch.isneginf(v).any()):
+        return v.masked_fill(torch.isneginf(v), torch.finfo(v.dtype).min)
+    return v
 
 
 def shape_in(shapes, name, x):
