@@ -5,7 +5,7 @@ a Gemm head): the ONNX graph, run as a PyTorch module (tools/plancc_import/onnxm
 the PyTorch model's loss on the model's own example inputs (1e-6 relative: the export is
 faithful), and plancc-import onnx --verify 3 then trains it in planrun on 1 and 4 devices as
 PyTorch trains that module; likewise the exports of torch.nn's TransformerEncoder and Transformer
-with causal masks (tests/import_ok/stdlayers.py). Exit 77 (skip) without python3-torch or
+with causal masks and of MultiheadAttention with a key padding mask (tests/import_ok/stdlayers.py). Exit 77 (skip) without python3-torch or
 python3-onnx.
 
 usage: onnx_import.py PLANCC PLANRUN SOURCE_ROOT
@@ -53,11 +53,12 @@ def main():
                 print(f"FAIL {arch}: plancc-import onnx --verify exits {p.returncode}\n{p.stderr[-2000:]}")
     # torch.nn's transformer layers as torch.onnx.export writes them (tests/import_ok/stdlayers.py):
     # heads reshaped [L, N, E] -> [L, N H, D], causal masks of -inf (a bool buffer turned into a
-    # float one; generate_square_subsequent_mask's) held at the lowest finite float.
+    # float one; generate_square_subsequent_mask's) held at the lowest finite float, a key padding
+    # mask given as an input (a Where: masked_fill).
     sys.path.insert(0, os.path.join(root, "tests", "import_ok"))
     import stdlayers
     with tempfile.TemporaryDirectory() as tmp:
-        for factory in ("encoder", "transformer"):
+        for factory in ("encoder", "attention", "transformer"):
             model, inputs = getattr(stdlayers, factory)()
             path = os.path.join(tmp, factory + ".onnx")
             with warnings.catch_warnings():

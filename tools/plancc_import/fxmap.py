@@ -22,8 +22,9 @@ of constant subgraphs), and maps each node to model operators:
                           permute, expand, cat, chunk/split, getitem (slices, None, an index),
                           F.conv2d, F.max_pool2d, F.avg_pool2d, F.dropout (p = 0 or eval: none),
                           F.cross_entropy (mean; with an explicit ignore_index: the sum over the
-                          rows kept divided by their count, PyTorch's rule), masked_fill, contiguous,
-                          float/to/type_as (no change of dtype)
+                          rows kept divided by their count, PyTorch's rule), masked_fill,
+                          where(cond, number, y) (a masked_fill of y), contiguous, float/to/type_as
+                          (no change of dtype)
 Anything else (an unsupported function, data-dependent control flow, a dynamic shape) is an
 ImportError_ naming the construct, the fx node and its source line (plancc-import exits 2).
 """
@@ -835,6 +836,32 @@ def h_masked_fill(m, n, shape):
     return m.op("masked_fill", [x, ms], shape, attrs)
 
 
+def h_where(m, n, shape):
+    """torch.where(cond, x, y) with x a number (ONNX's Where of a masked_fill): masked_fill(y,
+    cond, x), y a tensor of the output's shape or a number (then a constant of it)."""
+    if len(n.args) != 3 or n.kwargs:
+        m.fail("a where without its three operands (the one-operand form is nonzero's)")
+    cond, x, y = (m.arg(a) for a in n.args)
+
+    def number(v):  # a number, or a constant tensor of one element: its value
+        if isinstance(v, Value_) and v.kind == "const" and getattr(v, "tensor", None) is not None and v.tensor.numel() == 1:
+            return float(v.tensor)
+        return v
+
+    x, y = number(x), number(y)
+    if not isinstance(cond, Value_) or not isinstance(x, (int, float)):
+        m.fail("a where whose condition is not a tensor or whose value where it holds is not a number")
+    if isinstance(y, (int, float)):
+        y = m.const(torch.full(shape, float(y)), n.name + "_else")
+    elif list(y.shape) != list(shape):
+        m.fail(f"a where whose other operand {list(y.shape)} is not of the output's shape {list(shape)}")
+    ms, axes = m.squeezed(cond, shape)
+    attrs = {"value": max(min(float(x), 1e30), -1e30)}
+    if axes != list(range(len(shape) - len(ms.shape), len(shape))):
+        attrs["axes"] = axes
+    return m.op("masked_fill", [y, ms], shape, attrs)
+
+
 def h_one_hot(m, n, shape):
     (x, *rest), kw = _args(m, n)
     return m.op("one_hot", [x], shape)
@@ -884,7 +911,7 @@ HANDLERS = {
     "transpose": h_transpose, "permute": h_transpose, "t": h_transpose, "expand": h_expand, "cat": h_cat,
     "chunk": h_split, "split": h_split, "getitem": h_getitem, "conv2d": h_conv2d, "max_pool2d": h_pool("maxpool"),
     "avg_pool2d": h_pool("avgpool"), "dropout": h_dropout, "cross_entropy": h_cross_entropy, "mse_loss": h_mse,
-    "masked_fill": h_masked_fill, "one_hot": h_one_hot, "topk": h_topk, "gather": h_gather, "index_select": h_index_select, "size": h_python, "getattr": h_python, "dim": h_python,
+    "masked_fill": h_masked_fill, "where": h_where, "one_hot": h_one_hot, "topk": h_topk, "gather": h_gather, "index_select": h_index_select, "size": h_python, "getattr": h_python, "dim": h_python,
 }
 
 
