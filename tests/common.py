@@ -30,3 +30,23 @@ def summary():
     """Prints the tally; the script's exit status: 1 if a check failed, else 0."""
     print(f"{_tally['passed']} passed, {_tally['failed']} failed")
     return 1 if _tally["failed"] else 0
+
+
+def onnx_export(model, inputs, path):
+    """torch.onnx.export of a module that computes the loss, as plancc-import onnx takes one:
+    training mode, opset 14, nothing folded (the exporter's warnings silenced)."""
+    import warnings
+
+    import torch
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(model, inputs, path, opset_version=14, training=torch.onnx.TrainingMode.TRAINING,
+                          do_constant_folding=False)
+
+
+def plancc_import(root, args, out, plancc, planrun, verify=3):
+    """tools/plancc-import ARGS -o OUT --verify N (with these plancc and planrun): the process."""
+    import os
+    import subprocess
+    return subprocess.run(["/usr/bin/python3", os.path.join(root, "tools", "plancc-import"), *args, "-o", out,
+                           "--verify", str(verify), "--plancc", plancc, "--planrun", planrun], capture_output=True, text=True)

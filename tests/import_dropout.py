@@ -22,7 +22,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import check, summary  # noqa: E402
+from common import check, onnx_export, plancc_import, summary  # noqa: E402
 
 
 def walk(ops):
@@ -41,9 +41,7 @@ def main():
         return 77
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "m.json")
-        p = subprocess.run(["/usr/bin/python3", os.path.join(root, "tools", "plancc-import"), "torch",
-                            os.path.join(root, "tests", "import_ok", "stdlayers.py:dropout"), "-o", out,
-                            "--verify", "3", "--plancc", plancc, "--planrun", planrun], capture_output=True, text=True)
+        p = plancc_import(root, ["torch", os.path.join(root, "tests", "import_ok", "stdlayers.py:dropout")], out, plancc, planrun)
         print(p.stdout.strip())
         check("plancc-import --verify 3 exits 0", p.returncode == 0, p.stderr[-2000:])
         check("--verify says the dropouts are off on both sides", "dropout(s) off on both sides" in p.stdout)
@@ -91,8 +89,7 @@ def main():
 
 
 def import_verify(plancc, planrun, root, args, out):
-    p = subprocess.run(["/usr/bin/python3", os.path.join(root, "tools", "plancc-import"), *args, "-o", out,
-                        "--verify", "3", "--plancc", plancc, "--planrun", planrun], capture_output=True, text=True)
+    p = plancc_import(root, args, out, plancc, planrun)
     check(f"plancc-import {args[0]} {os.path.basename(args[1])} --verify 3 exits 0", p.returncode == 0,
           p.stdout[-1500:] + p.stderr[-1500:])
     if p.returncode:
@@ -102,18 +99,11 @@ def import_verify(plancc, planrun, root, args, out):
 
 
 def written(plancc, planrun, root, tmp):
-    import warnings
-
-    import onnx  # noqa: F401
-    import torch
     sys.path.insert(0, os.path.join(root, "tests", "import_ok"))
     import stdlayers
     model, inputs = stdlayers.written()
     onnx_path = os.path.join(tmp, "written.onnx")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(model, inputs, onnx_path, opset_version=14, training=torch.onnx.TrainingMode.TRAINING,
-                          do_constant_folding=False)
+    onnx_export(model, inputs, onnx_path)
     for args in (["torch", os.path.join(root, "tests", "import_ok", "stdlayers.py:written")], ["onnx", onnx_path]):
         m = import_verify(plancc, planrun, root, args, os.path.join(tmp, "written.json"))
         if m is None:
@@ -125,10 +115,7 @@ def written(plancc, planrun, root, tmp):
     # and a merge), its attention in parts over [N H, L, S] (not fused), its dropouts training.
     model, inputs = stdlayers.dropout()
     onnx_path = os.path.join(tmp, "encoder.onnx")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(model, inputs, onnx_path, opset_version=14, training=torch.onnx.TrainingMode.TRAINING,
-                          do_constant_folding=False)
+    onnx_export(model, inputs, onnx_path)
     m = import_verify(plancc, planrun, root, ["onnx", onnx_path], os.path.join(tmp, "encoder.json"))
     check("onnx: nn.TransformerEncoderLayer's export: its dropouts are dropout ops",
           m is not None and sum(o.get("type") == "dropout" for o in walk(m["ops"])) == 8)

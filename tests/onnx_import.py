@@ -11,10 +11,11 @@ python3-onnx.
 usage: onnx_import.py PLANCC PLANRUN SOURCE_ROOT
 """
 import os
-import subprocess
 import sys
 import tempfile
-import warnings
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import check, onnx_export, plancc_import, summary  # noqa: E402
 
 
 def main():
@@ -25,55 +26,30 @@ def main():
     except ImportError as e:
         print(f"SKIP: {e}")
         return 77
-    sys.path.insert(0, os.path.join(root, "models", "torch"))
-    sys.path.insert(0, os.path.join(root, "tools", "plancc_import"))
+    for d in (("models", "torch"), ("tools", "plancc_import"), ("tests", "import_ok")):
+        sys.path.insert(0, os.path.join(root, *d))
     import onnxmap
-    failed = 0
-    with tempfile.TemporaryDirectory() as tmp:
-        for arch in ("llama", "vit"):
-            mod = __import__(arch)
-            model, inputs = mod.make()
-            path = os.path.join(tmp, arch + ".onnx")
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                torch.onnx.export(model, inputs, path, opset_version=14, training=torch.onnx.TrainingMode.TRAINING,
-                                  do_constant_folding=False)
-            om, _ = onnxmap.module_of(path)
-            with torch.no_grad():
-                want, got = float(model(*inputs)), float(om(*inputs))
-            ok = abs(got - want) <= 1e-6 * abs(want)
-            print(f"{'ok  ' if ok else 'FAIL'} {arch}: the exported graph's loss {got:.9f}, PyTorch's {want:.9f}")
-            failed += not ok
-            p = subprocess.run(["/usr/bin/python3", os.path.join(root, "tools", "plancc-import"), "onnx", path, "-o",
-                                os.path.join(tmp, arch + ".json"), "--verify", "3", "--plancc", plancc, "--planrun", planrun],
-                               capture_output=True, text=True)
-            print(p.stdout.strip())
-            if p.returncode:
-                failed += 1
-                print(f"FAIL {arch}: plancc-import onnx --verify exits {p.returncode}\n{p.stderr[-2000:]}")
-    # torch.nn's transformer layers as torch.onnx.export writes them (tests/import_ok/stdlayers.py):
-    # heads reshaped [L, N, E] -> [L, N H, D], causal masks of -inf (a bool buffer turned into a
-    # float one; generate_square_subsequent_mask's) held at the lowest finite float, a key padding
-    # mask given as an input (a Where: masked_fill).
-    sys.path.insert(0, os.path.join(root, "tests", "import_ok"))
     import stdlayers
+    # The tiny llama and vit; then torch.nn's transformer layers as torch.onnx.export writes them
+    # (tests/import_ok/stdlayers.py): heads reshaped [L, N, E] -> [L, N H, D], causal masks of -inf
+    # (a bool buffer turned into a float one; generate_square_subsequent_mask's) held at the lowest
+    # finite float, a key padding mask given as an input (a Where: masked_fill).
+    cases = [(arch, __import__(arch).make) for arch in ("llama", "vit")]
+    cases += [("nn." + f, getattr(stdlayers, f)) for f in ("encoder", "attention", "transformer")]
     with tempfile.TemporaryDirectory() as tmp:
-        for factory in ("encoder", "attention", "transformer"):
-            model, inputs = getattr(stdlayers, factory)()
-            path = os.path.join(tmp, factory + ".onnx")
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                torch.onnx.export(model, inputs, path, opset_version=14, training=torch.onnx.TrainingMode.TRAINING,
-                                  do_constant_folding=False)
-            p = subprocess.run(["/usr/bin/python3", os.path.join(root, "tools", "plancc-import"), "onnx", path, "-o",
-                                os.path.join(tmp, factory + ".json"), "--verify", "3", "--plancc", plancc, "--planrun", planrun],
-                               capture_output=True, text=True)
+        for name, make in cases:
+            model, inputs = make()
+            path = os.path.join(tmp, name + ".onnx")
+            onnx_export(model, inputs, path)
+            if not name.startswith("nn."):
+                om, _ = onnxmap.module_of(path)
+                with torch.no_grad():
+                    want, got = float(model(*inputs)), float(om(*inputs))
+                check(f"{name}: the exported graph's loss {got:.9f}, PyTorch's {want:.9f}", abs(got - want) <= 1e-6 * abs(want))
+            p = plancc_import(root, ["onnx", path], os.path.join(tmp, name + ".json"), plancc, planrun)
             print(p.stdout.strip())
-            if p.returncode:
-                failed += 1
-                print(f"FAIL nn.{factory}: plancc-import onnx --verify exits {p.returncode}\n{p.stderr[-2000:]}")
-    print("all passed" if not failed else f"{failed} failed")
-    return 1 if failed else 0
+            check(f"{name}: plancc-import onnx --verify 3 exits 0", p.returncode == 0, p.stderr[-2000:])
+    return summary()
 
 
 if __name__ == "__main__":
