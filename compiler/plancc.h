@@ -273,7 +273,7 @@ typedef struct pcc_attrs {
     int perm[PCC_MAX_RANK]; // transpose; the axis map (1-based; ops.def's last section) of broadcasts and reductions
     int kernel[2], stride[2], pad[2]; // conv2d, maxpool, avgpool
     bool causal;        // attention
-    int mode;           // cross_entropy: PCC_CE_* bits
+    int mode;           // cross_entropy: PCC_CE_* bits; attention: PLAN_ATTN_* (unfused, flash)
     // optimizer (sgd, adamw)
     double lr, beta1, beta2, weight_decay, momentum;
 } pcc_attrs;
@@ -1370,6 +1370,7 @@ typedef struct pcc_options {
     int mb_searched;            // set by driver_micro_batches: the counts it planned (0: no search)
     double mb_search_s;         // ... and its seconds
     const char *policy;         // --policy FILE, or NULL (policy.c)
+    int attention;              // --attention: every attention op's form, PLAN_ATTN_* (attrs.mode; options_apply_model)
 } pcc_options;
 
 // Parses argv into *o and checks the options against each other; *done when --help or --version
