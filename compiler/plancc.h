@@ -507,6 +507,7 @@ typedef struct pcc_cluster {
     int sm_count;                   // GPU multiprocessors, for the GEMM wave model; 0: no wave model
     double gemm_efficiency;         // fraction of the tensor peak a large GEMM sustains; 0: not given (1)
     double memory_efficiency;       // fraction of memory bandwidth a streaming kernel sustains; 0: (1)
+    double flash_efficiency;        // fraction of the tensor peak FlashAttention-2's forward sustains; 0: not given (cost.c)
     pcc_link intra;                 // between the devices of a node
     pcc_link network;               // between nodes (kind NONE on a single-node cluster)
     int nics_per_node;
