@@ -36,9 +36,10 @@
  *   flash       --attention flash (attrs mode 1): FlashAttention-2's fused kernel (Dao 2023,
  *               "FlashAttention-2: Faster Attention with Better Parallelism and Work
  *               Partitioning", arXiv 2307.08691). Forward: the two products' FLOPs, 2 b s t (d + e),
- *               at the kernel's own fraction of the tensor peak (cluster flash_efficiency: the
- *               paper's 73% on A100, section 4.1; 0.38 on H100 from its 335 TFLOPS forward and
- *               backward; absent, gemm_efficiency x 0.73/0.83, the A100 ratio of the two), with
+ *               at the kernel's own fraction of the tensor peak (cluster flash_efficiency: 0.38
+ *               on H100 from the paper's 335 TFLOPS forward and backward; absent,
+ *               gemm_efficiency x 0.73/0.83, the ratio of the paper's 73% on A100, section 4.1,
+ *               to cuBLAS's 0.83 there, so exactly 0.73 on dgx-a100.json), with
  *               q, k, v read and o written once as its memory floor: S and P never reach memory.
  *               Causal halves the FLOPs (FA2 skips the key tiles past the diagonal). Dropout is
  *               drawn in the kernel: no pass. Backward: the paper's count, 2.5 forwards of FLOPs
