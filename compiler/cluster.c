@@ -127,7 +127,7 @@ static pcc_status load_peak_flops(pcc_jreader *r, const pcc_json *v, const char 
 // The device object v at `at` ("/device", or "/groups/N/device").
 static pcc_status load_device(pcc_jreader *r, const pcc_json *v, const char *at, pcc_cluster *c) {
     static const char *const keys[] = {"kind", "name", "memory_bytes", "memory_bandwidth_Bps", "peak_flops",
-                                       "launch_overhead_s", "sm_count", "gemm_efficiency", "memory_efficiency", NULL};
+                                       "launch_overhead_s", "sm_count", "gemm_efficiency", "memory_efficiency", "flash_efficiency", NULL};
     static const char *const req[] = {"kind", "name", "memory_bytes", "memory_bandwidth_Bps", "peak_flops", NULL};
     static const char *const kinds[] = {"gpu", "cpu", NULL};
     pcc_status st = json_keys(r, v, at, keys, req);
@@ -143,10 +143,11 @@ static pcc_status load_device(pcc_jreader *r, const pcc_json *v, const char *at,
     if ((st = num_pos(r, json_get(v, "memory_bandwidth_Bps"), json_ptr_key(r, at, "memory_bandwidth_Bps"), &c->memory_bandwidth_Bps)))
         return st;
     if ((st = load_peak_flops(r, json_get(v, "peak_flops"), json_ptr_key(r, at, "peak_flops"), c))) return st;
-    c->launch_overhead_s = c->gemm_efficiency = c->memory_efficiency = 0;
+    c->launch_overhead_s = c->gemm_efficiency = c->memory_efficiency = c->flash_efficiency = 0;
     if ((st = opt_num(r, v, at, "launch_overhead_s", num_nonneg, &c->launch_overhead_s))) return st;
     if ((st = opt_num(r, v, at, "gemm_efficiency", num_frac, &c->gemm_efficiency))) return st;
     if ((st = opt_num(r, v, at, "memory_efficiency", num_frac, &c->memory_efficiency))) return st;
+    if ((st = opt_num(r, v, at, "flash_efficiency", num_frac, &c->flash_efficiency))) return st;
     const pcc_json *x = json_get(v, "sm_count");
     int64_t sms = 0;
     if (x && (st = json_int(r, x, json_ptr_key(r, at, "sm_count"), 1, 1 << 20, &sms))) return st;
@@ -456,7 +457,7 @@ static void merge_groups(pcc_arena *a, pcc_cluster *c) {
     c->device_name = g0->device_name, c->memory_bytes = g0->memory_bytes, c->memory_bandwidth_Bps = g0->memory_bandwidth_Bps;
     memcpy(c->peak_flops, g0->peak_flops, sizeof c->peak_flops);
     c->launch_overhead_s = g0->launch_overhead_s, c->sm_count = g0->sm_count;
-    c->gemm_efficiency = g0->gemm_efficiency, c->memory_efficiency = g0->memory_efficiency;
+    c->gemm_efficiency = g0->gemm_efficiency, c->memory_efficiency = g0->memory_efficiency, c->flash_efficiency = g0->flash_efficiency;
     c->intra = g0->intra, c->network = g0->network, c->nics_per_node = g0->nics_per_node;
     for (int i = 1; i < c->n_groups; i++) {
         const pcc_cluster *g = &c->groups[i];
@@ -470,6 +471,7 @@ static void merge_groups(pcc_arena *a, pcc_cluster *c) {
         c->sm_count = c->sm_count && g->sm_count ? (c->sm_count < g->sm_count ? c->sm_count : g->sm_count) : 0;
         c->gemm_efficiency = worse_frac(c->gemm_efficiency, g->gemm_efficiency);
         c->memory_efficiency = worse_frac(c->memory_efficiency, g->memory_efficiency);
+        c->flash_efficiency = worse_frac(c->flash_efficiency, g->flash_efficiency);
         c->intra = worse_link(c->intra, g->intra);
         c->network = worse_link(c->network, g->network);
         c->nics_per_node = c->nics_per_node < g->nics_per_node ? c->nics_per_node : g->nics_per_node;

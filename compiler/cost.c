@@ -33,6 +33,22 @@
  *               another such pass. Memory: planrun's kernels regenerate the mask from the
  *               counter-based generator, so nothing is saved for the backward (the memory
  *               planner has nothing to add).
+ *   flash       --attention flash (attrs mode 1): FlashAttention-2's fused kernel (Dao 2023,
+ *               "FlashAttention-2: Faster Attention with Better Parallelism and Work
+ *               Partitioning", arXiv 2307.08691). Forward: the two products' FLOPs, 2 b s t (d + e),
+ *               at the kernel's own fraction of the tensor peak (cluster flash_efficiency: 0.38
+ *               on H100 from the paper's 335 TFLOPS forward and backward; absent,
+ *               gemm_efficiency x 0.73/0.83, the ratio of the paper's 73% on A100, section 4.1,
+ *               to cuBLAS's 0.83 there, so exactly 0.73 on dgx-a100.json), with
+ *               q, k, v read and o written once as its memory floor: S and P never reach memory.
+ *               Causal halves the FLOPs (FA2 skips the key tiles past the diagonal). Dropout is
+ *               drawn in the kernel: no pass. Backward: the paper's count, 2.5 forwards of FLOPs
+ *               (S recomputed, dP, dV, dQ, dK), at 63/73 of the forward's rate (its A100 figures:
+ *               63% of the peak backward, 73% forward), after one more forward that recomputes each
+ *               query tile's output and log-sum-exp (planrun's kernels save neither: the graph's
+ *               attention has one output), 3.5 forwards in all where FA2 itself takes 2.5.
+ *               Memory: O(tile) scratch in the kernel, outside the plan's arena, as the unfused
+ *               kernels' s x t scratch is; nothing saved, so the memory planner adds nothing.
  *   profile     a table of measured times (cluster "profile") replaces the roofline for every
  *               per-device shape it lists: whole operators, or one GEMM.
  *   collectives NCCL's ring (nccl-tests doc/PERFORMANCE.md): n members, alpha per hop, B the bus
@@ -215,12 +231,35 @@ double cost_gemm_s(const pcc_cluster *c, pcc_dtype dt, double batch, double m, d
     return (t_flops > t_bytes ? t_flops : t_bytes) + cost_launch_s(c);
 }
 
-// Attention forward or backward, unfused, on q [b, s, n, d] (per device).
+// FlashAttention-2's forward rate over the large-GEMM rate, both measured on A100: 0.73 of the
+// peak (Dao 2023, section 4.1) against cuBLAS's 0.83 (dgx-a100.json's gemm_efficiency), for a
+// cluster file without flash_efficiency; and its backward's rate over its forward's, 63% of the
+// peak against 73% (the same section).
+#define FA2_VS_GEMM (0.73 / 0.83)
+#define FA2_BWD_VS_FWD (63.0 / 73.0)
+
+// Attention in FlashAttention-2's fused form (attrs mode PLAN_ATTN_FLASH) on b (batch x heads)
+// rows of s queries against t keys, head sizes dh (q, k) and e (v), per device.
+static double flash_s(const pcc_cluster *c, const dev_op *d, pcc_dtype dt, double b, double s, double t, double dh, double e) {
+    const pcc_op *op = d->op;
+    double f = 2 * b * s * t * (dh + e) * (op->attrs.causal ? 0.5 : 1); // causal: the tiles past the diagonal are skipped
+    double eff = c->flash_efficiency > 0 ? c->flash_efficiency : or_one(c->gemm_efficiency) * FA2_VS_GEMM;
+    double peak = cost_peak_flops(c, dt, true), io = b * pcc_dtype_bytes(dt) * (s * dh + t * dh + t * e + s * e);
+    double fwd = fmax(f / (peak * eff), io / mem_bw(c)) + cost_launch_s(c); // q, k, v in, o out; no S or P in memory
+    if (op->kind == PCC_OP_ATTENTION) return fwd;
+    // Backward: FA2's 2.5 forwards of FLOPs (S again, dP = dO V^T, dV, dQ, dK) at its backward's
+    // rate, after the forward again (the output and log-sum-exp of each query tile, which the
+    // plan does not save: runtime/cpu/attention_flash.c).
+    return fwd + fmax(2.5 * f / (peak * eff * FA2_BWD_VS_FWD), 2 * io / mem_bw(c)) + cost_launch_s(c);
+}
+
+// Attention forward or backward, unfused (or flash_s), on q [b, s, n, d] (per device).
 static double attention_s(const pcc_cluster *c, const dev_op *d) {
     const pcc_op *op = d->op;
     int qk = op->kind == PCC_OP_ATTENTION ? 0 : 1; // the backward's operands: dO, q, k, v
     pcc_dtype dt = op_dtype(d->g, op);
     double b = dev_dim(d, qk, 0) * dev_dim(d, qk, 2), s = dev_dim(d, qk, 1), h = dev_dim(d, qk, 3);
+    if (op->attrs.mode == PLAN_ATTN_FLASH) return flash_s(c, d, dt, b, s, dev_dim(d, qk + 1, 1), h, dev_dim(d, qk + 2, 3));
     double scores = b * s * s * pcc_dtype_bytes(dt);
     double t_qk = cost_gemm_s(c, dt, b, s, s, h, false), t_pv = cost_gemm_s(c, dt, b, s, h, s, op->accumulate);
     // dropout of P: read P, write P' and the mask (one byte an element)

@@ -120,6 +120,10 @@ static void usage(FILE *f) {
             "                     parts (with --json, as JSON); write no plan\n"
             "  -d, --dump LETTERS print phase 1's candidates (t) and phase 2's choice per operator (s)\n");
     fputs(
+            "  --attention F      unfused (default: S = QK^T, softmax and PV through memory, as Megatron-LM\n"
+            "                     2021) or flash (FlashAttention-2's fused kernel: key tiles with an\n"
+            "                     online softmax, no s x s scores in memory): the form every attention\n"
+            "                     operator runs and is costed in; the two compute the same\n"
             "  --sync S           how replicas of the dense parameters agree: allreduce (the gradient\n"
             "                     all-reduce in every step; default), or ShadowSync's background sync\n"
             "                     background:algo=ma|easgd|bmuf[,period=K|continuous][,alpha=A]\n"
@@ -166,7 +170,7 @@ enum { OPT_CONFIG = 256, OPT_CLUSTER, OPT_NODES, OPT_DEVICES, OPT_TIME_LIMIT, OP
        OPT_ZERO, OPT_RECOMPUTE, OPT_SCHEDULE, OPT_AUTO, OPT_GLOBAL_BATCH, OPT_MICRO_BATCH_SIZE, OPT_VIRTUAL_STAGES,
        OPT_ESTIMATE_ONLY, OPT_BURST, OPT_AMP_LIMIT, OPT_BURST_WIDTHS, OPT_BUCKET_MB, OPT_SYNC, OPT_TF32,
        OPT_TP_BATCH, OPT_BF16, OPT_FP16, OPT_CP, OPT_EP, OPT_LAYERS_PER_VS, OPT_RECOMPUTE_GRAN, OPT_DIST_OPT,
-       OPT_SEQ_PARALLEL, OPT_POLICY, OPT_CP_SHORT };
+       OPT_SEQ_PARALLEL, OPT_POLICY, OPT_CP_SHORT, OPT_ATTENTION };
 
 // Where the option being read came from: NULL for the command line, "FILE:/key" for --config.
 static const char *origin;
@@ -312,6 +316,14 @@ static pcc_status option(int c, char **argv, pcc_options *o, given *gv, bool *do
         else if (strcmp(optarg, "auto") == 0) o->search.recompute = PCC_RECOMPUTE_AUTO;
         else {
             bad("--recompute wants none, full or auto, got \"%s\"\n", optarg);
+            return PCC_ERR_INPUT;
+        }
+        break;
+    case OPT_ATTENTION:
+        if (strcmp(optarg, "unfused") == 0) o->attention = PLAN_ATTN_UNFUSED;
+        else if (strcmp(optarg, "flash") == 0) o->attention = PLAN_ATTN_FLASH;
+        else {
+            bad("--attention wants unfused or flash, got \"%s\"\n", optarg);
             return PCC_ERR_INPUT;
         }
         break;
@@ -536,7 +548,7 @@ static const struct option longopts[] = {
     {"output", required_argument, NULL, 'o'}, {"dp", required_argument, NULL, OPT_DP},
     {"tp", required_argument, NULL, OPT_TP}, {"pp", required_argument, NULL, OPT_PP},
     {"tp-batch", no_argument, NULL, OPT_TP_BATCH},
-    {"sequence-parallel", no_argument, NULL, OPT_SEQ_PARALLEL},
+    {"sequence-parallel", no_argument, NULL, OPT_SEQ_PARALLEL}, {"attention", required_argument, NULL, OPT_ATTENTION},
     {"global-batch", required_argument, NULL, OPT_GLOBAL_BATCH}, {"zero", required_argument, NULL, OPT_ZERO},
     {"micro-batch-size", required_argument, NULL, OPT_MICRO_BATCH_SIZE},
     {"virtual-stages", required_argument, NULL, OPT_VIRTUAL_STAGES},
@@ -739,6 +751,8 @@ static int64_t model_layers(const pcc_graph *g) {
 }
 
 pcc_status options_apply_model(pcc_options *o, pcc_graph *g) {
+    for (int i = 0; i < g->n_ops; i++) // --attention: autodiff copies the form to the gradients
+        if (g->ops[i].kind == PCC_OP_ATTENTION) g->ops[i].attrs.mode = o->attention;
     if (o->dtype_override) {
         pcc_dtype d = (pcc_dtype)(o->dtype_override - 1);
         g->dtype = d;
@@ -780,7 +794,7 @@ static const char *canonical_options_(pcc_arena *a, const pcc_cluster *c, const 
 static const char *canonical_options(pcc_arena *a, const pcc_cluster *c, const pcc_options *o) {
     const char *s = canonical_options_(a, c, o);
     if (o->dtype_override) s = arena_printf(a, "%s --%s", s, o->dtype_override - 1 == PCC_BF16 ? "bf16" : "fp16");
-    s = arena_printf(a, "%s%s", s, policy_option(a, o->search.policy));
+    s = arena_printf(a, "%s%s%s", s, policy_option(a, o->search.policy), o->attention == PLAN_ATTN_FLASH ? " --attention flash" : "");
     return o->tf32 ? arena_printf(a, "%s --tf32", s) : s;
 }
 

@@ -273,7 +273,7 @@ typedef struct pcc_attrs {
     int perm[PCC_MAX_RANK]; // transpose; the axis map (1-based; ops.def's last section) of broadcasts and reductions
     int kernel[2], stride[2], pad[2]; // conv2d, maxpool, avgpool
     bool causal;        // attention
-    int mode;           // cross_entropy: PCC_CE_* bits
+    int mode;           // cross_entropy: PCC_CE_* bits; attention: PLAN_ATTN_* (unfused, flash)
     // optimizer (sgd, adamw)
     double lr, beta1, beta2, weight_decay, momentum;
 } pcc_attrs;
@@ -507,6 +507,7 @@ typedef struct pcc_cluster {
     int sm_count;                   // GPU multiprocessors, for the GEMM wave model; 0: no wave model
     double gemm_efficiency;         // fraction of the tensor peak a large GEMM sustains; 0: not given (1)
     double memory_efficiency;       // fraction of memory bandwidth a streaming kernel sustains; 0: (1)
+    double flash_efficiency;        // fraction of the tensor peak FlashAttention-2's forward sustains; 0: not given (cost.c)
     pcc_link intra;                 // between the devices of a node
     pcc_link network;               // between nodes (kind NONE on a single-node cluster)
     int nics_per_node;
@@ -1370,6 +1371,7 @@ typedef struct pcc_options {
     int mb_searched;            // set by driver_micro_batches: the counts it planned (0: no search)
     double mb_search_s;         // ... and its seconds
     const char *policy;         // --policy FILE, or NULL (policy.c)
+    int attention;              // --attention: every attention op's form, PLAN_ATTN_* (attrs.mode; options_apply_model)
 } pcc_options;
 
 // Parses argv into *o and checks the options against each other; *done when --help or --version

@@ -333,6 +333,13 @@ static void report_warnings(const pcc_graph *g, const pcc_cluster *c, const pcc_
 // (they replace the roofline for the shapes they list) and, for every other shape, each device
 // figure: "cluster" (the cluster file's, with its source if the file gives one) or "default" (the
 // file gives none: 1, the ideal roofline). models/clusters/README.md, "Calibration".
+// The form the model's attention operators run in (--attention): "unfused" or "flash".
+static const char *attn_form(const pcc_graph *g) {
+    for (int i = 0; i < g->n_ops; i++)
+        if (g->ops[i].kind == PCC_OP_ATTENTION && g->ops[i].attrs.mode == PLAN_ATTN_FLASH) return "flash";
+    return "unfused";
+}
+
 static const char *calibration_from(double v) { return v > 0 ? "cluster" : "default"; }
 
 static void json_calibration_figure(FILE *f, const char *name, double v, const char *src) {
@@ -384,12 +391,12 @@ void report_estimate(FILE *f, const pcc_graph *g, const pcc_cluster *c, const pc
     if (o->report.json) {
         fprintf(f, "{\"model\": \"%s\", \"cluster\": \"%s\", \"devices\": %d, \"pp\": %d, \"dp\": %d, \"tp\": %d, "
                "\"virtual_stages\": %d, \"micro_batches\": %d, \"batch\": %lld, \"global_batch\": %lld, \"zero\": %d, "
-               "\"sequence_parallel\": %s, \"candidates\": %d, \"estimate\": {\"step_s\": %.9g, \"pipeline_s\": %.9g, \"bubble_s\": %.9g, "
+               "\"sequence_parallel\": %s, \"attention\": \"%s\", \"candidates\": %d, \"estimate\": {\"step_s\": %.9g, \"pipeline_s\": %.9g, \"bubble_s\": %.9g, "
                "\"compute_s\": %.9g, \"tp_comm_s\": %.9g, \"p2p_s\": %.9g, \"sync_s\": %.9g, \"sync_exposed_s\": %.9g, "
                "\"optimizer_s\": %.9g}, \"memory_bytes\": %.9g, \"micro_batch_counts_searched\": %d, \"seconds\": %.6f, ",
                g->name, c->name, c->n_devices, s->mesh[PCC_AX_PP], s->mesh[PCC_AX_DP], s->mesh[PCC_AX_TP], s->virtual_stages,
                s->micro_batches, (long long)batch, (long long)batch * s->micro_batches, s->zero, s->config.sp ? "true" : "false",
-               n, x->step_s, x->pipeline_s,
+               attn_form(g), n, x->step_s, x->pipeline_s,
                x->bubble_s, x->compute_s, x->tp_comm_s, x->p2p_s, x->sync_s, x->sync_exposed_s, x->optimizer_s,
                peak_bytes, o->mb_searched, seconds);
         json_calibration(f, c);
@@ -397,8 +404,9 @@ void report_estimate(FILE *f, const pcc_graph *g, const pcc_cluster *c, const pc
         return;
     }
     if (o->quiet) return;
-    fprintf(f, "plancc: %s on %d x %s (%s): %s%s; estimate only, no plan written\n", g->name, c->n_devices, c->device_name,
-           c->file, strategy_str(s, buf, sizeof buf), o->search.auto_mesh ? " (--auto)" : "");
+    fprintf(f, "plancc: %s on %d x %s (%s): %s%s%s; estimate only, no plan written\n", g->name, c->n_devices, c->device_name,
+           c->file, strategy_str(s, buf, sizeof buf), o->search.auto_mesh ? " (--auto)" : "",
+           strcmp(attn_form(g), "flash") ? "" : ", flash attention");
     fprintf(f, "  estimated step %.6g s: pipeline %.6g s (bubble %.6g s), then gradient sync %.6g s exposed of %.6g s, "
            "optimizer %.6g s\n", x->step_s, x->pipeline_s, x->bubble_s, x->sync_exposed_s, x->sync_s, x->optimizer_s);
     fprintf(f, "  the busiest pipeline device over the step: operators %.6g s, tensor-parallel communication %.6g s, "
@@ -462,7 +470,7 @@ static void json_compile_head(FILE *f, const pcc_graph *g, const pcc_cluster *c,
     json_string(f, g->name);
     fprintf(f, ", \"model_file\": ");
     json_string(f, g->file);
-    fprintf(f, ", \"dtype\": \"%s\",\n \"cluster\": {\"name\": ", pcc_dtype_names[g->dtype]);
+    fprintf(f, ", \"dtype\": \"%s\", \"attention\": \"%s\",\n \"cluster\": {\"name\": ", pcc_dtype_names[g->dtype], attn_form(g));
     json_string(f, c->name);
     fprintf(f, ", \"file\": ");
     json_string(f, c->file);
@@ -560,8 +568,8 @@ void report_compile(FILE *f, const pcc_graph *g, const pcc_cluster *c, const pcc
     if (o->quiet) return;
     const pcc_mip_result *r = &s->intra->ilp;
     char buf[160], b1[32], b2[32], b3[32];
-    fprintf(f, "plancc: %s on %d x %s (%s): %s%s\n", g->name, c->n_devices, c->device_name, c->file,
-            strategy_str(s, buf, sizeof buf), o->search.auto_mesh ? " (--auto)" : "");
+    fprintf(f, "plancc: %s on %d x %s (%s): %s%s%s\n", g->name, c->n_devices, c->device_name, c->file,
+            strategy_str(s, buf, sizeof buf), o->search.auto_mesh ? " (--auto)" : "", strcmp(attn_form(g), "flash") ? "" : ", flash attention");
     report_search(f, g, o);
     if (o->report.verbose) report_candidates(f, cand, n);
     fprintf(f, "  ILP (tp group of %d): %d rows x %d columns, %s, objective %.6g s, bound %.6g s, gap %.2f%%, %.3f s\n",

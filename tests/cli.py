@@ -57,6 +57,16 @@ p = run("models/mlp.json", "--cluster", "models/clusters/cpu.json", "--devices",
 check("--dp 2 on 4 devices: exit 2, names the count", p.returncode == 2 and "4" in p.stderr and "--dp 2" in p.stderr, p)
 p = run("models/mlp.json", "--cluster", "models/clusters/cpu.json", "--recompute", "some")
 check("--recompute some: exit 2", p.returncode == 2 and "none, full or auto" in p.stderr, p)
+p = run("models/mlp.json", "--cluster", "models/clusters/cpu.json", "--attention", "fused")
+check("--attention fused: exit 2, names the choices", p.returncode == 2 and "unfused or flash" in p.stderr and '"fused"' in p.stderr, p)
+for form in ("unfused", "flash"):
+    p = run("models/gpt-tiny.json", "--cluster", "models/clusters/cpu.json", "--devices", "2", "--dp", "2", "--attention", form,
+            "--json", "-o", "/dev/null")
+    j = json.loads(p.stdout) if p.returncode == 0 else {}
+    check("--attention %s: in --json" % form, j.get("attention") == form, p)
+    p = run("models/gpt-tiny.json", "--cluster", "models/clusters/cpu.json", "--devices", "2", "--dp", "2", "--attention", form,
+            "-o", "/dev/null")
+    check("--attention %s: in the summary" % form, p.returncode == 0 and ("flash attention" in p.stdout) == (form == "flash"), p)
 p = run("models/mlp.json", "--cluster", "models/clusters/cpu.json", "--zero", "4")
 check("--zero 4: exit 2", p.returncode == 2 and "--zero" in p.stderr, p)
 p = run("models/mlp.json", "--cluster", "models/clusters/cpu.json", "--schedule", "zb")

@@ -100,7 +100,7 @@ static operand *ids(operand *o, int64_t high) {
     return o;
 }
 
-static tcase cases[192];
+static tcase cases[256];
 static int n_cases;
 
 static void push(tcase c) {
@@ -152,6 +152,37 @@ static void products(void) {
             for (int k = 0; k < (grad ? 3 : 1); k++) OUT(&c, 1, s, 2, 4);
             c.attrs.i[PLAN_AI_CAUSAL] = i % 2 == 0, c.product = true, push(c);
         }
+    }
+}
+
+// attention in the FlashAttention form (attrs mode 1: attention_flash.cu against
+// cpu/attention_flash.c): several tiles each way (s 40, t 70; the kernels' tiles are 16), cross,
+// 4 query heads over 2 kv heads, value width 6, a bias [b,s,t], scale 0.5, causal with the
+// queries at global 20 (the mask from the views' offsets), dropout 0.2; and self-attention of
+// one shape (which the unfused form runs through cuBLAS).
+static void flash_cases(void) {
+    static const char *const names[] = {"attention", "attention_grad", "attention_grad_bias"};
+    for (int op = 0; op < 3; op++)
+        for (int drop = 0; drop < 2; drop++) {
+            char name[64];
+            snprintf(name, sizeof name, "%s, flash, cross, GQA, bias%s", names[op], drop ? ", dropout 0.2" : "");
+            tcase c = mk(name, names[op], 1e-4);
+            if (op) IN(&c, 2, 40, 4, 6);
+            operand *q = IN(&c, 2, 40, 4, 3);
+            IN(&c, 2, 70, 2, 3), IN(&c, 2, 70, 2, 6), IN(&c, 2, 40, 70);
+            q->start[1] = 20, q->full[1] = 70;
+            if (op == 0) OUT(&c, 2, 40, 4, 6);
+            if (op == 1) OUT(&c, 2, 40, 4, 3), OUT(&c, 2, 70, 2, 3), OUT(&c, 2, 70, 2, 6);
+            if (op == 2) OUT(&c, 2, 40, 70);
+            c.attrs.perm[0] = 1, c.attrs.perm[1] = 3, c.attrs.perm[2] = 4, c.attrs.i[PLAN_AI_CAUSAL] = 1, c.attrs.f[PLAN_AF_SCALE] = 0.5;
+            c.attrs.i[PLAN_AI_MODE] = PLAN_ATTN_FLASH, c.attrs.f[PLAN_AF_P] = drop ? 0.2 : 0, c.attrs.i[PLAN_AI_SEED] = 8;
+            push(c);
+        }
+    for (int grad = 0; grad < 2; grad++) {
+        tcase c = mk(grad ? "attention_grad, flash, s 33, causal" : "attention, flash, s 33, causal", grad ? "attention_grad" : "attention", 1e-4);
+        for (int k = 0; k < 3 + grad; k++) IN(&c, 2, 33, 3, 8);
+        for (int k = 0; k < (grad ? 3 : 1); k++) OUT(&c, 2, 33, 3, 8);
+        c.attrs.i[PLAN_AI_CAUSAL] = 1, c.attrs.i[PLAN_AI_MODE] = PLAN_ATTN_FLASH, c.product = true, push(c);
     }
 }
 
@@ -590,6 +621,7 @@ static void imported(void) {
         snprintf(name, sizeof name, "%s, cross, GQA, bias, dropout 0.2", names[op]); // the general kernels' mask
         snprintf(c.name, sizeof c.name, "%s", name), c.attrs.f[PLAN_AF_P] = 0.2, c.attrs.i[PLAN_AI_SEED] = 8, push(c);
     }
+    flash_cases();
     c = mk("gather, axis 1", "gather", 0), IN(&c, 2, 5, 3), ids(IN(&c, 2, 4, 3), 5), OUT(&c, 2, 4, 3), c.attrs.i[PLAN_AI_AXIS] = 1, push(c);
     c = mk("index_select, axis 1", "index_select", 0), IN(&c, 2, 5, 3), ids(IN(&c, 4), 5), OUT(&c, 2, 4, 3), c.attrs.i[PLAN_AI_AXIS] = 1, push(c);
     c = mk("gather_grad", "gather_grad", 1e-6), IN(&c, 2, 4, 3), ids(IN(&c, 2, 4, 3), 5), OUT(&c, 2, 5, 3), c.attrs.i[PLAN_AI_AXIS] = 1;

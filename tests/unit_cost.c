@@ -184,6 +184,21 @@ static void test_ops(pcc_arena *a) {
     EXPECT(NEAR(cost_op_s(&c, g, att, hd) - cost_op_s(&c, g, &att0, hd), drop));
     const int *hdg[7] = {heads8, heads8, heads8, heads8, heads8, heads8, heads8}; // dy, q, k, v -> dq, dk, dv: [b, s, n, d] alike
     EXPECT(NEAR(cost_op_s(&c, g, ag, hdg) - cost_op_s(&c, g, &ag0, hdg), 2 * drop));
+    // FlashAttention-2's form (--attention flash): the products' FLOPs at the kernel's rate,
+    // causal halved (megatron-1t's attention is causal), dropout free; the backward 2.5 forwards
+    // at 63/73 of the rate, after one forward again.
+    pcc_op fa = *att, fg = *ag;
+    fa.attrs.mode = fg.attrs.mode = PLAN_ATTN_FLASH;
+    EXPECT(att->attrs.causal);
+    c.flash_efficiency = 0.7;
+    double f = 2 * 20.0 * 2048 * 2048 * (160 + 160) * 0.5, tf = f / (312e12 * 0.7) + 5e-6;
+    EXPECT(NEAR(cost_op_s(&c, g, &fa, hd), tf));
+    EXPECT(NEAR(cost_op_s(&c, g, &fg, hdg), tf + 2.5 * f / (312e12 * 0.7 * 63 / 73) + 5e-6));
+    EXPECT(cost_op_s(&c, g, &fa, hd) < cost_op_s(&c, g, att, hd) / 2);
+    fa.attrs.causal = false;
+    EXPECT(NEAR(cost_op_s(&c, g, &fa, hd), 2 * f / (312e12 * 0.7) + 5e-6));
+    c.flash_efficiency = 0; // absent: the cluster's GEMM figure times FA2's ratio to cuBLAS on A100
+    EXPECT(NEAR(cost_op_s(&c, g, &fa, hd), 2 * f / (312e12 * 0.8 * 0.73 / 0.83) + 5e-6));
 }
 
 // The example profile, inline in a cluster file: its entries replace the roofline, the rest do not.

@@ -380,9 +380,11 @@ static void grad_softmax(void) {
 
 // p > 0: dropout of the probabilities; the mask is a function of the step, so the central
 // differences see the same one as the backward regenerates.
+static int attn_mode; // PLAN_ATTN_*: the form the attention checks run in (both, in turn)
+
 static void grad_attention(bool causal, double scale, double p) {
     tensor *q = randu(4, 2, 4, 2, 3), *k = randu(4, 2, 4, 2, 3), *v = randu(4, 2, 4, 2, 3);
-    plan_attrs a = {.f[PLAN_AF_SCALE] = scale, .f[PLAN_AF_P] = p, .i[PLAN_AI_SEED] = 9, .i[PLAN_AI_CAUSAL] = causal};
+    plan_attrs a = {.f[PLAN_AF_SCALE] = scale, .f[PLAN_AF_P] = p, .i[PLAN_AI_SEED] = 9, .i[PLAN_AI_CAUSAL] = causal, .i[PLAN_AI_MODE] = attn_mode};
     call f = {.op = OP_ATTENTION, .a = a, .nin = 3, .in = {q, k, v}, .nout = 1, .out = {zeros(4, 2, 4, 2, 3)}};
     tensor *dy[1], *dq = zeros_like(q), *dk = zeros_like(k), *dv = zeros_like(v);
     run(&f);
@@ -583,11 +585,14 @@ static void gradients(void) {
     grad_norm(OP_LAYERNORM);
     grad_norm(OP_RMSNORM);
     grad_softmax();
-    grad_attention(true, 0, 0);
-    grad_attention(false, 0, 0);
-    grad_attention(true, 0.7, 0);
-    grad_attention(true, 0, 0.3);
-    grad_attention(false, 0.7, 0.5);
+    for (attn_mode = PLAN_ATTN_UNFUSED; attn_mode <= PLAN_ATTN_FLASH; attn_mode++) {
+        grad_attention(true, 0, 0);
+        grad_attention(false, 0, 0);
+        grad_attention(true, 0.7, 0);
+        grad_attention(true, 0, 0.3);
+        grad_attention(false, 0.7, 0.5);
+    }
+    attn_mode = PLAN_ATTN_UNFUSED;
     attention_dropout_mask();
     grad_embedding(false);
     grad_embedding(true);
@@ -1132,7 +1137,8 @@ static void grad_topk(void) {
 // a scale: dq, dk, dv, dbias against central differences; and a split of the query heads (the
 // second pair, reading kv head 1 of the whole keys) computes the same rows.
 static void grad_attention_general(bool causal, double p) {
-    plan_attrs a = {.f[PLAN_AF_SCALE] = 0.6, .f[PLAN_AF_P] = p, .i[PLAN_AI_SEED] = 4, .i[PLAN_AI_CAUSAL] = causal, .perm = {2, 3, 4}};
+    plan_attrs a = {.f[PLAN_AF_SCALE] = 0.6, .f[PLAN_AF_P] = p, .i[PLAN_AI_SEED] = 4, .i[PLAN_AI_CAUSAL] = causal, .i[PLAN_AI_MODE] = attn_mode,
+                    .perm = {2, 3, 4}};
     tensor *q = randu(4, 2, 3, 4, 3), *k = randu(4, 2, 4, 2, 3), *v = randu(4, 2, 4, 2, 5), *bias = randu(3, 4, 3, 4);
     call f = {.op = OP_ATTENTION, .a = a, .nin = 4, .in = {q, k, v, bias}, .nout = 1, .out = {zeros(4, 2, 3, 4, 5)}};
     tensor *dy[1], *dq = zeros_like(q), *dk = zeros_like(k), *dv = zeros_like(v), *db = zeros_like(bias);
@@ -1170,6 +1176,70 @@ static void grad_gather(bool sel) {
     gradcheck(sel ? "index_select" : "gather", &f, dy, 0, dx);
 }
 
+// Flash against unfused (attrs mode PLAN_ATTN_FLASH against 0) on shapes of several tiles (70
+// queries, ATTN_BR 32; 150 keys, ATTN_BC 64): cross lengths, grouped-query heads (4 over 2), value
+// width 5, a bias [b,s,t], scale, causal on pieces whose queries start at global 40 and keys at
+// 10 (the mask from the global offsets), dropout, accumulation: the output and dq, dk, dv, dbias
+// agree within 1e-12 (f64; run() checks f32 against f64 too). A piece of the queries of a whole
+// causal attention computes the whole's rows. Then central differences of the flash form on 40
+// queries and 70 keys (two tiles each way).
+static void flash_case(bool causal, double p, bool offsets, bool bias_on, bool acc) {
+    plan_attrs a = {.f[PLAN_AF_SCALE] = 0.45, .f[PLAN_AF_P] = p, .i[PLAN_AI_SEED] = 5, .i[PLAN_AI_CAUSAL] = causal, .perm = {1, 3, 4}};
+    tensor *q = randu(4, 2, 70, 4, 3), *k = randu(4, 2, 150, 2, 3), *v = randu(4, 2, 150, 2, 5), *bias = randu(3, 2, 70, 150);
+    if (offsets) q->start[1] = 40, q->full[1] = 200, k->start[1] = v->start[1] = 10, k->full[1] = v->full[1] = 200;
+    tensor *dy = randu(4, 2, 70, 4, 5), *out[2][5];
+    for (int m = 0; m < 2; m++) {
+        a.i[PLAN_AI_MODE] = m;
+        tensor *y = randu(4, 2, 70, 4, 5), *dq = randu_like(q), *dk = randu_like(k), *dv = randu_like(v), *db = randu_like(bias);
+        if (!acc) y = zeros_like(y), dq = zeros_like(q), dk = zeros_like(k), dv = zeros_like(v), db = zeros_like(bias);
+        else if (m) // the same starting values as the unfused run
+            y = copy_of(out[0][0]), dq = copy_of(out[0][1]), dk = copy_of(out[0][2]), dv = copy_of(out[0][3]), db = copy_of(out[0][4]);
+        out[m][0] = y, out[m][1] = dq, out[m][2] = dk, out[m][3] = dv, out[m][4] = db;
+    }
+    for (int m = 0; m < 2; m++) {
+        a.i[PLAN_AI_MODE] = m;
+        int n = bias_on ? 4 : 3;
+        run(&(call){.op = OP_ATTENTION, .a = a, .nin = n, .in = {q, k, v, bias}, .nout = 1, .out = {out[m][0]}, .acc = acc});
+        run(&(call){.op = OP_ATTENTION_GRAD, .a = a, .nin = n + 1, .in = {dy, q, k, v, bias}, .nout = 3, .out = {out[m][1], out[m][2], out[m][3]},
+                    .acc = acc});
+        if (bias_on) run(&(call){.op = OP_ATTENTION_GRAD_BIAS, .a = a, .nin = 5, .in = {dy, q, k, v, bias}, .nout = 1, .out = {out[m][4]}, .acc = acc});
+    }
+    for (int j = 0; j < (bias_on ? 5 : 4); j++) {
+        double w = max_abs_diff(out[0][j], out[1][j]);
+        if (w > 1e-12) fprintf(stderr, "flash against unfused (causal %d, p %g, offsets %d, bias %d, acc %d): output %d differs by %g\n",
+                               causal, p, offsets, bias_on, acc, j, w);
+        EXPECT(w <= 1e-12);
+    }
+}
+
+static void flash_vs_unfused(void) {
+    flash_case(false, 0, false, false, false);
+    flash_case(true, 0, false, true, false);
+    flash_case(true, 0, true, true, false);
+    flash_case(true, 0.2, true, true, false);
+    flash_case(false, 0.3, false, true, true);
+    flash_case(true, 0, true, false, true);
+    // a piece of the queries (40..69 of 70) against all the keys: the whole's rows
+    plan_attrs a = {.i[PLAN_AI_CAUSAL] = 1, .i[PLAN_AI_MODE] = PLAN_ATTN_FLASH, .f[PLAN_AF_P] = 0.1, .i[PLAN_AI_SEED] = 2};
+    tensor *q = randu(4, 1, 70, 2, 4), *k = randu(4, 1, 70, 2, 4), *v = randu(4, 1, 70, 2, 4), *y = zeros(4, 1, 70, 2, 4);
+    run(&(call){.op = OP_ATTENTION, .a = a, .nin = 3, .in = {q, k, v}, .nout = 1, .out = {y}});
+    tensor *yp = zeros(4, 1, 30, 2, 4);
+    run(&(call){.op = OP_ATTENTION, .a = a, .nin = 3, .in = {piece(q, 1, 40, 70), k, v}, .nout = 1, .out = {yp}});
+    EXPECT(close_to(yp, piece(y, 1, 40, 70), 1e-12));
+    // central differences over two tiles each way
+    a = (plan_attrs){.f[PLAN_AF_SCALE] = 0.8, .f[PLAN_AF_P] = 0.2, .i[PLAN_AI_SEED] = 7, .i[PLAN_AI_CAUSAL] = 1, .i[PLAN_AI_MODE] = PLAN_ATTN_FLASH,
+                     .perm = {3, 4}};
+    q = randu(4, 1, 40, 2, 2), k = randu(4, 1, 70, 1, 2), v = randu(4, 1, 70, 1, 3);
+    tensor *bias = randu(2, 40, 70), *dy[1], *dq = zeros_like(q), *dk = zeros_like(k), *dv = zeros_like(v), *db = zeros_like(bias);
+    k->start[1] = v->start[1] = 0, q->start[1] = 30, q->full[1] = k->full[1] = v->full[1] = 70;
+    call f = {.op = OP_ATTENTION, .a = a, .nin = 4, .in = {q, k, v, bias}, .nout = 1, .out = {zeros(4, 1, 40, 2, 3)}};
+    run(&f);
+    upstream(&f, dy);
+    run(&(call){.op = OP_ATTENTION_GRAD, .a = a, .nin = 5, .in = {dy[0], q, k, v, bias}, .nout = 3, .out = {dq, dk, dv}});
+    run(&(call){.op = OP_ATTENTION_GRAD_BIAS, .a = a, .nin = 5, .in = {dy[0], q, k, v, bias}, .nout = 1, .out = {db}});
+    for (int i = 0; i < 4; i++) gradcheck("flash attention (tiles, causal offsets, GQA, bias, dropout)", &f, dy, i, (tensor *[]){dq, dk, dv, db}[i]);
+}
+
 static void gradients_ext(void) {
     static const uint32_t un[][2] = {{OP_SIGMOID, OP_SIGMOID_GRAD}, {OP_TANH, OP_TANH_GRAD}, {OP_EXP, OP_EXP_GRAD},
                                      {OP_LOG, OP_LOG_GRAD}, {OP_GELU_ERF, OP_GELU_ERF_GRAD}, {OP_RSQRT, OP_RSQRT_GRAD},
@@ -1194,9 +1264,13 @@ static void gradients_ext(void) {
     grad_gather(false);
     grad_gather(true);
     refused(c2(OP_INDEX_SELECT, (plan_attrs){.i[PLAN_AI_AXIS] = 0}, zeros(1, 3), ids(9, 1, 2), zeros(1, 2)), "outside [0, 3)");
-    grad_attention_general(false, 0);
-    grad_attention_general(true, 0);
-    grad_attention_general(true, 0.3);
+    for (attn_mode = PLAN_ATTN_UNFUSED; attn_mode <= PLAN_ATTN_FLASH; attn_mode++) {
+        grad_attention_general(false, 0);
+        grad_attention_general(true, 0);
+        grad_attention_general(true, 0.3);
+    }
+    attn_mode = PLAN_ATTN_UNFUSED;
+    flash_vs_unfused();
     plan_attrs m = {.perm = {1, 3}};
     refused(c2(OP_SUB, m, zeros(3, 2, 3, 4), zeros(2, 3, 4), zeros(3, 2, 3, 4)), "not input 0 [2,3,4] with axes left out");
     refused(c1(OP_SUM, (plan_attrs){.perm = {2}}, zeros(3, 2, 3, 4), zeros(1, 4)), "output 0 is [4]");

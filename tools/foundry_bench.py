@@ -11,20 +11,19 @@ gpt(): GPT-2's layout, which the row's published parameter count confirms) and r
 
     plancc MODEL --cluster models/clusters/dgx-h100.json|dgx-a100.json --devices G --dp G
            --zero 3 (FULL_SHARD) | 2 (SHARD_GRAD_OP) --global-batch GBS --micro-batch-size MBS
-           --recompute full (activation checkpointing) | none --estimate-only --json
+           --recompute full (activation checkpointing) | none --attention flash --estimate-only --json
 
 and compares tokens per second per GPU, GBS * seq / (step * G), with the published figure.
 Where plancc's memory model finds that the row does not fit (exit 3), the estimate is taken on a
 copy of the cluster with eight times the memory and the row says so: the time is still a prediction,
 the disagreement on memory is a finding.
 
-Known difference: the MPT runs use FlashAttention 2 (attn_impl flash); plancc's attention is
-unfused, as Megatron-LM (2021) and planrun's kernels run it (compiler/cost.c), which costs
-memory passes over b x heads x s x s that FlashAttention does not make. The table therefore shows
-the sequence length and the error per row; the long-sequence rows measure that difference.
+The MPT runs use FlashAttention 2 (attn_impl flash), so the rows are compiled with
+--attention flash (compiler/cost.c's flash form); --attention unfused shows what the unfused
+form (Megatron-LM 2021's, plancc's default) would predict.
 
 usage: foundry_bench.py [--plancc PATH] [--root DIR] [--csv FILE] [--system h100_80gb|a100_80gb]
-                        [--max-seq N] [--json]
+                        [--max-seq N] [--attention flash|unfused] [--json]
 The exit code is 0 when every row ran; it does not judge the errors.
 """
 import argparse
@@ -91,7 +90,7 @@ def estimate(plancc, a):
     return p.returncode, (json.loads(p.stdout) if p.returncode == 0 else p.stderr.strip())
 
 
-def predict(plancc, r, root, tmp, cache):
+def predict(plancc, r, root, tmp, cache, attention="flash"):
     g = int(r["gpus"])
     gbs, mb, ga = int(r["global_batch"]), int(r["micro_batch"]), int(r["grad_accum"])
     if gbs != g * mb * ga:
@@ -99,7 +98,7 @@ def predict(plancc, r, root, tmp, cache):
     cluster = CLUSTERS[r["system"]]
     a = [model_path(r, tmp, cache), "--devices", str(g), "--dp", str(g), "--zero", ZERO[r["sharding"]],
          "--global-batch", str(gbs), "--micro-batch-size", str(mb),
-         "--recompute", "full" if r["activation_checkpointing"] == "True" else "none"]
+         "--recompute", "full" if r["activation_checkpointing"] == "True" else "none", "--attention", attention]
     t0 = time.perf_counter()
     rc, est = estimate(plancc, a + ["--cluster", os.path.join(root, "models", "clusters", cluster)])
     fits = rc == 0
@@ -142,11 +141,11 @@ def table(results):
     return "\n".join(lines)
 
 
-def run(plancc, root, csv_path, system=None, max_seq=None):
+def run(plancc, root, csv_path, system=None, max_seq=None, attention="flash"):
     t0 = time.perf_counter()
     cache = {}
     with tempfile.TemporaryDirectory() as tmp:
-        results = [predict(plancc, r, root, tmp, cache) for r in rows(csv_path)
+        results = [predict(plancc, r, root, tmp, cache, attention) for r in rows(csv_path)
                    if (not system or r["system"] == system) and (not max_seq or int(r["seq"]) <= max_seq)]
     return results, time.perf_counter() - t0
 
@@ -158,16 +157,19 @@ def main():
     ap.add_argument("--csv", default=os.path.join(ROOT, "data", "llmfoundry_mpt.csv"))
     ap.add_argument("--system", choices=sorted(CLUSTERS), help="only this table's rows")
     ap.add_argument("--max-seq", type=int, help="only rows with at most this sequence length")
+    ap.add_argument("--attention", choices=["flash", "unfused"], default="flash",
+                    help="the attention form to compile with (default flash, as the MPT runs used)")
     ap.add_argument("--json", action="store_true", help="print the results as JSON")
     o = ap.parse_args()
     try:
-        results, dt = run(os.path.abspath(o.plancc), os.path.abspath(o.root), o.csv, o.system, o.max_seq)
+        results, dt = run(os.path.abspath(o.plancc), os.path.abspath(o.root), o.csv, o.system, o.max_seq, o.attention)
     except (OSError, RuntimeError, KeyError) as e:
         sys.exit("foundry_bench: %s" % e)
     if o.json:
         print(json.dumps({"rows": results, "seconds": dt}, indent=1))
         return
-    print("LLM Foundry's MPT throughput (data/llmfoundry_mpt.csv): published vs plancc's template estimate, tokens/s per GPU")
+    print("LLM Foundry's MPT throughput (data/llmfoundry_mpt.csv): published vs plancc's template estimate (--attention %s), "
+          "tokens/s per GPU" % o.attention)
     print(table(results))
     print("bench took %.2f s (%d rows)" % (dt, len(results)))
 

@@ -8,6 +8,8 @@ format the cost model reads.
   /usr/bin/python3 tools/gpu_bench.py --tf32                  TF32 products (planrun --tf32, torch allow_tf32)
   /usr/bin/python3 tools/gpu_bench.py --dtype bf16            the model compiled in bf16 (torch: bf16 weights
                                                              and activations, f32 master weights in AdamW)
+  /usr/bin/python3 tools/gpu_bench.py --attention flash      the plan's attention in the FlashAttention
+                                                             form (plancc --attention flash)
   /usr/bin/python3 tools/gpu_bench.py --model models/gpt-tiny.json --steps 50
   /usr/bin/python3 tools/gpu_bench.py --profile-out models/clusters/profiles/dgx-h100-gpt2.json \\
       --cluster models/clusters/dgx-h100.json
@@ -60,6 +62,7 @@ def parse_args(argv):
     a.add_argument("--warmup", type=int, default=3)
     a.add_argument("--dtype", choices=["f32", "bf16", "f16"], default="f32")
     a.add_argument("--tf32", action="store_true")
+    a.add_argument("--attention", choices=["unfused", "flash"], default="unfused", help="plancc --attention (default unfused)")
     a.add_argument("--peak", type=float, help="the GPU's dense peak in TFLOP/s for the dtype (default: a table by name)")
     a.add_argument("--profile-out", help="write planrun's measured profile here (cost-model format)")
     a.add_argument("--skip-torch", action="store_true")
@@ -80,7 +83,7 @@ def compile_plan(a, tmp):
         with open(model, "w") as f:
             json.dump(m, f)
     plan = os.path.join(tmp, "bench.plan")
-    p = sh(a.plancc, model, "--cluster", a.cluster, "--devices", 1, "-o", plan)
+    p = sh(a.plancc, model, "--cluster", a.cluster, "--devices", 1, "--attention", a.attention, "-o", plan)
     if p.returncode:
         sys.exit(f"plancc failed ({p.returncode}): {p.stderr[-2000:]}")
     return plan

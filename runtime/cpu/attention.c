@@ -8,7 +8,8 @@
  *     from k's view start), so a split of the query heads over ranks that keep every kv head,
  *     or split the kv heads alike, computes the same;
  *   - scale is attrs scale, or 1/sqrt(d) when that is 0;
- *   - causal (attrs causal) masks key j > query i (top-left aligned, PyTorch's is_causal);
+ *   - causal (attrs causal) masks key j > query i, counted globally from the views' start
+ *     (top-left aligned, PyTorch's is_causal, on the whole tensor);
  *   - an optional fourth input is an additive bias whose axes are some of the scores' [b,n,s,t]
  *     (attrs perm, cpu_map_strides: padding masks, relative position biases, pair biases).
  * Each (batch, head) is a matrix with a row stride of heads x width, so the products are strided
@@ -16,6 +17,8 @@
  * dq, dk, dv (dk and dv summed over the query heads that share them: zeroed first unless
  * accumulating), attention_grad_bias (dy, q, k, v, bias) -> dbias (dS summed over the axes the
  * bias lacks). Scratch is two s x t matrices and a row of t per call.
+ * attrs mode PLAN_ATTN_FLASH hands each operator to attention_flash.c's blockwise kernels (the
+ * same function without the s x t scratch); attention.h holds what both forms share.
  *
  * Dropout of the probabilities (attrs p, Megatron-LM's attention_dropout): O = (P . M) V with
  * M = keep / (1 - p) per element, drawn from rt.h's counter-based generator keyed by (the run's
@@ -27,23 +30,11 @@
  * dV = (P . M)^T dY, dP = (dY V^T) . M, dS = P (dP - rowsum(dP P)). Masked-out (causal) keys
  * draw a value too but hold 0 either way.
  */
-#include "cpu.h"
+#include "attention.h"
 
 #include <stdlib.h>
 
-typedef struct attn_geom {
-    int64_t b, s, t, n, m, d, e;
-    int64_t group, q_head0, k_head0, kv_heads; // global: query heads per kv head, first heads held
-    int64_t bst[4];                            // the bias's strides along [b,n,s,t] (0: absent)
-    const real *bias;
-    real scale;
-    bool causal;
-    double p;                                  // dropout of the probabilities (0: none)
-    uint64_t key;                              // its mask's key, before the element index
-    int64_t b0, s0, t0, heads, queries, keys;  // global: first batch, query, key; full sizes
-} attn_geom;
-
-static int attn_check(kctx *c, uint32_t qi, attn_geom *g) {
+int CPU_KERNEL(attn_geom_init)(kctx *c, uint32_t qi, attn_geom *g) {
     const rt_view *q = &c->in[qi], *k = &c->in[qi + 1], *v = &c->in[qi + 2];
     const rt_view *y = qi ? &c->in[0] : &c->out[0];
     if (cpu_rank_is(c, "the query", q, 4, "[b,s,n,d]") || cpu_rank_is(c, "the keys", k, 4, "[b,t,m,d]") ||
@@ -82,11 +73,7 @@ static int attn_check(kctx *c, uint32_t qi, attn_geom *g) {
 }
 
 // The dropout factors of row i (local query) of batch bi, head h (local): 0 or 1 / (1 - p).
-static void attn_mask_row(const attn_geom *g, int64_t bi, int64_t h, int64_t i, real *m) {
-    uint64_t row = (uint64_t)((((g->b0 + bi) * g->heads + g->q_head0 + h) * g->queries + g->s0 + i) * g->keys + g->t0);
-    real keep = (real)(1 / (1 - g->p));
-    for (int64_t j = 0; j < g->t; j++) m[j] = rt_uniform(rt_key(g->key, row + (uint64_t)j)) >= g->p ? keep : 0;
-}
+static void attn_mask_row(const attn_geom *g, int64_t bi, int64_t h, int64_t i, real *m) { attn_mask_keys(g, bi, h, i, g->t0, g->t, m); }
 
 // p [s,t] *= the mask of batch bi, head h (m: t reals of scratch).
 static void attn_drop(const attn_geom *g, int64_t bi, int64_t h, real *p, real *m) {
@@ -106,23 +93,22 @@ static void attn_probs(const attn_geom *g, const real *q, const real *k, int64_t
             const real *br = g->bias + bi * g->bst[0] + h * g->bst[1] + i * g->bst[2];
             for (int64_t j = 0; j < t; j++) row[j] += br[j * g->bst[3]];
         }
-        int64_t len = g->causal ? (i + 1 < t ? i + 1 : t) : t;
-        real mx = row[0];
+        int64_t len = attn_keys_kept(g, i, g->t0, t);
+        real mx = len ? row[0] : 0;
         for (int64_t j = 1; j < len; j++) mx = row[j] > mx ? row[j] : mx;
         double sum = 0;
         for (int64_t j = 0; j < len; j++) sum += row[j] = R_EXP(row[j] - mx);
-        real inv = (real)(1 / sum);
+        real inv = (real)(sum > 0 ? 1 / sum : 0);
         for (int64_t j = 0; j < len; j++) row[j] *= inv;
         for (int64_t j = len; j < t; j++) row[j] = 0;
     }
 }
 
-static int64_t attn_kv(const attn_geom *g, int64_t h) { return (g->q_head0 + h) / g->group - g->k_head0; }
-
 // (q, k, v[, bias]) -> softmax(scale q k^T + bias) v.
 int CPU_KERNEL(attention)(kctx *c) {
     attn_geom g;
-    if (attn_check(c, 0, &g)) return -1;
+    if (CPU_KERNEL(attn_geom_init)(c, 0, &g)) return -1;
+    if (c->a->i[PLAN_AI_MODE] == PLAN_ATTN_FLASH) return CPU_KERNEL(attention_flash)(c, &g);
     real *p = cpu_scratch(c, g.s * g.t + g.t);
     if (!p) return -1;
     const real *Q = cpu_r(&c->in[0]), *K = cpu_r(&c->in[1]), *V = cpu_r(&c->in[2]);
@@ -170,9 +156,13 @@ static void attn_ds(const attn_geom *g, const real *DY, const real *Q, const rea
 // (dy, q, k, v[, bias]) -> (dq, dk, dv): dv = P^T dy, dP = dy v^T, dq = scale dS k, dk = scale dS^T q.
 int CPU_KERNEL(attention_grad)(kctx *c) {
     attn_geom g;
-    if (attn_check(c, 1, &g)) return -1;
+    if (CPU_KERNEL(attn_geom_init)(c, 1, &g)) return -1;
     for (uint32_t i = 0; i < 3; i++)
         if (cpu_like(c, i == 0 ? "dq" : i == 1 ? "dk" : "dv", &c->out[i], &c->in[1 + i])) return -1;
+    if (c->a->i[PLAN_AI_MODE] == PLAN_ATTN_FLASH) {
+        cpu_clear(c, 1), cpu_clear(c, 2);
+        return CPU_KERNEL(attention_grad_flash)(c, &g, cpu_r(&c->out[0]), cpu_r(&c->out[1]), cpu_r(&c->out[2]), NULL);
+    }
     real *p = cpu_scratch(c, 2 * g.s * g.t + g.t);
     if (!p) return -1;
     real *dp = p + g.s * g.t;
@@ -196,7 +186,11 @@ int CPU_KERNEL(attention_grad)(kctx *c) {
 // (dy, q, k, v, bias) -> dbias: dS summed over the axes the bias lacks.
 int CPU_KERNEL(attention_grad_bias)(kctx *c) {
     attn_geom g;
-    if (attn_check(c, 1, &g) || cpu_like(c, "output 0", &c->out[0], &c->in[4])) return -1;
+    if (CPU_KERNEL(attn_geom_init)(c, 1, &g) || cpu_like(c, "output 0", &c->out[0], &c->in[4])) return -1;
+    if (c->a->i[PLAN_AI_MODE] == PLAN_ATTN_FLASH) {
+        cpu_clear(c, 0);
+        return CPU_KERNEL(attention_grad_flash)(c, &g, NULL, NULL, NULL, cpu_r(&c->out[0]));
+    }
     real *p = cpu_scratch(c, 2 * g.s * g.t + g.t);
     if (!p) return -1;
     real *dp = p + g.s * g.t, *DB = cpu_r(&c->out[0]);

@@ -257,6 +257,15 @@ typedef struct ck_attn {
 cudaError_t ck_attention(cudaStream_t st, const ck_attn *a, float *scratch, void *y, int ydt, bool acc);
 cudaError_t ck_attention_grad(cudaStream_t st, const ck_attn *a, float *scratch, const void *dy, void *dq, void *dk, void *dv, int gdt,
                               void *db, int64_t nb, bool acc);
+// The same in the FlashAttention manner (attention_flash.cu; attrs mode PLAN_ATTN_FLASH): no
+// scratch for the forward; the backward's scratch is ck_flash_scratch_bytes (nb: the bias's
+// elements for db, else 0), [b,s,n] rows of o, lse and dq in f32, never s x t. ck_flash_smem: the
+// shared memory a block needs (grad: the backward's), which the device must offer.
+size_t ck_flash_scratch_bytes(const ck_attn *a, int64_t nb);
+size_t ck_flash_smem(const ck_attn *a, bool grad);
+cudaError_t ck_flash_attention(cudaStream_t st, const ck_attn *a, void *y, int ydt, bool acc);
+cudaError_t ck_flash_attention_grad(cudaStream_t st, const ck_attn *a, void *scratch, const void *dy, void *dq, void *dk, void *dv, int gdt,
+                                    void *db, int64_t nb, bool acc);
 // The cuBLAS path's attention dropout (a->p > 0; kernels_nn.cu) on batch element bi's [a->n, s, s] (f32, in place): ck_attn_drop
 // multiplies the probabilities by the mask; ck_attn_dscores_drop takes dp = dy v^T (the dropped
 // probabilities' gradient), multiplies it by the mask, makes dS = P (dP - rowsum(dP P)) in

@@ -261,7 +261,8 @@ static __device__ int64_t attn_kv(const ck_attn *a, int64_t h) { return (a->q_he
 
 // Row (bi, h, i) of P = softmax(scale q k^T + bias) into p (t floats).
 static __device__ void attn_row(const ck_attn *a, int64_t bi, int64_t h, int64_t i, float *p) {
-    int64_t kv = attn_kv(a, h), len = a->causal ? (i + 1 < a->t ? i + 1 : a->t) : a->t;
+    int64_t kv = attn_kv(a, h), last = a->s0 + i - a->t0; // causal: keys past the query, globally
+    int64_t len = a->causal ? (last < 0 ? 0 : last + 1 < a->t ? last + 1 : a->t) : a->t;
     float mx = -INFINITY;
     for (int64_t j = 0; j < len; j++) {
         double sdot = 0;

@@ -1232,11 +1232,12 @@ static int staged(oc *c, op_fn *fn, char *err, size_t err_n) {
     return rc;
 }
 
-// The general forms (a bias, cross lengths, grouped-query heads, another value width) run in
-// ops_ext.c; q, k, v of one shape keep cuBLAS's path.
+// The general forms (a bias, cross lengths, grouped-query heads, another value width) and the
+// FlashAttention form (attrs mode PLAN_ATTN_FLASH) run in ops_ext.c; q, k, v of one shape keep
+// cuBLAS's path.
 static bool attention_general(const oc *c) {
     uint32_t qi = c->k->op == OP_ATTENTION ? 0 : 1;
-    return c->nin > qi + 3 || !shape_is(&c->in[qi + 1], shape_of(&c->in[qi])) || !shape_is(&c->in[qi + 2], shape_of(&c->in[qi]));
+    return c->a->i[PLAN_AI_MODE] == PLAN_ATTN_FLASH || c->nin > qi + 3 || !shape_is(&c->in[qi + 1], shape_of(&c->in[qi])) || !shape_is(&c->in[qi + 2], shape_of(&c->in[qi]));
 }
 static int op_attention_any(oc *c, char *err, size_t err_n) {
     return attention_general(c) ? op_ext(c, err, err_n) : staged(c, op_attention, err, err_n);

@@ -150,6 +150,24 @@ int cu_attn_dropout(const rt_kernel *k, const rt_view *q, const rt_view *kk, ck_
     return 0;
 }
 
+// The FlashAttention form (attention_flash.cu) of the operator k, geometry a.
+static int flash(cudaStream_t st, const rt_kernel *k, const ck_attn *a, uint32_t qi, char *err, size_t err_n) {
+    if (!qi) {
+        CUDA_CHECK(ck_flash_attention(st, a, k->out[0].data, k->out[0].dtype, k->accumulate));
+        return 0;
+    }
+    bool bias_grad = k->op == XOP_ATTENTION_GRAD_BIAS;
+    int64_t nb = bias_grad ? vnumel(&k->out[0]) : 0;
+    void *scratch = NULL;
+    CU_TRY(cu_scratch(st, ck_flash_scratch_bytes(a, nb), &scratch, err, err_n));
+    cudaError_t e = bias_grad ? ck_flash_attention_grad(st, a, scratch, k->in[0].data, NULL, NULL, NULL, 0, k->out[0].data, nb, k->accumulate)
+                              : ck_flash_attention_grad(st, a, scratch, k->in[0].data, k->out[0].data, k->out[1].data, k->out[2].data,
+                                                        k->out[0].dtype, NULL, 0, k->accumulate);
+    cu_scratch_free(st, scratch);
+    CUDA_CHECK(e);
+    return 0;
+}
+
 // attention, attention_grad and attention_grad_bias in their general form (cpu/attention.c).
 static int attention(cudaStream_t st, const rt_kernel *k, const char *name, char *err, size_t err_n) {
     uint32_t qi = k->op == XOP_ATTENTION ? 0 : 1;
@@ -172,6 +190,7 @@ static int attention(cudaStream_t st, const rt_kernel *k, const char *name, char
         for (int i = 0; i < 4; i++) a.bst[i] = m.sst[i];
         a.bias = bias->data, a.bdt = bias->dtype;
     }
+    if (k->attrs.i[PLAN_AI_MODE] == PLAN_ATTN_FLASH) return flash(st, k, &a, qi, err, err_n);
     size_t rows = (size_t)(a.b * a.n * a.s * a.t);
     float *scratch = NULL;
     CU_TRY(cu_scratch(st, (rows ? rows : 1) * sizeof(float) * (qi ? 2 : 1), (void **)&scratch, err, err_n));

@@ -27,6 +27,7 @@
  *     its sequence or head size (axes 1 and 3): every query reads every key of its head
  *     (attention-shard). An all-to-all of context parallelism onto the wrong dimension, or one
  *     left out, gives pieces of the right size but the wrong heads, and is caught here.
+ *   - attention and its gradients: the form (attrs i[7], PLAN_ATTN_*) unfused or flash.
  * A scratch buffer has no shape to compare: an operator with one is not checked.
  */
 #include "checker.h"
@@ -203,6 +204,17 @@ static plan_status check_drop_p(checker *c, uint32_t k, uint32_t i, const char *
     return check_ifail(c, k, i, "attrs %u: %s's drop probability %g is outside [0, 1)", in->attrs, op, p);
 }
 
+// attention's, attention_grad's and attention_grad_bias's form (i[PLAN_AI_MODE]): PLAN_ATTN_UNFUSED
+// or PLAN_ATTN_FLASH; the backends know no other.
+static plan_status check_attn_form(checker *c, uint32_t k, uint32_t i, const char *op) {
+    const plan_program *pg = &c->p->programs[k];
+    const plan_insn *in = &pg->insns[i];
+    if (in->attrs == PLAN_NONE || strncmp(op, "attention", 9)) return PLAN_OK;
+    int64_t m = pg->attrs[in->attrs].i[PLAN_AI_MODE];
+    if (m == PLAN_ATTN_UNFUSED || m == PLAN_ATTN_FLASH) return PLAN_OK;
+    return check_ifail(c, k, i, "attrs %u: %s's form (i[7]) is %lld; it must be 0 (unfused) or 1 (flash)", in->attrs, op, (long long)m);
+}
+
 // Attention's operands split alike: the queries' batch and heads, no sequence, no head size.
 static plan_status check_attention(checker *c, uint32_t k, uint32_t i, bool grad) {
     const plan *p = c->p;
@@ -245,6 +257,7 @@ plan_status check_attrs_shapes(checker *c, uint32_t k, uint32_t i) {
     if (!op) return PLAN_OK;
     plan_status st = check_elementwise(c, k, i);
     if (!st) st = check_drop_p(c, k, i, op);
+    if (!st) st = check_attn_form(c, k, i, op);
     if (!st && (!strcmp(op, "attention") || !strcmp(op, "attention_grad"))) st = check_attention(c, k, i, op[9] != 0);
     if (st) return st;
     if (!strcmp(op, "slice") || !strcmp(op, "slice_grad")) return check_slice(c, k, i, op[5] != 0);

@@ -273,7 +273,8 @@ enum { PLAN_AF_SCALE, PLAN_AF_EPS, PLAN_AF_P, PLAN_AF_LR, PLAN_AF_BETA1, PLAN_AF
 // PLAN_AI_GHOST > 0: batch norm's statistics are over each run of that many samples (ghost
 // batch norm); 0: over the whole batch the instruction sees.
 // PLAN_AI_MODE: cross_entropy's bits (1: rows labelled f[PLAN_AF_SCALE] count 0; 2: the sum, not
-// the mean).
+// the mean); attention's and its gradients' form (PLAN_ATTN_*: the same function either way).
+enum { PLAN_ATTN_UNFUSED = 0, PLAN_ATTN_FLASH = 1 };
 enum { PLAN_AI_SEED, PLAN_AI_AXIS, PLAN_AI_START, PLAN_AI_END, PLAN_AI_CAUSAL, PLAN_AI_ACCUMULATE, PLAN_AI_GHOST, PLAN_AI_MODE };
 typedef struct plan_attrs {
     double f[8];                // scale, eps, p, lr, beta1, beta2, weight_decay, momentum
