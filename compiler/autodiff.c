@@ -438,6 +438,10 @@ static void backward_block(ad *A, int b) {
     // Step 3: the block's ops in reverse.
     g->blocks[bb].first_op = g->n_ops;
     for (int o = fb.first_op + fb.n_ops - 1; o >= fb.first_op; o--) backward_op(A, o);
+    // A parameter of the block that several of its ops read (co-shard's pieces) sums its
+    // contributions here, inside the copy, like any other gradient.
+    for (int t = 0; t < A->nfwd; t++)
+        if (g->tensors[t].kind == PCC_T_PARAM && g->tensors[t].block == b && A->ncontrib[t] > 1) grad_sum(A, t);
     // Step 4: gradients of the block's inputs: carried to the next backward copy and out of the
     // last one, or summed over copies.
     for (int i = 0; i < fb.n_in; i++) {

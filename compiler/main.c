@@ -134,6 +134,7 @@ int main(int argc, char **argv) {
     if (!st) st = model_load(a, o.model, &g);                                   // the front end
     if (!st) st = options_apply_model(&o, g);                                   // --bf16, Megatron-LM's layer counts
     if (!st) st = batch_apply(g, &o.batch);                                     // --global-batch and the like
+    if (!st) st = coshard_apply(g, &o);                                         // --coshard, policy "coshard"
     if (!st) st = graph_check(g);
     if (!st) st = autodiff(g);                                                  // backward pass, optimizer step
     if (!st) st = graph_check(g);
