@@ -191,6 +191,7 @@ COSHARD = [(1, CS_MLP_S), (1, CS_MLP_F), (1, CS_ATTN), (1, CS_HEAD), (1, f"{CS_M
            (2, f"{CS_MLP_S} --dp 2"), (2, f"{CS_ATTN} --tp 2"), (2, f"{CS_HEAD} --tp 2"), (2, f"{CS_MLP_F} --tp 2"),
            (4, f"{CS_MLP_F} --dp 2 --tp 2"), (4, f"{CS_ATTN} --dp 2 --tp 2"), (4, f"{CS_HEAD} --dp 2 --tp 2"),
            (4, f"{CS_HEAD},layer.o4:2 --pp 2 --dp 2 --micro-batches 2"), (2, f"{CS_MLP_S} --dp 2 --recompute full --zero 3"),
+           (2, f"{CS_MLP_F} --pp 2 --micro-batches 2"), (2, f"{CS_MLP_S} --dp 2 --zero 2 --micro-batches 2"),
            (4, f"{CS_HEAD} --auto")]
 
 
