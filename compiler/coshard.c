@@ -38,6 +38,8 @@
 #include "policy.h"
 
 #include <fnmatch.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -62,6 +64,19 @@ typedef struct cs {
     int *newdim_id;
 } cs;
 
+// A diagnostic at the request: the policy's pointer, or --coshard "ENTRY" (exit 2).
+static pcc_status refuse_request(const want *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static pcc_status refuse_request(const want *w, const char *fmt, ...) {
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (w->src) return refuse_request(w, "%s", msg);
+    if (!pcc_trial) fprintf(stderr, "%s: --coshard \"%s\": %s\n", pcc_progname, w->ptr, msg);
+    return PCC_ERR_INPUT;
+}
+
 static const char *base_name(const pcc_graph *g, const pcc_op *op) {
     return op->label ? op->label : g->tensors[op->out[0]].name;
 }
@@ -81,17 +96,18 @@ static pcc_status cli_requests(cs *C, const char *spec) {
         char *l = k ? strchr(k + 1, ':') : NULL;
         char *end = NULL;
         long ways = k ? strtol(k + 1, &end, 10) : 0;
+        want bad = {0, NULL, NULL, arena_printf(C->g->arena, "%s", e)};
         if (!k || k == e || end == k + 1 || (*end && *end != ':') || ways < 2 || ways > CS_MAX_WAYS || (l && !l[1]))
-            return diag("--coshard", "", "\"%s\" is not GLOB:K or GLOB:K:LETTER with 2 <= K <= %d", e, CS_MAX_WAYS);
+            return refuse_request(&bad, "not GLOB:K or GLOB:K:LETTER with 2 <= K <= %d", CS_MAX_WAYS);
         *k = 0;
         if (l) *l++ = 0;
         bool any = false;
         for (int o = 0; o < C->n_old; o++) {
             if (fnmatch(e, full_name(C->g->arena, C->g, &C->old[o]), 0) != 0) continue;
             any = true;
-            if (!C->want[o].ways) C->want[o] = (want){(int)ways, l, "--coshard", e};
+            if (!C->want[o].ways) C->want[o] = (want){(int)ways, l, NULL, bad.ptr};
         }
-        if (!any) return diag("--coshard", e, "selects no operator of %s", C->g->file);
+        if (!any) return refuse_request(&bad, "selects no operator of %s", C->g->file);
     }
     return PCC_OK;
 }
@@ -149,12 +165,12 @@ static pcc_status choose(cs *C, int o) {
     int nl = op_letters(C->g, op, L), best = -1;
     const char *name = full_name(C->g->arena, C->g, op);
     if (pcc_ops[op->kind].flags & PCC_OPF_RNG)
-        return diag(w->src, w->ptr, "co-shards %s (%s), which draws random numbers: each piece would draw its own", name,
+        return refuse_request(w, "co-shards %s (%s), which draws random numbers: each piece would draw its own", name,
                     pcc_ops[op->kind].name);
     for (int i = 0; i < nl; i++) {
         const char *why = refuse(C->g, op, &L[i], w->ways);
         if (w->letter && !strcmp(L[i].name, w->letter)) {
-            if (why) return diag(w->src, w->ptr, "cannot co-shard %s along %s=%s %d ways: %s", name, L[i].name,
+            if (why) return refuse_request(w, "cannot co-shard %s along %s=%s %d ways: %s", name, L[i].name,
                                  C->g->dims[L[i].dim].name, w->ways, why);
             best = i;
             break;
@@ -164,9 +180,9 @@ static pcc_status choose(cs *C, int o) {
         if (a > b || (a == b && C->g->dims[L[i].dim].size > C->g->dims[L[best].dim].size)) best = i;
     }
     if (best < 0 && w->letter)
-        return diag(w->src, w->ptr, "%s (%s) has no letter \"%s\"", name, pcc_ops[op->kind].name, w->letter);
+        return refuse_request(w, "%s (%s) has no letter \"%s\"", name, pcc_ops[op->kind].name, w->letter);
     if (best < 0)
-        return diag(w->src, w->ptr, "%s (%s) has no letter that splits %d ways (not the batch, not marked unsplittable, its size a multiple)",
+        return refuse_request(w, "%s (%s) has no letter that splits %d ways (not the batch, not marked unsplittable, its size a multiple)",
                     name, pcc_ops[op->kind].name, w->ways);
     C->letter[o] = L[best];
     return PCC_OK;
