@@ -72,7 +72,7 @@ static pcc_status refuse_request(const want *w, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    if (w->src) return refuse_request(w, "%s", msg);
+    if (w->src) return diag(w->src, w->ptr, "%s", msg);
     if (!pcc_trial) fprintf(stderr, "%s: --coshard \"%s\": %s\n", pcc_progname, w->ptr, msg);
     return PCC_ERR_INPUT;
 }
