@@ -393,3 +393,43 @@ pcc_status coshard_apply(pcc_graph *g, pcc_options *o) {
     free(C.newdim_id);
     return PCC_OK;
 }
+
+/* ---- --auto's fit step ---- */
+
+// Whether op can be co-sharded k ways along some letter (the choice coshard_apply would make).
+static bool can_coshard(const pcc_graph *g, const pcc_op *op, int k) {
+    pcc_letter L[PCC_MAX_LETTERS];
+    int nl = op_letters(g, op, L);
+    if (pcc_ops[op->kind].flags & PCC_OPF_RNG) return false;
+    for (int i = 0; i < nl; i++)
+        if (!refuse(g, op, &L[i], k)) return true;
+    return false;
+}
+
+// A name --coshard can take back as a glob that selects it alone.
+static bool plain_name(const char *s) { return !strpbrk(s, "*?[]\\,:"); }
+
+static double out_bytes(const pcc_graph *g, const pcc_op *op) {
+    double b = 0;
+    for (int j = 0; j < op->nout; j++) b = b > tensor_bytes(g, &g->tensors[op->out[j]]) ? b : tensor_bytes(g, &g->tensors[op->out[j]]);
+    return b;
+}
+
+const char *coshard_suggest(pcc_arena *a, const pcc_graph *g, int k) {
+    double top = 0;
+    for (int o = 0; o < g->n_fwd_ops; o++) top = top > out_bytes(g, &g->ops[o]) ? top : out_bytes(g, &g->ops[o]);
+    const char *s = NULL;
+    for (int o = 0; o < g->n_fwd_ops && top > 0; o++) {
+        const pcc_op *op = &g->ops[o];
+        bool big = out_bytes(g, op) >= top / 2;
+        // a loss reading a big operator's output goes with it (the LM head's logits)
+        for (int i = 0; !big && (pcc_ops[op->kind].flags & PCC_OPF_LOSS) && i < op->nin; i++) {
+            int p = g->tensors[op->in[i]].producer;
+            big = p >= 0 && out_bytes(g, &g->ops[p]) >= top / 2;
+        }
+        const char *name = full_name(a, g, op);
+        if (!big || !plain_name(name) || !can_coshard(g, op, k)) continue;
+        s = s ? arena_printf(a, "%s,%s:%d", s, name, k) : arena_printf(a, "%s:%d", name, k);
+    }
+    return s;
+}

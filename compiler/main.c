@@ -28,6 +28,7 @@
 #include "policy.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 static pcc_status write_plan(const plan *p, const char *out) {
     char err[512];
@@ -108,11 +109,10 @@ static pcc_status phase3(const pcc_graph *g, const pcc_cluster *c, const pcc_str
     return st;
 }
 
-int main(int argc, char **argv) {
-    pcc_options o;
-    bool done;
-    pcc_status st = options_parse(argc, argv, &o, &done);
-    if (st || done) return st;
+// One compile of the options, from the front end to the plan and its report.
+static pcc_status compile(pcc_options *op) {
+    pcc_options o = *op;
+    pcc_status st = PCC_OK;
     o.search.preserve = &o.preserve; // the search's memory figure is phase 3's and the planner's
     o.search.deadline_s = clock_cpu_s() + o.search.ilp.time_limit_s; // one time budget for the whole search
     pcc_quiet = o.quiet;
@@ -171,6 +171,10 @@ int main(int argc, char **argv) {
         if (!st && !o.estimate_only) st = check_plan(e.p);                      // the verifier
         if (driver_fit_done(&fit, &st, &e)) break;
     }
+    if (st == PCC_ERR_INFEASIBLE && o.search.auto_mesh && !o.coshard && !o.estimate_only) { // --auto's co-shard step
+        const char *cs = coshard_suggest(a, g, 4);
+        if (cs) op->coshard_retry = strdup(cs);
+    }
     if (o.estimate_only) {                                                      // --estimate-only: the fit, no file
         if (!st) report_estimate(stdout, g, c, &o, fit.cand[fit.which], e.peak_bytes, fit.n, clock_s() - t0 + o.mb_search_s);
         return finish(a, &e, st);
@@ -179,4 +183,21 @@ int main(int argc, char **argv) {
     if (!st) st = write_plan(e.p, out);
     if (!st) report_compile(stdout, g, c, &o, fit.cand, fit.n, fit.which, &e, out, clock_s() - t0 + o.mb_search_s);
     return finish(a, &e, st);
+}
+
+int main(int argc, char **argv) {
+    pcc_options o;
+    bool done;
+    pcc_status st = options_parse(argc, argv, &o, &done);
+    if (st || done) return st;
+    pcc_options again = o;
+    st = compile(&o);
+    if (st != PCC_ERR_INFEASIBLE || !o.coshard_retry) return st;
+    // Nothing fit under --auto, recompute and ZeRO-3 included: co-shard the operators that make the
+    // largest outputs (the LM head and its loss, an MLP's 4h activation) and compile again.
+    if (!o.quiet) fprintf(stderr, "plancc: --auto: trying co-shard: --coshard %s\n", o.coshard_retry);
+    again.coshard = o.coshard_retry;
+    st = compile(&again);
+    free(o.coshard_retry);
+    return st;
 }
