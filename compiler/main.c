@@ -27,6 +27,7 @@
 #include "plancc.h"
 #include "policy.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -123,7 +124,7 @@ static pcc_status compile(pcc_options *op) {
     pcc_strategy **cand = NULL;
     const pcc_strategy *s;
     int n = 0, n_sizes;
-    pcc_fit fit;
+    pcc_fit fit = {0};
     pcc_emit_opts eo;
     pcc_programs *pr;
     pcc_emitted e = {0};
@@ -171,7 +172,8 @@ static pcc_status compile(pcc_options *op) {
         if (!st && !o.estimate_only) st = check_plan(e.p);                      // the verifier
         if (driver_fit_done(&fit, &st, &e)) break;
     }
-    if (st == PCC_ERR_INFEASIBLE && o.search.auto_mesh && !o.coshard && !o.estimate_only) { // --auto's co-shard step
+    // --auto's co-shard step, where the plans were too large (not where phase 3 met a limit)
+    if (st == PCC_ERR_INFEASIBLE && o.search.auto_mesh && !o.coshard && fit.n > 0 && isfinite(fit.peak) && fit.peak > c->memory_bytes) {
         const char *cs = coshard_suggest(a, g, 4);
         if (cs) op->coshard_retry = strdup(cs);
     }
