@@ -429,7 +429,7 @@ const char *coshard_suggest(pcc_arena *a, const pcc_graph *g, int k) {
         }
         const char *name = full_name(a, g, op);
         if (!big || !plain_name(name) || !can_coshard(g, op, k)) continue;
-        s = s ? arena_printf(a, "%s,%s:%d", s, name, k) : arena_printf(a, "%s:%d", name, k);
+        s = s ? arena_printf(a, "%s,%s", s, name) : name;
     }
     return s;
 }

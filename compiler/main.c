@@ -187,6 +187,15 @@ static pcc_status compile(pcc_options *op) {
     return finish(a, &e, st);
 }
 
+// "a:k,b:k" from "a,b", in arena a.
+static const char *coshard_spec(pcc_arena *a, const char *names, int k) {
+    const char *s = "";
+    char *copy = arena_printf(a, "%s", names), *save = NULL;
+    for (char *n = strtok_r(copy, ",", &save); n; n = strtok_r(NULL, ",", &save))
+        s = arena_printf(a, "%s%s%s:%d", s, *s ? "," : "", n, k);
+    return s;
+}
+
 int main(int argc, char **argv) {
     pcc_options o;
     bool done;
@@ -196,10 +205,21 @@ int main(int argc, char **argv) {
     st = compile(&o);
     if (st != PCC_ERR_INFEASIBLE || !o.coshard_retry) return st;
     // Nothing fit under --auto, recompute and ZeRO-3 included: co-shard the operators that make the
-    // largest outputs (the LM head and its loss, an MLP's 4h activation) and compile again.
-    if (!o.quiet) fprintf(stderr, "plancc: --auto: trying co-shard: --coshard %s\n", o.coshard_retry);
-    again.coshard = o.coshard_retry;
-    st = compile(&again);
+    // largest outputs (the LM head and its loss, an MLP's 4h activation) 4, 8, then 16 ways, and
+    // compile again each time until one fits. A count they cannot take (exit 2) ends it: exit 3.
+    pcc_arena *a = arena_init();
+    for (int k = 4; k <= 16; k *= 2) {
+        pcc_options x = again;
+        x.coshard = coshard_spec(a, o.coshard_retry, k);
+        if (!o.quiet) fprintf(stderr, "plancc: --auto: trying co-shard: --coshard %s\n", x.coshard);
+        pcc_status r = compile(&x);
+        free(x.coshard_retry);
+        if (r != PCC_ERR_INFEASIBLE) {
+            st = r == PCC_ERR_INPUT ? st : r;
+            break;
+        }
+    }
+    arena_free(a);
     free(o.coshard_retry);
     return st;
 }

@@ -1378,7 +1378,7 @@ typedef struct pcc_options {
     const char *policy;         // --policy FILE, or NULL (policy.c)
     const char *coshard;        // --coshard GLOB:K[:LETTER],... or NULL (coshard.c)
     pcc_coshard_note *coshard_notes; int n_coshard_notes, cap_coshard_notes; // what coshard_apply did
-    char *coshard_retry;        // --auto found nothing that fits: main.c compiles again with this --coshard (malloc'd)
+    char *coshard_retry;        // --auto found nothing that fits: the operators main.c co-shards in another compile (malloc'd)
 } pcc_options;
 
 /* ---------------------------------------------------------------- coshard.c */
@@ -1389,9 +1389,9 @@ typedef struct pcc_options {
 // graph_check and autodiff. PCC_ERR_INPUT (reported, naming --coshard or the policy's pointer)
 // on a request that selects nothing or cannot split so.
 pcc_status coshard_apply(pcc_graph *g, pcc_options *o);
-// --auto's fit step: a --coshard request (in arena a) for the forward operators of g that make
-// the largest outputs (at least half the largest) and the losses that read them, k ways each,
-// where they can be co-sharded so; NULL when none can. Can't fail.
+// --auto's fit step: the names, comma-separated (in arena a), of the forward operators of g that
+// make the largest outputs (at least half the largest) and the losses that read them, where they
+// can be co-sharded k ways; NULL when none can. Can't fail.
 const char *coshard_suggest(pcc_arena *a, const pcc_graph *g, int k);
 
 // Parses argv into *o and checks the options against each other; *done when --help or --version
