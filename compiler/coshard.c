@@ -35,6 +35,7 @@
  * on two stages, one after another, still correct).
  */
 #include "plancc.h"
+#include "coshard.h"
 #include "policy.h"
 
 #include <fnmatch.h>
@@ -358,6 +359,8 @@ static void rebuild(cs *C, pcc_options *o) {
     g->n_fwd_ops = g->n_ops;
 }
 
+static int chosen_mark; // pieces[t] while the letters are chosen: t will come in pieces
+
 pcc_status coshard_apply(pcc_graph *g, pcc_options *o) {
     const pcc_policy *p = o->search.policy;
     o->coshard_notes = NULL, o->n_coshard_notes = o->cap_coshard_notes = 0;
@@ -380,7 +383,7 @@ pcc_status coshard_apply(pcc_graph *g, pcc_options *o) {
         if (!(st = choose(&C, i)))
             for (int j = 0; j < C.old[i].nout; j++) {
                 int t = C.old[i].out[j], ax = C.letter[i].axis[C.old[i].nin + j];
-                if (ax >= 0) C.pieces[t] = (int *)&C, C.piece_axis[t] = ax, C.piece_ways[t] = C.want[i].ways;
+                if (ax >= 0) C.pieces[t] = &chosen_mark, C.piece_axis[t] = ax, C.piece_ways[t] = C.want[i].ways;
             }
     }
     if (st) {

@@ -35,6 +35,7 @@
  * it only rules that suggestion out.
  */
 #include "plancc.h"
+#include "coshard.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -25,6 +25,7 @@
  * input or usage, 3 infeasible, 8 the plan file cannot be written.
  */
 #include "plancc.h"
+#include "coshard.h"
 #include "policy.h"
 
 #include <math.h>

@@ -1347,12 +1347,6 @@ void report_print_cluster(FILE *f, const pcc_graph *g, const pcc_cluster *c, con
 /* ---------------------------------------------------------------- options.c */
 
 // plancc's options, laid out as the parts each phase takes.
-// One operator co-shard rewrote (coshard.c): its name, the letter and dimension, the ways.
-typedef struct pcc_coshard_note {
-    const char *op, *letter, *dim;
-    int ways;
-} pcc_coshard_note;
-
 typedef struct pcc_options {
     const char *model;
     const char *cluster;        // NULL: no cluster (--check only)
@@ -1377,22 +1371,10 @@ typedef struct pcc_options {
     double mb_search_s;         // ... and its seconds
     const char *policy;         // --policy FILE, or NULL (policy.c)
     const char *coshard;        // --coshard GLOB:K[:LETTER],... or NULL (coshard.c)
-    pcc_coshard_note *coshard_notes; int n_coshard_notes, cap_coshard_notes; // what coshard_apply did
+    struct pcc_coshard_note *coshard_notes; int n_coshard_notes, cap_coshard_notes; // what coshard_apply did (coshard.h)
     char *coshard_retry;        // --auto found nothing that fits: the operators main.c co-shards in another compile (malloc'd)
 } pcc_options;
 
-/* ---------------------------------------------------------------- coshard.c */
-
-// Co-shard (nnScaler): rewrites every forward operator that --coshard or a policy rule's
-// "coshard" selects into k pieces along one letter, run one after another, joined by local
-// split/concat/add operators; records each in o->coshard_notes. Call after batch_apply, before
-// graph_check and autodiff. PCC_ERR_INPUT (reported, naming --coshard or the policy's pointer)
-// on a request that selects nothing or cannot split so.
-pcc_status coshard_apply(pcc_graph *g, pcc_options *o);
-// --auto's fit step: the names, comma-separated (in arena a), of the forward operators of g that
-// make the largest outputs (at least half the largest) and the losses that read them, where they
-// can be co-sharded k ways; NULL when none can. Can't fail.
-const char *coshard_suggest(pcc_arena *a, const pcc_graph *g, int k);
 
 // Parses argv into *o and checks the options against each other; *done when --help or --version
 // printed what was asked. PCC_ERR_INPUT after one line "plancc: ..." on a usage error.

@@ -25,6 +25,7 @@
  * still prints: it is the output asked for).
  */
 #include "plancc.h"
+#include "coshard.h"
 #include "sim.h"
 
 #include <math.h>
