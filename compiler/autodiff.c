@@ -55,9 +55,39 @@ static int emit(ad *A, pcc_op_kind k, int fwd, const int *in, int nin, const int
     return id;
 }
 
+static int emit(ad *A, pcc_op_kind k, int fwd, const int *in, int nin, const int *out, int nout);
+static int new_grad(ad *A, int of, const char *suffix);
+
+// The forward op whose backward made gradient tensor t, or NULL.
+static const pcc_op *grad_source(const pcc_graph *g, int t) {
+    int p = g->tensors[t].producer;
+    return p >= 0 && g->ops[p].fwd >= 0 ? &g->ops[g->ops[p].fwd] : NULL;
+}
+
+// Whether a parameter's contribution is summed as it comes (the same left fold as grad_sum's,
+// one partial sum live instead of all): co-shard's pieces (coshard.c) each make a whole one.
+// Inside a block always (a block's parameter read twice is co-shard's); at the top level when
+// both come from pieces of one operator (the same label), so that other plans keep their sums.
+static bool sum_now(ad *A, int t, int prev, int grad) {
+    const pcc_graph *g = A->g;
+    if (g->tensors[t].kind != PCC_T_PARAM || g->tensors[prev].block != A->scope || g->tensors[grad].block != A->scope) return false;
+    if (A->scope >= 0) return true;
+    const pcc_op *a = grad_source(g, prev), *b = grad_source(g, grad);
+    return a && b && a->label && b->label && !strcmp(a->label, b->label);
+}
+
 static void contribute(ad *A, int t, int grad) {
     if (t >= A->nfwd || !A->needs[t]) return;
-    *VEC_PUSH(A->g->arena, A->contrib[t], A->ncontrib[t], A->capcontrib[t]) = grad;
+    pcc_graph *g = A->g;
+    if (A->ncontrib[t] == 1 && sum_now(A, t, A->contrib[t][0], grad)) {
+        int out = new_grad(A, t, arena_printf(g->arena, "#s%d", grad));
+        int in[2] = {A->contrib[t][0], grad};
+        int id = emit(A, PCC_OP_ADD, -1, in, 2, &out, 1);
+        g->ops[id].ptr = g->tensors[t].ptr;
+        A->contrib[t][0] = out;
+        return;
+    }
+    *VEC_PUSH(g->arena, A->contrib[t], A->ncontrib[t], A->capcontrib[t]) = grad;
 }
 
 // Sums the contributions to t into its gradient; -1 if nothing flows into t.
@@ -438,6 +468,10 @@ static void backward_block(ad *A, int b) {
     // Step 3: the block's ops in reverse.
     g->blocks[bb].first_op = g->n_ops;
     for (int o = fb.first_op + fb.n_ops - 1; o >= fb.first_op; o--) backward_op(A, o);
+    // A parameter of the block that several of its ops read (co-shard's pieces) sums its
+    // contributions here, inside the copy, like any other gradient.
+    for (int t = 0; t < A->nfwd; t++)
+        if (g->tensors[t].kind == PCC_T_PARAM && g->tensors[t].block == b && A->ncontrib[t] > 1) grad_sum(A, t);
     // Step 4: gradients of the block's inputs: carried to the next backward copy and out of the
     // last one, or summed over copies.
     for (int i = 0; i < fb.n_in; i++) {

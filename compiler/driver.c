@@ -35,6 +35,7 @@
  * it only rules that suggestion out.
  */
 #include "plancc.h"
+#include "coshard.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -48,6 +49,7 @@ static pcc_status front_end(pcc_arena *a, pcc_options *o, pcc_graph **out) {
     pcc_status st = model_load(a, o->model, &g);
     if (!st) st = options_apply_model(o, g);
     if (!st) st = batch_apply(g, &o->batch);
+    if (!st) st = coshard_apply(g, o);
     if (!st) st = graph_check(g);
     if (!st) st = autodiff(g);
     if (!st) st = graph_check(g);

@@ -25,9 +25,12 @@
  * input or usage, 3 infeasible, 8 the plan file cannot be written.
  */
 #include "plancc.h"
+#include "coshard.h"
 #include "policy.h"
 
+#include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 static pcc_status write_plan(const plan *p, const char *out) {
     char err[512];
@@ -108,11 +111,10 @@ static pcc_status phase3(const pcc_graph *g, const pcc_cluster *c, const pcc_str
     return st;
 }
 
-int main(int argc, char **argv) {
-    pcc_options o;
-    bool done;
-    pcc_status st = options_parse(argc, argv, &o, &done);
-    if (st || done) return st;
+// One compile of the options, from the front end to the plan and its report.
+static pcc_status compile(pcc_options *op) {
+    pcc_options o = *op;
+    pcc_status st = PCC_OK;
     o.search.preserve = &o.preserve; // the search's memory figure is phase 3's and the planner's
     o.search.deadline_s = clock_cpu_s() + o.search.ilp.time_limit_s; // one time budget for the whole search
     pcc_quiet = o.quiet;
@@ -123,7 +125,7 @@ int main(int argc, char **argv) {
     pcc_strategy **cand = NULL;
     const pcc_strategy *s;
     int n = 0, n_sizes;
-    pcc_fit fit;
+    pcc_fit fit = {0};
     pcc_emit_opts eo;
     pcc_programs *pr;
     pcc_emitted e = {0};
@@ -134,6 +136,7 @@ int main(int argc, char **argv) {
     if (!st) st = model_load(a, o.model, &g);                                   // the front end
     if (!st) st = options_apply_model(&o, g);                                   // --bf16, Megatron-LM's layer counts
     if (!st) st = batch_apply(g, &o.batch);                                     // --global-batch and the like
+    if (!st) st = coshard_apply(g, &o);                                         // --coshard, policy "coshard"
     if (!st) st = graph_check(g);
     if (!st) st = autodiff(g);                                                  // backward pass, optimizer step
     if (!st) st = graph_check(g);
@@ -170,6 +173,11 @@ int main(int argc, char **argv) {
         if (!st && !o.estimate_only) st = check_plan(e.p);                      // the verifier
         if (driver_fit_done(&fit, &st, &e)) break;
     }
+    // --auto's co-shard step, where the plans were too large (not where phase 3 met a limit)
+    if (st == PCC_ERR_INFEASIBLE && o.search.auto_mesh && !o.coshard && fit.n > 0 && isfinite(fit.peak) && fit.peak > c->memory_bytes) {
+        const char *cs = coshard_suggest(a, g, 4);
+        if (cs) op->coshard_retry = strdup(cs);
+    }
     if (o.estimate_only) {                                                      // --estimate-only: the fit, no file
         if (!st) report_estimate(stdout, g, c, &o, fit.cand[fit.which], e.peak_bytes, fit.n, clock_s() - t0 + o.mb_search_s);
         return finish(a, &e, st);
@@ -178,4 +186,41 @@ int main(int argc, char **argv) {
     if (!st) st = write_plan(e.p, out);
     if (!st) report_compile(stdout, g, c, &o, fit.cand, fit.n, fit.which, &e, out, clock_s() - t0 + o.mb_search_s);
     return finish(a, &e, st);
+}
+
+// "a:k,b:k" from "a,b", in arena a.
+static const char *coshard_spec(pcc_arena *a, const char *names, int k) {
+    const char *s = "";
+    char *copy = arena_printf(a, "%s", names), *save = NULL;
+    for (char *n = strtok_r(copy, ",", &save); n; n = strtok_r(NULL, ",", &save))
+        s = arena_printf(a, "%s%s%s:%d", s, *s ? "," : "", n, k);
+    return s;
+}
+
+int main(int argc, char **argv) {
+    pcc_options o;
+    bool done;
+    pcc_status st = options_parse(argc, argv, &o, &done);
+    if (st || done) return st;
+    pcc_options again = o;
+    st = compile(&o);
+    if (st != PCC_ERR_INFEASIBLE || !o.coshard_retry) return st;
+    // Nothing fit under --auto, recompute and ZeRO-3 included: co-shard the operators that make the
+    // largest outputs (the LM head and its loss, an MLP's 4h activation) 4, 8, then 16 ways, and
+    // compile again each time until one fits. A count they cannot take (exit 2) ends it: exit 3.
+    pcc_arena *a = arena_init();
+    for (int k = 4; k <= 16; k *= 2) {
+        pcc_options x = again;
+        x.coshard = coshard_spec(a, o.coshard_retry, k);
+        if (!o.quiet) fprintf(stderr, "plancc: --auto: trying co-shard: --coshard %s\n", x.coshard);
+        pcc_status r = compile(&x);
+        free(x.coshard_retry);
+        if (r != PCC_ERR_INFEASIBLE) {
+            st = r == PCC_ERR_INPUT ? st : r;
+            break;
+        }
+    }
+    arena_free(a);
+    free(o.coshard_retry);
+    return st;
 }

@@ -61,8 +61,12 @@ static void usage(FILE *f) {
             "  --policy FILE      a user policy (docs/policy.md): JSON pins on the mesh (any of dp, tp, pp,\n"
             "                     micro_batches, zero, virtual_stages, recompute, schedule), each stage's\n"
             "                     layer count, and rules that select operators by name, parameter or type\n"
-            "                     and pin their split over tp (a letter or replicate), recompute and stage;\n"
+            "                     and pin their split over tp (a letter or replicate), recompute, stage and\n"
+            "                     co-shard;\n"
             "                     the search completes what it leaves open (--auto unless dp, tp, pp known)\n"
+            "  --coshard GLOB:K[:LETTER],...\n"
+            "                     co-shard (nnScaler): the operators GLOB selects run as K pieces along a\n"
+            "                     letter, one after another on their devices (lower transient memory)\n"
             "  --tp-batch         with the template: the ILP may also split the batch over the tp group\n"
             "                     (data-parallel operators beside sharded ones, as --auto tries; with\n"
             "                     --dp 1 --tp N, DLRM's layout: embedding tables sharded over all N with\n"
@@ -170,7 +174,7 @@ enum { OPT_CONFIG = 256, OPT_CLUSTER, OPT_NODES, OPT_DEVICES, OPT_TIME_LIMIT, OP
        OPT_ZERO, OPT_RECOMPUTE, OPT_SCHEDULE, OPT_AUTO, OPT_GLOBAL_BATCH, OPT_MICRO_BATCH_SIZE, OPT_VIRTUAL_STAGES,
        OPT_ESTIMATE_ONLY, OPT_BURST, OPT_AMP_LIMIT, OPT_BURST_WIDTHS, OPT_BUCKET_MB, OPT_SYNC, OPT_TF32,
        OPT_TP_BATCH, OPT_BF16, OPT_FP16, OPT_CP, OPT_EP, OPT_LAYERS_PER_VS, OPT_RECOMPUTE_GRAN, OPT_DIST_OPT,
-       OPT_SEQ_PARALLEL, OPT_POLICY, OPT_CP_SHORT, OPT_ATTENTION };
+        OPT_SEQ_PARALLEL, OPT_POLICY, OPT_CP_SHORT, OPT_ATTENTION, OPT_COSHARD };
 
 // Where the option being read came from: NULL for the command line, "FILE:/key" for --config.
 static const char *origin;
@@ -270,6 +274,7 @@ static pcc_status option(int c, char **argv, pcc_options *o, given *gv, bool *do
     case OPT_BUCKET_MB: if (num_option("--bucket-mb", optarg, 0, 1e6, &o->bucket_mb)) return PCC_ERR_INPUT; break;
     case OPT_CLUSTER: o->cluster = optarg; break;
     case OPT_POLICY: o->policy = optarg; break;
+    case OPT_COSHARD: o->coshard = optarg; break;
     case OPT_NODES: if (int_option("--nodes", optarg, 1, 1 << 20, &o->nodes)) return PCC_ERR_INPUT; break;
     case OPT_DEVICES: if (int_option("--devices", optarg, 1, 1 << 24, &o->devices)) return PCC_ERR_INPUT; break;
     case OPT_TIME_LIMIT: if (num_option("--time-limit", optarg, 0.001, 1e6, &o->search.ilp.time_limit_s)) return PCC_ERR_INPUT; break;
@@ -556,6 +561,7 @@ static const struct option longopts[] = {
     {"recompute", required_argument, NULL, OPT_RECOMPUTE}, {"schedule", required_argument, NULL, OPT_SCHEDULE},
     {"sync", required_argument, NULL, OPT_SYNC}, {"tf32", no_argument, NULL, OPT_TF32},
     {"auto", no_argument, NULL, OPT_AUTO}, {"policy", required_argument, NULL, OPT_POLICY},
+    {"coshard", required_argument, NULL, OPT_COSHARD},
     {"burst", no_argument, NULL, OPT_BURST}, {"amp-limit", required_argument, NULL, OPT_AMP_LIMIT},
     {"burst-widths", required_argument, NULL, OPT_BURST_WIDTHS},
     {"bf16", no_argument, NULL, OPT_BF16}, {"fp16", no_argument, NULL, OPT_FP16},
@@ -795,6 +801,7 @@ static const char *canonical_options(pcc_arena *a, const pcc_cluster *c, const p
     const char *s = canonical_options_(a, c, o);
     if (o->dtype_override) s = arena_printf(a, "%s --%s", s, o->dtype_override - 1 == PCC_BF16 ? "bf16" : "fp16");
     s = arena_printf(a, "%s%s%s", s, policy_option(a, o->search.policy), o->attention == PLAN_ATTN_FLASH ? " --attention flash" : "");
+    if (o->coshard) s = arena_printf(a, "%s --coshard %s", s, o->coshard);
     return o->tf32 ? arena_printf(a, "%s --tf32", s) : s;
 }
 

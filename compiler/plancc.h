@@ -1372,7 +1372,11 @@ typedef struct pcc_options {
     double mb_search_s;         // ... and its seconds
     const char *policy;         // --policy FILE, or NULL (policy.c)
     int attention;              // --attention: every attention op's form, PLAN_ATTN_* (attrs.mode; options_apply_model)
+    const char *coshard;        // --coshard GLOB:K[:LETTER],... or NULL (coshard.c)
+    struct pcc_coshard_note *coshard_notes; int n_coshard_notes, cap_coshard_notes; // what coshard_apply did (coshard.h)
+    char *coshard_retry;        // --auto found nothing that fits: the operators main.c co-shards in another compile (malloc'd)
 } pcc_options;
+
 
 // Parses argv into *o and checks the options against each other; *done when --help or --version
 // printed what was asked. PCC_ERR_INPUT after one line "plancc: ..." on a usage error.

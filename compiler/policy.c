@@ -131,11 +131,23 @@ static pcc_status read_rule_pins(pcc_jreader *r, const pcc_json *v, const char *
         st = json_int(r, x, u->stage_ptr, 0, 1 << 24, &s);
         u->stage = (int)s;
     }
+    if (!st && (x = json_get(v, "coshard"))) {
+        int64_t k;
+        u->coshard_ptr = json_ptr_key(r, ptr, "coshard");
+        st = json_int(r, x, u->coshard_ptr, 2, 1024, &k);
+        u->coshard = (int)k;
+    }
+    if (!st && (x = json_get(v, "coshard_letter"))) {
+        const char *lp = json_ptr_key(r, ptr, "coshard_letter");
+        st = json_str(r, x, lp, &u->coshard_letter);
+        if (!st && !*u->coshard_letter) return diag(r->file, lp, "names no letter");
+        if (!st && !u->coshard) return diag(r->file, lp, "gives a letter but no \"coshard\" ways");
+    }
     return st;
 }
 
 static pcc_status read_rule(pcc_jreader *r, const pcc_json *v, const char *ptr, pcc_policy_rule *u) {
-    static const char *const keys[] = {"ops", "params", "type", "split", "recompute", "stage", "note", NULL};
+    static const char *const keys[] = {"ops", "params", "type", "split", "recompute", "stage", "coshard", "coshard_letter", "note", NULL};
     *u = (pcc_policy_rule){.ptr = ptr, .kind = -1, .recompute = -1, .stage = -1};
     pcc_status st = json_expect(r, v, ptr, PCC_J_OBJECT);
     if (!st) st = json_keys(r, v, ptr, keys, NULL);
@@ -153,8 +165,8 @@ static pcc_status read_rule(pcc_jreader *r, const pcc_json *v, const char *ptr, 
     if (st) return st;
     if (!u->ops && !u->params && u->kind < 0)
         return diag(r->file, ptr, "selects no operator: give \"ops\" (a name pattern), \"params\" or \"type\"");
-    if (!u->split && u->recompute < 0 && u->stage < 0)
-        return diag(r->file, ptr, "pins nothing: give \"split\", \"recompute\" or \"stage\"");
+    if (!u->split && u->recompute < 0 && u->stage < 0 && !u->coshard)
+        return diag(r->file, ptr, "pins nothing: give \"split\", \"recompute\", \"stage\" or \"coshard\"");
     return PCC_OK;
 }
 
@@ -178,6 +190,7 @@ static pcc_status read_root(pcc_jreader *r, const pcc_json *root, pcc_policy *p)
     for (int i = 0; i < p->n_rules && !st; i++) {
         st = read_rule(r, json_at(rules, i), json_ptr_idx(r, "/rules", i), &p->rules[i]);
         p->pins_stage |= !st && p->rules[i].stage >= 0;
+        p->coshards |= !st && p->rules[i].coshard > 0;
     }
     return st;
 }
@@ -430,6 +443,15 @@ pcc_status policy_resolve(const pcc_options *opt, const pcc_graph *g) {
     if (!st) st = check_stages(p, g, L, nl, 0);
     if (!st && !o->auto_mesh) st = check_template(p, g, o, L, nl);
     return st;
+}
+
+int policy_coshard(const pcc_policy *p, const pcc_graph *g, const pcc_op *op, const char **letter, const char **ptr) {
+    for (int r = 0; p && r < p->n_rules; r++) {
+        if (!selects(g->arena, g, &p->rules[r], op)) continue;
+        *letter = p->rules[r].coshard_letter, *ptr = p->rules[r].coshard_ptr;
+        return p->rules[r].coshard;
+    }
+    return 0;
 }
 
 /* ---- the pins, for the search ---- */

@@ -20,7 +20,9 @@ typedef struct pcc_policy_rule {
     const char *split;          // the letter split over the tp group; "" replicated; NULL: open
     int recompute;              // 0 or 1; -1: open
     int stage;                  // the stage (model chunk with virtual stages); -1: open
-    const char *split_ptr, *recompute_ptr, *stage_ptr;
+    int coshard;                // co-shard ways (coshard.c); 0: none
+    const char *coshard_letter; // its letter, NULL: coshard.c chooses
+    const char *split_ptr, *recompute_ptr, *stage_ptr, *coshard_ptr;
     int matched;                // operators it holds (policy_resolve)
 } pcc_policy_rule;
 typedef struct pcc_policy {
@@ -34,6 +36,7 @@ typedef struct pcc_policy {
     int n_rules;
     int *rule;                  // per forward op: the rule that holds it, -1 none (policy_resolve)
     bool pins_stage;            // a rule pins a stage
+    bool coshards;              // a rule co-shards
     uint64_t hash;              // of the file's bytes (the plan's recorded options)
 } pcc_policy;
 
@@ -69,6 +72,10 @@ pcc_status policy_bare(const pcc_policy *p, const pcc_graph *g, const pcc_op_can
 const char *policy_cause(const pcc_policy *p, int op, const char *cause);
 // At the end of a compile: an infeasible one under a policy says so, naming the policy; st back.
 pcc_status policy_blame(const pcc_options *o, pcc_status st);
+// The co-shard ways of the first rule that selects forward op `op` of g (before autodiff and
+// coshard.c's rewrite), with its letter (NULL: open) and the rule's pointer; 0 when that rule
+// (or none) co-shards. Can't fail.
+int policy_coshard(const pcc_policy *p, const pcc_graph *g, const pcc_op *op, const char **letter, const char **ptr);
 // The text the plan records of the policy (" --policy HASH"), "" for none.
 const char *policy_option(pcc_arena *a, const pcc_policy *p);
 

@@ -184,6 +184,20 @@ static int new_buf(builder *E, prog *P, int t, plan_shard s, uint32_t mb_slots, 
     return P->n_buf - 1;
 }
 
+// A parameter's gradient contribution summed inside the block copy that makes it (co-shard's
+// pieces, autodiff.c's sum_now): read there and gone, so one slot rather than one per copy.
+static bool summed_in_copy(const pcc_graph *g, int t) {
+    if (graph_is_final_param_grad(g, t) || g->tensors[t].block < 0) return false;
+    for (int b = 0; b < g->n_blocks; b++) {
+        const pcc_block *bl = &g->blocks[b];
+        for (int i = 0; i < bl->n_acc; i++)
+            if (bl->acc[i].inner == t) return false;
+        for (int i = 0; i < bl->n_out; i++)
+            if (bl->out[i].inner == t) return false;
+    }
+    return true;
+}
+
 // The buffer that holds tensor t on this stage (made on first use).
 static int home(builder *E, prog *P, int t) {
     if (P->home[t] >= 0) return P->home[t];
@@ -192,7 +206,7 @@ static int home(builder *E, prog *P, int t) {
     uint32_t mb = 1, layers = 1, base = 0;
     if (T->block >= 0) {
         int fb = graph_block_family(g, T->block);
-        bool per_copy = T->kind == PCC_T_PARAM || T->kind == PCC_T_STATE || E->v->kept[t] || (graph_is_param_grad(g, t) && !E->v->zero2[t]);
+        bool per_copy = T->kind == PCC_T_PARAM || T->kind == PCC_T_STATE || E->v->kept[t] || (graph_is_param_grad(g, t) && !E->v->zero2[t] && !summed_in_copy(g, t));
         if (per_copy) {
             layers = (uint32_t)(E->v->copy_hi[fb][P->stage] - E->v->copy_lo[fb][P->stage]);
             base = (uint32_t)E->v->copy_lo[fb][P->stage];

@@ -25,6 +25,7 @@
  * still prints: it is the output asked for).
  */
 #include "plancc.h"
+#include "coshard.h"
 #include "sim.h"
 
 #include <math.h>
@@ -381,6 +382,28 @@ static void text_calibration(FILE *f, const pcc_cluster *c) {
     fprintf(f, "\n");
 }
 
+// The operators coshard.c rewrote: a JSON array, or one text line (nothing when none).
+static void report_coshard(FILE *f, const pcc_options *o, bool json) {
+    if (json) fprintf(f, "[");
+    else if (o->n_coshard_notes) fprintf(f, "  co-shard:");
+    for (int i = 0; i < o->n_coshard_notes; i++) {
+        const pcc_coshard_note *n = &o->coshard_notes[i];
+        if (!json) {
+            fprintf(f, "%s %s %d ways along %s=%s", i ? "," : "", n->op, n->ways, n->letter, n->dim);
+            continue;
+        }
+        fprintf(f, "%s{\"op\": ", i ? ", " : "");
+        json_string(f, n->op);
+        fprintf(f, ", \"letter\": ");
+        json_string(f, n->letter);
+        fprintf(f, ", \"dim\": ");
+        json_string(f, n->dim);
+        fprintf(f, ", \"ways\": %d}", n->ways);
+    }
+    if (json) fprintf(f, "]");
+    else if (o->n_coshard_notes) fprintf(f, " (pieces one after another on each device)\n");
+}
+
 void report_estimate(FILE *f, const pcc_graph *g, const pcc_cluster *c, const pcc_options *o, const pcc_strategy *s,
                      double peak_bytes, int n, double seconds) {
     report_warnings(g, c, o, s);
@@ -399,6 +422,9 @@ void report_estimate(FILE *f, const pcc_graph *g, const pcc_cluster *c, const pc
                attn_form(g), n, x->step_s, x->pipeline_s,
                x->bubble_s, x->compute_s, x->tp_comm_s, x->p2p_s, x->sync_s, x->sync_exposed_s, x->optimizer_s,
                peak_bytes, o->mb_searched, seconds);
+        fprintf(f, "\"coshard\": ");
+        report_coshard(f, o, true);
+        fprintf(f, ", ");
         json_calibration(f, c);
         fprintf(f, "}\n");
         return;
@@ -415,6 +441,7 @@ void report_estimate(FILE *f, const pcc_graph *g, const pcc_cluster *c, const pc
            "%s (the memory planner's peak); planned in %.3f s\n", (long long)batch, s->micro_batches, s->micro_batches == 1 ? "" : "es",
            (long long)batch * s->micro_batches, fmt_bytes(b1, sizeof b1, peak_bytes),
            fmt_bytes(b2, sizeof b2, c->memory_bytes), seconds);
+    report_coshard(f, o, false);
     hetero_report(f, g, c, s);
     text_calibration(f, c);
     report_search(f, g, o);
@@ -534,6 +561,8 @@ static void json_compile(FILE *f, const pcc_graph *g, const pcc_cluster *c, cons
             s->mesh[PCC_AX_DP], s->mesh[PCC_AX_TP], s->virtual_stages, s->micro_batches, sched[s->schedule == PCC_PIPE_GPIPE ? 0 : 1],
             s->zero, s->config.sp ? "true" : "false", o->search.auto_mesh ? "true" : "false");
     json_string(f, strategy_str(s, buf, sizeof buf));
+    fprintf(f, ", \"coshard\": ");
+    report_coshard(f, o, true);
     fprintf(f, "},\n \"search\": {\"candidates\": %d, \"rank\": %d, \"micro_batch_counts_searched\": %d},\n", n, which + 1,
             o->mb_searched);
     fprintf(f, " \"ilp\": {\"tp_group\": %d, \"rows\": %d, \"columns\": %d, \"status\": \"%s\", \"objective_s\": ",
@@ -571,6 +600,7 @@ void report_compile(FILE *f, const pcc_graph *g, const pcc_cluster *c, const pcc
     fprintf(f, "plancc: %s on %d x %s (%s): %s%s%s\n", g->name, c->n_devices, c->device_name, c->file,
             strategy_str(s, buf, sizeof buf), o->search.auto_mesh ? " (--auto)" : "", strcmp(attn_form(g), "flash") ? "" : ", flash attention");
     report_search(f, g, o);
+    report_coshard(f, o, false);
     if (o->report.verbose) report_candidates(f, cand, n);
     fprintf(f, "  ILP (tp group of %d): %d rows x %d columns, %s, objective %.6g s, bound %.6g s, gap %.2f%%, %.3f s\n",
             s->mesh[PCC_AX_TP], r->rows, r->cols, mip_status_name(r->status), r->objective, r->bound, 100 * r->gap, r->seconds);

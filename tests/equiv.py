@@ -4,19 +4,23 @@
 usage: equiv.py [--backend B] [--precision f64] [--seed S] [--quick] PLANCC PLANRUN SOURCE_ROOT [MODEL...]
        equiv.py [--precision f64] --policies PLANCC PLANRUN SOURCE_ROOT
        equiv.py [--precision f64] --flash PLANCC PLANRUN SOURCE_ROOT [MODEL...]
+       equiv.py [--precision f64] --coshard PLANCC PLANRUN SOURCE_ROOT
 
 --flash: attention in the FlashAttention form (plancc --attention flash) under dp, tp, pp, cp and
 sequence parallelism (FLASH below). With --precision f64 against the one-device plan in the
 unfused form (the default): the two forms compute the same function, so the parallel flash plans
 must reproduce the unfused arithmetic to near double precision. In float32, whose rounding noise
 AdamW amplifies seed by seed (below), against the one-device flash plan, as every other plan is
-checked against its own form. For gpt-tiny (the default model) also a copy with attention dropout 0.1 (the mask drawn
-per global element in both forms).
+checked against its own form. For gpt-tiny (the default model) also a copy with attention
+dropout 0.1 (the mask drawn per global element in both forms).
 
 --policies: every example policy of models/policies/ written for gpt-tiny (*-gpt-tiny.json) or
 the imported llama-tiny (*-llama-tiny.json, tests/models/),
 compiled with `--policy FILE` on the devices its mesh names (8 where it leaves one open; the
 micro-batch count given where the policy leaves it open, so that the reference matches).
+
+--coshard: gpt-tiny's MLP, attention and LM head with its loss co-sharded (--coshard, COSHARD
+below), alone and with dp, tp, pp, recompute and --auto; a co-shard plancc refuses is a failure.
 
 --quick: one plan of each strategy family (QUICK below) on 1, 2 and 4 ranks, for the tiny
 variants of imported models (tests/models/); --few: five plans (FEW below).
@@ -212,6 +216,21 @@ def hetero_strategies(model, n):
     return [f"{hc} --pp 2 --dp 2", f"{hc} --pp 2 --dp 2 --micro-batches 2", f"{hc} --auto"]
 
 
+# Co-shard (--coshard GLOB:K[:LETTER]): the MLP as a chain along the tokens (s) and along its
+# hidden dimension (fc1's n, fc2's reduction k: partial sums added), attention along its heads,
+# the LM head and the loss along the tokens (the loss's mean scaled by 1/k).
+CS_MLP_S = "--coshard layer.f:2,layer.g:2,layer.z:2"
+CS_MLP_F = "--coshard layer.f:2:n,layer.g:2,layer.z:2"
+CS_ATTN = "--coshard layer.o4:2"
+CS_HEAD = "--coshard logits:4,loss:4"
+COSHARD = [(1, CS_MLP_S), (1, CS_MLP_F), (1, CS_ATTN), (1, CS_HEAD), (1, f"{CS_MLP_F} --recompute full"),
+           (2, f"{CS_MLP_S} --dp 2"), (2, f"{CS_ATTN} --tp 2"), (2, f"{CS_HEAD} --tp 2"), (2, f"{CS_MLP_F} --tp 2"),
+           (4, f"{CS_MLP_F} --dp 2 --tp 2"), (4, f"{CS_ATTN} --dp 2 --tp 2"), (4, f"{CS_HEAD} --dp 2 --tp 2"),
+           (4, f"{CS_HEAD},layer.o4:2 --pp 2 --dp 2 --micro-batches 2"), (2, f"{CS_MLP_S} --dp 2 --recompute full --zero 3"),
+           (2, f"{CS_MLP_F} --pp 2 --micro-batches 2"), (2, f"{CS_MLP_S} --dp 2 --zero 2 --micro-batches 2"),
+           (4, f"{CS_HEAD} --auto")]
+
+
 def micro_batches(opts):
     w = opts.split()
     if "--policy" in w:  # a policy may pin the count itself
@@ -283,12 +302,12 @@ class Case:
         self.refs[key] = ref
         return ref
 
-    def check(self, model, n, opts):
+    def check(self, model, n, opts, refuse_fails=False):
         global passed, failed, skipped
         name = f"{model} on {n}: {opts}"
         base = os.path.join(self.tmp, "case")
         p = self.compile(model, n, opts, base + ".plan")
-        if p.returncode == 2:
+        if p.returncode == 2 and not refuse_fails:
             skipped += 1
             reason = (p.stderr.strip().splitlines() or ["?"])[-1]
             print(f"skip {name}: plancc refuses it: {reason}")
@@ -328,15 +347,16 @@ def main():
     args = sys.argv[1:]
     backend = "cpu"
     global quick, few
-    pol = False
+    pol = cs = False
     global flash
-    while args[:1] in (["--backend"], ["--precision"], ["--seed"], ["--quick"], ["--few"], ["--policies"], ["--flash"]) and len(args) > 1:
+    while args[:1] in (["--backend"], ["--precision"], ["--seed"], ["--quick"], ["--few"], ["--policies"], ["--coshard"],
+                       ["--flash"]) and len(args) > 1:
         if args[0] == "--flash":
             flash = True
             args = args[1:]
             continue
-        if args[0] == "--policies":
-            pol = True
+        if args[0] in ("--policies", "--coshard"):
+            pol, cs = pol or args[0] == "--policies", cs or args[0] == "--coshard"
             args = args[1:]
             continue
         if args[0] in ("--quick", "--few"):
@@ -369,7 +389,9 @@ def main():
                         c.check(model, n, opts)
             print(f"{passed} passed, {failed} failed, {skipped} skipped")
             return 1 if failed or not passed else 0
-        for model in [] if pol else models:
+        for n, opts in COSHARD if cs else []:
+            c.check("gpt-tiny", n, opts, refuse_fails=True)
+        for model in [] if pol or cs else models:
             if model.endswith(".json"):  # a model file outside models/ (tests/models/...)
                 name = os.path.splitext(os.path.basename(model))[0]
                 c.paths[name] = model if os.path.isabs(model) else os.path.join(root, model)

@@ -12,7 +12,10 @@
  *   - slice and slice_grad: 0 <= start < end <= the whole's size along axis, the part that size
  *     end - start there and the whole's elsewhere;
  *   - transpose: perm a permutation of the input's rank, the output the input permuted;
- *   - concat and split: the axis inside the rank;
+ *   - concat and split: the axis inside the rank, and the parts tiling the whole on every rank
+ *     (each its local shape but along the axis, their sizes there adding up to its, no buffer
+ *     twice): co-shard's pieces (compiler/coshard.c) one missing, overlapping, or split over the
+ *     mesh otherwise than the rest (join-tiles);
  *   - an element-wise operator (ops.def's ELEMENTWISE rows with one output): every input that
  *     has dimensions splits each of them over the same mesh axes as the output's dimension it
  *     lines up with (attrs perm's axis map where the input is the smaller operand, else the
@@ -146,9 +149,30 @@ static plan_status check_join_axis(checker *c, uint32_t k, uint32_t i, bool spli
     uint32_t whole = split ? 0 : in->nargs - 1;
     if (in->attrs == PLAN_NONE || !in->nargs || !arg_shape(c, pg, in, whole, sh, &r)) return PLAN_OK;
     int64_t axis = pg->attrs[in->attrs].i[PLAN_AI_AXIS];
-    if (axis >= 0 && axis < r) return PLAN_OK;
-    return check_ifail(c, k, i, "attrs %u: axis %lld is out of range for the rank-%d %s", in->attrs, (long long)axis, r,
-                       split ? "input" : "output");
+    if (axis < 0 || axis >= r)
+        return check_ifail(c, k, i, "attrs %u: axis %lld is out of range for the rank-%d %s", in->attrs, (long long)axis, r,
+                           split ? "input" : "output");
+    // The parts tile the whole on this rank: each its shape but along the axis, their sizes there
+    // adding up to its, no buffer twice (co-shard's pieces: one missing, two overlapping, or one
+    // split over the mesh otherwise than the rest are caught here).
+    int64_t sum = 0, part[PLAN_MAX_RANK];
+    int rp;
+    for (uint32_t j = 0; j < in->nargs; j++) {
+        if (j == whole) continue;
+        if (!arg_shape(c, pg, in, j, part, &rp)) return PLAN_OK;
+        for (uint32_t q = split ? 1 : 0; q < j; q++)
+            if (pg->args[in->args + q] == pg->args[in->args + j])
+                return check_ifail(c, k, i, "%s: part %u is buffer %u again: the parts overlap", split ? "split" : "concat", j,
+                                   pg->args[in->args + j]);
+        for (int d = 0; d < r; d++)
+            if (rp != r || (d != axis && part[d] != sh[d]))
+                return check_ifail(c, k, i, "%s: part %u (buffer %u) has another shape than the whole's but along axis %lld",
+                                   split ? "split" : "concat", j, pg->args[in->args + j], (long long)axis);
+        sum += part[axis];
+    }
+    if (sum == sh[axis]) return PLAN_OK;
+    return check_ifail(c, k, i, "%s: the parts hold %lld along axis %lld, the whole %lld: a part is missing or extra",
+                       split ? "split" : "concat", (long long)sum, (long long)axis, (long long)sh[axis]);
 }
 
 // ops.def's flags, as this file needs them: element-wise with one output.
