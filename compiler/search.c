@@ -16,11 +16,12 @@
  *     memory planner has the last word), and auto recomputes every block operator. With --cp N
  *     (context parallelism, DeepSpeed-Ulysses' form; cp_letter), every operator splits the
  *     sequence over the cp axis and attention its heads, and the tp candidates leave the
- *     sequence to cp as they leave the batch to dp. --auto does not try cp yet.
+ *     sequence to cp as they leave the batch to dp.
  *   - --auto: the configurations (pcc_config) of this graph - every factorization of the devices
  *     (tp inside a node, dp dividing the batch, pp at most the number of layers), each ZeRO stage
  *     from the one asked for up, with and without the batch over tp, recompute auto, none and full
- *     (so every template is one), interleaved where it can run - each with two lower bounds on its
+ *     (so every template is one), interleaved where it can run, and context parallelism where dp
+ *     cannot take more of the batch (auto_cp_ok) - each with two lower bounds on its
  *     step (space_bound, space_floor) and its strategy on demand (space_build). bestfirst.c
  *     searches them; the driver's search over micro-batch counts hands the compile the one it
  *     chose (o->pick), which is built alone.
@@ -402,13 +403,13 @@ static void search_init(pcc_space *S, const pcc_graph *g, const pcc_cluster *c, 
 
 // --auto's meshes: tp inside a node (with --sync background also the whole cluster: ShadowSync's
 // layout, the tables sharded over every device, the dense layers' replicas beside them), pp at
-// most the layers (and --pp's where given), dp dividing the batch.
-static bool auto_mesh_ok(const pcc_space *S, int tp, int pp) {
+// most the layers (and --pp's where given), dp dividing the batch; cp x tp dividing the devices.
+static bool auto_mesh_ok(const pcc_space *S, int tp, int pp, int cp) {
     const pcc_cluster *c = S->c;
     int N = S->N;
-    if (N % tp || (tp > c->devices_per_node && !c->cpu && !(S->o->bg_dense && tp == N))) return false;
-    if ((N / tp) % pp || pp > S->nl || !cluster_stages_fit(c, pp)) return false; // node groups: a stage in one
-    int dp = N / tp / pp;
+    if (N % ((int64_t)tp * cp) || (tp > c->devices_per_node && !c->cpu && !(S->o->bg_dense && tp == N))) return false;
+    if ((N / tp / cp) % pp || pp > S->nl || !cluster_stages_fit(c, pp)) return false; // node groups: a stage in one
+    int dp = N / tp / cp / pp;
     if (dp > 1 && (S->bdim < 0 || S->bsize % dp != 0)) return false;
     return !S->o->pp || pp == S->o->pp;
 }
@@ -437,6 +438,36 @@ static pcc_status cp_check(const pcc_space *S, int cp, int tp) {
                         (long long)g->dims[n].size);
     }
     return PCC_OK;
+}
+
+// --auto's context parallelism: cp (a power of two, > 1) on a mesh of dp x tp where the template
+// would take it (cp_check: the sequence divides by cp, the heads by cp x tp; not with --sync
+// background, nor under a policy, whose pins are on pp x dp x tp), and only where dp cannot take
+// more of the step's samples (2 dp does not divide the batch times the micro-batches): a cp
+// split that dp could take instead (with fewer or smaller micro-batches, which the driver's
+// search over micro-batch counts tries) is the same split of the work with cp's all-to-alls
+// added and ZeRO's sharding (over dp only) narrowed, so the search leaves it out. A pruning
+// rule, not a bound: it keeps --auto's search time on models trained on many sequences.
+static bool auto_cp_ok(const pcc_space *S, int cp, int tp, int dp) {
+    const pcc_graph *g = S->g;
+    int sdim = seq_dim(g);
+    if (S->o->bg_dense || S->o->policy || sdim < 0 || g->dims[sdim].size % cp != 0) return false;
+    if (S->bdim >= 0 && S->bsize * g->micro_batches % (2 * (int64_t)dp) == 0) return false;
+    for (int i = 0; i < g->n_fwd_ops; i++)
+        if (g->ops[i].kind == PCC_OP_ATTENTION && g->dims[g->tensors[g->ops[i].in[0]].dims[2]].size % ((int64_t)cp * tp) != 0)
+            return false;
+    return true;
+}
+
+// Whether configuration k's parameter state alone (weights, gradients, optimizer state, split
+// over tp x pp at best, ZeRO's over dp; whole on every cp rank) fits a device: a cp
+// configuration that does not is left out before its ILP (a bound, not a heuristic).
+static bool cp_state_fits(const pcc_space *S, const pcc_config *k) {
+    pcc_totals t;
+    graph_totals(S->g, &t);
+    double dp = k->dp, z = k->dp > 1 ? k->zero : 0;
+    double bytes = t.bytes_weights / (z >= 3 ? dp : 1) + t.bytes_grads / (z >= 2 ? dp : 1) + t.bytes_optim / (z >= 1 ? dp : 1);
+    return bytes / ((double)k->tp * k->pp) <= S->c->memory_bytes;
 }
 
 // The template's numbers against the cluster and the model.
@@ -533,19 +564,22 @@ static pcc_status search_template(pcc_space *S, pcc_strategy ***out, int *n_out)
 
 // --auto's configurations on this graph: every mesh, ZeRO from the stage asked for up (1 and 3;
 // 2 only when asked), where each replica's batch divides by tp the batch over tp too (Alpa's
-// mixed plans), with and without Megatron-LM's sequence parallelism where tp divides the
+// mixed plans), with and without Megatron-LM's sequence parallelism where tp (x cp) divides the
 // sequence, recompute as asked (auto: also none and full, Megatron-LM's two, so that every
-// template is among the candidates), and interleaving where the pipeline can run it (pp 2).
+// template is among the candidates), interleaving where the pipeline can run it (pp 2), and
+// context parallelism over every power of two auto_cp_ok allows.
 static void space_enumerate(pcc_space *S) {
     const pcc_search_opts *o = S->o;
     pcc_recompute rcs[3] = {o->recompute, PCC_RECOMPUTE_NONE, PCC_RECOMPUTE_FULL};
     int nrc = o->recompute == PCC_RECOMPUTE_AUTO ? 3 : 1, sdim = seq_dim(S->g);
-    for (int tp = 1; tp <= S->N; tp++)
-        for (int pp = 1; pp <= S->N / tp; pp++) {
-            if (!auto_mesh_ok(S, tp, pp)) continue;
-            int dp = S->N / tp / pp;
-            bool btp_ok = tp > 1 && S->bdim >= 0 && S->bsize % ((int64_t)dp * tp) == 0;
-            bool sp_ok = tp > 1 && sdim >= 0 && S->g->dims[sdim].size % tp == 0;
+    for (int cp = 1; cp <= S->N; cp *= 2)
+    for (int tp = 1; tp <= S->N / cp; tp++)
+        for (int pp = 1; pp <= S->N / tp / cp; pp++) {
+            if (!auto_mesh_ok(S, tp, pp, cp)) continue;
+            int dp = S->N / tp / cp / pp;
+            if (cp > 1 && !auto_cp_ok(S, cp, tp, dp)) continue;
+            bool btp_ok = tp > 1 && cp == 1 && S->bdim >= 0 && S->bsize % ((int64_t)dp * tp) == 0;
+            bool sp_ok = tp > 1 && sdim >= 0 && S->g->dims[sdim].size % ((int64_t)tp * cp) == 0;
             bool inter = o->virtual_stages > 1 && pp == 2 && pp * o->virtual_stages <= S->nl && S->g->micro_batches % pp == 0;
             for (int zero = o->zero; zero <= 3; zero++)
                 for (int btp = 0; btp <= (int)btp_ok; btp++)
@@ -554,7 +588,8 @@ static void space_enumerate(pcc_space *S) {
                             for (int v = 0; v <= (int)inter; v++) {
                                 if ((zero == 2 && o->zero != 2) || (zero > o->zero && dp == 1)) continue;
                                 pcc_config k = {.pp = pp, .dp = dp, .tp = tp, .v = v ? o->virtual_stages : 1, .zero = zero,
-                                                .btp = btp, .sp = sp, .rc = rcs[r]};
+                                                .cp = cp, .btp = btp, .sp = sp, .rc = rcs[r]};
+                                if (cp > 1 && !cp_state_fits(S, &k)) continue;
                                 if (policy_config_ok(o->policy, S->g, &k, S->L, S->flops, S->nl)) *VEC_PUSH(S->g->arena, S->k, S->n, S->cap) = k;
                             }
         }
@@ -587,7 +622,7 @@ static double pipeline_floor(const pcc_space *S, const pcc_config *k, const doub
 
 double space_bound(const pcc_space *S, int i) {
     const pcc_config *k = &S->k[i];
-    return pipeline_floor(S, k, S->lb_s, k->rc == PCC_RECOMPUTE_FULL ? S->lb_rc_s : NULL, 1 / ((double)k->dp * k->tp));
+    return pipeline_floor(S, k, S->lb_s, k->rc == PCC_RECOMPUTE_FULL ? S->lb_rc_s : NULL, 1 / ((double)k->dp * (k->cp > 1 ? k->cp : 1) * k->tp));
 }
 
 // estimate_floor per layer for the mesh's dp and tp, computed once.
@@ -617,9 +652,11 @@ static const struct floor_memo *floors(pcc_space *S, int dp, int tp) {
     return f;
 }
 
+// With context parallelism, the floor of the mesh without it over cp (every operator's work and
+// tp traffic are the sequence's, which cp splits; its all-to-alls only add).
 double space_floor(pcc_space *S, const pcc_config *k) {
     const struct floor_memo *f = floors(S, k->dp, k->tp);
-    return 0.999 * pipeline_floor(S, k, k->rc == PCC_RECOMPUTE_FULL ? f->full : f->plain, NULL, 1);
+    return 0.999 * pipeline_floor(S, k, k->rc == PCC_RECOMPUTE_FULL ? f->full : f->plain, NULL, 1.0 / (k->cp > 1 ? k->cp : 1));
 }
 
 pcc_status space_build(const pcc_space *S, const pcc_config *k, bool probe, pcc_strategy **out) {
@@ -699,12 +736,13 @@ int *search_group_sizes(const pcc_graph *g, const pcc_cluster *c, const pcc_sear
         int dp = o->dp ? o->dp : 1, tp = o->tp ? o->tp : 1, pp = o->pp ? o->pp : 1, cp = o->cp > 1 ? o->cp : 1;
         if ((int64_t)dp * cp * tp * pp == S.N) *VEC_PUSH(g->arena, v, n, cap) = tp; // else the search refuses the template
     } else {
-        for (int tp = 1; tp <= S.N; tp++)
-            for (int pp = 1; pp <= S.N / tp; pp++)
-                if (auto_mesh_ok(&S, tp, pp)) {
-                    *VEC_PUSH(g->arena, v, n, cap) = tp;
-                    break;
-                }
+        for (int tp = 1; tp <= S.N; tp++) {
+            bool used = false;
+            for (int cp = 1; cp <= S.N / tp && !used; cp *= 2)
+                for (int pp = 1; pp <= S.N / tp / cp && !used; pp++)
+                    used = auto_mesh_ok(&S, tp, pp, cp) && (cp == 1 || auto_cp_ok(&S, cp, tp, S.N / tp / cp / pp));
+            if (used) *VEC_PUSH(g->arena, v, n, cap) = tp;
+        }
     }
     *n_out = n;
     return v;

@@ -18,7 +18,12 @@ What it catches: a sequence split that no longer reaches every operator (an oper
 whole on every cp rank), attention split along S (wrong: every query reads every key) or left
 whole, an all-to-all missing or onto the wrong dimension, gradients not summed over cp, the
 memory saving lost. The numerics are the equivalence suite's (tests/equiv.py, SEQ).
+And --auto searches it: on gpt-32k over 16 DGX A100 GPUs (estimate only) --auto picks cp > 1
+(JSON "cp"), its step is no slower than `--cp 8 --tp 2`, and the template of its own mesh has
+the same estimate; on gpt-tiny with one sequence of 512 tokens (equiv.py's gpt-tiny-long) --auto
+picks cp on 4 CPU ranks and the plan passes plan_check.
 """
+import json
 import os
 import re
 import sys
@@ -69,6 +74,42 @@ def cp_plan(name, text, shapes, cp):
     return peak
 
 
+def compile_json(plancc, model, cluster, n, *opts):
+    p = sp.run(plancc, model, "--cluster", cluster, "--devices", n, *opts, "--json")
+    ok = check(f"{os.path.basename(model)} on {n}: {' '.join(map(str, opts))}: compiles", p.returncode == 0, p.stderr.strip()[-300:])
+    return json.loads(p.stdout) if ok else None
+
+
+def auto_searches_cp(plancc, root, tmp):
+    model, a100 = os.path.join(root, "models", "gpt-32k.json"), os.path.join(root, "models", "clusters", "dgx-a100.json")
+    auto = compile_json(plancc, model, a100, 16, "--auto", "--estimate-only")
+    ref = compile_json(plancc, model, a100, 16, "--cp", 8, "--tp", 2, "--estimate-only")
+    if auto is None or ref is None:
+        return
+    check("--auto picks context parallelism on gpt-32k, 16 GPUs", auto["cp"] > 1,
+          json.dumps({k: auto[k] for k in ("pp", "dp", "cp", "tp", "sequence_parallel")}))
+    a, r = auto["estimate"]["step_s"], ref["estimate"]["step_s"]
+    check(f"--auto's step {a:.4g} s <= --cp 8 --tp 2's {r:.4g} s", a <= r * (1 + 1e-9))
+    mesh = ["--dp", auto["dp"], "--tp", auto["tp"], "--pp", auto["pp"], "--micro-batches", auto["micro_batches"],
+            "--zero", auto["zero"]] + (["--cp", auto["cp"]] if auto["cp"] > 1 else []) + \
+        (["--sequence-parallel"] if auto["sequence_parallel"] else [])
+    for rc in ("auto", "none", "full"):  # --auto's recompute is one of the three
+        t = compile_json(plancc, model, a100, 16, *mesh, "--recompute", rc, "--estimate-only")
+        if t is not None and abs(t["estimate"]["step_s"] - a) <= 1e-9 * a:
+            break
+    check(f"the template of --auto's mesh ({' '.join(map(str, mesh))}) has its estimate {a:.6g} s",
+          t is not None and abs(t["estimate"]["step_s"] - a) <= 1e-9 * a, t and t["estimate"]["step_s"])
+    with open(os.path.join(root, "models", "gpt-tiny.json"), encoding="utf-8") as f:
+        text = f.read()
+    long = os.path.join(tmp, "gpt-tiny-long.json")
+    with open(long, "w", encoding="utf-8") as f:
+        f.write(text.replace('"B": 4, "S": 32,', '"B": 1, "S": 512,', 1))
+    d = compile_json(plancc, long, os.path.join(root, "models", "clusters", "cpu.json"), 4, "--auto", "-o",
+                     os.path.join(tmp, "long.plan"))
+    check("--auto picks cp > 1 on gpt-tiny with one sequence of 512, 4 ranks (plan_check passed)",
+          d is not None and d["strategy"]["cp"] > 1, d and d["strategy"]["text"])
+
+
 def main():
     if len(sys.argv) != 4:
         print(__doc__)
@@ -86,6 +127,7 @@ def main():
             peak = sp.read_plan(plain)[4]
             check(f"{name}: peak memory per device {peak_cp} bytes < {peak} without --cp on {n // cp}",
                   peak_cp is not None and peak is not None and peak_cp < peak)
+        auto_searches_cp(plancc, root, tmp)
     return summary()
 
 

@@ -32,9 +32,10 @@ For mlp, gpt-tiny, cnn-small, dlrm-small (dlrm.json with small tables) and resne
 batch norm; or the models named), on 1, 2, 4 and 8 CPU ranks
 (models/clusters/cpu.json), for every strategy family plancc offers (DP, TP, PP with 1F1B and
 GPipe, interleaved 1F1B, DP x TP x PP, ZeRO 1/2/3, full recompute, --auto, Megatron-LM's sequence
-parallelism and context parallelism (--cp, with dp, tp, pp and ZeRO) for models with attention, DeepPool's --burst with the cost
-model's widths and with widths given per layer): compile the plan, run 10 steps with
-planrun's cpu backend, and check that
+parallelism and context parallelism (--cp, with dp, tp, pp and ZeRO; --auto's choice of it on a
+512-token gpt-tiny) for models with attention, DeepPool's --burst with the cost model's widths
+and with widths given per layer): compile the plan, run 10 steps with planrun's cpu backend, and
+check that
   - the loss of every step equals the one-device plan's (same micro-batch count) within 1e-5
     relative, and
   - every parameter after the 10 steps equals the one-device plan's element by element within
@@ -205,6 +206,20 @@ def deep_pipelines(c, tmp):
     for opts in DEEP:
         w = opts.split()
         c.check("gpt-tiny-6", math.prod(int(w[w.index(a) + 1]) for a in ("--dp", "--pp") if a in w), opts)
+
+
+# --auto's context parallelism: gpt-tiny on one sequence of 512 tokens (dims B 1, S 512), where
+# --auto picks cp on 2 and 4 ranks (tests/context_parallel.py asserts that choice).
+def long_context(c, tmp):
+    with open(os.path.join(c.root, "models", "gpt-tiny.json"), encoding="utf-8") as f:
+        text = f.read()
+    assert '"B": 4, "S": 32,' in text
+    path = os.path.join(tmp, "gpt-tiny-long.json")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text.replace('"B": 4, "S": 32,', '"B": 1, "S": 512,', 1))
+    c.paths["gpt-tiny-long"] = path
+    for n in (2, 4):
+        c.check("gpt-tiny-long", n, "--auto")
 
 
 def hetero_strategies(model, n):
@@ -402,6 +417,8 @@ def main():
                     c.check(model, n, opts)
             if model == "gpt-tiny" and not quick:
                 deep_pipelines(c, tmp)
+            if model == "gpt-tiny" and not few:
+                long_context(c, tmp)
     print(f"{passed} passed, {failed} failed, {skipped} skipped")
     return 1 if failed else 0
 

@@ -314,6 +314,13 @@ def rows(root, data):
                 "gpus": 64, "G": 1024, "dtype": "bf16"})
     out.append({"name": "Evoformer", "model": os.path.join(root, "models", "evoformer.json"), "cluster": a100,
                 "gpus": 64, "G": 128})
+    # Long context (issue 27): a 7B-class GPT on one sequence of 32k tokens on two DGX A100 nodes
+    # and of 128k on four, where --auto may split the sequence (context parallelism, which the
+    # template grid does not have).
+    out.append({"name": "GPT-32k", "model": os.path.join(root, "models", "gpt-32k.json"), "cluster": a100,
+                "gpus": 16, "G": 1})
+    out.append({"name": "GPT-128k", "model": os.path.join(root, "models", "gpt-128k.json"), "cluster": a100,
+                "gpus": 32, "G": 1})
     return out
 
 
