@@ -148,17 +148,9 @@ FLASH = {1: ["--attention flash", "--attention flash --micro-batches 2 --recompu
 flash = False
 
 
-def with_attention_dropout(c, tmp):
+def with_attention_dropout(c):
     """gpt-tiny with attention dropout 0.1 (its attention's "dropout" attr), as gpt-tiny-drop."""
-    with open(os.path.join(c.root, "models", "gpt-tiny.json"), encoding="utf-8") as f:
-        text = f.read()
-    old = '"attrs": {"causal": true}}'
-    assert old in text
-    path = os.path.join(tmp, "gpt-tiny-drop.json")
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(text.replace(old, '"attrs": {"causal": true, "dropout": 0.1}}', 1))
-    c.paths["gpt-tiny-drop"] = path
-    return "gpt-tiny-drop"
+    return c.variant("gpt-tiny", "gpt-tiny-drop", '"attrs": {"causal": true}}', '"attrs": {"causal": true, "dropout": 0.1}}')
 
 
 def seq_strategies(c, model, n):
@@ -195,14 +187,8 @@ DEEP = ["--pp 3 --micro-batches 6", "--pp 4 --micro-batches 8",
         "--pp 2 --micro-batches 6 --virtual-stages 3", "--pp 3 --micro-batches 6 --virtual-stages 2"]
 
 
-def deep_pipelines(c, tmp):
-    with open(os.path.join(c.root, "models", "gpt-tiny.json"), encoding="utf-8") as f:
-        text = f.read()
-    assert '"repeat": 2' in text
-    path = os.path.join(tmp, "gpt-tiny-6.json")
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(text.replace('"repeat": 2', '"repeat": 6', 1))
-    c.paths["gpt-tiny-6"] = path
+def deep_pipelines(c):
+    c.variant("gpt-tiny", "gpt-tiny-6", '"repeat": 2', '"repeat": 6')
     for opts in DEEP:
         w = opts.split()
         c.check("gpt-tiny-6", math.prod(int(w[w.index(a) + 1]) for a in ("--dp", "--pp") if a in w), opts)
@@ -210,14 +196,8 @@ def deep_pipelines(c, tmp):
 
 # --auto's context parallelism: gpt-tiny on one sequence of 512 tokens (dims B 1, S 512), where
 # --auto picks cp on 2 and 4 ranks (tests/context_parallel.py asserts that choice).
-def long_context(c, tmp):
-    with open(os.path.join(c.root, "models", "gpt-tiny.json"), encoding="utf-8") as f:
-        text = f.read()
-    assert '"B": 4, "S": 32,' in text
-    path = os.path.join(tmp, "gpt-tiny-long.json")
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(text.replace('"B": 4, "S": 32,', '"B": 1, "S": 512,', 1))
-    c.paths["gpt-tiny-long"] = path
+def long_context(c):
+    c.variant("gpt-tiny", "gpt-tiny-long", '"B": 4, "S": 32,', '"B": 1, "S": 512,')
     for n in (2, 4):
         c.check("gpt-tiny-long", n, "--auto")
 
@@ -288,6 +268,18 @@ class Case:
         self.refs = {}
         self.ref_opts = ""  # options of the one-device reference besides its micro-batches
         self.paths = {}  # models that are not in models/: their files
+
+    def variant(self, model, name, old, new):
+        """models/MODEL.json with its first `old` replaced by `new`, written to the run's folder
+        and known as NAME; returns NAME."""
+        with open(os.path.join(self.root, "models", model + ".json"), encoding="utf-8") as f:
+            text = f.read()
+        assert old in text, f"{model}.json has no {old}"
+        path = os.path.join(self.tmp, name + ".json")
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text.replace(old, new, 1))
+        self.paths[name] = path
+        return name
 
     def compile(self, model, n, opts, out):
         path = self.paths.get(model) or os.path.join(self.root, "models", model + ".json")
@@ -398,7 +390,7 @@ def main():
         if flash:
             c.ref_opts = "" if PRECISION == "f64" else "--attention flash"
             fm = args[3:] or ["gpt-tiny"]
-            for model in fm + ([with_attention_dropout(c, tmp)] if "gpt-tiny" in fm else []):
+            for model in fm + ([with_attention_dropout(c)] if "gpt-tiny" in fm else []):
                 for n in (1, 2, 4, 8):
                     for opts in FLASH[n]:
                         c.check(model, n, opts)
@@ -416,9 +408,9 @@ def main():
                         + hetero_strategies(model, n):
                     c.check(model, n, opts)
             if model == "gpt-tiny" and not quick:
-                deep_pipelines(c, tmp)
+                deep_pipelines(c)
             if model == "gpt-tiny" and not few:
-                long_context(c, tmp)
+                long_context(c)
     print(f"{passed} passed, {failed} failed, {skipped} skipped")
     return 1 if failed else 0
 
