@@ -140,6 +140,16 @@ static plan_status check_transpose(checker *c, uint32_t k, uint32_t i) {
                        "input dimension perm[d])", in->attrs, perm[0], perm[1], perm[2], perm[3], xs, ys);
 }
 
+// Whether part j of a join is a co-shard piece of its whole: the whole's tensor is "T", the part's
+// "T.csN" (compiler/coshard.c names them so).
+static bool coshard_piece(const checker *c, const plan_program *pg, const plan_insn *in, uint32_t whole, uint32_t j) {
+    const plan_buffer *w = &pg->buffers[pg->args[in->args + whole]], *b = &pg->buffers[pg->args[in->args + j]];
+    if (w->tensor == PLAN_NONE || b->tensor == PLAN_NONE) return false;
+    const char *wn = c->p->tensors[w->tensor].name, *bn = c->p->tensors[b->tensor].name;
+    size_t n = strlen(wn);
+    return strncmp(bn, wn, n) == 0 && strncmp(bn + n, ".cs", 3) == 0;
+}
+
 // concat and split: the axis lies inside the rank of the whole.
 static plan_status check_join_axis(checker *c, uint32_t k, uint32_t i, bool split) {
     const plan_program *pg = &c->p->programs[k];
@@ -153,15 +163,16 @@ static plan_status check_join_axis(checker *c, uint32_t k, uint32_t i, bool spli
         return check_ifail(c, k, i, "attrs %u: axis %lld is out of range for the rank-%d %s", in->attrs, (long long)axis, r,
                            split ? "input" : "output");
     // The parts tile the whole on this rank: each its shape but along the axis, their sizes there
-    // adding up to its, no buffer twice (co-shard's pieces: one missing, two overlapping, or one
-    // split over the mesh otherwise than the rest are caught here).
+    // adding up to its (co-shard's pieces: one missing, two overlapping, or one split over the mesh
+    // otherwise than the rest are caught here). A split writes each part once; a concat may read a
+    // buffer twice (cat([x, x])), but not a co-shard piece in another piece's place.
     int64_t sum = 0, part[PLAN_MAX_RANK];
     int rp;
     for (uint32_t j = 0; j < in->nargs; j++) {
         if (j == whole) continue;
         if (!arg_shape(c, pg, in, j, part, &rp)) return PLAN_OK;
         for (uint32_t q = split ? 1 : 0; q < j; q++)
-            if (pg->args[in->args + q] == pg->args[in->args + j])
+            if (pg->args[in->args + q] == pg->args[in->args + j] && (split || coshard_piece(c, pg, in, whole, q)))
                 return check_ifail(c, k, i, "%s: part %u is buffer %u again: the parts overlap", split ? "split" : "concat", j,
                                    pg->args[in->args + j]);
         for (int d = 0; d < r; d++)
