@@ -60,6 +60,7 @@ typedef struct est {
     // Per device: per micro-batch compute, tp communication, p2p (forward, backward); per step
     // sync, optimizer, post-optimizer all-gather, tied parameters' gradients received; layers.
     double *Fc, *Fm, *Fp, *Bc, *Bm, *Bp, *sync, *opt, *post, *tied;
+    double *rs; // ZeRO-3: per micro-batch, the gradients' reduce-scatters on stream 1 (hidden by Bc)
     double *pool;       // per device and bucket segment: the bytes that share gradient buckets (est_pool)
     double *last;       // per device: its last bucket's collective (est_last_bucket)
     int *layers;
@@ -347,11 +348,13 @@ static void est_param(est *E, int p, int i, int d, const pcc_op *opt) {
         E->sync[d] += cost_bucketed_s(c, zero ? PCC_COLL_REDUCE_SCATTER : PCC_COLL_ALL_REDUCE, bytes, pool, cap, dpg);
     if (E->dp > 1 && zero > 0) {
         double ag = cost_collective_s(c, PCC_COLL_ALL_GATHER, bytes, dpg) + launch;
-        // Reduce-scattered per micro-batch on the compute stream (preserve.c's zero2_grad), and
-        // summed into the shard: part of every micro-batch's backward.
+        // Reduce-scattered per micro-batch (preserve.c's zero2_grad), and summed into the shard:
+        // ZeRO-2 on the compute stream, part of every micro-batch's backward; ZeRO-3 on stream 1,
+        // beside the rest of its layer's backward (est_step).
         if (!bucketed) {
-            E->Bm[d] += cost_collective_s(c, PCC_COLL_REDUCE_SCATTER, bytes, dpg) + launch;
-            if (est_cp_partial(E, i)) E->Bm[d] += cost_collective_s(c, PCC_COLL_ALL_REDUCE, bytes, cpg) + launch;
+            double *to = zero == 3 ? &E->rs[d] : &E->Bm[d];
+            *to += cost_collective_s(c, PCC_COLL_REDUCE_SCATTER, bytes, dpg) + launch;
+            if (est_cp_partial(E, i)) *to += cost_collective_s(c, PCC_COLL_ALL_REDUCE, bytes, cpg) + launch;
         }
         E->post[d] += ag;
         if (zero == 3) E->Fm[d] += ag, E->Bm[d] += ag; // gathered again for each micro-batch's use
@@ -470,6 +473,9 @@ static void est_step(est *E) {
     double *F = zeros(g, pp), *B = zeros(g, pp), bubble;
     int busy = 0;
     for (int d = 0; d < pp; d++) {
+        // ZeRO-3's reduce-scatters on stream 1 hide behind the backward's compute; stream 0
+        // waits at each layer's end for what is left.
+        E->Bm[d] += cost_exposed_s(E->rs[d], E->Bc[d]);
         F[d] = E->Fc[d] + E->Fm[d] + E->Fp[d], B[d] = E->Bc[d] + E->Bm[d] + E->Bp[d];
         if (F[d] + B[d] > F[busy] + B[busy]) busy = d;
     }
@@ -501,6 +507,7 @@ void estimate_step(const pcc_graph *g, const pcc_cluster *c, const pcc_intra *sc
     int pp = E.pp, nl;
     E.Fc = zeros(g, pp), E.Fm = zeros(g, pp), E.Fp = zeros(g, pp), E.Bc = zeros(g, pp), E.Bm = zeros(g, pp);
     E.Bp = zeros(g, pp), E.sync = zeros(g, pp), E.opt = zeros(g, pp), E.post = zeros(g, pp), E.tied = zeros(g, pp);
+    E.rs = zeros(g, pp);
     E.layers = arena_alloc(g->arena, sizeof(int) * (size_t)(pp + 1));
     const pcc_layer *L = graph_layers(g, &nl);
     int *chunk = arena_alloc(g->arena, sizeof(int) * (size_t)(nl + 1));

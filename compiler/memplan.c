@@ -74,6 +74,25 @@ static void p2p_groups(const mprog *P, const int *end, bool *one_loop) {
     free(boundary);
 }
 
+// A buffer whose last use is on another stream than 0 (ZeRO-3's reduce-scatters on stream 1) is
+// live until stream 0 waits for a record made on that stream after the use: stream 0 may run
+// ahead of it until then. Where no such wait follows in the program, it is left as it was (the
+// buffers of gradient buckets live for the whole program).
+static void stream_waits(mprog *P, const int *inner, const int *loop_of, bool *one_loop) {
+    for (int b = 0; b < P->n_buf; b++) {
+        int i = P->buf[b].last;
+        if (i < 0 || P->insn[i].stream == 0 || P->buf[b].whole) continue;
+        int s = P->insn[i].stream, r = i + 1;
+        while (r < P->n_insn && !(P->insn[r].kind == PLAN_I_RECORD && P->insn[r].stream == s)) r++;
+        if (r >= P->n_insn) continue;
+        int w = r + 1;
+        while (w < P->n_insn && !(P->insn[w].kind == PLAN_I_WAIT && P->insn[w].stream == 0 && P->insn[w].a == P->insn[r].a)) w++;
+        if (w >= P->n_insn) continue;
+        P->buf[b].last = w;
+        if (inner[w] != loop_of[b]) one_loop[b] = false;
+    }
+}
+
 // Liveness: [first, last] use, widened to the whole span of the outermost loop around any use
 // unless the buffer lives and dies within one iteration (one slot, written before it is read
 // in the innermost loop that holds all its uses).
@@ -114,6 +133,7 @@ static void liveness(mprog *P) {
         }
     }
     p2p_groups(P, end, one_loop);
+    stream_waits(P, inner, loop_of, one_loop);
     for (int b = 0; b < P->n_buf; b++) {
         pcc_mbuf *eb = &P->buf[b];
         if (eb->first < 0) { // never used: no space

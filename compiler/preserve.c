@@ -97,6 +97,7 @@ typedef struct prog {
     int ***chunk_carry; //   ... and its carry registers
     cache_entry *cache; int n_cache, cap_cache;
     bool used_sync;
+    bool sharding;      // ZeRO-3: gradient reduce-scatters on stream 1 that stream 0 has not yet waited for
     int *bucket;        int n_bucket, cap_bucket; // final gradients waiting for their bucket's collective
     int *shard_acc;     // per tensor: ZeRO-2, the buffer its gradient shard accumulates in, -1
     uint64_t bucket_bytes;                        // their bytes on this rank
@@ -291,11 +292,15 @@ static plan_insn *insn(builder *E, prog *P, plan_insn_kind k, int stream, const 
 }
 
 static void bucket_flush(builder *E, prog *P);
+static void sharded_wait(builder *E, prog *P);
 
-// A loop boundary closes the open gradient bucket: one instruction cannot span it.
+// A loop boundary closes the open gradient bucket: one instruction cannot span it. It also
+// waits for ZeRO-3's reduce-scatters on stream 1 (zero2_grad): their buffers then die in the
+// iteration that made them.
 static void loop_open(builder *E, prog *P, plan_loop_var var, int count) {
     PCC_ASSERT(P->depth < PLAN_MAX_LOOP_DEPTH);
     bucket_flush(E, P);
+    sharded_wait(E, P);
     P->n_cache = 0;
     int saved = E->delta;
     E->delta = 0;
@@ -308,6 +313,7 @@ static void loop_open(builder *E, prog *P, plan_loop_var var, int count) {
 
 static void loop_close(builder *E, prog *P) {
     bucket_flush(E, P);
+    sharded_wait(E, P);
     int l = P->loops[--P->depth];
     P->insn[l].b = P->n_insn - l - 1;
     P->n_cache = 0;
@@ -576,22 +582,39 @@ static void sync_grad(builder *E, prog *P, int gp) {
 // ZeRO-2: this micro-batch's contribution to gradient gp is in its (transient, whole) buffer:
 // synchronize it now (all-reduce over the axes the optimizer keeps whole, reduce-scatter onto
 // the rank's shard over dp) and add the shard to the one summed over the micro-batches, which
-// the optimizer reads. On the compute stream: the next micro-batch's backward reuses the buffer.
+// the optimizer reads. ZeRO-2 on the compute stream: the next micro-batch's backward reuses the
+// buffer. ZeRO-3 on stream 1, as FSDP: the collectives and the sum overlap the rest of the
+// layer's backward on stream 0, which waits for them at the next loop boundary (sharded_wait;
+// the memory planner keeps the buffers stream 1 uses live until that wait).
 static void zero2_grad(builder *E, prog *P, int gp) {
+    int stream = E->s->zero == 3 ? STREAM_SYNC : STREAM_MAIN;
+    if (stream == STREAM_SYNC) {
+        event(E, P, PLAN_I_RECORD, STREAM_MAIN, EV_GRAD);
+        event(E, P, PLAN_I_WAIT, STREAM_SYNC, EV_GRAD);
+        P->used_sync = P->sharding = true;
+    }
     pcc_reshard_step step[PCC_AXES];
     int n = layout_sync_steps(E->v, gp, step), cur = home(E, P, gp);
     for (int k = 0; k < n; k++) {
         int next = cur;
         if (step[k].kind == PCC_COLL_REDUCE_SCATTER) next = new_buf(E, P, gp, step[k].after, 1, 1, 0);
-        coll(E, P, (pcc_coll)step[k].kind, step[k].axis, STREAM_MAIN, cur, next);
+        coll(E, P, (pcc_coll)step[k].kind, step[k].axis, stream, cur, next);
         cur = next;
     }
     int acc = P->shard_acc[gp];
     PCC_ASSERT(acc >= 0 && P->buf[acc].bytes == P->buf[cur].bytes);
     int args[3] = {acc, cur, acc};
-    plan_insn *in = insn(E, P, PLAN_I_COMPUTE, STREAM_MAIN, args, 3);
+    plan_insn *in = insn(E, P, PLAN_I_COMPUTE, stream, args, 3);
     in->code = PCC_OP_ADD;
     in->t_s = memory_s(E, P, 3 * (double)P->buf[acc].bytes, acc);
+}
+
+// ZeRO-3: stream 0 waits for the reduce-scatters stream 1 has queued since the last wait.
+static void sharded_wait(builder *E, prog *P) {
+    if (!P->sharding) return;
+    P->sharding = false;
+    event(E, P, PLAN_I_RECORD, STREAM_SYNC, EV_SYNCED);
+    event(E, P, PLAN_I_WAIT, STREAM_MAIN, EV_SYNCED);
 }
 
 /* ---- ZeRO-2 ---- */
@@ -897,6 +920,7 @@ static void stage_prologue(builder *E, prog *P) {
 static void epilogue(builder *E, prog *P) {
     const pcc_graph *g = E->g;
     bucket_flush(E, P);
+    P->sharding = false; // the wait below covers them
     for (int t = 0; t < g->n_tensors; t++)
         if (P->shard_acc[t] >= 0) P->home[t] = P->shard_acc[t]; // ZeRO-2: the optimizer reads the summed shard
     E->delta = 0;
