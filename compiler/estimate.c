@@ -61,6 +61,8 @@ typedef struct est {
     // sync, optimizer, post-optimizer all-gather, tied parameters' gradients received; layers.
     double *Fc, *Fm, *Fp, *Bc, *Bm, *Bp, *sync, *opt, *post, *tied;
     double *rs; // ZeRO-3: per micro-batch, the gradients' reduce-scatters on stream 1 (hidden by Bc)
+    double *ag; // ZeRO-3: per micro-batch, the all-gathers of block parameters on stream 1, each pass
+    double *agn, *copies; // ... how many such gathers, and block copies, per device
     double *pool;       // per device and bucket segment: the bytes that share gradient buckets (est_pool)
     double *last;       // per device: its last bucket's collective (est_last_bucket)
     int *layers;
@@ -292,6 +294,7 @@ static void est_layers(est *E, const pcc_layer *L, int nl, const int *chunk) {
         } else {
             const pcc_block *bl = &g->blocks[L[l].block];
             for (int i = bl->first_op; i < bl->first_op + bl->n_ops; i++) est_add_op(E, i, d);
+            E->copies[d] += 1;
             est_on(E, d);
             E->Bc[d] += E->orphan[L[l].block];
         }
@@ -356,8 +359,11 @@ static void est_param(est *E, int p, int i, int d, const pcc_op *opt) {
             *to += cost_collective_s(c, PCC_COLL_REDUCE_SCATTER, bytes, dpg) + launch;
             if (est_cp_partial(E, i)) *to += cost_collective_s(c, PCC_COLL_ALL_REDUCE, bytes, cpg) + launch;
         }
-        E->post[d] += ag;
-        if (zero == 3) E->Fm[d] += ag, E->Bm[d] += ag; // gathered again for each micro-batch's use
+        if (zero < 3) E->post[d] += ag; // the updated shard all-gathered (ZeRO-3's parameter stays sharded)
+        // Gathered again for each micro-batch's use: a block's parameters on stream 1 ahead of
+        // their first reader (preserve.c's prefetch_params; est_step), the others just before it.
+        if (zero == 3 && g->ops[i].block >= 0) E->ag[d] += ag, E->agn[d] += 1;
+        else if (zero == 3) E->Fm[d] += ag, E->Bm[d] += ag;
     }
     if (opt) E->opt[d] += cost_op_s(c, g, opt, est_ways(E, opt, i)) / (E->dp > 1 && zero > 0 ? E->dp : 1);
 }
@@ -467,6 +473,14 @@ static void est_last_bucket(est *E) {
 
 // The step: the pipeline, then per device what the last backward pass does not hide of its sync,
 // its optimizer and ZeRO's all-gather; a device that drains early has that much more slack.
+// What stream 0 waits for of stream 1's gathers (ag, n per copy) and reduce-scatters (rs) in a
+// pass of compute c.
+static double est_gathers_exposed_s(double ag, double rs, double c, double n) {
+    if (n < 1) n = 1;
+    double ends = (ag + rs) / n, rest = ag + rs - c + c / n; // the first gather and the last reduce-scatter: exposed
+    return ends > rest ? ends : rest;
+}
+
 static void est_step(est *E) {
     int pp = E->pp;
     const pcc_graph *g = E->g;
@@ -474,8 +488,14 @@ static void est_step(est *E) {
     int busy = 0;
     for (int d = 0; d < pp; d++) {
         // ZeRO-3's reduce-scatters on stream 1 hide behind the backward's compute; stream 0
-        // waits at each layer's end for what is left.
-        E->Bm[d] += cost_exposed_s(E->rs[d], E->Bc[d]);
+        // waits at each layer's end for what is left. Its gathers of a block copy's n parameters
+        // run on stream 1 from the copy's start, each before its first reader: a copy of compute C
+        // and gathers G takes about max(C + G/n, G + C/n) (the first gather is exposed, the
+        // compute after the last one's first use is not overlapped), in each pass; in the
+        // backward pass the last gradient's reduce-scatter is exposed as well.
+        double n = E->agn[d] > 0 ? E->agn[d] / (E->copies[d] > 0 ? E->copies[d] : 1) : 1;
+        E->Fm[d] += est_gathers_exposed_s(E->ag[d], 0, E->Fc[d], n);
+        E->Bm[d] += E->ag[d] > 0 ? est_gathers_exposed_s(E->ag[d], E->rs[d], E->Bc[d], n) : cost_exposed_s(E->rs[d], E->Bc[d]);
         F[d] = E->Fc[d] + E->Fm[d] + E->Fp[d], B[d] = E->Bc[d] + E->Bm[d] + E->Bp[d];
         if (F[d] + B[d] > F[busy] + B[busy]) busy = d;
     }
@@ -507,7 +527,7 @@ void estimate_step(const pcc_graph *g, const pcc_cluster *c, const pcc_intra *sc
     int pp = E.pp, nl;
     E.Fc = zeros(g, pp), E.Fm = zeros(g, pp), E.Fp = zeros(g, pp), E.Bc = zeros(g, pp), E.Bm = zeros(g, pp);
     E.Bp = zeros(g, pp), E.sync = zeros(g, pp), E.opt = zeros(g, pp), E.post = zeros(g, pp), E.tied = zeros(g, pp);
-    E.rs = zeros(g, pp);
+    E.rs = zeros(g, pp), E.ag = zeros(g, pp), E.agn = zeros(g, pp), E.copies = zeros(g, pp);
     E.layers = arena_alloc(g->arena, sizeof(int) * (size_t)(pp + 1));
     const pcc_layer *L = graph_layers(g, &nl);
     int *chunk = arena_alloc(g->arena, sizeof(int) * (size_t)(nl + 1));

@@ -67,6 +67,7 @@
 #define STREAM_BG 2     // the background program's (bgsync.c), where --sync background asks for one
 #define EV_GRAD 0
 #define EV_SYNCED 1
+#define EV_PREFETCH 2 // and on: ZeRO-3's gathers of one block copy's parameters, one event each
 // Message tags of interleaved plans (plain ones use 0 only): the forward pass's activations, the
 // backward pass's gradients, the gradient contributions summed once per step, the parameters
 // shared after the optimizer. On each pair of devices, the messages of one tag are sent and
@@ -98,6 +99,7 @@ typedef struct prog {
     cache_entry *cache; int n_cache, cap_cache;
     bool used_sync;
     bool sharding;      // ZeRO-3: gradient reduce-scatters on stream 1 that stream 0 has not yet waited for
+    int (*pref)[2];     int n_pref, cap_pref; // ZeRO-3: this block copy's gathered parameters (buffer, event; event -1 once waited for)
     int *bucket;        int n_bucket, cap_bucket; // final gradients waiting for their bucket's collective
     int *shard_acc;     // per tensor: ZeRO-2, the buffer its gradient shard accumulates in, -1
     uint64_t bucket_bytes;                        // their bytes on this rank
@@ -314,6 +316,7 @@ static void loop_open(builder *E, prog *P, plan_loop_var var, int count) {
 static void loop_close(builder *E, prog *P) {
     bucket_flush(E, P);
     sharded_wait(E, P);
+    P->n_pref = 0;
     int l = P->loops[--P->depth];
     P->insn[l].b = P->n_insn - l - 1;
     P->n_cache = 0;
@@ -337,18 +340,20 @@ static void coll(builder *E, prog *P, pcc_coll kind, int axis, int stream, int i
     forget(P, out);
 }
 
-static void copy(builder *E, prog *P, int src, int dst) {
+static void copy_on(builder *E, prog *P, int src, int dst, int stream) {
     int args[2] = {src, dst};
-    plan_insn *in = insn(E, P, PLAN_I_COPY, STREAM_MAIN, args, 2);
+    plan_insn *in = insn(E, P, PLAN_I_COPY, stream, args, 2);
     in->t_s = memory_s(E, P, 2 * (double)P->buf[dst].bytes, dst);
     forget(P, dst);
 }
+
+static void copy(builder *E, prog *P, int src, int dst) { copy_on(E, P, src, dst, STREAM_MAIN); }
 
 /* ---- phase 3: resharding (reshard.c's chain of steps, emitted) ---- */
 
 // Emits the chain that turns the value in buffer src into layout want; the last step writes
 // into buffer dst (>= 0, which has layout want) or a new buffer. Returns the buffer written.
-static int reshard_to(builder *E, prog *P, int src, plan_shard want, int dst) {
+static int reshard_on(builder *E, prog *P, int src, plan_shard want, int dst, int stream) {
     ebuf *sb = &P->buf[src];
     if (shard_eq(sb->shard, want)) {
         if (dst < 0 || dst == src) return src;
@@ -363,14 +368,15 @@ static int reshard_to(builder *E, prog *P, int src, plan_shard want, int dst) {
     int n = reshard_steps(sb->shard, want, E->g->tensors[t].rank, step), b = src;
     for (int k = 0; k < n; k++) {
         int nb = k == n - 1 && dst >= 0 ? dst : new_buf(E, P, t, step[k].after, 1, 1, 0);
-        if (step[k].kind < 0) copy(E, P, b, nb);
-        else coll(E, P, (pcc_coll)step[k].kind, step[k].axis, STREAM_MAIN, b, nb);
+        if (step[k].kind < 0) copy_on(E, P, b, nb, stream);
+        else coll(E, P, (pcc_coll)step[k].kind, step[k].axis, stream, b, nb);
         b = nb;
     }
     if (dst < 0) *VEC_PUSH(E->g->arena, P->cache, P->n_cache, P->cap_cache) = (cache_entry){src, want, b};
     return b;
 }
 
+static int reshard_to(builder *E, prog *P, int src, plan_shard want, int dst) { return reshard_on(E, P, src, want, dst, STREAM_MAIN); }
 static int reshard(builder *E, prog *P, int src, plan_shard want) { return reshard_to(E, P, src, want, -1); }
 
 /* ---- operators ---- */
@@ -391,6 +397,57 @@ static uint32_t intern_attrs(builder *E, prog *P, const plan_attrs *pa) {
 static void sync_grad(builder *E, prog *P, int gp);
 static void zero2_grad(builder *E, prog *P, int gp);
 
+/* ---- ZeRO-3: a block copy's parameters gathered ahead, on stream 1 ---- */
+
+// As FSDP: the parameters one copy of a block reads are all-gathered on stream 1 at the copy's
+// start, each gather followed by a record of an event of its own; stream 0 waits for a
+// parameter's event just before the first operator that reads it (prefetched_wait), so later
+// gathers overlap the earlier operators. Stream 1 first waits for stream 0 to reach the copy's
+// start: every copy gathers into the same buffers, which the previous copy's operators read.
+// The gathered buffers then live from the copy's start (FSDP too holds a whole layer gathered).
+static void prefetch_one(builder *E, prog *P, int o, int i) {
+    const pcc_graph *g = E->g;
+    int t = g->ops[o].in[i];
+    if (g->tensors[t].kind != PCC_T_PARAM) return;
+    int src = home(E, P, t);
+    plan_shard want = E->v->sh[o][i];
+    if (shard_eq(P->buf[src].shard, want)) return;
+    for (int k = 0; k < P->n_cache; k++)
+        if (P->cache[k].src == src && shard_eq(P->cache[k].want, want)) return;
+    if (!P->n_pref) {
+        event(E, P, PLAN_I_RECORD, STREAM_MAIN, EV_GRAD);
+        event(E, P, PLAN_I_WAIT, STREAM_SYNC, EV_GRAD);
+        P->used_sync = true;
+    }
+    int b = reshard_on(E, P, src, want, -1, STREAM_SYNC), ev = EV_PREFETCH + P->n_pref;
+    event(E, P, PLAN_I_RECORD, STREAM_SYNC, ev);
+    int *e = *VEC_PUSH(E->g->arena, P->pref, P->n_pref, P->cap_pref);
+    e[0] = b, e[1] = ev;
+}
+
+static void prefetch_params(builder *E, prog *P, int b) {
+    const pcc_graph *g = E->g;
+    const pcc_block *bl = &g->blocks[b];
+    if (E->s->zero != 3) return;
+    P->n_pref = 0;
+    if (bl->fwd >= 0) {
+        const pcc_block *fb = &g->blocks[bl->fwd];
+        for (int o = fb->first_op; o < fb->first_op + fb->n_ops; o++)
+            for (int i = 0; E->v->recomp[o] && i < g->ops[o].nin; i++) prefetch_one(E, P, o, i);
+    }
+    for (int o = bl->first_op; o < bl->first_op + bl->n_ops; o++)
+        for (int i = 0; i < g->ops[o].nin; i++) prefetch_one(E, P, o, i);
+}
+
+// Stream 0 waits for buffer b's gather before its first reader.
+static void prefetched_wait(builder *E, prog *P, int b) {
+    for (int k = 0; k < P->n_pref; k++)
+        if (P->pref[k][0] == b && P->pref[k][1] >= 0) {
+            event(E, P, PLAN_I_WAIT, STREAM_MAIN, P->pref[k][1]);
+            P->pref[k][1] = -1;
+        }
+}
+
 static uint32_t scale_attrs(builder *E, prog *P, double k) {
     plan_attrs a;
     memset(&a, 0, sizeof a);
@@ -403,6 +460,7 @@ static void emit_op(builder *E, prog *P, int o, bool last_mb) {
     const pcc_op *op = &g->ops[o];
     int args[PCC_MAX_OPERANDS + 1];
     for (int i = 0; i < op->nin; i++) args[i] = reshard(E, P, home(E, P, op->in[i]), E->v->sh[o][i]);
+    for (int i = 0; i < op->nin; i++) prefetched_wait(E, P, args[i]);
     for (int i = 0; i < op->nout; i++) {
         args[op->nin + i] = home(E, P, op->out[i]);
         PCC_ASSERT(P->buf[args[op->nin + i]].bytes == shard_bytes(E, op->out[i], E->v->sh[o][op->nin + i]));
@@ -690,6 +748,7 @@ static void block_body(builder *E, prog *P, int b, bool last_mb) {
         int dst = home(E, P, bl->carry[i].inner);
         copy(E, P, carry_reg(E, P, b, i), dst);
     }
+    prefetch_params(E, P, b);
     if (bl->fwd >= 0) {
         // Backward: re-run the recomputed forward ops of this copy first.
         const pcc_block *fb = &g->blocks[bl->fwd];
