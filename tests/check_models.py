@@ -199,6 +199,8 @@ IMPORTED = {
     "mixtral-8x7b": (46702792704, "Mixtral 8x7B (Jiang et al. 2024; Hugging Face mistralai/Mixtral-8x7B-v0.1: 46,702,792,704)"),
     "mixtral-8x7b-routed": (46702792704, "Mixtral 8x7B, routed with a capacity: the same parameters"),
     "t5-small": (60506624, "t5-small (Raffel et al. 2020; Hugging Face t5-small, LM head tied: 60,506,624)"),
+    "mt5-large": (1229581312, "mT5-Large (Xue et al. 2021; Hugging Face google/mt5-large, gated-GELU, LM head untied: "
+                  "1,229,581,312)"),
     "evoformer-af2": (87838082, "AlphaFold2's Evoformer stack: 48 x 1,829,952 by the supplement's Algorithms 6-14 "
                       "(a recount; no exact published figure for the stack alone) + 386 read-out"),
     "vit-b16": (86567656, "ViT-B/16 (torchvision vit_b_16: 86,567,656)"),
