@@ -10,9 +10,9 @@ For every models/*.json it runs `PLANCC --check --json MODEL` and checks:
   * its parameter count equals a recount made here from the JSON alone (a param's elements, times
     its block's repeat), and its forward matmul FLOPs equal a recount made here from the JSON
     (2 per multiply-add: linear, matmul, bmm and conv2d as 2 * output elements * reduced size,
-    attention as 4*b*s^2*n*d: q k^T and p v, with no discount for the causal mask, as Megatron
-    counts it; a bias add is an element-wise epilogue, not a matmul FLOP, as in Megatron's
-    formula);
+    attention as 4*b*s*t*n*d with s queries and t keys (t = s but in cross-attention): q k^T and
+    p v, with no discount for the causal mask, as Megatron counts it; a bias add is an
+    element-wise epilogue, not a matmul FLOP, as in Megatron's formula);
   * published figures:
       gpt2-small   124,439,808 parameters (Hugging Face 'gpt2', tied LM head)
       vgg16        138,357,544 parameters (torchvision vgg16); 15.47 G multiply-adds per image
@@ -116,9 +116,9 @@ def matmul_flops(model):
             elif t == "conv2d":
                 w = shape(o["in"][1])
                 f = 2 * out * w[1] * w[2] * w[3]
-            elif t == "attention":
+            elif t == "attention":   # q [b, s, n, d], k [b, t, n, d]: t differs from s in cross-attention
                 b, s, n, d = shape(o["in"][0])
-                f = 4 * b * s * s * n * d
+                f = 4 * b * s * shape(o["in"][1])[1] * n * d
             else:
                 continue
             total += copies * f
