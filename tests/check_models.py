@@ -10,9 +10,9 @@ For every models/*.json it runs `PLANCC --check --json MODEL` and checks:
   * its parameter count equals a recount made here from the JSON alone (a param's elements, times
     its block's repeat), and its forward matmul FLOPs equal a recount made here from the JSON
     (2 per multiply-add: linear, matmul, bmm and conv2d as 2 * output elements * reduced size,
-    attention as 4*b*s^2*n*d: q k^T and p v, with no discount for the causal mask, as Megatron
-    counts it; a bias add is an element-wise epilogue, not a matmul FLOP, as in Megatron's
-    formula);
+    attention as 4*b*s*t*n*d with s queries and t keys (t = s but in cross-attention): q k^T and
+    p v, with no discount for the causal mask, as Megatron counts it; a bias add is an
+    element-wise epilogue, not a matmul FLOP, as in Megatron's formula);
   * published figures:
       gpt2-small   124,439,808 parameters (Hugging Face 'gpt2', tied LM head)
       vgg16        138,357,544 parameters (torchvision vgg16); 15.47 G multiply-adds per image
@@ -116,9 +116,9 @@ def matmul_flops(model):
             elif t == "conv2d":
                 w = shape(o["in"][1])
                 f = 2 * out * w[1] * w[2] * w[3]
-            elif t == "attention":
+            elif t == "attention":   # q [b, s, n, d], k [b, t, n, d]: t differs from s in cross-attention
                 b, s, n, d = shape(o["in"][0])
-                f = 4 * b * s * s * n * d
+                f = 4 * b * s * shape(o["in"][1])[1] * n * d
             else:
                 continue
             total += copies * f
@@ -199,6 +199,8 @@ IMPORTED = {
     "mixtral-8x7b": (46702792704, "Mixtral 8x7B (Jiang et al. 2024; Hugging Face mistralai/Mixtral-8x7B-v0.1: 46,702,792,704)"),
     "mixtral-8x7b-routed": (46702792704, "Mixtral 8x7B, routed with a capacity: the same parameters"),
     "t5-small": (60506624, "t5-small (Raffel et al. 2020; Hugging Face t5-small, LM head tied: 60,506,624)"),
+    "mt5-large": (1229581312, "mT5-Large (Xue et al. 2021; Hugging Face google/mt5-large, gated-GELU, LM head untied: "
+                  "1,229,581,312)"),
     "evoformer-af2": (87838082, "AlphaFold2's Evoformer stack: 48 x 1,829,952 by the supplement's Algorithms 6-14 "
                       "(a recount; no exact published figure for the stack alone) + 386 read-out"),
     "vit-b16": (86567656, "ViT-B/16 (torchvision vit_b_16: 86,567,656)"),

@@ -12,7 +12,10 @@ training step), every strategy trains on the same G samples per step:
               pp a power of two or the paper's (every divisor with --full-grid) up to the
               number of layers, dp = N / (tp pp) dividing G, micro-batch per replica a power of
               two (or G / dp), 1F1B when pp > 1, recompute none or full, ZeRO 0, 1 or 3.
-              Configurations that do not fit exit 3 and are skipped.
+              Configurations that do not fit exit 3 and are skipped; so are those plancc
+              refuses as not supported yet (exit 2, "plancc cannot yet ...": T5's stacks, whose
+              relative position bias sums its gradient over a block's copies, on two pipeline
+              stages), which the table counts per row and --auto's search skips alike.
   DP          dp = N (tp = pp = 1), the best micro-batch and recompute, ZeRO 0.
   ZeRO-3      the same with --zero 3.
   bound       the model's FLOPs per step / (N x peak FLOP/s of its dtype) (plancc --check).
@@ -51,7 +54,9 @@ import threading
 import time
 
 MEGATRON_CSV = "megatron_sc21_a100.csv"
-EXIT_OK, EXIT_INFEASIBLE = 0, 3
+EXIT_OK, EXIT_INFEASIBLE, EXIT_INPUT = 0, 3, 2
+# What plancc says (exit 2) of a configuration it cannot plan yet: skipped and counted, not an error.
+UNSUPPORTED = "plancc cannot yet"
 # The option plancc would take for the global batch (None while it has none; see the docstring).
 GLOBAL_BATCH_OPTION = "--global-batch"
 # Variants of one template configuration, fastest first (recompute adds compute, ZeRO adds
@@ -65,6 +70,7 @@ class Bench:
         self.tmp = tempfile.mkdtemp(prefix="bench_quality.")
         self.lock = threading.Lock()
         self.errors = []        # (what, detail): crashes, bad exit codes, failed checks
+        self.unsupported = {}   # row name -> [count, first message]: configurations plancc cannot plan yet
         self.compiles = 0
         self.estimates = 0
         self.models = {}        # (model file, B) -> rewritten path
@@ -106,6 +112,15 @@ class Bench:
             json.dump(m, f)
         return path
 
+    def refused(self, row, p):
+        """Whether plancc refused the configuration as not supported yet (recorded for the row)."""
+        if p.returncode != EXIT_INPUT or UNSUPPORTED not in p.stderr:
+            return False
+        with self.lock:
+            u = self.unsupported.setdefault(row["name"], [0, p.stderr.strip().split(": ", 2)[-1]])
+            u[0] += 1
+        return True
+
     def error(self, what, detail):
         with self.lock:
             self.errors.append((what, detail))
@@ -125,7 +140,7 @@ class Bench:
         with self.lock:
             self.compiles += 1
         what = f"{row['name']}: B={batch} M={micro} {' '.join(args)}"
-        if p.returncode == EXIT_INFEASIBLE:
+        if p.returncode == EXIT_INFEASIBLE or self.refused(row, p):
             return None
         if p.returncode != EXIT_OK:
             self.error(what, f"plancc exit {p.returncode}: {p.stderr.strip()[-600:]}")
@@ -179,7 +194,7 @@ class Bench:
         p = subprocess.run(cmd, capture_output=True, text=True)
         with self.lock:
             self.estimates += 1
-        if p.returncode == EXIT_INFEASIBLE:
+        if p.returncode == EXIT_INFEASIBLE or self.refused(row, p):
             return None
         if p.returncode != EXIT_OK:
             self.error(f"{row['name']}: B={c['B']} M={c['M']} {' '.join(c['args'])} --estimate-only",
@@ -321,6 +336,16 @@ def rows(root, data):
                 "gpus": 16, "G": 1})
     out.append({"name": "GPT-128k", "model": os.path.join(root, "models", "gpt-128k.json"), "cluster": a100,
                 "gpus": 32, "G": 1})
+    # mT5-Large's 250,112-token vocabulary (issue 27; nnScaler's interlaced pipeline is for mT5):
+    # 1024 sequences per step as mT5 pre-trained (Xue et al. 2021), on four DGX A100 nodes (the
+    # largest of nnScaler's T5 runs, 4 to 32 GPUs), in bf16.
+    out.append({"name": "mT5-Large", "model": os.path.join(root, "models", "mt5-large.json"), "cluster": a100,
+                "gpus": 32, "G": 1024, "dtype": "bf16"})
+    # The mixture of experts: Mixtral 8x7B routed (each expert computes on its slots only; 46.7 B
+    # parameters, 747 GB of bf16 weights, f32 gradients and Adam state: more than nine A100s
+    # hold) on eight DGX A100 nodes, 512 sequences of 4096 tokens (2 M tokens) per step, in bf16.
+    out.append({"name": "Mixtral-8x7B", "model": os.path.join(root, "models", "mixtral-8x7b-routed.json"),
+                "cluster": a100, "gpus": 64, "G": 512, "dtype": "bf16"})
     return out
 
 
@@ -402,6 +427,11 @@ def run(a, b):
             if r:
                 extra = f"; recompute {r['rc']}, zero {r['zero']}" if k == "template" else ""
                 print(f"  {res['row']['name']:<16} {k:<8} B={r['B']:<5} M={r['M'] or '-':<5} {r['strategy']}{extra}")
+    if b.unsupported:
+        print()
+        print("configurations plancc cannot plan yet (exit 2; skipped):")
+        for name, (n, msg) in b.unsupported.items():
+            print(f"  {name:<16} {n}, e.g.: {msg}")
     wall = time.perf_counter() - t0
     lose = [res["row"]["name"] for res in results
             if res["template"] and (not res["auto"] or res["auto"]["step_s"] > res["template"]["step_s"] * (1 + 1e-9))]
