@@ -227,6 +227,36 @@ static void test_profile(pcc_arena *a) {
     EXPECT(profile_size(f->profile) == 4 && cost_op_s(f, g, ln, sp) == 3.0e-5);
 }
 
+// FlashAttention-2's published benchmark (dgx-a100.json's flash_benchmark): the table's own points
+// exactly, log-length interpolation between them, its ends beyond them, and the orderings the
+// published figures have (longer keys, a larger head, no mask: faster).
+static void test_flash_benchmark(pcc_arena *a) {
+    pcc_cluster *c;
+    EXPECT(cluster_load(a, arena_printf(a, "%s/models/clusters/dgx-a100.json", root), 0, 0, &c) == PCC_OK);
+    if (!c) return;
+    EXPECT(c->flash.n_seq == 6 && c->flash.n_rows == 4 && c->flash_source);
+    double k = (1 + 2.5 * 73 / 63) / (3.5 * 312); // forward fraction per TFLOP/s of forward + backward
+    EXPECT(NEAR(cost_flash_efficiency(c, 128, 16384, false), 203 * k));
+    EXPECT(NEAR(cost_flash_efficiency(c, 64, 512, true), 88 * k));
+    EXPECT(NEAR(cost_flash_efficiency(c, 128, 4096, true), 173 * k));
+    EXPECT(NEAR(cost_flash_efficiency(c, 128, 65536, false), 203 * k) && NEAR(cost_flash_efficiency(c, 128, 64, false), 151 * k));
+    EXPECT(NEAR(cost_flash_efficiency(c, 256, 2048, false), 187 * k) && NEAR(cost_flash_efficiency(c, 32, 2048, true), 140 * k));
+    EXPECT(NEAR(cost_flash_efficiency(c, 64, 1024 * sqrt(2), false), (153 + 0.5 * (162 - 153)) * k)); // 1024 sqrt 2: half-way in log
+    EXPECT(NEAR(cost_flash_efficiency(c, 64 * sqrt(2), 2048, false), (162 + 0.5 * (187 - 162)) * k)); // 64 sqrt 2
+    for (double t = 512; t < 16384; t *= 1.5) {
+        EXPECT(cost_flash_efficiency(c, 128, t, true) < cost_flash_efficiency(c, 128, t * 1.5, true));
+        EXPECT(cost_flash_efficiency(c, 64, t, true) < cost_flash_efficiency(c, 128, t, true));
+        EXPECT(cost_flash_efficiency(c, 96, t, true) < cost_flash_efficiency(c, 96, t, false));
+    }
+    EXPECT(cost_flash_efficiency(c, 128, 16384, false) <= 0.73);
+    // Without the table: flash_efficiency, and without that the GEMM figure times FA2's ratio.
+    pcc_cluster bare = *c;
+    bare.flash.n_rows = 0;
+    EXPECT(NEAR(cost_flash_efficiency(&bare, 64, 512, true), 0.83 * 0.73 / 0.83));
+    bare.flash_efficiency = 0.5;
+    EXPECT(cost_flash_efficiency(&bare, 64, 512, true) == 0.5);
+}
+
 // The compiler's collective names (pcc_coll_names, compiler/cost.c) are runtime/colls.def's, the
 // ones a plan's reader prints (plan_coll_name): pcc_coll's codes are what a plan stores.
 static void test_coll_names(void) {
@@ -242,6 +272,7 @@ int main(int argc, char **argv) {
     test_gemm_time();
     test_collectives();
     test_coll_names();
+    test_flash_benchmark(a);
     test_buckets();
     test_overlap_and_pipeline();
     test_ops(a);
