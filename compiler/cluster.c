@@ -170,10 +170,33 @@ static pcc_status load_flash_table(pcc_jreader *r, const pcc_json *v, const char
     return PCC_OK;
 }
 
+// The GEMM tiles (device "gemm_tiles" at `at`): 1 to PCC_FLASH_MAX tiles, each m x n (1 to 4096)
+// at a rate in (0, 1] relative to the fastest, no two of one shape.
+static pcc_status load_tiles(pcc_jreader *r, const pcc_json *v, const char *at, pcc_cluster *c) {
+    static const char *const keys[] = {"m", "n", "rate", NULL};
+    pcc_status st = json_expect(r, v, at, PCC_J_ARRAY);
+    if (st) return st;
+    c->n_tiles = json_size(v);
+    if (c->n_tiles < 1 || c->n_tiles > PCC_FLASH_MAX) return diag(r->file, at, "needs 1 to %d tiles, got %d", PCC_FLASH_MAX, c->n_tiles);
+    for (int k = 0; k < c->n_tiles; k++) {
+        const pcc_json *t = json_at(v, k);
+        const char *p = json_ptr_idx(r, at, k);
+        int64_t m, n;
+        if ((st = json_keys(r, t, p, keys, keys))) return st;
+        if ((st = json_int(r, json_get(t, "m"), json_ptr_key(r, p, "m"), 1, 4096, &m))) return st;
+        if ((st = json_int(r, json_get(t, "n"), json_ptr_key(r, p, "n"), 1, 4096, &n))) return st;
+        if ((st = num_frac(r, json_get(t, "rate"), json_ptr_key(r, p, "rate"), &c->tiles[k].rate))) return st;
+        c->tiles[k].m = (int)m, c->tiles[k].n = (int)n;
+        for (int j = 0; j < k; j++)
+            if (c->tiles[j].m == m && c->tiles[j].n == n) return diag(r->file, p, "a second %dx%d tile (tile %d)", (int)m, (int)n, j);
+    }
+    return PCC_OK;
+}
+
 // The device object v at `at` ("/device", or "/groups/N/device").
 static pcc_status load_device(pcc_jreader *r, const pcc_json *v, const char *at, pcc_cluster *c) {
     static const char *const keys[] = {"kind", "name", "memory_bytes", "memory_bandwidth_Bps", "peak_flops",
-                                       "launch_overhead_s", "sm_count", "gemm_efficiency", "memory_efficiency", "flash_efficiency", "flash_benchmark", NULL};
+                                       "launch_overhead_s", "sm_count", "gemm_efficiency", "memory_efficiency", "flash_efficiency", "flash_benchmark", "gemm_tiles", NULL};
     static const char *const req[] = {"kind", "name", "memory_bytes", "memory_bandwidth_Bps", "peak_flops", NULL};
     static const char *const kinds[] = {"gpu", "cpu", NULL};
     pcc_status st = json_keys(r, v, at, keys, req);
@@ -194,7 +217,9 @@ static pcc_status load_device(pcc_jreader *r, const pcc_json *v, const char *at,
     if ((st = opt_num(r, v, at, "gemm_efficiency", num_frac, &c->gemm_efficiency))) return st;
     if ((st = opt_num(r, v, at, "memory_efficiency", num_frac, &c->memory_efficiency))) return st;
     if ((st = opt_num(r, v, at, "flash_efficiency", num_frac, &c->flash_efficiency))) return st;
-    c->flash.n_seq = c->flash.n_rows = 0;
+    c->flash.n_seq = c->flash.n_rows = c->n_tiles = 0;
+    const pcc_json *tl = json_get(v, "gemm_tiles");
+    if (tl && (st = load_tiles(r, tl, json_ptr_key(r, at, "gemm_tiles"), c))) return st;
     const pcc_json *fb = json_get(v, "flash_benchmark");
     if (fb && (st = load_flash_table(r, fb, json_ptr_key(r, at, "flash_benchmark"), c))) return st;
     const pcc_json *x = json_get(v, "sm_count");
@@ -509,11 +534,12 @@ static void merge_groups(pcc_arena *a, pcc_cluster *c) {
     c->launch_overhead_s = g0->launch_overhead_s, c->sm_count = g0->sm_count;
     c->gemm_efficiency = g0->gemm_efficiency, c->memory_efficiency = g0->memory_efficiency, c->flash_efficiency = g0->flash_efficiency;
     c->intra = g0->intra, c->network = g0->network, c->nics_per_node = g0->nics_per_node;
-    c->flash = g0->flash, c->flash_source = g0->flash_source;
+    c->flash = g0->flash, c->flash_source = g0->flash_source, c->n_tiles = g0->n_tiles;
+    memcpy(c->tiles, g0->tiles, sizeof c->tiles);
     for (int i = 1; i < c->n_groups; i++) {
         const pcc_cluster *g = &c->groups[i];
         if (g->peak_flops[PCC_MATH_BF16] < c->peak_flops[PCC_MATH_BF16]) // the slowest device's benchmark
-            c->flash = g->flash, c->flash_source = g->flash_source;
+            c->flash = g->flash, c->flash_source = g->flash_source, c->n_tiles = g->n_tiles, memcpy(c->tiles, g->tiles, sizeof c->tiles);
         bool seen = false;
         for (int j = 0; j < i; j++) seen |= strcmp(c->groups[j].device_name, g->device_name) == 0;
         if (!seen) c->device_name = arena_printf(a, "%s + %s", c->device_name, g->device_name);

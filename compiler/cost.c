@@ -15,7 +15,8 @@
  *                                  tile, the last wave may be partly idle (NVIDIA, "Matrix
  *                                  Multiplication Background User's Guide", DU-09799-001,
  *                                  sections 2.3 and 3). The tile is the one of TILES that gives
- *                                  the best product, as cuBLAS's heuristics aim to.
+ *                                  the best product, as cuBLAS's heuristics aim to (the cluster's gemm_tiles, each
+ *                                  at its relative rate; without them TILES below).
  *                 k / (k + K0)     the main loop over k runs behind a fixed cost per tile
  *                                  (pipeline fill, epilogue store) worth K0 of k.
  *   elementwise t = max(flops / vector peak, bytes / (bw * mem_eff)) + launch
@@ -70,7 +71,8 @@
  *   pipeline    1F1B/GPipe and interleaved 1F1B: (m + (p-1)/v) stage-times for equal stages.
  *
  * Figures the cluster file leaves out default to the ideal (efficiency 1, no wave model), so a
- * bare cluster is a pure roofline. Known limits: one GEMM tile set for every GPU; no contention
+ * bare cluster is a pure roofline. Known limits: the tiles' relative rates are derived for the
+ * A100 only (dgx-h100.json takes them too); no contention
  * between a collective and the compute it overlaps; no NVLS/SHARP in-network reductions.
  */
 #include "plancc.h"
@@ -92,8 +94,9 @@ const char *const pcc_coll_names[PCC_COLL_COUNT] = {
 // main loop (one for the cp.async pipeline's fill, one for the epilogue's store of the tile).
 #define K0 64.0
 
-// Thread-block tiles of cuBLAS's tensor-core kernels (DU-09799-001 section 2.3 lists 256x128,
-// 128x128, 64x128 and 64x64 among the typical ones) and their efficiency relative to the largest.
+// Thread-block tiles of cuBLAS's tensor-core kernels and their rates relative to the largest, for
+// a cluster file without "gemm_tiles" (dgx-a100.json and dgx-h100.json give this set, with its
+// sources). DU-09799-001 section 2.3 lists 256x128, 128x128, 64x128 and 64x64 among the typical ones.
 // A tile needs (TM + TN) / (TM TN) operand elements per multiply-add from L2; at an A100 SM's
 // 1024 dense FP16 multiply-adds per clock that is 24, 32, 48 and 64 bytes per clock for these
 // tiles, against 5120 / 108 = 47 bytes per clock of L2 read bandwidth per SM (NVIDIA A100
@@ -137,16 +140,19 @@ double cost_gemm_efficiency(const pcc_cluster *c, double batch, double m, double
     double eff = or_one(c->gemm_efficiency);
     if (c->sm_count <= 0 || m < 1 || n < 1 || k < 1 || batch < 1) return eff;
     double best = 0;
-    for (size_t i = 0; i < sizeof TILES / sizeof TILES[0]; i++) {
-        double tm = ceil(m / TILES[i].m), tn = ceil(n / TILES[i].n), tiles = tm * tn * batch;
+    int nt = c->n_tiles ? c->n_tiles : (int)(sizeof TILES / sizeof TILES[0]);
+    for (int i = 0; i < nt; i++) {
+        double tile_m = c->n_tiles ? c->tiles[i].m : TILES[i].m, tile_n = c->n_tiles ? c->tiles[i].n : TILES[i].n;
+        double rate = c->n_tiles ? c->tiles[i].rate : TILES[i].eff;
+        double tm = ceil(m / tile_m), tn = ceil(n / tile_n), tiles = tm * tn * batch;
         // Split-K (cuBLAS's and cuDNN's answer to a grid that underfills the GPU, e.g. a
         // convolution's weight gradient: M = O, N = C kh kw, K = N Ho Wo): the k loop cut into s
         // slices of at least SPLIT_K_MIN that run on idle SMs, their partial tiles summed after.
         double s = 1;
         if (tiles < c->sm_count) s = fmax(1, fmin(floor(c->sm_count / tiles), floor(k / SPLIT_K_MIN)));
         double waves = ceil(tiles * s / c->sm_count), ks = k / s;
-        double used = m * n * batch * s / (waves * c->sm_count * TILES[i].m * TILES[i].n);
-        double e = used * TILES[i].eff * ks / (ks + K0);
+        double used = m * n * batch * s / (waves * c->sm_count * tile_m * tile_n);
+        double e = used * rate * ks / (ks + K0);
         if (e > best) best = e;
     }
     return eff * best;

@@ -518,6 +518,8 @@ typedef struct pcc_cluster {
     double memory_efficiency;       // fraction of memory bandwidth a streaming kernel sustains; 0: (1)
     double flash_efficiency;        // fraction of the tensor peak FlashAttention-2's forward sustains; 0: not given (cost.c)
     pcc_flash_table flash;          // FA2's benchmark by shape; wins over flash_efficiency (cost.c)
+    int n_tiles;                    // GEMM thread-block tiles (device "gemm_tiles"); 0: cost.c's cuBLAS set
+    struct { int m, n; double rate; } tiles[PCC_FLASH_MAX]; // rate: relative to the fastest tile
     pcc_link intra;                 // between the devices of a node
     pcc_link network;               // between nodes (kind NONE on a single-node cluster)
     int nics_per_node;

@@ -49,6 +49,28 @@ static void test_gemm_efficiency(void) {
     EXPECT(cost_gemm_efficiency(&c, 1, 64, 576, 256) < 0.1 * 0.8);
 }
 
+// The cluster's own tiles (gemm_tiles): the same set as the built-in one gives the same figures;
+// one large tile alone pads a thin GEMM (n = 64 in a 128-wide tile: half the work wasted), and a
+// slower tile alone slows a large one by its rate.
+static void test_gemm_tiles(pcc_arena *a) {
+    pcc_cluster *f, c = a100();
+    EXPECT(cluster_load(a, arena_printf(a, "%s/models/clusters/dgx-a100.json", root), 0, 0, &f) == PCC_OK);
+    if (!f) return;
+    EXPECT(f->n_tiles == 6 && f->tiles[5].m == 64 && f->tiles[5].rate == 0.74);
+    c.gemm_efficiency = f->gemm_efficiency;
+    double shapes[][4] = {{1, 8192, 8192, 8192}, {1, 8192, 96, 4096}, {64, 2048, 2048, 96}, {1, 128 * 109, 128, 4096}, {1, 64, 576, 6.4e6}};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+        EXPECT(NEAR(cost_gemm_efficiency(f, shapes[i][0], shapes[i][1], shapes[i][2], shapes[i][3]),
+                    cost_gemm_efficiency(&c, shapes[i][0], shapes[i][1], shapes[i][2], shapes[i][3])));
+    pcc_cluster big = c;
+    big.n_tiles = 1, big.tiles[0].m = 256, big.tiles[0].n = 128, big.tiles[0].rate = 1;
+    EXPECT(cost_gemm_efficiency(&big, 1, 131072, 64, 8192) < 0.55 * cost_gemm_efficiency(&c, 1, 131072, 64, 8192));
+    EXPECT(NEAR(cost_gemm_efficiency(&big, 1, 256 * 27, 128 * 8, 8192), cost_gemm_efficiency(&c, 1, 256 * 27, 128 * 8, 8192)));
+    pcc_cluster slow = c;
+    slow.n_tiles = 1, slow.tiles[0].m = 128, slow.tiles[0].n = 128, slow.tiles[0].rate = 0.5;
+    EXPECT(NEAR(cost_gemm_efficiency(&slow, 1, 128 * 108, 128 * 10, 8192), 0.5 * cost_gemm_efficiency(&c, 1, 128 * 108, 128 * 10, 8192)));
+}
+
 static void test_gemm_time(void) {
     pcc_cluster c = a100();
     // Compute bound: FLOPs at the efficiency, plus the launch.
@@ -273,6 +295,7 @@ int main(int argc, char **argv) {
     test_collectives();
     test_coll_names();
     test_flash_benchmark(a);
+    test_gemm_tiles(a);
     test_buckets();
     test_overlap_and_pipeline();
     test_ops(a);
