@@ -124,10 +124,79 @@ static pcc_status load_peak_flops(pcc_jreader *r, const pcc_json *v, const char 
     return PCC_OK;
 }
 
+// FlashAttention-2's published benchmark (device "flash_benchmark" at `at`): key lengths
+// strictly increasing, rows of distinct (head_dim, causal), one TFLOP/s figure per length, each
+// above 0 and at most the 16-bit tensor peak (forward and backward together can't exceed it).
+static pcc_status load_flash_table(pcc_jreader *r, const pcc_json *v, const char *at, pcc_cluster *c) {
+    static const char *const keys[] = {"seq", "rows", NULL};
+    static const char *const row_keys[] = {"head_dim", "causal", "tflops", NULL};
+    pcc_flash_table *t = &c->flash;
+    pcc_status st = json_keys(r, v, at, keys, keys);
+    if (st) return st;
+    const pcc_json *seq = json_get(v, "seq"), *rows = json_get(v, "rows");
+    const char *sp = json_ptr_key(r, at, "seq"), *rp = json_ptr_key(r, at, "rows");
+    if ((st = json_expect(r, seq, sp, PCC_J_ARRAY)) || (st = json_expect(r, rows, rp, PCC_J_ARRAY))) return st;
+    t->n_seq = json_size(seq), t->n_rows = json_size(rows);
+    if (t->n_seq < 1 || t->n_seq > PCC_FLASH_MAX) return diag(r->file, sp, "needs 1 to %d key lengths, got %d", PCC_FLASH_MAX, t->n_seq);
+    if (t->n_rows < 1 || t->n_rows > PCC_FLASH_MAX) return diag(r->file, rp, "needs 1 to %d rows, got %d", PCC_FLASH_MAX, t->n_rows);
+    for (int i = 0; i < t->n_seq; i++) {
+        int64_t n;
+        const char *p = json_ptr_idx(r, sp, i);
+        if ((st = json_int(r, json_at(seq, i), p, 1, 1 << 30, &n))) return st;
+        t->seq[i] = (double)n;
+        if (i && t->seq[i] <= t->seq[i - 1]) return diag(r->file, p, "key lengths must increase, got %g after %g", t->seq[i], t->seq[i - 1]);
+    }
+    double peak = fmax(c->peak_flops[PCC_MATH_BF16], c->peak_flops[PCC_MATH_F16]) / 1e12;
+    for (int k = 0; k < t->n_rows; k++) {
+        const pcc_json *row = json_at(rows, k), *tf;
+        const char *p = json_ptr_idx(r, rp, k), *tp = json_ptr_key(r, p, "tflops");
+        int64_t d;
+        if ((st = json_keys(r, row, p, row_keys, row_keys))) return st;
+        if ((st = json_int(r, json_get(row, "head_dim"), json_ptr_key(r, p, "head_dim"), 1, 4096, &d))) return st;
+        if ((st = json_bool(r, json_get(row, "causal"), json_ptr_key(r, p, "causal"), &t->rows[k].causal))) return st;
+        t->rows[k].head_dim = (int)d;
+        for (int j = 0; j < k; j++)
+            if (t->rows[j].head_dim == d && t->rows[j].causal == t->rows[k].causal)
+                return diag(r->file, p, "a second row for head_dim %d, causal %s (row %d)", (int)d, t->rows[k].causal ? "true" : "false", j);
+        if ((st = json_expect(r, tf = json_get(row, "tflops"), tp, PCC_J_ARRAY))) return st;
+        if (json_size(tf) != t->n_seq) return diag(r->file, tp, "needs one figure per key length (%d), got %d", t->n_seq, json_size(tf));
+        for (int i = 0; i < t->n_seq; i++) {
+            double *x = &t->rows[k].tflops[i];
+            const char *q = json_ptr_idx(r, tp, i);
+            if ((st = num_pos(r, json_at(tf, i), q, x))) return st;
+            if (*x > peak) return diag(r->file, q, "%g TFLOP/s is above the device's 16-bit peak, %g", *x, peak);
+        }
+    }
+    return PCC_OK;
+}
+
+// The GEMM tiles (device "gemm_tiles" at `at`): 1 to PCC_FLASH_MAX tiles, each m x n (1 to 4096)
+// at a rate in (0, 1] relative to the fastest, no two of one shape.
+static pcc_status load_tiles(pcc_jreader *r, const pcc_json *v, const char *at, pcc_cluster *c) {
+    static const char *const keys[] = {"m", "n", "rate", NULL};
+    pcc_status st = json_expect(r, v, at, PCC_J_ARRAY);
+    if (st) return st;
+    c->n_tiles = json_size(v);
+    if (c->n_tiles < 1 || c->n_tiles > PCC_FLASH_MAX) return diag(r->file, at, "needs 1 to %d tiles, got %d", PCC_FLASH_MAX, c->n_tiles);
+    for (int k = 0; k < c->n_tiles; k++) {
+        const pcc_json *t = json_at(v, k);
+        const char *p = json_ptr_idx(r, at, k);
+        int64_t m, n;
+        if ((st = json_keys(r, t, p, keys, keys))) return st;
+        if ((st = json_int(r, json_get(t, "m"), json_ptr_key(r, p, "m"), 1, 4096, &m))) return st;
+        if ((st = json_int(r, json_get(t, "n"), json_ptr_key(r, p, "n"), 1, 4096, &n))) return st;
+        if ((st = num_frac(r, json_get(t, "rate"), json_ptr_key(r, p, "rate"), &c->tiles[k].rate))) return st;
+        c->tiles[k].m = (int)m, c->tiles[k].n = (int)n;
+        for (int j = 0; j < k; j++)
+            if (c->tiles[j].m == m && c->tiles[j].n == n) return diag(r->file, p, "a second %dx%d tile (tile %d)", (int)m, (int)n, j);
+    }
+    return PCC_OK;
+}
+
 // The device object v at `at` ("/device", or "/groups/N/device").
 static pcc_status load_device(pcc_jreader *r, const pcc_json *v, const char *at, pcc_cluster *c) {
     static const char *const keys[] = {"kind", "name", "memory_bytes", "memory_bandwidth_Bps", "peak_flops",
-                                       "launch_overhead_s", "sm_count", "gemm_efficiency", "memory_efficiency", "flash_efficiency", NULL};
+                                       "launch_overhead_s", "sm_count", "gemm_efficiency", "memory_efficiency", "flash_efficiency", "flash_benchmark", "gemm_tiles", NULL};
     static const char *const req[] = {"kind", "name", "memory_bytes", "memory_bandwidth_Bps", "peak_flops", NULL};
     static const char *const kinds[] = {"gpu", "cpu", NULL};
     pcc_status st = json_keys(r, v, at, keys, req);
@@ -148,6 +217,11 @@ static pcc_status load_device(pcc_jreader *r, const pcc_json *v, const char *at,
     if ((st = opt_num(r, v, at, "gemm_efficiency", num_frac, &c->gemm_efficiency))) return st;
     if ((st = opt_num(r, v, at, "memory_efficiency", num_frac, &c->memory_efficiency))) return st;
     if ((st = opt_num(r, v, at, "flash_efficiency", num_frac, &c->flash_efficiency))) return st;
+    c->flash.n_seq = c->flash.n_rows = c->n_tiles = 0;
+    const pcc_json *tl = json_get(v, "gemm_tiles");
+    if (tl && (st = load_tiles(r, tl, json_ptr_key(r, at, "gemm_tiles"), c))) return st;
+    const pcc_json *fb = json_get(v, "flash_benchmark");
+    if (fb && (st = load_flash_table(r, fb, json_ptr_key(r, at, "flash_benchmark"), c))) return st;
     const pcc_json *x = json_get(v, "sm_count");
     int64_t sms = 0;
     if (x && (st = json_int(r, x, json_ptr_key(r, at, "sm_count"), 1, 1 << 20, &sms))) return st;
@@ -257,6 +331,7 @@ static pcc_status load_sources(pcc_jreader *r, const pcc_json *root, const pcc_j
         if (sscanf(k, "/groups/%d/%n", &gi, &at) == 1 && at > 0 && c->groups && gi >= 0 && gi < c->n_groups) to = &c->groups[gi];
         if (!strcmp(k + at, "/device/gemm_efficiency" + (at > 0))) to->gemm_efficiency_source = text;
         if (!strcmp(k + at, "/device/memory_efficiency" + (at > 0))) to->memory_efficiency_source = text;
+        if (!strcmp(k + at, "/device/flash_benchmark" + (at > 0))) to->flash_source = text;
     }
     return PCC_OK;
 }
@@ -459,8 +534,12 @@ static void merge_groups(pcc_arena *a, pcc_cluster *c) {
     c->launch_overhead_s = g0->launch_overhead_s, c->sm_count = g0->sm_count;
     c->gemm_efficiency = g0->gemm_efficiency, c->memory_efficiency = g0->memory_efficiency, c->flash_efficiency = g0->flash_efficiency;
     c->intra = g0->intra, c->network = g0->network, c->nics_per_node = g0->nics_per_node;
+    c->flash = g0->flash, c->flash_source = g0->flash_source, c->n_tiles = g0->n_tiles;
+    memcpy(c->tiles, g0->tiles, sizeof c->tiles);
     for (int i = 1; i < c->n_groups; i++) {
         const pcc_cluster *g = &c->groups[i];
+        if (g->peak_flops[PCC_MATH_BF16] < c->peak_flops[PCC_MATH_BF16]) // the slowest device's benchmark
+            c->flash = g->flash, c->flash_source = g->flash_source, c->n_tiles = g->n_tiles, memcpy(c->tiles, g->tiles, sizeof c->tiles);
         bool seen = false;
         for (int j = 0; j < i; j++) seen |= strcmp(c->groups[j].device_name, g->device_name) == 0;
         if (!seen) c->device_name = arena_printf(a, "%s + %s", c->device_name, g->device_name);

@@ -15,7 +15,8 @@
  *                                  tile, the last wave may be partly idle (NVIDIA, "Matrix
  *                                  Multiplication Background User's Guide", DU-09799-001,
  *                                  sections 2.3 and 3). The tile is the one of TILES that gives
- *                                  the best product, as cuBLAS's heuristics aim to.
+ *                                  the best product, as cuBLAS's heuristics aim to (the cluster's gemm_tiles, each
+ *                                  at its relative rate; without them TILES below).
  *                 k / (k + K0)     the main loop over k runs behind a fixed cost per tile
  *                                  (pipeline fill, epilogue store) worth K0 of k.
  *   elementwise t = max(flops / vector peak, bytes / (bw * mem_eff)) + launch
@@ -36,10 +37,12 @@
  *   flash       --attention flash (attrs mode 1): FlashAttention-2's fused kernel (Dao 2023,
  *               "FlashAttention-2: Faster Attention with Better Parallelism and Work
  *               Partitioning", arXiv 2307.08691). Forward: the two products' FLOPs, 2 b s t (d + e),
- *               at the kernel's own fraction of the tensor peak (cluster flash_efficiency: 0.38
- *               on H100 from the paper's 335 TFLOPS forward and backward; absent,
+ *               at the kernel's own fraction of the tensor peak by shape (cost_flash_efficiency:
+ *               the cluster's flash_benchmark, FA2's published forward + backward TFLOP/s by
+ *               head size, key length and causal, its Figures 4 and 7, interpolated in log t and
+ *               log d; without one, the cluster's single flash_efficiency; without that,
  *               gemm_efficiency x 0.73/0.83, the ratio of the paper's 73% on A100, section 4.1,
- *               to cuBLAS's 0.83 there, so exactly 0.73 on dgx-a100.json), with
+ *               to cuBLAS's 0.83 there), with
  *               q, k, v read and o written once as its memory floor: S and P never reach memory.
  *               Causal halves the FLOPs (FA2 skips the key tiles past the diagonal). Dropout is
  *               drawn in the kernel: no pass. Backward: the paper's count, 2.5 forwards of FLOPs
@@ -68,7 +71,8 @@
  *   pipeline    1F1B/GPipe and interleaved 1F1B: (m + (p-1)/v) stage-times for equal stages.
  *
  * Figures the cluster file leaves out default to the ideal (efficiency 1, no wave model), so a
- * bare cluster is a pure roofline. Known limits: one GEMM tile set for every GPU; no contention
+ * bare cluster is a pure roofline. Known limits: the tiles' relative rates are derived for the
+ * A100 only (dgx-h100.json takes them too); no contention
  * between a collective and the compute it overlaps; no NVLS/SHARP in-network reductions.
  */
 #include "plancc.h"
@@ -90,8 +94,9 @@ const char *const pcc_coll_names[PCC_COLL_COUNT] = {
 // main loop (one for the cp.async pipeline's fill, one for the epilogue's store of the tile).
 #define K0 64.0
 
-// Thread-block tiles of cuBLAS's tensor-core kernels (DU-09799-001 section 2.3 lists 256x128,
-// 128x128, 64x128 and 64x64 among the typical ones) and their efficiency relative to the largest.
+// Thread-block tiles of cuBLAS's tensor-core kernels and their rates relative to the largest, for
+// a cluster file without "gemm_tiles" (dgx-a100.json and dgx-h100.json give this set, with its
+// sources). DU-09799-001 section 2.3 lists 256x128, 128x128, 64x128 and 64x64 among the typical ones.
 // A tile needs (TM + TN) / (TM TN) operand elements per multiply-add from L2; at an A100 SM's
 // 1024 dense FP16 multiply-adds per clock that is 24, 32, 48 and 64 bytes per clock for these
 // tiles, against 5120 / 108 = 47 bytes per clock of L2 read bandwidth per SM (NVIDIA A100
@@ -135,16 +140,19 @@ double cost_gemm_efficiency(const pcc_cluster *c, double batch, double m, double
     double eff = or_one(c->gemm_efficiency);
     if (c->sm_count <= 0 || m < 1 || n < 1 || k < 1 || batch < 1) return eff;
     double best = 0;
-    for (size_t i = 0; i < sizeof TILES / sizeof TILES[0]; i++) {
-        double tm = ceil(m / TILES[i].m), tn = ceil(n / TILES[i].n), tiles = tm * tn * batch;
+    int nt = c->n_tiles ? c->n_tiles : (int)(sizeof TILES / sizeof TILES[0]);
+    for (int i = 0; i < nt; i++) {
+        double tile_m = c->n_tiles ? c->tiles[i].m : TILES[i].m, tile_n = c->n_tiles ? c->tiles[i].n : TILES[i].n;
+        double rate = c->n_tiles ? c->tiles[i].rate : TILES[i].eff;
+        double tm = ceil(m / tile_m), tn = ceil(n / tile_n), tiles = tm * tn * batch;
         // Split-K (cuBLAS's and cuDNN's answer to a grid that underfills the GPU, e.g. a
         // convolution's weight gradient: M = O, N = C kh kw, K = N Ho Wo): the k loop cut into s
         // slices of at least SPLIT_K_MIN that run on idle SMs, their partial tiles summed after.
         double s = 1;
         if (tiles < c->sm_count) s = fmax(1, fmin(floor(c->sm_count / tiles), floor(k / SPLIT_K_MIN)));
         double waves = ceil(tiles * s / c->sm_count), ks = k / s;
-        double used = m * n * batch * s / (waves * c->sm_count * TILES[i].m * TILES[i].n);
-        double e = used * TILES[i].eff * ks / (ks + K0);
+        double used = m * n * batch * s / (waves * c->sm_count * tile_m * tile_n);
+        double e = used * rate * ks / (ks + K0);
         if (e > best) best = e;
     }
     return eff * best;
@@ -238,12 +246,50 @@ double cost_gemm_s(const pcc_cluster *c, pcc_dtype dt, double batch, double m, d
 #define FA2_VS_GEMM (0.73 / 0.83)
 #define FA2_BWD_VS_FWD (63.0 / 73.0)
 
+// Row r of the benchmark at key length t: linear in log t between its lengths, the end figures
+// beyond them.
+static double flash_row_at(const pcc_flash_table *f, int r, double t) {
+    const double *y = f->rows[r].tflops;
+    if (t <= f->seq[0]) return y[0];
+    for (int i = 1; i < f->n_seq; i++)
+        if (t <= f->seq[i]) {
+            double w = log(t / f->seq[i - 1]) / log(f->seq[i] / f->seq[i - 1]);
+            return y[i - 1] + w * (y[i] - y[i - 1]);
+        }
+    return y[f->n_seq - 1];
+}
+
+// FA2's forward and backward together, TFLOP/s, at head size d and key length t: the rows of the
+// same causal form nearest d below and above, linear in log d between them; -1 without such rows.
+static double flash_tflops(const pcc_flash_table *f, double d, double t, bool causal) {
+    int lo = -1, hi = -1;
+    for (int r = 0; r < f->n_rows; r++) {
+        if (f->rows[r].causal != causal) continue;
+        int h = f->rows[r].head_dim;
+        if (h <= d && (lo < 0 || h > f->rows[lo].head_dim)) lo = r;
+        if (h >= d && (hi < 0 || h < f->rows[hi].head_dim)) hi = r;
+    }
+    if (lo < 0 && hi < 0) return -1;
+    if (lo < 0 || hi < 0 || lo == hi) return flash_row_at(f, lo < 0 ? hi : lo, t);
+    double w = log(d / f->rows[lo].head_dim) / log((double)f->rows[hi].head_dim / f->rows[lo].head_dim);
+    return flash_row_at(f, lo, t) + w * (flash_row_at(f, hi, t) - flash_row_at(f, lo, t));
+}
+
+double cost_flash_efficiency(const pcc_cluster *c, double d, double t, bool causal) {
+    double tf = c->flash.n_rows ? flash_tflops(&c->flash, d, t, causal) : -1;
+    // The benchmark counts the backward as 2.5 forwards of FLOPs: 3.5 f at tf TFLOP/s is the
+    // forward at rate e and the backward at e x FA2_BWD_VS_FWD, so e = tf (1 + 2.5 / r) / 3.5.
+    if (tf > 0)
+        return fmin(1, tf * 1e12 * (1 + 2.5 / FA2_BWD_VS_FWD) / (3.5 * fmax(c->peak_flops[PCC_MATH_BF16], c->peak_flops[PCC_MATH_F16])));
+    return c->flash_efficiency > 0 ? c->flash_efficiency : or_one(c->gemm_efficiency) * FA2_VS_GEMM;
+}
+
 // Attention in FlashAttention-2's fused form (attrs mode PLAN_ATTN_FLASH) on b (batch x heads)
 // rows of s queries against t keys, head sizes dh (q, k) and e (v), per device.
 static double flash_s(const pcc_cluster *c, const dev_op *d, pcc_dtype dt, double b, double s, double t, double dh, double e) {
     const pcc_op *op = d->op;
     double f = 2 * b * s * t * (dh + e) * (op->attrs.causal ? 0.5 : 1); // causal: the tiles past the diagonal are skipped
-    double eff = c->flash_efficiency > 0 ? c->flash_efficiency : or_one(c->gemm_efficiency) * FA2_VS_GEMM;
+    double eff = cost_flash_efficiency(c, dh, t, op->attrs.causal);
     double peak = cost_peak_flops(c, dt, true), io = b * pcc_dtype_bytes(dt) * (s * dh + t * dh + t * e + s * e);
     double fwd = fmax(f / (peak * eff), io / mem_bw(c)) + cost_launch_s(c); // q, k, v in, o out; no S or P in memory
     if (op->kind == PCC_OP_ATTENTION) return fwd;

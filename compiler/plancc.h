@@ -493,6 +493,15 @@ typedef struct pcc_link {
 // A table of measured operator times (cluster file "profile"), opaque outside cluster.c.
 typedef struct pcc_profile pcc_profile;
 
+// FlashAttention-2's published forward + backward throughput (cluster device "flash_benchmark"):
+// rows[r].tflops[i], by its own FLOP count, at key length seq[i], head size and causal of row r.
+#define PCC_FLASH_MAX 8
+typedef struct pcc_flash_table {
+    int n_seq, n_rows; // 0: the file gives none
+    double seq[PCC_FLASH_MAX];
+    struct { int head_dim; bool causal; double tflops[PCC_FLASH_MAX]; } rows[PCC_FLASH_MAX];
+} pcc_flash_table;
+
 typedef struct pcc_cluster {
     const char *file, *name;
     bool cpu;                       // device.kind "cpu": ranks of planrun's cpu backend
@@ -508,12 +517,16 @@ typedef struct pcc_cluster {
     double gemm_efficiency;         // fraction of the tensor peak a large GEMM sustains; 0: not given (1)
     double memory_efficiency;       // fraction of memory bandwidth a streaming kernel sustains; 0: (1)
     double flash_efficiency;        // fraction of the tensor peak FlashAttention-2's forward sustains; 0: not given (cost.c)
+    pcc_flash_table flash;          // FA2's benchmark by shape; wins over flash_efficiency (cost.c)
+    int n_tiles;                    // GEMM thread-block tiles (device "gemm_tiles"); 0: cost.c's cuBLAS set
+    struct { int m, n; double rate; } tiles[PCC_FLASH_MAX]; // rate: relative to the fastest tile
     pcc_link intra;                 // between the devices of a node
     pcc_link network;               // between nodes (kind NONE on a single-node cluster)
     int nics_per_node;
     const pcc_profile *profile;     // measured operator times, or NULL
     const char *gemm_efficiency_source;   // the file's sources["/device/gemm_efficiency"], or NULL
     const char *memory_efficiency_source; // the file's sources["/device/memory_efficiency"], or NULL
+    const char *flash_source;             // the file's sources["/device/flash_benchmark"], or NULL
     // Node groups ("groups": e.g. A100 nodes and H100 nodes in one job). With one group (the file's
     // one device and node) groups is NULL and the cluster is its own view. With several, the fields
     // above are the worst group's figures (least memory and peak, slowest links: what holds on every
@@ -588,6 +601,10 @@ double cost_compute_s(const pcc_cluster *c, double flops, double bytes, pcc_dtyp
 // wave quantization (tiles over sm_count multiprocessors) and the main loop's depth k/(k+k0).
 // In (0, 1]. Without sm_count in the cluster, the sustained figure alone.
 double cost_gemm_efficiency(const pcc_cluster *c, double batch, double m, double n, double k);
+// Fraction of the 16-bit tensor peak FlashAttention-2's forward reaches at head size d and key
+// length t (causal or not): the cluster's flash_benchmark, interpolated in log t and log d (clamped
+// to its ends), else flash_efficiency, else gemm_efficiency x FA2's A100 ratio to cuBLAS.
+double cost_flash_efficiency(const pcc_cluster *c, double d, double t, bool causal);
 // Seconds of one GEMM call (batched when batch > 1) in dtype dt: the profile table's time for the
 // shape if it has one, else max(FLOPs at the efficiency above, operand bytes at the sustained
 // bandwidth) plus a launch. `accumulate` adds into C (beta = 1), which reads C once more.

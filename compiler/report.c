@@ -350,13 +350,29 @@ static void json_calibration_figure(FILE *f, const char *name, double v, const c
     fprintf(f, "}");
 }
 
-// The "calibration" member of the --json summaries.
-static void json_calibration(FILE *f, const pcc_cluster *c) {
+// Where flash attention's rate comes from (cost_flash_efficiency): the cluster's published
+// benchmark by shape, its single flash_efficiency, or the default (gemm_efficiency x FA2's ratio).
+static const char *flash_from(const pcc_cluster *c) {
+    return c->flash.n_rows ? "benchmark" : c->flash_efficiency > 0 ? "cluster" : "default";
+}
+
+// The "calibration" member of the --json summaries: the device figures, what the GEMM efficiency
+// depends on, and where attention's rate comes from.
+static void json_calibration(FILE *f, const pcc_graph *g, const pcc_cluster *c) {
     fprintf(f, "\"calibration\": {\"profile_entries\": %d, ", profile_size(c->profile));
     json_calibration_figure(f, "gemm_efficiency", c->gemm_efficiency, c->gemm_efficiency_source);
     fprintf(f, ", ");
     json_calibration_figure(f, "memory_efficiency", c->memory_efficiency, c->memory_efficiency_source);
-    fprintf(f, "}");
+    fprintf(f, ", \"gemm_shape\": ");
+    if (c->sm_count > 0) fprintf(f, "\"first principles: tile and wave quantization over %d SMs, main-loop depth\"", c->sm_count);
+    else fprintf(f, "null");
+    bool flash = !strcmp(attn_form(g), "flash");
+    fprintf(f, ", \"attention\": {\"form\": \"%s\", \"from\": ", attn_form(g));
+    if (flash) fprintf(f, "\"%s\", \"source\": ", flash_from(c));
+    else fprintf(f, "null, \"source\": ");
+    if (flash && c->flash.n_rows && c->flash_source) json_string(f, c->flash_source);
+    else fprintf(f, "null");
+    fprintf(f, "}}");
 }
 
 // One figure of the text summary: "gemm_efficiency 0.83 (cluster file: First principles, measured)",
@@ -371,15 +387,21 @@ static void text_calibration_figure(FILE *f, const char *name, double v, const c
             n > 60 ? "..." : "");
 }
 
-// The text summary's calibration line.
-static void text_calibration(FILE *f, const pcc_cluster *c) {
+// The text summary's calibration lines.
+static void text_calibration(FILE *f, const pcc_graph *g, const pcc_cluster *c) {
     fprintf(f, "  calibration (plancc --json for the sources): ");
     if (profile_size(c->profile) > 0)
         fprintf(f, "measured profile table (%d entries) for the shapes it lists; otherwise ", profile_size(c->profile));
     text_calibration_figure(f, "gemm_efficiency", c->gemm_efficiency, c->gemm_efficiency_source);
     fprintf(f, ", ");
     text_calibration_figure(f, "memory_efficiency", c->memory_efficiency, c->memory_efficiency_source);
-    fprintf(f, "\n");
+    fprintf(f, "\n  cost model: GEMM efficiency ");
+    if (c->sm_count > 0) fprintf(f, "from first principles (tile/wave quantization over %d SMs, %s)", c->sm_count, c->name);
+    else fprintf(f, "the sustained figure alone (no sm_count in %s)", c->name);
+    static const char *const said[] = {"FA2's published benchmark", "the cluster's flash_efficiency", "gemm_efficiency x FA2's A100 ratio"};
+    const char *from = flash_from(c);
+    if (strcmp(attn_form(g), "flash")) fprintf(f, "; attention unfused (its GEMMs and memory passes)\n");
+    else fprintf(f, "; flash attention from %s (%s)\n", said[from[0] == 'b' ? 0 : from[0] == 'c' ? 1 : 2], c->name);
 }
 
 // The operators coshard.c rewrote: a JSON array, or one text line (nothing when none).
@@ -425,7 +447,7 @@ void report_estimate(FILE *f, const pcc_graph *g, const pcc_cluster *c, const pc
         fprintf(f, "\"coshard\": ");
         report_coshard(f, o, true);
         fprintf(f, ", ");
-        json_calibration(f, c);
+        json_calibration(f, g, c);
         fprintf(f, "}\n");
         return;
     }
@@ -443,7 +465,7 @@ void report_estimate(FILE *f, const pcc_graph *g, const pcc_cluster *c, const pc
            fmt_bytes(b2, sizeof b2, c->memory_bytes), seconds);
     report_coshard(f, o, false);
     hetero_report(f, g, c, s);
-    text_calibration(f, c);
+    text_calibration(f, g, c);
     report_search(f, g, o);
 }
 
@@ -580,7 +602,7 @@ static void json_compile(FILE *f, const pcc_graph *g, const pcc_cluster *c, cons
     json_compile_sim(f, e->p, s->est_step_s);
     json_compile_warnings(f);
     fprintf(f, ",\n ");
-    json_calibration(f, c);
+    json_calibration(f, g, c);
     fprintf(f, ",\n \"seconds\": %.6f}\n", seconds);
 }
 
@@ -609,7 +631,7 @@ void report_compile(FILE *f, const pcc_graph *g, const pcc_cluster *c, const pcc
             fmt_bytes(b1, sizeof b1, e->peak_bytes), fmt_bytes(b2, sizeof b2, c->memory_bytes), e->peak_stage,
             fmt_bytes(b3, sizeof b3, e->live_bound_bytes), s->est_step_s);
     report_simulation(f, e->p, s->est_step_s);
-    text_calibration(f, c);
+    text_calibration(f, g, c);
     fprintf(f, "  wrote %s: %s, plan_check passed; compiled in %.3f s\n", out, fmt_bytes(b1, sizeof b1, nbytes), seconds);
 }
 
@@ -625,7 +647,7 @@ void report_burst(FILE *f, const pcc_graph *g, const pcc_cluster *c, const pcc_o
         json_compile_sim(f, e->p, b->est_step_s);
         json_compile_warnings(f);
         fprintf(f, ",\n ");
-        json_calibration(f, c);
+        json_calibration(f, g, c);
         fprintf(f, ",\n \"seconds\": %.6f}\n", seconds);
         return;
     }
@@ -640,6 +662,6 @@ void report_burst(FILE *f, const pcc_graph *g, const pcc_cluster *c, const pcc_o
                "%.3f x)\n", fmt_bytes(b1, sizeof b1, e->peak_bytes), fmt_bytes(b2, sizeof b2, c->memory_bytes), b->est_step_s,
             b->dp_step_s, b->est_step_s > 0 ? b->dp_step_s / b->est_step_s : 0);
     report_simulation(f, e->p, b->est_step_s);
-    text_calibration(f, c);
+    text_calibration(f, g, c);
     fprintf(f, "  wrote %s, plan_check passed; compiled in %.3f s\n", out, seconds);
 }

@@ -353,5 +353,21 @@ check("the text summary has the calibration line", p.returncode == 0 and
       "calibration (plancc --json for the sources): gemm_efficiency 0.8 (cluster file: First principles, measured)"
       in p.stdout, p)
 
+# ... and where the GEMM and attention rates come from: the tile/wave model over the cluster's
+# SMs, flash attention from the cluster's FA2 benchmark table (dgx-h100.json), with its source.
+c = cal(run("models/gpt-tiny.json", "--cluster", "models/clusters/dgx-h100.json", "--devices", "2", "--estimate-only",
+            "--attention", "flash", "--json"))
+a = c.get("attention", {})
+check("--json calibration: GEMM shape model over dgx-h100's 132 SMs; flash attention from FA2's published benchmark",
+      "132 SMs" in (c.get("gemm_shape") or "") and a.get("form") == "flash" and a.get("from") == "benchmark"
+      and "FlashAttention-2" in (a.get("source") or ""), None)
+c = cal(run("models/gpt-tiny.json", "--cluster", "models/clusters/cpu.json", "--devices", "2", "--estimate-only", "--json"))
+check("--json calibration: no sm_count, no GEMM shape model; unfused attention has no flash source",
+      "gemm_shape" in c and c["gemm_shape"] is None and c.get("attention") == {"form": "unfused", "from": None, "source": None}, None)
+p = run("models/gpt-tiny.json", "--cluster", "models/clusters/dgx-a100.json", "--devices", "2", "--estimate-only", "--attention", "flash")
+check("the text summary says where the GEMM and attention rates come from", p.returncode == 0 and
+      "cost model: GEMM efficiency from first principles (tile/wave quantization over 108 SMs, dgx-a100); "
+      "flash attention from FA2's published benchmark (dgx-a100)" in p.stdout, p)
+
 print(f"{passed} passed, {failed} failed")
 sys.exit(1 if failed else 0)

@@ -49,6 +49,28 @@ static void test_gemm_efficiency(void) {
     EXPECT(cost_gemm_efficiency(&c, 1, 64, 576, 256) < 0.1 * 0.8);
 }
 
+// The cluster's own tiles (gemm_tiles): the same set as the built-in one gives the same figures;
+// one large tile alone pads a thin GEMM (n = 64 in a 128-wide tile: half the work wasted), and a
+// slower tile alone slows a large one by its rate.
+static void test_gemm_tiles(pcc_arena *a) {
+    pcc_cluster *f, c = a100();
+    EXPECT(cluster_load(a, arena_printf(a, "%s/models/clusters/dgx-a100.json", root), 0, 0, &f) == PCC_OK);
+    if (!f) return;
+    EXPECT(f->n_tiles == 6 && f->tiles[5].m == 64 && f->tiles[5].rate == 0.74);
+    c.gemm_efficiency = f->gemm_efficiency;
+    double shapes[][4] = {{1, 8192, 8192, 8192}, {1, 8192, 96, 4096}, {64, 2048, 2048, 96}, {1, 128 * 109, 128, 4096}, {1, 64, 576, 6.4e6}};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+        EXPECT(NEAR(cost_gemm_efficiency(f, shapes[i][0], shapes[i][1], shapes[i][2], shapes[i][3]),
+                    cost_gemm_efficiency(&c, shapes[i][0], shapes[i][1], shapes[i][2], shapes[i][3])));
+    pcc_cluster big = c;
+    big.n_tiles = 1, big.tiles[0].m = 256, big.tiles[0].n = 128, big.tiles[0].rate = 1;
+    EXPECT(cost_gemm_efficiency(&big, 1, 131072, 64, 8192) < 0.55 * cost_gemm_efficiency(&c, 1, 131072, 64, 8192));
+    EXPECT(NEAR(cost_gemm_efficiency(&big, 1, 256 * 27, 128 * 8, 8192), cost_gemm_efficiency(&c, 1, 256 * 27, 128 * 8, 8192)));
+    pcc_cluster slow = c;
+    slow.n_tiles = 1, slow.tiles[0].m = 128, slow.tiles[0].n = 128, slow.tiles[0].rate = 0.5;
+    EXPECT(NEAR(cost_gemm_efficiency(&slow, 1, 128 * 108, 128 * 10, 8192), 0.5 * cost_gemm_efficiency(&c, 1, 128 * 108, 128 * 10, 8192)));
+}
+
 static void test_gemm_time(void) {
     pcc_cluster c = a100();
     // Compute bound: FLOPs at the efficiency, plus the launch.
@@ -227,6 +249,36 @@ static void test_profile(pcc_arena *a) {
     EXPECT(profile_size(f->profile) == 4 && cost_op_s(f, g, ln, sp) == 3.0e-5);
 }
 
+// FlashAttention-2's published benchmark (dgx-a100.json's flash_benchmark): the table's own points
+// exactly, log-length interpolation between them, its ends beyond them, and the orderings the
+// published figures have (longer keys, a larger head, no mask: faster).
+static void test_flash_benchmark(pcc_arena *a) {
+    pcc_cluster *c;
+    EXPECT(cluster_load(a, arena_printf(a, "%s/models/clusters/dgx-a100.json", root), 0, 0, &c) == PCC_OK);
+    if (!c) return;
+    EXPECT(c->flash.n_seq == 6 && c->flash.n_rows == 4 && c->flash_source);
+    double k = (1 + 2.5 * 73 / 63) / (3.5 * 312); // forward fraction per TFLOP/s of forward + backward
+    EXPECT(NEAR(cost_flash_efficiency(c, 128, 16384, false), 203 * k));
+    EXPECT(NEAR(cost_flash_efficiency(c, 64, 512, true), 88 * k));
+    EXPECT(NEAR(cost_flash_efficiency(c, 128, 4096, true), 173 * k));
+    EXPECT(NEAR(cost_flash_efficiency(c, 128, 65536, false), 203 * k) && NEAR(cost_flash_efficiency(c, 128, 64, false), 151 * k));
+    EXPECT(NEAR(cost_flash_efficiency(c, 256, 2048, false), 187 * k) && NEAR(cost_flash_efficiency(c, 32, 2048, true), 140 * k));
+    EXPECT(NEAR(cost_flash_efficiency(c, 64, 1024 * sqrt(2), false), (153 + 0.5 * (162 - 153)) * k)); // 1024 sqrt 2: half-way in log
+    EXPECT(NEAR(cost_flash_efficiency(c, 64 * sqrt(2), 2048, false), (162 + 0.5 * (187 - 162)) * k)); // 64 sqrt 2
+    for (double t = 512; t < 16384; t *= 1.5) {
+        EXPECT(cost_flash_efficiency(c, 128, t, true) < cost_flash_efficiency(c, 128, t * 1.5, true));
+        EXPECT(cost_flash_efficiency(c, 64, t, true) < cost_flash_efficiency(c, 128, t, true));
+        EXPECT(cost_flash_efficiency(c, 96, t, true) < cost_flash_efficiency(c, 96, t, false));
+    }
+    EXPECT(cost_flash_efficiency(c, 128, 16384, false) <= 0.73);
+    // Without the table: flash_efficiency, and without that the GEMM figure times FA2's ratio.
+    pcc_cluster bare = *c;
+    bare.flash.n_rows = 0;
+    EXPECT(NEAR(cost_flash_efficiency(&bare, 64, 512, true), 0.83 * 0.73 / 0.83));
+    bare.flash_efficiency = 0.5;
+    EXPECT(cost_flash_efficiency(&bare, 64, 512, true) == 0.5);
+}
+
 // The compiler's collective names (pcc_coll_names, compiler/cost.c) are runtime/colls.def's, the
 // ones a plan's reader prints (plan_coll_name): pcc_coll's codes are what a plan stores.
 static void test_coll_names(void) {
@@ -242,6 +294,8 @@ int main(int argc, char **argv) {
     test_gemm_time();
     test_collectives();
     test_coll_names();
+    test_flash_benchmark(a);
+    test_gemm_tiles(a);
     test_buckets();
     test_overlap_and_pipeline();
     test_ops(a);
