@@ -162,13 +162,17 @@ static void memory_scales(const pcc_graph *g, int pp, int dp, int cp, int zero, 
 // backward pass mirrors them. An operator whose sequence letter is a reduction (the loss, a
 // weight's gradient) leaves partial sums over cp, which the gradient synchronization all-reduces
 // beside dp's. The letter: attention's heads "n"; else the sequence's first letter that is not a
-// reduction, else a reduction; -1 when the op has no sequence (replicated over cp).
-static int cp_letter(const pcc_graph *g, const pcc_op *op, int sdim, int cp) {
+// reduction, else a reduction; -1 when the op has no sequence (replicated over cp). In ring
+// attention's form (ring), attention splits its sequence "s" too (queries, keys and values
+// alike: the letter is unsplittable for one operator, and phase 3 makes it ring.c's steps).
+static int cp_letter(const pcc_graph *g, const pcc_op *op, int sdim, int cp, bool ring) {
     pcc_letter l[PCC_MAX_LETTERS];
     int n = op_letters(g, op, l), red = -1;
     for (int i = 0; i < n; i++) {
         bool ok = !l[i].nosplit && g->dims[l[i].dim].size % ((int64_t)cp * l[i].grain) == 0;
-        if (op->kind == PCC_OP_ATTENTION) {
+        if (op->kind == PCC_OP_ATTENTION && ring) {
+            if (strcmp(l[i].name, "s") == 0 && g->dims[l[i].dim].size % cp == 0) return i;
+        } else if (op->kind == PCC_OP_ATTENTION) {
             if (ok && strcmp(l[i].name, "n") == 0) return i;
         } else if (ok && l[i].dim == sdim) {
             if (!l[i].reduce) return i;
@@ -297,7 +301,7 @@ static pcc_strategy *make(const pcc_graph *g, const pcc_cluster *c, const pcc_se
         const pcc_op *op = &g->ops[i];
         const pcc_cand *cd = &sc->t->ops[i].c[sc->choice[i]];
         if (dp > 1 && bdim >= 0) s->letter[PCC_AX_DP][i] = letter_of_dim(g, op, bdim, dp);
-        if (cp > 1) s->letter[PCC_AX_CP][i] = cp_letter(g, op, s->seq_dim, cp);
+        if (cp > 1) s->letter[PCC_AX_CP][i] = cp_letter(g, op, s->seq_dim, cp, k->cp_ring);
         if (cd->dim >= 0) s->letter[PCC_AX_TP][i] = letter_by_name(g, op, cd->letter);
         PCC_ASSERT(cd->dim < 0 || s->letter[PCC_AX_TP][i] >= 0);
         // Phase 3 recomputes inside blocks. --recompute full is Megatron-LM's activation
@@ -432,6 +436,12 @@ static pcc_status cp_check(const pcc_space *S, int cp, int tp) {
         const pcc_op *op = &g->ops[i];
         if (op->kind != PCC_OP_ATTENTION) continue;
         int n = g->tensors[op->in[0]].dims[2];
+        if (S->o->cp_ring) {
+            if (op->nin > 3 || g->tensors[op->in[1]].dims[1] != sdim)
+                return diag(g->file, op->ptr, "--cp %d --cp-form ring: ring attention passes the keys of one sequence "
+                            "around the cp ranks; this attention has %s", cp, op->nin > 3 ? "a bias" : "keys of another length");
+            continue;
+        }
         if (g->dims[n].size % ((int64_t)cp * tp) != 0)
             return diag(g->file, op->ptr, "--cp %d: attention splits its query heads over --tp x --cp = %d (DeepSpeed-Ulysses' "
                         "all-to-all), which does not divide the heads dimension %s = %lld", cp, cp * tp, g->dims[n].name,
@@ -549,7 +559,7 @@ static pcc_status search_template(pcc_space *S, pcc_strategy ***out, int *n_out)
     const pcc_transform *all = transform_find(S->t, tp);
     PCC_ASSERT(all);
     pcc_config k = {.pp = pp, .dp = dp, .tp = tp, .v = o->virtual_stages > 1 ? o->virtual_stages : 1, .zero = o->zero,
-                    .cp = o->cp > 1 ? o->cp : 1, .btp = btp, .sp = o->sequence_parallel, .rc = o->recompute};
+                    .cp = o->cp > 1 ? o->cp : 1, .cp_ring = o->cp_ring, .btp = btp, .sp = o->sequence_parallel, .rc = o->recompute};
     pcc_strategy *s;
     st = build(S, all, &k, SOLVE, &s);
     if (st == PCC_ERR_INFEASIBLE) { // --recompute auto: every block operator recomputed, all memory allowed
