@@ -557,8 +557,9 @@ static void json_compile(FILE *f, const pcc_graph *g, const pcc_cluster *c, cons
     char buf[160];
     json_compile_head(f, g, c, out, nbytes);
     fprintf(f, " \"strategy\": {\"pp\": %d, \"dp\": %d, \"cp\": %d, \"tp\": %d, \"virtual_stages\": %d, \"micro_batches\": %d, "
-               "\"schedule\": \"%s\", \"zero\": %d, \"sequence_parallel\": %s, \"auto\": %s, \"text\": ", s->mesh[PCC_AX_PP],
-            s->mesh[PCC_AX_DP], s->mesh[PCC_AX_CP], s->mesh[PCC_AX_TP], s->virtual_stages, s->micro_batches, sched[s->schedule == PCC_PIPE_GPIPE ? 0 : 1],
+               "\"cp_form\": \"%s\", \"schedule\": \"%s\", \"zero\": %d, \"sequence_parallel\": %s, \"auto\": %s, \"text\": ", s->mesh[PCC_AX_PP],
+            s->mesh[PCC_AX_DP], s->mesh[PCC_AX_CP], s->mesh[PCC_AX_TP], s->virtual_stages, s->micro_batches,
+            s->config.cp_ring ? "ring" : "ulysses", sched[s->schedule == PCC_PIPE_GPIPE ? 0 : 1],
             s->zero, s->config.sp ? "true" : "false", o->search.auto_mesh ? "true" : "false");
     json_string(f, strategy_str(s, buf, sizeof buf));
     fprintf(f, ", \"coshard\": ");

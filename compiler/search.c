@@ -768,9 +768,9 @@ pcc_status search(const pcc_graph *g, const pcc_cluster *c, const pcc_transforms
 }
 
 char *strategy_str(const pcc_strategy *s, char *buf, size_t n) {
-    char v[48] = "", cp[24] = "";
+    char v[48] = "", cp[32] = "";
     if (s->virtual_stages > 1) snprintf(v, sizeof v, " interleaved, %d virtual stages", s->virtual_stages);
-    if (s->mesh[PCC_AX_CP] > 1) snprintf(cp, sizeof cp, " x cp %d", s->mesh[PCC_AX_CP]);
+    if (s->mesh[PCC_AX_CP] > 1) snprintf(cp, sizeof cp, " x cp %d%s", s->mesh[PCC_AX_CP], s->config.cp_ring ? " (ring)" : "");
     snprintf(buf, n, "pp %d x dp %d%s x tp %d, %s%s, %d micro-batch%s%s", s->mesh[PCC_AX_PP], s->mesh[PCC_AX_DP], cp,
              s->mesh[PCC_AX_TP], s->mesh[PCC_AX_PP] == 1 ? "no pipeline" : s->schedule == PCC_PIPE_GPIPE ? "gpipe" : "1f1b", v,
              s->micro_batches, s->micro_batches == 1 ? "" : "es",
