@@ -145,8 +145,9 @@ static void est_layout(est *E) {
 // blocks (causal: the last cp rank computes all of them; no load balancing) and passes the k/v
 // block between two (the shift, two collectives), overlapped with the block in flight, so a
 // step costs max(block, transfer): the forward cp C + (cp - 1) max(0, T - C) exposed; the
-// backward recomputes that ring, then runs the gradient's, whose steps pass k, v, dk and dv (2T)
-// while the block's gradient (G - C of G) computes, and passes dk and dv home once more (T).
+// backward recomputes that ring, then runs the gradient's, whose steps pass k and v (T) while
+// the block's gradient (G - C of G) computes, and dk and dv (T, the same bytes) after it, cp
+// times (the last brings them home): preserve.c's ring_attention.
 static void est_ring(est *E) {
     const pcc_graph *g = E->g;
     if (E->cp < 2 || !E->s->config.cp_ring) return;
@@ -162,7 +163,7 @@ static void est_ring(est *E) {
         double C = E->f[i], G = E->b[i], cp = E->cp;
         E->f[i] = cp * C, E->b[i] = cp * C + cp * (G > C ? G - C : 0);
         E->fc[i] += (cp - 1) * fmax(0, kv - C);
-        E->bc[i] += (cp - 1) * fmax(0, kv - C) + (cp - 1) * fmax(0, 2 * kv - (G - C)) + kv;
+        E->bc[i] += (cp - 1) * fmax(0, kv - C) + (cp - 1) * fmax(0, kv - (G - C)) + cp * kv;
     }
 }
 
