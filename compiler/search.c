@@ -458,14 +458,20 @@ static pcc_status cp_check(const pcc_space *S, int cp, int tp) {
 // search over micro-batch counts tries) is the same split of the work with cp's all-to-alls
 // added and ZeRO's sharding (over dp only) narrowed, so the search leaves it out. A pruning
 // rule, not a bound: it keeps --auto's search time on models trained on many sequences.
-static bool auto_cp_ok(const pcc_space *S, int cp, int tp, int dp) {
+// In ring attention's form (ring), attention keeps its heads (tp's split of them alone) but must
+// be self-attention without a bias (cp_check's rule).
+static bool auto_cp_ok(const pcc_space *S, int cp, int tp, int dp, bool ring) {
     const pcc_graph *g = S->g;
     int sdim = seq_dim(g);
     if (S->o->bg_dense || S->o->policy || sdim < 0 || g->dims[sdim].size % cp != 0) return false;
     if (S->bdim >= 0 && S->bsize * g->micro_batches % (2 * (int64_t)dp) == 0) return false;
-    for (int i = 0; i < g->n_fwd_ops; i++)
-        if (g->ops[i].kind == PCC_OP_ATTENTION && g->dims[g->tensors[g->ops[i].in[0]].dims[2]].size % ((int64_t)cp * tp) != 0)
+    for (int i = 0; i < g->n_fwd_ops; i++) {
+        const pcc_op *op = &g->ops[i];
+        if (op->kind != PCC_OP_ATTENTION) continue;
+        int64_t heads = g->dims[g->tensors[op->in[0]].dims[2]].size;
+        if (ring ? op->nin > 3 || g->tensors[op->in[1]].dims[1] != sdim || heads % tp != 0 : heads % ((int64_t)cp * tp) != 0)
             return false;
+    }
     return true;
 }
 
@@ -577,7 +583,7 @@ static pcc_status search_template(pcc_space *S, pcc_strategy ***out, int *n_out)
 // mixed plans), with and without Megatron-LM's sequence parallelism where tp (x cp) divides the
 // sequence, recompute as asked (auto: also none and full, Megatron-LM's two, so that every
 // template is among the candidates), interleaving where the pipeline can run it (pp 2), and
-// context parallelism over every power of two auto_cp_ok allows.
+// context parallelism over every power of two auto_cp_ok allows, in both forms (Ulysses' and ring attention's).
 static void space_enumerate(pcc_space *S) {
     const pcc_search_opts *o = S->o;
     pcc_recompute rcs[3] = {o->recompute, PCC_RECOMPUTE_NONE, PCC_RECOMPUTE_FULL};
@@ -587,7 +593,8 @@ static void space_enumerate(pcc_space *S) {
         for (int pp = 1; pp <= S->N / tp / cp; pp++) {
             if (!auto_mesh_ok(S, tp, pp, cp)) continue;
             int dp = S->N / tp / cp / pp;
-            if (cp > 1 && !auto_cp_ok(S, cp, tp, dp)) continue;
+            for (int ring = 0; ring <= (cp > 1); ring++) {
+            if (cp > 1 && !auto_cp_ok(S, cp, tp, dp, ring)) continue;
             bool btp_ok = tp > 1 && cp == 1 && S->bdim >= 0 && S->bsize % ((int64_t)dp * tp) == 0;
             bool sp_ok = tp > 1 && sdim >= 0 && S->g->dims[sdim].size % ((int64_t)tp * cp) == 0;
             bool inter = o->virtual_stages > 1 && pp == 2 && pp * o->virtual_stages <= S->nl && S->g->micro_batches % pp == 0;
@@ -598,10 +605,11 @@ static void space_enumerate(pcc_space *S) {
                             for (int v = 0; v <= (int)inter; v++) {
                                 if ((zero == 2 && o->zero != 2) || (zero > o->zero && dp == 1)) continue;
                                 pcc_config k = {.pp = pp, .dp = dp, .tp = tp, .v = v ? o->virtual_stages : 1, .zero = zero,
-                                                .cp = cp, .btp = btp, .sp = sp, .rc = rcs[r]};
+                                                .cp = cp, .cp_ring = ring, .btp = btp, .sp = sp, .rc = rcs[r]};
                                 if (cp > 1 && !cp_state_fits(S, &k)) continue;
                                 if (policy_config_ok(o->policy, S->g, &k, S->L, S->flops, S->nl)) *VEC_PUSH(S->g->arena, S->k, S->n, S->cap) = k;
                             }
+            }
         }
 }
 
@@ -750,7 +758,8 @@ int *search_group_sizes(const pcc_graph *g, const pcc_cluster *c, const pcc_sear
             bool used = false;
             for (int cp = 1; cp <= S.N / tp && !used; cp *= 2)
                 for (int pp = 1; pp <= S.N / tp / cp && !used; pp++)
-                    used = auto_mesh_ok(&S, tp, pp, cp) && (cp == 1 || auto_cp_ok(&S, cp, tp, S.N / tp / cp / pp));
+                    used = auto_mesh_ok(&S, tp, pp, cp) && (cp == 1 || auto_cp_ok(&S, cp, tp, S.N / tp / cp / pp, false) ||
+                                                            auto_cp_ok(&S, cp, tp, S.N / tp / cp / pp, true));
             if (used) *VEC_PUSH(g->arena, v, n, cap) = tp;
         }
     }

@@ -21,9 +21,9 @@ memory saving lost. The numerics are the equivalence suite's (tests/equiv.py, SE
 With --cp-form ring (--cp 2, --cp 4, --dp 2 --cp 2), ring_plan's checks: no all-to-all or
 all-gather on cp, the ring's steps and shifts counted, the weight gradients all-reduced over cp,
 and the memory saving.
-And --auto searches it: on gpt-32k over 16 DGX A100 GPUs (estimate only) --auto picks cp > 1
-(JSON "cp"), its step is no slower than `--cp 8 --tp 2`, and the template of its own mesh has
-the same estimate; on gpt-tiny with one sequence of 512 tokens (equiv.py's gpt-tiny-long) --auto
+And --auto searches it (both forms): on gpt-32k over 16 DGX A100 GPUs (estimate only) --auto
+picks cp > 1 (JSON "cp"), its step is no slower than `--cp 8 --tp 2`, and the template of its own
+mesh and form ("cp_form") has the same estimate; on gpt-tiny with one sequence of 512 tokens (equiv.py's gpt-tiny-long) --auto
 picks cp on 4 CPU ranks and the plan passes plan_check.
 """
 import json
@@ -125,14 +125,14 @@ def auto_searches_cp(plancc, root, tmp):
     a, r = auto["estimate"]["step_s"], ref["estimate"]["step_s"]
     check(f"--auto's step {a:.4g} s <= --cp 8 --tp 2's {r:.4g} s", a <= r * (1 + 1e-9))
     mesh = ["--dp", auto["dp"], "--tp", auto["tp"], "--pp", auto["pp"], "--micro-batches", auto["micro_batches"],
-            "--zero", auto["zero"]] + (["--cp", auto["cp"]] if auto["cp"] > 1 else []) + \
+            "--zero", auto["zero"]] + (["--cp", auto["cp"], "--cp-form", auto["cp_form"]] if auto["cp"] > 1 else []) + \
         (["--sequence-parallel"] if auto["sequence_parallel"] else [])
     for rc in ("auto", "none", "full"):  # --auto's recompute is one of the three
         t = compile_json(plancc, model, a100, 16, *mesh, "--recompute", rc, "--estimate-only")
         if t is not None and abs(t["estimate"]["step_s"] - a) <= 1e-9 * a:
             break
     check(f"the template of --auto's mesh ({' '.join(map(str, mesh))}) has its estimate {a:.6g} s",
-          t is not None and abs(t["estimate"]["step_s"] - a) <= 1e-9 * a, t and t["estimate"]["step_s"])
+          t is not None and abs(t["estimate"]["step_s"] - a) <= 1e-9 * a, str(t and t["estimate"]["step_s"]))
     with open(os.path.join(root, "models", "gpt-tiny.json"), encoding="utf-8") as f:
         text = f.read()
     long = os.path.join(tmp, "gpt-tiny-long.json")
