@@ -423,7 +423,8 @@ double cost_collective_s(const pcc_cluster *c, pcc_coll kind, double bytes, pcc_
     case PCC_COLL_REDUCE_SCATTER:
     case PCC_COLL_ALL_TO_ALL: return steps * alpha + frac * bytes / bw;
     case PCC_COLL_BROADCAST: return steps * alpha + bytes / bw;
-    case PCC_COLL_SEND_RECV: return alpha + bytes / bw;
+    case PCC_COLL_SEND_RECV:
+    case PCC_COLL_SHIFT: return alpha + bytes / bw; // every member sends its piece to the next at once
     default: PCC_ASSERT(!"bad collective");
     }
 }

@@ -143,6 +143,33 @@ static void est_layout(est *E) {
             if (E->owner[g->ops[i].in[k]] < 0) E->owner[g->ops[i].in[k]] = i;
 }
 
+// Ring attention (--cp-form ring): attention op i's times above are one block's, q's piece
+// against one k/v piece (its sequence letter split over cp on every operand). The ring runs cp
+// blocks (causal: the last cp rank computes all of them; no load balancing) and passes the k/v
+// block between two (the shift, two collectives), overlapped with the block in flight, so a
+// step costs max(block, transfer): the forward cp C + (cp - 1) max(0, T - C) exposed; the
+// backward recomputes that ring, then runs the gradient's, whose steps pass k and v (T) while
+// the block's gradient (G - C of G) computes, and dk and dv (T, the same bytes) after it, cp
+// times (the last brings them home): preserve.c's ring_attention.
+static void est_ring(est *E) {
+    const pcc_graph *g = E->g;
+    if (E->cp < 2 || !E->s->config.cp_ring) return;
+    for (int i = 0; i < E->nf; i++) {
+        const pcc_op *op = &g->ops[i];
+        if (op->kind != PCC_OP_ATTENTION || E->s->letter[PCC_AX_CP][i] < 0) continue;
+        double kv = 0;
+        for (int k = 1; k <= 2; k++) {
+            double bytes = tensor_bytes(g, &g->tensors[op->in[k]]);
+            for (int a = 0; a < g->tensors[op->in[k]].rank; a++) bytes /= E->ways[i][k][a];
+            kv += cost_collective_s(E->c, PCC_COLL_SHIFT, bytes, (pcc_group_shape){E->cp, E->tp}) + cost_launch_s(E->c);
+        }
+        double C = E->f[i], G = E->b[i], cp = E->cp;
+        E->f[i] = cp * C, E->b[i] = cp * C + cp * (G > C ? G - C : 0);
+        E->fc[i] += (cp - 1) * fmax(0, kv - C);
+        E->bc[i] += (cp - 1) * fmax(0, kv - C) + (cp - 1) * fmax(0, kv - (G - C)) + cp * kv;
+    }
+}
+
 // Operator seconds per forward op (its forward, its backward ops) and tp communication, on
 // E->c (est_groups sets it to each group's view in turn).
 static void est_ops(est *E) {
@@ -166,6 +193,7 @@ static void est_ops(est *E) {
         double n = (double)op_copies(g, &g->ops[i]);
         E->fc[i] /= n, E->bc[i] /= n, E->sy[i] /= n;
     }
+    est_ring(E);
 }
 
 // Context parallelism: op i's all-to-alls over cp in its forward pass, where its cp letter is

@@ -78,7 +78,9 @@ static const pcc_letter *match_letter(const pcc_graph *g, const pcc_op *b, const
                                       const pcc_op *f, const pcc_letter *fl) {
     const pcc_letter *same_dim = NULL;
     for (int k = 0; k < nbl; k++) {
-        bool ok = !bl[k].nosplit, any = false;
+        // an unsplittable letter only where the forward op's is one too, split by design (ring
+        // attention's sequence, search.c's cp_letter)
+        bool ok = !bl[k].nosplit || (fl->nosplit && strcmp(bl[k].name, fl->name) == 0), any = false;
         for (int o = 0; ok && o < b->nin + b->nout; o++) {
             int u = o < b->nin ? b->in[o] : b->out[o - b->nin];
             int fo = fwd_operand(g, f, u);

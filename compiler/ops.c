@@ -39,7 +39,7 @@ const pcc_op_info pcc_ops[PCC_OP_COUNT] = {
 #undef INPLACE
 #undef BCAST
 #undef RNG
-_Static_assert(PCC_OP_COUNT == 100, "operator count changed: update the tests' operator list");
+_Static_assert(PCC_OP_COUNT == 102, "operator count changed: update the tests' operator list");
 
 int op_lookup(const char *name) {
     for (int i = 0; i < PCC_OP_COUNT; i++)

@@ -78,7 +78,14 @@ static void usage(FILE *f) {
             "                     form - every operator splits the sequence over cp, attention its heads\n"
             "                     (heads / (tp x cp) each), with an all-to-all before and after it; the\n"
             "                     devices are pp x dp x cp x tp (tp fastest); needs attention, and cp\n"
-            "                     dividing the sequence; combines with --sequence-parallel\n"
+            "                     dividing the sequence; combines with --sequence-parallel\n");
+    fprintf(f,
+            "  --cp-form ulysses|ring\n"
+            "                     --cp's form: ulysses (the default, above) or ring - ring attention: each\n"
+            "                     cp rank keeps its piece of the sequence in attention too, and the k/v\n"
+            "                     blocks pass around the cp ranks (cp steps, the shift collective),\n"
+            "                     merged by log-sum-exp; dk and dv travel with them in the backward\n");
+    fprintf(f,
             "  --sequence-parallel\n"
             "                     with --tp 2 or more: Megatron-LM's sequence parallelism - layernorm,\n"
             "                     the residual adds and dropout split along the sequence over the tp\n"
@@ -174,7 +181,7 @@ enum { OPT_CONFIG = 256, OPT_CLUSTER, OPT_NODES, OPT_DEVICES, OPT_TIME_LIMIT, OP
        OPT_ZERO, OPT_RECOMPUTE, OPT_SCHEDULE, OPT_AUTO, OPT_GLOBAL_BATCH, OPT_MICRO_BATCH_SIZE, OPT_VIRTUAL_STAGES,
        OPT_ESTIMATE_ONLY, OPT_BURST, OPT_AMP_LIMIT, OPT_BURST_WIDTHS, OPT_BUCKET_MB, OPT_SYNC, OPT_TF32,
        OPT_TP_BATCH, OPT_BF16, OPT_FP16, OPT_CP, OPT_EP, OPT_LAYERS_PER_VS, OPT_RECOMPUTE_GRAN, OPT_DIST_OPT,
-        OPT_SEQ_PARALLEL, OPT_POLICY, OPT_CP_SHORT, OPT_ATTENTION, OPT_COSHARD };
+        OPT_SEQ_PARALLEL, OPT_POLICY, OPT_CP_SHORT, OPT_ATTENTION, OPT_COSHARD, OPT_CP_FORM };
 
 // Where the option being read came from: NULL for the command line, "FILE:/key" for --config.
 static const char *origin;
@@ -198,7 +205,7 @@ static void bad(const char *fmt, ...) {
 
 // What was given, for the checks after parsing.
 typedef struct given {
-    bool template_, auto_, schedule, recompute, virtual_stages, cp;
+    bool template_, auto_, schedule, recompute, virtual_stages, cp, cp_form;
 } given;
 
 static pcc_status num_option(const char *name, const char *arg, double lo, double hi, double *out) {
@@ -255,6 +262,15 @@ static pcc_status option(int c, char **argv, pcc_options *o, given *gv, bool *do
         o->dtype_override = want + 1;
         break;
     }
+    case OPT_CP_FORM:
+        if (strcmp(optarg, "ulysses") == 0) o->search.cp_ring = false;
+        else if (strcmp(optarg, "ring") == 0) o->search.cp_ring = true;
+        else {
+            bad("--cp-form wants ulysses or ring, got \"%s\"\n", optarg);
+            return PCC_ERR_INPUT;
+        }
+        gv->cp_form = true;
+        break;
     case OPT_CP_SHORT: case OPT_CP:
         if (int_option(c == OPT_CP ? "--context-parallel-size" : "--cp", optarg, 1, 1 << 24, &o->search.cp)) return PCC_ERR_INPUT;
         if (o->search.cp > 1) gv->template_ = gv->cp = true;
@@ -460,6 +476,11 @@ static pcc_status check_strategy(pcc_options *o, const given *gv) {
                 o->burst ? "--burst" : o->check ? "--check" : "--sync background");
         return PCC_ERR_INPUT;
     }
+    if (gv->cp_form && !gv->cp) {
+        fprintf(stderr, "plancc: --cp-form %s is the form of --cp N's context parallelism; it wants --cp 2 or more\n",
+                o->search.cp_ring ? "ring" : "ulysses");
+        return PCC_ERR_INPUT;
+    }
     o->search.auto_mesh = !gv->template_;
     if (o->distributed_optimizer && !o->search.zero) o->search.zero = 1; // Megatron-LM's distributed optimizer is ZeRO-1
     o->search.bg_dense = o->preserve.sync.algo != PCC_SYNC_ALLREDUCE;
@@ -569,6 +590,7 @@ static const struct option longopts[] = {
     {"tensor-model-parallel-size", required_argument, NULL, OPT_TP},
     {"pipeline-model-parallel-size", required_argument, NULL, OPT_PP},
     {"context-parallel-size", required_argument, NULL, OPT_CP}, {"cp", required_argument, NULL, OPT_CP_SHORT},
+    {"cp-form", required_argument, NULL, OPT_CP_FORM},
     {"expert-model-parallel-size", required_argument, NULL, OPT_EP},
     {"num-layers-per-virtual-pipeline-stage", required_argument, NULL, OPT_LAYERS_PER_VS},
     {"global-batch-size", required_argument, NULL, OPT_GLOBAL_BATCH},
@@ -808,11 +830,11 @@ static const char *canonical_options(pcc_arena *a, const pcc_cluster *c, const p
 static const char *canonical_options_(pcc_arena *a, const pcc_cluster *c, const pcc_options *o) {
     static const char *const rc[] = {"none", "full", "auto"};
     const pcc_search_opts *s = &o->search;
-    char mesh[96] = "--auto";
+    char mesh[128] = "--auto";
     if (!s->auto_mesh)
         snprintf(mesh, sizeof mesh, "--dp %d --tp %d --pp %d%s%s%s", s->dp ? s->dp : 1, s->tp ? s->tp : 1, s->pp ? s->pp : 1,
                  s->tp_batch ? " --tp-batch" : "", s->sequence_parallel ? " --sequence-parallel" : "",
-                 s->cp > 1 ? arena_printf(a, " --cp %d", s->cp) : "");
+                 s->cp > 1 ? arena_printf(a, " --cp %d%s", s->cp, s->cp_ring ? " --cp-form ring" : "") : "");
     if (o->burst) {
         if (o->amp_limit > 0) snprintf(mesh, sizeof mesh, "--burst --amp-limit %g", o->amp_limit);
         else snprintf(mesh, sizeof mesh, "--burst");

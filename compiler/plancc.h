@@ -896,6 +896,7 @@ typedef enum pcc_pipe_sched { PCC_PIPE_GPIPE = 1, PCC_PIPE_1F1B = 2 } pcc_pipe_s
 typedef struct pcc_config {
     int pp, dp, tp, v, zero;
     int cp;                     // context parallelism (the template's --cp; 0 or 1: none)
+    bool cp_ring;               // ... in ring attention's form (--cp-form ring; ring.c), else DeepSpeed-Ulysses'
     bool btp;
     bool sp;                    // Megatron-LM's sequence parallelism over tp (search.c, seq_keeps)
     pcc_recompute rc;
@@ -909,6 +910,7 @@ typedef struct pcc_config {
 typedef struct pcc_search_opts {
     int dp, tp, pp;             // 0: not given (auto)
     int cp;                     // --cp: context parallelism, DeepSpeed-Ulysses' form (0 or 1: none; search.c, cp_letter)
+    bool cp_ring;               // --cp-form ring: ring attention instead (ring.c)
     bool auto_mesh;             // search the factorizations (--auto, the default without --dp/--tp/--pp)
     int zero;                   // 0..3
     pcc_recompute recompute;

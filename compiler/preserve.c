@@ -455,9 +455,133 @@ static uint32_t scale_attrs(builder *E, prog *P, double k) {
     return intern_attrs(E, P, &a);
 }
 
+/* ---- ring attention (--cp N --cp-form ring) ----
+ *
+ * Attention split along its sequence over cp (search.c's cp_letter: q, k, v, the output and
+ * their gradients all hold the rank's piece, D(1) on cp) runs as ring attention (Liu et al.,
+ * "Ring Attention with Blockwise Transformers", 2023): cp steps of attention_block (runtime/ops.def)
+ * over the k/v block in hand, which the `shift` collective passes to the next cp rank between two
+ * steps (c -> c+1, the last to the first), each step merged into the one before by log-sum-exp.
+ * The gradient recomputes that ring (the merged output and lse; FlashAttention-2's backward saves
+ * neither), then runs it again with attention_block_grad: dq sums on the rank, dk and dv travel
+ * with their block and come home with one shift more. The blocks and partial results are scratch
+ * buffers (the shifted blocks hold other ranks' pieces, which no shard of the mesh describes).
+ * Causal: a block wholly above the diagonal is skipped by the kernel (no load balancing: rank c
+ * computes c + 1 blocks of cp). Overlap: the k/v block of step j + 1 travels on the sync stream
+ * while step j computes (double buffering: two blocks in hand); the stream starts the shift once
+ * the compute stream reaches step j (an event), and step j + 1 waits for it (another). The
+ * gradient's dk and dv travel on the compute stream, after the step that adds to them. */
+
+// A scratch buffer of `bytes` in tensor t's dtype.
+static int ring_scratch(builder *E, prog *P, int t, uint64_t bytes) {
+    int b = new_buf(E, P, -1, shard_r(), 1, 1, 0);
+    P->buf[b].dtype = (uint8_t)E->g->tensors[t].dtype;
+    P->buf[b].bytes = bytes;
+    return b;
+}
+
+// Buffer b passed one step around the ring on `stream`: the buffer that receives the previous rank's.
+static int ring_shift(builder *E, prog *P, int t, int b, int stream) {
+    int nb = ring_scratch(E, P, t, P->buf[b].bytes);
+    coll(E, P, PCC_COLL_SHIFT, PCC_AX_CP, stream, b, nb);
+    return nb;
+}
+
+// Starts passing the k/v block (*kb, *vb of tensors kt, vt; then the buffers that receive the
+// next) on the sync stream, once the compute stream has reached this point; ring_arrive makes the
+// compute stream wait for it.
+static void ring_pass(builder *E, prog *P, int kt, int vt, int *kb, int *vb) {
+    event(E, P, PLAN_I_RECORD, STREAM_MAIN, EV_GRAD);
+    event(E, P, PLAN_I_WAIT, STREAM_SYNC, EV_GRAD);
+    *kb = ring_shift(E, P, kt, *kb, STREAM_SYNC), *vb = ring_shift(E, P, vt, *vb, STREAM_SYNC);
+    event(E, P, PLAN_I_RECORD, STREAM_SYNC, EV_SYNCED);
+    P->used_sync = true;
+}
+
+static void ring_arrive(builder *E, prog *P) { event(E, P, PLAN_I_WAIT, STREAM_MAIN, EV_SYNCED); }
+
+// One ring step: op `code` at ring step j over args, with op's attrs.
+static void ring_step(builder *E, prog *P, int o, pcc_op_kind code, int j, const int *args, int n, int nout) {
+    plan_insn *in = insn(E, P, PLAN_I_COMPUTE, STREAM_MAIN, args, n);
+    in->code = (uint16_t)code;
+    in->t_s = op_time_s(E, o);
+    plan_attrs pa;
+    uint32_t a = attrs_of(E, P, &E->g->ops[o], false, false);
+    if (a == PLAN_NONE) memset(&pa, 0, sizeof pa);
+    else pa = P->attrs[a];
+    pa.i[PLAN_AI_START] = j;
+    in->attrs = intern_attrs(E, P, &pa);
+    for (int i = n - nout; i < n; i++) forget(P, args[i]);
+}
+
+// The forward ring of attention op f (the forward op) on the rank's q, k, v buffers: writes the
+// output into yb (-1: a scratch buffer) and returns it; *lse the merged lse (scratch).
+static int ring_forward(builder *E, prog *P, int o, int f, const int *qkv, int yb, int *lse) {
+    const pcc_graph *g = E->g;
+    const pcc_op *fo = &g->ops[f];
+    int qt = fo->in[0];
+    int64_t d = g->dims[g->tensors[qt].dims[3]].size, e = g->dims[g->tensors[fo->in[2]].dims[3]].size;
+    uint64_t lbytes = P->buf[qkv[0]].bytes / (uint64_t)d, ybytes = lbytes * (uint64_t)e;
+    int kb = qkv[1], vb = qkv[2], y = -1, l = -1;
+    for (int j = 0; j < E->cp; j++) {
+        int nk = kb, nv = vb;
+        if (j + 1 < E->cp) ring_pass(E, P, fo->in[1], fo->in[2], &nk, &nv);
+        int ny = j == E->cp - 1 && yb >= 0 ? yb : ring_scratch(E, P, qt, ybytes), nl = ring_scratch(E, P, qt, lbytes);
+        int args[9] = {qkv[0], qkv[1], qkv[2], kb, vb}, n = 5;
+        if (j) args[n++] = y, args[n++] = l;
+        args[n++] = ny, args[n++] = nl;
+        ring_step(E, P, o, PCC_OP_ATTENTION_BLOCK, j, args, n, 2);
+        if (j + 1 < E->cp) ring_arrive(E, P);
+        y = ny, l = nl, kb = nk, vb = nv;
+    }
+    *lse = l;
+    return y;
+}
+
+// Attention or its gradient (op o), split along the sequence over cp, as ring attention.
+static void ring_attention(builder *E, prog *P, int o) {
+    const pcc_op *op = &E->g->ops[o];
+    int f = op->phase == PCC_PHASE_FWD ? o : op->fwd, nin = op->kind == PCC_OP_ATTENTION ? 3 : 4, in[4], lse;
+    for (int i = 0; i < nin; i++) in[i] = reshard(E, P, home(E, P, op->in[i]), E->v->sh[o][i]);
+    if (op->kind == PCC_OP_ATTENTION) {
+        ring_forward(E, P, o, f, in, home(E, P, op->out[0]), &lse);
+        return;
+    }
+    int y = ring_forward(E, P, f, f, in + 1, -1, &lse), out[3];
+    for (int i = 0; i < 3; i++) out[i] = home(E, P, op->out[i]);
+    int kb = in[2], vb = in[3], dq = -1, dk = -1, dv = -1;
+    for (int j = 0; j < E->cp; j++) {
+        int nk = kb, nv = vb;
+        if (j) dk = ring_shift(E, P, op->in[2], dk, STREAM_MAIN), dv = ring_shift(E, P, op->in[3], dv, STREAM_MAIN);
+        if (j + 1 < E->cp) ring_pass(E, P, op->in[2], op->in[3], &nk, &nv);
+        int args[14] = {in[0], in[1], in[2], in[3], y, lse, kb, vb}, n = 8;
+        if (j) args[n++] = dq, args[n++] = dk, args[n++] = dv;
+        dq = j == E->cp - 1 ? out[0] : ring_scratch(E, P, op->out[0], P->buf[out[0]].bytes);
+        dk = ring_scratch(E, P, op->out[1], P->buf[in[2]].bytes), dv = ring_scratch(E, P, op->out[2], P->buf[in[3]].bytes);
+        args[n++] = dq, args[n++] = dk, args[n++] = dv;
+        ring_step(E, P, o, PCC_OP_ATTENTION_BLOCK_GRAD, j, args, n, 3);
+        if (j + 1 < E->cp) ring_arrive(E, P);
+        kb = nk, vb = nv;
+    }
+    // home: the block and its sums are back on the rank that owns them
+    copy(E, P, ring_shift(E, P, op->in[2], dk, STREAM_MAIN), out[1]);
+    copy(E, P, ring_shift(E, P, op->in[3], dv, STREAM_MAIN), out[2]);
+}
+
+// Whether op o is attention (or its gradient) that runs as ring attention.
+static bool ring_op(const builder *E, int o) {
+    const pcc_op *op = &E->g->ops[o];
+    if (!E->s->config.cp_ring || E->cp < 2 || (op->kind != PCC_OP_ATTENTION && op->kind != PCC_OP_ATTENTION_GRAD)) return false;
+    return E->s->letter[PCC_AX_CP][op->phase == PCC_PHASE_FWD ? o : op->fwd] >= 0;
+}
+
 static void emit_op(builder *E, prog *P, int o, bool last_mb) {
     const pcc_graph *g = E->g;
     const pcc_op *op = &g->ops[o];
+    if (ring_op(E, o)) {
+        ring_attention(E, P, o);
+        return;
+    }
     int args[PCC_MAX_OPERANDS + 1];
     for (int i = 0; i < op->nin; i++) args[i] = reshard(E, P, home(E, P, op->in[i]), E->v->sh[o][i]);
     for (int i = 0; i < op->nin; i++) prefetched_wait(E, P, args[i]);

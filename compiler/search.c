@@ -162,13 +162,17 @@ static void memory_scales(const pcc_graph *g, int pp, int dp, int cp, int zero, 
 // backward pass mirrors them. An operator whose sequence letter is a reduction (the loss, a
 // weight's gradient) leaves partial sums over cp, which the gradient synchronization all-reduces
 // beside dp's. The letter: attention's heads "n"; else the sequence's first letter that is not a
-// reduction, else a reduction; -1 when the op has no sequence (replicated over cp).
-static int cp_letter(const pcc_graph *g, const pcc_op *op, int sdim, int cp) {
+// reduction, else a reduction; -1 when the op has no sequence (replicated over cp). In ring
+// attention's form (ring), attention splits its sequence "s" too (queries, keys and values
+// alike: the letter is unsplittable for one operator, and phase 3 makes it ring.c's steps).
+static int cp_letter(const pcc_graph *g, const pcc_op *op, int sdim, int cp, bool ring) {
     pcc_letter l[PCC_MAX_LETTERS];
     int n = op_letters(g, op, l), red = -1;
     for (int i = 0; i < n; i++) {
         bool ok = !l[i].nosplit && g->dims[l[i].dim].size % ((int64_t)cp * l[i].grain) == 0;
-        if (op->kind == PCC_OP_ATTENTION) {
+        if (op->kind == PCC_OP_ATTENTION && ring) {
+            if (strcmp(l[i].name, "s") == 0 && g->dims[l[i].dim].size % cp == 0) return i;
+        } else if (op->kind == PCC_OP_ATTENTION) {
             if (ok && strcmp(l[i].name, "n") == 0) return i;
         } else if (ok && l[i].dim == sdim) {
             if (!l[i].reduce) return i;
@@ -297,7 +301,7 @@ static pcc_strategy *make(const pcc_graph *g, const pcc_cluster *c, const pcc_se
         const pcc_op *op = &g->ops[i];
         const pcc_cand *cd = &sc->t->ops[i].c[sc->choice[i]];
         if (dp > 1 && bdim >= 0) s->letter[PCC_AX_DP][i] = letter_of_dim(g, op, bdim, dp);
-        if (cp > 1) s->letter[PCC_AX_CP][i] = cp_letter(g, op, s->seq_dim, cp);
+        if (cp > 1) s->letter[PCC_AX_CP][i] = cp_letter(g, op, s->seq_dim, cp, k->cp_ring);
         if (cd->dim >= 0) s->letter[PCC_AX_TP][i] = letter_by_name(g, op, cd->letter);
         PCC_ASSERT(cd->dim < 0 || s->letter[PCC_AX_TP][i] >= 0);
         // Phase 3 recomputes inside blocks. --recompute full is Megatron-LM's activation
@@ -432,6 +436,12 @@ static pcc_status cp_check(const pcc_space *S, int cp, int tp) {
         const pcc_op *op = &g->ops[i];
         if (op->kind != PCC_OP_ATTENTION) continue;
         int n = g->tensors[op->in[0]].dims[2];
+        if (S->o->cp_ring) {
+            if (op->nin > 3 || g->tensors[op->in[1]].dims[1] != sdim)
+                return diag(g->file, op->ptr, "--cp %d --cp-form ring: ring attention passes the keys of one sequence "
+                            "around the cp ranks; this attention has %s", cp, op->nin > 3 ? "a bias" : "keys of another length");
+            continue;
+        }
         if (g->dims[n].size % ((int64_t)cp * tp) != 0)
             return diag(g->file, op->ptr, "--cp %d: attention splits its query heads over --tp x --cp = %d (DeepSpeed-Ulysses' "
                         "all-to-all), which does not divide the heads dimension %s = %lld", cp, cp * tp, g->dims[n].name,
@@ -448,14 +458,20 @@ static pcc_status cp_check(const pcc_space *S, int cp, int tp) {
 // search over micro-batch counts tries) is the same split of the work with cp's all-to-alls
 // added and ZeRO's sharding (over dp only) narrowed, so the search leaves it out. A pruning
 // rule, not a bound: it keeps --auto's search time on models trained on many sequences.
-static bool auto_cp_ok(const pcc_space *S, int cp, int tp, int dp) {
+// In ring attention's form (ring), attention keeps its heads (tp's split of them alone) but must
+// be self-attention without a bias (cp_check's rule).
+static bool auto_cp_ok(const pcc_space *S, int cp, int tp, int dp, bool ring) {
     const pcc_graph *g = S->g;
     int sdim = seq_dim(g);
     if (S->o->bg_dense || S->o->policy || sdim < 0 || g->dims[sdim].size % cp != 0) return false;
     if (S->bdim >= 0 && S->bsize * g->micro_batches % (2 * (int64_t)dp) == 0) return false;
-    for (int i = 0; i < g->n_fwd_ops; i++)
-        if (g->ops[i].kind == PCC_OP_ATTENTION && g->dims[g->tensors[g->ops[i].in[0]].dims[2]].size % ((int64_t)cp * tp) != 0)
+    for (int i = 0; i < g->n_fwd_ops; i++) {
+        const pcc_op *op = &g->ops[i];
+        if (op->kind != PCC_OP_ATTENTION) continue;
+        int64_t heads = g->dims[g->tensors[op->in[0]].dims[2]].size;
+        if (ring ? op->nin > 3 || g->tensors[op->in[1]].dims[1] != sdim || heads % tp != 0 : heads % ((int64_t)cp * tp) != 0)
             return false;
+    }
     return true;
 }
 
@@ -549,7 +565,7 @@ static pcc_status search_template(pcc_space *S, pcc_strategy ***out, int *n_out)
     const pcc_transform *all = transform_find(S->t, tp);
     PCC_ASSERT(all);
     pcc_config k = {.pp = pp, .dp = dp, .tp = tp, .v = o->virtual_stages > 1 ? o->virtual_stages : 1, .zero = o->zero,
-                    .cp = o->cp > 1 ? o->cp : 1, .btp = btp, .sp = o->sequence_parallel, .rc = o->recompute};
+                    .cp = o->cp > 1 ? o->cp : 1, .cp_ring = o->cp_ring, .btp = btp, .sp = o->sequence_parallel, .rc = o->recompute};
     pcc_strategy *s;
     st = build(S, all, &k, SOLVE, &s);
     if (st == PCC_ERR_INFEASIBLE) { // --recompute auto: every block operator recomputed, all memory allowed
@@ -567,7 +583,7 @@ static pcc_status search_template(pcc_space *S, pcc_strategy ***out, int *n_out)
 // mixed plans), with and without Megatron-LM's sequence parallelism where tp (x cp) divides the
 // sequence, recompute as asked (auto: also none and full, Megatron-LM's two, so that every
 // template is among the candidates), interleaving where the pipeline can run it (pp 2), and
-// context parallelism over every power of two auto_cp_ok allows.
+// context parallelism over every power of two auto_cp_ok allows, in both forms (Ulysses' and ring attention's).
 static void space_enumerate(pcc_space *S) {
     const pcc_search_opts *o = S->o;
     pcc_recompute rcs[3] = {o->recompute, PCC_RECOMPUTE_NONE, PCC_RECOMPUTE_FULL};
@@ -577,7 +593,8 @@ static void space_enumerate(pcc_space *S) {
         for (int pp = 1; pp <= S->N / tp / cp; pp++) {
             if (!auto_mesh_ok(S, tp, pp, cp)) continue;
             int dp = S->N / tp / cp / pp;
-            if (cp > 1 && !auto_cp_ok(S, cp, tp, dp)) continue;
+            for (int ring = 0; ring <= (cp > 1); ring++) {
+            if (cp > 1 && !auto_cp_ok(S, cp, tp, dp, ring)) continue;
             bool btp_ok = tp > 1 && cp == 1 && S->bdim >= 0 && S->bsize % ((int64_t)dp * tp) == 0;
             bool sp_ok = tp > 1 && sdim >= 0 && S->g->dims[sdim].size % ((int64_t)tp * cp) == 0;
             bool inter = o->virtual_stages > 1 && pp == 2 && pp * o->virtual_stages <= S->nl && S->g->micro_batches % pp == 0;
@@ -588,10 +605,11 @@ static void space_enumerate(pcc_space *S) {
                             for (int v = 0; v <= (int)inter; v++) {
                                 if ((zero == 2 && o->zero != 2) || (zero > o->zero && dp == 1)) continue;
                                 pcc_config k = {.pp = pp, .dp = dp, .tp = tp, .v = v ? o->virtual_stages : 1, .zero = zero,
-                                                .cp = cp, .btp = btp, .sp = sp, .rc = rcs[r]};
+                                                .cp = cp, .cp_ring = ring, .btp = btp, .sp = sp, .rc = rcs[r]};
                                 if (cp > 1 && !cp_state_fits(S, &k)) continue;
                                 if (policy_config_ok(o->policy, S->g, &k, S->L, S->flops, S->nl)) *VEC_PUSH(S->g->arena, S->k, S->n, S->cap) = k;
                             }
+            }
         }
 }
 
@@ -740,7 +758,8 @@ int *search_group_sizes(const pcc_graph *g, const pcc_cluster *c, const pcc_sear
             bool used = false;
             for (int cp = 1; cp <= S.N / tp && !used; cp *= 2)
                 for (int pp = 1; pp <= S.N / tp / cp && !used; pp++)
-                    used = auto_mesh_ok(&S, tp, pp, cp) && (cp == 1 || auto_cp_ok(&S, cp, tp, S.N / tp / cp / pp));
+                    used = auto_mesh_ok(&S, tp, pp, cp) && (cp == 1 || auto_cp_ok(&S, cp, tp, S.N / tp / cp / pp, false) ||
+                                                            auto_cp_ok(&S, cp, tp, S.N / tp / cp / pp, true));
             if (used) *VEC_PUSH(g->arena, v, n, cap) = tp;
         }
     }
@@ -758,9 +777,9 @@ pcc_status search(const pcc_graph *g, const pcc_cluster *c, const pcc_transforms
 }
 
 char *strategy_str(const pcc_strategy *s, char *buf, size_t n) {
-    char v[48] = "", cp[24] = "";
+    char v[48] = "", cp[32] = "";
     if (s->virtual_stages > 1) snprintf(v, sizeof v, " interleaved, %d virtual stages", s->virtual_stages);
-    if (s->mesh[PCC_AX_CP] > 1) snprintf(cp, sizeof cp, " x cp %d", s->mesh[PCC_AX_CP]);
+    if (s->mesh[PCC_AX_CP] > 1) snprintf(cp, sizeof cp, " x cp %d%s", s->mesh[PCC_AX_CP], s->config.cp_ring ? " (ring)" : "");
     snprintf(buf, n, "pp %d x dp %d%s x tp %d, %s%s, %d micro-batch%s%s", s->mesh[PCC_AX_PP], s->mesh[PCC_AX_DP], cp,
              s->mesh[PCC_AX_TP], s->mesh[PCC_AX_PP] == 1 ? "no pipeline" : s->schedule == PCC_PIPE_GPIPE ? "gpipe" : "1f1b", v,
              s->micro_batches, s->micro_batches == 1 ? "" : "es",

@@ -300,14 +300,27 @@ static void buffer_box(const walker *w, uint32_t bi, rt_box *box) {
     else rt_shard_box(w->run->p, &w->run->p->tensors[b->tensor], b->shard, w->rk->coord, box);
 }
 
+// Box b as a flat vector of its elements.
+static void flat_box(rt_box *b) {
+    int64_t n = 1;
+    for (int d = 0; d < b->rank; d++) n *= b->shape[d];
+    memset(b, 0, sizeof *b);
+    b->rank = 1, b->shape[0] = b->full[0] = n;
+}
+
 // A collective between scratch buffers: flat vectors, rank-major pieces, laid out as its row of
 // runtime/colls.def says (pieces); -1 for a kind whose pieces cannot be told from flat vectors.
-static int scratch_coll(const plan_coll_facts *kind, int me, rt_coll_member *m) {
+static int scratch_coll(const plan_coll_facts *kind, int me, int n, rt_coll_member *m) {
     int64_t in_n = m->in_box.shape[0], out_n = m->out_box.shape[0];
     switch (kind->pieces) {
     case PLAN_PIECES_WHOLE: return 0; // every member holds the whole vector, in and out
     case PLAN_PIECES_GATHER: m->in_box.start[0] = me * in_n, m->in_box.full[0] = m->out_box.full[0] = out_n; return 0;
     case PLAN_PIECES_SCATTER: m->out_box.start[0] = me * out_n, m->in_box.full[0] = m->out_box.full[0] = in_n; return 0;
+    case PLAN_PIECES_SHIFT: // pieces of a vector n members long: mine in at piece me, out at piece me - 1
+        if (in_n != out_n || n < 1) return -1;
+        m->in_box.start[0] = me * in_n, m->out_box.start[0] = ((me + n - 1) % n) * in_n;
+        m->in_box.full[0] = m->out_box.full[0] = n * in_n;
+        return 0;
     default: return -1; // SWAP: which piece goes where is not in a flat vector
     }
 }
@@ -342,8 +355,9 @@ static int coll_pair(walker *w, uint32_t i, uint32_t mb, uint32_t layer, uint64_
         memset(&m.in_box, 0, sizeof m.in_box);
         m.in_box.rank = 1, m.in_box.shape[0] = m.in_box.full[0] = flat;
         m.out_box = m.in_box;
-    } else if (inb->tensor == PLAN_NONE || pg->buffers[ob].tensor == PLAN_NONE) {
-        if (scratch_coll(kind, me, &m)) return fail(w, i, mb, layer, "%s between scratch buffers is not supported", plan_insn_name(in));
+    } else if (kind->pieces == PLAN_PIECES_SHIFT || inb->tensor == PLAN_NONE || pg->buffers[ob].tensor == PLAN_NONE) {
+        if (kind->pieces == PLAN_PIECES_SHIFT) flat_box(&m.in_box), flat_box(&m.out_box); // what moves is the rank's vector
+        if (scratch_coll(kind, me, n, &m)) return fail(w, i, mb, layer, "%s between scratch buffers is not supported", plan_insn_name(in));
         m.contributes = kind->roots == PLAN_ROOTS_ALL || me == 0;
     } else if (ib == ob) {
         // In place (an all-reduce): the buffer holds partial sums before and is R only after.

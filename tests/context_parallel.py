@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Context parallelism (--cp N, DeepSpeed-Ulysses' form): what the plan does, read from it.
+"""Context parallelism (--cp N, DeepSpeed-Ulysses' form and ring attention's): what the plan does, read from it.
 
 usage: context_parallel.py PLANCC PLANDUMP SOURCE_ROOT
 
@@ -18,9 +18,12 @@ What it catches: a sequence split that no longer reaches every operator (an oper
 whole on every cp rank), attention split along S (wrong: every query reads every key) or left
 whole, an all-to-all missing or onto the wrong dimension, gradients not summed over cp, the
 memory saving lost. The numerics are the equivalence suite's (tests/equiv.py, SEQ).
-And --auto searches it: on gpt-32k over 16 DGX A100 GPUs (estimate only) --auto picks cp > 1
-(JSON "cp"), its step is no slower than `--cp 8 --tp 2`, and the template of its own mesh has
-the same estimate; on gpt-tiny with one sequence of 512 tokens (equiv.py's gpt-tiny-long) --auto
+With --cp-form ring (--cp 2, --cp 4, --dp 2 --cp 2), ring_plan's checks: no all-to-all or
+all-gather on cp, the ring's steps and shifts counted, the weight gradients all-reduced over cp,
+and the memory saving.
+And --auto searches it (both forms): on gpt-32k over 16 DGX A100 GPUs (estimate only) --auto
+picks cp > 1 (JSON "cp"), its step is no slower than `--cp 8 --tp 2`, and the template of its own
+mesh and form ("cp_form") has the same estimate; on gpt-tiny with one sequence of 512 tokens (equiv.py's gpt-tiny-long) --auto
 picks cp on 4 CPU ranks and the plan passes plan_check.
 """
 import json
@@ -74,6 +77,37 @@ def cp_plan(name, text, shapes, cp):
     return peak
 
 
+def ring_plan(name, text, shapes, cp):
+    """--cp-form ring: no all-to-all or all-gather on cp (attention keeps the sequence split); per
+    attention cp forward steps and 2 (cp - 1) shifts of k and v; in the backward pass the forward
+    ring again, cp gradient steps, and the shifts of k, v, dk and dv (dk and dv home once more)."""
+    tensors, groups, buffers, insns, peak = sp.read_plan(text)
+    check(f"{name}: the plan records --cp {cp} --cp-form ring", re.search(rf'^options ".*--cp {cp} --cp-form ring\b', text, re.M) is not None)
+    cpg = {g for g, axes in groups.items() if axes == "cp"}
+    fwd = [i for i in insns if i["phase"] == "fwd"]
+    bwd = [i for i in insns if i["phase"] == "bwd"]
+    ops = [i for i in fwd if i["kind"] == "compute" and i["name"] != "attention_block"]
+    seq = [i for i in ops if "S" in (shapes.get(tensors[buffers[i["out"][0]][0]]) or [])]
+    off = [tensors[buffers[i["out"][0]][0]] for i in seq if not split_on(i["out"][0], buffers, tensors, shapes, "S")]
+    check(f"{name}: {len(seq)} forward operators write their output split along S over cp", seq and not off, f"not along S: {off}")
+    moves = [i["name"] for i in insns if i["kind"] == "coll" and i["name"] in ("all_to_all", "all_gather") and i["group"] in cpg]
+    check(f"{name}: no all-to-all or all-gather on cp", not moves, " ".join(moves))
+    steps = [i for i in fwd if i["kind"] == "compute" and i["name"] == "attention_block"]
+    own = all(split_on(i["in"][0], buffers, tensors, shapes, "S") for i in steps)
+    check(f"{name}: the forward attention is {cp} ring steps on the rank's piece of q", len(steps) == cp and own, f"{len(steps)} steps")
+    shifts = [i for i in fwd if i["kind"] == "coll" and i["name"] == "shift" and i["group"] in cpg]
+    check(f"{name}: the forward ring shifts k and v {cp - 1} times", len(shifts) == 2 * (cp - 1), f"{len(shifts)} shifts")
+    grads = [i for i in bwd if i["kind"] == "compute" and i["name"] == "attention_block_grad"]
+    again = [i for i in bwd if i["kind"] == "compute" and i["name"] == "attention_block"]
+    bshifts = [i for i in bwd if i["kind"] == "coll" and i["name"] == "shift" and i["group"] in cpg]
+    check(f"{name}: the backward recomputes the ring ({len(again)} steps) and runs the gradient's ({len(grads)} steps)",
+          len(again) == cp and len(grads) == cp)
+    check(f"{name}: the backward shifts k, v twice around, dk and dv once and home ({len(bshifts)} shifts)", len(bshifts) == 6 * cp - 4)
+    ar = [i for i in bwd if i["kind"] == "coll" and i["name"] == "all_reduce" and i["group"] in cpg]
+    check(f"{name}: the weight gradients are all-reduced over cp", len(ar) > 0)
+    return peak
+
+
 def compile_json(plancc, model, cluster, n, *opts):
     p = sp.run(plancc, model, "--cluster", cluster, "--devices", n, *opts, "--json")
     ok = check(f"{os.path.basename(model)} on {n}: {' '.join(map(str, opts))}: compiles", p.returncode == 0, p.stderr.strip()[-300:])
@@ -91,14 +125,14 @@ def auto_searches_cp(plancc, root, tmp):
     a, r = auto["estimate"]["step_s"], ref["estimate"]["step_s"]
     check(f"--auto's step {a:.4g} s <= --cp 8 --tp 2's {r:.4g} s", a <= r * (1 + 1e-9))
     mesh = ["--dp", auto["dp"], "--tp", auto["tp"], "--pp", auto["pp"], "--micro-batches", auto["micro_batches"],
-            "--zero", auto["zero"]] + (["--cp", auto["cp"]] if auto["cp"] > 1 else []) + \
+            "--zero", auto["zero"]] + (["--cp", auto["cp"], "--cp-form", auto["cp_form"]] if auto["cp"] > 1 else []) + \
         (["--sequence-parallel"] if auto["sequence_parallel"] else [])
     for rc in ("auto", "none", "full"):  # --auto's recompute is one of the three
         t = compile_json(plancc, model, a100, 16, *mesh, "--recompute", rc, "--estimate-only")
         if t is not None and abs(t["estimate"]["step_s"] - a) <= 1e-9 * a:
             break
     check(f"the template of --auto's mesh ({' '.join(map(str, mesh))}) has its estimate {a:.6g} s",
-          t is not None and abs(t["estimate"]["step_s"] - a) <= 1e-9 * a, t and t["estimate"]["step_s"])
+          t is not None and abs(t["estimate"]["step_s"] - a) <= 1e-9 * a, str(t and t["estimate"]["step_s"]))
     with open(os.path.join(root, "models", "gpt-tiny.json"), encoding="utf-8") as f:
         text = f.read()
     long = os.path.join(tmp, "gpt-tiny-long.json")
@@ -124,6 +158,16 @@ def main():
                 continue
             name = f"{n} ranks {mesh} --cp {cp}".replace("  ", " ")
             peak_cp = cp_plan(name, text, shapes, cp)
+            peak = sp.read_plan(plain)[4]
+            check(f"{name}: peak memory per device {peak_cp} bytes < {peak} without --cp on {n // cp}",
+                  peak_cp is not None and peak is not None and peak_cp < peak)
+        for n, cp, mesh in [(2, 2, ""), (4, 4, ""), (4, 2, "--dp 2")]:
+            plain = sp.plan_text(plancc, plandump, root, tmp, n // cp, mesh)
+            text = sp.plan_text(plancc, plandump, root, tmp, n, f"{mesh} --cp {cp} --cp-form ring".strip())
+            if plain is None or text is None:
+                continue
+            name = f"{n} ranks {mesh} --cp {cp} --cp-form ring".replace("  ", " ")
+            peak_cp = ring_plan(name, text, shapes, cp)
             peak = sp.read_plan(plain)[4]
             check(f"{name}: peak memory per device {peak_cp} bytes < {peak} without --cp on {n // cp}",
                   peak_cp is not None and peak is not None and peak_cp < peak)

@@ -32,7 +32,7 @@ For mlp, gpt-tiny, cnn-small, dlrm-small (dlrm.json with small tables) and resne
 batch norm; or the models named), on 1, 2, 4 and 8 CPU ranks
 (models/clusters/cpu.json), for every strategy family plancc offers (DP, TP, PP with 1F1B and
 GPipe, interleaved 1F1B, DP x TP x PP, ZeRO 1/2/3, full recompute, --auto, Megatron-LM's sequence
-parallelism and context parallelism (--cp, with dp, tp, pp and ZeRO; --auto's choice of it on a
+parallelism and context parallelism (--cp in both forms, with dp, tp, pp and ZeRO; --auto's choice of it on a
 512-token gpt-tiny) for models with attention, DeepPool's --burst with the cost model's widths
 and with widths given per layer): compile the plan, run 10 steps with planrun's cpu backend, and
 check that
@@ -136,14 +136,26 @@ SEQ[4] += ["--cp 4", "--dp 2 --cp 2", "--cp 2 --tp 2", "--cp 2 --pp 2 --micro-ba
 SEQ[8] += ["--dp 2 --cp 2 --tp 2"]
 SEQ_QUICK[2] += ["--cp 2"]
 SEQ_QUICK[4] += ["--cp 2 --tp 2"]
+# ... and in ring attention's form (--cp-form ring): attention keeps its sequence split too, its k/v
+# blocks passed around the cp ranks (gpt-tiny: causal, so later ranks' blocks are skipped).
+RING = {2: ["--cp 2 --cp-form ring"],
+        4: ["--cp 4 --cp-form ring", "--dp 2 --cp 2 --cp-form ring", "--cp 2 --tp 2 --cp-form ring",
+            "--cp 2 --pp 2 --micro-batches 4 --cp-form ring", "--cp 2 --tp 2 --sequence-parallel --cp-form ring",
+            "--dp 2 --cp 2 --zero 1 --cp-form ring", "--cp 4 --cp-form ring --recompute full --micro-batches 2"],
+        8: ["--dp 2 --cp 2 --tp 2 --cp-form ring", "--cp 8 --cp-form ring"]}
+for n, opts in RING.items():
+    SEQ[n] += opts
+SEQ_QUICK[2] += ["--cp 2 --cp-form ring"]
+SEQ_QUICK[4] += ["--cp 4 --cp-form ring"]
 
 
 # --flash: the FlashAttention form under every kind of split attention sees.
 FLASH = {1: ["--attention flash", "--attention flash --micro-batches 2 --recompute full"],
          2: ["--dp 2 --attention flash", "--tp 2 --attention flash", "--pp 2 --micro-batches 4 --attention flash",
-             "--cp 2 --attention flash", "--tp 2 --sequence-parallel --attention flash", "--dp 2 --zero 3 --attention flash"],
+             "--cp 2 --attention flash", "--tp 2 --sequence-parallel --attention flash", "--dp 2 --zero 3 --attention flash",
+             "--cp 2 --cp-form ring --attention flash"],
          4: ["--dp 2 --tp 2 --attention flash", "--cp 2 --tp 2 --attention flash", "--dp 2 --cp 2 --attention flash",
-             "--tp 2 --pp 2 --micro-batches 4 --sequence-parallel --attention flash"],
+             "--tp 2 --pp 2 --micro-batches 4 --sequence-parallel --attention flash", "--cp 4 --cp-form ring --attention flash"],
          8: ["--dp 2 --cp 2 --tp 2 --attention flash"]}
 flash = False
 

@@ -51,6 +51,7 @@ typedef struct tcase {
     bool inplace;                   // an optimizer: compare its inputs afterwards
     bool no_acc;                    // the operator has no accumulate form (in place)
     bool no16;                      // no f16/bf16 form
+    bool cpu_only;                  // the cuda backend has no kernel (it refuses the operator)
 } tcase;
 
 static int verbose;
@@ -551,6 +552,7 @@ static void run_all(rt_backend *b, rt_backend *b32) {
         const tcase *c = &cases[i];
         if (only && strcmp(plan_op_name(c->op), only)) continue;
         seen[c->op < 256 ? c->op : 0] = true;
+        if (c->cpu_only && !on_cpu) continue;
         for (size_t v = 0; v < sizeof variants / sizeof *variants; v++) {
             const variant *w = &variants[v];
             if ((w->tf32 && !c->product) || (w->acc && c->no_acc) || (w->dt && c->no16)) continue;
@@ -603,6 +605,16 @@ static void imported(void) {
     c = mk("one_hot, classes 2..5 of 7", "one_hot", 0), ids(IN(&c, 4, 6), 7), OUT(&c, 4, 6, 3);
     c.v[1].start[2] = 2, c.v[1].full[2] = 7, push(c);
     c = mk("topk, k 2 of 9", "topk", 0), IN(&c, 5, 9), OUT(&c, 5, 2), ids(OUT(&c, 5, 2), 9), push(c);
+    // ring attention's steps (CPU only): step 1 of a ring, causal, 4 query heads over 2 kv heads
+    c = mk("attention_block, step 1, GQA", "attention_block", 1e-4);
+    IN(&c, 2, 4, 4, 3), IN(&c, 2, 4, 2, 3), IN(&c, 2, 4, 2, 5), IN(&c, 2, 4, 2, 3), IN(&c, 2, 4, 2, 5), IN(&c, 2, 4, 4, 5), IN(&c, 2, 4, 4);
+    OUT(&c, 2, 4, 4, 5), OUT(&c, 2, 4, 4);
+    c.attrs.i[PLAN_AI_START] = 1, c.attrs.i[PLAN_AI_CAUSAL] = 1, c.cpu_only = c.no_acc = c.no16 = true, push(c);
+    c = mk("attention_block_grad, step 1, GQA", "attention_block_grad", 1e-4);
+    IN(&c, 2, 4, 4, 5), IN(&c, 2, 4, 4, 3), IN(&c, 2, 4, 2, 3), IN(&c, 2, 4, 2, 5), IN(&c, 2, 4, 4, 5), IN(&c, 2, 4, 4);
+    IN(&c, 2, 4, 2, 3), IN(&c, 2, 4, 2, 5), IN(&c, 2, 4, 4, 3), IN(&c, 2, 4, 2, 3), IN(&c, 2, 4, 2, 5);
+    OUT(&c, 2, 4, 4, 3), OUT(&c, 2, 4, 2, 3), OUT(&c, 2, 4, 2, 5);
+    c.attrs.i[PLAN_AI_START] = 1, c.attrs.i[PLAN_AI_CAUSAL] = 1, c.cpu_only = c.no_acc = c.no16 = true, push(c);
     c = mk("topk_grad", "topk_grad", 0), IN(&c, 5, 2), ids(IN(&c, 5, 2), 9), OUT(&c, 5, 9), push(c);
     // attention's general form: cross (s 5, t 7), 4 query heads over 2 kv heads, value width 6, a
     // bias [n,s,t] (perm 2,3,4), causal, scale 0.5; the gradients and the bias's

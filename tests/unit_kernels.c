@@ -171,7 +171,7 @@ typedef struct call {
     uint32_t op;
     plan_attrs a;
     int nin, nout;
-    tensor *in[8], *out[8];
+    tensor *in[12], *out[8];
     bool acc;
     uint64_t step;  // 0: 3
     bool step0;     // error tests: step 0 after all
@@ -194,7 +194,7 @@ static rt_view view_of(const tensor *t, bool f32) {
 }
 
 static int exec(const call *c, bool f32) {
-    rt_view in[8], out[8];
+    rt_view in[12], out[8];
     for (int i = 0; i < c->nin; i++) in[i] = view_of(c->in[i], f32);
     for (int i = 0; i < c->nout; i++) out[i] = view_of(c->out[i], f32);
     rt_kernel k = {.op = c->op, .attrs = c->a, .nin = (uint32_t)c->nin, .nout = (uint32_t)c->nout, .in = in, .out = out,
@@ -409,6 +409,56 @@ static tensor *attn_ident(int64_t b, int64_t t, int64_t n, int64_t t0, int64_t t
     return v;
 }
 
+// Ring attention's steps (attention_block, attention_block_grad; runtime/cpu/attention_ring.c) on
+// cp ranks simulated in turn, the k/v blocks passed by hand as the shift collective would: each
+// rank's output and gradients equal its rows of one-device attention (causal, dropout, grouped
+// kv heads), and both precisions agree (run).
+static void ring_attention_steps(int cp) {
+    enum { B = 2, S = 8, N = 4, M = 2, D = 3, E = 2 };
+    plan_attrs a = {.f[PLAN_AF_P] = 0.2, .i[PLAN_AI_SEED] = 5, .i[PLAN_AI_CAUSAL] = 1};
+    tensor *q = randu(4, B, S, N, D), *k = randu(4, B, S, M, D), *v = randu(4, B, S, M, E), *y = zeros(4, B, S, N, E);
+    run(&(call){.op = OP_ATTENTION, .a = a, .nin = 3, .in = {q, k, v}, .nout = 1, .out = {y}});
+    tensor *dy = randu_like(y), *dq = zeros_like(q), *dk = zeros_like(k), *dv = zeros_like(v);
+    run(&(call){.op = OP_ATTENTION_GRAD, .a = a, .nin = 4, .in = {dy, q, k, v}, .nout = 3, .out = {dq, dk, dv}});
+    const int L = S / cp;
+    tensor *qc[4], *kc[4], *vc[4], *yc[4], *lc[4], *hk[4], *hv[4], *hdk[4], *hdv[4], *gq[4];
+    for (int c = 0; c < cp; c++) qc[c] = piece(q, 1, c * L, c * L + L), kc[c] = piece(k, 1, c * L, c * L + L), vc[c] = piece(v, 1, c * L, c * L + L);
+    for (int j = 0; j < cp; j++)
+        for (int c = 0; c < cp; c++) {
+            int from = ((c - j) % cp + cp) % cp;
+            tensor *o = zeros(4, B, L, N, E), *l = zeros(3, B, N, L);
+            call st = {.op = OP_ATTENTION_BLOCK, .a = a, .nin = 5, .in = {qc[c], kc[c], vc[c], kc[from], vc[from]}, .nout = 2, .out = {o, l}};
+            st.a.i[PLAN_AI_START] = j;
+            if (j) st.nin = 7, st.in[5] = yc[c], st.in[6] = lc[c];
+            run(&st);
+            yc[c] = o, lc[c] = l;
+        }
+    for (int c = 0; c < cp; c++) EXPECT(close_to(yc[c], piece(y, 1, c * L, c * L + L), 1e-12));
+    tensor *dyc[4];
+    for (int c = 0; c < cp; c++) dyc[c] = piece(dy, 1, c * L, c * L + L), hk[c] = kc[c], hv[c] = vc[c];
+    for (int j = 0; j < cp; j++) {
+        tensor *nk[4], *nv[4], *ndk[4], *ndv[4];
+        for (int c = 0; c < cp; c++) { // the pass before step j: rank c now holds rank c-1's block and sums
+            int prev = (c + cp - 1) % cp;
+            nk[c] = j ? hk[prev] : hk[c], nv[c] = j ? hv[prev] : hv[c], ndk[c] = j ? hdk[prev] : NULL, ndv[c] = j ? hdv[prev] : NULL;
+        }
+        for (int c = 0; c < cp; c++) {
+            call st = {.op = OP_ATTENTION_BLOCK_GRAD, .a = a, .nin = 8, .in = {dyc[c], qc[c], kc[c], vc[c], yc[c], lc[c], nk[c], nv[c]},
+                       .nout = 3, .out = {zeros_like(qc[c]), zeros_like(kc[c]), zeros_like(vc[c])}};
+            st.a.i[PLAN_AI_START] = j;
+            if (j) st.nin = 11, st.in[8] = gq[c], st.in[9] = ndk[c], st.in[10] = ndv[c];
+            run(&st);
+            hk[c] = nk[c], hv[c] = nv[c], gq[c] = st.out[0], hdk[c] = st.out[1], hdv[c] = st.out[2];
+        }
+    }
+    for (int c = 0; c < cp; c++) { // the last pass brings each block's sums home
+        int prev = (c + cp - 1) % cp; // holds block c after the last step
+        EXPECT(close_to(gq[c], piece(dq, 1, c * L, c * L + L), 1e-12));
+        EXPECT(close_to(hdk[prev], piece(dk, 1, c * L, c * L + L), 1e-12));
+        EXPECT(close_to(hdv[prev], piece(dv, 1, c * L, c * L + L), 1e-12));
+    }
+}
+
 static void attention_dropout_mask(void) {
     const double p = 0.25;
     plan_attrs a = {.f[PLAN_AF_P] = p, .i[PLAN_AI_SEED] = 3};
@@ -594,6 +644,8 @@ static void gradients(void) {
     }
     attn_mode = PLAN_ATTN_UNFUSED;
     attention_dropout_mask();
+    ring_attention_steps(2);
+    ring_attention_steps(4);
     grad_embedding(false);
     grad_embedding(true);
     grad_concat_split();

@@ -32,7 +32,7 @@ import signal
 import sys
 from collections import defaultdict
 
-COMM = {"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv", "broadcast", "send", "recv"}
+COMM = {"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv", "broadcast", "shift", "send", "recv"}
 PHASE_COLOURS = {"fwd": "#4e79a7", "bwd": "#3a8a3a", "recompute": "#e8b93a", "opt": "#b07aa1", "none": "#9a9a9a"}
 COMM_COLOUR, MSG_COLOUR, COPY_COLOUR, WAIT_COLOUR = "#e15759", "#f28e2b", "#bab0ac", "#eeeeee"
 

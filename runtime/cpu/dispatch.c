@@ -131,6 +131,8 @@ static kernel_fn *const kernels[CPU_OP_COUNT] = {
     [CPU_OP_INDEX_SELECT] = CPU_KERNEL(gather),
     [CPU_OP_GATHER_GRAD] = CPU_KERNEL(gather_grad),
     [CPU_OP_INDEX_SELECT_GRAD] = CPU_KERNEL(gather_grad),
+    [CPU_OP_ATTENTION_BLOCK] = CPU_KERNEL(attention_block),
+    [CPU_OP_ATTENTION_BLOCK_GRAD] = CPU_KERNEL(attention_block_grad),
 };
 
 static const struct op_row {

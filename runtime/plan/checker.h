@@ -101,6 +101,12 @@ plan_status check_background(checker *c, uint32_t k);
 // events, micro-batch range), and the instructions executed per step, bounded.
 plan_status check_insns(checker *c, uint32_t k);
 
+/* ---- check_ring.c ---- */
+
+// Program k's ring attention: its steps and the shifts between them make whole rings (the
+// attention-ring rule).
+plan_status check_ring(checker *c, uint32_t k);
+
 /* ---- check_attrs.c ---- */
 
 // Instruction i of program k (its arity checked): the shapes, windows and axes of its attrs

@@ -193,7 +193,7 @@ typedef enum plan_coll {
 _Static_assert(PLAN_COLL_ALL_REDUCE == 0 && PLAN_COLL_ALL_GATHER == 1 && PLAN_COLL_REDUCE_SCATTER == 2 &&
                PLAN_COLL_ALL_TO_ALL == 3 && PLAN_COLL_SEND_RECV == 4 && PLAN_COLL_BROADCAST == 5,
                "plans store these codes: append rows to colls.def, never reorder them");
-typedef enum plan_pieces { PLAN_PIECES_WHOLE, PLAN_PIECES_GATHER, PLAN_PIECES_SCATTER, PLAN_PIECES_SWAP } plan_pieces;
+typedef enum plan_pieces { PLAN_PIECES_WHOLE, PLAN_PIECES_GATHER, PLAN_PIECES_SCATTER, PLAN_PIECES_SWAP, PLAN_PIECES_SHIFT } plan_pieces;
 typedef enum plan_shards {
     PLAN_SHARDS_V_R, PLAN_SHARDS_D_R, PLAN_SHARDS_V_D, PLAN_SHARDS_D_D, PLAN_SHARDS_KEEP, PLAN_SHARDS_ANY
 } plan_shards;

@@ -1,0 +1,133 @@
+/*
+ * check_ring.c: the verifier's attention-ring rule: ring attention's steps (attention_block and
+ * attention_block_grad, runtime/ops.def; compiler/preserve.c emits them for --cp-form ring) and
+ * the shift collectives between them make whole rings.
+ *
+ * A ring over n ranks is n steps of one operator over one rank's queries (the same q, k, v and,
+ * for the gradient, dy buffers), steps 0, 1, ..., n-1 (attrs i[START]) in program order:
+ *   - step 0 attends the rank's own block: its k and v block buffers are its own k and v, and it
+ *     has no sums of steps before;
+ *   - step j > 0 attends the block step j-1 attended, passed on by a shift collective (the block
+ *     buffer's last writer is a shift whose input is step j-1's block), and reads step j-1's sums
+ *     (the forward: its o and lse; the gradient: its dq, and its dk and dv shifted with the block);
+ *   - the last step is n-1, n the shift's group size: every rank's block was attended once.
+ * A shift writes a scratch buffer: the block it brings is another rank's piece, which no shard
+ * of the mesh describes. What the rule does not see: that the shifts' group is the axis that
+ * splits the sequence, and that the gradient's dk and dv are shifted home after the last step
+ * (the data flow then reads them as the sums they are).
+ */
+#include "checker.h"
+
+#include <string.h>
+
+typedef struct ring_step {
+    uint32_t i;                 // the instruction
+    bool grad;
+    int64_t j;                  // its step
+    uint32_t q, k, v, dy;       // the rank's own operands (dy: the gradient's; else PLAN_NONE)
+    uint32_t kb, vb;            // the block in hand
+    uint32_t nsums, sums[3];    // the sums of the steps before (fwd: o, lse; grad: dq, dkb, dvb)
+    uint32_t out[3];            // its outputs (2 or 3)
+} ring_step;
+
+// Instruction i of program pg as a ring step; false when it is none (or its arity is wrong:
+// check_insn's business).
+static bool ring_step_of(const plan_program *pg, uint32_t i, ring_step *s) {
+    const plan_insn *in = &pg->insns[i];
+    if (in->kind != PLAN_I_COMPUTE) return false;
+    const char *op = plan_op_name(in->code);
+    bool grad = op && strcmp(op, "attention_block_grad") == 0;
+    if (!op || (!grad && strcmp(op, "attention_block") != 0)) return false;
+    const uint32_t *a = &pg->args[in->args];
+    uint32_t nout = grad ? 3 : 2, nin = in->nargs - nout, base = grad ? 8 : 5, q0 = grad ? 1 : 0;
+    if (in->nargs < nout || nin < base || nin > base + nout) return false;
+    *s = (ring_step){.i = i, .grad = grad, .q = a[q0], .k = a[q0 + 1], .v = a[q0 + 2], .dy = grad ? a[0] : PLAN_NONE,
+                     .kb = a[base - 2], .vb = a[base - 1], .nsums = nin - base};
+    s->j = in->attrs != PLAN_NONE ? pg->attrs[in->attrs].i[PLAN_AI_START] : 0;
+    for (uint32_t x = 0; x < s->nsums; x++) s->sums[x] = a[base + x];
+    for (uint32_t x = 0; x < nout; x++) s->out[x] = a[nin + x];
+    return true;
+}
+
+// The last instruction before i that writes buffer b, or UINT32_MAX.
+static uint32_t last_writer(const plan_program *pg, uint32_t i, uint32_t b) {
+    while (i-- > 0) {
+        const plan_insn *in = &pg->insns[i];
+        for (uint32_t x = 0; x < in->nargs; x++)
+            if (pg->args[in->args + x] == b && (plan_arg_role(pg, in, x) & PLAN_ARG_WRITE)) return i;
+    }
+    return UINT32_MAX;
+}
+
+// Whether buffer b (read at instruction i) is buffer from passed on by a shift; *n its group's size.
+static bool shifted(const checker *c, const plan_program *pg, uint32_t i, uint32_t b, uint32_t from, uint64_t *n) {
+    uint32_t w = last_writer(pg, i, b);
+    if (w == UINT32_MAX) return false;
+    const plan_insn *in = &pg->insns[w];
+    if (in->kind != PLAN_I_COLL || in->code != PLAN_COLL_SHIFT || in->nargs != 2 || pg->args[in->args] != from) return false;
+    *n = plan_group_size(c->p, (uint32_t)in->a);
+    return true;
+}
+
+static bool same_queries(const ring_step *a, const ring_step *b) {
+    return a->grad == b->grad && a->q == b->q && a->k == b->k && a->v == b->v && a->dy == b->dy;
+}
+
+// Step s against the step before it (p: step s.j - 1 of the same queries, or NULL when none).
+static plan_status check_step(checker *c, uint32_t k, const ring_step *s, const ring_step *p, uint64_t *n) {
+    const plan_program *pg = &c->p->programs[k];
+    if (s->j == 0) {
+        if (s->kb != s->k || s->vb != s->v)
+            return check_ifail(c, k, s->i, "attention-ring: step 0 attends buffers %u and %u, not the rank's own k and v (buffers %u "
+                               "and %u)", s->kb, s->vb, s->k, s->v);
+        if (s->nsums) return check_ifail(c, k, s->i, "attention-ring: step 0 reads sums of steps before it");
+        return PLAN_OK;
+    }
+    if (!p) return check_ifail(c, k, s->i, "attention-ring: step %lld follows no step %lld of the same queries", (long long)s->j, (long long)(s->j - 1));
+    if (!shifted(c, pg, s->i, s->kb, p->kb, n) || !shifted(c, pg, s->i, s->vb, p->vb, n))
+        return check_ifail(c, k, s->i, "attention-ring: step %lld's k/v block (buffers %u, %u) is not the block of step %lld (insn %u: "
+                           "buffers %u, %u) passed on by a shift: the rank would attend a block twice and another never",
+                           (long long)s->j, s->kb, s->vb, (long long)p->j, p->i, p->kb, p->vb);
+    bool ok = s->nsums == (s->grad ? 3u : 2u);
+    uint64_t m = 0;
+    if (ok && !s->grad) ok = s->sums[0] == p->out[0] && s->sums[1] == p->out[1];
+    if (ok && s->grad) ok = s->sums[0] == p->out[0] && shifted(c, pg, s->i, s->sums[1], p->out[1], &m) && shifted(c, pg, s->i, s->sums[2], p->out[2], &m);
+    if (!ok)
+        return check_ifail(c, k, s->i, "attention-ring: step %lld does not read the sums of step %lld (insn %u)%s", (long long)s->j,
+                           (long long)p->j, p->i, s->grad ? " (dq as it left them; dk and dv shifted with the block)" : " (its o and lse)");
+    if ((uint64_t)s->j >= *n)
+        return check_ifail(c, k, s->i, "attention-ring: step %lld on a ring of %llu ranks", (long long)s->j, (unsigned long long)*n);
+    return PLAN_OK;
+}
+
+plan_status check_ring(checker *c, uint32_t k) {
+    const plan_program *pg = &c->p->programs[k];
+    for (uint32_t i = 0; i < pg->n_insns; i++) {
+        const plan_insn *in = &pg->insns[i];
+        if (in->kind == PLAN_I_COLL && in->code == PLAN_COLL_SHIFT)
+            for (uint32_t x = in->nargs / 2u; x < in->nargs; x++)
+                if (pg->buffers[pg->args[in->args + x]].tensor != PLAN_NONE)
+                    return check_ifail(c, k, i, "attention-ring: shift writes buffer %u, which holds a tensor's shard; the block it "
+                                       "brings is another rank's piece, so it must be scratch", pg->args[in->args + x]);
+        ring_step s, p, nx;
+        if (!ring_step_of(pg, i, &s)) continue;
+        bool have_p = false;
+        for (uint32_t b = i; b-- > 0 && !have_p;)
+            if (ring_step_of(pg, b, &p) && same_queries(&p, &s)) have_p = true;
+        uint64_t n = 0;
+        plan_status st = check_step(c, k, &s, have_p && p.j == s.j - 1 ? &p : NULL, &n);
+        if (st) return st;
+        // the ring's last step: no later step of the same queries continues it
+        bool next = false;
+        for (uint32_t a = i + 1; a < pg->n_insns; a++)
+            if (ring_step_of(pg, a, &nx) && same_queries(&nx, &s)) {
+                next = nx.j == s.j + 1;
+                break;
+            }
+        if (next) continue;
+        if (s.j == 0 || (uint64_t)s.j + 1 != n)
+            return check_ifail(c, k, i, "attention-ring: the ring ends at step %lld, but %s", (long long)s.j,
+                               s.j == 0 ? "a ring has a shift and two steps at least" : "its shifts go around more ranks: a block is never attended");
+    }
+    return PLAN_OK;
+}
