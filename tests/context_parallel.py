@@ -151,26 +151,18 @@ def main():
     plancc, plandump, root = sys.argv[1:]
     shapes = sp.model_shapes(root)
     with __import__("tempfile").TemporaryDirectory() as tmp:
-        for n, cp, mesh in [(2, 2, ""), (4, 4, ""), (4, 2, "--dp 2"), (4, 2, "--tp 2"), (4, 2, "--tp 2 --sequence-parallel")]:
-            plain = sp.plan_text(plancc, plandump, root, tmp, n // cp, mesh)
-            text = sp.plan_text(plancc, plandump, root, tmp, n, f"{mesh} --cp {cp}".strip())
-            if plain is None or text is None:
-                continue
-            name = f"{n} ranks {mesh} --cp {cp}".replace("  ", " ")
-            peak_cp = cp_plan(name, text, shapes, cp)
-            peak = sp.read_plan(plain)[4]
-            check(f"{name}: peak memory per device {peak_cp} bytes < {peak} without --cp on {n // cp}",
-                  peak_cp is not None and peak is not None and peak_cp < peak)
-        for n, cp, mesh in [(2, 2, ""), (4, 4, ""), (4, 2, "--dp 2")]:
-            plain = sp.plan_text(plancc, plandump, root, tmp, n // cp, mesh)
-            text = sp.plan_text(plancc, plandump, root, tmp, n, f"{mesh} --cp {cp} --cp-form ring".strip())
-            if plain is None or text is None:
-                continue
-            name = f"{n} ranks {mesh} --cp {cp} --cp-form ring".replace("  ", " ")
-            peak_cp = ring_plan(name, text, shapes, cp)
-            peak = sp.read_plan(plain)[4]
-            check(f"{name}: peak memory per device {peak_cp} bytes < {peak} without --cp on {n // cp}",
-                  peak_cp is not None and peak is not None and peak_cp < peak)
+        ulysses = [(2, 2, ""), (4, 4, ""), (4, 2, "--dp 2"), (4, 2, "--tp 2"), (4, 2, "--tp 2 --sequence-parallel")]
+        for form, read, cases in [("", cp_plan, ulysses), (" --cp-form ring", ring_plan, ulysses[:3])]:
+            for n, cp, mesh in cases:
+                plain = sp.plan_text(plancc, plandump, root, tmp, n // cp, mesh)
+                text = sp.plan_text(plancc, plandump, root, tmp, n, f"{mesh} --cp {cp}{form}".strip())
+                if plain is None or text is None:
+                    continue
+                name = f"{n} ranks {mesh} --cp {cp}{form}".replace("  ", " ")
+                peak_cp = read(name, text, shapes, cp)
+                peak = sp.read_plan(plain)[4]
+                check(f"{name}: peak memory per device {peak_cp} bytes < {peak} without --cp on {n // cp}",
+                      peak_cp is not None and peak is not None and peak_cp < peak)
         auto_searches_cp(plancc, root, tmp)
     return summary()
 
