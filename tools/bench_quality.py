@@ -11,7 +11,9 @@ training step), every strategy trains on the same G samples per step:
   template    the best of a grid search, Megatron-LM style: tp in {1, 2, 4, 8} inside a node,
               pp a power of two or the paper's (every divisor with --full-grid) up to the
               number of layers, dp = N / (tp pp) dividing G, micro-batch per replica a power of
-              two (or G / dp), 1F1B when pp > 1, recompute none or full, ZeRO 0, 1 or 3.
+              two (or G / dp), 1F1B when pp > 1, recompute none or full, ZeRO 0, 1 or 3; on the
+              long-context rows also cp a power of two in ring or Ulysses form (Megatron-Core's
+              --context-parallel-size, DeepSpeed-Ulysses), the rest of the grid over N / cp.
               Configurations that do not fit exit 3 and are skipped; so are those plancc
               refuses as not supported yet (exit 2, "plancc cannot yet ...": T5's stacks, whose
               relative position bias sums its gradient over a block's copies, on two pipeline
@@ -225,8 +227,19 @@ class Bench:
         return best, len(configs)
 
     def configs(self, row, f, tps=(1, 2, 4, 8), pps=None, variants=VARIANTS, mbs=None):
-        """The template grid: (tp, pp, dp, micro-batch per replica, recompute, ZeRO)."""
-        N, G = row["gpus"], row["G"]
+        """The template grid: (tp, pp, dp, micro-batch per replica, recompute, ZeRO), and on the
+        long-context rows context parallelism too (Megatron-Core's --context-parallel-size, ring
+        attention; DeepSpeed-Ulysses' all-to-alls): cp a power of two, either form."""
+        out = []
+        for cp in [1 << k for k in range(row["gpus"].bit_length()) if row["gpus"] % (1 << k) == 0] if row.get("cp") else [1]:
+            for form in ("ring", "ulysses") if cp > 1 else ("",):
+                extra = ["--cp", str(cp), "--cp-form", form] if cp > 1 else []
+                out += [dict(c, cp=cp, args=c["args"] + extra) for c in self.mesh_configs(row, f, row["gpus"] // cp, tps, pps, variants, mbs)]
+        return out
+
+    def mesh_configs(self, row, f, N, tps, pps, variants, mbs):
+        """The grid over N devices (those of one cp rank's share)."""
+        G = row["G"]
         out = []
         for tp in tps:
             if N % tp or tp > f["per_node"]:
@@ -239,7 +252,7 @@ class Bench:
                     continue
                 if pps is None and not self.a.full_grid and pp & (pp - 1) and (pp, dp, tp) != row.get("paper_mesh"):
                     continue            # pp a power of two, or the paper's
-                if f["state"] / N > f["memory"]:
+                if f["state"] / row["gpus"] > f["memory"]:
                     continue            # not even ZeRO-3 over all devices holds the optimizer state
                 for mb in mbs or self.micro_sizes(G, dp):
                     for rc, z in variants:
@@ -330,12 +343,12 @@ def rows(root, data):
     out.append({"name": "Evoformer", "model": os.path.join(root, "models", "evoformer.json"), "cluster": a100,
                 "gpus": 64, "G": 128})
     # Long context (issue 27): a 7B-class GPT on one sequence of 32k tokens on two DGX A100 nodes
-    # and of 128k on four, where --auto may split the sequence (context parallelism, which the
-    # template grid does not have).
+    # and of 128k on four, where --auto may split the sequence; the template grid has context
+    # parallelism on these rows, as Megatron-Core and DeepSpeed do.
     out.append({"name": "GPT-32k", "model": os.path.join(root, "models", "gpt-32k.json"), "cluster": a100,
-                "gpus": 16, "G": 1})
+                "gpus": 16, "G": 1, "cp": True})
     out.append({"name": "GPT-128k", "model": os.path.join(root, "models", "gpt-128k.json"), "cluster": a100,
-                "gpus": 32, "G": 1})
+                "gpus": 32, "G": 1, "cp": True})
     # mT5-Large's 250,112-token vocabulary (issue 27; nnScaler's interlaced pipeline is for mT5):
     # 1024 sequences per step as mT5 pre-trained (Xue et al. 2021), on four DGX A100 nodes (the
     # largest of nnScaler's T5 runs, 4 to 32 GPUs), in bf16.
@@ -426,6 +439,8 @@ def run(a, b):
             r = res[k]
             if r:
                 extra = f"; recompute {r['rc']}, zero {r['zero']}" if k == "template" else ""
+                if k == "template" and r.get("cp", 1) > 1:
+                    extra += f", cp {r['cp']}"
                 print(f"  {res['row']['name']:<16} {k:<8} B={r['B']:<5} M={r['M'] or '-':<5} {r['strategy']}{extra}")
     if b.unsupported:
         print()
