@@ -99,10 +99,8 @@ static void emit_program(plan *p, plan_program *pr, const char *name, uint64_t a
     pr->arena_bytes = arena;
     pr->n_streams = sync ? 2 : 1;
     pr->priority[1] = sync ? -1 : 0;
-    pr->n_events = sync ? 2 : 0; // and more where ZeRO-3 gathers ahead (preserve.c's EV_PREFETCH)
-    for (int i = 0; i < n_insn; i++)
-        if ((insn[i].kind == PLAN_I_RECORD || insn[i].kind == PLAN_I_WAIT) && (uint32_t)insn[i].a >= pr->n_events)
-            pr->n_events = (uint32_t)insn[i].a + 1;
+    uint32_t used = plan_insns_events(insn, (uint32_t)n_insn); // more than 2 where ZeRO-3 gathers ahead (preserve.c's EV_PREFETCH)
+    pr->n_events = sync && used < 2 ? 2 : used;
     pr->n_buffers = (uint32_t)n_buf;
     pr->buffers = emit_buffers(p, buf, n_buf);
     pr->n_insns = (uint32_t)n_insn;

@@ -330,6 +330,13 @@ static void event(builder *E, prog *P, plan_insn_kind k, int stream, int ev) {
     E->delta = saved;
 }
 
+// The sync stream goes on from here once the compute stream has reached it.
+static void sync_follows(builder *E, prog *P) {
+    event(E, P, PLAN_I_RECORD, STREAM_MAIN, EV_GRAD);
+    event(E, P, PLAN_I_WAIT, STREAM_SYNC, EV_GRAD);
+    P->used_sync = true;
+}
+
 static void coll(builder *E, prog *P, pcc_coll kind, int axis, int stream, int in, int out) {
     int args[2] = {in, out};
     plan_insn *i = insn(E, P, PLAN_I_COLL, stream, args, 2);
@@ -351,6 +358,13 @@ static void copy(builder *E, prog *P, int src, int dst) { copy_on(E, P, src, dst
 
 /* ---- phase 3: resharding (reshard.c's chain of steps, emitted) ---- */
 
+// The buffer that already holds buffer src's value in layout want, -1.
+static int cached(const prog *P, int src, plan_shard want) {
+    for (int i = 0; i < P->n_cache; i++)
+        if (P->cache[i].src == src && shard_eq(P->cache[i].want, want)) return P->cache[i].buf;
+    return -1;
+}
+
 // Emits the chain that turns the value in buffer src into layout want; the last step writes
 // into buffer dst (>= 0, which has layout want) or a new buffer. Returns the buffer written.
 static int reshard_on(builder *E, prog *P, int src, plan_shard want, int dst, int stream) {
@@ -360,9 +374,8 @@ static int reshard_on(builder *E, prog *P, int src, plan_shard want, int dst, in
         copy(E, P, src, dst);
         return dst;
     }
-    if (dst < 0)
-        for (int i = 0; i < P->n_cache; i++)
-            if (P->cache[i].src == src && shard_eq(P->cache[i].want, want)) return P->cache[i].buf;
+    int hit = dst < 0 ? cached(P, src, want) : -1;
+    if (hit >= 0) return hit;
     int t = (int)sb->tensor;
     pcc_reshard_step step[PCC_AXES + 1];
     int n = reshard_steps(sb->shard, want, E->g->tensors[t].rank, step), b = src;
@@ -411,14 +424,8 @@ static void prefetch_one(builder *E, prog *P, int o, int i) {
     if (g->tensors[t].kind != PCC_T_PARAM) return;
     int src = home(E, P, t);
     plan_shard want = E->v->sh[o][i];
-    if (shard_eq(P->buf[src].shard, want)) return;
-    for (int k = 0; k < P->n_cache; k++)
-        if (P->cache[k].src == src && shard_eq(P->cache[k].want, want)) return;
-    if (!P->n_pref) {
-        event(E, P, PLAN_I_RECORD, STREAM_MAIN, EV_GRAD);
-        event(E, P, PLAN_I_WAIT, STREAM_SYNC, EV_GRAD);
-        P->used_sync = true;
-    }
+    if (shard_eq(P->buf[src].shard, want) || cached(P, src, want) >= 0) return;
+    if (!P->n_pref) sync_follows(E, P);
     int b = reshard_on(E, P, src, want, -1, STREAM_SYNC), ev = EV_PREFETCH + P->n_pref;
     event(E, P, PLAN_I_RECORD, STREAM_SYNC, ev);
     int *e = *VEC_PUSH(E->g->arena, P->pref, P->n_pref, P->cap_pref);
@@ -491,11 +498,9 @@ static int ring_shift(builder *E, prog *P, int t, int b, int stream) {
 // next) on the sync stream, once the compute stream has reached this point; ring_arrive makes the
 // compute stream wait for it.
 static void ring_pass(builder *E, prog *P, int kt, int vt, int *kb, int *vb) {
-    event(E, P, PLAN_I_RECORD, STREAM_MAIN, EV_GRAD);
-    event(E, P, PLAN_I_WAIT, STREAM_SYNC, EV_GRAD);
+    sync_follows(E, P);
     *kb = ring_shift(E, P, kt, *kb, STREAM_SYNC), *vb = ring_shift(E, P, vt, *vb, STREAM_SYNC);
     event(E, P, PLAN_I_RECORD, STREAM_SYNC, EV_SYNCED);
-    P->used_sync = true;
 }
 
 static void ring_arrive(builder *E, prog *P) { event(E, P, PLAN_I_WAIT, STREAM_MAIN, EV_SYNCED); }
@@ -646,9 +651,7 @@ static void sync_grad_local(builder *E, prog *P, int gp) {
         P->home[gp] = mine ? local_grad(E, P, gp, hb, mine, STREAM_MAIN) : hb;
         return;
     }
-    event(E, P, PLAN_I_RECORD, STREAM_MAIN, EV_GRAD);
-    event(E, P, PLAN_I_WAIT, STREAM_SYNC, EV_GRAD);
-    P->used_sync = true;
+    sync_follows(E, P);
     int b = mine ? local_grad(E, P, gp, hb, mine, STREAM_SYNC) : hb;
     for (int a = PCC_AXES - 1; a >= 0; a--) {
         if (made.map[a] != PLAN_SHARD_V || (mine >> a & 1u)) continue;
@@ -712,9 +715,7 @@ static void bucket_flush(builder *E, prog *P) {
     P->n_bucket = 0, P->bucket_bytes = 0;
     plan_phase saved = E->phase;
     E->phase = PLAN_PHASE_BWD; // also when the last one closes after the backward pass
-    event(E, P, PLAN_I_RECORD, STREAM_MAIN, EV_GRAD);
-    event(E, P, PLAN_I_WAIT, STREAM_SYNC, EV_GRAD);
-    P->used_sync = true;
+    sync_follows(E, P);
     pcc_reshard_step step[PCC_AXES];
     int ns = layout_sync_steps(E->v, P->bucket[0], step);
     int *cur = arena_alloc(E->g->arena, sizeof(int) * (size_t)n), *next = arena_alloc(E->g->arena, sizeof(int) * (size_t)n);
@@ -771,9 +772,8 @@ static void sync_grad(builder *E, prog *P, int gp) {
 static void zero2_grad(builder *E, prog *P, int gp) {
     int stream = E->s->zero == 3 ? STREAM_SYNC : STREAM_MAIN;
     if (stream == STREAM_SYNC) {
-        event(E, P, PLAN_I_RECORD, STREAM_MAIN, EV_GRAD);
-        event(E, P, PLAN_I_WAIT, STREAM_SYNC, EV_GRAD);
-        P->used_sync = P->sharding = true;
+        sync_follows(E, P);
+        P->sharding = true;
     }
     pcc_reshard_step step[PCC_AXES];
     int n = layout_sync_steps(E->v, gp, step), cur = home(E, P, gp);

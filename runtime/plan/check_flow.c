@@ -378,10 +378,7 @@ static plan_status flow_order_init(flow *f) {
     const plan_program *pg = f->pg;
     size_t n = (size_t)f->n_slots + 1;
     f->n_streams = pg->n_streams;
-    uint32_t events = 0; // the events the program uses (n_events may be far larger: only the used ones get a clock)
-    for (uint32_t i = 0; i < pg->n_insns; i++)
-        if ((pg->insns[i].kind == PLAN_I_RECORD || pg->insns[i].kind == PLAN_I_WAIT) && (uint32_t)pg->insns[i].a + 1 > events)
-            events = (uint32_t)pg->insns[i].a + 1;
+    uint32_t events = plan_insns_events(pg->insns, pg->n_insns); // n_events may be far larger: only the used ones get a clock
     f->evc = calloc((size_t)events + 1, sizeof *f->evc);
     f->wstream = malloc(n);
     f->wpos = calloc(n, sizeof(uint64_t));

@@ -72,6 +72,13 @@ const char *plan_insn_name(const plan_insn *in) {
          : in->kind == PLAN_I_COLL    ? plan_coll_name(in->code)
                                       : plan_insn_kind_name(in->kind);
 }
+uint32_t plan_insns_events(const plan_insn *insns, uint32_t n) {
+    uint32_t events = 0;
+    for (uint32_t i = 0; i < n; i++)
+        if ((insns[i].kind == PLAN_I_RECORD || insns[i].kind == PLAN_I_WAIT) && (uint32_t)insns[i].a + 1 > events)
+            events = (uint32_t)insns[i].a + 1;
+    return events;
+}
 const char *plan_loop_var_name(uint32_t var) { return NAME_OR_NULL(loop_var_names, var); }
 const char *plan_schedule_name(uint32_t schedule) { return NAME_OR_NULL(schedule_names, schedule); }
 const char *plan_phase_name(uint32_t phase) { return NAME_OR_NULL(phase_names, phase); }

@@ -405,6 +405,8 @@ const char *plan_insn_kind_name(uint32_t kind);
 // What an instruction is, for messages: its operator (compute), its collective (coll), else its
 // kind's name; NULL for a value out of range.
 const char *plan_insn_name(const plan_insn *in);
+// The events n instructions use: one more than the largest a record or wait names (0: none).
+uint32_t plan_insns_events(const plan_insn *insns, uint32_t n);
 const char *plan_loop_var_name(uint32_t var);
 const char *plan_schedule_name(uint32_t schedule);
 const char *plan_phase_name(uint32_t phase); // none fwd bwd recompute opt
