@@ -61,6 +61,7 @@ typedef struct est {
     // sync, optimizer, post-optimizer all-gather, tied parameters' gradients received; layers.
     double *Fc, *Fm, *Fp, *Bc, *Bm, *Bp, *sync, *opt, *post, *tied;
     double *rs; // ZeRO-3: per micro-batch, the gradients' reduce-scatters on stream 1 (hidden by Bc)
+    double *rs_last; // ZeRO-3: per step, those the backward pass finishes after its last block (nothing hides them)
     double *ag; // ZeRO-3: per micro-batch, the all-gathers of block parameters on stream 1, each pass
     double *agn, *copies; // ... how many such gathers, and block copies, per device
     double *pool;       // per device and bucket segment: the bytes that share gradient buckets (est_pool)
@@ -365,6 +366,16 @@ static double *est_pool(const est *E, int i, int d) {
     return &E->pool[(E->g->ops[i].block >= 0 ? 0 : d) * (2 * E->g->n_blocks + 2) + seg];
 }
 
+// Whether the gradient the optimizer op opt reads is made after the last block's backward (the
+// embedding's, at the end of the backward pass), not before the blocks (the head's).
+static bool est_grad_after_blocks(const est *E, const pcc_op *opt) {
+    if (!opt) return false;
+    int prod = E->g->tensors[opt->in[1]].producer;
+    for (int o = prod + 1; o < E->g->n_ops; o++)
+        if (E->g->ops[o].block >= 0 && E->g->ops[o].phase == PCC_PHASE_BWD) return false;
+    return true;
+}
+
 // Gradient synchronization and the optimizer of parameter p's instance on device d (owner op i).
 static void est_param(est *E, int p, int i, int d, const pcc_op *opt) {
     const pcc_graph *g = E->g;
@@ -383,9 +394,13 @@ static void est_param(est *E, int p, int i, int d, const pcc_op *opt) {
         // ZeRO-2 on the compute stream, part of every micro-batch's backward; ZeRO-3 on stream 1,
         // beside the rest of its layer's backward (est_step).
         if (!bucketed) {
-            double *to = zero == 3 ? &E->rs[d] : &E->Bm[d];
+            double *to = zero < 3 ? &E->Bm[d] : est_grad_after_blocks(E, opt) ? &E->rs_last[d] : &E->rs[d];
             *to += cost_collective_s(c, PCC_COLL_REDUCE_SCATTER, bytes, dpg) + launch;
             if (est_cp_partial(E, i)) *to += cost_collective_s(c, PCC_COLL_ALL_REDUCE, bytes, cpg) + launch;
+            // With micro-batches the shard sums them, from zero (preserve.c's zero2_accumulators);
+            // ZeRO-2's sums on the compute stream.
+            if (E->m > 1) E->opt[d] += cost_memory_s(c, bytes / E->dp);
+            if (zero < 3) E->Bm[d] += cost_memory_s(c, 3 * bytes / E->dp);
         }
         if (zero < 3) E->post[d] += ag; // the updated shard all-gathered (ZeRO-3's parameter stays sharded)
         // Gathered again for each micro-batch's use: a block's parameters on stream 1 ahead of
@@ -393,7 +408,9 @@ static void est_param(est *E, int p, int i, int d, const pcc_op *opt) {
         if (zero == 3 && g->ops[i].block >= 0) E->ag[d] += ag, E->agn[d] += 1;
         else if (zero == 3) E->Fm[d] += ag, E->Bm[d] += ag;
     }
-    if (opt) E->opt[d] += cost_op_s(c, g, opt, est_ways(E, opt, i)) / (E->dp > 1 && zero > 0 ? E->dp : 1);
+    if (!opt) return;
+    double t = cost_op_s(c, g, opt, est_ways(E, opt, i));
+    E->opt[d] += E->dp > 1 && zero > 0 ? (t - launch) / E->dp + launch : t; // a shard's work, a whole launch
 }
 
 // Every parameter: sync and optimizer on its owner's device(s); tied parameters' gradients sent
@@ -541,7 +558,7 @@ static void est_step(est *E) {
         double exposed = cost_exposed_s(E->sync[d], window);
         double tail = E->last[d] < E->sync[d] ? E->last[d] : E->sync[d];
         if (tail > exposed) exposed = tail;
-        double end = x->pipeline_s - lead + E->tied[d] + exposed + E->opt[d] + E->post[d];
+        double end = x->pipeline_s - lead + E->tied[d] + exposed + E->rs_last[d] + E->opt[d] + E->post[d];
         if (end > x->step_s || d == 0)
             x->step_s = end, x->sync_s = E->sync[d], x->sync_exposed_s = exposed, x->optimizer_s = E->opt[d] + E->post[d];
         lead += B[d] / E->v;
@@ -555,7 +572,7 @@ void estimate_step(const pcc_graph *g, const pcc_cluster *c, const pcc_intra *sc
     int pp = E.pp, nl;
     E.Fc = zeros(g, pp), E.Fm = zeros(g, pp), E.Fp = zeros(g, pp), E.Bc = zeros(g, pp), E.Bm = zeros(g, pp);
     E.Bp = zeros(g, pp), E.sync = zeros(g, pp), E.opt = zeros(g, pp), E.post = zeros(g, pp), E.tied = zeros(g, pp);
-    E.rs = zeros(g, pp), E.ag = zeros(g, pp), E.agn = zeros(g, pp), E.copies = zeros(g, pp);
+    E.rs = zeros(g, pp), E.rs_last = zeros(g, pp), E.ag = zeros(g, pp), E.agn = zeros(g, pp), E.copies = zeros(g, pp);
     E.layers = arena_alloc(g->arena, sizeof(int) * (size_t)(pp + 1));
     const pcc_layer *L = graph_layers(g, &nl);
     int *chunk = arena_alloc(g->arena, sizeof(int) * (size_t)(nl + 1));

@@ -762,10 +762,18 @@ static void sync_grad(builder *E, prog *P, int gp) {
     if (P->bucket_bytes >= E->bucket_cap || P->n_bucket == PLAN_MAX_BUCKET) bucket_flush(E, P);
 }
 
+// Whether gradient gp's last reduce-scatter writes its shard straight into the buffer the
+// optimizer reads: with one micro-batch there is nothing to sum over, so no fill and no add.
+static bool shard_direct(const builder *E, int gp) {
+    pcc_reshard_step step[PCC_AXES];
+    int n = layout_sync_steps(E->v, gp, step);
+    return E->M == 1 && n > 0 && step[n - 1].kind == PCC_COLL_REDUCE_SCATTER;
+}
+
 // ZeRO-2: this micro-batch's contribution to gradient gp is in its (transient, whole) buffer:
 // synchronize it now (all-reduce over the axes the optimizer keeps whole, reduce-scatter onto
 // the rank's shard over dp) and add the shard to the one summed over the micro-batches, which
-// the optimizer reads. ZeRO-2 on the compute stream: the next micro-batch's backward reuses the
+// the optimizer reads (with one micro-batch, the reduce-scatter's output). ZeRO-2 on the compute stream: the next micro-batch's backward reuses the
 // buffer. ZeRO-3 on stream 1, as FSDP: the collectives and the sum overlap the rest of the
 // layer's backward on stream 0, which waits for them at the next loop boundary (sharded_wait;
 // the memory planner keeps the buffers stream 1 uses live until that wait).
@@ -776,14 +784,15 @@ static void zero2_grad(builder *E, prog *P, int gp) {
         P->sharding = true;
     }
     pcc_reshard_step step[PCC_AXES];
-    int n = layout_sync_steps(E->v, gp, step), cur = home(E, P, gp);
+    int n = layout_sync_steps(E->v, gp, step), cur = home(E, P, gp), acc = P->shard_acc[gp];
+    bool direct = shard_direct(E, gp);
     for (int k = 0; k < n; k++) {
         int next = cur;
-        if (step[k].kind == PCC_COLL_REDUCE_SCATTER) next = new_buf(E, P, gp, step[k].after, 1, 1, 0);
+        if (step[k].kind == PCC_COLL_REDUCE_SCATTER) next = direct && k == n - 1 ? acc : new_buf(E, P, gp, step[k].after, 1, 1, 0);
         coll(E, P, (pcc_coll)step[k].kind, step[k].axis, stream, cur, next);
         cur = next;
     }
-    int acc = P->shard_acc[gp];
+    if (direct) return;
     PCC_ASSERT(acc >= 0 && P->buf[acc].bytes == P->buf[cur].bytes);
     int args[3] = {acc, cur, acc};
     plan_insn *in = insn(E, P, PLAN_I_COMPUTE, stream, args, 3);
@@ -802,7 +811,8 @@ static void sharded_wait(builder *E, prog *P) {
 /* ---- ZeRO-2 ---- */
 
 // ZeRO-2: the buffers the gradient shards of this stage sum in over the micro-batches, zeroed
-// at the start of the step (a slot per block copy: a layer loop of fills).
+// at the start of the step (a slot per block copy: a layer loop of fills); with one micro-batch
+// the reduce-scatter writes the shard there itself (shard_direct), with nothing to zero.
 static void zero2_accumulators(builder *E, prog *P) {
     const pcc_graph *g = E->g;
     P->shard_acc = arena_alloc(g->arena, sizeof(int) * (size_t)(g->n_tensors + 1));
@@ -823,6 +833,7 @@ static void zero2_accumulators(builder *E, prog *P) {
         int acc = new_buf(E, P, t, step[n - 1].after, 1, (uint32_t)(hi - lo), T->block >= 0 ? (uint32_t)lo : 0);
         P->buf[acc].whole = true;
         P->shard_acc[t] = acc;
+        if (shard_direct(E, t)) continue;
         if (hi - lo > 1) loop_open(E, P, PLAN_LOOP_LAYER, hi - lo);
         plan_insn *in = insn(E, P, PLAN_I_COMPUTE, STREAM_MAIN, &acc, 1);
         in->code = PCC_OP_FILL;
