@@ -11,8 +11,10 @@ training step), every strategy trains on the same G samples per step:
   template    the best of a grid search, Megatron-LM style: tp in {1, 2, 4, 8} inside a node,
               pp a power of two or the paper's (every divisor with --full-grid) up to the
               number of layers, dp = N / (tp pp) dividing G, micro-batch per replica a power of
-              two (or G / dp), 1F1B when pp > 1, recompute none or full, ZeRO 0, 1 or 3; on the
-              long-context rows also cp a power of two in ring or Ulysses form (Megatron-Core's
+              two (or G / dp), 1F1B when pp > 1, recompute none or full, ZeRO 0, 1 or 3, and
+              with tp > 1 on a model with attention Megatron-LM's --sequence-parallel (as its users
+              run tensor parallelism since Korthikanti et al. 2022; the paper's configuration
+              below stays without it, as published); on the long-context rows also cp a power of two in ring or Ulysses form (Megatron-Core's
               --context-parallel-size, DeepSpeed-Ulysses), the rest of the grid over N / cp.
               Configurations that do not fit exit 3 and are skipped; so are those plancc
               refuses as not supported yet (exit 2, "plancc cannot yet ...": T5's stacks, whose
@@ -64,6 +66,11 @@ GLOBAL_BATCH_OPTION = "--global-batch"
 # Variants of one template configuration, fastest first (recompute adds compute, ZeRO adds
 # communication; neither saves time): (recompute, zero).
 VARIANTS = [("none", 0), ("none", 1), ("none", 3), ("full", 0), ("full", 1), ("full", 3)]
+
+
+def has_op(ops, kind):
+    """Whether a model file's op list (blocks' ops included) has an operator of this type."""
+    return any(o.get("type") == kind or has_op(o.get("ops", []), kind) for o in ops)
 
 
 class Bench:
@@ -173,10 +180,12 @@ class Bench:
         with open(row["model"], encoding="utf-8") as f:
             m = json.load(f)
         layers = sum(o.get("repeat", 1) if "type" not in o else 1 for o in m["ops"])
+        attention = has_op(m["ops"], "attention")
         mem = t["memory_bytes"]
         return {"flops": t["flops"]["forward"] + t["flops"]["backward"], "peak": d["cluster"]["peak_flops"],
                 "layers": layers, "state": mem["weights"] + mem["grads"] + mem["optimizer"],
-                "memory": d["cluster"]["device"]["memory_bytes"], "per_node": d["cluster"]["devices_per_node"]}
+                "memory": d["cluster"]["device"]["memory_bytes"], "per_node": d["cluster"]["devices_per_node"],
+                "attention": attention}
 
     def micro_sizes(self, G, dp):
         """Micro-batch sizes per replica: powers of two dividing G / dp, and G / dp itself, with at
@@ -226,7 +235,7 @@ class Bench:
                         best = r
         return best, len(configs)
 
-    def configs(self, row, f, tps=(1, 2, 4, 8), pps=None, variants=VARIANTS, mbs=None):
+    def configs(self, row, f, tps=(1, 2, 4, 8), pps=None, variants=VARIANTS, mbs=None, sequence_parallel=True):
         """The template grid: (tp, pp, dp, micro-batch per replica, recompute, ZeRO), and on the
         long-context rows context parallelism too (Megatron-Core's --context-parallel-size, ring
         attention; DeepSpeed-Ulysses' all-to-alls): cp a power of two, either form."""
@@ -234,10 +243,11 @@ class Bench:
         for cp in [1 << k for k in range(row["gpus"].bit_length()) if row["gpus"] % (1 << k) == 0] if row.get("cp") else [1]:
             for form in ("ring", "ulysses") if cp > 1 else ("",):
                 extra = ["--cp", str(cp), "--cp-form", form] if cp > 1 else []
-                out += [dict(c, cp=cp, args=c["args"] + extra) for c in self.mesh_configs(row, f, row["gpus"] // cp, tps, pps, variants, mbs)]
+                out += [dict(c, cp=cp, args=c["args"] + extra) for c in self.mesh_configs(row, f, row["gpus"] // cp, tps, pps, variants, mbs,
+                                                                                           sequence_parallel)]
         return out
 
-    def mesh_configs(self, row, f, N, tps, pps, variants, mbs):
+    def mesh_configs(self, row, f, N, tps, pps, variants, mbs, sequence_parallel):
         """The grid over N devices (those of one cp rank's share)."""
         G = row["G"]
         out = []
@@ -254,13 +264,14 @@ class Bench:
                     continue            # pp a power of two, or the paper's
                 if f["state"] / row["gpus"] > f["memory"]:
                     continue            # not even ZeRO-3 over all devices holds the optimizer state
+                sp = ["--sequence-parallel"] if tp > 1 and f["attention"] and sequence_parallel else []
                 for mb in mbs or self.micro_sizes(G, dp):
                     for rc, z in variants:
                         if z and dp == 1:
                             continue
                         out.append({"B": mb * dp, "M": G // (mb * dp), "mb": mb, "mesh": (pp, dp, tp), "rc": rc,
-                                    "zero": z, "args": ["--dp", str(dp), "--tp", str(tp), "--pp", str(pp),
-                                                        "--recompute", rc, "--zero", str(z)]})
+                                    "zero": z, "sp": bool(sp), "args": ["--dp", str(dp), "--tp", str(tp), "--pp", str(pp),
+                                                                        "--recompute", rc, "--zero", str(z)] + sp})
         return out
 
     def row(self, row, pool):
@@ -278,7 +289,7 @@ class Bench:
         out["zero3"], _ = self.best_of(row, [c for c in dp_only if c["zero"] == 3], pool)
         if row.get("paper_mesh"):   # the paper's own configuration: full recompute, no ZeRO
             pp, dp, tp = row["paper_mesh"]
-            paper = self.configs(row, f, (tp,), (pp,), [("full", 0)], [row["paper_mb"]])
+            paper = self.configs(row, f, (tp,), (pp,), [("full", 0)], [row["paper_mb"]], sequence_parallel=False)
             out["paper_cfg"], _ = self.best_of(row, [c for c in paper if c["mesh"] == (pp, dp, tp)], pool)
         # --auto on every whole-model micro-batch B that the template grid uses.
         batches = sorted({c["B"] for c in grid})
