@@ -511,7 +511,11 @@ static void ring_arrive(builder *E, prog *P) { event(E, P, PLAN_I_WAIT, STREAM_M
 static void ring_step(builder *E, prog *P, int o, pcc_op_kind code, int j, const int *args, int n, int nout) {
     plan_insn *in = insn(E, P, PLAN_I_COMPUTE, STREAM_MAIN, args, n);
     in->code = (uint16_t)code;
-    in->t_s = op_time_s(E, o);
+    // zigzag, causal: half a whole block per step, where the op's time is a whole one (unfused;
+    // the flash form's causal time is half a block already): estimate.c's est_ring
+    const pcc_op *fo = &E->g->ops[E->g->ops[o].phase == PCC_PHASE_FWD ? o : E->g->ops[o].fwd];
+    bool half = E->s->config.cp_zigzag && fo->attrs.causal && fo->attrs.mode != PLAN_ATTN_FLASH;
+    in->t_s = op_time_s(E, o) * (half ? 0.5f : 1.0f);
     plan_attrs pa;
     uint32_t a = attrs_of(E, P, &E->g->ops[o], false, false);
     if (a == PLAN_NONE) memset(&pa, 0, sizeof pa);
