@@ -21,7 +21,8 @@
  * chunks (attrs i[END] = z, where 0 would mask by the stored positions: wrong keys for every
  * rank but the first) on a ring of z / 2 ranks (the pieces it passes are the pairs of chunks),
  * and no attention runs on the whole sequence (its mask knows no zigzag). Without zigzag inputs
- * a step's i[END] is 0.
+ * a step's i[END] is 0. What it does not see: an input along the sequence left in the natural
+ * order beside zigzag ones (the plan does not say which dimension is the sequence).
  */
 #include "checker.h"
 
