@@ -425,8 +425,10 @@ static bool auto_mesh_ok(const pcc_space *S, int tp, int pp, int cp) {
 // splits beside an activation's positions (a table of positions added element-wise would meet
 // its rows permuted; an optimizer step on such a table is fine: rows against rows; an embedding
 // looks its rows up by the position ids' values, which are inputs, and is fine), or an operator
-// picks positions along it (slice, concat, split, gather, index_select along that axis). The op
-// in the way (its parameter, or its output, in *t), or -1.
+// picks positions along it (slice, concat, split, gather, index_select along that axis), or
+// dropout along it (its mask is keyed by the element's stored index, so it would differ from the
+// natural order's; attention's dropout is keyed by logical positions). The op in the way (its
+// parameter, or its output, in *t), or -1.
 static int zigzag_blocker(const pcc_graph *g, int sdim, int cp, int *t) {
     for (int i = 0; i < g->n_ops; i++) {
         const pcc_op *op = &g->ops[i];
@@ -439,6 +441,7 @@ static int zigzag_blocker(const pcc_graph *g, int sdim, int cp, int *t) {
         bool picks = k == PCC_OP_SLICE || k == PCC_OP_SLICE_GRAD || k == PCC_OP_CONCAT || k == PCC_OP_SPLIT || k == PCC_OP_GATHER ||
                      k == PCC_OP_GATHER_GRAD || k == PCC_OP_INDEX_SELECT || k == PCC_OP_INDEX_SELECT_GRAD;
         if (picks && l[li].axis[0] == op->attrs.axis) return *t = op->out[0], i;
+        if (k == PCC_OP_DROPOUT || k == PCC_OP_DROPOUT_GRAD) return *t = op->out[0], i; // its mask is keyed by stored positions
         int param = -1;
         bool act = false;
         for (int j = 0; j < op->nin + op->nout && !lookup; j++) {
@@ -484,12 +487,14 @@ static pcc_status cp_check(const pcc_space *S, int cp, int tp) {
     if (S->o->cp_zigzag && g->dims[sdim].size % (2 * (int64_t)cp) != 0)
         return diag(g->file, g->dims[sdim].ptr, "--cp %d --cp-form zigzag cuts the sequence into 2 x %d chunks, which do not divide "
                     "the sequence dimension %s = %lld", cp, cp, g->dims[sdim].name, (long long)g->dims[sdim].size);
+    bool zparam = zo >= 0 && (g->tensors[zt].kind == PCC_T_PARAM || graph_is_param_grad(g, zt) || g->tensors[zt].kind == PCC_T_STATE);
+    bool zdrop = zo >= 0 && (g->ops[zo].kind == PCC_OP_DROPOUT || g->ops[zo].kind == PCC_OP_DROPOUT_GRAD);
     if (zo >= 0)
-        return diag(g->file, g->ops[zo].ptr, "--cp %d --cp-form zigzag stores the sequence in zigzag order, but %s \"%s\" "
-                    "%s (only inputs are fed permuted); use --cp-form ring", cp,
-                    g->tensors[zt].kind == PCC_T_PARAM || graph_is_param_grad(g, zt) ? "parameter" : "the operator of",
-                    g->tensors[zt].name, g->tensors[zt].kind == PCC_T_PARAM || graph_is_param_grad(g, zt) ?
-                    "runs along it here" : "picks positions along it");
+        return diag(g->file, g->ops[zo].ptr, "--cp %d --cp-form zigzag stores the sequence in zigzag order, but %s \"%s\" %s; use "
+                    "--cp-form ring", cp, zparam ? "parameter" : "the operator of", g->tensors[zt].name,
+                    zparam ? "runs along it here (only inputs are fed permuted)"
+                    : zdrop ? "is dropout along it (its mask is drawn by stored positions, not yet by logical ones)"
+                            : "picks positions along it");
     for (int i = 0; i < g->n_fwd_ops; i++) {
         const pcc_op *op = &g->ops[i];
         if (op->kind != PCC_OP_ATTENTION) continue;
