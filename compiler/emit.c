@@ -63,7 +63,8 @@ static void fill_source(const pcc_tensor *T, plan_tensor *pt) {
     }
 }
 
-static void emit_tensors(plan *p, const pcc_graph *g) {
+// Inputs along the sequence in zigzag order (pr->zigzag chunks) say so: planrun feeds them so.
+static void emit_tensors(plan *p, const pcc_graph *g, const pcc_programs *pr) {
     p->n_tensors = (uint32_t)g->n_tensors;
     p->tensors = plan_alloc(p, sizeof(plan_tensor) * (size_t)(g->n_tensors + 1));
     PCC_ASSERT(p->tensors);
@@ -75,6 +76,8 @@ static void emit_tensors(plan *p, const pcc_graph *g) {
         pt->copies = (uint32_t)tensor_copies(g, T);
         for (int i = 0; i < T->rank; i++) pt->shape[i] = g->dims[T->dims[i]].size;
         fill_source(T, pt);
+        for (int i = 0; pr->zigzag && T->kind == PCC_T_INPUT && i < T->rank; i++)
+            if (T->dims[i] == pr->zigzag_dim) pt->zigzag = (uint16_t)pr->zigzag, pt->zigzag_dim = (uint8_t)i;
     }
 }
 
@@ -154,7 +157,7 @@ void emit_plan(const pcc_graph *g, const pcc_cluster *c, const pcc_programs *pr,
     PCC_ASSERT(p);
     e->p = p;
     emit_meta(p, g, c, pr, o, (double)peak);
-    emit_tensors(p, g);
+    emit_tensors(p, g, pr);
     emit_ranks(p, pr);
     p->n_programs = (uint32_t)pr->n;
     p->programs = plan_alloc(p, sizeof(plan_program) * (size_t)pr->n);

@@ -145,13 +145,16 @@ static void est_layout(est *E) {
 }
 
 // Ring attention (--cp-form ring): attention op i's times above are one block's, q's piece
-// against one k/v piece (its sequence letter split over cp on every operand). The ring runs cp
-// blocks (causal: the last cp rank computes all of them; no load balancing) and passes the k/v
-// block between two (the shift, two collectives), overlapped with the block in flight, so a
-// step costs max(block, transfer): the forward cp C + (cp - 1) max(0, T - C) exposed; the
-// backward recomputes that ring, then runs the gradient's, whose steps pass k and v (T) while
-// the block's gradient (G - C of G) computes, and dk and dv (T, the same bytes) after it, cp
-// times (the last brings them home): preserve.c's ring_attention.
+// against one k/v piece (its sequence letter split over cp on every operand; causal, the
+// diagonal block: in the flash form that is half a whole block, unfused a whole one). The ring
+// runs cp steps and passes the k/v block between two (the shift, two collectives), overlapped
+// with the block in flight, so a step costs max(block, transfer): the forward sum C_j + sum
+// over the cp - 1 shifts max(0, T - C_j) exposed; the backward recomputes that ring, then runs
+// the gradient's, whose steps pass k and v (T) while the block's gradient (G_j - C_j)
+// computes, and dk and dv (T, the same bytes) after it, cp times (the last brings them home):
+// preserve.c's ring_attention. In the natural order the longest rank (the last: causal, every
+// block) computes the diagonal and cp - 1 whole blocks; in zigzag order (--cp-form zigzag)
+// every rank computes half a whole block at every step, causal (a whole one otherwise).
 static void est_ring(est *E) {
     const pcc_graph *g = E->g;
     if (E->cp < 2 || !E->s->config.cp_ring) return;
@@ -165,9 +168,12 @@ static void est_ring(est *E) {
             kv += cost_collective_s(E->c, PCC_COLL_SHIFT, bytes, (pcc_group_shape){E->cp, E->tp}) + cost_launch_s(E->c);
         }
         double C = E->f[i], G = E->b[i], cp = E->cp;
-        E->f[i] = cp * C, E->b[i] = cp * C + cp * (G > C ? G - C : 0);
-        E->fc[i] += (cp - 1) * fmax(0, kv - C);
-        E->bc[i] += (cp - 1) * fmax(0, kv - C) + (cp - 1) * fmax(0, kv - (G - C)) + cp * kv;
+        double whole = op->attrs.causal && op->attrs.mode == PLAN_ATTN_FLASH ? 2 : 1; // a whole block, in C
+        double step = E->s->config.cp_zigzag ? (op->attrs.causal ? whole / 2 : 1) : whole; // steps 1.. (zigzag: all)
+        double C0 = E->s->config.cp_zigzag ? step * C : C, G0 = E->s->config.cp_zigzag ? step * G : G, Cs = step * C, Gs = step * G;
+        E->f[i] = C0 + (cp - 1) * Cs, E->b[i] = C0 + (cp - 1) * Cs + fmax(0, G0 - C0) + (cp - 1) * fmax(0, Gs - Cs);
+        E->fc[i] += (cp - 1) * fmax(0, kv - Cs);
+        E->bc[i] += (cp - 1) * fmax(0, kv - Cs) + (cp - 1) * fmax(0, kv - (Gs - Cs)) + cp * kv;
     }
 }
 

@@ -80,11 +80,16 @@ static void usage(FILE *f) {
             "                     devices are pp x dp x cp x tp (tp fastest); needs attention, and cp\n"
             "                     dividing the sequence; combines with --sequence-parallel\n");
     fprintf(f,
-            "  --cp-form ulysses|ring\n"
+            "  --cp-form ulysses|ring|zigzag\n"
             "                     --cp's form: ulysses (the default, above) or ring - ring attention: each\n"
             "                     cp rank keeps its piece of the sequence in attention too, and the k/v\n"
             "                     blocks pass around the cp ranks (cp steps, the shift collective),\n"
-            "                     merged by log-sum-exp; dk and dv travel with them in the backward\n");
+            "                     merged by log-sum-exp; dk and dv travel with them in the backward.\n"
+            "                     zigzag: the ring, causally load balanced - the sequence is cut into\n"
+            "                     2 cp chunks and cp rank c holds chunks c and 2 cp - 1 - c (the plan's\n"
+            "                     inputs say so; planrun feeds each rank its two), so every rank computes\n"
+            "                     half a block at every step (Megatron-Core's); --auto's ring form is\n"
+            "                     zigzag where attention is causal\n");
     fprintf(f,
             "  --sequence-parallel\n"
             "                     with --tp 2 or more: Megatron-LM's sequence parallelism - layernorm,\n"
@@ -263,10 +268,11 @@ static pcc_status option(int c, char **argv, pcc_options *o, given *gv, bool *do
         break;
     }
     case OPT_CP_FORM:
-        if (strcmp(optarg, "ulysses") == 0) o->search.cp_ring = false;
-        else if (strcmp(optarg, "ring") == 0) o->search.cp_ring = true;
+        if (strcmp(optarg, "ulysses") == 0) o->search.cp_ring = o->search.cp_zigzag = false;
+        else if (strcmp(optarg, "ring") == 0) o->search.cp_ring = true, o->search.cp_zigzag = false;
+        else if (strcmp(optarg, "zigzag") == 0) o->search.cp_ring = o->search.cp_zigzag = true;
         else {
-            bad("--cp-form wants ulysses or ring, got \"%s\"\n", optarg);
+            bad("--cp-form wants ulysses, ring or zigzag, got \"%s\"\n", optarg);
             return PCC_ERR_INPUT;
         }
         gv->cp_form = true;
@@ -478,7 +484,7 @@ static pcc_status check_strategy(pcc_options *o, const given *gv) {
     }
     if (gv->cp_form && !gv->cp) {
         fprintf(stderr, "plancc: --cp-form %s is the form of --cp N's context parallelism; it wants --cp 2 or more\n",
-                o->search.cp_ring ? "ring" : "ulysses");
+                o->search.cp_zigzag ? "zigzag" : o->search.cp_ring ? "ring" : "ulysses");
         return PCC_ERR_INPUT;
     }
     o->search.auto_mesh = !gv->template_;
@@ -834,7 +840,7 @@ static const char *canonical_options_(pcc_arena *a, const pcc_cluster *c, const 
     if (!s->auto_mesh)
         snprintf(mesh, sizeof mesh, "--dp %d --tp %d --pp %d%s%s%s", s->dp ? s->dp : 1, s->tp ? s->tp : 1, s->pp ? s->pp : 1,
                  s->tp_batch ? " --tp-batch" : "", s->sequence_parallel ? " --sequence-parallel" : "",
-                 s->cp > 1 ? arena_printf(a, " --cp %d%s", s->cp, s->cp_ring ? " --cp-form ring" : "") : "");
+                 s->cp > 1 ? arena_printf(a, " --cp %d%s", s->cp, s->cp_zigzag ? " --cp-form zigzag" : s->cp_ring ? " --cp-form ring" : "") : "");
     if (o->burst) {
         if (o->amp_limit > 0) snprintf(mesh, sizeof mesh, "--burst --amp-limit %g", o->amp_limit);
         else snprintf(mesh, sizeof mesh, "--burst");

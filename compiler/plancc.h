@@ -896,7 +896,8 @@ typedef enum pcc_pipe_sched { PCC_PIPE_GPIPE = 1, PCC_PIPE_1F1B = 2 } pcc_pipe_s
 typedef struct pcc_config {
     int pp, dp, tp, v, zero;
     int cp;                     // context parallelism (the template's --cp; 0 or 1: none)
-    bool cp_ring;               // ... in ring attention's form (--cp-form ring; ring.c), else DeepSpeed-Ulysses'
+    bool cp_ring;               // ... in ring attention's form (--cp-form ring; preserve.c), else DeepSpeed-Ulysses'
+    bool cp_zigzag;             // ... the ring over the sequence in zigzag order (--cp-form zigzag; implies cp_ring)
     bool btp;
     bool sp;                    // Megatron-LM's sequence parallelism over tp (search.c, seq_keeps)
     pcc_recompute rc;
@@ -910,7 +911,8 @@ typedef struct pcc_config {
 typedef struct pcc_search_opts {
     int dp, tp, pp;             // 0: not given (auto)
     int cp;                     // --cp: context parallelism, DeepSpeed-Ulysses' form (0 or 1: none; search.c, cp_letter)
-    bool cp_ring;               // --cp-form ring: ring attention instead (ring.c)
+    bool cp_ring;               // --cp-form ring: ring attention instead (preserve.c)
+    bool cp_zigzag;             // --cp-form zigzag: ring attention over the sequence in zigzag order (with cp_ring)
     bool auto_mesh;             // search the factorizations (--auto, the default without --dp/--tp/--pp)
     int zero;                   // 0..3
     pcc_recompute recompute;
@@ -1200,6 +1202,7 @@ typedef struct pcc_programs {
     int n_groups;
     const pcc_sync_opts *bg;    // --sync background: each program gets a background round; NULL: none
     uint32_t bg_stop_group;     // the group continuous rounds agree on stopping over
+    int zigzag, zigzag_dim;     // inputs with dimension zigzag_dim (g->dims) hold it in zigzag order of this many chunks (0: none)
 } pcc_programs;
 
 typedef struct pcc_preserve_opts {

@@ -474,7 +474,9 @@ static uint32_t scale_attrs(builder *E, prog *P, double k) {
  * with their block and come home with one shift more. The blocks and partial results are scratch
  * buffers (the shifted blocks hold other ranks' pieces, which no shard of the mesh describes).
  * Causal: a block wholly above the diagonal is skipped by the kernel (no load balancing: rank c
- * computes c + 1 blocks of cp). Overlap: the k/v block of step j + 1 travels on the sync stream
+ * computes c + 1 blocks of cp) - unless the sequence is in zigzag order (--cp-form zigzag: the
+ * inputs hold it so, emit.c; each step's attrs i[END] gives the kernel its 2 cp chunks), where
+ * every rank computes half a block at every step. Overlap: the k/v block of step j + 1 travels on the sync stream
  * while step j computes (double buffering: two blocks in hand); the stream starts the shift once
  * the compute stream reaches step j (an event), and step j + 1 waits for it (another). The
  * gradient's dk and dv travel on the compute stream, after the step that adds to them. */
@@ -509,12 +511,17 @@ static void ring_arrive(builder *E, prog *P) { event(E, P, PLAN_I_WAIT, STREAM_M
 static void ring_step(builder *E, prog *P, int o, pcc_op_kind code, int j, const int *args, int n, int nout) {
     plan_insn *in = insn(E, P, PLAN_I_COMPUTE, STREAM_MAIN, args, n);
     in->code = (uint16_t)code;
-    in->t_s = op_time_s(E, o);
+    // zigzag, causal: half a whole block per step, where the op's time is a whole one (unfused;
+    // the flash form's causal time is half a block already): estimate.c's est_ring
+    const pcc_op *fo = &E->g->ops[E->g->ops[o].phase == PCC_PHASE_FWD ? o : E->g->ops[o].fwd];
+    bool half = E->s->config.cp_zigzag && fo->attrs.causal && fo->attrs.mode != PLAN_ATTN_FLASH;
+    in->t_s = op_time_s(E, o) * (half ? 0.5f : 1.0f);
     plan_attrs pa;
     uint32_t a = attrs_of(E, P, &E->g->ops[o], false, false);
     if (a == PLAN_NONE) memset(&pa, 0, sizeof pa);
     else pa = P->attrs[a];
     pa.i[PLAN_AI_START] = j;
+    pa.i[PLAN_AI_END] = E->s->config.cp_zigzag ? 2 * E->cp : 0; // the zigzag chunks: the step masks by logical positions
     in->attrs = intern_attrs(E, P, &pa);
     for (int i = n - nout; i < n; i++) forget(P, args[i]);
 }
@@ -1350,6 +1357,7 @@ static pcc_programs *hand_off(builder *E, prog *P) {
     out->rank_program = arena_alloc(g->arena, sizeof(uint32_t) * (size_t)out->meta.world);
     for (uint32_t r = 0; r < out->meta.world; r++) out->rank_program[r] = r / (uint32_t)(E->dp * E->cp * E->tp); // pp varies slowest
     if (E->cp == 1) drop_axis(out, PCC_AX_CP);
+    if (E->cp > 1 && E->s->config.cp_zigzag) out->zigzag = 2 * E->cp, out->zigzag_dim = E->s->seq_dim;
     return out;
 }
 

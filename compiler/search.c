@@ -418,6 +418,57 @@ static bool auto_mesh_ok(const pcc_space *S, int tp, int pp, int cp) {
     return !S->o->pp || pp == S->o->pp;
 }
 
+// Ring attention over the sequence in zigzag order (--cp-form zigzag): the plan's inputs hold
+// the sequence permuted (chunks c and 2 cp - 1 - c on cp rank c; emit.c marks them), every
+// operator but attention runs per position or sums over positions, and attention's steps mask
+// by the logical positions (preserve.c). That holds unless a parameter carries the sequence cp
+// splits beside an activation's positions (a table of positions added element-wise would meet
+// its rows permuted; an optimizer step on such a table is fine: rows against rows; an embedding
+// looks its rows up by the position ids' values, which are inputs, and is fine), or an operator
+// picks positions along it (slice, concat, split, gather, index_select along that axis), or
+// dropout along it (its mask is keyed by the element's stored index, so it would differ from the
+// natural order's; attention's dropout is keyed by logical positions). The op in the way (its
+// parameter, or its output, in *t), or -1.
+static int zigzag_blocker(const pcc_graph *g, int sdim, int cp, int *t) {
+    for (int i = 0; i < g->n_ops; i++) {
+        const pcc_op *op = &g->ops[i];
+        int li = cp_letter(g, op, sdim, cp, true);
+        if (li < 0) continue;
+        pcc_letter l[PCC_MAX_LETTERS];
+        op_letters(g, op, l);
+        pcc_op_kind k = op->kind;
+        bool lookup = k == PCC_OP_EMBEDDING || k == PCC_OP_EMBEDDING_GRAD || k == PCC_OP_EMBEDDING_BAG || k == PCC_OP_EMBEDDING_BAG_GRAD;
+        bool picks = k == PCC_OP_SLICE || k == PCC_OP_SLICE_GRAD || k == PCC_OP_CONCAT || k == PCC_OP_SPLIT || k == PCC_OP_GATHER ||
+                     k == PCC_OP_GATHER_GRAD || k == PCC_OP_INDEX_SELECT || k == PCC_OP_INDEX_SELECT_GRAD;
+        if (picks && l[li].axis[0] == op->attrs.axis) return *t = op->out[0], i;
+        if (k == PCC_OP_DROPOUT || k == PCC_OP_DROPOUT_GRAD) return *t = op->out[0], i; // its mask is keyed by stored positions
+        int param = -1;
+        bool act = false;
+        for (int j = 0; j < op->nin + op->nout && !lookup; j++) {
+            int x = j < op->nin ? op->in[j] : op->out[j - op->nin];
+            if (l[li].axis[j] < 0) continue;
+            if (g->tensors[x].kind == PCC_T_PARAM || graph_is_param_grad(g, x) || g->tensors[x].kind == PCC_T_STATE) param = x;
+            else act = true;
+        }
+        if (param >= 0 && act) return *t = param, i;
+    }
+    return -1;
+}
+
+// Whether some attention of the model is causal (where the zigzag order balances the ring).
+static bool any_causal(const pcc_graph *g) {
+    for (int i = 0; i < g->n_fwd_ops; i++)
+        if (g->ops[i].kind == PCC_OP_ATTENTION && g->ops[i].attrs.causal) return true;
+    return false;
+}
+
+// Whether --auto's ring form at cp is the zigzag one: causal attention, the sequence cut into 2 cp
+// chunks, no parameter along it.
+static bool auto_zigzag(const pcc_graph *g, int sdim, int cp) {
+    int t;
+    return any_causal(g) && g->dims[sdim].size % (2 * (int64_t)cp) == 0 && zigzag_blocker(g, sdim, cp, &t) < 0;
+}
+
 // --cp against the model: attention says which dimension is the sequence; cp divides it, and
 // its query heads split over tp x cp (Ulysses' all-to-all gives each cp rank whole heads).
 static pcc_status cp_check(const pcc_space *S, int cp, int tp) {
@@ -432,6 +483,18 @@ static pcc_status cp_check(const pcc_space *S, int cp, int tp) {
     if (S->o->sequence_parallel && g->dims[sdim].size % ((int64_t)cp * tp) != 0)
         return diag(g->file, g->dims[sdim].ptr, "--sequence-parallel with --cp %d: --cp x --tp = %d does not divide the sequence "
                     "dimension %s = %lld", cp, cp * tp, g->dims[sdim].name, (long long)g->dims[sdim].size);
+    int zt, zo = S->o->cp_zigzag ? zigzag_blocker(g, sdim, cp, &zt) : -1;
+    if (S->o->cp_zigzag && g->dims[sdim].size % (2 * (int64_t)cp) != 0)
+        return diag(g->file, g->dims[sdim].ptr, "--cp %d --cp-form zigzag cuts the sequence into 2 x %d chunks, which do not divide "
+                    "the sequence dimension %s = %lld", cp, cp, g->dims[sdim].name, (long long)g->dims[sdim].size);
+    bool zparam = zo >= 0 && (g->tensors[zt].kind == PCC_T_PARAM || graph_is_param_grad(g, zt) || g->tensors[zt].kind == PCC_T_STATE);
+    bool zdrop = zo >= 0 && (g->ops[zo].kind == PCC_OP_DROPOUT || g->ops[zo].kind == PCC_OP_DROPOUT_GRAD);
+    if (zo >= 0)
+        return diag(g->file, g->ops[zo].ptr, "--cp %d --cp-form zigzag stores the sequence in zigzag order, but %s \"%s\" %s; use "
+                    "--cp-form ring", cp, zparam ? "parameter" : "the operator of", g->tensors[zt].name,
+                    zparam ? "runs along it here (only inputs are fed permuted)"
+                    : zdrop ? "is dropout along it (its mask is drawn by stored positions, not yet by logical ones)"
+                            : "picks positions along it");
     for (int i = 0; i < g->n_fwd_ops; i++) {
         const pcc_op *op = &g->ops[i];
         if (op->kind != PCC_OP_ATTENTION) continue;
@@ -565,7 +628,8 @@ static pcc_status search_template(pcc_space *S, pcc_strategy ***out, int *n_out)
     const pcc_transform *all = transform_find(S->t, tp);
     PCC_ASSERT(all);
     pcc_config k = {.pp = pp, .dp = dp, .tp = tp, .v = o->virtual_stages > 1 ? o->virtual_stages : 1, .zero = o->zero,
-                    .cp = o->cp > 1 ? o->cp : 1, .cp_ring = o->cp_ring, .btp = btp, .sp = o->sequence_parallel, .rc = o->recompute};
+                    .cp = o->cp > 1 ? o->cp : 1, .cp_ring = o->cp_ring,
+                    .cp_zigzag = o->cp > 1 && o->cp_zigzag, .btp = btp, .sp = o->sequence_parallel, .rc = o->recompute};
     pcc_strategy *s;
     st = build(S, all, &k, SOLVE, &s);
     if (st == PCC_ERR_INFEASIBLE) { // --recompute auto: every block operator recomputed, all memory allowed
@@ -583,7 +647,8 @@ static pcc_status search_template(pcc_space *S, pcc_strategy ***out, int *n_out)
 // mixed plans), with and without Megatron-LM's sequence parallelism where tp (x cp) divides the
 // sequence, recompute as asked (auto: also none and full, Megatron-LM's two, so that every
 // template is among the candidates), interleaving where the pipeline can run it (pp 2), and
-// context parallelism over every power of two auto_cp_ok allows, in both forms (Ulysses' and ring attention's).
+// context parallelism over every power of two auto_cp_ok allows, in both forms (Ulysses' and ring
+// attention's; the ring in zigzag order where attention is causal, auto_zigzag).
 static void space_enumerate(pcc_space *S) {
     const pcc_search_opts *o = S->o;
     pcc_recompute rcs[3] = {o->recompute, PCC_RECOMPUTE_NONE, PCC_RECOMPUTE_FULL};
@@ -595,6 +660,7 @@ static void space_enumerate(pcc_space *S) {
             int dp = S->N / tp / cp / pp;
             for (int ring = 0; ring <= (cp > 1); ring++) {
             if (cp > 1 && !auto_cp_ok(S, cp, tp, dp, ring)) continue;
+            bool zz = ring && auto_zigzag(S->g, sdim, cp);
             bool btp_ok = tp > 1 && cp == 1 && S->bdim >= 0 && S->bsize % ((int64_t)dp * tp) == 0;
             bool sp_ok = tp > 1 && sdim >= 0 && S->g->dims[sdim].size % ((int64_t)tp * cp) == 0;
             bool inter = o->virtual_stages > 1 && pp == 2 && pp * o->virtual_stages <= S->nl && S->g->micro_batches % pp == 0;
@@ -605,7 +671,7 @@ static void space_enumerate(pcc_space *S) {
                             for (int v = 0; v <= (int)inter; v++) {
                                 if ((zero == 2 && o->zero != 2) || (zero > o->zero && dp == 1)) continue;
                                 pcc_config k = {.pp = pp, .dp = dp, .tp = tp, .v = v ? o->virtual_stages : 1, .zero = zero,
-                                                .cp = cp, .cp_ring = ring, .btp = btp, .sp = sp, .rc = rcs[r]};
+                                                .cp = cp, .cp_ring = ring, .cp_zigzag = zz, .btp = btp, .sp = sp, .rc = rcs[r]};
                                 if (cp > 1 && !cp_state_fits(S, &k)) continue;
                                 if (policy_config_ok(o->policy, S->g, &k, S->L, S->flops, S->nl)) *VEC_PUSH(S->g->arena, S->k, S->n, S->cap) = k;
                             }
@@ -779,7 +845,7 @@ pcc_status search(const pcc_graph *g, const pcc_cluster *c, const pcc_transforms
 char *strategy_str(const pcc_strategy *s, char *buf, size_t n) {
     char v[48] = "", cp[32] = "";
     if (s->virtual_stages > 1) snprintf(v, sizeof v, " interleaved, %d virtual stages", s->virtual_stages);
-    if (s->mesh[PCC_AX_CP] > 1) snprintf(cp, sizeof cp, " x cp %d%s", s->mesh[PCC_AX_CP], s->config.cp_ring ? " (ring)" : "");
+    if (s->mesh[PCC_AX_CP] > 1) snprintf(cp, sizeof cp, " x cp %d%s", s->mesh[PCC_AX_CP], s->config.cp_zigzag ? " (zigzag ring)" : s->config.cp_ring ? " (ring)" : "");
     snprintf(buf, n, "pp %d x dp %d%s x tp %d, %s%s, %d micro-batch%s%s", s->mesh[PCC_AX_PP], s->mesh[PCC_AX_DP], cp,
              s->mesh[PCC_AX_TP], s->mesh[PCC_AX_PP] == 1 ? "no pipeline" : s->schedule == PCC_PIPE_GPIPE ? "gpipe" : "1f1b", v,
              s->micro_batches, s->micro_batches == 1 ? "" : "es",

@@ -14,6 +14,10 @@
  * the last dimension; targets are the same window shifted by one. Without --data, the corpus is
  * a virtual one of 2^40 tokens drawn uniformly from [0, high).
  *
+ * An input in zigzag order (plan_tensor.zigzag: context parallelism's causal load balance) holds
+ * at each stored index the element of its logical index (plan_zigzag_pos along that dimension):
+ * every rule above is applied to the logical index, so a rank's piece is its logical chunks.
+ *
  * Teacher labels (click-through data with a known generating model): row r of a teacher input
  * is 0 or 1 ~ Bernoulli(sigmoid(bias + scale * z_r)), z_r = (sum of w[input, column] * x over
  * the row's normal floats + sum of e[input, id] over the row's randint ids) / sqrt(terms), over
@@ -122,6 +126,16 @@ static uint32_t corpus_token(const rt_corpus *c, uint64_t seed, uint64_t pos, in
     return (uint32_t)(rt_uniform(rt_key(rt_key(seed, DOMAIN_CORPUS), pos)) * (double)high);
 }
 
+// The logical index of element gi of input t (a row-major index of the tensor as stored): gi
+// itself, or with t's zigzag order the element that stored position holds (plan_zigzag_pos).
+static int64_t logical(const plan_tensor *t, const rt_view *v, int64_t gi) {
+    if (!t->zigzag || t->zigzag_dim >= v->rank) return gi;
+    int64_t inner = 1, n = v->full[t->zigzag_dim];
+    for (int d = t->zigzag_dim + 1; d < v->rank; d++) inner *= v->full[d];
+    int64_t pos = gi / inner % n;
+    return gi + (plan_zigzag_pos(pos, n, t->zigzag) - pos) * inner;
+}
+
 static int fill_tokens(const plan_tensor *t, uint64_t seed, uint64_t step, uint32_t mb, const rt_corpus *c,
                        const rt_view *v, char *err, size_t err_n) {
     int64_t high = (int64_t)t->a, len = v->rank ? v->full[v->rank - 1] : 1;
@@ -138,7 +152,8 @@ static int fill_tokens(const plan_tensor *t, uint64_t seed, uint64_t step, uint3
     }
     int shift = t->source == PLAN_DATA_TARGETS;
     int32_t *x = v->data;
-    RT_FOR_EACH_ELEMENT(v, gi, li, {
+    RT_FOR_EACH_ELEMENT(v, gs, li, {
+        int64_t gi = logical(t, v, gs);
         uint64_t row = (uint64_t)(gi / len), j = (uint64_t)(gi % len);
         uint64_t off = rt_sample_offset(seed, step, mb, row, n - (uint64_t)len - 1);
         x[li] = (int32_t)corpus_token(c, seed, off + j + (uint64_t)shift, high);
@@ -199,8 +214,8 @@ static void fill_teacher(const plan *p, const plan_tensor *t, uint64_t seed, uin
     int64_t len = row_length(t), last_row = -1;
     double prob = 0, h = 0;
     rt_teacher_stats s = {0};
-    RT_FOR_EACH_ELEMENT(v, gi, li, {
-        int64_t row = gi / len;
+    RT_FOR_EACH_ELEMENT(v, gs, li, {
+        int64_t gi = logical(t, v, gs), row = gi / len;
         if (row != last_row) {
             prob = 1 / (1 + exp(-(t->b + t->a * teacher_z(p, t, seed, step, mb, (uint64_t)row))));
             h = (prob > 0 ? -prob * log(prob) : 0) + (prob < 1 ? -(1 - prob) * log1p(-prob) : 0);
@@ -222,14 +237,14 @@ int rt_fill_input(const plan *p, const plan_tensor *t, uint64_t seed, uint64_t s
     int32_t *i32 = v->data;
     int64_t last = v->rank ? v->full[v->rank - 1] : 1;
     switch (t->source) {
-    case PLAN_DATA_NORMAL: RT_FOR_EACH_ELEMENT(v, gi, li, put(v, li, rt_normal(rt_key(base, (uint64_t)gi)))); return 0;
+    case PLAN_DATA_NORMAL: RT_FOR_EACH_ELEMENT(v, gi, li, put(v, li, rt_normal(rt_key(base, (uint64_t)logical(t, v, gi))))); return 0;
     case PLAN_DATA_BINARY:
-        RT_FOR_EACH_ELEMENT(v, gi, li, put(v, li, rt_uniform(rt_key(base, (uint64_t)gi)) < 0.5 ? 0 : 1));
+        RT_FOR_EACH_ELEMENT(v, gi, li, put(v, li, rt_uniform(rt_key(base, (uint64_t)logical(t, v, gi))) < 0.5 ? 0 : 1));
         return 0;
     case PLAN_DATA_RANDINT:
-        RT_FOR_EACH_ELEMENT(v, gi, li, i32[li] = (int32_t)(rt_uniform(rt_key(base, (uint64_t)gi)) * t->a));
+        RT_FOR_EACH_ELEMENT(v, gi, li, i32[li] = (int32_t)(rt_uniform(rt_key(base, (uint64_t)logical(t, v, gi))) * t->a));
         return 0;
-    case PLAN_DATA_ARANGE: RT_FOR_EACH_ELEMENT(v, gi, li, i32[li] = (int32_t)(gi % last)); return 0;
+    case PLAN_DATA_ARANGE: RT_FOR_EACH_ELEMENT(v, gi, li, i32[li] = (int32_t)(logical(t, v, gi) % last)); return 0;
     case PLAN_DATA_TOKENS: case PLAN_DATA_TARGETS: return fill_tokens(t, seed, step, mb, c, v, err, err_n);
     case PLAN_DATA_TEACHER: fill_teacher(p, t, seed, step, mb, v); return 0;
     default:

@@ -297,6 +297,31 @@ for model, args, why in [("mlp", ["--devices", "2", "--cp", "2"], "no attention 
     check(f"{model} {' '.join(args)}: exit 2, {why}", p.returncode == 2 and why in p.stderr and len(p.stderr.splitlines()) == 1, p)
 p = run("--help")
 check("--help documents --cp", "--cp N" in p.stdout and "all-to-all" in p.stdout and "--context-parallel-size (--cp)" in p.stdout, p)
+check("--help documents --cp-form zigzag", "--cp-form ulysses|ring|zigzag" in p.stdout and "2 cp - 1 - c" in p.stdout, p)
+# --cp-form zigzag (ring attention over the sequence in zigzag order): its misuses exit 2 and say
+# why; a model whose position table is a parameter added element-wise (no position ids) gets the
+# natural ring's plan and not zigzag's.
+with tempfile.TemporaryDirectory() as ztmp:
+    with open(os.path.join(root, "models", "gpt-tiny.json"), encoding="utf-8") as f:
+        m = json.load(f)
+    del m["tensors"]["positions"], m["tensors"]["pos_emb"]
+    m["ops"] = [o for o in m["ops"] if o.get("out") != ["pos_emb"]]
+    for o in m["ops"]:
+        if o.get("out") == ["h_in"]:
+            o["in"] = ["tok_emb", "wpe"]
+    posadd = os.path.join(ztmp, "gpt-posadd.json")
+    with open(posadd, "w", encoding="utf-8") as f:
+        json.dump(m, f)
+    for model, args, why in [("models/gpt-tiny.json", ["--devices", "32", "--cp", "32"],
+                              "/dims/S: --cp 32 --cp-form zigzag cuts the sequence into 2 x 32 chunks, which do not divide the sequence "
+                              "dimension S = 32"),
+                             (posadd, ["--devices", "2", "--cp", "2"], ":/ops/1: --cp 2 --cp-form zigzag stores the sequence in zigzag "
+                              "order, but parameter \"wpe\" runs along it here")]:
+        p = run(model, "--cluster", "models/clusters/cpu.json", *args, "--cp-form", "zigzag", "-o", "/dev/null")
+        check(f"{os.path.basename(model)} {' '.join(args)} --cp-form zigzag: exit 2, {why}",
+              p.returncode == 2 and why in p.stderr and len(p.stderr.splitlines()) == 1, p)
+    p = run(posadd, "--cluster", "models/clusters/cpu.json", "--devices", "2", "--cp", "2", "--cp-form", "ring", "-q", "-o", "/dev/null")
+    check("gpt-posadd --cp 2 --cp-form ring (the natural order) compiles", p.returncode == 0, p)
 p = run("--help")
 check("--help documents --sequence-parallel", "--sequence-parallel" in p.stdout and "reduce-scatter" in p.stdout, p)
 p = run("models/dlrm-small.json", "--cluster", "models/clusters/cpu.json", "--devices", "4", "--tp", "4", "--tp-batch", "-q",

@@ -20,7 +20,9 @@ whole, an all-to-all missing or onto the wrong dimension, gradients not summed o
 memory saving lost. The numerics are the equivalence suite's (tests/equiv.py, SEQ).
 With --cp-form ring (--cp 2, --cp 4, --dp 2 --cp 2), ring_plan's checks: no all-to-all or
 all-gather on cp, the ring's steps and shifts counted, the weight gradients all-reduced over cp,
-and the memory saving.
+and the memory saving. With --cp-form zigzag (those and --cp 2 --tp 2) the same, and the order:
+the inputs along the sequence, and nothing else, carry zigzag of 2 cp chunks, and every ring step
+masks by them (attrs i[3]).
 And --auto searches it (both forms): on gpt-32k over 16 DGX A100 GPUs (estimate only) --auto
 picks cp > 1 (JSON "cp"), its step is no slower than `--cp 8 --tp 2`, and the template of its own
 mesh and form ("cp_form") has the same estimate; on gpt-tiny with one sequence of 512 tokens (equiv.py's gpt-tiny-long) --auto
@@ -77,12 +79,12 @@ def cp_plan(name, text, shapes, cp):
     return peak
 
 
-def ring_plan(name, text, shapes, cp):
+def ring_plan(name, text, shapes, cp, form="ring"):
     """--cp-form ring: no all-to-all or all-gather on cp (attention keeps the sequence split); per
     attention cp forward steps and 2 (cp - 1) shifts of k and v; in the backward pass the forward
     ring again, cp gradient steps, and the shifts of k, v, dk and dv (dk and dv home once more)."""
     tensors, groups, buffers, insns, peak = sp.read_plan(text)
-    check(f"{name}: the plan records --cp {cp} --cp-form ring", re.search(rf'^options ".*--cp {cp} --cp-form ring\b', text, re.M) is not None)
+    check(f"{name}: the plan records --cp {cp} --cp-form {form}", re.search(rf'^options ".*--cp {cp} --cp-form {form}\b', text, re.M) is not None)
     cpg = {g for g, axes in groups.items() if axes == "cp"}
     fwd = [i for i in insns if i["phase"] == "fwd"]
     bwd = [i for i in insns if i["phase"] == "bwd"]
@@ -105,6 +107,25 @@ def ring_plan(name, text, shapes, cp):
     check(f"{name}: the backward shifts k, v twice around, dk and dv once and home ({len(bshifts)} shifts)", len(bshifts) == 6 * cp - 4)
     ar = [i for i in bwd if i["kind"] == "coll" and i["name"] == "all_reduce" and i["group"] in cpg]
     check(f"{name}: the weight gradients are all-reduced over cp", len(ar) > 0)
+    return peak
+
+
+def zigzag_plan(name, text, shapes, cp):
+    """--cp-form zigzag: the ring's checks, and the order: every input along the sequence (S) and
+    no other tensor carries zigzag on that dimension with 2 cp chunks, and every ring step's attrs
+    give the kernel those chunks (i[3])."""
+    peak = ring_plan(name, text, shapes, cp, "zigzag")
+    tensors = re.findall(r'^tensor (\d+) "([^"]*)" \S+ (\S+) \[([\d,]*)\].*?(?: zigzag (\d+) (\d+))?$', text, re.M)
+    want = {(n, str(shapes[n].index("S")), str(2 * cp)) for _, n, kind, _, *_ in tensors
+            if kind == "input" and "S" in (shapes.get(n) or [])}
+    got = {(n, d, z) for _, n, _, _, d, z in tensors if z}
+    check(f"{name}: the inputs along S, and no other tensor, are in zigzag order of {2 * cp} chunks", want and got == want,
+          f"want {sorted(want)}, got {sorted(got)}")
+    attrs = {a: i.split(",") for a, i in re.findall(r'^  attrs (\d+) .*?\bi ([-\d,]+)', text, re.M)}
+    steps = re.findall(r'compute attention_block(?:_grad)? .* attrs (\d+) ', text)
+    ends = {attrs.get(a, ["0"] * 4)[3] if len(attrs.get(a, [])) > 3 else "0" for a in steps}
+    check(f"{name}: all {len(steps)} ring steps mask by the zigzag's {2 * cp} chunks (attrs i[3])", steps and ends == {str(2 * cp)},
+          str(ends))
     return peak
 
 
@@ -152,7 +173,8 @@ def main():
     shapes = sp.model_shapes(root)
     with __import__("tempfile").TemporaryDirectory() as tmp:
         ulysses = [(2, 2, ""), (4, 4, ""), (4, 2, "--dp 2"), (4, 2, "--tp 2"), (4, 2, "--tp 2 --sequence-parallel")]
-        for form, read, cases in [("", cp_plan, ulysses), (" --cp-form ring", ring_plan, ulysses[:3])]:
+        for form, read, cases in [("", cp_plan, ulysses), (" --cp-form ring", ring_plan, ulysses[:3]),
+                                  (" --cp-form zigzag", zigzag_plan, ulysses[:4])]:
             for n, cp, mesh in cases:
                 plain = sp.plan_text(plancc, plandump, root, tmp, n // cp, mesh)
                 text = sp.plan_text(plancc, plandump, root, tmp, n, f"{mesh} --cp {cp}{form}".strip())

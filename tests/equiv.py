@@ -147,15 +147,27 @@ for n, opts in RING.items():
     SEQ[n] += opts
 SEQ_QUICK[2] += ["--cp 2 --cp-form ring"]
 SEQ_QUICK[4] += ["--cp 4 --cp-form ring"]
+# ... and the ring over the sequence in zigzag order (--cp-form zigzag: cp rank c holds chunks c and
+# 2 cp - 1 - c of 2 cp, causally load balanced; planrun feeds each rank its two chunks).
+ZIGZAG = {2: ["--cp 2 --cp-form zigzag"],
+          4: ["--cp 4 --cp-form zigzag", "--dp 2 --cp 2 --cp-form zigzag", "--cp 2 --tp 2 --cp-form zigzag",
+              "--cp 2 --pp 2 --micro-batches 4 --cp-form zigzag", "--cp 2 --tp 2 --sequence-parallel --cp-form zigzag",
+              "--cp 4 --cp-form zigzag --recompute full --micro-batches 2"],
+          8: ["--dp 2 --cp 4 --cp-form zigzag", "--cp 8 --cp-form zigzag"]}
+for n, opts in ZIGZAG.items():
+    SEQ[n] += opts
+SEQ_QUICK[2] += ["--cp 2 --cp-form zigzag"]
+SEQ_QUICK[4] += ["--cp 4 --cp-form zigzag", "--dp 2 --cp 2 --cp-form zigzag"]
 
 
 # --flash: the FlashAttention form under every kind of split attention sees.
 FLASH = {1: ["--attention flash", "--attention flash --micro-batches 2 --recompute full"],
          2: ["--dp 2 --attention flash", "--tp 2 --attention flash", "--pp 2 --micro-batches 4 --attention flash",
              "--cp 2 --attention flash", "--tp 2 --sequence-parallel --attention flash", "--dp 2 --zero 3 --attention flash",
-             "--cp 2 --cp-form ring --attention flash"],
+             "--cp 2 --cp-form ring --attention flash", "--cp 2 --cp-form zigzag --attention flash"],
          4: ["--dp 2 --tp 2 --attention flash", "--cp 2 --tp 2 --attention flash", "--dp 2 --cp 2 --attention flash",
-             "--tp 2 --pp 2 --micro-batches 4 --sequence-parallel --attention flash", "--cp 4 --cp-form ring --attention flash"],
+             "--tp 2 --pp 2 --micro-batches 4 --sequence-parallel --attention flash", "--cp 4 --cp-form ring --attention flash",
+             "--cp 4 --cp-form zigzag --attention flash"],
          8: ["--dp 2 --cp 2 --tp 2 --attention flash"]}
 flash = False
 

@@ -45,11 +45,11 @@ int main(void) {
     attn_geom g = {.b = B, .s = S, .t = T, .n = N, .m = M, .d = D, .e = E, .group = N / M, .kv_heads = M, .bst = {S * T, 0, T, 1},
                    .bias = bias, .scale = 0.5, .causal = true, .p = 0.2, .key = 77, .s0 = 60, .heads = N, .queries = 100, .keys = T};
     double *work = malloc(sizeof(double) * (size_t)rt_cpu_f64_attn_block_work(&g));
-    attn_kv_block whole = {k, v, bias, T, 0}, blk[NBLK];
+    attn_kv_block whole = {k, v, bias, T, 0, 0}, blk[NBLK];
     double *kb[NBLK], *vb[NBLK];
     for (int i = 0; i < NBLK; i++) {
         kb[i] = rows(k, cut[i], cut[i + 1], D), vb[i] = rows(v, cut[i], cut[i + 1], E);
-        blk[i] = (attn_kv_block){kb[i], vb[i], bias + cut[i], cut[i + 1] - cut[i], cut[i]};
+        blk[i] = (attn_kv_block){kb[i], vb[i], bias + cut[i], cut[i + 1] - cut[i], cut[i], 0};
     }
     double *dq_w = calloc(B * S * N * D, sizeof(double)), *dq_r = calloc(B * S * N * D, sizeof(double));
     double *dk_w = calloc(B * T * M * D, sizeof(double)), *dv_w = calloc(B * T * M * E, sizeof(double));

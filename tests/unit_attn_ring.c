@@ -75,7 +75,7 @@ static void ring(int cp, const double *q, const double *k, const double *v, cons
             attn_geom g = geom(L, c * L);
             int64_t t0 = ((c * L - j * L) % S + S) % S; // from the rank's own block start, as a kernel would
             if (t0 > c * L + L - 1) { skipped++; continue; } // wholly above the diagonal
-            attn_kv_block blk = {hk[c], hv[c], NULL, L, t0};
+            attn_kv_block blk = {hk[c], hv[c], NULL, L, t0, 0};
             for (int64_t b = 0; b < B; b++)
                 for (int64_t h = 0; h < N; h++)
                     for (int64_t i0 = 0; i0 < L; i0 += ATTN_BR) {
@@ -103,7 +103,7 @@ static void ring(int cp, const double *q, const double *k, const double *v, cons
             attn_geom g = geom(L, c * L);
             int64_t t0 = ((c * L - j * L) % S + S) % S;
             if (t0 > c * L + L - 1) continue;
-            attn_kv_block blk = {hk[c], hv[c], NULL, L, t0};
+            attn_kv_block blk = {hk[c], hv[c], NULL, L, t0, 0};
             for (int64_t b = 0; b < B; b++)
                 for (int64_t h = 0; h < N; h++)
                     for (int64_t i0 = 0; i0 < L; i0 += ATTN_BR) {
@@ -142,7 +142,7 @@ int main(void) {
     double *work = malloc(sizeof(double) * (size_t)rt_cpu_f64_attn_block_work(&g));
     double *y = calloc(B * S * N * E, sizeof(double)), *lse = calloc(B * N * S, sizeof(double));
     double *dq = calloc(B * S * N * D, sizeof(double)), *dk = calloc(B * S * M * D, sizeof(double)), *dv = calloc(B * S * M * E, sizeof(double));
-    attn_kv_block whole = {k, v, NULL, S, 0};
+    attn_kv_block whole = {k, v, NULL, S, 0, 0};
     for (int64_t b = 0; b < B; b++)
         for (int64_t h = 0; h < N; h++)
             for (int64_t i0 = 0; i0 < S; i0 += ATTN_BR) {

@@ -409,17 +409,38 @@ static tensor *attn_ident(int64_t b, int64_t t, int64_t n, int64_t t0, int64_t t
     return v;
 }
 
+// t with its dimension 1 in zigzag order of z chunks (stored row i is logical row
+// plan_zigzag_pos(i)), a tensor of its own.
+static tensor *zigzag_rows(const tensor *t, int z) {
+    tensor *p = tnew(t->ints, t->rank, t->shape);
+    int64_t n = t->shape[1], inner = t->n / t->shape[0] / n;
+    for (int64_t o = 0; o < t->shape[0]; o++)
+        for (int64_t i = 0; i < n; i++)
+            for (int64_t x = 0; x < inner; x++) {
+                int64_t to = (o * n + i) * inner + x, from = (o * n + plan_zigzag_pos(i, n, (uint32_t)z)) * inner + x;
+                p->d[to] = t->d[from], p->i[to] = t->i[from];
+            }
+    return p;
+}
+
 // Ring attention's steps (attention_block, attention_block_grad; runtime/cpu/attention_ring.c) on
 // cp ranks simulated in turn, the k/v blocks passed by hand as the shift collective would: each
 // rank's output and gradients equal its rows of one-device attention (causal, dropout, grouped
-// kv heads), and both precisions agree (run).
-static void ring_attention_steps(int cp) {
+// kv heads), and both precisions agree (run). zigzag: the sequence in zigzag order of 2 cp
+// chunks (attrs i[END]; rank c holds logical chunks c and 2 cp - 1 - c), every tensor's rows
+// permuted so (the one-device results too), the steps masking and dropping by logical positions.
+static void ring_attention_steps(int cp, bool zigzag) {
     enum { B = 2, S = 8, N = 4, M = 2, D = 3, E = 2 };
     plan_attrs a = {.f[PLAN_AF_P] = 0.2, .i[PLAN_AI_SEED] = 5, .i[PLAN_AI_CAUSAL] = 1};
     tensor *q = randu(4, B, S, N, D), *k = randu(4, B, S, M, D), *v = randu(4, B, S, M, E), *y = zeros(4, B, S, N, E);
     run(&(call){.op = OP_ATTENTION, .a = a, .nin = 3, .in = {q, k, v}, .nout = 1, .out = {y}});
     tensor *dy = randu_like(y), *dq = zeros_like(q), *dk = zeros_like(k), *dv = zeros_like(v);
     run(&(call){.op = OP_ATTENTION_GRAD, .a = a, .nin = 4, .in = {dy, q, k, v}, .nout = 3, .out = {dq, dk, dv}});
+    if (zigzag) {
+        tensor **all[] = {&q, &k, &v, &y, &dy, &dq, &dk, &dv};
+        for (size_t x = 0; x < sizeof all / sizeof *all; x++) *all[x] = zigzag_rows(*all[x], 2 * cp);
+        a.i[PLAN_AI_END] = 2 * cp;
+    }
     const int L = S / cp;
     tensor *qc[4], *kc[4], *vc[4], *yc[4], *lc[4], *hk[4], *hv[4], *hdk[4], *hdv[4], *gq[4];
     for (int c = 0; c < cp; c++) qc[c] = piece(q, 1, c * L, c * L + L), kc[c] = piece(k, 1, c * L, c * L + L), vc[c] = piece(v, 1, c * L, c * L + L);
@@ -644,8 +665,10 @@ static void gradients(void) {
     }
     attn_mode = PLAN_ATTN_UNFUSED;
     attention_dropout_mask();
-    ring_attention_steps(2);
-    ring_attention_steps(4);
+    ring_attention_steps(2, false);
+    ring_attention_steps(4, false);
+    ring_attention_steps(2, true);
+    ring_attention_steps(4, true);
     grad_embedding(false);
     grad_embedding(true);
     grad_concat_split();

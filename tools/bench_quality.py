@@ -14,8 +14,10 @@ training step), every strategy trains on the same G samples per step:
               two (or G / dp), 1F1B when pp > 1, recompute none or full, ZeRO 0, 1 or 3, and
               with tp > 1 on a model with attention Megatron-LM's --sequence-parallel (as its users
               run tensor parallelism since Korthikanti et al. 2022; the paper's configuration
-              below stays without it, as published); on the long-context rows also cp a power of two in ring or Ulysses form (Megatron-Core's
-              --context-parallel-size, DeepSpeed-Ulysses), the rest of the grid over N / cp.
+              below stays without it, as published); on the long-context rows also cp a power of
+              two in ring (natural or zigzag order) or Ulysses form (Megatron-Core's
+              --context-parallel-size, whose ring is zigzag's load balanced one; DeepSpeed-Ulysses),
+              the rest of the grid over N / cp.
               Configurations that do not fit exit 3 and are skipped; so are those plancc
               refuses as not supported yet (exit 2, "plancc cannot yet ...": T5's stacks, whose
               relative position bias sums its gradient over a block's copies, on two pipeline
@@ -238,10 +240,11 @@ class Bench:
     def configs(self, row, f, tps=(1, 2, 4, 8), pps=None, variants=VARIANTS, mbs=None, sequence_parallel=True):
         """The template grid: (tp, pp, dp, micro-batch per replica, recompute, ZeRO), and on the
         long-context rows context parallelism too (Megatron-Core's --context-parallel-size, ring
-        attention; DeepSpeed-Ulysses' all-to-alls): cp a power of two, either form."""
+        attention in zigzag order or the natural one; DeepSpeed-Ulysses' all-to-alls): cp a power
+        of two, every form."""
         out = []
         for cp in [1 << k for k in range(row["gpus"].bit_length()) if row["gpus"] % (1 << k) == 0] if row.get("cp") else [1]:
-            for form in ("ring", "ulysses") if cp > 1 else ("",):
+            for form in ("zigzag", "ring", "ulysses") if cp > 1 else ("",):
                 extra = ["--cp", str(cp), "--cp-form", form] if cp > 1 else []
                 out += [dict(c, cp=cp, args=c["args"] + extra) for c in self.mesh_configs(row, f, row["gpus"] // cp, tps, pps, variants, mbs,
                                                                                            sequence_parallel)]

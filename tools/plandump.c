@@ -499,6 +499,7 @@ static void json_tensors(FILE *f, const plan *p) {
         for (int d = 0; d < t->rank; d++) fprintf(f, "%s%lld", d ? ", " : "", (long long)t->shape[d]);
         fprintf(f, "], \"copies\": %u", t->copies);
         json_source(f, t);
+        if (t->zigzag) fprintf(f, ", \"zigzag\": {\"dim\": %u, \"chunks\": %u}", t->zigzag_dim, t->zigzag);
         fputc('}', f);
     }
     fputs(p->n_tensors ? "\n  ],\n" : "],\n", f);

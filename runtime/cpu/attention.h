@@ -55,10 +55,14 @@ static inline void attn_mask_keys(const attn_geom *g, int64_t bi, int64_t h, int
 // One block of keys and values, as ring attention passes them around: k [b,t,m,d] and v
 // [b,t,m,e] (the geometry's b, m, d, e; t keys here, the first of them global key t0), and the
 // bias's columns for these keys (strides g->bst; NULL: none).
+// tb: the keys one batch row spans in k and v (0: t; more where the block is a run of keys of a
+// larger one, as zigzag ring attention's chunks are).
 typedef struct attn_kv_block {
     const real *k, *v, *bias;
-    int64_t t, t0;
+    int64_t t, t0, tb;
 } attn_kv_block;
+
+static inline int64_t attn_kv_tb(const attn_kv_block *kv) { return kv->tb ? kv->tb : kv->t; }
 
 // Reals of work space attn_block_fwd and attn_block_bwd need (O(tile), whatever s and t).
 int64_t CPU_KERNEL(attn_block_work)(const attn_geom *g);

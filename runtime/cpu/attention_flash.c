@@ -41,7 +41,7 @@ typedef struct kv_rows {
 
 static kv_rows kv_at(const attn_geom *g, const attn_kv_block *kv, int64_t bi, int64_t kh) {
     int64_t ldk = g->m * g->d, ldv = g->m * g->e;
-    return (kv_rows){kv->k + bi * kv->t * ldk + kh * g->d, kv->v + bi * kv->t * ldv + kh * g->e, ldk, ldv};
+    return (kv_rows){kv->k + bi * attn_kv_tb(kv) * ldk + kh * g->d, kv->v + bi * attn_kv_tb(kv) * ldv + kh * g->e, ldk, ldv};
 }
 
 // Row r's scores of the tile at key j0 (cols of them, the first len kept): the bias added, the
@@ -144,7 +144,7 @@ void CPU_KERNEL(attn_block_bwd)(const attn_geom *g, const attn_kv_block *kv, con
     int64_t ldqq = g->n * g->d, ldy = g->n * g->e, end = attn_keys_kept(g, i0 + rows - 1, kv->t0, kv->t);
     const real *q = Q + (bi * g->s + i0) * ldqq + h * g->d, *dy = DY + (bi * g->s + i0) * ldy + h * g->e;
     real *S = work, *dP = work + ATTN_BR * ATTN_BC, *M = work + 2 * ATTN_BR * ATTN_BC;
-    int64_t koff = bi * kv->t * b.ldk + kh * g->d, voff = bi * kv->t * b.ldv + kh * g->e;
+    int64_t koff = bi * attn_kv_tb(kv) * b.ldk + kh * g->d, voff = bi * attn_kv_tb(kv) * b.ldv + kh * g->e;
     for (int64_t j0 = 0; j0 < end; j0 += ATTN_BC) {
         int64_t cols = end - j0 < ATTN_BC ? end - j0 : ATTN_BC;
         cpu_gemm(false, true, rows, cols, g->d, g->scale, q, ldqq, b.k + j0 * b.ldk, b.ldk, 0, S, ATTN_BC);
@@ -162,7 +162,7 @@ int CPU_KERNEL(attention_flash)(kctx *c, const attn_geom *g) {
     real *work = cpu_scratch(c, w + ATTN_BR * (g->e + 1));
     if (!work) return -1;
     real *o = work + w, *lse = o + ATTN_BR * g->e, *Y = cpu_r(&c->out[0]);
-    attn_kv_block kv = {cpu_r(&c->in[1]), cpu_r(&c->in[2]), g->bias, g->t, g->t0};
+    attn_kv_block kv = {cpu_r(&c->in[1]), cpu_r(&c->in[2]), g->bias, g->t, g->t0, 0};
     for (int64_t bi = 0; bi < g->b; bi++)
         for (int64_t h = 0; h < g->n; h++)
             for (int64_t i0 = 0; i0 < g->s; i0 += ATTN_BR) {
@@ -181,7 +181,7 @@ int CPU_KERNEL(attention_grad_flash)(kctx *c, const attn_geom *g, real *DQ, real
     if (!work) return -1;
     real *o = work + w, *dq = o + ATTN_BR * g->e, *lse = dq + ATTN_BR * g->d, *D = lse + ATTN_BR;
     const real *DY = cpu_r(&c->in[0]), *Q = cpu_r(&c->in[1]);
-    attn_kv_block kv = {cpu_r(&c->in[2]), cpu_r(&c->in[3]), g->bias, g->t, g->t0};
+    attn_kv_block kv = {cpu_r(&c->in[2]), cpu_r(&c->in[3]), g->bias, g->t, g->t0, 0};
     for (int64_t bi = 0; bi < g->b; bi++)
         for (int64_t h = 0; h < g->n; h++)
             for (int64_t i0 = 0; i0 < g->s; i0 += ATTN_BR) {

@@ -18,15 +18,34 @@
  *
  * A block wholly above the causal diagonal (every key after every query of the rank) is skipped:
  * its outputs are the sums so far. Neither operator accumulates into its outputs. Self-attention
- * only (q and k of one sequence, split alike); no bias (compiler/ring.c refuses both).
+ * only (q and k of one sequence, split alike); no bias (compiler/preserve.c refuses both).
+ *
+ * Zigzag (attrs i[END] = z, the chunks of the sequence's zigzag order, plan_zigzag_pos; 0: the
+ * natural order): the sequence as stored is cut into z chunks and the rank with stored piece c
+ * holds logical chunks c and z - 1 - c, so its queries and every block are two runs of logical
+ * positions. Each step runs the pairs (query run, key run) that the causal mask does not wholly
+ * mask, each at its logical positions: at step 0 the rank's own block (the first query run
+ * against the first key run, the second against both); at step j > 0 from rank r = c - j, the
+ * first key run against both query runs where r < c, else the second query run against both key
+ * runs: half of a block at every step on every rank (Megatron-Core's and ring-flash-attention's
+ * causal load balance). The dropout masks are those of the logical positions.
  */
 #include "cpu/attention.h"
 
 #include <string.h>
 
-// The geometry of the rank's own q (input qi), k, v, with the first global key of the block of
-// ring step attrs.i[START]: (s0 - j t) mod keys. -1 (with a message) where the views do not fit.
-static int ring_geom(kctx *c, uint32_t qi, attn_geom *g) {
+// The runs of one ring step: its query runs (local row offset, logical first query) and key runs
+// (local key offset, logical first key); one of each in the natural order, two in zigzag.
+typedef struct ring_runs {
+    int nq, nk;
+    int64_t qlen, klen;
+    int64_t qrow[2], qpos[2], krow[2], kpos[2];
+} ring_runs;
+
+// The geometry of the rank's own q (input qi), k, v, and the runs of ring step attrs.i[START]:
+// the block's first stored key is (s0 - j t) mod keys. -1 (with a message) where the views or the
+// zigzag chunks do not fit.
+static int ring_geom(kctx *c, uint32_t qi, attn_geom *g, ring_runs *rr) {
     kctx own = *c;
     rt_view y = c->in[qi];
     y.shape[3] = c->in[qi + 2].shape[3];
@@ -38,13 +57,49 @@ static int ring_geom(kctx *c, uint32_t qi, attn_geom *g) {
         return cpu_fail(c, "ring attention wants self-attention split alike: queries %lld of %lld from %lld, keys %lld of %lld from %lld",
                         (long long)g->s, (long long)g->queries, (long long)g->s0, (long long)g->t, (long long)g->keys, (long long)g->t0);
     if (c->acc) return cpu_fail(c, "a ring step does not add into its outputs");
-    int64_t j = c->a->i[PLAN_AI_START], S = g->keys;
-    g->t0 = ((g->s0 - j * g->t) % S + S) % S;
+    int64_t j = c->a->i[PLAN_AI_START], z = c->a->i[PLAN_AI_END], S = g->keys, L = g->s;
+    int64_t kb0 = ((g->s0 - j * g->t) % S + S) % S; // the block's first stored key
+    if (z == 0) {
+        *rr = (ring_runs){.nq = 1, .nk = 1, .qlen = L, .klen = L, .qpos = {g->s0}, .kpos = {kb0}};
+        g->t0 = kb0;
+        return 0;
+    }
+    if (z < 4 || z % 2 || S % z || L * z != 2 * S || g->s0 % L)
+        return cpu_fail(c, "zigzag of %lld chunks over %lld positions does not give this rank's %lld (from %lld) two whole chunks",
+                        (long long)z, (long long)S, (long long)L, (long long)g->s0);
+    int64_t h = L / 2, qc = g->s0 / h, kc = kb0 / h;
+    *rr = (ring_runs){.nq = 2, .nk = 2, .qlen = h, .klen = h, .qrow = {0, h}, .krow = {0, h}};
+    for (int x = 0; x < 2; x++) {
+        rr->qpos[x] = plan_zigzag_pos((qc + x) * h, S, (uint32_t)z);
+        rr->kpos[x] = plan_zigzag_pos((kc + x) * h, S, (uint32_t)z);
+    }
     return 0;
 }
 
-// Whether every key of the block lies after every query of the rank (causal: nothing to do).
-static bool ring_skip(const attn_geom *g) { return g->causal && g->t0 > g->s0 + g->s - 1; }
+// Whether key run kx keeps any key for query run qx (the causal mask's test on the run's last query).
+static bool ring_pair(const attn_geom *g, const ring_runs *rr, int qx, int kx) {
+    return !g->causal || rr->kpos[kx] <= rr->qpos[qx] + rr->qlen - 1;
+}
+
+// g for query run qx: its local rows qrow.. hold logical queries qpos..
+static attn_geom ring_qgeom(const attn_geom *g, const ring_runs *rr, int qx) {
+    attn_geom q = *g;
+    q.s0 = rr->qpos[qx] - rr->qrow[qx];
+    return q;
+}
+
+// Key run kx of the block (k, v: the whole block, [b,t,m,*]).
+static attn_kv_block ring_kv(const attn_geom *g, const ring_runs *rr, int kx, const real *k, const real *v) {
+    return (attn_kv_block){k + rr->krow[kx] * g->m * g->d, v + rr->krow[kx] * g->m * g->e, NULL, rr->klen, rr->kpos[kx], g->t};
+}
+
+// Whether no pair of the step keeps a key (causal: nothing to do).
+static bool ring_skip(const attn_geom *g, const ring_runs *rr) {
+    for (int qx = 0; qx < rr->nq; qx++)
+        for (int kx = 0; kx < rr->nk; kx++)
+            if (ring_pair(g, rr, qx, kx)) return false;
+    return true;
+}
 
 // Fails unless view v holds n elements.
 static int ring_size(kctx *c, const char *what, const rt_view *v, int64_t n) {
@@ -54,7 +109,8 @@ static int ring_size(kctx *c, const char *what, const rt_view *v, int64_t n) {
 
 int CPU_KERNEL(attention_block)(kctx *c) {
     attn_geom g;
-    if (ring_geom(c, 0, &g)) return -1;
+    ring_runs rr;
+    if (ring_geom(c, 0, &g, &rr)) return -1;
     int64_t ny = g.b * g.s * g.n * g.e, nl = g.b * g.n * g.s;
     bool prev = c->nin > 5;
     if (ring_size(c, "the k block", &c->in[3], g.b * g.t * g.m * g.d) || ring_size(c, "the v block", &c->in[4], g.b * g.t * g.m * g.e) ||
@@ -66,31 +122,40 @@ int CPU_KERNEL(attention_block)(kctx *c) {
     if (prev) {
         memcpy(O, cpu_r(&c->in[5]), (size_t)ny * sizeof(real));
         memcpy(L, cpu_r(&c->in[6]), (size_t)nl * sizeof(real));
-        if (ring_skip(&g)) return 0;
-    } else if (ring_skip(&g)) {
+        if (ring_skip(&g, &rr)) return 0;
+    } else if (ring_skip(&g, &rr)) {
         return cpu_fail(c, "the first step's block is the rank's own, never above the diagonal");
+    } else {
+        memset(O, 0, (size_t)ny * sizeof(real)); // merging into nothing yet: o 0, lse -inf
+        for (int64_t x = 0; x < nl; x++) L[x] = (real)-INFINITY;
     }
     int64_t w = CPU_KERNEL(attn_block_work)(&g);
     real *work = cpu_scratch(c, w + ATTN_BR * (g.e + 1));
     if (!work) return -1;
     real *po = work + w, *pl = po + ATTN_BR * g.e;
-    attn_kv_block kv = {cpu_r(&c->in[3]), cpu_r(&c->in[4]), NULL, g.t, g.t0};
-    for (int64_t bi = 0; bi < g.b; bi++)
-        for (int64_t h = 0; h < g.n; h++)
-            for (int64_t i0 = 0; i0 < g.s; i0 += ATTN_BR) {
-                int64_t rows = g.s - i0 < ATTN_BR ? g.s - i0 : ATTN_BR;
-                real *o = O + ((bi * g.s + i0) * g.n + h) * g.e, *l = L + (bi * g.n + h) * g.s + i0;
-                CPU_KERNEL(attn_block_fwd)(&g, &kv, cpu_r(&c->in[0]), bi, h, i0, rows, prev ? po : o, prev ? g.e : g.n * g.e,
-                                           prev ? pl : l, work);
-                if (prev) CPU_KERNEL(attn_merge)(rows, g.e, o, g.n * g.e, l, po, g.e, pl);
-            }
+    for (int qx = 0; qx < rr.nq; qx++) {
+        attn_geom gq = ring_qgeom(&g, &rr, qx);
+        for (int kx = 0; kx < rr.nk; kx++) {
+            if (!ring_pair(&g, &rr, qx, kx)) continue;
+            attn_kv_block kv = ring_kv(&g, &rr, kx, cpu_r(&c->in[3]), cpu_r(&c->in[4]));
+            for (int64_t bi = 0; bi < g.b; bi++)
+                for (int64_t h = 0; h < g.n; h++)
+                    for (int64_t i0 = rr.qrow[qx], end = i0 + rr.qlen; i0 < end; i0 += ATTN_BR) {
+                        int64_t rows = end - i0 < ATTN_BR ? end - i0 : ATTN_BR;
+                        real *o = O + ((bi * g.s + i0) * g.n + h) * g.e, *l = L + (bi * g.n + h) * g.s + i0;
+                        CPU_KERNEL(attn_block_fwd)(&gq, &kv, cpu_r(&c->in[0]), bi, h, i0, rows, po, g.e, pl, work);
+                        CPU_KERNEL(attn_merge)(rows, g.e, o, g.n * g.e, l, po, g.e, pl);
+                    }
+        }
+    }
     free(work);
     return 0;
 }
 
 int CPU_KERNEL(attention_block_grad)(kctx *c) {
     attn_geom g;
-    if (ring_geom(c, 1, &g)) return -1;
+    ring_runs rr;
+    if (ring_geom(c, 1, &g, &rr)) return -1;
     int64_t ny = g.b * g.s * g.n * g.e, nq = g.b * g.s * g.n * g.d, nk = g.b * g.t * g.m * g.d, nv = g.b * g.t * g.m * g.e;
     bool prev = c->nin > 8;
     if (c->nin != 8 && c->nin != 11) return cpu_fail(c, "the sums so far are dq, dkb and dvb together");
@@ -107,26 +172,33 @@ int CPU_KERNEL(attention_block_grad)(kctx *c) {
         if (prev) memcpy(cpu_r(&c->out[x]), cpu_r(&c->in[8 + x]), (size_t)n3[x] * sizeof(real));
         else memset(cpu_r(&c->out[x]), 0, (size_t)n3[x] * sizeof(real));
     }
-    if (ring_skip(&g)) return 0;
+    if (ring_skip(&g, &rr)) return 0;
     int64_t w = CPU_KERNEL(attn_block_work)(&g);
     real *work = cpu_scratch(c, w + ATTN_BR);
     if (!work) return -1;
     real *D = work + w;
     const real *DY = cpu_r(&c->in[0]), *Q = cpu_r(&c->in[1]), *Y = cpu_r(&c->in[4]), *LSE = cpu_r(&c->in[5]);
-    attn_kv_block kv = {cpu_r(&c->in[6]), cpu_r(&c->in[7]), NULL, g.t, g.t0};
-    for (int64_t bi = 0; bi < g.b; bi++)
-        for (int64_t h = 0; h < g.n; h++)
-            for (int64_t i0 = 0; i0 < g.s; i0 += ATTN_BR) {
-                int64_t rows = g.s - i0 < ATTN_BR ? g.s - i0 : ATTN_BR;
-                for (int64_t r = 0; r < rows; r++) {
-                    const real *dy = DY + ((bi * g.s + i0 + r) * g.n + h) * g.e, *y = Y + ((bi * g.s + i0 + r) * g.n + h) * g.e;
-                    double dot = 0;
-                    for (int64_t x = 0; x < g.e; x++) dot += (double)dy[x] * y[x];
-                    D[r] = (real)dot;
-                }
-                CPU_KERNEL(attn_block_bwd)(&g, &kv, Q, DY, bi, h, i0, rows, LSE + (bi * g.n + h) * g.s + i0, D,
-                                           DQ + ((bi * g.s + i0) * g.n + h) * g.d, g.n * g.d, DK, DV, NULL, work);
-            }
+    for (int qx = 0; qx < rr.nq; qx++) {
+        attn_geom gq = ring_qgeom(&g, &rr, qx);
+        for (int kx = 0; kx < rr.nk; kx++) {
+            if (!ring_pair(&g, &rr, qx, kx)) continue;
+            attn_kv_block kv = ring_kv(&g, &rr, kx, cpu_r(&c->in[6]), cpu_r(&c->in[7]));
+            real *dk = DK + rr.krow[kx] * g.m * g.d, *dv = DV + rr.krow[kx] * g.m * g.e;
+            for (int64_t bi = 0; bi < g.b; bi++)
+                for (int64_t h = 0; h < g.n; h++)
+                    for (int64_t i0 = rr.qrow[qx], end = i0 + rr.qlen; i0 < end; i0 += ATTN_BR) {
+                        int64_t rows = end - i0 < ATTN_BR ? end - i0 : ATTN_BR;
+                        for (int64_t r = 0; r < rows; r++) {
+                            const real *dy = DY + ((bi * g.s + i0 + r) * g.n + h) * g.e, *y = Y + ((bi * g.s + i0 + r) * g.n + h) * g.e;
+                            double dot = 0;
+                            for (int64_t x = 0; x < g.e; x++) dot += (double)dy[x] * y[x];
+                            D[r] = (real)dot;
+                        }
+                        CPU_KERNEL(attn_block_bwd)(&gq, &kv, Q, DY, bi, h, i0, rows, LSE + (bi * g.n + h) * g.s + i0, D,
+                                                   DQ + ((bi * g.s + i0) * g.n + h) * g.d, g.n * g.d, dk, dv, NULL, work);
+                    }
+        }
+    }
     free(work);
     return 0;
 }

@@ -15,6 +15,14 @@
  * of the mesh describes. What the rule does not see: that the shifts' group is the axis that
  * splits the sequence, and that the gradient's dk and dv are shifted home after the last step
  * (the data flow then reads them as the sums they are).
+ *
+ * The zigzag order (inputs with a zigzag, plan_zigzag_pos; --cp-form zigzag): the inputs that
+ * have one agree on its chunks z; every step then masks by the logical positions of those
+ * chunks (attrs i[END] = z, where 0 would mask by the stored positions: wrong keys for every
+ * rank but the first) on a ring of z / 2 ranks (the pieces it passes are the pairs of chunks),
+ * and no attention runs on the whole sequence (its mask knows no zigzag). Without zigzag inputs
+ * a step's i[END] is 0. What it does not see: an input along the sequence left in the natural
+ * order beside zigzag ones (the plan does not say which dimension is the sequence).
  */
 #include "checker.h"
 
@@ -24,6 +32,7 @@ typedef struct ring_step {
     uint32_t i;                 // the instruction
     bool grad;
     int64_t j;                  // its step
+    int64_t z;                  // its zigzag chunks (attrs i[END]; 0: natural order)
     uint32_t q, k, v, dy;       // the rank's own operands (dy: the gradient's; else PLAN_NONE)
     uint32_t kb, vb;            // the block in hand
     uint32_t nsums, sums[3];    // the sums of the steps before (fwd: o, lse; grad: dq, dkb, dvb)
@@ -44,6 +53,7 @@ static bool ring_step_of(const plan_program *pg, uint32_t i, ring_step *s) {
     *s = (ring_step){.i = i, .grad = grad, .q = a[q0], .k = a[q0 + 1], .v = a[q0 + 2], .dy = grad ? a[0] : PLAN_NONE,
                      .kb = a[base - 2], .vb = a[base - 1], .nsums = nin - base};
     s->j = in->attrs != PLAN_NONE ? pg->attrs[in->attrs].i[PLAN_AI_START] : 0;
+    s->z = in->attrs != PLAN_NONE ? pg->attrs[in->attrs].i[PLAN_AI_END] : 0;
     for (uint32_t x = 0; x < s->nsums; x++) s->sums[x] = a[base + x];
     for (uint32_t x = 0; x < nout; x++) s->out[x] = a[nin + x];
     return true;
@@ -100,10 +110,32 @@ static plan_status check_step(checker *c, uint32_t k, const ring_step *s, const 
     return PLAN_OK;
 }
 
+// The zigzag chunks the plan's inputs agree on (0: none) into *z; fails where two disagree.
+static plan_status plan_zigzag(checker *c, uint32_t k, int64_t *z) {
+    *z = 0;
+    uint32_t first = PLAN_NONE;
+    for (uint32_t t = 0; t < c->p->n_tensors; t++) {
+        const plan_tensor *x = &c->p->tensors[t];
+        if (!x->zigzag) continue;
+        if (first != PLAN_NONE && x->zigzag != *z)
+            return check_pfail(c, k, "attention-ring: inputs %u and %u hold the sequence in zigzag orders of %lld and %u chunks: "
+                               "their positions would not line up", first, t, (long long)*z, x->zigzag);
+        first = t, *z = x->zigzag;
+    }
+    return PLAN_OK;
+}
+
 plan_status check_ring(checker *c, uint32_t k) {
     const plan_program *pg = &c->p->programs[k];
+    int64_t z;
+    plan_status zs = pg->n_insns ? plan_zigzag(c, k, &z) : PLAN_OK;
+    if (zs || !pg->n_insns) return zs;
     for (uint32_t i = 0; i < pg->n_insns; i++) {
         const plan_insn *in = &pg->insns[i];
+        const char *opn = in->kind == PLAN_I_COMPUTE ? plan_op_name(in->code) : NULL;
+        if (z && opn && (strcmp(opn, "attention") == 0 || strcmp(opn, "attention_grad") == 0))
+            return check_ifail(c, k, i, "attention-ring: %s over the whole sequence, but the inputs hold it in zigzag order of %lld "
+                               "chunks: its causal mask would read stored positions as logical ones", opn, (long long)z);
         if (in->kind == PLAN_I_COLL && in->code == PLAN_COLL_SHIFT)
             for (uint32_t x = in->nargs / 2u; x < in->nargs; x++)
                 if (pg->buffers[pg->args[in->args + x]].tensor != PLAN_NONE)
@@ -111,6 +143,10 @@ plan_status check_ring(checker *c, uint32_t k) {
                                        "brings is another rank's piece, so it must be scratch", pg->args[in->args + x]);
         ring_step s, p, nx;
         if (!ring_step_of(pg, i, &s)) continue;
+        if (s.z != z)
+            return check_ifail(c, k, i, "attention-ring: step %lld masks %s, but the inputs hold the sequence %s", (long long)s.j,
+                               s.z ? "by a zigzag order" : "by the stored (natural) positions",
+                               z ? "in zigzag order" : "in natural order (no zigzag)");
         bool have_p = false;
         for (uint32_t b = i; b-- > 0 && !have_p;)
             if (ring_step_of(pg, b, &p) && same_queries(&p, &s)) have_p = true;
@@ -128,6 +164,9 @@ plan_status check_ring(checker *c, uint32_t k) {
         if (s.j == 0 || (uint64_t)s.j + 1 != n)
             return check_ifail(c, k, i, "attention-ring: the ring ends at step %lld, but %s", (long long)s.j,
                                s.j == 0 ? "a ring has a shift and two steps at least" : "its shifts go around more ranks: a block is never attended");
+        if (z && (uint64_t)z != 2 * n)
+            return check_ifail(c, k, i, "attention-ring: a ring of %llu ranks over a zigzag order of %lld chunks: each rank must hold "
+                               "two of them", (unsigned long long)n, (long long)z);
     }
     return PLAN_OK;
 }

@@ -316,7 +316,10 @@ static plan_status decode_tensor(dctx *c, const uint8_t *r, uint32_t i, plan_ten
     t->rank = r[6];
     t->source = r[7];
     t->copies = get_u32(r + 8);
-    if (get_u32(r + 12)) return dfail(c, "tensor %u: reserved bytes 12..15 are not zero", i);
+    t->zigzag = get_u16(r + 12);
+    t->zigzag_dim = r[14];
+    if (r[15]) return dfail(c, "tensor %u: reserved byte 15 is not zero", i);
+    if (!t->zigzag && t->zigzag_dim) return dfail(c, "tensor %u: zigzag dimension %u without zigzag chunks", i, t->zigzag_dim);
     if (t->rank > PLAN_MAX_RANK) return dfail(c, "tensor %u: rank %u, at most %d", i, t->rank, PLAN_MAX_RANK);
     for (int k = 0; k < PLAN_MAX_RANK; k++) {
         t->shape[k] = (int64_t)get_u64(r + 16 + 8 * k);

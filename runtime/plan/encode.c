@@ -160,7 +160,9 @@ static void enc_tensors(wbuf *w, const plan *p, uint64_t *sc) {
         w_u8(w, t->rank);
         w_u8(w, t->source);
         w_u32(w, t->copies);
-        w_u32(w, 0);
+        w_u16(w, t->zigzag);
+        w_u8(w, t->zigzag ? t->zigzag_dim : 0);
+        w_u8(w, 0);
         for (int d = 0; d < PLAN_MAX_RANK; d++) w_u64(w, d < t->rank ? (uint64_t)t->shape[d] : 0);
         unsigned used = plan_source_args(t->kind, t->source);
         w_f64(w, used >= 1 ? t->a : 0);

@@ -458,6 +458,14 @@ static plan_status parse_tensor(parser *ps) {
     t->copies = 1;
     if (!st && ps->at < ps->nt && is(ps->t[ps->at], "copies") && ++ps->at) st = get_u32(ps, "copies", &t->copies);
     if (!st && ps->at < ps->nt && (is(ps->t[ps->at], "init") || is(ps->t[ps->at], "data"))) st = tensor_source(ps, t);
+    uint32_t zd = 0, zn = 0;
+    if (!st && ps->at < ps->nt && is(ps->t[ps->at], "zigzag") && ++ps->at) {
+        st = get_u32(ps, "zigzag dimension", &zd);
+        if (!st) st = get_u32(ps, "zigzag chunks", &zn);
+        if (!st && (zd >= PLAN_MAX_RANK || zn < 1 || zn > UINT16_MAX))
+            return perr(ps, "zigzag %u %u: the dimension below %d and 1 to %u chunks", zd, zn, PLAN_MAX_RANK, UINT16_MAX);
+        t->zigzag = (uint16_t)zn, t->zigzag_dim = (uint8_t)zd;
+    }
     if (!st) p->n_tensors++;
     return st;
 }

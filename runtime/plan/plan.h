@@ -133,6 +133,8 @@ typedef struct plan_tensor {
     uint8_t rank;
     uint8_t source;             // a param's plan_init, an input's plan_data; 0 for other kinds
     uint32_t copies;            // >= 1: instances (the repeat of the block it belongs to)
+    uint16_t zigzag;            // inputs: dimension zigzag_dim is stored in zigzag order of this many chunks (0: natural order;
+    uint8_t zigzag_dim;         // else even, >= 4; plan_zigzag_pos): context parallelism's causal load balance
     int64_t shape[PLAN_MAX_RANK];
     double a, b;                // the source's numbers (see plan_init, plan_data); 0 where unused
 } plan_tensor;
@@ -429,6 +431,12 @@ uint64_t plan_shard_ways(const plan *p, plan_shard s, int d);
 // t's rank or names an axis past the mesh; true otherwise. It does not check t's shape (a
 // dimension below 1 is plan_check's to find).
 bool plan_shard_local_shape(const plan *p, const plan_tensor *t, plan_shard s, int64_t local[PLAN_MAX_RANK]);
+// Zigzag order (plan_tensor.zigzag; Megatron-Core's causal load balance of context parallelism):
+// a dimension of n positions cut into z chunks (z even, dividing n) stores logical chunk k / 2
+// at chunk k for even k and chunk z - 1 - k / 2 for odd k, so that an even split into z / 2
+// pieces gives piece c the logical chunks c and z - 1 - c. The logical position that stored
+// position i holds (i itself when z < 2).
+int64_t plan_zigzag_pos(int64_t i, int64_t n, uint32_t z);
 // The bytes one slot of a tensor buffer must have (plan_check's shard-bytes): the element count
 // of its local shape times the bytes of the buffer's dtype. 0 when there is no such figure: a
 // scratch buffer, a tensor out of range, an unknown dtype, a split that does not divide, or more

@@ -28,7 +28,8 @@
  *   tensor 1 "w" f32 param [8,8] copies 12 init normal 0 0.02    [copies N] when N != 1 (a
  *                                             repeated block's), then an input's "data NAME
  *                                             [HIGH]" or "data teacher SCALE BIAS" or another tensor's "init NAME [A B]"
- *                                             (absent: source 0), with the numbers the name takes
+ *                                             (absent: source 0), with the numbers the name takes,
+ *                                             then an input's "zigzag DIM CHUNKS" when it has one
  *   group 0 axes tp                         groups: over mesh axes (tp, dp+tp), or
  *   group 1 ranks 0,2                         an explicit list of ranks
  *   ranks 0-1 program 0                     the rank table, as runs of ranks (all ranks)
@@ -170,6 +171,7 @@ static void print_tensor(FILE *f, const plan *p, uint32_t i) {
             print_f64(f, k ? t->b : t->a);
         }
     }
+    if (t->zigzag) fprintf(f, " zigzag %u %u", t->zigzag_dim, t->zigzag);
     fputc('\n', f);
 }
 

@@ -47,6 +47,12 @@ bool plan_shard_local_shape(const plan *p, const plan_tensor *t, plan_shard s, i
     return ok;
 }
 
+int64_t plan_zigzag_pos(int64_t i, int64_t n, uint32_t z) {
+    if (z < 2 || n % z) return i;
+    int64_t h = n / z, k = i / h;
+    return (k % 2 == 0 ? k / 2 : (int64_t)z - 1 - k / 2) * h + i % h;
+}
+
 uint64_t plan_buffer_expected_bytes(const plan *p, const plan_buffer *b) {
     if (b->tensor == PLAN_NONE || b->tensor >= p->n_tensors) return 0;
     const plan_tensor *t = &p->tensors[b->tensor];
