@@ -247,6 +247,25 @@ p = run("models/gpt-tiny.json", "--cluster", "models/clusters/cpu.json", "--devi
 check("--pp 4 --virtual-stages 2 on gpt-tiny: exit 2, a message that skips a chunk", p.returncode == 2
       and 'chunk 0 receives "d:h_in@layer.bwd" from chunk 3' in p.stderr and "between consecutive chunks" in p.stderr
       and len(p.stderr.splitlines()) == 1, p)
+# A block that reads a parameter from outside in every copy (gpt-tiny with 6 layers whose first
+# layernorm's gain is one top-level parameter), its copies on 2 stages: refused, naming both; on
+# one stage it plans.
+with tempfile.TemporaryDirectory() as tmp:
+    with open(os.path.join(root, "models", "gpt-tiny.json"), encoding="utf-8") as f:
+        m = json.load(f)
+    m["tensors"]["g_shared"] = {"kind": "param", "shape": ["H"], "init": {"kind": "ones"}}
+    blk = next(o for o in m["ops"] if "block" in o)
+    blk["repeat"], blk["in"]["gs"] = 6, "g_shared"
+    del blk["tensors"]["ln1_g"]
+    blk["ops"][0]["in"][1] = "gs"
+    path = os.path.join(tmp, "shared-gain.json")
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(m, f)
+    p = run(path, *CPU, "--devices", "2", "--pp", "2", "-o", "/dev/null")
+    check("a block reading a top-level parameter, copies on 2 stages: exit 2, names the block and the parameter",
+          p.returncode == 2 and 'block "layer" reads parameter "g_shared" in every copy' in p.stderr and len(p.stderr.splitlines()) == 1, p)
+    p = run(path, *CPU, "--devices", "2", "--dp", "2", "-o", "/dev/null")
+    check("... on one stage (--dp 2): a plan", p.returncode == 0, p)
 p = run("--help")
 check("--help documents --bucket-mb", p.returncode == 0 and "--bucket-mb X" in p.stdout, p)
 p = run("--check", "-q", "models/mlp.json", "--cluster", "models/clusters/dgx-a100.json", "--devices", "4", "-d", "ts")
