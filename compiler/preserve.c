@@ -922,29 +922,23 @@ static void block_body(builder *E, prog *P, int b, bool last_mb) {
 }
 
 // Before a backward block's copies on this stage, per micro-batch: the sum of acc i starts at
-// zero (a parameter's gradient: once per step, stage_prologue), or at the partial sum that
-// arrived from the copies after (acc_reg); on the stage of copy 0, that partial sum goes into it.
+// zero (on the stage of its last copy), or at the partial sum that arrived from the copies after
+// (acc_reg), which the stage of copy 0 copies into the sum. A parameter's gradient starts at zero
+// once per step (stage_prologue); its block is on one stage (layout.c refuses more).
 static void acc_start(builder *E, prog *P, int b, int i, bool first) {
     int t = E->g->blocks[b].acc[i].outer, reg = acc_reg(E, P, b, i);
-    bool param = graph_is_param_grad(E->g, t);
-    if (reg >= 0 || (first && !param)) {
-        int G = reg >= 0 ? reg : home(E, P, t);
-        if (!first) return; // the partial sum has arrived in it
+    if (graph_is_param_grad(E->g, t)) {
+        PCC_ASSERT(reg < 0 && first);
+        return;
+    }
+    int G = reg >= 0 ? reg : home(E, P, t);
+    if (first) {
         plan_insn *in = insn(E, P, PLAN_I_COMPUTE, STREAM_MAIN, &G, 1);
         in->code = PCC_OP_FILL;
         in->t_s = memory_s(E, P, (double)P->buf[G].bytes, G);
-        return;
+    } else if (reg < 0) {
+        copy(E, P, carry_reg(E, P, b, E->g->blocks[b].n_carry + i), G);
     }
-    if (first) return; // a parameter's gradient, zeroed at the start of the step
-    int G = home(E, P, t), from = carry_reg(E, P, b, E->g->blocks[b].n_carry + i);
-    if (!param) {
-        copy(E, P, from, G);
-        return;
-    }
-    int args[3] = {G, from, G};
-    plan_insn *in = insn(E, P, PLAN_I_COMPUTE, STREAM_MAIN, args, 3);
-    in->code = PCC_OP_ADD;
-    in->t_s = memory_s(E, P, 3 * (double)P->buf[G].bytes, G);
 }
 
 static void block_range(builder *E, prog *P, int b, bool last_mb) {
@@ -1130,13 +1124,12 @@ static void chunk_enter(builder *E, prog *P, int c) {
 // What a stage zeroes at the start of the step.
 static void stage_prologue(builder *E, prog *P) {
     const pcc_graph *g = E->g;
-    // Block-summed parameter gradients start at zero once per step, on the stage of copy 0
-    // (the other stages' partial sums start at zero per micro-batch: acc_start).
+    // Block-summed parameter gradients start at zero once per step.
     for (int b = 0; b < g->n_blocks; b++)
         for (int i = 0; i < g->blocks[b].n_acc; i++) {
             int t = g->blocks[b].acc[i].outer, fb = graph_block_family(g, b);
             if (!graph_is_param_grad(g, t)) continue;
-            if (E->v->copy_hi[fb][P->stage] <= E->v->copy_lo[fb][P->stage] || E->v->copy_lo[fb][P->stage] != 0) continue;
+            if (E->v->copy_hi[fb][P->stage] <= E->v->copy_lo[fb][P->stage]) continue;
             int G = home(E, P, t);
             plan_insn *in = insn(E, P, PLAN_I_COMPUTE, STREAM_MAIN, &G, 1);
             in->code = PCC_OP_FILL;
