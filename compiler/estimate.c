@@ -11,7 +11,8 @@
  *     (ilp_op_comm on the graph with one replica's batch and sequence), again when recomputed;
  *   - with context parallelism, the all-to-alls over cp around attention (est_cp_comm), and the
  *     all-reduce of the gradients over cp beside dp's;
- *   - the pipeline sends between stages (one per micro-batch and boundary each way);
+ *   - the pipeline sends between stages (one per micro-batch and boundary each way; backward,
+ *     inside a repeated block, with the partial sums of the gradients it sums over its copies);
  *   - the gradients of parameters shared between stages (tied embeddings): summed over the
  *     micro-batches and sent to the owner's stage once per step, after its last backward pass
  *     (preserve.c's share_params), so the owner waits for them before its optimizer;
@@ -310,6 +311,19 @@ static double est_boundary_bytes(const est *E, const pcc_layer *l) {
     return bytes;
 }
 
+// What the backward pass hands back from copy l+1 of a block to copy l on another stage besides
+// the gradients of its carries: the partial sums of the gradients its backward sums over the
+// copies (preserve.c's acc_reg), each the size of the value it is the gradient of.
+static double est_partial_sum_bytes(const est *E, const pcc_layer *l, const pcc_layer *next) {
+    const pcc_graph *g = E->g;
+    if (l->op >= 0 || next->op >= 0 || next->block != l->block) return 0;
+    double bytes = 0;
+    for (int b = 0; b < g->n_blocks; b++)
+        for (int i = 0; g->blocks[b].fwd == l->block && i < g->blocks[b].n_acc; i++)
+            bytes += est_held_bytes(E, g->tensors[g->blocks[b].acc[i].outer].of);
+    return bytes;
+}
+
 // A send from pipeline device a to b: on their group's links, or between two groups on the
 // slower of the two (the cluster's worst figures).
 static double est_send_s(const est *E, double bytes, int a, int b) {
@@ -334,8 +348,10 @@ static void est_layers(est *E, const pcc_layer *L, int nl, const int *chunk) {
             E->Bc[d] += E->orphan[L[l].block];
         }
         if (l + 1 < nl && chunk[l + 1] != chunk[l]) {
-            double t = est_send_s(E, est_boundary_bytes(E, &L[l]), d, chunk[l + 1] % E->pp);
-            E->Fp[d] += t, E->Bp[chunk[l + 1] % E->pp] += t;
+            int d1 = chunk[l + 1] % E->pp;
+            double bytes = est_boundary_bytes(E, &L[l]);
+            E->Fp[d] += est_send_s(E, bytes, d, d1);
+            E->Bp[d1] += est_send_s(E, bytes + est_partial_sum_bytes(E, &L[l], &L[l + 1]), d, d1);
         }
     }
     est_on(E, chunk[nl - 1] % E->pp);

@@ -29,10 +29,17 @@
  * order, so that no whole gradient outlives its layer). And which values cross stages, in which fixed order (layout_transfers), so that
  * both ends of every message agree.
  *
+ * A backward block whose copies are on several stages and that sums a gradient over them (T5's
+ * relative position bias, read by every copy) passes the partial sum over the copies already run
+ * from stage to stage with the backward pass, like a carry (layout_block_regs); the stage of
+ * copy 0 holds the sum (preserve.c's acc_reg).
+ *
  * It refuses what phase 3 cannot make yet, with a message: ZeRO-2 with interleaving, a block
- * carrying more than 8 values, a block summing a gradient over copies on several stages, an
- * interleaved message that skips a chunk when pp > 2, a background-synced parameter in a
- * repeated block.
+ * carrying more than 8 values (with the partial sums it passes between stages), a block summing
+ * a gradient over copies on several model chunks of an interleaved pipeline, a block reading a
+ * parameter from outside in copies on several stages (preserve.c's share_params shares only the
+ * parameters that top-level operators read), an interleaved message that skips a chunk when
+ * pp > 2, a background-synced parameter in a repeated block.
  */
 #include "plancc.h"
 
@@ -126,6 +133,8 @@ static int zero_dim(const pcc_values *E, int t, plan_shard s) {
 /* ---- stages ---- */
 
 int layout_copy_stage(const pcc_values *E, int b, int copy) { return E->s->copy_stage[graph_block_family(E->g, b)][copy]; }
+
+int layout_block_regs(const pcc_block *bl) { return bl->n_carry + (bl->fwd >= 0 ? bl->n_acc : 0); }
 
 // The stage of an op that is not in a block.
 static int top_stage(const pcc_values *E, int o) {
@@ -486,16 +495,47 @@ static int xfer_cmp(const void *a, const void *b) {
     return x->key - y->key;
 }
 
-// Adds a transfer once.
+// Adds a transfer once (a relay if any of its routes passes it on).
 static void xfer_add(const pcc_graph *g, pcc_xfer **v, int *n, int *cap, pcc_xfer x) {
     for (int j = 0; j < *n; j++)
-        if ((*v)[j].key == x.key && (*v)[j].peer == x.peer) return;
+        if ((*v)[j].key == x.key && (*v)[j].peer == x.peer) {
+            (*v)[j].relay |= x.relay;
+            return;
+        }
     *VEC_PUSH(g->arena, *v, *n, *cap) = x;
+}
+
+// Plain 1F1B: a backward message between stages that are not neighbours (a gradient of a value
+// that a later stage read: T5's position bias, made on stage 0 and read by a decoder on stage 2;
+// a tied embedding's contribution that is summed per micro-batch) goes from neighbour to
+// neighbour, each stage between passing it on in its own backward pass of that micro-batch. Sent
+// straight, it deadlocks with blocking sends: the receiver, still in its warm-up, sends forward
+// passes that the sender takes only after its backward sends are taken. Hops between neighbours
+// keep to the order of the pipeline's own messages.
+static bool relayed(const pcc_values *E, int key, bool bwd, int from, int to) {
+    bool dfr = key < E->g->n_tensors && E->deferred[key];
+    return bwd && E->V == 1 && E->s->schedule != PCC_PIPE_GPIPE && abs(from - to) > 1 && !dfr;
+}
+
+// Adds to `stage`'s sends (send) or receives the message of `key` from stage `from` to `to`, or
+// its hops (relayed).
+static void xfer_route(const pcc_values *E, pcc_xfer **v, int *n, int *cap, int stage, bool send, bool bwd, int key, int from,
+                       int to) {
+    if (!relayed(E, key, bwd, from, to)) {
+        if (send ? from == stage : to == stage) xfer_add(E->g, v, n, cap, (pcc_xfer){key, send ? to : from, false});
+        return;
+    }
+    int step = to > from ? 1 : -1;
+    for (int a = from; a != to; a += step) {
+        if (send && a == stage) xfer_add(E->g, v, n, cap, (pcc_xfer){key, a + step, a != from});
+        if (!send && a + step == stage) xfer_add(E->g, v, n, cap, (pcc_xfer){key, a, a + step != to});
+    }
 }
 
 // What stage `stage` sends (send) or receives in the forward (bwd false) or backward phase:
 // values read on one stage and held on another, in a fixed order (by peer, then key); deferred
-// gradient contributions in the last micro-batch's backward only.
+// gradient contributions in the last micro-batch's backward only; with 1F1B, backward messages
+// between stages that are not neighbours relayed by the stages between (relayed).
 int layout_transfers(const pcc_values *E, int stage, bool bwd, bool send, bool last_mb, pcc_xfer **out) {
     const pcc_graph *g = E->g;
     pcc_xfer *v = NULL;
@@ -510,8 +550,7 @@ int layout_transfers(const pcc_values *E, int stage, bool bwd, bool send, bool l
             if (hs < 0 || hs == rs || k == PCC_T_INPUT || k == PCC_T_PARAM || k == PCC_T_STATE) continue;
             if (bwd && k == PCC_T_ACT) continue; // received in the forward phase, and kept
             if (E->deferred[t] && !last_mb) continue; // once, after the last micro-batch
-            if (send ? hs != stage : rs != stage) continue;
-            xfer_add(g, &v, &n, &cap, (pcc_xfer){t, send ? rs : hs});
+            xfer_route(E, &v, &n, &cap, stage, send, bwd, t, hs, rs);
         }
     }
     // Blocks: outer inputs read by copies on other stages, and carries between stages.
@@ -528,15 +567,15 @@ int layout_transfers(const pcc_values *E, int stage, bool bwd, bool send, bool l
                 if (graph_carry_of(bl, bl->in[i].inner, true) >= 0 && !first) continue;
                 if (hs < 0 || hs == s || g->tensors[t].kind == PCC_T_PARAM || g->tensors[t].kind == PCC_T_INPUT) continue;
                 if (bwd && g->tensors[t].kind == PCC_T_ACT) continue; // as above
-                if (send ? hs != stage : s != stage) continue;
-                xfer_add(g, &v, &n, &cap, (pcc_xfer){t, send ? s : hs});
+                xfer_route(E, &v, &n, &cap, stage, send, bwd, t, hs, s);
             }
-            // The carry from the copy before (forward) or after (backward), on another stage.
-            int prev = bwd ? E->copy_hi[fb][s] : E->copy_lo[fb][s] - 1;
-            if (bl->n_carry > 0 && prev >= 0 && prev < (int)bl->repeat) {
+            // The carry from the copy before (forward) or after (backward), on another stage; and
+            // backward, the partial sums over the copies after (layout_block_regs).
+            int prev = bwd ? E->copy_hi[fb][s] : E->copy_lo[fb][s] - 1, nr = layout_block_regs(bl);
+            if (nr > 0 && prev >= 0 && prev < (int)bl->repeat) {
                 int ps = layout_copy_stage(E, b, prev);
                 if (ps != s && (send ? ps == stage : s == stage))
-                    for (int k = 0; k < bl->n_carry; k++) xfer_add(g, &v, &n, &cap, (pcc_xfer){g->n_tensors + b * 8 + k, send ? s : ps});
+                    for (int k = 0; k < nr; k++) xfer_add(g, &v, &n, &cap, (pcc_xfer){g->n_tensors + b * 8 + k, send ? s : ps, false});
             }
         }
     }
@@ -599,14 +638,24 @@ static pcc_status block_limits(const pcc_values *E) {
         const pcc_block *bl = &g->blocks[b];
         int fb = graph_block_family(g, b), spans = 0;
         for (int st = 0; st < E->ns; st++) spans += E->copy_hi[fb][st] > E->copy_lo[fb][st];
-        if (bl->n_carry > 8) {
-            if (!pcc_trial) fprintf(stderr, "%s: %s: block \"%s\" carries %d values from copy to copy; plancc supports 8\n", pcc_progname,
-                    g->file, bl->name, bl->n_carry);
+        int nr = spans > 1 ? layout_block_regs(bl) : bl->n_carry;
+        if (nr > 8) {
+            if (!pcc_trial) fprintf(stderr, "%s: %s: block \"%s\" carries %d values from copy to copy%s; plancc supports 8\n", pcc_progname,
+                    g->file, bl->name, nr, nr > bl->n_carry ? " (with the gradients it sums over its copies, across stages)" : "");
             return PCC_ERR_INPUT;
         }
-        if (bl->n_acc > 0 && spans > 1) {
-            if (!pcc_trial) fprintf(stderr, "%s: %s: block \"%s\" sums a gradient over its copies, and its copies are on %d pipeline "
-                            "stages; plancc cannot yet sum across stages (use fewer stages)\n",
+        for (int i = 0; bl->fwd < 0 && spans > 1 && i < bl->n_in; i++) {
+            const pcc_tensor *T = &g->tensors[bl->in[i].outer];
+            if (T->kind != PCC_T_PARAM || graph_carry_of(bl, bl->in[i].inner, true) >= 0) continue;
+            if (!pcc_trial) fprintf(stderr, "%s: %s: block \"%s\" reads parameter \"%s\" in every copy, and its copies are on %d "
+                            "pipeline stages; plancc shares a parameter between stages only where operators outside repeated "
+                            "blocks read it (use fewer stages)\n", pcc_progname, g->file, bl->name, T->name, spans);
+            return PCC_ERR_INPUT;
+        }
+        if (bl->n_acc > 0 && spans > 1 && E->V > 1) {
+            if (!pcc_trial) fprintf(stderr, "%s: %s: --virtual-stages: block \"%s\" sums a gradient over its copies, and its copies are "
+                            "on %d model chunks; plancc sums such a gradient across stages only in plain pipelines (use no "
+                            "interleaving)\n",
                     pcc_progname, g->file, bl->name, spans);
             return PCC_ERR_INPUT;
         }

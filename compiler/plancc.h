@@ -1211,9 +1211,10 @@ typedef struct pcc_preserve_opts {
 } pcc_preserve_opts;
 
 // The programs of strategy s. PCC_ERR_INPUT (reported) for what phase 3 cannot make yet (ZeRO-2
-// with interleaving, more than 8 values carried by a block, a block summing a gradient over
-// copies on several stages, interleaving with a message that skips a chunk, a background-synced
-// parameter in a repeated block).
+// with interleaving, more than 8 values carried by a block (counting, where its copies are on
+// several stages, the gradients its backward sums over them), such a sum over copies on several
+// chunks of an interleaved pipeline, interleaving with a message that skips a chunk, a
+// background-synced parameter in a repeated block).
 pcc_status preserve(const pcc_graph *g, const pcc_cluster *c, const pcc_strategy *s, const pcc_preserve_opts *o,
                     pcc_programs **out);
 
@@ -1264,10 +1265,17 @@ plan_shard layout_grad_made(const pcc_values *v, int gp);
 // a reduce-scatter where the optimizer wants a shard, else an all-reduce in place. Returns the
 // count (at most PCC_AXES).
 int layout_sync_steps(const pcc_values *v, int gp, pcc_reshard_step *steps);
-// A value that crosses stages: a tensor (key < n_tensors) or block b's carry k (key
-// n_tensors + 8 b + k), and the stage at the other end.
+// The registers that pass block bl's values from a copy to the next one in its order on another
+// stage: its carries 0 .. n_carry-1, then, in a backward block, one per gradient it sums over its
+// copies (acc i as register n_carry + i: the partial sum over the copies already run, which the
+// next stage adds to and the stage of copy 0 adds into the sum). Can't fail.
+int layout_block_regs(const pcc_block *bl);
+// A value that crosses stages: a tensor (key < n_tensors) or block b's register k (key
+// n_tensors + 8 b + k: layout_block_regs), the stage at the other end, and whether this stage
+// only passes it on (a relay: plain 1F1B's backward messages go between neighbouring stages).
 typedef struct pcc_xfer {
     int key, peer;
+    bool relay;
 } pcc_xfer;
 // What stage `stage` sends (send) or receives in the forward (bwd false) or backward pass, in a
 // fixed order (by peer, then key) that both ends share; deferred gradient contributions only in

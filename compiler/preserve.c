@@ -34,6 +34,11 @@
  * Megatron-LM all-reduces the embedding's gradient after the pipeline flush): sent per
  * micro-batch, the message would sit in the same NCCL group as the pipeline's own and hold the
  * last stage until the first stage reaches that micro-batch's backward, one wave at a time.
+ * A gradient that a repeated block sums over its copies (T5's position bias, which every copy
+ * reads), with the copies on several stages: each stage adds its copies' part to the partial sum
+ * that arrives from the stage after and sends it on with its backward pass, like a carry
+ * (acc_reg); the stage of copy 0 holds the sum. With 1F1B, a backward message between stages
+ * that are not neighbours is passed on by each stage between (layout.c's relayed; relay_buf).
  *
  * --sync background (ShadowSync): the dense parameters (not embedding tables) replicated over an
  * axis on which their gradient holds partial sums, dp, or tp where the ILP split their operator
@@ -862,10 +867,13 @@ static bool carry_passes_through(const builder *E, int b, int stage) {
 }
 
 // The register that carries value k of block b from one copy to the next (a scratch buffer of
-// the carried tensor's size: the carry's source and destination hold the same layout).
+// the carried tensor's size: the carry's source and destination hold the same layout); k past
+// the carries: the partial sum of a gradient the backward block sums over its copies, passed
+// between stages (acc_reg), a buffer of the sum's tensor and layout, which the copies add into.
 static int carry_reg(builder *E, prog *P, int b, int k) {
     if (P->carry[b][k] < 0) {
-        int src = E->g->blocks[b].carry[k].inner;
+        const pcc_block *bl = &E->g->blocks[b];
+        int src = k < bl->n_carry ? bl->carry[k].inner : bl->acc[k - bl->n_carry].outer;
         // Two micro-batch slots where one group of sends and receives may send the register's
         // value for one micro-batch and receive into it for the next (PLAN_FORMAT.md: a run of
         // sends and receives is one group, across loop iterations too, and its receives may land
@@ -873,10 +881,26 @@ static int carry_reg(builder *E, prog *P, int b, int k) {
         // at pp >= 3: the warm-up loop's send of mb and its next iteration's receive of mb + 1),
         // and interleaved (consecutive units of one chunk have consecutive micro-batches).
         bool two = E->V > 1 || carry_passes_through(E, b, P->stage);
-        P->carry[b][k] = new_buf(E, P, -1, shard_r(), two ? 2 : 1, 1, 0);
-        P->buf[P->carry[b][k]].bytes = shard_bytes(E, src, E->v->home_sh[src]);
+        if (k < bl->n_carry) {
+            P->carry[b][k] = new_buf(E, P, -1, shard_r(), two ? 2 : 1, 1, 0);
+            P->buf[P->carry[b][k]].bytes = shard_bytes(E, src, E->v->home_sh[src]);
+        } else {
+            P->carry[b][k] = new_buf(E, P, src, E->v->home_sh[src], two ? 2 : 1, 1, 0); // the operators add into it
+        }
     }
     return P->carry[b][k];
+}
+
+// Where a backward block's copies are on several stages, each stage sums its own copies' part of
+// a gradient summed over copies (acc i) into a register that travels with the backward pass like
+// a carry: from the stage of the copies after (or zeros, on the stage of the last copy), through
+// this stage's copies, to the stage of the copies before. The stage of copy 0 holds the sum; it
+// adds what arrives into it before its own copies. The register of acc i; -1 where the sum
+// itself is the target (the stage of copy 0).
+static int acc_reg(builder *E, prog *P, int b, int i) {
+    const pcc_block *bl = &E->g->blocks[b];
+    if (E->v->copy_lo[graph_block_family(E->g, b)][P->stage] == 0) return -1;
+    return carry_reg(E, P, b, bl->n_carry + i);
 }
 
 // One copy of block b: the body of its layer loop.
@@ -901,7 +925,9 @@ static void block_body(builder *E, prog *P, int b, bool last_mb) {
     }
     for (int o = bl->first_op; o < bl->first_op + bl->n_ops; o++) emit_op(E, P, o, last_mb);
     for (int i = 0; i < bl->n_acc; i++) {
-        int G = home(E, P, bl->acc[i].outer), dx = reshard(E, P, home(E, P, bl->acc[i].inner), P->buf[G].shard);
+        int G = acc_reg(E, P, b, i);
+        if (G < 0) G = home(E, P, bl->acc[i].outer);
+        int dx = reshard(E, P, home(E, P, bl->acc[i].inner), E->v->home_sh[bl->acc[i].outer]);
         int args[3] = {G, dx, G};
         plan_insn *in = insn(E, P, PLAN_I_COMPUTE, STREAM_MAIN, args, 3);
         in->code = PCC_OP_ADD;
@@ -910,6 +936,26 @@ static void block_body(builder *E, prog *P, int b, bool last_mb) {
     for (int i = 0; i < bl->n_carry; i++) {
         int reg = carry_reg(E, P, b, i);
         copy(E, P, home(E, P, bl->carry[i].outer), reg);
+    }
+}
+
+// Before a backward block's copies on this stage, per micro-batch: the sum of acc i starts at
+// zero (on the stage of its last copy), or at the partial sum that arrived from the copies after
+// (acc_reg), which the stage of copy 0 copies into the sum. A parameter's gradient starts at zero
+// once per step (stage_prologue); its block is on one stage (layout.c refuses more).
+static void acc_start(builder *E, prog *P, int b, int i, bool first) {
+    int t = E->g->blocks[b].acc[i].outer, reg = acc_reg(E, P, b, i);
+    if (graph_is_param_grad(E->g, t)) {
+        PCC_ASSERT(reg < 0 && first);
+        return;
+    }
+    int G = reg >= 0 ? reg : home(E, P, t);
+    if (first) {
+        plan_insn *in = insn(E, P, PLAN_I_COMPUTE, STREAM_MAIN, &G, 1);
+        in->code = PCC_OP_FILL;
+        in->t_s = memory_s(E, P, (double)P->buf[G].bytes, G);
+    } else if (reg < 0) {
+        copy(E, P, carry_reg(E, P, b, E->g->blocks[b].n_carry + i), G);
     }
 }
 
@@ -933,14 +979,7 @@ static void block_range(builder *E, prog *P, int b, bool last_mb) {
         int inner = bl->in[i].inner;
         if (graph_carry_of(bl, inner, true) < 0) P->home[inner] = reshard(E, P, home(E, P, bl->in[i].outer), E->v->home_sh[inner]);
     }
-    for (int i = 0; i < bl->n_acc; i++) {
-        int G = home(E, P, bl->acc[i].outer);
-        if (!graph_is_param_grad(g, bl->acc[i].outer)) { // zeroed per micro-batch (param gradients: once, at the start)
-            plan_insn *in = insn(E, P, PLAN_I_COMPUTE, STREAM_MAIN, &G, 1);
-            in->code = PCC_OP_FILL;
-            in->t_s = memory_s(E, P, (double)P->buf[G].bytes, G);
-        }
-    }
+    for (int i = 0; i < bl->n_acc; i++) acc_start(E, P, b, i, first);
     loop_open(E, P, bwd ? PLAN_LOOP_REVERSE_LAYER : PLAN_LOOP_LAYER, hi - lo);
     block_body(E, P, b, last_mb);
     loop_close(E, P);
@@ -952,6 +991,14 @@ static void block_range(builder *E, prog *P, int b, bool last_mb) {
 }
 
 /* ---- stage boundaries ---- */
+
+// The buffer a stage passes a relayed message on from (layout_transfers): two micro-batch slots,
+// since the send of one micro-batch and the receive of the next may fall in one group of sends
+// and receives (1F1B's cool-down), whose receives may land before its sends read.
+static int relay_buf(builder *E, prog *P, int t) {
+    if (P->home[t] < 0) P->home[t] = new_buf(E, P, t, E->v->home_sh[t], 2, 1, 0);
+    return P->home[t];
+}
 
 static void p2p(builder *E, prog *P, bool bwd, bool send, bool last_mb) {
     const pcc_graph *g = E->g;
@@ -965,6 +1012,8 @@ static void p2p(builder *E, prog *P, bool bwd, bool send, bool last_mb) {
         if (x[i].key >= g->n_tensors) {
             int k = x[i].key - g->n_tensors;
             buf = carry_reg(E, P, k / 8, k % 8);
+        } else if (x[i].relay) {
+            buf = relay_buf(E, P, x[i].key);
         } else {
             buf = home(E, P, x[i].key);
         }
@@ -1067,8 +1116,9 @@ static void stage_tables(builder *E, int **home, int ***carry) {
     *carry = arena_alloc(g->arena, sizeof(int *) * (size_t)(g->n_blocks + 1));
     for (int t = 0; t < g->n_tensors; t++) (*home)[t] = -1;
     for (int b = 0; b < g->n_blocks; b++) {
-        (*carry)[b] = arena_alloc(g->arena, sizeof(int) * (size_t)(g->blocks[b].n_carry + 1));
-        for (int k = 0; k < g->blocks[b].n_carry; k++) (*carry)[b][k] = -1;
+        int nr = layout_block_regs(&g->blocks[b]);
+        (*carry)[b] = arena_alloc(g->arena, sizeof(int) * (size_t)(nr + 1));
+        for (int k = 0; k < nr; k++) (*carry)[b][k] = -1;
     }
 }
 

@@ -108,10 +108,13 @@ check("--global-batch 8 --auto: the micro-batch search skips counts that break g
 p = run("models/mlp.json", *CPU, "--devices", "4", "--burst", "--amp-limit", "2", "-o", "/dev/null")
 check("--burst --amp-limit 2: the per-layer table", p.returncode == 0 and "GPUs" in p.stdout and "batch/GPU" in p.stdout
       and "amplification limit 2" in p.stdout and "simulated step" in p.stdout, p)
+p = run("models/gpt-tiny.json", *CPU, "--devices", "1", "--auto", "--sync", "background:algo=ma", "-o", "/dev/null")
+check("--auto where every ranked plan meets a phase-3 limit (--sync background, parameters in a repeated block): exit 3, "
+      "the limit once and the fix", p.returncode == 3 and "is in repeated block" in p.stderr and "larger batch (--global-batch)" in p.stderr
+      and p.stderr.count("is in repeated block") == 1, p)
 p = run("models/t5-small.json", "--cluster", "models/clusters/dgx-a100.json", "--devices", "64", "--auto", "-o", "/dev/null")
-check("--auto where every ranked plan meets a phase-3 limit (T5 of batch 2 on 64 GPUs): exit 3, the limit and the fix",
-      p.returncode == 3 and "cannot yet sum across stages" in p.stderr and "larger batch (--global-batch)" in p.stderr
-      and p.stderr.count("cannot yet sum") == 1, p)
+check("--auto for T5 of batch 2 on 64 GPUs: a plan (pipelines that cut a block summing its bias gradient are plannable)",
+      p.returncode == 0 and "plan_check passed" in p.stdout, p)
 p = run("--check", "models/mlp.json", "-o", "x.plan")
 check("--check with -o: exit 2", p.returncode == 2 and "--check" in p.stderr, p)
 p = run("models/mlp.json", "--cluster", "models/clusters/cpu.json", "--devices", "2", "-o", "/nonexistent-dir/x.plan")
@@ -244,6 +247,25 @@ p = run("models/gpt-tiny.json", "--cluster", "models/clusters/cpu.json", "--devi
 check("--pp 4 --virtual-stages 2 on gpt-tiny: exit 2, a message that skips a chunk", p.returncode == 2
       and 'chunk 0 receives "d:h_in@layer.bwd" from chunk 3' in p.stderr and "between consecutive chunks" in p.stderr
       and len(p.stderr.splitlines()) == 1, p)
+# A block that reads a parameter from outside in every copy (gpt-tiny with 6 layers whose first
+# layernorm's gain is one top-level parameter), its copies on 2 stages: refused, naming both; on
+# one stage it plans.
+with tempfile.TemporaryDirectory() as tmp:
+    with open(os.path.join(root, "models", "gpt-tiny.json"), encoding="utf-8") as f:
+        m = json.load(f)
+    m["tensors"]["g_shared"] = {"kind": "param", "shape": ["H"], "init": {"kind": "ones"}}
+    blk = next(o for o in m["ops"] if "block" in o)
+    blk["repeat"], blk["in"]["gs"] = 6, "g_shared"
+    del blk["tensors"]["ln1_g"]
+    blk["ops"][0]["in"][1] = "gs"
+    path = os.path.join(tmp, "shared-gain.json")
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(m, f)
+    p = run(path, *CPU, "--devices", "2", "--pp", "2", "-o", "/dev/null")
+    check("a block reading a top-level parameter, copies on 2 stages: exit 2, names the block and the parameter",
+          p.returncode == 2 and 'block "layer" reads parameter "g_shared" in every copy' in p.stderr and len(p.stderr.splitlines()) == 1, p)
+    p = run(path, *CPU, "--devices", "2", "--dp", "2", "-o", "/dev/null")
+    check("... on one stage (--dp 2): a plan", p.returncode == 0, p)
 p = run("--help")
 check("--help documents --bucket-mb", p.returncode == 0 and "--bucket-mb X" in p.stdout, p)
 p = run("--check", "-q", "models/mlp.json", "--cluster", "models/clusters/dgx-a100.json", "--devices", "4", "-d", "ts")

@@ -5,6 +5,7 @@ usage: equiv.py [--backend B] [--precision f64] [--seed S] [--quick] PLANCC PLAN
        equiv.py [--precision f64] --policies PLANCC PLANRUN SOURCE_ROOT
        equiv.py [--precision f64] --flash PLANCC PLANRUN SOURCE_ROOT [MODEL...]
        equiv.py [--precision f64] --coshard PLANCC PLANRUN SOURCE_ROOT
+       equiv.py [--precision f64] --t5 PLANCC PLANRUN SOURCE_ROOT
 
 --flash: attention in the FlashAttention form (plancc --attention flash) under dp, tp, pp, cp and
 sequence parallelism (FLASH below). With --precision f64 against the one-device plan in the
@@ -21,6 +22,13 @@ micro-batch count given where the policy leaves it open, so that the reference m
 
 --coshard: gpt-tiny's MLP, attention and LM head with its loss co-sharded (--coshard, COSHARD
 below), alone and with dp, tp, pp, recompute and --auto; a co-shard plancc refuses is a failure.
+
+--t5: T5 pipelines whose repeated blocks sum a gradient over their copies (the relative position
+bias and the encoder's output, which every copy reads) with the copies on several stages, so that
+the partial sums travel between stages with the backward pass (T5 below): tests/models/t5-tiny.json
+and a copy with 1 encoder and 6 decoder layers, under pp 2 and 4 with 1F1B and GPipe, with dp and
+tp beside it and several micro-batches. Each case must hold the decoder's layers on two stages or
+more (else it checks nothing new); interleaving such a pipeline must be refused (exit 2).
 
 --quick: one plan of each strategy family (QUICK below) on 1, 2 and 4 ranks, for the tiny
 variants of imported models (tests/models/); --few: five plans (FEW below).
@@ -63,6 +71,7 @@ seed; the f64 one does not).
 """
 import math
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -250,6 +259,50 @@ COSHARD = [(1, CS_MLP_S), (1, CS_MLP_F), (1, CS_ATTN), (1, CS_HEAD), (1, f"{CS_M
            (4, f"{CS_HEAD} --auto")]
 
 
+# --t5: (model, devices, options); t5-tiny-deep is tests/models/t5-tiny.json with 1 encoder and 6
+# decoder layers, whose decoder the pipelines cut.
+T5 = [("t5-tiny-deep", 2, "--pp 2 --micro-batches 4"), ("t5-tiny-deep", 2, "--pp 2 --micro-batches 1"),
+      ("t5-tiny-deep", 2, "--pp 2 --micro-batches 4 --schedule gpipe"), ("t5-tiny-deep", 4, "--pp 2 --dp 2 --micro-batches 4"),
+      ("t5-tiny-deep", 4, "--pp 2 --tp 2 --micro-batches 2"), ("t5-tiny-deep", 4, "--pp 4 --micro-batches 8"),
+      ("t5-tiny-deep", 4, "--pp 4 --micro-batches 4 --schedule gpipe"), ("t5-tiny-deep", 8, "--pp 4 --dp 2 --micro-batches 4"),
+      ("t5-tiny", 4, "--pp 4 --micro-batches 4")]
+
+
+def decoder_stages(plandump, path):
+    """How many programs of the plan hold a buffer of a decoder layer's parameter."""
+    text = run(plandump, "--text", path).stdout
+    ids = set(re.findall(r'^tensor (\d+) "decoder\.[^"]*" \w+ param ', text, re.M))
+    return sum(any(t in ids for t in re.findall(r"^\s*buffer \d+ tensor (\d+) ", prog, re.M)) for prog in text.split("\nprogram ")[1:])
+
+
+def t5_pipelines(c):
+    """The T5 cases; False if one does not spread the decoder over several stages or interleaving
+    is not refused."""
+    src = os.path.join(c.root, "tests", "models", "t5-tiny.json")
+    with open(src, encoding="utf-8") as f:
+        text = f.read()
+    first = text.index('"repeat": 2')
+    second = text.index('"repeat": 2', first + 1)
+    c.paths["t5-tiny"], c.paths["t5-tiny-deep"] = src, os.path.join(c.tmp, "t5-tiny-deep.json")
+    with open(c.paths["t5-tiny-deep"], "w", encoding="utf-8") as f:
+        f.write(text[:first] + '"repeat": 1' + text[first + 11:second] + '"repeat": 6' + text[second + 11:])
+    plandump = os.path.join(os.path.dirname(os.path.abspath(c.plancc)), "plandump")
+    ok = True
+    for model, n, opts in T5:
+        out = os.path.join(c.tmp, "t5.plan")
+        if c.compile(model, n, opts, out).returncode == 0 and decoder_stages(plandump, out) < 2:
+            ok = False
+            print(f"FAIL {model} on {n}: {opts}: the decoder's layers are on one stage; the case checks nothing new")
+        c.check(model, n, opts, refuse_fails=True)
+    p = c.compile("t5-tiny-deep", 2, "--pp 2 --virtual-stages 2 --micro-batches 4", os.path.join(c.tmp, "t5v.plan"))
+    if p.returncode != 2 or "only in plain pipelines" not in p.stderr:
+        ok = False
+        print(f"FAIL t5-tiny-deep on 2: --pp 2 --virtual-stages 2: plancc exits {p.returncode}, not 2 with its refusal\n{p.stderr[-800:]}")
+    else:
+        print("ok   t5-tiny-deep on 2: --pp 2 --virtual-stages 2 --micro-batches 4 is refused (exit 2)")
+    return ok
+
+
 def micro_batches(opts):
     w = opts.split()
     if "--policy" in w:  # a policy may pin the count itself
@@ -374,14 +427,18 @@ class Case:
 
 
 def main():
-    global PRECISION, RTOL, ATOL, SEED
+    global PRECISION, RTOL, ATOL, SEED, failed
     args = sys.argv[1:]
     backend = "cpu"
     global quick, few
-    pol = cs = False
+    pol = cs = t5 = False
     global flash
     while args[:1] in (["--backend"], ["--precision"], ["--seed"], ["--quick"], ["--few"], ["--policies"], ["--coshard"],
-                       ["--flash"]) and len(args) > 1:
+                       ["--flash"], ["--t5"]) and len(args) > 1:
+        if args[0] == "--t5":
+            t5 = True
+            args = args[1:]
+            continue
         if args[0] == "--flash":
             flash = True
             args = args[1:]
@@ -422,7 +479,9 @@ def main():
             return 1 if failed or not passed else 0
         for n, opts in COSHARD if cs else []:
             c.check("gpt-tiny", n, opts, refuse_fails=True)
-        for model in [] if pol or cs else models:
+        if t5 and not t5_pipelines(c):
+            failed += 1
+        for model in [] if pol or cs or t5 else models:
             if model.endswith(".json"):  # a model file outside models/ (tests/models/...)
                 name = os.path.splitext(os.path.basename(model))[0]
                 c.paths[name] = model if os.path.isabs(model) else os.path.join(root, model)

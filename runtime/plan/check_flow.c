@@ -43,7 +43,10 @@
  * Unread values. A slot that holds one micro-batch's or one block copy's value of a tensor
  * (a buffer with several mb or layer slots, not persistent, not the loss) is written to be
  * read: a pure write over an unread value, or an unread value at the end of the step, means a
- * loop ran longer than the one that should read it.
+ * loop ran longer than the one that should read it. So is a received message (outside
+ * persistent buffers, which a parameter's copy arrives in for the next step): one overwritten
+ * unread, or still unread when the step ends, is dropped (a stage that zeroes the partial sum
+ * of a block's gradient that the next stage sent it instead of adding to it).
  *
  * The walk is bounded (slots, overlapping pairs, steps), so a plan too large to check is
  * refused with a message rather than checked for hours.
@@ -745,12 +748,23 @@ static bool must_be_read(const flow *f, uint64_t s) {
            b->tensor != f->c->p->meta.loss && !f->in_bg;
 }
 
+// Whether the write of slot s by receive `in` is a message that the program must read.
+static bool must_read_message(const flow *f, const plan_insn *in, uint64_t s) {
+    return in->kind == PLAN_I_RECV && !(f->pg->buffers[f->slot_buf[s]].flags & PLAN_BUF_PERSIST) && !f->in_bg;
+}
+
 // A write of slot s by instruction i over a value nobody read (a forward loop that ran one
 // micro-batch too many, a backward loop one too few, ...).
 static plan_status flow_unread(flow *f, uint32_t i, uint64_t s) {
     if (!f->unread[s]) return PLAN_OK;
     char a[160];
     slot_desc(f, s, a, sizeof(a));
+    if (f->pg->insns[f->writer[s]].kind == PLAN_I_RECV) {
+        if (i == PLAN_NONE)
+            return check_pfail(f->c, f->k, "%s (received by insn %u) is never read: the message is dropped", a, f->writer[s]);
+        return ffail(f, i, "writes %s over the message insn %u received, which nothing read: the message is dropped", a,
+                     f->writer[s]);
+    }
     if (i == PLAN_NONE)
         return check_pfail(f->c, f->k, "%s (written by insn %u) is never read: a loop over micro-batches or block copies runs "
                            "longer than the one that should read it", a, f->writer[s]);
@@ -786,7 +800,7 @@ static plan_status flow_insn(flow *f, uint32_t i) {
             if (!st) st = pend_write(f, i, j, s);
             bool pure = !(plan_arg_role(f->pg, in, j) & A_READ); // not an update in place or an accumulation
             if (!st && pure) st = flow_unread(f, i, s);
-            f->unread[s] = pure && must_be_read(f, s);
+            f->unread[s] = pure && (must_be_read(f, s) || must_read_message(f, in, s));
             f->vmb[s] = f->in_bg ? MB_ANY : vmb;
             f->last[s] = f->time;
             f->writer[s] = i;
