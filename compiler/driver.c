@@ -39,6 +39,7 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* ---- the micro-batch search ---- */
 
@@ -121,6 +122,86 @@ pcc_status driver_micro_batches(pcc_arena *a, pcc_options *o, const pcc_cluster 
     o->mb_search_s = clock_s() - t0;
     if (st || r.slot < 0) return st; // nothing fit: the plain compile (one micro-batch) says why
     return front_end(a, o, g);
+}
+
+/* ---- the co-shard round ---- */
+
+// Whether plan s recomputes: any operator (recompute only costs time; memory chose it).
+static bool recomputes(const pcc_strategy *s) {
+    if (s->config.rc == PCC_RECOMPUTE_FULL) return true;
+    const pcc_intra *in = s->intra;
+    for (int i = 0; in && i < in->t->n_ops; i++)
+        if (in->t->ops[i].c[in->choice[i]].recompute) return true;
+    return false;
+}
+
+bool driver_coshard_wanted(const pcc_options *o, const pcc_strategy *s, bool too_large) {
+    return o->search.auto_mesh && !o->coshard && !o->coshard_none && !o->policy && !o->check && !o->burst &&
+           o->search.recompute != PCC_RECOMPUTE_FULL && (too_large || recomputes(s));
+}
+
+pcc_status driver_coshard(const pcc_options *o, const pcc_cluster *c, const pcc_graph *g, const pcc_strategy *s,
+                          pcc_coshard_pick **out) {
+    static const int ways[] = {2, 4, 8};
+    enum { NK = sizeof ways / sizeof ways[0] };
+    double t0 = clock_s();
+    *out = NULL;
+    pcc_arena *a = arena_init();
+    // The micro-batch counts: every one the driver searched, else the compile's.
+    int b = graph_batch_dim(g), n = 1;
+    const int *m = &g->micro_batches;
+    int64_t gb = (b >= 0 ? g->dims[b].size : 1) * g->micro_batches;
+    if (o->mb_searched) m = counts(a, g, gb, &n);
+    pcc_search_opts so = o->search;
+    so.pick = NULL, so.quiet = true, so.ilp.progress = false, so.ilp.dump_lp = NULL, so.beat_s = s->est_step_s;
+    pcc_bf_slot *slots = arena_alloc(a, sizeof(pcc_bf_slot) * (size_t)(n * NK));
+    pcc_arena **arenas = arena_alloc(a, sizeof(pcc_arena *) * (size_t)(n * NK));
+    const char **spec = arena_alloc(a, sizeof(char *) * (size_t)(n * NK));
+    pcc_batch_opts *batch = arena_alloc(a, sizeof(pcc_batch_opts) * (size_t)(n * NK));
+    pcc_status st = PCC_OK;
+    int ns = 0;
+    for (int k = 0; k < NK && !st; k++) {
+        const char *names = coshard_suggest(a, g, ways[k]);
+        if (!names) continue;
+        const char *sp = "";
+        char *copy = arena_printf(a, "%s", names), *save = NULL;
+        for (char *x = strtok_r(copy, ",", &save); x; x = strtok_r(NULL, ",", &save))
+            sp = arena_printf(a, "%s%s%s:%d", sp, *sp ? "," : "", x, ways[k]);
+        for (int i = 0; i < n && !st; i++) {
+            progress_phase("phase 2: co-shard %d ways (%s), %d micro-batch%s", ways[k], names, m[i], m[i] == 1 ? "" : "es");
+            pcc_options t = *o;
+            t.coshard = sp;
+            if (o->mb_searched) t.batch.micro_batches = m[i], t.batch.micro_batches_given = true, t.batch.global_batch = gb;
+            batch[ns] = t.batch, spec[ns] = sp, arenas[ns] = arena_init();
+            bool was = pcc_trial;
+            pcc_trial = true; // a count or a co-shard the graph refuses is left out
+            pcc_graph *h;
+            st = front_end(arenas[ns], &t, &h);
+            pcc_trial = was;
+            if (!st) {
+                int nz;
+                int *sizes = search_group_sizes(h, c, &so, &nz);
+                slots[ns].space = space_init(h, c, transform_all(h, sizes, nz), &so);
+                slots[ns++].m = m[i];
+            } else {
+                arena_free(arenas[ns]);
+            }
+            if (st == PCC_ERR_INPUT) st = PCC_OK;
+        }
+    }
+    pcc_bf_result r = {.slot = -1};
+    if (!st && ns) st = bestfirst(slots, ns, &so, &r);
+    if (!st && r.slot >= 0) {
+        pcc_coshard_pick *p = calloc(1, sizeof *p);
+        PCC_ASSERT(p && r.n > 0);
+        *p = (pcc_coshard_pick){strdup(spec[r.slot]), r.config, batch[r.slot], r.ranked[0]->est_step_s, s->est_step_s, 0};
+        PCC_ASSERT(p->spec);
+        *out = p;
+    }
+    for (int i = 0; i < ns; i++) arena_free(arenas[i]);
+    arena_free(a);
+    if (*out) (*out)->seconds = clock_s() - t0;
+    return st;
 }
 
 /* ---- the fit ---- */

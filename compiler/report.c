@@ -404,7 +404,14 @@ static void text_calibration(FILE *f, const pcc_graph *g, const pcc_cluster *c) 
     else fprintf(f, "; flash attention from %s (%s)\n", said[from[0] == 'b' ? 0 : from[0] == 'c' ? 1 : 2], c->name);
 }
 
-// The operators coshard.c rewrote: a JSON array, or one text line (nothing when none).
+// A number, or null where it is not finite (a bound before GLPK has one).
+static void json_num_or_null(FILE *f, double x) {
+    if (isfinite(x)) fprintf(f, "%.9g", x);
+    else fprintf(f, "null");
+}
+
+// The operators coshard.c rewrote: a JSON array and the key "coshard_over_s" (the estimate of the
+// plan --auto's co-shard round beat, or null), or one text line (nothing when none).
 static void report_coshard(FILE *f, const pcc_options *o, bool json) {
     if (json) fprintf(f, "[");
     else if (o->n_coshard_notes) fprintf(f, "  co-shard:");
@@ -422,8 +429,15 @@ static void report_coshard(FILE *f, const pcc_options *o, bool json) {
         json_string(f, n->dim);
         fprintf(f, ", \"ways\": %d}", n->ways);
     }
-    if (json) fprintf(f, "]");
-    else if (o->n_coshard_notes) fprintf(f, " (pieces one after another on each device)\n");
+    if (json) {
+        fprintf(f, "], \"coshard_over_s\": ");
+        json_num_or_null(f, o->coshard_over_s > 0 ? o->coshard_over_s : NAN);
+    } else if (o->n_coshard_notes && o->coshard_over_s > 0) {
+        fprintf(f, " (pieces one after another on each device; --auto chose it: the best plan without co-shard, "
+                   "which memory bound, is estimated at %.6g s)\n", o->coshard_over_s);
+    } else if (o->n_coshard_notes) {
+        fprintf(f, " (pieces one after another on each device)\n");
+    }
 }
 
 void report_estimate(FILE *f, const pcc_graph *g, const pcc_cluster *c, const pcc_options *o, const pcc_strategy *s,
@@ -508,12 +522,6 @@ static void report_candidates(FILE *f, pcc_strategy *const *cand, int n) {
 }
 
 /* ---- the compile summary as JSON (schemas/compile.schema.json) ---- */
-
-// A number, or null where it is not finite (a bound before GLPK has one).
-static void json_num_or_null(FILE *f, double x) {
-    if (isfinite(x)) fprintf(f, "%.9g", x);
-    else fprintf(f, "null");
-}
 
 static void json_compile_head(FILE *f, const pcc_graph *g, const pcc_cluster *c, const char *out, double nbytes) {
     fprintf(f, "{\"model\": ");

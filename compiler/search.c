@@ -604,6 +604,7 @@ static void space_enumerate(pcc_space *S) {
                         for (int r = 0; r < nrc; r++)
                             for (int v = 0; v <= (int)inter; v++) {
                                 if ((zero == 2 && o->zero != 2) || (zero > o->zero && dp == 1)) continue;
+                                if (o->beat_s > 0 && rcs[r] == PCC_RECOMPUTE_FULL) continue; // driver_coshard's round
                                 pcc_config k = {.pp = pp, .dp = dp, .tp = tp, .v = v ? o->virtual_stages : 1, .zero = zero,
                                                 .cp = cp, .cp_ring = ring, .btp = btp, .sp = sp, .rc = rcs[r]};
                                 if (cp > 1 && !cp_state_fits(S, &k)) continue;
