@@ -38,10 +38,13 @@ typedef struct pcc_coshard_pick {
 // --coshard, no --policy, recompute not forced full.
 bool driver_coshard_wanted(const pcc_options *o, const pcc_strategy *s, bool too_large);
 // The co-shard round: for k of 2, 4 and 8, the graph with coshard_suggest's operators co-sharded
-// k ways (every micro-batch count the driver searched, else o's), all searched in one best-first
+// k ways (at s's micro-batch count and, where the driver searched counts, the next fewer), all searched in one best-first
 // queue (bestfirst.c) against s's estimate, full recompute left out. *out: the fastest that fits
 // and beats s (malloc'd), or NULL. An error of an ILP is returned.
 pcc_status driver_coshard(const pcc_options *o, const pcc_cluster *c, const pcc_graph *g, const pcc_strategy *s,
                           pcc_coshard_pick **out);
+// What the co-shard round searched (its part of bestfirst_counts; bound: the graphs, co-shard ways
+// times micro-batch counts); searches 0 where it did not run. Can't fail.
+const pcc_search_counts *driver_coshard_counts(void);
 
 #endif

@@ -126,6 +126,8 @@ pcc_status driver_micro_batches(pcc_arena *a, pcc_options *o, const pcc_cluster 
 
 /* ---- the co-shard round ---- */
 
+static pcc_search_counts round_counts; // what the round searched (bound: the graphs it searched)
+
 // Whether plan s recomputes: any operator (recompute only costs time; memory chose it).
 static bool recomputes(const pcc_strategy *s) {
     if (s->config.rc == PCC_RECOMPUTE_FULL) return true;
@@ -147,11 +149,14 @@ pcc_status driver_coshard(const pcc_options *o, const pcc_cluster *c, const pcc_
     double t0 = clock_s();
     *out = NULL;
     pcc_arena *a = arena_init();
-    // The micro-batch counts: every one the driver searched, else the compile's.
-    int b = graph_batch_dim(g), n = 1;
-    const int *m = &g->micro_batches;
+    // The micro-batch counts: the plan's, and where the driver searched them, the next fewer (a
+    // larger micro-batch, which memory may have ruled out).
+    int b = graph_batch_dim(g), n = 1, nc, m[2] = {g->micro_batches, 0};
     int64_t gb = (b >= 0 ? g->dims[b].size : 1) * g->micro_batches;
-    if (o->mb_searched) m = counts(a, g, gb, &n);
+    const int *all = o->mb_searched ? counts(a, g, gb, &nc) : NULL;
+    for (int i = 0; all && i < nc && n < 2; i++)
+        if (all[i] < m[0]) m[n++] = all[i];
+    pcc_search_counts before = *bestfirst_counts();
     pcc_search_opts so = o->search;
     so.pick = NULL, so.quiet = true, so.ilp.progress = false, so.ilp.dump_lp = NULL, so.beat_s = s->est_step_s;
     pcc_bf_slot *slots = arena_alloc(a, sizeof(pcc_bf_slot) * (size_t)(n * NK));
@@ -200,9 +205,14 @@ pcc_status driver_coshard(const pcc_options *o, const pcc_cluster *c, const pcc_
     }
     for (int i = 0; i < ns; i++) arena_free(arenas[i]);
     arena_free(a);
+    const pcc_search_counts *k = bestfirst_counts();
+    round_counts = (pcc_search_counts){k->searches - before.searches, k->configs - before.configs, k->expanded - before.expanded,
+                                       k->checked - before.checked, k->dropped - before.dropped, clock_s() - t0, ns, 0};
     if (*out) (*out)->seconds = clock_s() - t0;
     return st;
 }
+
+const pcc_search_counts *driver_coshard_counts(void) { return &round_counts; }
 
 /* ---- the fit ---- */
 

@@ -292,14 +292,22 @@ void report_print(FILE *f, const pcc_graph *g, const pcc_report_opts *o) { repor
 // --auto's search: what it looked at and what it solved (bestfirst.c, glpk.c), and the
 // micro-batch counts it planned.
 static void report_search(FILE *f, const pcc_graph *g, const pcc_options *o) {
-    const pcc_search_counts *k = bestfirst_counts();
+    const pcc_search_counts *all = bestfirst_counts(), *r = driver_coshard_counts();
     const pcc_ilp_counts *n = mip_counts();
+    pcc_search_counts k = {all->searches - r->searches, all->configs - r->configs, all->expanded - r->expanded,
+                           all->checked - r->checked, all->dropped - r->dropped, all->seconds - r->seconds, 0, 0};
     char left[80] = "";
-    if (!o->search.auto_mesh || !k->searches) return;
-    if (k->dropped) snprintf(left, sizeof left, "; %d left unsolved when the time ran out", k->dropped);
+    if (!o->search.auto_mesh || !all->searches) return;
+    if (k.dropped) snprintf(left, sizeof left, "; %d left unsolved when the time ran out", k.dropped);
     fprintf(f, "  searched %d of %d candidates (%d planned by the memory planner%s) in %.3f s; ILPs: %d solved in %.3f s, "
-               "%d reused, %d answered without their memory row\n", k->expanded, k->configs, k->checked, left, k->seconds,
+               "%d reused, %d answered without their memory row\n", k.expanded, k.configs, k.checked, left, k.seconds,
             n->solves, n->seconds, n->reused, n->relaxed);
+    if (r->searches) {
+        if (r->dropped) snprintf(left, sizeof left, "; %d left unsolved when the time ran out", r->dropped);
+        fprintf(f, "  co-shard round (memory bound the plan without it): %d graphs, searched %d of %d candidates (%d planned "
+                   "by the memory planner%s) in %.3f s (its ILPs counted above); %s\n", (int)r->bound, r->expanded, r->configs, r->checked,
+                r->dropped ? left : "", r->seconds, o->coshard_over_s > 0 ? "co-shard chosen" : "none faster");
+    }
     int bd = graph_batch_dim(g);
     int64_t gb = bd >= 0 ? g->dims[bd].size * g->micro_batches : 0;
     if (o->mb_searched)
