@@ -45,7 +45,8 @@
  * slot, configuration and round, so the result is deterministic unless the budget runs out.
  *
  * The co-shard round (driver.c, driver_coshard) searches co-sharded graphs against a plan it has
- * (o->beat_s, that plan's estimate): it stops at the first key no better, nothing found.
+ * (o->beat_s, that plan's estimate): it stops at the first key no better, nothing found; once its
+ * budget is spent it drops the ILP probes too, not only the hard solves.
  *
  * Progress: the search updates the progress line (glpk.c) with what it has searched, the best
  * estimate found so far and the bound.
@@ -171,6 +172,10 @@ static pcc_status expand(bf *B, bf_node x, bool *done) {
         }
         break;
     default:
+        if (B->o->beat_s > 0 && B->o->deadline_s > 0 && clock_cpu_s() > B->o->deadline_s) {
+            B->r->dropped++; // the co-shard round, out of time: no probe either
+            return PCC_OK;
+        }
         B->r->expanded++;
     }
     pcc_status st = space_build(S, &x.config, x.level == 1, &s);

@@ -38,9 +38,10 @@ typedef struct pcc_coshard_pick {
 // --coshard, no --policy, recompute not forced full.
 bool driver_coshard_wanted(const pcc_options *o, const pcc_strategy *s, bool too_large);
 // The co-shard round: for k of 2, 4 and 8, the graph with coshard_suggest's operators co-sharded
-// k ways (at s's micro-batch count and, where the driver searched counts, the next fewer), all searched in one best-first
-// queue (bestfirst.c) against s's estimate, full recompute left out. *out: the fastest that fits
-// and beats s (malloc'd), or NULL. An error of an ILP is returned.
+// k ways (at s's micro-batch count and, where the driver searched counts, the next fewer), all
+// searched in one best-first queue (bestfirst.c) against s's estimate, full recompute left out, on
+// a budget of a quarter of the compile's CPU seconds (at least 2 s, at most --time-limit). *out: the
+// fastest that fits and beats s (malloc'd), or NULL. An error of an ILP is returned.
 pcc_status driver_coshard(const pcc_options *o, const pcc_cluster *c, const pcc_graph *g, const pcc_strategy *s,
                           pcc_coshard_pick **out);
 // What the co-shard round searched (its part of bestfirst_counts; bound: the graphs, co-shard ways

@@ -159,6 +159,12 @@ pcc_status driver_coshard(const pcc_options *o, const pcc_cluster *c, const pcc_
     pcc_search_counts before = *bestfirst_counts();
     pcc_search_opts so = o->search;
     so.pick = NULL, so.quiet = true, so.ilp.progress = false, so.ilp.dump_lp = NULL, so.beat_s = s->est_step_s;
+    // Its own time budget: a quarter of the CPU seconds the compile has spent so far (its search
+    // began at deadline_s - --time-limit), at least 2 s, at most --time-limit; best first, so what
+    // it leaves unsolved is what could win least.
+    double limit = o->search.ilp.time_limit_s, now = clock_cpu_s();
+    double budget = fmax(2.0, 0.25 * (o->search.deadline_s > 0 ? now - (o->search.deadline_s - limit) : before.seconds));
+    so.deadline_s = now + (limit > 0 ? fmin(limit, budget) : budget);
     pcc_bf_slot *slots = arena_alloc(a, sizeof(pcc_bf_slot) * (size_t)(n * NK));
     pcc_arena **arenas = arena_alloc(a, sizeof(pcc_arena *) * (size_t)(n * NK));
     const char **spec = arena_alloc(a, sizeof(char *) * (size_t)(n * NK));

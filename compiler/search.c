@@ -584,6 +584,7 @@ static pcc_status search_template(pcc_space *S, pcc_strategy ***out, int *n_out)
 // sequence, recompute as asked (auto: also none and full, Megatron-LM's two, so that every
 // template is among the candidates), interleaving where the pipeline can run it (pp 2), and
 // context parallelism over every power of two auto_cp_ok allows, in both forms (Ulysses' and ring attention's).
+// The co-shard round (o->beat_s, driver.c) leaves full recompute out: co-shard is there to spare it.
 static void space_enumerate(pcc_space *S) {
     const pcc_search_opts *o = S->o;
     pcc_recompute rcs[3] = {o->recompute, PCC_RECOMPUTE_NONE, PCC_RECOMPUTE_FULL};
