@@ -31,7 +31,8 @@
  * --auto's own search tightens every configuration and covers full recompute and ZeRO-3, so
  * with --auto steps 2 and 3's searches run only for what it left out.
  * Phase 1's candidates serve every round (its group sizes do not depend on the memory or on
- * recompute and ZeRO).
+ * recompute and ZeRO). An error other than "does not fit" ends the loop, but in step 3, where
+ * it only rules that suggestion out.
  *
  * The co-shard round (driver_coshard). Co-shard changes the graph (coshard.c rewrites it before
  * autodiff), so the search cannot take it as one more option of a configuration: like a
@@ -40,8 +41,7 @@
  * 8 ways (coshard_suggest's operators: the largest outputs and their losses) at the plan's
  * micro-batch count and the next fewer, and bestfirst searches them against the plan's estimate
  * (o->beat_s: nothing is solved that could not beat it), full recompute left out, on a budget of
- * its own. main.c compiles the winner, if any, in place of the plan (o->coshard_pick). An error other than "does not fit" ends the loop, but in step 3, where
- * it only rules that suggestion out.
+ * its own. main.c compiles the winner, if any, in place of the plan (o->coshard_pick).
  */
 #include "plancc.h"
 #include "coshard.h"

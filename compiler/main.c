@@ -120,9 +120,9 @@ static bool coshard_next(pcc_arena *a, pcc_options *op, const pcc_options *o, co
                          const pcc_fit *fit, pcc_status *st) {
     bool too_large = isfinite(fit->peak) || isfinite(bestfirst_counts()->least_peak);
     if (!*st && driver_coshard_wanted(o, fit->cand[fit->which], too_large)) {
-        *st = driver_coshard(o, c, g, fit->cand[fit->which], &op->coshard_pick);
+        if (driver_coshard(o, c, g, fit->cand[fit->which], &op->coshard_pick)) op->coshard_pick = NULL; // an ILP's error: the plan stays
         op->mb_searched = o->mb_searched;
-        return !*st && op->coshard_pick;
+        return op->coshard_pick;
     }
     if (*st == PCC_ERR_INFEASIBLE && o->search.auto_mesh && !o->coshard && !o->coshard_none && fit->n > 0 &&
         isfinite(fit->peak) && fit->peak > c->memory_bytes) {
