@@ -44,6 +44,10 @@
  * and the search finishes on what is cheap, with a warning that says so. Ties break by level,
  * slot, configuration and round, so the result is deterministic unless the budget runs out.
  *
+ * The co-shard round (driver.c, driver_coshard) searches co-sharded graphs against a plan it has
+ * (o->beat_s, that plan's estimate): it stops at the first key no better, nothing found; once its
+ * budget is spent it drops the ILP probes too, not only the hard solves.
+ *
  * Progress: the search updates the progress line (glpk.c) with what it has searched, the best
  * estimate found so far and the bound.
  */
@@ -168,6 +172,10 @@ static pcc_status expand(bf *B, bf_node x, bool *done) {
         }
         break;
     default:
+        if (B->o->beat_s > 0 && B->o->deadline_s > 0 && clock_cpu_s() > B->o->deadline_s) {
+            B->r->dropped++; // the co-shard round, out of time: no probe either
+            return PCC_OK;
+        }
         B->r->expanded++;
     }
     pcc_status st = space_build(S, &x.config, x.level == 1, &s);
@@ -227,7 +235,7 @@ static void bf_free(bf *B) {
     free(B->built), free(B->n_built), free(B->cap_built);
 }
 
-static pcc_search_counts counts;
+static pcc_search_counts counts = {.least_peak = INFINITY};
 
 pcc_status bestfirst(pcc_bf_slot *slots, int ns, const pcc_search_opts *o, pcc_bf_result *r) {
     double t0 = clock_s();
@@ -246,6 +254,7 @@ pcc_status bestfirst(pcc_bf_slot *slots, int ns, const pcc_search_opts *o, pcc_b
     pcc_status st = PCC_OK;
     while (B.heap.n > 0) {
         bf_node x = heap_pop(&B.heap);
+        if (o->beat_s > 0 && x.key >= o->beat_s) break; // the co-shard round: nothing left beats the plan it weighs
         r->bound = x.key;
         if (!o->quiet) progress(&B, x.key);
         bool done;
@@ -266,6 +275,7 @@ pcc_status bestfirst(pcc_bf_slot *slots, int ns, const pcc_search_opts *o, pcc_b
     bf_free(&B);
     counts.searches++, counts.configs += r->configs, counts.expanded += r->expanded, counts.checked += r->checked;
     counts.dropped += r->dropped, counts.seconds += clock_s() - t0, counts.bound = r->bound;
+    counts.least_peak = r->least_peak;
     return st;
 }
 

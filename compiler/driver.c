@@ -33,12 +33,22 @@
  * Phase 1's candidates serve every round (its group sizes do not depend on the memory or on
  * recompute and ZeRO). An error other than "does not fit" ends the loop, but in step 3, where
  * it only rules that suggestion out.
+ *
+ * The co-shard round (driver_coshard). Co-shard changes the graph (coshard.c rewrites it before
+ * autodiff), so the search cannot take it as one more option of a configuration: like a
+ * micro-batch count, each co-shard is a slot of its own graph. Where memory bound --auto's plan
+ * (it recomputes, or a faster plan was too large), the round builds a slot for each of 2, 4 and
+ * 8 ways (coshard_suggest's operators: the largest outputs and their losses) at the plan's
+ * micro-batch count and the next fewer, and bestfirst searches them against the plan's estimate
+ * (o->beat_s: nothing is solved that could not beat it), full recompute left out, on a budget of
+ * its own. main.c compiles the winner, if any, in place of the plan (o->coshard_pick).
  */
 #include "plancc.h"
 #include "coshard.h"
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* ---- the micro-batch search ---- */
 
@@ -122,6 +132,102 @@ pcc_status driver_micro_batches(pcc_arena *a, pcc_options *o, const pcc_cluster 
     if (st || r.slot < 0) return st; // nothing fit: the plain compile (one micro-batch) says why
     return front_end(a, o, g);
 }
+
+/* ---- the co-shard round ---- */
+
+static pcc_search_counts round_counts; // what the round searched (bound: the graphs it searched)
+
+// Whether plan s recomputes: any operator (recompute only costs time; memory chose it).
+static bool recomputes(const pcc_strategy *s) {
+    if (s->config.rc == PCC_RECOMPUTE_FULL) return true;
+    const pcc_intra *in = s->intra;
+    for (int i = 0; in && i < in->t->n_ops; i++)
+        if (in->t->ops[i].c[in->choice[i]].recompute) return true;
+    return false;
+}
+
+bool driver_coshard_wanted(const pcc_options *o, const pcc_strategy *s, bool too_large) {
+    return o->search.auto_mesh && !o->coshard && !o->coshard_none && !o->policy && !o->check && !o->burst &&
+           o->search.recompute != PCC_RECOMPUTE_FULL && (too_large || recomputes(s));
+}
+
+pcc_status driver_coshard(const pcc_options *o, const pcc_cluster *c, const pcc_graph *g, const pcc_strategy *s,
+                          pcc_coshard_pick **out) {
+    static const int ways[] = {2, 4, 8};
+    enum { NK = sizeof ways / sizeof ways[0] };
+    double t0 = clock_s();
+    *out = NULL;
+    pcc_arena *a = arena_init();
+    // The micro-batch counts: the plan's, and where the driver searched them, the next fewer (a
+    // larger micro-batch, which memory may have ruled out).
+    int b = graph_batch_dim(g), n = 1, nc, m[2] = {g->micro_batches, 0};
+    int64_t gb = (b >= 0 ? g->dims[b].size : 1) * g->micro_batches;
+    const int *all = o->mb_searched ? counts(a, g, gb, &nc) : NULL;
+    for (int i = 0; all && i < nc && n < 2; i++)
+        if (all[i] < m[0]) m[n++] = all[i];
+    pcc_search_counts before = *bestfirst_counts();
+    pcc_search_opts so = o->search;
+    so.pick = NULL, so.quiet = true, so.ilp.progress = false, so.ilp.dump_lp = NULL, so.beat_s = s->est_step_s;
+    // Its own time budget: a quarter of the CPU seconds the compile has spent so far (its search
+    // began at deadline_s - --time-limit), at least 2 s, at most --time-limit; best first, so what
+    // it leaves unsolved is what could win least.
+    double limit = o->search.ilp.time_limit_s, now = clock_cpu_s();
+    double budget = fmax(2.0, 0.25 * (o->search.deadline_s > 0 ? now - (o->search.deadline_s - limit) : before.seconds));
+    so.deadline_s = now + (limit > 0 ? fmin(limit, budget) : budget);
+    pcc_bf_slot *slots = arena_alloc(a, sizeof(pcc_bf_slot) * (size_t)(n * NK));
+    pcc_arena **arenas = arena_alloc(a, sizeof(pcc_arena *) * (size_t)(n * NK));
+    const char **spec = arena_alloc(a, sizeof(char *) * (size_t)(n * NK));
+    pcc_batch_opts *batch = arena_alloc(a, sizeof(pcc_batch_opts) * (size_t)(n * NK));
+    pcc_status st = PCC_OK;
+    int ns = 0;
+    for (int k = 0; k < NK && !st; k++) {
+        const char *names = coshard_suggest(a, g, ways[k]);
+        if (!names) continue;
+        const char *sp = "";
+        char *copy = arena_printf(a, "%s", names), *save = NULL;
+        for (char *x = strtok_r(copy, ",", &save); x; x = strtok_r(NULL, ",", &save))
+            sp = arena_printf(a, "%s%s%s:%d", sp, *sp ? "," : "", x, ways[k]);
+        for (int i = 0; i < n && !st; i++) {
+            progress_phase("phase 2: co-shard %d ways (%s), %d micro-batch%s", ways[k], names, m[i], m[i] == 1 ? "" : "es");
+            pcc_options t = *o;
+            t.coshard = sp;
+            if (o->mb_searched) t.batch.micro_batches = m[i], t.batch.micro_batches_given = true, t.batch.global_batch = gb;
+            batch[ns] = t.batch, spec[ns] = sp, arenas[ns] = arena_init();
+            bool was = pcc_trial;
+            pcc_trial = true; // a count or a co-shard the graph refuses is left out
+            pcc_graph *h;
+            st = front_end(arenas[ns], &t, &h);
+            pcc_trial = was;
+            if (!st) {
+                int nz;
+                int *sizes = search_group_sizes(h, c, &so, &nz);
+                slots[ns].space = space_init(h, c, transform_all(h, sizes, nz), &so);
+                slots[ns++].m = m[i];
+            } else {
+                arena_free(arenas[ns]);
+            }
+            if (st == PCC_ERR_INPUT) st = PCC_OK;
+        }
+    }
+    pcc_bf_result r = {.slot = -1};
+    if (!st && ns) st = bestfirst(slots, ns, &so, &r);
+    if (!st && r.slot >= 0) {
+        pcc_coshard_pick *p = calloc(1, sizeof *p);
+        PCC_ASSERT(p && r.n > 0);
+        *p = (pcc_coshard_pick){strdup(spec[r.slot]), r.config, batch[r.slot], r.ranked[0]->est_step_s, s->est_step_s, 0};
+        PCC_ASSERT(p->spec);
+        *out = p;
+    }
+    for (int i = 0; i < ns; i++) arena_free(arenas[i]);
+    arena_free(a);
+    const pcc_search_counts *k = bestfirst_counts();
+    round_counts = (pcc_search_counts){k->searches - before.searches, k->configs - before.configs, k->expanded - before.expanded,
+                                       k->checked - before.checked, k->dropped - before.dropped, clock_s() - t0, ns, 0};
+    if (*out) (*out)->seconds = clock_s() - t0;
+    return st;
+}
+
+const pcc_search_counts *driver_coshard_counts(void) { return &round_counts; }
 
 /* ---- the fit ---- */
 

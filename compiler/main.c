@@ -111,6 +111,27 @@ static pcc_status phase3(const pcc_graph *g, const pcc_cluster *c, const pcc_str
     return st;
 }
 
+// After the fit of an --auto compile (*st its status): whether main compiles again with co-shard.
+// The co-shard round, where memory bound the plan (it recomputes, or a faster one was too large):
+// a faster plan that co-shards (op->coshard_pick) is compiled next and this one is not written.
+// The co-shard step, where every plan was too large (not where phase 3 met a limit): the
+// operators main co-shards 4, 8, then 16 ways (op->coshard_retry), *st still infeasible.
+static bool coshard_next(pcc_arena *a, pcc_options *op, const pcc_options *o, const pcc_cluster *c, const pcc_graph *g,
+                         const pcc_fit *fit, pcc_status *st) {
+    bool too_large = isfinite(fit->peak) || isfinite(bestfirst_counts()->least_peak);
+    if (!*st && driver_coshard_wanted(o, fit->cand[fit->which], too_large)) {
+        if (driver_coshard(o, c, g, fit->cand[fit->which], &op->coshard_pick)) op->coshard_pick = NULL; // an ILP's error: the plan stays
+        op->mb_searched = o->mb_searched;
+        return op->coshard_pick;
+    }
+    if (*st == PCC_ERR_INFEASIBLE && o->search.auto_mesh && !o->coshard && !o->coshard_none && fit->n > 0 &&
+        isfinite(fit->peak) && fit->peak > c->memory_bytes) {
+        const char *cs = coshard_suggest(a, g, 4);
+        if (cs) op->coshard_retry = strdup(cs);
+    }
+    return false;
+}
+
 // One compile of the options, from the front end to the plan and its report.
 static pcc_status compile(pcc_options *op) {
     pcc_options o = *op;
@@ -173,10 +194,9 @@ static pcc_status compile(pcc_options *op) {
         if (!st && !o.estimate_only) st = check_plan(e.p);                      // the verifier
         if (driver_fit_done(&fit, &st, &e)) break;
     }
-    // --auto's co-shard step, where the plans were too large (not where phase 3 met a limit)
-    if (st == PCC_ERR_INFEASIBLE && o.search.auto_mesh && !o.coshard && fit.n > 0 && isfinite(fit.peak) && fit.peak > c->memory_bytes) {
-        const char *cs = coshard_suggest(a, g, 4);
-        if (cs) op->coshard_retry = strdup(cs);
+    if (coshard_next(a, op, &o, c, g, &fit, &st)) {                           // --auto's co-shard: compile again
+        op->coshard_pick->seconds += clock_s() - t0 + o.mb_search_s;
+        return finish(a, &e, st);
     }
     if (o.estimate_only) {                                                      // --estimate-only: the fit, no file
         if (!st) report_estimate(stdout, g, c, &o, fit.cand[fit.which], e.peak_bytes, fit.n, clock_s() - t0 + o.mb_search_s);
@@ -204,6 +224,18 @@ int main(int argc, char **argv) {
     if (st || done) return st;
     pcc_options again = o;
     st = compile(&o);
+    pcc_coshard_pick *pk = o.coshard_pick;
+    if (!st && pk) { // --auto's co-shard round found a faster plan: it is the compile
+        pcc_options x = again;
+        x.coshard = pk->spec, x.search.pick = &pk->config, x.batch = pk->batch, x.coshard_over_s = pk->over_s;
+        x.mb_searched = o.mb_searched, x.mb_search_s = pk->seconds; // the summary's counts and time are the whole search's
+        if (!o.quiet) fprintf(stderr, "plancc: --auto: co-shard (--coshard %s) is faster than the best plan without it: "
+                                      "estimated step %.4g s, not %.4g s\n",
+                              pk->spec, pk->est_s, pk->over_s);
+        st = compile(&x);
+        free(pk->spec), free(pk);
+        return st;
+    }
     if (st != PCC_ERR_INFEASIBLE || !o.coshard_retry) return st;
     // Nothing fit under --auto, recompute and ZeRO-3 included: co-shard the operators that make the
     // largest outputs (the LM head and its loss, an MLP's 4h activation) 4, 8, then 16 ways, and

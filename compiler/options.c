@@ -54,7 +54,10 @@ static void usage(FILE *f) {
             "                     of N ranks)\n"
             "strategy (default --auto):\n"
             "  --auto             search every factorization pp x dp x tp of the devices, each with the\n"
-            "                     ILP for its tensor-parallel splits, and keep the fastest that fits\n"
+            "                     ILP for its tensor-parallel splits, and keep the fastest that fits;\n"
+            "                     where memory bound that plan (it recomputes, or a faster one was too\n"
+            "                     large), also co-shard the operators with the largest outputs 2, 4 or 8\n"
+            "                     ways and keep the co-shard if faster\n"
             "  --dp N --tp N --pp N\n"
             "                     the Megatron-LM template: batch split over dp, tensor parallelism of\n"
             "                     tp (inside a node), pp pipeline stages; the product is the device count\n"
@@ -66,7 +69,8 @@ static void usage(FILE *f) {
             "                     the search completes what it leaves open (--auto unless dp, tp, pp known)\n"
             "  --coshard GLOB:K[:LETTER],...\n"
             "                     co-shard (nnScaler): the operators GLOB selects run as K pieces along a\n"
-            "                     letter, one after another on their devices (lower transient memory)\n"
+            "                     letter, one after another on their devices (lower transient memory);\n"
+            "                     none: no co-shard, --auto's included\n"
             "  --tp-batch         with the template: the ILP may also split the batch over the tp group\n"
             "                     (data-parallel operators beside sharded ones, as --auto tries; with\n"
             "                     --dp 1 --tp N, DLRM's layout: embedding tables sharded over all N with\n"
@@ -296,7 +300,7 @@ static pcc_status option(int c, char **argv, pcc_options *o, given *gv, bool *do
     case OPT_BUCKET_MB: if (num_option("--bucket-mb", optarg, 0, 1e6, &o->bucket_mb)) return PCC_ERR_INPUT; break;
     case OPT_CLUSTER: o->cluster = optarg; break;
     case OPT_POLICY: o->policy = optarg; break;
-    case OPT_COSHARD: o->coshard = optarg; break;
+    case OPT_COSHARD: o->coshard = strcmp(optarg, "none") ? optarg : NULL, o->coshard_none = !o->coshard; break;
     case OPT_NODES: if (int_option("--nodes", optarg, 1, 1 << 20, &o->nodes)) return PCC_ERR_INPUT; break;
     case OPT_DEVICES: if (int_option("--devices", optarg, 1, 1 << 24, &o->devices)) return PCC_ERR_INPUT; break;
     case OPT_TIME_LIMIT: if (num_option("--time-limit", optarg, 0.001, 1e6, &o->search.ilp.time_limit_s)) return PCC_ERR_INPUT; break;

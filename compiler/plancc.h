@@ -930,6 +930,7 @@ typedef struct pcc_search_opts {
     const struct pcc_preserve_opts *preserve; // phase 3's options, for the memory planner's figure
     const struct pcc_policy *policy; // --policy: pins on the mesh, the splits, recompute and stages (policy.c), or NULL
     double fit_memory_bytes;    // what must fit a device (0: the cluster's memory)
+    double beat_s;              // --auto's co-shard round (driver_coshard): only what beats this estimate, no full recompute
 } pcc_search_opts;
 
 // The estimate of one training step (estimate.c), on the cost model (cost.c), and its parts. The
@@ -1055,7 +1056,7 @@ pcc_status bestfirst(pcc_bf_slot *slots, int n, const pcc_search_opts *o, pcc_bf
 // What the searches of this process did, added up (for the compile's summary). Can't fail.
 typedef struct pcc_search_counts {
     int searches, configs, expanded, checked, dropped;
-    double seconds, bound;      // bound: the last search's
+    double seconds, bound, least_peak; // the last search's: bound, the least peak found too large (INFINITY: none)
 } pcc_search_counts;
 const pcc_search_counts *bestfirst_counts(void);
 
@@ -1403,8 +1404,10 @@ typedef struct pcc_options {
     const char *policy;         // --policy FILE, or NULL (policy.c)
     int attention;              // --attention: every attention op's form, PLAN_ATTN_* (attrs.mode; options_apply_model)
     const char *coshard;        // --coshard GLOB:K[:LETTER],... or NULL (coshard.c)
+    bool coshard_none;          // --coshard none: no co-shard, --auto's neither
     struct pcc_coshard_note *coshard_notes; int n_coshard_notes, cap_coshard_notes; // what coshard_apply did (coshard.h)
     char *coshard_retry;        // --auto found nothing that fits: the operators main.c co-shards in another compile (malloc'd)
+    struct pcc_coshard_pick *coshard_pick; double coshard_over_s; // --auto chose co-shard (coshard.h): over a plan of this estimate
 } pcc_options;
 
 

@@ -292,14 +292,22 @@ void report_print(FILE *f, const pcc_graph *g, const pcc_report_opts *o) { repor
 // --auto's search: what it looked at and what it solved (bestfirst.c, glpk.c), and the
 // micro-batch counts it planned.
 static void report_search(FILE *f, const pcc_graph *g, const pcc_options *o) {
-    const pcc_search_counts *k = bestfirst_counts();
+    const pcc_search_counts *all = bestfirst_counts(), *r = driver_coshard_counts();
     const pcc_ilp_counts *n = mip_counts();
+    pcc_search_counts k = {all->searches - r->searches, all->configs - r->configs, all->expanded - r->expanded,
+                           all->checked - r->checked, all->dropped - r->dropped, all->seconds - r->seconds, 0, 0};
     char left[80] = "";
-    if (!o->search.auto_mesh || !k->searches) return;
-    if (k->dropped) snprintf(left, sizeof left, "; %d left unsolved when the time ran out", k->dropped);
+    if (!o->search.auto_mesh || !all->searches) return;
+    if (k.dropped) snprintf(left, sizeof left, "; %d left unsolved when the time ran out", k.dropped);
     fprintf(f, "  searched %d of %d candidates (%d planned by the memory planner%s) in %.3f s; ILPs: %d solved in %.3f s, "
-               "%d reused, %d answered without their memory row\n", k->expanded, k->configs, k->checked, left, k->seconds,
+               "%d reused, %d answered without their memory row\n", k.expanded, k.configs, k.checked, left, k.seconds,
             n->solves, n->seconds, n->reused, n->relaxed);
+    if (r->searches) {
+        if (r->dropped) snprintf(left, sizeof left, "; %d left unsolved when the time ran out", r->dropped);
+        fprintf(f, "  co-shard round (memory bound the plan without it): %d graphs, searched %d of %d candidates (%d planned "
+                   "by the memory planner%s) in %.3f s (its ILPs counted above); %s\n", (int)r->bound, r->expanded, r->configs, r->checked,
+                r->dropped ? left : "", r->seconds, o->coshard_over_s > 0 ? "co-shard chosen" : "none faster");
+    }
     int bd = graph_batch_dim(g);
     int64_t gb = bd >= 0 ? g->dims[bd].size * g->micro_batches : 0;
     if (o->mb_searched)
@@ -404,7 +412,14 @@ static void text_calibration(FILE *f, const pcc_graph *g, const pcc_cluster *c) 
     else fprintf(f, "; flash attention from %s (%s)\n", said[from[0] == 'b' ? 0 : from[0] == 'c' ? 1 : 2], c->name);
 }
 
-// The operators coshard.c rewrote: a JSON array, or one text line (nothing when none).
+// A number, or null where it is not finite (a bound before GLPK has one).
+static void json_num_or_null(FILE *f, double x) {
+    if (isfinite(x)) fprintf(f, "%.9g", x);
+    else fprintf(f, "null");
+}
+
+// The operators coshard.c rewrote: a JSON array and the key "coshard_over_s" (the estimate of the
+// plan --auto's co-shard round beat, or null), or one text line (nothing when none).
 static void report_coshard(FILE *f, const pcc_options *o, bool json) {
     if (json) fprintf(f, "[");
     else if (o->n_coshard_notes) fprintf(f, "  co-shard:");
@@ -422,8 +437,15 @@ static void report_coshard(FILE *f, const pcc_options *o, bool json) {
         json_string(f, n->dim);
         fprintf(f, ", \"ways\": %d}", n->ways);
     }
-    if (json) fprintf(f, "]");
-    else if (o->n_coshard_notes) fprintf(f, " (pieces one after another on each device)\n");
+    if (json) {
+        fprintf(f, "], \"coshard_over_s\": ");
+        json_num_or_null(f, o->coshard_over_s > 0 ? o->coshard_over_s : NAN);
+    } else if (o->n_coshard_notes && o->coshard_over_s > 0) {
+        fprintf(f, " (pieces one after another on each device; --auto chose it: the best plan without co-shard, "
+                   "which memory bound, is estimated at %.6g s)\n", o->coshard_over_s);
+    } else if (o->n_coshard_notes) {
+        fprintf(f, " (pieces one after another on each device)\n");
+    }
 }
 
 void report_estimate(FILE *f, const pcc_graph *g, const pcc_cluster *c, const pcc_options *o, const pcc_strategy *s,
@@ -508,12 +530,6 @@ static void report_candidates(FILE *f, pcc_strategy *const *cand, int n) {
 }
 
 /* ---- the compile summary as JSON (schemas/compile.schema.json) ---- */
-
-// A number, or null where it is not finite (a bound before GLPK has one).
-static void json_num_or_null(FILE *f, double x) {
-    if (isfinite(x)) fprintf(f, "%.9g", x);
-    else fprintf(f, "null");
-}
 
 static void json_compile_head(FILE *f, const pcc_graph *g, const pcc_cluster *c, const char *out, double nbytes) {
     fprintf(f, "{\"model\": ");

@@ -648,7 +648,8 @@ static pcc_status search_template(pcc_space *S, pcc_strategy ***out, int *n_out)
 // sequence, recompute as asked (auto: also none and full, Megatron-LM's two, so that every
 // template is among the candidates), interleaving where the pipeline can run it (pp 2), and
 // context parallelism over every power of two auto_cp_ok allows, in both forms (Ulysses' and ring
-// attention's; the ring in zigzag order where attention is causal, auto_zigzag).
+// attention's; the ring in zigzag order where attention is causal, auto_zigzag). The co-shard
+// round (o->beat_s, driver.c) leaves full recompute out: co-shard is there to spare it.
 static void space_enumerate(pcc_space *S) {
     const pcc_search_opts *o = S->o;
     pcc_recompute rcs[3] = {o->recompute, PCC_RECOMPUTE_NONE, PCC_RECOMPUTE_FULL};
@@ -670,6 +671,7 @@ static void space_enumerate(pcc_space *S) {
                         for (int r = 0; r < nrc; r++)
                             for (int v = 0; v <= (int)inter; v++) {
                                 if ((zero == 2 && o->zero != 2) || (zero > o->zero && dp == 1)) continue;
+                                if (o->beat_s > 0 && rcs[r] == PCC_RECOMPUTE_FULL) continue; // driver_coshard's round
                                 pcc_config k = {.pp = pp, .dp = dp, .tp = tp, .v = v ? o->virtual_stages : 1, .zero = zero,
                                                 .cp = cp, .cp_ring = ring, .cp_zigzag = zz, .btp = btp, .sp = sp, .rc = rcs[r]};
                                 if (cp > 1 && !cp_state_fits(S, &k)) continue;

@@ -23,6 +23,7 @@ For every models/*.json it runs `PLANCC --check --json MODEL` and checks:
                    which the format cannot express; 4.49 G multiply-adds per image (torchvision)
       gpt3-175b    within 0.1% of 174.6 B (Brown et al. 2020)
       gpt-32k, gpt-128k  GPT-2's formula l(12h^2+13h) + (V+s)h + 2h at 32,768 and 131,072 tokens
+      gpt-64k-v256k  the same formula at 65,536 tokens and a vocabulary of 256,000
       the imports of models/torch/ (IMPORTED below): exactly the published count, e.g.
       llama2-7b    6,738,415,616 (Llama-2-7b)
       megatron-*   the row of data/megatron_sc21_a100.csv (a copy of the published table) (Narayanan et al., SC'21):
@@ -234,11 +235,12 @@ def check_published(name, model, rep, rows):
     elif name == "gpt3-175b":
         check("gpt3-175b: 174.6 B parameters within 0.1%", abs(p - 174.6e9) <= 0.001 * 174.6e9,
               "plancc %d" % p)
-    elif name in ("gpt-32k", "gpt-128k"):
+    elif name in ("gpt-32k", "gpt-128k", "gpt-64k-v256k"):
         B, s, l, h, V = gpt_dims(model)
         want = l * (12 * h * h + 13 * h) + (V + s) * h + 2 * h
         check(f"{name}: l(12h^2+13h) + (V+s)h + 2h = {want:,} parameters at s = {s:,}, one sequence",
-              p == want and s == {"gpt-32k": 32768, "gpt-128k": 131072}[name] and B == 1, "plancc %d, s %d, B %d" % (p, s, B))
+              p == want and s == {"gpt-32k": 32768, "gpt-128k": 131072, "gpt-64k-v256k": 65536}[name] and B == 1 and
+              V == (256000 if name == "gpt-64k-v256k" else 50257), "plancc %d, s %d, B %d" % (p, s, B))
     elif name.startswith("megatron-"):
         row = [r for r in rows if "megatron-" + r["model"].lower() == name]
         if not check("%s: a row of megatron_sc21_a100.csv" % name, len(row) == 1):

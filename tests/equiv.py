@@ -21,7 +21,8 @@ compiled with `--policy FILE` on the devices its mesh names (8 where it leaves o
 micro-batch count given where the policy leaves it open, so that the reference matches).
 
 --coshard: gpt-tiny's MLP, attention and LM head with its loss co-sharded (--coshard, COSHARD
-below), alone and with dp, tp, pp, recompute and --auto; a co-shard plancc refuses is a failure.
+below), alone and with dp, tp, pp, recompute and --auto; and the co-shard --auto chooses itself
+on a memory-tight variant (auto_coshard); a co-shard plancc refuses is a failure.
 
 --t5: T5 pipelines whose repeated blocks sum a gradient over their copies (the relative position
 bias and the encoder's output, which every copy reads) with the copies on several stages, so that
@@ -303,6 +304,26 @@ def t5_pipelines(c):
     return ok
 
 
+def auto_coshard(c):
+    """--auto's own co-shard (tests/coshard.py asserts that it chooses one here): gpt-tiny with an
+    8,192-token vocabulary at 256 tokens, batch 2, on two ranks of 24 MiB, where the plan without
+    co-shard recomputes; --auto co-shards the LM head and the loss instead. (model, devices, options)."""
+    import json
+    with open(os.path.join(c.root, "models", "gpt-tiny.json"), encoding="utf-8") as f:
+        m = json.load(f)
+    m["dims"].update(V=8192, S=256, B=2, F=1024)
+    c.paths["gpt-tiny-v8k"] = os.path.join(c.tmp, "gpt-tiny-v8k.json")
+    with open(c.paths["gpt-tiny-v8k"], "w", encoding="utf-8") as f:
+        json.dump(m, f)
+    with open(os.path.join(c.root, "models", "clusters", "cpu.json"), encoding="utf-8") as f:
+        cl = json.load(f)
+    cl["device"]["memory_bytes"] = 24 * 2**20
+    path = os.path.join(c.tmp, "cpu-24m.json")
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(cl, f)
+    return "gpt-tiny-v8k", 2, f"--cluster {path} --devices 2 --auto"
+
+
 def micro_batches(opts):
     w = opts.split()
     if "--policy" in w:  # a policy may pin the count itself
@@ -481,6 +502,8 @@ def main():
             c.check("gpt-tiny", n, opts, refuse_fails=True)
         if t5 and not t5_pipelines(c):
             failed += 1
+        if cs:
+            c.check(*auto_coshard(c), refuse_fails=True)
         for model in [] if pol or cs or t5 else models:
             if model.endswith(".json"):  # a model file outside models/ (tests/models/...)
                 name = os.path.splitext(os.path.basename(model))[0]

@@ -5,9 +5,11 @@ ZeRO-3 data parallelism and the compute lower bound, per model (issue 5, item 5)
 For each row (a model, a cluster, a GPU count N and a global batch G, the samples of one
 training step), every strategy trains on the same G samples per step:
 
-  --auto      plancc's own search (pp x dp x tp, ZeRO, recompute, the ILP's per-operator splits)
-              with --global-batch G: one call per row, which also searches the micro-batch count
-              M (G = B x M; dimensions made of the batch, as Swin's windows, follow it).
+  --auto      plancc's own search (pp x dp x tp, ZeRO, recompute, the ILP's per-operator splits,
+              co-shard where the plan would recompute or use ZeRO-3) with --global-batch G: one
+              call per row, which also searches the micro-batch count M (G = B x M; dimensions
+              made of the batch, as Swin's windows, follow it). The plan's notes (the summary's
+              co-shard line) are printed under its configuration.
   template    the best of a grid search, Megatron-LM style: tp in {1, 2, 4, 8} inside a node,
               pp a power of two or the paper's (every divisor with --full-grid) up to the
               number of layers, dp = N / (tp pp) dividing G, micro-batch per replica a power of
@@ -164,8 +166,10 @@ class Bench:
             return None
         first = p.stdout.splitlines()[0]
         strat = first.split("): ", 1)[1] if "): " in first else first
+        # the plan's notes: the summary's line of a plan kind beyond the mesh (co-shard's)
+        notes = [ln.strip() for ln in p.stdout.splitlines() if ln.startswith("  co-shard:")]
         return {"step_s": step, "peak": peak, "strategy": strat.replace(" (--auto)", ""), "B": batch, "M": micro,
-                "args": " ".join(args)}
+                "args": " ".join(args), "notes": notes}
 
     # ---- one row ----
 
@@ -363,6 +367,12 @@ def rows(root, data):
                 "gpus": 16, "G": 1, "cp": True})
     out.append({"name": "GPT-128k", "model": os.path.join(root, "models", "gpt-128k.json"), "cluster": a100,
                 "gpus": 32, "G": 1, "cp": True})
+    # Co-shard (issue 27): the same GPT at 64k tokens with a 256,000-token vocabulary on one DGX A100
+    # node, one sequence per step: the LM head's logits and their gradient are the largest transients
+    # (31 GiB per sequence in bf16), where --auto may co-shard them (the template grid has no co-shard,
+    # as no template does; it has context parallelism, as on the long-context rows).
+    out.append({"name": "GPT-64k-V256k", "model": os.path.join(root, "models", "gpt-64k-v256k.json"), "cluster": a100,
+                "gpus": 8, "G": 1, "cp": True})
     # mT5-Large's 250,112-token vocabulary (issue 27; nnScaler's interlaced pipeline is for mT5):
     # 1024 sequences per step as mT5 pre-trained (Xue et al. 2021), on four DGX A100 nodes (the
     # largest of nnScaler's T5 runs, 4 to 32 GPUs), in bf16.
@@ -456,6 +466,8 @@ def run(a, b):
                 if k == "template" and r.get("cp", 1) > 1:
                     extra += f", cp {r['cp']}"
                 print(f"  {res['row']['name']:<16} {k:<8} B={r['B']:<5} M={r['M'] or '-':<5} {r['strategy']}{extra}")
+                for n in r.get("notes", []):
+                    print(f"  {'':<16} {'':<8} {n}")
     if b.unsupported:
         print()
         print("configurations plancc cannot plan yet (exit 2; skipped):")

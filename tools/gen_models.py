@@ -17,6 +17,7 @@ hand edits:
   gpt2-small       GPT-2 124M (124,439,808 parameters as Hugging Face counts, tied embeddings)
   gpt3-175b        GPT-3 175B (Brown et al. 2020, Table 2.1)
   gpt-32k, -128k   a 7B-class GPT at 32,768 and 131,072 tokens of context (context parallelism)
+  gpt-64k-v256k    the same at 65,536 tokens with a 256,000-token vocabulary (co-shard's LM head)
   megatron-*       one per row of ../shared/data/megatron_sc21_a100.csv (Narayanan et al., SC'21)
                    (data/megatron_sc21_a100.csv, the repository's copy, where ../shared is absent)
   evoformer        AlphaFold2's Evoformer stack, 48 blocks (no pair bias, gates or dropout)
@@ -555,6 +556,21 @@ def gpt_long(seq, tag):
                "whole context, as GPT-2's layout has them (%.2f B of the parameters). Adam betas "
                "(0.9, 0.95), weight decay 0.1. " % (seq, tag, seq * 4096 / 1e9) + GPT_NOTE,
                layers=32, hidden=4096, heads=32, seq=seq, vocab=50257, batch=1, dtype="bf16",
+               optimizer=adamw(3e-4, (0.9, 0.95), 1e-8, 0.1))
+
+
+def gpt_vocab():
+    """A 7B-class GPT at 64k tokens with a 256,000-token vocabulary: the LM head's logits and their
+    gradient (65,536 x 256,000 per sequence) are the largest transients, co-shard's case."""
+    return gpt("gpt-64k-v256k",
+               "A 7B-class GPT at a context of 65536 tokens (64k) with a vocabulary of 256,000 tokens "
+               "(Gemma's size, Gemma Team 2024; PaLM's is 256k), for co-shard (plancc --coshard, --auto's "
+               "co-shard round; docs/plancc.md): 32 layers, h=4096, 32 heads of 128 (Llama-2 7B's width "
+               "and depth), bf16, one sequence per step (batch 1). The LM head's logits are 65,536 x "
+               "256,000 per sequence (31 GiB in bf16), the largest transient of a step. Causal dense "
+               "attention. Learned position embeddings over the whole context, as GPT-2's layout has them. "
+               "Adam betas (0.9, 0.95), weight decay 0.1. " + GPT_NOTE,
+               layers=32, hidden=4096, heads=32, seq=65536, vocab=256000, batch=1, dtype="bf16",
                optimizer=adamw(3e-4, (0.9, 0.95), 1e-8, 0.1))
 
 
@@ -1359,7 +1375,7 @@ def evoformer():
 
 def all_models():
     ms = [mlp(), cnn_small(), resnet_small(), vgg16(), wrn_50_2(), dlrm(), dlrm_ctr(), swin_tiny(), gpt_tiny(), gpt2_small(), gpt3_175b(),
-          gpt_long(32768, "32k"), gpt_long(131072, "128k"), evoformer()]
+          gpt_long(32768, "32k"), gpt_long(131072, "128k"), gpt_vocab(), evoformer()]
     ms += [megatron(r) for r in megatron_rows()]
     return ms
 
