@@ -352,9 +352,9 @@ struct pcc_space {
     double *lb_rc_s;            // per layer: the same for its recomputed forward (--recompute full)
     pcc_config *k;              // --auto's configurations
     int n, cap;
-    struct floor_memo {         // per (dp, tp): estimate_floor per layer, plain and with recompute full
-        int dp, tp;
-        double *plain, *full;
+    struct floor_memo {         // per (dp, tp): estimate_floor per layer, plain and with recompute full,
+        int dp, tp;             // and minus half its attention's (ring attention's floor: ring_floor)
+        double *plain, *full, *ring, *ring_full;
     } *fl;
     int n_fl, cap_fl;
 };
@@ -665,7 +665,7 @@ static void space_enumerate(pcc_space *S) {
             bool btp_ok = tp > 1 && cp == 1 && S->bdim >= 0 && S->bsize % ((int64_t)dp * tp) == 0;
             bool sp_ok = tp > 1 && sdim >= 0 && S->g->dims[sdim].size % ((int64_t)tp * cp) == 0;
             bool inter = o->virtual_stages > 1 && pp == 2 && pp * o->virtual_stages <= S->nl && S->g->micro_batches % pp == 0;
-            for (int zero = o->zero; zero <= 3; zero++)
+            for (int zero = o->zero; zero <= (o->bg_dense ? o->zero : 3); zero++) // background sync keeps whole replicas
                 for (int btp = 0; btp <= (int)btp_ok; btp++)
                     for (int sp = 0; sp <= (int)sp_ok; sp++)
                         for (int r = 0; r < nrc; r++)
@@ -724,25 +724,30 @@ static const struct floor_memo *floors(pcc_space *S, int dp, int tp) {
     PCC_ASSERT(all);
     estimate_floor(g, S->fast, all, dl, dp, S->bdim, fb, ffb);
     struct floor_memo *f = VEC_PUSH(g->arena, S->fl, S->n_fl, S->cap_fl);
-    *f = (struct floor_memo){dp, tp, arena_alloc(g->arena, sizeof(double) * (size_t)(S->nl + 1)),
-                             arena_alloc(g->arena, sizeof(double) * (size_t)(S->nl + 1))};
+    size_t bytes = sizeof(double) * (size_t)(S->nl + 1);
+    *f = (struct floor_memo){dp, tp, arena_alloc(g->arena, bytes), arena_alloc(g->arena, bytes), arena_alloc(g->arena, bytes),
+                             arena_alloc(g->arena, bytes)};
     for (int l = 0; l < S->nl; l++) {
         const pcc_layer *L = &S->L[l];
-        if (L->op >= 0) {
-            f->plain[l] = f->full[l] = fb[L->op];
-            continue;
+        int lo = L->op >= 0 ? L->op : g->blocks[L->block].first_op, hi = L->op >= 0 ? L->op + 1 : lo + g->blocks[L->block].n_ops;
+        for (int o = lo; o < hi; o++) {
+            bool attn = g->ops[o].kind == PCC_OP_ATTENTION;
+            f->plain[l] += fb[o], f->full[l] += ffb[o];
+            f->ring[l] -= attn ? fb[o] / 2 : 0, f->ring_full[l] -= attn ? ffb[o] / 2 : 0;
         }
-        const pcc_block *bl = &g->blocks[L->block];
-        for (int o = bl->first_op; o < bl->first_op + bl->n_ops; o++) f->plain[l] += fb[o], f->full[l] += ffb[o];
     }
     return f;
 }
 
 // With context parallelism, the floor of the mesh without it over cp (every operator's work and
-// tp traffic are the sequence's, which cp splits; its all-to-alls only add).
+// tp traffic are the sequence's, which cp splits; its all-to-alls only add). In ring attention's
+// form, attention's share counts half: a causal zigzag step computes half a block (estimate.c's
+// est_ring), less than attention's whole work over cp.
 double space_floor(pcc_space *S, const pcc_config *k) {
     const struct floor_memo *f = floors(S, k->dp, k->tp);
-    return 0.999 * pipeline_floor(S, k, k->rc == PCC_RECOMPUTE_FULL ? f->full : f->plain, NULL, 1.0 / (k->cp > 1 ? k->cp : 1));
+    bool full = k->rc == PCC_RECOMPUTE_FULL;
+    const double *ring = !k->cp_ring ? NULL : full ? f->ring_full : f->ring;
+    return 0.999 * pipeline_floor(S, k, full ? f->full : f->plain, ring, 1.0 / (k->cp > 1 ? k->cp : 1));
 }
 
 pcc_status space_build(const pcc_space *S, const pcc_config *k, bool probe, pcc_strategy **out) {

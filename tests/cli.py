@@ -112,6 +112,9 @@ p = run("models/gpt-tiny.json", *CPU, "--devices", "1", "--auto", "--sync", "bac
 check("--auto where every ranked plan meets a phase-3 limit (--sync background, parameters in a repeated block): exit 3, "
       "the limit once and the fix", p.returncode == 3 and "is in repeated block" in p.stderr and "larger batch (--global-batch)" in p.stderr
       and p.stderr.count("is in repeated block") == 1, p)
+p = run("models/gpt-tiny.json", *CPU, "--devices", "2", "--auto", "--sync", "background:algo=ma", "-o", "/dev/null")
+check("--auto --sync background on 2 ranks: no ZeRO candidate (background sync keeps whole replicas), the same exit 3",
+      p.returncode == 3 and "is in repeated block" in p.stderr and "internal error" not in p.stderr, p)
 p = run("models/t5-small.json", "--cluster", "models/clusters/dgx-a100.json", "--devices", "64", "--auto", "-o", "/dev/null")
 check("--auto for T5 of batch 2 on 64 GPUs: a plan (pipelines that cut a block summing its bias gradient are plannable)",
       p.returncode == 0 and "plan_check passed" in p.stdout, p)
