@@ -774,11 +774,10 @@ static void sync_grad(builder *E, prog *P, int gp) {
     if (P->bucket_bytes >= E->bucket_cap || P->n_bucket == PLAN_MAX_BUCKET) bucket_flush(E, P);
 }
 
-// Whether gradient gp's last reduce-scatter writes its shard straight into the buffer the
-// optimizer reads: with one micro-batch there is nothing to sum over, so no fill and no add.
-static bool shard_direct(const builder *E, int gp) {
-    pcc_reshard_step step[PCC_AXES];
-    int n = layout_sync_steps(E->v, gp, step);
+// Whether a gradient whose synchronization is the n steps step (layout_sync_steps) has its last
+// reduce-scatter write the shard straight into the buffer the optimizer reads: with one
+// micro-batch there is nothing to sum over, so no fill and no add.
+static bool shard_direct(const builder *E, const pcc_reshard_step *step, int n) {
     return E->M == 1 && n > 0 && step[n - 1].kind == PCC_COLL_REDUCE_SCATTER;
 }
 
@@ -797,7 +796,7 @@ static void zero2_grad(builder *E, prog *P, int gp) {
     }
     pcc_reshard_step step[PCC_AXES];
     int n = layout_sync_steps(E->v, gp, step), cur = home(E, P, gp), acc = P->shard_acc[gp];
-    bool direct = shard_direct(E, gp);
+    bool direct = shard_direct(E, step, n);
     for (int k = 0; k < n; k++) {
         int next = cur;
         if (step[k].kind == PCC_COLL_REDUCE_SCATTER) next = direct && k == n - 1 ? acc : new_buf(E, P, gp, step[k].after, 1, 1, 0);
@@ -845,7 +844,7 @@ static void zero2_accumulators(builder *E, prog *P) {
         int acc = new_buf(E, P, t, step[n - 1].after, 1, (uint32_t)(hi - lo), T->block >= 0 ? (uint32_t)lo : 0);
         P->buf[acc].whole = true;
         P->shard_acc[t] = acc;
-        if (shard_direct(E, t)) continue;
+        if (shard_direct(E, step, n)) continue;
         if (hi - lo > 1) loop_open(E, P, PLAN_LOOP_LAYER, hi - lo);
         plan_insn *in = insn(E, P, PLAN_I_COMPUTE, STREAM_MAIN, &acc, 1);
         in->code = PCC_OP_FILL;
