@@ -20,9 +20,10 @@
  *     as the sequence number comm.c matches on; a maximal run of send/recv on one stream (loops
  *     expanded) is one group;
  *   - buffers: an instruction's micro-batch is the innermost mb loop's variable plus its
- *     mb_delta; its layer slot is the innermost layer loop's variable; a buffer slot is at
- *     offset + (mb mod mb_slots) * mb_stride + (layer mod layer_slots) * layer_stride, and holds
- *     block copy layer_base + layer;
+ *     mb_delta; its layer slot is the innermost layer loop's variable plus its layer_delta (an
+ *     instruction whose slot falls outside the loop does not run: plan_insn_skipped); a buffer
+ *     slot is at offset + (mb mod mb_slots) * mb_stride + (layer mod layer_slots) * layer_stride,
+ *     and holds block copy layer_base + layer;
  *   - a background job (rt_options.gates, planrun --background): the foreground's walkers mark
  *     every collective on their rank's gate, a background run's walkers wait at it before every
  *     operator, copy or collective (gate.c).
@@ -94,6 +95,7 @@ typedef struct walker {
 
 typedef struct frame {
     int32_t mb, layer;          // innermost loop variables (-1: none)
+    int32_t layers;             // the innermost layer loop's count (0: none)
 } frame;
 
 // "rank 2 (program 1 "stage1") stream 0: insn 15 (recv, micro-batch 3, layer 1)"
@@ -575,7 +577,7 @@ static int run_loop(walker *w, uint32_t i, frame f) {
         frame g = f;
         int32_t v = in->code == PLAN_LOOP_REVERSE_LAYER ? in->a - 1 - it : it;
         if (in->code == PLAN_LOOP_MB) g.mb = v;
-        else g.layer = v;
+        else g.layer = v, g.layers = in->a;
         if (walk(w, i + 1, i + 1 + (uint32_t)in->b, g)) return -1;
     }
     return 0;
@@ -585,7 +587,8 @@ static int run_loop(walker *w, uint32_t i, frame f) {
 static int step_insn(walker *w, uint32_t i, frame f) {
     const plan_insn *in = &w->rk->pg->insns[i];
     bool mine = w->stream < 0 || in->stream == w->stream, p2p = in->kind == PLAN_I_SEND || in->kind == PLAN_I_RECV;
-    uint32_t mb = (uint32_t)((f.mb < 0 ? 0 : f.mb) + in->mb_delta), layer = (uint32_t)(f.layer < 0 ? 0 : f.layer);
+    if (plan_insn_skipped(in, f.layer, f.layers)) return 0;
+    uint32_t mb = (uint32_t)((f.mb < 0 ? 0 : f.mb) + in->mb_delta), layer = (uint32_t)((f.layer < 0 ? 0 : f.layer) + in->layer_delta);
     if (mine && (!p2p || in->stream != w->pend_stream) && flush(w)) return -1;
     if (mine) rt_guard_busy(w->run, w->thread, i + 1);
     rt_exec x = exec_of(w, in->stream);
@@ -636,12 +639,12 @@ static int step_insn(walker *w, uint32_t i, frame f) {
 static int traced_insn(walker *w, uint32_t i, frame f) {
     const plan_insn *in = &w->rk->pg->insns[i];
     bool mine = w->stream < 0 || in->stream == w->stream;
-    if (!mine || in->kind == PLAN_I_SEND || in->kind == PLAN_I_RECV) return step_insn(w, i, f);
+    if (!mine || in->kind == PLAN_I_SEND || in->kind == PLAN_I_RECV || plan_insn_skipped(in, f.layer, f.layers)) return step_insn(w, i, f);
     if (flush(w)) return -1; // step_insn would flush first too: the group's span ends before this one starts
     rt_exec x = exec_of(w, in->stream);
     double t0, t1;
     if (trace_point(w, &x, &t0) || step_insn(w, i, f) || trace_point(w, &x, &t1)) return -1;
-    uint32_t mb = (uint32_t)((f.mb < 0 ? 0 : f.mb) + in->mb_delta), layer = (uint32_t)(f.layer < 0 ? 0 : f.layer);
+    uint32_t mb = (uint32_t)((f.mb < 0 ? 0 : f.mb) + in->mb_delta), layer = (uint32_t)((f.layer < 0 ? 0 : f.layer) + in->layer_delta);
     trace_slice(w, in->stream, i, mb, layer, t0, t1);
     return 0;
 }
@@ -662,7 +665,7 @@ static int walk(walker *w, uint32_t lo, uint32_t hi, frame f) {
 
 static void *walker_main(void *arg) {
     walker *w = arg;
-    frame f = {-1, -1};
+    frame f = {-1, -1, 0};
     if (!walk(w, 0, w->rk->pg->n_insns, f)) flush(w);
     if (w->stream >= 0 && w->stream != w->rk->bg_stream) {
         pthread_mutex_lock(&w->rk->lock);
@@ -1036,7 +1039,7 @@ static int run_rounds(rt_run *r, char *err, size_t err_n) {
         uint64_t before = rk->bg_rounds;
         rt_exec x = exec_of(&w, (int)rk->bg_stream);
         char why[512] = "";
-        int rc = run_background(&w, (uint32_t)rk->bg_loop, (frame){-1, -1});
+        int rc = run_background(&w, (uint32_t)rk->bg_loop, (frame){-1, -1, 0});
         if (!rc) rc = flush(&w);
         if (!rc && rk->bg_rounds != before && rt_backend_round_end(r->be, &x, why, sizeof why)) rc = rt_backend_fail(r->be, "%s", why);
         free(w.pend), free(counters);

@@ -530,7 +530,7 @@ static void queue_pop(queue *q) { q->head = (q->head + 1) % q->cap, q->n--; }
 // Instruction i (not a loop) with the current loop variables, counted and queued on its stream.
 static void dispatch(sim *S, cstate *c, uint32_t i) {
     const plan_insn *in = &c->pg->insns[i];
-    item x = {i, (uint32_t)((c->mb < 0 ? 0 : c->mb) + in->mb_delta), (uint32_t)(c->layer < 0 ? 0 : c->layer), 0};
+    item x = {i, (uint32_t)((c->mb < 0 ? 0 : c->mb) + in->mb_delta), (uint32_t)((c->layer < 0 ? 0 : c->layer) + in->layer_delta), 0};
     switch (in->kind) {
     case PLAN_I_RECORD: {
         evlog *e = &c->ev[in->a];
@@ -553,7 +553,15 @@ static void dispatch(sim *S, cstate *c, uint32_t i) {
     if (!queue_push(&c->st[in->stream].q, x)) oom(S);
 }
 
-// Walks class c to its next instruction and queues it; false at the end of the program.
+// The count of class c's innermost layer loop (0: none).
+static int32_t layer_count(const cstate *c) {
+    for (uint32_t d = c->depth; d-- > 0;)
+        if (c->stack[d].var == PLAN_LOOP_LAYER || c->stack[d].var == PLAN_LOOP_REVERSE_LAYER) return c->stack[d].count;
+    return 0;
+}
+
+// Walks class c to its next instruction and queues it (not one the loop skips in this
+// iteration: plan_insn_skipped); false at the end of the program.
 static bool gen_next(sim *S, cstate *c) {
     const plan_program *pg = c->pg;
     for (;;) {
@@ -570,6 +578,10 @@ static bool gen_next(sim *S, cstate *c) {
         if (c->pc >= pg->n_insns) return !(c->walked = true);
         const plan_insn *in = &pg->insns[c->pc];
         if (in->kind != PLAN_I_LOOP) {
+            if (plan_insn_skipped(in, c->layer, layer_count(c))) {
+                c->pc++;
+                continue;
+            }
             dispatch(S, c, c->pc++);
             return true;
         }

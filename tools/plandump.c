@@ -280,18 +280,25 @@ static void stats_of(const plan_program *pg, prog_stats *s) {
     struct loop_level {
         uint32_t end;
         uint64_t mult;
+        int64_t layers; // the innermost layer loop's count (0: none)
     } stack[PLAN_MAX_LOOP_DEPTH];
     int depth = 0;
     for (uint32_t i = 0; i < pg->n_insns; i++) {
         while (depth && i >= stack[depth - 1].end) depth--;
         uint64_t mult = depth ? stack[depth - 1].mult : 1;
+        int64_t layers = depth ? stack[depth - 1].layers : 0;
         const plan_insn *in = &pg->insns[i];
+        if (layers > 0 && in->layer_delta) // the iterations that skip it (plan_insn_skipped)
+            mult = mult / (uint64_t)layers * (uint64_t)(layers - (in->layer_delta < 0 ? -in->layer_delta : in->layer_delta));
         s->insns[in->kind]++;
         s->executed[in->kind] = sat_add(s->executed[in->kind], mult);
         int c = in->kind == PLAN_I_COLL ? in->code : in->kind == PLAN_I_SEND ? COMM_SEND : in->kind == PLAN_I_RECV ? COMM_RECV : -1;
         if (c >= 0) s->comm[c] = sat_add(s->comm[c], sat_mul(mult, comm_bytes(pg, in)));
-        if (in->kind == PLAN_I_LOOP && depth < PLAN_MAX_LOOP_DEPTH)
-            stack[depth++] = (struct loop_level){i + 1 + (uint32_t)in->b, sat_mul(mult, (uint64_t)plan_loop_trips(in))};
+        if (in->kind == PLAN_I_LOOP && depth < PLAN_MAX_LOOP_DEPTH) {
+            bool layer = in->code == PLAN_LOOP_LAYER || in->code == PLAN_LOOP_REVERSE_LAYER;
+            stack[depth++] = (struct loop_level){i + 1 + (uint32_t)in->b, sat_mul(mult, (uint64_t)plan_loop_trips(in)),
+                                                 layer ? in->a : plan_loop_is_background(in->code) ? 0 : layers};
+        }
     }
 }
 

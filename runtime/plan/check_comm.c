@@ -44,7 +44,9 @@ typedef struct comm_iter {
     uint64_t n;                 // instructions yielded so far
 } comm_iter;
 
-// The next matching instruction, or PLAN_NONE at the end of the program.
+static void comm_vars(const comm_iter *it, int64_t *mb, int64_t *layer, int64_t *layers);
+
+// The next matching instruction that runs, or PLAN_NONE at the end of the program.
 static uint32_t comm_next(comm_iter *it) {
     const plan_program *pg = it->pg;
     for (;;) {
@@ -63,22 +65,26 @@ static uint32_t comm_next(comm_iter *it) {
         }
         uint32_t i = it->pc++;
         if (in->kind == it->kind && in->a == it->a && (in->kind == PLAN_I_COLL || (in->b == it->b && in->tag == it->tag))) {
+            int64_t mb, layer, layers;
+            comm_vars(it, &mb, &layer, &layers);
+            if (plan_insn_skipped(in, layer, layers)) continue; // not run in this iteration
             it->n++;
             return i;
         }
     }
 }
 
-// The loop variables at the instruction comm_next just returned: the innermost mb loop's (0
-// outside any) and the innermost layer loop's (reverse_layer counts down).
-static void comm_vars(const comm_iter *it, int64_t *mb, int64_t *layer) {
+// The loop variables where comm_next stands: the innermost mb loop's (0 outside any) and the
+// innermost layer loop's (reverse_layer counts down), with that loop's count (0: none).
+static void comm_vars(const comm_iter *it, int64_t *mb, int64_t *layer, int64_t *layers) {
     bool got_mb = false, got_layer = false;
-    *mb = *layer = 0;
+    *mb = *layer = *layers = 0;
     for (int d = it->depth - 1; d >= 0; d--) {
         uint16_t var = it->pg->insns[it->st[d].loop].code;
         if (var == PLAN_LOOP_MB && !got_mb) *mb = it->st[d].iter, got_mb = true;
         if ((var == PLAN_LOOP_LAYER || var == PLAN_LOOP_REVERSE_LAYER) && !got_layer) {
             *layer = var == PLAN_LOOP_LAYER ? it->st[d].iter : (int64_t)it->st[d].count - 1 - it->st[d].iter;
+            *layers = it->st[d].count;
             got_layer = true;
         }
     }
@@ -98,11 +104,11 @@ static carried comm_carried(const plan *p, const comm_iter *it, uint32_t i, uint
     const plan_buffer *b = &it->pg->buffers[it->pg->args[in->args + j]];
     carried c = {b->tensor, -1, -1};
     if (b->tensor == PLAN_NONE) return c;
-    int64_t mb, layer;
-    comm_vars(it, &mb, &layer);
+    int64_t mb, layer, layers;
+    comm_vars(it, &mb, &layer, &layers);
     const plan_tensor *t = &p->tensors[b->tensor];
     if (t->kind == PLAN_T_INPUT || t->kind == PLAN_T_ACTIVATION || b->mb_slots > 1) c.mb = mb + in->mb_delta;
-    if (t->copies > 1) c.copy = (int64_t)b->layer_base + layer;
+    if (t->copies > 1) c.copy = (int64_t)b->layer_base + layer + in->layer_delta;
     return c;
 }
 

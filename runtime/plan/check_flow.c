@@ -142,6 +142,7 @@ typedef struct flow {
     uint64_t grp_cur[PLAN_MAX_STREAMS], grp_n; // per stream: its open group (0: none); groups opened
     uint64_t time, steps;
     int64_t mb, layer;         // the loop variables
+    int64_t layers;            // the innermost layer loop's count (0: none)
     int mb_depth, layer_depth; // how many loops of each variable are around the instruction
     // Happens-before between streams (see "Streams" at the top): per stream s, vc[s][t] is how far
     // stream s has seen stream t (positions count each stream's instructions); per event, the
@@ -212,7 +213,7 @@ unsigned plan_arg_role(const plan_program *pg, const plan_insn *in, uint32_t j) 
 static uint64_t slot_of(const flow *f, const plan_insn *in, uint32_t j) {
     uint32_t b = f->pg->args[in->args + j];
     const plan_buffer *bf = &f->pg->buffers[b];
-    uint64_t m = (uint64_t)(f->mb + in->mb_delta) % bf->mb_slots, l = (uint64_t)f->layer % bf->layer_slots;
+    uint64_t m = (uint64_t)(f->mb + in->mb_delta) % bf->mb_slots, l = (uint64_t)(f->layer + in->layer_delta) % bf->layer_slots;
     return f->base[b] + m * f->layer_n[b] + l;
 }
 
@@ -820,7 +821,8 @@ static plan_status flow_loop(flow *f, uint32_t i) {
     }
     bool mb = in->code == PLAN_LOOP_MB;
     uint64_t count = (uint64_t)in->a;
-    int64_t saved = mb ? f->mb : f->layer;
+    int64_t saved = mb ? f->mb : f->layer, saved_layers = f->layers;
+    if (!mb) f->layers = (int64_t)count;
     if (mb) f->mb_depth++;
     else f->layer_depth++;
     plan_status st = PLAN_OK;
@@ -835,7 +837,7 @@ static plan_status flow_loop(flow *f, uint32_t i) {
         j = next;
     }
     if (mb) f->mb = saved, f->mb_depth--;
-    else f->layer = saved, f->layer_depth--;
+    else f->layer = saved, f->layers = saved_layers, f->layer_depth--;
     return st;
 }
 
@@ -847,7 +849,7 @@ static plan_status flow_range(flow *f, uint32_t from, uint32_t to) {
             st = flow_loop(f, i);
             i += 1 + (uint32_t)in->b;
         } else {
-            st = flow_insn(f, i);
+            if (!plan_insn_skipped(in, f->layer, f->layers)) st = flow_insn(f, i);
             i++;
         }
     }

@@ -381,6 +381,39 @@ static plan_status check_layer_slots(checker *c, uint32_t k, uint32_t i, uint32_
     return PLAN_OK;
 }
 
+// layer_delta names a block copy: inside a layer loop of n iterations one it reaches in some
+// iteration (|delta| < n; in the others it is skipped); outside any, a copy of each tensor of
+// several copies it touches, and a slot of its own in each persistent buffer (which holds one
+// copy per slot; other buffers' slots wrap). A background round sets no variable.
+static plan_status check_layer_delta(checker *c, uint32_t k, uint32_t i, uint32_t loop) {
+    const plan_program *pg = &c->p->programs[k];
+    const plan_insn *in = &pg->insns[i];
+    int64_t d = in->layer_delta;
+    if (!d) return PLAN_OK;
+    if (loop != PLAN_NONE) {
+        int64_t n = pg->insns[loop].a;
+        if (d > -n && d < n) return PLAN_OK;
+        return check_ifail(c, k, i, "layer%+lld in the layer loop of insn %u (%lld iterations): it never runs", (long long)d, loop,
+                           (long long)n);
+    }
+    if (d < 0) return check_ifail(c, k, i, "layer%+lld outside any layer loop names no block copy", (long long)d);
+    for (uint32_t j = 0; j < in->nargs; j++) {
+        uint32_t b = pg->args[in->args + j];
+        const plan_buffer *bf = &pg->buffers[b];
+        uint64_t copies = bf->tensor == PLAN_NONE ? 0 : c->p->tensors[bf->tensor].copies;
+        bool wraps = (bf->flags & PLAN_BUF_PERSIST) && (uint64_t)d >= bf->layer_slots; // onto another copy's slot
+        if (!wraps && (copies < 2 || bf->layer_base + (uint64_t)d < copies)) continue;
+        char who[160];
+        check_buffer_desc(c->p, pg, b, who, sizeof who);
+        if (wraps)
+            return check_ifail(c, k, i, "layer%+lld outside any layer loop: %s holds %u cop%s from the start of the step, one "
+                               "slot each", (long long)d, who, bf->layer_slots, bf->layer_slots == 1 ? "y" : "ies");
+        return check_ifail(c, k, i, "layer%+lld outside any layer loop: %s names copy %llu of its tensor's %llu", (long long)d,
+                           who, (unsigned long long)(bf->layer_base + (uint64_t)d), (unsigned long long)copies);
+    }
+    return PLAN_OK;
+}
+
 // Every instruction, with the count of the innermost mb loop around it; and the instructions
 // executed per step (loops multiplied out), which the communication walk visits, bounded.
 plan_status check_insns(checker *c, uint32_t k) {
@@ -404,6 +437,7 @@ plan_status check_insns(checker *c, uint32_t k) {
         if (!st && in->kind == PLAN_I_LOOP) st = check_loop_count(c, k, i, mb_count != 0, layer_loop != PLAN_NONE);
         if (!st && layer_loop != PLAN_NONE && in->kind != PLAN_I_LOOP)
             st = check_layer_slots(c, k, i, layer_loop, (uint32_t)pg->insns[layer_loop].a);
+        if (!st && in->kind != PLAN_I_LOOP) st = check_layer_delta(c, k, i, layer_loop);
         executed += mult;
         if (!st && executed > MAX_EXECUTED)
             st = check_pfail(c, k, "executes more than %llu instructions per step (loops multiplied out): too large to check",

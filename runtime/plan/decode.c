@@ -431,9 +431,9 @@ static void decode_attrs(const uint8_t *r, plan_attrs *a) {
 static plan_status decode_insn(dctx *c, const uint8_t *r, uint32_t i, uint64_t *at, plan_insn *in) {
     *in = (plan_insn){.kind = r[0], .stream = r[1], .code = get_u16(r + 2), .nargs = get_u16(r + 4),
                       .mb_delta = (int16_t)get_u16(r + 6), .args = get_u32(r + 8), .a = (int32_t)get_u32(r + 12),
-                      .b = (int32_t)get_u32(r + 16), .attrs = get_u32(r + 20), .t_s = get_f32(r + 24), .phase = r[28], .tag = r[29]};
+                      .b = (int32_t)get_u32(r + 16), .attrs = get_u32(r + 20), .t_s = get_f32(r + 24), .phase = r[28], .tag = r[29],
+                      .layer_delta = (int16_t)get_u16(r + 30)};
     if (in->kind >= PLAN_I_KIND_COUNT) return dfail(c, "insn %u: kind %u unknown", i, in->kind);
-    if (r[30] || r[31]) return dfail(c, "insn %u: reserved bytes 30..31 are not zero", i);
     if (in->tag >= PLAN_MAX_TAGS) return dfail(c, "insn %u: tag %u, at most %u", i, in->tag, PLAN_MAX_TAGS - 1);
     if (in->args != *at)
         return dfail(c, "insn %u: arguments at %u, expected %llu (arguments are stored in instruction order)", i,
@@ -443,6 +443,7 @@ static plan_status decode_insn(dctx *c, const uint8_t *r, uint32_t i, uint64_t *
                       : canon.a != in->a           ? "a"
                       : canon.b != in->b           ? "b"
                       : canon.mb_delta != in->mb_delta ? "mb_delta"
+                      : canon.layer_delta != in->layer_delta ? "layer_delta"
                       : canon.attrs != in->attrs   ? "attrs"
                       : memcmp(&canon.t_s, &in->t_s, sizeof(float)) ? "t_s"
                       : canon.phase != in->phase   ? "phase"

@@ -225,7 +225,7 @@ static void enc_insn(wbuf *w, plan_insn in) {
     w_f32(w, in.t_s);
     w_u8(w, in.phase);
     w_u8(w, in.tag);
-    w_zero(w, 2);
+    w_u16(w, (uint16_t)in.layer_delta);
 }
 
 // PROGRAM k: the head, then buffers, attrs, instructions (canonical) and their arguments in

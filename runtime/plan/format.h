@@ -45,7 +45,7 @@
  *     attrs:   0 f64 f[8]; 64 i64 i[8]; 128 i32 perm[8]; 160 i32 win[6]
  *     insn:    0 u8 kind; 1 u8 stream; 2 u16 code; 4 u16 nargs; 6 i16 mb_delta; 8 u32 args;
  *              12 i32 a; 16 i32 b; 20 u32 attrs; 24 f32 t_s; 28 u8 phase; 29 u8 tag
- *              (send/recv, < PLAN_MAX_TAGS); 30 u8[2] 0
+ *              (send/recv, < PLAN_MAX_TAGS); 30 i16 layer_delta
  * *
  * Doubles (floats) are stored as the u64 (u32) of their IEEE-754 bits.
  */
@@ -87,7 +87,7 @@ static inline plan_insn plan_insn_canonical(plan_insn in, uint32_t args_at) {
     if (!(u & U_CODE)) in.code = 0;
     if (!(u & U_A)) in.a = 0;
     if (!(u & U_B)) in.b = 0;
-    if (!(u & U_DELTA)) in.mb_delta = 0;
+    if (!(u & U_DELTA)) in.mb_delta = 0, in.layer_delta = 0;
     if (!(u & U_ATTRS)) in.attrs = PLAN_NONE;
     if (!(u & U_TIME)) in.t_s = 0, in.phase = 0;
     if (!(u & U_TAG)) in.tag = 0;

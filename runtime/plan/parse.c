@@ -701,11 +701,19 @@ static plan_status insn_stream(parser *ps, plan_insn *in, bool mb) {
     in->stream = (uint8_t)v;
     if (!mb || ps->at == ps->nt) return PLAN_OK;
     t = ps->t[ps->at];
-    if (t.n < 4 || memcmp(t.s, "mb", 2) != 0 || (t.s[2] != '+' && t.s[2] != '-')) return PLAN_OK;
-    ps->at++;
     int64_t d;
-    plan_status st = tok_i64(ps, (tok){t.s + 2, t.n - 2}, "mb delta", INT16_MIN, INT16_MAX, &d);
-    in->mb_delta = (int16_t)d;
+    if (t.n >= 4 && memcmp(t.s, "mb", 2) == 0 && (t.s[2] == '+' || t.s[2] == '-')) {
+        ps->at++;
+        plan_status st = tok_i64(ps, (tok){t.s + 2, t.n - 2}, "mb delta", INT16_MIN, INT16_MAX, &d);
+        if (st) return st;
+        in->mb_delta = (int16_t)d;
+        if (ps->at == ps->nt) return PLAN_OK;
+        t = ps->t[ps->at];
+    }
+    if (t.n < 7 || memcmp(t.s, "layer", 5) != 0 || (t.s[5] != '+' && t.s[5] != '-')) return PLAN_OK;
+    ps->at++;
+    plan_status st = tok_i64(ps, (tok){t.s + 5, t.n - 5}, "layer delta", INT16_MIN, INT16_MAX, &d);
+    in->layer_delta = (int16_t)d;
     return st;
 }
 

@@ -244,7 +244,10 @@ static inline bool plan_loop_is_background(uint32_t var) {
 typedef enum plan_phase { PLAN_PHASE_NONE, PLAN_PHASE_FWD, PLAN_PHASE_BWD, PLAN_PHASE_RECOMPUTE, PLAN_PHASE_OPT, PLAN_PHASE_COUNT } plan_phase;
 
 // A loop sets its variable to 0..count-1 (REVERSE_LAYER: count-1..0) around its body; a
-// buffer's micro-batch slot is (mb + insn.mb_delta), its layer slot the innermost layer var.
+// buffer's micro-batch slot is (mb + insn.mb_delta), its layer slot (layer + insn.layer_delta)
+// with layer the innermost layer loop's variable (0 outside any). Inside a layer loop, an
+// instruction whose layer + layer_delta falls outside 0..count-1 does not run (a prefetch of
+// the next block copy in the loop's last iteration: plan_insn_skipped).
 // t_s is the cost model's time for one execution on its stream (compute, coll, send, recv,
 // copy; 0 for the other kinds, and where the plan's writer gave none): the simulator
 // (runtime/sim.h) works from it.
@@ -260,7 +263,15 @@ typedef struct plan_insn {
     float t_s;                  // seconds per execution, finite and >= 0
     uint8_t phase;              // plan_phase (0 for record, wait and loop)
     uint8_t tag;                // send/recv: the message's tag, below PLAN_MAX_TAGS (0 for other kinds)
+    int16_t layer_delta;        // the block copy it works on, from the innermost layer loop's variable
 } plan_insn;
+
+// Whether instruction in does not run at layer loop variable `layer` of a loop of `count`
+// iterations (count 0: outside any layer loop, where it always runs).
+static inline bool plan_insn_skipped(const plan_insn *in, int64_t layer, int64_t count) {
+    int64_t l = layer + in->layer_delta;
+    return count > 0 && (l < 0 || l >= count);
+}
 
 // How many times a checker or simulator walks a loop's body in one step: its count, and once
 // for a background round.

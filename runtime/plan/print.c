@@ -313,6 +313,7 @@ static void print_time(FILE *f, const plan_insn *in) {
 
 static void print_mb(FILE *f, const plan_insn *in) {
     if (in->mb_delta) fprintf(f, " mb%+d", in->mb_delta);
+    if (in->layer_delta) fprintf(f, " layer%+d", in->layer_delta);
 }
 
 static void print_insn(FILE *f, const plan *p, const plan_program *pg, uint32_t i, int depth) {
