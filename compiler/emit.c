@@ -102,7 +102,7 @@ static void emit_program(plan *p, plan_program *pr, const char *name, uint64_t a
     pr->arena_bytes = arena;
     pr->n_streams = sync ? 2 : 1;
     pr->priority[1] = sync ? -1 : 0;
-    uint32_t used = plan_insns_events(insn, (uint32_t)n_insn); // more than 2 where ZeRO-3 gathers ahead (preserve.c's EV_PREFETCH)
+    uint32_t used = plan_insns_events(insn, (uint32_t)n_insn); // 3 where ZeRO-3 gathers ahead (preserve.c's EV_PREFETCH)
     pr->n_events = sync && used < 2 ? 2 : used;
     pr->n_buffers = (uint32_t)n_buf;
     pr->buffers = emit_buffers(p, buf, n_buf);

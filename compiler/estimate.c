@@ -64,7 +64,9 @@ typedef struct est {
     double *rs; // ZeRO-3: per micro-batch, the gradients' reduce-scatters on stream 1 (hidden by Bc)
     double *rs_last; // ZeRO-3: per step, those the backward pass finishes after its last block (nothing hides them)
     double *ag; // ZeRO-3: per micro-batch, the all-gathers of block parameters on stream 1, each pass
-    double *agn, *copies; // ... how many such gathers, and block copies, per device
+    double *agb, *agn, *copies; // ... their bytes, how many parameters, and block copies, per device
+    double *cf, *cb;      // ... and the compute of those copies, forward and backward, per micro-batch
+    double *postb, *postt; // ZeRO-1/2: the bytes gathered after the optimizer, of block parameters (all copies) and top-level ones
     double *pool;       // per device and bucket segment: the bytes that share gradient buckets (est_pool)
     double *last;       // per device: its last bucket's collective (est_last_bucket)
     int *layers;
@@ -342,7 +344,9 @@ static void est_layers(est *E, const pcc_layer *L, int nl, const int *chunk) {
             est_add_op(E, L[l].op, d);
         } else {
             const pcc_block *bl = &g->blocks[L[l].block];
+            double f0 = E->Fc[d], b0 = E->Bc[d];
             for (int i = bl->first_op; i < bl->first_op + bl->n_ops; i++) est_add_op(E, i, d);
+            E->cf[d] += E->Fc[d] - f0, E->cb[d] += E->Bc[d] - b0;
             E->copies[d] += 1;
             est_on(E, d);
             E->Bc[d] += E->orphan[L[l].block];
@@ -424,10 +428,13 @@ static void est_param(est *E, int p, int i, int d, const pcc_op *opt) {
             if (E->m > 1) E->opt[d] += cost_memory_s(c, bytes / E->dp);
             if (zero < 3) E->Bm[d] += cost_memory_s(c, 3 * bytes / E->dp);
         }
-        if (zero < 3) E->post[d] += ag; // the updated shard all-gathered (ZeRO-3's parameter stays sharded)
-        // Gathered again for each micro-batch's use: a block's parameters on stream 1 ahead of
-        // their first reader (preserve.c's prefetch_params; est_step), the others just before it.
-        if (zero == 3 && g->ops[i].block >= 0) E->ag[d] += ag, E->agn[d] += 1;
+        // The updated shard all-gathered (ZeRO-3's parameter stays sharded): one collective per
+        // block copy and one for the top-level parameters (preserve.c's post_flush; est_step).
+        if (zero < 3) *(g->ops[i].block >= 0 ? &E->postb[d] : &E->postt[d]) += bytes;
+        // Gathered again for each micro-batch's use: a block copy's parameters on stream 1 in one
+        // collective while the copy before computes (preserve.c's prefetch; est_step), the
+        // others just before their reader.
+        if (zero == 3 && g->ops[i].block >= 0) E->agb[d] += bytes, E->agn[d] += 1;
         else if (zero == 3) E->Fm[d] += ag, E->Bm[d] += ag;
     }
     if (!opt) return;
@@ -540,12 +547,18 @@ static void est_last_bucket(est *E) {
 
 // The step: the pipeline, then per device what the last backward pass does not hide of its sync,
 // its optimizer and ZeRO's all-gather; a device that drains early has that much more slack.
-// What stream 0 waits for of stream 1's gathers (ag, n per copy) and reduce-scatters (rs) in a
-// pass of compute c.
-static double est_gathers_exposed_s(double ag, double rs, double c, double n) {
+// What stream 0 waits for of stream 1's ZeRO-3 work in a pass over k block copies of compute c
+// (in all), n parameters each: their gathers ag and reduce-scatters rs (in all; 0 forward). As
+// preserve.c's prefetch: the first copy's gathers are exposed; while copy v computes (C = c / k),
+// stream 1 gathers copy v + 1's (G = ag / k) and then reduce-scatters copy v's gradients as they
+// are made (R = rs / k), and stream 0 waits at the copy's end for its reduce-scatters (the last
+// one, about R / n, always exposed) and at the next copy's start for its gathers.
+static double est_gathers_exposed_s(double ag, double rs, double c, double k, double n) {
+    if (k < 1) k = 1;
     if (n < 1) n = 1;
-    double ends = (ag + rs) / n, rest = ag + rs - c + c / n; // the first gather and the last reduce-scatter: exposed
-    return ends > rest ? ends : rest;
+    double C = c / k, G = ag / k, R = rs / k;
+    double next = fmax(R / n, G + R - C), last = fmax(R / n, R - C);
+    return G + (k - 1) * next + (rs > 0 ? last : 0);
 }
 
 static void est_step(est *E) {
@@ -555,14 +568,16 @@ static void est_step(est *E) {
     int busy = 0;
     for (int d = 0; d < pp; d++) {
         // ZeRO-3's reduce-scatters on stream 1 hide behind the backward's compute; stream 0
-        // waits at each layer's end for what is left. Its gathers of a block copy's n parameters
-        // run on stream 1 from the copy's start, each before its first reader: a copy of compute C
-        // and gathers G takes about max(C + G/n, G + C/n) (the first gather is exposed, the
-        // compute after the last one's first use is not overlapped), in each pass; in the
-        // backward pass the last gradient's reduce-scatter is exposed as well.
-        double n = E->agn[d] > 0 ? E->agn[d] / (E->copies[d] > 0 ? E->copies[d] : 1) : 1;
-        E->Fm[d] += est_gathers_exposed_s(E->ag[d], 0, E->Fc[d], n);
-        E->Bm[d] += E->ag[d] > 0 ? est_gathers_exposed_s(E->ag[d], E->rs[d], E->Bc[d], n) : cost_exposed_s(E->rs[d], E->Bc[d]);
+        // waits at each layer's end for what is left. Its gathers of the next block copy's
+        // parameters run on stream 1 while this copy computes (est_gathers_exposed_s).
+        double k = E->copies[d], n = E->agn[d] > 0 ? E->agn[d] / (k > 0 ? k : 1) : 1;
+        pcc_group_shape dpg = {E->dp, E->cp * E->tp};
+        double launch = cost_launch_s(E->view[d]);
+        if (E->agb[d] > 0 && k > 0) E->ag[d] = k * (cost_collective_s(E->view[d], PCC_COLL_ALL_GATHER, E->agb[d] / k, dpg) + launch);
+        if (E->postb[d] > 0 && k > 0) E->post[d] += k * (cost_collective_s(E->view[d], PCC_COLL_ALL_GATHER, E->postb[d] / k, dpg) + launch);
+        if (E->postt[d] > 0) E->post[d] += cost_collective_s(E->view[d], PCC_COLL_ALL_GATHER, E->postt[d], dpg) + launch;
+        E->Fm[d] += E->ag[d] > 0 ? est_gathers_exposed_s(E->ag[d], 0, E->cf[d], k, n) : 0;
+        E->Bm[d] += E->ag[d] > 0 ? est_gathers_exposed_s(E->ag[d], E->rs[d], E->cb[d], k, n) : cost_exposed_s(E->rs[d], E->Bc[d]);
         F[d] = E->Fc[d] + E->Fm[d] + E->Fp[d], B[d] = E->Bc[d] + E->Bm[d] + E->Bp[d];
         if (F[d] + B[d] > F[busy] + B[busy]) busy = d;
     }
@@ -595,6 +610,7 @@ void estimate_step(const pcc_graph *g, const pcc_cluster *c, const pcc_intra *sc
     E.Fc = zeros(g, pp), E.Fm = zeros(g, pp), E.Fp = zeros(g, pp), E.Bc = zeros(g, pp), E.Bm = zeros(g, pp);
     E.Bp = zeros(g, pp), E.sync = zeros(g, pp), E.opt = zeros(g, pp), E.post = zeros(g, pp), E.tied = zeros(g, pp);
     E.rs = zeros(g, pp), E.rs_last = zeros(g, pp), E.ag = zeros(g, pp), E.agn = zeros(g, pp), E.copies = zeros(g, pp);
+    E.cf = zeros(g, pp), E.cb = zeros(g, pp), E.agb = zeros(g, pp), E.postb = zeros(g, pp), E.postt = zeros(g, pp);
     E.layers = arena_alloc(g->arena, sizeof(int) * (size_t)(pp + 1));
     const pcc_layer *L = graph_layers(g, &nl);
     int *chunk = arena_alloc(g->arena, sizeof(int) * (size_t)(nl + 1));

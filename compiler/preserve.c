@@ -17,7 +17,11 @@
  *   synchronized on stream 1 in buckets as soon as they are final (overlapped with the rest of
  *   the backward); with ZeRO-2 and several micro-batches, every micro-batch's backward
  *   reduce-scatters its gradient contributions onto the rank's shard instead
- *   wait for the synchronization; the optimizer; parameter copies to the stages that share them
+ *   wait for the synchronization; the optimizer (ZeRO-1 and 2: its updated shards gathered one
+ *   collective per block copy); parameter copies to the stages that share them
+ *
+ * handoff.c turns the finished programs into phase 3's output (META, groups, ranks); the
+ * builder's types are in preserve.h.
  *
  * Resharding. Where the buffer that holds a value has another layout than a reader wants,
  * reshard() emits reshard.c's chain (reshard_steps): collectives over one mesh axis at a time,
@@ -67,64 +71,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define STREAM_MAIN 0
-#define STREAM_SYNC 1
-#define STREAM_BG 2     // the background program's (bgsync.c), where --sync background asks for one
-#define EV_GRAD 0
-#define EV_SYNCED 1
-#define EV_PREFETCH 2 // and on: ZeRO-3's gathers of one block copy's parameters, one event each
-// Message tags of interleaved plans (plain ones use 0 only): the forward pass's activations, the
-// backward pass's gradients, the gradient contributions summed once per step, the parameters
-// shared after the optimizer. On each pair of devices, the messages of one tag are sent and
-// received in the same order (see pipeline.c); those of different tags are not.
-#define TAG_FWD 0
-#define TAG_BWD 1
-#define TAG_DEFERRED 2
-#define TAG_SHARE 3
-
-typedef pcc_mbuf ebuf; // a buffer of a program being built (memplan.c places it)
-
-typedef struct cache_entry {
-    int src;
-    plan_shard want;
-    int buf;
-} cache_entry;
-
-typedef struct prog {
-    int stage;
-    ebuf *buf;          int n_buf, cap_buf;
-    plan_insn *insn;    int n_insn, cap_insn;
-    uint32_t *args;     int n_args, cap_args;
-    plan_attrs *attrs;  int n_attrs, cap_attrs;
-    int loops[PLAN_MAX_LOOP_DEPTH], depth;
-    int *home;          // per tensor: its buffer on this stage, -1
-    int **carry;        // per block, per carried value: its carry register (scratch), -1
-    int **chunk_home;   // interleaved: per model chunk of this device, its home (top-level tensors shared)
-    int ***chunk_carry; //   ... and its carry registers
-    cache_entry *cache; int n_cache, cap_cache;
-    bool used_sync;
-    bool sharding;      // ZeRO-3: gradient reduce-scatters on stream 1 that stream 0 has not yet waited for
-    int (*pref)[2];     int n_pref, cap_pref; // ZeRO-3: this block copy's gathered parameters (buffer, event; event -1 once waited for)
-    int *bucket;        int n_bucket, cap_bucket; // final gradients waiting for their bucket's collective
-    int *shard_acc;     // per tensor: ZeRO-2, the buffer its gradient shard accumulates in, -1
-    uint64_t bucket_bytes;                        // their bytes on this rank
-} prog;
-
-typedef struct builder {
-    const pcc_values *v; // layout.c's decisions: every value's stage and layout, and what the step does with it
-    const pcc_graph *g;  // the rest as v has them
-    const pcc_cluster *c;    // the view of the group the stage being built is on
-    const pcc_cluster *all;  // the whole cluster (its worst figures: the links between groups)
-    const pcc_strategy *s;
-    int pp, dp, tp, M;
-    int cp;             // the context-parallel axis (1: none; the plan's mesh then leaves it out)
-    int V, ns;          // model chunks per pipeline device (1: none) and stages in all, pp * V
-    int (*groups)[2];   int n_groups, cap_groups; // (axes mask, stream) per plan group
-    uint64_t bucket_cap;// gradient bytes per bucket (0: one collective per gradient)
-    bool deferred_sends; // interleaved: p2p() sends the deferred gradient contributions only (else all but them)
-    int delta;          // the micro-batch offset of the instructions being emitted
-    plan_phase phase;   // the part of the step being emitted
-} builder;
+#include "preserve.h"
 
 /* ---- small helpers ---- */
 
@@ -151,7 +98,7 @@ static uint64_t shard_bytes(const builder *E, int t, plan_shard s) {
     return n;
 }
 
-static int group(builder *E, int axes, int stream) {
+int p3_group(builder *E, int axes, int stream) {
     for (int i = 0; i < E->n_groups; i++)
         if (E->groups[i][0] == axes && E->groups[i][1] == stream) return i;
     int *g = *VEC_PUSH(E->g->arena, E->groups, E->n_groups, E->cap_groups);
@@ -245,7 +192,7 @@ static pcc_group_shape axis_group(const builder *E, int axis, int dist) {
 
 // The ranks of one group over the mesh axes in `axes` (bits), as the cost model sees them: how
 // many, and the rank stride of the fastest of them (dp and tp together are contiguous).
-static pcc_group_shape axes_group(const builder *E, unsigned axes) {
+pcc_group_shape p3_axes_group(const builder *E, unsigned axes) {
     pcc_group_shape sh = {1, 1};
     for (int a = 0; a < PCC_AXES; a++) {
         if (!(axes >> a & 1u)) continue;
@@ -264,7 +211,7 @@ static float transfer_s(const builder *E, const prog *P, int b, int offset) {
 }
 
 // A memory-bound kernel moving `bytes` in the dtype of buffer b.
-static float memory_s(const builder *E, const prog *P, double bytes, int b) {
+float p3_memory_s(const builder *E, const prog *P, double bytes, int b) {
     return (float)cost_compute_s(E->c, 0, bytes, (pcc_dtype)P->buf[b].dtype, false);
 }
 
@@ -346,7 +293,7 @@ static void coll(builder *E, prog *P, pcc_coll kind, int axis, int stream, int i
     int args[2] = {in, out};
     plan_insn *i = insn(E, P, PLAN_I_COLL, stream, args, 2);
     i->code = (uint16_t)kind;
-    i->a = group(E, 1 << axis, stream);
+    i->a = p3_group(E, 1 << axis, stream);
     bool ends_with = kind == PCC_COLL_ALL_REDUCE || kind == PCC_COLL_ALL_GATHER || kind == PCC_COLL_BROADCAST;
     i->t_s = (float)cost_collective_s(E->c, kind, (double)P->buf[ends_with ? out : in].bytes, axis_group(E, axis, 0));
     forget(P, out);
@@ -355,7 +302,7 @@ static void coll(builder *E, prog *P, pcc_coll kind, int axis, int stream, int i
 static void copy_on(builder *E, prog *P, int src, int dst, int stream) {
     int args[2] = {src, dst};
     plan_insn *in = insn(E, P, PLAN_I_COPY, stream, args, 2);
-    in->t_s = memory_s(E, P, 2 * (double)P->buf[dst].bytes, dst);
+    in->t_s = p3_memory_s(E, P, 2 * (double)P->buf[dst].bytes, dst);
     forget(P, dst);
 }
 
@@ -414,50 +361,127 @@ static uint32_t intern_attrs(builder *E, prog *P, const plan_attrs *pa) {
 
 static void sync_grad(builder *E, prog *P, int gp);
 static void zero2_grad(builder *E, prog *P, int gp);
+static void coll_bucket(builder *E, prog *P, pcc_coll kind, int axis, int stream, const int *in, const int *out, int n);
 
-/* ---- ZeRO-3: a block copy's parameters gathered ahead, on stream 1 ---- */
+/* ---- ZeRO-3: the next block copy's parameters gathered ahead, on stream 1 ---- */
 
-// As FSDP: the parameters one copy of a block reads are all-gathered on stream 1 at the copy's
-// start, each gather followed by a record of an event of its own; stream 0 waits for a
-// parameter's event just before the first operator that reads it (prefetched_wait), so later
-// gathers overlap the earlier operators. Stream 1 first waits for stream 0 to reach the copy's
-// start: every copy gathers into the same buffers, which the previous copy's operators read.
-// The gathered buffers then live from the copy's start (FSDP too holds a whole layer gathered).
-static void prefetch_one(builder *E, prog *P, int o, int i) {
+// As FSDP's forward and backward prefetch: while stream 0 runs copy v of a block, stream 1
+// all-gathers the parameters of the copy its loop runs next (v + 1 in a layer loop, v - 1 in a
+// reverse one: the gathers' layer_delta, which the loop's last iteration skips) into the other
+// of two layer slots; the loop's first copy is gathered before the loop (prefetch_first). At the
+// top of each iteration stream 0 waits for its copy's gathers (the event recorded in the
+// iteration before, or before the loop: a wait matches the latest record before it in program
+// order), then marks where it is, which stream 1 waits for before it gathers into the slot that
+// the copy before this one read. So a layer's gathers overlap the layer before it, and only the
+// first copy's are exposed; the gathered buffers hold two copies (FSDP's too: the layer at work
+// and the one prefetched).
+
+static void prefetch_add(builder *E, prog *P, int o, int i) {
     const pcc_graph *g = E->g;
     int t = g->ops[o].in[i];
     if (g->tensors[t].kind != PCC_T_PARAM) return;
     int src = home(E, P, t);
     plan_shard want = E->v->sh[o][i];
-    if (shard_eq(P->buf[src].shard, want) || cached(P, src, want) >= 0) return;
-    if (!P->n_pref) sync_follows(E, P);
-    int b = reshard_on(E, P, src, want, -1, STREAM_SYNC), ev = EV_PREFETCH + P->n_pref;
-    event(E, P, PLAN_I_RECORD, STREAM_SYNC, ev);
-    int *e = *VEC_PUSH(E->g->arena, P->pref, P->n_pref, P->cap_pref);
-    e[0] = b, e[1] = ev;
+    if (shard_eq(P->buf[src].shard, want)) return;
+    for (int k = 0; k < P->n_pref; k++)
+        if (P->pref[k].src == src && shard_eq(P->pref[k].want, want)) return;
+    prefetch *e = VEC_PUSH(E->g->arena, P->pref, P->n_pref, P->cap_pref);
+    memset(e, 0, sizeof *e);
+    e->src = src, e->want = want;
+    e->n = reshard_steps(P->buf[src].shard, want, g->tensors[t].rank, e->step);
+    for (int k = 0; k < e->n; k++) e->buf[k] = -1;
 }
 
-static void prefetch_params(builder *E, prog *P, int b) {
+// The parameters a copy of block b gathers (those of its recomputed forward operators too).
+static void prefetch_list(builder *E, prog *P, int b) {
     const pcc_graph *g = E->g;
     const pcc_block *bl = &g->blocks[b];
-    if (E->s->zero != 3) return;
     P->n_pref = 0;
+    if (E->s->zero != 3) return;
     if (bl->fwd >= 0) {
         const pcc_block *fb = &g->blocks[bl->fwd];
         for (int o = fb->first_op; o < fb->first_op + fb->n_ops; o++)
-            for (int i = 0; E->v->recomp[o] && i < g->ops[o].nin; i++) prefetch_one(E, P, o, i);
+            for (int i = 0; E->v->recomp[o] && i < g->ops[o].nin; i++) prefetch_add(E, P, o, i);
     }
     for (int o = bl->first_op; o < bl->first_op + bl->n_ops; o++)
-        for (int i = 0; i < g->ops[o].nin; i++) prefetch_one(E, P, o, i);
+        for (int i = 0; i < g->ops[o].nin; i++) prefetch_add(E, P, o, i);
 }
 
-// Stream 0 waits for buffer b's gather before its first reader.
-static void prefetched_wait(builder *E, prog *P, int b) {
-    for (int k = 0; k < P->n_pref; k++)
-        if (P->pref[k][0] == b && P->pref[k][1] >= 0) {
-            event(E, P, PLAN_I_WAIT, STREAM_MAIN, P->pref[k][1]);
-            P->pref[k][1] = -1;
+// The buffers of a parameter's gather: one set per stage, which the forward and backward passes
+// of its block and every micro-batch share, so two layers' parameters are live, as with FSDP.
+static void prefetch_bufs(builder *E, prog *P, prefetch *e, int slots, int base) {
+    for (int k = 0; k < P->n_gath; k++) {
+        const prefetch *x = &P->gath[k];
+        if (x->src != e->src || !shard_eq(x->want, e->want)) continue;
+        PCC_ASSERT(x->n == e->n && P->buf[x->buf[0]].layer_slots == (uint32_t)slots);
+        memcpy(e->buf, x->buf, sizeof e->buf);
+        return;
+    }
+    int t = (int)P->buf[e->src].tensor;
+    for (int s = 0; s < e->n; s++) e->buf[s] = new_buf(E, P, t, e->step[s].after, 1, (uint32_t)slots, (uint32_t)base);
+    *VEC_PUSH(E->g->arena, P->gath, P->n_gath, P->cap_gath) = *e;
+}
+
+// Stream 1 gathers every listed parameter of the copy at layer_delta d (outside the loop: the
+// loop's first copy) into its buffers of `slots` layer slots from copy `base`, and records. As
+// FSDP's flat parameter: step s of all of them is one collective (a bucket) per kind, axis and
+// dtype, so a copy pays one collective's latency, not one per parameter.
+static void prefetch_gather(builder *E, prog *P, int slots, int base, int d) {
+    if (!P->n_pref) return;
+    sync_follows(E, P);
+    int most = 0, n = P->n_pref;
+    for (int k = 0; k < n; k++) {
+        prefetch *e = &P->pref[k];
+        if (e->n && e->buf[0] < 0) prefetch_bufs(E, P, e, slots, base);
+        if (e->n > most) most = e->n;
+    }
+    int *in = arena_alloc(E->g->arena, sizeof(int) * (size_t)n), *out = arena_alloc(E->g->arena, sizeof(int) * (size_t)n);
+    bool *done = arena_alloc(E->g->arena, (size_t)n);
+    for (int s = 0; s < most; s++) {
+        for (int k = 0; k < n; k++) done[k] = P->pref[k].n <= s;
+        for (int k = 0; k < n; k++) {
+            if (done[k]) continue;
+            const prefetch *e = &P->pref[k];
+            int src = s ? e->buf[s - 1] : e->src;
+            if (e->step[s].kind < 0) {
+                copy_on(E, P, src, e->buf[s], STREAM_SYNC);
+            } else {
+                int m = 0;
+                for (int j = k; j < n; j++) {
+                    const prefetch *f = &P->pref[j];
+                    if (done[j] || f->step[s].kind != e->step[s].kind || f->step[s].axis != e->step[s].axis ||
+                        P->buf[f->buf[s]].dtype != P->buf[e->buf[s]].dtype)
+                        continue;
+                    in[m] = s ? f->buf[s - 1] : f->src, out[m++] = f->buf[s];
+                    done[j] = true;
+                }
+                coll_bucket(E, P, (pcc_coll)e->step[s].kind, e->step[s].axis, STREAM_SYNC, in, out, m);
+            }
+            done[k] = true;
+            P->insn[P->n_insn - 1].layer_delta = (int16_t)d;
         }
+    }
+    event(E, P, PLAN_I_RECORD, STREAM_SYNC, EV_PREFETCH);
+}
+
+// Before the loop over block b's copies lo..hi-1 on this stage: the first copy's gathers.
+static void prefetch_first(builder *E, prog *P, int b, int lo, int hi) {
+    prefetch_list(E, P, b);
+    int n = hi - lo;
+    prefetch_gather(E, P, n > 1 ? 2 : 1, lo, E->g->blocks[b].fwd >= 0 ? n - 1 : 0);
+}
+
+// At the top of a copy: wait for its gathers, then gather the next copy's.
+static void prefetch_next(builder *E, prog *P, int b, int lo, int hi) {
+    if (!P->n_pref) return;
+    event(E, P, PLAN_I_WAIT, STREAM_MAIN, EV_PREFETCH);
+    if (hi - lo > 1) prefetch_gather(E, P, 2, lo, E->g->blocks[b].fwd >= 0 ? -1 : 1);
+    // The operators find this copy's gathered values in the cache (the gathers above write the
+    // other slot; added after them, as a collective forgets what its output held).
+    for (int k = 0; k < P->n_pref; k++) {
+        const prefetch *e = &P->pref[k];
+        *VEC_PUSH(E->g->arena, P->cache, P->n_cache, P->cap_cache) = (cache_entry){e->src, e->want, e->buf[e->n - 1]};
+    }
 }
 
 static uint32_t scale_attrs(builder *E, prog *P, double k) {
@@ -601,7 +625,6 @@ static void emit_op(builder *E, prog *P, int o, bool last_mb) {
     }
     int args[PCC_MAX_OPERANDS + 1];
     for (int i = 0; i < op->nin; i++) args[i] = reshard(E, P, home(E, P, op->in[i]), E->v->sh[o][i]);
-    for (int i = 0; i < op->nin; i++) prefetched_wait(E, P, args[i]);
     for (int i = 0; i < op->nout; i++) {
         args[op->nin + i] = home(E, P, op->out[i]);
         PCC_ASSERT(P->buf[args[op->nin + i]].bytes == shard_bytes(E, op->out[i], E->v->sh[o][op->nin + i]));
@@ -619,7 +642,13 @@ static void emit_op(builder *E, prog *P, int o, bool last_mb) {
         for (int i = 0; i < op->nin; i++) forget(P, args[i]);
         for (int i = 0; i < op->nin; i++) {
             int hb = home(E, P, op->in[i]);
-            if (args[i] != hb && i != 1) reshard_to(E, P, args[i], P->buf[hb].shard, hb);
+            if (args[i] == hb || i == 1) continue;
+            if (E->post_later) {
+                int *e = *VEC_PUSH(g->arena, P->post, P->n_post, P->cap_post);
+                e[0] = args[i], e[1] = hb;
+            } else {
+                reshard_to(E, P, args[i], P->buf[hb].shard, hb);
+            }
         }
         P->n_cache = 0;
     }
@@ -641,8 +670,8 @@ static int local_grad(builder *E, prog *P, int gp, int b, unsigned axes, int str
     P->buf[nb].whole = true;
     plan_insn *in = insn(E, P, PLAN_I_COMPUTE, stream, (int[]){b, nb}, 2);
     in->code = PCC_OP_SCALE;
-    in->attrs = scale_attrs(E, P, (double)axes_group(E, axes).size);
-    in->t_s = memory_s(E, P, 2.0 * (double)P->buf[nb].bytes, nb);
+    in->attrs = scale_attrs(E, P, (double)p3_axes_group(E, axes).size);
+    in->t_s = p3_memory_s(E, P, 2.0 * (double)P->buf[nb].bytes, nb);
     return nb;
 }
 
@@ -704,7 +733,7 @@ static void bucket_layout(prog *P, const int *bk, int n) {
 }
 
 // One collective instruction over the pairs (in[j], out[j]): a bucket of n when n > 1.
-static void coll_bucket(builder *E, prog *P, pcc_coll kind, int axis, const int *in, const int *out, int n) {
+static void coll_bucket(builder *E, prog *P, pcc_coll kind, int axis, int stream, const int *in, const int *out, int n) {
     int *args = arena_alloc(E->g->arena, sizeof(int) * (size_t)(2 * n));
     double bytes = 0;
     bool ends_with = kind == PCC_COLL_ALL_REDUCE || kind == PCC_COLL_ALL_GATHER || kind == PCC_COLL_BROADCAST;
@@ -712,9 +741,9 @@ static void coll_bucket(builder *E, prog *P, pcc_coll kind, int axis, const int 
         args[j] = in[j], args[n + j] = out[j];
         bytes += (double)P->buf[ends_with ? out[j] : in[j]].bytes;
     }
-    plan_insn *i = insn(E, P, PLAN_I_COLL, STREAM_SYNC, args, 2 * n);
+    plan_insn *i = insn(E, P, PLAN_I_COLL, stream, args, 2 * n);
     i->code = (uint16_t)kind;
-    i->a = group(E, 1 << axis, STREAM_SYNC);
+    i->a = p3_group(E, 1 << axis, stream);
     i->t_s = (float)cost_collective_s(E->c, kind, bytes, axis_group(E, axis, 0));
     for (int j = 0; j < n; j++) forget(P, out[j]);
 }
@@ -743,7 +772,7 @@ static void bucket_flush(builder *E, prog *P) {
             next[j] = new_buf(E, P, P->bucket[j], mine[k].after, 1, hb->layer_slots, hb->layer_base);
             P->buf[next[j]].whole = true;
         }
-        coll_bucket(E, P, (pcc_coll)step[k].kind, step[k].axis, cur, next, n);
+        coll_bucket(E, P, (pcc_coll)step[k].kind, step[k].axis, STREAM_SYNC, cur, next, n);
         if (step[k].kind == PCC_COLL_REDUCE_SCATTER) bucket_layout(P, next, n);
         memcpy(cur, next, sizeof(int) * (size_t)n);
     }
@@ -808,7 +837,7 @@ static void zero2_grad(builder *E, prog *P, int gp) {
     int args[3] = {acc, cur, acc};
     plan_insn *in = insn(E, P, PLAN_I_COMPUTE, stream, args, 3);
     in->code = PCC_OP_ADD;
-    in->t_s = memory_s(E, P, 3 * (double)P->buf[acc].bytes, acc);
+    in->t_s = p3_memory_s(E, P, 3 * (double)P->buf[acc].bytes, acc);
 }
 
 // ZeRO-3: stream 0 waits for the reduce-scatters stream 1 has queued since the last wait.
@@ -848,7 +877,7 @@ static void zero2_accumulators(builder *E, prog *P) {
         if (hi - lo > 1) loop_open(E, P, PLAN_LOOP_LAYER, hi - lo);
         plan_insn *in = insn(E, P, PLAN_I_COMPUTE, STREAM_MAIN, &acc, 1);
         in->code = PCC_OP_FILL;
-        in->t_s = memory_s(E, P, (double)P->buf[acc].bytes, acc);
+        in->t_s = p3_memory_s(E, P, (double)P->buf[acc].bytes, acc);
         if (hi - lo > 1) loop_close(E, P);
     }
 }
@@ -913,7 +942,8 @@ static void block_body(builder *E, prog *P, int b, bool last_mb) {
         int dst = home(E, P, bl->carry[i].inner);
         copy(E, P, carry_reg(E, P, b, i), dst);
     }
-    prefetch_params(E, P, b);
+    int fam = graph_block_family(g, b);
+    prefetch_next(E, P, b, E->v->copy_lo[fam][P->stage], E->v->copy_hi[fam][P->stage]);
     if (bl->fwd >= 0) {
         // Backward: re-run the recomputed forward ops of this copy first.
         const pcc_block *fb = &g->blocks[bl->fwd];
@@ -930,7 +960,7 @@ static void block_body(builder *E, prog *P, int b, bool last_mb) {
         int args[3] = {G, dx, G};
         plan_insn *in = insn(E, P, PLAN_I_COMPUTE, STREAM_MAIN, args, 3);
         in->code = PCC_OP_ADD;
-        in->t_s = memory_s(E, P, 3 * (double)P->buf[G].bytes, G);
+        in->t_s = p3_memory_s(E, P, 3 * (double)P->buf[G].bytes, G);
     }
     for (int i = 0; i < bl->n_carry; i++) {
         int reg = carry_reg(E, P, b, i);
@@ -952,7 +982,7 @@ static void acc_start(builder *E, prog *P, int b, int i, bool first) {
     if (first) {
         plan_insn *in = insn(E, P, PLAN_I_COMPUTE, STREAM_MAIN, &G, 1);
         in->code = PCC_OP_FILL;
-        in->t_s = memory_s(E, P, (double)P->buf[G].bytes, G);
+        in->t_s = p3_memory_s(E, P, (double)P->buf[G].bytes, G);
     } else if (reg < 0) {
         copy(E, P, carry_reg(E, P, b, E->g->blocks[b].n_carry + i), G);
     }
@@ -979,6 +1009,7 @@ static void block_range(builder *E, prog *P, int b, bool last_mb) {
         if (graph_carry_of(bl, inner, true) < 0) P->home[inner] = reshard(E, P, home(E, P, bl->in[i].outer), E->v->home_sh[inner]);
     }
     for (int i = 0; i < bl->n_acc; i++) acc_start(E, P, b, i, first);
+    prefetch_first(E, P, b, lo, hi);
     loop_open(E, P, bwd ? PLAN_LOOP_REVERSE_LAYER : PLAN_LOOP_LAYER, hi - lo);
     block_body(E, P, b, last_mb);
     loop_close(E, P);
@@ -1053,10 +1084,45 @@ static void pass_part(builder *E, prog *P, int delta, bool bwd, bool last_mb, in
 }
 
 
+// The updated shards the optimizer left (ZeRO-1 and 2) go into their homes: one collective per
+// kind, axis and dtype over all of them (a block copy's, or a stretch of top-level parameters'),
+// as Megatron-LM's distributed optimizer and FSDP gather a bucket, not a parameter, at a time.
+// A chain of several steps, or a local one, goes on its own.
+static void post_flush(builder *E, prog *P) {
+    int n = P->n_post;
+    if (!n) return;
+    P->n_post = 0;
+    int (*post)[2] = P->post;
+    int *in = arena_alloc(E->g->arena, sizeof(int) * (size_t)n), *out = arena_alloc(E->g->arena, sizeof(int) * (size_t)n);
+    bool *done = arena_alloc(E->g->arena, (size_t)n);
+    pcc_reshard_step *step = arena_alloc(E->g->arena, sizeof(pcc_reshard_step) * (size_t)(n + 1));
+    for (int k = 0; k < n; k++) {
+        pcc_reshard_step s[PCC_AXES + 1];
+        const ebuf *b = &P->buf[post[k][0]];
+        int m = reshard_steps(b->shard, P->buf[post[k][1]].shard, E->g->tensors[b->tensor].rank, s);
+        done[k] = m != 1 || s[0].kind < 0;
+        if (done[k]) reshard_to(E, P, post[k][0], P->buf[post[k][1]].shard, post[k][1]);
+        else step[k] = s[0];
+    }
+    for (int k = 0; k < n; k++) {
+        if (done[k]) continue;
+        int m = 0;
+        for (int j = k; j < n; j++) {
+            if (done[j] || step[j].kind != step[k].kind || step[j].axis != step[k].axis ||
+                P->buf[post[j][1]].dtype != P->buf[post[k][1]].dtype)
+                continue;
+            in[m] = post[j][0], out[m++] = post[j][1];
+            done[j] = true;
+        }
+        coll_bucket(E, P, (pcc_coll)step[k].kind, step[k].axis, STREAM_MAIN, in, out, m);
+    }
+}
+
 static void optimizer(builder *E, prog *P) {
     const pcc_graph *g = E->g;
     E->delta = 0;
     E->phase = PLAN_PHASE_OPT;
+    E->post_later = true;
     for (int o = g->n_fwd_ops; o < g->n_ops; o++) {
         const pcc_op *op = &g->ops[o];
         if (op->phase != PCC_PHASE_OPT) continue;
@@ -1067,12 +1133,16 @@ static void optimizer(builder *E, prog *P) {
         const pcc_block *bl = &g->blocks[op->block];
         int fb = graph_block_family(g, op->block), lo = E->v->copy_lo[fb][P->stage], hi = E->v->copy_hi[fb][P->stage];
         if (hi > lo) {
+            post_flush(E, P);
             loop_open(E, P, PLAN_LOOP_LAYER, hi - lo);
             for (int k = bl->first_op; k < bl->first_op + bl->n_ops; k++) emit_op(E, P, k, false);
+            post_flush(E, P);
             loop_close(E, P);
         }
         o = bl->first_op + bl->n_ops - 1;
     }
+    post_flush(E, P);
+    E->post_later = false;
 }
 
 // Parameters used on several stages: the owner sends the updated value to the others.
@@ -1150,7 +1220,7 @@ static void stage_prologue(builder *E, prog *P) {
             int G = home(E, P, t);
             plan_insn *in = insn(E, P, PLAN_I_COMPUTE, STREAM_MAIN, &G, 1);
             in->code = PCC_OP_FILL;
-            in->t_s = memory_s(E, P, (double)P->buf[G].bytes, G);
+            in->t_s = p3_memory_s(E, P, (double)P->buf[G].bytes, G);
         }
     // Deferred contributions summed here read zeros until theirs arrives after the last micro-batch.
     for (int t = 0; t < g->n_tensors; t++) {
@@ -1161,7 +1231,7 @@ static void stage_prologue(builder *E, prog *P) {
         int G = home(E, P, t);
         plan_insn *in = insn(E, P, PLAN_I_COMPUTE, STREAM_MAIN, &G, 1);
         in->code = PCC_OP_FILL;
-        in->t_s = memory_s(E, P, (double)P->buf[G].bytes, G);
+        in->t_s = p3_memory_s(E, P, (double)P->buf[G].bytes, G);
     }
 }
 
@@ -1252,164 +1322,6 @@ static void program(builder *E, prog *P) {
     epilogue(E, P);
 }
 
-/* ---- what phase 3 hands on ---- */
-
-static char *notes(builder *E) {
-    const pcc_graph *g = E->g;
-    size_t cap = 256, n = 0;
-    char *s = arena_alloc(g->arena, cap);
-    for (int o = 0; o < g->n_fwd_ops; o++) {
-        const pcc_op *op = &g->ops[o];
-        pcc_letter l[PCC_MAX_LETTERS];
-        int nl = op_letters(g, op, l);
-        char line[512];
-        int k = snprintf(line, sizeof line, "%s %s %s:", op->ptr, pcc_ops[op->kind].name, op->nout ? g->tensors[op->out[0]].name : "");
-        static const char *const axn[PCC_AXES] = {"pp", "dp", "cp", "tp"};
-        for (int a = PCC_AX_DP; a < PCC_AXES; a++) {
-            int li = E->s->letter[a][o];
-            if (E->s->mesh[a] == 1) continue;
-            if (li >= 0 && li < nl) k += snprintf(line + k, sizeof line - (size_t)k, " %s=%s(%s)", axn[a], l[li].name, g->dims[l[li].dim].name);
-            else k += snprintf(line + k, sizeof line - (size_t)k, " %s=replicate", axn[a]);
-        }
-        int st = op->block >= 0 ? -1 : E->s->op_stage[o];
-        if (st >= 0 && E->V > 1) k += snprintf(line + k, sizeof line - (size_t)k, " chunk %d (stage %d)", st, st % E->pp);
-        else if (st >= 0 && E->pp > 1) k += snprintf(line + k, sizeof line - (size_t)k, " stage %d", st);
-        else if (op->block >= 0 && E->pp > 1) k += snprintf(line + k, sizeof line - (size_t)k, " block %s", g->blocks[op->block].name);
-        if (E->s->recompute[o]) k += snprintf(line + k, sizeof line - (size_t)k, " recompute");
-        snprintf(line + k, sizeof line - (size_t)k, " (%s)\n", E->s->cause[o] ? E->s->cause[o] : "template");
-        s = arena_append(g->arena, s, &n, &cap, line);
-    }
-    if (n > 0) s[n - 1] = 0; // no trailing newline
-    return s;
-}
-
-// One step's FLOPs as Megatron-LM counts them (the formula of ../shared/data/
-// megatron_sc21_a100.csv): the matrix products of the forward and backward passes and of the
-// forward operators recomputed in the backward pass, over every micro-batch, summed over ranks.
-static double model_flops(const builder *E) {
-    const pcc_graph *g = E->g;
-    double f = 0;
-    for (int o = 0; o < g->n_ops; o++) {
-        const pcc_op *op = &g->ops[o];
-        if (op->phase == PCC_PHASE_OPT) continue;
-        double mm = op_flops_matmul(g, op) * (double)op_copies(g, op);
-        f += op->phase == PCC_PHASE_FWD && E->v->recomp[o] ? 2 * mm : mm;
-    }
-    return f * E->M;
-}
-
-// The background program's groups, made before phase 3 hands its groups on: one per set of
-// replica axes in use, and their union (the continuous rounds' stop flag, which every rank of a
-// stage's rounds must agree on). Returns the union's group.
-static uint32_t background_groups(builder *E) {
-    unsigned all = 0;
-    for (int t = 0; t < E->g->n_tensors; t++)
-        if (E->v->local[t]) all |= E->v->local[t], group(E, E->v->local[t], STREAM_BG);
-    if (all) group(E, (int)all, STREAM_BG);
-    return (uint32_t)group(E, (int)all, STREAM_BG);
-}
-
-// The dense parameters a stage's background program averages (bgsync.c appends it when the plan
-// is written): each one's home buffer there, its group of replicas and its costs.
-static pcc_bg_param *background_params_of(builder *E, prog *P, int *n_out) {
-    const pcc_graph *g = E->g;
-    pcc_bg_param *ps = arena_alloc(g->arena, sizeof(pcc_bg_param) * (size_t)(g->n_tensors + 1));
-    int n = 0;
-    for (int t = 0; t < g->n_tensors; t++) {
-        const pcc_tensor *T = &g->tensors[t];
-        if (T->kind != PCC_T_PARAM || T->grad < 0 || !E->v->local[T->grad] || P->home[t] < 0) continue;
-        int b = P->home[t];
-        double bytes = (double)P->buf[b].bytes;
-        pcc_group_shape sh = axes_group(E, E->v->local[T->grad]);
-        ps[n++] = (pcc_bg_param){(uint32_t)t, (uint32_t)b, (uint32_t)group(E, E->v->local[T->grad], STREAM_BG), sh,
-                                 (float)cost_collective_s(E->c, PCC_COLL_ALL_REDUCE, bytes, sh),
-                                 memory_s(E, P, 3.0 * bytes, b)};
-    }
-    *n_out = n;
-    return ps;
-}
-
-// What the plan's META says of the strategy: the mesh, the schedule, the estimate, the FLOPs
-// of a step and the notes (the builder adds the rest).
-static void meta(builder *E, plan_meta *m) {
-    const pcc_strategy *s = E->s;
-    m->world = (uint32_t)(E->pp * E->dp * E->cp * E->tp);
-    m->n_axes = PCC_AXES;
-    static const char *const axn[PCC_AXES] = {"pp", "dp", "cp", "tp"};
-    for (int a = 0; a < PCC_AXES; a++) {
-        m->mesh[a] = (uint32_t)s->mesh[a];
-        snprintf(m->axis_names[a], sizeof m->axis_names[a], "%s", axn[a]);
-    }
-    m->micro_batches = (uint32_t)E->M;
-    m->schedule = E->pp == 1 ? PLAN_SCHED_NONE : E->V > 1 ? PLAN_SCHED_1F1B_INTERLEAVED
-                : s->schedule == PCC_PIPE_GPIPE ? PLAN_SCHED_GPIPE : PLAN_SCHED_1F1B;
-    m->zero_stage = (uint32_t)s->zero;
-    m->est_step_s = s->est_step_s;
-    m->model_flops = model_flops(E);
-    m->notes = notes(E);
-}
-
-// An axis of size 1 taken out of the plan's mesh: every shard and group of the axes after it
-// moves down one (a plan without context parallelism is pp x dp x tp, as before cp existed).
-static plan_shard shard_drop(plan_shard s, int axis) {
-    for (int a = axis; a + 1 < PLAN_MAX_AXES; a++) s.map[a] = s.map[a + 1];
-    s.map[PLAN_MAX_AXES - 1] = PLAN_SHARD_R;
-    return s;
-}
-
-static void drop_axis(pcc_programs *out, int axis) {
-    plan_meta *m = &out->meta;
-    PCC_ASSERT(m->mesh[axis] == 1);
-    for (uint32_t a = (uint32_t)axis; a + 1 < m->n_axes; a++) {
-        m->mesh[a] = m->mesh[a + 1];
-        memcpy(m->axis_names[a], m->axis_names[a + 1], sizeof m->axis_names[a]);
-    }
-    m->n_axes--;
-    m->mesh[m->n_axes] = 0;
-    memset(m->axis_names[m->n_axes], 0, sizeof m->axis_names[m->n_axes]);
-    uint32_t low = (1u << axis) - 1;
-    for (int i = 0; i < out->n_groups; i++) {
-        uint32_t x = out->group_axes[i];
-        PCC_ASSERT(!(x >> axis & 1u));
-        out->group_axes[i] = (x & low) | (x >> (axis + 1)) << axis;
-    }
-    for (int p = 0; p < out->n; p++)
-        for (int b = 0; b < out->prog[p].n_buf; b++) {
-            PCC_ASSERT(out->prog[p].buf[b].shard.map[axis] == PLAN_SHARD_R);
-            out->prog[p].buf[b].shard = shard_drop(out->prog[p].buf[b].shard, axis);
-        }
-}
-
-// Phase 3's output: the stage programs, each rank's (its pp coordinate), the groups, and with
-// --sync background the parameters each stage's background program averages.
-static pcc_programs *hand_off(builder *E, prog *P) {
-    const pcc_graph *g = E->g;
-    pcc_programs *out = arena_alloc(g->arena, sizeof *out);
-    meta(E, &out->meta);
-    out->n = E->pp;
-    out->prog = arena_alloc(g->arena, sizeof(pcc_program) * (size_t)E->pp);
-    for (int st = 0; st < E->pp; st++) {
-        pcc_program *q = &out->prog[st];
-        const prog *Q = &P[st];
-        *q = (pcc_program){.name = arena_printf(g->arena, "stage%d", st), .buf = Q->buf, .n_buf = Q->n_buf, .insn = Q->insn,
-                           .n_insn = Q->n_insn, .args = Q->args, .n_args = Q->n_args, .attrs = Q->attrs, .n_attrs = Q->n_attrs,
-                           .sync = Q->used_sync};
-    }
-    if (E->v->bg) {
-        out->bg = E->v->bg;
-        out->bg_stop_group = background_groups(E);
-        for (int st = 0; st < E->pp; st++) out->prog[st].bg = background_params_of(E, &P[st], &out->prog[st].n_bg);
-    }
-    out->n_groups = E->n_groups;
-    out->group_axes = arena_alloc(g->arena, sizeof(uint32_t) * (size_t)(E->n_groups + 1));
-    for (int i = 0; i < E->n_groups; i++) out->group_axes[i] = (uint32_t)E->groups[i][0];
-    out->rank_program = arena_alloc(g->arena, sizeof(uint32_t) * (size_t)out->meta.world);
-    for (uint32_t r = 0; r < out->meta.world; r++) out->rank_program[r] = r / (uint32_t)(E->dp * E->cp * E->tp); // pp varies slowest
-    if (E->cp == 1) drop_axis(out, PCC_AX_CP);
-    if (E->cp > 1 && E->s->config.cp_zigzag) out->zigzag = 2 * E->cp, out->zigzag_dim = E->s->seq_dim;
-    return out;
-}
-
 /* ---- phase 3 ---- */
 
 pcc_status preserve(const pcc_graph *g, const pcc_cluster *c, const pcc_strategy *s, const pcc_preserve_opts *o,
@@ -1428,6 +1340,6 @@ pcc_status preserve(const pcc_graph *g, const pcc_cluster *c, const pcc_strategy
         program(&E, &P[d]);
     }
     E.c = c;
-    *out = hand_off(&E, P);
+    *out = p3_hand_off(&E, P);
     return PCC_OK;
 }

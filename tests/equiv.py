@@ -219,11 +219,15 @@ def burst_strategies(model, n):
 # one group of sends and receives (the carry register needs two slots).
 DEEP = ["--pp 3 --micro-batches 6", "--pp 4 --micro-batches 8",
         "--pp 2 --micro-batches 6 --virtual-stages 3", "--pp 3 --micro-batches 6 --virtual-stages 2"]
+# ZeRO-3 over more than two copies: a copy gathers the next one's parameters into the slot of
+# two that the copy before it read (preserve.c's prefetch), forward and backward.
+DEEP_ZERO3 = ["--dp 2 --zero 3", "--dp 4 --zero 3 --micro-batches 2", "--dp 2 --zero 3 --recompute full",
+              "--dp 2 --pp 2 --micro-batches 2 --zero 3", "--dp 2 --tp 2 --zero 3 --sequence-parallel"]
 
 
 def deep_pipelines(c):
     c.variant("gpt-tiny", "gpt-tiny-6", '"repeat": 2', '"repeat": 6')
-    for opts in DEEP:
+    for opts in DEEP + DEEP_ZERO3:
         w = opts.split()
         c.check("gpt-tiny-6", math.prod(int(w[w.index(a) + 1]) for a in ("--dp", "--pp") if a in w), opts)
 

@@ -13,9 +13,10 @@ For gpt-tiny on CPU ranks with --tp 2, --dp 2 --tp 2 and --tp 4, each with and w
     and the MLP's first product): two of each per block;
   - the per-device peak memory (the plan's peak_bytes) is lower than the same mesh without it;
   - the plan records --sequence-parallel in its options.
-And --auto searches it: on Megatron-LM's 18B model over 64 DGX A100 nodes (batch 1024, estimate
-only; on 32, ZeRO-3 with its gathers ahead on stream 1 and tp 1 is faster, 4.72 s against tp 2's
-5.26 s, also by the simulator), --auto's answer says whether it uses sequence parallelism (JSON "sequence_parallel"), and
+And --auto searches it: on Megatron-LM's 18B model over 64 DGX A100 nodes (batch 512, estimate
+only; at batch 1024 ZeRO-3 over dp 512 with tp 1 is faster since its gathers run a layer ahead,
+one collective per layer: 2.45 s, simulated 2.65 s), --auto's answer says whether it uses
+sequence parallelism (JSON "sequence_parallel"), and
 its step is no slower than the template of its own mesh with and without --sequence-parallel.
 What it catches: a constraint that no longer reaches the ILP (norms replicated or hidden-split,
 an all-reduce back in the forward pass), a reduce-scatter on the wrong dimension, the memory
@@ -109,7 +110,7 @@ def sp_plan(name, text, shapes):
 def estimate(plancc, root, *opts, may_not_fit=False):
     """plancc's estimate as JSON; None (a pass) where may_not_fit and nothing fits (exit 3)."""
     p = run(plancc, os.path.join(root, "models", "megatron-18b.json"), "--cluster",
-            os.path.join(root, "models", "clusters", "dgx-a100.json"), "--nodes", 64, "--global-batch", 1024, *opts,
+            os.path.join(root, "models", "clusters", "dgx-a100.json"), "--nodes", 64, "--global-batch", 512, *opts,
             "--estimate-only", "--json")
     what = f"megatron-18b {' '.join(map(str, opts))}"
     if may_not_fit and p.returncode == 3:

@@ -1,0 +1,90 @@
+/*
+ * preserve.h: phase 3's builder (compiler/preserve.c), private to preserve.c and handoff.c: the
+ * programs being built, one per pipeline stage, and what every step of building them reads.
+ */
+#ifndef PLANCC_PRESERVE_H
+#define PLANCC_PRESERVE_H
+
+#include "plancc.h"
+
+#define STREAM_MAIN 0
+#define STREAM_SYNC 1
+#define STREAM_BG 2     // the background program's (bgsync.c), where --sync background asks for one
+#define EV_GRAD 0
+#define EV_SYNCED 1
+#define EV_PREFETCH 2 // ZeRO-3's gathers of the next block copy's parameters
+// Message tags of interleaved plans (plain ones use 0 only): the forward pass's activations, the
+// backward pass's gradients, the gradient contributions summed once per step, the parameters
+// shared after the optimizer. On each pair of devices, the messages of one tag are sent and
+// received in the same order (see pipeline.c); those of different tags are not.
+#define TAG_FWD 0
+#define TAG_BWD 1
+#define TAG_DEFERRED 2
+#define TAG_SHARE 3
+
+typedef pcc_mbuf ebuf; // a buffer of a program being built (memplan.c places it)
+
+// ZeRO-3: a parameter that a block's operators read in another layout than its home's, the steps
+// of its gather (reshard_steps) and their buffers (-1 until made), two layer slots each.
+typedef struct prefetch {
+    int src;
+    plan_shard want;
+    int n, buf[PCC_AXES + 1];
+    pcc_reshard_step step[PCC_AXES + 1];
+} prefetch;
+
+typedef struct cache_entry {
+    int src;
+    plan_shard want;
+    int buf;
+} cache_entry;
+
+typedef struct prog {
+    int stage;
+    ebuf *buf;          int n_buf, cap_buf;
+    plan_insn *insn;    int n_insn, cap_insn;
+    uint32_t *args;     int n_args, cap_args;
+    plan_attrs *attrs;  int n_attrs, cap_attrs;
+    int loops[PLAN_MAX_LOOP_DEPTH], depth;
+    int *home;          // per tensor: its buffer on this stage, -1
+    int **carry;        // per block, per carried value: its carry register (scratch), -1
+    int **chunk_home;   // interleaved: per model chunk of this device, its home (top-level tensors shared)
+    int ***chunk_carry; //   ... and its carry registers
+    cache_entry *cache; int n_cache, cap_cache;
+    bool used_sync;
+    bool sharding;      // ZeRO-3: gradient reduce-scatters on stream 1 that stream 0 has not yet waited for
+    prefetch *pref;     int n_pref, cap_pref; // ZeRO-3: the parameters the block copies at work gather (prefetch_list)
+    prefetch *gath;     int n_gath, cap_gath; // ... every parameter's gather buffers, shared by the passes (prefetch_bufs)
+    int *bucket;        int n_bucket, cap_bucket; // final gradients waiting for their bucket's collective
+    int (*post)[2];     int n_post, cap_post; // ZeRO-1/2: updated shards (buffer) waiting to be gathered into their home (post_flush)
+    int *shard_acc;     // per tensor: ZeRO-2, the buffer its gradient shard accumulates in, -1
+    uint64_t bucket_bytes;                        // their bytes on this rank
+} prog;
+
+typedef struct builder {
+    const pcc_values *v; // layout.c's decisions: every value's stage and layout, and what the step does with it
+    const pcc_graph *g;  // the rest as v has them
+    const pcc_cluster *c;    // the view of the group the stage being built is on
+    const pcc_cluster *all;  // the whole cluster (its worst figures: the links between groups)
+    const pcc_strategy *s;
+    int pp, dp, tp, M;
+    int cp;             // the context-parallel axis (1: none; the plan's mesh then leaves it out)
+    int V, ns;          // model chunks per pipeline device (1: none) and stages in all, pp * V
+    int (*groups)[2];   int n_groups, cap_groups; // (axes mask, stream) per plan group
+    uint64_t bucket_cap;// gradient bytes per bucket (0: one collective per gradient)
+    bool deferred_sends; // interleaved: p2p() sends the deferred gradient contributions only (else all but them)
+    bool post_later;    // the optimizer: an updated shard goes into its home in post_flush's buckets
+    int delta;          // the micro-batch offset of the instructions being emitted
+    plan_phase phase;   // the part of the step being emitted
+} builder;
+
+// The plan group over the mesh axes in `axes` for collectives on `stream` (made on first use).
+int p3_group(builder *E, int axes, int stream);
+// The shape of the group over those axes, for the cost model.
+pcc_group_shape p3_axes_group(const builder *E, unsigned axes);
+// A memory-bound kernel's time over `bytes` touching buffer b.
+float p3_memory_s(const builder *E, const prog *P, double bytes, int b);
+// Phase 3's output from the finished builder (handoff.c).
+pcc_programs *p3_hand_off(builder *E, prog *P);
+
+#endif
