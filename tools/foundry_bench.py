@@ -138,7 +138,32 @@ def table(results):
         lines.append(summary(mine, "%s, all" % system))
         lines.append(summary([x for x in mine if x["seq"] <= 2048], "%s, seq <= 2048" % system))
         lines.append(summary([x for x in mine if x["seq"] <= 2048 and x["gpus"] <= 8], "%s, seq <= 2048, one node" % system))
+    lines += scaling(results)
     return "\n".join(lines)
+
+
+def scaling(results):
+    """Weak scaling: where a configuration ran on both the fewest and the most GPUs of its table,
+    the throughput per GPU at the most over that at the fewest, published against predicted. The
+    ratio cancels what the rows share (the compute's rate) and leaves the communication's growth."""
+    runs = {}
+    for x in results:
+        key = (x["system"], x["model"], x["seq"], x["mb"], x["ga"], x["zero"], x["recompute"])
+        if x["gpus"] >= 64:  # multi-node runs
+            runs.setdefault(key, {})[x["gpus"]] = x
+    out, errs = [], []
+    for key, by in sorted(runs.items()):
+        lo, hi = min(by), max(by)
+        if hi < 4 * lo:  # over a fourfold range at least
+            continue
+        pub, pred = by[hi]["published"] / by[lo]["published"], by[hi]["predicted"] / by[lo]["predicted"]
+        errs.append(abs(pred - pub) / pub)
+        out.append("weak scaling %s %s seq %d ZeRO-%d: %d over %d GPUs, published %.3f, predicted %.3f" % (
+            key[0], key[1], key[2], key[5], hi, lo, pub, pred))
+    if errs:
+        out.append("weak scaling: %d configurations, mean absolute error of the ratio %.1f%%, largest %.1f%%" % (
+            len(errs), 100 * sum(errs) / len(errs), 100 * max(errs)))
+    return out
 
 
 def run(plancc, root, csv_path, system=None, max_seq=None, attention="flash"):
