@@ -266,11 +266,17 @@ static bool fit_suggestion(const pcc_fit *f, int k, pcc_search_opts *so, const c
     // from the one asked for: only what it left out is worth a search.
     bool searched = so->auto_mesh && !so->pick, rc = f->o->search.recompute != PCC_RECOMPUTE_FULL;
     bool zero3 = so->zero < 3 && (so->auto_mesh || so->dp > 1) && !searched;
+    // ZeRO-3 one layer at a time (--prefetch none): no search has tried it unless asked.
+    bool late = !so->zero3_late && (so->zero == 3 || so->auto_mesh || so->dp > 1);
     if (searched) rc = f->o->search.recompute == PCC_RECOMPUTE_NONE;
     switch (k) {
     case 0: so->recompute = PCC_RECOMPUTE_FULL, *name = "--recompute full"; return rc;
     case 1: so->zero = 3, *name = "--zero 3"; return zero3;
     case 2: so->zero = 3, so->recompute = PCC_RECOMPUTE_FULL, *name = "--zero 3 --recompute full"; return zero3;
+    case 3:
+        so->zero = 3, so->recompute = PCC_RECOMPUTE_FULL, so->zero3_late = true;
+        *name = "--zero 3 --recompute full --prefetch none";
+        return late;
     default: return false;
     }
 }
@@ -287,7 +293,7 @@ static bool fit_explain(pcc_fit *f) {
         f->mode = FIT_EXPLAIN, f->suggestion = -1;
     }
     pcc_search_opts so;
-    while (++f->suggestion < 3) {
+    while (++f->suggestion < 4) {
         if (!fit_suggestion(f, f->suggestion, &so, &f->fix)) continue;
         pcc_strategy **v;
         int nv;
@@ -295,8 +301,9 @@ static bool fit_explain(pcc_fit *f) {
         f->cand = v, f->n = nv, f->next = 0;
         return true;
     }
-    fprintf(stderr, "plancc: neither recompute nor ZeRO-3 make it fit: use more devices (--nodes, --devices, or more "
-                    "pipeline stages with --pp), or a smaller micro-batch (the batch dimension in the model)\n");
+    fprintf(stderr, "plancc: neither recompute nor ZeRO-3 (with or without its prefetch) make it fit: use more devices "
+                    "(--nodes, --devices, or more pipeline stages with --pp), or a smaller micro-batch (the batch dimension "
+                    "in the model)\n");
     f->mode = FIT_OVER;
     return false;
 }

@@ -576,8 +576,13 @@ static void est_step(est *E) {
         if (E->agb[d] > 0 && k > 0) E->ag[d] = k * (cost_collective_s(E->view[d], PCC_COLL_ALL_GATHER, E->agb[d] / k, dpg) + launch);
         if (E->postb[d] > 0 && k > 0) E->post[d] += k * (cost_collective_s(E->view[d], PCC_COLL_ALL_GATHER, E->postb[d] / k, dpg) + launch);
         if (E->postt[d] > 0) E->post[d] += cost_collective_s(E->view[d], PCC_COLL_ALL_GATHER, E->postt[d], dpg) + launch;
-        E->Fm[d] += E->ag[d] > 0 ? est_gathers_exposed_s(E->ag[d], 0, E->cf[d], k, n) : 0;
-        E->Bm[d] += E->ag[d] > 0 ? est_gathers_exposed_s(E->ag[d], E->rs[d], E->cb[d], k, n) : cost_exposed_s(E->rs[d], E->Bc[d]);
+        if (E->s->zero3_late) { // --prefetch none: every copy's gathers exposed
+            E->Fm[d] += E->ag[d];
+            E->Bm[d] += E->ag[d] + (E->ag[d] > 0 ? est_gathers_exposed_s(0, E->rs[d], E->cb[d], k, n) : cost_exposed_s(E->rs[d], E->Bc[d]));
+        } else {
+            E->Fm[d] += E->ag[d] > 0 ? est_gathers_exposed_s(E->ag[d], 0, E->cf[d], k, n) : 0;
+            E->Bm[d] += E->ag[d] > 0 ? est_gathers_exposed_s(E->ag[d], E->rs[d], E->cb[d], k, n) : cost_exposed_s(E->rs[d], E->Bc[d]);
+        }
         F[d] = E->Fc[d] + E->Fm[d] + E->Fp[d], B[d] = E->Bc[d] + E->Bm[d] + E->Bp[d];
         if (F[d] + B[d] > F[busy] + B[busy]) busy = d;
     }

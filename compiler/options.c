@@ -123,6 +123,9 @@ static void usage(FILE *f) {
             "                     whole over the micro-batches, reduce-scattered once); 2 also the\n"
             "                     gradients (each micro-batch's reduce-scattered and summed in the shard);\n"
             "                     3 also the parameters\n"
+            "  --prefetch P       ZeRO-3's parameter gathers: layer (default: the next layer's during this\n"
+            "                     one, FSDP's prefetch; two layers gathered at a time) or none (each layer's\n"
+            "                     at its start, exposed; one layer gathered: for a plan that does not fit)\n"
             "  --bucket-mb X      gradient synchronization in buckets of X MB (10^6 bytes per rank), in the\n"
             "                     order the backward pass finishes the gradients, each issued as soon as its\n"
             "                     last gradient is ready (PyTorch DDP's bucket_cap_mb; default 25); 0: one\n"
@@ -188,7 +191,7 @@ static void usage(FILE *f) {
 
 enum { OPT_CONFIG = 256, OPT_CLUSTER, OPT_NODES, OPT_DEVICES, OPT_TIME_LIMIT, OPT_MIP_GAP, OPT_DUMP_ILP, OPT_DP, OPT_TP, OPT_PP,
        OPT_ZERO, OPT_RECOMPUTE, OPT_SCHEDULE, OPT_AUTO, OPT_GLOBAL_BATCH, OPT_MICRO_BATCH_SIZE, OPT_VIRTUAL_STAGES,
-       OPT_ESTIMATE_ONLY, OPT_BURST, OPT_AMP_LIMIT, OPT_BURST_WIDTHS, OPT_BUCKET_MB, OPT_SYNC, OPT_TF32,
+       OPT_ESTIMATE_ONLY, OPT_BURST, OPT_AMP_LIMIT, OPT_BURST_WIDTHS, OPT_BUCKET_MB, OPT_PREFETCH, OPT_SYNC, OPT_TF32,
        OPT_TP_BATCH, OPT_BF16, OPT_FP16, OPT_CP, OPT_EP, OPT_LAYERS_PER_VS, OPT_RECOMPUTE_GRAN, OPT_DIST_OPT,
         OPT_SEQ_PARALLEL, OPT_POLICY, OPT_CP_SHORT, OPT_ATTENTION, OPT_COSHARD, OPT_CP_FORM };
 
@@ -271,6 +274,13 @@ static pcc_status option(int c, char **argv, pcc_options *o, given *gv, bool *do
         o->dtype_override = want + 1;
         break;
     }
+    case OPT_PREFETCH:
+        if (strcmp(optarg, "layer") && strcmp(optarg, "none")) {
+            bad("--prefetch wants layer or none, got \"%s\"\n", optarg);
+            return PCC_ERR_INPUT;
+        }
+        o->search.zero3_late = strcmp(optarg, "none") == 0;
+        break;
     case OPT_CP_FORM:
         if (strcmp(optarg, "ulysses") == 0) o->search.cp_ring = o->search.cp_zigzag = false;
         else if (strcmp(optarg, "ring") == 0) o->search.cp_ring = true, o->search.cp_zigzag = false;
@@ -589,6 +599,7 @@ static const struct option longopts[] = {
     {"micro-batch-size", required_argument, NULL, OPT_MICRO_BATCH_SIZE},
     {"virtual-stages", required_argument, NULL, OPT_VIRTUAL_STAGES},
     {"estimate-only", no_argument, NULL, OPT_ESTIMATE_ONLY}, {"bucket-mb", required_argument, NULL, OPT_BUCKET_MB},
+    {"prefetch", required_argument, NULL, OPT_PREFETCH},
     {"recompute", required_argument, NULL, OPT_RECOMPUTE}, {"schedule", required_argument, NULL, OPT_SCHEDULE},
     {"sync", required_argument, NULL, OPT_SYNC}, {"tf32", no_argument, NULL, OPT_TF32},
     {"auto", no_argument, NULL, OPT_AUTO}, {"policy", required_argument, NULL, OPT_POLICY},
@@ -854,9 +865,10 @@ static const char *canonical_options_(pcc_arena *a, const pcc_cluster *c, const 
     }
     char batch[48] = "";
     if (o->batch.global_batch) snprintf(batch, sizeof batch, " --global-batch %lld", (long long)o->batch.global_batch);
-    return arena_printf(a, "--devices %d %s --micro-batches %d%s --schedule %s --zero %d --recompute %s --bucket-mb %g "
+    return arena_printf(a, "--devices %d %s --micro-batches %d%s --schedule %s --zero %d --recompute %s --bucket-mb %g%s "
                         "--time-limit %g --mip-gap %g%s%s", c->n_devices, mesh, o->batch.micro_batches, batch,
                         s->schedule == PCC_PIPE_GPIPE ? "gpipe" : "1f1b", s->zero, rc[s->recompute], o->bucket_mb,
+                        s->zero3_late ? " --prefetch none" : "",
                         o->search.ilp.time_limit_s, o->search.ilp.mip_gap, o->preserve.sync.algo == PCC_SYNC_ALLREDUCE ? "" : " --sync ",
                         o->preserve.sync.algo == PCC_SYNC_ALLREDUCE ? "" : sync_str(a, &o->preserve.sync));
 }

@@ -921,6 +921,7 @@ typedef struct pcc_search_opts {
     bool bg_dense;              // --sync background: dense replicas are averaged off the step (pcc_intra_opts)
     bool tp_batch;              // the template's ILP may split the batch over tp too (--tp-batch; implied by bg_dense)
     bool sequence_parallel;     // Megatron-LM's sequence parallelism over tp (--sequence-parallel; search.c, seq_keeps)
+    bool zero3_late;            // --prefetch none: ZeRO-3 gathers a block copy's parameters at its start, not a layer ahead
     double bucket_bytes;        // --bucket-mb in bytes: the estimate's gradient buckets (0: one collective each)
     pcc_mip_opts ilp;
     bool quiet;                 // an infeasible search returns PCC_ERR_INFEASIBLE without a message
@@ -970,6 +971,7 @@ typedef struct pcc_strategy {
     int **copy_stage;           // per block (forward blocks), [repeat]
     int virtual_stages;         // model chunks per device (1: plain GPipe/1F1B; > 1: interleaved)
     bool bg_dense;              // planned for --sync background (the ILP and estimate leave dense syncs out)
+    bool zero3_late;            // ZeRO-3's gathers at each block copy's start, none a layer ahead (pcc_search_opts)
     double bucket_bytes;        // gradient bucket size the estimate assumes (pcc_search_opts)
     double est_step_s;          // the cost model's estimate of one step (est.step_s)
     pcc_estimate est;           // ... and its parts

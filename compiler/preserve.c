@@ -464,18 +464,21 @@ static void prefetch_gather(builder *E, prog *P, int slots, int base, int d) {
     event(E, P, PLAN_I_RECORD, STREAM_SYNC, EV_PREFETCH);
 }
 
-// Before the loop over block b's copies lo..hi-1 on this stage: the first copy's gathers.
+// Before the loop over block b's copies lo..hi-1 on this stage: the first copy's gathers. With
+// --prefetch none (zero3_late) there are none ahead: each copy gathers its own at its start, into
+// one slot, and waits for them (one layer gathered at a time, its gathers exposed).
 static void prefetch_first(builder *E, prog *P, int b, int lo, int hi) {
     prefetch_list(E, P, b);
     int n = hi - lo;
-    prefetch_gather(E, P, n > 1 ? 2 : 1, lo, E->g->blocks[b].fwd >= 0 ? n - 1 : 0);
+    if (!E->s->zero3_late) prefetch_gather(E, P, n > 1 ? 2 : 1, lo, E->g->blocks[b].fwd >= 0 ? n - 1 : 0);
 }
 
 // At the top of a copy: wait for its gathers, then gather the next copy's.
 static void prefetch_next(builder *E, prog *P, int b, int lo, int hi) {
     if (!P->n_pref) return;
+    if (E->s->zero3_late) prefetch_gather(E, P, 1, lo, 0);
     event(E, P, PLAN_I_WAIT, STREAM_MAIN, EV_PREFETCH);
-    if (hi - lo > 1) prefetch_gather(E, P, 2, lo, E->g->blocks[b].fwd >= 0 ? -1 : 1);
+    if (hi - lo > 1 && !E->s->zero3_late) prefetch_gather(E, P, 2, lo, E->g->blocks[b].fwd >= 0 ? -1 : 1);
     // The operators find this copy's gathered values in the cache (the gathers above write the
     // other slot; added after them, as a collective forgets what its output held).
     for (int k = 0; k < P->n_pref; k++) {

@@ -290,6 +290,7 @@ static pcc_strategy *make(const pcc_graph *g, const pcc_cluster *c, const pcc_se
     s->seq_dim = cp > 1 ? seq_dim(g) : -1;
     s->bg_dense = o->bg_dense;
     s->bucket_bytes = o->bucket_bytes;
+    s->zero3_late = o->zero3_late;
     int n = g->n_fwd_ops;
     for (int a = 0; a < PCC_AXES; a++) {
         s->letter[a] = arena_alloc(g->arena, sizeof(int) * (size_t)(n + 1));

@@ -71,6 +71,18 @@ p = run("models/mlp.json", "--cluster", "models/clusters/cpu.json", "--zero", "4
 check("--zero 4: exit 2", p.returncode == 2 and "--zero" in p.stderr, p)
 p = run("models/mlp.json", "--cluster", "models/clusters/cpu.json", "--schedule", "zb")
 check("--schedule zb: exit 2", p.returncode == 2 and "gpipe or 1f1b" in p.stderr, p)
+p = run("models/mlp.json", "--cluster", "models/clusters/cpu.json", "--prefetch", "two")
+check("--prefetch two: exit 2, names the choices", p.returncode == 2 and "layer or none" in p.stderr and '"two"' in p.stderr, p)
+# --prefetch none: ZeRO-3 gathers each layer at its start (one slot, no layer_delta), recorded in
+# the plan's options; the default gathers a layer ahead (layer+1 in the forward loop).
+with tempfile.TemporaryDirectory() as pftmp:
+    for pf, ahead in (("layer", True), ("none", False)):
+        out = os.path.join(pftmp, "pf.plan")
+        p = run("models/gpt-tiny.json", "--cluster", "models/clusters/cpu.json", "--devices", "2", "--dp", "2", "--zero", "3",
+                "--prefetch", pf, "-o", out)
+        d = subprocess.run([os.path.join(os.path.dirname(plancc), "plandump"), "--text", out], capture_output=True, text=True)
+        check(f"--prefetch {pf}: compiles, gathers a layer ahead: {ahead}", p.returncode == 0 and d.returncode == 0
+              and ("layer+1" in d.stdout) == ahead and ("--prefetch none" in d.stdout) == (not ahead), p)
 # --burst: bad combinations and values name the option, exit 2; a burst plan compiles.
 CPU = ("--cluster", "models/clusters/cpu.json")
 burst_bad = [

@@ -220,9 +220,11 @@ def burst_strategies(model, n):
 DEEP = ["--pp 3 --micro-batches 6", "--pp 4 --micro-batches 8",
         "--pp 2 --micro-batches 6 --virtual-stages 3", "--pp 3 --micro-batches 6 --virtual-stages 2"]
 # ZeRO-3 over more than two copies: a copy gathers the next one's parameters into the slot of
-# two that the copy before it read (preserve.c's prefetch), forward and backward.
+# two that the copy before it read (preserve.c's prefetch), forward and backward; or, with
+# --prefetch none, its own at its start.
 DEEP_ZERO3 = ["--dp 2 --zero 3", "--dp 4 --zero 3 --micro-batches 2", "--dp 2 --zero 3 --recompute full",
-              "--dp 2 --pp 2 --micro-batches 2 --zero 3", "--dp 2 --tp 2 --zero 3 --sequence-parallel"]
+              "--dp 2 --pp 2 --micro-batches 2 --zero 3", "--dp 2 --tp 2 --zero 3 --sequence-parallel",
+              "--dp 2 --zero 3 --prefetch none", "--dp 4 --zero 3 --micro-batches 2 --recompute full --prefetch none"]
 
 
 def deep_pipelines(c):
