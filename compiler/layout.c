@@ -37,8 +37,9 @@
  * It refuses what phase 3 cannot make yet, with a message: ZeRO-2 with interleaving, a block
  * carrying more than 8 values (with the partial sums it passes between stages), a block summing
  * a gradient over copies on several model chunks of an interleaved pipeline, a block reading a
- * parameter from outside in copies on several stages (preserve.c's share_params shares only the
- * parameters that top-level operators read), an interleaved message that skips a chunk when
+ * trainable parameter from outside in copies on several stages (preserve.c's share_params shares
+ * only the parameters that top-level operators read; a constant, such as rotary embeddings'
+ * tables, is each stage's own from the plan's initializer, never updated), an interleaved message that skips a chunk when
  * pp > 2, a background-synced parameter in a repeated block.
  */
 #include "plancc.h"
@@ -646,7 +647,7 @@ static pcc_status block_limits(const pcc_values *E) {
         }
         for (int i = 0; bl->fwd < 0 && spans > 1 && i < bl->n_in; i++) {
             const pcc_tensor *T = &g->tensors[bl->in[i].outer];
-            if (T->kind != PCC_T_PARAM || graph_carry_of(bl, bl->in[i].inner, true) >= 0) continue;
+            if (T->kind != PCC_T_PARAM || T->frozen || graph_carry_of(bl, bl->in[i].inner, true) >= 0) continue;
             if (!pcc_trial) fprintf(stderr, "%s: %s: block \"%s\" reads parameter \"%s\" in every copy, and its copies are on %d "
                             "pipeline stages; plancc shares a parameter between stages only where operators outside repeated "
                             "blocks read it (use fewer stages)\n", pcc_progname, g->file, bl->name, T->name, spans);

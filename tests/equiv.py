@@ -232,6 +232,16 @@ def deep_pipelines(c):
     for opts in DEEP + DEEP_ZERO3:
         w = opts.split()
         c.check("gpt-tiny-6", math.prod(int(w[w.index(a) + 1]) for a in ("--dp", "--pp") if a in w), opts)
+    # Rotary embeddings' cos and sin tables (frozen parameters, "kind": "const") read by every
+    # copy, the copies on several stages: each stage holds its own, never updated (llama-tiny with
+    # 4 layers).
+    with open(os.path.join(c.root, "tests", "models", "llama-tiny.json"), encoding="utf-8") as f:
+        text = f.read()
+    c.paths["llama-tiny-4"] = os.path.join(c.tmp, "llama-tiny-4.json")
+    with open(c.paths["llama-tiny-4"], "w", encoding="utf-8") as f:
+        f.write(text.replace('"repeat": 2,', '"repeat": 4,'))
+    for n, opts in ((2, "--pp 2 --micro-batches 2"), (4, "--pp 4 --micro-batches 4"), (4, "--pp 2 --dp 2 --micro-batches 2")):
+        c.check("llama-tiny-4", n, opts)
 
 
 # --auto's context parallelism: gpt-tiny on one sequence of 512 tokens (dims B 1, S 512), where
