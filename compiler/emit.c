@@ -206,6 +206,9 @@ uint32_t emit_attrs(pcc_arena *ar, plan_attrs **v, int *n, int *cap, const pcc_o
     return emit_attrs_add(ar, v, n, cap, &a);
 }
 
+// op is a copy about to go through emit_attrs; sdim indexes g->dims. The attrs are
+// runtime/PLAN_FORMAT.md's i[1] and i[3] on dropout: the kernels then key the mask by logical
+// positions, as one device does. Other ops, and dropout without sdim, are left as they are.
 void emit_zigzag_dropout(const pcc_graph *g, pcc_op *op, int sdim, int chunks) {
     if (op->kind != PCC_OP_DROPOUT && op->kind != PCC_OP_DROPOUT_GRAD) return;
     const pcc_tensor *T = &g->tensors[op->in[0]];
