@@ -16,7 +16,9 @@
  * memory driver.c's (driver_fit_done).
  *
  * The two program builders also share its helpers for a program being built: an instruction
- * appended (emit_insn) and operator attributes interned (emit_attrs), as the plan holds them.
+ * appended (emit_insn) and operator attributes interned (emit_attrs), as the plan holds them;
+ * dropout along a sequence in zigzag order marked with its dimension and chunks
+ * (emit_zigzag_dropout), so that the kernels draw the mask by logical positions.
  */
 #include "plancc.h"
 
@@ -202,6 +204,16 @@ uint32_t emit_attrs(pcc_arena *ar, plan_attrs **v, int *n, int *cap, const pcc_o
     for (int i = 0; i < PLAN_MAX_RANK; i++) a.perm[i] = s->perm[i];
     for (int i = 0; i < 2; i++) a.win[i] = s->kernel[i], a.win[2 + i] = s->stride[i], a.win[4 + i] = s->pad[i];
     return emit_attrs_add(ar, v, n, cap, &a);
+}
+
+// op is a copy about to go through emit_attrs; sdim indexes g->dims. The attrs are
+// runtime/PLAN_FORMAT.md's i[1] and i[3] on dropout: the kernels then key the mask by logical
+// positions, as one device does. Other ops, and dropout without sdim, are left as they are.
+void emit_zigzag_dropout(const pcc_graph *g, pcc_op *op, int sdim, int chunks) {
+    if (op->kind != PCC_OP_DROPOUT && op->kind != PCC_OP_DROPOUT_GRAD) return;
+    const pcc_tensor *T = &g->tensors[op->in[0]];
+    for (int i = 0; i < T->rank; i++)
+        if (T->dims[i] == sdim) op->attrs.axis = i, op->attrs.end = chunks;
 }
 
 uint32_t emit_attrs_add(pcc_arena *ar, plan_attrs **v, int *n, int *cap, const plan_attrs *a) {

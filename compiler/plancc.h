@@ -1362,6 +1362,8 @@ plan_insn *emit_insn(pcc_arena *ar, plan_insn **insns, int *n_insn, int *cap_ins
 // The index of op's attributes (accumulate: add into its outputs) in a program's attrs list
 // *v (n, cap: its VEC_PUSH count and capacity), added once; PLAN_NONE when all are zero.
 uint32_t emit_attrs(pcc_arena *ar, plan_attrs **v, int *n, int *cap, const pcc_op *op, bool accumulate);
+// Dropout(_grad) op along dim sdim in zigzag order of `chunks`: attrs axis, end = its place, chunks. Can't fail.
+void emit_zigzag_dropout(const pcc_graph *g, pcc_op *op, int sdim, int chunks);
 // The same for attributes given as they are.
 uint32_t emit_attrs_add(pcc_arena *ar, plan_attrs **v, int *n, int *cap, const plan_attrs *a);
 

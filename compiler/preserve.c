@@ -347,10 +347,12 @@ static int reshard(builder *E, prog *P, int src, plan_shard want) { return resha
 /* ---- operators ---- */
 
 // The attrs of op; accumulate: it adds into its outputs; sharded: it does not, though it makes a
-// gradient summed over micro-batches (ZeRO-2 sums the gradient's shard instead).
+// gradient summed over micro-batches (ZeRO-2 sums the gradient's shard instead). Dropout along
+// a sequence in zigzag order carries its dimension and chunks (emit_zigzag_dropout).
 static uint32_t attrs_of(builder *E, prog *P, const pcc_op *op, bool accumulate, bool sharded) {
     pcc_op o = *op;
     if (sharded) o.accumulate = false;
+    if (E->cp > 1 && E->s->config.cp_zigzag) emit_zigzag_dropout(E->g, &o, E->s->seq_dim, 2 * E->cp); // mask by logical positions
     return emit_attrs(E->g->arena, &P->attrs, &P->n_attrs, &P->cap_attrs, &o, accumulate);
 }
 

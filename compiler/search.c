@@ -427,9 +427,17 @@ static bool auto_mesh_ok(const pcc_space *S, int tp, int pp, int cp) {
 // its rows permuted; an optimizer step on such a table is fine: rows against rows; an embedding
 // looks its rows up by the position ids' values, which are inputs, and is fine), or an operator
 // picks positions along it (slice, concat, split, gather, index_select along that axis), or
-// dropout along it (its mask is keyed by the element's stored index, so it would differ from the
-// natural order's; attention's dropout is keyed by logical positions). The op in the way (its
-// parameter, or its output, in *t), or -1.
+// dropout runs over a tensor that carries it twice ([S, S]: emit_zigzag_dropout names one
+// dimension of zigzag order; dropout along one is fine: its attrs give the kernels the dimension
+// and the chunks, and they draw the mask by logical positions, as attention's dropout does). The
+// op in the way (its parameter, or its output, in *t), or -1.
+// Whether tensor x carries dimension d more than once.
+static bool seq_twice(const pcc_graph *g, int x, int d) {
+    int n = 0;
+    for (int i = 0; i < g->tensors[x].rank; i++) n += g->tensors[x].dims[i] == d;
+    return n > 1;
+}
+
 static int zigzag_blocker(const pcc_graph *g, int sdim, int cp, int *t) {
     for (int i = 0; i < g->n_ops; i++) {
         const pcc_op *op = &g->ops[i];
@@ -442,7 +450,7 @@ static int zigzag_blocker(const pcc_graph *g, int sdim, int cp, int *t) {
         bool picks = k == PCC_OP_SLICE || k == PCC_OP_SLICE_GRAD || k == PCC_OP_CONCAT || k == PCC_OP_SPLIT || k == PCC_OP_GATHER ||
                      k == PCC_OP_GATHER_GRAD || k == PCC_OP_INDEX_SELECT || k == PCC_OP_INDEX_SELECT_GRAD;
         if (picks && l[li].axis[0] == op->attrs.axis) return *t = op->out[0], i;
-        if (k == PCC_OP_DROPOUT || k == PCC_OP_DROPOUT_GRAD) return *t = op->out[0], i; // its mask is keyed by stored positions
+        if ((k == PCC_OP_DROPOUT || k == PCC_OP_DROPOUT_GRAD) && seq_twice(g, op->in[0], sdim)) return *t = op->out[0], i;
         int param = -1;
         bool act = false;
         for (int j = 0; j < op->nin + op->nout && !lookup; j++) {
@@ -494,7 +502,7 @@ static pcc_status cp_check(const pcc_space *S, int cp, int tp) {
         return diag(g->file, g->ops[zo].ptr, "--cp %d --cp-form zigzag stores the sequence in zigzag order, but %s \"%s\" %s; use "
                     "--cp-form ring", cp, zparam ? "parameter" : "the operator of", g->tensors[zt].name,
                     zparam ? "runs along it here (only inputs are fed permuted)"
-                    : zdrop ? "is dropout along it (its mask is drawn by stored positions, not yet by logical ones)"
+                    : zdrop ? "is dropout over a tensor that carries it twice (its attrs name one dimension of zigzag order)"
                             : "picks positions along it");
     for (int i = 0; i < g->n_fwd_ops; i++) {
         const pcc_op *op = &g->ops[i];

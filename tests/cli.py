@@ -349,16 +349,36 @@ with tempfile.TemporaryDirectory() as ztmp:
     posadd = os.path.join(ztmp, "gpt-posadd.json")
     with open(posadd, "w", encoding="utf-8") as f:
         json.dump(m, f)
+    # gpt-tiny with an input [B, S, S] dropped out and mixed into the embeddings by bmm: dropout
+    # over a tensor that carries the sequence twice (its attrs name one dimension of zigzag order)
+    with open(os.path.join(root, "models", "gpt-tiny.json"), encoding="utf-8") as f:
+        m = json.load(f)
+    m["tensors"].update(pair={"kind": "input", "shape": ["B", "S", "S"], "data": {"kind": "normal"}}, paird={"shape": ["B", "S", "S"]},
+                        mixed={"shape": ["B", "S", "H"]}, h_sum={"shape": ["B", "S", "H"]})
+    at = next(k for k, o in enumerate(m["ops"]) if o.get("out") == ["h_in"])
+    m["ops"][at]["out"] = ["h_sum"]
+    m["ops"][at + 1:at + 1] = [{"type": "bmm", "in": ["paird", "tok_emb"], "out": ["mixed"]},
+                               {"type": "add", "in": ["h_sum", "mixed"], "out": ["h_in"]}]
+    m["ops"].insert(0, {"type": "dropout", "in": ["pair"], "out": ["paird"], "attrs": {"p": 0.1}})
+    pair = os.path.join(ztmp, "gpt-pair-dropout.json")
+    with open(pair, "w", encoding="utf-8") as f:
+        json.dump(m, f)
     for model, args, why in [("models/gpt-tiny.json", ["--devices", "32", "--cp", "32"],
                               "/dims/S: --cp 32 --cp-form zigzag cuts the sequence into 2 x 32 chunks, which do not divide the sequence "
                               "dimension S = 32"),
                              (posadd, ["--devices", "2", "--cp", "2"], ":/ops/1: --cp 2 --cp-form zigzag stores the sequence in zigzag "
-                              "order, but parameter \"wpe\" runs along it here")]:
+                              "order, but parameter \"wpe\" runs along it here"),
+                             (pair, ["--devices", "2", "--cp", "2"], ":/ops/0: --cp 2 --cp-form zigzag stores the sequence in zigzag "
+                              "order, but the operator of \"paird\" is dropout over a tensor that carries it twice")]:
         p = run(model, "--cluster", "models/clusters/cpu.json", *args, "--cp-form", "zigzag", "-o", "/dev/null")
         check(f"{os.path.basename(model)} {' '.join(args)} --cp-form zigzag: exit 2, {why}",
               p.returncode == 2 and why in p.stderr and len(p.stderr.splitlines()) == 1, p)
     p = run(posadd, "--cluster", "models/clusters/cpu.json", "--devices", "2", "--cp", "2", "--cp-form", "ring", "-q", "-o", "/dev/null")
     check("gpt-posadd --cp 2 --cp-form ring (the natural order) compiles", p.returncode == 0, p)
+    # dropout along the sequence is no longer in zigzag's way: its mask is drawn by logical positions
+    p = run("tests/models/gpt-tiny-dropout.json", "--cluster", "models/clusters/cpu.json", "--devices", "2", "--cp", "2", "--cp-form",
+            "zigzag", "-q", "-o", "/dev/null")
+    check("gpt-tiny-dropout --cp 2 --cp-form zigzag (hidden dropout along the sequence) compiles", p.returncode == 0, p)
 p = run("--help")
 check("--help documents --sequence-parallel", "--sequence-parallel" in p.stdout and "reduce-scatter" in p.stdout, p)
 p = run("models/dlrm-small.json", "--cluster", "models/clusters/cpu.json", "--devices", "4", "--tp", "4", "--tp-batch", "-q",

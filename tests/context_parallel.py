@@ -26,7 +26,10 @@ masks by them (attrs i[3]).
 And --auto searches it (both forms): on gpt-32k over 16 DGX A100 GPUs (estimate only) --auto
 picks cp > 1 (JSON "cp"), its step is no slower than `--cp 8 --tp 2`, and the template of its own
 mesh and form ("cp_form") has the same estimate; on gpt-tiny with one sequence of 512 tokens (equiv.py's gpt-tiny-long) --auto
-picks cp on 4 CPU ranks and the plan passes plan_check.
+picks cp on 4 CPU ranks and the plan passes plan_check; on gpt-tiny-dropout (tests/models/; hidden
+dropout along the sequence) at one sequence of 512 tokens it picks the zigzag ring on 4 ranks
+(dropout no longer keeps zigzag out: its masks are drawn by logical positions), and that plan's
+dropouts and their gradients all carry the zigzag's dimension and chunks (attrs i[1] 1, i[3] 2 cp).
 """
 import json
 import os
@@ -163,6 +166,29 @@ def auto_searches_cp(plancc, root, tmp):
                      os.path.join(tmp, "long.plan"))
     check("--auto picks cp > 1 on gpt-tiny with one sequence of 512, 4 ranks (plan_check passed)",
           d is not None and d["strategy"]["cp"] > 1, d and d["strategy"]["text"])
+    auto_zigzag_dropout(plancc, root, tmp)
+
+
+def auto_zigzag_dropout(plancc, root, tmp):
+    with open(os.path.join(root, "tests", "models", "gpt-tiny-dropout.json"), encoding="utf-8") as f:
+        text = f.read()
+    long = os.path.join(tmp, "gpt-tiny-dropout-long.json")
+    with open(long, "w", encoding="utf-8") as f:
+        f.write(text.replace('"B": 4, "S": 32,', '"B": 1, "S": 512,', 1))
+    out = os.path.join(tmp, "drop-long.plan")
+    d = compile_json(plancc, long, os.path.join(root, "models", "clusters", "cpu.json"), 4, "--auto", "-o", out)
+    st = d["strategy"] if d else {}
+    check("--auto picks the zigzag ring on gpt-tiny-dropout with one sequence of 512, 4 ranks (plan_check passed)",
+          st.get("cp", 1) > 1 and st.get("cp_form") == "zigzag", st.get("text"))
+    if not st.get("cp_form") == "zigzag":
+        return
+    plandump = os.path.join(os.path.dirname(os.path.abspath(plancc)), "plandump")
+    text = sp.run(plandump, "--text", out).stdout
+    attrs = {a: i.split(",") for a, i in re.findall(r'^  attrs (\d+) .*?\bi ([-\d,]+)', text, re.M)}
+    drops = re.findall(r'compute dropout(?:_grad)? .* attrs (\d+) ', text)
+    marks = {(attrs[a][1], attrs[a][3]) if len(attrs.get(a, [])) > 3 else None for a in drops}
+    check(f"its {len(drops)} dropouts and dropout gradients draw by the zigzag's dimension 1 and {2 * st['cp']} chunks "
+          "(attrs i[1], i[3])", len(drops) >= 6 and marks == {("1", str(2 * st["cp"]))}, str(marks))
 
 
 def main():

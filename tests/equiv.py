@@ -168,6 +168,17 @@ for n, opts in ZIGZAG.items():
     SEQ[n] += opts
 SEQ_QUICK[2] += ["--cp 2 --cp-form zigzag"]
 SEQ_QUICK[4] += ["--cp 4 --cp-form zigzag", "--dp 2 --cp 2 --cp-form zigzag"]
+# A model with a dropout operator (tests/models/gpt-tiny-dropout.json: hidden dropout along the
+# sequence): its masks are drawn by logical positions in zigzag order (attrs i[1], i[3]), so its
+# zigzag plans must compile (a refusal fails, not skips) and train like one device; with --quick
+# also these, the sequence split over cp x tp and the forward's masks drawn again in recompute.
+ZIGZAG_DROPOUT_QUICK = {4: ["--cp 2 --tp 2 --sequence-parallel --cp-form zigzag", "--cp 4 --cp-form zigzag --recompute full --micro-batches 2"]}
+
+
+def has_dropout(c, model):
+    path = c.paths.get(model) or os.path.join(c.root, "models", model + ".json")
+    with open(path, encoding="utf-8") as f:
+        return '"type": "dropout"' in f.read()
 
 
 # --flash: the FlashAttention form under every kind of split attention sees.
@@ -253,6 +264,21 @@ def long_context(c):
     c.variant("gpt-tiny", "gpt-tiny-long", '"B": 4, "S": 32,', '"B": 1, "S": 512,')
     for n in (2, 4):
         c.check("gpt-tiny-long", n, "--auto", seed="2" if PRECISION == "f32" else None)
+
+
+# ... and on a model with dropout (gpt-tiny-dropout at one sequence of 512 tokens), where --auto
+# picks the zigzag ring (cp 2 on 2 ranks; cp 2 x tp 2, sequence parallel, on 4): its hidden
+# dropout draws its masks by logical positions. Run with --quick on a dropout model.
+def long_context_dropout(c, model):
+    with open(c.paths[model], encoding="utf-8") as f:
+        text = f.read()
+    assert '"B": 4, "S": 32,' in text, f"{model} has no B 4, S 32"
+    name = model + "-long"
+    c.paths[name] = os.path.join(c.tmp, name + ".json")
+    with open(c.paths[name], "w", encoding="utf-8") as f:
+        f.write(text.replace('"B": 4, "S": 32,', '"B": 1, "S": 512,', 1))
+    for n in (2, 4):
+        c.check(name, n, "--auto", refuse_fails=True)
 
 
 def hetero_strategies(model, n):
@@ -530,14 +556,18 @@ def main():
                 name = os.path.splitext(os.path.basename(model))[0]
                 c.paths[name] = model if os.path.isabs(model) else os.path.join(root, model)
                 model = name
+            drop = has_dropout(c, model)
             for n in (1, 2, 4) if quick else (1, 2, 4, 8):
+                extra = ZIGZAG_DROPOUT_QUICK.get(n, []) if drop and quick and not few and seq_strategies(c, model, n) else []
                 for opts in strategies(n) + ([] if quick else burst_strategies(model, n)) + ([] if few else seq_strategies(c, model, n)) \
-                        + hetero_strategies(model, n):
-                    c.check(model, n, opts)
+                        + hetero_strategies(model, n) + extra:
+                    c.check(model, n, opts, refuse_fails=drop and "--cp-form zigzag" in opts)
             if model == "gpt-tiny" and not quick:
                 deep_pipelines(c)
             if model == "gpt-tiny" and not few:
                 long_context(c)
+            if drop and quick and not few and model in c.paths and seq_strategies(c, model, 2):
+                long_context_dropout(c, model)
     print(f"{passed} passed, {failed} failed, {skipped} skipped")
     return 1 if failed else 0
 

@@ -208,6 +208,15 @@ static void elementwise(void) {
     for (int k = 0; k < 2; k++) c.v[k].start[0] = 1, c.v[k].full[0] = 5, c.v[k].start[2] = 16, c.v[k].full[2] = 48;
     push(c);
     c.op = op_code("dropout_grad"), snprintf(c.name, sizeof c.name, "dropout_grad"), push(c);
+    // a sequence in zigzag order (--cp-form zigzag): cp 2's rank 1 holds stored chunks 2 and 3 of
+    // 6 along a middle dimension, then along the last; the mask is drawn by logical positions
+    for (int zd = 1; zd < 3; zd++) {
+        c = mk(zd == 1 ? "dropout, zigzag rows" : "dropout, zigzag columns", "dropout", 0), IN(&c, 3, 8, 16), OUT(&c, 3, 8, 16);
+        c.attrs.f[PLAN_AF_P] = 0.3, c.attrs.i[PLAN_AI_SEED] = 5, c.attrs.i[PLAN_AI_AXIS] = zd, c.attrs.i[PLAN_AI_END] = 6;
+        for (int k = 0; k < 2; k++) c.v[k].start[zd] = c.v[k].shape[zd], c.v[k].full[zd] = 3 * c.v[k].shape[zd];
+        push(c);
+        c.op = op_code("dropout_grad"), snprintf(c.name, sizeof c.name, "dropout_grad, zigzag %s", zd == 1 ? "rows" : "columns"), push(c);
+    }
 }
 
 static void rows(void) {

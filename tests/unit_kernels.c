@@ -796,6 +796,45 @@ static void split_dropout(void) {
     EXPECT(!close_to(mask, other, 0));
 }
 
+// t with dimension dim in zigzag order of z chunks (stored index i holds logical index
+// plan_zigzag_pos(i)), a tensor of its own.
+static tensor *zigzag_along(const tensor *t, int dim, int z) {
+    tensor *p = zeros_like(t);
+    int64_t n = t->shape[dim], inner = 1, outer = t->n / n;
+    for (int i = dim + 1; i < t->rank; i++) inner *= t->shape[i];
+    outer /= inner;
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t i = 0; i < n; i++)
+            for (int64_t x = 0; x < inner; x++)
+                p->d[(o * n + i) * inner + x] = t->d[(o * n + plan_zigzag_pos(i, n, (uint32_t)z)) * inner + x];
+    return p;
+}
+
+// Dropout along a dimension in zigzag order (attrs i[AXIS] the dimension, i[END] the chunks;
+// --cp-form zigzag), a middle one and the last (the kernel's runs): on the stored tensor, whole
+// or in pieces (cp 4's pairs of chunks, cp 4 x tp 2's single chunks under sequence parallelism,
+// a piece along another dimension), it keeps the elements that one device keeps at the logical
+// positions, and so does dropout_grad; without the attrs it draws another mask.
+static void zigzag_dropout(void) {
+    plan_attrs a = {.f[PLAN_AF_P] = 0.4, .i[PLAN_AI_SEED] = 11};
+    for (int dim = 1; dim < 3; dim++) {
+        tensor *x = randu(3, 2, 16, 16), *y = zeros_like(x), *got = zeros_like(x);
+        run(&(call){.op = OP_DROPOUT, .a = a, .nin = 1, .in = {x}, .nout = 1, .out = {y}});
+        plan_attrs za = a;
+        za.i[PLAN_AI_AXIS] = dim, za.i[PLAN_AI_END] = 8;
+        tensor *xs = zigzag_along(x, dim, 8), *ys = zigzag_along(y, dim, 8);
+        run(&(call){.op = OP_DROPOUT, .a = za, .nin = 1, .in = {xs}, .nout = 1, .out = {got}});
+        EXPECT(close_to(got, ys, 0));
+        run(&(call){.op = OP_DROPOUT_GRAD, .a = za, .nin = 1, .in = {xs}, .nout = 1, .out = {got}});
+        EXPECT(close_to(got, ys, 0));
+        run(&(call){.op = OP_DROPOUT, .a = a, .nin = 1, .in = {xs}, .nout = 1, .out = {got}});
+        EXPECT(!close_to(got, ys, 0));
+        for (int64_t lo = 0; lo < 16; lo += 4) split_dropout_on(xs, dim, lo, lo + 4, ys, za);
+        for (int64_t lo = 0; lo < 16; lo += 2) split_dropout_on(xs, dim, lo, lo + 2, ys, za);
+        split_dropout_on(xs, 3 - dim, 4, 12, ys, za);
+    }
+}
+
 // Ghost batch norm against a direct reference: output element (i, ch, p) is (x - mean) /
 // sqrt(var + eps) gamma + beta over the group of sample i (biased variance, by hand here); and
 // pieces of whole groups (two devices' shares) give the whole's output and dx, and dgamma,
@@ -851,6 +890,7 @@ static void splits(void) {
     split_loss(OP_MSE_LOSS, OP_MSE_LOSS_GRAD, 1);
     split_loss(OP_BCE_LOGITS, OP_BCE_LOGITS_GRAD, 1);
     split_dropout();
+    zigzag_dropout();
 }
 
 /* ---- accumulate ---- */
@@ -1036,6 +1076,11 @@ static void errors_shapes(void) {
     refused(c3(OP_ATTENTION, none, zeros(4, 1, 2, 1, 2), zeros(4, 1, 3, 1, 2), zeros(4, 1, 2, 1, 2), zeros(4, 1, 2, 1, 2)),
             "the values is [1,2,1,2] but should be [1,3,1,2]");
     refused(c1(OP_DROPOUT, (plan_attrs){.f[PLAN_AF_P] = 1}, zeros(1, 2), zeros(1, 2)), "p = 1");
+    // a zigzag order whose chunks do not cut the dimension, or of a dimension it lacks
+    refused(c1(OP_DROPOUT, (plan_attrs){.f[PLAN_AF_P] = 0.1, .i[PLAN_AI_AXIS] = 1, .i[PLAN_AI_END] = 6}, zeros(2, 2, 16), zeros(2, 2, 16)),
+            "zigzag of 6 chunks along dimension 1 does not cut input 0");
+    refused(c1(OP_DROPOUT_GRAD, (plan_attrs){.f[PLAN_AF_P] = 0.1, .i[PLAN_AI_AXIS] = 2, .i[PLAN_AI_END] = 4}, zeros(2, 2, 16), zeros(2, 2, 16)),
+            "zigzag of 4 chunks along dimension 2 does not cut input 0");
     refused(c3(OP_LAYERNORM, none, zeros(2, 2, 4), zeros(1, 4), zeros(1, 3), zeros(2, 2, 4)), "input 2 is [3] but should be [4]");
     plan_attrs ghost4 = {.f[PLAN_AF_EPS] = 1e-5, .i[PLAN_AI_GHOST] = 4};
     refused(c3(OP_BATCHNORM, ghost4, zeros(4, 6, 2, 1, 1), zeros(1, 2), zeros(1, 2), zeros(4, 6, 2, 1, 1)),

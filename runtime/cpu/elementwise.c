@@ -13,7 +13,11 @@
  * element i (its flat index in the LOGICAL tensor, from the view's start and full) is kept is
  * rt_uniform(rt_key(K, i)) >= p with
  *     K = rt_key(rt_key(rt_key(rt_key(seed, attrs seed), step), micro-batch), block copy)
- * so any split, a recompute and dropout_grad (the same kernel on dy) draw the same mask.
+ * so any split, a recompute and dropout_grad (the same kernel on dy) draw the same mask. With a
+ * sequence in zigzag order (attrs i[END] = z chunks, i[AXIS] = its dimension; --cp-form zigzag)
+ * the index along that dimension is the logical position the stored one holds
+ * (plan_zigzag_pos of the view's start plus the local index, over the full length), so the mask
+ * is the one device's, as attention's dropout is.
  */
 #include "cpu.h"
 
@@ -171,26 +175,47 @@ int CPU_KERNEL(reduce_sum)(kctx *c) {
 
 /* ---- dropout (and dropout_grad, the same mask on dy) ---- */
 
+// The zigzag order of dropout's input x (attrs i[END] chunks along dimension i[AXIS]) into *z,
+// *zd; *z = 0 in the natural order. -1 (with a message) where the chunks do not cut it.
+static int dropout_zigzag(kctx *c, const rt_view *x, uint32_t *z, int *zd) {
+    int64_t n = c->a->i[PLAN_AI_END], d = c->a->i[PLAN_AI_AXIS];
+    *z = 0, *zd = 0;
+    if (n == 0) return 0;
+    if (d < 0 || d >= x->rank || n < 2 || n % 2 || n > UINT16_MAX || x->full[d] % n)
+        return cpu_fail(c, "zigzag of %lld chunks along dimension %lld does not cut input 0 (%s of %s)", (long long)n,
+                        (long long)d, CPU_SHAPE(x), cpu_shape_str(x->full, x->rank).s);
+    *z = (uint32_t)n, *zd = (int)d;
+    return 0;
+}
+
 // x -> x kept with probability 1 - p and scaled by 1 / (1 - p), per logical element index.
 int CPU_KERNEL(dropout)(kctx *c) {
     const rt_view *x = &c->in[0];
     double p = c->a->f[PLAN_AF_P];
     if (!(p >= 0 && p < 1)) return cpu_fail(c, "p = %g; the drop probability must be in [0, 1)", p);
     if (cpu_expect(c, "output 0", &c->out[0], cpu_shape_of(x))) return -1;
+    uint32_t z;
+    int zd;
+    if (dropout_zigzag(c, x, &z, &zd)) return -1;
     const rt_kernel *k = c->k;
     uint64_t key = rt_key(rt_key(rt_key(rt_key(k->seed, (uint64_t)c->a->i[PLAN_AI_SEED]), k->step), k->mb), k->layer);
     int r = x->rank;
     int64_t fs[PLAN_MAX_RANK], idx[PLAN_MAX_RANK] = {0};
     for (int i = r - 1; i >= 0; i--) fs[i] = i == r - 1 ? 1 : fs[i + 1] * x->full[i + 1];
     int64_t n = cpu_numel(x), run = r ? x->shape[r - 1] : 1, lo = r ? x->start[r - 1] : 0;
+    bool zlast = z && zd == r - 1; // the zigzag along the run: each element's own position
     const real *X = cpu_r(x);
     real *Y = cpu_r(&c->out[0]), keep = (real)(1 / (1 - p));
     // One run along the last dimension at a time; idx counts the others.
     for (int64_t done = 0; run > 0 && done < n; done += run) {
-        uint64_t g = (uint64_t)lo;
-        for (int i = 0; i < r - 1; i++) g += (uint64_t)((x->start[i] + idx[i]) * fs[i]);
+        uint64_t g = zlast ? 0 : (uint64_t)lo;
+        for (int i = 0; i < r - 1; i++) {
+            int64_t at = x->start[i] + idx[i];
+            g += (uint64_t)((z && zd == i ? plan_zigzag_pos(at, x->full[i], z) : at) * fs[i]);
+        }
         for (int64_t j = 0; j < run; j++) {
-            bool kept = rt_uniform(rt_key(key, g + (uint64_t)j)) >= p;
+            uint64_t e = g + (uint64_t)(zlast ? plan_zigzag_pos(lo + j, x->full[r - 1], z) : j);
+            bool kept = rt_uniform(rt_key(key, e)) >= p;
             cpu_put(&Y[done + j], kept ? X[done + j] * keep : 0, c->acc);
         }
         for (int i = r - 2; i >= 0 && ++idx[i] == x->shape[i]; i--) idx[i] = 0;

@@ -83,29 +83,37 @@ extern "C" cudaError_t ck_ew(cudaStream_t st, const ck_ew_args *a) {
 
 // ck_mix, ck_key and ck_uniform: common.cuh.
 
-__global__ void k_dropout(void *y, int ydt, const void *x, int xdt, ck_box b, int64_t n, uint64_t key, double p, float keep,
-                          bool acc) {
+// plan_zigzag_pos: the logical position that stored position i of n holds in zigzag order of z
+// chunks (i itself when z < 2).
+static __device__ __forceinline__ int64_t ck_zigzag_pos(int64_t i, int64_t n, uint32_t z) {
+    if (z < 2 || n % z) return i;
+    int64_t h = n / z, k = i / h;
+    return (k % 2 == 0 ? k / 2 : (int64_t)z - 1 - k / 2) * h + i % h;
+}
+
+__global__ void k_dropout(void *y, int ydt, const void *x, int xdt, ck_box b, int zdim, uint32_t z, int64_t n, uint64_t key,
+                          double p, float keep, bool acc) {
     int64_t fs[CK_MAX_RANK];
     for (int d = b.rank - 1; d >= 0; d--) fs[d] = d == b.rank - 1 ? 1 : fs[d + 1] * b.full[d + 1];
     CK_FOR_EACH(i, n) {
         uint64_t g = 0;
         int64_t rest = i;
         for (int d = b.rank - 1; d >= 0; d--) {
-            int64_t idx = rest % b.shape[d];
+            int64_t at = b.start[d] + rest % b.shape[d];
             rest /= b.shape[d];
-            g += (uint64_t)((b.start[d] + idx) * fs[d]);
+            g += (uint64_t)((z && d == zdim ? ck_zigzag_pos(at, b.full[d], z) : at) * fs[d]);
         }
         bool kept = ck_uniform(ck_key(key, g)) >= p;
         put(y, i, ydt, kept ? ld(x, i, xdt) * keep : 0, acc);
     }
 }
 
-extern "C" cudaError_t ck_dropout(cudaStream_t st, void *y, int ydt, const void *x, int xdt, const ck_box *box, uint64_t key,
-                                  double p, float keep, bool acc) {
+extern "C" cudaError_t ck_dropout(cudaStream_t st, void *y, int ydt, const void *x, int xdt, const ck_box *box, int zdim, uint32_t z,
+                                  uint64_t key, double p, float keep, bool acc) {
     int64_t n = 1;
     for (int d = 0; d < box->rank; d++) n *= box->shape[d];
     if (n <= 0) return cudaSuccess;
-    k_dropout<<<ck_grid(n), CK_THREADS, 0, st>>>(y, ydt, x, xdt, *box, n, key, p, keep, acc);
+    k_dropout<<<ck_grid(n), CK_THREADS, 0, st>>>(y, ydt, x, xdt, *box, zdim, z, n, key, p, keep, acc);
     return cudaGetLastError();
 }
 

@@ -72,9 +72,11 @@ typedef struct ck_ew_args {
 cudaError_t ck_ew(cudaStream_t st, const ck_ew_args *a);
 
 // Dropout and its gradient: y = x / (1 - p) where rt_uniform(rt_key(key, g)) >= p, else 0; g is
-// the element's row-major index in the logical tensor described by box (x's local piece).
-cudaError_t ck_dropout(cudaStream_t st, void *y, int ydt, const void *x, int xdt, const ck_box *box, uint64_t key, double p,
-                       float keep, bool acc);
+// the element's row-major index in the logical tensor described by box (x's local piece), its
+// index along dimension zdim the logical position (plan_zigzag_pos) of the stored one where that
+// dimension is in zigzag order of z chunks (z >= 2, dividing box->full[zdim]; 0: natural order).
+cudaError_t ck_dropout(cudaStream_t st, void *y, int ydt, const void *x, int xdt, const ck_box *box, int zdim, uint32_t z,
+                       uint64_t key, double p, float keep, bool acc);
 
 /* ---- rows: norms, softmax, cross-entropy (kernels.cu); one block per row of h ---- */
 

@@ -431,7 +431,10 @@ static int op_dropout(oc *c, char *err, size_t err_n) {
     uint64_t key = rt_key(rt_key(rt_key(rt_key(k->seed, (uint64_t)c->a->i[PLAN_AI_SEED]), k->step), k->mb), k->layer);
     ck_box b = {.rank = x->rank};
     for (int d = 0; d < x->rank; d++) b.start[d] = x->start[d], b.shape[d] = x->shape[d], b.full[d] = x->full[d];
-    CUDA_CHECK(ck_dropout(c->st, y->data, y->dtype, x->data, x->dtype, &b, key, p, (float)(1 / (1 - p)), c->acc));
+    int64_t z = c->a->i[PLAN_AI_END], zd = c->a->i[PLAN_AI_AXIS]; // zigzag: the mask by logical positions (cpu/elementwise.c)
+    if (z && (zd < 0 || zd >= x->rank || z < 2 || z % 2 || z > UINT16_MAX || x->full[zd] % z))
+        return fail(c, err, err_n, "zigzag of %lld chunks along dimension %lld does not cut input 0", (long long)z, (long long)zd);
+    CUDA_CHECK(ck_dropout(c->st, y->data, y->dtype, x->data, x->dtype, &b, (int)zd, (uint32_t)z, key, p, (float)(1 / (1 - p)), c->acc));
     return 0;
 }
 

@@ -1,7 +1,7 @@
 /*
  * check_ring.c: the verifier's attention-ring rule: ring attention's steps (attention_block and
  * attention_block_grad, runtime/ops.def; compiler/preserve.c emits them for --cp-form ring) and
- * the shift collectives between them make whole rings.
+ * the shift collectives between them make whole rings; and the dropout-zigzag rule (below).
  *
  * A ring over n ranks is n steps of one operator over one rank's queries (the same q, k, v and,
  * for the gradient, dy buffers), steps 0, 1, ..., n-1 (attrs i[START]) in program order:
@@ -21,8 +21,18 @@
  * chunks (attrs i[END] = z, where 0 would mask by the stored positions: wrong keys for every
  * rank but the first) on a ring of z / 2 ranks (the pieces it passes are the pairs of chunks),
  * and no attention runs on the whole sequence (its mask knows no zigzag). Without zigzag inputs
- * a step's i[END] is 0. What it does not see: an input along the sequence left in the natural
- * order beside zigzag ones (the plan does not say which dimension is the sequence).
+ * a step's i[END] is 0. The inputs in zigzag order agree on its chunks and on the sequence's
+ * length. What it does not see: an input along the sequence left in the natural order beside
+ * zigzag ones (the plan does not say which dimension is the sequence).
+ *
+ * The dropout-zigzag rule: dropout and dropout_grad draw their mask by logical positions where
+ * they run along a sequence in zigzag order (attrs i[AXIS] its dimension, i[END] the chunks;
+ * cpu/elementwise.c). The plan names no sequence, so the rule finds it as the dimension of the
+ * inputs' length that the operand's shard splits over an axis that splits a zigzag input's
+ * sequence (cp; with sequence parallelism also tp). Such a dropout must carry the inputs' chunks
+ * and that dimension; a dropout with chunks must match the inputs' and name a dimension of their
+ * length; without zigzag inputs no dropout has chunks. What it does not see: a dropout along the
+ * sequence that no axis splits (plancc splits every one over cp), and one on a scratch buffer.
  */
 #include "checker.h"
 
@@ -110,29 +120,82 @@ static plan_status check_step(checker *c, uint32_t k, const ring_step *s, const 
     return PLAN_OK;
 }
 
-// The zigzag chunks the plan's inputs agree on (0: none) into *z; fails where two disagree.
-static plan_status plan_zigzag(checker *c, uint32_t k, int64_t *z) {
-    *z = 0;
+// The sequence in zigzag order, as the plan's inputs hold it.
+typedef struct zigzag_order {
+    int64_t z;                  // chunks (0: no input in zigzag order)
+    int64_t n;                  // positions (the zigzag dimension's length)
+    uint32_t axes;              // the mesh axes that split that dimension in some input's buffer
+} zigzag_order;
+
+// The zigzag order the plan's inputs agree on into *zo; fails where two disagree on the chunks or
+// on the sequence's length.
+static plan_status plan_zigzag(checker *c, uint32_t k, zigzag_order *zo) {
+    const plan *p = c->p;
+    *zo = (zigzag_order){0};
     uint32_t first = PLAN_NONE;
-    for (uint32_t t = 0; t < c->p->n_tensors; t++) {
-        const plan_tensor *x = &c->p->tensors[t];
+    for (uint32_t t = 0; t < p->n_tensors; t++) {
+        const plan_tensor *x = &p->tensors[t];
         if (!x->zigzag) continue;
-        if (first != PLAN_NONE && x->zigzag != *z)
-            return check_pfail(c, k, "attention-ring: inputs %u and %u hold the sequence in zigzag orders of %lld and %u chunks: "
-                               "their positions would not line up", first, t, (long long)*z, x->zigzag);
-        first = t, *z = x->zigzag;
+        if (first != PLAN_NONE && (x->zigzag != zo->z || x->shape[x->zigzag_dim] != zo->n))
+            return check_pfail(c, k, "attention-ring: inputs %u and %u hold the sequence in zigzag orders of %lld and %u chunks "
+                               "over %lld and %lld positions: their positions would not line up", first, t, (long long)zo->z,
+                               x->zigzag, (long long)zo->n, (long long)x->shape[x->zigzag_dim]);
+        first = t, zo->z = x->zigzag, zo->n = x->shape[x->zigzag_dim];
+    }
+    for (uint32_t q = 0; zo->z && q < p->n_programs; q++)
+        for (uint32_t b = 0; p->programs[q].name && b < p->programs[q].n_buffers; b++) {
+            const plan_buffer *pb = &p->programs[q].buffers[b];
+            if (pb->tensor != PLAN_NONE && p->tensors[pb->tensor].zigzag)
+                zo->axes |= check_split_axes(p, pb->shard, p->tensors[pb->tensor].zigzag_dim);
+        }
+    return PLAN_OK;
+}
+
+// The dropout-zigzag rule on dropout or dropout_grad instruction i: its mask is drawn by logical
+// positions exactly where it runs along the sequence in zigzag order (attrs i[END] = the inputs'
+// chunks, i[AXIS] = the dimension of the sequence's length that the inputs' split axes split).
+static plan_status check_dropout_zigzag(checker *c, uint32_t k, uint32_t i, const zigzag_order *zo) {
+    const plan *p = c->p;
+    const plan_program *pg = &p->programs[k];
+    const plan_insn *in = &pg->insns[i];
+    int64_t z = in->attrs != PLAN_NONE ? pg->attrs[in->attrs].i[PLAN_AI_END] : 0;
+    int64_t d = in->attrs != PLAN_NONE ? pg->attrs[in->attrs].i[PLAN_AI_AXIS] : 0;
+    if (z && z != zo->z)
+        return check_ifail(c, k, i, "dropout-zigzag: attrs %u draw the mask by a zigzag order of %lld chunks (i[3]), but %s",
+                           in->attrs, (long long)z, zo->z ? "the inputs hold the sequence in another" : "no input is in zigzag order");
+    const plan_buffer *x = &pg->buffers[pg->args[in->args]];
+    if (x->tensor == PLAN_NONE || !zo->z) return PLAN_OK;
+    const plan_tensor *t = &p->tensors[x->tensor];
+    if (z && (d < 0 || d >= t->rank || t->shape[d] != zo->n))
+        return check_ifail(c, k, i, "dropout-zigzag: attrs %u name dimension %lld (i[1]) of tensor \"%s\" for the zigzag order, which "
+                           "is no dimension of %lld positions, the sequence's", in->attrs, (long long)d, t->name, (long long)zo->n);
+    for (int e = 0; e < t->rank; e++) {
+        uint32_t m = check_split_axes(p, x->shard, e) & zo->axes;
+        if (t->shape[e] != zo->n || !m || (z && d == e)) continue;
+        char ax[64], why[96];
+        check_axes_text(p, m, ax, sizeof ax);
+        if (z) snprintf(why, sizeof why, "attrs %u name dimension %lld (i[1]) for the zigzag order", in->attrs, (long long)d);
+        else snprintf(why, sizeof why, "its attrs give no zigzag order (i[3] 0)");
+        return check_ifail(c, k, i, "dropout-zigzag: tensor \"%s\" runs along the sequence (dimension %d, split over %s as the zigzag "
+                           "inputs' is), but %s: its mask would not be one device's", t->name, e, ax, why);
     }
     return PLAN_OK;
 }
 
 plan_status check_ring(checker *c, uint32_t k) {
     const plan_program *pg = &c->p->programs[k];
-    int64_t z;
-    plan_status zs = pg->n_insns ? plan_zigzag(c, k, &z) : PLAN_OK;
+    zigzag_order zo;
+    plan_status zs = pg->n_insns ? plan_zigzag(c, k, &zo) : PLAN_OK;
     if (zs || !pg->n_insns) return zs;
+    int64_t z = zo.z;
     for (uint32_t i = 0; i < pg->n_insns; i++) {
         const plan_insn *in = &pg->insns[i];
         const char *opn = in->kind == PLAN_I_COMPUTE ? plan_op_name(in->code) : NULL;
+        if (opn && (strcmp(opn, "dropout") == 0 || strcmp(opn, "dropout_grad") == 0)) {
+            plan_status st = check_dropout_zigzag(c, k, i, &zo);
+            if (st) return st;
+            continue;
+        }
         if (z && opn && (strcmp(opn, "attention") == 0 || strcmp(opn, "attention_grad") == 0))
             return check_ifail(c, k, i, "attention-ring: %s over the whole sequence, but the inputs hold it in zigzag order of %lld "
                                "chunks: its causal mask would read stored positions as logical ones", opn, (long long)z);

@@ -104,7 +104,8 @@ plan_status check_insns(checker *c, uint32_t k);
 /* ---- check_ring.c ---- */
 
 // Program k's ring attention: its steps and the shifts between them make whole rings (the
-// attention-ring rule).
+// attention-ring rule); its dropouts along a sequence in zigzag order mask by logical positions
+// (the dropout-zigzag rule).
 plan_status check_ring(checker *c, uint32_t k);
 
 /* ---- check_attrs.c ---- */

@@ -287,6 +287,9 @@ enum { PLAN_AF_SCALE, PLAN_AF_EPS, PLAN_AF_P, PLAN_AF_LR, PLAN_AF_BETA1, PLAN_AF
 // batch norm); 0: over the whole batch the instruction sees.
 // PLAN_AI_MODE: cross_entropy's bits (1: rows labelled f[PLAN_AF_SCALE] count 0; 2: the sum, not
 // the mean); attention's and its gradients' form (PLAN_ATTN_*: the same function either way).
+// PLAN_AI_END > 0 on dropout and dropout_grad: dimension PLAN_AI_AXIS of the input is a sequence
+// in zigzag order of that many chunks (plan_zigzag_pos), and the mask is drawn by logical
+// positions; on attention_block and attention_block_grad the zigzag chunks of the ring's steps.
 enum { PLAN_ATTN_UNFUSED = 0, PLAN_ATTN_FLASH = 1 };
 enum { PLAN_AI_SEED, PLAN_AI_AXIS, PLAN_AI_START, PLAN_AI_END, PLAN_AI_CAUSAL, PLAN_AI_ACCUMULATE, PLAN_AI_GHOST, PLAN_AI_MODE };
 typedef struct plan_attrs {
