@@ -14,9 +14,9 @@ training step), every strategy trains on the same G samples per step:
               pp a power of two or the paper's (every divisor with --full-grid) up to the
               number of layers, dp = N / (tp pp) dividing G, micro-batch per replica a power of
               two (or G / dp), 1F1B when pp > 1, recompute none or full, ZeRO 0, 1 or 3, and
-              with tp > 1 on a model with attention Megatron-LM's --sequence-parallel (as its users
-              run tensor parallelism since Korthikanti et al. 2022; the paper's configuration
-              below stays without it, as published); on the long-context rows also cp a power of
+              with tp > 1 on a model with attention with and without Megatron-LM's
+              --sequence-parallel (as its users run tensor parallelism since Korthikanti et al.
+              2022; the paper's configuration below stays without it, as published); on the long-context rows also cp a power of
               two in ring (natural or zigzag order) or Ulysses form (Megatron-Core's
               --context-parallel-size, whose ring is zigzag's load balanced one; DeepSpeed-Ulysses),
               the rest of the grid over N / cp.
@@ -271,14 +271,17 @@ class Bench:
                     continue            # pp a power of two, or the paper's
                 if f["state"] / row["gpus"] > f["memory"]:
                     continue            # not even ZeRO-3 over all devices holds the optimizer state
-                sp = ["--sequence-parallel"] if tp > 1 and f["attention"] and sequence_parallel else []
+                # with and without sequence parallelism: it costs where the model's norms and
+                # element-wise work are small beside its all-gathers (the Evoformer)
+                sps = [[], ["--sequence-parallel"]] if tp > 1 and f["attention"] and sequence_parallel else [[]]
                 for mb in mbs or self.micro_sizes(G, dp):
                     for rc, z in variants:
                         if z and dp == 1:
                             continue
-                        out.append({"B": mb * dp, "M": G // (mb * dp), "mb": mb, "mesh": (pp, dp, tp), "rc": rc,
-                                    "zero": z, "sp": bool(sp), "args": ["--dp", str(dp), "--tp", str(tp), "--pp", str(pp),
-                                                                        "--recompute", rc, "--zero", str(z)] + sp})
+                        for sp in sps:
+                            out.append({"B": mb * dp, "M": G // (mb * dp), "mb": mb, "mesh": (pp, dp, tp), "rc": rc,
+                                        "zero": z, "sp": bool(sp), "args": ["--dp", str(dp), "--tp", str(tp), "--pp", str(pp),
+                                                                            "--recompute", rc, "--zero", str(z)] + sp})
         return out
 
     def row(self, row, pool):
