@@ -1,9 +1,10 @@
 /*
- * handoff.c: what phase 3 hands on (preserve.c's builder, finished): the plan's META (the mesh,
- * the schedule, the estimate, the FLOPs of a step as Megatron-LM counts them, the notes), the
- * stage programs and each rank's, the groups, and with --sync background the parameters each
- * stage's background program averages. A mesh axis of size 1 (cp without context parallelism)
- * leaves the plan's mesh here.
+ * handoff.c: phase 3's entry (preserve): layout.c's decisions, a program per pipeline stage
+ * (preserve.c builds each), and what phase 3 hands on from the finished builder: the plan's
+ * META (the mesh, the schedule, the estimate, the FLOPs of a step as Megatron-LM counts them,
+ * the notes), the stage programs and each rank's, the groups, and with --sync background the
+ * parameters each stage's background program averages. A mesh axis of size 1 (cp without
+ * context parallelism) leaves the plan's mesh here.
  */
 #include "preserve.h"
 
@@ -138,7 +139,7 @@ static void drop_axis(pcc_programs *out, int axis) {
 
 // Phase 3's output: the stage programs, each rank's (its pp coordinate), the groups, and with
 // --sync background the parameters each stage's background program averages.
-pcc_programs *p3_hand_off(builder *E, prog *P) {
+static pcc_programs *hand_off(builder *E, prog *P) {
     const pcc_graph *g = E->g;
     pcc_programs *out = arena_alloc(g->arena, sizeof *out);
     meta(E, &out->meta);
@@ -164,4 +165,26 @@ pcc_programs *p3_hand_off(builder *E, prog *P) {
     if (E->cp == 1) drop_axis(out, PCC_AX_CP);
     if (E->cp > 1 && E->s->config.cp_zigzag) out->zigzag = 2 * E->cp, out->zigzag_dim = E->s->seq_dim;
     return out;
+}
+
+/* ---- phase 3 ---- */
+
+pcc_status preserve(const pcc_graph *g, const pcc_cluster *c, const pcc_strategy *s, const pcc_preserve_opts *o,
+                    pcc_programs **out) {
+    *out = NULL;
+    pcc_values *v = arena_alloc(g->arena, sizeof *v);
+    pcc_status st = layout_values(g, c, s, o, v);
+    if (st) return st;
+    builder E = {.v = v, .g = g, .c = c, .all = c, .s = s, .pp = v->pp, .dp = v->dp, .cp = v->cp, .tp = v->tp, .M = v->M, .V = v->V, .ns = v->ns,
+                 .bucket_cap = o->bucket_bytes};
+    prog *P = arena_alloc(g->arena, sizeof(prog) * (size_t)E.pp);
+    for (int d = 0; d < E.pp; d++) {
+        P[d].stage = d;
+        const pcc_cluster *view = cluster_stage_view(c, E.pp, d);
+        E.c = view ? view : c; // stage d's instruction times on its group's devices and links
+        p3_program(&E, &P[d]);
+    }
+    E.c = c;
+    *out = hand_off(&E, P);
+    return PCC_OK;
 }

@@ -950,7 +950,7 @@ typedef struct pcc_estimate {
 } pcc_estimate;
 
 // The mesh axes, slowest first (Megatron-LM's rank order: tp fastest, then cp, dp, pp). A plan
-// without context parallelism leaves the cp axis out of its mesh (preserve.c, hand_off).
+// without context parallelism leaves the cp axis out of its mesh (handoff.c, hand_off).
 enum { PCC_AX_PP, PCC_AX_DP, PCC_AX_CP, PCC_AX_TP, PCC_AXES };
 
 typedef struct pcc_strategy {

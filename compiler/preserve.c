@@ -20,8 +20,9 @@
  *   wait for the synchronization; the optimizer (ZeRO-1 and 2: its updated shards gathered one
  *   collective per block copy); parameter copies to the stages that share them
  *
- * handoff.c turns the finished programs into phase 3's output (META, groups, ranks); the
- * builder's types are in preserve.h.
+ * handoff.c is phase 3's entry: it makes the builder (its types are in preserve.h), has this
+ * file build each stage's program (p3_program) and turns them into phase 3's output (META,
+ * groups, ranks).
  *
  * Resharding. Where the buffer that holds a value has another layout than a reader wants,
  * reshard() emits reshard.c's chain (reshard_steps): collectives over one mesh axis at a time,
@@ -1303,7 +1304,7 @@ static void schedule(builder *E, prog *P, int d) {
     }
 }
 
-static void program(builder *E, prog *P) {
+void p3_program(builder *E, prog *P) {
     const pcc_graph *g = E->g;
     int d = P->stage;
     E->phase = PLAN_PHASE_NONE;
@@ -1325,26 +1326,4 @@ static void program(builder *E, prog *P) {
     }
     schedule(E, P, d);
     epilogue(E, P);
-}
-
-/* ---- phase 3 ---- */
-
-pcc_status preserve(const pcc_graph *g, const pcc_cluster *c, const pcc_strategy *s, const pcc_preserve_opts *o,
-                    pcc_programs **out) {
-    *out = NULL;
-    pcc_values *v = arena_alloc(g->arena, sizeof *v);
-    pcc_status st = layout_values(g, c, s, o, v);
-    if (st) return st;
-    builder E = {.v = v, .g = g, .c = c, .all = c, .s = s, .pp = v->pp, .dp = v->dp, .cp = v->cp, .tp = v->tp, .M = v->M, .V = v->V, .ns = v->ns,
-                 .bucket_cap = o->bucket_bytes};
-    prog *P = arena_alloc(g->arena, sizeof(prog) * (size_t)E.pp);
-    for (int d = 0; d < E.pp; d++) {
-        P[d].stage = d;
-        const pcc_cluster *view = cluster_stage_view(c, E.pp, d);
-        E.c = view ? view : c; // stage d's instruction times on its group's devices and links
-        program(&E, &P[d]);
-    }
-    E.c = c;
-    *out = p3_hand_off(&E, P);
-    return PCC_OK;
 }

@@ -1,6 +1,7 @@
 /*
- * preserve.h: phase 3's builder (compiler/preserve.c), private to preserve.c and handoff.c: the
- * programs being built, one per pipeline stage, and what every step of building them reads.
+ * preserve.h: phase 3's builder (compiler/preserve.c), private to preserve.c and handoff.c (which
+ * makes one and hands on what it built): the programs being built, one per pipeline stage, and
+ * what every step of building them reads.
  */
 #ifndef PLANCC_PRESERVE_H
 #define PLANCC_PRESERVE_H
@@ -84,7 +85,7 @@ int p3_group(builder *E, int axes, int stream);
 pcc_group_shape p3_axes_group(const builder *E, unsigned axes);
 // A memory-bound kernel's time over `bytes` touching buffer b.
 float p3_memory_s(const builder *E, const prog *P, double bytes, int b);
-// Phase 3's output from the finished builder (handoff.c).
-pcc_programs *p3_hand_off(builder *E, prog *P);
+// Builds stage P->stage's program (preserve.c).
+void p3_program(builder *E, prog *P);
 
 #endif
