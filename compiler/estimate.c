@@ -431,6 +431,8 @@ static void est_param(est *E, int p, int i, int d, const pcc_op *opt) {
         // The updated shard all-gathered (ZeRO-3's parameter stays sharded): one collective per
         // block copy and one for the top-level parameters (preserve.c's post_flush; est_step).
         if (zero < 3) *(g->ops[i].block >= 0 ? &E->postb[d] : &E->postt[d]) += bytes;
+        // ZeRO-1/2: the optimizer updates the shard, copied out of the whole parameter first.
+        if (zero < 3) E->opt[d] += cost_memory_s(c, 2 * bytes / E->dp);
         // Gathered again for each micro-batch's use: a block copy's parameters on stream 1 in one
         // collective while the copy before computes (preserve.c's prefetch; est_step), the
         // others just before their reader.
