@@ -366,6 +366,33 @@ static void sync_grad(builder *E, prog *P, int gp);
 static void zero2_grad(builder *E, prog *P, int gp);
 static void coll_bucket(builder *E, prog *P, pcc_coll kind, int axis, int stream, const int *in, const int *out, int n);
 
+// One step of n resharding chains at once: pair k (unless done[k]) goes from in[k] to out[k] by
+// step[k]. A local step is a copy of its own; the collectives are one instruction (a bucket) per
+// kind, axis and dtype, where the first pair of each was; all on `stream`, with layer_delta d.
+// Every pair is done after it.
+static void step_buckets(builder *E, prog *P, const pcc_reshard_step *step, const int *in, const int *out, bool *done, int n,
+                         int stream, int d) {
+    int *bi = arena_alloc(E->g->arena, sizeof(int) * (size_t)n), *bo = arena_alloc(E->g->arena, sizeof(int) * (size_t)n);
+    for (int k = 0; k < n; k++) {
+        if (done[k]) continue;
+        if (step[k].kind < 0) {
+            copy_on(E, P, in[k], out[k], stream);
+        } else {
+            int m = 0;
+            for (int j = k; j < n; j++) {
+                if (done[j] || step[j].kind != step[k].kind || step[j].axis != step[k].axis ||
+                    P->buf[out[j]].dtype != P->buf[out[k]].dtype)
+                    continue;
+                bi[m] = in[j], bo[m++] = out[j];
+                done[j] = true;
+            }
+            coll_bucket(E, P, (pcc_coll)step[k].kind, step[k].axis, stream, bi, bo, m);
+        }
+        done[k] = true;
+        P->insn[P->n_insn - 1].layer_delta = (int16_t)d;
+    }
+}
+
 /* ---- ZeRO-3: the next block copy's parameters gathered ahead, on stream 1 ---- */
 
 // As FSDP's forward and backward prefetch: while stream 0 runs copy v of a block, stream 1
@@ -440,29 +467,15 @@ static void prefetch_gather(builder *E, prog *P, int slots, int base, int d) {
     }
     int *in = arena_alloc(E->g->arena, sizeof(int) * (size_t)n), *out = arena_alloc(E->g->arena, sizeof(int) * (size_t)n);
     bool *done = arena_alloc(E->g->arena, (size_t)n);
+    pcc_reshard_step *step = arena_alloc(E->g->arena, sizeof(pcc_reshard_step) * (size_t)n);
     for (int s = 0; s < most; s++) {
-        for (int k = 0; k < n; k++) done[k] = P->pref[k].n <= s;
         for (int k = 0; k < n; k++) {
-            if (done[k]) continue;
             const prefetch *e = &P->pref[k];
-            int src = s ? e->buf[s - 1] : e->src;
-            if (e->step[s].kind < 0) {
-                copy_on(E, P, src, e->buf[s], STREAM_SYNC);
-            } else {
-                int m = 0;
-                for (int j = k; j < n; j++) {
-                    const prefetch *f = &P->pref[j];
-                    if (done[j] || f->step[s].kind != e->step[s].kind || f->step[s].axis != e->step[s].axis ||
-                        P->buf[f->buf[s]].dtype != P->buf[e->buf[s]].dtype)
-                        continue;
-                    in[m] = s ? f->buf[s - 1] : f->src, out[m++] = f->buf[s];
-                    done[j] = true;
-                }
-                coll_bucket(E, P, (pcc_coll)e->step[s].kind, e->step[s].axis, STREAM_SYNC, in, out, m);
-            }
-            done[k] = true;
-            P->insn[P->n_insn - 1].layer_delta = (int16_t)d;
+            done[k] = e->n <= s;
+            if (done[k]) continue;
+            step[k] = e->step[s], in[k] = s ? e->buf[s - 1] : e->src, out[k] = e->buf[s];
         }
+        step_buckets(E, P, step, in, out, done, n, STREAM_SYNC, d);
     }
     event(E, P, PLAN_I_RECORD, STREAM_SYNC, EV_PREFETCH);
 }
@@ -1098,30 +1111,19 @@ static void post_flush(builder *E, prog *P) {
     int n = P->n_post;
     if (!n) return;
     P->n_post = 0;
-    int (*post)[2] = P->post;
     int *in = arena_alloc(E->g->arena, sizeof(int) * (size_t)n), *out = arena_alloc(E->g->arena, sizeof(int) * (size_t)n);
     bool *done = arena_alloc(E->g->arena, (size_t)n);
-    pcc_reshard_step *step = arena_alloc(E->g->arena, sizeof(pcc_reshard_step) * (size_t)(n + 1));
+    pcc_reshard_step *step = arena_alloc(E->g->arena, sizeof(pcc_reshard_step) * (size_t)n);
     for (int k = 0; k < n; k++) {
         pcc_reshard_step s[PCC_AXES + 1];
-        const ebuf *b = &P->buf[post[k][0]];
-        int m = reshard_steps(b->shard, P->buf[post[k][1]].shard, E->g->tensors[b->tensor].rank, s);
+        in[k] = P->post[k][0], out[k] = P->post[k][1];
+        const ebuf *b = &P->buf[in[k]];
+        int m = reshard_steps(b->shard, P->buf[out[k]].shard, E->g->tensors[b->tensor].rank, s);
         done[k] = m != 1 || s[0].kind < 0;
-        if (done[k]) reshard_to(E, P, post[k][0], P->buf[post[k][1]].shard, post[k][1]);
+        if (done[k]) reshard_to(E, P, in[k], P->buf[out[k]].shard, out[k]);
         else step[k] = s[0];
     }
-    for (int k = 0; k < n; k++) {
-        if (done[k]) continue;
-        int m = 0;
-        for (int j = k; j < n; j++) {
-            if (done[j] || step[j].kind != step[k].kind || step[j].axis != step[k].axis ||
-                P->buf[post[j][1]].dtype != P->buf[post[k][1]].dtype)
-                continue;
-            in[m] = post[j][0], out[m++] = post[j][1];
-            done[j] = true;
-        }
-        coll_bucket(E, P, (pcc_coll)step[k].kind, step[k].axis, STREAM_MAIN, in, out, m);
-    }
+    step_buckets(E, P, step, in, out, done, n, STREAM_MAIN, 0);
 }
 
 static void optimizer(builder *E, prog *P) {
