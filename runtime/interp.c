@@ -583,12 +583,19 @@ static int run_loop(walker *w, uint32_t i, frame f) {
     return 0;
 }
 
+// The micro-batch and the layer slot instruction in works on in frame f.
+static void insn_at(frame f, const plan_insn *in, uint32_t *mb, uint32_t *layer) {
+    *mb = (uint32_t)((f.mb < 0 ? 0 : f.mb) + in->mb_delta);
+    *layer = (uint32_t)((f.layer < 0 ? 0 : f.layer) + in->layer_delta);
+}
+
 // Runs one instruction that is not a loop (counting it when it belongs to another stream).
 static int step_insn(walker *w, uint32_t i, frame f) {
     const plan_insn *in = &w->rk->pg->insns[i];
     bool mine = w->stream < 0 || in->stream == w->stream, p2p = in->kind == PLAN_I_SEND || in->kind == PLAN_I_RECV;
     if (plan_insn_skipped(in, f.layer, f.layers)) return 0;
-    uint32_t mb = (uint32_t)((f.mb < 0 ? 0 : f.mb) + in->mb_delta), layer = (uint32_t)((f.layer < 0 ? 0 : f.layer) + in->layer_delta);
+    uint32_t mb, layer;
+    insn_at(f, in, &mb, &layer);
     if (mine && (!p2p || in->stream != w->pend_stream) && flush(w)) return -1;
     if (mine) rt_guard_busy(w->run, w->thread, i + 1);
     rt_exec x = exec_of(w, in->stream);
@@ -644,7 +651,8 @@ static int traced_insn(walker *w, uint32_t i, frame f) {
     rt_exec x = exec_of(w, in->stream);
     double t0, t1;
     if (trace_point(w, &x, &t0) || step_insn(w, i, f) || trace_point(w, &x, &t1)) return -1;
-    uint32_t mb = (uint32_t)((f.mb < 0 ? 0 : f.mb) + in->mb_delta), layer = (uint32_t)((f.layer < 0 ? 0 : f.layer) + in->layer_delta);
+    uint32_t mb, layer;
+    insn_at(f, in, &mb, &layer);
     trace_slice(w, in->stream, i, mb, layer, t0, t1);
     return 0;
 }

@@ -325,7 +325,7 @@ typedef struct frame {
     uint32_t start, end;
     int32_t it, count;
     uint16_t var;
-    int32_t mb, layer;          // the variables outside this loop
+    int32_t mb, layer, layers;  // the variables outside this loop, and the layer loop's count there
 } frame;
 
 typedef struct evlog {
@@ -347,6 +347,7 @@ typedef struct cstate {
     uint32_t pc, depth;         // the walk in program order
     frame stack[PLAN_MAX_LOOP_DEPTH];
     int32_t mb, layer;          // innermost loop variables, -1: none
+    int32_t layers;             // the innermost layer loop's count, 0: none (plan_insn_skipped)
     bool walked;                // the walk reached the end
     uint64_t *ev_seen, *sent, *recvd, *colls; // per event, channel, channel, group
     evlog *ev;
@@ -508,7 +509,7 @@ static void set_var(cstate *c, const frame *f) {
     if (plan_loop_is_background(f->var)) return; // a background round (simulated once per step) sets nothing
     int32_t v = f->var == PLAN_LOOP_REVERSE_LAYER ? f->count - 1 - f->it : f->it;
     if (f->var == PLAN_LOOP_MB) c->mb = v;
-    else c->layer = v;
+    else c->layer = v, c->layers = f->count;
 }
 
 static bool queue_push(queue *q, item x) {
@@ -553,13 +554,6 @@ static void dispatch(sim *S, cstate *c, uint32_t i) {
     if (!queue_push(&c->st[in->stream].q, x)) oom(S);
 }
 
-// The count of class c's innermost layer loop (0: none).
-static int32_t layer_count(const cstate *c) {
-    for (uint32_t d = c->depth; d-- > 0;)
-        if (c->stack[d].var == PLAN_LOOP_LAYER || c->stack[d].var == PLAN_LOOP_REVERSE_LAYER) return c->stack[d].count;
-    return 0;
-}
-
 // Walks class c to its next instruction and queues it (not one the loop skips in this
 // iteration: plan_insn_skipped); false at the end of the program.
 static bool gen_next(sim *S, cstate *c) {
@@ -571,14 +565,14 @@ static bool gen_next(sim *S, cstate *c) {
                 c->pc = f->start;
                 set_var(c, f);
             } else {
-                c->mb = f->mb, c->layer = f->layer;
+                c->mb = f->mb, c->layer = f->layer, c->layers = f->layers;
                 c->depth--;
             }
         }
         if (c->pc >= pg->n_insns) return !(c->walked = true);
         const plan_insn *in = &pg->insns[c->pc];
         if (in->kind != PLAN_I_LOOP) {
-            if (plan_insn_skipped(in, c->layer, layer_count(c))) {
+            if (plan_insn_skipped(in, c->layer, c->layers)) {
                 c->pc++;
                 continue;
             }
@@ -586,7 +580,7 @@ static bool gen_next(sim *S, cstate *c) {
             return true;
         }
         frame *f = &c->stack[c->depth++];
-        *f = (frame){c->pc + 1, c->pc + 1 + (uint32_t)in->b, 0, (int32_t)plan_loop_trips(in), in->code, c->mb, c->layer};
+        *f = (frame){c->pc + 1, c->pc + 1 + (uint32_t)in->b, 0, (int32_t)plan_loop_trips(in), in->code, c->mb, c->layer, c->layers};
         c->pc++;
         set_var(c, f);
     }
@@ -1021,7 +1015,7 @@ static bool sim_setup(sim *S, const sim_opts *o) {
         c->pg = &p->programs[x->program];
         c->pi = &S->pi[x->program];
         x->main_stream = c->pi->main_stream;
-        c->mb = c->layer = -1;
+        c->mb = c->layer = -1, c->layers = 0;
         c->ev_seen = calloc(c->pg->n_events + 1, sizeof(uint64_t));
         c->ev = calloc(c->pg->n_events + 1, sizeof(evlog));
         c->sent = calloc(c->pi->n_ch + 1, sizeof(uint64_t));
