@@ -415,7 +415,6 @@ static void est_param(est *E, int p, int i, int d, const pcc_op *opt) {
     if (bucketed && E->dp > 1)
         E->sync[d] += cost_bucketed_s(c, zero ? PCC_COLL_REDUCE_SCATTER : PCC_COLL_ALL_REDUCE, bytes, pool, cap, dpg);
     if (E->dp > 1 && zero > 0) {
-        double ag = cost_collective_s(c, PCC_COLL_ALL_GATHER, bytes, dpg) + launch;
         // Reduce-scattered per micro-batch (preserve.c's zero2_grad), and summed into the shard:
         // ZeRO-2 on the compute stream, part of every micro-batch's backward; ZeRO-3 on stream 1,
         // beside the rest of its layer's backward (est_step).
@@ -437,7 +436,10 @@ static void est_param(est *E, int p, int i, int d, const pcc_op *opt) {
         // collective while the copy before computes (preserve.c's prefetch; est_step), the
         // others just before their reader.
         if (zero == 3 && g->ops[i].block >= 0) E->agb[d] += bytes, E->agn[d] += 1;
-        else if (zero == 3) E->Fm[d] += ag, E->Bm[d] += ag;
+        else if (zero == 3) {
+            double ag = cost_collective_s(c, PCC_COLL_ALL_GATHER, bytes, dpg) + launch;
+            E->Fm[d] += ag, E->Bm[d] += ag;
+        }
     }
     if (!opt) return;
     double t = cost_op_s(c, g, opt, est_ways(E, opt, i));
