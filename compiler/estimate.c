@@ -61,10 +61,12 @@ typedef struct est {
     // Per device: per micro-batch compute, tp communication, p2p (forward, backward); per step
     // sync, optimizer, post-optimizer all-gather, tied parameters' gradients received; layers.
     double *Fc, *Fm, *Fp, *Bc, *Bm, *Bp, *sync, *opt, *post, *tied;
-    double *rs; // ZeRO-3: per micro-batch, the gradients' reduce-scatters on stream 1 (hidden by Bc)
+    double *rs; // ZeRO-2/3: per micro-batch, the block copies' gradients' reduce-scatters on stream 1 (est_gathers_exposed_s)
+    double *rsb, *rscb; // ZeRO-2/3: their bytes (all copies), and those all-reduced over cp first, per device
+    double *rsn;        // ZeRO-3 with --prefetch none: how many (each gradient's own, as it is made)
     double *rs_last; // ZeRO-3: per step, those the backward pass finishes after its last block (nothing hides them)
     double *ag; // ZeRO-3: per micro-batch, the all-gathers of block parameters on stream 1, each pass
-    double *agb, *agn, *copies; // ... their bytes, how many parameters, and block copies, per device
+    double *agb, *copies; // ... their bytes, and block copies, per device
     double *cf, *cb;      // ... and the compute of those copies, forward and backward, per micro-batch
     double *postb, *postt; // ZeRO-1/2: the bytes gathered after the optimizer, of block parameters (all copies) and top-level ones
     double *pool;       // per device and bucket segment: the bytes that share gradient buckets (est_pool)
@@ -415,18 +417,25 @@ static void est_param(est *E, int p, int i, int d, const pcc_op *opt) {
     if (bucketed && E->dp > 1)
         E->sync[d] += cost_bucketed_s(c, zero ? PCC_COLL_REDUCE_SCATTER : PCC_COLL_ALL_REDUCE, bytes, pool, cap, dpg);
     if (E->dp > 1 && zero > 0) {
-        // Reduce-scattered per micro-batch (preserve.c's zero2_grad), and summed into the shard:
-        // ZeRO-2 on the compute stream, part of every micro-batch's backward; ZeRO-3 on stream 1,
-        // beside the rest of its layer's backward (est_step).
-        if (!bucketed) {
-            double *to = zero < 3 ? &E->Bm[d] : est_grad_after_blocks(E, opt) ? &E->rs_last[d] : &E->rs[d];
+        // Reduce-scattered per micro-batch (preserve.c's zero2_grad), and summed into the shard. A
+        // block copy's together on stream 1, behind the compute (est_step); the others (and a
+        // copy's with --prefetch none, each by itself, waited for at the copy's end): ZeRO-2's on
+        // the compute stream, ZeRO-3's on stream 1, waited for at the next loop, the blocks' (or
+        // after the last).
+        bool behind = !bucketed && g->ops[i].block >= 0 && !(zero == 3 && E->s->zero3_late);
+        if (behind) {
+            E->rsb[d] += bytes;
+            if (est_cp_partial(E, i)) E->rscb[d] += bytes;
+            if (E->m > 1) E->rs[d] += cost_memory_s(c, 3 * bytes / E->dp);
+        } else if (!bucketed) {
+            double *to = zero < 3 ? &E->Bm[d] : g->ops[i].block >= 0 ? &E->rs[d] : est_grad_after_blocks(E, opt) ? &E->rs_last[d] : &E->Bm[d];
+            if (zero == 3 && g->ops[i].block >= 0) E->rsn[d] += 1;
             *to += cost_collective_s(c, PCC_COLL_REDUCE_SCATTER, bytes, dpg) + launch;
             if (est_cp_partial(E, i)) *to += cost_collective_s(c, PCC_COLL_ALL_REDUCE, bytes, cpg) + launch;
-            // With micro-batches the shard sums them, from zero (preserve.c's zero2_accumulators);
-            // ZeRO-2's sums on the compute stream.
-            if (E->m > 1) E->opt[d] += cost_memory_s(c, bytes / E->dp);
             if (zero < 3) E->Bm[d] += cost_memory_s(c, 3 * bytes / E->dp);
         }
+        // With micro-batches the shard sums them, from zero (preserve.c's zero2_accumulators).
+        if (!bucketed && E->m > 1) E->opt[d] += cost_memory_s(c, bytes / E->dp);
         // The updated shard all-gathered (ZeRO-3's parameter stays sharded): one collective per
         // block copy and one for the top-level parameters (preserve.c's post_flush; est_step).
         if (zero < 3) *(g->ops[i].block >= 0 ? &E->postb[d] : &E->postt[d]) += bytes;
@@ -435,7 +444,7 @@ static void est_param(est *E, int p, int i, int d, const pcc_op *opt) {
         // Gathered again for each micro-batch's use: a block copy's parameters on stream 1 in one
         // collective while the copy before computes (preserve.c's prefetch; est_step), the
         // others just before their reader.
-        if (zero == 3 && g->ops[i].block >= 0) E->agb[d] += bytes, E->agn[d] += 1;
+        if (zero == 3 && g->ops[i].block >= 0) E->agb[d] += bytes;
         else if (zero == 3) {
             double ag = cost_collective_s(c, PCC_COLL_ALL_GATHER, bytes, dpg) + launch;
             E->Fm[d] += ag, E->Bm[d] += ag;
@@ -552,17 +561,17 @@ static void est_last_bucket(est *E) {
 // The step: the pipeline, then per device what the last backward pass does not hide of its sync,
 // its optimizer and ZeRO's all-gather; a device that drains early has that much more slack.
 // What stream 0 waits for of stream 1's ZeRO-3 work in a pass over k block copies of compute c
-// (in all), n parameters each: their gathers ag and reduce-scatters rs (in all; 0 forward). As
-// preserve.c's prefetch: the first copy's gathers are exposed; while copy v computes (C = c / k),
-// stream 1 gathers copy v + 1's (G = ag / k) and then reduce-scatters copy v's gradients as they
-// are made (R = rs / k), and stream 0 waits at the copy's end for its reduce-scatters (the last
-// one, about R / n, always exposed) and at the next copy's start for its gathers.
-static double est_gathers_exposed_s(double ag, double rs, double c, double k, double n) {
+// (in all): their gathers ag and reduce-scatters rs (in all; 0 forward). As preserve.c's prefetch
+// and zero2_flush: the first copy's gathers are exposed; while copy v computes (C = c / k), stream
+// 1 reduce-scatters the copy before's gradients (R = rs / k) and gathers the next copy's (G =
+// ag / k); stream 0 waits for the one at the copy's end and the other at the next copy's start.
+// The first copy has no reduce-scatter beside it, the last no gather; the last copy's
+// reduce-scatter is exposed after the loop.
+static double est_gathers_exposed_s(double ag, double rs, double c, double k) {
     if (k < 1) k = 1;
-    if (n < 1) n = 1;
     double C = c / k, G = ag / k, R = rs / k;
-    double next = fmax(R / n, G + R - C), last = fmax(R / n, R - C);
-    return G + (k - 1) * next + (rs > 0 ? last : 0);
+    if (k < 2) return G + R;
+    return G + fmax(0, G - C) + (k - 2) * fmax(0, G + R - C) + fmax(0, R - C) + R;
 }
 
 static void est_step(est *E) {
@@ -571,21 +580,29 @@ static void est_step(est *E) {
     double *F = zeros(g, pp), *B = zeros(g, pp), bubble;
     int busy = 0;
     for (int d = 0; d < pp; d++) {
-        // ZeRO-3's reduce-scatters on stream 1 hide behind the backward's compute; stream 0
-        // waits at each layer's end for what is left. Its gathers of the next block copy's
-        // parameters run on stream 1 while this copy computes (est_gathers_exposed_s).
-        double k = E->copies[d], n = E->agn[d] > 0 ? E->agn[d] / (k > 0 ? k : 1) : 1;
-        pcc_group_shape dpg = {E->dp, E->cp * E->tp};
+        // ZeRO-2/3's reduce-scatters of a block copy's gradients run on stream 1 while the next
+        // copy computes, ZeRO-3's gathers of the next copy's parameters while this one does
+        // (est_gathers_exposed_s); stream 0 waits for what is left.
+        double k = E->copies[d];
+        pcc_group_shape dpg = {E->dp, E->cp * E->tp}, cpg = {E->cp, E->tp};
         double launch = cost_launch_s(E->view[d]);
         if (E->agb[d] > 0 && k > 0) E->ag[d] = k * (cost_collective_s(E->view[d], PCC_COLL_ALL_GATHER, E->agb[d] / k, dpg) + launch);
+        if (E->rsb[d] > 0 && k > 0) { // a copy's gradients: one collective per step (preserve.c's zero2_flush)
+            double r = k * (cost_collective_s(E->view[d], PCC_COLL_REDUCE_SCATTER, E->rsb[d] / k, dpg) + launch);
+            if (E->rscb[d] > 0) r += k * (cost_collective_s(E->view[d], PCC_COLL_ALL_REDUCE, E->rscb[d] / k, cpg) + launch);
+            E->rs[d] += r;
+        }
         if (E->postb[d] > 0 && k > 0) E->post[d] += k * (cost_collective_s(E->view[d], PCC_COLL_ALL_GATHER, E->postb[d] / k, dpg) + launch);
         if (E->postt[d] > 0) E->post[d] += cost_collective_s(E->view[d], PCC_COLL_ALL_GATHER, E->postt[d], dpg) + launch;
-        if (E->s->zero3_late) { // --prefetch none: every copy's gathers exposed
+        if (k < 1) {
+            E->Bm[d] += cost_exposed_s(E->rs[d], E->Bc[d]);
+        } else if (E->s->zero3_late) { // --prefetch none: every copy's gathers exposed; its last reduce-scatter
+            double R = E->rs[d] / k, n = E->rsn[d] > k ? E->rsn[d] / k : 1;
             E->Fm[d] += E->ag[d];
-            E->Bm[d] += E->ag[d] + (E->ag[d] > 0 ? est_gathers_exposed_s(0, E->rs[d], E->cb[d], k, n) : cost_exposed_s(E->rs[d], E->Bc[d]));
+            E->Bm[d] += E->ag[d] + k * fmax(R / n, R - E->cb[d] / k);
         } else {
-            E->Fm[d] += E->ag[d] > 0 ? est_gathers_exposed_s(E->ag[d], 0, E->cf[d], k, n) : 0;
-            E->Bm[d] += E->ag[d] > 0 ? est_gathers_exposed_s(E->ag[d], E->rs[d], E->cb[d], k, n) : cost_exposed_s(E->rs[d], E->Bc[d]);
+            E->Fm[d] += est_gathers_exposed_s(E->ag[d], 0, E->cf[d], k);
+            E->Bm[d] += est_gathers_exposed_s(E->ag[d], E->rs[d], E->cb[d], k);
         }
         F[d] = E->Fc[d] + E->Fm[d] + E->Fp[d], B[d] = E->Bc[d] + E->Bm[d] + E->Bp[d];
         if (F[d] + B[d] > F[busy] + B[busy]) busy = d;
@@ -618,7 +635,8 @@ void estimate_step(const pcc_graph *g, const pcc_cluster *c, const pcc_intra *sc
     int pp = E.pp, nl;
     E.Fc = zeros(g, pp), E.Fm = zeros(g, pp), E.Fp = zeros(g, pp), E.Bc = zeros(g, pp), E.Bm = zeros(g, pp);
     E.Bp = zeros(g, pp), E.sync = zeros(g, pp), E.opt = zeros(g, pp), E.post = zeros(g, pp), E.tied = zeros(g, pp);
-    E.rs = zeros(g, pp), E.rs_last = zeros(g, pp), E.ag = zeros(g, pp), E.agn = zeros(g, pp), E.copies = zeros(g, pp);
+    E.rs = zeros(g, pp), E.rs_last = zeros(g, pp), E.ag = zeros(g, pp), E.copies = zeros(g, pp);
+    E.rsb = zeros(g, pp), E.rscb = zeros(g, pp), E.rsn = zeros(g, pp);
     E.cf = zeros(g, pp), E.cb = zeros(g, pp), E.agb = zeros(g, pp), E.postb = zeros(g, pp), E.postt = zeros(g, pp);
     E.layers = arena_alloc(g->arena, sizeof(int) * (size_t)(pp + 1));
     const pcc_layer *L = graph_layers(g, &nl);

@@ -155,6 +155,11 @@ static bool summed_in_copy(const pcc_graph *g, int t) {
 }
 
 // The buffer that holds tensor t on this stage (made on first use).
+// ZeRO-2/3: whether a block copy's gradients are reduce-scattered together on stream 1 while the
+// next copy computes (zero2_flush), as FSDP and DeepSpeed's overlap_comm do; not with --prefetch
+// none, which holds one layer's gradients, not two.
+static bool rs_behind(const builder *E) { return E->s->zero == 2 || (E->s->zero == 3 && !E->s->zero3_late); }
+
 static int home(builder *E, prog *P, int t) {
     if (P->home[t] >= 0) return P->home[t];
     const pcc_graph *g = E->g;
@@ -166,6 +171,10 @@ static int home(builder *E, prog *P, int t) {
         if (per_copy) {
             layers = (uint32_t)(E->v->copy_hi[fb][P->stage] - E->v->copy_lo[fb][P->stage]);
             base = (uint32_t)E->v->copy_lo[fb][P->stage];
+        } else if (E->v->zero2[t] && rs_behind(E) && E->v->copy_hi[fb][P->stage] - E->v->copy_lo[fb][P->stage] > 1) {
+            // The copy's gradients are reduce-scattered while the next copy computes into the
+            // other slot (zero2_flush).
+            layers = 2, base = (uint32_t)E->v->copy_lo[fb][P->stage];
         }
     }
     if (T->kind == PCC_T_INPUT || t == g->loss) mb = (uint32_t)E->M;
@@ -246,6 +255,13 @@ static plan_insn *insn(builder *E, prog *P, plan_insn_kind k, int stream, const 
     return in;
 }
 
+static void event(builder *E, prog *P, plan_insn_kind k, int stream, int ev) {
+    int saved = E->delta;
+    E->delta = 0;
+    insn(E, P, k, stream, NULL, 0)->a = ev;
+    E->delta = saved;
+}
+
 static void bucket_flush(builder *E, prog *P);
 static void sharded_wait(builder *E, prog *P);
 
@@ -274,13 +290,10 @@ static void loop_close(builder *E, prog *P) {
     P->insn[l].b = P->n_insn - l - 1;
     P->n_cache = 0;
     PCC_ASSERT(P->insn[l].b > 0);
-}
-
-static void event(builder *E, prog *P, plan_insn_kind k, int stream, int ev) {
-    int saved = E->delta;
-    E->delta = 0;
-    insn(E, P, k, stream, NULL, 0)->a = ev;
-    E->delta = saved;
+    if (P->rs_loop) { // the last copy's reduce-scatters (zero2_flush)
+        P->rs_loop = false;
+        event(E, P, PLAN_I_WAIT, STREAM_MAIN, EV_SYNCED);
+    }
 }
 
 // The sync stream goes on from here once the compute stream has reached it.
@@ -829,34 +842,80 @@ static bool shard_direct(const builder *E, const pcc_reshard_step *step, int n) 
     return E->M == 1 && n > 0 && step[n - 1].kind == PCC_COLL_REDUCE_SCATTER;
 }
 
-// ZeRO-2: this micro-batch's contribution to gradient gp is in its (transient, whole) buffer:
-// synchronize it now (all-reduce over the axes the optimizer keeps whole, reduce-scatter onto
-// the rank's shard over dp) and add the shard to the one summed over the micro-batches, which
-// the optimizer reads (with one micro-batch, the reduce-scatter's output). ZeRO-2 on the compute stream: the next micro-batch's backward reuses the
-// buffer. ZeRO-3 on stream 1, as FSDP: the collectives and the sum overlap the rest of the
-// layer's backward on stream 0, which waits for them at the next loop boundary (sharded_wait;
-// the memory planner keeps the buffers stream 1 uses live until that wait).
+// ZeRO-2/3: this micro-batch's contribution to the n gradients gp[] is in their (transient,
+// whole) buffers: synchronize them on `stream` (all-reduce over the axes the optimizer keeps
+// whole, reduce-scatter onto the rank's shard over dp), as one collective per step for all of
+// them (step_buckets), and add each shard to the one summed over the micro-batches, which the
+// optimizer reads (with one micro-batch, the reduce-scatter's output).
+static void zero2_sync(builder *E, prog *P, const int *gp, int n, int stream) {
+    pcc_arena *A = E->g->arena;
+    pcc_reshard_step(*steps)[PCC_AXES] = arena_alloc(A, sizeof *steps * (size_t)n), *step = arena_alloc(A, sizeof *step * (size_t)n);
+    int *ns = arena_alloc(A, sizeof(int) * (size_t)n), *cur = arena_alloc(A, sizeof(int) * (size_t)n);
+    int *next = arena_alloc(A, sizeof(int) * (size_t)n), most = 0;
+    bool *done = arena_alloc(A, (size_t)n), *direct = arena_alloc(A, (size_t)n);
+    for (int j = 0; j < n; j++) {
+        ns[j] = layout_sync_steps(E->v, gp[j], steps[j]);
+        cur[j] = home(E, P, gp[j]);
+        direct[j] = shard_direct(E, steps[j], ns[j]);
+        if (ns[j] > most) most = ns[j];
+    }
+    for (int k = 0; k < most; k++) {
+        for (int j = 0; j < n; j++) {
+            done[j] = ns[j] <= k, next[j] = cur[j];
+            if (done[j]) continue;
+            step[j] = steps[j][k];
+            if (step[j].kind == PCC_COLL_REDUCE_SCATTER)
+                next[j] = direct[j] && k == ns[j] - 1 ? P->shard_acc[gp[j]] : new_buf(E, P, gp[j], step[j].after, 1, 1, 0);
+        }
+        step_buckets(E, P, step, cur, next, done, n, stream, 0);
+        memcpy(cur, next, sizeof(int) * (size_t)n);
+    }
+    for (int j = 0; j < n; j++) {
+        if (direct[j]) continue;
+        int acc = P->shard_acc[gp[j]];
+        PCC_ASSERT(acc >= 0 && P->buf[acc].bytes == P->buf[cur[j]].bytes);
+        int args[3] = {acc, cur[j], acc};
+        plan_insn *in = insn(E, P, PLAN_I_COMPUTE, stream, args, 3);
+        in->code = PCC_OP_ADD;
+        in->t_s = p3_memory_s(E, P, 3 * (double)P->buf[acc].bytes, acc);
+    }
+}
+
+// ZeRO-2/3: gradient gp is final. A block copy's wait for the copy's end (zero2_flush), as
+// FSDP's flat parameter and Megatron-LM's buckets: one collective per copy, not one per
+// parameter, each paying the ring's latency. The others are synchronized now (and so are a
+// copy's with --prefetch none): ZeRO-2's on the compute stream, the next micro-batch's backward
+// reuses the buffer; ZeRO-3's on stream 1, as FSDP's, which stream 0 waits for at the next
+// loop boundary (sharded_wait; the memory planner keeps the buffers stream 1 uses live until
+// that wait).
 static void zero2_grad(builder *E, prog *P, int gp) {
+    if (E->g->tensors[gp].block >= 0 && rs_behind(E)) {
+        *VEC_PUSH(E->g->arena, P->zpend, P->n_zpend, P->cap_zpend) = gp;
+        return;
+    }
     int stream = E->s->zero == 3 ? STREAM_SYNC : STREAM_MAIN;
     if (stream == STREAM_SYNC) {
         sync_follows(E, P);
         P->sharding = true;
     }
-    pcc_reshard_step step[PCC_AXES];
-    int n = layout_sync_steps(E->v, gp, step), cur = home(E, P, gp), acc = P->shard_acc[gp];
-    bool direct = shard_direct(E, step, n);
-    for (int k = 0; k < n; k++) {
-        int next = cur;
-        if (step[k].kind == PCC_COLL_REDUCE_SCATTER) next = direct && k == n - 1 ? acc : new_buf(E, P, gp, step[k].after, 1, 1, 0);
-        coll(E, P, (pcc_coll)step[k].kind, step[k].axis, stream, cur, next);
-        cur = next;
-    }
-    if (direct) return;
-    PCC_ASSERT(acc >= 0 && P->buf[acc].bytes == P->buf[cur].bytes);
-    int args[3] = {acc, cur, acc};
-    plan_insn *in = insn(E, P, PLAN_I_COMPUTE, stream, args, 3);
-    in->code = PCC_OP_ADD;
-    in->t_s = p3_memory_s(E, P, 3 * (double)P->buf[acc].bytes, acc);
+    zero2_sync(E, P, &gp, 1, stream);
+}
+
+// At the end of a block copy, its gradients together, on stream 1 while the next copy computes.
+// Stream 0 waits for them at the end of that copy, before it hands over this one's (the
+// gradients' buffers have two layer slots, home), and after the loop for the last copy's: the
+// event recorded before the loop (block_range) stands for the copy before the first. (ZeRO-3:
+// the next copy's gathers, queued behind them on stream 1, order them too; the wait stands
+// where a block gathers nothing.)
+static void zero2_flush(builder *E, prog *P) {
+    int n = P->n_zpend;
+    if (!n) return;
+    P->n_zpend = 0;
+    event(E, P, PLAN_I_WAIT, STREAM_MAIN, EV_SYNCED);
+    sync_follows(E, P);
+    zero2_sync(E, P, P->zpend, n, STREAM_SYNC);
+    event(E, P, PLAN_I_RECORD, STREAM_SYNC, EV_SYNCED);
+    P->rs_loop = true;
 }
 
 // ZeRO-3: stream 0 waits for the reduce-scatters stream 1 has queued since the last wait.
@@ -985,6 +1044,16 @@ static void block_body(builder *E, prog *P, int b, bool last_mb) {
         int reg = carry_reg(E, P, b, i);
         copy(E, P, home(E, P, bl->carry[i].outer), reg);
     }
+    zero2_flush(E, P);
+}
+
+// Whether block b's operators make gradients that zero2_flush reduce-scatters.
+static bool block_shards(const builder *E, int b) {
+    const pcc_block *bl = &E->g->blocks[b];
+    for (int o = bl->first_op; rs_behind(E) && o < bl->first_op + bl->n_ops; o++)
+        for (int i = 0; i < E->g->ops[o].nout; i++)
+            if (E->v->zero2[E->g->ops[o].out[i]]) return true;
+    return false;
 }
 
 // Before a backward block's copies on this stage, per micro-batch: the sum of acc i starts at
@@ -1029,6 +1098,7 @@ static void block_range(builder *E, prog *P, int b, bool last_mb) {
     }
     for (int i = 0; i < bl->n_acc; i++) acc_start(E, P, b, i, first);
     prefetch_first(E, P, b, lo, hi);
+    if (block_shards(E, b) && !P->sharding) event(E, P, PLAN_I_RECORD, STREAM_SYNC, EV_SYNCED); // zero2_flush's first wait (else sharded_wait's)
     loop_open(E, P, bwd ? PLAN_LOOP_REVERSE_LAYER : PLAN_LOOP_LAYER, hi - lo);
     block_body(E, P, b, last_mb);
     loop_close(E, P);

@@ -54,6 +54,8 @@ typedef struct prog {
     cache_entry *cache; int n_cache, cap_cache;
     bool used_sync;
     bool sharding;      // ZeRO-3: gradient reduce-scatters on stream 1 that stream 0 has not yet waited for
+    bool rs_loop;       // ZeRO-2/3: a layer loop whose copies reduce-scatter behind the compute (zero2_flush)
+    int *zpend;         int n_zpend, cap_zpend; // ZeRO-2/3: the block copy's final gradients, synchronized at its end
     prefetch *pref;     int n_pref, cap_pref; // ZeRO-3: the parameters the block copies at work gather (prefetch_list)
     prefetch *gath;     int n_gath, cap_gath; // ... every parameter's gather buffers, shared by the passes (prefetch_bufs)
     int *bucket;        int n_bucket, cap_bucket; // final gradients waiting for their bucket's collective

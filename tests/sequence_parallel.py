@@ -13,9 +13,10 @@ For gpt-tiny on CPU ranks with --tp 2, --dp 2 --tp 2 and --tp 4, each with and w
     and the MLP's first product): two of each per block;
   - the per-device peak memory (the plan's peak_bytes) is lower than the same mesh without it;
   - the plan records --sequence-parallel in its options.
-And --auto searches it: on Megatron-LM's 18B model over 64 DGX A100 nodes (batch 512, estimate
-only; at batch 1024 ZeRO-3 over dp 512 with tp 1 is faster since its gathers run a layer ahead,
-one collective per layer: 2.45 s, simulated 2.65 s), --auto's answer says whether it uses
+And --auto searches it: on Megatron-LM's 18B model over 64 DGX A100 nodes (batch 256, estimate
+only, so that dp is at most 256 and some other axis is over 1; at batch 512 and 1024 ZeRO-3 over
+dp 512 with tp 1 is faster since its gathers run a layer ahead and its reduce-scatters a layer
+behind, one collective per layer each), --auto's answer says whether it uses
 sequence parallelism (JSON "sequence_parallel"), and
 its step is no slower than the template of its own mesh with and without --sequence-parallel.
 What it catches: a constraint that no longer reaches the ILP (norms replicated or hidden-split,
@@ -110,7 +111,7 @@ def sp_plan(name, text, shapes):
 def estimate(plancc, root, *opts, may_not_fit=False):
     """plancc's estimate as JSON; None (a pass) where may_not_fit and nothing fits (exit 3)."""
     p = run(plancc, os.path.join(root, "models", "megatron-18b.json"), "--cluster",
-            os.path.join(root, "models", "clusters", "dgx-a100.json"), "--nodes", 64, "--global-batch", 512, *opts,
+            os.path.join(root, "models", "clusters", "dgx-a100.json"), "--nodes", 64, "--global-batch", 256, *opts,
             "--estimate-only", "--json")
     what = f"megatron-18b {' '.join(map(str, opts))}"
     if may_not_fit and p.returncode == 3:
