@@ -33,6 +33,7 @@
 #include "plancc.h"
 
 #include <math.h>
+#include <string.h>
 
 static int tensor_of_op(const pcc_op *op, int k) { return k < op->nin ? op->in[k] : op->out[k - op->nin]; }
 
@@ -404,6 +405,36 @@ static bool est_grad_after_blocks(const est *E, const pcc_op *opt) {
     return true;
 }
 
+// ZeRO-3: a top-level parameter p (owner op i) is gathered just before each operator that reads
+// it, in the layout that operator reads (a tied embedding: the lookup's and the LM head's), once
+// per micro-batch and pass on the reader's device; a pass gathers one layout once (phase 3's
+// cache). A dimension the reader splits otherwise than the owner is gathered whole over dp and
+// then sliced (reshard_steps), so those count whole.
+static void est_top_gathers(est *E, int p, int i) {
+    const pcc_graph *g = E->g;
+    const pcc_tensor *t = &g->tensors[p];
+    const int *seen[2][8], *own = est_ways_of(E, i, p);
+    int n_seen[2] = {0, 0};
+    for (int o = 0; o < g->n_ops; o++) {
+        const pcc_op *op = &g->ops[o];
+        int j = o < E->nf ? o : op->fwd, pass = o >= E->nf;
+        bool reads = false;
+        for (int k = 0; k < op->nin; k++) reads |= op->in[k] == p;
+        if (!reads || j < 0 || op->block >= 0 || op->phase == PCC_PHASE_OPT) continue;
+        const int *w = est_ways_of(E, j, p);
+        bool again = false;
+        for (int q = 0; q < n_seen[pass]; q++) again |= memcmp(seen[pass][q], w, sizeof(int) * (size_t)t->rank) == 0;
+        if (again) continue;
+        if (n_seen[pass] < 8) seen[pass][n_seen[pass]++] = w;
+        double bytes = tensor_bytes(g, t);
+        for (int r = 0; r < t->rank; r++) bytes /= w[r] == own[r] ? w[r] : 1;
+        int d = est_device(E, j, 0);
+        pcc_group_shape dpg = {E->dp, E->cp * E->tp};
+        double ag = cost_collective_s(E->view[d], PCC_COLL_ALL_GATHER, bytes, dpg) + cost_launch_s(E->view[d]);
+        *(pass ? &E->Bm[d] : &E->Fm[d]) += ag;
+    }
+}
+
 // Gradient synchronization and the optimizer of parameter p's instance on device d (owner op i).
 static void est_param(est *E, int p, int i, int d, const pcc_op *opt) {
     const pcc_graph *g = E->g;
@@ -445,10 +476,7 @@ static void est_param(est *E, int p, int i, int d, const pcc_op *opt) {
         // collective while the copy before computes (preserve.c's prefetch; est_step), the
         // others just before their reader.
         if (zero == 3 && g->ops[i].block >= 0) E->agb[d] += bytes;
-        else if (zero == 3) {
-            double ag = cost_collective_s(c, PCC_COLL_ALL_GATHER, bytes, dpg) + launch;
-            E->Fm[d] += ag, E->Bm[d] += ag;
-        }
+        else if (zero == 3) est_top_gathers(E, p, i);
     }
     if (!opt) return;
     double t = cost_op_s(c, g, opt, est_ways(E, opt, i));
