@@ -408,8 +408,8 @@ static bool est_grad_after_blocks(const est *E, const pcc_op *opt) {
 // ZeRO-3: a top-level parameter p (owner op i) is gathered just before each operator that reads
 // it, in the layout that operator reads (a tied embedding: the lookup's and the LM head's), once
 // per micro-batch and pass on the reader's device; a pass gathers one layout once (phase 3's
-// cache). A dimension the reader splits otherwise than the owner is gathered whole over dp and
-// then sliced (reshard_steps), so those count whole.
+// cache). A reader that splits it otherwise than the owner gets the owner's piece over dp and
+// then its own by an all-to-all over tp (reshard_steps).
 static void est_top_gathers(est *E, int p, int i) {
     const pcc_graph *g = E->g;
     const pcc_tensor *t = &g->tensors[p];
@@ -426,11 +426,13 @@ static void est_top_gathers(est *E, int p, int i) {
         for (int q = 0; q < n_seen[pass]; q++) again |= memcmp(seen[pass][q], w, sizeof(int) * (size_t)t->rank) == 0;
         if (again) continue;
         if (n_seen[pass] < 8) seen[pass][n_seen[pass]++] = w;
-        double bytes = tensor_bytes(g, t);
-        for (int r = 0; r < t->rank; r++) bytes /= w[r] == own[r] ? w[r] : 1;
+        double bytes = tensor_bytes(g, t), mine = bytes;
+        bool same = true;
+        for (int r = 0; r < t->rank; r++) bytes /= own[r], mine /= w[r], same &= w[r] == own[r];
         int d = est_device(E, j, 0);
-        pcc_group_shape dpg = {E->dp, E->cp * E->tp};
-        double ag = cost_collective_s(E->view[d], PCC_COLL_ALL_GATHER, bytes, dpg) + cost_launch_s(E->view[d]);
+        pcc_group_shape dpg = {E->dp, E->cp * E->tp}, tpg = {E->tp, 1};
+        double launch = cost_launch_s(E->view[d]), ag = cost_collective_s(E->view[d], PCC_COLL_ALL_GATHER, bytes, dpg) + launch;
+        if (!same && E->tp > 1) ag += cost_collective_s(E->view[d], PCC_COLL_ALL_TO_ALL, mine, tpg) + launch;
         *(pass ? &E->Bm[d] : &E->Fm[d]) += ag;
     }
 }

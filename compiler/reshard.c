@@ -251,22 +251,25 @@ static bool extends_prefix(plan_shard cur, plan_shard want, int i, int a) {
     return w[nc] == a;
 }
 
-int reshard_steps(plan_shard cur, plan_shard want, int rank, pcc_reshard_step *step) {
-    if (shard_eq(cur, want)) return 0;
-    // Axes to undo: partial sums the reader does not want, and every split past the longest
-    // common prefix of the splits of a dimension (pieces are undone least significant first).
-    bool undo[PCC_AXES] = {false};
-    for (int a = 0; a < PCC_AXES; a++)
-        if (cur.map[a] == PLAN_SHARD_V && want.map[a] != PLAN_SHARD_V) undo[a] = true;
-    for (int i = 0; i < rank; i++) {
-        int c[PCC_AXES], w[PCC_AXES];
-        int nc = split_axes(cur, i, c), nw = split_axes(want, i, w), p = 0;
-        while (p < nc && p < nw && c[p] == w[p]) p++;
-        for (int k = p; k < nc; k++) undo[c[k]] = true;
-    }
+// The chain that undoes the axes in undo[] one at a time, each the innermost split of its
+// dimension when it goes, in descending mesh order or, with `up`, ascending.
+static int chain(plan_shard cur, plan_shard want, const bool *undo_in, bool up, pcc_reshard_step *step) {
+    bool undo[PCC_AXES];
+    memcpy(undo, undo_in, sizeof undo);
     int n = 0;
-    for (int a = PCC_AXES - 1; a >= 0; a--) {
-        if (!undo[a]) continue;
+    for (;;) {
+        int a = -1;
+        for (int k = 0; k < PCC_AXES && a < 0; k++) {
+            int x = up ? k : PCC_AXES - 1 - k;
+            if (!undo[x]) continue;
+            if (cur.map[x] >= 2) {
+                int c[PCC_AXES], nc = split_axes(cur, cur.map[x] - 2, c);
+                if (c[nc - 1] != x) continue; // an inner split of its dimension goes first
+            }
+            a = x;
+        }
+        if (a < 0) break;
+        undo[a] = false;
         plan_shard next = cur;
         pcc_coll kind;
         int w = want.map[a];
@@ -274,9 +277,7 @@ int reshard_steps(plan_shard cur, plan_shard want, int rank, pcc_reshard_step *s
             if (w >= 2 && extends_prefix(cur, want, w - 2, a)) kind = PCC_COLL_REDUCE_SCATTER, next.map[a] = (uint8_t)w;
             else kind = PCC_COLL_ALL_REDUCE, next.map[a] = PLAN_SHARD_R;
         } else {
-            int i = cur.map[a] - 2, c[PCC_AXES];
-            int nc = split_axes(cur, i, c);
-            PCC_ASSERT(nc > 0 && c[nc - 1] == a);
+            int i = cur.map[a] - 2;
             if (w >= 2 && w - 2 != i && extends_prefix(cur, want, w - 2, a)) kind = PCC_COLL_ALL_TO_ALL, next.map[a] = (uint8_t)w;
             else kind = PCC_COLL_ALL_GATHER, next.map[a] = PLAN_SHARD_R;
         }
@@ -284,5 +285,38 @@ int reshard_steps(plan_shard cur, plan_shard want, int rank, pcc_reshard_step *s
         cur = next;
     }
     if (!shard_eq(cur, want)) step[n++] = (pcc_reshard_step){-1, -1, want}; // the local slice
+    return n;
+}
+
+static int gathers(const pcc_reshard_step *step, int n) {
+    int k = 0;
+    for (int i = 0; i < n; i++) k += step[i].kind == PCC_COLL_ALL_GATHER;
+    return k;
+}
+
+int reshard_steps(plan_shard cur, plan_shard want, int rank, pcc_reshard_step *step) {
+    if (shard_eq(cur, want)) return 0;
+    // Axes to undo: partial sums the reader does not want, and every split past the longest
+    // common prefix of the splits of a dimension (pieces are undone least significant first).
+    bool undo[PCC_AXES] = {false}, sums = false;
+    for (int a = 0; a < PCC_AXES; a++)
+        if (cur.map[a] == PLAN_SHARD_V && want.map[a] != PLAN_SHARD_V) undo[a] = sums = true;
+    for (int i = 0; i < rank; i++) {
+        int c[PCC_AXES], w[PCC_AXES];
+        int nc = split_axes(cur, i, c), nw = split_axes(want, i, w), p = 0;
+        while (p < nc && p < nw && c[p] == w[p]) p++;
+        for (int k = p; k < nc; k++) undo[c[k]] = true;
+    }
+    int n = chain(cur, want, undo, false, step);
+    // Undone in the other order, an axis that moves a split to another dimension may find the
+    // way clear for an all-to-all where the first order gathers it whole and slices it after
+    // (ZeRO-3's shard of a tied embedding over dp x tp, read by the LM head split along the
+    // vocabulary: the whole matrix over dp, or a tp piece over dp and an all-to-all over tp).
+    pcc_reshard_step alt[PCC_AXES + 1];
+    int m = sums ? 0 : chain(cur, want, undo, true, alt);
+    if (!sums && gathers(alt, m) < gathers(step, n)) {
+        memcpy(step, alt, sizeof *step * (size_t)m);
+        n = m;
+    }
     return n;
 }

@@ -66,6 +66,9 @@ static void single_changes(void) {
     EXPECT(steps_are(sh(D0, D0), sh(D0, R), 1, (int[]){PCC_COLL_ALL_GATHER}, &tp));
     EXPECT(steps_are(sh(V, V), sh(R, R), 2, (int[]){PCC_COLL_ALL_REDUCE, PCC_COLL_ALL_REDUCE}, (int[]){tp, dp}));
     EXPECT(steps_are(sh(V, R), sh(D0, R), 1, (int[]){PCC_COLL_REDUCE_SCATTER}, &dp));
+    // dp's split undone first where that leaves tp's an all-to-all, not a gather and a slice
+    // (ZeRO-3's shard of a tied embedding read by the LM head split along the vocabulary).
+    EXPECT(steps_are(sh(D0, D1), sh(R, D0), 2, (int[]){PCC_COLL_ALL_GATHER, PCC_COLL_ALL_TO_ALL}, (int[]){dp, tp}));
 }
 
 // A rank's view of a [4, 4] tensor on dp 2 x tp 2 (pp 1): the value of each element it holds
