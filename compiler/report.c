@@ -596,10 +596,11 @@ static void json_compile(FILE *f, const pcc_graph *g, const pcc_cluster *c, cons
     char buf[160];
     json_compile_head(f, g, c, out, nbytes);
     fprintf(f, " \"strategy\": {\"pp\": %d, \"dp\": %d, \"cp\": %d, \"tp\": %d, \"virtual_stages\": %d, \"micro_batches\": %d, "
-               "\"cp_form\": \"%s\", \"schedule\": \"%s\", \"zero\": %d, \"sequence_parallel\": %s, \"auto\": %s, \"text\": ", s->mesh[PCC_AX_PP],
-            s->mesh[PCC_AX_DP], s->mesh[PCC_AX_CP], s->mesh[PCC_AX_TP], s->virtual_stages, s->micro_batches,
-            s->config.cp_zigzag ? "zigzag" : s->config.cp_ring ? "ring" : "ulysses", sched[s->schedule == PCC_PIPE_GPIPE ? 0 : 1],
-            s->zero, s->config.sp ? "true" : "false", o->search.auto_mesh ? "true" : "false");
+               "\"cp_form\": \"%s\", \"schedule\": \"%s\", \"zero\": %d, \"prefetch\": \"%s\", \"sequence_parallel\": %s, \"auto\": %s, "
+               "\"text\": ", s->mesh[PCC_AX_PP], s->mesh[PCC_AX_DP], s->mesh[PCC_AX_CP], s->mesh[PCC_AX_TP], s->virtual_stages,
+            s->micro_batches, s->config.cp_zigzag ? "zigzag" : s->config.cp_ring ? "ring" : "ulysses",
+            sched[s->schedule == PCC_PIPE_GPIPE ? 0 : 1], s->zero, s->zero == 3 && s->zero3_late ? "none" : "layer",
+            s->config.sp ? "true" : "false", o->search.auto_mesh ? "true" : "false");
     json_string(f, strategy_str(s, buf, sizeof buf));
     fprintf(f, ", \"coshard\": ");
     report_coshard(f, o, true);
