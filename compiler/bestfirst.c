@@ -212,6 +212,7 @@ static int by_time(const void *a, const void *b) {
     if (x->config.rc != y->config.rc) return (int)x->config.rc - (int)y->config.rc;
     if (x->config.btp != y->config.btp) return (int)x->config.btp - (int)y->config.btp;
     if (x->config.sp != y->config.sp) return (int)x->config.sp - (int)y->config.sp;
+    if (x->zero3_late != y->zero3_late) return (int)x->zero3_late - (int)y->zero3_late; // then the prefetch
     return x->virtual_stages - y->virtual_stages; // then no interleaving
 }
 
