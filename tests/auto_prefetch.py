@@ -12,6 +12,8 @@ none (the least memory --auto could fit before it searched --prefetch none) and 
   - --auto compiles, and its plan is ZeRO-3 without the prefetch: the report and --json say
     "prefetch none", the plan gathers no layer ahead (plandump --text: no layer+1 / layer-1),
     its notes say --auto chose --prefetch none, and its peak is within the memory;
+  - with --recompute none where only full recompute without the prefetch fits, --auto refuses and
+    suggests --recompute full (whose search tries --prefetch none), not --prefetch none itself;
   - with the memory of the template `--dp 2 --zero 3` (prefetch on) and a little more, --auto
     keeps the prefetch (faster by the estimate): "prefetch layer", and its estimate is below the
     plan without it; on cpu.json's own 4 GiB, without the policy, no --prefetch none either.
@@ -93,7 +95,22 @@ def main():
         p = run(plancc, model, "--cluster", tight, "--devices", 2, "--policy", policy, "-o", os.path.join(tmp, "y.plan"))
         check("the summary line says prefetch none", p.returncode == 0 and "zero 3, prefetch none (--auto)" in p.stdout, p.stdout)
 
-        # step 3: where a plan with the prefetch fits, --auto keeps it
+        # step 3: --auto --recompute none where only full recompute without the prefetch fits: the
+        # refusal names what --auto left out (--recompute full, whose search tries --prefetch none),
+        # not --prefetch none as if unsearched; and --auto --recompute full compiles there
+        late_full, late_none = peaks[("3", "full", "none")][0], peaks[("3", "none", "none")][0]
+        if check(f"setup: full recompute without the prefetch needs less ({late_full} B) than none ({late_none} B)",
+                 late_full < late_none):
+            mid = cluster((late_full + late_none) // 2)
+            p = run(plancc, model, "--cluster", mid, "--devices", 2, "--policy", policy, "--recompute", "none", "-o",
+                    os.path.join(tmp, "n.plan"))
+            check("--auto --recompute none: refused, suggests --recompute full", p.returncode == 3
+                  and "it fits with --recompute full\n" in p.stderr and "it fits with --zero 3" not in p.stderr, p.stderr)
+            p, j = compile_(mid, "--policy", policy, "--recompute", "full")
+            check("--auto --recompute full compiles there, without the prefetch", j is not None and j["strategy"]["prefetch"] == "none",
+                  p.stderr)
+
+        # step 4: where a plan with the prefetch fits, --auto keeps it
         z3, z3_s, _ = peaks[("3", "auto", "layer")]
         roomy = cluster(z3 + 4096)
         out = os.path.join(tmp, "roomy.plan")
