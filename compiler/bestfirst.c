@@ -28,7 +28,9 @@
  *      emitted plan's peak. The first that fits is the answer: every configuration left in the
  *      queue has a key at least as large. One that does not fit, with recompute auto, comes back
  *      at level 2 with a smaller share of the memory for its ILP (two rounds, as the driver's fit
- *      tightens a template).
+ *      tightens a template); then one with ZeRO-3 comes back once more without the prefetch of
+ *      the next layer's parameters (--prefetch none: one gathered layer, slower by the estimate,
+ *      so it wins only where nothing faster fits).
  *
  * Every key is a lower bound on the estimate of what the configuration can still become (the
  * estimator's pipeline grows with every stage's time, and every operator costs at least its
@@ -139,14 +141,21 @@ static bool fits(bf *B, int slot, pcc_strategy *s) {
     return false;
 }
 
-// A recompute-auto configuration the memory planner found too large: its ILP again with a
+// A configuration the memory planner found too large. With recompute auto: its ILP again with a
 // smaller share of the memory, by the overshoot (at most to 3/4 a round, two rounds; the third
 // of the driver's fit, every block operator recomputed, is the configuration with --recompute
-// full). Its key: the estimate it had, which more recompute or splitting hardly lowers.
+// full). Then, with ZeRO-3 (its own prefetch not already off): the same again without the
+// prefetch (late, --prefetch none), one gathered layer instead of two, its gathers exposed.
+// Its key: the estimate it had, which more recompute, splitting or exposed gathers hardly lower.
 static void tighten(bf *B, const bf_node *x, double peak) {
     pcc_config k = x->config;
-    if (k.rc != PCC_RECOMPUTE_AUTO || k.round >= 2 || !isfinite(peak)) return;
-    k.budget = (k.budget > 0 ? k.budget : 1) * fmax(0.75, 0.98 * B->fit_bytes / peak);
+    if (!isfinite(peak)) return;
+    if (k.rc == PCC_RECOMPUTE_AUTO && k.round < 2 && !k.late)
+        k.budget = (k.budget > 0 ? k.budget : 1) * fmax(0.75, 0.98 * B->fit_bytes / peak);
+    else if (k.zero == 3 && k.dp > 1 && !k.late && !B->o->zero3_late)
+        k.late = true;
+    else
+        return;
     k.round++;
     heap_push(&B->heap, (bf_node){x->key, 2, x->slot, x->k, k, NULL});
 }
@@ -203,6 +212,7 @@ static int by_time(const void *a, const void *b) {
     if (x->config.rc != y->config.rc) return (int)x->config.rc - (int)y->config.rc;
     if (x->config.btp != y->config.btp) return (int)x->config.btp - (int)y->config.btp;
     if (x->config.sp != y->config.sp) return (int)x->config.sp - (int)y->config.sp;
+    if (x->zero3_late != y->zero3_late) return (int)x->zero3_late - (int)y->zero3_late; // then the prefetch
     return x->virtual_stages - y->virtual_stages; // then no interleaving
 }
 

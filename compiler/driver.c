@@ -28,8 +28,8 @@
  *   3. when still none fits: it says by how much, and tries what the message would suggest,
  *      quietly: --recompute full, then ZeRO-3, then both; the first that fits is named, and the
  *      compile still fails (exit 3).
- * --auto's own search tightens every configuration and covers full recompute and ZeRO-3, so
- * with --auto steps 2 and 3's searches run only for what it left out.
+ * --auto's own search tightens every configuration and covers full recompute, ZeRO-3 and ZeRO-3
+ * without its prefetch, so with --auto steps 2 and 3's searches run only for what it left out.
  * Phase 1's candidates serve every round (its group sizes do not depend on the memory or on
  * recompute and ZeRO). An error other than "does not fit" ends the loop, but in step 3, where
  * it only rules that suggestion out.
@@ -266,9 +266,11 @@ static bool fit_suggestion(const pcc_fit *f, int k, pcc_search_opts *so, const c
     // from the one asked for: only what it left out is worth a search.
     bool searched = so->auto_mesh && !so->pick, rc = f->o->search.recompute != PCC_RECOMPUTE_FULL;
     bool zero3 = so->zero < 3 && (so->auto_mesh || so->dp > 1) && !searched;
-    // ZeRO-3 one layer at a time (--prefetch none): no search has tried it unless asked.
+    // ZeRO-3 one layer at a time (--prefetch none): a template's search has not tried it unless
+    // asked; --auto's tries it on every ZeRO-3 configuration that does not fit (bestfirst.c,
+    // tighten), so with full recompute unless --recompute none left that out.
     bool late = !so->zero3_late && (so->zero == 3 || so->auto_mesh || so->dp > 1);
-    if (searched) rc = f->o->search.recompute == PCC_RECOMPUTE_NONE;
+    if (searched) rc = f->o->search.recompute == PCC_RECOMPUTE_NONE, late = late && rc;
     switch (k) {
     case 0: so->recompute = PCC_RECOMPUTE_FULL, *name = "--recompute full"; return rc;
     case 1: so->zero = 3, *name = "--zero 3"; return zero3;

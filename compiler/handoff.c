@@ -36,6 +36,9 @@ static char *notes(builder *E) {
         snprintf(line + k, sizeof line - (size_t)k, " (%s)\n", E->s->cause[o] ? E->s->cause[o] : "template");
         s = arena_append(g->arena, s, &n, &cap, line);
     }
+    if (E->s->config.late) // --auto's choice, not the options' (they record --prefetch none when asked)
+        s = arena_append(g->arena, s, &n, &cap, "zero 3: --prefetch none, each layer's parameters gathered at its start (--auto: "
+                                                "the prefetch's second gathered layer does not fit)\n");
     if (n > 0) s[n - 1] = 0; // no trailing newline
     return s;
 }

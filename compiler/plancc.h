@@ -901,11 +901,11 @@ typedef struct pcc_config {
     bool btp;
     bool sp;                    // Megatron-LM's sequence parallelism over tp (search.c, seq_keeps)
     pcc_recompute rc;
-    // The share of a device's memory the ILP's memory model may fill (0: all). With recompute auto,
-    // a configuration the memory planner finds too large is tried again with a smaller share, as
-    // the driver's fit does for a template: round says how many times.
+    // The share of a device's memory the ILP's memory model may fill (0: all); round: how many times
+    // the memory planner found it too large (bestfirst.c, tighten: a smaller share, then late).
     double budget;
     int round;
+    bool late;                  // ZeRO-3 without its prefetch (--prefetch none): --auto's last remedy
 } pcc_config;
 
 typedef struct pcc_search_opts {

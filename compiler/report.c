@@ -458,12 +458,13 @@ void report_estimate(FILE *f, const pcc_graph *g, const pcc_cluster *c, const pc
     if (o->report.json) {
         fprintf(f, "{\"model\": \"%s\", \"cluster\": \"%s\", \"devices\": %d, \"pp\": %d, \"dp\": %d, \"cp\": %d, \"cp_form\": \"%s\", "
                "\"tp\": %d, \"virtual_stages\": %d, \"micro_batches\": %d, \"batch\": %lld, \"global_batch\": %lld, \"zero\": %d, "
-               "\"sequence_parallel\": %s, \"attention\": \"%s\", \"candidates\": %d, \"estimate\": {\"step_s\": %.9g, \"pipeline_s\": %.9g, \"bubble_s\": %.9g, "
+               "\"prefetch\": \"%s\", \"sequence_parallel\": %s, \"attention\": \"%s\", \"candidates\": %d, \"estimate\": {\"step_s\": %.9g, \"pipeline_s\": %.9g, \"bubble_s\": %.9g, "
                "\"compute_s\": %.9g, \"tp_comm_s\": %.9g, \"p2p_s\": %.9g, \"sync_s\": %.9g, \"sync_exposed_s\": %.9g, "
                "\"optimizer_s\": %.9g}, \"memory_bytes\": %.9g, \"micro_batch_counts_searched\": %d, \"seconds\": %.6f, ",
                g->name, c->name, c->n_devices, s->mesh[PCC_AX_PP], s->mesh[PCC_AX_DP], s->mesh[PCC_AX_CP],
                s->config.cp_zigzag ? "zigzag" : s->config.cp_ring ? "ring" : "ulysses", s->mesh[PCC_AX_TP], s->virtual_stages,
-               s->micro_batches, (long long)batch, (long long)batch * s->micro_batches, s->zero, s->config.sp ? "true" : "false",
+               s->micro_batches, (long long)batch, (long long)batch * s->micro_batches, s->zero,
+               s->zero == 3 && s->zero3_late ? "none" : "layer", s->config.sp ? "true" : "false",
                attn_form(g), n, x->step_s, x->pipeline_s,
                x->bubble_s, x->compute_s, x->tp_comm_s, x->p2p_s, x->sync_s, x->sync_exposed_s, x->optimizer_s,
                peak_bytes, o->mb_searched, seconds);
@@ -596,10 +597,11 @@ static void json_compile(FILE *f, const pcc_graph *g, const pcc_cluster *c, cons
     char buf[160];
     json_compile_head(f, g, c, out, nbytes);
     fprintf(f, " \"strategy\": {\"pp\": %d, \"dp\": %d, \"cp\": %d, \"tp\": %d, \"virtual_stages\": %d, \"micro_batches\": %d, "
-               "\"cp_form\": \"%s\", \"schedule\": \"%s\", \"zero\": %d, \"sequence_parallel\": %s, \"auto\": %s, \"text\": ", s->mesh[PCC_AX_PP],
-            s->mesh[PCC_AX_DP], s->mesh[PCC_AX_CP], s->mesh[PCC_AX_TP], s->virtual_stages, s->micro_batches,
-            s->config.cp_zigzag ? "zigzag" : s->config.cp_ring ? "ring" : "ulysses", sched[s->schedule == PCC_PIPE_GPIPE ? 0 : 1],
-            s->zero, s->config.sp ? "true" : "false", o->search.auto_mesh ? "true" : "false");
+               "\"cp_form\": \"%s\", \"schedule\": \"%s\", \"zero\": %d, \"prefetch\": \"%s\", \"sequence_parallel\": %s, \"auto\": %s, "
+               "\"text\": ", s->mesh[PCC_AX_PP], s->mesh[PCC_AX_DP], s->mesh[PCC_AX_CP], s->mesh[PCC_AX_TP], s->virtual_stages,
+            s->micro_batches, s->config.cp_zigzag ? "zigzag" : s->config.cp_ring ? "ring" : "ulysses",
+            sched[s->schedule == PCC_PIPE_GPIPE ? 0 : 1], s->zero, s->zero == 3 && s->zero3_late ? "none" : "layer",
+            s->config.sp ? "true" : "false", o->search.auto_mesh ? "true" : "false");
     json_string(f, strategy_str(s, buf, sizeof buf));
     fprintf(f, ", \"coshard\": ");
     report_coshard(f, o, true);

@@ -290,7 +290,7 @@ static pcc_strategy *make(const pcc_graph *g, const pcc_cluster *c, const pcc_se
     s->seq_dim = cp > 1 ? seq_dim(g) : -1;
     s->bg_dense = o->bg_dense;
     s->bucket_bytes = o->bucket_bytes;
-    s->zero3_late = o->zero3_late;
+    s->zero3_late = o->zero3_late || k->late;
     int n = g->n_fwd_ops;
     for (int a = 0; a < PCC_AXES; a++) {
         s->letter[a] = arena_alloc(g->arena, sizeof(int) * (size_t)(n + 1));
@@ -866,6 +866,7 @@ char *strategy_str(const pcc_strategy *s, char *buf, size_t n) {
              s->mesh[PCC_AX_TP], s->mesh[PCC_AX_PP] == 1 ? "no pipeline" : s->schedule == PCC_PIPE_GPIPE ? "gpipe" : "1f1b", v,
              s->micro_batches, s->micro_batches == 1 ? "" : "es",
              s->zero == 3 ? ", zero 3" : s->zero == 2 ? ", zero 2" : s->zero == 1 ? ", zero 1" : "");
+    if (s->zero == 3 && s->zero3_late) snprintf(buf + strlen(buf), n - strlen(buf), ", prefetch none");
     if (s->config.sp) snprintf(buf + strlen(buf), n - strlen(buf), ", sequence parallel");
     return buf;
 }
