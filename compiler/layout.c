@@ -25,8 +25,8 @@
  * one device share (interleaved: it needs a slot per micro-batch); with --sync background, a
  * dense parameter trained per replica along the axes where its gradient would be all-reduced
  * (local); with ZeRO-2 and several micro-batches, or ZeRO-3 without interleaving, a gradient
- * reduce-scattered per micro-batch as soon as it is made (zero2: FSDP's and DeepSpeed ZeRO-3's
- * order, so that no whole gradient outlives its layer). And which values cross stages, in which fixed order (layout_transfers), so that
+ * reduce-scattered per micro-batch (zero2: FSDP's and DeepSpeed ZeRO-3's order, so that no
+ * whole gradient outlives the layer after its own; preserve.c's zero2_flush). And which values cross stages, in which fixed order (layout_transfers), so that
  * both ends of every message agree.
  *
  * A backward block whose copies are on several stages and that sums a gradient over them (T5's

@@ -15,8 +15,9 @@
  *                                      B(mb) = recv gradients; backward operators; send gradients
  *   the last micro-batch's backward, out of any loop, with the parameters' gradients
  *   synchronized on stream 1 in buckets as soon as they are final (overlapped with the rest of
- *   the backward); with ZeRO-2 and several micro-batches, every micro-batch's backward
- *   reduce-scatters its gradient contributions onto the rank's shard instead
+ *   the backward); with ZeRO-2 and several micro-batches (or ZeRO-3), every micro-batch's
+ *   backward reduce-scatters its gradient contributions onto the rank's shard instead, a block
+ *   copy's in one collective on stream 1 while the next copy computes (zero2_flush)
  *   wait for the synchronization; the optimizer (ZeRO-1 and 2: its updated shards gathered one
  *   collective per block copy); parameter copies to the stages that share them
  *
@@ -266,8 +267,8 @@ static void bucket_flush(builder *E, prog *P);
 static void sharded_wait(builder *E, prog *P);
 
 // A loop boundary closes the open gradient bucket: one instruction cannot span it. It also
-// waits for ZeRO-3's reduce-scatters on stream 1 (zero2_grad): their buffers then die in the
-// iteration that made them.
+// waits for ZeRO-3's reduce-scatters of top-level gradients (and, with --prefetch none, a
+// copy's) on stream 1 (zero2_grad): their buffers then die in the iteration that made them.
 static void loop_open(builder *E, prog *P, plan_loop_var var, int count) {
     PCC_ASSERT(P->depth < PLAN_MAX_LOOP_DEPTH);
     bucket_flush(E, P);
