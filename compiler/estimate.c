@@ -66,8 +66,7 @@ typedef struct est {
     double *rsb, *rscb; // ZeRO-2/3: their bytes (all copies), and those all-reduced over cp first, per device
     double *rsn;        // ZeRO-3 with --prefetch none: how many (each gradient's own, as it is made)
     double *rs_last; // ZeRO-3: per step, those the backward pass finishes after its last block (nothing hides them)
-    double *ag; // ZeRO-3: per micro-batch, the all-gathers of block parameters on stream 1, each pass
-    double *agb, *copies; // ... their bytes, and block copies, per device
+    double *agb, *copies; // ZeRO-3: the bytes of block parameters gathered on stream 1 each pass (all copies), and block copies, per device
     double *cf, *cb;      // ... and the compute of those copies, forward and backward, per micro-batch
     double *postb, *postt; // ZeRO-1/2: the bytes gathered after the optimizer, of block parameters (all copies) and top-level ones
     double *pool;       // per device and bucket segment: the bytes that share gradient buckets (est_pool)
@@ -604,6 +603,11 @@ static double est_gathers_exposed_s(double ag, double rs, double c, double k) {
     return G + fmax(0, G - C) + (k - 2) * fmax(0, G + R - C) + fmax(0, R - C) + R;
 }
 
+// k collectives of `kind`, one per block copy, over `bytes` in all (preserve.c's buckets).
+static double est_per_copy_s(const est *E, int d, pcc_coll kind, double bytes, double k, pcc_group_shape grp) {
+    return bytes > 0 && k > 0 ? k * (cost_collective_s(E->view[d], kind, bytes / k, grp) + cost_launch_s(E->view[d])) : 0;
+}
+
 static void est_step(est *E) {
     int pp = E->pp;
     const pcc_graph *g = E->g;
@@ -615,24 +619,20 @@ static void est_step(est *E) {
         // (est_gathers_exposed_s); stream 0 waits for what is left.
         double k = E->copies[d];
         pcc_group_shape dpg = {E->dp, E->cp * E->tp}, cpg = {E->cp, E->tp};
-        double launch = cost_launch_s(E->view[d]);
-        if (E->agb[d] > 0 && k > 0) E->ag[d] = k * (cost_collective_s(E->view[d], PCC_COLL_ALL_GATHER, E->agb[d] / k, dpg) + launch);
-        if (E->rsb[d] > 0 && k > 0) { // a copy's gradients: one collective per step (preserve.c's zero2_flush)
-            double r = k * (cost_collective_s(E->view[d], PCC_COLL_REDUCE_SCATTER, E->rsb[d] / k, dpg) + launch);
-            if (E->rscb[d] > 0) r += k * (cost_collective_s(E->view[d], PCC_COLL_ALL_REDUCE, E->rscb[d] / k, cpg) + launch);
-            E->rs[d] += r;
-        }
-        if (E->postb[d] > 0 && k > 0) E->post[d] += k * (cost_collective_s(E->view[d], PCC_COLL_ALL_GATHER, E->postb[d] / k, dpg) + launch);
-        if (E->postt[d] > 0) E->post[d] += cost_collective_s(E->view[d], PCC_COLL_ALL_GATHER, E->postt[d], dpg) + launch;
+        double ag = est_per_copy_s(E, d, PCC_COLL_ALL_GATHER, E->agb[d], k, dpg); // per micro-batch, each pass
+        // A copy's gradients: one collective per step (preserve.c's zero2_flush).
+        E->rs[d] += est_per_copy_s(E, d, PCC_COLL_REDUCE_SCATTER, E->rsb[d], k, dpg) + est_per_copy_s(E, d, PCC_COLL_ALL_REDUCE, E->rscb[d], k, cpg);
+        E->post[d] += est_per_copy_s(E, d, PCC_COLL_ALL_GATHER, E->postb[d], k, dpg);
+        if (E->postt[d] > 0) E->post[d] += cost_collective_s(E->view[d], PCC_COLL_ALL_GATHER, E->postt[d], dpg) + cost_launch_s(E->view[d]);
         if (k < 1) {
             E->Bm[d] += cost_exposed_s(E->rs[d], E->Bc[d]);
         } else if (E->s->zero3_late) { // --prefetch none: every copy's gathers exposed; its last reduce-scatter
             double R = E->rs[d] / k, n = E->rsn[d] > k ? E->rsn[d] / k : 1;
-            E->Fm[d] += E->ag[d];
-            E->Bm[d] += E->ag[d] + k * fmax(R / n, R - E->cb[d] / k);
+            E->Fm[d] += ag;
+            E->Bm[d] += ag + k * fmax(R / n, R - E->cb[d] / k);
         } else {
-            E->Fm[d] += est_gathers_exposed_s(E->ag[d], 0, E->cf[d], k);
-            E->Bm[d] += est_gathers_exposed_s(E->ag[d], E->rs[d], E->cb[d], k);
+            E->Fm[d] += est_gathers_exposed_s(ag, 0, E->cf[d], k);
+            E->Bm[d] += est_gathers_exposed_s(ag, E->rs[d], E->cb[d], k);
         }
         F[d] = E->Fc[d] + E->Fm[d] + E->Fp[d], B[d] = E->Bc[d] + E->Bm[d] + E->Bp[d];
         if (F[d] + B[d] > F[busy] + B[busy]) busy = d;
@@ -665,7 +665,7 @@ void estimate_step(const pcc_graph *g, const pcc_cluster *c, const pcc_intra *sc
     int pp = E.pp, nl;
     E.Fc = zeros(g, pp), E.Fm = zeros(g, pp), E.Fp = zeros(g, pp), E.Bc = zeros(g, pp), E.Bm = zeros(g, pp);
     E.Bp = zeros(g, pp), E.sync = zeros(g, pp), E.opt = zeros(g, pp), E.post = zeros(g, pp), E.tied = zeros(g, pp);
-    E.rs = zeros(g, pp), E.rs_last = zeros(g, pp), E.ag = zeros(g, pp), E.copies = zeros(g, pp);
+    E.rs = zeros(g, pp), E.rs_last = zeros(g, pp), E.copies = zeros(g, pp);
     E.rsb = zeros(g, pp), E.rscb = zeros(g, pp), E.rsn = zeros(g, pp);
     E.cf = zeros(g, pp), E.cb = zeros(g, pp), E.agb = zeros(g, pp), E.postb = zeros(g, pp), E.postt = zeros(g, pp);
     E.layers = arena_alloc(g->arena, sizeof(int) * (size_t)(pp + 1));
