@@ -155,12 +155,12 @@ static bool summed_in_copy(const pcc_graph *g, int t) {
     return true;
 }
 
-// The buffer that holds tensor t on this stage (made on first use).
 // ZeRO-2/3: whether a block copy's gradients are reduce-scattered together on stream 1 while the
 // next copy computes (zero2_flush), as FSDP and DeepSpeed's overlap_comm do; not with --prefetch
 // none, which holds one layer's gradients, not two.
 static bool rs_behind(const builder *E) { return E->s->zero == 2 || (E->s->zero == 3 && !E->s->zero3_late); }
 
+// The buffer that holds tensor t on this stage (made on first use).
 static int home(builder *E, prog *P, int t) {
     if (P->home[t] >= 0) return P->home[t];
     const pcc_graph *g = E->g;

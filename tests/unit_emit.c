@@ -293,27 +293,18 @@ static pcc_graph *load_deep(pcc_arena *a, int layers, int micro_batches) {
     char path[1024], out[64];
     snprintf(path, sizeof path, "%s/models/gpt-tiny.json", root);
     snprintf(out, sizeof out, "unit_emit-gpt-tiny-%d-%ld.json", layers, (long)getpid()); // the ASan build runs beside
-    FILE *f = fopen(path, "rb");
-    char *text = f ? malloc(1 << 16) : NULL;
-    size_t n = text ? fread(text, 1, (1 << 16) - 1, f) : 0;
-    if (f) fclose(f);
-    pcc_graph *g = NULL;
-    char *at = text ? (text[n] = 0, strstr(text, "\"repeat\": 2,")) : NULL;
+    static const char two[] = "\"repeat\": 2,";
+    char *text = test_slurp(path, NULL), *at = text ? strstr(text, two) : NULL;
     FILE *o = at ? fopen(out, "wb") : NULL;
+    pcc_graph *g = NULL;
     if (o) {
-        fprintf(o, "%.*s\"repeat\": %d,%s", (int)(at - text), text, layers, at + strlen("\"repeat\": 2,"));
+        fprintf(o, "%.*s\"repeat\": %d,%s", (int)(at - text), text, layers, at + strlen(two));
         fclose(o);
         if (!model_load(a, out, &g)) g->micro_batches = micro_batches;
         remove(out);
     }
     free(text);
     return g && !autodiff(g) ? g : NULL;
-}
-
-static bool emit_deep_dp2(pcc_arena *a, int layers, int mb, int zero, uint64_t bucket_bytes, pcc_emitted *e);
-
-static bool emit_tiny_dp2(pcc_arena *a, int mb, int zero, uint64_t bucket_bytes, pcc_emitted *e) {
-    return emit_deep_dp2(a, 2, mb, zero, bucket_bytes, e);
 }
 
 static bool emit_deep_dp2(pcc_arena *a, int layers, int mb, int zero, uint64_t bucket_bytes, pcc_emitted *e) {
@@ -326,6 +317,10 @@ static bool emit_deep_dp2(pcc_arena *a, int layers, int mb, int zero, uint64_t b
     bool ok = g && c && strategies(g, c, &so, &s, &n) == PCC_OK && plan_of(g, c, s[0], bucket_bytes, e) == PCC_OK;
     EXPECT(ok);
     return ok;
+}
+
+static bool emit_tiny_dp2(pcc_arena *a, int mb, int zero, uint64_t bucket_bytes, pcc_emitted *e) {
+    return emit_deep_dp2(a, 2, mb, zero, bucket_bytes, e);
 }
 
 // The gradient collectives (stream 1) of gpt-tiny on dp 2 with buckets of `bucket_bytes`.
