@@ -45,6 +45,7 @@ typedef struct est {
     int dp, tp, pp, v, m, nf; // nf: forward ops
     int cp;                   // context parallelism (1: none): the sequence split cp ways
     pcc_graph gv;             // g with one data-parallel replica's batch
+    bool *dpd;                // per model dimension: some op's dp letter cuts it (the batch, or one made of it)
     int ***ways;              // per forward op, per operand, per axis: the ways it is split on a device
     int *owner;               // per tensor: the forward op that first reads it (params), -1
     // What follows up to orphan_top is one group's (est_times): the op times of every group a
@@ -82,12 +83,26 @@ static int *ones(const pcc_graph *g) {
     return w;
 }
 
-// Tensor t split only over dp, along the batch dimension, and over cp along the sequence.
+// The dimensions dp cuts: those of the ops' dp letters (search.c's dp_letter: the batch, or
+// dimensions made of it as Swin's windows are).
+static void est_dp_dims(est *E) {
+    const pcc_graph *g = E->g;
+    E->dpd = arena_alloc(g->arena, sizeof(bool) * (size_t)(g->n_dims + 1));
+    if (E->s->batch_dim >= 0) E->dpd[E->s->batch_dim] = true;
+    for (int i = 0; i < E->nf && E->dp > 1; i++) {
+        pcc_letter l[PCC_MAX_LETTERS];
+        int dl = E->s->letter[PCC_AX_DP][i];
+        if (dl >= 0 && dl < op_letters(g, &g->ops[i], l)) E->dpd[l[dl].dim] = true;
+    }
+}
+
+// Tensor t split only over dp, along its first dimension dp cuts, and over cp along the sequence.
 static const int *dp_ways(const est *E, int t) {
     int *w = ones(E->g);
     const pcc_tensor *x = &E->g->tensors[t];
+    bool cut = false;
     for (int a = 0; a < x->rank; a++)
-        if (x->dims[a] == E->s->batch_dim) w[a] = E->dp;
+        if (E->dpd[x->dims[a]] && !cut) w[a] = E->dp, cut = true;
         else if (E->cp > 1 && x->dims[a] == E->s->seq_dim) w[a] = E->cp;
     return w;
 }
@@ -129,17 +144,18 @@ static const int *const *est_ways(const est *E, const pcc_op *o, int i) {
     return w;
 }
 
-// Per forward op, how its operands split on one device; the graph with one replica's batch;
-// which forward op reads each parameter first.
+// Per forward op, how its operands split on one device; the graph with one replica's batch (the
+// dimensions dp cuts, each cut dp ways); which forward op reads each parameter first.
 static void est_layout(est *E) {
     const pcc_graph *g = E->g;
+    est_dp_dims(E);
     E->ways = arena_alloc(g->arena, sizeof(int **) * (size_t)(E->nf + 1));
     for (int i = 0; i < E->nf; i++) est_op_ways(E, i);
     E->gv = *g;
     E->gv.dims = arena_alloc(g->arena, sizeof(pcc_dim) * (size_t)(g->n_dims + 1));
     for (int k = 0; k < g->n_dims; k++) {
         E->gv.dims[k] = g->dims[k];
-        if (k == E->s->batch_dim) E->gv.dims[k].size = (g->dims[k].size + E->dp - 1) / E->dp;
+        if (E->dpd[k]) E->gv.dims[k].size = (g->dims[k].size + E->dp - 1) / E->dp;
         if (E->cp > 1 && k == E->s->seq_dim) E->gv.dims[k].size = (g->dims[k].size + E->cp - 1) / E->cp;
     }
     E->owner = arena_alloc(g->arena, sizeof(int) * (size_t)(g->n_tensors + 1));
@@ -689,6 +705,7 @@ void estimate_floor(const pcc_graph *g, const pcc_cluster *c, const pcc_transfor
     pcc_intra sc = {.t = t, .choice = arena_alloc(g->arena, sizeof(int) * (size_t)(nf + 1))};
     est E = {.g = g, .c = c, .sc = &sc, .s = &s, .dp = dp, .cp = 1, .tp = t->devices, .nf = nf};
     E.ways = arena_alloc(g->arena, sizeof(int **) * (size_t)(nf + 1));
+    est_dp_dims(&E);
     // Each forward op's backward ops, in one list per op.
     int *next = arena_alloc(g->arena, sizeof(int) * (size_t)(g->n_ops + 1)), *first = arena_alloc(g->arena, sizeof(int) * (size_t)(nf + 1));
     for (int i = 0; i < nf; i++) first[i] = -1;

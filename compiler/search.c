@@ -25,7 +25,8 @@
  *     step (space_bound, space_floor) and its strategy on demand (space_build). bestfirst.c
  *     searches them; the driver's search over micro-batch counts hands the compile the one it
  *     chose (o->pick), which is built alone.
- * The split along dp is the batch dimension wherever an operator has it. Stages cut the
+ * The split along dp is the batch dimension wherever an operator has it, else a dimension a
+ * reshape made of it (batch_dims: Swin's windows, the Evoformer's MSA rows). Stages cut the
  * sequence of layers (graph_layers: top-level operators and the copies of repeated blocks)
  * into pp contiguous runs that balance their FLOPs (the smallest largest run, by bisection over
  * the answer with a greedy fill). Interleaving (--virtual-stages V): the layers are cut into
@@ -54,6 +55,53 @@ static int letter_of_dim(const pcc_graph *g, const pcc_op *op, int dim, int ways
     for (int i = 0; i < n; i++)
         if (l[i].dim == dim && !l[i].nosplit && g->dims[dim].size % (ways * l[i].grain) == 0) return i;
     return -1;
+}
+
+// The dimensions data parallelism splits: the batch, and every dimension a reshape makes of it
+// as the major axis of a group (Swin's windows B x nW, the Evoformer's MSA rows B x Ns, tokens
+// B x S), both ways, until none is added. Cut into dp contiguous pieces, such a dimension holds
+// the same samples as the batch's pieces, so phase 3 finds the layouts agree across the reshape
+// and an operator over it runs on its replica's samples only, not on all of them.
+static bool *batch_dims(const pcc_graph *g, int bdim) {
+    bool *m = arena_alloc(g->arena, sizeof(bool) * (size_t)(g->n_dims + 1));
+    if (bdim < 0) return m;
+    m[bdim] = true;
+    for (bool again = true; again;) {
+        again = false;
+        for (int o = 0; o < g->n_fwd_ops; o++) {
+            const pcc_op *op = &g->ops[o];
+            pcc_letter l[PCC_MAX_LETTERS];
+            int n = op->kind == PCC_OP_RESHAPE ? op_letters(g, op, l) : 0;
+            for (int k = 0; k < n; k++) {
+                if (l[k].nosplit || l[k].axis[0] < 0 || l[k].axis[1] < 0) continue;
+                int a = l[k].dim, b = g->tensors[op->out[0]].dims[(int)l[k].axis[1]];
+                if (m[a] != m[b]) m[a] = m[b] = true, again = true;
+            }
+        }
+    }
+    return m;
+}
+
+// Whether letter l of op cut `ways` ways leaves whole grains of every operand axis it runs along
+// (a reshape's letter runs along an input and an output dimension of different sizes).
+static bool letter_cuts(const pcc_graph *g, const pcc_op *op, const pcc_letter *l, int64_t ways) {
+    if (l->nosplit) return false;
+    for (int k = 0; k < op->nin + op->nout; k++) {
+        const pcc_tensor *t = &g->tensors[k < op->nin ? op->in[k] : op->out[k - op->nin]];
+        if (l->axis[k] >= 0 && g->dims[t->dims[(int)l->axis[k]]].size % (ways * l->grain) != 0) return false;
+    }
+    return g->dims[l->dim].size % (ways * l->grain) == 0;
+}
+
+// Op's letter that dp cuts: the batch's, else the first of a dimension made of it (batch_dims)
+// that dp cuts into whole grains; -1: the op runs whole on every replica.
+static int dp_letter(const pcc_graph *g, const pcc_op *op, int bdim, const bool *bm, int dp) {
+    int li = letter_of_dim(g, op, bdim, dp);
+    pcc_letter l[PCC_MAX_LETTERS];
+    int n = li < 0 ? op_letters(g, op, l) : 0;
+    for (int i = 0; i < n; i++)
+        if (bm[l[i].dim] && letter_cuts(g, op, &l[i], dp)) return i;
+    return li;
 }
 
 // Whether op's letter `name` cut `ways` ways leaves whole grains (ghost batch norm's groups).
@@ -215,8 +263,8 @@ static bool seq_keeps(const pcc_op_cands *from, const pcc_op *op, const pcc_cand
 // (their sequence split over tp nests inside cp's piece: cp is the slower axis); a policy's pins
 // (policy.c) those it refuses, its recompute pin over rc's. NULL when the pins leave an operator
 // none (*bare: which).
-static pcc_transform *tp_candidates(const pcc_graph *g, const pcc_transform *all, pcc_recompute rc, int bdim, int dp,
-                                    bool batch_tp, int sdim, int cdim, const pcc_policy *pol, int *bare) {
+static pcc_transform *tp_candidates(const pcc_graph *g, const pcc_transform *all, pcc_recompute rc, int bdim,
+                                    const bool *bm, int dp, bool batch_tp, int sdim, int cdim, const pcc_policy *pol, int *bare) {
     int tp = all->devices;
     pcc_transform *t = arena_alloc(g->arena, sizeof *t);
     *t = *all;
@@ -229,6 +277,11 @@ static pcc_transform *tp_candidates(const pcc_graph *g, const pcc_transform *all
         bool has_rc = false;
         for (int k = 0; k < from->n; k++) has_rc |= from->c[k].recompute;
         int n = 0, pin = policy_recompute(pol, oc->op);
+        // a letter dp cuts along a dimension made of the batch: tp's pieces nest in dp's
+        pcc_letter dl[PCC_MAX_LETTERS];
+        int dli = dp > 1 && bdim >= 0 ? dp_letter(g, &g->ops[oc->op], bdim, bm, dp) : -1;
+        if (dli >= 0) op_letters(g, &g->ops[oc->op], dl);
+        bool nest = dli >= 0 && dl[dli].dim != bdim;
         if (pin == 1 && !has_rc && rc != PCC_RECOMPUTE_FULL) return *bare = oc->op, NULL; // phase 1 offers no recompute of it
         if (pin == 0 && rc == PCC_RECOMPUTE_FULL) return *bare = oc->op, NULL; // full recomputes the block from its inputs
         for (int k = 0; k < from->n; k++) {
@@ -236,6 +289,9 @@ static pcc_transform *tp_candidates(const pcc_graph *g, const pcc_transform *all
             if (cd->dim >= 0 && cd->dim == bdim && !batch_tp && !policy_splits(pol, oc->op, cd->letter)) continue; // dp's (unless asked)
             // over dp x tp, a ghost batch norm's pieces must still hold whole groups
             if (cd->dim >= 0 && cd->dim == bdim && !whole_grains(g, &g->ops[oc->op], cd->letter, (int64_t)dp * tp)) continue;
+            if (nest && cd->dim >= 0 && strcmp(cd->letter, dl[dli].name) == 0 &&
+                !letter_cuts(g, &g->ops[oc->op], &dl[dli], (int64_t)dp * tp))
+                continue;
             if (pin < 0 && rc == PCC_RECOMPUTE_NONE && cd->recompute) continue;
             if (pin < 0 && rc == PCC_RECOMPUTE_FULL && has_rc && !cd->recompute) continue;
             if (pin >= 0 && has_rc && cd->recompute != (pin == 1)) continue;
@@ -256,13 +312,13 @@ static pcc_transform *tp_candidates(const pcc_graph *g, const pcc_transform *all
 typedef enum solve_mode { SOLVE, RELAXED, PROBE } solve_mode;
 
 static pcc_status tp_schedule(const pcc_graph *g, const pcc_cluster *c, const pcc_transform *all, const pcc_search_opts *o,
-                              int bdim, const pcc_config *k, solve_mode mode, pcc_intra **out) {
+                              int bdim, const bool *bm, const pcc_config *k, solve_mode mode, pcc_intra **out) {
     int tp = all->devices;
     // Without its memory row the ILP never recomputes (that only costs time): a probe of recompute
     // auto is recompute none's program, which the memo then holds for both.
     pcc_recompute rc = mode == PROBE && k->rc == PCC_RECOMPUTE_AUTO ? PCC_RECOMPUTE_NONE : k->rc;
     int bare = -1, cp = k->cp > 1 ? k->cp : 1;
-    pcc_transform *t = tp_candidates(g, all, rc, bdim, k->dp, k->btp, k->sp && tp > 1 ? seq_dim(g) : -1, cp > 1 ? seq_dim(g) : -1,
+    pcc_transform *t = tp_candidates(g, all, rc, bdim, bm, k->dp, k->btp, k->sp && tp > 1 ? seq_dim(g) : -1, cp > 1 ? seq_dim(g) : -1,
                                      o->policy, &bare);
     // A template's own mesh: the policy contradicts itself (exit 2); --auto's configurations and the
     // template's last resort (full recompute where nothing fits) are left out quietly (exit 3).
@@ -278,7 +334,8 @@ static pcc_status tp_schedule(const pcc_graph *g, const pcc_cluster *c, const pc
 }
 
 static pcc_strategy *make(const pcc_graph *g, const pcc_cluster *c, const pcc_search_opts *o, const pcc_intra *sc,
-                          int bdim, const pcc_config *k, const pcc_layer *L, const double *flops, const double *group_s, int nl) {
+                          int bdim, const bool *bm, const pcc_config *k, const pcc_layer *L, const double *flops,
+                          const double *group_s, int nl) {
     pcc_strategy *s = arena_alloc(g->arena, sizeof *s);
     int pp = k->pp, dp = k->dp, cp = k->cp > 1 ? k->cp : 1;
     s->mesh[PCC_AX_PP] = pp, s->mesh[PCC_AX_DP] = dp, s->mesh[PCC_AX_CP] = cp, s->mesh[PCC_AX_TP] = k->tp;
@@ -301,7 +358,7 @@ static pcc_strategy *make(const pcc_graph *g, const pcc_cluster *c, const pcc_se
     for (int i = 0; i < n; i++) {
         const pcc_op *op = &g->ops[i];
         const pcc_cand *cd = &sc->t->ops[i].c[sc->choice[i]];
-        if (dp > 1 && bdim >= 0) s->letter[PCC_AX_DP][i] = letter_of_dim(g, op, bdim, dp);
+        if (dp > 1 && bdim >= 0) s->letter[PCC_AX_DP][i] = dp_letter(g, op, bdim, bm, dp);
         if (cp > 1) s->letter[PCC_AX_CP][i] = cp_letter(g, op, s->seq_dim, cp, k->cp_ring);
         if (cd->dim >= 0) s->letter[PCC_AX_TP][i] = letter_by_name(g, op, cd->letter);
         PCC_ASSERT(cd->dim < 0 || s->letter[PCC_AX_TP][i] >= 0);
@@ -344,6 +401,7 @@ struct pcc_space {
     const pcc_transforms *t;
     const pcc_search_opts *o;
     int N, bdim, nl;            // devices; the batch dimension; layers
+    const bool *bm;             // per model dimension: made of the batch (batch_dims)
     int64_t bsize;              // the batch dimension's size (1 when none)
     const pcc_layer *L;
     const double *flops;        // per layer
@@ -398,6 +456,7 @@ static void search_init(pcc_space *S, const pcc_graph *g, const pcc_cluster *c, 
                         const pcc_search_opts *o) {
     *S = (pcc_space){.g = g, .c = c, .t = t, .o = o, .N = c->n_devices, .bdim = graph_batch_dim(g)};
     S->bsize = S->bdim >= 0 ? g->dims[S->bdim].size : 1;
+    S->bm = batch_dims(g, S->bdim);
     S->L = graph_layers(g, &S->nl);
     S->flops = layer_flops(g, S->L, S->nl);
     S->group_s = hetero_layer_seconds(g, c, S->L, S->nl);
@@ -607,11 +666,11 @@ static pcc_status template_check(const pcc_space *S, int dp, int tp, int pp) {
 // all memory allowed, as a template does (the memory planner has the last word); auto has none.
 static pcc_status build(const pcc_space *S, const pcc_transform *all, const pcc_config *k, solve_mode mode, pcc_strategy **out) {
     pcc_intra *sc = NULL;
-    pcc_status st = tp_schedule(S->g, S->c, all, S->o, S->bdim, k, mode, &sc);
+    pcc_status st = tp_schedule(S->g, S->c, all, S->o, S->bdim, S->bm, k, mode, &sc);
     if (st == PCC_ERR_INFEASIBLE && mode == SOLVE && k->rc != PCC_RECOMPUTE_AUTO)
-        st = tp_schedule(S->g, S->c, all, S->o, S->bdim, k, RELAXED, &sc);
+        st = tp_schedule(S->g, S->c, all, S->o, S->bdim, S->bm, k, RELAXED, &sc);
     if (st) return st;
-    *out = make(S->g, S->c, S->o, sc, S->bdim, k, S->L, S->flops, S->group_s, S->nl);
+    *out = make(S->g, S->c, S->o, sc, S->bdim, S->bm, k, S->L, S->flops, S->group_s, S->nl);
     (*out)->exact = !sc->ilp.row_violated;
     return PCC_OK;
 }
@@ -728,7 +787,7 @@ static const struct floor_memo *floors(pcc_space *S, int dp, int tp) {
     int nf = g->n_fwd_ops;
     int *dl = arena_alloc(g->arena, sizeof(int) * (size_t)(nf + 1));
     double *fb = arena_alloc(g->arena, sizeof(double) * (size_t)(nf + 1)), *ffb = arena_alloc(g->arena, sizeof(double) * (size_t)(nf + 1));
-    for (int o = 0; o < nf; o++) dl[o] = dp > 1 && S->bdim >= 0 ? letter_of_dim(g, &g->ops[o], S->bdim, dp) : -1;
+    for (int o = 0; o < nf; o++) dl[o] = dp > 1 && S->bdim >= 0 ? dp_letter(g, &g->ops[o], S->bdim, S->bm, dp) : -1;
     const pcc_transform *all = transform_find(S->t, tp);
     PCC_ASSERT(all);
     estimate_floor(g, S->fast, all, dl, dp, S->bdim, fb, ffb);

@@ -9,8 +9,11 @@ usage: batch_dims.py PLANCC PLANDUMP SOURCE_ROOT
     --global-batch 8 and 12, with and without the micro-batch search;
   - a model whose reshape splits the batch into two dimensions neither of which is the batch is
     refused with exit 2 and a message naming the dimensions and the reshape, never exit 1.
+  - swin-tiny under --dp 8 computes per replica what one device computes for its 8 images (dp cuts
+    the windows, not only the batch), and the Evoformer under dp 2 x tp 2 with 2 samples a
+    micro-batch plans (tp nests in dp's cut of its MSA rows only where every axis divides).
 What it catches: a batch option that reaches graph_check's assertion (internal error, exit 1),
-as `swin-tiny.json --global-batch 64` did.
+as `swin-tiny.json --global-batch 64` did; operators over a folded batch run whole on every replica.
 """
 import json
 import os
@@ -91,6 +94,22 @@ def main():
               "ambiguous.json" in p.stderr, p)
         p = run(plancc, swin, "--cluster", a100, "--devices", 8, "--global-batch", 64, "--micro-batches", 3, "--estimate-only")
         check("swin-tiny --global-batch 64 --micro-batches 3 is refused (exit 2)", p.returncode == 2, p)
+        # Data parallelism cuts the dimensions made of the batch too (the windows, search.c's
+        # batch_dims): 8 replicas of 8 images each compute what one device computes for 8 images,
+        # not every replica's windows (3x that, before).
+        one = run(plancc, swin, "--cluster", a100, "--devices", 1, "--global-batch", 8, "--estimate-only", "--json")
+        eight = run(plancc, swin, "--cluster", a100, "--devices", 8, "--dp", 8, "--global-batch", 64, "--estimate-only", "--json")
+        ok = one.returncode == 0 and eight.returncode == 0
+        c1 = json.loads(one.stdout)["estimate"]["compute_s"] if ok else 0
+        c8 = json.loads(eight.stdout)["estimate"]["compute_s"] if ok else 0
+        check(f"swin-tiny --dp 8: each replica computes its own 8 images' windows ({c8:.4g} s, one device {c1:.4g} s)",
+              ok and abs(c8 - c1) <= 0.01 * c1, eight if ok else one)
+        # tp nests in dp's cut of a folded dimension only where every axis its letter runs along
+        # divides (a reshape runs the MSA rows B x Ns into B = 2): this mesh aborted in phase 3.
+        evo = os.path.join(root, "models", "evoformer.json")
+        p = run(plancc, evo, "--cluster", a100, "--devices", 64, "--dp", 2, "--tp", 2, "--pp", 16, "--micro-batches", 32,
+                "--estimate-only")
+        check("evoformer --dp 2 --tp 2 --pp 16 (2 samples a micro-batch) plans it", p.returncode == 0, p)
     print(f"{passed} passed, {failed} failed")
     return 1 if failed else 0
 

@@ -6,6 +6,7 @@ usage: equiv.py [--backend B] [--precision f64] [--seed S] [--quick] PLANCC PLAN
        equiv.py [--precision f64] --flash PLANCC PLANRUN SOURCE_ROOT [MODEL...]
        equiv.py [--precision f64] --coshard PLANCC PLANRUN SOURCE_ROOT
        equiv.py [--precision f64] --t5 PLANCC PLANRUN SOURCE_ROOT
+       equiv.py [--precision f64] --folded PLANCC PLANRUN SOURCE_ROOT
 
 --flash: attention in the FlashAttention form (plancc --attention flash) under dp, tp, pp, cp and
 sequence parallelism (FLASH below). With --precision f64 against the one-device plan in the
@@ -30,6 +31,13 @@ the partial sums travel between stages with the backward pass (T5 below): tests/
 and a copy with 1 encoder and 6 decoder layers, under pp 2 and 4 with 1F1B and GPipe, with dp and
 tp beside it and several micro-batches. Each case must hold the decoder's layers on two stages or
 more (else it checks nothing new); interleaving such a pipeline must be refused (exit 2).
+
+--folded: models/evoformer.json shrunk to a few elements per dimension (evoformer-micro, 2
+blocks, f32), whose MSA rows and columns and pair rows are the batch folded into another dimension
+(B x Ns, B x Nr, B x Ri: reshapes merge the batch as their major axis), under dp, dp x tp, dp x
+pp, ZeRO and --auto (FOLDED below): data parallelism cuts those dimensions as it cuts the batch,
+so every replica runs its own samples' rows (search.c's batch_dims), and the plans must still train
+like one device.
 
 --quick: one plan of each strategy family (QUICK below) on 1, 2 and 4 ranks, for the tiny
 variants of imported models (tests/models/); --few: five plans (FEW below).
@@ -325,6 +333,55 @@ T5 = [("t5-tiny-deep", 2, "--pp 2 --micro-batches 4"), ("t5-tiny-deep", 2, "--pp
       ("t5-tiny", 4, "--pp 4 --micro-batches 4")]
 
 
+# --folded: (model, devices, options). evoformer-micro-b2 has 2 samples, so that under dp 2 x tp 2
+# tp cannot nest in dp's cut of a folded dimension whose reshape runs it into the batch's 2
+# (search.c's letter_cuts); {policy} pins every attention's rows to tp too, inside dp's cut of
+# them (FOLDED_POLICY: the folded dimension cut dp x tp ways).
+FOLDED = [("evoformer-micro", 1, "--micro-batches 2"), ("evoformer-micro", 2, "--dp 2"), ("evoformer-micro", 2, "--dp 2 --zero 3"),
+          ("evoformer-micro", 2, "--dp 2 --recompute full"), ("evoformer-micro", 2, "--auto"), ("evoformer-micro", 4, "--dp 4"),
+          ("evoformer-micro", 4, "--dp 2 --tp 2"), ("evoformer-micro", 4, "--dp 2 --pp 2 --micro-batches 2"),
+          ("evoformer-micro", 4, "--dp 2 --tp 2 --zero 1"), ("evoformer-micro", 4, "--auto"),
+          ("evoformer-micro", 4, "--policy {policy}"), ("evoformer-micro", 4, "--policy {policy} --micro-batches 2"),
+          ("evoformer-micro-b2", 4, "--dp 2 --tp 2"), ("evoformer-micro-b2", 4, "--policy {policy}")]
+FOLDED_POLICY = {"version": 1, "description": "evoformer-micro: every attention's rows over tp, inside dp's cut of them",
+                 "mesh": {"dp": 2, "tp": 2}, "rules": [{"type": "attention", "split": "b"}]}
+EVO_MICRO = {"B": 4, "Ns": 4, "Nr": 8, "Cm": 8, "Ri": 8, "Rj": 8, "Cz": 8, "Hm": 2, "Hz": 2, "Dh": 4, "Fm": 16, "Fz": 16,
+             "Co": 2, "Ct": 4, "Co2": 2}
+
+
+def evoformer_micro(c):
+    """models/evoformer.json with EVO_MICRO's sizes (the folded dimensions their products), 2
+    blocks, f32, as evoformer-micro, and with 2 samples as evoformer-micro-b2; FOLDED_POLICY as
+    folded-policy; False unless dp cuts a folded dimension in evoformer-micro's --dp 2 plan."""
+    import json
+    with open(os.path.join(c.root, "models", "evoformer.json"), encoding="utf-8") as f:
+        m = json.load(f)
+    for op in m["ops"]:
+        if "block" in op:
+            op["repeat"] = 2
+    for name, batch in (("evoformer-micro", 4), ("evoformer-micro-b2", 2)):
+        d = dict(EVO_MICRO, B=batch)
+        d.update({"BNs": d["B"] * d["Ns"], "BNr": d["B"] * d["Nr"], "BRi": d["B"] * d["Ri"], "BRj": d["B"] * d["Rj"],
+                  "RC": d["Ri"] * d["Co"], "RC2": d["Rj"] * d["Co"], "CC": d["Co"] * d["Co2"], "RR": d["Ri"] * d["Rj"]})
+        assert set(d) == set(m["dims"]), sorted(set(m["dims"]) ^ set(d))
+        m["name"], m["dims"], m["dtype"] = name, d, "f32"
+        c.paths[name] = os.path.join(c.tmp, name + ".json")
+        with open(c.paths[name], "w", encoding="utf-8") as f:
+            json.dump(m, f)
+    c.paths["folded-policy"] = os.path.join(c.tmp, "folded-policy.json")
+    with open(c.paths["folded-policy"], "w", encoding="utf-8") as f:
+        json.dump(FOLDED_POLICY, f)
+    plandump = os.path.join(os.path.dirname(os.path.abspath(c.plancc)), "plandump")
+    out = os.path.join(c.tmp, "folded.plan")
+    p = c.compile("evoformer-micro", 2, "--dp 2", out)
+    notes = run(plandump, out).stdout if p.returncode == 0 else ""
+    if "dp=b(BNs)" not in notes:
+        print(f"FAIL evoformer-micro on 2: --dp 2: row attention is not cut along BNs over dp (plancc exits {p.returncode})")
+        return False
+    print("ok   evoformer-micro on 2: --dp 2 cuts row attention along BNs (the batch folded into the MSA rows)")
+    return True
+
+
 def decoder_stages(plandump, path):
     """How many programs of the plan hold a buffer of a decoder layer's parameter."""
     text = run(plandump, "--text", path).stdout
@@ -510,12 +567,12 @@ def main():
     args = sys.argv[1:]
     backend = "cpu"
     global quick, few
-    pol = cs = t5 = False
+    pol = cs = t5 = folded = False
     global flash
     while args[:1] in (["--backend"], ["--precision"], ["--seed"], ["--quick"], ["--few"], ["--policies"], ["--coshard"],
-                       ["--flash"], ["--t5"]) and len(args) > 1:
-        if args[0] == "--t5":
-            t5 = True
+                       ["--flash"], ["--t5"], ["--folded"]) and len(args) > 1:
+        if args[0] in ("--t5", "--folded"):
+            t5, folded = t5 or args[0] == "--t5", folded or args[0] == "--folded"
             args = args[1:]
             continue
         if args[0] == "--flash":
@@ -560,9 +617,14 @@ def main():
             c.check("gpt-tiny", n, opts, refuse_fails=True)
         if t5 and not t5_pipelines(c):
             failed += 1
+        if folded:
+            if not evoformer_micro(c):
+                failed += 1
+            for model, n, opts in FOLDED:
+                c.check(model, n, opts.format(policy=c.paths["folded-policy"]), refuse_fails=True)
         if cs:
             c.check(*auto_coshard(c), refuse_fails=True)
-        for model in [] if pol or cs or t5 else models:
+        for model in [] if pol or cs or t5 or folded else models:
             if model.endswith(".json"):  # a model file outside models/ (tests/models/...)
                 name = os.path.splitext(os.path.basename(model))[0]
                 c.paths[name] = model if os.path.isabs(model) else os.path.join(root, model)
