@@ -77,6 +77,21 @@ def has_op(ops, kind):
     return any(o.get("type") == kind or has_op(o.get("ops", []), kind) for o in ops)
 
 
+def sequence_size(m):
+    """The size of the dimension Megatron's sequence parallelism splits (axis 1 of the first
+    attention's queries, as plancc reads it), or None without attention."""
+    def first(ops, tensors):
+        for o in ops:
+            if o.get("type") == "attention":
+                return tensors.get(o["in"][0], {}).get("shape")
+            got = first(o.get("ops", []), {**tensors, **o.get("tensors", {})})
+            if got:
+                return got
+        return None
+    shape = first(m["ops"], m.get("tensors", {}))
+    return m["dims"].get(shape[1]) if shape and len(shape) > 1 else None
+
+
 class Bench:
     def __init__(self, args):
         self.a = args
@@ -187,11 +202,12 @@ class Bench:
             m = json.load(f)
         layers = sum(o.get("repeat", 1) if "type" not in o else 1 for o in m["ops"])
         attention = has_op(m["ops"], "attention")
+        seq = sequence_size(m)
         mem = t["memory_bytes"]
         return {"flops": t["flops"]["forward"] + t["flops"]["backward"], "peak": d["cluster"]["peak_flops"],
                 "layers": layers, "state": mem["weights"] + mem["grads"] + mem["optimizer"],
                 "memory": d["cluster"]["device"]["memory_bytes"], "per_node": d["cluster"]["devices_per_node"],
-                "attention": attention}
+                "attention": attention, "seq": seq}
 
     def micro_sizes(self, G, dp):
         """Micro-batch sizes per replica: powers of two dividing G / dp, and G / dp itself, with at
@@ -272,8 +288,10 @@ class Bench:
                 if f["state"] / row["gpus"] > f["memory"]:
                     continue            # not even ZeRO-3 over all devices holds the optimizer state
                 # with and without sequence parallelism: it costs where the model's norms and
-                # element-wise work are small beside its all-gathers (the Evoformer)
-                sps = [[], ["--sequence-parallel"]] if tp > 1 and f["attention"] and sequence_parallel else [[]]
+                # element-wise work are small beside its all-gathers (the Evoformer); only where
+                # tp divides the sequence, as Megatron-LM requires (not Swin's 49-token windows)
+                sp_ok = tp > 1 and f["attention"] and sequence_parallel and (f["seq"] or 0) % tp == 0
+                sps = [[], ["--sequence-parallel"]] if sp_ok else [[]]
                 for mb in mbs or self.micro_sizes(G, dp):
                     for rc, z in variants:
                         if z and dp == 1:
