@@ -25,7 +25,9 @@
  * rule that selects an operator holds it, as for every pin); the letter, when not given, is the
  * one whose pieces an input already has (a chain), else a non-reduction letter no parameter
  * carries, else any, the largest first; never the batch (data parallelism's) or a letter the
- * annotation marks unsplittable, and only where k divides its size.
+ * annotation marks unsplittable, and only where k divides its size. A dimension a reshape made
+ * of the batch (Swin's windows, graph_batch_dims) comes last: dp cuts it as it cuts the batch,
+ * and pieces along it would run whole on every replica (no dp letter of their own).
  *
  * Limits: operators that draw random numbers (dropout) would draw another stream per piece and
  * are refused; so is a cross-entropy with an ignore_index (its mean counts rows per piece).
@@ -58,6 +60,7 @@ typedef struct cs {
     pcc_op *old;
     want *want;             // per old op
     pcc_letter *letter;     // per old op: the chosen letter (when want.ways)
+    const bool *folded;     // per dimension: made of the batch (graph_batch_dims), which dp cuts
     int **pieces;           // per tensor: its k pieces along piece_axis, or NULL
     int *piece_axis, *piece_ways;
     bool *joined;           // per tensor: some reader needs the whole (the concat stays)
@@ -177,7 +180,8 @@ static pcc_status choose(cs *C, int o) {
             break;
         }
         if (w->letter || why) continue;
-        int a = score(C, op, &L[i], w->ways), b = best < 0 ? -1 : score(C, op, &L[best], w->ways);
+        int a = score(C, op, &L[i], w->ways) - 4 * C->folded[L[i].dim];
+        int b = best < 0 ? -5 : score(C, op, &L[best], w->ways) - 4 * C->folded[L[best].dim];
         if (a > b || (a == b && C->g->dims[L[i].dim].size > C->g->dims[L[best].dim].size)) best = i;
     }
     if (best < 0 && w->letter)
@@ -370,6 +374,7 @@ pcc_status coshard_apply(pcc_graph *g, pcc_options *o) {
     size_t nt = (size_t)g->n_tensors + 1;
     C.want = arena_alloc(g->arena, sizeof(want) * (size_t)(g->n_ops + 1));
     C.letter = arena_alloc(g->arena, sizeof(pcc_letter) * (size_t)(g->n_ops + 1));
+    C.folded = graph_batch_dims(g, graph_batch_dim(g));
     C.pieces = arena_alloc(g->arena, sizeof(int *) * nt);
     C.piece_axis = arena_alloc(g->arena, sizeof(int) * nt);
     C.piece_ways = arena_alloc(g->arena, sizeof(int) * nt);

@@ -362,9 +362,10 @@ int graph_carry_of(const pcc_block *bl, int t, bool inner);
 // whether it is the one the parameter's optimizer reads.
 bool graph_is_param_grad(const pcc_graph *g, int t);
 bool graph_is_final_param_grad(const pcc_graph *g, int t);
-// The model dimension data parallelism splits: axis 0 of the first input with a shape (the
-// batch). -1 when the model has none.
+// The batch: axis 0 of the first input with a shape (-1: none). graph_batch_dims: per dimension
+// whether dp cuts it, the batch or one a reshape makes of it as its major axis (Swin's windows).
 int graph_batch_dim(const pcc_graph *g);
+bool *graph_batch_dims(const pcc_graph *g, int bdim);
 // The layers of the forward program, in order: every top-level forward op, and every copy of
 // every forward block (what pipeline stages cut and the estimate walks). Can't fail.
 typedef struct pcc_layer {
@@ -1413,7 +1414,6 @@ typedef struct pcc_options {
     char *coshard_retry;        // --auto found nothing that fits: the operators main.c co-shards in another compile (malloc'd)
     struct pcc_coshard_pick *coshard_pick; double coshard_over_s; // --auto chose co-shard (coshard.h): over a plan of this estimate
 } pcc_options;
-
 
 // Parses argv into *o and checks the options against each other; *done when --help or --version
 // printed what was asked. PCC_ERR_INPUT after one line "plancc: ..." on a usage error.

@@ -26,7 +26,7 @@
  *     searches them; the driver's search over micro-batch counts hands the compile the one it
  *     chose (o->pick), which is built alone.
  * The split along dp is the batch dimension wherever an operator has it, else a dimension a
- * reshape made of it (batch_dims: Swin's windows, the Evoformer's MSA rows). Stages cut the
+ * reshape made of it (graph_batch_dims: Swin's windows, the Evoformer's MSA rows). Stages cut the
  * sequence of layers (graph_layers: top-level operators and the copies of repeated blocks)
  * into pp contiguous runs that balance their FLOPs (the smallest largest run, by bisection over
  * the answer with a greedy fill). Interleaving (--virtual-stages V): the layers are cut into
@@ -57,31 +57,6 @@ static int letter_of_dim(const pcc_graph *g, const pcc_op *op, int dim, int ways
     return -1;
 }
 
-// The dimensions data parallelism splits: the batch, and every dimension a reshape makes of it
-// as the major axis of a group (Swin's windows B x nW, the Evoformer's MSA rows B x Ns, tokens
-// B x S), both ways, until none is added. Cut into dp contiguous pieces, such a dimension holds
-// the same samples as the batch's pieces, so phase 3 finds the layouts agree across the reshape
-// and an operator over it runs on its replica's samples only, not on all of them.
-static bool *batch_dims(const pcc_graph *g, int bdim) {
-    bool *m = arena_alloc(g->arena, sizeof(bool) * (size_t)(g->n_dims + 1));
-    if (bdim < 0) return m;
-    m[bdim] = true;
-    for (bool again = true; again;) {
-        again = false;
-        for (int o = 0; o < g->n_fwd_ops; o++) {
-            const pcc_op *op = &g->ops[o];
-            pcc_letter l[PCC_MAX_LETTERS];
-            int n = op->kind == PCC_OP_RESHAPE ? op_letters(g, op, l) : 0;
-            for (int k = 0; k < n; k++) {
-                if (l[k].nosplit || l[k].axis[0] < 0 || l[k].axis[1] < 0) continue;
-                int a = l[k].dim, b = g->tensors[op->out[0]].dims[(int)l[k].axis[1]];
-                if (m[a] != m[b]) m[a] = m[b] = true, again = true;
-            }
-        }
-    }
-    return m;
-}
-
 // Whether letter l of op cut `ways` ways leaves whole grains of every operand axis it runs along
 // (a reshape's letter runs along an input and an output dimension of different sizes).
 static bool letter_cuts(const pcc_graph *g, const pcc_op *op, const pcc_letter *l, int64_t ways) {
@@ -93,7 +68,7 @@ static bool letter_cuts(const pcc_graph *g, const pcc_op *op, const pcc_letter *
     return g->dims[l->dim].size % (ways * l->grain) == 0;
 }
 
-// Op's letter that dp cuts: the batch's, else the first of a dimension made of it (batch_dims)
+// Op's letter that dp cuts: the batch's, else the first of a dimension made of it (graph_batch_dims)
 // that dp cuts into whole grains; -1: the op runs whole on every replica.
 static int dp_letter(const pcc_graph *g, const pcc_op *op, int bdim, const bool *bm, int dp) {
     int li = letter_of_dim(g, op, bdim, dp);
@@ -401,7 +376,7 @@ struct pcc_space {
     const pcc_transforms *t;
     const pcc_search_opts *o;
     int N, bdim, nl;            // devices; the batch dimension; layers
-    const bool *bm;             // per model dimension: made of the batch (batch_dims)
+    const bool *bm;             // per model dimension: made of the batch (graph_batch_dims)
     int64_t bsize;              // the batch dimension's size (1 when none)
     const pcc_layer *L;
     const double *flops;        // per layer
@@ -456,7 +431,7 @@ static void search_init(pcc_space *S, const pcc_graph *g, const pcc_cluster *c, 
                         const pcc_search_opts *o) {
     *S = (pcc_space){.g = g, .c = c, .t = t, .o = o, .N = c->n_devices, .bdim = graph_batch_dim(g)};
     S->bsize = S->bdim >= 0 ? g->dims[S->bdim].size : 1;
-    S->bm = batch_dims(g, S->bdim);
+    S->bm = graph_batch_dims(g, S->bdim);
     S->L = graph_layers(g, &S->nl);
     S->flops = layer_flops(g, S->L, S->nl);
     S->group_s = hetero_layer_seconds(g, c, S->L, S->nl);

@@ -336,13 +336,15 @@ T5 = [("t5-tiny-deep", 2, "--pp 2 --micro-batches 4"), ("t5-tiny-deep", 2, "--pp
 # --folded: (model, devices, options). evoformer-micro-b2 has 2 samples, so that under dp 2 x tp 2
 # tp cannot nest in dp's cut of a folded dimension whose reshape runs it into the batch's 2
 # (search.c's letter_cuts); {policy} pins every attention's rows to tp too, inside dp's cut of
-# them (FOLDED_POLICY: the folded dimension cut dp x tp ways).
+# them (FOLDED_POLICY: the folded dimension cut dp x tp ways); co-shard of row attention along a
+# letter of its own choice (the heads, not the folded rows) and along the rows asked for.
 FOLDED = [("evoformer-micro", 1, "--micro-batches 2"), ("evoformer-micro", 2, "--dp 2"), ("evoformer-micro", 2, "--dp 2 --zero 3"),
           ("evoformer-micro", 2, "--dp 2 --recompute full"), ("evoformer-micro", 2, "--auto"), ("evoformer-micro", 4, "--dp 4"),
           ("evoformer-micro", 4, "--dp 2 --tp 2"), ("evoformer-micro", 4, "--dp 2 --pp 2 --micro-batches 2"),
           ("evoformer-micro", 4, "--dp 2 --tp 2 --zero 1"), ("evoformer-micro", 4, "--auto"),
           ("evoformer-micro", 4, "--policy {policy}"), ("evoformer-micro", 4, "--policy {policy} --micro-batches 2"),
-          ("evoformer-micro-b2", 4, "--dp 2 --tp 2"), ("evoformer-micro-b2", 4, "--policy {policy}")]
+          ("evoformer-micro-b2", 4, "--dp 2 --tp 2"), ("evoformer-micro-b2", 4, "--policy {policy}"),
+          ("evoformer-micro", 2, "--dp 2 --coshard evoformer.row_o4:2"), ("evoformer-micro", 2, "--dp 2 --coshard evoformer.row_o4:2:b")]
 FOLDED_POLICY = {"version": 1, "description": "evoformer-micro: every attention's rows over tp, inside dp's cut of them",
                  "mesh": {"dp": 2, "tp": 2}, "rules": [{"type": "attention", "split": "b"}]}
 EVO_MICRO = {"B": 4, "Ns": 4, "Nr": 8, "Cm": 8, "Ri": 8, "Rj": 8, "Cz": 8, "Hm": 2, "Hz": 2, "Dh": 4, "Fm": 16, "Fz": 16,
@@ -379,6 +381,15 @@ def evoformer_micro(c):
         print(f"FAIL evoformer-micro on 2: --dp 2: row attention is not cut along BNs over dp (plancc exits {p.returncode})")
         return False
     print("ok   evoformer-micro on 2: --dp 2 cuts row attention along BNs (the batch folded into the MSA rows)")
+    # co-shard's own choice of letter leaves the folded rows to dp (the pieces keep a dp letter)
+    p = c.compile("evoformer-micro", 2, "--dp 2 --coshard evoformer.row_o4:2", out)
+    notes = run(plandump, out).stdout if p.returncode == 0 else ""
+    piece = re.search(r"attention row_o4\.cs0: (dp=\S+)", notes)
+    if not piece or piece.group(1) == "dp=replicate":
+        print(f"FAIL evoformer-micro on 2: --dp 2 --coshard evoformer.row_o4:2: the pieces run whole on both replicas "
+              f"({piece.group(1) if piece else f'plancc exits {p.returncode}'})")
+        return False
+    print(f"ok   evoformer-micro on 2: --dp 2 --coshard evoformer.row_o4:2 keeps the rows dp's ({piece.group(1)})")
     return True
 
 
