@@ -65,15 +65,40 @@ static void fill_source(const pcc_tensor *T, plan_tensor *pt) {
     }
 }
 
-// Inputs along the sequence in zigzag order (pr->zigzag chunks) say so: planrun feeds them so.
+static const pcc_graph *name_order_g;
+
+static int by_name(const void *a, const void *b) {
+    return strcmp(name_order_g->tensors[*(const int *)a].name, name_order_g->tensors[*(const int *)b].name);
+}
+
+// Per tensor: whether another tensor has its name (blocks are scopes: a Swin model's stages each
+// have an "ln1_g", and so their gradients and optimizer state).
+static bool *shared_names(const pcc_graph *g) {
+    bool *dup = arena_alloc(g->arena, sizeof(bool) * (size_t)(g->n_tensors + 1));
+    int *ix = arena_alloc(g->arena, sizeof(int) * (size_t)(g->n_tensors + 1));
+    for (int t = 0; t < g->n_tensors; t++) ix[t] = t;
+    name_order_g = g;
+    qsort(ix, (size_t)g->n_tensors, sizeof(int), by_name);
+    for (int i = 1; i < g->n_tensors; i++)
+        if (!strcmp(g->tensors[ix[i - 1]].name, g->tensors[ix[i]].name)) dup[ix[i - 1]] = dup[ix[i]] = true;
+    return dup;
+}
+
+// A block's tensor whose name another tensor has too is named in the plan with its block's
+// ("stage1.ln1_g"), so that the parameters and optimizer state planrun's files hold (--save,
+// --load, --compare) have a name each. Inputs along the sequence in zigzag order (pr->zigzag
+// chunks) say so: planrun feeds them so.
 static void emit_tensors(plan *p, const pcc_graph *g, const pcc_programs *pr) {
     p->n_tensors = (uint32_t)g->n_tensors;
     p->tensors = plan_alloc(p, sizeof(plan_tensor) * (size_t)(g->n_tensors + 1));
     PCC_ASSERT(p->tensors);
+    const bool *dup = shared_names(g);
     for (int t = 0; t < g->n_tensors; t++) {
         const pcc_tensor *T = &g->tensors[t];
         plan_tensor *pt = &p->tensors[t];
-        pt->name = emit_strdup(p, T->name);
+        bool qualify = dup[t] && T->block >= 0;
+        pt->name = emit_strdup(p, qualify ? arena_printf(g->arena, "%s.%s", g->blocks[graph_block_family(g, T->block)].name, T->name)
+                                          : T->name);
         pt->dtype = (uint8_t)T->dtype, pt->kind = (uint8_t)T->kind, pt->rank = (uint8_t)T->rank;
         pt->copies = (uint32_t)tensor_copies(g, T);
         for (int i = 0; i < T->rank; i++) pt->shape[i] = g->dims[T->dims[i]].size;
