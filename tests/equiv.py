@@ -34,8 +34,9 @@ more (else it checks nothing new); interleaving such a pipeline must be refused 
 
 --folded: models/evoformer.json shrunk to a few elements per dimension (evoformer-micro, 2
 blocks, f32), whose MSA rows and columns and pair rows are the batch folded into another dimension
-(B x Ns, B x Nr, B x Ri: reshapes merge the batch as their major axis), under dp, dp x tp, dp x
-pp, ZeRO and --auto (FOLDED below): data parallelism cuts those dimensions as it cuts the batch,
+(B x Ns, B x Nr, B x Ri: reshapes merge the batch as their major axis), and models/swin-tiny.json
+at window 2 (swin-micro, its windows B x Hn x Wn), under dp, dp x tp, dp x pp, ZeRO and --auto
+(FOLDED below): data parallelism cuts those dimensions as it cuts the batch,
 so every replica runs its own samples' rows (search.c's batch_dims), and the plans must still train
 like one device.
 
@@ -337,14 +338,17 @@ T5 = [("t5-tiny-deep", 2, "--pp 2 --micro-batches 4"), ("t5-tiny-deep", 2, "--pp
 # tp cannot nest in dp's cut of a folded dimension whose reshape runs it into the batch's 2
 # (search.c's letter_cuts); {policy} pins every attention's rows to tp too, inside dp's cut of
 # them (FOLDED_POLICY: the folded dimension cut dp x tp ways); co-shard of row attention along a
-# letter of its own choice (the heads, not the folded rows) and along the rows asked for.
+# letter of its own choice (the heads, not the folded rows) and along the rows asked for;
+# swin-micro's windows (the batch folded with the window grid after a transpose).
 FOLDED = [("evoformer-micro", 1, "--micro-batches 2"), ("evoformer-micro", 2, "--dp 2"), ("evoformer-micro", 2, "--dp 2 --zero 3"),
           ("evoformer-micro", 2, "--dp 2 --recompute full"), ("evoformer-micro", 2, "--auto"), ("evoformer-micro", 4, "--dp 4"),
           ("evoformer-micro", 4, "--dp 2 --tp 2"), ("evoformer-micro", 4, "--dp 2 --pp 2 --micro-batches 2"),
           ("evoformer-micro", 4, "--dp 2 --tp 2 --zero 1"), ("evoformer-micro", 4, "--auto"),
           ("evoformer-micro", 4, "--policy {policy}"), ("evoformer-micro", 4, "--policy {policy} --micro-batches 2"),
           ("evoformer-micro-b2", 4, "--dp 2 --tp 2"), ("evoformer-micro-b2", 4, "--policy {policy}"),
-          ("evoformer-micro", 2, "--dp 2 --coshard evoformer.row_o4:2"), ("evoformer-micro", 2, "--dp 2 --coshard evoformer.row_o4:2:b")]
+          ("evoformer-micro", 2, "--dp 2 --coshard evoformer.row_o4:2"), ("evoformer-micro", 2, "--dp 2 --coshard evoformer.row_o4:2:b"),
+          ("swin-micro", 2, "--dp 2"), ("swin-micro", 4, "--dp 4"), ("swin-micro", 4, "--dp 2 --tp 2"),
+          ("swin-micro", 4, "--dp 2 --pp 2 --micro-batches 2"), ("swin-micro", 2, "--dp 2 --zero 3"), ("swin-micro", 4, "--auto")]
 FOLDED_POLICY = {"version": 1, "description": "evoformer-micro: every attention's rows over tp, inside dp's cut of them",
                  "mesh": {"dp": 2, "tp": 2}, "rules": [{"type": "attention", "split": "b"}]}
 EVO_MICRO = {"B": 4, "Ns": 4, "Nr": 8, "Cm": 8, "Ri": 8, "Rj": 8, "Cz": 8, "Hm": 2, "Hz": 2, "Dh": 4, "Fm": 16, "Fz": 16,
@@ -391,6 +395,47 @@ def evoformer_micro(c):
         return False
     print(f"ok   evoformer-micro on 2: --dp 2 --coshard evoformer.row_o4:2 keeps the rows dp's ({piece.group(1)})")
     return True
+
+
+SWIN_MICRO_WINDOW, SWIN_MICRO_B = 2, 4
+
+def swin_micro(c):
+    """models/swin-tiny.json at window 2 and shift 1 (64x64 images, widths 8-64, 10 classes,
+    4 images) as swin-micro: its windows BW1..BW3 are the batch folded with the window grid."""
+    import json
+    with open(os.path.join(c.root, "models", "swin-tiny.json"), encoding="utf-8") as f:
+        m = json.load(f)
+    old = m["dims"]
+    w, B = SWIN_MICRO_WINDOW, SWIN_MICRO_B
+    d = {"B": B, "C0": 3, "IH": 32 * w, "IW": 32 * w, "PH": 4, "PW": 4, "K": 10, "P2h": 2, "P2w": 2, "Gh": 1, "Gw": 1}
+    for s, (ch, n, r) in enumerate(((8, 2, 8 * w), (16, 2, 4 * w), (32, 4, 2 * w), (64, 4, w)), 1):
+        d.update({f"C{s}": ch, f"N{s}": n, f"D{s}": ch // n, f"F{s}": 4 * ch, f"H{s}": r, f"W{s}": r, f"T{s}": w * w})
+        if r > w:
+            d.update({f"Hn{s}": r // w, f"Wn{s}": r // w, f"Hw{s}": w, f"Ww{s}": w, f"BW{s}": B * (r // w) ** 2,
+                      f"Hr{s}": r - 1, f"Hs{s}": 1, f"Wr{s}": r - 1, f"Ws{s}": 1})
+        if s < 4:
+            d[f"M{s}"] = 4 * ch
+    assert set(d) == set(old), sorted(set(d) ^ set(old))
+    shift = old["Hs1"]
+
+    def fix(ops, tensors):
+        for o in ops:
+            if "ops" in o:
+                fix(o["ops"], {**tensors, **o.get("tensors", {})})
+                continue
+            a = o.get("attrs", {})
+            if o["type"] == "slice":
+                R = old[tensors[o["in"][0]]["shape"][a["axis"]]]
+                r = d[tensors[o["in"][0]]["shape"][a["axis"]]]
+                for k in ("start", "end"):
+                    a[k] = {0: 0, shift: 1, R: r, R - shift: r - 1}[a[k]]
+            elif o["type"] == "avgpool":
+                a["kernel"] = w
+    fix(m["ops"], m["tensors"])
+    m["name"], m["dims"] = "swin-micro", d
+    c.paths["swin-micro"] = os.path.join(c.tmp, "swin-micro.json")
+    with open(c.paths["swin-micro"], "w", encoding="utf-8") as f:
+        json.dump(m, f)
 
 
 def decoder_stages(plandump, path):
@@ -631,6 +676,7 @@ def main():
         if folded:
             if not evoformer_micro(c):
                 failed += 1
+            swin_micro(c)
             for model, n, opts in FOLDED:
                 c.check(model, n, opts.format(policy=c.paths["folded-policy"]), refuse_fails=True)
         if cs:
