@@ -35,9 +35,11 @@
  * Every key is a lower bound on the estimate of what the configuration can still become (the
  * estimator's pipeline grows with every stage's time, and every operator costs at least its
  * cheapest candidate), so the answer is the configuration with the best estimate that fits,
- * among all the search has (every template among them). Its one exception: a configuration the
+ * among all the search has (every template among them). Two exceptions: a configuration the
  * memory planner finds too large comes back with a smaller share, keyed by its estimate, which
- * is the driver's heuristic for a template with recompute auto, not a bound. What the search did
+ * is the driver's heuristic for a template with recompute auto, not a bound; and the hard solve
+ * of recompute auto is keyed by its probe's pipeline time, 2% off (probe_key), which holds as a
+ * bound as far as the ILP's costs and the estimate's agree. What the search did
  * is reported: the configurations it looked at of how many, the ones it planned, the ILPs it
  * solved and reused.
  *
@@ -160,6 +162,20 @@ static void tighten(bf *B, const bf_node *x, double peak) {
     heap_push(&B->heap, (bf_node){x->key, 2, x->slot, x->k, k, NULL});
 }
 
+// The key of a hard solve with recompute auto from its probe s (the program without the memory
+// row is recompute none's, the least its objective can be): the row can only force recompute,
+// which adds compute, and splits the ILP found costlier, so the pipeline part of the probe's
+// estimate, 2% off for what the ILP's costs (the group's whole batch) and the estimate's (one
+// replica's pieces) weigh differently, is what the hard solve's estimate is not below. Not the
+// optimizer and the data-parallel synchronization, which a memory-forced split may shrink, and
+// not with ZeRO-3, whose exposed gathers are in the pipeline and shrink so too. Without it the
+// Evoformer's memory-bound dp x tp solves (20 s each) ran where their probes were 15% slower
+// than the answer. The search's second exception to "every key is a bound".
+static double probe_key(const pcc_config *k, const pcc_strategy *s) {
+    if (k->rc != PCC_RECOMPUTE_AUTO || k->zero >= 3 || k->cp > 1) return 0;
+    return 0.98 * s->est.pipeline_s;
+}
+
 // One step of the search on node x; true when x is the answer.
 static pcc_status expand(bf *B, bf_node x, bool *done) {
     pcc_space *S = B->slots[x.slot].space;
@@ -196,8 +212,9 @@ static pcc_status expand(bf *B, bf_node x, bool *done) {
         return PCC_OK;
     bool exact = x.level == 2 || s->exact;
     // An inexact probe's estimate is no bound (a choice forced to save memory may be faster by
-    // the estimate): the hard solve keeps the floor's key, and only an exact estimate raises it.
-    double key = exact ? fmax(x.key, s->est_step_s) : x.key;
+    // the estimate): the hard solve keeps the floor's key, and only an exact estimate raises it;
+    // but see probe_key.
+    double key = exact ? fmax(x.key, s->est_step_s) : fmax(x.key, probe_key(&x.config, s));
     if (exact) keep(B, x.slot, s);
     heap_push(&B->heap, (bf_node){key, exact ? 3 : 2, x.slot, x.k, x.config, s});
     return PCC_OK;
