@@ -65,7 +65,7 @@ static void fill_source(const pcc_tensor *T, plan_tensor *pt) {
     }
 }
 
-static const pcc_graph *name_order_g;
+static const pcc_graph *name_order_g; // the graph by_name sorts the tensors of
 
 static int by_name(const void *a, const void *b) {
     return strcmp(name_order_g->tensors[*(const int *)a].name, name_order_g->tensors[*(const int *)b].name);
