@@ -167,13 +167,14 @@ static void tighten(bf *B, const bf_node *x, double peak) {
 // which adds compute, and splits the ILP found costlier, so the pipeline part of the probe's
 // estimate, 2% off for what the ILP's costs (the group's whole batch) and the estimate's (one
 // replica's pieces) weigh differently, is what the hard solve's estimate is not below. Not the
-// optimizer and the data-parallel synchronization, which a memory-forced split may shrink, and
-// not with ZeRO-3, whose exposed gathers are in the pipeline and shrink so too. Without it the
-// Evoformer's memory-bound dp x tp solves (20 s each) ran where their probes were 15% slower
-// than the answer. The search's second exception to "every key is a bound".
+// optimizer and the data-parallel synchronization, which a memory-forced split may shrink; with
+// ZeRO-3, whose exposed gathers are in the pipeline and shrink so too, only the busiest device's
+// operators and tp collectives; not with cp. Without it the Evoformer's memory-bound dp x tp
+// solves (20 s each) ran where their probes were 15% slower than the answer, and LLaMA-2-7B's
+// ZeRO-3 ones (1-3 s each) alike. The search's second exception to "every key is a bound".
 static double probe_key(const pcc_config *k, const pcc_strategy *s) {
-    if (k->rc != PCC_RECOMPUTE_AUTO || k->zero >= 3 || k->cp > 1) return 0;
-    return 0.98 * s->est.pipeline_s;
+    if (k->rc != PCC_RECOMPUTE_AUTO || k->cp > 1) return 0;
+    return 0.98 * (k->zero >= 3 ? s->est.compute_s + s->est.tp_comm_s : s->est.pipeline_s);
 }
 
 // One step of the search on node x; true when x is the answer.
