@@ -157,9 +157,11 @@ static const char *refuse(const pcc_graph *g, const pcc_op *op, const pcc_letter
     return NULL;
 }
 
+// How much a letter co-shard picks by itself is worth: a chain, then a non-reduction letter no
+// parameter carries, then any non-reduction one; a dimension made of the batch below them all.
 static int score(const cs *C, const pcc_op *op, const pcc_letter *l, int k) {
-    if (chained(C, op, l, k)) return 3;
-    return !l->reduce && !carried_by_param(C->g, op, l) ? 2 : !l->reduce ? 1 : 0;
+    int s = chained(C, op, l, k) ? 3 : !l->reduce && !carried_by_param(C->g, op, l) ? 2 : !l->reduce ? 1 : 0;
+    return C->folded[l->dim] ? s - 4 : s;
 }
 
 static pcc_status choose(cs *C, int o) {
@@ -180,9 +182,8 @@ static pcc_status choose(cs *C, int o) {
             break;
         }
         if (w->letter || why) continue;
-        int a = score(C, op, &L[i], w->ways) - 4 * C->folded[L[i].dim];
-        int b = best < 0 ? -5 : score(C, op, &L[best], w->ways) - 4 * C->folded[L[best].dim];
-        if (a > b || (a == b && C->g->dims[L[i].dim].size > C->g->dims[L[best].dim].size)) best = i;
+        int a = score(C, op, &L[i], w->ways), b = best < 0 ? 0 : score(C, op, &L[best], w->ways);
+        if (best < 0 || a > b || (a == b && C->g->dims[L[i].dim].size > C->g->dims[L[best].dim].size)) best = i;
     }
     if (best < 0 && w->letter)
         return refuse_request(w, "%s (%s) has no letter \"%s\"", name, pcc_ops[op->kind].name, w->letter);
