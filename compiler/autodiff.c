@@ -237,12 +237,21 @@ static void rule_binary(ad *A, int o, int dy) {
     }
 }
 
+// The name suffix of output i of the backward op about to be emitted, whose outputs are the
+// gradients of of[0..]: "@op", or "@op.i" where an earlier output is of the same tensor
+// (concat(a, a)), so that no two tensors have one name.
+static const char *out_suffix(ad *A, const int *of, int i) {
+    for (int j = 0; j < i; j++)
+        if (of[j] == of[i]) return arena_printf(A->g->arena, "@%d.%d", A->g->n_ops, i);
+    return arena_printf(A->g->arena, "@%d", A->g->n_ops);
+}
+
 // Ops with several gradient outputs produced by one backward op (attention, norms' weights).
 static void grad_multi(ad *A, int o, pcc_op_kind k, const int *in, int nin, const int *of, int nof) {
     int out[3];
     bool any = false;
     for (int i = 0; i < nof; i++) {
-        out[i] = new_grad(A, of[i], arena_printf(A->g->arena, "@%d", A->g->n_ops));
+        out[i] = new_grad(A, of[i], out_suffix(A, of, i));
         any |= A->needs[of[i]];
     }
     if (!any) return;
@@ -268,7 +277,7 @@ static void rule_concat(ad *A, int o, int dy) {
     const pcc_op *op = &A->g->ops[o];
     int n = op->nin;
     int *dx = arena_alloc(A->g->arena, sizeof(int) * (size_t)n);
-    for (int i = 0; i < n; i++) dx[i] = new_grad(A, A->g->ops[o].in[i], arena_printf(A->g->arena, "@%d", A->g->n_ops));
+    for (int i = 0; i < n; i++) dx[i] = new_grad(A, A->g->ops[o].in[i], out_suffix(A, A->g->ops[o].in, i));
     emit(A, PCC_OP_SPLIT, o, &dy, 1, dx, n);
     for (int i = 0; i < n; i++) contribute(A, A->g->ops[o].in[i], dx[i]);
 }

@@ -154,7 +154,7 @@ static void tighten(bf *B, const bf_node *x, double peak) {
     if (!isfinite(peak)) return;
     if (k.rc == PCC_RECOMPUTE_AUTO && k.round < 2 && !k.late)
         k.budget = (k.budget > 0 ? k.budget : 1) * fmax(0.75, 0.98 * B->fit_bytes / peak);
-    else if (k.zero == 3 && k.dp > 1 && !k.late && !B->o->zero3_late)
+    else if (k.zero == 3 && k.dp * (k.cp > 1 ? k.cp : 1) > 1 && !k.late && !B->o->zero3_late)
         k.late = true;
     else
         return;

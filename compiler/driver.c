@@ -265,11 +265,12 @@ static bool fit_suggestion(const pcc_fit *f, int k, pcc_search_opts *so, const c
     // --auto's own search has tried full recompute (with --recompute auto) and every ZeRO stage
     // from the one asked for: only what it left out is worth a search.
     bool searched = so->auto_mesh && !so->pick, rc = f->o->search.recompute != PCC_RECOMPUTE_FULL;
-    bool zero3 = so->zero < 3 && (so->auto_mesh || so->dp > 1) && !searched;
+    bool sharded = so->dp * (so->cp > 1 ? so->cp : 1) > 1; // ZeRO's dp x cp
+    bool zero3 = so->zero < 3 && (so->auto_mesh || sharded) && !searched;
     // ZeRO-3 one layer at a time (--prefetch none): a template's search has not tried it unless
     // asked; --auto's tries it on every ZeRO-3 configuration that does not fit (bestfirst.c,
     // tighten), so with full recompute unless --recompute none left that out.
-    bool late = !so->zero3_late && (so->zero == 3 || so->auto_mesh || so->dp > 1);
+    bool late = !so->zero3_late && (so->zero == 3 || so->auto_mesh || sharded);
     if (searched) rc = f->o->search.recompute == PCC_RECOMPUTE_NONE, late = late && rc;
     switch (k) {
     case 0: so->recompute = PCC_RECOMPUTE_FULL, *name = "--recompute full"; return rc;

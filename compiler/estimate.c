@@ -44,6 +44,8 @@ typedef struct est {
     pcc_strategy *s;
     int dp, tp, pp, v, m, nf; // nf: forward ops
     int cp;                   // context parallelism (1: none): the sequence split cp ways
+    int zw;                   // ZeRO's shards: dp x cp with ZeRO (layout.c's zero_shard), else 1
+    pcc_group_shape zg;       // ... and their group: ZeRO's collectives
     pcc_graph gv;             // g with one data-parallel replica's batch
     bool *dpd;                // per model dimension: some op's dp letter cuts it (the batch, or one made of it)
     int ***ways;              // per forward op, per operand, per axis: the ways it is split on a device
@@ -64,7 +66,7 @@ typedef struct est {
     // sync, optimizer, post-optimizer all-gather, tied parameters' gradients received; layers.
     double *Fc, *Fm, *Fp, *Bc, *Bm, *Bp, *sync, *opt, *post, *tied;
     double *rs; // ZeRO-2/3: per micro-batch, the block copies' gradients' reduce-scatters on stream 1 (est_gathers_exposed_s)
-    double *rsb, *rscb; // ZeRO-2/3: their bytes (all copies), and those all-reduced over cp first, per device
+    double *rsb;        // ZeRO-2/3: their bytes (all copies), per device
     double *rsn;        // ZeRO-3 with --prefetch none: how many (each gradient's own, as it is made)
     double *rs_last; // ZeRO-3: per step, those the backward pass finishes after its last block (nothing hides them)
     double *agb, *copies; // ZeRO-3: the bytes of block parameters gathered on stream 1 each pass (all copies), and block copies, per device
@@ -445,8 +447,8 @@ static void est_top_gathers(est *E, int p, int i) {
         bool same = true;
         for (int r = 0; r < t->rank; r++) bytes /= own[r], mine /= w[r], same &= w[r] == own[r];
         int d = est_device(E, j, 0);
-        pcc_group_shape dpg = {E->dp, E->cp * E->tp}, tpg = {E->tp, 1};
-        double launch = cost_launch_s(E->view[d]), ag = cost_collective_s(E->view[d], PCC_COLL_ALL_GATHER, bytes, dpg) + launch;
+        pcc_group_shape tpg = {E->tp, 1};
+        double launch = cost_launch_s(E->view[d]), ag = cost_collective_s(E->view[d], PCC_COLL_ALL_GATHER, bytes, E->zg) + launch;
         if (!same && E->tp > 1) ag += cost_collective_s(E->view[d], PCC_COLL_ALL_TO_ALL, mine, tpg) + launch;
         *(pass ? &E->Bm[d] : &E->Fm[d]) += ag;
     }
@@ -460,11 +462,13 @@ static void est_param(est *E, int p, int i, int d, const pcc_op *opt) {
     pcc_group_shape dpg = {E->dp, E->cp * E->tp}, cpg = {E->cp, E->tp};
     const pcc_cluster *c = E->view[d];
     double launch = cost_launch_s(c);
-    int zero = E->s->zero;
-    if (bucketed && est_cp_partial(E, i)) E->sync[d] += cost_bucketed_s(c, PCC_COLL_ALL_REDUCE, bytes, pool, cap, cpg);
-    if (bucketed && E->dp > 1)
-        E->sync[d] += cost_bucketed_s(c, zero ? PCC_COLL_REDUCE_SCATTER : PCC_COLL_ALL_REDUCE, bytes, pool, cap, dpg);
-    if (E->dp > 1 && zero > 0) {
+    int zero = E->s->zero, zw = E->zw;
+    // ZeRO reduce-scatters over dp x cp at once (its sums over cp included); else all-reduces
+    // over cp, then over dp.
+    if (bucketed && zw > 1) E->sync[d] += cost_bucketed_s(c, PCC_COLL_REDUCE_SCATTER, bytes, pool, cap, E->zg);
+    if (bucketed && zw == 1 && est_cp_partial(E, i)) E->sync[d] += cost_bucketed_s(c, PCC_COLL_ALL_REDUCE, bytes, pool, cap, cpg);
+    if (bucketed && zw == 1 && E->dp > 1) E->sync[d] += cost_bucketed_s(c, PCC_COLL_ALL_REDUCE, bytes, pool, cap, dpg);
+    if (zw > 1) {
         // Reduce-scattered per micro-batch (preserve.c's zero2_grad), and summed into the shard. A
         // block copy's together on stream 1, behind the compute (est_step); the others (and a
         // copy's with --prefetch none, each by itself, waited for at the copy's end): ZeRO-2's on
@@ -473,22 +477,20 @@ static void est_param(est *E, int p, int i, int d, const pcc_op *opt) {
         bool behind = !bucketed && g->ops[i].block >= 0 && !(zero == 3 && E->s->zero3_late);
         if (behind) {
             E->rsb[d] += bytes;
-            if (est_cp_partial(E, i)) E->rscb[d] += bytes;
-            if (E->m > 1) E->rs[d] += cost_memory_s(c, 3 * bytes / E->dp);
+            if (E->m > 1) E->rs[d] += cost_memory_s(c, 3 * bytes / zw);
         } else if (!bucketed) {
             double *to = zero < 3 ? &E->Bm[d] : g->ops[i].block >= 0 ? &E->rs[d] : est_grad_after_blocks(E, opt) ? &E->rs_last[d] : &E->Bm[d];
             if (zero == 3 && g->ops[i].block >= 0) E->rsn[d] += 1;
-            *to += cost_collective_s(c, PCC_COLL_REDUCE_SCATTER, bytes, dpg) + launch;
-            if (est_cp_partial(E, i)) *to += cost_collective_s(c, PCC_COLL_ALL_REDUCE, bytes, cpg) + launch;
-            if (zero < 3) E->Bm[d] += cost_memory_s(c, 3 * bytes / E->dp);
+            *to += cost_collective_s(c, PCC_COLL_REDUCE_SCATTER, bytes, E->zg) + launch;
+            if (zero < 3) E->Bm[d] += cost_memory_s(c, 3 * bytes / zw);
         }
         // With micro-batches the shard sums them, from zero (preserve.c's zero2_accumulators).
-        if (!bucketed && E->m > 1) E->opt[d] += cost_memory_s(c, bytes / E->dp);
+        if (!bucketed && E->m > 1) E->opt[d] += cost_memory_s(c, bytes / zw);
         // The updated shard all-gathered (ZeRO-3's parameter stays sharded): one collective per
         // block copy and one for the top-level parameters (preserve.c's post_flush; est_step).
         if (zero < 3) *(g->ops[i].block >= 0 ? &E->postb[d] : &E->postt[d]) += bytes;
         // ZeRO-1/2: the optimizer updates the shard, copied out of the whole parameter first.
-        if (zero < 3) E->opt[d] += cost_memory_s(c, 2 * bytes / E->dp);
+        if (zero < 3) E->opt[d] += cost_memory_s(c, 2 * bytes / zw);
         // Gathered again for each micro-batch's use: a block copy's parameters on stream 1 in one
         // collective while the copy before computes (preserve.c's prefetch; est_step), the
         // others just before their reader.
@@ -497,7 +499,7 @@ static void est_param(est *E, int p, int i, int d, const pcc_op *opt) {
     }
     if (!opt) return;
     double t = cost_op_s(c, g, opt, est_ways(E, opt, i));
-    E->opt[d] += E->dp > 1 && zero > 0 ? (t - launch) / E->dp + launch : t; // a shard's work, a whole launch
+    E->opt[d] += zw > 1 ? (t - launch) / zw + launch : t; // a shard's work, a whole launch
 }
 
 // Every parameter: sync and optimizer on its owner's device(s); tied parameters' gradients sent
@@ -596,9 +598,9 @@ static void est_last_bucket(est *E) {
         if (open > 0) last = open, last_r = r;
         const pcc_cluster *c = E->view[d];
         double launch = cost_launch_s(c);
-        if (E->dp > 1)
-            E->last[d] += cost_collective_s(c, E->s->zero ? PCC_COLL_REDUCE_SCATTER : PCC_COLL_ALL_REDUCE, last, dpg) + launch;
-        if (E->cp > 1) E->last[d] += cost_collective_s(c, PCC_COLL_ALL_REDUCE, last, cpg) + launch;
+        if (E->zw > 1) E->last[d] += cost_collective_s(c, PCC_COLL_REDUCE_SCATTER, last, E->zg) + launch;
+        if (E->zw == 1 && E->dp > 1) E->last[d] += cost_collective_s(c, PCC_COLL_ALL_REDUCE, last, dpg) + launch;
+        if (E->zw == 1 && E->cp > 1) E->last[d] += cost_collective_s(c, PCC_COLL_ALL_REDUCE, last, cpg) + launch;
         if (last_r > 1) E->last[d] += cost_collective_s(c, PCC_COLL_ALL_REDUCE, last, (pcc_group_shape){last_r, 1}) + launch;
     }
 }
@@ -634,12 +636,11 @@ static void est_step(est *E) {
         // copy computes, ZeRO-3's gathers of the next copy's parameters while this one does
         // (est_gathers_exposed_s); stream 0 waits for what is left.
         double k = E->copies[d];
-        pcc_group_shape dpg = {E->dp, E->cp * E->tp}, cpg = {E->cp, E->tp};
-        double ag = est_per_copy_s(E, d, PCC_COLL_ALL_GATHER, E->agb[d], k, dpg); // per micro-batch, each pass
+        double ag = est_per_copy_s(E, d, PCC_COLL_ALL_GATHER, E->agb[d], k, E->zg); // per micro-batch, each pass
         // A copy's gradients: one collective per step (preserve.c's zero2_flush).
-        E->rs[d] += est_per_copy_s(E, d, PCC_COLL_REDUCE_SCATTER, E->rsb[d], k, dpg) + est_per_copy_s(E, d, PCC_COLL_ALL_REDUCE, E->rscb[d], k, cpg);
-        E->post[d] += est_per_copy_s(E, d, PCC_COLL_ALL_GATHER, E->postb[d], k, dpg);
-        if (E->postt[d] > 0) E->post[d] += cost_collective_s(E->view[d], PCC_COLL_ALL_GATHER, E->postt[d], dpg) + cost_launch_s(E->view[d]);
+        E->rs[d] += est_per_copy_s(E, d, PCC_COLL_REDUCE_SCATTER, E->rsb[d], k, E->zg);
+        E->post[d] += est_per_copy_s(E, d, PCC_COLL_ALL_GATHER, E->postb[d], k, E->zg);
+        if (E->postt[d] > 0) E->post[d] += cost_collective_s(E->view[d], PCC_COLL_ALL_GATHER, E->postt[d], E->zg) + cost_launch_s(E->view[d]);
         if (k < 1) {
             E->Bm[d] += cost_exposed_s(E->rs[d], E->Bc[d]);
         } else if (E->s->zero3_late) { // --prefetch none: every copy's gathers exposed; its last reduce-scatter
@@ -682,7 +683,8 @@ void estimate_step(const pcc_graph *g, const pcc_cluster *c, const pcc_intra *sc
     E.Fc = zeros(g, pp), E.Fm = zeros(g, pp), E.Fp = zeros(g, pp), E.Bc = zeros(g, pp), E.Bm = zeros(g, pp);
     E.Bp = zeros(g, pp), E.sync = zeros(g, pp), E.opt = zeros(g, pp), E.post = zeros(g, pp), E.tied = zeros(g, pp);
     E.rs = zeros(g, pp), E.rs_last = zeros(g, pp), E.copies = zeros(g, pp);
-    E.rsb = zeros(g, pp), E.rscb = zeros(g, pp), E.rsn = zeros(g, pp);
+    E.rsb = zeros(g, pp), E.rsn = zeros(g, pp);
+    E.zw = s->zero > 0 ? E.dp * E.cp : 1, E.zg = (pcc_group_shape){E.dp * E.cp, E.tp};
     E.cf = zeros(g, pp), E.cb = zeros(g, pp), E.agb = zeros(g, pp), E.postb = zeros(g, pp), E.postt = zeros(g, pp);
     E.layers = arena_alloc(g->arena, sizeof(int) * (size_t)(pp + 1));
     const pcc_layer *L = graph_layers(g, &nl);

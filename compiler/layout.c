@@ -14,10 +14,10 @@
  * by matching the axes of the operands they share with it (the same tensor, or its gradient).
  * Each value's home (the buffer that holds it) takes its producer's layout; parameters and
  * inputs their first reader's; a block's bound tensors their other end's; sums and fills that
- * of what they stand for. A parameter's optimizer runs on its layout, or with ZeRO on a dp
- * shard of it (ZeRO-3: the parameter lives sharded too); its gradient needs synchronizing where
- * it holds partial sums or where the optimizer wants a shard (sync, and layout_sync_steps the
- * collectives, one mesh axis at a time, from the last axis down).
+ * of what they stand for. A parameter's optimizer runs on its layout, or with ZeRO on a shard
+ * of it over dp and cp (ZeRO-3: the parameter lives sharded too); its gradient needs
+ * synchronizing where it holds partial sums or where the optimizer wants a shard (sync, and
+ * layout_sync_steps the collectives: all-reduces, then one reduce-scatter onto the shard).
  *
  * What the step does with each value: kept for the backward pass (with recompute, what the
  * recomputed operators read instead of what they make); a gradient contribution made on one
@@ -120,14 +120,24 @@ static void op_shards(pcc_values *E, int o) {
     }
 }
 
-// A dimension of tensor t that no axis of s splits and dp divides, for ZeRO's shards; -1 if none.
-static int zero_dim(const pcc_values *E, int t, plan_shard s) {
+// ZeRO's shard of parameter t, whose layout is s: the axes (bits) it is cut over, dp and cp where
+// s is whole on them (Megatron-Core's distributed optimizer shards over dp x cp, whose ranks hold
+// the same parameters), else dp alone; and the dimension they cut, one that no axis of s splits
+// and their product divides. Returns the dimension, -1 (and *axes 0) if none.
+static int zero_shard(const pcc_values *E, int t, plan_shard s, unsigned *axes) {
     const pcc_tensor *T = &E->g->tensors[t];
-    for (int i = 0; i < T->rank; i++) {
-        bool used = false;
-        for (int a = 0; a < PCC_AXES; a++) used |= s.map[a] == PLAN_SHARD_D(i);
-        if (!used && E->g->dims[T->dims[i]].size % E->dp == 0) return i;
+    unsigned dp = E->dp > 1 && s.map[PCC_AX_DP] == PLAN_SHARD_R ? 1u << PCC_AX_DP : 0;
+    unsigned cp = E->cp > 1 && s.map[PCC_AX_CP] == PLAN_SHARD_R ? 1u << PCC_AX_CP : 0;
+    unsigned opt[2] = {dp | cp, dp};
+    for (int k = 0; k < 2; k++) {
+        int64_t ways = (opt[k] & dp ? E->dp : 1) * (opt[k] & cp ? E->cp : 1);
+        for (int i = 0; ways > 1 && i < T->rank; i++) {
+            bool used = false;
+            for (int a = 0; a < PCC_AXES; a++) used |= s.map[a] == PLAN_SHARD_D(i);
+            if (!used && E->g->dims[T->dims[i]].size % ways == 0) return *axes = opt[k], i;
+        }
     }
+    *axes = 0;
     return -1;
 }
 
@@ -329,15 +339,27 @@ static void layouts_sums(pcc_values *E, const bool *set) {
     }
 }
 
-// Whether the synchronization of a gradient in layout cur over axis a (partial sums there) is a
-// reduce-scatter onto the optimizer's layout want: want splits a dimension on a, and no later
-// (less significant) axis splits that dimension in cur, so that a's pieces nest in cur's (else
-// an all-reduce, and phase 3 slices what the optimizer wants from the whole sum).
-static bool sync_scatters(plan_shard cur, plan_shard want, int a) {
-    if (want.map[a] < PLAN_SHARD_D(0) || cur.map[a] != PLAN_SHARD_V) return false;
-    for (int b = a + 1; b < PCC_AXES; b++)
-        if (cur.map[b] == want.map[a]) return false;
-    return true;
+// The axes (bits) over which a gradient made in layout made (partial sums on some axes) is
+// reduce-scattered onto the optimizer's layout want: for each dimension, the axes where made sums
+// and want splits it, if made's splits of the dimension and then these axes, in mesh order, are
+// the first of want's, so that each rank's piece of the sum is its piece of want's or holds it
+// (the rest of the sums are all-reduced, and phase 3 slices what the optimizer wants). One
+// reduce-scatter per dimension, over all of its axes at once (layout_sync_steps).
+static unsigned sync_scatter_axes(plan_shard made, plan_shard want) {
+    unsigned all = 0;
+    for (int d = PLAN_SHARD_D(0); d < PLAN_SHARD_D(PCC_MAX_RANK); d++) {
+        int w[PCC_AXES], nw = 0, k = 0;
+        unsigned axes = 0;
+        bool ok = true;
+        for (int b = 0; b < PCC_AXES; b++)
+            if (want.map[b] == d) w[nw++] = b;
+        for (int b = 0; b < PCC_AXES && ok; b++)
+            if (made.map[b] == d) ok = k < nw && w[k++] == b;
+        for (int b = 0; b < PCC_AXES && ok; b++)
+            if (made.map[b] == PLAN_SHARD_V && want.map[b] == d) ok = k < nw && w[k++] == b, axes |= 1u << b;
+        if (ok) all |= axes;
+    }
+    return all;
 }
 
 // Parameters: their gradients are synchronized over the axes where they hold partial sums; the
@@ -349,10 +371,10 @@ static void layouts_params(pcc_values *E) {
         if (op->phase != PCC_PHASE_OPT) continue;
         int p = op->in[0], gp = op->in[1];
         plan_shard ps = E->home_sh[p], os = ps;
-        if (E->s->zero > 0 && ps.map[PCC_AX_DP] == PLAN_SHARD_R) {
-            int d = zero_dim(E, p, ps);
-            if (d >= 0) os.map[PCC_AX_DP] = (uint8_t)PLAN_SHARD_D(d);
-        }
+        unsigned za = 0;
+        int d = E->s->zero > 0 ? zero_shard(E, p, ps, &za) : -1;
+        for (int a = 0; a < PCC_AXES; a++)
+            if (za >> a & 1u) os.map[a] = (uint8_t)PLAN_SHARD_D(d);
         E->opt_sh[p] = os;
         if (E->s->zero == 3) E->home_sh[p] = os;
         plan_shard gs = E->home_sh[gp];
@@ -360,9 +382,11 @@ static void layouts_params(pcc_values *E) {
             if (gs.map[a] == PLAN_SHARD_V) E->sync[gp] = true;
         if (!shard_eq(os, ps)) E->sync[gp] = true;
         // Synchronized in place (all-reduce) where the optimizer wants the whole sum: the
-        // buffer's layout is the one after it. (Where it wants a shard: a reduce-scatter.)
-        for (int a = PCC_AXES - 1; a >= 0; a--)
-            if (gs.map[a] == PLAN_SHARD_V && !sync_scatters(gs, os, a)) gs.map[a] = PLAN_SHARD_R;
+        // buffer's layout is the one after it. (Where it wants a shard: a reduce-scatter, and
+        // the buffer keeps its partial sums on those axes.)
+        unsigned rs = sync_scatter_axes(gs, os);
+        for (int a = 0; a < PCC_AXES; a++)
+            if (gs.map[a] == PLAN_SHARD_V && !(rs >> a & 1u)) gs.map[a] = PLAN_SHARD_R;
         E->home_sh[gp] = gs;
         for (int i = 0; i < op->nin; i++) E->sh[o][i] = os;
         for (int i = 2; i < op->nin; i++) E->home_sh[op->in[i]] = os;
@@ -427,8 +451,10 @@ static pcc_status background_params(pcc_values *E) {
 }
 
 // The collectives that synchronize gradient gp, from the layout its producer leaves to the one
-// its optimizer wants: per axis where the producer leaves partial sums, from the last axis down,
-// a reduce-scatter where the optimizer wants a shard (sync_scatters), else an all-reduce in place.
+// its optimizer wants, from the last axis down: where it sums and the optimizer wants the whole
+// sum, an all-reduce in place over the axis; where it keeps its partial sums (layouts_params:
+// sync_scatter_axes), a reduce-scatter onto the optimizer's shard over all the axes that split
+// the same dimension (ZeRO's dp x cp), at the last of them.
 int layout_sync_steps(const pcc_values *E, int gp, pcc_reshard_step *step) {
     const pcc_graph *g = E->g;
     const pcc_op *prod = &g->ops[g->tensors[gp].producer];
@@ -439,9 +465,16 @@ int layout_sync_steps(const pcc_values *E, int gp, pcc_reshard_step *step) {
     int n = 0;
     for (int a = PCC_AXES - 1; a >= 0; a--) {
         if (made.map[a] != PLAN_SHARD_V) continue;
-        bool scatter = sync_scatters(cur, want, a);
-        if (scatter) cur.map[a] = want.map[a];
-        step[n++] = (pcc_reshard_step){scatter ? PCC_COLL_REDUCE_SCATTER : PCC_COLL_ALL_REDUCE, a, cur};
+        if (cur.map[a] != PLAN_SHARD_V) {
+            if (cur.map[a] == PLAN_SHARD_R) step[n++] = (pcc_reshard_step){PCC_COLL_ALL_REDUCE, 1u << a, cur};
+            continue; // a reduce-scatter's axis, done with the dimension's last
+        }
+        unsigned axes = 0;
+        for (int b = 0; b < PCC_AXES; b++)
+            if (cur.map[b] == PLAN_SHARD_V && want.map[b] == want.map[a]) axes |= 1u << b;
+        for (int b = 0; b < PCC_AXES; b++)
+            if (axes >> b & 1u) cur.map[b] = want.map[b];
+        step[n++] = (pcc_reshard_step){PCC_COLL_REDUCE_SCATTER, axes, cur};
     }
     return n;
 }
@@ -449,8 +482,8 @@ int layout_sync_steps(const pcc_values *E, int gp, pcc_reshard_step *step) {
 /* ---- ZeRO-2 ---- */
 
 bool layout_zero_per_micro_batch(const pcc_strategy *s) {
-    int dp = s->mesh[PCC_AX_DP], v = s->virtual_stages > 1 ? s->virtual_stages : 1;
-    return dp > 1 && ((s->zero == 2 && s->micro_batches > 1) || (s->zero == 3 && v == 1));
+    int v = s->virtual_stages > 1 ? s->virtual_stages : 1;
+    return s->mesh[PCC_AX_DP] * (s->mesh[PCC_AX_CP] > 1 ? s->mesh[PCC_AX_CP] : 1) > 1 && ((s->zero == 2 && s->micro_batches > 1) || (s->zero == 3 && v == 1));
 }
 
 static bool reads_deferred(const pcc_values *E, const pcc_op *op) {

@@ -744,13 +744,13 @@ double reshard_rvd(const pcc_cluster *c, const pcc_graph *g, const pcc_tensor *t
                    const pcc_layout *to, pcc_group_shape grp, pcc_reshard *path);
 // "R2V1D(4,1)" into buf.
 char *layout_str(const pcc_layout *l, int rank, char *buf, size_t n);
-// Phase 3's resharding chain from layout `from` to `to` of a tensor of rank `rank` on the mesh
-// pp x dp x tp: collectives over one axis each (kind: pcc_coll), undoing splits from the least
-// significant axis up, then at most one local slice (kind -1) to what is left. Each step has the
-// layout after it. Returns the count (0 when equal; at most PCC_AXES + 1). Can't fail.
+// Phase 3's resharding chain from layout `from` to `to` of a tensor of rank `rank`: collectives
+// undoing splits from the least significant axis up (a dimension's gathers in a row as one over
+// their axes), then at most one local slice. Returns the count (0 when equal; <= PCC_AXES + 1).
 typedef struct pcc_reshard_step {
-    int kind, axis;
-    plan_shard after;
+    int kind;           // a pcc_coll, or -1: the local slice to what is left
+    unsigned axes;      // the mesh axes (bits) of the collective's group (0: the slice)
+    plan_shard after;   // the layout after the step
 } pcc_reshard_step;
 int reshard_steps(plan_shard from, plan_shard to, int rank, pcc_reshard_step *steps);
 
@@ -1256,7 +1256,7 @@ typedef struct pcc_values {
 // yet (preserve's list).
 pcc_status layout_values(const pcc_graph *g, const pcc_cluster *c, const pcc_strategy *s, const pcc_preserve_opts *o,
                          pcc_values *v);
-// Whether strategy s reduce-scatters each micro-batch's parameter gradients onto the rank's dp
+// Whether strategy s reduce-scatters each micro-batch's parameter gradients onto the rank's ZeRO
 // shard as soon as they are made (ZeRO-2 with several micro-batches, ZeRO-3 without
 // interleaving), on the compute stream, instead of in the step's gradient buckets.
 bool layout_zero_per_micro_batch(const pcc_strategy *s);

@@ -26,7 +26,7 @@
  * groups, ranks).
  *
  * Resharding. Where the buffer that holds a value has another layout than a reader wants,
- * reshard() emits reshard.c's chain (reshard_steps): collectives over one mesh axis at a time,
+ * reshard() emits reshard.c's chain (reshard_steps): collectives over mesh axes,
  * undoing splits from the least significant axis up (all-reduce of partial sums, all-gather of
  * pieces; reduce-scatter and all-to-all where they land directly on the wanted layout), then one
  * local copy that slices what is left. A chain made once is reused by the other readers of the
@@ -304,13 +304,14 @@ static void sync_follows(builder *E, prog *P) {
     P->used_sync = true;
 }
 
-static void coll(builder *E, prog *P, pcc_coll kind, int axis, int stream, int in, int out) {
+// One collective over the mesh axes in `axes` (bits).
+static void coll(builder *E, prog *P, pcc_coll kind, unsigned axes, int stream, int in, int out) {
     int args[2] = {in, out};
     plan_insn *i = insn(E, P, PLAN_I_COLL, stream, args, 2);
     i->code = (uint16_t)kind;
-    i->a = p3_group(E, 1 << axis, stream);
+    i->a = p3_group(E, (int)axes, stream);
     bool ends_with = kind == PCC_COLL_ALL_REDUCE || kind == PCC_COLL_ALL_GATHER || kind == PCC_COLL_BROADCAST;
-    i->t_s = (float)cost_collective_s(E->c, kind, (double)P->buf[ends_with ? out : in].bytes, axis_group(E, axis, 0));
+    i->t_s = (float)cost_collective_s(E->c, kind, (double)P->buf[ends_with ? out : in].bytes, p3_axes_group(E, axes));
     forget(P, out);
 }
 
@@ -349,7 +350,7 @@ static int reshard_on(builder *E, prog *P, int src, plan_shard want, int dst, in
     for (int k = 0; k < n; k++) {
         int nb = k == n - 1 && dst >= 0 ? dst : new_buf(E, P, t, step[k].after, 1, 1, 0);
         if (step[k].kind < 0) copy_on(E, P, b, nb, stream);
-        else coll(E, P, (pcc_coll)step[k].kind, step[k].axis, stream, b, nb);
+        else coll(E, P, (pcc_coll)step[k].kind, step[k].axes, stream, b, nb);
         b = nb;
     }
     if (dst < 0) *VEC_PUSH(E->g->arena, P->cache, P->n_cache, P->cap_cache) = (cache_entry){src, want, b};
@@ -378,11 +379,11 @@ static uint32_t intern_attrs(builder *E, prog *P, const plan_attrs *pa) {
 
 static void sync_grad(builder *E, prog *P, int gp);
 static void zero2_grad(builder *E, prog *P, int gp);
-static void coll_bucket(builder *E, prog *P, pcc_coll kind, int axis, int stream, const int *in, const int *out, int n);
+static void coll_bucket(builder *E, prog *P, pcc_coll kind, unsigned axes, int stream, const int *in, const int *out, int n);
 
 // One step of n resharding chains at once: pair k (unless done[k]) goes from in[k] to out[k] by
 // step[k]. A local step is a copy of its own; the collectives are one instruction (a bucket) per
-// kind, axis and dtype, where the first pair of each was; all on `stream`, with layer_delta d.
+// kind, axes and dtype, where the first pair of each was; all on `stream`, with layer_delta d.
 // Every pair is done after it.
 static void step_buckets(builder *E, prog *P, const pcc_reshard_step *step, const int *in, const int *out, bool *done, int n,
                          int stream, int d) {
@@ -394,13 +395,13 @@ static void step_buckets(builder *E, prog *P, const pcc_reshard_step *step, cons
         } else {
             int m = 0;
             for (int j = k; j < n; j++) {
-                if (done[j] || step[j].kind != step[k].kind || step[j].axis != step[k].axis ||
+                if (done[j] || step[j].kind != step[k].kind || step[j].axes != step[k].axes ||
                     P->buf[out[j]].dtype != P->buf[out[k]].dtype)
                     continue;
                 bi[m] = in[j], bo[m++] = out[j];
                 done[j] = true;
             }
-            coll_bucket(E, P, (pcc_coll)step[k].kind, step[k].axis, stream, bi, bo, m);
+            coll_bucket(E, P, (pcc_coll)step[k].kind, step[k].axes, stream, bi, bo, m);
         }
         done[k] = true;
         P->insn[P->n_insn - 1].layer_delta = (int16_t)d;
@@ -468,7 +469,7 @@ static void prefetch_bufs(builder *E, prog *P, prefetch *e, int slots, int base)
 
 // Stream 1 gathers every listed parameter of the copy at layer_delta d (outside the loop: the
 // loop's first copy) into its buffers of `slots` layer slots from copy `base`, and records. As
-// FSDP's flat parameter: step s of all of them is one collective (a bucket) per kind, axis and
+// FSDP's flat parameter: step s of all of them is one collective (a bucket) per kind, axes and
 // dtype, so a copy pays one collective's latency, not one per parameter.
 static void prefetch_gather(builder *E, prog *P, int slots, int base, int d) {
     if (!P->n_pref) return;
@@ -554,7 +555,7 @@ static int ring_scratch(builder *E, prog *P, int t, uint64_t bytes) {
 // Buffer b passed one step around the ring on `stream`: the buffer that receives the previous rank's.
 static int ring_shift(builder *E, prog *P, int t, int b, int stream) {
     int nb = ring_scratch(E, P, t, P->buf[b].bytes);
-    coll(E, P, PCC_COLL_SHIFT, PCC_AX_CP, stream, b, nb);
+    coll(E, P, PCC_COLL_SHIFT, 1u << PCC_AX_CP, stream, b, nb);
     return nb;
 }
 
@@ -734,10 +735,10 @@ static void sync_grad_local(builder *E, prog *P, int gp) {
             next.map[a] = want.map[a];
             int nb = new_buf(E, P, gp, next, 1, P->buf[hb].layer_slots, P->buf[hb].layer_base);
             P->buf[nb].whole = true;
-            coll(E, P, PCC_COLL_REDUCE_SCATTER, a, STREAM_SYNC, b, nb);
+            coll(E, P, PCC_COLL_REDUCE_SCATTER, 1u << a, STREAM_SYNC, b, nb);
             b = nb;
         } else {
-            coll(E, P, PCC_COLL_ALL_REDUCE, a, STREAM_SYNC, b, b);
+            coll(E, P, PCC_COLL_ALL_REDUCE, 1u << a, STREAM_SYNC, b, b);
         }
     }
     P->home[gp] = b; // the optimizer reads the synchronized gradient
@@ -748,7 +749,7 @@ static void sync_grad_local(builder *E, prog *P, int gp) {
 static bool steps_eq(const pcc_reshard_step *x, int nx, const pcc_reshard_step *y, int ny) {
     if (nx != ny) return false;
     for (int k = 0; k < nx; k++)
-        if (x[k].kind != y[k].kind || x[k].axis != y[k].axis) return false;
+        if (x[k].kind != y[k].kind || x[k].axes != y[k].axes) return false;
     return true;
 }
 
@@ -766,7 +767,7 @@ static void bucket_layout(prog *P, const int *bk, int n) {
 }
 
 // One collective instruction over the pairs (in[j], out[j]): a bucket of n when n > 1.
-static void coll_bucket(builder *E, prog *P, pcc_coll kind, int axis, int stream, const int *in, const int *out, int n) {
+static void coll_bucket(builder *E, prog *P, pcc_coll kind, unsigned axes, int stream, const int *in, const int *out, int n) {
     int *args = arena_alloc(E->g->arena, sizeof(int) * (size_t)(2 * n));
     double bytes = 0;
     bool ends_with = kind == PCC_COLL_ALL_REDUCE || kind == PCC_COLL_ALL_GATHER || kind == PCC_COLL_BROADCAST;
@@ -776,8 +777,8 @@ static void coll_bucket(builder *E, prog *P, pcc_coll kind, int axis, int stream
     }
     plan_insn *i = insn(E, P, PLAN_I_COLL, stream, args, 2 * n);
     i->code = (uint16_t)kind;
-    i->a = p3_group(E, 1 << axis, stream);
-    i->t_s = (float)cost_collective_s(E->c, kind, bytes, axis_group(E, axis, 0));
+    i->a = p3_group(E, (int)axes, stream);
+    i->t_s = (float)cost_collective_s(E->c, kind, bytes, p3_axes_group(E, axes));
     for (int j = 0; j < n; j++) forget(P, out[j]);
 }
 
@@ -805,7 +806,7 @@ static void bucket_flush(builder *E, prog *P) {
             next[j] = new_buf(E, P, P->bucket[j], mine[k].after, 1, hb->layer_slots, hb->layer_base);
             P->buf[next[j]].whole = true;
         }
-        coll_bucket(E, P, (pcc_coll)step[k].kind, step[k].axis, STREAM_SYNC, cur, next, n);
+        coll_bucket(E, P, (pcc_coll)step[k].kind, step[k].axes, STREAM_SYNC, cur, next, n);
         if (step[k].kind == PCC_COLL_REDUCE_SCATTER) bucket_layout(P, next, n);
         memcpy(cur, next, sizeof(int) * (size_t)n);
     }
@@ -1175,7 +1176,7 @@ static void pass_part(builder *E, prog *P, int delta, bool bwd, bool last_mb, in
 
 
 // The updated shards the optimizer left (ZeRO-1 and 2) go into their homes: one collective per
-// kind, axis and dtype over all of them (a block copy's, or a stretch of top-level parameters'),
+// kind, axes and dtype over all of them (a block copy's, or a stretch of top-level parameters'),
 // as Megatron-LM's distributed optimizer and FSDP gather a bucket, not a parameter, at a time.
 // A chain of several steps, or a local one, goes on its own.
 static void post_flush(builder *E, prog *P) {

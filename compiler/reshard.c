@@ -281,11 +281,40 @@ static int chain(plan_shard cur, plan_shard want, const bool *undo_in, bool up, 
             if (w >= 2 && w - 2 != i && extends_prefix(cur, want, w - 2, a)) kind = PCC_COLL_ALL_TO_ALL, next.map[a] = (uint8_t)w;
             else kind = PCC_COLL_ALL_GATHER, next.map[a] = PLAN_SHARD_R;
         }
-        step[n++] = (pcc_reshard_step){(int)kind, a, next};
+        step[n++] = (pcc_reshard_step){(int)kind, 1u << a, next};
         cur = next;
     }
-    if (!shard_eq(cur, want)) step[n++] = (pcc_reshard_step){-1, -1, want}; // the local slice
+    if (!shard_eq(cur, want)) step[n++] = (pcc_reshard_step){-1, 0, want}; // the local slice
     return n;
+}
+
+// The dimension step k gathers (from the layout before it, `before`), -1 if it is not a gather.
+static int gathered_dim(plan_shard before, const pcc_reshard_step *s) {
+    if (s->kind != PCC_COLL_ALL_GATHER) return -1;
+    for (int a = 0; a < PCC_AXES; a++)
+        if (s->axes >> a & 1u) return before.map[a] - 2;
+    return -1;
+}
+
+// Gathers of one dimension that follow one another become one gather over their axes: each undid
+// the innermost split of the dimension, so the group over both axes (the earlier axis the more
+// significant digit of a member's place, as in the mesh's rank order) holds the pieces in the
+// dimension's order (ZeRO's shard of a parameter over dp x cp, gathered whole).
+static int merge_gathers(plan_shard cur, pcc_reshard_step *step, int n) {
+    int m = 0;
+    plan_shard before = cur, last = cur;
+    for (int k = 0; k < n; k++) {
+        int d = gathered_dim(before, &step[k]);
+        if (m > 0 && d >= 0 && gathered_dim(last, &step[m - 1]) == d) {
+            step[m - 1].axes |= step[k].axes;
+            step[m - 1].after = step[k].after;
+        } else {
+            last = before;
+            step[m++] = step[k];
+        }
+        before = step[k].after;
+    }
+    return m;
 }
 
 static int gathers(const pcc_reshard_step *step, int n) {
@@ -318,5 +347,5 @@ int reshard_steps(plan_shard cur, plan_shard want, int rank, pcc_reshard_step *s
         memcpy(step, alt, sizeof *step * (size_t)m);
         n = m;
     }
-    return n;
+    return merge_gathers(cur, step, n);
 }

@@ -165,14 +165,15 @@ static void stages(const pcc_policy *pol, const pcc_layer *L, const double *flop
 // What a byte the ILP counts costs one device of the mesh (pcc_intra_opts): the ILP sees the
 // whole model on the tp group, for the whole batch and one micro-batch, against pp devices'
 // memory. Parameters: weights + gradients + optimizer state, ZeRO sharding the optimizer state
-// (1), gradients (2) and weights (3) over dp. Activations: 1/dp of the batch, times the
+// (1), gradients (2) and weights (3) over dp x cp. Activations: 1/dp of the batch, times the
 // micro-batches a stage keeps in flight (1F1B: up to pp; GPipe: all; no pipeline: one at a time).
 static void memory_scales(const pcc_graph *g, int pp, int dp, int cp, int zero, pcc_pipe_sched sch, pcc_intra_opts *so) {
     pcc_totals t;
     graph_totals(g, &t);
     if (t.bytes_weights <= 0) return;
-    so->param_scale = (t.bytes_weights / (zero >= 3 ? dp : 1) + t.bytes_grads / (zero >= 2 ? dp : 1) +
-                       t.bytes_optim / (zero >= 1 ? dp : 1)) / t.bytes_weights;
+    double zw = (double)dp * cp;
+    so->param_scale = (t.bytes_weights / (zero >= 3 ? zw : 1) + t.bytes_grads / (zero >= 2 ? zw : 1) +
+                       t.bytes_optim / (zero >= 1 ? zw : 1)) / t.bytes_weights;
     int m = g->micro_batches, fly = pp == 1 ? 1 : sch == PCC_PIPE_GPIPE ? m : (pp < m ? pp : m);
     so->act_scale = (double)fly / dp / cp;
 }
@@ -301,7 +302,7 @@ static pcc_status tp_schedule(const pcc_graph *g, const pcc_cluster *c, const pc
     double share = k->budget > 0 ? k->budget : 1;
     pcc_intra_opts so = {.group = {tp, 1}, .memory_bytes = mode == RELAXED ? 1e30 : c->memory_bytes * k->pp * share, .ilp = o->ilp,
                          .quiet = true, .bg_dense = o->bg_dense, .bucket_bytes = o->bucket_bytes};
-    memory_scales(g, k->pp, k->dp, cp, k->dp > 1 ? k->zero : 0, o->schedule ? o->schedule : PCC_PIPE_1F1B, &so);
+    memory_scales(g, k->pp, k->dp, cp, k->dp * cp > 1 ? k->zero : 0, o->schedule ? o->schedule : PCC_PIPE_1F1B, &so);
     so.ilp.progress = false;
     so.ilp.relax_only = mode == PROBE;
     if (o->deadline_s > 0) so.ilp.time_limit_s = fmin(so.ilp.time_limit_s, fmax(0.05, o->deadline_s - clock_cpu_s()));
@@ -317,7 +318,7 @@ static pcc_strategy *make(const pcc_graph *g, const pcc_cluster *c, const pcc_se
     s->config = *k;
     s->micro_batches = g->micro_batches;
     s->schedule = pp == 1 ? PCC_PIPE_GPIPE : o->schedule ? o->schedule : PCC_PIPE_1F1B;
-    s->zero = dp > 1 ? k->zero : 0;
+    s->zero = dp * cp > 1 ? k->zero : 0;
     s->batch_dim = bdim;
     s->seq_dim = cp > 1 ? seq_dim(g) : -1;
     s->bg_dense = o->bg_dense;
@@ -582,13 +583,13 @@ static bool auto_cp_ok(const pcc_space *S, int cp, int tp, int dp, bool ring) {
 }
 
 // Whether configuration k's parameter state alone (weights, gradients, optimizer state, split
-// over tp x pp at best, ZeRO's over dp; whole on every cp rank) fits a device: a cp
+// over tp x pp at best, ZeRO's over dp x cp) fits a device: a cp
 // configuration that does not is left out before its ILP (a bound, not a heuristic).
 static bool cp_state_fits(const pcc_space *S, const pcc_config *k) {
     pcc_totals t;
     graph_totals(S->g, &t);
-    double dp = k->dp, z = k->dp > 1 ? k->zero : 0;
-    double bytes = t.bytes_weights / (z >= 3 ? dp : 1) + t.bytes_grads / (z >= 2 ? dp : 1) + t.bytes_optim / (z >= 1 ? dp : 1);
+    double zw = (double)k->dp * (k->cp > 1 ? k->cp : 1), z = zw > 1 ? k->zero : 0;
+    double bytes = t.bytes_weights / (z >= 3 ? zw : 1) + t.bytes_grads / (z >= 2 ? zw : 1) + t.bytes_optim / (z >= 1 ? zw : 1);
     return bytes / ((double)k->tp * k->pp) <= S->c->memory_bytes;
 }
 
@@ -713,7 +714,7 @@ static void space_enumerate(pcc_space *S) {
                     for (int sp = 0; sp <= (int)sp_ok; sp++)
                         for (int r = 0; r < nrc; r++)
                             for (int v = 0; v <= (int)inter; v++) {
-                                if ((zero == 2 && o->zero != 2) || (zero > o->zero && dp == 1)) continue;
+                                if ((zero == 2 && o->zero != 2) || (zero > o->zero && dp * cp == 1)) continue;
                                 if (o->beat_s > 0 && rcs[r] == PCC_RECOMPUTE_FULL) continue; // driver_coshard's round
                                 pcc_config k = {.pp = pp, .dp = dp, .tp = tp, .v = v ? o->virtual_stages : 1, .zero = zero,
                                                 .cp = cp, .cp_ring = ring, .cp_zigzag = zz, .btp = btp, .sp = sp, .rc = rcs[r]};

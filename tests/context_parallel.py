@@ -30,6 +30,11 @@ picks cp on 4 CPU ranks and the plan passes plan_check; on gpt-tiny-dropout (tes
 dropout along the sequence) at one sequence of 512 tokens it picks the zigzag ring on 4 ranks
 (dropout no longer keeps zigzag out: its masks are drawn by logical positions), and that plan's
 dropouts and their gradients all carry the zigzag's dimension and chunks (attrs i[1] 1, i[3] 2 cp).
+And ZeRO over dp x cp (Megatron-Core's distributed optimizer; --dp 2 --cp 2 with ZeRO 1 and 3, --cp
+4 with ZeRO-3, the ring with ZeRO-2): every optimizer state buffer is cut over both axes along one
+dimension, the gradients summed over both are reduce-scattered on the dp+cp group in one
+collective (not all-reduced over cp first), ZeRO-3 gathers on that group, and the peak is lower
+than without ZeRO.
 """
 import json
 import os
@@ -132,6 +137,28 @@ def zigzag_plan(name, text, shapes, cp):
     return peak
 
 
+def zero_plan(name, text, zero, dp):
+    """ZeRO over dp x cp: every optimizer state buffer is cut over both axes (cp alone where dp is
+    1) along one dimension, and the gradients that are partial sums over them are reduce-scattered
+    in one collective on that group, with no all-reduce of them over cp first. Returns the peak."""
+    tensors, groups, buffers, insns, peak = sp.read_plan(text)
+    axes = "dp+cp" if dp > 1 else "cp"
+    states = [(tensors[t], sh) for t, sh in buffers.values() if re.search(r":[mv]$", tensors[t])]
+    cut = lambda sh: sh.get("cp", "").startswith("d") and (dp == 1 or sh.get("dp") == sh.get("cp"))  # noqa: E731
+    whole = [n for n, sh in states if not cut(sh)]
+    check(f"{name}: all {len(states)} optimizer state buffers are cut over {axes} along one dimension", states and not whole,
+          f"not so: {sorted(set(whole))[:6]}")
+    rs = [i for i in insns if i["name"] == "reduce_scatter" and groups.get(i["group"]) == axes]
+    both = {"dp": "v", "cp": "v"} if dp > 1 else {"cp": "v"}
+    cp_ar = [i for i in insns if i["name"] == "all_reduce" and groups.get(i["group"]) == "cp" and any(buffers[b][1] == both for b in i["in"])]
+    check(f"{name}: the gradients are reduce-scattered on the {axes} group ({len(rs)} collectives), none all-reduced over cp first",
+          len(rs) > 0 and not cp_ar, f"{len(cp_ar)} all-reduces over cp of the sums")
+    if zero == 3:
+        ag = [i for i in insns if i["name"] == "all_gather" and groups.get(i["group"]) == axes and i["phase"] == "fwd"]
+        check(f"{name}: ZeRO-3 gathers the parameters on the {axes} group ({len(ag)} collectives)", len(ag) > 0)
+    return peak
+
+
 def compile_json(plancc, model, cluster, n, *opts):
     p = sp.run(plancc, model, "--cluster", cluster, "--devices", n, *opts, "--json")
     ok = check(f"{os.path.basename(model)} on {n}: {' '.join(map(str, opts))}: compiles", p.returncode == 0, p.stderr.strip()[-300:])
@@ -211,6 +238,17 @@ def main():
                 peak = sp.read_plan(plain)[4]
                 check(f"{name}: peak memory per device {peak_cp} bytes < {peak} without --cp on {n // cp}",
                       peak_cp is not None and peak is not None and peak_cp < peak)
+        # ZeRO over dp x cp (Megatron-Core's distributed optimizer): less memory than over dp alone.
+        for n, mesh, zero in [(4, "--dp 2 --cp 2", 1), (4, "--dp 2 --cp 2", 3), (4, "--cp 4", 3), (4, "--dp 2 --cp 2 --cp-form ring", 2)]:
+            dp = 2 if "--dp 2" in mesh else 1
+            text = sp.plan_text(plancc, plandump, root, tmp, n, f"{mesh} --zero {zero}")
+            plain = sp.plan_text(plancc, plandump, root, tmp, n, mesh)
+            if text is None or plain is None:
+                continue
+            name = f"{n} ranks {mesh} --zero {zero}"
+            peak_z, peak = zero_plan(name, text, zero, dp), sp.read_plan(plain)[4]
+            check(f"{name}: peak memory per device {peak_z} bytes < {peak} without ZeRO",
+                  peak_z is not None and peak is not None and peak_z < peak)
         auto_searches_cp(plancc, root, tmp)
     return summary()
 

@@ -50,7 +50,7 @@ For mlp, gpt-tiny, cnn-small, dlrm-small (dlrm.json with small tables) and resne
 batch norm; or the models named), on 1, 2, 4 and 8 CPU ranks
 (models/clusters/cpu.json), for every strategy family plancc offers (DP, TP, PP with 1F1B and
 GPipe, interleaved 1F1B, DP x TP x PP, ZeRO 1/2/3, full recompute, --auto, Megatron-LM's sequence
-parallelism and context parallelism (--cp in both forms, with dp, tp, pp and ZeRO; --auto's choice of it on a
+parallelism and context parallelism (--cp in both forms, with dp, tp, pp and ZeRO over dp x cp; --auto's choice of it on a
 512-token gpt-tiny) for models with attention, DeepPool's --burst with the cost model's widths
 and with widths given per layer): compile the plan, run 10 steps with planrun's cpu backend, and
 check that
@@ -148,10 +148,11 @@ SEQ = {2: ["--tp 2 --sequence-parallel"],
        8: ["--dp 2 --tp 2 --pp 2 --micro-batches 4 --sequence-parallel --zero 1"]}
 SEQ_QUICK = {2: ["--tp 2 --sequence-parallel"], 4: ["--dp 2 --tp 2 --sequence-parallel"]}
 # Context parallelism (--cp, DeepSpeed-Ulysses' form): the sequence split over cp, attention's heads
-# there instead, all-to-alls between; alone, with dp, tp, pp, sequence parallelism and ZeRO.
-SEQ[2] += ["--cp 2"]
+# there instead, all-to-alls between; alone, with dp, tp, pp, sequence parallelism and ZeRO (which
+# shards over dp x cp, or cp alone: one reduce-scatter over both axes onto each rank's piece).
+SEQ[2] += ["--cp 2", "--cp 2 --zero 1"]
 SEQ[4] += ["--cp 4", "--dp 2 --cp 2", "--cp 2 --tp 2", "--cp 2 --pp 2 --micro-batches 4", "--cp 2 --tp 2 --sequence-parallel",
-           "--dp 2 --cp 2 --zero 1"]
+           "--dp 2 --cp 2 --zero 1", "--dp 2 --cp 2 --zero 3", "--cp 4 --zero 3"]
 SEQ[8] += ["--dp 2 --cp 2 --tp 2"]
 SEQ_QUICK[2] += ["--cp 2"]
 SEQ_QUICK[4] += ["--cp 2 --tp 2"]
@@ -171,7 +172,7 @@ SEQ_QUICK[4] += ["--cp 4 --cp-form ring"]
 ZIGZAG = {2: ["--cp 2 --cp-form zigzag"],
           4: ["--cp 4 --cp-form zigzag", "--dp 2 --cp 2 --cp-form zigzag", "--cp 2 --tp 2 --cp-form zigzag",
               "--cp 2 --pp 2 --micro-batches 4 --cp-form zigzag", "--cp 2 --tp 2 --sequence-parallel --cp-form zigzag",
-              "--cp 4 --cp-form zigzag --recompute full --micro-batches 2"],
+              "--cp 4 --cp-form zigzag --recompute full --micro-batches 2", "--dp 2 --cp 2 --zero 2 --micro-batches 2 --cp-form zigzag"],
           8: ["--dp 2 --cp 4 --cp-form zigzag", "--cp 8 --cp-form zigzag"]}
 for n, opts in ZIGZAG.items():
     SEQ[n] += opts

@@ -41,19 +41,19 @@ static plan_shard sh(int dp, int tp) {
 
 enum { R = PLAN_SHARD_R, V = PLAN_SHARD_V, D0 = PLAN_SHARD_D(0), D1 = PLAN_SHARD_D(1) };
 
-static bool steps_are(plan_shard from, plan_shard to, int n, const int *kinds, const int *axes) {
+static bool steps_are(plan_shard from, plan_shard to, int n, const int *kinds, const unsigned *axes) {
     pcc_reshard_step st[PCC_AXES + 1];
     int got = reshard_steps(from, to, 2, st);
     if (got != n) return false;
     for (int i = 0; i < n; i++)
-        if (st[i].kind != kinds[i] || (kinds[i] >= 0 && st[i].axis != axes[i])) return false;
+        if (st[i].kind != kinds[i] || (kinds[i] >= 0 && st[i].axes != axes[i])) return false;
     return memcmp(st[n - 1].after.map, to.map, sizeof to.map) == 0;
 }
 
 static void single_changes(void) {
     pcc_reshard_step st[PCC_AXES + 1];
     EXPECT(reshard_steps(sh(D0, V), sh(D0, V), 2, st) == 0);
-    int tp = PCC_AX_TP, dp = PCC_AX_DP;
+    unsigned tp = 1u << PCC_AX_TP, dp = 1u << PCC_AX_DP;
     EXPECT(steps_are(sh(R, V), sh(R, R), 1, (int[]){PCC_COLL_ALL_REDUCE}, &tp));
     EXPECT(steps_are(sh(R, D0), sh(R, R), 1, (int[]){PCC_COLL_ALL_GATHER}, &tp));
     EXPECT(steps_are(sh(R, V), sh(R, D1), 1, (int[]){PCC_COLL_REDUCE_SCATTER}, &tp));
@@ -61,14 +61,16 @@ static void single_changes(void) {
     EXPECT(steps_are(sh(R, R), sh(R, D1), 1, (int[]){-1}, &tp));
     EXPECT(steps_are(sh(R, R), sh(R, V), 1, (int[]){-1}, &tp));
     EXPECT(steps_are(sh(V, R), sh(R, R), 1, (int[]){PCC_COLL_ALL_REDUCE}, &dp));
-    // Two axes on one dimension: the less significant (tp) is undone first.
-    EXPECT(steps_are(sh(D0, D0), sh(R, D0), 3, (int[]){PCC_COLL_ALL_GATHER, PCC_COLL_ALL_GATHER, -1}, (int[]){tp, dp, 0}));
+    // Two axes on one dimension: the less significant (tp) is undone first; gathered whole, the
+    // two gathers are one over both axes (dp the more significant digit of a member's piece).
+    EXPECT(steps_are(sh(D0, D0), sh(R, D0), 2, (int[]){PCC_COLL_ALL_GATHER, -1}, (unsigned[]){dp | tp, 0}));
+    EXPECT(steps_are(sh(D0, D0), sh(R, R), 1, (int[]){PCC_COLL_ALL_GATHER}, (unsigned[]){dp | tp}));
     EXPECT(steps_are(sh(D0, D0), sh(D0, R), 1, (int[]){PCC_COLL_ALL_GATHER}, &tp));
-    EXPECT(steps_are(sh(V, V), sh(R, R), 2, (int[]){PCC_COLL_ALL_REDUCE, PCC_COLL_ALL_REDUCE}, (int[]){tp, dp}));
+    EXPECT(steps_are(sh(V, V), sh(R, R), 2, (int[]){PCC_COLL_ALL_REDUCE, PCC_COLL_ALL_REDUCE}, (unsigned[]){tp, dp}));
     EXPECT(steps_are(sh(V, R), sh(D0, R), 1, (int[]){PCC_COLL_REDUCE_SCATTER}, &dp));
     // dp's split undone first where that leaves tp's an all-to-all, not a gather and a slice
     // (ZeRO-3's shard of a tied embedding read by the LM head split along the vocabulary).
-    EXPECT(steps_are(sh(D0, D1), sh(R, D0), 2, (int[]){PCC_COLL_ALL_GATHER, PCC_COLL_ALL_TO_ALL}, (int[]){dp, tp}));
+    EXPECT(steps_are(sh(D0, D1), sh(R, D0), 2, (int[]){PCC_COLL_ALL_GATHER, PCC_COLL_ALL_TO_ALL}, (unsigned[]){dp, tp}));
 }
 
 // A rank's view of a [4, 4] tensor on dp 2 x tp 2 (pp 1): the value of each element it holds
@@ -113,9 +115,9 @@ static void start(plan_shard s, view *r) {
     }
 }
 
-static bool same_group(int a, int b, int axis) {
+static bool same_group(int a, int b, unsigned axes) {
     for (int x = 0; x < PCC_AXES; x++)
-        if (x != axis && coord(a, x) != coord(b, x)) return false;
+        if (!(axes >> x & 1u) && coord(a, x) != coord(b, x)) return false;
     return true;
 }
 
@@ -130,7 +132,7 @@ static bool apply(const pcc_reshard_step *st, plan_shard from, view *r) {
                 double x = 0;
                 if (st->kind >= 0) {
                     for (int p = 0; p < RANKS; p++)
-                        if (same_group(k, p, st->axis)) x += r[p].v[i][j];
+                        if (same_group(k, p, st->axes)) x += r[p].v[i][j];
                 } else {
                     x = r[k].v[i][j];
                     if (!holds(from, k, i, j) && holds(st->after, k, i, j)) return false; // not inside its piece

@@ -197,6 +197,24 @@ static void test_shape_messages(void) {
     arena_free(a);
 }
 
+// No two tensors of a block (or of the top level) have one name after autodiff, even where a
+// forward operator reads one tensor twice (mixtral-routed-tiny's concat(mul_7, mul_7): the
+// split that is its gradient makes two gradients of mul_7).
+static void test_grad_names_unique(void) {
+    pcc_arena *a = arena_init();
+    pcc_graph *g = load(a, "../tests/models/mixtral-routed-tiny.json");
+    EXPECT(g != NULL);
+    if (!g) return;
+    int same = 0;
+    for (int t = 0; t < g->n_tensors; t++)
+        for (int u = t + 1; u < g->n_tensors; u++)
+            if (g->tensors[t].block == g->tensors[u].block && strcmp(g->tensors[t].name, g->tensors[u].name) == 0) {
+                if (same++ < 3) fprintf(stderr, "tensors %d and %d are both \"%s\"\n", t, u, g->tensors[t].name);
+            }
+    EXPECT(same == 0);
+    arena_free(a);
+}
+
 int main(int argc, char **argv) {
     root = argc > 1 ? argv[1] : ".";
     test_arena_symtab();
@@ -205,5 +223,6 @@ int main(int argc, char **argv) {
     test_gpt_blocks();
     test_repeat_invariance();
     test_shape_messages();
+    test_grad_names_unique();
     return test_summary();
 }

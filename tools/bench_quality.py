@@ -267,11 +267,12 @@ class Bench:
             for form in ("zigzag", "ring", "ulysses") if cp > 1 else ("",):
                 extra = ["--cp", str(cp), "--cp-form", form] if cp > 1 else []
                 out += [dict(c, cp=cp, args=c["args"] + extra) for c in self.mesh_configs(row, f, row["gpus"] // cp, tps, pps, variants, mbs,
-                                                                                           sequence_parallel)]
+                                                                                           sequence_parallel, cp)]
         return out
 
-    def mesh_configs(self, row, f, N, tps, pps, variants, mbs, sequence_parallel):
-        """The grid over N devices (those of one cp rank's share)."""
+    def mesh_configs(self, row, f, N, tps, pps, variants, mbs, sequence_parallel, cp=1):
+        """The grid over N devices (those of one cp rank's share). ZeRO where dp x cp > 1: it
+        shards over both, as Megatron-Core's distributed optimizer does."""
         G = row["G"]
         out = []
         for tp in tps:
@@ -294,7 +295,7 @@ class Bench:
                 sps = [[], ["--sequence-parallel"]] if sp_ok else [[]]
                 for mb in mbs or self.micro_sizes(G, dp):
                     for rc, z in variants:
-                        if z and dp == 1:
+                        if z and dp * cp == 1:
                             continue
                         for sp in sps:
                             out.append({"B": mb * dp, "M": G // (mb * dp), "mb": mb, "mesh": (pp, dp, tp), "rc": rc,
