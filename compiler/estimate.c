@@ -45,7 +45,7 @@ typedef struct est {
     int dp, tp, pp, v, m, nf; // nf: forward ops
     int cp;                   // context parallelism (1: none): the sequence split cp ways
     int zw;                   // ZeRO's shards: dp x cp with ZeRO (layout.c's zero_shard), else 1
-    pcc_group_shape zg;       // ... and their group: ZeRO's collectives
+    pcc_group_shape zg;       // the dp x cp group: ZeRO's collectives, and the all-reduce of sums over both
     pcc_graph gv;             // g with one data-parallel replica's batch
     bool *dpd;                // per model dimension: some op's dp letter cuts it (the batch, or one made of it)
     int ***ways;              // per forward op, per operand, per axis: the ways it is split on a device
@@ -463,11 +463,12 @@ static void est_param(est *E, int p, int i, int d, const pcc_op *opt) {
     const pcc_cluster *c = E->view[d];
     double launch = cost_launch_s(c);
     int zero = E->s->zero, zw = E->zw;
-    // ZeRO reduce-scatters over dp x cp at once (its sums over cp included); else all-reduces
-    // over cp, then over dp.
+    // ZeRO reduce-scatters over dp x cp at once (its sums over cp included); else an all-reduce
+    // over dp x cp of sums over both, over the one axis of a sum over one (layout_sync_steps).
+    bool cps = est_cp_partial(E, i);
     if (bucketed && zw > 1) E->sync[d] += cost_bucketed_s(c, PCC_COLL_REDUCE_SCATTER, bytes, pool, cap, E->zg);
-    if (bucketed && zw == 1 && est_cp_partial(E, i)) E->sync[d] += cost_bucketed_s(c, PCC_COLL_ALL_REDUCE, bytes, pool, cap, cpg);
-    if (bucketed && zw == 1 && E->dp > 1) E->sync[d] += cost_bucketed_s(c, PCC_COLL_ALL_REDUCE, bytes, pool, cap, dpg);
+    else if (bucketed && (cps || E->dp > 1))
+        E->sync[d] += cost_bucketed_s(c, PCC_COLL_ALL_REDUCE, bytes, pool, cap, cps && E->dp > 1 ? E->zg : cps ? cpg : dpg);
     if (zw > 1) {
         // Reduce-scattered per micro-batch (preserve.c's zero2_grad), and summed into the shard. A
         // block copy's together on stream 1, behind the compute (est_step); the others (and a
@@ -599,8 +600,8 @@ static void est_last_bucket(est *E) {
         const pcc_cluster *c = E->view[d];
         double launch = cost_launch_s(c);
         if (E->zw > 1) E->last[d] += cost_collective_s(c, PCC_COLL_REDUCE_SCATTER, last, E->zg) + launch;
-        if (E->zw == 1 && E->dp > 1) E->last[d] += cost_collective_s(c, PCC_COLL_ALL_REDUCE, last, dpg) + launch;
-        if (E->zw == 1 && E->cp > 1) E->last[d] += cost_collective_s(c, PCC_COLL_ALL_REDUCE, last, cpg) + launch;
+        else if (E->dp > 1 || E->cp > 1)
+            E->last[d] += cost_collective_s(c, PCC_COLL_ALL_REDUCE, last, E->dp > 1 && E->cp > 1 ? E->zg : E->dp > 1 ? dpg : cpg) + launch;
         if (last_r > 1) E->last[d] += cost_collective_s(c, PCC_COLL_ALL_REDUCE, last, (pcc_group_shape){last_r, 1}) + launch;
     }
 }

@@ -452,7 +452,7 @@ static pcc_status background_params(pcc_values *E) {
 
 // The collectives that synchronize gradient gp, from the layout its producer leaves to the one
 // its optimizer wants, from the last axis down: where it sums and the optimizer wants the whole
-// sum, an all-reduce in place over the axis; where it keeps its partial sums (layouts_params:
+// sum, an all-reduce in place over the axis (over dp and cp at once where both); where it keeps its partial sums (layouts_params:
 // sync_scatter_axes), a reduce-scatter onto the optimizer's shard over all the axes that split
 // the same dimension (ZeRO's dp x cp), at the last of them.
 int layout_sync_steps(const pcc_values *E, int gp, pcc_reshard_step *step) {
@@ -463,10 +463,15 @@ int layout_sync_steps(const pcc_values *E, int gp, pcc_reshard_step *step) {
     plan_shard made = E->sh[g->tensors[gp].producer][prod->nin + oi], want = E->opt_sh[g->tensors[gp].of];
     plan_shard cur = E->home_sh[gp];
     int n = 0;
+    // dp and cp both summed whole: one all-reduce over the two (Megatron-Core's data-parallel
+    // group with context parallelism), at cp.
+    bool both = made.map[PCC_AX_DP] == PLAN_SHARD_V && made.map[PCC_AX_CP] == PLAN_SHARD_V &&
+                cur.map[PCC_AX_DP] == PLAN_SHARD_R && cur.map[PCC_AX_CP] == PLAN_SHARD_R;
     for (int a = PCC_AXES - 1; a >= 0; a--) {
-        if (made.map[a] != PLAN_SHARD_V) continue;
+        if (made.map[a] != PLAN_SHARD_V || (both && a == PCC_AX_DP)) continue;
         if (cur.map[a] != PLAN_SHARD_V) {
-            if (cur.map[a] == PLAN_SHARD_R) step[n++] = (pcc_reshard_step){PCC_COLL_ALL_REDUCE, 1u << a, cur};
+            unsigned axes = both && a == PCC_AX_CP ? 1u << PCC_AX_DP | 1u << PCC_AX_CP : 1u << a;
+            if (cur.map[a] == PLAN_SHARD_R) step[n++] = (pcc_reshard_step){PCC_COLL_ALL_REDUCE, axes, cur};
             continue; // a reduce-scatter's axis, done with the dimension's last
         }
         unsigned axes = 0;

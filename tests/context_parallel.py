@@ -30,6 +30,8 @@ picks cp on 4 CPU ranks and the plan passes plan_check; on gpt-tiny-dropout (tes
 dropout along the sequence) at one sequence of 512 tokens it picks the zigzag ring on 4 ranks
 (dropout no longer keeps zigzag out: its masks are drawn by logical positions), and that plan's
 dropouts and their gradients all carry the zigzag's dimension and chunks (attrs i[1] 1, i[3] 2 cp).
+Without ZeRO (--dp 2 --cp 2, both forms), the gradients summed over dp and cp are all-reduced in
+one collective on the dp+cp group, as Megatron-Core's data-parallel group with context parallelism.
 And ZeRO over dp x cp (Megatron-Core's distributed optimizer; --dp 2 --cp 2 with ZeRO 1 and 3, --cp
 4 with ZeRO-3, the ring with ZeRO-2): every optimizer state buffer is cut over both axes along one
 dimension, the gradients summed over both are reduce-scattered on the dp+cp group in one
@@ -61,7 +63,7 @@ def cp_plan(name, text, shapes, cp):
     tensors, groups, buffers, insns, peak = sp.read_plan(text)
     check(f"{name}: the mesh has a cp axis of {cp}", re.search(rf"^mesh .*\bcp {cp}\b", text, re.M) is not None)
     check(f"{name}: the plan records --cp {cp}", re.search(rf'^options ".*--cp {cp}\b', text, re.M) is not None)
-    cpg = {g for g, axes in groups.items() if axes == "cp"}
+    cpg = {g for g, axes in groups.items() if "cp" in axes.split("+")}
     fwd = [i for i in insns if i["phase"] == "fwd"]
     bwd = [i for i in insns if i["phase"] == "bwd"]
     ops = [i for i in fwd if i["kind"] == "compute" and i["name"] != "attention"]
@@ -93,7 +95,7 @@ def ring_plan(name, text, shapes, cp, form="ring"):
     ring again, cp gradient steps, and the shifts of k, v, dk and dv (dk and dv home once more)."""
     tensors, groups, buffers, insns, peak = sp.read_plan(text)
     check(f"{name}: the plan records --cp {cp} --cp-form {form}", re.search(rf'^options ".*--cp {cp} --cp-form {form}\b', text, re.M) is not None)
-    cpg = {g for g, axes in groups.items() if axes == "cp"}
+    cpg = {g for g, axes in groups.items() if "cp" in axes.split("+")}
     fwd = [i for i in insns if i["phase"] == "fwd"]
     bwd = [i for i in insns if i["phase"] == "bwd"]
     ops = [i for i in fwd if i["kind"] == "compute" and i["name"] != "attention_block"]
@@ -238,6 +240,17 @@ def main():
                 peak = sp.read_plan(plain)[4]
                 check(f"{name}: peak memory per device {peak_cp} bytes < {peak} without --cp on {n // cp}",
                       peak_cp is not None and peak is not None and peak_cp < peak)
+        # Without ZeRO, gradients summed over dp and cp: one all-reduce on the dp x cp group.
+        for form in ("", " --cp-form ring"):
+            text = sp.plan_text(plancc, plandump, root, tmp, 4, "--dp 2 --cp 2" + form)
+            if text is not None:
+                tensors, groups, buffers, insns, _ = sp.read_plan(text)
+                ars = [i for i in insns if i["name"] == "all_reduce"]
+                both = [i for i in ars if groups.get(i["group"]) == "dp+cp"]
+                seen = [b for i in ars for b in i["in"]]
+                twice = sorted({tensors[buffers[b][0]] for b in seen if seen.count(b) > 1})
+                check(f"4 ranks --dp 2 --cp 2{form}: the gradients summed over dp and cp are all-reduced in one collective on "
+                      f"the dp+cp group ({len(both)} collectives), none twice", both and not twice, f"all-reduced twice: {twice[:6]}")
         # ZeRO over dp x cp (Megatron-Core's distributed optimizer): less memory than over dp alone.
         for n, mesh, zero in [(4, "--dp 2 --cp 2", 1), (4, "--dp 2 --cp 2", 3), (4, "--cp 4", 3), (4, "--dp 2 --cp 2 --cp-form ring", 2)]:
             dp = 2 if "--dp 2" in mesh else 1
