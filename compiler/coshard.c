@@ -25,9 +25,10 @@
  * rule that selects an operator holds it, as for every pin); the letter, when not given, is the
  * one whose pieces an input already has (a chain), else a non-reduction letter no parameter
  * carries, else any, the largest first; never the batch (data parallelism's) or a letter the
- * annotation marks unsplittable, and only where k divides its size. A dimension a reshape made
- * of the batch (Swin's windows, graph_batch_dims) comes last: dp cuts it as it cuts the batch,
- * and pieces along it would run whole on every replica (no dp letter of their own).
+ * annotation marks unsplittable, and only where k divides its size on every operand (a
+ * reshape's letter joins dimensions of two sizes). A dimension a reshape made of the batch
+ * (Swin's windows, graph_batch_dims) comes last: dp cuts it as it cuts the batch, and pieces
+ * along it would run whole on every replica (no dp letter of their own).
  *
  * Limits: operators that draw random numbers (dropout) would draw another stream per piece and
  * are refused; so is a cross-entropy with an ignore_index (its mean counts rows per piece).
