@@ -25,9 +25,10 @@
  * rule that selects an operator holds it, as for every pin); the letter, when not given, is the
  * one whose pieces an input already has (a chain), else a non-reduction letter no parameter
  * carries, else any, the largest first; never the batch (data parallelism's) or a letter the
- * annotation marks unsplittable, and only where k divides its size. A dimension a reshape made
- * of the batch (Swin's windows, graph_batch_dims) comes last: dp cuts it as it cuts the batch,
- * and pieces along it would run whole on every replica (no dp letter of their own).
+ * annotation marks unsplittable, and only where k divides its size on every operand (a
+ * reshape's letter joins dimensions of two sizes). A dimension a reshape made of the batch
+ * (Swin's windows, graph_batch_dims) comes last: dp cuts it as it cuts the batch, and pieces
+ * along it would run whole on every replica (no dp letter of their own).
  *
  * Limits: operators that draw random numbers (dropout) would draw another stream per piece and
  * are refused; so is a cross-entropy with an ignore_index (its mean counts rows per piece).
@@ -147,6 +148,13 @@ static const char *refuse(const pcc_graph *g, const pcc_op *op, const pcc_letter
     if (l->nosplit) return "the annotation marks it unsplittable";
     if (l->dim == graph_batch_dim(g)) return "it is the batch, data parallelism's";
     if (g->dims[l->dim].size % ((int64_t)k * l->grain) != 0) return "its size does not divide";
+    // Along every operand the letter runs on: a reshape's letter joins an input dimension to an
+    // output's of another size (Mixtral's experts, 8, major in a merged 8 x 14336).
+    for (int i = 0; i < op->nin + op->nout; i++) {
+        const pcc_tensor *t = &g->tensors[i < op->nin ? op->in[i] : op->out[i - op->nin]];
+        if (l->axis[i] >= 0 && g->dims[t->dims[(int)l->axis[i]]].size % ((int64_t)k * l->grain) != 0)
+            return "its size on an operand does not divide";
+    }
     for (int j = 0; j < op->nout; j++)
         if (l->axis[op->nin + j] < 0 && !l->reduce) return "an output lacks it";
     if (l->reduce && !(pcc_ops[op->kind].flags & (PCC_OPF_MATMUL | PCC_OPF_LOSS)))

@@ -47,6 +47,25 @@ static pcc_status check_output(const char *out) {
     return PCC_ERR_OUTPUT;
 }
 
+// Whether the model's parameter state (weights, gradients, optimizer state) could fit at all: no
+// plan holds less of it per device than its share sharded over every device (ZeRO-3 over all of
+// them), so where that share exceeds the largest device's memory nothing fits, and the search,
+// which would have to prove it configuration by configuration, is not run. PCC_ERR_INFEASIBLE
+// with the device count it would take.
+static pcc_status state_fits(const pcc_graph *g, const pcc_cluster *c) {
+    pcc_totals t;
+    graph_totals(g, &t);
+    double state = t.bytes_weights + t.bytes_grads + t.bytes_optim, mem = c->memory_bytes;
+    for (int i = 0; c->groups && i < c->n_groups; i++) mem = fmax(mem, c->groups[i].memory_bytes);
+    if (state / c->n_devices <= mem) return PCC_OK;
+    char all[32], each[32], have[32];
+    fprintf(stderr, "plancc: %s: does not fit: its parameters, gradients and optimizer state are %s, %s per device even "
+                    "sharded over all %d devices (ZeRO-3 over every one), and a %s has %s: use at least %.0f devices "
+                    "(--nodes, --devices)\n", g->file, fmt_bytes(all, sizeof all, state), fmt_bytes(each, sizeof each, state / c->n_devices),
+            c->n_devices, c->device_name, fmt_bytes(have, sizeof have, mem), ceil(state / mem));
+    return PCC_ERR_INFEASIBLE;
+}
+
 // --burst: a phase 2 (every layer's width) and a phase 3 (its programs) of its own, burst.c's;
 // the memory planner, the emitter and the verifier as for any plan.
 static pcc_status compile_burst(pcc_arena *a, const pcc_graph *g, const pcc_cluster *c, const pcc_options *o) {
@@ -165,6 +184,7 @@ static pcc_status compile(pcc_options *op) {
     if (!st && o.cluster) st = cluster_load(a, o.cluster, o.nodes, o.devices, &c);
     if (!st && c) cluster_set_tf32(c, o.tf32);
     if (!st && o.check) report_print_cluster(stdout, g, c, &o.report);          // --check: the model's figures
+    if (!st && c && options_runs(&o, 2)) st = state_fits(g, c);                // hopeless before any search
     if (!st && o.burst) st = compile_burst(a, g, c, &o);                        // DeepPool's burst parallelism
     if (!st && driver_searches_micro_batches(&o)) st = driver_micro_batches(a, &o, c, &g);
     if (st || o.burst || !options_runs(&o, 1)) return finish(a, &e, st);

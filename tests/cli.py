@@ -289,6 +289,16 @@ check("-d ts prints candidates and the schedule", p.returncode == 0 and "transfo
 p = run("--check", "-q", "models/gpt3-175b.json", "--cluster", "models/clusters/dgx-a100.json", "--devices", "8", "-d", "s")
 check("GPT-3 on 8 GPUs does not fit: exit 3 with what it needs", p.returncode == 3 and "does not fit" in p.stderr
       and "per device" in p.stderr, p)
+# Its parameter state alone (2.54 TiB) cannot fit 8 devices even sharded over all: said before any
+# search, with the device count it would take (2.54 TiB over 74.51 GiB: 35).
+p = run("-q", "models/gpt3-175b.json", "--cluster", "models/clusters/dgx-a100.json", "--devices", "8", "--estimate-only")
+check("GPT-3 on 8 GPUs: its state does not fit even sharded over all 8, at least 35 devices", p.returncode == 3
+      and "parameters, gradients and optimizer state are 2.54 TiB" in p.stderr and "use at least 35 devices" in p.stderr
+      and "phase 2" not in p.stderr, p)
+p = run("-q", "models/gpt3-175b.json", "--cluster", "models/clusters/dgx-a100.json", "--devices", "64", "--dp", "8", "--tp", "8",
+        "--estimate-only")
+check("GPT-3 on 64 GPUs: the state fits sharded, so the search says what the plan needs", p.returncode == 3
+      and "the smallest plan needs" in p.stderr and "optimizer state are" not in p.stderr, p)
 # --sync: each bad value exits 2 with a message that quotes it and names what is wrong.
 for bad, why in [("sometimes", "not allreduce and not background"), ("background:", "needs algo="),
                  ("background:algo=sgd", "algo wants ma, easgd or bmuf"), ("background:algo=ma,period=0", "period wants"),

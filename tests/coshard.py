@@ -165,7 +165,9 @@ def main():
         # Bad requests: exit 2, naming the request.
         for spec, why in [("logits", "not GLOB:K or GLOB:K:LETTER"), ("logits:1", "not GLOB:K"), ("nope:2", "selects no operator"),
                           ("logits:2:zz", 'has no letter "zz"'), ("layer.o4:2:s", "the annotation marks it unsplittable"),
-                          ("loss:2:b.0", "it is the batch"), ("layer.f:3", "has no letter that splits 3 ways")]:
+                          ("loss:2:b.0", "it is the batch"), ("layer.f:3", "has no letter that splits 3 ways"),
+                          # the reshape's letter runs from H (64) into N (4): 8 pieces of N are none
+                          ("layer.q4:8:g2.0", "its size on an operand does not divide")]:
             p = run(plancc, os.path.join(root, "models", "gpt-tiny.json"), "--cluster", cpu, "--coshard", spec, "-o", plan)
             check(f"--coshard {spec}: exit 2, {why}", p.returncode == 2 and f'plancc: --coshard "{spec}": ' in p.stderr and
                   why in p.stderr and len(p.stderr.splitlines()) == 1, p.stderr)
