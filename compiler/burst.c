@@ -664,7 +664,7 @@ pcc_programs *burst_programs(const pcc_graph *g, const pcc_cluster *c, const pcc
         bprogram(&E, &P);
         out->prog[k] = (pcc_program){.name = arena_printf(g->arena, "burst%d+", 1 << k), .buf = P.buf, .n_buf = P.n_buf,
                                      .insn = P.insn, .n_insn = P.n_insn, .args = P.args, .n_args = P.n_args,
-                                     .attrs = P.attrs, .n_attrs = P.n_attrs, .sync = P.used_sync};
+                                     .attrs = P.attrs, .n_attrs = P.n_attrs, .streams = P.used_sync ? 2 : 1};
     }
     burst_meta(g, b, &out->meta);
     out->n_groups = E.n_groups;

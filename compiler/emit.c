@@ -123,14 +123,14 @@ static plan_buffer *emit_buffers(plan *p, const pcc_mbuf *buf, int n_buf) {
     return out;
 }
 
-static void emit_program(plan *p, plan_program *pr, const char *name, uint64_t arena, bool sync, const pcc_mbuf *buf, int n_buf,
+static void emit_program(plan *p, plan_program *pr, const char *name, uint64_t arena, int streams, const pcc_mbuf *buf, int n_buf,
                   const plan_insn *insn, int n_insn, const uint32_t *args, int n_args, const plan_attrs *attrs, int n_attrs) {
     pr->name = emit_strdup(p, name);
     pr->arena_bytes = arena;
-    pr->n_streams = sync ? 2 : 1;
-    pr->priority[1] = sync ? -1 : 0;
+    pr->n_streams = (uint32_t)streams;
+    for (int s = 1; s < streams; s++) pr->priority[s] = -1; // communication ahead of compute
     uint32_t used = plan_insns_events(insn, (uint32_t)n_insn); // 3 where ZeRO-3 gathers ahead (preserve.c's EV_PREFETCH)
-    pr->n_events = sync && used < 2 ? 2 : used;
+    pr->n_events = streams > 1 && used < 2 ? 2 : used;
     pr->n_buffers = (uint32_t)n_buf;
     pr->buffers = emit_buffers(p, buf, n_buf);
     pr->n_insns = (uint32_t)n_insn;
@@ -190,7 +190,7 @@ void emit_plan(const pcc_graph *g, const pcc_cluster *c, const pcc_programs *pr,
     p->programs = plan_alloc(p, sizeof(plan_program) * (size_t)pr->n);
     for (int k = 0; k < pr->n; k++) {
         const pcc_program *q = &pr->prog[k];
-        emit_program(p, &p->programs[k], q->name, q->arena, q->sync, q->buf, q->n_buf, q->insn, q->n_insn, q->args, q->n_args,
+        emit_program(p, &p->programs[k], q->name, q->arena, q->streams, q->buf, q->n_buf, q->insn, q->n_insn, q->args, q->n_args,
                      q->attrs, q->n_attrs);
     }
     if (!pr->bg) return;

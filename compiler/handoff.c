@@ -153,7 +153,7 @@ static pcc_programs *hand_off(builder *E, prog *P) {
         const prog *Q = &P[st];
         *q = (pcc_program){.name = arena_printf(g->arena, "stage%d", st), .buf = Q->buf, .n_buf = Q->n_buf, .insn = Q->insn,
                            .n_insn = Q->n_insn, .args = Q->args, .n_args = Q->n_args, .attrs = Q->attrs, .n_attrs = Q->n_attrs,
-                           .sync = Q->used_sync};
+                           .streams = Q->used_ring ? 3 : Q->used_sync ? 2 : 1};
     }
     if (E->v->bg) {
         out->bg = E->v->bg;

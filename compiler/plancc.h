@@ -1189,7 +1189,7 @@ typedef struct pcc_program {
     plan_insn *insn;    int n_insn;
     uint32_t *args;     int n_args;
     plan_attrs *attrs;  int n_attrs;
-    bool sync;                  // uses a second stream and two events (the gradient synchronization's)
+    int streams;                // 1; 2 with the gradient synchronization's (and its events); 3 with ring attention's
     pcc_bg_param *bg;   int n_bg; // --sync background: the dense params its background round averages
     uint64_t arena;             // the memory planner's: the arena's bytes (the exact peak) ...
     uint64_t live_bound;        // ... and the most bytes live at one instruction (a lower bound)

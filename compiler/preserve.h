@@ -11,9 +11,12 @@
 #define STREAM_MAIN 0
 #define STREAM_SYNC 1
 #define STREAM_BG 2     // the background program's (bgsync.c), where --sync background asks for one
+#define STREAM_RING 2   // ring attention's k/v shifts (never with --sync background, which refuses --cp)
 #define EV_GRAD 0
 #define EV_SYNCED 1
 #define EV_PREFETCH 2 // ZeRO-3's gathers of the next block copy's parameters
+#define EV_RING_GO 3  // the compute stream reached a ring step: the ring stream may shift
+#define EV_RING 4     // the ring stream's shift is done
 // Message tags of interleaved plans (plain ones use 0 only): the forward pass's activations, the
 // backward pass's gradients, the gradient contributions summed once per step, the parameters
 // shared after the optimizer. On each pair of devices, the messages of one tag are sent and
@@ -53,6 +56,7 @@ typedef struct prog {
     int ***chunk_carry; //   ... and its carry registers
     cache_entry *cache; int n_cache, cap_cache;
     bool used_sync;
+    bool used_ring;     // ring attention's shifts on STREAM_RING
     bool sharding;      // ZeRO-3: gradient reduce-scatters on stream 1 that stream 0 has not yet waited for
     bool rs_loop;       // ZeRO-2/3: a layer loop whose copies reduce-scatter behind the compute (zero2_flush)
     int *zpend;         int n_zpend, cap_zpend; // ZeRO-2/3: the block copy's final gradients, synchronized at its end

@@ -19,7 +19,7 @@ whole on every cp rank), attention split along S (wrong: every query reads every
 whole, an all-to-all missing or onto the wrong dimension, gradients not summed over cp, the
 memory saving lost. The numerics are the equivalence suite's (tests/equiv.py, SEQ).
 With --cp-form ring (--cp 2, --cp 4, --dp 2 --cp 2), ring_plan's checks: no all-to-all or
-all-gather on cp, the ring's steps and shifts counted, the weight gradients all-reduced over cp,
+all-gather on cp, the ring's steps and shifts counted, the k/v shifts on a stream of their own, the weight gradients all-reduced over cp,
 and the memory saving. With --cp-form zigzag (those and --cp 2 --tp 2) the same, and the order:
 the inputs along the sequence, and nothing else, carry zigzag of 2 cp chunks, and every ring step
 masks by them (attrs i[3]).
@@ -109,6 +109,8 @@ def ring_plan(name, text, shapes, cp, form="ring"):
     check(f"{name}: the forward attention is {cp} ring steps on the rank's piece of q", len(steps) == cp and own, f"{len(steps)} steps")
     shifts = [i for i in fwd if i["kind"] == "coll" and i["name"] == "shift" and i["group"] in cpg]
     check(f"{name}: the forward ring shifts k and v {cp - 1} times", len(shifts) == 2 * (cp - 1), f"{len(shifts)} shifts")
+    check(f"{name}: the ring's k/v shifts run on a stream of their own, not behind ZeRO's and the gradients' on stream 1",
+          shifts and all(i["stream"] == 2 for i in shifts), str(sorted({i["stream"] for i in shifts})))
     grads = [i for i in bwd if i["kind"] == "compute" and i["name"] == "attention_block_grad"]
     again = [i for i in bwd if i["kind"] == "compute" and i["name"] == "attention_block"]
     bshifts = [i for i in bwd if i["kind"] == "coll" and i["name"] == "shift" and i["group"] in cpg]

@@ -62,9 +62,9 @@ def read_plan(text):
                 continue
             shard = dict(kv.split("=") for kv in (m[3] or "").split())
             buffers[int(m[1])] = (int(m[2]), shard)
-        elif m := re.match(r"\s*\d+:\s+(compute|coll) (\S+) s\d+ (?:group (\d+) )?args ([\d,]+) -> ([\d,]+) .*phase=(\w+)", line):
-            insns.append({"kind": m[1], "name": m[2], "group": int(m[3]) if m[3] else None,
-                          "in": [int(x) for x in m[4].split(",")], "out": [int(x) for x in m[5].split(",")], "phase": m[6]})
+        elif m := re.match(r"\s*\d+:\s+(compute|coll) (\S+) s(\d+) (?:group (\d+) )?args ([\d,]+) -> ([\d,]+) .*phase=(\w+)", line):
+            insns.append({"kind": m[1], "name": m[2], "stream": int(m[3]), "group": int(m[4]) if m[4] else None,
+                          "in": [int(x) for x in m[5].split(",")], "out": [int(x) for x in m[6].split(",")], "phase": m[7]})
         elif m := re.match(r"estimate .*peak_bytes (\d+)", line):
             peak = int(m[1])
         elif line.startswith("program 1"):
