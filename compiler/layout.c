@@ -452,9 +452,9 @@ static pcc_status background_params(pcc_values *E) {
 
 // The collectives that synchronize gradient gp, from the layout its producer leaves to the one
 // its optimizer wants, from the last axis down: where it sums and the optimizer wants the whole
-// sum, an all-reduce in place over the axis (over dp and cp at once where both); where it keeps its partial sums (layouts_params:
-// sync_scatter_axes), a reduce-scatter onto the optimizer's shard over all the axes that split
-// the same dimension (ZeRO's dp x cp), at the last of them.
+// sum, an all-reduce in place over the axis (over dp and cp at once where both); where it keeps
+// its partial sums (layouts_params: sync_scatter_axes), a reduce-scatter onto the optimizer's
+// shard over all the axes that split the same dimension (ZeRO's dp x cp), at the last of them.
 int layout_sync_steps(const pcc_values *E, int gp, pcc_reshard_step *step) {
     const pcc_graph *g = E->g;
     const pcc_op *prod = &g->ops[g->tensors[gp].producer];

@@ -1265,9 +1265,9 @@ int layout_copy_stage(const pcc_values *v, int b, int copy);
 // The layout parameter gradient gp has as its producer leaves it (partial sums where it sums).
 plan_shard layout_grad_made(const pcc_values *v, int gp);
 // The collectives that synchronize parameter gradient gp, from the layout its producer leaves
-// to the one its optimizer wants: per axis where it holds partial sums, from the last axis down,
-// a reduce-scatter where the optimizer wants a shard, else an all-reduce in place. Returns the
-// count (at most PCC_AXES).
+// to the one its optimizer wants: all-reduces in place where it sums and the optimizer wants the
+// whole sum, a reduce-scatter over the axes that split a dimension of the optimizer's shard.
+// Returns the count (at most PCC_AXES).
 int layout_sync_steps(const pcc_values *v, int gp, pcc_reshard_step *steps);
 // The registers that pass block bl's values from a copy to the next one in its order on another
 // stage: its carries 0 .. n_carry-1, then, in a backward block, one per gradient it sums over its
