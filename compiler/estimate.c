@@ -173,9 +173,10 @@ static void est_layout(est *E) {
 // runs cp steps and passes the k/v block between two (the shift, two collectives), overlapped
 // with the block in flight, so a step costs max(block, transfer): the forward sum C_j + sum
 // over the cp - 1 shifts max(0, T - C_j) exposed; the backward recomputes that ring, then runs
-// the gradient's, whose steps pass k and v (T) while the block's gradient (G_j - C_j)
-// computes, and dk and dv (T, the same bytes) after it, cp times (the last brings them home):
-// preserve.c's ring_attention. In the natural order the longest rank (the last: causal, every
+// the gradient's, whose steps pass k and v (T) while the block's gradient G_j computes (the
+// whole backward op's time: its kernel computes the block's scores again, as the plan's
+// attention_block_grad instructions are timed), and dk and dv (T, the same bytes) after it, cp
+// times (the last brings them home): preserve.c's ring_attention. In the natural order the longest rank (the last: causal, every
 // block) computes the diagonal and cp - 1 whole blocks; in zigzag order (--cp-form zigzag)
 // every rank computes half a whole block at every step, causal (a whole one otherwise).
 static void est_ring(est *E) {
@@ -194,9 +195,9 @@ static void est_ring(est *E) {
         double whole = op->attrs.causal && op->attrs.mode == PLAN_ATTN_FLASH ? 2 : 1; // a whole block, in C
         double step = E->s->config.cp_zigzag ? (op->attrs.causal ? whole / 2 : 1) : whole; // steps 1.. (zigzag: all)
         double C0 = E->s->config.cp_zigzag ? step * C : C, G0 = E->s->config.cp_zigzag ? step * G : G, Cs = step * C, Gs = step * G;
-        E->f[i] = C0 + (cp - 1) * Cs, E->b[i] = C0 + (cp - 1) * Cs + fmax(0, G0 - C0) + (cp - 1) * fmax(0, Gs - Cs);
+        E->f[i] = C0 + (cp - 1) * Cs, E->b[i] = C0 + (cp - 1) * Cs + G0 + (cp - 1) * Gs;
         E->fc[i] += (cp - 1) * fmax(0, kv - Cs);
-        E->bc[i] += (cp - 1) * fmax(0, kv - Cs) + (cp - 1) * fmax(0, kv - (Gs - Cs)) + cp * kv;
+        E->bc[i] += (cp - 1) * fmax(0, kv - Cs) + (cp - 1) * fmax(0, kv - Gs) + cp * kv;
     }
 }
 
