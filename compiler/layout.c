@@ -487,8 +487,8 @@ int layout_sync_steps(const pcc_values *E, int gp, pcc_reshard_step *step) {
 /* ---- ZeRO-2 ---- */
 
 bool layout_zero_per_micro_batch(const pcc_strategy *s) {
-    int v = s->virtual_stages > 1 ? s->virtual_stages : 1;
-    return s->mesh[PCC_AX_DP] * (s->mesh[PCC_AX_CP] > 1 ? s->mesh[PCC_AX_CP] : 1) > 1 && ((s->zero == 2 && s->micro_batches > 1) || (s->zero == 3 && v == 1));
+    int v = s->virtual_stages > 1 ? s->virtual_stages : 1, zw = s->mesh[PCC_AX_DP] * (s->mesh[PCC_AX_CP] > 1 ? s->mesh[PCC_AX_CP] : 1);
+    return zw > 1 && ((s->zero == 2 && s->micro_batches > 1) || (s->zero == 3 && v == 1));
 }
 
 static bool reads_deferred(const pcc_values *E, const pcc_op *op) {

@@ -162,6 +162,12 @@ static void stages(const pcc_policy *pol, const pcc_layer *L, const double *flop
 
 /* ---- one mesh ---- */
 
+// Bytes of parameter state on each of zw devices that ZeRO stage `zero` shards over (dp x cp),
+// before tp and pp split them: weights, gradients and optimizer state, each sharded from its stage.
+static double state_bytes(const pcc_totals *t, double zw, int zero) {
+    return t->bytes_weights / (zero >= 3 ? zw : 1) + t->bytes_grads / (zero >= 2 ? zw : 1) + t->bytes_optim / (zero >= 1 ? zw : 1);
+}
+
 // What a byte the ILP counts costs one device of the mesh (pcc_intra_opts): the ILP sees the
 // whole model on the tp group, for the whole batch and one micro-batch, against pp devices'
 // memory. Parameters: weights + gradients + optimizer state, ZeRO sharding the optimizer state
@@ -171,9 +177,7 @@ static void memory_scales(const pcc_graph *g, int pp, int dp, int cp, int zero, 
     pcc_totals t;
     graph_totals(g, &t);
     if (t.bytes_weights <= 0) return;
-    double zw = (double)dp * cp;
-    so->param_scale = (t.bytes_weights / (zero >= 3 ? zw : 1) + t.bytes_grads / (zero >= 2 ? zw : 1) +
-                       t.bytes_optim / (zero >= 1 ? zw : 1)) / t.bytes_weights;
+    so->param_scale = state_bytes(&t, (double)dp * cp, zero) / t.bytes_weights;
     int m = g->micro_batches, fly = pp == 1 ? 1 : sch == PCC_PIPE_GPIPE ? m : (pp < m ? pp : m);
     so->act_scale = (double)fly / dp / cp;
 }
@@ -584,13 +588,11 @@ static bool auto_cp_ok(const pcc_space *S, int cp, int tp, int dp, bool ring) {
 
 // Whether configuration k's parameter state alone (weights, gradients, optimizer state, split
 // over tp x pp at best, ZeRO's over dp x cp) fits a device: a cp
-// configuration that does not is left out before its ILP (a bound, not a heuristic).
-static bool cp_state_fits(const pcc_space *S, const pcc_config *k) {
-    pcc_totals t;
-    graph_totals(S->g, &t);
-    double zw = (double)k->dp * (k->cp > 1 ? k->cp : 1), z = zw > 1 ? k->zero : 0;
-    double bytes = t.bytes_weights / (z >= 3 ? zw : 1) + t.bytes_grads / (z >= 2 ? zw : 1) + t.bytes_optim / (z >= 1 ? zw : 1);
-    return bytes / ((double)k->tp * k->pp) <= S->c->memory_bytes;
+// configuration that does not is left out before its ILP (a bound, not a heuristic). t: the
+// graph's totals.
+static bool cp_state_fits(const pcc_space *S, const pcc_totals *t, const pcc_config *k) {
+    double zw = (double)k->dp * (k->cp > 1 ? k->cp : 1);
+    return state_bytes(t, zw, zw > 1 ? k->zero : 0) / ((double)k->tp * k->pp) <= S->c->memory_bytes;
 }
 
 // The template's numbers against the cluster and the model.
@@ -698,6 +700,8 @@ static void space_enumerate(pcc_space *S) {
     const pcc_search_opts *o = S->o;
     pcc_recompute rcs[3] = {o->recompute, PCC_RECOMPUTE_NONE, PCC_RECOMPUTE_FULL};
     int nrc = o->recompute == PCC_RECOMPUTE_AUTO ? 3 : 1, sdim = seq_dim(S->g);
+    pcc_totals tot;
+    graph_totals(S->g, &tot);
     for (int cp = 1; cp <= S->N; cp *= 2)
     for (int tp = 1; tp <= S->N / cp; tp++)
         for (int pp = 1; pp <= S->N / tp / cp; pp++) {
@@ -718,7 +722,7 @@ static void space_enumerate(pcc_space *S) {
                                 if (o->beat_s > 0 && rcs[r] == PCC_RECOMPUTE_FULL) continue; // driver_coshard's round
                                 pcc_config k = {.pp = pp, .dp = dp, .tp = tp, .v = v ? o->virtual_stages : 1, .zero = zero,
                                                 .cp = cp, .cp_ring = ring, .cp_zigzag = zz, .btp = btp, .sp = sp, .rc = rcs[r]};
-                                if (cp > 1 && !cp_state_fits(S, &k)) continue;
+                                if (cp > 1 && !cp_state_fits(S, &tot, &k)) continue;
                                 if (policy_config_ok(o->policy, S->g, &k, S->L, S->flops, S->nl)) *VEC_PUSH(S->g->arena, S->k, S->n, S->cap) = k;
                             }
             }
