@@ -20,7 +20,8 @@
  *      makes without (the ILP's objective leaves out the optimizer and the data-parallel
  *      synchronization, which splitting more shrinks), so the estimate without the row bounds
  *      nothing. (With recompute auto the answer without the row is recompute none's, searched
- *      as its own configuration.)
+ *      as its own configuration; the recompute auto one is set aside, and comes back, tightened,
+ *      if the memory planner finds recompute none's too large.)
  *   2. key: the floor. Popped: the ILP with its memory row (the hard solve), level 3 with its
  *      estimate.
  *   3. key: the estimate of the strategy. Popped: the memory planner plans it (phase 3 and
@@ -115,7 +116,15 @@ typedef struct bf {
     pcc_bf_result *r;
     pcc_strategy ***built;      // per slot: its level-2 strategies
     int *n_built, *cap_built;
+    bf_node *aside;             // recompute auto configurations expand set aside as recompute none's twins
+    int n_aside, cap_aside;
 } bf;
+
+static bool same_but_recompute(const pcc_config *a, const pcc_config *b) {
+    return a->pp == b->pp && a->dp == b->dp && a->tp == b->tp && a->v == b->v && a->zero == b->zero && a->cp == b->cp &&
+           a->cp_ring == b->cp_ring && a->cp_zigzag == b->cp_zigzag && a->btp == b->btp && a->sp == b->sp &&
+           a->budget == b->budget && a->round == b->round && a->late == b->late;
+}
 
 static void progress(const bf *B, double bound) {
     char best[48] = "";
@@ -149,9 +158,22 @@ static bool fits(bf *B, int slot, pcc_strategy *s) {
 // full). Then, with ZeRO-3 (its own prefetch not already off): the same again without the
 // prefetch (late, --prefetch none), one gathered layer instead of two, its gathers exposed.
 // Its key: the estimate it had, which more recompute, splitting or exposed gathers hardly lower.
+// Recompute none's configuration under --recompute auto hands the smaller share to its recompute
+// auto twin where expand set the twin aside (its ILP kept the memory row without it: the same
+// answer, by the ILP's memory model): the planner's peak can still be over, and then only the
+// twin can recompute its way under.
 static void tighten(bf *B, const bf_node *x, double peak) {
     pcc_config k = x->config;
     if (!isfinite(peak)) return;
+    if (k.rc == PCC_RECOMPUTE_NONE && k.round == 0 && !k.late)
+        for (int i = 0; i < B->n_aside; i++) {
+            bf_node t = B->aside[i];
+            if (t.slot != x->slot || !same_but_recompute(&t.config, &k)) continue;
+            t.config.budget = fmax(0.75, 0.98 * B->fit_bytes / peak), t.config.round = 1;
+            heap_push(&B->heap, (bf_node){x->key, 2, t.slot, t.k, t.config, NULL});
+            B->aside[i] = B->aside[--B->n_aside];
+            break;
+        }
     if (k.rc == PCC_RECOMPUTE_AUTO && k.round < 2 && !k.late)
         k.budget = (k.budget > 0 ? k.budget : 1) * fmax(0.75, 0.98 * B->fit_bytes / peak);
     else if (k.zero == 3 && k.dp * (k.cp > 1 ? k.cp : 1) > 1 && !k.late && !B->o->zero3_late)
@@ -209,8 +231,15 @@ static pcc_status expand(bf *B, bf_node x, bool *done) {
     if (st) return st;
     // recompute auto whose ILP without the memory row fits the row: the same strategy as
     // recompute none's (the row left out, recompute only costs), which is searched too
-    if (x.level == 1 && s->exact && x.config.rc == PCC_RECOMPUTE_AUTO && B->o->recompute == PCC_RECOMPUTE_AUTO && x.config.round == 0)
+    if (x.level == 1 && s->exact && x.config.rc == PCC_RECOMPUTE_AUTO && B->o->recompute == PCC_RECOMPUTE_AUTO && x.config.round == 0) {
+        if (B->n_aside == B->cap_aside) { // for tighten
+            B->cap_aside = B->cap_aside ? 2 * B->cap_aside : 64;
+            B->aside = realloc(B->aside, sizeof(bf_node) * (size_t)B->cap_aside);
+            PCC_ASSERT(B->aside);
+        }
+        B->aside[B->n_aside++] = x;
         return PCC_OK;
+    }
     bool exact = x.level == 2 || s->exact;
     // An inexact probe's estimate is no bound (a choice forced to save memory may be faster by
     // the estimate): the hard solve keeps the floor's key, and only an exact estimate raises it;
@@ -259,7 +288,7 @@ static void rank(bf *B, pcc_strategy *win) {
 }
 
 static void bf_free(bf *B) {
-    free(B->heap.v);
+    free(B->heap.v), free(B->aside);
     free(B->built), free(B->n_built), free(B->cap_built);
 }
 
