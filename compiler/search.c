@@ -21,10 +21,10 @@
  *     (tp inside a node, dp dividing the batch, pp at most the number of layers), each ZeRO stage
  *     from the one asked for up, with and without the batch over tp, recompute auto, none and full
  *     (so every template is one), interleaved where it can run, and context parallelism where dp
- *     cannot take more of the batch (auto_cp_ok) - each with two lower bounds on its
- *     step (space_bound, space_floor) and its strategy on demand (space_build). bestfirst.c
- *     searches them; the driver's search over micro-batch counts hands the compile the one it
- *     chose (o->pick), which is built alone.
+ *     cannot take more of the batch, or cp 2 in zigzag order over causal attention (auto_cp_ok)
+ *     - each with two lower bounds on its step (space_bound, space_floor) and its strategy on
+ *     demand (space_build). bestfirst.c searches them; the driver's search over micro-batch
+ *     counts hands the compile the one it chose (o->pick), which is built alone.
  * The split along dp is the batch dimension wherever an operator has it, else a dimension a
  * reshape made of it (graph_batch_dims: Swin's windows, the Evoformer's MSA rows). Stages cut the
  * sequence of layers (graph_layers: top-level operators and the copies of repeated blocks)
@@ -563,19 +563,22 @@ static pcc_status cp_check(const pcc_space *S, int cp, int tp) {
 
 // --auto's context parallelism: cp (a power of two, > 1) on a mesh of dp x tp where the template
 // would take it (cp_check: the sequence divides by cp, the heads by cp x tp; not with --sync
-// background, nor under a policy, whose pins are on pp x dp x tp), and only where dp cannot take
-// more of the step's samples (2 dp does not divide the batch times the micro-batches): a cp
-// split that dp could take instead (with fewer or smaller micro-batches, which the driver's
-// search over micro-batch counts tries) is the same split of the work with cp's all-to-alls
-// added and ZeRO's sharding (over dp only) narrowed, so the search leaves it out. A pruning
-// rule, not a bound: it keeps --auto's search time on models trained on many sequences.
+// background, nor under a policy, whose pins are on pp x dp x tp). Where dp could take more of
+// the step's samples (2 dp divides the batch times the micro-batches), a cp split is the same
+// split of the work as dp's with cp's traffic added - but for the ring in zigzag order over
+// causal attention, whose blocks above the diagonal are skipped where unfused attention scores
+// them all (estimate.c's est_ring), so there only cp 2 in zigzag order, the least traffic for
+// that saving (GPT-39B on 512 A100s: dp 256 x cp 2 with ZeRO-3, 6.76 s, against dp 512's 7.00
+// s). A pruning rule, not a bound: every other cp configuration there cost --auto's search time
+// on models trained on many sequences (GPT 1T on 3072 GPUs: 2.8 -> 43.8 s with them all).
 // In ring attention's form (ring), attention keeps its heads (tp's split of them alone) but must
 // be self-attention without a bias (cp_check's rule).
 static bool auto_cp_ok(const pcc_space *S, int cp, int tp, int dp, bool ring) {
     const pcc_graph *g = S->g;
     int sdim = seq_dim(g);
     if (S->o->bg_dense || S->o->policy || sdim < 0 || g->dims[sdim].size % cp != 0) return false;
-    if (S->bdim >= 0 && S->bsize * g->micro_batches % (2 * (int64_t)dp) == 0) return false;
+    if (S->bdim >= 0 && S->bsize * g->micro_batches % (2 * (int64_t)dp) == 0 && (cp != 2 || !ring || !auto_zigzag(g, sdim, cp)))
+        return false;
     for (int i = 0; i < g->n_fwd_ops; i++) {
         const pcc_op *op = &g->ops[i];
         if (op->kind != PCC_OP_ATTENTION) continue;

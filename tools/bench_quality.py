@@ -16,10 +16,11 @@ training step), every strategy trains on the same G samples per step:
               two (or G / dp), 1F1B when pp > 1, recompute none or full, ZeRO 0, 1 or 3, and
               with tp > 1 on a model with attention with and without Megatron-LM's
               --sequence-parallel (as its users run tensor parallelism since Korthikanti et al.
-              2022; the paper's configuration below stays without it, as published); on the long-context rows also cp a power of
-              two in ring (natural or zigzag order) or Ulysses form (Megatron-Core's
-              --context-parallel-size, whose ring is zigzag's load balanced one; DeepSpeed-Ulysses),
-              the rest of the grid over N / cp.
+              2022; the paper's configuration below stays without it, as published); on the
+              long-context rows also cp a power of two in ring (natural or zigzag order) or
+              Ulysses form (Megatron-Core's --context-parallel-size, whose ring is zigzag's load
+              balanced one; DeepSpeed-Ulysses), and on the other rows with causal self-attention
+              cp 2 in zigzag order, the rest of the grid over N / cp.
               Configurations that do not fit exit 3 and are skipped; so are those plancc
               refuses as not supported yet (exit 2, "plancc cannot yet ...": T5's stacks, whose
               relative position bias sums its gradient over a block's copies, on two pipeline
@@ -75,6 +76,17 @@ VARIANTS = [("none", 0), ("none", 1), ("none", 3), ("full", 0), ("full", 1), ("f
 def has_op(ops, kind):
     """Whether a model file's op list (blocks' ops included) has an operator of this type."""
     return any(o.get("type") == kind or has_op(o.get("ops", []), kind) for o in ops)
+
+
+def zigzag_ring(ops):
+    """Whether every attention of a model file is causal self-attention without a bias (ring
+    attention in zigzag order can take it: plancc's cp_check and auto_zigzag)."""
+    def walk(ops):
+        for o in ops:
+            yield o
+            yield from walk(o.get("ops", []))
+    attn = [o for o in walk(ops) if o.get("type") == "attention"]
+    return bool(attn) and all(o.get("attrs", {}).get("causal") and len(o["in"]) <= 3 for o in attn)
 
 
 def sequence_size(m):
@@ -207,7 +219,7 @@ class Bench:
         return {"flops": t["flops"]["forward"] + t["flops"]["backward"], "peak": d["cluster"]["peak_flops"],
                 "layers": layers, "state": mem["weights"] + mem["grads"] + mem["optimizer"],
                 "memory": d["cluster"]["device"]["memory_bytes"], "per_node": d["cluster"]["devices_per_node"],
-                "attention": attention, "seq": seq}
+                "attention": attention, "seq": seq, "zigzag": zigzag_ring(m["ops"])}
 
     def micro_sizes(self, G, dp):
         """Micro-batch sizes per replica: powers of two dividing G / dp, and G / dp itself, with at
@@ -261,10 +273,15 @@ class Bench:
         """The template grid: (tp, pp, dp, micro-batch per replica, recompute, ZeRO), and on the
         long-context rows context parallelism too (Megatron-Core's --context-parallel-size, ring
         attention in zigzag order or the natural one; DeepSpeed-Ulysses' all-to-alls): cp a power
-        of two, every form."""
+        of two, every form; on the other rows whose attention is causal self-attention, cp 2 in
+        zigzag order (Megatron-Core's load-balanced ring), where the ring skips the blocks above
+        the diagonal."""
         out = []
-        for cp in [1 << k for k in range(row["gpus"].bit_length()) if row["gpus"] % (1 << k) == 0] if row.get("cp") else [1]:
-            for form in ("zigzag", "ring", "ulysses") if cp > 1 else ("",):
+        cps = [1 << k for k in range(row["gpus"].bit_length()) if row["gpus"] % (1 << k) == 0] if row.get("cp") else \
+            [1, 2] if f["zigzag"] and f["seq"] and f["seq"] % 4 == 0 else [1]
+        for cp in cps:
+            forms = ("zigzag", "ring", "ulysses") if row.get("cp") else ("zigzag",)
+            for form in forms if cp > 1 else ("",):
                 extra = ["--cp", str(cp), "--cp-form", form] if cp > 1 else []
                 out += [dict(c, cp=cp, args=c["args"] + extra) for c in self.mesh_configs(row, f, row["gpus"] // cp, tps, pps, variants, mbs,
                                                                                            sequence_parallel, cp)]
