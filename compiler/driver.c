@@ -87,7 +87,7 @@ static pcc_status slot_init(pcc_arena *a, const pcc_options *o, const pcc_cluste
     if (st) return st;
     int ns;
     int *sizes = search_group_sizes(g, c, &o->search, &ns);
-    slot->space = space_init(g, c, transform_all(g, sizes, ns), &o->search);
+    slot->space = space_init(g, c, transform_all(g, sizes, ns, o->search.tq), &o->search);
     slot->m = m;
     return PCC_OK;
 }
@@ -201,7 +201,7 @@ pcc_status driver_coshard(const pcc_options *o, const pcc_cluster *c, const pcc_
             if (!st) {
                 int nz;
                 int *sizes = search_group_sizes(h, c, &so, &nz);
-                slots[ns].space = space_init(h, c, transform_all(h, sizes, nz), &so);
+                slots[ns].space = space_init(h, c, transform_all(h, sizes, nz, so.tq), &so);
                 slots[ns++].m = m[i];
             } else {
                 arena_free(arenas[ns]);

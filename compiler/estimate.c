@@ -217,7 +217,7 @@ static void est_ops(est *E) {
         else E->orphan_top += t;
     }
     E->fc = zeros(g, E->nf), E->bc = zeros(g, E->nf), E->sy = zeros(g, E->nf);
-    pcc_intra_opts so = {.group = {E->tp, 1}, .memory_bytes = E->c->memory_bytes, .quiet = true, .bg_dense = E->s->bg_dense,
+    pcc_intra_opts so = {.group = {E->tp, 1}, .group_minor = E->s->mesh[PCC_AX_TQ], .memory_bytes = E->c->memory_bytes, .quiet = true, .bg_dense = E->s->bg_dense,
                          .bucket_bytes = E->s->bucket_bytes};
     ilp_op_comm(&E->gv, E->c, E->sc->t, &so, E->sc->choice, E->fc, E->bc, E->sy);
     for (int i = 0; i < E->nf; i++) {
@@ -678,7 +678,7 @@ static void est_step(est *E) {
 }
 
 void estimate_step(const pcc_graph *g, const pcc_cluster *c, const pcc_intra *sc, pcc_strategy *s) {
-    est E = {.g = g, .c = c, .sc = sc, .s = s, .dp = s->mesh[PCC_AX_DP], .tp = s->mesh[PCC_AX_TP],
+    est E = {.g = g, .c = c, .sc = sc, .s = s, .dp = s->mesh[PCC_AX_DP], .tp = strategy_tp(s),
              .cp = s->mesh[PCC_AX_CP] > 1 ? s->mesh[PCC_AX_CP] : 1,
              .pp = s->mesh[PCC_AX_PP], .v = s->virtual_stages, .m = s->micro_batches, .nf = g->n_fwd_ops};
     int pp = E.pp, nl;

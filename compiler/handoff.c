@@ -4,7 +4,7 @@
  * META (the mesh, the schedule, the estimate, the FLOPs of a step as Megatron-LM counts them,
  * the notes), the stage programs and each rank's, the groups, and with --sync background the
  * parameters each stage's background program averages. A mesh axis of size 1 (cp without
- * context parallelism) leaves the plan's mesh here.
+ * context parallelism, tp2 without a 2-D tp group) leaves the plan's mesh here.
  */
 #include "preserve.h"
 
@@ -21,7 +21,7 @@ static char *notes(builder *E) {
         int nl = op_letters(g, op, l);
         char line[512];
         int k = snprintf(line, sizeof line, "%s %s %s:", op->ptr, pcc_ops[op->kind].name, op->nout ? g->tensors[op->out[0]].name : "");
-        static const char *const axn[PCC_AXES] = {"pp", "dp", "cp", "tp"};
+        static const char *const axn[PCC_AXES] = {"pp", "dp", "cp", "tp", "tp2"};
         for (int a = PCC_AX_DP; a < PCC_AXES; a++) {
             int li = E->s->letter[a][o];
             if (E->s->mesh[a] == 1) continue;
@@ -95,7 +95,7 @@ static void meta(builder *E, plan_meta *m) {
     const pcc_strategy *s = E->s;
     m->world = (uint32_t)(E->pp * E->dp * E->cp * E->tp);
     m->n_axes = PCC_AXES;
-    static const char *const axn[PCC_AXES] = {"pp", "dp", "cp", "tp"};
+    static const char *const axn[PCC_AXES] = {"pp", "dp", "cp", "tp", "tp2"};
     for (int a = 0; a < PCC_AXES; a++) {
         m->mesh[a] = (uint32_t)s->mesh[a];
         snprintf(m->axis_names[a], sizeof m->axis_names[a], "%s", axn[a]);
@@ -165,6 +165,7 @@ static pcc_programs *hand_off(builder *E, prog *P) {
     for (int i = 0; i < E->n_groups; i++) out->group_axes[i] = (uint32_t)E->groups[i][0];
     out->rank_program = arena_alloc(g->arena, sizeof(uint32_t) * (size_t)out->meta.world);
     for (uint32_t r = 0; r < out->meta.world; r++) out->rank_program[r] = r / (uint32_t)(E->dp * E->cp * E->tp); // pp varies slowest
+    if (E->s->mesh[PCC_AX_TQ] == 1) drop_axis(out, PCC_AX_TQ);
     if (E->cp == 1) drop_axis(out, PCC_AX_CP);
     if (E->cp > 1 && E->s->config.cp_zigzag) out->zigzag = 2 * E->cp, out->zigzag_dim = E->s->seq_dim;
     return out;

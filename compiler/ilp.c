@@ -75,7 +75,7 @@ typedef struct builder {
 /* ---- per-candidate costs ---- */
 
 static double cand_compute_s(const builder *B, const pcc_op *op, const pcc_cand *c) {
-    double bytes = 3 * op_bytes(B->g, op) / c->ways; // forward once, backward about twice
+    double bytes = 3 * op_bytes(B->g, op) / c->ways / c->ways2; // forward once, backward about twice
     pcc_dtype dt = B->g->tensors[op->out[0]].dtype;
     double t = cost_compute_s(B->c, c->flops_matmul, 0, dt, true);
     // A recomputed forward runs its kernels again: one more launch.
@@ -180,6 +180,7 @@ static pcc_layout grad_in_layout(const pcc_cand *c, int ci, int n) {
     if (c->dim < 0 || in->r == 1) return *in; // replicated op: full gradient; split input: split gradient
     pcc_layout l = *in;                        // the op split along a letter this input lacks:
     l.v = l.r, l.r = 1;                        // each device holds a partial gradient
+    for (int a = 0; a < 2; a++) l.ax[a] = l.ax[a] == PLAN_SHARD_R ? PLAN_SHARD_V : l.ax[a]; // (a 2-D group's axes alike)
     (void)n;
     return l;
 }
@@ -190,6 +191,7 @@ static pcc_layout grad_out_layout(const pcc_cand *c, int po) {
     if (out->v == 1) return *out;
     pcc_layout l = *out;                       // partial sums forward: the gradient is replicated
     l.r *= l.v, l.v = 1;
+    for (int a = 0; a < 2; a++) l.ax[a] = l.ax[a] == PLAN_SHARD_V ? PLAN_SHARD_R : l.ax[a];
     return l;
 }
 
@@ -202,9 +204,10 @@ static double reshard(builder *B, const pcc_tensor *t, const pcc_layout *from, c
     for (int i = 0; i < t->rank; i++) n += snprintf(key + n, sizeof key - (size_t)n, ",%d", from->d[i]);
     n += snprintf(key + n, sizeof key - (size_t)n, "|%d,%d", to->r, to->v);
     for (int i = 0; i < t->rank; i++) n += snprintf(key + n, sizeof key - (size_t)n, ",%d", to->d[i]);
+    if (B->o->group_minor > 1) snprintf(key + n, sizeof key - (size_t)n, "|%d,%d,%d,%d", from->ax[0], from->ax[1], to->ax[0], to->ax[1]);
     int hit = symtab_get(&B->memo, key);
     if (hit >= 0) return B->memo_s[hit];
-    double sec = reshard_rvd(B->c, B->g, t, from, to, B->o->group, NULL);
+    double sec = reshard_rvd_2d(B->c, B->g, t, from, to, B->o->group, B->o->group_minor, NULL);
     int id = B->n_memo;
     *VEC_PUSH(B->g->arena, B->memo_s, B->n_memo, B->cap_memo) = sec;
     symtab_put(&B->memo, B->g->arena, arena_strdup(B->g->arena, key), id);
@@ -566,6 +569,7 @@ void ilp_dump(FILE *f, const pcc_graph *g, const pcc_intra *s) {
         fprintf(f, "  %-18s %-14s %-16s ", op->ptr, pcc_ops[op->kind].name, g->tensors[op->out[0]].name);
         if (c->dim >= 0) fprintf(f, "split %s=%s/%d", c->letter, g->dims[c->dim].name, c->ways);
         else fprintf(f, "replicate");
+        if (c->dim2 >= 0) fprintf(f, " x %s=%s/%d", c->letter2, g->dims[c->dim2].name, c->ways2);
         fprintf(f, "%s  (%s)\n", c->recompute ? " recompute" : "", s->cause[i]);
     }
 }

@@ -464,13 +464,17 @@ int layout_sync_steps(const pcc_values *E, int gp, pcc_reshard_step *step) {
     plan_shard cur = E->home_sh[gp];
     int n = 0;
     // dp and cp both summed whole: one all-reduce over the two (Megatron-Core's data-parallel
-    // group with context parallelism), at cp.
-    bool both = made.map[PCC_AX_DP] == PLAN_SHARD_V && made.map[PCC_AX_CP] == PLAN_SHARD_V &&
-                cur.map[PCC_AX_DP] == PLAN_SHARD_R && cur.map[PCC_AX_CP] == PLAN_SHARD_R;
+    // group with context parallelism), at cp; so the two axes of a 2-D tp group, at tp2.
+    unsigned joint = 0; // the slower axis of each such pair
+    static const int pair[2][2] = {{PCC_AX_DP, PCC_AX_CP}, {PCC_AX_TP, PCC_AX_TQ}};
+    for (int k = 0; k < 2; k++)
+        if (made.map[pair[k][0]] == PLAN_SHARD_V && made.map[pair[k][1]] == PLAN_SHARD_V &&
+            cur.map[pair[k][0]] == PLAN_SHARD_R && cur.map[pair[k][1]] == PLAN_SHARD_R)
+            joint |= 1u << pair[k][0];
     for (int a = PCC_AXES - 1; a >= 0; a--) {
-        if (made.map[a] != PLAN_SHARD_V || (both && a == PCC_AX_DP)) continue;
+        if (made.map[a] != PLAN_SHARD_V || (joint >> a & 1u)) continue;
         if (cur.map[a] != PLAN_SHARD_V) {
-            unsigned axes = both && a == PCC_AX_CP ? 1u << PCC_AX_DP | 1u << PCC_AX_CP : 1u << a;
+            unsigned axes = 1u << a | (a == PCC_AX_CP || a == PCC_AX_TQ ? joint & 1u << (a - 1) : 0);
             if (cur.map[a] == PLAN_SHARD_R) step[n++] = (pcc_reshard_step){PCC_COLL_ALL_REDUCE, axes, cur};
             continue; // a reduce-scatter's axis, done with the dimension's last
         }
@@ -719,7 +723,7 @@ static pcc_status analyse(pcc_values *E, const pcc_preserve_opts *o) {
 
 pcc_status layout_values(const pcc_graph *g, const pcc_cluster *c, const pcc_strategy *s, const pcc_preserve_opts *o,
                          pcc_values *E) {
-    *E = (pcc_values){.g = g, .c = c, .s = s, .pp = s->mesh[PCC_AX_PP], .dp = s->mesh[PCC_AX_DP], .tp = s->mesh[PCC_AX_TP],
+    *E = (pcc_values){.g = g, .c = c, .s = s, .pp = s->mesh[PCC_AX_PP], .dp = s->mesh[PCC_AX_DP], .tp = strategy_tp(s),
                       .cp = s->mesh[PCC_AX_CP] > 1 ? s->mesh[PCC_AX_CP] : 1, .M = s->micro_batches, .V = s->virtual_stages > 1 ? s->virtual_stages : 1};
     E->ns = E->pp * E->V;
     if (E->V > 1 && s->zero == 2) {

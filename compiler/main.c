@@ -190,7 +190,7 @@ static pcc_status compile(pcc_options *op) {
     if (st || o.burst || !options_runs(&o, 1)) return finish(a, &e, st);
     double t0 = clock_s();
     int *sizes = search_group_sizes(g, c, &o.search, &n_sizes);                 // phase 2's tp groups
-    pcc_transforms *t = transform_all(g, sizes, n_sizes);                       // phase 1
+    pcc_transforms *t = transform_all(g, sizes, n_sizes, o.search.tq);          // phase 1
     if (options_dump(&o, 't')) transform_dump(stdout, g, t);
     if (options_runs(&o, 2)) st = search(g, c, t, &o.search, &cand, &n);        // phase 2
     if (!st && options_dump(&o, 's')) ilp_dump(stdout, g, cand[0]->intra);

@@ -95,6 +95,12 @@ static void usage(FILE *f) {
             "                     half a block at every step (Megatron-Core's); --auto's ring form is\n"
             "                     zigzag where attention is causal\n");
     fprintf(f,
+            "  --tp2 N            with --tp: the tp group as a 2-D mesh, tp/N x N (the second axis, tp2,\n"
+            "                     the faster); the ILP may then split each operator along two letters,\n"
+            "                     one over each axis (nnScaler's multi-axis split: a linear's rows and\n"
+            "                     columns), or one letter over both; not with --cp, --sequence-parallel,\n"
+            "                     --tp-batch or --sync background\n");
+    fprintf(f,
             "  --sequence-parallel\n"
             "                     with --tp 2 or more: Megatron-LM's sequence parallelism - layernorm,\n"
             "                     the residual adds and dropout split along the sequence over the tp\n"
@@ -195,7 +201,7 @@ enum { OPT_CONFIG = 256, OPT_CLUSTER, OPT_NODES, OPT_DEVICES, OPT_TIME_LIMIT, OP
        OPT_ZERO, OPT_RECOMPUTE, OPT_SCHEDULE, OPT_AUTO, OPT_GLOBAL_BATCH, OPT_MICRO_BATCH_SIZE, OPT_VIRTUAL_STAGES,
        OPT_ESTIMATE_ONLY, OPT_BURST, OPT_AMP_LIMIT, OPT_BURST_WIDTHS, OPT_BUCKET_MB, OPT_PREFETCH, OPT_SYNC, OPT_TF32,
        OPT_TP_BATCH, OPT_BF16, OPT_FP16, OPT_CP, OPT_EP, OPT_LAYERS_PER_VS, OPT_RECOMPUTE_GRAN, OPT_DIST_OPT,
-        OPT_SEQ_PARALLEL, OPT_POLICY, OPT_CP_SHORT, OPT_ATTENTION, OPT_COSHARD, OPT_CP_FORM };
+        OPT_SEQ_PARALLEL, OPT_POLICY, OPT_CP_SHORT, OPT_ATTENTION, OPT_COSHARD, OPT_CP_FORM, OPT_TP2 };
 
 // Where the option being read came from: NULL for the command line, "FILE:/key" for --config.
 static const char *origin;
@@ -219,7 +225,7 @@ static void bad(const char *fmt, ...) {
 
 // What was given, for the checks after parsing.
 typedef struct given {
-    bool template_, auto_, schedule, recompute, virtual_stages, cp, cp_form;
+    bool template_, auto_, schedule, recompute, virtual_stages, cp, cp_form, tp2;
 } given;
 
 static pcc_status num_option(const char *name, const char *arg, double lo, double hi, double *out) {
@@ -323,6 +329,10 @@ static pcc_status option(int c, char **argv, pcc_options *o, given *gv, bool *do
     case OPT_TP: if (int_option("--tp", optarg, 1, 1 << 24, &o->search.tp)) return PCC_ERR_INPUT; gv->template_ = true; break;
     case OPT_TP_BATCH: o->search.tp_batch = true; break;
     case OPT_SEQ_PARALLEL: o->search.sequence_parallel = true; break;
+    case OPT_TP2:
+        if (int_option("--tp2", optarg, 2, 1 << 24, &o->search.tq)) return PCC_ERR_INPUT;
+        gv->tp2 = true;
+        break;
     case OPT_PP: if (int_option("--pp", optarg, 1, 1 << 24, &o->search.pp)) return PCC_ERR_INPUT; gv->template_ = true; break;
     case OPT_ZERO: if (int_option("--zero", optarg, 0, 3, &o->search.zero)) return PCC_ERR_INPUT; break;
     case OPT_AUTO: gv->auto_ = true; break;
@@ -521,6 +531,16 @@ static pcc_status check_strategy(pcc_options *o, const given *gv) {
                         "tensor-parallel group: it needs --tp 2 or more\n");
         return PCC_ERR_INPUT;
     }
+    if (gv->tp2 && (!gv->template_ || o->search.tp < 2 * o->search.tq || o->search.tp % o->search.tq)) {
+        fprintf(stderr, "plancc: --tp2 %d cuts the tp group into tp/%d x %d: it wants --tp a multiple of %d, at least %d\n",
+                o->search.tq, o->search.tq, o->search.tq, o->search.tq, 2 * o->search.tq);
+        return PCC_ERR_INPUT;
+    }
+    if (gv->tp2 && (gv->cp || o->search.sequence_parallel || o->search.tp_batch || o->preserve.sync.algo != PCC_SYNC_ALLREDUCE)) {
+        fprintf(stderr, "plancc: --tp2 does not go with %s yet\n", gv->cp ? "--cp" : o->search.sequence_parallel ? "--sequence-parallel"
+                        : o->search.tp_batch ? "--tp-batch" : "--sync background");
+        return PCC_ERR_INPUT;
+    }
     if (o->search.tp_batch && o->search.tp < 2) {
         fprintf(stderr, "plancc: --tp-batch splits the batch over the tp group: it needs --tp 2 or more\n");
         return PCC_ERR_INPUT;
@@ -613,7 +633,7 @@ static const struct option longopts[] = {
     {"tensor-model-parallel-size", required_argument, NULL, OPT_TP},
     {"pipeline-model-parallel-size", required_argument, NULL, OPT_PP},
     {"context-parallel-size", required_argument, NULL, OPT_CP}, {"cp", required_argument, NULL, OPT_CP_SHORT},
-    {"cp-form", required_argument, NULL, OPT_CP_FORM},
+    {"cp-form", required_argument, NULL, OPT_CP_FORM}, {"tp2", required_argument, NULL, OPT_TP2},
     {"expert-model-parallel-size", required_argument, NULL, OPT_EP},
     {"num-layers-per-virtual-pipeline-stage", required_argument, NULL, OPT_LAYERS_PER_VS},
     {"global-batch-size", required_argument, NULL, OPT_GLOBAL_BATCH},
@@ -857,7 +877,8 @@ static const char *canonical_options_(pcc_arena *a, const pcc_cluster *c, const 
     if (!s->auto_mesh)
         snprintf(mesh, sizeof mesh, "--dp %d --tp %d --pp %d%s%s%s", s->dp ? s->dp : 1, s->tp ? s->tp : 1, s->pp ? s->pp : 1,
                  s->tp_batch ? " --tp-batch" : "", s->sequence_parallel ? " --sequence-parallel" : "",
-                 s->cp > 1 ? arena_printf(a, " --cp %d%s", s->cp, s->cp_zigzag ? " --cp-form zigzag" : s->cp_ring ? " --cp-form ring" : "") : "");
+                 s->cp > 1 ? arena_printf(a, " --cp %d%s", s->cp, s->cp_zigzag ? " --cp-form zigzag" : s->cp_ring ? " --cp-form ring" : "")
+                 : s->tq > 1 ? arena_printf(a, " --tp2 %d", s->tq) : "");
     if (o->burst) {
         if (o->amp_limit > 0) snprintf(mesh, sizeof mesh, "--burst --amp-limit %g", o->amp_limit);
         else snprintf(mesh, sizeof mesh, "--burst");

@@ -256,8 +256,7 @@ int op_lookup(const char *name); // -1 if unknown
 
 typedef enum pcc_phase { PCC_PHASE_FWD, PCC_PHASE_BWD, PCC_PHASE_OPT } pcc_phase;
 
-// cross_entropy's attrs.mode: rows labelled attrs.scale (ignore_index) count 0; the sum instead
-// of the mean.
+// cross_entropy's attrs.mode: rows labelled attrs.scale (ignore_index) count 0; the sum instead of the mean.
 enum { PCC_CE_IGNORE = 1, PCC_CE_SUM = 2 };
 
 // Operator attributes: one struct for all ops; each op reads the fields it documents. scale
@@ -614,10 +613,9 @@ double cost_gemm_s(const pcc_cluster *c, pcc_dtype dt, double batch, double m, d
 double cost_memory_s(const pcc_cluster *c, double bytes);
 // Seconds of one instance of op on one device when axis a of its operand k (inputs, then
 // outputs) is split ways[k][a] ways (ways NULL: the whole op; ways[k] NULL: operand k whole).
-// Matrix products run as GEMMs of their per-device shape; attention
-// runs unfused (two batched GEMMs around a softmax over the materialized s x s scores, the
-// backward recomputing the scores as planrun's kernels do); everything else is a roofline of
-// its FLOPs and bytes. The profile table overrides the whole op for its per-device input shapes
+// Matrix products run as GEMMs of their per-device shape; attention runs unfused (two batched
+// GEMMs around a softmax over the materialized s x s scores, the backward recomputing the scores
+// as planrun's kernels do); everything else is a roofline of its FLOPs and bytes. The profile table overrides the whole op for its per-device input shapes
 // (and a GEMM inside one for its m, n, k). This function can't fail.
 double cost_op_s(const pcc_cluster *c, const pcc_graph *g, const pcc_op *op, const int *const *ways);
 // Seconds for one collective over a group, `bytes` being the full tensor each member ends with
@@ -634,12 +632,10 @@ double cost_bucketed_s(const pcc_cluster *c, pcc_coll kind, double bytes, double
 // Bytes per second one member of the group can move (NCCL's bus bandwidth): NVLink inside a
 // node, its share of the node's NICs across nodes, each times its link efficiency.
 double cost_group_bandwidth(const pcc_cluster *c, pcc_group_shape g);
-// Fixed cost of issuing one kernel or one collective call (the file's launch_overhead_s, or a
-// default of a few microseconds).
+// Fixed cost of issuing one kernel or collective call (launch_overhead_s, or a few microseconds).
 double cost_launch_s(const pcc_cluster *c);
 bool cost_group_crosses_nodes(const pcc_cluster *c, pcc_group_shape g);
-// Overlap of two streams: the part of `comm_s` on a second stream that `window_s` of work on
-// the first does not hide.
+// Overlap of two streams: the part of `comm_s` on a second stream that `window_s` on the first does not hide.
 double cost_exposed_s(double comm_s, double window_s);
 // A micro-batch pipeline over pp devices, device d taking fwd[d] and bwd[d] seconds per
 // micro-batch (all of its v model chunks together, transfers included), m micro-batches, v
@@ -664,12 +660,14 @@ double cost_pipeline_s(const double *fwd, const double *bwd, int pp, int v, int 
 typedef struct pcc_layout {
     int r, v;
     int d[PCC_MAX_RANK];
+    uint8_t ax[2];      // on a 2-D group (--tp2): each axis's part, major then minor, as plan_shard's map says it
 } pcc_layout;
 
 typedef struct pcc_cand {
     int dim;                // the model dimension split (index into graph.dims), -1: replicated
     char letter[16];        // the annotation letter it is ("" when replicated)
     int ways;               // pieces along it (1 when replicated)
+    int dim2, ways2; char letter2[16]; // --tp2: a letter over the group's minor axis (dim2 -1: none); ways: the major's
     bool recompute;         // forward recomputed in the backward pass; its kept activations dropped
     double flops;           // per device, forward + backward (+ the recomputed forward)
     double flops_matmul;    // the matmul share of flops
@@ -686,6 +684,7 @@ typedef struct pcc_op_cands {
 
 typedef struct pcc_transform {
     int devices;            // the group size the candidates are for
+    int minor;              // > 1: the group is devices/minor x minor, with two-letter candidates (--tp2)
     pcc_op_cands *ops;      // one per forward op, in op order
     int n_ops;
 } pcc_transform;
@@ -693,14 +692,14 @@ typedef struct pcc_transform {
 // Enumerates the candidates of every forward op of g (after autodiff) on a group of `devices`.
 // Splits need the dimension's size divisible by the ways; a group of 1 has the one trivial
 // candidate (and its recomputed twin where recompute applies). This function can't fail on a
-// checked graph.
-pcc_transform *transform(const pcc_graph *g, int devices);
+// checked graph. minor > 1: also every pair of letters, over the major axis (devices/minor) and the minor.
+pcc_transform *transform(const pcc_graph *g, int devices, int minor);
 // Phase 1 for every group size the search asks for (search_group_sizes), in the order given.
 typedef struct pcc_transforms {
     int n;
     pcc_transform **t;
 } pcc_transforms;
-pcc_transforms *transform_all(const pcc_graph *g, const int *sizes, int n);
+pcc_transforms *transform_all(const pcc_graph *g, const int *sizes, int n, int minor);
 // The candidates on a group of `devices`, or NULL when phase 1 did not make them.
 const pcc_transform *transform_find(const pcc_transforms *ts, int devices);
 // Writes the candidates in a fixed text form (one op per line group), for -d t and tests.
@@ -742,6 +741,9 @@ typedef struct pcc_reshard {
 // the layouts are equal, or -1 when no chain exists (a split that does not divide a dimension).
 double reshard_rvd(const pcc_cluster *c, const pcc_graph *g, const pcc_tensor *t, const pcc_layout *from,
                    const pcc_layout *to, pcc_group_shape grp, pcc_reshard *path);
+// The same on a 2-D group (minor > 1: size/minor x minor), its chains by axis as phase 3 makes them.
+double reshard_rvd_2d(const pcc_cluster *c, const pcc_graph *g, const pcc_tensor *t, const pcc_layout *from,
+                      const pcc_layout *to, pcc_group_shape grp, int minor, pcc_reshard *path);
 // "R2V1D(4,1)" into buf.
 char *layout_str(const pcc_layout *l, int rank, char *buf, size_t n);
 // Phase 3's resharding chain from layout `from` to `to` of a tensor of rank `rank`: collectives
@@ -831,6 +833,7 @@ void progress_done(void);
 
 typedef struct pcc_intra_opts {
     pcc_group_shape group;  // the devices the operators are split over
+    int group_minor;        // > 1: the group is 2-D, group.size/minor x minor (--tp2)
     double memory_bytes;    // per device budget
     // What the candidates' bytes (parameters, and kept activations of the group's whole batch
     // for one micro-batch) cost a device: param_scale bytes per parameter byte (0: the model's
@@ -897,21 +900,21 @@ typedef enum pcc_pipe_sched { PCC_PIPE_GPIPE = 1, PCC_PIPE_1F1B = 2 } pcc_pipe_s
 typedef struct pcc_config {
     int pp, dp, tp, v, zero;
     int cp;                     // context parallelism (the template's --cp; 0 or 1: none)
+    int tq;                     // the tp group's minor axis (--tp2; 0 or 1: one axis)
     bool cp_ring;               // ... in ring attention's form (--cp-form ring; preserve.c), else DeepSpeed-Ulysses'
     bool cp_zigzag;             // ... the ring over the sequence in zigzag order (--cp-form zigzag; implies cp_ring)
     bool btp;
     bool sp;                    // Megatron-LM's sequence parallelism over tp (search.c, seq_keeps)
     pcc_recompute rc;
-    // The share of a device's memory the ILP's memory model may fill (0: all); round: how many times
-    // the memory planner found it too large (bestfirst.c, tighten: a smaller share, then late).
-    double budget;
-    int round;
+    double budget;              // the share of a device's memory the ILP's memory model may fill (0: all)
+    int round;                  // times the memory planner found it too large (bestfirst.c's tighten)
     bool late;                  // ZeRO-3 without its prefetch (--prefetch none): --auto's last remedy
 } pcc_config;
 
 typedef struct pcc_search_opts {
     int dp, tp, pp;             // 0: not given (auto)
     int cp;                     // --cp: context parallelism, DeepSpeed-Ulysses' form (0 or 1: none; search.c, cp_letter)
+    int tq;                     // --tp2: the tp group as tp/tq x tq, its operators split along up to two letters
     bool cp_ring;               // --cp-form ring: ring attention instead (preserve.c)
     bool cp_zigzag;             // --cp-form zigzag: ring attention over the sequence in zigzag order (with cp_ring)
     bool auto_mesh;             // search the factorizations (--auto, the default without --dp/--tp/--pp)
@@ -950,12 +953,12 @@ typedef struct pcc_estimate {
     double optimizer_s;         // the optimizer step (with ZeRO's parameter all-gather after it)
 } pcc_estimate;
 
-// The mesh axes, slowest first (Megatron-LM's rank order: tp fastest, then cp, dp, pp). A plan
-// without context parallelism leaves the cp axis out of its mesh (handoff.c, hand_off).
-enum { PCC_AX_PP, PCC_AX_DP, PCC_AX_CP, PCC_AX_TP, PCC_AXES };
+// The mesh axes, slowest first (Megatron-LM's rank order: tp fastest, then cp, dp, pp; with --tp2, tp's
+// minor axis TQ after it). A plan without cp (tp2) leaves that axis out of its mesh (handoff.c, hand_off).
+enum { PCC_AX_PP, PCC_AX_DP, PCC_AX_CP, PCC_AX_TP, PCC_AX_TQ, PCC_AXES };
 
 typedef struct pcc_strategy {
-    int mesh[PCC_AXES];         // pp, dp, cp, tp
+    int mesh[PCC_AXES];         // pp, dp, cp, tp, tq (tp's group: mesh[TP] x mesh[TQ], strategy_tp)
     int micro_batches;          // the graph's
     pcc_pipe_sched schedule;
     int zero;
@@ -976,14 +979,14 @@ typedef struct pcc_strategy {
     double bucket_bytes;        // gradient bucket size the estimate assumes (pcc_search_opts)
     double est_step_s;          // the cost model's estimate of one step (est.step_s)
     pcc_estimate est;           // ... and its parts
-    double est_memory_bytes;    // the largest stage's memory per device: the memory planner's peak where
-                                // memory_planned, else the ILP's model of it
+    double est_memory_bytes;    // the largest stage's memory per device: the planner's peak if memory_planned, else the ILP's
     bool memory_planned;        // est_memory_bytes is the memory planner's (memplan_strategy_peak)
     const pcc_intra *intra;     // the tp group's ILP and its choice (status OPTIMAL with 0 rows when tp = 1)
     pcc_config config;          // what it was built from
     bool exact;                 // its ILP answer is the ILP's (not a probe's that breaks the memory row)
     double est_even_s;          // node groups: the estimate were the stages cut by FLOPs instead (hetero.c); else 0
 } pcc_strategy;
+static inline int strategy_tp(const pcc_strategy *s) { return s->mesh[PCC_AX_TP] * s->mesh[PCC_AX_TQ]; } // the tp group's size
 
 // The tensor-parallel group sizes the search will try for the options (the ones phase 1 must
 // make candidates for): the template's tp, every tp of --auto's meshes, all the devices for
@@ -1106,8 +1109,7 @@ typedef struct pcc_pipeline {
     pcc_pipe_sched schedule;    // GPipe or 1F1B (interleaved when V > 1)
 } pcc_pipeline;
 
-// The units of pipeline device d in the order it runs them, into *out (in arena a); returns
-// their count. Can't fail.
+// The units of pipeline device d in the order it runs them, into *out (in arena a); returns their count. Can't fail.
 int pipeline_units(pcc_arena *a, const pcc_pipeline *p, int d, pcc_unit **out);
 // Per stage (model chunk, pp * V of them): the most micro-batches whose forward pass it has run
 // and whose backward pass it has not, at once (the slots its kept activations need). Can't fail.
@@ -1252,8 +1254,7 @@ typedef struct pcc_values {
     int **copy_lo, **copy_hi; // per forward block, per stage: its copies [lo, hi)
 } pcc_values;
 
-// The decisions for strategy s into *v. PCC_ERR_INPUT (reported) for what phase 3 cannot make
-// yet (preserve's list).
+// The decisions for strategy s into *v. PCC_ERR_INPUT (reported) for what phase 3 cannot make yet (preserve's list).
 pcc_status layout_values(const pcc_graph *g, const pcc_cluster *c, const pcc_strategy *s, const pcc_preserve_opts *o,
                          pcc_values *v);
 // Whether strategy s reduce-scatters each micro-batch's parameter gradients onto the rank's ZeRO
@@ -1438,8 +1439,7 @@ const char *options_output(pcc_arena *a, const pcc_options *o);
 
 /* ---------------------------------------------------------------- driver.c */
 
-// Whether the options ask the driver to search the micro-batch count (--auto with --global-batch
-// and no count given).
+// Whether the options ask the driver to search the micro-batch count (--auto with --global-batch and no count given).
 bool driver_searches_micro_batches(const pcc_options *o);
 // Plans every micro-batch count of the global batch that keeps whole ghost batch norm groups,
 // most first, each through the front end and phases 1 and 2 in an arena of its own, until 3 in a

@@ -52,7 +52,7 @@
 #define POLICY_MAX_RULES 4096
 
 static const char *const mesh_keys[PCC_POL_KEYS] = {"dp", "tp", "pp", "micro_batches", "zero", "virtual_stages", "recompute",
-                                                    "schedule"};
+                                                    "schedule", "tp2"};
 
 /* ---- reading ---- */
 
@@ -70,13 +70,13 @@ static pcc_status read_mesh_value(pcc_jreader *r, const pcc_json *v, const char 
         return diag(r->file, ptr, key == PCC_POL_RC ? "recompute is none, full or auto, got \"%s\"" : "schedule is gpipe or 1f1b, got \"%s\"", s);
     }
     int64_t x;
-    pcc_status st = json_int(r, v, ptr, key == PCC_POL_ZERO ? 0 : 1, key == PCC_POL_ZERO ? 3 : 1 << 24, &x);
+    pcc_status st = json_int(r, v, ptr, key == PCC_POL_ZERO ? 0 : key == PCC_POL_TQ ? 2 : 1, key == PCC_POL_ZERO ? 3 : 1 << 24, &x);
     *out = (int)x;
     return st;
 }
 
 static pcc_status read_mesh(pcc_jreader *r, const pcc_json *m, pcc_policy *p) {
-    static const char *const keys[] = {"dp", "tp", "pp", "micro_batches", "zero", "virtual_stages", "recompute", "schedule", NULL};
+    static const char *const keys[] = {"dp", "tp", "pp", "micro_batches", "zero", "virtual_stages", "recompute", "schedule", "tp2", NULL};
     pcc_status st = json_expect(r, m, "/mesh", PCC_J_OBJECT);
     if (!st) st = json_keys(r, m, "/mesh", keys, NULL);
     for (int k = 0; k < PCC_POL_KEYS && !st; k++) {
@@ -119,6 +119,13 @@ static pcc_status read_rule_pins(pcc_jreader *r, const pcc_json *v, const char *
         if (!st && !*u->split) return diag(r->file, u->split_ptr, "names no letter (\"replicate\" keeps the operator whole)");
         if (!st && !strcmp(u->split, "replicate")) u->split = "";
     }
+    if (!st && (x = json_get(v, "split2"))) {
+        u->split2_ptr = json_ptr_key(r, ptr, "split2");
+        st = json_str(r, x, u->split2_ptr, &u->split2);
+        if (!st && (!*u->split2 || !u->split || !*u->split))
+            return diag(r->file, u->split2_ptr, "names the letter over a 2-D tp group's second axis (--tp2): it wants a letter, "
+                        "and \"split\" the letter over the first");
+    }
     if (!st && (x = json_get(v, "recompute"))) {
         bool b = false;
         u->recompute_ptr = json_ptr_key(r, ptr, "recompute");
@@ -147,7 +154,7 @@ static pcc_status read_rule_pins(pcc_jreader *r, const pcc_json *v, const char *
 }
 
 static pcc_status read_rule(pcc_jreader *r, const pcc_json *v, const char *ptr, pcc_policy_rule *u) {
-    static const char *const keys[] = {"ops", "params", "type", "split", "recompute", "stage", "coshard", "coshard_letter", "note", NULL};
+    static const char *const keys[] = {"ops", "params", "type", "split", "split2", "recompute", "stage", "coshard", "coshard_letter", "note", NULL};
     *u = (pcc_policy_rule){.ptr = ptr, .kind = -1, .recompute = -1, .stage = -1};
     pcc_status st = json_expect(r, v, ptr, PCC_J_OBJECT);
     if (!st) st = json_keys(r, v, ptr, keys, NULL);
@@ -208,6 +215,7 @@ static int given(const pcc_options *o, int k) {
     case PCC_POL_ZERO: return s->zero ? s->zero : -1;
     case PCC_POL_VS: return s->virtual_stages ? s->virtual_stages : -1;
     case PCC_POL_RC: return s->recompute != PCC_RECOMPUTE_AUTO ? (int)s->recompute : -1;
+    case PCC_POL_TQ: return s->tq > 1 ? s->tq : -1;
     default: return s->schedule ? (int)s->schedule : -1;
     }
 }
@@ -222,6 +230,7 @@ static void set(pcc_options *o, int k, int v) {
     case PCC_POL_ZERO: s->zero = v; break;
     case PCC_POL_VS: s->virtual_stages = v; break;
     case PCC_POL_RC: s->recompute = (pcc_recompute)v; break;
+    case PCC_POL_TQ: s->tq = v; break;
     default: s->schedule = (pcc_pipe_sched)v; break;
     }
 }
@@ -240,6 +249,9 @@ static pcc_status apply_mesh(pcc_policy *p, pcc_options *o) {
     }
     bool known = o->search.dp && o->search.tp && o->search.pp;
     if (known && o->search.auto_mesh) o->search.auto_mesh = false;
+    if (p->mesh[PCC_POL_TQ] > 1 && (!known || o->search.tp % o->search.tq || o->search.tp < 2 * o->search.tq))
+        return diag(p->file, p->mesh_ptr[PCC_POL_TQ], "cuts the tp group into tp/%d x %d: it wants dp, tp and pp known (a template), "
+                    "tp a multiple of %d, at least %d", o->search.tq, o->search.tq, o->search.tq, 2 * o->search.tq);
     if (o->search.auto_mesh) o->search.dp = o->search.tp = 0;
     o->batch.dp = o->search.dp;
     return PCC_OK;
@@ -303,27 +315,43 @@ static const char *letters_str(const pcc_letter *l, int n, char *buf, size_t cap
     return buf;
 }
 
-// The letter of op a split pin names, or a diagnostic.
-static pcc_status check_split(const pcc_policy *p, const pcc_graph *g, const pcc_policy_rule *u, const pcc_op *op, const char *name) {
-    if (!u->split || !*u->split) return PCC_OK;
+// The dimension op's letter `name` binds, -1 if none.
+static int letter_dim(const pcc_graph *g, const pcc_op *op, const char *name) {
+    pcc_letter l[PCC_MAX_LETTERS];
+    int n = op_letters(g, op, l);
+    for (int i = 0; i < n; i++)
+        if (!strcmp(l[i].name, name)) return l[i].dim;
+    return -1;
+}
+
+// The letter of op a split pin (split, at ptr) names, or a diagnostic.
+static pcc_status check_split(const pcc_policy *p, const pcc_graph *g, const char *split, const char *ptr, const pcc_op *op,
+                              const char *name) {
+    if (!split || !*split) return PCC_OK;
     pcc_letter l[PCC_MAX_LETTERS];
     char buf[512];
     int n = op_letters(g, op, l);
     for (int i = 0; i < n; i++) {
-        if (strcmp(l[i].name, u->split)) continue;
+        if (strcmp(l[i].name, split)) continue;
         if (l[i].nosplit || l[i].dim < 0)
-            return diag(p->file, u->split_ptr, "operator %s (%s, %s:%s) may not split its letter \"%s\" (its annotation marks it)",
-                        name, pcc_ops[op->kind].name, g->file, op->ptr, u->split);
+            return diag(p->file, ptr, "operator %s (%s, %s:%s) may not split its letter \"%s\" (its annotation marks it)",
+                        name, pcc_ops[op->kind].name, g->file, op->ptr, split);
         return PCC_OK;
     }
-    return diag(p->file, u->split_ptr, "operator %s (%s, %s:%s) has no letter \"%s\"; its letters: %s", name, pcc_ops[op->kind].name,
-                g->file, op->ptr, u->split, letters_str(l, n, buf, sizeof buf));
+    return diag(p->file, ptr, "operator %s (%s, %s:%s) has no letter \"%s\"; its letters: %s", name, pcc_ops[op->kind].name,
+                g->file, op->ptr, split, letters_str(l, n, buf, sizeof buf));
 }
 
 // Rule u on op (it holds it): its pins against what the op is.
 static pcc_status check_pins(const pcc_policy *p, const pcc_graph *g, const pcc_policy_rule *u, const pcc_op *op, const char *name) {
-    pcc_status st = check_split(p, g, u, op, name);
+    pcc_status st = check_split(p, g, u->split, u->split_ptr, op, name);
+    if (!st) st = check_split(p, g, u->split2, u->split2_ptr, op, name);
     if (st) return st;
+    int d1 = u->split2 ? letter_dim(g, op, u->split) : -1;
+    if (d1 >= 0 && d1 == letter_dim(g, op, u->split2))
+        return diag(p->file, u->split2_ptr, "operator %s (%s:%s): letters \"%s\" and \"%s\" are one dimension, %s; a split over "
+                    "two axes cuts two dimensions (one letter over both axes: leave split2 out)", name, g->file, op->ptr, u->split,
+                    u->split2, g->dims[d1].name);
     if (u->recompute == 1 && op->block < 0)
         return diag(p->file, u->recompute_ptr, "operator %s (%s:%s) is outside the repeated blocks, and phase 3 recomputes inside "
                     "blocks only", name, g->file, op->ptr);
@@ -406,7 +434,9 @@ static pcc_status check_template(const pcc_policy *p, const pcc_graph *g, const 
     int chunks = pp * (pp > 1 && o->virtual_stages > 1 ? o->virtual_stages : 1);
     for (int i = 0; i < g->n_fwd_ops; i++) {
         const pcc_policy_rule *u = p->rule[i] >= 0 ? &p->rules[p->rule[i]] : NULL;
-        if (u && !split_divides(g, &g->ops[i], u, dp, tp, bdim))
+        if (u && u->split2 && o->tq <= 1)
+            return diag(p->file, u->split2_ptr, "splits a second letter over a 2-D tp group's second axis: it needs --tp2");
+        if (u && !u->split2 && !split_divides(g, &g->ops[i], u, dp, tp, bdim))
             return diag(p->file, u->split_ptr, "operator %s (%s:%s): tp %d%s does not divide letter \"%s\" into whole pieces",
                         op_name(g->arena, g, &g->ops[i]), g->file, g->ops[i].ptr, tp, dp > 1 ? " (x dp, on the batch)" : "",
                         u->split);
@@ -460,13 +490,15 @@ bool policy_keeps(const pcc_policy *p, int op, const pcc_cand *cd, int tp) {
     if (!p || p->rule[op] < 0 || tp <= 1) return true;
     const pcc_policy_rule *u = &p->rules[p->rule[op]];
     if (!u->split) return true;
-    return *u->split ? cd->dim >= 0 && !strcmp(cd->letter, u->split) : cd->dim < 0;
+    if (u->split2) return cd->dim2 >= 0 && !strcmp(cd->letter, u->split) && !strcmp(cd->letter2, u->split2);
+    return *u->split ? cd->dim >= 0 && cd->dim2 < 0 && !strcmp(cd->letter, u->split) : cd->dim < 0;
 }
 
 int policy_recompute(const pcc_policy *p, int op) { return p && p->rule[op] >= 0 ? p->rules[p->rule[op]].recompute : -1; }
 
 bool policy_splits(const pcc_policy *p, int op, const char *bname) {
-    return p && p->rule[op] >= 0 && p->rules[p->rule[op]].split && !strcmp(p->rules[p->rule[op]].split, bname);
+    const pcc_policy_rule *u = p && p->rule[op] >= 0 ? &p->rules[p->rule[op]] : NULL;
+    return u && ((u->split && !strcmp(u->split, bname)) || (u->split2 && !strcmp(u->split2, bname)));
 }
 
 // The balanced cut of n layers (weights w) into K stages that keeps pinned layers (pin >= 0) in
@@ -520,7 +552,7 @@ int policy_stages(const pcc_policy *p, const pcc_layer *L, const double *flops, 
 
 bool policy_config_ok(const pcc_policy *p, const pcc_graph *g, const pcc_config *k, const pcc_layer *L, const double *flops, int nl) {
     if (!p) return true;
-    int pins[PCC_POL_KEYS] = {k->dp, k->tp, k->pp, -1, k->zero, k->v, (int)k->rc, -1};
+    int pins[PCC_POL_KEYS] = {k->dp, k->tp, k->pp, -1, k->zero, k->v, (int)k->rc, -1, k->tq > 1 ? k->tq : -1};
     for (int i = 0; i < PCC_POL_KEYS; i++)
         if (p->mesh[i] >= 0 && pins[i] >= 0 && p->mesh[i] != pins[i]) return false;
     int bdim = graph_batch_dim(g);

@@ -12,12 +12,13 @@
 // as constraints. The mesh keys pin the search's; each rule selects forward operators (by name
 // glob, by the parameters they read, by type) and pins their split over the tp group, their
 // recompute and their stage. The first rule that selects an operator holds it.
-enum { PCC_POL_DP, PCC_POL_TP, PCC_POL_PP, PCC_POL_MB, PCC_POL_ZERO, PCC_POL_VS, PCC_POL_RC, PCC_POL_SCHED, PCC_POL_KEYS };
+enum { PCC_POL_DP, PCC_POL_TP, PCC_POL_PP, PCC_POL_MB, PCC_POL_ZERO, PCC_POL_VS, PCC_POL_RC, PCC_POL_SCHED, PCC_POL_TQ, PCC_POL_KEYS };
 typedef struct pcc_policy_rule {
     const char *ptr;            // its JSON Pointer, /rules/i
     const char *ops, *params;   // globs over operator names and the names of the parameters they read (NULL: any)
     int kind;                   // the operator type (pcc_op_kind), -1: any
     const char *split;          // the letter split over the tp group; "" replicated; NULL: open
+    const char *split2, *split2_ptr; // with --tp2: split over its major axis, this letter over its minor; NULL: none
     int recompute;              // 0 or 1; -1: open
     int stage;                  // the stage (model chunk with virtual stages); -1: open
     int coshard;                // co-shard ways (coshard.c); 0: none

@@ -457,12 +457,12 @@ void report_estimate(FILE *f, const pcc_graph *g, const pcc_cluster *c, const pc
     int64_t batch = bd >= 0 ? g->dims[bd].size : 0;
     if (o->report.json) {
         fprintf(f, "{\"model\": \"%s\", \"cluster\": \"%s\", \"devices\": %d, \"pp\": %d, \"dp\": %d, \"cp\": %d, \"cp_form\": \"%s\", "
-               "\"tp\": %d, \"virtual_stages\": %d, \"micro_batches\": %d, \"batch\": %lld, \"global_batch\": %lld, \"zero\": %d, "
+               "\"tp\": %d, \"tp2\": %d, \"virtual_stages\": %d, \"micro_batches\": %d, \"batch\": %lld, \"global_batch\": %lld, \"zero\": %d, "
                "\"prefetch\": \"%s\", \"sequence_parallel\": %s, \"attention\": \"%s\", \"candidates\": %d, \"estimate\": {\"step_s\": %.9g, \"pipeline_s\": %.9g, \"bubble_s\": %.9g, "
                "\"compute_s\": %.9g, \"tp_comm_s\": %.9g, \"p2p_s\": %.9g, \"sync_s\": %.9g, \"sync_exposed_s\": %.9g, "
                "\"optimizer_s\": %.9g}, \"memory_bytes\": %.9g, \"micro_batch_counts_searched\": %d, \"seconds\": %.6f, ",
                g->name, c->name, c->n_devices, s->mesh[PCC_AX_PP], s->mesh[PCC_AX_DP], s->mesh[PCC_AX_CP],
-               s->config.cp_zigzag ? "zigzag" : s->config.cp_ring ? "ring" : "ulysses", s->mesh[PCC_AX_TP], s->virtual_stages,
+               s->config.cp_zigzag ? "zigzag" : s->config.cp_ring ? "ring" : "ulysses", strategy_tp(s), s->mesh[PCC_AX_TQ], s->virtual_stages,
                s->micro_batches, (long long)batch, (long long)batch * s->micro_batches, s->zero,
                s->zero == 3 && s->zero3_late ? "none" : "layer", s->config.sp ? "true" : "false",
                attn_form(g), n, x->step_s, x->pipeline_s,
@@ -596,9 +596,9 @@ static void json_compile(FILE *f, const pcc_graph *g, const pcc_cluster *c, cons
     const pcc_estimate *x = &s->est;
     char buf[160];
     json_compile_head(f, g, c, out, nbytes);
-    fprintf(f, " \"strategy\": {\"pp\": %d, \"dp\": %d, \"cp\": %d, \"tp\": %d, \"virtual_stages\": %d, \"micro_batches\": %d, "
+    fprintf(f, " \"strategy\": {\"pp\": %d, \"dp\": %d, \"cp\": %d, \"tp\": %d, \"tp2\": %d, \"virtual_stages\": %d, \"micro_batches\": %d, "
                "\"cp_form\": \"%s\", \"schedule\": \"%s\", \"zero\": %d, \"prefetch\": \"%s\", \"sequence_parallel\": %s, \"auto\": %s, "
-               "\"text\": ", s->mesh[PCC_AX_PP], s->mesh[PCC_AX_DP], s->mesh[PCC_AX_CP], s->mesh[PCC_AX_TP], s->virtual_stages,
+               "\"text\": ", s->mesh[PCC_AX_PP], s->mesh[PCC_AX_DP], s->mesh[PCC_AX_CP], strategy_tp(s), s->mesh[PCC_AX_TQ], s->virtual_stages,
             s->micro_batches, s->config.cp_zigzag ? "zigzag" : s->config.cp_ring ? "ring" : "ulysses",
             sched[s->schedule == PCC_PIPE_GPIPE ? 0 : 1], s->zero, s->zero == 3 && s->zero3_late ? "none" : "layer",
             s->config.sp ? "true" : "false", o->search.auto_mesh ? "true" : "false");
@@ -608,7 +608,7 @@ static void json_compile(FILE *f, const pcc_graph *g, const pcc_cluster *c, cons
     fprintf(f, "},\n \"search\": {\"candidates\": %d, \"rank\": %d, \"micro_batch_counts_searched\": %d},\n", n, which + 1,
             o->mb_searched);
     fprintf(f, " \"ilp\": {\"tp_group\": %d, \"rows\": %d, \"columns\": %d, \"status\": \"%s\", \"objective_s\": ",
-            s->mesh[PCC_AX_TP], r->rows, r->cols, mip_status_name(r->status));
+            strategy_tp(s), r->rows, r->cols, mip_status_name(r->status));
     json_num_or_null(f, r->objective);
     fprintf(f, ", \"bound_s\": ");
     json_num_or_null(f, r->bound);
@@ -645,7 +645,7 @@ void report_compile(FILE *f, const pcc_graph *g, const pcc_cluster *c, const pcc
     report_coshard(f, o, false);
     if (o->report.verbose) report_candidates(f, cand, n);
     fprintf(f, "  ILP (tp group of %d): %d rows x %d columns, %s, objective %.6g s, bound %.6g s, gap %.2f%%, %.3f s\n",
-            s->mesh[PCC_AX_TP], r->rows, r->cols, mip_status_name(r->status), r->objective, r->bound, 100 * r->gap, r->seconds);
+            strategy_tp(s), r->rows, r->cols, mip_status_name(r->status), r->objective, r->bound, 100 * r->gap, r->seconds);
     report_programs(f, e->p);
     fprintf(f, "  peak memory per device %s of %s (stage %d; live-buffer bound %s); estimated step %.6g s\n",
             fmt_bytes(b1, sizeof b1, e->peak_bytes), fmt_bytes(b2, sizeof b2, c->memory_bytes), e->peak_stage,

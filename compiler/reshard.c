@@ -19,7 +19,10 @@
  * factors (a 64-way all-to-all as 8 ways, then 8 ways again) would need sub-groups of the axis,
  * which it cannot make. Costed here, such chains also put both factors on the group's own
  * links, though the second's members are 8 apart (across nodes): DLRM's tables on 64 GPUs were
- * estimated at 0.31 ms of resharding a step for 3.2 ms simulated.
+ * estimated at 0.31 ms of resharding a step for 3.2 ms simulated. A 2-D group (--tp2: two mesh
+ * axes, n/minor x minor) has those sub-groups, so its steps move either axis's factor as well;
+ * a layout does not say which axis holds a factor, so a chain that only moves a split from one
+ * axis to the other is free here (phase 3 pays it).
  *
  * State count: the ways to spread n's prime factors over rank + 2 slots; for n = 64 and rank 4
  * that is C(6 + 5, 5) = 462, so a search is a few thousand edge relaxations. The scheduler asks
@@ -55,6 +58,7 @@ typedef struct rvd_space {
     const pcc_graph *g;
     const pcc_tensor *t;
     int n, rank;
+    int minor;          // > 1: a 2-D group (n/minor x minor), whose steps may move either axis's factor too
     pcc_layout *states;
     int count;
 } rvd_space;
@@ -104,10 +108,8 @@ typedef struct edge {
     pcc_layout to;
 } edge;
 
-// The steps out of layout l that move the group's factor n (the essay: what phase 3 emits).
-static int edges_from(const rvd_space *s, const pcc_layout *l, edge *out, int cap) {
-    int n = 0, k = s->n;
-    if (k < 2) return 0;
+// The steps out of layout l that move the factor k: the group's n, or one axis's of a 2-D group.
+static int edges_by(const rvd_space *s, const pcc_layout *l, int k, edge *out, int n, int cap) {
     for (int i = 0; i < s->rank; i++) {
         int64_t size = s->g->dims[s->t->dims[i]].size;
         bool can_split = size % (l->d[i] * k) == 0;
@@ -132,9 +134,19 @@ static int edges_from(const rvd_space *s, const pcc_layout *l, edge *out, int ca
     return n;
 }
 
+// The steps out of layout l (the essay: what phase 3 emits).
+static int edges_from(const rvd_space *s, const pcc_layout *l, edge *out, int cap) {
+    if (s->n < 2) return 0;
+    int n = edges_by(s, l, s->n, out, 0, cap);
+    if (s->minor > 1) n = edges_by(s, l, s->minor, out, n, cap);
+    if (s->minor > 1 && s->n / s->minor != s->minor) n = edges_by(s, l, s->n / s->minor, out, n, cap);
+    return n;
+}
+
 static double edge_cost(const pcc_cluster *c, const rvd_space *s, const pcc_layout *from, const edge *e,
                         pcc_group_shape grp, double *bytes) {
-    pcc_group_shape sub = {e->k, grp.stride};
+    // a 2-D group's major axis: its members minor apart
+    pcc_group_shape sub = {e->k, s->minor > 1 && e->k != s->minor && e->k != s->n ? grp.stride * s->minor : grp.stride};
     double piece = piece_bytes(s, from);
     switch (e->kind) {
     case PCC_STEP_ALL_GATHER: *bytes = piece * e->k; return cost_collective_s(c, PCC_COLL_ALL_GATHER, *bytes, sub);
@@ -191,10 +203,57 @@ static void chain_fill(const pcc_cluster *c, const rvd_space *s, int dst, const 
 
 double reshard_rvd(const pcc_cluster *c, const pcc_graph *g, const pcc_tensor *t, const pcc_layout *from,
                    const pcc_layout *to, pcc_group_shape grp, pcc_reshard *path) {
+    return reshard_rvd_2d(c, g, t, from, to, grp, 1, path);
+}
+
+static plan_shard axes_shard(const pcc_layout *l) {
+    plan_shard s = {{0}};
+    s.map[PCC_AX_TP] = l->ax[0], s.map[PCC_AX_TQ] = l->ax[1];
+    return s;
+}
+
+static const pcc_step_kind step_of_coll[] = {
+    [PCC_COLL_ALL_GATHER] = PCC_STEP_ALL_GATHER, [PCC_COLL_ALL_REDUCE] = PCC_STEP_ALL_REDUCE,
+    [PCC_COLL_REDUCE_SCATTER] = PCC_STEP_REDUCE_SCATTER, [PCC_COLL_ALL_TO_ALL] = PCC_STEP_ALL_TO_ALL};
+
+// A 2-D group's change of layout as phase 3 makes it: reshard_steps' chain over its two axes (the
+// layouts' ax), each collective costed on the axes it spans.
+static double reshard_axes(const pcc_cluster *c, const pcc_graph *g, const pcc_tensor *t, const pcc_layout *from,
+                           const pcc_layout *to, pcc_group_shape grp, int minor, pcc_reshard *path) {
+    pcc_reshard_step st[PCC_AXES + 1];
+    plan_shard cur = axes_shard(from);
+    int n = reshard_steps(cur, axes_shard(to), t->rank, st), size[PCC_AXES] = {0};
+    size[PCC_AX_TP] = grp.size / minor, size[PCC_AX_TQ] = minor;
+    pcc_reshard local;
+    if (!path) path = &local;
+    memset(path, 0, sizeof *path);
+    for (int k = 0; k < n && path->n_steps < PCC_MAX_STEPS; k++) {
+        double piece = tensor_bytes(g, t);
+        int ways = 1;
+        for (int a = PCC_AX_TP; a <= PCC_AX_TQ; a++) {
+            if (cur.map[a] >= 2) piece /= size[a];
+            if (st[k].axes >> a & 1u) ways *= size[a];
+        }
+        cur = st[k].after;
+        if (st[k].kind < 0) continue; // the local slice
+        pcc_group_shape sub = {ways, st[k].axes == 1u << PCC_AX_TP ? grp.stride * minor : grp.stride};
+        double bytes = st[k].kind == PCC_COLL_ALL_GATHER ? piece * ways : piece;
+        double sec = cost_collective_s(c, (pcc_coll)st[k].kind, bytes, sub) + cost_launch_s(c) + STEP_CHARGE;
+        int i = path->n_steps++;
+        path->step[i].kind = step_of_coll[st[k].kind], path->step[i].dim = path->step[i].dim_to = -1;
+        path->step[i].k = ways, path->step[i].bytes = bytes, path->step[i].seconds = sec;
+        path->seconds += sec;
+    }
+    return path->seconds;
+}
+
+double reshard_rvd_2d(const pcc_cluster *c, const pcc_graph *g, const pcc_tensor *t, const pcc_layout *from,
+                      const pcc_layout *to, pcc_group_shape grp, int minor, pcc_reshard *path) {
+    if (minor > 1) return reshard_axes(c, g, t, from, to, grp, minor, path);
     if (path) memset(path, 0, sizeof *path);
     if (layout_eq(from, to, t->rank)) return 0;
     // Scratch for one search, freed before returning: the scheduler asks thousands of times.
-    rvd_space s = {.g = g, .t = t, .n = grp.size, .rank = t->rank};
+    rvd_space s = {.g = g, .t = t, .n = grp.size, .rank = t->rank, .minor = minor};
     s.states = malloc(sizeof(pcc_layout) * MAX_STATES);
     double *dist = malloc(sizeof(double) * MAX_STATES);
     int *prev = malloc(sizeof(int) * MAX_STATES);
@@ -317,6 +376,58 @@ static int merge_gathers(plan_shard cur, pcc_reshard_step *step, int n) {
     return m;
 }
 
+// All-reduces that follow one another become one over their axes (the sum over both at once: a
+// 2-D tp group's partial sums over both of its axes).
+static int merge_reduces(pcc_reshard_step *step, int n) {
+    int m = 0;
+    for (int k = 0; k < n; k++)
+        if (m > 0 && step[k].kind == PCC_COLL_ALL_REDUCE && step[m - 1].kind == PCC_COLL_ALL_REDUCE)
+            step[m - 1].axes |= step[k].axes, step[m - 1].after = step[k].after;
+        else
+            step[m++] = step[k];
+    return m;
+}
+
+// Partial sums over several axes that the reader wants split along one dimension over exactly
+// those axes, in mesh order, where the writer does not split it: one reduce-scatter over them all
+// (its members in mesh order hold the pieces in the dimension's order). Applied to *cur; the count.
+static int joint_scatter(plan_shard *cur, plan_shard want, int rank, pcc_reshard_step *step) {
+    int n = 0;
+    for (int i = 0; i < rank; i++) {
+        int c[PCC_AXES], w[PCC_AXES];
+        int nc = split_axes(*cur, i, c), nw = split_axes(want, i, w);
+        bool all_v = nc == 0 && nw > 1;
+        for (int k = 0; all_v && k < nw; k++) all_v = cur->map[w[k]] == PLAN_SHARD_V;
+        if (!all_v) continue;
+        unsigned axes = 0;
+        for (int k = 0; k < nw; k++) axes |= 1u << w[k], cur->map[w[k]] = (uint8_t)PLAN_SHARD_D(i);
+        step[n++] = (pcc_reshard_step){PCC_COLL_REDUCE_SCATTER, axes, *cur};
+    }
+    return n;
+}
+
+// A dimension split over several axes that the reader wants split along another dimension over
+// the same axes, in the same order, where neither splits the other dimension: one all-to-all
+// over them (a 2-D tp group's one-letter split moving to another letter). Applied to *cur.
+static int joint_all_to_all(plan_shard *cur, plan_shard want, int rank, pcc_reshard_step *step) {
+    for (int i = 0; i < rank; i++) {
+        int c[PCC_AXES], nc = split_axes(*cur, i, c);
+        if (nc < 2) continue;
+        for (int j = 0; j < rank; j++) {
+            int w[PCC_AXES], x[PCC_AXES], nw = split_axes(want, j, w);
+            if (j == i || nw != nc || split_axes(*cur, j, x) || split_axes(want, i, x)) continue;
+            bool same = true;
+            for (int k = 0; k < nc; k++) same &= c[k] == w[k];
+            if (!same) continue;
+            unsigned axes = 0;
+            for (int k = 0; k < nc; k++) axes |= 1u << c[k], cur->map[c[k]] = (uint8_t)PLAN_SHARD_D(j);
+            step[0] = (pcc_reshard_step){PCC_COLL_ALL_TO_ALL, axes, *cur};
+            return 1;
+        }
+    }
+    return 0;
+}
+
 static int gathers(const pcc_reshard_step *step, int n) {
     int k = 0;
     for (int i = 0; i < n; i++) k += step[i].kind == PCC_COLL_ALL_GATHER;
@@ -325,6 +436,9 @@ static int gathers(const pcc_reshard_step *step, int n) {
 
 int reshard_steps(plan_shard cur, plan_shard want, int rank, pcc_reshard_step *step) {
     if (shard_eq(cur, want)) return 0;
+    int j = joint_scatter(&cur, want, rank, step);
+    if (!j) j = joint_all_to_all(&cur, want, rank, step);
+    if (j > 0) return j + reshard_steps(cur, want, rank, step + j);
     // Axes to undo: partial sums the reader does not want, and every split past the longest
     // common prefix of the splits of a dimension (pieces are undone least significant first).
     bool undo[PCC_AXES] = {false}, sums = false;
@@ -347,5 +461,5 @@ int reshard_steps(plan_shard cur, plan_shard want, int rank, pcc_reshard_step *s
         memcpy(step, alt, sizeof *step * (size_t)m);
         n = m;
     }
-    return merge_gathers(cur, step, n);
+    return merge_reduces(step, merge_gathers(cur, step, n));
 }

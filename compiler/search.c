@@ -267,6 +267,10 @@ static pcc_transform *tp_candidates(const pcc_graph *g, const pcc_transform *all
         for (int k = 0; k < from->n; k++) {
             const pcc_cand *cd = &from->c[k];
             if (cd->dim >= 0 && cd->dim == bdim && !batch_tp && !policy_splits(pol, oc->op, cd->letter)) continue; // dp's (unless asked)
+            if (cd->dim2 >= 0 && cd->dim2 == bdim && ((!batch_tp && !policy_splits(pol, oc->op, cd->letter2)) ||
+                                                      !whole_grains(g, &g->ops[oc->op], cd->letter2, (int64_t)dp * all->minor)))
+                continue; // the batch over tp's minor axis: as over tp
+            if (nest && cd->dim2 >= 0 && strcmp(cd->letter2, dl[dli].name) == 0) continue;
             // over dp x tp, a ghost batch norm's pieces must still hold whole groups
             if (cd->dim >= 0 && cd->dim == bdim && !whole_grains(g, &g->ops[oc->op], cd->letter, (int64_t)dp * tp)) continue;
             if (nest && cd->dim >= 0 && strcmp(cd->letter, dl[dli].name) == 0 &&
@@ -304,7 +308,7 @@ static pcc_status tp_schedule(const pcc_graph *g, const pcc_cluster *c, const pc
     // template's last resort (full recompute where nothing fits) are left out quietly (exit 3).
     if (!t) return policy_bare(o->policy, g, &all->ops[bare], rc == PCC_RECOMPUTE_FULL, o->auto_mesh || k->rc != o->recompute);
     double share = k->budget > 0 ? k->budget : 1;
-    pcc_intra_opts so = {.group = {tp, 1}, .memory_bytes = mode == RELAXED ? 1e30 : c->memory_bytes * k->pp * share, .ilp = o->ilp,
+    pcc_intra_opts so = {.group = {tp, 1}, .group_minor = all->minor, .memory_bytes = mode == RELAXED ? 1e30 : c->memory_bytes * k->pp * share, .ilp = o->ilp,
                          .quiet = true, .bg_dense = o->bg_dense, .bucket_bytes = o->bucket_bytes};
     memory_scales(g, k->pp, k->dp, cp, k->dp * cp > 1 ? k->zero : 0, o->schedule ? o->schedule : PCC_PIPE_1F1B, &so);
     so.ilp.progress = false;
@@ -317,8 +321,8 @@ static pcc_strategy *make(const pcc_graph *g, const pcc_cluster *c, const pcc_se
                           int bdim, const bool *bm, const pcc_config *k, const pcc_layer *L, const double *flops,
                           const double *group_s, int nl) {
     pcc_strategy *s = arena_alloc(g->arena, sizeof *s);
-    int pp = k->pp, dp = k->dp, cp = k->cp > 1 ? k->cp : 1;
-    s->mesh[PCC_AX_PP] = pp, s->mesh[PCC_AX_DP] = dp, s->mesh[PCC_AX_CP] = cp, s->mesh[PCC_AX_TP] = k->tp;
+    int pp = k->pp, dp = k->dp, cp = k->cp > 1 ? k->cp : 1, tq = k->tq > 1 ? k->tq : 1;
+    s->mesh[PCC_AX_PP] = pp, s->mesh[PCC_AX_DP] = dp, s->mesh[PCC_AX_CP] = cp, s->mesh[PCC_AX_TP] = k->tp / tq, s->mesh[PCC_AX_TQ] = tq;
     s->config = *k;
     s->micro_batches = g->micro_batches;
     s->schedule = pp == 1 ? PCC_PIPE_GPIPE : o->schedule ? o->schedule : PCC_PIPE_1F1B;
@@ -342,6 +346,8 @@ static pcc_strategy *make(const pcc_graph *g, const pcc_cluster *c, const pcc_se
         if (cp > 1) s->letter[PCC_AX_CP][i] = cp_letter(g, op, s->seq_dim, cp, k->cp_ring);
         if (cd->dim >= 0) s->letter[PCC_AX_TP][i] = letter_by_name(g, op, cd->letter);
         PCC_ASSERT(cd->dim < 0 || s->letter[PCC_AX_TP][i] >= 0);
+        // a 2-D tp group: the second letter over its minor axis, or one letter over both
+        if (tq > 1) s->letter[PCC_AX_TQ][i] = cd->dim2 >= 0 ? letter_by_name(g, op, cd->letter2) : s->letter[PCC_AX_TP][i];
         // Phase 3 recomputes inside blocks. --recompute full is Megatron-LM's activation
         // checkpointing: every block operator runs again in the backward pass and only the
         // block's inputs are kept, matrix products included (their outputs are kept by no
@@ -678,7 +684,8 @@ static pcc_status search_template(pcc_space *S, pcc_strategy ***out, int *n_out)
     PCC_ASSERT(all);
     pcc_config k = {.pp = pp, .dp = dp, .tp = tp, .v = o->virtual_stages > 1 ? o->virtual_stages : 1, .zero = o->zero,
                     .cp = o->cp > 1 ? o->cp : 1, .cp_ring = o->cp_ring,
-                    .cp_zigzag = o->cp > 1 && o->cp_zigzag, .btp = btp, .sp = o->sequence_parallel, .rc = o->recompute};
+                    .cp_zigzag = o->cp > 1 && o->cp_zigzag, .btp = btp, .sp = o->sequence_parallel, .rc = o->recompute,
+                    .tq = all->minor};
     pcc_strategy *s;
     st = build(S, all, &k, SOLVE, &s);
     if (st == PCC_ERR_INFEASIBLE) { // --recompute auto: every block operator recomputed, all memory allowed
@@ -857,7 +864,7 @@ static pcc_status search_whole(pcc_space *S, pcc_strategy ***out, int *n_out) {
     pcc_status st = ilp_intra(S->g, c, transform_find(S->t, S->N), &so, &sc);
     if (st) return st;
     pcc_strategy *s = arena_alloc(S->g->arena, sizeof *s);
-    s->mesh[PCC_AX_PP] = s->mesh[PCC_AX_DP] = s->mesh[PCC_AX_CP] = 1, s->mesh[PCC_AX_TP] = S->N;
+    s->mesh[PCC_AX_PP] = s->mesh[PCC_AX_DP] = s->mesh[PCC_AX_CP] = s->mesh[PCC_AX_TQ] = 1, s->mesh[PCC_AX_TP] = S->N;
     s->seq_dim = -1;
     s->micro_batches = S->g->micro_batches;
     s->intra = sc;
@@ -901,11 +908,12 @@ pcc_status search(const pcc_graph *g, const pcc_cluster *c, const pcc_transforms
 }
 
 char *strategy_str(const pcc_strategy *s, char *buf, size_t n) {
-    char v[48] = "", cp[32] = "";
+    char v[48] = "", cp[32] = "", tq[24] = "";
     if (s->virtual_stages > 1) snprintf(v, sizeof v, " interleaved, %d virtual stages", s->virtual_stages);
     if (s->mesh[PCC_AX_CP] > 1) snprintf(cp, sizeof cp, " x cp %d%s", s->mesh[PCC_AX_CP], s->config.cp_zigzag ? " (zigzag ring)" : s->config.cp_ring ? " (ring)" : "");
-    snprintf(buf, n, "pp %d x dp %d%s x tp %d, %s%s, %d micro-batch%s%s", s->mesh[PCC_AX_PP], s->mesh[PCC_AX_DP], cp,
-             s->mesh[PCC_AX_TP], s->mesh[PCC_AX_PP] == 1 ? "no pipeline" : s->schedule == PCC_PIPE_GPIPE ? "gpipe" : "1f1b", v,
+    if (s->mesh[PCC_AX_TQ] > 1) snprintf(tq, sizeof tq, " (%d x %d)", s->mesh[PCC_AX_TP], s->mesh[PCC_AX_TQ]);
+    snprintf(buf, n, "pp %d x dp %d%s x tp %d%s, %s%s, %d micro-batch%s%s", s->mesh[PCC_AX_PP], s->mesh[PCC_AX_DP], cp,
+             strategy_tp(s), tq, s->mesh[PCC_AX_PP] == 1 ? "no pipeline" : s->schedule == PCC_PIPE_GPIPE ? "gpipe" : "1f1b", v,
              s->micro_batches, s->micro_batches == 1 ? "" : "es",
              s->zero == 3 ? ", zero 3" : s->zero == 2 ? ", zero 2" : s->zero == 1 ? ", zero 1" : "");
     if (s->zero == 3 && s->zero3_late) snprintf(buf + strlen(buf), n - strlen(buf), ", prefetch none");

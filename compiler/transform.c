@@ -19,8 +19,12 @@
  * the search, which filters the candidates per mesh (the batch is data parallelism's, recompute
  * as the options say) but never calls back here.
  *
- * Limits: one letter per candidate (the device mesh supplies the second axis: data parallel
- * replicas of a stage, or the pipeline); uniform splits only.
+ * On a 2-D group (--tp2: devices/minor x minor, the minor axis the faster), each operator also gets
+ * every pair of letters of different dimensions, the first cut over the major axis, the second
+ * over the minor one (nnScaler's multi-axis split: a linear's rows and columns, attention's batch
+ * and heads); a single letter then splits over the whole group, both axes along it.
+ *
+ * Limits: at most two letters per candidate; uniform splits only.
  */
 #include "plancc.h"
 
@@ -45,8 +49,24 @@ static op_cost *op_costs(const pcc_graph *g) {
     return c;
 }
 
-// Layouts of all operands when `l` (NULL: replicate) is cut n ways.
-static void layouts(const pcc_graph *g, const pcc_op *op, const pcc_letter *l, int n, pcc_cand *c) {
+// Operand o's layout factor when `l` (NULL: replicate) is cut n ways: pieces, partial sums or replicas.
+static void cut(pcc_layout *lay, const pcc_letter *l, int o, bool is_out, int n) {
+    if (!l) lay->r *= n;
+    else if (l->axis[o] >= 0) lay->d[(int)l->axis[o]] *= n;
+    else if (is_out && l->reduce) lay->v *= n;
+    else lay->r *= n;
+}
+
+// What operand o is along an axis over which l (NULL: nothing) is cut, as plan_shard's map says it.
+static uint8_t axis_part(const pcc_letter *l, int o, bool is_out) {
+    if (!l) return PLAN_SHARD_R;
+    if (l->axis[o] >= 0) return (uint8_t)PLAN_SHARD_D(l->axis[o]);
+    return is_out && l->reduce ? PLAN_SHARD_V : PLAN_SHARD_R;
+}
+
+// Layouts of all operands when `l` (NULL: replicate) is cut n ways, and then l2 (NULL: none) n2
+// ways; on a 2-D group each axis's part too (l alone: over both axes).
+static void layouts(const pcc_graph *g, const pcc_op *op, const pcc_letter *l, int n, const pcc_letter *l2, int n2, pcc_cand *c) {
     c->in = arena_alloc(g->arena, sizeof(pcc_layout) * (size_t)(op->nin + 1));
     c->out = arena_alloc(g->arena, sizeof(pcc_layout) * (size_t)(op->nout + 1));
     for (int o = 0; o < op->nin + op->nout; o++) {
@@ -54,10 +74,9 @@ static void layouts(const pcc_graph *g, const pcc_op *op, const pcc_letter *l, i
         pcc_layout *lay = is_out ? &c->out[o - op->nin] : &c->in[o];
         lay->r = lay->v = 1;
         for (int i = 0; i < PCC_MAX_RANK; i++) lay->d[i] = 1;
-        if (!l) lay->r = n;
-        else if (l->axis[o] >= 0) lay->d[(int)l->axis[o]] = n;
-        else if (is_out && l->reduce) lay->v = n;
-        else lay->r = n;
+        cut(lay, l, o, is_out, n);
+        if (l2) cut(lay, l2, o, is_out, n2);
+        lay->ax[0] = axis_part(l, o, is_out), lay->ax[1] = axis_part(l2 ? l2 : l, o, is_out);
     }
 }
 
@@ -76,17 +95,21 @@ static double operand_bytes(const pcc_graph *g, const pcc_op *op, const pcc_cand
     return b;
 }
 
-static void cand_fill(const pcc_graph *g, const pcc_op *op, const op_cost *cost, const pcc_letter *l, int n, bool recompute,
-                      pcc_cand *c) {
+// Candidate c: l (NULL: replicate) cut n ways, and l2 (NULL: none) n2 ways over a second axis.
+static void cand_fill(const pcc_graph *g, const pcc_op *op, const op_cost *cost, const pcc_letter *l, int n,
+                      const pcc_letter *l2, int n2, bool recompute, pcc_cand *c) {
     memset(c, 0, sizeof *c);
     c->dim = l ? l->dim : -1;
     snprintf(c->letter, sizeof c->letter, "%s", l ? l->name : "");
     c->ways = l ? n : 1;
+    c->dim2 = l2 ? l2->dim : -1;
+    snprintf(c->letter2, sizeof c->letter2, "%s", l2 ? l2->name : "");
+    c->ways2 = l2 ? n2 : 1;
     c->recompute = recompute;
-    double share = l ? 1.0 / n : 1.0;
+    double share = (l ? 1.0 / n : 1.0) / c->ways2;
     c->flops = (cost->fwd * (recompute ? 2 : 1) + cost->bwd) * share;
     c->flops_matmul = (cost->fwd_mm * (recompute ? 2 : 1) + cost->bwd_mm) * share;
-    layouts(g, op, l, n, c);
+    layouts(g, op, l, n, l2, n2, c);
     c->param_bytes = operand_bytes(g, op, c, true);
     c->act_bytes = recompute ? 0 : operand_bytes(g, op, c, false);
 }
@@ -119,42 +142,51 @@ static bool can_recompute(const pcc_graph *g, const pcc_op *op) {
     return has_kept_outputs(g, op) || !leaves_block(g, op);
 }
 
-static void op_candidates(const pcc_graph *g, int o, const op_cost *cost, int n, pcc_op_cands *out) {
+static bool cuts(const pcc_graph *g, const pcc_letter *l, int n) {
+    return !l->nosplit && g->dims[l->dim].size % (n * l->grain) == 0;
+}
+
+// minor > 1: the pairs too, letter i over the major axis (n / minor ways) and j over the minor.
+static void op_candidates(const pcc_graph *g, int o, const op_cost *cost, int n, int minor, pcc_op_cands *out) {
     const pcc_op *op = &g->ops[o];
     pcc_letter letters[PCC_MAX_LETTERS];
-    int nl = op_letters(g, op, letters);
+    int nl = op_letters(g, op, letters), major = minor > 1 ? n / minor : n;
     bool rc = can_recompute(g, op);
-    int cap = 2 * (nl + 1);
+    int cap = 2 * (nl + 1) * (minor > 1 ? nl + 1 : 1);
     out->op = o;
     out->c = arena_alloc(g->arena, sizeof(pcc_cand) * (size_t)cap);
     out->n = 0;
     for (int pass = 0; pass < (rc ? 2 : 1); pass++) {
-        cand_fill(g, op, &cost[o], NULL, n, pass == 1, &out->c[out->n++]);
+        cand_fill(g, op, &cost[o], NULL, n, NULL, 1, pass == 1, &out->c[out->n++]);
         if (n == 1) continue;
-        for (int i = 0; i < nl; i++) {
-            const pcc_letter *l = &letters[i];
-            if (l->nosplit || g->dims[l->dim].size % (n * l->grain) != 0) continue;
-            cand_fill(g, op, &cost[o], l, n, pass == 1, &out->c[out->n++]);
-        }
+        for (int i = 0; i < nl; i++)
+            if (cuts(g, &letters[i], n)) cand_fill(g, op, &cost[o], &letters[i], n, NULL, 1, pass == 1, &out->c[out->n++]);
+        for (int i = 0; minor > 1 && i < nl; i++)
+            for (int j = 0; j < nl; j++) {
+                const pcc_letter *a = &letters[i], *b = &letters[j];
+                if (a->dim == b->dim || !cuts(g, a, major) || !cuts(g, b, minor)) continue;
+                cand_fill(g, op, &cost[o], a, major, b, minor, pass == 1, &out->c[out->n++]);
+            }
     }
 }
 
-pcc_transform *transform(const pcc_graph *g, int devices) {
-    PCC_ASSERT(devices >= 1);
+pcc_transform *transform(const pcc_graph *g, int devices, int minor) {
+    PCC_ASSERT(devices >= 1 && (minor <= 1 || devices % minor == 0));
     pcc_transform *t = arena_alloc(g->arena, sizeof *t);
     t->devices = devices;
+    t->minor = minor > 1 && devices > minor ? minor : 1;
     t->n_ops = g->n_fwd_ops;
     t->ops = arena_alloc(g->arena, sizeof(pcc_op_cands) * (size_t)(g->n_fwd_ops + 1));
     op_cost *cost = op_costs(g);
-    for (int o = 0; o < g->n_fwd_ops; o++) op_candidates(g, o, cost, devices, &t->ops[o]);
+    for (int o = 0; o < g->n_fwd_ops; o++) op_candidates(g, o, cost, devices, t->minor, &t->ops[o]);
     return t;
 }
 
-pcc_transforms *transform_all(const pcc_graph *g, const int *sizes, int n) {
+pcc_transforms *transform_all(const pcc_graph *g, const int *sizes, int n, int minor) {
     pcc_transforms *ts = arena_alloc(g->arena, sizeof *ts);
     ts->n = n;
     ts->t = arena_alloc(g->arena, sizeof(pcc_transform *) * (size_t)(n + 1));
-    for (int i = 0; i < n; i++) ts->t[i] = transform(g, sizes[i]);
+    for (int i = 0; i < n; i++) ts->t[i] = transform(g, sizes[i], minor > 1 && sizes[i] % minor == 0 ? minor : 1);
     return ts;
 }
 
@@ -173,7 +205,8 @@ static void layout_print(FILE *f, const pcc_layout *l, int rank) {
 }
 
 static void transform_dump_one(FILE *f, const pcc_graph *g, const pcc_transform *t) {
-    fprintf(f, "transform: %d devices, %d forward ops\n", t->devices, t->n_ops);
+    if (t->minor > 1) fprintf(f, "transform: %d devices (%d x %d), %d forward ops\n", t->devices, t->devices / t->minor, t->minor, t->n_ops);
+    else fprintf(f, "transform: %d devices, %d forward ops\n", t->devices, t->n_ops);
     for (int i = 0; i < t->n_ops; i++) {
         const pcc_op_cands *oc = &t->ops[i];
         const pcc_op *op = &g->ops[oc->op];
@@ -182,6 +215,7 @@ static void transform_dump_one(FILE *f, const pcc_graph *g, const pcc_transform 
             const pcc_cand *c = &oc->c[k];
             if (c->dim >= 0) fprintf(f, "  split %s=%s/%d", c->letter, g->dims[c->dim].name, c->ways);
             else fprintf(f, "  replicate");
+            if (c->dim2 >= 0) fprintf(f, " x %s=%s/%d", c->letter2, g->dims[c->dim2].name, c->ways2);
             fprintf(f, "%s flops %.6g params %.6g acts %.6g in", c->recompute ? " recompute" : "", c->flops, c->param_bytes,
                     c->act_bytes);
             for (int o = 0; o < op->nin; o++) {

@@ -342,7 +342,28 @@ for model, args, why in [("mlp", ["--devices", "2", "--cp", "2"], "no attention 
                          ("gpt-tiny", ["--devices", "2", "--cp", "2", "--sync", "background:algo=ma"], "does not go with --sync background")]:
     p = run(f"models/{model}.json", "--cluster", "models/clusters/cpu.json", *args, "-o", "/dev/null")
     check(f"{model} {' '.join(args)}: exit 2, {why}", p.returncode == 2 and why in p.stderr and len(p.stderr.splitlines()) == 1, p)
+# --tp2 (a 2-D tp group): each misuse exits 2 and says why; a good one plans a mesh with a tp2 axis.
+for args, why in [(["--devices", "4", "--tp2", "2"], "it wants --tp a multiple of 2, at least 4"),
+                  (["--devices", "2", "--tp", "2", "--tp2", "2"], "it wants --tp a multiple of 2, at least 4"),
+                  (["--devices", "6", "--tp", "6", "--tp2", "4"], "it wants --tp a multiple of 4, at least 8"),
+                  (["--devices", "4", "--tp", "4", "--tp2", "1"], "--tp2 wants"),
+                  (["--devices", "8", "--tp", "4", "--tp2", "2", "--cp", "2"], "--tp2 does not go with --cp"),
+                  (["--devices", "4", "--tp", "4", "--tp2", "2", "--sequence-parallel"], "--tp2 does not go with --sequence-parallel"),
+                  (["--devices", "4", "--tp", "4", "--tp2", "2", "--tp-batch"], "--tp2 does not go with --tp-batch"),
+                  (["--devices", "4", "--auto", "--tp2", "2"], "it wants --tp a multiple of 2")]:
+    p = run("models/gpt-tiny.json", "--cluster", "models/clusters/cpu.json", *args, "-o", "/dev/null")
+    check(f"gpt-tiny {' '.join(args)}: exit 2, {why}", p.returncode == 2 and why in p.stderr and len(p.stderr.splitlines()) == 1, p)
+with tempfile.TemporaryDirectory() as d:
+    out = os.path.join(d, "tp2.plan")
+    p = run("models/gpt-tiny.json", "--cluster", "models/clusters/cpu.json", "--devices", "8", "--tp", "8", "--tp2", "2", "-q", "-o", out)
+    q = subprocess.run([os.path.join(os.path.dirname(plancc), "plandump"), out], capture_output=True, text=True) if p.returncode == 0 else p
+    check("gpt-tiny --tp 8 --tp2 2: the mesh is tp 4 x tp2 2, and the summary says so",
+          p.returncode == 0 and "mesh            pp 1 x dp 1 x tp 4 x tp2 2 = 8 ranks" in q.stdout, q)
+    p = run("models/gpt-tiny.json", "--cluster", "models/clusters/cpu.json", "--devices", "8", "--tp", "8", "--tp2", "2", "--json",
+            "--estimate-only")
+    check("gpt-tiny --tp 8 --tp2 2 --estimate-only --json: tp 8, tp2 2", p.returncode == 0 and '"tp": 8, "tp2": 2,' in p.stdout, p)
 p = run("--help")
+check("--help documents --tp2", "--tp2 N" in p.stdout and "two letters" in p.stdout, p)
 check("--help documents --cp", "--cp N" in p.stdout and "all-to-all" in p.stdout and "--context-parallel-size (--cp)" in p.stdout, p)
 check("--help documents --cp-form zigzag", "--cp-form ulysses|ring|zigzag" in p.stdout and "2 cp - 1 - c" in p.stdout, p)
 # --cp-form zigzag (ring attention over the sequence in zigzag order): its misuses exit 2 and say

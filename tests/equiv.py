@@ -156,6 +156,12 @@ SEQ[4] += ["--cp 4", "--dp 2 --cp 2", "--cp 2 --tp 2", "--cp 2 --pp 2 --micro-ba
 SEQ[8] += ["--dp 2 --cp 2 --tp 2"]
 SEQ_QUICK[2] += ["--cp 2"]
 SEQ_QUICK[4] += ["--cp 2 --tp 2"]
+# A 2-D tp group (--tp2): the ILP splits each operator along one letter over both axes or two,
+# one over each (at tp 8 the token embedding takes the sequence over tp and the hidden dimension
+# over tp2); models/policies/grid2d-gpt-tiny.json pins such splits (--policies).
+SEQ[4] += ["--tp 4 --tp2 2"]
+SEQ[8] += ["--tp 8 --tp2 2", "--tp 8 --tp2 4", "--dp 2 --tp 4 --tp2 2 --zero 3", "--tp 4 --tp2 2 --pp 2 --micro-batches 4"]
+SEQ_QUICK[4] += ["--tp 4 --tp2 2"]
 # ... and in ring attention's form (--cp-form ring): attention keeps its sequence split too, its k/v
 # blocks passed around the cp ranks (gpt-tiny: causal, so later ranks' blocks are skipped).
 RING = {2: ["--cp 2 --cp-form ring"],

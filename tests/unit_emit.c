@@ -66,7 +66,14 @@ static void single_changes(void) {
     EXPECT(steps_are(sh(D0, D0), sh(R, D0), 2, (int[]){PCC_COLL_ALL_GATHER, -1}, (unsigned[]){dp | tp, 0}));
     EXPECT(steps_are(sh(D0, D0), sh(R, R), 1, (int[]){PCC_COLL_ALL_GATHER}, (unsigned[]){dp | tp}));
     EXPECT(steps_are(sh(D0, D0), sh(D0, R), 1, (int[]){PCC_COLL_ALL_GATHER}, &tp));
-    EXPECT(steps_are(sh(V, V), sh(R, R), 2, (int[]){PCC_COLL_ALL_REDUCE, PCC_COLL_ALL_REDUCE}, (unsigned[]){tp, dp}));
+    // Partial sums over both axes: one all-reduce over both, or one reduce-scatter where the
+    // reader splits a dimension over both (a 2-D tp group's, --tp2).
+    EXPECT(steps_are(sh(V, V), sh(R, R), 1, (int[]){PCC_COLL_ALL_REDUCE}, (unsigned[]){dp | tp}));
+    EXPECT(steps_are(sh(V, V), sh(D0, D0), 1, (int[]){PCC_COLL_REDUCE_SCATTER}, (unsigned[]){dp | tp}));
+    EXPECT(steps_are(sh(V, V), sh(D0, D1), 2, (int[]){PCC_COLL_REDUCE_SCATTER, PCC_COLL_REDUCE_SCATTER}, (unsigned[]){tp, dp}));
+    // One dimension split over both axes, moved to another over both in the same order: one
+    // all-to-all over both.
+    EXPECT(steps_are(sh(D0, D0), sh(D1, D1), 1, (int[]){PCC_COLL_ALL_TO_ALL}, (unsigned[]){dp | tp}));
     EXPECT(steps_are(sh(V, R), sh(D0, R), 1, (int[]){PCC_COLL_REDUCE_SCATTER}, &dp));
     // dp's split undone first where that leaves tp's an all-to-all, not a gather and a slice
     // (ZeRO-3's shard of a tied embedding read by the LM head split along the vocabulary).
@@ -215,7 +222,7 @@ static pcc_cluster *cpu(pcc_arena *a, int devices) {
 static pcc_status strategies(const pcc_graph *g, const pcc_cluster *c, const pcc_search_opts *so, pcc_strategy ***s, int *n) {
     int ns;
     int *sizes = search_group_sizes(g, c, so, &ns);
-    return search(g, c, transform_all(g, sizes, ns), so, s, n);
+    return search(g, c, transform_all(g, sizes, ns, so->tq), so, s, n);
 }
 
 // Phase 3, the memory planner and the emitter, as the driver runs them.

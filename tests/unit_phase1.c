@@ -104,7 +104,7 @@ static void test_reshape_embedding(const pcc_graph *g, const pcc_transform *t) {
 }
 
 static void test_one_device(const pcc_graph *g) {
-    pcc_transform *t = transform(g, 1);
+    pcc_transform *t = transform(g, 1, 1);
     double sum = 0;
     pcc_totals tot;
     graph_totals(g, &tot);
@@ -205,7 +205,7 @@ int main(int argc, char **argv) {
     pcc_graph *g = load(a, "gpt-tiny.json");
     EXPECT(g != NULL);
     if (g) {
-        pcc_transform *t = transform(g, 4);
+        pcc_transform *t = transform(g, 4, 1);
         test_linear(g, t);
         test_unsplittable(g, t);
         test_reshape_embedding(g, t);
@@ -217,7 +217,7 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < sizeof models / sizeof *models; i++) {
         pcc_graph *m = load(a, models[i]);
         EXPECT(m != NULL);
-        if (m) EXPECT(transform(m, 8)->n_ops == m->n_fwd_ops);
+        if (m) EXPECT(transform(m, 8, 1)->n_ops == m->n_fwd_ops);
     }
     test_cost();
     arena_free(a);

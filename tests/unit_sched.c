@@ -35,7 +35,7 @@ static void check_model(pcc_arena *a, const char *model, int devices, bool follo
     pcc_cluster *c = cluster(a, devices);
     EXPECT(g && c);
     if (!g || !c) return;
-    pcc_transform *t = transform(g, devices);
+    pcc_transform *t = transform(g, devices, 1);
     pcc_intra_opts o = {.group = {devices, 1}, .memory_bytes = c->memory_bytes, .ilp = {.time_limit_s = 30, .mip_gap = 0},
                         .follow_above_cols = followers ? 1 : 0};
     pcc_intra *s;
@@ -80,7 +80,7 @@ static void check_followers(pcc_arena *a, const char *model, int devices) {
     pcc_graph *g = load(a, model);
     pcc_cluster *c = cluster(a, devices);
     if (!g || !c) return;
-    pcc_transform *t = transform(g, devices);
+    pcc_transform *t = transform(g, devices, 1);
     pcc_intra_opts o = {.group = {devices, 1}, .memory_bytes = c->memory_bytes, .ilp = {.time_limit_s = 30, .mip_gap = 0}};
     pcc_intra *full, *fol;
     EXPECT(ilp_intra(g, c, t, &o, &full) == PCC_OK);
@@ -93,7 +93,7 @@ static void check_limits(pcc_arena *a) {
     pcc_graph *g = load(a, "gpt-tiny.json");
     pcc_cluster *c = cluster(a, 4);
     if (!g || !c) return;
-    pcc_transform *t = transform(g, 4);
+    pcc_transform *t = transform(g, 4, 1);
     pcc_intra_opts o = {.group = {4, 1}, .memory_bytes = c->memory_bytes, .ilp = {.time_limit_s = 30, .mip_gap = 0}};
     pcc_intra *loose, *tight, *none;
     EXPECT(ilp_intra(g, c, t, &o, &loose) == PCC_OK);

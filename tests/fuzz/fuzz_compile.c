@@ -21,7 +21,7 @@ static pcc_status compile(pcc_arena *a, pcc_options *o, pcc_graph *g, pcc_cluste
     pcc_programs *pr;
     pcc_emitted e = {0};
     sizes = search_group_sizes(g, c, &o->search, &n_sizes);
-    pcc_transforms *t = transform_all(g, sizes, n_sizes);
+    pcc_transforms *t = transform_all(g, sizes, n_sizes, 1);
     pcc_status st = search(g, c, t, &o->search, &cand, &n);
     if (st) return st;
     options_emit(a, c, o, &eo);
