@@ -13,7 +13,8 @@ training step), every strategy trains on the same G samples per step:
   template    the best of a grid search, Megatron-LM style: tp in {1, 2, 4, 8} inside a node,
               pp a power of two or the paper's (every divisor with --full-grid) up to the
               number of layers, dp = N / (tp pp) dividing G, micro-batch per replica a power of
-              two (or G / dp), 1F1B when pp > 1, recompute none or full, ZeRO 0, 1 or 3, and
+              two (or G / dp), 1F1B when pp > 1, recompute none or full (and on rows with
+              causal self-attention Megatron-LM's selective, plancc's auto), ZeRO 0, 1 or 3, and
               with tp > 1 on a model with attention with and without Megatron-LM's
               --sequence-parallel (as its users run tensor parallelism since Korthikanti et al.
               2022; the paper's configuration below stays without it, as published); on the
@@ -71,6 +72,9 @@ GLOBAL_BATCH_OPTION = "--global-batch"
 # Variants of one template configuration, fastest first (recompute adds compute, ZeRO adds
 # communication; neither saves time): (recompute, zero).
 VARIANTS = [("none", 0), ("none", 1), ("none", 3), ("full", 0), ("full", 1), ("full", 3)]
+# Megatron-LM's selective recompute (--recompute-granularity selective, which plancc reads as
+# --recompute auto: the ILP picks what to recompute where memory binds), on the GPT-style rows.
+SELECTIVE = [("auto", 0), ("auto", 1), ("auto", 3)]
 
 
 def has_op(ops, kind):
@@ -277,6 +281,8 @@ class Bench:
         zigzag order (Megatron-Core's load-balanced ring), where the ring skips the blocks above
         the diagonal."""
         out = []
+        if variants is VARIANTS and f["zigzag"]:
+            variants = VARIANTS + SELECTIVE
         cps = [1 << k for k in range(row["gpus"].bit_length()) if row["gpus"] % (1 << k) == 0] if row.get("cp") else \
             [1, 2] if f["zigzag"] and f["seq"] and f["seq"] % 4 == 0 else [1]
         for cp in cps:
