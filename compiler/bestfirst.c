@@ -122,7 +122,7 @@ typedef struct bf {
 
 static bool same_but_recompute(const pcc_config *a, const pcc_config *b) {
     return a->pp == b->pp && a->dp == b->dp && a->tp == b->tp && a->v == b->v && a->zero == b->zero && a->cp == b->cp &&
-           a->cp_ring == b->cp_ring && a->cp_zigzag == b->cp_zigzag && a->btp == b->btp && a->sp == b->sp &&
+           a->tq == b->tq && a->cp_ring == b->cp_ring && a->cp_zigzag == b->cp_zigzag && a->btp == b->btp && a->sp == b->sp &&
            a->budget == b->budget && a->round == b->round && a->late == b->late;
 }
 

@@ -20,9 +20,8 @@
  * which it cannot make. Costed here, such chains also put both factors on the group's own
  * links, though the second's members are 8 apart (across nodes): DLRM's tables on 64 GPUs were
  * estimated at 0.31 ms of resharding a step for 3.2 ms simulated. A 2-D group (--tp2: two mesh
- * axes, n/minor x minor) has those sub-groups, so its steps move either axis's factor as well;
- * a layout does not say which axis holds a factor, so a chain that only moves a split from one
- * axis to the other is free here (phase 3 pays it).
+ * axes, n/minor x minor) is not searched so: its layouts also say which axis holds what
+ * (pcc_layout.ax), and reshard_rvd_2d costs phase 3's own chain between them (reshard_axes).
  *
  * State count: the ways to spread n's prime factors over rank + 2 slots; for n = 64 and rank 4
  * that is C(6 + 5, 5) = 462, so a search is a few thousand edge relaxations. The scheduler asks
@@ -58,7 +57,6 @@ typedef struct rvd_space {
     const pcc_graph *g;
     const pcc_tensor *t;
     int n, rank;
-    int minor;          // > 1: a 2-D group (n/minor x minor), whose steps may move either axis's factor too
     pcc_layout *states;
     int count;
 } rvd_space;
@@ -108,8 +106,10 @@ typedef struct edge {
     pcc_layout to;
 } edge;
 
-// The steps out of layout l that move the factor k: the group's n, or one axis's of a 2-D group.
-static int edges_by(const rvd_space *s, const pcc_layout *l, int k, edge *out, int n, int cap) {
+// The steps out of layout l that move the group's factor n (the essay: what phase 3 emits).
+static int edges_from(const rvd_space *s, const pcc_layout *l, edge *out, int cap) {
+    int n = 0, k = s->n;
+    if (k < 2) return 0;
     for (int i = 0; i < s->rank; i++) {
         int64_t size = s->g->dims[s->t->dims[i]].size;
         bool can_split = size % (l->d[i] * k) == 0;
@@ -134,19 +134,9 @@ static int edges_by(const rvd_space *s, const pcc_layout *l, int k, edge *out, i
     return n;
 }
 
-// The steps out of layout l (the essay: what phase 3 emits).
-static int edges_from(const rvd_space *s, const pcc_layout *l, edge *out, int cap) {
-    if (s->n < 2) return 0;
-    int n = edges_by(s, l, s->n, out, 0, cap);
-    if (s->minor > 1) n = edges_by(s, l, s->minor, out, n, cap);
-    if (s->minor > 1 && s->n / s->minor != s->minor) n = edges_by(s, l, s->n / s->minor, out, n, cap);
-    return n;
-}
-
 static double edge_cost(const pcc_cluster *c, const rvd_space *s, const pcc_layout *from, const edge *e,
                         pcc_group_shape grp, double *bytes) {
-    // a 2-D group's major axis: its members minor apart
-    pcc_group_shape sub = {e->k, s->minor > 1 && e->k != s->minor && e->k != s->n ? grp.stride * s->minor : grp.stride};
+    pcc_group_shape sub = {e->k, grp.stride};
     double piece = piece_bytes(s, from);
     switch (e->kind) {
     case PCC_STEP_ALL_GATHER: *bytes = piece * e->k; return cost_collective_s(c, PCC_COLL_ALL_GATHER, *bytes, sub);
@@ -253,7 +243,7 @@ double reshard_rvd_2d(const pcc_cluster *c, const pcc_graph *g, const pcc_tensor
     if (path) memset(path, 0, sizeof *path);
     if (layout_eq(from, to, t->rank)) return 0;
     // Scratch for one search, freed before returning: the scheduler asks thousands of times.
-    rvd_space s = {.g = g, .t = t, .n = grp.size, .rank = t->rank, .minor = minor};
+    rvd_space s = {.g = g, .t = t, .n = grp.size, .rank = t->rank};
     s.states = malloc(sizeof(pcc_layout) * MAX_STATES);
     double *dist = malloc(sizeof(double) * MAX_STATES);
     int *prev = malloc(sizeof(int) * MAX_STATES);
