@@ -384,6 +384,13 @@ bool cost_group_crosses_nodes(const pcc_cluster *c, pcc_group_shape g) {
     return g.size > 1 && (int64_t)(g.size - 1) * g.stride + 1 > c->devices_per_node;
 }
 
+pcc_group_shape cost_pair_shape(const pcc_cluster *c, int64_t a, int64_t b, int w) {
+    int64_t n = c->devices_per_node > 0 ? c->devices_per_node : 1;
+    for (int64_t x = 0; x < w; x++)
+        if ((a + x) / n != (b + x) / n) return (pcc_group_shape){2, (int)n};
+    return (pcc_group_shape){2, 1};
+}
+
 // Members of the group on each node it spans.
 static int members_per_node(const pcc_cluster *c, pcc_group_shape g) {
     int per_node = g.stride >= c->devices_per_node ? 1 : c->devices_per_node / g.stride;

@@ -11,8 +11,12 @@
  *     (ilp_op_comm on the graph with one replica's batch and sequence), again when recomputed;
  *   - with context parallelism, the all-to-alls over cp around attention (est_cp_comm), and the
  *     all-reduce of the gradients over cp beside dp's;
- *   - the pipeline sends between stages (one per micro-batch and boundary each way; backward,
- *     inside a repeated block, with the partial sums of the gradients it sums over its copies);
+ *   - the pipeline's messages, per micro-batch each way: every value read on a stage other than
+ *     the one that made it (skip connections across stages too; with 1F1B their gradients hop
+ *     back between neighbours), and a block's carries between copies on two stages (backward,
+ *     with the partial sums of the gradients it sums over its copies); each on the network
+ *     where its ranks lie on two nodes, and a device's concurrent messages (a group of sends and
+ *     receives, as the runtime issues them) costing the longest;
  *   - the gradients of parameters shared between stages (tied embeddings): summed over the
  *     micro-batches and sent to the owner's stage once per step, after its last backward pass
  *     (preserve.c's share_params), so the owner waits for them before its optimizer;
@@ -324,13 +328,10 @@ static double est_held_bytes(const est *E, int t) {
     return bytes;
 }
 
-// What layer l hands to the next one: a block's carried values, or a top-level op's outputs.
-static double est_boundary_bytes(const est *E, const pcc_layer *l) {
+// What copy l of a block hands to the next one: its carried values.
+static double est_carry_bytes(const est *E, const pcc_layer *l) {
     double bytes = 0;
-    if (l->op >= 0)
-        for (int k = 0; k < E->g->ops[l->op].nout; k++) bytes += est_held_bytes(E, E->g->ops[l->op].out[k]);
-    else
-        for (int k = 0; k < E->g->blocks[l->block].n_carry; k++) bytes += est_held_bytes(E, E->g->blocks[l->block].carry[k].outer);
+    for (int k = 0; k < E->g->blocks[l->block].n_carry; k++) bytes += est_held_bytes(E, E->g->blocks[l->block].carry[k].outer);
     return bytes;
 }
 
@@ -348,39 +349,102 @@ static double est_partial_sum_bytes(const est *E, const pcc_layer *l, const pcc_
 }
 
 // A send from pipeline device a to b: on their group's links, or between two groups on the
-// slower of the two (the cluster's worst figures).
+// slower of the two (the cluster's worst figures). Device a's ranks are a W .. a W + W - 1 (W the
+// ranks of a stage), and rank a W + x sends to b W + x: over the network where any such pair
+// lies on two nodes (with W = 4 on nodes of 8, every other neighbour does).
 static double est_send_s(const est *E, double bytes, int a, int b) {
-    pcc_group_shape pair = {2, E->dp * E->cp * E->tp};
+    int w = E->dp * E->cp * E->tp;
     const pcc_cluster *c = E->view[a] == E->view[b] ? E->view[a] : E->c;
+    pcc_group_shape pair = cost_pair_shape(c, (int64_t)a * w, (int64_t)b * w, w);
     return cost_collective_s(c, PCC_COLL_SEND_RECV, bytes, pair) + cost_launch_s(c);
 }
 
-// The layers on their devices, and the sends between chunks (both ways, per micro-batch).
-static void est_layers(est *E, const pcc_layer *L, int nl, const int *chunk) {
+// The messages of one micro-batch between chunks, per chunk: the longest it sends and receives,
+// forward and backward (a group of sends and receives moves its messages at once).
+typedef struct est_p2p {
+    double *fs, *fr, *bs, *br;
+} est_p2p;
+
+static void est_message(const est *E, est_p2p *P, bool bwd, double bytes, int a, int b) {
+    double t = est_send_s(E, bytes, a % E->pp, b % E->pp);
+    double *s = bwd ? P->bs : P->fs, *r = bwd ? P->br : P->fr;
+    s[a] = fmax(s[a], t), r[b] = fmax(r[b], t);
+}
+
+// Value t (bytes on a device) made on chunk a and read on chunk c: sent forward, and its gradient
+// back (with 1F1B, between neighbours, each stage between passing it on: layout.c's relayed).
+static void est_crossing(const est *E, est_p2p *P, int t, double bytes, int a, int c) {
+    est_message(E, P, false, bytes, a, c);
+    if (E->g->tensors[t].grad < 0) return;
+    if (E->v > 1 || E->s->schedule == PCC_PIPE_GPIPE || c - a < 2) {
+        est_message(E, P, true, bytes, c, a);
+        return;
+    }
+    for (int k = c; k > a; k--) est_message(E, P, true, bytes, k, k - 1);
+}
+
+// The values layer l reads that another chunk made (tchunk, the chunk that made each; tbytes,
+// their bytes on a device), each sent once to a chunk (sent: the last chunk it went to).
+static void est_reads(const est *E, est_p2p *P, const pcc_layer *L, int l, const int *chunk, const int *tchunk,
+                      const double *tbytes, int *sent) {
     const pcc_graph *g = E->g;
-    for (int l = 0; l < nl; l++) {
-        int d = chunk[l] % E->pp;
-        E->layers[d]++;
+    int n = L[l].op >= 0 ? g->ops[L[l].op].nin : g->blocks[L[l].block].n_in;
+    for (int i = 0; i < n; i++) {
+        int t;
         if (L[l].op >= 0) {
-            est_add_op(E, L[l].op, d);
+            t = g->ops[L[l].op].in[i];
         } else {
             const pcc_block *bl = &g->blocks[L[l].block];
-            double f0 = E->Fc[d], b0 = E->Bc[d];
-            for (int i = bl->first_op; i < bl->first_op + bl->n_ops; i++) est_add_op(E, i, d);
-            E->cf[d] += E->Fc[d] - f0, E->cb[d] += E->Bc[d] - b0;
-            E->copies[d] += 1;
-            est_on(E, d);
-            E->Bc[d] += E->orphan[L[l].block];
+            if (L[l].copy > 0 && graph_carry_of(bl, bl->in[i].inner, true) >= 0) continue; // from the copy before
+            t = bl->in[i].outer;
         }
-        if (l + 1 < nl && chunk[l + 1] != chunk[l]) {
-            int d1 = chunk[l + 1] % E->pp;
-            double bytes = est_boundary_bytes(E, &L[l]);
-            E->Fp[d] += est_send_s(E, bytes, d, d1);
-            E->Bp[d1] += est_send_s(E, bytes + est_partial_sum_bytes(E, &L[l], &L[l + 1]), d, d1);
-        }
+        if (tchunk[t] < 0 || tchunk[t] == chunk[l] || sent[t] == chunk[l]) continue;
+        sent[t] = chunk[l];
+        est_crossing(E, P, t, tbytes[t], tchunk[t], chunk[l]);
     }
-    est_on(E, chunk[nl - 1] % E->pp);
-    E->Bc[chunk[nl - 1] % E->pp] += E->orphan_top;
+}
+
+// The layers on their devices, and the messages between chunks (both ways, per micro-batch):
+// every value read on a chunk other than the one that made it (skip connections across stages
+// included), and a block's carries between its copies on two chunks.
+static void est_layers(est *E, const pcc_layer *L, int nl, const int *chunk) {
+    const pcc_graph *g = E->g;
+    int pp = E->pp, *tchunk = arena_alloc(g->arena, sizeof(int) * (size_t)(2 * g->n_tensors + 1)), *sent = tchunk + g->n_tensors;
+    double *tbytes = zeros(g, g->n_tensors);
+    int nc = pp * E->v;
+    est_p2p P = {zeros(g, nc), zeros(g, nc), zeros(g, nc), zeros(g, nc)};
+    for (int t = 0; t < 2 * g->n_tensors; t++) tchunk[t] = -1;
+    for (int l = 0; l < nl; l++) {
+        int d = chunk[l] % pp;
+        E->layers[d]++;
+        est_reads(E, &P, L, l, chunk, tchunk, tbytes, sent);
+        if (L[l].op >= 0) {
+            est_add_op(E, L[l].op, d);
+            const pcc_op *op = &g->ops[L[l].op];
+            for (int k = 0; k < op->nout; k++) tchunk[op->out[k]] = chunk[l], tbytes[op->out[k]] = est_held_bytes(E, op->out[k]);
+            continue;
+        }
+        const pcc_block *bl = &g->blocks[L[l].block];
+        if (L[l].copy > 0 && chunk[l - 1] != chunk[l]) { // the carries from the copy before
+            double bytes = est_carry_bytes(E, &L[l - 1]);
+            est_message(E, &P, false, bytes, chunk[l - 1], chunk[l]);
+            est_message(E, &P, true, bytes + est_partial_sum_bytes(E, &L[l - 1], &L[l]), chunk[l], chunk[l - 1]);
+        }
+        double f0 = E->Fc[d], b0 = E->Bc[d];
+        for (int i = bl->first_op; i < bl->first_op + bl->n_ops; i++) est_add_op(E, i, d);
+        E->cf[d] += E->Fc[d] - f0, E->cb[d] += E->Bc[d] - b0;
+        E->copies[d] += 1;
+        est_on(E, d);
+        E->Bc[d] += E->orphan[L[l].block];
+        for (int k = 0; k < bl->n_out; k++)
+            tchunk[bl->out[k].outer] = chunk[l], tbytes[bl->out[k].outer] = est_held_bytes(E, bl->out[k].inner);
+    }
+    est_on(E, chunk[nl - 1] % pp);
+    E->Bc[chunk[nl - 1] % pp] += E->orphan_top;
+    // A chunk's sends after a forward pass go with the receives of the backward pass that follows
+    // in 1F1B's steady state, and its backward sends with the next forward pass's receives; a
+    // device's chunks run apart.
+    for (int k = 0; k < nc; k++) E->Fp[k % pp] += fmax(P.fs[k], P.br[k]), E->Bp[k % pp] += fmax(P.bs[k], P.fr[k]);
 }
 
 // Whether the gradients of op i's parameters are partial sums over cp (its cp letter is the

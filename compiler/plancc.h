@@ -472,8 +472,7 @@ int64_t batch_grain(const pcc_graph *g);
 
 // Appends the backward graph (gradients of the loss with respect to every parameter) and one
 // optimizer step per parameter. Repeated blocks stay blocks: the backward of a block is one
-// backward block with the same repeat. Fails with PCC_ERR_INPUT if the loss does not depend on
-// any parameter.
+// backward block with the same repeat. PCC_ERR_INPUT if the loss depends on no parameter.
 pcc_status autodiff(pcc_graph *g);
 
 /* ---------------------------------------------------------------- cluster.c */
@@ -635,6 +634,8 @@ double cost_group_bandwidth(const pcc_cluster *c, pcc_group_shape g);
 // Fixed cost of issuing one kernel or collective call (launch_overhead_s, or a few microseconds).
 double cost_launch_s(const pcc_cluster *c);
 bool cost_group_crosses_nodes(const pcc_cluster *c, pcc_group_shape g);
+// Ranks a + x to b + x for every x < w (two pipeline stages) as one pair: the network's if any crosses nodes.
+pcc_group_shape cost_pair_shape(const pcc_cluster *c, int64_t a, int64_t b, int w);
 // Overlap of two streams: the part of `comm_s` on a second stream that `window_s` on the first does not hide.
 double cost_exposed_s(double comm_s, double window_s);
 // A micro-batch pipeline over pp devices, device d taking fwd[d] and bwd[d] seconds per
@@ -1070,9 +1071,8 @@ const pcc_search_counts *bestfirst_counts(void);
 
 // The cost model's estimate of one training step of strategy s (its mesh, splits and stages
 // set; sc its tp group's ILP choice) into s->est: the busiest pipeline device's operators,
-// tensor-parallel resharding and sends per micro-batch, the schedule's bubble, then the
-// gradient synchronization the last backward pass does not hide, the optimizer and ZeRO's
-// all-gather. Can't fail.
+// tensor-parallel resharding and sends per micro-batch, the schedule's bubble, then the gradient
+// sync the last backward pass does not hide, the optimizer and ZeRO's all-gather. Can't fail.
 void estimate_step(const pcc_graph *g, const pcc_cluster *c, const pcc_intra *sc, pcc_strategy *s);
 // What estimate_step charges forward op i's operators (its forward and its backward ops, one
 // micro-batch, one device) at the least over the candidates of t (one tp group): fb[i], and

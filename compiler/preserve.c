@@ -218,7 +218,8 @@ static float transfer_s(const builder *E, const prog *P, int b, int offset) {
     double bytes = (double)P->buf[b].bytes;
     int peer = ((P->stage + offset) % E->pp + E->pp) % E->pp;
     const pcc_cluster *c = cluster_stage_view(E->all, E->pp, peer) == E->c ? E->c : E->all; // between groups: the slower
-    return (float)cost_collective_s(c, PCC_COLL_SEND_RECV, bytes, axis_group(E, PCC_AX_PP, offset < 0 ? -offset : offset));
+    int w = axis_group(E, PCC_AX_PP, 1).stride; // the ranks of a stage
+    return (float)cost_collective_s(c, PCC_COLL_SEND_RECV, bytes, cost_pair_shape(c, (int64_t)(P->stage % E->pp) * w, (int64_t)peer * w, w));
 }
 
 // A memory-bound kernel moving `bytes` in the dtype of buffer b.

@@ -12,6 +12,10 @@ GPT plan (gpt-tiny on 4 cpu ranks, pp 4, 8 micro-batches): --ranks limits the tr
 ranks and their flows to messages between them. The command line's errors, a deadlocked plan
 (exit 5, "deadlock"), the speed of a 1024-rank GPT-3 plan with 256 micro-batches, and the
 template estimate against the simulated step where gradients share buckets (dlrm-ctr on 10 GbE).
+Messages between pipeline stages: on the network where the two stages' ranks lie on two nodes
+(pp 4 x tp 4 on 8-GPU nodes: stage 1 to 2 crosses, 0 to 1 does not), in the plan and in the
+estimate, which counts every value a stage reads from another, skip connections included (DLRM's
+feature interaction reads the embeddings' concatenation three stages back).
 """
 import json
 import os
@@ -246,6 +250,38 @@ with tempfile.TemporaryDirectory() as tmp:
         m = re.search(r"simulated step [0-9.e+-]+ s \(([0-9.]+) x the estimate\)", c.stdout)
         check(f"dlrm-ctr on cpu-ethernet {' '.join(args)}: simulated / estimate within 10% ({m.group(1) if m else '?'})",
               c.returncode == 0 and m and abs(float(m.group(1)) - 1) < 0.1, c.stdout + c.stderr)
+
+
+def insn_times(text, program, kind, phase):
+    """The t= of every `kind` instruction of `phase` in the named program of a plan's text form."""
+    out, cur = [], None
+    for line in text.splitlines():
+        m = re.match(r'program \d+ "([^"]+)"', line)
+        if m:
+            cur = m.group(1)
+        elif cur == program and re.search(rf"\b{kind} s\d", line) and f"phase={phase}" in line:
+            out.append(float(re.search(r"t=([0-9.e+-]+)", line).group(1)))
+    return out
+
+
+with tempfile.TemporaryDirectory() as tmp:
+    path = os.path.join(tmp, "g.plan")
+    c = subprocess.run([plancc, "models/gpt-tiny.json", "--cluster", "dgx-a100", "--devices", "16", "--pp", "4", "--tp", "4",
+                        "--micro-batches", "4", "-o", path, "-q"], capture_output=True, text=True, cwd=root)
+    text = run("--text", path).stdout
+    near, far = insn_times(text, "stage0", "send", "fwd"), insn_times(text, "stage1", "send", "fwd")
+    check(f"pp 4 x tp 4 on 8-GPU nodes: stage 1's send to stage 2 crosses nodes, slower than stage 0's to 1 ({far} vs {near})",
+          c.returncode == 0 and near and far and min(far) > 3 * max(near), c.stderr)
+    path = os.path.join(tmp, "d.plan")
+    common = ["models/dlrm.json", "--cluster", "dgx-a100", "--devices", "64", "--global-batch", "65536", "--pp", "16", "--tp", "4",
+              "--micro-batches", "4"]
+    c = subprocess.run([plancc, *common, "-o", path, "-q"], capture_output=True, text=True, cwd=root)
+    e = subprocess.run([plancc, *common, "--estimate-only", "--json"], capture_output=True, text=True, cwd=root)
+    recv = insn_times(run("--text", path).stdout, "stage7", "recv", "fwd")
+    p2p = json.loads(e.stdout)["estimate"]["p2p_s"] if e.returncode == 0 else 0
+    check(f"DLRM pp 16 x tp 4: the estimate's messages on the busiest stage (7) include 4 micro-batches of its receive "
+          f"from stage 4 ({p2p:.3g} s against {4 * max(recv or [0]):.3g} s)",
+          c.returncode == 0 and recv and p2p >= 4 * max(recv), c.stderr + e.stderr)
 
 print(f"{passes} passed, {fails} failed")
 sys.exit(1 if fails else 0)
