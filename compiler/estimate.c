@@ -765,6 +765,34 @@ void estimate_step(const pcc_graph *g, const pcc_cluster *c, const pcc_intra *sc
     est_step(&E);
 }
 
+double *estimate_layer_seconds(const pcc_graph *g, const pcc_cluster *c, const pcc_intra *sc, pcc_strategy *s,
+                               const pcc_layer *L, int nl) {
+    est E = {.g = g, .c = c, .sc = sc, .s = s, .dp = s->mesh[PCC_AX_DP], .tp = strategy_tp(s),
+             .cp = s->mesh[PCC_AX_CP] > 1 ? s->mesh[PCC_AX_CP] : 1, .pp = 1, .v = 1, .m = s->micro_batches, .nf = g->n_fwd_ops};
+    E.Fc = zeros(g, 1), E.Fm = zeros(g, 1), E.Bc = zeros(g, 1), E.Bm = zeros(g, 1), E.sync = zeros(g, 1);
+    E.zw = s->zero > 0 ? E.dp * E.cp : 1, E.zg = (pcc_group_shape){E.dp * E.cp, E.tp};
+    est_layout(&E);
+    est_groups(&E);
+    est_cp_comm(&E);
+    double *sec = zeros(g, nl);
+    for (int l = 0; l < nl; l++) {
+        if (l > 0 && L[l].op < 0 && L[l - 1].block == L[l].block) {
+            sec[l] = sec[l - 1]; // every copy of a block alike
+            continue;
+        }
+        double t0 = E.Fc[0] + E.Fm[0] + E.Bc[0] + E.Bm[0];
+        if (L[l].op >= 0) {
+            est_add_op(&E, L[l].op, 0);
+        } else {
+            const pcc_block *bl = &g->blocks[L[l].block];
+            for (int i = bl->first_op; i < bl->first_op + bl->n_ops; i++) est_add_op(&E, i, 0);
+            E.Bc[0] += E.orphan[L[l].block];
+        }
+        sec[l] = E.Fc[0] + E.Fm[0] + E.Bc[0] + E.Bm[0] - t0;
+    }
+    return sec;
+}
+
 void estimate_floor(const pcc_graph *g, const pcc_cluster *c, const pcc_transform *t, const int *dp_letter, int dp,
                     int batch_dim, double *fb, double *ffb) {
     int nf = g->n_fwd_ops;

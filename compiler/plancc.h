@@ -453,16 +453,15 @@ typedef struct pcc_batch_opts {
     bool micro_batches_given;
 } pcc_batch_opts;
 
-// Sets the model's batch dimension (axis 0 of its first input) to the samples of one
-// micro-batch step over all replicas, and o->micro_batches and g->micro_batches:
+// Sets the model's batch dimension (axis 0 of its first input) to the samples of one micro-batch step over all
+// replicas, and o->micro_batches and g->micro_batches:
 //   global and size:  micro-batches = global / (size * dp), batch = size * dp
 //   global only:      batch = global / micro-batches (as given, default 1)
 //   size only:        batch = size * dp, micro-batches as given; o->global_batch is then set to
 //                     the samples of the step (what the plan records)
-// micro_batches_given says whether o->micro_batches came from --micro-batches (then it must
-// agree). Call it after model_load, before graph_check and autodiff. PCC_ERR_INPUT (reported)
-// when the numbers do not divide, the model has no batch dimension, or a ghost batch norm's group
-// does not divide the batch so set.
+// micro_batches_given says whether o->micro_batches came from --micro-batches (then it must agree). Call it
+// after model_load, before graph_check and autodiff. PCC_ERR_INPUT (reported) when the numbers do not divide,
+// the model has no batch dimension, or a ghost batch norm's group does not divide the batch so set.
 pcc_status batch_apply(pcc_graph *g, pcc_batch_opts *o);
 // The batch a micro-batch holds must be a multiple of this: the least common multiple of the
 // ghost batch norms' groups over the batch dimension (1 if none). Can't fail.
@@ -1074,6 +1073,8 @@ const pcc_search_counts *bestfirst_counts(void);
 // tensor-parallel resharding and sends per micro-batch, the schedule's bubble, then the gradient
 // sync the last backward pass does not hide, the optimizer and ZeRO's all-gather. Can't fail.
 void estimate_step(const pcc_graph *g, const pcc_cluster *c, const pcc_intra *sc, pcc_strategy *s);
+// Per layer of L (graph_layers), the seconds estimate_step charges one device of its stage per micro-batch for it.
+double *estimate_layer_seconds(const pcc_graph *g, const pcc_cluster *c, const pcc_intra *sc, pcc_strategy *s, const pcc_layer *L, int nl);
 // What estimate_step charges forward op i's operators (its forward and its backward ops, one
 // micro-batch, one device) at the least over the candidates of t (one tp group): fb[i], and
 // with its forward run again (recompute) ffb[i]; dp_letter[i] the letter dp splits (-1: none),
@@ -1144,12 +1145,11 @@ typedef struct pcc_bg_param {
     float coll_s, pass_s;       // the cost model's all-reduce of it over the replicas, and one elementwise pass over it
 } pcc_bg_param;
 // Appends the background program (one round in a background loop on a stream of its own; see
-// runtime/PLAN_FORMAT.md) to program pr of plan p, over the n params of ps, each averaged over
-// its own group of replicas (ps[i].group, ps[i].replicas.size ranks, shaped so on cluster c: each
-// chunk of a chunked all-reduce is costed as an all-reduce of its own bytes, latency included;
-// the defaults that depend on the number of trainers take each param's). Continuous rounds agree
-// on stopping over plan group `stop_group`, which spans every param's group. Adds state tensors,
-// buffers past the arena's end, one stream. Cannot fail (asserts on broken invariants).
+// runtime/PLAN_FORMAT.md) to program pr of plan p, over the n params of ps, each averaged over its own group of
+// replicas (ps[i].group, ps[i].replicas.size ranks, shaped so on cluster c: each chunk of a chunked all-reduce is
+// costed as an all-reduce of its own bytes, latency included; the defaults that depend on the number of trainers
+// take each param's). Continuous rounds agree on stopping over plan group `stop_group`, which spans every param's
+// group. Adds state tensors, buffers past the arena's end, one stream. Cannot fail (asserts on broken invariants).
 void bgsync_emit(plan *p, plan_program *pr, const pcc_sync_opts *o, const pcc_bg_param *ps, int n, uint32_t stop_group,
                  const pcc_cluster *c);
 

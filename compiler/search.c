@@ -28,8 +28,9 @@
  * The split along dp is the batch dimension wherever an operator has it, else a dimension a
  * reshape made of it (graph_batch_dims: Swin's windows, the Evoformer's MSA rows). Stages cut the
  * sequence of layers (graph_layers: top-level operators and the copies of repeated blocks)
- * into pp contiguous runs that balance their FLOPs (the smallest largest run, by bisection over
- * the answer with a greedy fill). Interleaving (--virtual-stages V): the layers are cut into
+ * into pp contiguous runs that balance the seconds the estimate charges each on a device, as the
+ * ILP split its operators (the smallest largest run, by bisection over the answer with a greedy
+ * fill); the search's floor of a pipeline balances its own per-layer floors. Interleaving (--virtual-stages V): the layers are cut into
  * pp * V chunks, chunk c on device c mod pp (op_stage and copy_stage hold the chunk); pipeline.c
  * orders Megatron-LM's interleaved schedule over them.
  *
@@ -117,9 +118,10 @@ static double *layer_flops(const pcc_graph *g, const pcc_layer *L, int n) {
     return f;
 }
 
-// Stages of the layers: pp contiguous non-empty runs with the smallest largest FLOP sum.
-static void partition(const double *flops, int n, int pp, int *stage) {
-    double lo = 0, hi = 0, eps = 1; // a layer of 0 FLOPs still counts a little
+// Stages of the layers: pp contiguous non-empty runs with the smallest largest sum of their
+// weights (FLOPs or seconds; a layer of none still counts eps).
+static void partition(const double *flops, int n, int pp, double eps, int *stage) {
+    double lo = 0, hi = 0;
     for (int i = 0; i < n; i++) {
         hi += flops[i] + eps;
         if (flops[i] + eps > lo) lo = flops[i] + eps;
@@ -150,14 +152,17 @@ static void partition(const double *flops, int n, int pp, int *stage) {
 // The stages: the policy's where it gives or pins them (policy.c), else the balanced cut.
 // The chunk of each of the n layers: the policy's stages where it gives them, else balanced by
 // each node group's seconds (c, group_s: a cluster with groups; pp devices of v chunks), else by
-// FLOPs.
-static void stages(const pcc_policy *pol, const pcc_layer *L, const double *flops, int n, int chunks, int *stage,
-                   const pcc_cluster *c, const double *group_s, int pp, int v) {
+// the seconds `sec` the estimate charges each layer on a device (its operators as the ILP split
+// them, their resharding; estimate_layer_seconds), else by FLOPs. Seconds weigh what FLOPs
+// miss: memory-bound operators (DLRM's embedding lookups), a layer the ILP left unsplit.
+static void stages(const pcc_policy *pol, const pcc_layer *L, const double *flops, const double *sec, int n, int chunks,
+                   int *stage, const pcc_cluster *c, const double *group_s, int pp, int v) {
     int st = policy_stages(pol, L, flops, n, chunks, stage);
     PCC_ASSERT(st >= 0); // the template's check and --auto's configurations keep the policy's stages feasible
     if (st > 0) return;
     if (group_s) hetero_partition(c, group_s, n, pp, v, stage); // node groups: balance each group's seconds
-    else partition(flops, n, chunks, stage);
+    else if (sec) partition(sec, n, chunks, 1e-15, stage);
+    else partition(flops, n, chunks, 1, stage);
 }
 
 /* ---- one mesh ---- */
@@ -363,7 +368,8 @@ static pcc_strategy *make(const pcc_graph *g, const pcc_cluster *c, const pcc_se
         if (g->blocks[b].fwd < 0) s->copy_stage[b] = arena_alloc(g->arena, sizeof(int) * (size_t)g->blocks[b].repeat);
     int v = s->virtual_stages = pp > 1 && k->v > 1 ? k->v : 1;
     int *chunk = arena_alloc(g->arena, sizeof(int) * (size_t)(nl + 1));
-    stages(o->policy, L, flops, nl, pp * v, chunk, group_s ? c : NULL, group_s, pp, v);
+    const double *sec = pp * v > 1 && !group_s ? estimate_layer_seconds(g, c, sc, s, L, nl) : NULL;
+    stages(o->policy, L, flops, sec, nl, pp * v, chunk, group_s ? c : NULL, group_s, pp, v);
     for (int i = 0; i < nl; i++) {
         if (L[i].op >= 0) s->op_stage[L[i].op] = chunk[i];
         else s->copy_stage[L[i].block][L[i].copy] = chunk[i];
@@ -371,7 +377,7 @@ static pcc_strategy *make(const pcc_graph *g, const pcc_cluster *c, const pcc_se
     estimate_step(g, c, sc, s);
     s->est_step_s = s->est.step_s;
     if (group_s) { // node groups: what the FLOP-balanced cut would have given, for the report
-        partition(flops, nl, pp * v, chunk);
+        partition(flops, nl, pp * v, 1, chunk);
         hetero_compare(g, c, sc, s, chunk);
     }
     s->est_memory_bytes = sc->memory_bytes / pp;
@@ -753,13 +759,17 @@ const pcc_graph *space_graph(const pcc_space *S) { return S->g; }
 const pcc_cluster *space_cluster(const pcc_space *S) { return S->c; }
 
 // cost_pipeline_s of per-layer seconds: it grows with every stage's time, so a lower bound per
-// layer gives one for the pipeline.
+// layer gives one for the pipeline. The plan's cut balances its own seconds (stages), which
+// the floor does not know: the floor's cut is the one that balances the floors, whose largest
+// stage no other cut undercuts.
 static double pipeline_floor(const pcc_space *S, const pcc_config *k, const double *a, const double *b, double scale) {
     int pp = k->pp, v = k->v, m = S->g->micro_batches;
     double *W = arena_alloc(S->g->arena, sizeof(double) * (size_t)pp), sum = 0, max = 0;
+    double *lw = arena_alloc(S->g->arena, sizeof(double) * (size_t)(S->nl + 1));
     int *chunk = arena_alloc(S->g->arena, sizeof(int) * (size_t)(S->nl + 1));
-    stages(S->o->policy, S->L, S->flops, S->nl, pp * v, chunk, S->group_s ? S->c : NULL, S->group_s, pp, v);
-    for (int l = 0; l < S->nl; l++) W[chunk[l] % pp] += (a[l] + (b ? b[l] : 0)) * scale;
+    for (int l = 0; l < S->nl; l++) lw[l] = (a[l] + (b ? b[l] : 0)) * scale;
+    stages(S->o->policy, S->L, S->flops, lw, S->nl, pp * v, chunk, S->group_s ? S->c : NULL, S->group_s, pp, v);
+    for (int l = 0; l < S->nl; l++) W[chunk[l] % pp] += lw[l];
     for (int d = 0; d < pp; d++) sum += W[d], max = W[d] > max ? W[d] : max;
     return m * max + (sum - max) / v;
 }

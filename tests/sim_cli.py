@@ -283,5 +283,17 @@ with tempfile.TemporaryDirectory() as tmp:
           f"from stage 4 ({p2p:.3g} s against {4 * max(recv or [0]):.3g} s)",
           c.returncode == 0 and recv and p2p >= 4 * max(recv), c.stderr + e.stderr)
 
+    # The stages balance the seconds the estimate charges each layer, not its FLOPs: DLRM's 26
+    # embedding lookups are memory-bound and weigh nothing in FLOPs, so the FLOP cut put them all
+    # on one stage with the feature interaction (its busiest rank computed 6.6x the mean).
+    path = os.path.join(tmp, "s.plan")
+    c = subprocess.run([plancc, "models/dlrm.json", "--cluster", "dgx-a100", "--devices", "64", "--global-batch", "65536", "--pp", "8",
+                        "--tp", "8", "--micro-batches", "8", "-o", path, "-q"], capture_output=True, text=True, cwd=root)
+    r = run("--sim", path)
+    m = re.search(r"compute\s+([0-9.]+) (m?s) per rank \(mean; ([0-9.]+) (m?s) on rank", r.stdout)
+    ratio = secs(m.group(3), m.group(4)) / secs(m.group(1), m.group(2)) if m else 99
+    check(f"DLRM pp 8 x tp 8: the cut balances seconds, the busiest rank computes {ratio:.2f}x the mean (at most 5)",
+          c.returncode == 0 and r.returncode == 0 and ratio <= 5, c.stderr + r.stdout + r.stderr)
+
 print(f"{passes} passed, {fails} failed")
 sys.exit(1 if fails else 0)
