@@ -8,7 +8,9 @@
  *     operator is split over dp, its tp letter's dimension tp ways), forward, backward and the
  *     recomputed forward of recomputed operators, each on its layer's stage;
  *   - the tensor-parallel resharding of every producer->consumer edge, forward and backward
- *     (ilp_op_comm on the graph with one replica's batch and sequence), again when recomputed;
+ *     (ilp_op_comm on the graph with one replica's batch and sequence), again when recomputed,
+ *     and again in the backward pass where the consumer's backward reads the value (a weight's
+ *     gradient reads the linear's input, which phase 3 keeps in its producer's layout);
  *   - with context parallelism, the all-to-alls over cp around attention (est_cp_comm), and the
  *     all-reduce of the gradients over cp beside dp's;
  *   - the pipeline's messages, per micro-batch each way: every value read on a stage other than

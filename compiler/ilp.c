@@ -53,6 +53,8 @@ typedef struct edge {
     int c, ci;      // consumer forward op and input index
     double w;       // how many times per step the edge is crossed
     double mw;      // how many copies of its tensor there are (w, but 1 for a block input every copy reads)
+    bool again;     // the consumer's backward pass reads the input too (a weight's gradient reads x): phase 3
+                    // reshards it again there from where its producer keeps it
 } edge;
 
 typedef struct builder {
@@ -145,22 +147,37 @@ static int maker(const pcc_graph *g, int t) {
     return -1;
 }
 
-static void add_edge(builder *B, int src_tensor, int c, int ci, double w, double mw) {
+static void add_edge(builder *B, int src_tensor, int c, int ci, double w, double mw, bool again) {
     int t = maker(B->g, src_tensor);
     if (t < 0 || w <= 0) return;
     int p = B->g->tensors[t].producer;
-    *VEC_PUSH(B->g->arena, B->edges, B->n_edges, B->cap_edges) = (edge){p, out_index(&B->g->ops[p], t), c, ci, w, mw};
+    *VEC_PUSH(B->g->arena, B->edges, B->n_edges, B->cap_edges) = (edge){p, out_index(&B->g->ops[p], t), c, ci, w, mw, again};
+}
+
+// Per forward op, the inputs (bits) that a backward operator derived from it reads.
+static uint64_t *backward_reads(const pcc_graph *g) {
+    uint64_t *rd = arena_alloc(g->arena, sizeof(uint64_t) * (size_t)(g->n_fwd_ops + 1));
+    for (int o = g->n_fwd_ops; o < g->n_ops; o++) {
+        int f = g->ops[o].fwd;
+        if (f < 0 || f >= g->n_fwd_ops || g->ops[o].phase != PCC_PHASE_BWD) continue;
+        for (int i = 0; i < g->ops[o].nin; i++)
+            for (int k = 0; k < g->ops[f].nin && k < 64; k++)
+                if (g->ops[f].in[k] == g->ops[o].in[i]) rd[f] |= 1ull << k;
+    }
+    return rd;
 }
 
 static void collect_edges(builder *B) {
     const pcc_graph *g = B->g;
+    const uint64_t *rd = backward_reads(g);
     for (int c = 0; c < g->n_fwd_ops; c++) {
         const pcc_op *op = &g->ops[c];
         double w = (double)op_copies(g, op);
         for (int i = 0; i < op->nin; i++) {
             int t = op->in[i];
+            bool again = i < 64 && (rd[c] >> i & 1);
             if (g->tensors[t].producer != PCC_PROD_BOUND) {
-                add_edge(B, t, c, i, w, w);
+                add_edge(B, t, c, i, w, w, again);
                 continue;
             }
             const pcc_block *bl = &g->blocks[op->block];
@@ -168,8 +185,8 @@ static void collect_edges(builder *B) {
             for (int k = 0; k < bl->n_carry; k++)
                 if (bl->carry[k].inner == t) carried = bl->carry[k].outer;
             for (int k = 0; k < bl->n_in; k++)
-                if (bl->in[k].inner == t) add_edge(B, bl->in[k].outer, c, i, carried >= 0 ? 1 : w, 1);
-            if (carried >= 0) add_edge(B, carried, c, i, w - 1, w - 1);
+                if (bl->in[k].inner == t) add_edge(B, bl->in[k].outer, c, i, carried >= 0 ? 1 : w, 1, again);
+            if (carried >= 0) add_edge(B, carried, c, i, w - 1, w - 1, again);
         }
     }
 }
@@ -539,17 +556,20 @@ void ilp_op_comm(const pcc_graph *g, const pcc_cluster *c, const pcc_transform *
         const pcc_cand *pk = &t->ops[ed->p].c[choice[ed->p]], *cl = &t->ops[ed->c].c[choice[ed->c]];
         const pcc_tensor *x = &g->tensors[g->ops[ed->c].in[ed->ci]];
         pcc_layout gi = grad_in_layout(cl, ed->ci, o->group.size), go = grad_out_layout(pk, ed->po);
-        bool seen_f = false, seen_b = false;
+        bool seen_f = false, seen_b = false, seen_a = false, again = ed->again && !cl->recompute;
         for (int k = 0; k < e; k++) {
             const edge *ek = &B.edges[k];
             if (ek->p != ed->p || ek->po != ed->po || ek->w != ed->w) continue;
             const pcc_cand *ck = &t->ops[ek->c].c[choice[ek->c]];
-            seen_f |= layout_eq(&ck->in[ek->ci], &cl->in[ed->ci]);
+            bool same = layout_eq(&ck->in[ek->ci], &cl->in[ed->ci]);
+            seen_f |= same, seen_a |= same && ek->again && !ck->recompute;
             pcc_layout gk = grad_in_layout(ck, ek->ci, o->group.size);
             seen_b |= layout_eq(&gk, &gi);
         }
-        double f = seen_f ? 0 : reshard(&B, x, &pk->out[ed->po], &cl->in[ed->ci]), b = 0;
-        if (!seen_b && (x->grad >= 0 || g->tensors[g->ops[ed->p].out[ed->po]].grad >= 0)) b = reshard(&B, x, &gi, &go);
+        double f = seen_f && (seen_a || !again) ? 0 : reshard(&B, x, &pk->out[ed->po], &cl->in[ed->ci]), b = 0;
+        if (again && !seen_a && f > 0) b += f; // read again in the backward pass, from the producer's layout
+        if (seen_f) f = 0;
+        if (!seen_b && (x->grad >= 0 || g->tensors[g->ops[ed->p].out[ed->po]].grad >= 0)) b += reshard(&B, x, &gi, &go);
         fwd_s[ed->c] += ed->w * (f > 0 ? f : 0);
         bwd_s[ed->c] += ed->w * (b > 0 ? b : 0);
     }

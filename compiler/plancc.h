@@ -873,7 +873,7 @@ double ilp_eval(const pcc_graph *g, const pcc_cluster *c, const pcc_transform *t
                   const int *choice, double *memory);
 // The communication of a choice per forward op (t's order), for the step-time estimate:
 // fwd_s[i] the resharding of op i's inputs in the forward pass, bwd_s[i] that of their gradients
-// in the backward pass, both summed over the op's copies (per step of one micro-batch); sync_s[i]
+// and of the inputs its backward reads again, both summed over its copies (per micro-batch); sync_s[i]
 // the all-reduce of the gradients of the parameters it replicates over the group (all copies).
 // Arrays of t->n_ops. Evaluated on g as given (the caller may pass a graph whose batch dimension
 // is one data-parallel replica's). This function can't fail.
