@@ -173,6 +173,26 @@ static void est_layout(est *E) {
             if (E->owner[g->ops[i].in[k]] < 0) E->owner[g->ops[i].in[k]] = i;
 }
 
+// A backward op of no forward op (the sum of a value's gradient contributions from its
+// readers): every operand split as its output, the gradient of a forward value, is where that
+// value is made (its producer's layout; a graph input's: its first reader's).
+static const int *const *est_orphan_ways(const est *E, const pcc_op *o) {
+    const pcc_graph *g = E->g;
+    int y = o->out[0], x = g->tensors[y].kind == PCC_T_GRAD ? g->tensors[y].of : -1, p = -1;
+    if (x >= 0) p = g->tensors[x].producer >= 0 && g->tensors[x].producer < E->nf ? g->tensors[x].producer : E->owner[x];
+    if (p < 0) return est_ways(E, o, -1);
+    const int *wy = est_ways_of(E, p, x);
+    int n = o->nin + o->nout;
+    const int **w = arena_alloc(g->arena, sizeof(int *) * (size_t)(n + 1));
+    for (int k = 0; k < n; k++) {
+        const pcc_tensor *t = &g->tensors[tensor_of_op(o, k)];
+        bool same = t->rank == g->tensors[y].rank;
+        for (int a = 0; same && a < t->rank; a++) same = t->dims[a] == g->tensors[y].dims[a];
+        w[k] = same ? wy : dp_ways(E, tensor_of_op(o, k));
+    }
+    return w;
+}
+
 // Ring attention (--cp-form ring): attention op i's times above are one block's, q's piece
 // against one k/v piece (its sequence letter split over cp on every operand; causal, the
 // diagonal block: in the flash form that is half a whole block, unfused a whole one). The ring
@@ -217,7 +237,7 @@ static void est_ops(est *E) {
     for (int o = E->nf; o < g->n_ops; o++) {
         const pcc_op *op = &g->ops[o];
         if (op->phase != PCC_PHASE_BWD) continue;
-        double t = cost_op_s(E->c, g, op, est_ways(E, op, op->fwd));
+        double t = cost_op_s(E->c, g, op, op->fwd >= 0 ? est_ways(E, op, op->fwd) : est_orphan_ways(E, op));
         if (op->fwd >= 0) E->b[op->fwd] += t;
         else if (op->block >= 0) E->orphan[g->blocks[op->block].fwd] += t;
         else E->orphan_top += t;
