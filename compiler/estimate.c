@@ -227,6 +227,41 @@ static void est_ring(est *E) {
     }
 }
 
+// Whether a backward op of forward op i reads tensor t.
+static bool backward_reads(const pcc_graph *g, int i, int t) {
+    for (int o = g->n_fwd_ops; o < g->n_ops; o++)
+        if (g->ops[o].fwd == i && g->ops[o].phase == PCC_PHASE_BWD)
+            for (int j = 0; j < g->ops[o].nin; j++)
+                if (g->ops[o].in[j] == t) return true;
+    return false;
+}
+
+// A parameter read by two forward ops (a tied embedding: the token embedding, then the LM head)
+// lives in its first reader's layout (layout.c); a later reader that wants another one reshards
+// it before its forward and again before a backward op that reads it (the LM head's gradient of
+// its input), each micro-batch. ZeRO-3 gathers every parameter anyway (est_params).
+static void est_shared_params(est *E, const pcc_intra_opts *so) {
+    const pcc_graph *g = E->g;
+    if (E->s->zero >= 3) return;
+    for (int i = 0; i < E->nf; i++) {
+        const pcc_op *op = &g->ops[i];
+        const pcc_cand *ci = &E->sc->t->ops[i].c[E->sc->choice[i]];
+        for (int k = 0; k < op->nin; k++) {
+            int p = op->in[k], f = E->owner[p];
+            if (g->tensors[p].kind != PCC_T_PARAM || f < 0 || f == i) continue;
+            const pcc_op *fo = &g->ops[f];
+            const pcc_cand *cf = &E->sc->t->ops[f].c[E->sc->choice[f]];
+            int kf = 0;
+            while (kf < fo->nin && fo->in[kf] != p) kf++;
+            double t = reshard_rvd_2d(E->c, &E->gv, &g->tensors[p], &cf->in[kf], &ci->in[k], so->group, so->group_minor, NULL);
+            if (t <= 0) continue;
+            double n = (double)op_copies(g, op);
+            E->fc[i] += n * t;
+            if (backward_reads(g, i, p)) E->bc[i] += n * t;
+        }
+    }
+}
+
 // Operator seconds per forward op (its forward, its backward ops) and tp communication, on
 // E->c (est_groups sets it to each group's view in turn).
 static void est_ops(est *E) {
@@ -246,6 +281,7 @@ static void est_ops(est *E) {
     pcc_intra_opts so = {.group = {E->tp, 1}, .group_minor = E->s->mesh[PCC_AX_TQ], .memory_bytes = E->c->memory_bytes, .quiet = true, .bg_dense = E->s->bg_dense,
                          .bucket_bytes = E->s->bucket_bytes};
     ilp_op_comm(&E->gv, E->c, E->sc->t, &so, E->sc->choice, E->fc, E->bc, E->sy);
+    est_shared_params(E, &so);
     for (int i = 0; i < E->nf; i++) {
         double n = (double)op_copies(g, &g->ops[i]);
         E->fc[i] /= n, E->bc[i] /= n, E->sy[i] /= n;
