@@ -214,7 +214,8 @@ static uint64_t slot_of(const flow *f, const plan_insn *in, uint32_t j) {
     uint32_t b = f->pg->args[in->args + j];
     const plan_buffer *bf = &f->pg->buffers[b];
     uint64_t m = (uint64_t)(f->mb + in->mb_delta) % bf->mb_slots, l = (uint64_t)(f->layer + in->layer_delta) % bf->layer_slots;
-    return f->base[b] + m * f->layer_n[b] + l;
+    uint64_t mn = (f->base[b + 1] - f->base[b]) / f->layer_n[b]; // the slots flow_slots keeps: past them, wrap
+    return f->base[b] + m % mn * f->layer_n[b] + l % f->layer_n[b];
 }
 
 // "buffer 3 (activation "h") slot mb 1 layer 0"
