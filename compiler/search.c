@@ -318,6 +318,10 @@ static pcc_status tp_schedule(const pcc_graph *g, const pcc_cluster *c, const pc
     memory_scales(g, k->pp, k->dp, cp, k->dp * cp > 1 ? k->zero : 0, o->schedule ? o->schedule : PCC_PIPE_1F1B, &so);
     so.ilp.progress = false;
     so.ilp.relax_only = mode == PROBE;
+    // --auto's ILPs stop within 0.5% of their bound: GLPK can spend tens of seconds closing the
+    // last tenths of a percent on a configuration that does not win (the Evoformer's tp meshes
+    // under their memory row), and the objective is only the cost model's anyway.
+    if (o->auto_mesh) so.ilp.mip_gap = fmax(so.ilp.mip_gap, 0.005);
     if (o->deadline_s > 0) so.ilp.time_limit_s = fmin(so.ilp.time_limit_s, fmax(0.05, o->deadline_s - clock_cpu_s()));
     return ilp_intra(g, c, t, &so, out);
 }
