@@ -227,15 +227,6 @@ static void est_ring(est *E) {
     }
 }
 
-// Whether a backward op of forward op i reads tensor t.
-static bool backward_reads(const pcc_graph *g, int i, int t) {
-    for (int o = g->n_fwd_ops; o < g->n_ops; o++)
-        if (g->ops[o].fwd == i && g->ops[o].phase == PCC_PHASE_BWD)
-            for (int j = 0; j < g->ops[o].nin; j++)
-                if (g->ops[o].in[j] == t) return true;
-    return false;
-}
-
 // A parameter read by two forward ops (a tied embedding: the token embedding, then the LM head)
 // lives in its first reader's layout (layout.c); a later reader that wants another one reshards
 // it before its forward and again before a backward op that reads it (the LM head's gradient of
@@ -243,6 +234,7 @@ static bool backward_reads(const pcc_graph *g, int i, int t) {
 static void est_shared_params(est *E, const pcc_intra_opts *so) {
     const pcc_graph *g = E->g;
     if (E->s->zero >= 3) return;
+    const uint64_t *rd = NULL; // made on the first such parameter: most graphs have none
     for (int i = 0; i < E->nf; i++) {
         const pcc_op *op = &g->ops[i];
         const pcc_cand *ci = &E->sc->t->ops[i].c[E->sc->choice[i]];
@@ -257,7 +249,8 @@ static void est_shared_params(est *E, const pcc_intra_opts *so) {
             if (t <= 0) continue;
             double n = (double)op_copies(g, op);
             E->fc[i] += n * t;
-            if (backward_reads(g, i, p)) E->bc[i] += n * t;
+            if (!rd) rd = graph_backward_reads(g);
+            if (k < 64 && (rd[i] >> k & 1)) E->bc[i] += n * t;
         }
     }
 }

@@ -108,6 +108,18 @@ int graph_bucket_segment(const pcc_graph *g, int i) {
 
 int graph_block_family(const pcc_graph *g, int b) { return g->blocks[b].fwd < 0 ? b : g->blocks[b].fwd; }
 
+uint64_t *graph_backward_reads(const pcc_graph *g) {
+    uint64_t *rd = arena_alloc(g->arena, sizeof(uint64_t) * (size_t)(g->n_fwd_ops + 1));
+    for (int o = g->n_fwd_ops; o < g->n_ops; o++) {
+        int f = g->ops[o].fwd;
+        if (f < 0 || f >= g->n_fwd_ops || g->ops[o].phase != PCC_PHASE_BWD) continue;
+        for (int i = 0; i < g->ops[o].nin; i++)
+            for (int k = 0; k < g->ops[f].nin && k < 64; k++)
+                if (g->ops[f].in[k] == g->ops[o].in[i]) rd[f] |= 1ull << k;
+    }
+    return rd;
+}
+
 int graph_carry_of(const pcc_block *bl, int t, bool inner) {
     for (int k = 0; k < bl->n_carry; k++)
         if ((inner ? bl->carry[k].inner : bl->carry[k].outer) == t) return k;

@@ -154,22 +154,9 @@ static void add_edge(builder *B, int src_tensor, int c, int ci, double w, double
     *VEC_PUSH(B->g->arena, B->edges, B->n_edges, B->cap_edges) = (edge){p, out_index(&B->g->ops[p], t), c, ci, w, mw, again};
 }
 
-// Per forward op, the inputs (bits) that a backward operator derived from it reads.
-static uint64_t *backward_reads(const pcc_graph *g) {
-    uint64_t *rd = arena_alloc(g->arena, sizeof(uint64_t) * (size_t)(g->n_fwd_ops + 1));
-    for (int o = g->n_fwd_ops; o < g->n_ops; o++) {
-        int f = g->ops[o].fwd;
-        if (f < 0 || f >= g->n_fwd_ops || g->ops[o].phase != PCC_PHASE_BWD) continue;
-        for (int i = 0; i < g->ops[o].nin; i++)
-            for (int k = 0; k < g->ops[f].nin && k < 64; k++)
-                if (g->ops[f].in[k] == g->ops[o].in[i]) rd[f] |= 1ull << k;
-    }
-    return rd;
-}
-
 static void collect_edges(builder *B) {
     const pcc_graph *g = B->g;
-    const uint64_t *rd = backward_reads(g);
+    const uint64_t *rd = graph_backward_reads(g);
     for (int c = 0; c < g->n_fwd_ops; c++) {
         const pcc_op *op = &g->ops[c];
         double w = (double)op_copies(g, op);

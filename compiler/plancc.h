@@ -352,13 +352,13 @@ bool graph_step_synced(const pcc_graph *g, int t, bool bg_dense);
 // of top-level ops between two blocks; phase 3 closes the open bucket at every loop boundary.
 // 0..n_blocks: top-level stretches; n_blocks + 1 + b: block b's copies.
 int graph_bucket_segment(const pcc_graph *g, int i);
-// Block b's family: itself for a forward block, else the forward block it derives from (the
-// backward and optimizer blocks of a forward block share its copy numbering).
+// Block b's family: itself for a forward block, else the forward block it derives from (its backward and optimizer blocks share its copy numbering).
 int graph_block_family(const pcc_graph *g, int b);
 // The carry of block bl whose inner input (inner: true) or source (false) is tensor t, or -1.
 int graph_carry_of(const pcc_block *bl, int t, bool inner);
-// Whether tensor t is a gradient of a parameter (a contribution to it, or the sum itself), and
-// whether it is the one the parameter's optimizer reads.
+// Per forward op, the inputs (bits; its first 64) that a backward op derived from it reads (a weight's gradient reads x).
+uint64_t *graph_backward_reads(const pcc_graph *g);
+// Whether tensor t is a gradient of a parameter (a contribution to it, or the sum itself), and whether its optimizer reads it.
 bool graph_is_param_grad(const pcc_graph *g, int t);
 bool graph_is_final_param_grad(const pcc_graph *g, int t);
 // The batch: axis 0 of the first input with a shape (-1: none). graph_batch_dims: per dimension

@@ -30,8 +30,8 @@
  * sequence of layers (graph_layers: top-level operators and the copies of repeated blocks)
  * into pp contiguous runs that balance the seconds the estimate charges each on a device, as the
  * ILP split its operators (the smallest largest run, by bisection over the answer with a greedy
- * fill); the search's floor of a pipeline balances its own per-layer floors. Interleaving (--virtual-stages V): the layers are cut into
- * pp * V chunks, chunk c on device c mod pp (op_stage and copy_stage hold the chunk); pipeline.c
+ * fill); the search's floor of a pipeline balances its own per-layer floors. Interleaving
+ * (--virtual-stages V): the layers are cut into pp * V chunks, chunk c on device c mod pp (op_stage and copy_stage hold the chunk); pipeline.c
  * orders Megatron-LM's interleaved schedule over them.
  *
  * Phase 1's candidates are the same for every mesh with one tp group size; what a mesh changes
@@ -120,19 +120,19 @@ static double *layer_flops(const pcc_graph *g, const pcc_layer *L, int n) {
 
 // Stages of the layers: pp contiguous non-empty runs with the smallest largest sum of their
 // weights (FLOPs or seconds; a layer of none still counts eps).
-static void partition(const double *flops, int n, int pp, double eps, int *stage) {
+static void partition(const double *w, int n, int pp, double eps, int *stage) {
     double lo = 0, hi = 0;
     for (int i = 0; i < n; i++) {
-        hi += flops[i] + eps;
-        if (flops[i] + eps > lo) lo = flops[i] + eps;
+        hi += w[i] + eps;
+        if (w[i] + eps > lo) lo = w[i] + eps;
     }
     for (int it = 0; it < 100 && hi - lo > 1e-9 * hi; it++) {
         double mid = 0.5 * (lo + hi), run = 0;
         int parts = 1;
         for (int i = 0; i < n; i++) {
-            double w = flops[i] + eps;
-            if (run + w > mid) parts++, run = 0;
-            run += w;
+            double wi = w[i] + eps;
+            if (run + wi > mid) parts++, run = 0;
+            run += wi;
         }
         if (parts <= pp) hi = mid;
         else lo = mid;
@@ -141,11 +141,11 @@ static void partition(const double *flops, int n, int pp, double eps, int *stage
     int s = 0;
     double run = 0;
     for (int i = 0; i < n; i++) {
-        double w = flops[i] + eps;
+        double wi = w[i] + eps;
         bool must = n - i <= pp - 1 - s;      // one layer per remaining stage
-        if (s < pp - 1 && run > 0 && (run + w > hi * (1 + 1e-12) || must)) s++, run = 0;
+        if (s < pp - 1 && run > 0 && (run + wi > hi * (1 + 1e-12) || must)) s++, run = 0;
         stage[i] = s;
-        run += w;
+        run += wi;
     }
 }
 
