@@ -219,7 +219,8 @@ static float transfer_s(const builder *E, const prog *P, int b, int offset) {
     int peer = ((P->stage + offset) % E->pp + E->pp) % E->pp;
     const pcc_cluster *c = cluster_stage_view(E->all, E->pp, peer) == E->c ? E->c : E->all; // between groups: the slower
     int w = axis_group(E, PCC_AX_PP, 1).stride; // the ranks of a stage
-    return (float)cost_collective_s(c, PCC_COLL_SEND_RECV, bytes, cost_pair_shape(c, (int64_t)(P->stage % E->pp) * w, (int64_t)peer * w, w));
+    return (float)(cost_collective_s(c, PCC_COLL_SEND_RECV, bytes, cost_pair_shape(c, (int64_t)(P->stage % E->pp) * w, (int64_t)peer * w, w)) +
+                   cost_launch_s(c));
 }
 
 // A memory-bound kernel moving `bytes` in the dtype of buffer b.
@@ -312,7 +313,8 @@ static void coll(builder *E, prog *P, pcc_coll kind, unsigned axes, int stream, 
     i->code = (uint16_t)kind;
     i->a = p3_group(E, (int)axes, stream);
     bool ends_with = kind == PCC_COLL_ALL_REDUCE || kind == PCC_COLL_ALL_GATHER || kind == PCC_COLL_BROADCAST;
-    i->t_s = (float)cost_collective_s(E->c, kind, (double)P->buf[ends_with ? out : in].bytes, p3_axes_group(E, axes));
+    // A collective is a kernel too: its launch, as the estimate's resharding charges it (reshard.c).
+    i->t_s = (float)(cost_collective_s(E->c, kind, (double)P->buf[ends_with ? out : in].bytes, p3_axes_group(E, axes)) + cost_launch_s(E->c));
     forget(P, out);
 }
 
@@ -784,7 +786,7 @@ static void coll_bucket(builder *E, prog *P, pcc_coll kind, unsigned axes, int s
     plan_insn *i = insn(E, P, PLAN_I_COLL, stream, args, 2 * n);
     i->code = (uint16_t)kind;
     i->a = p3_group(E, (int)axes, stream);
-    i->t_s = (float)cost_collective_s(E->c, kind, bytes, p3_axes_group(E, axes));
+    i->t_s = (float)(cost_collective_s(E->c, kind, bytes, p3_axes_group(E, axes)) + cost_launch_s(E->c));
     for (int j = 0; j < n; j++) forget(P, out[j]);
 }
 

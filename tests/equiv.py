@@ -258,6 +258,10 @@ DEEP_ZERO = ["--dp 2 --zero 3", "--dp 4 --zero 3 --micro-batches 2", "--dp 2 --z
 # ATOL (AdamW's updates of near-zero gradients, above); its f64 runs agree within 1e-13. Those
 # cases are checked in f64 only.
 F64_ONLY = ("--tp",)
+# So do ZeRO-3 on two ranks with OpenBLAS's Haswell and Zen kernels (an AMD EPYC picks Zen):
+# w2.5 ends 6.2e-5 from one device, where its SkylakeX and Sandybridge kernels stay within 1e-5
+# (OPENBLAS_CORETYPE, the same plans). Checked in f64 only too.
+F64_ONLY_OPTS = ("--dp 2 --zero 3", "--dp 2 --zero 3 --recompute full", "--dp 2 --zero 3 --prefetch none")
 
 
 def deep_pipelines(c):
@@ -265,7 +269,7 @@ def deep_pipelines(c):
     c.variant("gpt-tiny", "gpt-tiny-6", '"repeat": 2', '"repeat": 6')
     for opts in DEEP + DEEP_ZERO:
         w = opts.split()
-        if PRECISION != "f64" and any(a in w for a in F64_ONLY):
+        if PRECISION != "f64" and (any(a in w for a in F64_ONLY) or opts in F64_ONLY_OPTS):
             print(f"skip gpt-tiny-6: {opts}: float32 rounding past the tolerance at 6 layers; checked in f64")
             skipped += 1
             continue

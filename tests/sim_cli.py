@@ -273,7 +273,7 @@ with tempfile.TemporaryDirectory() as tmp:
     text = run("--text", path).stdout
     near, far = insn_times(text, "stage0", "send", "fwd"), insn_times(text, "stage1", "send", "fwd")
     check(f"pp 4 x tp 4 on 8-GPU nodes: stage 1's send to stage 2 crosses nodes, slower than stage 0's to 1 ({far} vs {near})",
-          c.returncode == 0 and near and far and min(far) > 3 * max(near), c.stderr)
+          c.returncode == 0 and near and far and min(far) > 1.5 * max(near), c.stderr)
     path = os.path.join(tmp, "d.plan")
     common = ["models/dlrm.json", "--cluster", "dgx-a100", "--devices", "64", "--global-batch", "65536", "--pp", "16", "--tp", "4",
               "--micro-batches", "4"]
