@@ -227,16 +227,6 @@ static void est_ring(est *E) {
     }
 }
 
-// The layout of the gradient of input k of candidate c: split as the input where the op splits
-// it, partial sums where the op splits a letter the input lacks (ilp.c's grad_in_layout).
-static pcc_layout est_grad_layout(const pcc_cand *c, int k) {
-    pcc_layout l = c->in[k];
-    if (c->dim < 0 || l.r == 1) return l;
-    l.v = l.r, l.r = 1;
-    for (int a = 0; a < 2; a++) l.ax[a] = l.ax[a] == PLAN_SHARD_R ? PLAN_SHARD_V : l.ax[a];
-    return l;
-}
-
 // A parameter read by two forward ops (a tied embedding: the token embedding, then the LM head)
 // lives in its first reader's layout (layout.c); a later reader that wants another one reshards
 // it before its forward and again before a backward op that reads it (the LM head's gradient of
@@ -262,7 +252,7 @@ static void est_shared_params(est *E, const pcc_intra_opts *so) {
             if (!rd) rd = graph_backward_reads(g);
             if (k < 64 && (rd[i] >> k & 1)) E->bc[i] += n * t;
             // Its gradient goes back to the first reader's layout, where the two are summed.
-            pcc_layout gi = est_grad_layout(ci, k), gh = est_grad_layout(cf, kf);
+            pcc_layout gi = transform_grad_in(ci, k), gh = transform_grad_in(cf, kf);
             double h = reshard_rvd_2d(E->c, &E->gv, &g->tensors[p], &gi, &gh, so->group, so->group_minor, NULL);
             if (h > 0) E->bc[f] += n * h;
         }

@@ -49,12 +49,13 @@
 #include <string.h>
 
 typedef struct edge {
-    int p, po;      // producer forward op and the index of the tensor among its outputs
+    int p, po;      // producer forward op and the index of the tensor among its outputs (param: its inputs)
     int c, ci;      // consumer forward op and input index
     double w;       // how many times per step the edge is crossed
     double mw;      // how many copies of its tensor there are (w, but 1 for a block input every copy reads)
     bool again;     // the consumer's backward pass reads the input too (a weight's gradient reads x): phase 3
                     // reshards it again there from where its producer keeps it
+    int param;      // > 0: a parameter's later reader, p its first (shared_param), of `param` later readers
 } edge;
 
 typedef struct builder {
@@ -151,7 +152,39 @@ static void add_edge(builder *B, int src_tensor, int c, int ci, double w, double
     int t = maker(B->g, src_tensor);
     if (t < 0 || w <= 0) return;
     int p = B->g->tensors[t].producer;
-    *VEC_PUSH(B->g->arena, B->edges, B->n_edges, B->cap_edges) = (edge){p, out_index(&B->g->ops[p], t), c, ci, w, mw, again};
+    *VEC_PUSH(B->g->arena, B->edges, B->n_edges, B->cap_edges) = (edge){p, out_index(&B->g->ops[p], t), c, ci, w, mw, again, 0};
+}
+
+// A parameter read by later forward ops than its first (a tied embedding's weight at the LM
+// head; the LM head's co-shard pieces) stays in its first reader's layout: phase 3 reshards it
+// before a later reader's forward pass, and again before its backward where that reads it, and
+// its gradient goes back to the first reader's layout, where they are summed. Readers that want
+// one layout share that: the objective charges each reader its share (estimate.c counts exact
+// layouts after the choice). Not under ZeRO-3, which gathers it whole for every reader anyway.
+static void shared_params(builder *B) {
+    const pcc_graph *g = B->g;
+    if (B->o->zero3) return;
+    const uint64_t *rd = NULL;
+    size_t bytes = sizeof(int) * (size_t)(g->n_tensors + 1);
+    int *first = arena_alloc(g->arena, bytes), *later = arena_alloc(g->arena, bytes);
+    for (int t = 0; t < g->n_tensors; t++) first[t] = -1, later[t] = 0;
+    for (int pass = 0; pass < 2; pass++)
+        for (int c = 0; c < g->n_fwd_ops; c++)
+            for (int i = 0; i < g->ops[c].nin; i++) {
+                int t = g->ops[c].in[i], f = first[t], fi = 0;
+                if (g->tensors[t].kind != PCC_T_PARAM) continue;
+                if (f < 0) f = first[t] = c;
+                if (f == c) continue;
+                if (pass == 0) {
+                    later[t]++;
+                    continue;
+                }
+                while (g->ops[f].in[fi] != t) fi++;
+                if (!rd) rd = graph_backward_reads(g);
+                bool again = i < 64 && (rd[c] >> i & 1);
+                double w = (double)op_copies(g, &g->ops[c]);
+                *VEC_PUSH(g->arena, B->edges, B->n_edges, B->cap_edges) = (edge){f, fi, c, i, w, 0, again, later[t]};
+            }
 }
 
 static void collect_edges(builder *B) {
@@ -176,17 +209,7 @@ static void collect_edges(builder *B) {
             if (carried >= 0) add_edge(B, carried, c, i, w - 1, w - 1, again);
         }
     }
-}
-
-// The layout the gradient of consumer input ci comes back in.
-static pcc_layout grad_in_layout(const pcc_cand *c, int ci, int n) {
-    const pcc_layout *in = &c->in[ci];
-    if (c->dim < 0 || in->r == 1) return *in; // replicated op: full gradient; split input: split gradient
-    pcc_layout l = *in;                        // the op split along a letter this input lacks:
-    l.v = l.r, l.r = 1;                        // each device holds a partial gradient
-    for (int a = 0; a < 2; a++) l.ax[a] = l.ax[a] == PLAN_SHARD_R ? PLAN_SHARD_V : l.ax[a]; // (a 2-D group's axes alike)
-    (void)n;
-    return l;
+    shared_params(B);
 }
 
 // The layout a producer needs its output's gradient in.
@@ -223,10 +246,15 @@ static double edge_cost(builder *B, const edge *e, const pcc_cand *pk, const pcc
     const pcc_graph *g = B->g;
     const pcc_op *c = &g->ops[e->c];
     const pcc_tensor *t = &g->tensors[c->in[e->ci]];
-    double fwd = reshard(B, t, &pk->out[e->po], &cl->in[e->ci]);
+    double fwd = reshard(B, t, e->param ? &pk->in[e->po] : &pk->out[e->po], &cl->in[e->ci]);
     if (fwd < 0) return -1;
+    if (e->param) {
+        pcc_layout gi = transform_grad_in(cl, e->ci), gh = transform_grad_in(pk, e->po);
+        double home = reshard(B, t, &gi, &gh);
+        return home < 0 ? -1 : ((e->again ? 2 * fwd : fwd) + home) / e->param;
+    }
     if (t->grad < 0 && g->tensors[g->ops[e->p].out[e->po]].grad < 0) return fwd;
-    pcc_layout gi = grad_in_layout(cl, e->ci, B->o->group.size), go = grad_out_layout(pk, e->po);
+    pcc_layout gi = transform_grad_in(cl, e->ci), go = grad_out_layout(pk, e->po);
     double bwd = reshard(B, t, &gi, &go);
     return bwd < 0 ? -1 : fwd + bwd;
 }
@@ -239,7 +267,7 @@ static double edge_cost(builder *B, const edge *e, const pcc_cand *pk, const pcc
 static double edge_memory(const builder *B, const edge *e, const pcc_cand *pk, const pcc_cand *cl) {
     const pcc_graph *g = B->g;
     const pcc_tensor *t = &g->tensors[g->ops[e->p].out[e->po]];
-    if (!cl->recompute || pk->recompute || t->saved) return 0;
+    if (e->param || !cl->recompute || pk->recompute || t->saved) return 0;
     double bytes = tensor_bytes(g, t);
     for (int i = 0; i < t->rank; i++) bytes /= pk->out[e->po].d[i];
     return e->mw * bytes * B->act_scale;
@@ -250,7 +278,7 @@ static double edge_memory(const builder *B, const edge *e, const pcc_cand *pk, c
 // The edge that feeds op o's first input from inside its own block, or -1.
 static int feeding_edge(builder *B, int o) {
     for (int e = 0; e < B->n_edges; e++)
-        if (B->edges[e].c == o && B->edges[e].ci == 0 && B->g->ops[B->edges[e].p].block == B->g->ops[o].block &&
+        if (B->edges[e].c == o && B->edges[e].ci == 0 && !B->edges[e].param && B->g->ops[B->edges[e].p].block == B->g->ops[o].block &&
             B->edges[e].w == (double)op_copies(B->g, &B->g->ops[o]))
             return e;
     return -1;
@@ -542,15 +570,16 @@ void ilp_op_comm(const pcc_graph *g, const pcc_cluster *c, const pcc_transform *
         const edge *ed = &B.edges[e];
         const pcc_cand *pk = &t->ops[ed->p].c[choice[ed->p]], *cl = &t->ops[ed->c].c[choice[ed->c]];
         const pcc_tensor *x = &g->tensors[g->ops[ed->c].in[ed->ci]];
-        pcc_layout gi = grad_in_layout(cl, ed->ci, o->group.size), go = grad_out_layout(pk, ed->po);
+        if (ed->param) continue; // estimate.c's est_shared_params, exactly
+        pcc_layout gi = transform_grad_in(cl, ed->ci), go = grad_out_layout(pk, ed->po);
         bool seen_f = false, seen_b = false, seen_a = false, again = ed->again && !cl->recompute;
         for (int k = 0; k < e; k++) {
             const edge *ek = &B.edges[k];
-            if (ek->p != ed->p || ek->po != ed->po || ek->w != ed->w) continue;
+            if (ek->param || ek->p != ed->p || ek->po != ed->po || ek->w != ed->w) continue;
             const pcc_cand *ck = &t->ops[ek->c].c[choice[ek->c]];
             bool same = layout_eq(&ck->in[ek->ci], &cl->in[ed->ci]);
             seen_f |= same, seen_a |= same && ek->again && !ck->recompute;
-            pcc_layout gk = grad_in_layout(ck, ek->ci, o->group.size);
+            pcc_layout gk = transform_grad_in(ck, ek->ci);
             seen_b |= layout_eq(&gk, &gi);
         }
         double f = seen_f && (seen_a || !again) ? 0 : reshard(&B, x, &pk->out[ed->po], &cl->in[ed->ci]), b = 0;

@@ -695,13 +695,13 @@ typedef struct pcc_transform {
 // checked graph. minor > 1: also every pair of letters, over the major axis (devices/minor) and the minor.
 pcc_transform *transform(const pcc_graph *g, int devices, int minor);
 // Phase 1 for every group size the search asks for (search_group_sizes), in the order given.
-typedef struct pcc_transforms {
-    int n;
-    pcc_transform **t;
-} pcc_transforms;
+typedef struct pcc_transforms { int n; pcc_transform **t; } pcc_transforms;
 pcc_transforms *transform_all(const pcc_graph *g, const int *sizes, int n, int minor);
 // The candidates on a group of `devices`, or NULL when phase 1 did not make them.
 const pcc_transform *transform_find(const pcc_transforms *ts, int devices);
+// The layout input k's gradient comes back in: the input's where the op splits it, partial sums
+// where it splits a letter the input lacks (the ILP and the estimate price its way home).
+pcc_layout transform_grad_in(const pcc_cand *c, int k);
 // Writes the candidates in a fixed text form (one op per line group), for -d t and tests.
 void transform_dump(FILE *f, const pcc_graph *g, const pcc_transforms *ts);
 
@@ -840,9 +840,9 @@ typedef struct pcc_intra_opts {
     // weights + gradients + optimizer state; ZeRO and pipeline stages shrink it), act_scale
     // bytes per activation byte (0: 1; data parallelism shrinks it, micro-batches in flight grow it).
     double param_scale, act_scale;
-    // --sync background: the gradient synchronization of a replicated dense parameter (not an
-    // embedding table) runs in the background (bgsync.c), so the objective leaves it out.
-    bool bg_dense;
+    // --sync background: a replicated dense parameter's gradient sync runs in the background
+    // (bgsync.c), out of the objective; ZeRO-3 gathers every parameter whole for each reader.
+    bool bg_dense, zero3;
     double bucket_bytes;    // gradients share collectives of up to this (--bucket-mb); 0: one each
     double follow_above_cols; // element-wise ops follow their producer when the program would have more columns (0: 50,000)
     pcc_mip_opts ilp;

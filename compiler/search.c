@@ -314,7 +314,7 @@ static pcc_status tp_schedule(const pcc_graph *g, const pcc_cluster *c, const pc
     if (!t) return policy_bare(o->policy, g, &all->ops[bare], rc == PCC_RECOMPUTE_FULL, o->auto_mesh || k->rc != o->recompute);
     double share = k->budget > 0 ? k->budget : 1;
     pcc_intra_opts so = {.group = {tp, 1}, .group_minor = all->minor, .memory_bytes = mode == RELAXED ? 1e30 : c->memory_bytes * k->pp * share, .ilp = o->ilp,
-                         .quiet = true, .bg_dense = o->bg_dense, .bucket_bytes = o->bucket_bytes};
+                         .quiet = true, .bg_dense = o->bg_dense, .zero3 = k->dp * cp > 1 && k->zero >= 3, .bucket_bytes = o->bucket_bytes};
     memory_scales(g, k->pp, k->dp, cp, k->dp * cp > 1 ? k->zero : 0, o->schedule ? o->schedule : PCC_PIPE_1F1B, &so);
     so.ilp.progress = false;
     so.ilp.relax_only = mode == PROBE;

@@ -196,6 +196,14 @@ const pcc_transform *transform_find(const pcc_transforms *ts, int devices) {
     return NULL;
 }
 
+pcc_layout transform_grad_in(const pcc_cand *c, int k) {
+    pcc_layout l = c->in[k];
+    if (c->dim < 0 || l.r == 1) return l; // replicated op: full gradient; split input: split gradient
+    l.v = l.r, l.r = 1;                   // each device holds a partial gradient (a 2-D group's axes alike)
+    for (int a = 0; a < 2; a++) l.ax[a] = l.ax[a] == PLAN_SHARD_R ? PLAN_SHARD_V : l.ax[a];
+    return l;
+}
+
 /* ---- dump ---- */
 
 static void layout_print(FILE *f, const pcc_layout *l, int rank) {
