@@ -20,6 +20,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 plancc, planrun, root = (os.path.abspath(a) for a in sys.argv[1:4])
@@ -111,18 +112,29 @@ def failures(tmp):
     el = time.time() - t0
     check("a rank killed: the job ends within the timeout (20 s), not after it", 1 in r and el < 20, f"{el:.1f} s, ranks {r}")
     check("... with a failure exit and the dead rank named", p.returncode != 0 and "rank 1" in err, f"exit {p.returncode}: {err[-600:]}")
-    # A rank that hangs: every other rank gives up after --timeout, naming it; exit 11.
+    # A rank that hangs: every other rank gives up after --timeout, naming it; exit 11. Stopped
+    # only once rank 0 has logged a step: MPI's start-up has no timeout of its own, and on a
+    # loaded machine two seconds after the ranks appear can still be inside it.
     marker = f"stop{os.getpid()}"
-    p = job(plan, marker, "--timeout", 3, "--log-every", 0)
+    p = job(plan, marker, "--timeout", 3, "--log-every", 1)
     r = wait_ranks(marker)
+    stepping = threading.Event()
+
+    def drain():  # rank 0's log, read as it comes (a full pipe would stall the rank)
+        for line in p.stdout:
+            if line.startswith("step "):
+                stepping.set()
+    threading.Thread(target=drain, daemon=True).start()
+    stepping.wait(60)
     t0 = time.time()
     if 2 in r:
         os.kill(r[2], signal.SIGSTOP)
     try:
-        out, err = p.communicate(timeout=60)
+        p.wait(timeout=60)
     except subprocess.TimeoutExpired:
         p.kill()
-        out, err = p.communicate()
+        p.wait()
+    err = p.stderr.read()
     el = time.time() - t0
     for pid in r.values():  # nothing left behind, stopped or not
         try:
