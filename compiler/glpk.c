@@ -198,11 +198,17 @@ typedef struct progress {
     bool show;                  // this solve updates the progress line
     int rows, cols;
     double incumbent, bound;
+    double *start;              // a first incumbent to give GLPK (fix_and_solve's), 1-based; NULL: none
 } progress;
 
 static void on_tree(glp_tree *T, void *info) {
     progress *pr = info;
     int reason = glp_ios_reason(T);
+    if (reason == GLP_IHEUR && pr->start) {
+        glp_ios_heur_sol(T, pr->start);
+        free(pr->start), pr->start = NULL;
+        return;
+    }
     if (reason != GLP_IBINGO && reason != GLP_ISELECT && reason != GLP_IBRANCH) return;
     int best = glp_ios_best_node(T);
     if (best) pr->bound = glp_ios_node_bound(T, best);
@@ -368,6 +374,46 @@ static bool has_solution(const pcc_mip_result *r) {
     return r->status == PCC_MIP_OPTIMAL || r->status == PCC_MIP_GAP || r->status == PCC_MIP_TIME_LIMIT;
 }
 
+// Fix and solve: the program's relaxation, its integral columns fixed where the relaxation put
+// them, and GLPK's search on the few left free. Its answer is feasible for the whole program,
+// and the relaxation bounds the whole program's optimum: within the MIP gap of that bound, the
+// answer stands (returned, *bound set); otherwise it is the whole search's first incumbent
+// (*start). The search's programs have near-integral relaxations, and GLPK's own first
+// incumbents can be poor: on the Evoformer's hardest program it stopped 0.32% above the bound
+// after 20 s, where this finds an answer 0.0004% above it in 0.4 s; on LLaMA-2-7B's, whose
+// memory rows leave gaps of 1-4%, the first incumbent halves the search. *lp_solved: P holds
+// its relaxation's optimal basis (GLPK's search may start from it without its presolver).
+static glp_prob *fix_and_solve(glp_prob *P, const glp_iocp *parm, double *bound, double **start, bool *lp_solved) {
+    glp_smcp lp;
+    glp_init_smcp(&lp);
+    lp.msg_lev = GLP_MSG_OFF, lp.presolve = GLP_ON, lp.tm_lim = parm->tm_lim;
+    *lp_solved = glp_simplex(P, &lp) == 0 && glp_get_status(P) == GLP_OPT;
+    if (!*lp_solved) return NULL;
+    double lo = glp_get_obj_val(P);
+    int n = glp_get_num_cols(P);
+    glp_prob *F = glp_create_prob();
+    glp_copy_prob(F, P, GLP_OFF);
+    for (int j = 1; j <= n; j++) {
+        double v = glp_get_col_prim(P, j);
+        if (glp_get_col_kind(P, j) == GLP_BV && (v < 1e-9 || v > 1 - 1e-9)) glp_set_col_bnds(F, j, GLP_FX, round(v), round(v));
+    }
+    glp_iocp fp = *parm;
+    fp.cb_func = NULL, fp.mip_gap = 0;
+    int ret = glp_intopt(F, &fp);
+    double hi = glp_mip_obj_val(F);
+    bool found = (ret == 0 || ret == GLP_EMIPGAP) && glp_mip_status(F) == GLP_OPT;
+    if (found && hi - lo <= parm->mip_gap * fabs(hi) + 1e-12 * fabs(hi)) {
+        *bound = fmin(lo, hi);
+        return F;
+    }
+    if (found) {
+        *start = malloc(sizeof(double) * (size_t)(n + 1));
+        for (int j = 1; *start && j <= n; j++) (*start)[j] = glp_mip_col_val(F, j);
+    }
+    glp_delete_prob(F);
+    return NULL;
+}
+
 // GLPK on the program without row `skip` (-1: all of it).
 static void glpk_solve(pcc_mip *p, const pcc_mip_opts *o, int skip, pcc_mip_result *r) {
     glp_term_out(GLP_OFF);
@@ -392,10 +438,17 @@ static void glpk_solve(pcc_mip *p, const pcc_mip_opts *o, int skip, pcc_mip_resu
     parm.mip_gap = o->mip_gap;
     parm.cb_func = on_tree;
     parm.cb_info = &pr;
-    int ret = glp_intopt(P, &parm);
+    double fixed_bound = NAN;
+    bool lp_solved;
+    glp_prob *F = fix_and_solve(P, &parm, &fixed_bound, &pr.start, &lp_solved);
+    if (F) glp_delete_prob(P), P = F, pr.bound = fixed_bound;
+    if (lp_solved) parm.presolve = GLP_OFF; // (it needs the basis fix_and_solve left; a start needs it off)
+    int ret = F ? 0 : glp_intopt(P, &parm);
+    free(pr.start);
     r->seconds = clock_s() - start;
     line.detail[0] = 0;
     r->status = map_status(ret, glp_mip_status(P));
+    if (F && fixed_bound < glp_mip_obj_val(P)) r->status = PCC_MIP_GAP;
     if (has_solution(r)) {
         r->objective = glp_mip_obj_val(P);
         r->bound = r->status == PCC_MIP_OPTIMAL || isnan(pr.bound) ? r->objective : fmin(pr.bound, r->objective);

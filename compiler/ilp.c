@@ -7,16 +7,20 @@
  *   x[o][k] in {0,1}, sum_k x[o][k] = 1                 one candidate per operator
  *   y[e][k][l] in [0,1] for each edge e = (p -> c):      the pair chosen at both ends
  *     sum_l y[e][k][l] = x[p][k],  sum_k y[e][k][l] = x[c][l]
+ *   r[v][a->b] in [0,1] for each value v and pair of layouts:  r >= sum of v's reader e's pairs
+ *     y[e][k][l] whose resharding goes from a to b (one row per reader e)
  *   minimize  sum w_o * (compute + gradient sync)(o, k) * x[o][k]
- *           + sum w_e * (reshard forward + reshard backward)(e, k, l) * y[e][k][l]
+ *           + sum w_v * reshard(a -> b) * r[v][a->b]
  *   subject to sum w_o * memory(o, k) * x[o][k] <= memory per device
  *
  * Compute is the cost model's roofline of the candidate's per-device FLOPs; gradient sync an
  * all-reduce of every parameter the candidate replicates over the group; resharding the
  * cheapest chain of collectives (reshard.c) from the producer's output layout to the consumer's
  * input layout, and back for the gradient (a replicated input's gradient comes back as partial
- * sums; a partial-sum output needs its gradient replicated). Memory is parameters times
- * (weights + gradients + optimizer state) plus kept activations.
+ * sums; a partial-sum output needs its gradient replicated). A value read by several
+ * consumers pays each resharding once, as phase 3 makes it (r, below: "resharding shared by a
+ * value's readers"); a value with one reader pays it on its pairs, without r. Memory is
+ * parameters times (weights + gradients + optimizer state) plus kept activations.
  *
  * Repeated blocks are solved once: a block op's costs weigh `repeat`, an edge inside the block
  * weighs `repeat`, and a carried state is one more edge, from the op that makes it to the ops
@@ -73,6 +77,14 @@ typedef struct builder {
     double *memo_s;
     int n_memo, cap_memo;
     double *pool;      // per bucket segment (graph_bucket_segment): its synchronized parameters' bytes
+    int *head;         // per edge: the first edge of its value (below, resharding shared by readers)
+    int *first;        // per head edge: its value's first charge, or -1
+    int *readers;      // per head edge: the edges of its value
+    struct charge *ch;
+    int n_ch, cap_ch;
+    int **ycol;        // per edge between two leaders: its pair columns, producer-major (-1: none)
+    bool again;        // charge the second resharding where a consumer's backward reads its input
+                       // (ilp_op_comm, for the estimate); the program leaves it out (below)
 } builder;
 
 /* ---- per-candidate costs ---- */
@@ -222,16 +234,30 @@ static pcc_layout grad_out_layout(const pcc_cand *c, int po) {
     return l;
 }
 
-// reshard_rvd, remembered: edges between tensors of one shape ask the same question often.
+// reshard_rvd, remembered: edges between tensors of one shape ask the same question often, and
+// the program asks each edge's several times. Keyed by the tensor's shape and the two layouts
+// (their axes on a 2-D group), written out in decimal here (snprintf's formatting was a tenth of
+// GPT-3's compile).
+static char *put_int(char *p, long long v, char sep) {
+    char digits[24];
+    int n = 0;
+    if (v < 0) *p++ = '-', v = -v;
+    do digits[n++] = (char)('0' + v % 10);
+    while ((v /= 10) > 0);
+    while (n > 0) *p++ = digits[--n];
+    *p++ = sep;
+    return p;
+}
+
 static double reshard(builder *B, const pcc_tensor *t, const pcc_layout *from, const pcc_layout *to) {
-    char key[256];
-    int n = snprintf(key, sizeof key, "%d", t->dtype);
-    for (int i = 0; i < t->rank; i++) n += snprintf(key + n, sizeof key - (size_t)n, ",%lld", (long long)B->g->dims[t->dims[i]].size);
-    n += snprintf(key + n, sizeof key - (size_t)n, "|%d,%d", from->r, from->v);
-    for (int i = 0; i < t->rank; i++) n += snprintf(key + n, sizeof key - (size_t)n, ",%d", from->d[i]);
-    n += snprintf(key + n, sizeof key - (size_t)n, "|%d,%d", to->r, to->v);
-    for (int i = 0; i < t->rank; i++) n += snprintf(key + n, sizeof key - (size_t)n, ",%d", to->d[i]);
-    if (B->o->group_minor > 1) snprintf(key + n, sizeof key - (size_t)n, "|%d,%d,%d,%d", from->ax[0], from->ax[1], to->ax[0], to->ax[1]);
+    char key[4 * (2 + PCC_MAX_RANK + 2 * (4 + PCC_MAX_RANK)) * 8], *k = put_int(key, t->dtype, ',');
+    for (int i = 0; i < t->rank; i++) k = put_int(k, B->g->dims[t->dims[i]].size, ',');
+    for (const pcc_layout *l = from; l; l = l == from ? to : NULL) {
+        k = put_int(put_int(k, l->r, ','), l->v, '|');
+        for (int i = 0; i < t->rank; i++) k = put_int(k, l->d[i], ',');
+        if (B->o->group_minor > 1) k = put_int(put_int(k, l->ax[0], ','), l->ax[1], '|');
+    }
+    *k = 0;
     int hit = symtab_get(&B->memo, key);
     if (hit >= 0) return B->memo_s[hit];
     double sec = reshard_rvd_2d(B->c, B->g, t, from, to, B->o->group, B->o->group_minor, NULL);
@@ -241,7 +267,9 @@ static double reshard(builder *B, const pcc_tensor *t, const pcc_layout *from, c
     return sec;
 }
 
-// Seconds to cross edge e with candidates k (producer) and l (consumer); -1 if impossible.
+// Seconds to cross edge e with candidates k (producer) and l (consumer), as if it were its
+// value's only reader (the followers' local choice); -1 if impossible. The program charges a
+// value's resharding once for the readers that share it (below).
 static double edge_cost(builder *B, const edge *e, const pcc_cand *pk, const pcc_cand *cl) {
     const pcc_graph *g = B->g;
     const pcc_op *c = &g->ops[e->c];
@@ -271,6 +299,120 @@ static double edge_memory(const builder *B, const edge *e, const pcc_cand *pk, c
     double bytes = tensor_bytes(g, t);
     for (int i = 0; i < t->rank; i++) bytes /= pk->out[e->po].d[i];
     return e->mw * bytes * B->act_scale;
+}
+
+/* ---- resharding shared by a value's readers ---- */
+
+// Phase 3 reshards a value once for all its readers that want one layout, once more in the
+// backward pass for those whose backward reads it again (not recomputed), and sums the
+// gradients that come back in one layout before resharding them to the producer's (preserve.c).
+// So each of an edge's three reshardings is charged once per value (a group: the edges from one
+// output of one producer, of one weight) and pair of layouts: in the program, a column per pair
+// that every choice of an edge making that resharding forces up; in ilp_eval and ilp_op_comm,
+// at the first edge that makes it. A parameter's later readers (shared_params) share by 1/k.
+// The program leaves the second resharding out: charged (as the estimate does), it made
+// near-ties of plans the estimate tells far apart (Megatron's layout on GPT-3 175B, pp 8 x dp 2
+// x tp 8: its norms recomputed, 16.28 -> 21.19 s), a disagreement about recompute not yet found.
+enum { RS_FWD, RS_AGAIN, RS_BWD };
+
+typedef struct charge {
+    int kind, next;     // next: the group's next charge, or -1
+    pcc_layout from, to;
+    int col;            // its program column, or -1
+} charge;
+
+static bool layout_eq(const pcc_layout *a, const pcc_layout *b) {
+    if (a->r != b->r || a->v != b->v) return false;
+    for (int i = 0; i < PCC_MAX_RANK; i++)
+        if (a->d[i] != b->d[i]) return false;
+    return true;
+}
+
+static bool same_layout(const builder *B, const pcc_layout *a, const pcc_layout *b) {
+    return layout_eq(a, b) && (B->o->group_minor <= 1 || (a->ax[0] == b->ax[0] && a->ax[1] == b->ax[1]));
+}
+
+static void collect_groups(builder *B) {
+    size_t bytes = sizeof(int) * (size_t)(B->n_edges + 1);
+    B->head = arena_alloc(B->g->arena, bytes), B->first = arena_alloc(B->g->arena, bytes);
+    B->readers = arena_alloc(B->g->arena, bytes);
+    for (int e = 0; e < B->n_edges; e++) {
+        const edge *ed = &B->edges[e];
+        B->head[e] = e, B->first[e] = -1, B->readers[e] = 0;
+        for (int k = 0; k < e && !ed->param; k++) {
+            const edge *ek = &B->edges[k];
+            if (!ek->param && ek->p == ed->p && ek->po == ed->po && ek->w == ed->w) {
+                B->head[e] = B->head[k];
+                break;
+            }
+        }
+        B->readers[B->head[e]]++;
+    }
+}
+
+// Whether edge e shares its value's resharding with other edges (add_shared), rather than
+// paying it on its own pairs.
+static bool rs_shared(const builder *B, int e) { return !B->edges[e].param && B->readers[B->head[e]] > 1; }
+
+// The layouts resharding `kind` of edge e goes between with candidates pk and cl; false where
+// there is none (a backward pass that does not read the input, a value without a gradient).
+static bool rs_layouts(const builder *B, const edge *e, int kind, const pcc_cand *pk, const pcc_cand *cl, pcc_layout *from,
+                       pcc_layout *to) {
+    const pcc_graph *g = B->g;
+    if (kind == RS_AGAIN && !(B->again && e->again && !cl->recompute)) return false;
+    if (kind == RS_BWD) {
+        if (g->tensors[g->ops[e->c].in[e->ci]].grad < 0 && g->tensors[g->ops[e->p].out[e->po]].grad < 0) return false;
+        *from = transform_grad_in(cl, e->ci), *to = grad_out_layout(pk, e->po);
+        return true;
+    }
+    *from = pk->out[e->po], *to = cl->in[e->ci];
+    return true;
+}
+
+// Edge e's group's charge for resharding `kind` between the two layouts: its index, made
+// (*made) when the group had none.
+static int rs_charge(builder *B, int e, int kind, const pcc_layout *from, const pcc_layout *to, bool *made) {
+    int h = B->head[e];
+    for (int i = B->first[h]; i >= 0; i = B->ch[i].next)
+        if (B->ch[i].kind == kind && same_layout(B, &B->ch[i].from, from) && same_layout(B, &B->ch[i].to, to)) {
+            *made = false;
+            return i;
+        }
+    *made = true;
+    *VEC_PUSH(B->g->arena, B->ch, B->n_ch, B->cap_ch) = (charge){kind, B->first[h], *from, *to, -1};
+    return B->first[h] = B->n_ch - 1;
+}
+
+// The seconds of edge e's reshardings with candidates pk and cl, as its value's only reader;
+// a parameter's later reader its share (edge_cost).
+static double rs_edge_s(builder *B, int e, const pcc_cand *pk, const pcc_cand *cl) {
+    const edge *ed = &B->edges[e];
+    if (ed->param) return edge_cost(B, ed, pk, cl);
+    double sum = 0;
+    for (int kind = RS_FWD; kind <= RS_BWD; kind++) {
+        pcc_layout from, to;
+        if (rs_layouts(B, ed, kind, pk, cl, &from, &to)) sum += fmax(0, reshard(B, &B->g->tensors[B->g->ops[ed->c].in[ed->ci]], &from, &to));
+    }
+    return sum;
+}
+
+// What a choice's resharding costs each consumer op, forward and backward, each charge once.
+static void rs_comm(builder *B, const int *choice, double *fwd_s, double *bwd_s) {
+    const pcc_graph *g = B->g;
+    for (int e = 0; e < B->n_edges; e++) {
+        const edge *ed = &B->edges[e];
+        if (ed->param) continue;
+        const pcc_cand *pk = &B->t->ops[ed->p].c[choice[ed->p]], *cl = &B->t->ops[ed->c].c[choice[ed->c]];
+        const pcc_tensor *x = &g->tensors[g->ops[ed->c].in[ed->ci]];
+        for (int kind = RS_FWD; kind <= RS_BWD; kind++) {
+            pcc_layout from, to;
+            bool made;
+            if (!rs_layouts(B, ed, kind, pk, cl, &from, &to)) continue;
+            rs_charge(B, e, kind, &from, &to, &made);
+            double sec = made ? reshard(B, x, &from, &to) : 0;
+            if (sec > 0) (kind == RS_FWD ? fwd_s : bwd_s)[ed->c] += ed->w * sec;
+        }
+    }
 }
 
 /* ---- element-wise followers ---- */
@@ -370,7 +512,8 @@ static void leader_cost(builder *B, int l, int k, double *time, double *mem) {
         const edge *ed = &B->edges[e];
         if (B->leader[ed->p] != l || B->leader[ed->c] != l) continue;
         double r = edge_cost(B, ed, cand_at(B, ed->p, k), cand_at(B, ed->c, k));
-        *time += r < 0 ? 1e30 : ed->w * r; // (a follower always has a feasible candidate; guard anyway)
+        if (r >= 0 && !rs_shared(B, e)) r = rs_edge_s(B, e, cand_at(B, ed->p, k), cand_at(B, ed->c, k));
+        *time += r < 0 ? 1e30 : rs_shared(B, e) ? 0 : ed->w * r; // (a follower always has a feasible candidate; guard anyway)
         *mem += edge_memory(B, ed, cand_at(B, ed->p, k), cand_at(B, ed->c, k));
     }
 }
@@ -394,14 +537,19 @@ static void add_choices(builder *B, pcc_mip *P, cols *C, int mem_row) {
     }
 }
 
+// An edge between two leaders: its pairs (y) and their resharding, a parameter's here, a
+// value's in add_shared.
 static void add_edges(builder *B, pcc_mip *P, const cols *C, int mem_row) {
     const pcc_graph *g = B->g;
+    B->ycol = arena_alloc(g->arena, sizeof(int *) * (size_t)(B->n_edges + 1));
     for (int e = 0; e < B->n_edges; e++) {
         const edge *ed = &B->edges[e];
         int lp = B->leader[ed->p], lc = B->leader[ed->c];
+        B->ycol[e] = NULL;
         if (lp == lc) continue; // inside one leader's group: in leader_cost
         int np = B->t->ops[lp].n, nc = B->t->ops[lc].n;
         int *row_k = arena_alloc(g->arena, sizeof(int) * (size_t)np), *row_l = arena_alloc(g->arena, sizeof(int) * (size_t)nc);
+        B->ycol[e] = arena_alloc(g->arena, sizeof(int) * (size_t)np * (size_t)nc);
         for (int k = 0; k < np; k++) {
             row_k[k] = mip_add_row(P, NAME(B, "e%d_out%d", e, k), PCC_MIP_EQ, 0);
             mip_set(P, row_k[k], C->x_first[lp] + k, -1);
@@ -413,14 +561,52 @@ static void add_edges(builder *B, pcc_mip *P, const cols *C, int mem_row) {
         for (int k = 0; k < np; k++)
             for (int l = 0; l < nc; l++) {
                 double s = edge_cost(B, ed, cand_at(B, ed->p, k), cand_at(B, ed->c, l));
+                B->ycol[e][k * nc + l] = -1;
                 if (s < 0) continue;
-                int col = mip_add_col(P, NAME(B, "y_e%d_%d_%d", e, k, l), false, 0, 1, ed->w * s);
+                double own = rs_shared(B, e) ? 0 : ed->w * rs_edge_s(B, e, cand_at(B, ed->p, k), cand_at(B, ed->c, l));
+                int col = B->ycol[e][k * nc + l] = mip_add_col(P, NAME(B, "y_e%d_%d_%d", e, k, l), false, 0, 1, own);
                 mip_set(P, row_k[k], col, 1);
                 mip_set(P, row_l[l], col, 1);
                 double m = edge_memory(B, ed, cand_at(B, ed->p, k), cand_at(B, ed->c, l));
                 if (m > 0) mip_set(P, mem_row, col, m / (1 << 30));
             }
     }
+}
+
+// A value's resharding (above, shared by readers): a column per charge, costing its seconds
+// times the edge's weight, and per edge and kind a row  charge >= the edge's choices that make
+// it (an edge inside one leader's group: the leader's candidates).
+typedef struct share_row { int id, row; } share_row;
+
+static void add_shared_kind(builder *B, pcc_mip *P, const cols *C, int e, int kind, share_row **rr, int *cap) {
+    const edge *ed = &B->edges[e];
+    const pcc_tensor *x = &B->g->tensors[B->g->ops[ed->c].in[ed->ci]];
+    int lp = B->leader[ed->p], lc = B->leader[ed->c], np = B->t->ops[lp].n, nc = lp == lc ? 1 : B->t->ops[lc].n, n = 0;
+    for (int k = 0; k < np; k++)
+        for (int l = 0; l < nc; l++) {
+            int col = lp == lc ? C->x_first[lp] + k : B->ycol[e][k * nc + l], i = 0;
+            pcc_layout from, to;
+            bool made;
+            if (col < 0 || !rs_layouts(B, ed, kind, cand_at(B, ed->p, k), cand_at(B, ed->c, lp == lc ? k : l), &from, &to))
+                continue;
+            double sec = reshard(B, x, &from, &to);
+            if (sec <= 0) continue;
+            int id = rs_charge(B, e, kind, &from, &to, &made);
+            if (made) B->ch[id].col = mip_add_col(P, NAME(B, "r%d_e%d_%d", kind, B->head[e], id), false, 0, 1, ed->w * sec);
+            while (i < n && (*rr)[i].id != id) i++;
+            if (i == n) {
+                *VEC_PUSH(B->g->arena, *rr, n, *cap) = (share_row){id, mip_add_row(P, NAME(B, "s%d_e%d_%d", kind, e, id), PCC_MIP_GE, 0)};
+                mip_set(P, (*rr)[i].row, B->ch[id].col, 1);
+            }
+            mip_set(P, (*rr)[i].row, col, -1);
+        }
+}
+
+static void add_shared(builder *B, pcc_mip *P, const cols *C) {
+    share_row *rr = NULL;
+    int cap = 0;
+    for (int e = 0; e < B->n_edges; e++)
+        for (int kind = RS_FWD; kind <= RS_BWD && rs_shared(B, e); kind++) add_shared_kind(B, P, C, e, kind, &rr, &cap);
 }
 
 static double mem_factor(const pcc_graph *g, const pcc_intra_opts *o) {
@@ -491,6 +677,7 @@ pcc_status ilp_intra(const pcc_graph *g, const pcc_cluster *c, const pcc_transfo
     symtab_init(&B.memo, g->arena, 256);
     collect_pools(&B);
     collect_edges(&B);
+    collect_groups(&B);
     plan_followers(&B, full_program_cols(&B) > (o->follow_above_cols > 0 ? o->follow_above_cols : FOLLOW_ABOVE_COLS));
     pcc_mip *P = mip_init(g->arena);
     int mem_row = mip_add_row(P, "memory_gib", PCC_MIP_LE, o->memory_bytes / (1 << 30));
@@ -498,6 +685,7 @@ pcc_status ilp_intra(const pcc_graph *g, const pcc_cluster *c, const pcc_transfo
     cols C;
     add_choices(&B, P, &C, mem_row);
     add_edges(&B, P, &C, mem_row);
+    add_shared(&B, P, &C);
     pcc_intra *s = arena_alloc(g->arena, sizeof *s);
     s->t = t;
     s->choice = arena_alloc(g->arena, sizeof(int) * (size_t)(t->n_ops + 1));
@@ -527,6 +715,7 @@ double ilp_eval(const pcc_graph *g, const pcc_cluster *c, const pcc_transform *t
     symtab_init(&B.memo, g->arena, 256);
     collect_pools(&B);
     collect_edges(&B);
+    collect_groups(&B);
     double cost = 0, mem = 0;
     for (int i = 0; i < t->n_ops; i++) {
         const pcc_op *op = &g->ops[t->ops[i].op];
@@ -540,23 +729,20 @@ double ilp_eval(const pcc_graph *g, const pcc_cluster *c, const pcc_transform *t
         const pcc_cand *pk = &t->ops[ed->p].c[choice[ed->p]], *cl = &t->ops[ed->c].c[choice[ed->c]];
         double s = edge_cost(&B, ed, pk, cl);
         if (s < 0) return -1;
-        cost += ed->w * s;
+        cost += ed->param ? ed->w * s : 0;
         mem += edge_memory(&B, ed, pk, cl);
     }
+    double *fwd = arena_alloc(g->arena, sizeof(double) * (size_t)(2 * t->n_ops + 1)), *bwd = fwd + t->n_ops;
+    for (int i = 0; i < 2 * t->n_ops; i++) fwd[i] = 0;
+    rs_comm(&B, choice, fwd, bwd);
+    for (int i = 0; i < t->n_ops; i++) cost += fwd[i] + bwd[i];
     if (memory) *memory = mem;
     return cost;
 }
 
-static bool layout_eq(const pcc_layout *a, const pcc_layout *b) {
-    if (a->r != b->r || a->v != b->v) return false;
-    for (int i = 0; i < PCC_MAX_RANK; i++)
-        if (a->d[i] != b->d[i]) return false;
-    return true;
-}
-
 void ilp_op_comm(const pcc_graph *g, const pcc_cluster *c, const pcc_transform *t, const pcc_intra_opts *o,
                    const int *choice, double *fwd_s, double *bwd_s, double *sync_s) {
-    builder B = {.g = g, .c = c, .t = t, .o = o};
+    builder B = {.g = g, .c = c, .t = t, .o = o, .again = true};
     symtab_init(&B.memo, g->arena, 256);
     collect_pools(&B);
     collect_edges(&B);
@@ -564,31 +750,8 @@ void ilp_op_comm(const pcc_graph *g, const pcc_cluster *c, const pcc_transform *
         fwd_s[i] = bwd_s[i] = 0;
         sync_s[i] = cand_sync_s(&B, &g->ops[t->ops[i].op], &t->ops[i].c[choice[i]]) * (double)op_copies(g, &g->ops[t->ops[i].op]);
     }
-    // One value resharded to one layout for several readers is one collective (phase 3
-    // reuses it); so is the sum of their gradients on the way back.
-    for (int e = 0; e < B.n_edges; e++) {
-        const edge *ed = &B.edges[e];
-        const pcc_cand *pk = &t->ops[ed->p].c[choice[ed->p]], *cl = &t->ops[ed->c].c[choice[ed->c]];
-        const pcc_tensor *x = &g->tensors[g->ops[ed->c].in[ed->ci]];
-        if (ed->param) continue; // estimate.c's est_shared_params, exactly
-        pcc_layout gi = transform_grad_in(cl, ed->ci), go = grad_out_layout(pk, ed->po);
-        bool seen_f = false, seen_b = false, seen_a = false, again = ed->again && !cl->recompute;
-        for (int k = 0; k < e; k++) {
-            const edge *ek = &B.edges[k];
-            if (ek->param || ek->p != ed->p || ek->po != ed->po || ek->w != ed->w) continue;
-            const pcc_cand *ck = &t->ops[ek->c].c[choice[ek->c]];
-            bool same = layout_eq(&ck->in[ek->ci], &cl->in[ed->ci]);
-            seen_f |= same, seen_a |= same && ek->again && !ck->recompute;
-            pcc_layout gk = transform_grad_in(ck, ek->ci);
-            seen_b |= layout_eq(&gk, &gi);
-        }
-        double f = seen_f && (seen_a || !again) ? 0 : reshard(&B, x, &pk->out[ed->po], &cl->in[ed->ci]), b = 0;
-        if (again && !seen_a && f > 0) b += f; // read again in the backward pass, from the producer's layout
-        if (seen_f) f = 0;
-        if (!seen_b && (x->grad >= 0 || g->tensors[g->ops[ed->p].out[ed->po]].grad >= 0)) b += reshard(&B, x, &gi, &go);
-        fwd_s[ed->c] += ed->w * (f > 0 ? f : 0);
-        bwd_s[ed->c] += ed->w * (b > 0 ? b : 0);
-    }
+    collect_groups(&B);
+    rs_comm(&B, choice, fwd_s, bwd_s); // estimate.c's est_shared_params does a parameter's readers exactly
 }
 
 void ilp_dump(FILE *f, const pcc_graph *g, const pcc_intra *s) {

@@ -3,7 +3,7 @@
 
 The cluster's device figures are first principles (measured GEMM and HBM fractions, none fitted
 to this table: models/clusters/README.md), and with them every row is predicted 9 to 22% faster
-than published (with Megatron-LM's attention dropout counted since 2026-11-28; 12 to 27% before),
+than published, Megatron-LM's own layout pinned (tools/megatron_bench.py's MEGATRON_LAYOUT) (with Megatron-LM's attention dropout counted since 2026-11-28; 12 to 27% before),
 all but one row outside the issue's 10% target (what plancc's models and cost model still leave
 out is listed in the README). The bounds below hold that error from growing; the target is
 printed beside each row, not enforced, until the model reaches it without fitting.
@@ -24,11 +24,14 @@ import time
 
 TARGET = 10.0  # percent, the issue's
 # Recorded |error| bounds in percent, per row (tools/megatron_bench.py's table).
-# Grown on 2026-12-06 for 7.5B to 530B by 0.5 to 1.5 points: the estimate costs the sums of a
-# value's gradient contributions split over tp as phase 3 makes them (they were costed whole, tp
-# times too much), which outweighs the second gathers of the backward pass it now charges.
-BOUNDS = {"1.7B": 11.0, "3.6B": 14.5, "7.5B": 18.5, "18B": 17.5,
-          "39B": 21.0, "76B": 23.5, "145B": 17.5, "310B": 20.5, "530B": 17.5, "1T": 12.0}
+# Re-recorded on 2026-12-06 (each error rounded up to half a point, plus half a point): the bench
+# now pins Megatron-LM's own tensor-parallel layout with a policy, so that each row estimates the
+# plan the paper measured, not the ILP's choice (which, with the ILP charging a value's
+# resharding once for all its readers, beats Megatron-LM's layout on 18B by 4% simulated). All
+# rows but 18B come closer; 18B, whose old ILP choice was 1% slower than Megatron-LM's layout,
+# is +18.1% (it was +17.1%).
+BOUNDS = {"1.7B": 10.0, "3.6B": 12.0, "7.5B": 15.5, "18B": 19.0,
+          "39B": 17.5, "76B": 22.5, "145B": 16.5, "310B": 20.0, "530B": 18.0, "1T": 12.5}
 TIME_LIMIT_S = 30.0
 
 

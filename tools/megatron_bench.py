@@ -6,6 +6,7 @@ and models/clusters/dgx-a100.json with that row's template:
 
     --devices GPUS --dp DP --tp TP --pp PP --global-batch GB --micro-batch-size MB --recompute full
     [--virtual-stages V]    where the row interleaves (V = layers / pp / layers_per_virtual_stage)
+    --policy megatron-layout.json    Megatron-LM's own tensor-parallel layout (MEGATRON_LAYOUT)
 
 and reads the template's estimate of one step (--estimate-only --json). TFLOP/s per GPU is
 counted the paper's way, from the predicted step time:
@@ -62,10 +63,34 @@ def virtual_stages(r):
     return per_stage // int(lpv)
 
 
-def args_for(r, root, cluster):
+# Megatron-LM's tensor-parallel layout (its paper's Figure 3), pinned by a policy so that the
+# estimate is of the plan the paper measured: q, k, v and the MLP's first product column-parallel,
+# attention along the heads, the output projection and the MLP's second product row-parallel. The
+# norms, residual adds, embeddings and head are the ILP's. Unpinned, the ILP finds plans faster
+# than Megatron-LM's on some rows (18B: the output projection split along the sequence, 4% faster
+# simulated), which would make this table compare two different plans.
+MEGATRON_LAYOUT = {
+    "version": 1,
+    "description": "Megatron-LM's tensor-parallel layout of a GPT block (tools/megatron_bench.py)",
+    "rules": [{"ops": "layer.[qkvf]", "split": "n", "note": "column-parallel"},
+              {"type": "attention", "split": "n", "note": "attention along the heads"},
+              {"ops": "layer.[pz]", "split": "k", "note": "row-parallel"}],
+}
+
+
+def write_layout(tmp):
+    path = os.path.join(tmp, "megatron-layout.json")
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(MEGATRON_LAYOUT, f)
+    return path
+
+
+def args_for(r, root, cluster, policy=None):
     a = [os.path.join(root, "models", "megatron-%s.json" % r["model"].lower()), "--cluster", cluster,
          "--devices", r["gpus"], "--dp", r["dp"], "--tp", r["tp"], "--pp", r["pp"],
          "--global-batch", r["global_batch"], "--micro-batch-size", r["micro_batch"], "--recompute", "full"]
+    if policy:
+        a += ["--policy", policy]
     v = virtual_stages(r)
     if v > 1:
         a += ["--virtual-stages", str(v)]
@@ -79,9 +104,9 @@ def estimate(plancc, a):
     return json.loads(p.stdout)
 
 
-def predict(plancc, r, root, emit, tmp, raw_cluster):
+def predict(plancc, r, root, emit, tmp, raw_cluster, policy=None):
     """One row: the estimate (and, where plancc can emit it, the plan). Returns a dict."""
-    a, v = args_for(r, root, os.path.join(root, CLUSTER))
+    a, v = args_for(r, root, os.path.join(root, CLUSTER), policy)
     t0 = time.perf_counter()
     est = estimate(plancc, a)
     plan = "estimate only (interleaved)" if v > 1 else "not emitted"
@@ -91,7 +116,7 @@ def predict(plancc, r, root, emit, tmp, raw_cluster):
         plan = {0: "plan written", 3: "does not fit (exit 3)"}.get(q.returncode, "emit failed (exit %d)" % q.returncode)
     dt = time.perf_counter() - t0
     step = est["estimate"]["step_s"]
-    raw = estimate(plancc, args_for(r, root, raw_cluster)[0])["estimate"]["step_s"] if raw_cluster else None
+    raw = estimate(plancc, args_for(r, root, raw_cluster, policy)[0])["estimate"]["step_s"] if raw_cluster else None
     pub = float(r["tflops_per_gpu"])
     tflops = lambda s: paper_flops(r) / (s * int(r["gpus"])) / 1e12
     pred = tflops(step)
@@ -143,7 +168,8 @@ def run(plancc, root, csv_path, emit=True, first_principles=True):
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         raw = raw_cluster(root, tmp) if first_principles else None
-        results = [predict(plancc, r, root, emit, tmp, raw) for r in rows(csv_path)]
+        policy = write_layout(tmp)
+        results = [predict(plancc, r, root, emit, tmp, raw, policy) for r in rows(csv_path)]
     return results, time.perf_counter() - t0
 
 
