@@ -443,6 +443,7 @@ static void glpk_solve(pcc_mip *p, const pcc_mip_opts *o, int skip, pcc_mip_resu
     glp_prob *F = fix_and_solve(P, &parm, &fixed_bound, &pr.start, &lp_solved);
     if (F) glp_delete_prob(P), P = F, pr.bound = fixed_bound;
     if (lp_solved) parm.presolve = GLP_OFF; // (it needs the basis fix_and_solve left; a start needs it off)
+    parm.tm_lim = (int)fmax(1, parm.tm_lim - 1000 * (clock_s() - start)); // the time limit is the solve's, both parts
     int ret = F ? 0 : glp_intopt(P, &parm);
     free(pr.start);
     r->seconds = clock_s() - start;

@@ -250,7 +250,7 @@ static char *put_int(char *p, long long v, char sep) {
 }
 
 static double reshard(builder *B, const pcc_tensor *t, const pcc_layout *from, const pcc_layout *to) {
-    char key[4 * (2 + PCC_MAX_RANK + 2 * (4 + PCC_MAX_RANK)) * 8], *k = put_int(key, t->dtype, ',');
+    char key[21 * (2 + PCC_MAX_RANK + 2 * (4 + PCC_MAX_RANK))], *k = put_int(key, t->dtype, ','); // <= 20 digits and a separator each
     for (int i = 0; i < t->rank; i++) k = put_int(k, B->g->dims[t->dims[i]].size, ',');
     for (const pcc_layout *l = from; l; l = l == from ? to : NULL) {
         k = put_int(put_int(k, l->r, ','), l->v, '|');
@@ -512,8 +512,8 @@ static void leader_cost(builder *B, int l, int k, double *time, double *mem) {
         const edge *ed = &B->edges[e];
         if (B->leader[ed->p] != l || B->leader[ed->c] != l) continue;
         double r = edge_cost(B, ed, cand_at(B, ed->p, k), cand_at(B, ed->c, k));
-        if (r >= 0 && !rs_shared(B, e)) r = rs_edge_s(B, e, cand_at(B, ed->p, k), cand_at(B, ed->c, k));
-        *time += r < 0 ? 1e30 : rs_shared(B, e) ? 0 : ed->w * r; // (a follower always has a feasible candidate; guard anyway)
+        if (r >= 0) r = rs_shared(B, e) ? 0 : rs_edge_s(B, e, cand_at(B, ed->p, k), cand_at(B, ed->c, k)); // (add_shared's)
+        *time += r < 0 ? 1e30 : ed->w * r; // (a follower always has a feasible candidate; guard anyway)
         *mem += edge_memory(B, ed, cand_at(B, ed->p, k), cand_at(B, ed->c, k));
     }
 }
@@ -732,8 +732,7 @@ double ilp_eval(const pcc_graph *g, const pcc_cluster *c, const pcc_transform *t
         cost += ed->param ? ed->w * s : 0;
         mem += edge_memory(&B, ed, pk, cl);
     }
-    double *fwd = arena_alloc(g->arena, sizeof(double) * (size_t)(2 * t->n_ops + 1)), *bwd = fwd + t->n_ops;
-    for (int i = 0; i < 2 * t->n_ops; i++) fwd[i] = 0;
+    double *fwd = arena_alloc(g->arena, sizeof(double) * (size_t)(2 * t->n_ops + 1)), *bwd = fwd + t->n_ops; // zeroed
     rs_comm(&B, choice, fwd, bwd);
     for (int i = 0; i < t->n_ops; i++) cost += fwd[i] + bwd[i];
     if (memory) *memory = mem;
