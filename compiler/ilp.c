@@ -63,6 +63,7 @@ typedef struct edge {
 } edge;
 
 typedef struct builder {
+    pcc_arena *a;      // the builder's own arrays, freed as it returns (what it returns is g's)
     const pcc_graph *g;
     const pcc_cluster *c;
     const pcc_transform *t;
@@ -106,8 +107,8 @@ static bool step_synced(const builder *B, const pcc_op *op, int i) {
 // step-synchronized parameter whole (as data parallelism over the group leaves them).
 static void collect_pools(builder *B) {
     const pcc_graph *g = B->g;
-    B->pool = arena_alloc(g->arena, sizeof(double) * (size_t)(2 * g->n_blocks + 2));
-    bool *seen = arena_alloc(g->arena, sizeof(bool) * (size_t)(g->n_tensors + 1));
+    B->pool = arena_alloc(B->a, sizeof(double) * (size_t)(2 * g->n_blocks + 2));
+    bool *seen = arena_alloc(B->a, sizeof(bool) * (size_t)(g->n_tensors + 1));
     for (int o = 0; o < g->n_fwd_ops; o++) {
         const pcc_op *op = &g->ops[o];
         for (int i = 0; i < op->nin; i++) {
@@ -164,7 +165,7 @@ static void add_edge(builder *B, int src_tensor, int c, int ci, double w, double
     int t = maker(B->g, src_tensor);
     if (t < 0 || w <= 0) return;
     int p = B->g->tensors[t].producer;
-    *VEC_PUSH(B->g->arena, B->edges, B->n_edges, B->cap_edges) = (edge){p, out_index(&B->g->ops[p], t), c, ci, w, mw, again, 0};
+    *VEC_PUSH(B->a, B->edges, B->n_edges, B->cap_edges) = (edge){p, out_index(&B->g->ops[p], t), c, ci, w, mw, again, 0};
 }
 
 // A parameter read by later forward ops than its first (a tied embedding's weight at the LM
@@ -178,7 +179,7 @@ static void shared_params(builder *B) {
     if (B->o->zero3) return;
     const uint64_t *rd = NULL;
     size_t bytes = sizeof(int) * (size_t)(g->n_tensors + 1);
-    int *first = arena_alloc(g->arena, bytes), *later = arena_alloc(g->arena, bytes);
+    int *first = arena_alloc(B->a, bytes), *later = arena_alloc(B->a, bytes);
     for (int t = 0; t < g->n_tensors; t++) first[t] = -1, later[t] = 0;
     for (int pass = 0; pass < 2; pass++)
         for (int c = 0; c < g->n_fwd_ops; c++)
@@ -195,7 +196,7 @@ static void shared_params(builder *B) {
                 if (!rd) rd = graph_backward_reads(g);
                 bool again = i < 64 && (rd[c] >> i & 1);
                 double w = (double)op_copies(g, &g->ops[c]);
-                *VEC_PUSH(g->arena, B->edges, B->n_edges, B->cap_edges) = (edge){f, fi, c, i, w, 0, again, later[t]};
+                *VEC_PUSH(B->a, B->edges, B->n_edges, B->cap_edges) = (edge){f, fi, c, i, w, 0, again, later[t]};
             }
 }
 
@@ -262,8 +263,8 @@ static double reshard(builder *B, const pcc_tensor *t, const pcc_layout *from, c
     if (hit >= 0) return B->memo_s[hit];
     double sec = reshard_rvd_2d(B->c, B->g, t, from, to, B->o->group, B->o->group_minor, NULL);
     int id = B->n_memo;
-    *VEC_PUSH(B->g->arena, B->memo_s, B->n_memo, B->cap_memo) = sec;
-    symtab_put(&B->memo, B->g->arena, arena_strdup(B->g->arena, key), id);
+    *VEC_PUSH(B->a, B->memo_s, B->n_memo, B->cap_memo) = sec;
+    symtab_put(&B->memo, B->a, arena_strdup(B->a, key), id);
     return sec;
 }
 
@@ -334,8 +335,8 @@ static bool same_layout(const builder *B, const pcc_layout *a, const pcc_layout 
 
 static void collect_groups(builder *B) {
     size_t bytes = sizeof(int) * (size_t)(B->n_edges + 1);
-    B->head = arena_alloc(B->g->arena, bytes), B->first = arena_alloc(B->g->arena, bytes);
-    B->readers = arena_alloc(B->g->arena, bytes);
+    B->head = arena_alloc(B->a, bytes), B->first = arena_alloc(B->a, bytes);
+    B->readers = arena_alloc(B->a, bytes);
     for (int e = 0; e < B->n_edges; e++) {
         const edge *ed = &B->edges[e];
         B->head[e] = e, B->first[e] = -1, B->readers[e] = 0;
@@ -379,7 +380,7 @@ static int rs_charge(builder *B, int e, int kind, const pcc_layout *from, const 
             return i;
         }
     *made = true;
-    *VEC_PUSH(B->g->arena, B->ch, B->n_ch, B->cap_ch) = (charge){kind, B->first[h], *from, *to, -1};
+    *VEC_PUSH(B->a, B->ch, B->n_ch, B->cap_ch) = (charge){kind, B->first[h], *from, *to, -1};
     return B->first[h] = B->n_ch - 1;
 }
 
@@ -490,7 +491,7 @@ static const pcc_cand *cand_at(const builder *B, int o, int k) { return &B->t->o
 
 // A row's or column's name, only where the program is written out (--dump-ilp): a large
 // program's names would cost more memory than its coefficients.
-#define NAME(B, ...) ((B)->o->ilp.dump_lp ? arena_printf((B)->g->arena, __VA_ARGS__) : NULL)
+#define NAME(B, ...) ((B)->o->ilp.dump_lp ? arena_printf((B)->a, __VA_ARGS__) : NULL)
 
 typedef struct cols {
     int *x_first; // per forward op: the column of its first candidate
@@ -519,8 +520,7 @@ static void leader_cost(builder *B, int l, int k, double *time, double *mem) {
 }
 
 static void add_choices(builder *B, pcc_mip *P, cols *C, int mem_row) {
-    const pcc_graph *g = B->g;
-    C->x_first = arena_alloc(g->arena, sizeof(int) * (size_t)(B->t->n_ops + 1));
+    C->x_first = arena_alloc(B->a, sizeof(int) * (size_t)(B->t->n_ops + 1));
     for (int i = 0; i < B->t->n_ops; i++) {
         C->x_first[i] = -1;
         if (B->leader[i] != i) continue;
@@ -540,16 +540,15 @@ static void add_choices(builder *B, pcc_mip *P, cols *C, int mem_row) {
 // An edge between two leaders: its pairs (y) and their resharding, a parameter's here, a
 // value's in add_shared.
 static void add_edges(builder *B, pcc_mip *P, const cols *C, int mem_row) {
-    const pcc_graph *g = B->g;
-    B->ycol = arena_alloc(g->arena, sizeof(int *) * (size_t)(B->n_edges + 1));
+    B->ycol = arena_alloc(B->a, sizeof(int *) * (size_t)(B->n_edges + 1));
     for (int e = 0; e < B->n_edges; e++) {
         const edge *ed = &B->edges[e];
         int lp = B->leader[ed->p], lc = B->leader[ed->c];
         B->ycol[e] = NULL;
         if (lp == lc) continue; // inside one leader's group: in leader_cost
         int np = B->t->ops[lp].n, nc = B->t->ops[lc].n;
-        int *row_k = arena_alloc(g->arena, sizeof(int) * (size_t)np), *row_l = arena_alloc(g->arena, sizeof(int) * (size_t)nc);
-        B->ycol[e] = arena_alloc(g->arena, sizeof(int) * (size_t)np * (size_t)nc);
+        int *row_k = arena_alloc(B->a, sizeof(int) * (size_t)np), *row_l = arena_alloc(B->a, sizeof(int) * (size_t)nc);
+        B->ycol[e] = arena_alloc(B->a, sizeof(int) * (size_t)np * (size_t)nc);
         for (int k = 0; k < np; k++) {
             row_k[k] = mip_add_row(P, NAME(B, "e%d_out%d", e, k), PCC_MIP_EQ, 0);
             mip_set(P, row_k[k], C->x_first[lp] + k, -1);
@@ -595,7 +594,7 @@ static void add_shared_kind(builder *B, pcc_mip *P, const cols *C, int e, int ki
             if (made) B->ch[id].col = mip_add_col(P, NAME(B, "r%d_e%d_%d", kind, B->head[e], id), false, 0, 1, ed->w * sec);
             while (i < n && (*rr)[i].id != id) i++;
             if (i == n) {
-                *VEC_PUSH(B->g->arena, *rr, n, *cap) = (share_row){id, mip_add_row(P, NAME(B, "s%d_e%d_%d", kind, e, id), PCC_MIP_GE, 0)};
+                *VEC_PUSH(B->a, *rr, n, *cap) = (share_row){id, mip_add_row(P, NAME(B, "s%d_e%d_%d", kind, e, id), PCC_MIP_GE, 0)};
                 mip_set(P, (*rr)[i].row, B->ch[id].col, 1);
             }
             mip_set(P, (*rr)[i].row, col, -1);
@@ -669,23 +668,21 @@ static void read_choice(builder *B, const cols *C, pcc_intra *s) {
 // The ILPs of this process that ended without a solution (the time limit, a solver error).
 static int unsolved;
 
-pcc_status ilp_intra(const pcc_graph *g, const pcc_cluster *c, const pcc_transform *t, const pcc_intra_opts *o,
-                       pcc_intra **out) {
-    *out = NULL;
-    PCC_ASSERT(t->devices == o->group.size);
-    builder B = {.g = g, .c = c, .t = t, .o = o, .mem_factor = mem_factor(g, o), .act_scale = o->act_scale > 0 ? o->act_scale : 1};
-    symtab_init(&B.memo, g->arena, 256);
-    collect_pools(&B);
-    collect_edges(&B);
-    collect_groups(&B);
-    plan_followers(&B, full_program_cols(&B) > (o->follow_above_cols > 0 ? o->follow_above_cols : FOLLOW_ABOVE_COLS));
+static pcc_status solve(builder *B, pcc_intra **out) {
+    const pcc_graph *g = B->g;
+    const pcc_transform *t = B->t;
+    const pcc_intra_opts *o = B->o;
+    collect_pools(B);
+    collect_edges(B);
+    collect_groups(B);
+    plan_followers(B, full_program_cols(B) > (o->follow_above_cols > 0 ? o->follow_above_cols : FOLLOW_ABOVE_COLS));
     pcc_mip *P = mip_init(g->arena);
     int mem_row = mip_add_row(P, "memory_gib", PCC_MIP_LE, o->memory_bytes / (1 << 30));
     mip_relax_row(P, mem_row);
     cols C;
-    add_choices(&B, P, &C, mem_row);
-    add_edges(&B, P, &C, mem_row);
-    add_shared(&B, P, &C);
+    add_choices(B, P, &C, mem_row);
+    add_edges(B, P, &C, mem_row);
+    add_shared(B, P, &C);
     pcc_intra *s = arena_alloc(g->arena, sizeof *s);
     s->t = t;
     s->choice = arena_alloc(g->arena, sizeof(int) * (size_t)(t->n_ops + 1));
@@ -693,7 +690,7 @@ pcc_status ilp_intra(const pcc_graph *g, const pcc_cluster *c, const pcc_transfo
     pcc_status st = mip_solve(P, &o->ilp, &s->ilp);
     mip_free(P);
     if (st) return st;
-    if (s->ilp.status == PCC_MIP_INFEASIBLE) return infeasible(&B);
+    if (s->ilp.status == PCC_MIP_INFEASIBLE) return infeasible(B);
     if (s->ilp.status == PCC_MIP_NO_SOLUTION || s->ilp.status == PCC_MIP_ERROR) {
         if (unsolved++ == 0) // a search meets many: the first is said, the rest counted (ilp_unsolved)
             fprintf(stderr, "%s: %s: the scheduler's ILP: %s after %.1f s (%d rows, %d columns); raise --time-limit\n",
@@ -702,17 +699,30 @@ pcc_status ilp_intra(const pcc_graph *g, const pcc_cluster *c, const pcc_transfo
     }
     if (s->ilp.status == PCC_MIP_TIME_LIMIT)
         warn("%s: the scheduler stopped at its time limit with a gap of %.2f%%", g->file, 100 * s->ilp.gap);
-    read_choice(&B, &C, s);
+    read_choice(B, &C, s);
     *out = s;
     return PCC_OK;
+}
+
+pcc_status ilp_intra(const pcc_graph *g, const pcc_cluster *c, const pcc_transform *t, const pcc_intra_opts *o,
+                       pcc_intra **out) {
+    *out = NULL;
+    PCC_ASSERT(t->devices == o->group.size);
+    builder B = {.a = arena_init(), .g = g, .c = c, .t = t, .o = o, .mem_factor = mem_factor(g, o),
+                 .act_scale = o->act_scale > 0 ? o->act_scale : 1};
+    symtab_init(&B.memo, B.a, 256);
+    pcc_status st = solve(&B, out);
+    arena_free(B.a);
+    return st;
 }
 
 int ilp_unsolved(void) { return unsolved; }
 
 double ilp_eval(const pcc_graph *g, const pcc_cluster *c, const pcc_transform *t, const pcc_intra_opts *o,
                   const int *choice, double *memory) {
-    builder B = {.g = g, .c = c, .t = t, .o = o, .mem_factor = mem_factor(g, o), .act_scale = o->act_scale > 0 ? o->act_scale : 1};
-    symtab_init(&B.memo, g->arena, 256);
+    builder B = {.a = arena_init(), .g = g, .c = c, .t = t, .o = o, .mem_factor = mem_factor(g, o),
+                 .act_scale = o->act_scale > 0 ? o->act_scale : 1};
+    symtab_init(&B.memo, B.a, 256);
     collect_pools(&B);
     collect_edges(&B);
     collect_groups(&B);
@@ -728,21 +738,25 @@ double ilp_eval(const pcc_graph *g, const pcc_cluster *c, const pcc_transform *t
         const edge *ed = &B.edges[e];
         const pcc_cand *pk = &t->ops[ed->p].c[choice[ed->p]], *cl = &t->ops[ed->c].c[choice[ed->c]];
         double s = edge_cost(&B, ed, pk, cl);
-        if (s < 0) return -1;
+        if (s < 0) {
+            arena_free(B.a);
+            return -1;
+        }
         cost += ed->param ? ed->w * s : 0;
         mem += edge_memory(&B, ed, pk, cl);
     }
-    double *fwd = arena_alloc(g->arena, sizeof(double) * (size_t)(2 * t->n_ops + 1)), *bwd = fwd + t->n_ops; // zeroed
+    double *fwd = arena_alloc(B.a, sizeof(double) * (size_t)(2 * t->n_ops + 1)), *bwd = fwd + t->n_ops; // zeroed
     rs_comm(&B, choice, fwd, bwd);
     for (int i = 0; i < t->n_ops; i++) cost += fwd[i] + bwd[i];
+    arena_free(B.a);
     if (memory) *memory = mem;
     return cost;
 }
 
 void ilp_op_comm(const pcc_graph *g, const pcc_cluster *c, const pcc_transform *t, const pcc_intra_opts *o,
                    const int *choice, double *fwd_s, double *bwd_s, double *sync_s) {
-    builder B = {.g = g, .c = c, .t = t, .o = o, .again = true};
-    symtab_init(&B.memo, g->arena, 256);
+    builder B = {.a = arena_init(), .g = g, .c = c, .t = t, .o = o, .again = true};
+    symtab_init(&B.memo, B.a, 256);
     collect_pools(&B);
     collect_edges(&B);
     for (int i = 0; i < t->n_ops; i++) {
@@ -751,6 +765,7 @@ void ilp_op_comm(const pcc_graph *g, const pcc_cluster *c, const pcc_transform *
     }
     collect_groups(&B);
     rs_comm(&B, choice, fwd_s, bwd_s); // estimate.c's est_shared_params does a parameter's readers exactly
+    arena_free(B.a);
 }
 
 void ilp_dump(FILE *f, const pcc_graph *g, const pcc_intra *s) {
