@@ -68,7 +68,9 @@
  *               bandwidth; each link's efficiency (NCCL's measured bus bandwidth over the line
  *               rate) scales it. Never above the intra-node figure.
  *   overlap     a collective on a second stream is hidden by the work it runs beside.
- *   pipeline    1F1B/GPipe and interleaved 1F1B: (m + (p-1)/v) stage-times for equal stages.
+ *   pipeline    1F1B/GPipe and interleaved 1F1B: the schedule's units in order, each once its
+ *               device is free and its input there (pipeline.c's pipeline_makespan); (m + (p-1)/v)
+ *               stage-times for equal stages.
  *
  * Figures the cluster file leaves out default to the ideal (efficiency 1, no wave model), so a
  * bare cluster is a pure roofline. Known limits: the tiles' relative rates are derived for the
@@ -444,19 +446,7 @@ double cost_bucketed_s(const pcc_cluster *c, pcc_coll kind, double bytes, double
     return bytes / b * (cost_collective_s(c, kind, b, g) + cost_launch_s(c));
 }
 
-/* ---- streams and pipelines ---- */
+/* ---- streams ---- */
 
 double cost_exposed_s(double comm_s, double window_s) { return comm_s > window_s ? comm_s - window_s : 0; }
 
-double cost_pipeline_s(const double *fwd, const double *bwd, int pp, int v, int m, double *bubble_s) {
-    PCC_ASSERT(pp >= 1 && v >= 1 && m >= 1);
-    double sum = 0, max = 0;
-    for (int d = 0; d < pp; d++) {
-        double t = fwd[d] + bwd[d];
-        sum += t;
-        if (t > max) max = t;
-    }
-    double bubble = (sum - max) / v;
-    if (bubble_s) *bubble_s = bubble;
-    return m * max + bubble;
-}

@@ -22,8 +22,11 @@
  *   - the gradients of parameters shared between stages (tied embeddings): summed over the
  *     micro-batches and sent to the owner's stage once per step, after its last backward pass
  *     (preserve.c's share_params), so the owner waits for them before its optimizer;
- *   - the micro-batch schedule (cost_pipeline_s): m times the busiest stage plus the fill and
- *     drain, (pp-1)/v of a stage for v virtual stages (Megatron-LM's interleaved 1F1B);
+ *   - the micro-batch schedule (pipeline_makespan): the schedule's units in each device's order,
+ *     each as soon as its device is free and its input is there, every chunk's forward and
+ *     backward at its device's per-micro-batch times (over V for V virtual stages); with equal
+ *     stages (m + (pp-1)/V) stage-times, and where one stage is the busiest the stages after it
+ *     fill and drain while it works through its queue;
  *   - per stage, the gradient synchronization (all-reduce over dp, reduce-scatter with ZeRO,
  *     the tp group's all-reduce of parameters it replicates) on the second stream behind the
  *     last micro-batch's backward pass (what is not hidden counts), then the optimizer and,
@@ -36,7 +39,7 @@
  * the simulator (runtime/sim.c) times the emitted plan itself, and the compile summary prints the
  * two side by side.
  */
-#include "plancc.h"
+#include "pipeline.h"
 
 #include <math.h>
 #include <string.h>
@@ -81,6 +84,8 @@ typedef struct est {
     double *pool;       // per device and bucket segment: the bytes that share gradient buckets (est_pool)
     double *last;       // per device: its last bucket's collective (est_last_bucket)
     int *layers;
+    double *fs, *fr, *bs, *br; // per chunk and micro-batch: the longest send and receive of each pass (est_p2p)
+    double *chf, *chb;  // per chunk and micro-batch: its layers' forward and backward seconds (compute and tp)
 } est;
 
 static double *zeros(const pcc_graph *g, int n) { return arena_alloc(g->arena, sizeof(double) * (size_t)(n + 1)); }
@@ -427,15 +432,26 @@ static void est_message(const est *E, est_p2p *P, bool bwd, double bytes, int a,
 }
 
 // Value t (bytes on a device) made on chunk a and read on chunk c: sent forward, and its gradient
-// back (with 1F1B, between neighbours, each stage between passing it on: layout.c's relayed).
-static void est_crossing(const est *E, est_p2p *P, int t, double bytes, int a, int c) {
+// (gbytes: in the reader's layout of it, which phase 3 sends) back (with 1F1B, between neighbours,
+// each stage between passing it on: layout.c's relayed).
+static void est_crossing(const est *E, est_p2p *P, int t, double bytes, double gbytes, int a, int c) {
     est_message(E, P, false, bytes, a, c);
     if (E->g->tensors[t].grad < 0) return;
     if (E->v > 1 || E->s->schedule == PCC_PIPE_GPIPE || c - a < 2) {
-        est_message(E, P, true, bytes, c, a);
+        est_message(E, P, true, gbytes, c, a);
         return;
     }
-    for (int k = c; k > a; k--) est_message(E, P, true, bytes, k, k - 1);
+    for (int k = c; k > a; k--) est_message(E, P, true, gbytes, k, k - 1);
+}
+
+// The bytes on a device of the gradient of op's input i as its backward pass makes it (a split
+// of the input over the group leaves a piece of the gradient; partial sums leave it whole).
+static double est_grad_in_bytes(const est *E, int o, int i) {
+    const pcc_tensor *t = &E->g->tensors[E->g->ops[o].in[i]];
+    pcc_layout l = transform_grad_in(&E->sc->t->ops[o].c[E->sc->choice[o]], i);
+    double bytes = tensor_bytes(&E->gv, t);
+    for (int r = 0; r < t->rank; r++) bytes /= l.d[r];
+    return bytes;
 }
 
 // The values layer l reads that another chunk made (tchunk, the chunk that made each; tbytes,
@@ -455,8 +471,18 @@ static void est_reads(const est *E, est_p2p *P, const pcc_layer *L, int l, const
         }
         if (tchunk[t] < 0 || tchunk[t] == chunk[l] || sent[t] == chunk[l]) continue;
         sent[t] = chunk[l];
-        est_crossing(E, P, t, tbytes[t], tchunk[t], chunk[l]);
+        est_crossing(E, P, t, tbytes[t], L[l].op >= 0 ? est_grad_in_bytes(E, L[l].op, i) : tbytes[t], tchunk[t], chunk[l]);
     }
+}
+
+// A layer's forward and backward seconds: what its device's sums grew by since `span` began.
+struct est_span {
+    double f, b;
+    int d;
+};
+
+static void est_chunk_add(est *E, int c, const struct est_span *s) {
+    E->chf[c] += E->Fc[s->d] + E->Fm[s->d] - s->f, E->chb[c] += E->Bc[s->d] + E->Bm[s->d] - s->b;
 }
 
 // The layers on their devices, and the messages between chunks (both ways, per micro-batch):
@@ -465,13 +491,17 @@ static void est_reads(const est *E, est_p2p *P, const pcc_layer *L, int l, const
 static void est_layers(est *E, const pcc_layer *L, int nl, const int *chunk) {
     const pcc_graph *g = E->g;
     int pp = E->pp, *tchunk = arena_alloc(g->arena, sizeof(int) * (size_t)(2 * g->n_tensors + 1)), *sent = tchunk + g->n_tensors;
+    struct est_span span = {0, 0, 0};
     double *tbytes = zeros(g, g->n_tensors);
     int nc = pp * E->v;
     est_p2p P = {zeros(g, nc), zeros(g, nc), zeros(g, nc), zeros(g, nc)};
     for (int t = 0; t < 2 * g->n_tensors; t++) tchunk[t] = -1;
+    E->chf = zeros(g, nc), E->chb = zeros(g, nc);
     for (int l = 0; l < nl; l++) {
         int d = chunk[l] % pp;
         E->layers[d]++;
+        if (l > 0) est_chunk_add(E, chunk[l - 1], &span);
+        span = (struct est_span){E->Fc[d] + E->Fm[d], E->Bc[d] + E->Bm[d], d};
         est_reads(E, &P, L, l, chunk, tchunk, tbytes, sent);
         if (L[l].op >= 0) {
             est_add_op(E, L[l].op, d);
@@ -496,10 +526,12 @@ static void est_layers(est *E, const pcc_layer *L, int nl, const int *chunk) {
     }
     est_on(E, chunk[nl - 1] % pp);
     E->Bc[chunk[nl - 1] % pp] += E->orphan_top;
+    est_chunk_add(E, chunk[nl - 1], &span);
     // A chunk's sends after a forward pass go with the receives of the backward pass that follows
     // in 1F1B's steady state, and its backward sends with the next forward pass's receives; a
     // device's chunks run apart.
     for (int k = 0; k < nc; k++) E->Fp[k % pp] += fmax(P.fs[k], P.br[k]), E->Bp[k % pp] += fmax(P.bs[k], P.fr[k]);
+    E->fs = P.fs, E->fr = P.fr, E->bs = P.bs, E->br = P.br;
 }
 
 // Whether the gradients of op i's parameters are partial sums over cp (its cp letter is the
@@ -750,7 +782,7 @@ static double est_per_copy_s(const est *E, int d, pcc_coll kind, double bytes, d
 static void est_step(est *E) {
     int pp = E->pp;
     const pcc_graph *g = E->g;
-    double *F = zeros(g, pp), *B = zeros(g, pp), bubble;
+    double *F = zeros(g, pp), *B = zeros(g, pp);
     int busy = 0;
     for (int d = 0; d < pp; d++) {
         // ZeRO-2/3's reduce-scatters of a block copy's gradients run on stream 1 while the next
@@ -776,12 +808,23 @@ static void est_step(est *E) {
         if (F[d] + B[d] > F[busy] + B[busy]) busy = d;
     }
     pcc_estimate *x = &E->s->est;
-    x->pipeline_s = cost_pipeline_s(F, B, pp, E->v, E->m, &bubble);
-    x->bubble_s = bubble;
+    int ns = pp * E->v;
+    pcc_chunk_times *ct = arena_alloc(g->arena, sizeof *ct * (size_t)ns);
+    double *done = zeros(g, pp);
+    // Each chunk its own layers' seconds, and an equal share of what its device adds to them (ZeRO-3's
+    // exposed gathers).
+    double *restf = zeros(g, pp), *restb = zeros(g, pp);
+    for (int d = 0; d < pp; d++) restf[d] = F[d] - E->Fp[d], restb[d] = B[d] - E->Bp[d];
+    for (int c = 0; c < ns; c++) restf[c % pp] -= E->chf[c], restb[c % pp] -= E->chb[c];
+    for (int c = 0; c < ns; c++) {
+        int d = c % pp;
+        ct[c] = (pcc_chunk_times){E->chf[c] + restf[d] / E->v, E->chb[c] + restb[d] / E->v, E->fs[c], E->fr[c], E->bs[c], E->br[c]};
+    }
+    x->pipeline_s = pipeline_makespan(&(pcc_pipeline){pp, E->v, E->m, E->s->schedule}, ct, done);
+    x->bubble_s = x->pipeline_s - E->m * (F[busy] + B[busy]);
     x->compute_s = E->m * (E->Fc[busy] + E->Bc[busy]);
     x->tp_comm_s = E->m * (E->Fm[busy] + E->Bm[busy]);
     x->p2p_s = E->m * (E->Fp[busy] + E->Bp[busy]);
-    double lead = 0;
     x->step_s = 0;
     for (int d = 0; d < pp; d++) {
         double per_layer = E->layers[d] > 0 ? (double)E->v / E->layers[d] : 1;
@@ -789,10 +832,9 @@ static void est_step(est *E) {
         double exposed = cost_exposed_s(E->sync[d], window);
         double tail = E->last[d] < E->sync[d] ? E->last[d] : E->sync[d];
         if (tail > exposed) exposed = tail;
-        double end = x->pipeline_s - lead + E->tied[d] + exposed + E->rs_last[d] + E->opt[d] + E->post[d];
+        double end = done[d] + E->tied[d] + exposed + E->rs_last[d] + E->opt[d] + E->post[d];
         if (end > x->step_s || d == 0)
             x->step_s = end, x->sync_s = E->sync[d], x->sync_exposed_s = exposed, x->optimizer_s = E->opt[d] + E->post[d];
-        lead += B[d] / E->v;
     }
 }
 

@@ -42,7 +42,9 @@
  * pipeline_in_flight says how many micro-batches a chunk holds between its forward and its
  * backward pass at once (the slots its kept activations need), from the same order.
  */
-#include "plancc.h"
+#include "pipeline.h"
+
+#include <math.h>
 
 typedef struct units {
     pcc_arena *a;
@@ -166,4 +168,121 @@ int *pipeline_in_flight(pcc_arena *a, const pcc_pipeline *p) {
         }
     }
     return most;
+}
+
+/* ---- the schedule's length ----
+ *
+ * The schedule's units in each device's order, as the runtime runs them: a unit's receives, its
+ * operators, its sends; a run of sends and receives (one unit's sends and the next one's
+ * receives; interleaved, a step's) is one group, which ends when every message in it has arrived,
+ * and a message goes once both its sender and its receiver have reached it (a send waits for its
+ * receiver, as NCCL's do). Every unit starts as soon as its device is free and its input is
+ * there; nothing else. With equal stages and no messages this is (m + (pp-1)/V) stage-times;
+ * with unequal ones it is what the order makes of them: the stages after the busiest one fill
+ * and drain while it works through its queue, and a slow first stage holds back the warm-up of
+ * every stage after it. */
+
+typedef struct member {
+    int msg;            // forward messages 0..ns*M-1 (by sending chunk and micro-batch), then backward ones
+    bool send;
+    double s;           // how long it takes once both sides are there
+} member;
+
+typedef struct item {
+    int first, n;       // a group: members[first, first + n); n < 0: compute for `s` seconds
+    double s;
+} item;
+
+typedef struct sched {
+    pcc_arena *a;
+    member *m;
+    int n_m, cap_m;
+    item *it;
+    int n_it, cap_it;
+    int open;           // first member of the group being collected
+} sched;
+
+static void flush(sched *S) {
+    if (S->n_m > S->open) *VEC_PUSH(S->a, S->it, S->n_it, S->cap_it) = (item){S->open, S->n_m - S->open, 0};
+    S->open = S->n_m;
+}
+
+// Device d's items: its units with their loops unrolled (loops do not nest), cut into groups of
+// messages and computes.
+static void device_items(sched *S, const pcc_pipeline *p, const pcc_chunk_times *c, int d) {
+    pcc_unit *u;
+    int n = pipeline_units(S->a, p, d, &u), ns = p->pp * p->V, M = p->M;
+    for (int i = 0; i < n; i++) {
+        int from = i, to = i + 1, count = 1;
+        if (u[i].kind == PCC_UNIT_LOOP) {
+            for (to = i + 1; u[to].kind != PCC_UNIT_END; to++) PCC_ASSERT(u[to].kind != PCC_UNIT_LOOP);
+            from = i + 1, count = u[i].count, i = to;
+        }
+        for (int it = 0; it < count; it++)
+            for (int j = from; j < to; j++) {
+                const pcc_unit *x = &u[j];
+                if (x->kind != PCC_UNIT_FWD && x->kind != PCC_UNIT_BWD) continue;
+                bool bwd = x->kind == PCC_UNIT_BWD;
+                int k = x->chunk, mb = x->mb + it, dir = bwd ? -1 : 1, base = bwd ? ns * M : 0;
+                const pcc_chunk_times *t = &c[k];
+                if ((x->part & PCC_PART_RECV) && k - dir >= 0 && k - dir < ns)
+                    *VEC_PUSH(S->a, S->m, S->n_m, S->cap_m) = (member){base + (k - dir) * M + mb, false, bwd ? t->br : t->fr};
+                if (x->part & PCC_PART_COMPUTE) {
+                    flush(S);
+                    *VEC_PUSH(S->a, S->it, S->n_it, S->cap_it) = (item){0, -1, bwd ? t->bwd : t->fwd};
+                }
+                if ((x->part & PCC_PART_SEND) && k + dir >= 0 && k + dir < ns)
+                    *VEC_PUSH(S->a, S->m, S->n_m, S->cap_m) = (member){base + k * M + mb, true, bwd ? t->bs : t->fs};
+            }
+    }
+    flush(S);
+}
+
+double pipeline_makespan(const pcc_pipeline *p, const pcc_chunk_times *c, double *done) {
+    if (p->pp == 1 && p->V == 1) { // no pipeline: the micro-batches back to back
+        double t = p->M * (c[0].fwd + c[0].bwd);
+        if (done) done[0] = t;
+        return t;
+    }
+    int pp = p->pp, nmsg = 2 * pp * p->V * p->M;
+    sched S = {.a = arena_init()};
+    int *first = arena_alloc(S.a, sizeof(int) * (size_t)(pp + 1)), *at = arena_alloc(S.a, sizeof(int) * (size_t)(pp + 1));
+    for (int d = 0; d < pp; d++) first[d] = S.n_it, device_items(&S, p, c, d);
+    first[pp] = S.n_it;
+    double *posted = arena_alloc(S.a, sizeof(double) * (size_t)(2 * nmsg)), end = 0; // per message: sender's, receiver's
+    double *t = arena_alloc(S.a, sizeof(double) * (size_t)(pp + 1));
+    bool *in = arena_alloc(S.a, sizeof(bool) * (size_t)(pp + 1)); // device d has posted its current group
+    for (int i = 0; i < 2 * nmsg; i++) posted[i] = -1;
+    for (int d = 0; d < pp; d++) at[d] = first[d];
+    for (bool moved = true; moved;) {
+        moved = false;
+        for (int d = 0; d < pp; d++)
+            for (; at[d] < first[d + 1]; at[d]++, in[d] = false, moved = true) {
+                const item *x = &S.it[at[d]];
+                if (x->n < 0) {
+                    t[d] += x->s;
+                    continue;
+                }
+                if (!in[d]) {
+                    for (int k = x->first; k < x->first + x->n; k++) posted[2 * S.m[k].msg + !S.m[k].send] = t[d];
+                    in[d] = moved = true;
+                }
+                double e = t[d];
+                bool all = true;
+                for (int k = x->first; k < x->first + x->n && all; k++) {
+                    double other = posted[2 * S.m[k].msg + S.m[k].send];
+                    all = other >= 0;
+                    e = fmax(e, fmax(other, t[d]) + S.m[k].s);
+                }
+                if (!all) break;
+                t[d] = e;
+            }
+    }
+    for (int d = 0; d < pp; d++) {
+        PCC_ASSERT(at[d] == first[d + 1]); // the schedules never wait on themselves
+        if (done) done[d] = t[d];
+        end = fmax(end, t[d]);
+    }
+    arena_free(S.a);
+    return end;
 }

@@ -644,7 +644,6 @@ double cost_exposed_s(double comm_s, double window_s);
 //   m * max_d(f+b) + (sum_d (f+b) - max_d (f+b)) / v
 // which is (m + (pp-1)/v) (f+b) for equal stages; *bubble_s (if not NULL) gets the part beyond
 // m * max_d (f+b): the fill and drain.
-double cost_pipeline_s(const double *fwd, const double *bwd, int pp, int v, int m, double *bubble_s);
 
 /* ---------------------------------------------------------------- transform.c */
 
@@ -1081,40 +1080,6 @@ double *estimate_layer_seconds(const pcc_graph *g, const pcc_cluster *c, const p
 // dp the replicas, batch_dim the batch dimension. Arrays of g->n_fwd_ops. Can't fail.
 void estimate_floor(const pcc_graph *g, const pcc_cluster *c, const pcc_transform *t, const int *dp_letter, int dp,
                     int batch_dim, double *fb, double *ffb);
-
-/* ---------------------------------------------------------------- pipeline.c */
-
-/* The micro-batch schedules (GPipe, 1F1B, Megatron-LM's interleaved 1F1B): per pipeline device,
- * the order of its units (a forward or backward pass of one micro-batch on one model chunk),
- * with the loops over micro-batches, as phase 3 walks them. */
-
-typedef enum pcc_unit_kind {
-    PCC_UNIT_LOOP,      // a loop over micro-batches: `count` iterations of the units up to its END
-    PCC_UNIT_END,       // closes the innermost loop
-    PCC_UNIT_FWD,       // the forward pass of micro-batch `mb` on model chunk `chunk`
-    PCC_UNIT_BWD,       // its backward pass
-    PCC_UNIT_DEFERRED,  // interleaved, last: the once-a-step gradient sends of device `chunk`'s chunks
-} pcc_unit_kind;
-enum { PCC_PART_RECV = 1, PCC_PART_COMPUTE = 2, PCC_PART_SEND = 4, PCC_PART_ALL = 7 };
-typedef struct pcc_unit {
-    pcc_unit_kind kind;
-    int chunk;          // FWD, BWD: the stage or model chunk (chunk c runs on device c mod pp)
-    int mb;             // FWD, BWD: the micro-batch, counted from the enclosing loop's iteration
-    int count;          // LOOP: iterations
-    int part;           // FWD, BWD: which parts of the pass (PCC_PART_*; plain schedules: all)
-    bool last;          // BWD: the last micro-batch's (its gradients are final there)
-} pcc_unit;
-
-typedef struct pcc_pipeline {
-    int pp, V, M;               // pipeline devices, model chunks per device, micro-batches
-    pcc_pipe_sched schedule;    // GPipe or 1F1B (interleaved when V > 1)
-} pcc_pipeline;
-
-// The units of pipeline device d in the order it runs them, into *out (in arena a); returns their count. Can't fail.
-int pipeline_units(pcc_arena *a, const pcc_pipeline *p, int d, pcc_unit **out);
-// Per stage (model chunk, pp * V of them): the most micro-batches whose forward pass it has run
-// and whose backward pass it has not, at once (the slots its kept activations need). Can't fail.
-int *pipeline_in_flight(pcc_arena *a, const pcc_pipeline *p);
 
 /* ---------------------------------------------------------------- bgsync.c */
 

@@ -68,7 +68,7 @@
  * part of the step it is in (forward, backward, recomputed forward, optimizer), and META has the
  * step's FLOPs as Megatron-LM counts them, for TFLOP/s and MFU.
  */
-#include "plancc.h"
+#include "pipeline.h"
 
 #include <stdlib.h>
 #include <string.h>

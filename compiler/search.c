@@ -762,20 +762,42 @@ const pcc_config *space_config(const pcc_space *S, int i) { return &S->k[i]; }
 const pcc_graph *space_graph(const pcc_space *S) { return S->g; }
 const pcc_cluster *space_cluster(const pcc_space *S) { return S->c; }
 
-// cost_pipeline_s of per-layer seconds: it grows with every stage's time, so a lower bound per
-// layer gives one for the pipeline. The plan's cut balances its own seconds (stages), which
-// the floor does not know: the floor's cut is the one that balances the floors, whose largest
-// stage no other cut undercuts.
+// Whether the layers (seconds w, prefix sums P) cut into pp runs in order can keep every run's
+// m * its seconds + the seconds before it (pipeline_floor) within T. Greedy: each run as long as
+// T allows, since a later start only lowers what the runs after it need.
+static bool floor_fits(const double *P, int nl, int pp, int m, double T) {
+    int at = 0;
+    for (int d = 0; d < pp && at < nl; d++) {
+        int start = at;
+        while (at < nl && m * (P[at + 1] - P[start]) + P[start] <= T) at++;
+    }
+    return at == nl;
+}
+
+// A lower bound on the estimate's pipeline (estimate.c, pipeline_makespan) from per-layer lower
+// bounds on the seconds (forward and backward, one micro-batch): every device works m micro-
+// batches through its layers, the first only once the forward passes of the stages before it
+// have reached it, and the backward passes of those stages still follow its last one. The plan's
+// cut balances its own seconds (stages), which the floor does not know, so the bound is the least
+// over every cut into pp runs of layers (the greedy of floor_fits, bisected). With virtual stages
+// the chunks before a device's first can be as short as the cut makes them: m times the average
+// device's seconds, or the longest layer's.
 static double pipeline_floor(const pcc_space *S, const pcc_config *k, const double *a, const double *b, double scale) {
-    int pp = k->pp, v = k->v, m = S->g->micro_batches;
-    double *W = arena_alloc(S->g->arena, sizeof(double) * (size_t)pp), sum = 0, max = 0;
-    double *lw = arena_alloc(S->g->arena, sizeof(double) * (size_t)(S->nl + 1));
-    int *chunk = arena_alloc(S->g->arena, sizeof(int) * (size_t)(S->nl + 1));
-    for (int l = 0; l < S->nl; l++) lw[l] = (a[l] + (b ? b[l] : 0)) * scale;
-    stages(S->o->policy, S->L, S->flops, lw, S->nl, pp * v, chunk, S->group_s ? S->c : NULL, S->group_s, pp, v);
-    for (int l = 0; l < S->nl; l++) W[chunk[l] % pp] += lw[l];
-    for (int d = 0; d < pp; d++) sum += W[d], max = W[d] > max ? W[d] : max;
-    return m * max + (sum - max) / v;
+    int pp = k->pp, m = S->g->micro_batches, nl = S->nl;
+    double *P = arena_alloc(S->g->arena, sizeof(double) * (size_t)(nl + 1)), longest = 0;
+    for (int l = 0; l < nl; l++) {
+        double w = (a[l] + (b ? b[l] : 0)) * scale;
+        P[l + 1] = P[l] + w, longest = fmax(longest, w);
+    }
+    double lo = m * fmax(P[nl] / pp, longest);
+    if (k->v > 1 || pp == 1) return lo;
+    double hi = m * P[nl];
+    for (int it = 0; it < 50 && hi - lo > 1e-9 * hi; it++) {
+        double mid = (lo + hi) / 2;
+        if (floor_fits(P, nl, pp, m, mid)) hi = mid;
+        else lo = mid;
+    }
+    return lo;
 }
 
 double space_bound(const pcc_space *S, int i) {

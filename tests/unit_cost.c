@@ -5,6 +5,7 @@
  * from a cluster file and its lookups overriding the roofline). The source root is argv[1].
  */
 #include "plancc.h"
+#include "pipeline.h"
 
 #include <math.h>
 #include <string.h>
@@ -131,16 +132,36 @@ static void test_buckets(void) {
     EXPECT(sum < 10 * (cost_collective_s(&c, PCC_COLL_ALL_REDUCE, 1e5, g) + launch));
 }
 
+static double makespan(int pp, int v, int m, pcc_pipe_sched sched, const pcc_chunk_times *c, double *done) {
+    return pipeline_makespan(&(pcc_pipeline){pp, v, m, sched}, c, done);
+}
+
 static void test_overlap_and_pipeline(void) {
     EXPECT(cost_exposed_s(1, 3) == 0 && cost_exposed_s(3, 1) == 2);
-    double f[4] = {1, 1, 1, 1}, b[4] = {2, 2, 2, 2}, bubble;
-    // Equal stages: (m + p - 1) stage-times for 1F1B, (m + (p-1)/v) interleaved.
-    EXPECT(NEAR(cost_pipeline_s(f, b, 4, 1, 8, &bubble), (8 + 3) * 3.0) && NEAR(bubble, 9));
-    EXPECT(NEAR(cost_pipeline_s(f, b, 4, 3, 8, &bubble), (8 + 1) * 3.0) && NEAR(bubble, 3));
-    // The slowest stage sets the steady state; the others add their share of fill and drain.
-    double f2[3] = {1, 2, 1}, b2[3] = {2, 4, 2};
-    EXPECT(NEAR(cost_pipeline_s(f2, b2, 3, 1, 10, NULL), 10 * 6.0 + 6));
-    EXPECT(NEAR(cost_pipeline_s(f, b, 1, 1, 5, &bubble), 15) && bubble == 0);
+    pcc_chunk_times eq[12];
+    for (int i = 0; i < 12; i++) eq[i] = (pcc_chunk_times){.fwd = 1, .bwd = 2};
+    // Equal stages, no messages: (m + p - 1) stage-times for 1F1B and GPipe, (m + (p-1)/v)
+    // interleaved (chunks a third of a stage).
+    EXPECT(NEAR(makespan(4, 1, 8, PCC_PIPE_1F1B, eq, NULL), (8 + 3) * 3.0));
+    EXPECT(NEAR(makespan(4, 1, 8, PCC_PIPE_GPIPE, eq, NULL), (8 + 3) * 3.0));
+    pcc_chunk_times third[12];
+    for (int i = 0; i < 12; i++) third[i] = (pcc_chunk_times){.fwd = 1.0 / 3, .bwd = 2.0 / 3};
+    EXPECT(NEAR(makespan(4, 3, 8, PCC_PIPE_1F1B, third, NULL), (8 + 1) * 3.0));
+    EXPECT(NEAR(makespan(1, 1, 5, PCC_PIPE_GPIPE, eq, NULL), 15));
+    // The busiest stage first: the stages after it fill and drain while it works, so the step is
+    // its m passes alone (m times the busiest plus the others once would be 166).
+    pcc_chunk_times first[4] = {{.fwd = 10, .bwd = 10}, {.fwd = 1, .bwd = 1}, {.fwd = 1, .bwd = 1}, {.fwd = 1, .bwd = 1}};
+    double done[4];
+    EXPECT(NEAR(makespan(4, 1, 8, PCC_PIPE_1F1B, first, done), 160) && NEAR(done[0], 160) && done[3] < done[0]);
+    // The busiest stage last: every stage before it fills and drains around it.
+    pcc_chunk_times last[4] = {{.fwd = 1, .bwd = 1}, {.fwd = 1, .bwd = 1}, {.fwd = 1, .bwd = 1}, {.fwd = 10, .bwd = 10}};
+    EXPECT(NEAR(makespan(4, 1, 8, PCC_PIPE_1F1B, last, NULL), 160 + 6));
+    // A message each way between two stages: the forward one once per micro-batch on the way to
+    // the last stage, the backward one on the way back; in the steady state a backward send and
+    // the next forward receive are one group, so they overlap.
+    pcc_chunk_times two[2] = {{.fwd = 1, .bwd = 2, .fs = 0.5, .br = 0.5}, {.fwd = 1, .bwd = 2, .fr = 0.5, .bs = 0.5}};
+    double t2 = makespan(2, 1, 4, PCC_PIPE_1F1B, two, done);
+    EXPECT(t2 > (4 + 1) * 3.0 && t2 <= (4 + 1) * 3.0 + 2 * 4 * 0.5 && NEAR(done[0], t2) && done[1] < t2);
 }
 
 static const pcc_op *find_op(const pcc_graph *g, const char *out, pcc_op_kind k) {

@@ -20,6 +20,7 @@
  *    same bytes.
  */
 #include "plancc.h"
+#include "pipeline.h"
 
 #include <math.h>
 #include <stdlib.h>
