@@ -164,6 +164,40 @@ static void test_overlap_and_pipeline(void) {
     EXPECT(t2 > (4 + 1) * 3.0 && t2 <= (4 + 1) * 3.0 + 2 * 4 * 0.5 && NEAR(done[0], t2) && done[1] < t2);
 }
 
+// Every schedule shape the search can ask for, with random chunk times and messages: the walk
+// ends (no device waits on itself), no device ends before its own work is done, the step is at
+// least the busiest device's work and at most everything one after another.
+static void test_makespan_shapes(void) {
+    unsigned seed = 12345;
+    int bad = 0, runs = 0;
+    for (int pp = 2; pp <= 8; pp++)
+        for (int V = 1; V <= 4; V++)
+            for (int M = 1; M <= 24; M++) {
+                if (V > 1 && M % pp) continue; // interleaving runs the micro-batches in groups of pp
+                for (int sched = 0; sched < (V > 1 ? 1 : 2); sched++) {
+                    int ns = pp * V;
+                    pcc_chunk_times c[32];
+                    double work[8] = {0}, all = 0, done[8];
+                    for (int k = 0; k < ns; k++) {
+                        double r[6];
+                        for (int i = 0; i < 6; i++) seed = seed * 1103515245u + 12345u, r[i] = (seed >> 8 & 0xffff) / 65536.0;
+                        c[k] = (pcc_chunk_times){0.1 + r[0], 0.1 + 2 * r[1], k < ns - 1 ? r[2] / 4 : 0, k > 0 ? r[3] / 4 : 0,
+                                                 k > 0 ? r[4] / 4 : 0, k < ns - 1 ? r[5] / 4 : 0};
+                        work[k % pp] += M * (c[k].fwd + c[k].bwd);
+                        all += M * (c[k].fwd + c[k].bwd + c[k].fs + c[k].fr + c[k].bs + c[k].br);
+                    }
+                    double t = makespan(pp, V, M, sched ? PCC_PIPE_GPIPE : PCC_PIPE_1F1B, c, done), busiest = 0;
+                    for (int d = 0; d < pp; d++) {
+                        busiest = work[d] > busiest ? work[d] : busiest;
+                        bad += done[d] < work[d] * (1 - 1e-12) || done[d] > t;
+                    }
+                    bad += t < busiest * (1 - 1e-12) || t > all * (1 + 1e-12);
+                    runs++;
+                }
+            }
+    EXPECT(bad == 0 && runs == 456);
+}
+
 static const pcc_op *find_op(const pcc_graph *g, const char *out, pcc_op_kind k) {
     for (int i = 0; i < g->n_ops; i++)
         if (g->ops[i].kind == k && g->ops[i].nout && strcmp(g->tensors[g->ops[i].out[0]].name, out) == 0) return &g->ops[i];
@@ -319,6 +353,7 @@ int main(int argc, char **argv) {
     test_gemm_tiles(a);
     test_buckets();
     test_overlap_and_pipeline();
+    test_makespan_shapes();
     test_ops(a);
     test_conv(a);
     test_profile(a);
