@@ -84,7 +84,8 @@ typedef struct est {
     double *pool;       // per device and bucket segment: the bytes that share gradient buckets (est_pool)
     double *last;       // per device: its last bucket's collective (est_last_bucket)
     int *layers;
-    double *fs, *fr, *bs, *br; // per chunk and micro-batch: the longest send and receive of each pass (est_p2p)
+    pcc_pipe_link *links; // the messages between chunks per micro-batch (est_message)
+    int n_links, cap_links;
     double *chf, *chb;  // per chunk and micro-batch: its layers' forward and backward seconds (compute and tp)
 } est;
 
@@ -421,27 +422,32 @@ static double est_send_s(const est *E, double bytes, int a, int b) {
 
 // The messages of one micro-batch between chunks, per chunk: the longest it sends and receives,
 // forward and backward (a group of sends and receives moves its messages at once).
-typedef struct est_p2p {
-    double *fs, *fr, *bs, *br;
-} est_p2p;
-
-static void est_message(const est *E, est_p2p *P, bool bwd, double bytes, int a, int b) {
+// A message per micro-batch from chunk a to chunk b; several values between one pair in one pass
+// go in one group of sends and receives, at the longest.
+static void est_message(est *E, bool bwd, double bytes, int a, int b) {
+    if (a % E->pp == b % E->pp) return; // two chunks of one device
     double t = est_send_s(E, bytes, a % E->pp, b % E->pp);
-    double *s = bwd ? P->bs : P->fs, *r = bwd ? P->br : P->fr;
-    s[a] = fmax(s[a], t), r[b] = fmax(r[b], t);
+    for (int i = 0; i < E->n_links; i++) {
+        pcc_pipe_link *k = &E->links[i];
+        if (k->from == a && k->to == b && k->bwd == bwd) {
+            k->s = fmax(k->s, t);
+            return;
+        }
+    }
+    *VEC_PUSH(E->g->arena, E->links, E->n_links, E->cap_links) = (pcc_pipe_link){a, b, bwd, t};
 }
 
 // Value t (bytes on a device) made on chunk a and read on chunk c: sent forward, and its gradient
 // (gbytes: in the reader's layout of it, which phase 3 sends) back (with 1F1B, between neighbours,
 // each stage between passing it on: layout.c's relayed).
-static void est_crossing(const est *E, est_p2p *P, int t, double bytes, double gbytes, int a, int c) {
-    est_message(E, P, false, bytes, a, c);
+static void est_crossing(est *E, int t, double bytes, double gbytes, int a, int c) {
+    est_message(E, false, bytes, a, c);
     if (E->g->tensors[t].grad < 0) return;
     if (E->v > 1 || E->s->schedule == PCC_PIPE_GPIPE || c - a < 2) {
-        est_message(E, P, true, gbytes, c, a);
+        est_message(E, true, gbytes, c, a);
         return;
     }
-    for (int k = c; k > a; k--) est_message(E, P, true, gbytes, k, k - 1);
+    for (int k = c; k > a; k--) est_message(E, true, gbytes, k, k - 1);
 }
 
 // The bytes on a device of the gradient of op's input i as its backward pass makes it (a split
@@ -456,7 +462,7 @@ static double est_grad_in_bytes(const est *E, int o, int i) {
 
 // The values layer l reads that another chunk made (tchunk, the chunk that made each; tbytes,
 // their bytes on a device), each sent once to a chunk (sent: the last chunk it went to).
-static void est_reads(const est *E, est_p2p *P, const pcc_layer *L, int l, const int *chunk, const int *tchunk,
+static void est_reads(est *E, const pcc_layer *L, int l, const int *chunk, const int *tchunk,
                       const double *tbytes, int *sent) {
     const pcc_graph *g = E->g;
     int n = L[l].op >= 0 ? g->ops[L[l].op].nin : g->blocks[L[l].block].n_in;
@@ -471,7 +477,7 @@ static void est_reads(const est *E, est_p2p *P, const pcc_layer *L, int l, const
         }
         if (tchunk[t] < 0 || tchunk[t] == chunk[l] || sent[t] == chunk[l]) continue;
         sent[t] = chunk[l];
-        est_crossing(E, P, t, tbytes[t], L[l].op >= 0 ? est_grad_in_bytes(E, L[l].op, i) : tbytes[t], tchunk[t], chunk[l]);
+        est_crossing(E, t, tbytes[t], L[l].op >= 0 ? est_grad_in_bytes(E, L[l].op, i) : tbytes[t], tchunk[t], chunk[l]);
     }
 }
 
@@ -494,7 +500,6 @@ static void est_layers(est *E, const pcc_layer *L, int nl, const int *chunk) {
     struct est_span span = {0, 0, 0};
     double *tbytes = zeros(g, g->n_tensors);
     int nc = pp * E->v;
-    est_p2p P = {zeros(g, nc), zeros(g, nc), zeros(g, nc), zeros(g, nc)};
     for (int t = 0; t < 2 * g->n_tensors; t++) tchunk[t] = -1;
     E->chf = zeros(g, nc), E->chb = zeros(g, nc);
     for (int l = 0; l < nl; l++) {
@@ -502,7 +507,7 @@ static void est_layers(est *E, const pcc_layer *L, int nl, const int *chunk) {
         E->layers[d]++;
         if (l > 0) est_chunk_add(E, chunk[l - 1], &span);
         span = (struct est_span){E->Fc[d] + E->Fm[d], E->Bc[d] + E->Bm[d], d};
-        est_reads(E, &P, L, l, chunk, tchunk, tbytes, sent);
+        est_reads(E, L, l, chunk, tchunk, tbytes, sent);
         if (L[l].op >= 0) {
             est_add_op(E, L[l].op, d);
             const pcc_op *op = &g->ops[L[l].op];
@@ -512,8 +517,8 @@ static void est_layers(est *E, const pcc_layer *L, int nl, const int *chunk) {
         const pcc_block *bl = &g->blocks[L[l].block];
         if (L[l].copy > 0 && chunk[l - 1] != chunk[l]) { // the carries from the copy before
             double bytes = est_carry_bytes(E, &L[l - 1]);
-            est_message(E, &P, false, bytes, chunk[l - 1], chunk[l]);
-            est_message(E, &P, true, bytes + est_partial_sum_bytes(E, &L[l - 1], &L[l]), chunk[l], chunk[l - 1]);
+            est_message(E, false, bytes, chunk[l - 1], chunk[l]);
+            est_message(E, true, bytes + est_partial_sum_bytes(E, &L[l - 1], &L[l]), chunk[l], chunk[l - 1]);
         }
         double f0 = E->Fc[d], b0 = E->Bc[d];
         for (int i = bl->first_op; i < bl->first_op + bl->n_ops; i++) est_add_op(E, i, d);
@@ -530,8 +535,13 @@ static void est_layers(est *E, const pcc_layer *L, int nl, const int *chunk) {
     // A chunk's sends after a forward pass go with the receives of the backward pass that follows
     // in 1F1B's steady state, and its backward sends with the next forward pass's receives; a
     // device's chunks run apart.
-    for (int k = 0; k < nc; k++) E->Fp[k % pp] += fmax(P.fs[k], P.br[k]), E->Bp[k % pp] += fmax(P.bs[k], P.fr[k]);
-    E->fs = P.fs, E->fr = P.fr, E->bs = P.bs, E->br = P.br;
+    double *fs = zeros(g, nc), *fr = zeros(g, nc), *bs = zeros(g, nc), *br = zeros(g, nc); // per chunk, the longest
+    for (int i = 0; i < E->n_links; i++) {
+        const pcc_pipe_link *k = &E->links[i];
+        double *snd = k->bwd ? bs : fs, *rcv = k->bwd ? br : fr;
+        snd[k->from] = fmax(snd[k->from], k->s), rcv[k->to] = fmax(rcv[k->to], k->s);
+    }
+    for (int k = 0; k < nc; k++) E->Fp[k % pp] += fmax(fs[k], br[k]), E->Bp[k % pp] += fmax(bs[k], fr[k]);
 }
 
 // Whether the gradients of op i's parameters are partial sums over cp (its cp letter is the
@@ -818,9 +828,9 @@ static void est_step(est *E) {
     for (int c = 0; c < ns; c++) restf[c % pp] -= E->chf[c], restb[c % pp] -= E->chb[c];
     for (int c = 0; c < ns; c++) {
         int d = c % pp;
-        ct[c] = (pcc_chunk_times){E->chf[c] + restf[d] / E->v, E->chb[c] + restb[d] / E->v, E->fs[c], E->fr[c], E->bs[c], E->br[c]};
+        ct[c] = (pcc_chunk_times){E->chf[c] + restf[d] / E->v, E->chb[c] + restb[d] / E->v};
     }
-    x->pipeline_s = pipeline_makespan(&(pcc_pipeline){pp, E->v, E->m, E->s->schedule}, ct, done);
+    x->pipeline_s = pipeline_makespan(&(pcc_pipeline){pp, E->v, E->m, E->s->schedule}, ct, E->links, E->n_links, done);
     x->bubble_s = x->pipeline_s - E->m * (F[busy] + B[busy]);
     x->compute_s = E->m * (E->Fc[busy] + E->Bc[busy]);
     x->tp_comm_s = E->m * (E->Fm[busy] + E->Bm[busy]);

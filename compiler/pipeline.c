@@ -183,7 +183,7 @@ int *pipeline_in_flight(pcc_arena *a, const pcc_pipeline *p) {
  * every stage after it. */
 
 typedef struct member {
-    int msg;            // forward messages 0..ns*M-1 (by sending chunk and micro-batch), then backward ones
+    int msg;            // link * M + micro-batch
     bool send;
     double s;           // how long it takes once both sides are there
 } member;
@@ -200,6 +200,7 @@ typedef struct sched {
     item *it;
     int n_it, cap_it;
     int open;           // first member of the group being collected
+    int **in, **out;    // per chunk and pass (2 k + bwd): the links to it, from it, -1 ended
 } sched;
 
 static void flush(sched *S) {
@@ -207,11 +208,15 @@ static void flush(sched *S) {
     S->open = S->n_m;
 }
 
+static void members(sched *S, const int *links, const pcc_pipe_link *l, int M, int mb, bool send) {
+    for (; *links >= 0; links++) *VEC_PUSH(S->a, S->m, S->n_m, S->cap_m) = (member){*links * M + mb, send, l[*links].s};
+}
+
 // Device d's items: its units with their loops unrolled (loops do not nest), cut into groups of
 // messages and computes.
-static void device_items(sched *S, const pcc_pipeline *p, const pcc_chunk_times *c, int d) {
+static void device_items(sched *S, const pcc_pipeline *p, const pcc_chunk_times *c, const pcc_pipe_link *l, int d) {
     pcc_unit *u;
-    int n = pipeline_units(S->a, p, d, &u), ns = p->pp * p->V, M = p->M;
+    int n = pipeline_units(S->a, p, d, &u);
     for (int i = 0; i < n; i++) {
         int from = i, to = i + 1, count = 1;
         if (u[i].kind == PCC_UNIT_LOOP) {
@@ -223,38 +228,71 @@ static void device_items(sched *S, const pcc_pipeline *p, const pcc_chunk_times 
                 const pcc_unit *x = &u[j];
                 if (x->kind != PCC_UNIT_FWD && x->kind != PCC_UNIT_BWD) continue;
                 bool bwd = x->kind == PCC_UNIT_BWD;
-                int k = x->chunk, mb = x->mb + it, dir = bwd ? -1 : 1, base = bwd ? ns * M : 0;
-                const pcc_chunk_times *t = &c[k];
-                if ((x->part & PCC_PART_RECV) && k - dir >= 0 && k - dir < ns)
-                    *VEC_PUSH(S->a, S->m, S->n_m, S->cap_m) = (member){base + (k - dir) * M + mb, false, bwd ? t->br : t->fr};
+                int k = 2 * x->chunk + bwd, mb = x->mb + it;
+                if (x->part & PCC_PART_RECV) members(S, S->in[k], l, p->M, mb, false);
                 if (x->part & PCC_PART_COMPUTE) {
                     flush(S);
-                    *VEC_PUSH(S->a, S->it, S->n_it, S->cap_it) = (item){0, -1, bwd ? t->bwd : t->fwd};
+                    *VEC_PUSH(S->a, S->it, S->n_it, S->cap_it) = (item){0, -1, bwd ? c[x->chunk].bwd : c[x->chunk].fwd};
                 }
-                if ((x->part & PCC_PART_SEND) && k + dir >= 0 && k + dir < ns)
-                    *VEC_PUSH(S->a, S->m, S->n_m, S->cap_m) = (member){base + k * M + mb, true, bwd ? t->bs : t->fs};
+                if (x->part & PCC_PART_SEND) members(S, S->out[k], l, p->M, mb, true);
             }
     }
     flush(S);
 }
 
-double pipeline_makespan(const pcc_pipeline *p, const pcc_chunk_times *c, double *done) {
+// Per chunk and pass, the links that end (to) or start (!to) there, each list ended by -1. A
+// value between two chunks of one device is no message.
+static int **link_lists(pcc_arena *a, const pcc_pipeline *p, const pcc_pipe_link *l, int n, bool to) {
+    int ns = p->pp * p->V, **v = arena_alloc(a, sizeof(int *) * (size_t)(2 * ns)), *len = arena_alloc(a, sizeof(int) * (size_t)(2 * ns));
+    for (int pass = 0; pass < 2; pass++) {
+        for (int i = 0; i < n; i++) {
+            if (l[i].from % p->pp == l[i].to % p->pp) continue;
+            int k = 2 * (to ? l[i].to : l[i].from) + l[i].bwd;
+            if (pass) v[k][len[k]] = i;
+            len[k]++;
+        }
+        for (int k = 0; k < 2 * ns; k++) {
+            if (!pass) v[k] = arena_alloc(a, sizeof(int) * (size_t)(len[k] + 1));
+            v[k][len[k]] = -1, len[k] = pass ? len[k] : 0;
+        }
+    }
+    return v;
+}
+
+// When no device can go on, every device's blocked sends go as if their receivers had posted when
+// they did (a buffered send): the links join what phase 3 sends as separate messages (a pair of
+// chunks' values in one, a send to a later chunk that phase 3 makes in another group), which can
+// make the walk wait where the plan does not. Returns whether it let any send go.
+static bool eager_sends(const sched *S, const int *first, const int *at, const bool *in, double *posted, int pp) {
+    bool let = false;
+    for (int d = 0; d < pp; d++) {
+        if (at[d] == first[d + 1] || !in[d] || S->it[at[d]].n < 0) continue;
+        const item *x = &S->it[at[d]];
+        for (int k = x->first; k < x->first + x->n; k++)
+            if (S->m[k].send && posted[2 * S->m[k].msg + 1] < 0) posted[2 * S->m[k].msg + 1] = posted[2 * S->m[k].msg], let = true;
+    }
+    return let;
+}
+
+double pipeline_makespan(const pcc_pipeline *p, const pcc_chunk_times *c, const pcc_pipe_link *links, int n_links,
+                         double *done) {
     if (p->pp == 1 && p->V == 1) { // no pipeline: the micro-batches back to back
         double t = p->M * (c[0].fwd + c[0].bwd);
         if (done) done[0] = t;
         return t;
     }
-    int pp = p->pp, nmsg = 2 * pp * p->V * p->M;
+    int pp = p->pp, nmsg = n_links * p->M;
     sched S = {.a = arena_init()};
+    S.in = link_lists(S.a, p, links, n_links, true), S.out = link_lists(S.a, p, links, n_links, false);
     int *first = arena_alloc(S.a, sizeof(int) * (size_t)(pp + 1)), *at = arena_alloc(S.a, sizeof(int) * (size_t)(pp + 1));
-    for (int d = 0; d < pp; d++) first[d] = S.n_it, device_items(&S, p, c, d);
+    for (int d = 0; d < pp; d++) first[d] = S.n_it, device_items(&S, p, c, links, d);
     first[pp] = S.n_it;
-    double *posted = arena_alloc(S.a, sizeof(double) * (size_t)(2 * nmsg)), end = 0; // per message: sender's, receiver's
+    double *posted = arena_alloc(S.a, sizeof(double) * (size_t)(2 * nmsg + 1)), end = 0; // per message: sender's, receiver's
     double *t = arena_alloc(S.a, sizeof(double) * (size_t)(pp + 1));
     bool *in = arena_alloc(S.a, sizeof(bool) * (size_t)(pp + 1)); // device d has posted its current group
     for (int i = 0; i < 2 * nmsg; i++) posted[i] = -1;
     for (int d = 0; d < pp; d++) at[d] = first[d];
-    for (bool moved = true; moved;) {
+    for (bool moved = true; moved || eager_sends(&S, first, at, in, posted, pp);) {
         moved = false;
         for (int d = 0; d < pp; d++)
             for (; at[d] < first[d + 1]; at[d]++, in[d] = false, moved = true) {
@@ -279,7 +317,7 @@ double pipeline_makespan(const pcc_pipeline *p, const pcc_chunk_times *c, double
             }
     }
     for (int d = 0; d < pp; d++) {
-        PCC_ASSERT(at[d] == first[d + 1]); // the schedules never wait on themselves
+        PCC_ASSERT(at[d] == first[d + 1]); // no unit waits on its own future
         if (done) done[d] = t[d];
         end = fmax(end, t[d]);
     }

@@ -38,12 +38,19 @@ int pipeline_units(pcc_arena *a, const pcc_pipeline *p, int d, pcc_unit **out);
 // Per stage (model chunk, pp * V of them): the most micro-batches whose forward pass it has run
 // and whose backward pass it has not, at once (the slots its kept activations need). Can't fail.
 int *pipeline_in_flight(pcc_arena *a, const pcc_pipeline *p);
-// A model chunk's seconds per micro-batch: its passes' operators, and the longest of each pass's
-// sends (fs, bs) and receives (fr, br) to the chunks beside it.
-typedef struct pcc_chunk_times { double fwd, bwd, fs, fr, bs, br; } pcc_chunk_times;
+// A model chunk's seconds per micro-batch, its forward and backward passes' operators.
+typedef struct pcc_chunk_times { double fwd, bwd; } pcc_chunk_times;
+// A message per micro-batch from chunk `from`'s pass to chunk `to`'s (bwd: the backward passes').
+typedef struct pcc_pipe_link {
+    int from, to;
+    bool bwd;
+    double s;
+} pcc_pipe_link;
 // The schedule's length, chunk c taking c[c]: each unit once its device is free and its input is
-// there, a run of sends and receives one group, a message once both sides reach it. done
-// (optional, pp entries): when each device ends its last unit. Can't fail.
-double pipeline_makespan(const pcc_pipeline *p, const pcc_chunk_times *c, double *done);
+// there, its receives (the links to it) and sends (from it) in runs that are one group each, a
+// message once both sides reach it. done (optional, pp entries): when each device ends its last
+// unit. Can't fail.
+double pipeline_makespan(const pcc_pipeline *p, const pcc_chunk_times *c, const pcc_pipe_link *links, int n_links,
+                         double *done);
 
 #endif

@@ -132,35 +132,42 @@ static void test_buckets(void) {
     EXPECT(sum < 10 * (cost_collective_s(&c, PCC_COLL_ALL_REDUCE, 1e5, g) + launch));
 }
 
+// With a message each way between neighbouring chunks, f seconds forward and b backward.
+static double makespan_msg(int pp, int v, int m, pcc_pipe_sched sched, const pcc_chunk_times *c, double f, double b, double *done) {
+    pcc_pipe_link l[64];
+    int n = 0;
+    for (int k = 0; k + 1 < pp * v; k++) l[n++] = (pcc_pipe_link){k, k + 1, false, f}, l[n++] = (pcc_pipe_link){k + 1, k, true, b};
+    return pipeline_makespan(&(pcc_pipeline){pp, v, m, sched}, c, l, n, done);
+}
+
 static double makespan(int pp, int v, int m, pcc_pipe_sched sched, const pcc_chunk_times *c, double *done) {
-    return pipeline_makespan(&(pcc_pipeline){pp, v, m, sched}, c, done);
+    return makespan_msg(pp, v, m, sched, c, 0, 0, done);
 }
 
 static void test_overlap_and_pipeline(void) {
     EXPECT(cost_exposed_s(1, 3) == 0 && cost_exposed_s(3, 1) == 2);
     pcc_chunk_times eq[12];
-    for (int i = 0; i < 12; i++) eq[i] = (pcc_chunk_times){.fwd = 1, .bwd = 2};
+    for (int i = 0; i < 12; i++) eq[i] = (pcc_chunk_times){1, 2};
     // Equal stages, no messages: (m + p - 1) stage-times for 1F1B and GPipe, (m + (p-1)/v)
     // interleaved (chunks a third of a stage).
     EXPECT(NEAR(makespan(4, 1, 8, PCC_PIPE_1F1B, eq, NULL), (8 + 3) * 3.0));
     EXPECT(NEAR(makespan(4, 1, 8, PCC_PIPE_GPIPE, eq, NULL), (8 + 3) * 3.0));
     pcc_chunk_times third[12];
-    for (int i = 0; i < 12; i++) third[i] = (pcc_chunk_times){.fwd = 1.0 / 3, .bwd = 2.0 / 3};
+    for (int i = 0; i < 12; i++) third[i] = (pcc_chunk_times){1.0 / 3, 2.0 / 3};
     EXPECT(NEAR(makespan(4, 3, 8, PCC_PIPE_1F1B, third, NULL), (8 + 1) * 3.0));
     EXPECT(NEAR(makespan(1, 1, 5, PCC_PIPE_GPIPE, eq, NULL), 15));
     // The busiest stage first: the stages after it fill and drain while it works, so the step is
     // its m passes alone (m times the busiest plus the others once would be 166).
-    pcc_chunk_times first[4] = {{.fwd = 10, .bwd = 10}, {.fwd = 1, .bwd = 1}, {.fwd = 1, .bwd = 1}, {.fwd = 1, .bwd = 1}};
+    pcc_chunk_times first[4] = {{10, 10}, {1, 1}, {1, 1}, {1, 1}};
     double done[4];
     EXPECT(NEAR(makespan(4, 1, 8, PCC_PIPE_1F1B, first, done), 160) && NEAR(done[0], 160) && done[3] < done[0]);
     // The busiest stage last: every stage before it fills and drains around it.
-    pcc_chunk_times last[4] = {{.fwd = 1, .bwd = 1}, {.fwd = 1, .bwd = 1}, {.fwd = 1, .bwd = 1}, {.fwd = 10, .bwd = 10}};
+    pcc_chunk_times last[4] = {{1, 1}, {1, 1}, {1, 1}, {10, 10}};
     EXPECT(NEAR(makespan(4, 1, 8, PCC_PIPE_1F1B, last, NULL), 160 + 6));
     // A message each way between two stages: the forward one once per micro-batch on the way to
     // the last stage, the backward one on the way back; in the steady state a backward send and
     // the next forward receive are one group, so they overlap.
-    pcc_chunk_times two[2] = {{.fwd = 1, .bwd = 2, .fs = 0.5, .br = 0.5}, {.fwd = 1, .bwd = 2, .fr = 0.5, .bs = 0.5}};
-    double t2 = makespan(2, 1, 4, PCC_PIPE_1F1B, two, done);
+    double t2 = makespan_msg(2, 1, 4, PCC_PIPE_1F1B, eq, 0.5, 0.5, done);
     EXPECT(t2 > (4 + 1) * 3.0 && t2 <= (4 + 1) * 3.0 + 2 * 4 * 0.5 && NEAR(done[0], t2) && done[1] < t2);
 }
 
@@ -177,16 +184,24 @@ static void test_makespan_shapes(void) {
                 for (int sched = 0; sched < (V > 1 ? 1 : 2); sched++) {
                     int ns = pp * V;
                     pcc_chunk_times c[32];
+                    pcc_pipe_link l[96];
                     double work[8] = {0}, all = 0, done[8];
+                    int nl = 0;
                     for (int k = 0; k < ns; k++) {
-                        double r[6];
-                        for (int i = 0; i < 6; i++) seed = seed * 1103515245u + 12345u, r[i] = (seed >> 8 & 0xffff) / 65536.0;
-                        c[k] = (pcc_chunk_times){0.1 + r[0], 0.1 + 2 * r[1], k < ns - 1 ? r[2] / 4 : 0, k > 0 ? r[3] / 4 : 0,
-                                                 k > 0 ? r[4] / 4 : 0, k < ns - 1 ? r[5] / 4 : 0};
+                        double r[4];
+                        for (int i = 0; i < 4; i++) seed = seed * 1103515245u + 12345u, r[i] = (seed >> 8 & 0xffff) / 65536.0;
+                        c[k] = (pcc_chunk_times){0.1 + r[0], 0.1 + 2 * r[1]};
                         work[k % pp] += M * (c[k].fwd + c[k].bwd);
-                        all += M * (c[k].fwd + c[k].bwd + c[k].fs + c[k].fr + c[k].bs + c[k].br);
+                        all += M * (c[k].fwd + c[k].bwd);
+                        // a message to the next chunk and back, and every third chunk one to the chunk after that (a skip
+                        // connection), whose gradient 1F1B passes back through the chunk between (layout.c's relayed)
+                        for (int j = 1; j <= (k % 3 ? 1 : 2) && k + j < ns; j++) {
+                            l[nl++] = (pcc_pipe_link){k, k + j, false, r[2] / 4};
+                            for (int h = k + j; h > k; h -= V == 1 && !sched ? 1 : j) l[nl++] = (pcc_pipe_link){h, V == 1 && !sched ? h - 1 : k, true, r[3] / 4};
+                            all += M * (r[2] + j * r[3]) / 4;
+                        }
                     }
-                    double t = makespan(pp, V, M, sched ? PCC_PIPE_GPIPE : PCC_PIPE_1F1B, c, done), busiest = 0;
+                    double t = pipeline_makespan(&(pcc_pipeline){pp, V, M, sched ? PCC_PIPE_GPIPE : PCC_PIPE_1F1B}, c, l, nl, done), busiest = 0;
                     for (int d = 0; d < pp; d++) {
                         busiest = work[d] > busiest ? work[d] : busiest;
                         bad += done[d] < work[d] * (1 - 1e-12) || done[d] > t;
