@@ -23,10 +23,10 @@
  *     micro-batches and sent to the owner's stage once per step, after its last backward pass
  *     (preserve.c's share_params), so the owner waits for them before its optimizer;
  *   - the micro-batch schedule (pipeline_makespan): the schedule's units in each device's order,
- *     each as soon as its device is free and its input is there, every chunk's forward and
- *     backward at its device's per-micro-batch times (over V for V virtual stages); with equal
- *     stages (m + (pp-1)/V) stage-times, and where one stage is the busiest the stages after it
- *     fill and drain while it works through its queue;
+ *     each as soon as its device is free and its input is there, every chunk at its own layers'
+ *     seconds, the messages above between the chunks that send them; with equal stages
+ *     (m + (pp-1)/V) stage-times, and where one stage is the busiest the stages after it fill
+ *     and drain while it works through its queue;
  *   - per stage, the gradient synchronization (all-reduce over dp, reduce-scatter with ZeRO,
  *     the tp group's all-reduce of parameters it replicates) on the second stream behind the
  *     last micro-batch's backward pass (what is not hidden counts), then the optimizer and,
@@ -831,7 +831,7 @@ static void est_step(est *E) {
         ct[c] = (pcc_chunk_times){E->chf[c] + restf[d] / E->v, E->chb[c] + restb[d] / E->v};
     }
     x->pipeline_s = pipeline_makespan(&(pcc_pipeline){pp, E->v, E->m, E->s->schedule}, ct, E->links, E->n_links, done);
-    x->bubble_s = x->pipeline_s - E->m * (F[busy] + B[busy]);
+    x->bubble_s = fmax(0, x->pipeline_s - E->m * (F[busy] + B[busy])); // (the walk overlaps messages the sum does not)
     x->compute_s = E->m * (E->Fc[busy] + E->Bc[busy]);
     x->tp_comm_s = E->m * (E->Fm[busy] + E->Bm[busy]);
     x->p2p_s = E->m * (E->Fp[busy] + E->Bp[busy]);
