@@ -376,17 +376,20 @@ static void est_add_op(est *E, int i, int d) {
     E->sync[d] += E->sy[i];
 }
 
-// Bytes on one device of tensor t as its producer's chosen layout holds it (one replica's batch).
-static double est_held_bytes(const est *E, int t) {
+// Bytes on one device of tensor t in layout l (one replica's batch; partial sums are whole).
+static double est_layout_bytes(const est *E, int t, const pcc_layout *l) {
     double bytes = tensor_bytes(&E->gv, &E->g->tensors[t]);
-    int p = E->g->tensors[t].producer;
-    if (p < 0 || p >= E->nf) return bytes;
-    const pcc_op *op = &E->g->ops[p];
-    const pcc_cand *cd = &E->sc->t->ops[p].c[E->sc->choice[p]];
-    for (int k = 0; k < op->nout; k++)
-        if (op->out[k] == t)
-            for (int r = 0; r < E->g->tensors[t].rank; r++) bytes /= cd->out[k].d[r];
+    for (int r = 0; l && r < E->g->tensors[t].rank; r++) bytes /= l->d[r];
     return bytes;
+}
+
+// Bytes on one device of tensor t as its producer's chosen layout holds it.
+static double est_held_bytes(const est *E, int t) {
+    int p = E->g->tensors[t].producer;
+    const pcc_layout *l = NULL;
+    for (int k = 0; p >= 0 && p < E->nf && k < E->g->ops[p].nout; k++)
+        if (E->g->ops[p].out[k] == t) l = &E->sc->t->ops[p].c[E->sc->choice[p]].out[k];
+    return est_layout_bytes(E, t, l);
 }
 
 // What copy l of a block hands to the next one: its carried values.
@@ -453,11 +456,8 @@ static void est_crossing(est *E, int t, double bytes, double gbytes, int a, int 
 // The bytes on a device of the gradient of op's input i as its backward pass makes it (a split
 // of the input over the group leaves a piece of the gradient; partial sums leave it whole).
 static double est_grad_in_bytes(const est *E, int o, int i) {
-    const pcc_tensor *t = &E->g->tensors[E->g->ops[o].in[i]];
     pcc_layout l = transform_grad_in(&E->sc->t->ops[o].c[E->sc->choice[o]], i);
-    double bytes = tensor_bytes(&E->gv, t);
-    for (int r = 0; r < t->rank; r++) bytes /= l.d[r];
-    return bytes;
+    return est_layout_bytes(E, E->g->ops[o].in[i], &l);
 }
 
 // The values layer l reads that another chunk made (tchunk, the chunk that made each; tbytes,
