@@ -77,7 +77,8 @@ typedef struct est {
     double *rs; // ZeRO-2/3: per micro-batch, the block copies' gradients' reduce-scatters on stream 1 (est_gathers_exposed_s)
     double *rsb;        // ZeRO-2/3: their bytes (all copies), per device
     double *rsn;        // ZeRO-3 with --prefetch none: how many (each gradient's own, as it is made)
-    double *rs_last; // ZeRO-3: per step, those the backward pass finishes after its last block (nothing hides them)
+    double *rs_top;  // ZeRO-3: per top-level forward op before the blocks, its gradients' reduce-scatters (est_top_rs_exposed)
+    double *rs_last; // ZeRO-3 with one micro-batch: what the step's end waits for of those
     double *agb, *copies; // ZeRO-3: the bytes of block parameters gathered on stream 1 each pass (all copies), and block copies, per device
     double *cf, *cb;      // ... and the compute of those copies, forward and backward, per micro-batch
     double *postb, *postt; // ZeRO-1/2: the bytes gathered after the optimizer, of block parameters (all copies) and top-level ones
@@ -367,12 +368,20 @@ static int est_device(const est *E, int i, int k) {
     return (op->block < 0 ? E->s->op_stage[i] : E->s->copy_stage[op->block][k]) % E->pp;
 }
 
+// Forward op i's backward pass (its recomputed forward included), one copy, on the device est_on
+// chose: operator seconds *c, tp and cp communication *m.
+static void est_bwd(const est *E, int i, double *c, double *m) {
+    bool rc = E->s->recompute[i];
+    *c = E->b[i] + (rc ? E->f[i] : 0), *m = E->bc[i] + E->xc[i] + E->xin[i] + (rc ? E->fc[i] + E->xc[i] : 0);
+}
+
 // One forward op's copy on device d: its forward, backward and recomputed forward.
 static void est_add_op(est *E, int i, int d) {
     est_on(E, d);
-    bool rc = E->s->recompute[i];
+    double bc, bm;
+    est_bwd(E, i, &bc, &bm);
     E->Fc[d] += E->f[i], E->Fm[d] += E->fc[i] + E->xc[i];
-    E->Bc[d] += E->b[i] + (rc ? E->f[i] : 0), E->Bm[d] += E->bc[i] + E->xc[i] + E->xin[i] + (rc ? E->fc[i] + E->xc[i] : 0);
+    E->Bc[d] += bc, E->Bm[d] += bm;
     E->sync[d] += E->sy[i];
 }
 
@@ -553,6 +562,26 @@ static bool est_cp_partial(const est *E, int i) {
     return l[E->s->letter[PCC_AX_CP][i]].dim == E->s->seq_dim;
 }
 
+// ZeRO's shards of parameter p (owner op i), as layout.c's zero_shard cuts it: dp x cp where a
+// dimension that tp leaves whole divides by that, else dp alone where one divides by dp, else 1
+// (the parameter stays whole: its gradient is all-reduced in the buckets, as without ZeRO: a
+// column-parallel bias, a conv weight of 3 input channels, batch norm's scale split over tp).
+// *grp: the group its collectives run over.
+static int est_zero_ways(const est *E, int p, int i, pcc_group_shape *grp) {
+    const pcc_tensor *t = &E->g->tensors[p];
+    const int *w = est_ways_of(E, i, p);
+    int ways[2] = {E->zw, E->cp > 1 ? E->dp : 1};
+    pcc_group_shape gs[2] = {E->zg, {E->dp, E->cp * E->tp}};
+    for (int k = 0; k < 2; k++)
+        for (int r = 0; ways[k] > 1 && r < t->rank; r++)
+            if (w[r] == 1 && E->g->dims[t->dims[r]].size % ways[k] == 0) {
+                if (grp) *grp = gs[k];
+                return ways[k];
+            }
+    if (grp) *grp = E->zg;
+    return 1;
+}
+
 // Bytes on one device of parameter p (owner op i), and whether the step synchronizes its
 // gradient over dp in phase 3's buckets (an all-reduce, or ZeRO's reduce-scatter, unless ZeRO-2
 // with micro-batches or ZeRO-3 reduce-scatters each micro-batch's by itself; --sync background:
@@ -562,8 +591,9 @@ static double est_param_bytes(const est *E, int p, int i, bool *bucketed) {
     const int *w = est_ways_of(E, i, p);
     double bytes = tensor_bytes(E->g, t);
     for (int r = 0; r < t->rank; r++) bytes /= w[r];
-    int zero = E->s->zero;
-    *bucketed = (E->dp > 1 || est_cp_partial(E, i)) && (zero == 0 ? graph_step_synced(E->g, p, E->s->bg_dense) : !layout_zero_per_micro_batch(E->s));
+    bool sharded = E->zw > 1 && est_zero_ways(E, p, i, NULL) > 1;
+    *bucketed = (E->dp > 1 || est_cp_partial(E, i)) &&
+                (sharded ? !layout_zero_per_micro_batch(E->s) : graph_step_synced(E->g, p, E->s->bg_dense));
     return bytes;
 }
 
@@ -589,7 +619,7 @@ static bool est_grad_after_blocks(const est *E, const pcc_op *opt) {
 // per micro-batch and pass on the reader's device; a pass gathers one layout once (phase 3's
 // cache). A reader that splits it otherwise than the owner gets the owner's piece over dp and
 // then its own by an all-to-all over tp (reshard_steps).
-static void est_top_gathers(est *E, int p, int i) {
+static void est_top_gathers(est *E, int p, int i, pcc_group_shape zg) {
     const pcc_graph *g = E->g;
     const pcc_tensor *t = &g->tensors[p];
     const int *seen[2][8], *own = est_ways_of(E, i, p);
@@ -610,7 +640,7 @@ static void est_top_gathers(est *E, int p, int i) {
         for (int r = 0; r < t->rank; r++) bytes /= own[r], mine /= w[r], same &= w[r] == own[r];
         int d = est_device(E, j, 0);
         pcc_group_shape tpg = {E->tp, 1};
-        double launch = cost_launch_s(E->view[d]), ag = cost_collective_s(E->view[d], PCC_COLL_ALL_GATHER, bytes, E->zg) + launch;
+        double launch = cost_launch_s(E->view[d]), ag = cost_collective_s(E->view[d], PCC_COLL_ALL_GATHER, bytes, zg) + launch;
         if (!same && E->tp > 1) ag += cost_collective_s(E->view[d], PCC_COLL_ALL_TO_ALL, mine, tpg) + launch;
         *(pass ? &E->Bm[d] : &E->Fm[d]) += ag;
     }
@@ -624,11 +654,12 @@ static void est_param(est *E, int p, int i, int d, const pcc_op *opt) {
     pcc_group_shape dpg = {E->dp, E->cp * E->tp}, cpg = {E->cp, E->tp};
     const pcc_cluster *c = E->view[d];
     double launch = cost_launch_s(c);
-    int zero = E->s->zero, zw = E->zw;
-    // ZeRO reduce-scatters over dp x cp at once (its sums over cp included); else an all-reduce
+    pcc_group_shape zg;
+    int zw = est_zero_ways(E, p, i, &zg), zero = zw > 1 ? E->s->zero : 0;
+    // ZeRO reduce-scatters over its shards' group (dp x cp: its sums over cp included); else an all-reduce
     // over dp x cp of sums over both, over the one axis of a sum over one (layout_sync_steps).
     bool cps = est_cp_partial(E, i);
-    if (bucketed && zw > 1) E->sync[d] += cost_bucketed_s(c, PCC_COLL_REDUCE_SCATTER, bytes, pool, cap, E->zg);
+    if (bucketed && zw > 1) E->sync[d] += cost_bucketed_s(c, PCC_COLL_REDUCE_SCATTER, bytes, pool, cap, zg);
     else if (bucketed && (cps || E->dp > 1))
         E->sync[d] += cost_bucketed_s(c, PCC_COLL_ALL_REDUCE, bytes, pool, cap, cps && E->dp > 1 ? E->zg : cps ? cpg : dpg);
     if (zw > 1) {
@@ -636,16 +667,17 @@ static void est_param(est *E, int p, int i, int d, const pcc_op *opt) {
         // block copy's together on stream 1, behind the compute (est_step); the others (and a
         // copy's with --prefetch none, each by itself, waited for at the copy's end): ZeRO-2's on
         // the compute stream, ZeRO-3's on stream 1, waited for at the next loop, the blocks' (or
-        // after the last).
+        // after the last: est_top_rs_exposed).
         bool behind = !bucketed && g->ops[i].block >= 0 && !(zero == 3 && E->s->zero3_late);
         if (behind) {
             E->rsb[d] += bytes;
             if (E->m > 1) E->rs[d] += cost_memory_s(c, 3 * bytes / zw);
         } else if (!bucketed) {
-            double *to = zero < 3 ? &E->Bm[d] : g->ops[i].block >= 0 ? &E->rs[d] : est_grad_after_blocks(E, opt) ? &E->rs_last[d] : &E->Bm[d];
+            double *to = zero < 3 ? &E->Bm[d] : g->ops[i].block >= 0 ? &E->rs[d] : est_grad_after_blocks(E, opt) ? &E->rs_top[i] : &E->Bm[d];
             if (zero == 3 && g->ops[i].block >= 0) E->rsn[d] += 1;
-            *to += cost_collective_s(c, PCC_COLL_REDUCE_SCATTER, bytes, E->zg) + launch;
-            if (zero < 3) E->Bm[d] += cost_memory_s(c, 3 * bytes / zw);
+            // ... and each added into the shard's sum over the micro-batches, on the same stream
+            // (with one, the reduce-scatter writes the shard itself).
+            *to += cost_collective_s(c, PCC_COLL_REDUCE_SCATTER, bytes, zg) + launch + (E->m > 1 ? cost_memory_s(c, 3 * bytes / zw) : 0);
         }
         // With micro-batches the shard sums them, from zero (preserve.c's zero2_accumulators).
         if (!bucketed && E->m > 1) E->opt[d] += cost_memory_s(c, bytes / zw);
@@ -658,7 +690,7 @@ static void est_param(est *E, int p, int i, int d, const pcc_op *opt) {
         // collective while the copy before computes (preserve.c's prefetch; est_step), the
         // others just before their reader.
         if (zero == 3 && g->ops[i].block >= 0) E->agb[d] += bytes;
-        else if (zero == 3) est_top_gathers(E, p, i);
+        else if (zero == 3) est_top_gathers(E, p, i, zg);
     }
     if (!opt) return;
     double t = cost_op_s(c, g, opt, est_ways(E, opt, i));
@@ -761,7 +793,10 @@ static void est_last_bucket(est *E) {
         if (open > 0) last = open, last_r = r;
         const pcc_cluster *c = E->view[d];
         double launch = cost_launch_s(c);
-        if (E->zw > 1) E->last[d] += cost_collective_s(c, PCC_COLL_REDUCE_SCATTER, last, E->zg) + launch;
+        // ZeRO's buckets reduce-scatter; where it reduce-scatters each gradient by itself, the
+        // buckets hold the parameters it leaves whole (est_zero_ways), all-reduced.
+        if (E->zw > 1 && !layout_zero_per_micro_batch(E->s))
+            E->last[d] += cost_collective_s(c, PCC_COLL_REDUCE_SCATTER, last, E->zg) + launch;
         else if (E->dp > 1 || E->cp > 1)
             E->last[d] += cost_collective_s(c, PCC_COLL_ALL_REDUCE, last, E->dp > 1 && E->cp > 1 ? E->zg : E->dp > 1 ? dpg : cpg) + launch;
         if (last_r > 1) E->last[d] += cost_collective_s(c, PCC_COLL_ALL_REDUCE, last, (pcc_group_shape){last_r, 1}) + launch;
@@ -784,6 +819,26 @@ static double est_gathers_exposed_s(double ag, double rs, double c, double k) {
     return G + fmax(0, G - C) + (k - 2) * fmax(0, G + R - C) + fmax(0, R - C) + R;
 }
 
+// ZeRO-3: what device d's step waits for of the reduce-scatters of gradients made after the last
+// block's backward (every gradient of a model without blocks): stream 1 runs each as the backward
+// of its op makes it, behind the backward of the ops before that op, and the micro-batch's loop
+// waits for them at its end (preserve.c's loop_close; with one micro-batch, the step's end).
+static double est_top_rs_exposed(est *E, int d) {
+    const pcc_graph *g = E->g;
+    int first = E->nf; // the first forward op of a block
+    for (int i = 0; i < E->nf && first == E->nf; i++)
+        if (g->ops[i].block >= 0) first = i;
+    double t = 0, s1 = 0, bc, bm;
+    est_on(E, d);
+    for (int i = first - 1; i >= 0; i--) {
+        if (est_device(E, i, 0) != d) continue;
+        est_bwd(E, i, &bc, &bm);
+        t += bc + bm;
+        if (E->rs_top[i] > 0) s1 = fmax(s1, t) + E->rs_top[i];
+    }
+    return fmax(0, s1 - t);
+}
+
 // k collectives of `kind`, one per block copy, over `bytes` in all (preserve.c's buckets).
 static double est_per_copy_s(const est *E, int d, pcc_coll kind, double bytes, double k, pcc_group_shape grp) {
     return bytes > 0 && k > 0 ? k * (cost_collective_s(E->view[d], kind, bytes / k, grp) + cost_launch_s(E->view[d])) : 0;
@@ -798,7 +853,8 @@ static void est_step(est *E) {
         // ZeRO-2/3's reduce-scatters of a block copy's gradients run on stream 1 while the next
         // copy computes, ZeRO-3's gathers of the next copy's parameters while this one does
         // (est_gathers_exposed_s); stream 0 waits for what is left.
-        double k = E->copies[d];
+        double k = E->copies[d], top = est_top_rs_exposed(E, d);
+        *(E->m > 1 ? &E->Bm[d] : &E->rs_last[d]) += top;
         double ag = est_per_copy_s(E, d, PCC_COLL_ALL_GATHER, E->agb[d], k, E->zg); // per micro-batch, each pass
         // A copy's gradients: one collective per step (preserve.c's zero2_flush).
         E->rs[d] += est_per_copy_s(E, d, PCC_COLL_REDUCE_SCATTER, E->rsb[d], k, E->zg);
@@ -855,7 +911,7 @@ void estimate_step(const pcc_graph *g, const pcc_cluster *c, const pcc_intra *sc
     int pp = E.pp, nl;
     E.Fc = zeros(g, pp), E.Fm = zeros(g, pp), E.Fp = zeros(g, pp), E.Bc = zeros(g, pp), E.Bm = zeros(g, pp);
     E.Bp = zeros(g, pp), E.sync = zeros(g, pp), E.opt = zeros(g, pp), E.post = zeros(g, pp), E.tied = zeros(g, pp);
-    E.rs = zeros(g, pp), E.rs_last = zeros(g, pp), E.copies = zeros(g, pp);
+    E.rs = zeros(g, pp), E.rs_last = zeros(g, pp), E.rs_top = zeros(g, g->n_fwd_ops), E.copies = zeros(g, pp);
     E.rsb = zeros(g, pp), E.rsn = zeros(g, pp);
     E.zw = s->zero > 0 ? E.dp * E.cp : 1, E.zg = (pcc_group_shape){E.dp * E.cp, E.tp};
     E.cf = zeros(g, pp), E.cb = zeros(g, pp), E.agb = zeros(g, pp), E.postb = zeros(g, pp), E.postt = zeros(g, pp);
