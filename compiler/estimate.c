@@ -266,6 +266,61 @@ static void est_shared_params(est *E, const pcc_intra_opts *so) {
     }
 }
 
+// Whether forward op i holds tensor t (its operand k) with fewer ways along a dimension dp cuts
+// than op j lays it out (j < 0: t's producer; a graph input: never): phase 3 all-gathers it over
+// dp to hand it from j to i. Bytes on one device in op i's layout in *bytes.
+static bool est_dp_narrower(const est *E, int i, int k, int j, double *bytes) {
+    const pcc_graph *g = E->g;
+    int t = tensor_of_op(&g->ops[i], k);
+    if (j < 0) j = g->tensors[t].producer;
+    if (j < 0 || j >= E->nf) return false;
+    const pcc_tensor *x = &g->tensors[t];
+    const int *mine = E->ways[i][k], *theirs = est_ways_of(E, j, t);
+    bool narrower = false;
+    *bytes = tensor_bytes(g, x);
+    for (int a = 0; a < x->rank; a++) {
+        narrower |= E->dpd[x->dims[a]] && theirs[a] > mine[a];
+        *bytes /= mine[a];
+    }
+    return narrower;
+}
+
+// An operator dp cannot cut (batch norm's statistics over a batch that leaves fewer samples than
+// a ghost batch norm's group per replica) runs whole on every replica (search.c's dp_letter -1).
+// Phase 3 hands it its batch-split inputs by an all-gather over dp and slices its outputs for
+// batch-split readers; backward, it gathers the gradient of an output that a batch-split reader
+// makes, and again each input its backward reads (kept in its producer's split), and slices the
+// gradients of its inputs. On E->c, per copy, into fc and bc.
+static void est_dp_reshard(est *E) {
+    const pcc_graph *g = E->g;
+    if (E->dp < 2) return;
+    const uint64_t *rd = NULL;
+    pcc_group_shape dpg = {E->dp, E->cp * E->tp};
+    double launch = cost_launch_s(E->c), bytes;
+    for (int i = 0; i < E->nf; i++) {
+        const pcc_op *op = &g->ops[i];
+        if (E->s->letter[PCC_AX_DP][i] >= 0) continue;
+        for (int k = 0; k < op->nin; k++) {
+            if (!est_dp_narrower(E, i, k, -1, &bytes)) continue;
+            double ag = cost_collective_s(E->c, PCC_COLL_ALL_GATHER, bytes, dpg) + launch;
+            if (!rd) rd = graph_backward_reads(g);
+            E->fc[i] += ag;
+            E->bc[i] += (k < 64 && (rd[i] >> k & 1) ? ag : 0) + cost_memory_s(E->c, 2 * bytes / E->dp) + launch;
+        }
+        for (int k = op->nin; k < op->nin + op->nout; k++) {
+            const pcc_tensor *y = &g->tensors[op->out[k - op->nin]];
+            bool split = false, cut = false;
+            for (int a = 0; a < y->rank; a++) cut |= E->dpd[y->dims[a]];
+            for (int j = i + 1; cut && j < E->nf && !split; j++)
+                for (int r = 0; r < g->ops[j].nin && !split; r++)
+                    split = g->ops[j].in[r] == op->out[k - op->nin] && est_dp_narrower(E, i, k, j, &bytes);
+            if (!split) continue;
+            E->fc[i] += cost_memory_s(E->c, 2 * bytes / E->dp) + launch;
+            E->bc[i] += cost_collective_s(E->c, PCC_COLL_ALL_GATHER, bytes, dpg) + launch;
+        }
+    }
+}
+
 // Operator seconds per forward op (its forward, its backward ops) and tp communication, on
 // E->c (est_groups sets it to each group's view in turn).
 static void est_ops(est *E) {
@@ -290,6 +345,7 @@ static void est_ops(est *E) {
         double n = (double)op_copies(g, &g->ops[i]);
         E->fc[i] /= n, E->bc[i] /= n, E->sy[i] /= n;
     }
+    est_dp_reshard(E);
     est_ring(E);
 }
 
