@@ -18,6 +18,12 @@
  * amplification limit (--amp-limit) is an option: a choice whose predecessor uses more than
  * that many times the GPU-seconds of running it on one
  * GPU is taken only if nothing within the limit is better (a soft filter, as DeepPool's).
+ * The program adds each region's all-reduce to the step's path, where phase 3 runs it on stream 1
+ * behind the backward pass in buckets: without --amp-limit or --burst-widths its choice is then
+ * refined on the step as the plan runs it (step_time: the forward pass, the backward pass, the
+ * buckets' all-reduces behind it, the optimizer), one region's width at a time from the
+ * program's choice and from data parallelism's, keeping the faster; that step is the plan's
+ * estimate.
  *
  * The programs (burst_programs: burst parallelism's own phase 3, in place of preserve.c's; the
  * memory planner and the emitter then place and write them as they do preserve.c's), with no
@@ -175,23 +181,31 @@ static int regions(const pcc_graph *g, int *region_of, int **cross_out) {
 
 /* ---- the scheduler ---- */
 
+// The bytes of region r's parameters (their gradients' all-reduce).
+static double region_param_bytes(const pcc_graph *g, const pcc_burst *b, int r) {
+    double bytes = 0;
+    for (int o = 0; o < g->n_fwd_ops; o++) {
+        const pcc_op *op = &g->ops[o];
+        if (b->region_of[o] != r) continue;
+        for (int i = 0; i < op->nin; i++)
+            if (g->tensors[op->in[i]].kind == PCC_T_PARAM) bytes += tensor_bytes(g, &g->tensors[op->in[i]]);
+    }
+    return bytes;
+}
+
 // A region's time at width 2^j: its forward ops, the backward ops derived from them and its
 // parameters' gradient all-reduce over its devices (*sync_s gets that part).
 static double region_time(const pcc_cluster *c, const pcc_graph *g, const pcc_burst *b, int r, int j, double *sync_s) {
-    double s = 0, sync = 0;
+    double s = 0;
     for (int o = 0; o < g->n_ops; o++) {
         const pcc_op *op = &g->ops[o];
         int f = op->phase == PCC_PHASE_FWD ? o : op->fwd;
         if (f < 0 || op->phase == PCC_PHASE_OPT || b->region_of[f] != r) continue;
         s += op_time(c, g, op, j, b->batch_dim, b->n_axes);
-        if (j == 0 || op->phase != PCC_PHASE_FWD) continue;
-        for (int i = 0; i < op->nin; i++) {
-            const pcc_tensor *T = &g->tensors[op->in[i]];
-            if (T->kind == PCC_T_PARAM) sync += tensor_bytes(g, T);
-        }
     }
     // the region's gradients travel in one bucket: one all-reduce of their bytes
-    sync = sync > 0 ? cost_collective_s(c, PCC_COLL_ALL_REDUCE, sync, width_group(b->devices, j)) : 0;
+    double bytes = j > 0 ? region_param_bytes(g, b, r) : 0;
+    double sync = bytes > 0 ? cost_collective_s(c, PCC_COLL_ALL_REDUCE, bytes, width_group(b->devices, j)) : 0;
     if (sync_s) *sync_s = sync;
     return s + sync;
 }
@@ -294,22 +308,116 @@ static void choose_widths(const pcc_graph *g, const pcc_cluster *c, pcc_burst *b
     }
 }
 
-// The choice's time, region by region (the dynamic program's, or that of the widths given), and
-// data parallelism's on the same cost model, for comparison: every region as wide as it goes.
-static void step_times(const pcc_graph *g, const pcc_cluster *c, pcc_burst *b) {
+// What no region holds, the same at every width: the loss's seed gradient, and the optimizer,
+// which a device runs on the whole parameters of every layer it holds; rank 0 holds them all.
+static double rest_time(const pcc_graph *g, const pcc_cluster *c, const pcc_burst *b) {
+    double s = 0;
+    for (int o = 0; o < g->n_ops; o++) {
+        const pcc_op *op = &g->ops[o];
+        if (op->phase == PCC_PHASE_OPT || (op->phase == PCC_PHASE_BWD && op->fwd < 0))
+            s += op_time(c, g, op, 0, b->batch_dim, b->n_axes);
+    }
+    return s;
+}
+
+// Every region's times at every width, for step_time: forward and backward operators (R x C),
+// the parameters' bytes, one way's move of its inbound value from width p to j (R x C x C).
+typedef struct burst_times {
+    int C;
+    double *fwd, *bwd, *bytes, *mv, rest;
+} burst_times;
+
+static burst_times times_table(const pcc_graph *g, const pcc_cluster *c, const pcc_burst *b) {
+    int R = b->n_regions, C = b->n_axes + 1;
+    burst_times T = {.C = C, .rest = rest_time(g, c, b)};
+    T.fwd = arena_alloc(g->arena, sizeof(double) * (size_t)(R * C));
+    T.bwd = arena_alloc(g->arena, sizeof(double) * (size_t)(R * C));
+    T.bytes = arena_alloc(g->arena, sizeof(double) * (size_t)R);
+    T.mv = arena_alloc(g->arena, sizeof(double) * (size_t)(R * C * C));
+    for (int r = 0; r < R; r++) {
+        T.bytes[r] = region_param_bytes(g, b, r);
+        for (int j = 0; j <= b->max_width[r]; j++) {
+            double sync, all = region_time(c, g, b, r, j, &sync);
+            for (int o = 0; o < g->n_fwd_ops; o++)
+                if (b->region_of[o] == r) T.fwd[r * C + j] += op_time(c, g, &g->ops[o], j, b->batch_dim, b->n_axes);
+            T.bwd[r * C + j] = all - sync - T.fwd[r * C + j];
+            for (int p = 0; r > 0 && b->cross[r - 1] >= 0 && p <= b->max_width[r - 1]; p++)
+                T.mv[(r * C + p) * C + j] = move_time(c, g, b->cross[r - 1], p, j, b->devices, b->batch_dim);
+        }
+    }
+    return T;
+}
+
+// The step at the widths w on rank 0, which runs every layer: the forward pass, then the backward
+// pass in reverse, and on stream 1 the gradients' all-reduces in phase 3's buckets (burst_programs'
+// sync_grad: a region's gradients join the open bucket once its backward is done; the bucket goes
+// once it holds --bucket-mb, or when a gradient of another width is made, or after the last),
+// each behind the one before; then rest_time. The dynamic program adds each region's all-reduce to the
+// path instead (DeepPool's searchLinear).
+static double step_time(const pcc_cluster *c, const pcc_burst *b, const burst_times *T, const int *w) {
+    int R = b->n_regions, C = T->C, bw = -1;
+    double t = 0, s1 = 0, open = 0;
+    for (int r = 0; r < R; r++) t += T->fwd[r * C + w[r]] + (r > 0 ? T->mv[(r * C + w[r - 1]) * C + w[r]] : 0);
+    for (int r = R - 1; r >= -1; r--) {
+        double bytes = r >= 0 && w[r] > 0 ? T->bytes[r] : 0;
+        if (r >= 0) t += T->bwd[r * C + w[r]];
+        if (open > 0 && (r < 0 || (bytes > 0 && w[r] != bw))) { // the open bucket goes: r's gradients close it
+            s1 = fmax(s1, t) + cost_collective_s(c, PCC_COLL_ALL_REDUCE, open, width_group(b->devices, bw));
+            open = 0;
+        }
+        if (r < 0) break;
+        if (bytes > 0) open += bytes, bw = w[r];
+        if (open > 0 && open >= b->bucket_bytes) {
+            s1 = fmax(s1, t) + cost_collective_s(c, PCC_COLL_ALL_REDUCE, open, width_group(b->devices, bw));
+            open = 0;
+        }
+        if (r > 0) t += T->mv[(r * C + w[r - 1]) * C + w[r]];
+    }
+    return fmax(t, s1) + T->rest;
+}
+
+// Widths w improved on step_time, one region at a time (each takes the width that makes the step
+// fastest), until a pass changes none. Returns the step.
+static double descend(const pcc_cluster *c, const pcc_burst *b, const burst_times *T, int *w) {
+    double best = step_time(c, b, T, w);
+    for (bool changed = true; changed;) {
+        changed = false;
+        for (int r = 0; r < b->n_regions; r++) {
+            int keep = w[r];
+            for (int j = 0; j <= b->max_width[r]; j++) {
+                w[r] = j;
+                double s = step_time(c, b, T, w);
+                if (s < best * (1 - 1e-12)) best = s, keep = j, changed = true;
+            }
+            w[r] = keep;
+        }
+    }
+    return best;
+}
+
+// The dynamic program's widths refined on step_time, which overlaps the all-reduces with the
+// backward pass as phase 3's buckets do where the program adds them to the path: descend from its
+// choice and from data parallelism's (every region at its widest), and keep the faster. Not with
+// --amp-limit (the program's filter) or --burst-widths.
+static void refine_widths(const pcc_graph *g, const pcc_cluster *c, pcc_burst *b, const burst_times *T) {
+    int R = b->n_regions;
+    int *w = arena_alloc(g->arena, sizeof(int) * (size_t)(R + 1));
+    memcpy(w, b->max_width, sizeof(int) * (size_t)R);
+    double dp = descend(c, b, T, w), mine = descend(c, b, T, b->width);
+    if (dp < mine) memcpy(b->width, w, sizeof(int) * (size_t)R);
+}
+
+// The choice's time per region (its operators, its all-reduce and its inbound moves), the step
+// (step_time), and data parallelism's step on the same cost model, for comparison: every region
+// as wide as it goes.
+static void step_times(const pcc_graph *g, const pcc_cluster *c, pcc_burst *b, const burst_times *T) {
     int G = b->devices, bd = b->batch_dim;
-    b->est_step_s = 0;
     for (int r = 0; r < b->n_regions; r++) {
         b->region_s[r] = region_time(c, g, b, r, b->width[r], &b->sync_s[r]);
         if (r > 0 && b->cross[r - 1] >= 0) b->region_s[r] += 2 * move_time(c, g, b->cross[r - 1], b->width[r - 1], b->width[r], G, bd);
-        b->est_step_s += b->region_s[r];
     }
-    b->dp_step_s = 0;
-    for (int r = 0; r < b->n_regions; r++) {
-        b->dp_step_s += region_time(c, g, b, r, b->max_width[r], NULL);
-        if (r > 0 && b->cross[r - 1] >= 0)
-            b->dp_step_s += 2 * move_time(c, g, b->cross[r - 1], b->max_width[r - 1], b->max_width[r], G, bd);
-    }
+    b->est_step_s = step_time(c, b, T, b->width);
+    b->dp_step_s = step_time(c, b, T, b->max_width);
 }
 
 pcc_status burst_plan(const pcc_graph *g, const pcc_cluster *c, const pcc_burst_opts *o, pcc_burst **out) {
@@ -321,6 +429,7 @@ pcc_status burst_plan(const pcc_graph *g, const pcc_cluster *c, const pcc_burst_
     if (st) return st;
     pcc_burst *b = arena_alloc(g->arena, sizeof *b);
     b->devices = G, b->n_axes = n_axes, b->batch_dim = graph_batch_dim(g), b->amp_limit = o->amp_limit;
+    b->bucket_bytes = o->bucket_bytes;
     b->region_of = arena_alloc(g->arena, sizeof(int) * (size_t)(g->n_fwd_ops + 1));
     b->n_regions = regions(g, b->region_of, &b->cross);
     int R = b->n_regions;
@@ -331,7 +440,9 @@ pcc_status burst_plan(const pcc_graph *g, const pcc_cluster *c, const pcc_burst_
     max_widths(g, b);
     choose_widths(g, c, b);
     if (o->widths && given_widths(g, b, o->widths)) return PCC_ERR_INPUT;
-    step_times(g, c, b);
+    burst_times T = times_table(g, c, b);
+    if (!o->widths && b->amp_limit <= 0) refine_widths(g, c, b, &T);
+    step_times(g, c, b, &T);
     *out = b;
     return PCC_OK;
 }

@@ -75,7 +75,8 @@ static pcc_status compile_burst(pcc_arena *a, const pcc_graph *g, const pcc_clus
                         "got %d devices\n", 1 << PLAN_MAX_AXES, c->n_devices);
         return PCC_ERR_INPUT;
     }
-    pcc_burst_opts bo = {.devices = c->n_devices, .amp_limit = o->amp_limit, .widths = o->burst_widths};
+    pcc_burst_opts bo = {.devices = c->n_devices, .amp_limit = o->amp_limit, .widths = o->burst_widths,
+                         .bucket_bytes = o->preserve.bucket_bytes};
     pcc_burst *b;
     pcc_emit_opts eo;
     pcc_emitted e = {0};

@@ -1261,12 +1261,13 @@ typedef struct pcc_burst_opts {
     int devices;            // G, a power of two up to 2^PLAN_MAX_AXES
     double amp_limit;       // DeepPool's GPU-time amplification limit; 0: none
     const char *widths;     // "8,8,2,1": every layer's device count given (--burst-widths), or NULL
+    double bucket_bytes;    // --bucket-mb: the gradient buckets the step's estimate issues (0: one per layer)
 } pcc_burst_opts;
 
 typedef struct pcc_burst {
     int devices, n_axes;    // G = 2^n_axes
     int batch_dim;          // the model dimension split
-    double amp_limit;
+    double amp_limit, bucket_bytes;
     int n_regions;          // layers: runs of forward ops with one value crossing to the next
     int *region_of;         // per forward op
     int *cross;             // per region: the value it hands to the next (-1: none)
