@@ -193,14 +193,24 @@ static double region_param_bytes(const pcc_graph *g, const pcc_burst *b, int r) 
     return bytes;
 }
 
-// A region's time at width 2^j: its forward ops, the backward ops derived from them and its
+// The forward op whose region runs backward op o: its forward op's, or for a sum of a value's
+// gradient contributions (a residual connection's; the loss's seed) the value's producer's; -1.
+static int bwd_owner(const pcc_graph *g, const pcc_op *op) {
+    if (op->phase != PCC_PHASE_BWD) return -1;
+    if (op->fwd >= 0) return op->fwd;
+    const pcc_tensor *y = &g->tensors[op->out[0]];
+    int p = y->kind == PCC_T_GRAD && y->of >= 0 ? g->tensors[y->of].producer : -1;
+    return p >= 0 && p < g->n_fwd_ops ? p : -1;
+}
+
+// A region's time at width 2^j: its forward ops, the backward ops derived from them (bwd_owner) and its
 // parameters' gradient all-reduce over its devices (*sync_s gets that part).
 static double region_time(const pcc_cluster *c, const pcc_graph *g, const pcc_burst *b, int r, int j, double *sync_s) {
     double s = 0;
     for (int o = 0; o < g->n_ops; o++) {
         const pcc_op *op = &g->ops[o];
-        int f = op->phase == PCC_PHASE_FWD ? o : op->fwd;
-        if (f < 0 || op->phase == PCC_PHASE_OPT || b->region_of[f] != r) continue;
+        int f = op->phase == PCC_PHASE_FWD ? o : bwd_owner(g, op);
+        if (f < 0 || b->region_of[f] != r) continue;
         s += op_time(c, g, op, j, b->batch_dim, b->n_axes);
     }
     // the region's gradients travel in one bucket: one all-reduce of their bytes
@@ -308,85 +318,90 @@ static void choose_widths(const pcc_graph *g, const pcc_cluster *c, pcc_burst *b
     }
 }
 
-// What no region holds, the same at every width: the loss's seed gradient, and the optimizer,
-// which a device runs on the whole parameters of every layer it holds; rank 0 holds them all.
+// What no region holds, the same at every width: the optimizer, which a device runs on the whole
+// parameters of every layer it holds (rank 0 holds them all), and backward ops of no region.
 static double rest_time(const pcc_graph *g, const pcc_cluster *c, const pcc_burst *b) {
     double s = 0;
     for (int o = 0; o < g->n_ops; o++) {
         const pcc_op *op = &g->ops[o];
-        if (op->phase == PCC_PHASE_OPT || (op->phase == PCC_PHASE_BWD && op->fwd < 0))
+        if (op->phase == PCC_PHASE_OPT || (op->phase == PCC_PHASE_BWD && bwd_owner(g, op) < 0))
             s += op_time(c, g, op, 0, b->batch_dim, b->n_axes);
     }
     return s;
 }
 
-// Every region's times at every width, for step_time: forward and backward operators (R x C),
-// the parameters' bytes, one way's move of its inbound value from width p to j (R x C x C).
+// Every region's times at every width, for step_time: its forward operators (R x C); per forward
+// op, its backward operators (n_fwd_ops x C) and its parameters' bytes; one way's move of region
+// r's inbound value from width p to j (R x C x C).
 typedef struct burst_times {
     int C;
-    double *fwd, *bwd, *bytes, *mv, rest;
+    double *fwd, *obwd, *obytes, *mv, rest;
 } burst_times;
 
 static burst_times times_table(const pcc_graph *g, const pcc_cluster *c, const pcc_burst *b) {
-    int R = b->n_regions, C = b->n_axes + 1;
+    int R = b->n_regions, C = b->n_axes + 1, nf = g->n_fwd_ops;
     burst_times T = {.C = C, .rest = rest_time(g, c, b)};
     T.fwd = arena_alloc(g->arena, sizeof(double) * (size_t)(R * C));
-    T.bwd = arena_alloc(g->arena, sizeof(double) * (size_t)(R * C));
-    T.bytes = arena_alloc(g->arena, sizeof(double) * (size_t)R);
+    T.obwd = arena_alloc(g->arena, sizeof(double) * (size_t)(nf * C));
+    T.obytes = arena_alloc(g->arena, sizeof(double) * (size_t)nf);
     T.mv = arena_alloc(g->arena, sizeof(double) * (size_t)(R * C * C));
-    for (int r = 0; r < R; r++) {
-        T.bytes[r] = region_param_bytes(g, b, r);
-        for (int j = 0; j <= b->max_width[r]; j++) {
-            double sync, all = region_time(c, g, b, r, j, &sync);
-            for (int o = 0; o < g->n_fwd_ops; o++)
-                if (b->region_of[o] == r) T.fwd[r * C + j] += op_time(c, g, &g->ops[o], j, b->batch_dim, b->n_axes);
-            T.bwd[r * C + j] = all - sync - T.fwd[r * C + j];
-            for (int p = 0; r > 0 && b->cross[r - 1] >= 0 && p <= b->max_width[r - 1]; p++)
-                T.mv[(r * C + p) * C + j] = move_time(c, g, b->cross[r - 1], p, j, b->devices, b->batch_dim);
-        }
+    for (int o = 0; o < g->n_ops; o++) {
+        const pcc_op *op = &g->ops[o];
+        int f = op->phase == PCC_PHASE_FWD ? o : bwd_owner(g, op);
+        if (f < 0) continue;
+        int r = b->region_of[f];
+        for (int j = 0; j <= b->max_width[r]; j++)
+            *(f == o ? &T.fwd[r * C + j] : &T.obwd[f * C + j]) += op_time(c, g, op, j, b->batch_dim, b->n_axes);
+        for (int i = 0; f == o && i < op->nin; i++)
+            if (g->tensors[op->in[i]].kind == PCC_T_PARAM) T.obytes[o] += tensor_bytes(g, &g->tensors[op->in[i]]);
     }
+    for (int r = 1; r < R; r++)
+        for (int j = 0; b->cross[r - 1] >= 0 && j <= b->max_width[r]; j++)
+            for (int p = 0; p <= b->max_width[r - 1]; p++)
+                T.mv[(r * C + p) * C + j] = move_time(c, g, b->cross[r - 1], p, j, b->devices, b->batch_dim);
     return T;
 }
 
 // The step at the widths w on rank 0, which runs every layer: the forward pass, then the backward
 // pass in reverse, and on stream 1 the gradients' all-reduces in phase 3's buckets (burst_programs'
-// sync_grad: a region's gradients join the open bucket once its backward is done; the bucket goes
+// sync_grad: each gradient joins the open bucket once its op's backward is done; the bucket goes
 // once it holds --bucket-mb, or when a gradient of another width is made, or after the last),
-// each behind the one before; then rest_time. The dynamic program adds each region's all-reduce to the
-// path instead (DeepPool's searchLinear).
-static double step_time(const pcc_cluster *c, const pcc_burst *b, const burst_times *T, const int *w) {
+// each behind the one before; then rest_time. The dynamic program adds each region's all-reduce
+// to the path instead (DeepPool's searchLinear).
+static double step_time(const pcc_graph *g, const pcc_cluster *c, const pcc_burst *b, const burst_times *T, const int *w) {
     int R = b->n_regions, C = T->C, bw = -1;
     double t = 0, s1 = 0, open = 0;
     for (int r = 0; r < R; r++) t += T->fwd[r * C + w[r]] + (r > 0 ? T->mv[(r * C + w[r - 1]) * C + w[r]] : 0);
-    for (int r = R - 1; r >= -1; r--) {
-        double bytes = r >= 0 && w[r] > 0 ? T->bytes[r] : 0;
-        if (r >= 0) t += T->bwd[r * C + w[r]];
-        if (open > 0 && (r < 0 || (bytes > 0 && w[r] != bw))) { // the open bucket goes: r's gradients close it
+    for (int o = g->n_fwd_ops - 1; o >= 0; o--) {
+        int r = b->region_of[o];
+        t += T->obwd[o * C + w[r]];
+        double bytes = w[r] > 0 ? T->obytes[o] : 0;
+        if (bytes > 0 && open > 0 && w[r] != bw) { // this gradient closes the open bucket
             s1 = fmax(s1, t) + cost_collective_s(c, PCC_COLL_ALL_REDUCE, open, width_group(b->devices, bw));
             open = 0;
         }
-        if (r < 0) break;
         if (bytes > 0) open += bytes, bw = w[r];
         if (open > 0 && open >= b->bucket_bytes) {
             s1 = fmax(s1, t) + cost_collective_s(c, PCC_COLL_ALL_REDUCE, open, width_group(b->devices, bw));
             open = 0;
         }
-        if (r > 0) t += T->mv[(r * C + w[r - 1]) * C + w[r]];
+        if (r > 0 && (o == 0 || b->region_of[o - 1] != r)) t += T->mv[(r * C + w[r - 1]) * C + w[r]]; // the region's first op
     }
+    if (open > 0) s1 = fmax(s1, t) + cost_collective_s(c, PCC_COLL_ALL_REDUCE, open, width_group(b->devices, bw));
     return fmax(t, s1) + T->rest;
 }
 
 // Widths w improved on step_time, one region at a time (each takes the width that makes the step
 // fastest), until a pass changes none. Returns the step.
-static double descend(const pcc_cluster *c, const pcc_burst *b, const burst_times *T, int *w) {
-    double best = step_time(c, b, T, w);
+static double descend(const pcc_graph *g, const pcc_cluster *c, const pcc_burst *b, const burst_times *T, int *w) {
+    double best = step_time(g, c, b, T, w);
     for (bool changed = true; changed;) {
         changed = false;
         for (int r = 0; r < b->n_regions; r++) {
             int keep = w[r];
             for (int j = 0; j <= b->max_width[r]; j++) {
                 w[r] = j;
-                double s = step_time(c, b, T, w);
+                double s = step_time(g, c, b, T, w);
                 if (s < best * (1 - 1e-12)) best = s, keep = j, changed = true;
             }
             w[r] = keep;
@@ -403,7 +418,7 @@ static void refine_widths(const pcc_graph *g, const pcc_cluster *c, pcc_burst *b
     int R = b->n_regions;
     int *w = arena_alloc(g->arena, sizeof(int) * (size_t)(R + 1));
     memcpy(w, b->max_width, sizeof(int) * (size_t)R);
-    double dp = descend(c, b, T, w), mine = descend(c, b, T, b->width);
+    double dp = descend(g, c, b, T, w), mine = descend(g, c, b, T, b->width);
     if (dp < mine) memcpy(b->width, w, sizeof(int) * (size_t)R);
 }
 
@@ -416,8 +431,8 @@ static void step_times(const pcc_graph *g, const pcc_cluster *c, pcc_burst *b, c
         b->region_s[r] = region_time(c, g, b, r, b->width[r], &b->sync_s[r]);
         if (r > 0 && b->cross[r - 1] >= 0) b->region_s[r] += 2 * move_time(c, g, b->cross[r - 1], b->width[r - 1], b->width[r], G, bd);
     }
-    b->est_step_s = step_time(c, b, T, b->width);
-    b->dp_step_s = step_time(c, b, T, b->max_width);
+    b->est_step_s = step_time(g, c, b, T, b->width);
+    b->dp_step_s = step_time(g, c, b, T, b->max_width);
 }
 
 pcc_status burst_plan(const pcc_graph *g, const pcc_cluster *c, const pcc_burst_opts *o, pcc_burst **out) {
