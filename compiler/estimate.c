@@ -587,6 +587,12 @@ static void est_layers(est *E, const pcc_layer *L, int nl, const int *chunk) {
         }
         double f0 = E->Fc[d], b0 = E->Bc[d];
         for (int i = bl->first_op; i < bl->first_op + bl->n_ops; i++) est_add_op(E, i, d);
+        // Each carried value is copied in from its carry register and out to it, forward, and its
+        // gradient likewise backward (preserve.c's block_body): memory-bound copies.
+        for (int k = 0; k < bl->n_carry; k++) {
+            double copy = 2 * cost_memory_s(E->view[d], 2 * est_held_bytes(E, bl->carry[k].outer));
+            E->Fc[d] += copy, E->Bc[d] += copy;
+        }
         E->cf[d] += E->Fc[d] - f0, E->cb[d] += E->Bc[d] - b0;
         E->copies[d] += 1;
         est_on(E, d);
