@@ -24,7 +24,7 @@ if [ $check = 1 ]; then out=$scratch/docs; mkdir "$out"; fi
 a100=$src/models/clusters/dgx-a100.json
 cd "$scratch"
 # DeepPool's burst parallelism, VGG-16 on 8 A100s, global batch 32: the convolutions on all 8,
-# fc6..loss on rank 0 while the others idle.
+# fc6..loss on four while the others idle.
 "$build/plancc" -q "$src/models/vgg16.json" --cluster "$a100" --devices 8 --global-batch 32 --tf32 --burst \
   -o vgg16-burst8.plan
 "$build/plandump" --svg "$out/burst-vgg16-8gpu.svg" vgg16-burst8.plan
