@@ -630,16 +630,14 @@ static bool est_cp_partial(const est *E, int i) {
 // column-parallel bias, a conv weight of 3 input channels, batch norm's scale split over tp).
 // *grp: the group its collectives run over.
 static int est_zero_ways(const est *E, int p, int i, pcc_group_shape *grp) {
-    const pcc_tensor *t = &E->g->tensors[p];
     const int *w = est_ways_of(E, i, p);
     int ways[2] = {E->zw, E->cp > 1 ? E->dp : 1};
     pcc_group_shape gs[2] = {E->zg, {E->dp, E->cp * E->tp}};
     for (int k = 0; k < 2; k++)
-        for (int r = 0; ways[k] > 1 && r < t->rank; r++)
-            if (w[r] == 1 && E->g->dims[t->dims[r]].size % ways[k] == 0) {
-                if (grp) *grp = gs[k];
-                return ways[k];
-            }
+        if (layout_zero_dim(E->g, p, w, ways[k]) >= 0) {
+            if (grp) *grp = gs[k];
+            return ways[k];
+        }
     if (grp) *grp = E->zg;
     return 1;
 }

@@ -120,22 +120,32 @@ static void op_shards(pcc_values *E, int o) {
     }
 }
 
+// The dimension of tensor t that ZeRO cuts `ways` ways: the first that no split uses (split[i]
+// the ways dimension i is already cut, 1: whole) and `ways` divides; -1 if none. The estimate
+// asks the same (estimate.c's est_zero_ways).
+int layout_zero_dim(const pcc_graph *g, int t, const int *split, int64_t ways) {
+    const pcc_tensor *T = &g->tensors[t];
+    for (int i = 0; ways > 1 && i < T->rank; i++)
+        if (split[i] == 1 && g->dims[T->dims[i]].size % ways == 0) return i;
+    return -1;
+}
+
 // ZeRO's shard of parameter t, whose layout is s: the axes (bits) it is cut over, dp and cp where
 // s is whole on them (Megatron-Core's distributed optimizer shards over dp x cp, whose ranks hold
-// the same parameters), else dp alone; and the dimension they cut, one that no axis of s splits
-// and their product divides. Returns the dimension, -1 (and *axes 0) if none.
+// the same parameters), else dp alone; and the dimension they cut (layout_zero_dim). Returns the
+// dimension, -1 (and *axes 0) if none.
 static int zero_shard(const pcc_values *E, int t, plan_shard s, unsigned *axes) {
-    const pcc_tensor *T = &E->g->tensors[t];
+    int split[PCC_MAX_RANK];
+    for (int i = 0; i < PCC_MAX_RANK; i++) split[i] = 1;
+    for (int a = 0; a < PCC_AXES; a++)
+        if (s.map[a] >= PLAN_SHARD_D(0) && s.map[a] < PLAN_SHARD_D(PCC_MAX_RANK)) split[s.map[a] - PLAN_SHARD_D(0)] = 2;
     unsigned dp = E->dp > 1 && s.map[PCC_AX_DP] == PLAN_SHARD_R ? 1u << PCC_AX_DP : 0;
     unsigned cp = E->cp > 1 && s.map[PCC_AX_CP] == PLAN_SHARD_R ? 1u << PCC_AX_CP : 0;
     unsigned opt[2] = {dp | cp, dp};
     for (int k = 0; k < 2; k++) {
         int64_t ways = (opt[k] & dp ? E->dp : 1) * (opt[k] & cp ? E->cp : 1);
-        for (int i = 0; ways > 1 && i < T->rank; i++) {
-            bool used = false;
-            for (int a = 0; a < PCC_AXES; a++) used |= s.map[a] == PLAN_SHARD_D(i);
-            if (!used && E->g->dims[T->dims[i]].size % ways == 0) return *axes = opt[k], i;
-        }
+        int i = layout_zero_dim(E->g, t, split, ways);
+        if (i >= 0) return *axes = opt[k], i;
     }
     *axes = 0;
     return -1;

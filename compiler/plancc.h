@@ -1226,6 +1226,7 @@ pcc_status layout_values(const pcc_graph *g, const pcc_cluster *c, const pcc_str
 // shard as soon as they are made (ZeRO-2 with several micro-batches, ZeRO-3 without
 // interleaving), on the compute stream, instead of in the step's gradient buckets.
 bool layout_zero_per_micro_batch(const pcc_strategy *s);
+int layout_zero_dim(const pcc_graph *g, int t, const int *split, int64_t ways); // ZeRO's cut dimension, -1
 // The stage of copy `copy` of block b (any block of its family). Can't fail.
 int layout_copy_stage(const pcc_values *v, int b, int copy);
 // The layout parameter gradient gp has as its producer leaves it (partial sums where it sums).
