@@ -181,18 +181,6 @@ static int regions(const pcc_graph *g, int *region_of, int **cross_out) {
 
 /* ---- the scheduler ---- */
 
-// The bytes of region r's parameters (their gradients' all-reduce).
-static double region_param_bytes(const pcc_graph *g, const pcc_burst *b, int r) {
-    double bytes = 0;
-    for (int o = 0; o < g->n_fwd_ops; o++) {
-        const pcc_op *op = &g->ops[o];
-        if (b->region_of[o] != r) continue;
-        for (int i = 0; i < op->nin; i++)
-            if (g->tensors[op->in[i]].kind == PCC_T_PARAM) bytes += tensor_bytes(g, &g->tensors[op->in[i]]);
-    }
-    return bytes;
-}
-
 // The forward op whose region runs backward op o: its forward op's, or for a sum of a value's
 // gradient contributions (a residual connection's; the loss's seed) the value's producer's; -1.
 static int bwd_owner(const pcc_graph *g, const pcc_op *op) {
@@ -201,23 +189,6 @@ static int bwd_owner(const pcc_graph *g, const pcc_op *op) {
     const pcc_tensor *y = &g->tensors[op->out[0]];
     int p = y->kind == PCC_T_GRAD && y->of >= 0 ? g->tensors[y->of].producer : -1;
     return p >= 0 && p < g->n_fwd_ops ? p : -1;
-}
-
-// A region's time at width 2^j: its forward ops, the backward ops derived from them (bwd_owner) and its
-// parameters' gradient all-reduce over its devices (*sync_s gets that part).
-static double region_time(const pcc_cluster *c, const pcc_graph *g, const pcc_burst *b, int r, int j, double *sync_s) {
-    double s = 0;
-    for (int o = 0; o < g->n_ops; o++) {
-        const pcc_op *op = &g->ops[o];
-        int f = op->phase == PCC_PHASE_FWD ? o : bwd_owner(g, op);
-        if (f < 0 || b->region_of[f] != r) continue;
-        s += op_time(c, g, op, j, b->batch_dim, b->n_axes);
-    }
-    // the region's gradients travel in one bucket: one all-reduce of their bytes
-    double bytes = j > 0 ? region_param_bytes(g, b, r) : 0;
-    double sync = bytes > 0 ? cost_collective_s(c, PCC_COLL_ALL_REDUCE, bytes, width_group(b->devices, j)) : 0;
-    if (sync_s) *sync_s = sync;
-    return s + sync;
 }
 
 static const pcc_op *region_head(const pcc_graph *g, const pcc_burst *b, int r);
@@ -275,21 +246,84 @@ static void max_widths(const pcc_graph *g, pcc_burst *b) {
     }
 }
 
+// What no region holds, the same at every width: the optimizer, which a device runs on the whole
+// parameters of every layer it holds (rank 0 holds them all), and backward ops of no region.
+static double rest_time(const pcc_graph *g, const pcc_cluster *c, const pcc_burst *b) {
+    double s = 0;
+    for (int o = 0; o < g->n_ops; o++) {
+        const pcc_op *op = &g->ops[o];
+        if (op->phase == PCC_PHASE_OPT || (op->phase == PCC_PHASE_BWD && bwd_owner(g, op) < 0))
+            s += op_time(c, g, op, 0, b->batch_dim, b->n_axes);
+    }
+    return s;
+}
+
+// Every region's times at every width, computed once for the dynamic program and step_time: its
+// operators, forward and backward (bwd_owner) and forward alone (R x C), its parameters' bytes;
+// per forward op, its backward operators (n_fwd_ops x C) and its parameters' bytes; one way's
+// move of region r's inbound value from width p to j (R x C x C).
+typedef struct burst_times {
+    int C;
+    double *ops, *fwd, *bytes, *obwd, *obytes, *mv, rest;
+} burst_times;
+
+static burst_times times_table(const pcc_graph *g, const pcc_cluster *c, const pcc_burst *b) {
+    int R = b->n_regions, C = b->n_axes + 1, nf = g->n_fwd_ops;
+    burst_times T = {.C = C, .rest = rest_time(g, c, b)};
+    T.ops = arena_alloc(g->arena, sizeof(double) * (size_t)(R * C));
+    T.fwd = arena_alloc(g->arena, sizeof(double) * (size_t)(R * C));
+    T.bytes = arena_alloc(g->arena, sizeof(double) * (size_t)R);
+    T.obwd = arena_alloc(g->arena, sizeof(double) * (size_t)(nf * C));
+    T.obytes = arena_alloc(g->arena, sizeof(double) * (size_t)nf);
+    T.mv = arena_alloc(g->arena, sizeof(double) * (size_t)(R * C * C));
+    for (int o = 0; o < g->n_ops; o++) {
+        const pcc_op *op = &g->ops[o];
+        int f = op->phase == PCC_PHASE_FWD ? o : bwd_owner(g, op);
+        if (f < 0) continue;
+        int r = b->region_of[f];
+        for (int j = 0; j <= b->max_width[r]; j++) {
+            double t = op_time(c, g, op, j, b->batch_dim, b->n_axes);
+            T.ops[r * C + j] += t;
+            *(f == o ? &T.fwd[r * C + j] : &T.obwd[f * C + j]) += t;
+        }
+        for (int i = 0; f == o && i < op->nin; i++)
+            if (g->tensors[op->in[i]].kind == PCC_T_PARAM) {
+                double bytes = tensor_bytes(g, &g->tensors[op->in[i]]);
+                T.bytes[r] += bytes, T.obytes[o] += bytes;
+            }
+    }
+    for (int r = 1; r < R; r++)
+        for (int j = 0; b->cross[r - 1] >= 0 && j <= b->max_width[r]; j++)
+            for (int p = 0; p <= b->max_width[r - 1]; p++)
+                T.mv[(r * C + p) * C + j] = move_time(c, g, b->cross[r - 1], p, j, b->devices, b->batch_dim);
+    return T;
+}
+
+// A region's time at width 2^j: its operators and its parameters' gradient all-reduce over its
+// devices (*sync_s gets that part).
+static double region_time(const pcc_cluster *c, const pcc_burst *b, const burst_times *T, int r, int j, double *sync_s) {
+    // the region's gradients travel in one bucket: one all-reduce of their bytes
+    double bytes = j > 0 ? T->bytes[r] : 0;
+    double sync = bytes > 0 ? cost_collective_s(c, PCC_COLL_ALL_REDUCE, bytes, width_group(b->devices, j)) : 0;
+    if (sync_s) *sync_s = sync;
+    return T->ops[r * T->C + j] + sync;
+}
+
 // The dynamic program (DeepPool's searchLinear): T[r][j] the best time through region r at
 // width 2^j, lt the time of region r itself (with its inbound move), back the predecessor's
 // width; then every region's width, from the last region's best back.
-static void choose_widths(const pcc_graph *g, const pcc_cluster *c, pcc_burst *b) {
+static void choose_widths(const pcc_graph *g, const pcc_cluster *c, pcc_burst *b, const burst_times *bt) {
     int R = b->n_regions, C = b->n_axes + 1, G = b->devices, bd = b->batch_dim;
     double *T = arena_alloc(g->arena, sizeof(double) * (size_t)(R * C));
     double *lt = arena_alloc(g->arena, sizeof(double) * (size_t)(R * C));
     double *nopar = arena_alloc(g->arena, sizeof(double) * (size_t)R);
     int *back = arena_alloc(g->arena, sizeof(int) * (size_t)(R * C));
-    for (int r = 0; r < R; r++) nopar[r] = region_time(c, g, b, r, 0, NULL);
+    for (int r = 0; r < R; r++) nopar[r] = region_time(c, b, bt, r, 0, NULL);
     for (int r = 0; r < R; r++)
         for (int j = 0; j < C; j++) {
             T[r * C + j] = INFINITY, back[r * C + j] = -1;
             if (j > b->max_width[r]) continue;
-            double own = region_time(c, g, b, r, j, NULL);
+            double own = region_time(c, b, bt, r, j, NULL);
             if (r == 0) {
                 T[j] = lt[j] = own;
                 continue;
@@ -316,50 +350,6 @@ static void choose_widths(const pcc_graph *g, const pcc_cluster *c, pcc_burst *b
         b->width[r] = j;
         j = back[r * C + j];
     }
-}
-
-// What no region holds, the same at every width: the optimizer, which a device runs on the whole
-// parameters of every layer it holds (rank 0 holds them all), and backward ops of no region.
-static double rest_time(const pcc_graph *g, const pcc_cluster *c, const pcc_burst *b) {
-    double s = 0;
-    for (int o = 0; o < g->n_ops; o++) {
-        const pcc_op *op = &g->ops[o];
-        if (op->phase == PCC_PHASE_OPT || (op->phase == PCC_PHASE_BWD && bwd_owner(g, op) < 0))
-            s += op_time(c, g, op, 0, b->batch_dim, b->n_axes);
-    }
-    return s;
-}
-
-// Every region's times at every width, for step_time: its forward operators (R x C); per forward
-// op, its backward operators (n_fwd_ops x C) and its parameters' bytes; one way's move of region
-// r's inbound value from width p to j (R x C x C).
-typedef struct burst_times {
-    int C;
-    double *fwd, *obwd, *obytes, *mv, rest;
-} burst_times;
-
-static burst_times times_table(const pcc_graph *g, const pcc_cluster *c, const pcc_burst *b) {
-    int R = b->n_regions, C = b->n_axes + 1, nf = g->n_fwd_ops;
-    burst_times T = {.C = C, .rest = rest_time(g, c, b)};
-    T.fwd = arena_alloc(g->arena, sizeof(double) * (size_t)(R * C));
-    T.obwd = arena_alloc(g->arena, sizeof(double) * (size_t)(nf * C));
-    T.obytes = arena_alloc(g->arena, sizeof(double) * (size_t)nf);
-    T.mv = arena_alloc(g->arena, sizeof(double) * (size_t)(R * C * C));
-    for (int o = 0; o < g->n_ops; o++) {
-        const pcc_op *op = &g->ops[o];
-        int f = op->phase == PCC_PHASE_FWD ? o : bwd_owner(g, op);
-        if (f < 0) continue;
-        int r = b->region_of[f];
-        for (int j = 0; j <= b->max_width[r]; j++)
-            *(f == o ? &T.fwd[r * C + j] : &T.obwd[f * C + j]) += op_time(c, g, op, j, b->batch_dim, b->n_axes);
-        for (int i = 0; f == o && i < op->nin; i++)
-            if (g->tensors[op->in[i]].kind == PCC_T_PARAM) T.obytes[o] += tensor_bytes(g, &g->tensors[op->in[i]]);
-    }
-    for (int r = 1; r < R; r++)
-        for (int j = 0; b->cross[r - 1] >= 0 && j <= b->max_width[r]; j++)
-            for (int p = 0; p <= b->max_width[r - 1]; p++)
-                T.mv[(r * C + p) * C + j] = move_time(c, g, b->cross[r - 1], p, j, b->devices, b->batch_dim);
-    return T;
 }
 
 // The step at the widths w on rank 0, which runs every layer: the forward pass, then the backward
@@ -428,7 +418,7 @@ static void refine_widths(const pcc_graph *g, const pcc_cluster *c, pcc_burst *b
 static void step_times(const pcc_graph *g, const pcc_cluster *c, pcc_burst *b, const burst_times *T) {
     int G = b->devices, bd = b->batch_dim;
     for (int r = 0; r < b->n_regions; r++) {
-        b->region_s[r] = region_time(c, g, b, r, b->width[r], &b->sync_s[r]);
+        b->region_s[r] = region_time(c, b, T, r, b->width[r], &b->sync_s[r]);
         if (r > 0 && b->cross[r - 1] >= 0) b->region_s[r] += 2 * move_time(c, g, b->cross[r - 1], b->width[r - 1], b->width[r], G, bd);
     }
     b->est_step_s = step_time(g, c, b, T, b->width);
@@ -453,9 +443,9 @@ pcc_status burst_plan(const pcc_graph *g, const pcc_cluster *c, const pcc_burst_
     b->region_s = arena_alloc(g->arena, sizeof(double) * (size_t)(R + 1));
     b->sync_s = arena_alloc(g->arena, sizeof(double) * (size_t)(R + 1));
     max_widths(g, b);
-    choose_widths(g, c, b);
-    if (o->widths && given_widths(g, b, o->widths)) return PCC_ERR_INPUT;
     burst_times T = times_table(g, c, b);
+    choose_widths(g, c, b, &T);
+    if (o->widths && given_widths(g, b, o->widths)) return PCC_ERR_INPUT;
     if (!o->widths && b->amp_limit <= 0) refine_widths(g, c, b, &T);
     step_times(g, c, b, &T);
     *out = b;
