@@ -6,17 +6,16 @@ and models/clusters/dgx-a100.json with that row's template:
 
     --devices GPUS --dp DP --tp TP --pp PP --global-batch GB --micro-batch-size MB --recompute full
     [--virtual-stages V]    where the row interleaves (V = layers / pp / layers_per_virtual_stage)
-    --policy megatron-layout.json    Megatron-LM's own tensor-parallel layout (MEGATRON_LAYOUT)
+    --policy megatron-layout.json    Megatron-LM's own tensor-parallel layout of 2021 (MEGATRON_LAYOUT)
 
 and reads the template's estimate of one step (--estimate-only --json). TFLOP/s per GPU is
 counted the paper's way, from the predicted step time:
 
     F = 96 B s l h^2 (1 + s/(6h)) + 6 B s h V,   TFLOP/s per GPU = F / (step * GPUs) / 1e12
 
-(B global batch, s sequence, l layers, h hidden, V vocabulary). Rows without interleaving are
-also compiled into a real plan (plan_check passes, the same estimate; "does not fit" where the
-memory planner finds the plan too big); plancc cannot emit interleaved 1F1B yet, so those rows
-are estimates only (the table says which).
+(B global batch, s sequence, l layers, h hidden, V vocabulary). Every row is also compiled into
+a real plan (plan_check passes, the same estimate; "does not fit" where the memory planner finds
+the plan too big), interleaved 1F1B included.
 
 The cluster's device figures are first principles (models/clusters/README.md): datasheet peaks
 and measured best-case GEMM and HBM streaming fractions, none fitted to this table. --first-principles
@@ -65,16 +64,25 @@ def virtual_stages(r):
 
 # Megatron-LM's tensor-parallel layout (its paper's Figure 3), pinned by a policy so that the
 # estimate is of the plan the paper measured: q, k, v and the MLP's first product column-parallel,
-# attention along the heads, the output projection and the MLP's second product row-parallel. The
-# norms, residual adds, embeddings and head are the ILP's. Unpinned, the ILP finds plans faster
-# than Megatron-LM's on some rows (18B: the output projection split along the sequence, 4% faster
-# simulated), which would make this table compare two different plans.
+# attention along the heads, the output projection and the MLP's second product row-parallel, and
+# the layer norms, dropouts and residual adds whole on every rank of the tp group ("rather than
+# having one GPU compute part of the dropout, layer normalization, or residual connections and
+# broadcast the results to other GPUs, we choose to duplicate the computation across GPUs":
+# Shoeybi et al. 2019, section 3; sequence parallelism, which splits them along the sequence, came
+# in 2022, after the SC'21 runs). The embeddings and the head are the ILP's. Unpinned, the ILP
+# splits the norms, dropouts and adds along the sequence (1/tp of their memory passes, each
+# all-reduce becoming a reduce-scatter and an all-gather), and on some rows the output projection
+# too: plans faster than Megatron-LM's of 2021 (estimated 3% on tp 2, 5 to 12% on tp 8), which
+# would make this table compare two different plans.
 MEGATRON_LAYOUT = {
     "version": 1,
     "description": "Megatron-LM's tensor-parallel layout of a GPT block (tools/megatron_bench.py)",
     "rules": [{"ops": "layer.[qkvf]", "split": "n", "note": "column-parallel"},
               {"type": "attention", "split": "n", "note": "attention along the heads"},
-              {"ops": "layer.[pz]", "split": "k", "note": "row-parallel"}],
+              {"ops": "layer.[pz]", "split": "k", "note": "row-parallel"},
+              {"type": "layernorm", "split": "replicate", "note": "whole on every tp rank (no sequence parallelism in 2021)"},
+              {"type": "dropout", "split": "replicate", "note": "whole on every tp rank"},
+              {"type": "add", "split": "replicate", "note": "whole on every tp rank"}],
 }
 
 
@@ -109,8 +117,8 @@ def predict(plancc, r, root, emit, tmp, raw_cluster, policy=None):
     a, v = args_for(r, root, os.path.join(root, CLUSTER), policy)
     t0 = time.perf_counter()
     est = estimate(plancc, a)
-    plan = "estimate only (interleaved)" if v > 1 else "not emitted"
-    if emit and v == 1:
+    plan = "not emitted"
+    if emit:
         out = os.path.join(tmp, "megatron-%s.plan" % r["model"].lower())
         q = subprocess.run([plancc, *a, "-q", "-o", out], capture_output=True, text=True)
         plan = {0: "plan written", 3: "does not fit (exit 3)"}.get(q.returncode, "emit failed (exit %d)" % q.returncode)
