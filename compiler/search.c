@@ -461,14 +461,19 @@ static void search_init(pcc_space *S, const pcc_graph *g, const pcc_cluster *c, 
         if (i == 0 || cost_peak_flops(&c->groups[i], g->dtype, true) > cost_peak_flops(S->fast, g->dtype, true)) S->fast = &c->groups[i];
 }
 
-// --auto's meshes: tp inside a node (with --sync background also the whole cluster: ShadowSync's
-// layout, the tables sharded over every device, the dense layers' replicas beside them), pp at
-// most the layers (and --pp's where given), dp dividing the batch; cp x tp dividing the devices.
+// Whether tp spans nodes (a GPU cluster's tp group larger than a node).
+static bool tp_spans(const pcc_space *S, int tp) { return tp > S->c->devices_per_node && !S->c->cpu; }
+
+// --auto's meshes: tp inside a node, or the whole cluster with the batch split over it too (DLRM's
+// layout: the embedding tables sharded over every device with all-to-all exchanges, the dense
+// layers data-parallel beside them; with --sync background ShadowSync's, their replicas averaged
+// in the background), pp at most the layers (and --pp's where given), dp dividing the batch; cp x
+// tp dividing the devices.
 static bool auto_mesh_ok(const pcc_space *S, int tp, int pp, int cp) {
-    const pcc_cluster *c = S->c;
     int N = S->N;
-    if (N % ((int64_t)tp * cp) || (tp > c->devices_per_node && !c->cpu && !(S->o->bg_dense && tp == N))) return false;
-    if ((N / tp / cp) % pp || pp > S->nl || !cluster_stages_fit(c, pp)) return false; // node groups: a stage in one
+    bool whole = tp == N && (S->o->bg_dense || (S->bdim >= 0 && S->bsize % N == 0));
+    if (N % ((int64_t)tp * cp) || (tp_spans(S, tp) && !whole)) return false;
+    if ((N / tp / cp) % pp || pp > S->nl || !cluster_stages_fit(S->c, pp)) return false; // node groups: a stage in one
     int dp = N / tp / cp / pp;
     if (dp > 1 && (S->bdim < 0 || S->bsize % dp != 0)) return false;
     return !S->o->pp || pp == S->o->pp;
@@ -731,10 +736,10 @@ static void space_enumerate(pcc_space *S) {
             if (cp > 1 && !auto_cp_ok(S, cp, tp, dp, ring)) continue;
             bool zz = ring && auto_zigzag(S->g, sdim, cp);
             bool btp_ok = tp > 1 && cp == 1 && S->bdim >= 0 && S->bsize % ((int64_t)dp * tp) == 0;
-            bool sp_ok = tp > 1 && sdim >= 0 && S->g->dims[sdim].size % ((int64_t)tp * cp) == 0;
+            bool sp_ok = tp > 1 && !tp_spans(S, tp) && sdim >= 0 && S->g->dims[sdim].size % ((int64_t)tp * cp) == 0;
             bool inter = o->virtual_stages > 1 && pp == 2 && pp * o->virtual_stages <= S->nl && S->g->micro_batches % pp == 0;
             for (int zero = o->zero; zero <= (o->bg_dense ? o->zero : 3); zero++) // background sync keeps whole replicas
-                for (int btp = 0; btp <= (int)btp_ok; btp++)
+                for (int btp = tp_spans(S, tp) && !o->bg_dense; btp <= (int)btp_ok; btp++) // across nodes only mixed
                     for (int sp = 0; sp <= (int)sp_ok; sp++)
                         for (int r = 0; r < nrc; r++)
                             for (int v = 0; v <= (int)inter; v++) {

@@ -51,7 +51,8 @@ batch norm; or the models named), on 1, 2, 4 and 8 CPU ranks
 (models/clusters/cpu.json), for every strategy family plancc offers (DP, TP, PP with 1F1B and
 GPipe, interleaved 1F1B, DP x TP x PP, ZeRO 1/2/3, full recompute, --auto, Megatron-LM's sequence
 parallelism and context parallelism (--cp in both forms, with dp, tp, pp and ZeRO over dp x cp; --auto's choice of it on a
-512-token gpt-tiny) for models with attention, DeepPool's --burst with the cost model's widths
+512-token gpt-tiny) for models with attention, the batch split over the tp group too (--tp N --tp-batch,
+DLRM's layout over every rank), DeepPool's --burst with the cost model's widths
 and with widths given per layer): compile the plan, run 10 steps with planrun's cpu backend, and
 check that
   - the loss of every step equals the one-device plan's (same micro-batch count) within 1e-5
@@ -132,6 +133,8 @@ def strategies(n):
     if n == 4:
         s += ["--dp 2 --tp 2 --bucket-mb 0.02", "--dp 4 --zero 2 --micro-batches 2", "--dp 2 --tp 2 --zero 2 --micro-batches 2",
               "--dp 2 --pp 2 --micro-batches 4 --zero 2", "--tp 2 --pp 2 --micro-batches 4", "--dp 2 --pp 2 --micro-batches 2"]
+    if n >= 4:  # the batch over the tp group too (DLRM's layout over every device, which --auto tries)
+        s += [f"--tp {n} --tp-batch"]
     if n == 8:
         s += ["--dp 2 --pp 4 --micro-batches 4 --virtual-stages 2",
               "--dp 2 --tp 2 --pp 2 --micro-batches 4", "--dp 2 --tp 2 --pp 2 --micro-batches 4 --zero 3 --recompute full",

@@ -402,5 +402,25 @@ with tempfile.TemporaryDirectory() as tmp:
         check(f"{what}: the estimate's operators {est['compute_s']:.3f} s within 2% of the simulated {ops:.3f} s",
               c.returncode == 0 and ops > 0 and abs(est["compute_s"] - ops) <= 0.02 * ops, c.stderr + e.stderr + r.stderr)
 
+# --auto across nodes: DLRM on 64 A100s (8 nodes) at 65,536 samples. Its tables hold 0.9 GB of
+# parameters beside 0.4 M of dense ones, so data parallelism all-reduces the tables' gradients and
+# a node's tp group is not enough to shard them away; --auto now also tries tp over every device
+# with the batch split over it too (DLRM's own layout: each table sharded over all 64 GPUs with
+# all-to-all exchanges, the MLPs data-parallel), where it tried tp inside a node only.
+with tempfile.TemporaryDirectory() as tmp:
+    common = ["models/dlrm.json", "--cluster", "dgx-a100", "--devices", "64", "--global-batch", "65536"]
+    steps = {}
+    for name, args in (("auto", ["--auto"]), ("dp 64", ["--dp", "64"]), ("dp 8 x tp 8", ["--dp", "8", "--tp", "8"]),
+                       ("pp 8 x dp 8, ZeRO-1", ["--pp", "8", "--dp", "8", "--micro-batches", "4", "--zero", "1"]),
+                       ("pp 8 x tp 8, the batch over tp too", ["--pp", "8", "--tp", "8", "--tp-batch", "--micro-batches", "4"])):
+        e = subprocess.run([plancc, *common, *args, "--estimate-only", "--json"], capture_output=True, text=True, cwd=root)
+        steps[name] = (json.loads(e.stdout) if e.returncode == 0 else None, e.stderr)
+    a = steps["auto"][0]
+    check("dlrm on 64 A100s: --auto shards over every device with the batch split too (dp 1 x tp 64)",
+          a is not None and a["tp"] == 64 and a["dp"] == 1, steps["auto"][1] + json.dumps(a and {k: a[k] for k in ("pp", "dp", "tp")}))
+    best = min((v[0]["estimate"]["step_s"], k) for k, v in steps.items() if k != "auto" and v[0])
+    check(f"dlrm on 64 A100s: --auto's step {a and a['estimate']['step_s'] * 1e3:.2f} ms at most 0.85 of the best node-local "
+          f"plan's ({best[1]}: {best[0] * 1e3:.2f} ms)", a is not None and a["estimate"]["step_s"] <= 0.85 * best[0])
+
 print(f"{passes} passed, {fails} failed")
 sys.exit(1 if fails else 0)
