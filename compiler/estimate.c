@@ -344,6 +344,8 @@ static void est_ops(est *E) {
     for (int i = 0; i < E->nf; i++) {
         double n = (double)op_copies(g, &g->ops[i]);
         E->fc[i] /= n, E->bc[i] /= n, E->sy[i] /= n;
+        if (E->s->run_credit[0]) E->fc[i] = fmax(0, E->fc[i] - E->s->run_credit[0][i]);
+        if (E->s->run_credit[1]) E->bc[i] = fmax(0, E->bc[i] - E->s->run_credit[1][i]);
     }
     est_dp_reshard(E);
     est_ring(E);
@@ -986,6 +988,17 @@ void estimate_step(const pcc_graph *g, const pcc_cluster *c, const pcc_intra *sc
     est_params(&E);
     est_last_bucket(&E);
     est_step(&E);
+}
+
+void estimate_runs(const pcc_graph *g, const pcc_cluster *c, pcc_strategy *s, pcc_programs *pr) {
+    bool any = false;
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; pr->run_credit[k] && i < g->n_fwd_ops; i++) any |= pr->run_credit[k][i] > 0;
+    if (!any) return;
+    s->run_credit[0] = pr->run_credit[0], s->run_credit[1] = pr->run_credit[1];
+    estimate_step(g, c, s->intra, s);
+    s->est_step_s = s->est.step_s;
+    pr->meta.est_step_s = s->est_step_s;
 }
 
 double *estimate_layer_seconds(const pcc_graph *g, const pcc_cluster *c, const pcc_intra *sc, pcc_strategy *s,

@@ -181,6 +181,7 @@ pcc_status preserve(const pcc_graph *g, const pcc_cluster *c, const pcc_strategy
     if (st) return st;
     builder E = {.v = v, .g = g, .c = c, .all = c, .s = s, .pp = v->pp, .dp = v->dp, .cp = v->cp, .tp = v->tp, .M = v->M, .V = v->V, .ns = v->ns,
                  .bucket_cap = o->bucket_bytes};
+    for (int k = 0; k < 2; k++) E.run_credit[k] = arena_alloc(g->arena, sizeof(double) * (size_t)(g->n_fwd_ops + 1));
     prog *P = arena_alloc(g->arena, sizeof(prog) * (size_t)E.pp);
     for (int d = 0; d < E.pp; d++) {
         P[d].stage = d;
@@ -190,5 +191,6 @@ pcc_status preserve(const pcc_graph *g, const pcc_cluster *c, const pcc_strategy
     }
     E.c = c;
     *out = hand_off(&E, P);
+    (*out)->run_credit[0] = E.run_credit[0], (*out)->run_credit[1] = E.run_credit[1];
     return PCC_OK;
 }

@@ -210,6 +210,7 @@ static pcc_status compile(pcc_options *op) {
             st = PCC_ERR_INFEASIBLE;
             break;
         }
+        if (!st) estimate_runs(g, c, fit.cand[fit.next - 1], pr);               // phase 3's buckets in the estimate
         if (!st) memplan(pr);                                                   // the memory planner
         if (!st) emit_plan(g, c, pr, &eo, &e);                                  // the plan
         if (!st && !o.estimate_only) st = check_plan(e.p);                      // the verifier

@@ -984,6 +984,7 @@ typedef struct pcc_strategy {
     pcc_config config;          // what it was built from
     bool exact;                 // its ILP answer is the ILP's (not a probe's that breaks the memory row)
     double est_even_s;          // node groups: the estimate were the stages cut by FLOPs instead (hetero.c); else 0
+    const double *run_credit[2]; // per forward op: what phase 3's buckets save it a pass (estimate_runs); NULL: none
 } pcc_strategy;
 static inline int strategy_tp(const pcc_strategy *s) { return s->mesh[PCC_AX_TP] * s->mesh[PCC_AX_TQ]; } // the tp group's size
 
@@ -1174,6 +1175,7 @@ typedef struct pcc_programs {
     const pcc_sync_opts *bg;    // --sync background: each program gets a background round; NULL: none
     uint32_t bg_stop_group;     // the group continuous rounds agree on stopping over
     int zigzag, zigzag_dim;     // inputs with dimension zigzag_dim (g->dims) hold it in zigzag order of this many chunks (0: none)
+    double *run_credit[2];      // per forward op: what phase 3's buckets of several ops' inputs save a pass (fwd, bwd)
 } pcc_programs;
 
 typedef struct pcc_preserve_opts {
@@ -1188,6 +1190,10 @@ typedef struct pcc_preserve_opts {
 // background-synced parameter in a repeated block).
 pcc_status preserve(const pcc_graph *g, const pcc_cluster *c, const pcc_strategy *s, const pcc_preserve_opts *o,
                     pcc_programs **out);
+// (estimate.c) After phase 3 made strategy s into programs pr: where its buckets of several
+// operators' collectives save time (pr->run_credit), s's estimate again with those savings, and
+// pr's META.
+void estimate_runs(const pcc_graph *g, const pcc_cluster *c, pcc_strategy *s, pcc_programs *pr);
 
 /* ---------------------------------------------------------------- layout.c */
 

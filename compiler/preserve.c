@@ -652,7 +652,7 @@ static void ring_attention(builder *E, prog *P, int o) {
 }
 
 // Whether op o is attention (or its gradient) that runs as ring attention.
-static bool ring_op(const builder *E, int o) {
+bool p3_ring_op(const builder *E, int o) {
     const pcc_op *op = &E->g->ops[o];
     if (!E->s->config.cp_ring || E->cp < 2 || (op->kind != PCC_OP_ATTENTION && op->kind != PCC_OP_ATTENTION_GRAD)) return false;
     return E->s->letter[PCC_AX_CP][op->phase == PCC_PHASE_FWD ? o : op->fwd] >= 0;
@@ -661,7 +661,7 @@ static bool ring_op(const builder *E, int o) {
 static void emit_op(builder *E, prog *P, int o, bool last_mb) {
     const pcc_graph *g = E->g;
     const pcc_op *op = &g->ops[o];
-    if (ring_op(E, o)) {
+    if (p3_ring_op(E, o)) {
         ring_attention(E, P, o);
         return;
     }
@@ -1155,6 +1155,42 @@ static void p2p(builder *E, prog *P, bool bwd, bool send, bool last_mb) {
     }
 }
 
+// The held run goes: its inputs' collectives (where the buffer that holds a value needs one
+// collective to the layout its reader wants, each value and layout once) as buckets, one per
+// kind, axes and dtype (step_buckets), then its operators, which find their inputs made.
+static void run_release(builder *E, prog *P, p3_held *h, bool last_mb) {
+    const pcc_graph *g = E->g;
+    if (!h->n) return;
+    int cap = 0;
+    for (int j = 0; j < h->n; j++) cap += g->ops[h->op[j]].nin;
+    int *in = arena_alloc(g->arena, sizeof(int) * (size_t)cap), *out = arena_alloc(g->arena, sizeof(int) * (size_t)cap), n = 0;
+    int *to = arena_alloc(g->arena, sizeof(int) * (size_t)cap);
+    pcc_reshard_step *step = arena_alloc(g->arena, sizeof(pcc_reshard_step) * (size_t)cap);
+    plan_shard *want = arena_alloc(g->arena, sizeof(plan_shard) * (size_t)cap);
+    for (int j = 0; j < h->n; j++) {
+        const pcc_op *op = &g->ops[h->op[j]];
+        for (int i = 0; i < op->nin; i++) {
+            int src = home(E, P, op->in[i]), k = 0;
+            plan_shard w = E->v->sh[h->op[j]][i];
+            pcc_reshard_step st[PCC_AXES + 1];
+            if (shard_eq(P->buf[src].shard, w) || cached(P, src, w) >= 0) continue;
+            if (reshard_steps(P->buf[src].shard, w, g->tensors[op->in[i]].rank, st) != 1 || st[0].kind < 0 ||
+                (st[0].axes & ~(1u << PCC_AX_TP | 1u << PCC_AX_TQ)))
+                continue;
+            while (k < n && !(in[k] == src && shard_eq(want[k], w))) k++;
+            if (k < n) continue;
+            in[n] = src, want[n] = w, step[n] = st[0], to[n] = p3_charged_to(g, h->op[j], i);
+            out[n++] = new_buf(E, P, op->in[i], st[0].after, 1, 1, 0);
+        }
+    }
+    bool *done = arena_alloc(g->arena, (size_t)(n ? n : 1));
+    p3_run_credit(E, P, step, in, out, to, n);
+    step_buckets(E, P, step, in, out, done, n, STREAM_MAIN, 0);
+    for (int k = 0; k < n; k++) *VEC_PUSH(g->arena, P->cache, P->n_cache, P->cap_cache) = (cache_entry){in[k], want[k], out[k]};
+    for (int j = 0; j < h->n; j++) emit_op(E, P, h->op[j], last_mb);
+    p3_release(E, h);
+}
+
 /* ---- phases ---- */
 
 // One micro-batch's forward (bwd false) or backward pass on this stage: receive, the stage's
@@ -1167,16 +1203,27 @@ static void pass_part(builder *E, prog *P, int delta, bool bwd, bool last_mb, in
     E->phase = bwd ? PLAN_PHASE_BWD : PLAN_PHASE_FWD;
     P->n_cache = 0;
     if (part & PCC_PART_RECV) p2p(E, P, bwd, false, last_mb);
+    const bool *waits = part & PCC_PART_COMPUTE ? p3_run_plan(E, P, bwd) : NULL;
+    p3_held *h = &P->held;
     for (int o = bwd ? g->n_fwd_ops : 0; (part & PCC_PART_COMPUTE) && o < (bwd ? g->n_ops : g->n_fwd_ops); o++) {
         const pcc_op *op = &g->ops[o];
         if (op->phase != (bwd ? PCC_PHASE_BWD : PCC_PHASE_FWD)) continue;
         if (op->block < 0) {
-            if (on_stage(E, o, P->stage)) emit_op(E, P, o, last_mb);
+            if (!on_stage(E, o, P->stage)) continue;
+            if (h->n && (!p3_may_wait(E, o) || p3_reads_held(E, h, o))) run_release(E, P, h, last_mb);
+            if (!waits[o]) {
+                emit_op(E, P, o, last_mb);
+                continue;
+            }
+            if (!h->op) *h = p3_held_new(E);
+            p3_hold(E, h, o, (p3_sig){0});
             continue;
         }
+        run_release(E, P, h, last_mb);
         block_range(E, P, op->block, last_mb);
         o = g->blocks[op->block].first_op + g->blocks[op->block].n_ops - 1;
     }
+    run_release(E, P, h, last_mb);
     if (part & PCC_PART_SEND) p2p(E, P, bwd, true, last_mb);
     P->n_cache = 0;
     E->phase = PLAN_PHASE_NONE;

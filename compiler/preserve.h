@@ -43,6 +43,16 @@ typedef struct cache_entry {
     int buf;
 } cache_entry;
 
+typedef struct p3_sig { // an operator's input collectives: one kind, over tp axes, in one dtype
+    int kind, dtype;
+    unsigned axes;
+} p3_sig;
+typedef struct p3_held { // the run being held: its operators, and a mark on each of their outputs
+    int *op, n;
+    p3_sig *sig;
+    bool *out; // per tensor
+} p3_held;
+
 typedef struct prog {
     int stage;
     ebuf *buf;          int n_buf, cap_buf;
@@ -66,6 +76,8 @@ typedef struct prog {
     int (*post)[2];     int n_post, cap_post; // ZeRO-1/2: updated shards (buffer) waiting to be gathered into their home (post_flush)
     int *shard_acc;     // per tensor: ZeRO-2, the buffer its gradient shard accumulates in, -1
     uint64_t bucket_bytes;                        // their bytes on this rank
+    const bool **waits[2]; // forward, backward, per stage (model chunk): per op, whether it waits for its run (p3_run_plan)
+    p3_held held;       // the run being held (runs.c), its arrays made once
 } prog;
 
 typedef struct builder {
@@ -83,6 +95,7 @@ typedef struct builder {
     bool post_later;    // the optimizer: an updated shard goes into its home in post_flush's buckets
     int delta;          // the micro-batch offset of the instructions being emitted
     plan_phase phase;   // the part of the step being emitted
+    double *run_credit[2]; // per forward op: what one pass's bucket saves (forward, backward; run_release)
 } builder;
 
 // The plan group over the mesh axes in `axes` for collectives on `stream` (made on first use).
@@ -93,5 +106,23 @@ pcc_group_shape p3_axes_group(const builder *E, unsigned axes);
 float p3_memory_s(const builder *E, const prog *P, double bytes, int b);
 // Builds stage P->stage's program (preserve.c).
 void p3_program(builder *E, prog *P);
+// Whether op o is ring attention's (preserve.c).
+bool p3_ring_op(const builder *E, int o);
+
+/* runs.c: one bucket for the input collectives of several top-level operators */
+
+// Per op of this stage's forward (bwd false) or backward pass: whether it waits for its run.
+const bool *p3_run_plan(builder *E, prog *P, bool bwd);
+// Whether op o may wait for the rest of its run (or ends the run held before it).
+bool p3_may_wait(const builder *E, int o);
+bool p3_reads_held(const builder *E, const p3_held *h, int o);
+p3_held p3_held_new(const builder *E);
+void p3_hold(const builder *E, p3_held *h, int o, p3_sig sig);
+void p3_release(const builder *E, p3_held *h);
+// The forward op whose resharding the estimate charges input i of op o, or -1.
+int p3_charged_to(const pcc_graph *g, int o, int i);
+// What a run's buckets (pairs in[k] -> out[k] by step[k], charged to forward op to[k]) save,
+// into E->run_credit.
+void p3_run_credit(builder *E, prog *P, const pcc_reshard_step *step, const int *in, const int *out, const int *to, int n);
 
 #endif

@@ -421,6 +421,18 @@ with tempfile.TemporaryDirectory() as tmp:
     best = min((v[0]["estimate"]["step_s"], k) for k, v in steps.items() if k != "auto" and v[0])
     check(f"dlrm on 64 A100s: --auto's step {a and a['estimate']['step_s'] * 1e3:.2f} ms at most 0.85 of the best node-local "
           f"plan's ({best[1]}: {best[0] * 1e3:.2f} ms)", a is not None and a["estimate"]["step_s"] <= 0.85 * best[0])
+    # Phase 3 makes the tables' all-to-alls one bucket each way (runs.c: every lookup, then one
+    # all-to-all of seven tables' pieces; the eighth is split along the batch already), the
+    # estimate learns what that saves (estimate_runs), and the simulator agrees with it.
+    path = os.path.join(tmp, "dlrm.plan")
+    c = subprocess.run([plancc, *common, "--auto", "-o", path, "-q"], capture_output=True, text=True, cwd=root)
+    a2a = [len(m.group(1).split(",")) for m in re.finditer(r"coll all_to_all \S+ group \d+ args ([0-9,]+) ->", run("--text", path).stdout)]
+    check(f"dlrm on 64 A100s: the tables' all-to-alls are one bucket forward and one backward (pairs: {a2a})",
+          c.returncode == 0 and a2a == [7, 7], c.stderr)
+    r = run("--sim", "--json", path)
+    sim = json.loads(r.stdout) if r.returncode == 0 else {}
+    check(f"dlrm on 64 A100s: the estimate with the buckets {sim.get('estimate_s', 0) * 1e3:.3f} ms within 1% of the simulated "
+          f"{sim.get('step_s', 0) * 1e3:.3f} ms", sim and abs(sim["step_s"] / sim["estimate_s"] - 1) < 0.01, r.stderr)
 
 print(f"{passes} passed, {fails} failed")
 sys.exit(1 if fails else 0)
