@@ -651,13 +651,6 @@ static void ring_attention(builder *E, prog *P, int o) {
     copy(E, P, ring_shift(E, P, op->in[3], dv, STREAM_MAIN), out[2]);
 }
 
-// Whether op o is attention (or its gradient) that runs as ring attention.
-bool p3_ring_op(const builder *E, int o) {
-    const pcc_op *op = &E->g->ops[o];
-    if (!E->s->config.cp_ring || E->cp < 2 || (op->kind != PCC_OP_ATTENTION && op->kind != PCC_OP_ATTENTION_GRAD)) return false;
-    return E->s->letter[PCC_AX_CP][op->phase == PCC_PHASE_FWD ? o : op->fwd] >= 0;
-}
-
 static void emit_op(builder *E, prog *P, int o, bool last_mb) {
     const pcc_graph *g = E->g;
     const pcc_op *op = &g->ops[o];
@@ -1184,7 +1177,9 @@ static void run_release(builder *E, prog *P, p3_held *h, bool last_mb) {
         }
     }
     bool *done = arena_alloc(g->arena, (size_t)(n ? n : 1));
-    p3_run_credit(E, P, step, in, out, to, n);
+    pcc_group_shape *grp = arena_alloc(g->arena, sizeof(pcc_group_shape) * (size_t)(n ? n : 1));
+    for (int k = 0; k < n; k++) grp[k] = p3_axes_group(E, step[k].axes);
+    p3_run_credit(E, P, step, in, out, grp, to, n);
     step_buckets(E, P, step, in, out, done, n, STREAM_MAIN, 0);
     for (int k = 0; k < n; k++) *VEC_PUSH(g->arena, P->cache, P->n_cache, P->cap_cache) = (cache_entry){in[k], want[k], out[k]};
     for (int j = 0; j < h->n; j++) emit_op(E, P, h->op[j], last_mb);

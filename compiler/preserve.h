@@ -106,8 +106,6 @@ pcc_group_shape p3_axes_group(const builder *E, unsigned axes);
 float p3_memory_s(const builder *E, const prog *P, double bytes, int b);
 // Builds stage P->stage's program (preserve.c).
 void p3_program(builder *E, prog *P);
-// Whether op o is ring attention's (preserve.c).
-bool p3_ring_op(const builder *E, int o);
 
 /* runs.c: one bucket for the input collectives of several top-level operators */
 
@@ -121,8 +119,11 @@ void p3_hold(const builder *E, p3_held *h, int o, p3_sig sig);
 void p3_release(const builder *E, p3_held *h);
 // The forward op whose resharding the estimate charges input i of op o, or -1.
 int p3_charged_to(const pcc_graph *g, int o, int i);
-// What a run's buckets (pairs in[k] -> out[k] by step[k], charged to forward op to[k]) save,
-// into E->run_credit.
-void p3_run_credit(builder *E, prog *P, const pcc_reshard_step *step, const int *in, const int *out, const int *to, int n);
+// What a run's buckets (pairs in[k] -> out[k] by step[k] over a group of shape grp[k], charged
+// to forward op to[k]) save, into E->run_credit.
+void p3_run_credit(builder *E, prog *P, const pcc_reshard_step *step, const int *in, const int *out, const pcc_group_shape *grp,
+                   const int *to, int n);
+// Whether op o is attention (or its gradient) that runs as ring attention.
+bool p3_ring_op(const builder *E, int o);
 
 #endif

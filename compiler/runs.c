@@ -19,6 +19,13 @@
 
 #include <string.h>
 
+// Whether op o is attention (or its gradient) that runs as ring attention (preserve.c emits it so).
+bool p3_ring_op(const builder *E, int o) {
+    const pcc_op *op = &E->g->ops[o];
+    if (!E->s->config.cp_ring || E->cp < 2 || (op->kind != PCC_OP_ATTENTION && op->kind != PCC_OP_ATTENTION_GRAD)) return false;
+    return E->s->letter[PCC_AX_CP][op->phase == PCC_PHASE_FWD ? o : op->fwd] >= 0;
+}
+
 // Whether op o may wait for the rest of its run: it updates nothing in place, sums into no
 // output, is not ring attention, and no output of it goes another way than to its readers (a
 // contribution summed once per step, a ZeRO-2 shard).
@@ -133,7 +140,8 @@ int p3_charged_to(const pcc_graph *g, int o, int i) {
 // (each pair's launch and latency, but one bucket's), for the estimate (estimate_runs): each
 // pair's saving (its own time less its share of the bucket's, by bytes) on the forward op the
 // estimate charges its collective (to[k], charged_to), every micro-batch's pass the same.
-void p3_run_credit(builder *E, prog *P, const pcc_reshard_step *step, const int *in, const int *out, const int *to, int n) {
+void p3_run_credit(builder *E, prog *P, const pcc_reshard_step *step, const int *in, const int *out, const pcc_group_shape *grp,
+                   const int *to, int n) {
     const pcc_graph *g = E->g;
     bool bwd = E->phase == PLAN_PHASE_BWD, *seen = arena_alloc(g->arena, (size_t)(n ? n : 1));
     for (int k = 0; k < n; k++)
@@ -142,18 +150,17 @@ void p3_run_credit(builder *E, prog *P, const pcc_reshard_step *step, const int 
         if (seen[k]) continue;
         pcc_coll kind = (pcc_coll)step[k].kind;
         bool ends_with = kind == PCC_COLL_ALL_REDUCE || kind == PCC_COLL_ALL_GATHER || kind == PCC_COLL_BROADCAST;
-        pcc_group_shape grp = p3_axes_group(E, step[k].axes);
         double sum = 0;
         for (int j = k; j < n; j++)
             if (step[j].kind == step[k].kind && step[j].axes == step[k].axes && P->buf[out[j]].dtype == P->buf[out[k]].dtype)
                 sum += (double)P->buf[ends_with ? out[j] : in[j]].bytes;
-        double whole = cost_collective_s(E->c, kind, sum, grp) + cost_launch_s(E->c);
+        double whole = cost_collective_s(E->c, kind, sum, grp[k]) + cost_launch_s(E->c);
         for (int j = k; j < n; j++) {
             if (seen[j] || step[j].kind != step[k].kind || step[j].axes != step[k].axes || P->buf[out[j]].dtype != P->buf[out[k]].dtype)
                 continue;
             double b = (double)P->buf[ends_with ? out[j] : in[j]].bytes;
             if (to[j] >= 0)
-                E->run_credit[bwd][to[j]] += cost_collective_s(E->c, kind, b, grp) + cost_launch_s(E->c) - (sum > 0 ? whole * b / sum : 0);
+                E->run_credit[bwd][to[j]] += cost_collective_s(E->c, kind, b, grp[k]) + cost_launch_s(E->c) - (sum > 0 ? whole * b / sum : 0);
             seen[j] = true;
         }
     }
