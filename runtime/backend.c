@@ -63,6 +63,13 @@ int rt_backend_coll(rt_backend *b, const rt_exec *x, const rt_coll *c, char *err
     return b->coll(b, x, c, err, err_n);
 }
 
+int rt_backend_coll_bucket(rt_backend *b, const rt_exec *x, const rt_coll *cs, int n, char *err, size_t err_n) {
+    if (b->coll_bucket) return b->coll_bucket(b, x, cs, n, err, err_n);
+    for (int k = 0; k < n; k++)
+        if (rt_backend_coll(b, x, &cs[k], err, err_n)) return -1;
+    return 0;
+}
+
 int rt_backend_record(rt_backend *b, const rt_exec *x, uint32_t event, uint64_t ordinal, char *err, size_t err_n) {
     REQUIRE(record);
     return b->record(b, x, event, ordinal, err, err_n);

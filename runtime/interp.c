@@ -328,10 +328,11 @@ static int scratch_coll(const plan_coll_facts *kind, int me, int n, rt_coll_memb
 }
 
 // One pair (in ib, out ob) of collective instruction i, the seq-th collective on its group
-// instance. flat > 0: ib is the first of a bucket's in-place buffers that lie back to back, and
-// the call reduces `flat` elements from its slot on as one vector.
-static int coll_pair(walker *w, uint32_t i, uint32_t mb, uint32_t layer, uint64_t seq, uint32_t ib, uint32_t ob,
-                     int64_t flat) {
+// instance, as the backend takes it (*c; its `what` in what[WHAT_BYTES]). flat > 0: ib is the
+// first of a bucket's in-place buffers that lie back to back, and the call reduces `flat`
+// elements from its slot on as one vector.
+static int coll_pair_of(walker *w, uint32_t i, uint32_t mb, uint32_t layer, uint64_t seq, uint32_t ib, uint32_t ob, int64_t flat,
+                        rt_coll *c, char *what) {
     const plan_program *pg = w->rk->pg;
     const plan_insn *in = &pg->insns[i];
     const plan_coll_facts *kind = plan_coll_lookup(in->code); // in range: plan_validate
@@ -369,11 +370,19 @@ static int coll_pair(walker *w, uint32_t i, uint32_t mb, uint32_t layer, uint64_
     } else if (kind->roots == PLAN_ROOTS_FIRST) {
         m.contributes = me == 0;
     }
+    describe(w, what, WHAT_BYTES, i, mb, layer, "");
+    *c = (rt_coll){.kind = in->code, .group = (uint32_t)in->a, .instance = inst, .seq = seq, .n_members = n, .me = me,
+                   .mine = m, .dtype = (uint8_t)rt_elem_dtype(w->rk, inb), .what = what, .t_s = in->t_s};
+    return 0;
+}
+
+// One pair of collective instruction i, issued (coll_pair_of).
+static int coll_pair(walker *w, uint32_t i, uint32_t mb, uint32_t layer, uint64_t seq, uint32_t ib, uint32_t ob,
+                     int64_t flat) {
     char what[WHAT_BYTES], err[512];
-    describe(w, what, sizeof what, i, mb, layer, "");
-    rt_coll c = {.kind = in->code, .group = (uint32_t)in->a, .instance = inst, .seq = seq, .n_members = n, .me = me,
-                 .mine = m, .dtype = (uint8_t)rt_elem_dtype(w->rk, inb), .what = what, .t_s = in->t_s};
-    rt_exec x = exec_of(w, in->stream);
+    rt_coll c;
+    if (coll_pair_of(w, i, mb, layer, seq, ib, ob, flat, &c, what)) return -1;
+    rt_exec x = exec_of(w, w->rk->pg->insns[i].stream);
     return rt_backend_coll(w->run->be, &x, &c, err, sizeof err) ? rt_backend_fail(w->run->be, "%s", err) : 0;
 }
 
@@ -415,9 +424,21 @@ static int do_coll(walker *w, uint32_t i, uint32_t mb, uint32_t layer, uint64_t 
     uint32_t np = in->nargs / 2u;
     int64_t flat = in->attrs == PLAN_NONE ? bucket_flat(w, in, mb, layer) : 0;
     if (flat > 0) return coll_pair(w, i, mb, layer, seq, pg->args[in->args], pg->args[in->args], flat);
-    for (uint32_t j = 0; j < np; j++)
-        if (coll_pair(w, i, mb, layer, seq + j, pg->args[in->args + j], pg->args[in->args + np + j], 0)) return -1;
-    return 0;
+    if (np == 1) return coll_pair(w, i, mb, layer, seq, pg->args[in->args], pg->args[in->args + np], 0);
+    // A bucket of pairs the backend issues together where it can (rt_backend_coll_bucket).
+    rt_coll *cs = malloc(sizeof *cs * np);
+    char *what = malloc((size_t)WHAT_BYTES * np), err[512];
+    if (!cs || !what) {
+        free(cs), free(what);
+        return fail(w, i, mb, layer, "out of memory");
+    }
+    int rc = 0;
+    for (uint32_t j = 0; j < np && !rc; j++)
+        rc = coll_pair_of(w, i, mb, layer, seq + j, pg->args[in->args + j], pg->args[in->args + np + j], 0, &cs[j], what + (size_t)j * WHAT_BYTES);
+    rt_exec x = exec_of(w, in->stream);
+    if (!rc && rt_backend_coll_bucket(w->run->be, &x, cs, (int)np, err, sizeof err)) rc = rt_backend_fail(w->run->be, "%s", err);
+    free(cs), free(what);
+    return rc;
 }
 
 static int walk(walker *w, uint32_t lo, uint32_t hi, frame f);

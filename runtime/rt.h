@@ -341,7 +341,7 @@ void rt_gate_stats_get(rt_gate *g, rt_gate_stats *s);
  *
  * Required: name, arena_alloc, arena_free, upload, download, kernel, copy, p2p, coll, record,
  * wait, fail, error. Optional (NULL: nothing to do): step_begin, step_end, thread_exit,
- * host_sum, when_done, join, round_end, round_fence, round_drain, stamp, stamp_read, free. */
+ * host_sum, when_done, join, round_end, round_fence, round_drain, stamp, stamp_read, free, coll_bucket. */
 
 // Who issues a call: the host thread (0 .. ranks x streams - 1), the rank, and the stream the
 // work belongs to.
@@ -388,6 +388,10 @@ struct rt_backend {
     int (*p2p)(rt_backend *b, const rt_exec *x, rt_p2p *items, int n, char *err, size_t err_n);
     // One member's part of a collective.
     int (*coll)(rt_backend *b, const rt_exec *x, const rt_coll *c, char *err, size_t err_n);
+    // One member's part of a bucket: the n > 1 pairs of one collective instruction on one group,
+    // in order, as one unit where the backend can (CUDA: one ncclGroupStart/End, one launch).
+    // Optional: without it, coll for each pair in order.
+    int (*coll_bucket)(rt_backend *b, const rt_exec *x, const rt_coll *cs, int n, char *err, size_t err_n);
     // Events of a rank: record marks ordinal k of event e on x's stream; wait makes x's stream
     // wait for ordinal k (the record that precedes the wait in program order). `what` names the
     // waiting instruction for a deadlock report.
@@ -463,6 +467,7 @@ int rt_backend_copy(rt_backend *b, const rt_exec *x, void *dst, const rt_box *db
                     uint64_t bytes, uint32_t dtype, char *err, size_t err_n);
 int rt_backend_p2p(rt_backend *b, const rt_exec *x, rt_p2p *items, int n, char *err, size_t err_n);
 int rt_backend_coll(rt_backend *b, const rt_exec *x, const rt_coll *c, char *err, size_t err_n);
+int rt_backend_coll_bucket(rt_backend *b, const rt_exec *x, const rt_coll *cs, int n, char *err, size_t err_n);
 int rt_backend_record(rt_backend *b, const rt_exec *x, uint32_t event, uint64_t ordinal, char *err, size_t err_n);
 int rt_backend_wait(rt_backend *b, const rt_exec *x, uint32_t event, uint64_t ordinal, const char *what, char *err, size_t err_n);
 void rt_backend_step_begin(rt_backend *b, int n_threads);

@@ -175,6 +175,7 @@ int cu_nccl_init(cu_state *cu, const rt_cuda_config *cfg, char *err, size_t err_
 void cu_nccl_free(cu_state *cu);
 int cu_nccl_p2p(rt_backend *b, const rt_exec *x, rt_p2p *items, int n, char *err, size_t err_n);
 int cu_nccl_coll(rt_backend *b, const rt_exec *x, const rt_coll *c, char *err, size_t err_n);
+int cu_nccl_coll_bucket(rt_backend *b, const rt_exec *x, const rt_coll *cs, int n, char *err, size_t err_n);
 int cu_nccl_host_sum(rt_backend *b, double *v, int n, char *err, size_t err_n);
 // 0, or -1 with the first asynchronous NCCL error of any communicator.
 int cu_nccl_poll(cu_state *cu, char *err, size_t err_n);

@@ -581,54 +581,94 @@ static ck_box intersect(const ck_box *a, const ck_box *b) {
     return r;
 }
 
-// Generic: grouped send/recv of the intersections, then everything added into place.
-static int run_p2p(cu_state *cu, cudaStream_t st, ncclComm_t comm, const rt_coll *c, const cu_layout *L, char *err, size_t err_n) {
+// P2P's staging for one collective: the piece of my input each member gets and of theirs I get
+// (their intersections with the outputs), and where they sit in one scratch buffer (my sends
+// first, then what I receive).
+typedef struct p2p_stage {
+    ck_box *send, *recv;
+    int64_t *soff, *roff;
+    void *tmp;
+} p2p_stage;
+
+static void p2p_free(cudaStream_t st, p2p_stage *s) {
+    cu_scratch_free(st, s->tmp);
+    free(s->send), free(s->recv), free(s->soff), free(s->roff);
+    *s = (p2p_stage){0};
+}
+
+// Before the NCCL calls: the pieces, the scratch, and my sends packed into it.
+static int p2p_pack(cudaStream_t st, const rt_coll *c, const cu_layout *L, p2p_stage *s, char *err, size_t err_n) {
     int n = L->n, me = c->me, dt = c->dtype;
     size_t es = cu_dtype_bytes(dt);
     const cu_member *m = L->m;
-    ck_box *send = calloc((size_t)n, sizeof *send), *recv = calloc((size_t)n, sizeof *recv);
-    int64_t *soff = calloc((size_t)n + 1, sizeof *soff), *roff = calloc((size_t)n + 1, sizeof *roff);
-    if (!send || !recv || !soff || !roff) {
-        free(send), free(recv), free(soff), free(roff);
-        return cu_say(err, err_n, "out of memory");
-    }
+    s->send = calloc((size_t)n, sizeof *s->send), s->recv = calloc((size_t)n, sizeof *s->recv);
+    s->soff = calloc((size_t)n + 1, sizeof *s->soff), s->roff = calloc((size_t)n + 1, sizeof *s->roff);
+    if (!s->send || !s->recv || !s->soff || !s->roff) return cu_say(err, err_n, "out of memory");
     int64_t total = 0;
     for (int r = 0; r < n; r++) { // piece r of the send side is what member r gets from me (r == me: my own part)
-        send[r] = intersect(&m[me].in, &m[r].out);
-        recv[r] = intersect(&m[r].in, &m[me].out);
-        soff[r] = total, total += m[me].contributes ? box_numel(&send[r]) : 0;
+        s->send[r] = intersect(&m[me].in, &m[r].out);
+        s->recv[r] = intersect(&m[r].in, &m[me].out);
+        s->soff[r] = total, total += m[me].contributes ? box_numel(&s->send[r]) : 0;
     }
-    for (int r = 0; r < n; r++) roff[r] = total, total += r != me && m[r].contributes ? box_numel(&recv[r]) : 0;
-    void *tmp = NULL;
-    int rc = cu_scratch(st, (size_t)total * es, &tmp, err, err_n);
-    char *t = tmp;
+    for (int r = 0; r < n; r++) s->roff[r] = total, total += r != me && m[r].contributes ? box_numel(&s->recv[r]) : 0;
+    int rc = cu_scratch(st, (size_t)total * es, &s->tmp, err, err_n);
+    char *t = s->tmp;
     for (int r = 0; !rc && r < n; r++)
-        if (m[me].contributes && box_numel(&send[r]))
-            rc = box_kernel(st, t + soff[r] * es, &send[r], c->mine.in, &m[me].in, dt, CK_BOX_SET, err, err_n);
+        if (m[me].contributes && box_numel(&s->send[r]))
+            rc = box_kernel(st, t + s->soff[r] * es, &s->send[r], c->mine.in, &m[me].in, dt, CK_BOX_SET, err, err_n);
+    return rc;
+}
+
+// The sends and receives, inside the caller's ncclGroupStart/End.
+static ncclResult_t p2p_issue(ncclComm_t comm, cudaStream_t st, const rt_coll *c, const cu_layout *L, const p2p_stage *s) {
+    int n = L->n, me = c->me, dt = c->dtype;
+    size_t es = cu_dtype_bytes(dt);
+    const cu_member *m = L->m;
+    char *t = s->tmp;
+    ncclResult_t bad = ncclSuccess;
+    for (int r = 0; r < n && cu_nccl_ok(bad); r++) {
+        if (r == me) continue;
+        if (m[me].contributes && box_numel(&s->send[r]))
+            bad = ncclSend(t + s->soff[r] * es, (size_t)box_numel(&s->send[r]), nccl_type(dt), r, comm, st);
+        if (cu_nccl_ok(bad) && m[r].contributes && box_numel(&s->recv[r]))
+            bad = ncclRecv(t + s->roff[r] * es, (size_t)box_numel(&s->recv[r]), nccl_type(dt), r, comm, st);
+    }
+    return bad;
+}
+
+// After them: my own part and what arrived added into place.
+static int p2p_unpack(cudaStream_t st, const rt_coll *c, const cu_layout *L, const p2p_stage *s, char *err, size_t err_n) {
+    int n = L->n, me = c->me, dt = c->dtype;
+    size_t es = cu_dtype_bytes(dt);
+    const cu_member *m = L->m;
+    int rc = 0;
+    if (cudaMemsetAsync(c->mine.out, 0, (size_t)box_numel(&m[me].out) * es, st) != cudaSuccess)
+        rc = cu_say(err, err_n, "cudaMemsetAsync failed");
+    for (int r = 0; !rc && r < n; r++) {
+        bool self = r == me;
+        if (!m[r].contributes) continue;
+        const ck_box *piece = self ? &s->send[me] : &s->recv[r];
+        if (box_numel(piece))
+            rc = box_kernel(st, c->mine.out, &m[me].out, (char *)s->tmp + (self ? s->soff[me] : s->roff[r]) * es, piece, dt,
+                            CK_BOX_ADD, err, err_n);
+    }
+    return rc;
+}
+
+// Generic: grouped send/recv of the intersections, then everything added into place.
+static int run_p2p(cu_state *cu, cudaStream_t st, ncclComm_t comm, const rt_coll *c, const cu_layout *L, char *err, size_t err_n) {
+    p2p_stage s = {0};
+    int rc = p2p_pack(st, c, L, &s, err, err_n);
     if (!rc) {
         ncclResult_t bad = ncclGroupStart();
-        for (int r = 0; r < n && cu_nccl_ok(bad); r++) {
-            if (r == me) continue;
-            if (m[me].contributes && box_numel(&send[r])) bad = ncclSend(t + soff[r] * es, (size_t)box_numel(&send[r]), nccl_type(dt), r, comm, st);
-            if (cu_nccl_ok(bad) && m[r].contributes && box_numel(&recv[r]))
-                bad = ncclRecv(t + roff[r] * es, (size_t)box_numel(&recv[r]), nccl_type(dt), r, comm, st);
-        }
+        if (cu_nccl_ok(bad)) bad = p2p_issue(comm, st, c, L, &s);
         ncclResult_t end = ncclGroupEnd();
         if (!cu_nccl_ok(bad) || !cu_nccl_ok(end))
             rc = cu_fail(err, err_n, "NCCL", cu_nccl_str(cu_nccl_ok(bad) ? end : bad), "ncclSend/ncclRecv()", __func__, __FILE__, __LINE__);
     }
     if (!rc) rc = settle(cu, comm, c->what, err, err_n);
-    if (!rc && cudaMemsetAsync(c->mine.out, 0, (size_t)box_numel(&m[me].out) * es, st) != cudaSuccess)
-        rc = cu_say(err, err_n, "cudaMemsetAsync failed");
-    for (int r = 0; !rc && r < n; r++) {
-        bool self = r == me;
-        if (!m[r].contributes) continue;
-        const ck_box *piece = self ? &send[me] : &recv[r];
-        if (box_numel(piece))
-            rc = box_kernel(st, c->mine.out, &m[me].out, t + (self ? soff[me] : roff[r]) * es, piece, dt, CK_BOX_ADD, err, err_n);
-    }
-    cu_scratch_free(st, tmp);
-    free(send), free(recv), free(soff), free(roff);
+    if (!rc) rc = p2p_unpack(st, c, L, &s, err, err_n);
+    p2p_free(st, &s);
     return rc ? cu_trace(err, err_n, __func__, __FILE__, __LINE__) : 0;
 }
 
@@ -671,30 +711,41 @@ static int run_pack_scatter(cu_state *cu, cudaStream_t st, ncclComm_t comm, cons
     return rc ? cu_trace(err, err_n, __func__, __FILE__, __LINE__) : 0;
 }
 
+// Before a direct path's NCCL call: its input (a member that does not contribute to an
+// all-reduce passes zeros); an all-gather or reduce-scatter in place is refused.
+static int direct_input(cudaStream_t st, const rt_coll *c, const cu_layout *L, const void **in, char *err, size_t err_n) {
+    *in = c->mine.in;
+    if (L->path == PATH_ALLREDUCE && !c->mine.contributes) {
+        CUDA_CHECK(cudaMemsetAsync(c->mine.out, 0, (size_t)L->count * cu_dtype_bytes(c->dtype), st));
+        *in = c->mine.out;
+    }
+    if ((L->path == PATH_ALLGATHER || L->path == PATH_REDUCESCATTER) && *in == c->mine.out)
+        return cu_say(err, err_n, "%s: an %s in place is not supported", c->what, L->path == PATH_ALLGATHER ? "all-gather" : "reduce-scatter");
+    return 0;
+}
+
+// A direct path's one NCCL call on the buffers themselves.
+static ncclResult_t direct_issue(ncclComm_t comm, cudaStream_t st, const rt_coll *c, const cu_layout *L, const void *in) {
+    ncclDataType_t t = nccl_type(c->dtype);
+    switch (L->path) {
+    case PATH_ALLREDUCE: return ncclAllReduce(in, c->mine.out, (size_t)L->count, t, ncclSum, comm, st);
+    case PATH_BROADCAST: return ncclBroadcast(in, c->mine.out, (size_t)L->count, t, L->root, comm, st);
+    case PATH_ALLGATHER: return ncclAllGather(in, c->mine.out, (size_t)L->count, t, comm, st);
+    case PATH_REDUCESCATTER: return ncclReduceScatter(in, c->mine.out, (size_t)L->count, t, ncclSum, comm, st);
+    default: return ncclInvalidUsage;
+    }
+}
+
+static bool direct_path(int path) {
+    return path == PATH_ALLREDUCE || path == PATH_BROADCAST || path == PATH_ALLGATHER || path == PATH_REDUCESCATTER;
+}
+
 // The direct paths: one NCCL call on the buffers themselves.
 static int run_direct(cu_state *cu, cudaStream_t st, ncclComm_t comm, const rt_coll *c, const cu_layout *L, char *err, size_t err_n) {
-    ncclDataType_t t = nccl_type(c->dtype);
-    size_t bytes = (size_t)L->count * cu_dtype_bytes(c->dtype);
-    const void *in = c->mine.in;
-    switch (L->path) {
-    case PATH_ALLREDUCE:
-        if (!c->mine.contributes) {
-            CUDA_CHECK(cudaMemsetAsync(c->mine.out, 0, bytes, st));
-            in = c->mine.out;
-        }
-        NCCL_CHECK(ncclAllReduce(in, c->mine.out, (size_t)L->count, t, ncclSum, comm, st));
-        break;
-    case PATH_BROADCAST: NCCL_CHECK(ncclBroadcast(in, c->mine.out, (size_t)L->count, t, L->root, comm, st)); break;
-    case PATH_ALLGATHER:
-        if (in == c->mine.out) return cu_say(err, err_n, "%s: an all-gather in place is not supported", c->what);
-        NCCL_CHECK(ncclAllGather(in, c->mine.out, (size_t)L->count, t, comm, st));
-        break;
-    case PATH_REDUCESCATTER:
-        if (in == c->mine.out) return cu_say(err, err_n, "%s: a reduce-scatter in place is not supported", c->what);
-        NCCL_CHECK(ncclReduceScatter(in, c->mine.out, (size_t)L->count, t, ncclSum, comm, st));
-        break;
-    default: return cu_say(err, err_n, "internal: path %d is not direct", L->path);
-    }
+    if (!direct_path(L->path)) return cu_say(err, err_n, "internal: path %d is not direct", L->path);
+    const void *in;
+    CU_TRY(direct_input(st, c, L, &in, err, err_n));
+    NCCL_CHECK(direct_issue(comm, st, c, L, in));
     CU_TRY(settle(cu, comm, c->what, err, err_n));
     return 0;
 }
@@ -712,20 +763,28 @@ static int run_local(cudaStream_t st, const rt_coll *c, bool zero, char *err, si
     return 0;
 }
 
-int cu_nccl_coll(rt_backend *b, const rt_exec *x, const rt_coll *c, char *err, size_t err_n) {
-    cu_state *cu = cu_of(b);
-    cudaStream_t st;
-    CU_TRY(cu_stream(cu, x->stream, &st, err, err_n));
+// The communicator of c's group, after checking that the interpreter and it agree.
+static int coll_comm(cu_state *cu, const rt_coll *c, ncclComm_t *comm, char *err, size_t err_n) {
     if (!cu_dtype_bytes(c->dtype)) return cu_say(err, err_n, "%s: dtype %u", c->what, c->dtype);
     if (c->group >= cu->p->n_groups) return cu_say(err, err_n, "%s: group %u of %u", c->what, c->group, cu->p->n_groups);
-    if (c->n_members == 1) return run_local(st, c, false, err, err_n);
-    ncclComm_t comm = cu->group_comm[c->group];
-    if (!comm)
+    *comm = cu->group_comm[c->group];
+    if (c->n_members == 1) return 0;
+    if (!*comm)
         return cu_say(err, err_n, "%s: %s", c->what, cu->aborted ? "the communicators were aborted after an earlier failure"
                                                                    : "this rank has no communicator for the group");
     if (cu->group_size[c->group] != c->n_members || cu->group_me[c->group] != c->me)
         return cu_say(err, err_n, "%s: the interpreter counts %d members with this rank at %d, the communicator %d and %d", c->what,
                       c->n_members, c->me, cu->group_size[c->group], cu->group_me[c->group]);
+    return 0;
+}
+
+int cu_nccl_coll(rt_backend *b, const rt_exec *x, const rt_coll *c, char *err, size_t err_n) {
+    cu_state *cu = cu_of(b);
+    cudaStream_t st;
+    ncclComm_t comm;
+    CU_TRY(cu_stream(cu, x->stream, &st, err, err_n));
+    CU_TRY(coll_comm(cu, c, &comm, err, err_n));
+    if (c->n_members == 1) return run_local(st, c, false, err, err_n);
     cu_layout *L;
     CU_TRY(layout_of(cu, st, comm, c, &L, err, err_n));
     switch (L->path) {
@@ -737,6 +796,54 @@ int cu_nccl_coll(rt_backend *b, const rt_exec *x, const rt_coll *c, char *err, s
     }
     CU_TRY(cu_inflight_add(cu, st, c->what, err, err_n));
     return 0;
+}
+
+// A bucket (the n pairs of one collective instruction, on one group): where every pair runs as
+// one NCCL call or as grouped sends and receives, all of them in one ncclGroupStart/End, which
+// NCCL aggregates into one launch, so that the bucket pays the group's latency once, as the cost
+// model times it; each pair's packing before, its unpacking after. Otherwise pair by pair.
+static int run_bucket(cu_state *cu, cudaStream_t st, ncclComm_t comm, const rt_coll *cs, cu_layout **L, p2p_stage *S, const void **in,
+                      int n, char *err, size_t err_n) {
+    int rc = 0;
+    for (int k = 0; k < n && !rc; k++)
+        rc = L[k]->path == PATH_P2P ? p2p_pack(st, &cs[k], L[k], &S[k], err, err_n) : direct_input(st, &cs[k], L[k], &in[k], err, err_n);
+    if (!rc) {
+        ncclResult_t bad = ncclGroupStart();
+        for (int k = 0; k < n && cu_nccl_ok(bad); k++)
+            bad = L[k]->path == PATH_P2P ? p2p_issue(comm, st, &cs[k], L[k], &S[k]) : direct_issue(comm, st, &cs[k], L[k], in[k]);
+        ncclResult_t end = ncclGroupEnd();
+        if (!cu_nccl_ok(bad) || !cu_nccl_ok(end))
+            rc = cu_fail(err, err_n, "NCCL", cu_nccl_str(cu_nccl_ok(bad) ? end : bad), "a bucket's calls", __func__, __FILE__, __LINE__);
+    }
+    if (!rc) rc = settle(cu, comm, cs[0].what, err, err_n);
+    for (int k = 0; k < n && !rc; k++)
+        if (L[k]->path == PATH_P2P) rc = p2p_unpack(st, &cs[k], L[k], &S[k], err, err_n);
+    for (int k = 0; k < n; k++)
+        if (L[k]->path == PATH_P2P) p2p_free(st, &S[k]);
+    if (!rc) rc = cu_inflight_add(cu, st, cs[0].what, err, err_n);
+    return rc ? cu_trace(err, err_n, __func__, __FILE__, __LINE__) : 0;
+}
+
+int cu_nccl_coll_bucket(rt_backend *b, const rt_exec *x, const rt_coll *cs, int n, char *err, size_t err_n) {
+    cu_state *cu = cu_of(b);
+    cudaStream_t st;
+    ncclComm_t comm = NULL;
+    CU_TRY(cu_stream(cu, x->stream, &st, err, err_n));
+    cu_layout **L = calloc((size_t)n, sizeof *L);
+    p2p_stage *S = calloc((size_t)n, sizeof *S);
+    const void **in = calloc((size_t)n, sizeof *in);
+    int rc = !L || !S || !in ? cu_say(err, err_n, "out of memory") : 0;
+    bool grouped = true;
+    for (int k = 0; k < n && !rc && grouped; k++) {
+        grouped = cs[k].n_members > 1 && cs[k].group == cs[0].group;
+        if (grouped) rc = coll_comm(cu, &cs[k], &comm, err, err_n);
+        if (grouped && !rc) rc = layout_of(cu, st, comm, &cs[k], &L[k], err, err_n); // the first step's exchange, outside the group
+        grouped = grouped && !rc && (L[k]->path == PATH_P2P || direct_path(L[k]->path));
+    }
+    if (!rc && grouped) rc = run_bucket(cu, st, comm, cs, L, S, in, n, err, err_n);
+    for (int k = 0; k < n && !rc && !grouped; k++) rc = cu_nccl_coll(b, x, &cs[k], err, err_n);
+    free(L), free(S), free(in);
+    return rc ? cu_trace(err, err_n, __func__, __FILE__, __LINE__) : 0;
 }
 
 /* ---- waiting for the GPU ---- */
