@@ -12,8 +12,8 @@
  * tables' gradients. Only runs of two or more wait (p3_run_plan), so a lone operator stays where
  * it was. Not over dp or cp (the estimate charges those collectives elsewhere), and not with
  * --sync background, whose rounds take the gate between the foreground's collectives one by one.
- * The estimate learns what the buckets save from phase 3 (estimate_runs). The CUDA backend
- * still issues a bucket's pairs one NCCL call each (nccl.c), each its own latency.
+ * The estimate learns what the buckets save from phase 3 (estimate_runs); the CUDA backend issues
+ * a bucket's pairs in one ncclGroupStart/End (runtime/cuda/nccl.c).
  */
 #include "preserve.h"
 
