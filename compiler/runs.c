@@ -76,8 +76,8 @@ void p3_release(const builder *E, p3_held *h) {
 p3_held p3_held_new(const builder *E) {
     const pcc_graph *g = E->g;
     return (p3_held){.op = arena_alloc(g->arena, sizeof(int) * (size_t)g->n_ops),
-                  .sig = arena_alloc(g->arena, sizeof(p3_sig) * (size_t)g->n_ops),
-                  .out = arena_alloc(g->arena, (size_t)g->n_tensors)};
+                     .sig = arena_alloc(g->arena, sizeof(p3_sig) * (size_t)g->n_ops),
+                     .out = arena_alloc(g->arena, (size_t)g->n_tensors)};
 }
 
 // The run ends: its operators whose signature two or more share are marked to wait.

@@ -412,6 +412,7 @@ struct pcc_space {
         double *plain, *full, *ring, *ring_full;
     } *fl;
     int n_fl, cap_fl;
+    bool whole_tp;              // --auto tries tp over every device with the batch over it too (whole_tp_worth)
 };
 
 // Seconds op o cannot take less than on one device: its FLOPs at the best rate the cost model
@@ -448,6 +449,18 @@ static void space_floors(pcc_space *S) {
     }
 }
 
+// Whether --auto tries tp over every device of a GPU cluster with the batch split over it too
+// (DLRM's layout): where data parallelism's all-reduce of every gradient over all the devices
+// would take longer than the step's FLOPs at the tensor-core peak on them, the parameters
+// outweighing their work (embedding tables), so that sharding them can win. Elsewhere
+// (transformers, whose compute outweighs their synchronization many times) the mesh would only
+// cost the search an ILP over every device, minutes on a large model.
+static bool whole_tp_worth(const pcc_space *S, const pcc_totals *tot) {
+    const pcc_cluster *c = S->fast;
+    double compute = (tot->flops_fwd + tot->flops_bwd) / ((double)S->N * cost_peak_flops(c, S->g->dtype, true));
+    return cost_collective_s(c, PCC_COLL_ALL_REDUCE, tot->bytes_grads, (pcc_group_shape){S->N, 1}) > compute;
+}
+
 static void search_init(pcc_space *S, const pcc_graph *g, const pcc_cluster *c, const pcc_transforms *t,
                         const pcc_search_opts *o) {
     *S = (pcc_space){.g = g, .c = c, .t = t, .o = o, .N = c->n_devices, .bdim = graph_batch_dim(g)};
@@ -459,19 +472,22 @@ static void search_init(pcc_space *S, const pcc_graph *g, const pcc_cluster *c, 
     S->fast = c;
     for (int i = 0; c->groups && i < c->n_groups; i++) // the best peak: the bounds hold on every stage
         if (i == 0 || cost_peak_flops(&c->groups[i], g->dtype, true) > cost_peak_flops(S->fast, g->dtype, true)) S->fast = &c->groups[i];
+    pcc_totals tot;
+    graph_totals(g, &tot);
+    S->whole_tp = whole_tp_worth(S, &tot);
 }
 
 // Whether tp spans nodes (a GPU cluster's tp group larger than a node).
 static bool tp_spans(const pcc_space *S, int tp) { return tp > S->c->devices_per_node && !S->c->cpu; }
 
-// --auto's meshes: tp inside a node, or the whole cluster with the batch split over it too (DLRM's
-// layout: the embedding tables sharded over every device with all-to-all exchanges, the dense
-// layers data-parallel beside them; with --sync background ShadowSync's, their replicas averaged
-// in the background), pp at most the layers (and --pp's where given), dp dividing the batch; cp x
-// tp dividing the devices.
+// --auto's meshes: tp inside a node, or the whole cluster with the batch split over it too where
+// that is worth trying (whole_tp_worth: DLRM's layout, the embedding tables sharded over every
+// device with all-to-all exchanges, the dense layers data-parallel beside them; with --sync
+// background always, ShadowSync's, their replicas averaged in the background), pp at most the
+// layers (and --pp's where given), dp dividing the batch; cp x tp dividing the devices.
 static bool auto_mesh_ok(const pcc_space *S, int tp, int pp, int cp) {
     int N = S->N;
-    bool whole = tp == N && (S->o->bg_dense || (S->bdim >= 0 && S->bsize % N == 0));
+    bool whole = tp == N && (S->o->bg_dense || (S->whole_tp && S->bdim >= 0 && S->bsize % N == 0));
     if (N % ((int64_t)tp * cp) || (tp_spans(S, tp) && !whole)) return false;
     if ((N / tp / cp) % pp || pp > S->nl || !cluster_stages_fit(S->c, pp)) return false; // node groups: a stage in one
     int dp = N / tp / cp / pp;

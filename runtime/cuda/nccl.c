@@ -720,7 +720,7 @@ static int direct_input(cudaStream_t st, const rt_coll *c, const cu_layout *L, c
         *in = c->mine.out;
     }
     if ((L->path == PATH_ALLGATHER || L->path == PATH_REDUCESCATTER) && *in == c->mine.out)
-        return cu_say(err, err_n, "%s: an %s in place is not supported", c->what, L->path == PATH_ALLGATHER ? "all-gather" : "reduce-scatter");
+        return cu_say(err, err_n, "%s: %s in place is not supported", c->what, L->path == PATH_ALLGATHER ? "an all-gather" : "a reduce-scatter");
     return 0;
 }
 
