@@ -312,9 +312,8 @@ static void coll(builder *E, prog *P, pcc_coll kind, unsigned axes, int stream, 
     plan_insn *i = insn(E, P, PLAN_I_COLL, stream, args, 2);
     i->code = (uint16_t)kind;
     i->a = p3_group(E, (int)axes, stream);
-    bool ends_with = kind == PCC_COLL_ALL_REDUCE || kind == PCC_COLL_ALL_GATHER || kind == PCC_COLL_BROADCAST;
     // A collective is a kernel too: its launch, as the estimate's resharding charges it (reshard.c).
-    i->t_s = (float)(cost_collective_s(E->c, kind, (double)P->buf[ends_with ? out : in].bytes, p3_axes_group(E, axes)) + cost_launch_s(E->c));
+    i->t_s = (float)(cost_collective_s(E->c, kind, p3_coll_bytes(P, kind, in, out), p3_axes_group(E, axes)) + cost_launch_s(E->c));
     forget(P, out);
 }
 
@@ -771,10 +770,9 @@ static void bucket_layout(prog *P, const int *bk, int n) {
 static void coll_bucket(builder *E, prog *P, pcc_coll kind, unsigned axes, int stream, const int *in, const int *out, int n) {
     int *args = arena_alloc(E->g->arena, sizeof(int) * (size_t)(2 * n));
     double bytes = 0;
-    bool ends_with = kind == PCC_COLL_ALL_REDUCE || kind == PCC_COLL_ALL_GATHER || kind == PCC_COLL_BROADCAST;
     for (int j = 0; j < n; j++) {
         args[j] = in[j], args[n + j] = out[j];
-        bytes += (double)P->buf[ends_with ? out[j] : in[j]].bytes;
+        bytes += p3_coll_bytes(P, kind, in[j], out[j]);
     }
     plan_insn *i = insn(E, P, PLAN_I_COLL, stream, args, 2 * n);
     i->code = (uint16_t)kind;

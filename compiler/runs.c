@@ -149,16 +149,15 @@ void p3_run_credit(builder *E, prog *P, const pcc_reshard_step *step, const int 
     for (int k = 0; k < n; k++) {
         if (seen[k]) continue;
         pcc_coll kind = (pcc_coll)step[k].kind;
-        bool ends_with = kind == PCC_COLL_ALL_REDUCE || kind == PCC_COLL_ALL_GATHER || kind == PCC_COLL_BROADCAST;
         double sum = 0;
         for (int j = k; j < n; j++)
             if (step[j].kind == step[k].kind && step[j].axes == step[k].axes && P->buf[out[j]].dtype == P->buf[out[k]].dtype)
-                sum += (double)P->buf[ends_with ? out[j] : in[j]].bytes;
+                sum += p3_coll_bytes(P, kind, in[j], out[j]);
         double whole = cost_collective_s(E->c, kind, sum, grp[k]) + cost_launch_s(E->c);
         for (int j = k; j < n; j++) {
             if (seen[j] || step[j].kind != step[k].kind || step[j].axes != step[k].axes || P->buf[out[j]].dtype != P->buf[out[k]].dtype)
                 continue;
-            double b = (double)P->buf[ends_with ? out[j] : in[j]].bytes;
+            double b = p3_coll_bytes(P, kind, in[j], out[j]);
             if (to[j] >= 0)
                 E->run_credit[bwd][to[j]] += cost_collective_s(E->c, kind, b, grp[k]) + cost_launch_s(E->c) - (sum > 0 ? whole * b / sum : 0);
             seen[j] = true;
