@@ -414,6 +414,10 @@ static double tree_all_reduce_s(const pcc_cluster *c, double bytes, pcc_group_sh
     return lat + 2 * bytes / cost_group_bandwidth(c, g);
 }
 
+double cost_coll_bytes(pcc_coll kind, double in_bytes, double out_bytes) {
+    return kind == PCC_COLL_ALL_REDUCE || kind == PCC_COLL_ALL_GATHER || kind == PCC_COLL_BROADCAST ? out_bytes : in_bytes;
+}
+
 double cost_collective_s(const pcc_cluster *c, pcc_coll kind, double bytes, pcc_group_shape g) {
     int n = g.size;
     if (n <= 1 || bytes <= 0) return 0;

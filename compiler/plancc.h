@@ -621,6 +621,9 @@ double cost_op_s(const pcc_cluster *c, const pcc_graph *g, const pcc_op *op, con
 // (all-to-all, send/recv). Ring algorithm with alpha per step over the bus bandwidth of the
 // slowest link; an all-reduce across nodes takes NCCL's tree instead where that is faster.
 double cost_collective_s(const pcc_cluster *c, pcc_coll kind, double bytes, pcc_group_shape g);
+// The bytes cost_collective_s takes for a collective from in_bytes to out_bytes per rank: the
+// whole value an all-reduce, all-gather or broadcast ends with, else the piece it starts from.
+double cost_coll_bytes(pcc_coll kind, double in_bytes, double out_bytes);
 // One gradient's share of a bucketed collective (preserve.c's --bucket-mb buckets): `bytes` of it
 // travel with others, `pool` bytes in all being ready to share buckets of up to bucket_bytes,
 // so that each bucket's time (latency and launch included) is split by bytes among its members.

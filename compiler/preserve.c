@@ -313,7 +313,7 @@ static void coll(builder *E, prog *P, pcc_coll kind, unsigned axes, int stream, 
     i->code = (uint16_t)kind;
     i->a = p3_group(E, (int)axes, stream);
     // A collective is a kernel too: its launch, as the estimate's resharding charges it (reshard.c).
-    i->t_s = (float)(cost_collective_s(E->c, kind, p3_coll_bytes(P, kind, in, out), p3_axes_group(E, axes)) + cost_launch_s(E->c));
+    i->t_s = (float)(cost_collective_s(E->c, kind, cost_coll_bytes(kind, (double)P->buf[in].bytes, (double)P->buf[out].bytes), p3_axes_group(E, axes)) + cost_launch_s(E->c));
     forget(P, out);
 }
 
@@ -772,7 +772,7 @@ static void coll_bucket(builder *E, prog *P, pcc_coll kind, unsigned axes, int s
     double bytes = 0;
     for (int j = 0; j < n; j++) {
         args[j] = in[j], args[n + j] = out[j];
-        bytes += p3_coll_bytes(P, kind, in[j], out[j]);
+        bytes += cost_coll_bytes(kind, (double)P->buf[in[j]].bytes, (double)P->buf[out[j]].bytes);
     }
     plan_insn *i = insn(E, P, PLAN_I_COLL, stream, args, 2 * n);
     i->code = (uint16_t)kind;

@@ -104,12 +104,6 @@ int p3_group(builder *E, int axes, int stream);
 pcc_group_shape p3_axes_group(const builder *E, unsigned axes);
 // A memory-bound kernel's time over `bytes` touching buffer b.
 float p3_memory_s(const builder *E, const prog *P, double bytes, int b);
-// The bytes the cost model takes for a collective from pair (in, out): the whole value an
-// all-reduce, all-gather or broadcast ends with, else the rank's piece it starts from.
-static inline double p3_coll_bytes(const prog *P, pcc_coll kind, int in, int out) {
-    bool ends_with = kind == PCC_COLL_ALL_REDUCE || kind == PCC_COLL_ALL_GATHER || kind == PCC_COLL_BROADCAST;
-    return (double)P->buf[ends_with ? out : in].bytes;
-}
 // Builds stage P->stage's program (preserve.c).
 void p3_program(builder *E, prog *P);
 

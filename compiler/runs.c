@@ -152,12 +152,12 @@ void p3_run_credit(builder *E, prog *P, const pcc_reshard_step *step, const int 
         double sum = 0;
         for (int j = k; j < n; j++)
             if (step[j].kind == step[k].kind && step[j].axes == step[k].axes && P->buf[out[j]].dtype == P->buf[out[k]].dtype)
-                sum += p3_coll_bytes(P, kind, in[j], out[j]);
+                sum += cost_coll_bytes(kind, (double)P->buf[in[j]].bytes, (double)P->buf[out[j]].bytes);
         double whole = cost_collective_s(E->c, kind, sum, grp[k]) + cost_launch_s(E->c);
         for (int j = k; j < n; j++) {
             if (seen[j] || step[j].kind != step[k].kind || step[j].axes != step[k].axes || P->buf[out[j]].dtype != P->buf[out[k]].dtype)
                 continue;
-            double b = p3_coll_bytes(P, kind, in[j], out[j]);
+            double b = cost_coll_bytes(kind, (double)P->buf[in[j]].bytes, (double)P->buf[out[j]].bytes);
             if (to[j] >= 0)
                 E->run_credit[bwd][to[j]] += cost_collective_s(E->c, kind, b, grp[k]) + cost_launch_s(E->c) - (sum > 0 ? whole * b / sum : 0);
             seen[j] = true;
