@@ -25,7 +25,8 @@ For every models/*.json it runs `PLANCC --check --json MODEL` and checks:
       gpt-32k, gpt-128k  GPT-2's formula l(12h^2+13h) + (V+s)h + 2h at 32,768 and 131,072 tokens
       gpt-64k-v256k  the same formula at 65,536 tokens and a vocabulary of 256,000
       the imports of models/torch/ (IMPORTED below): exactly the published count, e.g.
-      llama2-7b    6,738,415,616 (Llama-2-7b)
+      llama2-7b    6,738,415,616 (Llama-2-7b); llama3-8b-128k 8,030,261,248 (Llama 3 8B); both
+                   with their causal masks imported as attention's causal attribute
       megatron-*   the row of data/megatron_sc21_a100.csv (a copy of the published table) (Narayanan et al., SC'21):
                    dimensions as the row says, parameters within 2% of params_b (or within the
                    rounding of its last published digit: the paper prints 1.7 for a model of
@@ -197,6 +198,7 @@ def check_gpt(name, model, rep):
 # parameter count (PyTorch's parameters(), buffers not counted) and where it is published.
 IMPORTED = {
     "llama2-7b": (6738415616, "Llama-2-7b (Touvron et al. 2023; Hugging Face meta-llama/Llama-2-7b-hf: 6,738,415,616)"),
+    "llama3-8b-128k": (8030261248, "Llama 3 8B (Meta 2024; Hugging Face meta-llama/Meta-Llama-3-8B: 8,030,261,248)"),
     "mixtral-8x7b": (46702792704, "Mixtral 8x7B (Jiang et al. 2024; Hugging Face mistralai/Mixtral-8x7B-v0.1: 46,702,792,704)"),
     "mixtral-8x7b-routed": (46702792704, "Mixtral 8x7B, routed with a capacity: the same parameters"),
     "t5-small": (60506624, "t5-small (Raffel et al. 2020; Hugging Face t5-small, LM head tied: 60,506,624)"),
@@ -209,12 +211,33 @@ IMPORTED = {
 }
 
 
+# Imports whose PyTorch code adds a causal mask to the scores (llama.py builds it in forward, as
+# Hugging Face's LlamaModel does): plancc-import makes it attention's causal attribute (fuse.py),
+# so that no s x s constant is left (at 131,072 tokens it would be 64 GiB) and attention is costed
+# and run causal.
+CAUSAL = ("llama2-7b", "llama3-8b-128k")
+
+
+def attention_ops(ops):
+    for o in ops:
+        if o.get("type") == "attention":
+            yield o
+        yield from attention_ops(o.get("ops", []))
+
+
 def check_published(name, model, rep, rows):
     p = rep["totals"]["params"]
     fwd_mm = rep["totals"]["flops"]["forward_matmul"]
     if name in IMPORTED:
         want, src = IMPORTED[name]
         check(f"{name}: {want:,} parameters ({src})", p == want, "plancc %d" % p)
+    if name in CAUSAL:
+        att = list(attention_ops(model["ops"]))
+        square = [t for t, v in model["tensors"].items() if v.get("kind") == "const" and len(v["shape"]) == 2
+                  and v["shape"][0] == v["shape"][1] and model["dims"][v["shape"][0]] > 1024]
+        check(f"{name}: its causal mask imported as attention's causal attribute (no s x s constant)",
+              att and all(o.get("attrs", {}).get("causal") and len(o["in"]) == 3 for o in att) and not square,
+              "attention %s, square constants %s" % ([(o.get("attrs"), len(o["in"])) for o in att], square))
     elif name == "gpt2-small":
         check("gpt2-small: 124,439,808 parameters", p == 124439808, "plancc %d" % p)
     elif name == "vgg16":

@@ -1,14 +1,18 @@
 """A LLaMA-style decoder (Touvron et al. 2023, LLaMA 2): pre-norm blocks with RMSNorm (written by
 hand: x * rsqrt(mean(x^2) + eps) * w), rotary position embeddings (HF's rotate_half form, the
 cos/sin tables as buffers), grouped-query attention (n_kv_heads key/value heads, each shared by
-n_heads / n_kv_heads query heads), a causal mask as an additive buffer, SwiGLU feed-forward
+n_heads / n_kv_heads query heads), an additive causal mask built in forward (as Hugging Face's
+LlamaModel builds it; plancc-import makes it attention's causal attribute), SwiGLU feed-forward
 (w2(silu(w1 x) * w3 x)), untied output head, and the mean cross-entropy of next-token targets.
 
 Factories (tools/plancc-import torch models/torch/llama.py:FACTORY):
   make      a tiny variant (2 layers, dim 32, 4 heads over 2 kv heads): the --verify and
             equivalence model;
   make_7b   LLaMA-2 7B (32 layers, dim 4096, 32 heads, no GQA, ffn 11008, vocab 32000,
-            sequence 4096): 6,738,415,616 parameters, built on the meta device (no memory).
+            sequence 4096): 6,738,415,616 parameters, built on the meta device (no memory);
+  make_3_8b_128k  Llama 3 8B (32 layers, dim 4096, 32 heads over 8 kv heads, ffn 14336, vocab
+            128256, rope theta 500000) at 131,072 tokens, one sequence a micro-batch (nnScaler's
+            Llama 3 8B 128K example): 8,030,261,248 parameters, on the meta device.
 Each returns (module, (tokens, targets)); module(tokens, targets) is the scalar loss.
 """
 import math
@@ -103,12 +107,12 @@ class LLaMA(nn.Module):
         emb = torch.cat((freqs, freqs), dim=-1)
         self.register_buffer("cos", emb.cos().float().to(c.device))
         self.register_buffer("sin", emb.sin().float().to(c.device))
-        self.register_buffer("mask", torch.full((c.seq, c.seq), -1e9, device=c.device).triu(1))
 
     def forward(self, tokens, targets):
+        mask = tokens.new_full((self.c.seq, self.c.seq), -1e9, dtype=torch.float32).triu(1)
         h = self.tok_embeddings(tokens)
         for layer in self.layers:
-            h = layer(h, self.cos, self.sin, self.mask)
+            h = layer(h, self.cos, self.sin, mask)
         logits = self.output(self.norm(h))
         return F.cross_entropy(logits.view(-1, self.c.vocab), targets.view(-1))
 
@@ -127,3 +131,8 @@ def make():
 
 def make_7b():
     return _make(Config(vocab=32000, dim=4096, layers=32, heads=32, kv_heads=32, ffn=11008, seq=4096, batch=2, device="meta"))
+
+
+def make_3_8b_128k():
+    return _make(Config(vocab=128256, dim=4096, layers=32, heads=32, kv_heads=8, ffn=14336, seq=131072, batch=1,
+                        theta=500000.0, device="meta"))

@@ -6,15 +6,21 @@ spells them out:
   attention   [dropout_p](softmax(scale (q k^T) [+ bias])) v (scale: a scale, or a division or
               product by a scalar constant) over [b, heads, s, d] layouts, with
               q, k, v transposed from [b, s, heads, d] and the output transposed back  ->
-              attention(q, k, v[, bias]) with attrs scale, causal false (a causal mask stays the
-              bias) and dropout p (PyTorch's attention dropout: plancc draws its own mask, as it
-              does for every dropout)
+              attention(q, k, v[, bias]) with attrs scale, causal and dropout p (PyTorch's
+              attention dropout: plancc draws its own mask, as it does for every dropout). A bias
+              that is a causal mask (a constant over the query and key positions, 0 on and below
+              the diagonal and at most -1e9 above it, as `torch.full((s, s), -1e9).triu(1)`
+              builds it) becomes causal true with no bias: the same softmax, exp of the masked
+              scores being 0 either way, without an s x s constant (which a 128k-token model
+              cannot hold) and with attention's causal kernels and cost
 
 Each rewrite needs every intermediate value used once (by the next operator of the pattern), so
 nothing the rest of the graph reads goes away; the rewritten output keeps its value (and name),
 and prune() drops what became dead. The arithmetic is the same up to rounding (the fused kernels
 compute 1/sqrt once, the softmax in one pass), which --verify measures.
 """
+import torch
+
 from graph import Op, axis_map
 
 
@@ -116,6 +122,29 @@ def transposed(g, v, before, copy):
     return out
 
 
+MASKED = -1e9  # at most this above the diagonal: exp(score + mask) is 0 in f32 and f64
+
+
+def causal_mask(bias, axes, s):
+    """Whether attention's bias (its axes of the scores [b, n, s, t]: axes) is a causal mask over
+    s query and key positions: a constant whose values show it (bias.tensor), or one the
+    importer saw built as one (bias.causal: fxmap.py's causal_built, for a model on the meta
+    device, whose values are not known)."""
+    if s < 2 or bias.kind != "const" or axes is None:
+        return False
+    big = [(a, n) for a, n in zip(axes, bias.shape) if n != 1]
+    if [a for a, _ in big] != [2, 3] or [n for _, n in big] != [s, s]:
+        return False
+    if getattr(bias, "causal", False):
+        return True
+    t = bias.tensor
+    if t is None or t.device.type == "meta":
+        return False
+    t = t.detach().reshape(s, s).double()
+    above = torch.ones(s, s, dtype=torch.bool).triu(1)
+    return bool((t[~above] == 0).all()) and bool((t[above] <= MASKED).all())
+
+
 def fuse_attention(g, use, sm):
     """sm = softmax(z); z = [add(u, bias)]; u = [scale(s) | div(s, c) | mul(s, c)]; s = bmm(qh, kT);
     p = [dropout(sm)]; o = bmm(p, vh);
@@ -165,8 +194,11 @@ def fuse_attention(g, use, sm):
     q = untransposed(g, qh) or transposed(g, qh, anchor, copy)
     k = ks or untransposed(g, kh) or transposed(g, kh, anchor, copy)
     v = untransposed(g, vh) or transposed(g, vh, anchor, copy)
+    causal = bias is not None and q.shape[1] == k.shape[1] and causal_mask(bias, bias_axes, q.shape[1])
+    if causal:
+        bias, bias_axes = None, None
     ins = [q, k, v] + ([bias] if bias is not None else [])
-    attrs = {"causal": False, "scale": float(scale)}
+    attrs = {"causal": causal, "scale": float(scale)}
     if drop is not None:
         attrs["dropout"] = float(drop.attrs["p"])
     if back is not None:

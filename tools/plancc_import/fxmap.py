@@ -12,9 +12,10 @@ of constant subgraphs), and maps each node to model operators:
                           loss's classes it feeds (else the example's maximum + 1), dtype i32
   get_attr                a parameter (trained, PyTorch's name) or a constant (a buffer, or a
                           parameter with requires_grad False)
-  nodes of no input       constant subgraphs (torch.arange, a buffer sliced): folded into one
-    and no trained        constant with the value PyTorch computed
-    parameter
+  nodes of no input       constant subgraphs (torch.arange, a buffer sliced, x.new_full(...),
+    and no trained        which reads only x's device): folded into one constant with the
+    parameter             value PyTorch computed; one built as a causal mask is marked so
+                          (causal_built), for fuse.py
   call_function / method  F.linear, matmul/@/bmm, F.embedding, F.layer_norm, F.softmax, F.gelu
                           (erf or tanh), F.silu, F.relu, sigmoid, tanh, exp, log, sqrt, rsqrt,
                           sin, cos, pow, neg, + - * / (tensors or numbers, broadcasting), mean,
@@ -36,6 +37,7 @@ import torch
 import torch.fx as fx
 import torch.nn.functional as F
 
+import fuse
 import stdlayers
 from graph import Graph, ImportError_
 
@@ -416,7 +418,25 @@ class Folded:
                 t = t.float()
             self.value = m.const(t, self.node.name)
             self.value.copy = copy_of(self.node.meta.get("module_stack", []), m.lists)
+            self.value.causal = causal_built(self.node)
         return self.value
+
+
+def causal_built(n):
+    """Whether fx node n builds an additive causal mask, torch.full((s, s), c).triu(1) (or
+    x.new_full((s, s), c, dtype=...).triu(1), which traces with x on any device) with c at
+    most fuse.MASKED (or -inf): what tells fuse.py a mask is causal on the meta device, where
+    its values are not computed."""
+    arg = lambda node, i, key, default=None: node.args[i] if len(node.args) > i else node.kwargs.get(key, default)
+    if n.op not in ("call_function", "call_method") or target_name(n.target) != "triu" or arg(n, 1, "diagonal", 0) != 1:
+        return False
+    f = n.args[0] if n.args else None
+    if not isinstance(f, fx.Node) or target_name(f.target) not in ("full", "new_full"):
+        return False
+    first = 1 if f.op == "call_method" else 0  # x.new_full(size, fill): args (x, size, fill)
+    size, fill = arg(f, first, "size"), arg(f, first + 1, "fill_value")
+    return (isinstance(size, (tuple, list)) and len(size) == 2 and size[0] == size[1]
+            and isinstance(fill, (int, float)) and fill <= fuse.MASKED)
 
 
 def dependence(graph, model):
@@ -435,7 +455,7 @@ def dependence(graph, model):
     return dep
 
 
-SHAPE_ONLY = {"zeros_like", "ones_like", "full_like", "size", "dim", "getattr"}
+SHAPE_ONLY = {"zeros_like", "ones_like", "full_like", "new_zeros", "new_ones", "new_full", "new_empty", "size", "dim", "getattr"}
 
 
 def target_name(t):

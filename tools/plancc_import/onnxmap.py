@@ -14,8 +14,8 @@ what the ONNX graph computes.
 Mapped: MatMul, Gemm, Add, Sub, Mul, Div, Pow, Sqrt, Neg, Exp, Log, Erf, Sigmoid, Tanh, Relu,
 Softmax, ReduceMean, ReduceSum, Reshape, Transpose, Unsqueeze, Squeeze, Flatten, Concat, Slice,
 Split, Expand, Gather (a lookup in a parameter: an embedding), Conv, MaxPool, AveragePool,
-Identity, Dropout (training: plancc's dropout, its mask output unused), Cast (of a float), SoftmaxCrossEntropyLoss (mean or
-sum, ignore_index), and any node whose inputs are all constants. Anything else is an error
+Identity, Dropout (training: plancc's dropout, its mask output unused), Cast (of a float), Trilu, SoftmaxCrossEntropyLoss
+(mean or sum, ignore_index), and any node whose inputs are all constants. Anything else is an error
 naming the node, its type and its index in the graph (plancc-import exits 2).
 """
 import warnings
@@ -222,6 +222,9 @@ def run_node(node, ins, k, shapes):
             return [F.linear(A, B, ins[2] if len(ins) > 2 else None)]
         y = torch.matmul(A, B)
         return [y + ins[2] if len(ins) > 2 and ins[2] is not None else y]
+    if op == "Trilu":  # a causal mask's upper triangle (which fuse.py makes attention's causal attribute)
+        diag = int(ins[1]) if len(ins) > 1 and ins[1] is not None else 0
+        return [torch.triu(x, diag) if a.get("upper", 1) else torch.tril(x, diag)]
     if op == "Softmax":
         return [F.softmax(x, dim=a.get("axis", -1))]
     if op in ("ReduceMean", "ReduceSum"):
