@@ -21,7 +21,8 @@
  *     (tp inside a node, dp dividing the batch, pp at most the number of layers), each ZeRO stage
  *     from the one asked for up, with and without the batch over tp, recompute auto, none and full
  *     (so every template is one), interleaved where it can run, and context parallelism where dp
- *     cannot take more of the batch, or cp 2 in zigzag order over causal attention (auto_cp_ok)
+ *     cannot take more of the batch or a sample's activations outgrow a node (long_seq), or cp 2
+ *     in zigzag order over causal attention (auto_cp_ok)
  *     - each with two lower bounds on its step (space_bound, space_floor) and its strategy on
  *     demand (space_build). bestfirst.c searches them; the driver's search over micro-batch
  *     counts hands the compile the one it chose (o->pick), which is built alone.
@@ -413,6 +414,7 @@ struct pcc_space {
     } *fl;
     int n_fl, cap_fl;
     bool whole_tp;              // --auto tries tp over every device with the batch over it too (whole_tp_worth)
+    bool long_seq;              // --auto tries context parallelism where dp could take more of the batch (long_seq)
 };
 
 // Seconds op o cannot take less than on one device: its FLOPs at the best rate the cost model
@@ -461,6 +463,18 @@ static bool whole_tp_worth(const pcc_space *S, const pcc_totals *tot) {
     return cost_collective_s(c, PCC_COLL_ALL_REDUCE, tot->bytes_grads, (pcc_group_shape){S->N, 1}) > compute;
 }
 
+// Whether one sample's activations, split over a node's devices, outgrow a device: then data
+// parallelism cannot hold a sample per device without recompute, however the batch divides, and
+// --auto tries context parallelism (which splits the sequence) beside it, not only where dp
+// cannot take more of the batch (Llama 3 8B at 128k tokens on 8 H100s: cp 8 with full
+// recompute, where dp and tp alone do not fit and cp 2 was all --auto tried). Elsewhere dp
+// takes the batch at no communication in the forward pass, and the search spares the cp meshes.
+static bool long_seq(const pcc_space *S, const pcc_totals *tot) {
+    const pcc_cluster *c = S->c;
+    int node = c->cpu || c->devices_per_node < 1 ? S->N : c->devices_per_node;
+    return S->bsize > 0 && tot->bytes_acts / (double)S->bsize / node > (double)c->memory_bytes;
+}
+
 static void search_init(pcc_space *S, const pcc_graph *g, const pcc_cluster *c, const pcc_transforms *t,
                         const pcc_search_opts *o) {
     *S = (pcc_space){.g = g, .c = c, .t = t, .o = o, .N = c->n_devices, .bdim = graph_batch_dim(g)};
@@ -475,6 +489,7 @@ static void search_init(pcc_space *S, const pcc_graph *g, const pcc_cluster *c, 
     pcc_totals tot;
     graph_totals(g, &tot);
     S->whole_tp = whole_tp_worth(S, &tot);
+    S->long_seq = long_seq(S, &tot);
 }
 
 // Whether tp spans nodes (a GPU cluster's tp group larger than a node).
@@ -614,7 +629,8 @@ static bool auto_cp_ok(const pcc_space *S, int cp, int tp, int dp, bool ring) {
     const pcc_graph *g = S->g;
     int sdim = seq_dim(g);
     if (S->o->bg_dense || S->o->policy || sdim < 0 || g->dims[sdim].size % cp != 0) return false;
-    if (S->bdim >= 0 && S->bsize * g->micro_batches % (2 * (int64_t)dp) == 0 && (cp != 2 || !ring || !auto_zigzag(g, sdim, cp)))
+    if (S->bdim >= 0 && S->bsize * g->micro_batches % (2 * (int64_t)dp) == 0 && !S->long_seq &&
+        (cp != 2 || !ring || !auto_zigzag(g, sdim, cp)))
         return false;
     for (int i = 0; i < g->n_fwd_ops; i++) {
         const pcc_op *op = &g->ops[i];

@@ -434,5 +434,21 @@ with tempfile.TemporaryDirectory() as tmp:
     check(f"dlrm on 64 A100s: the estimate with the buckets {sim.get('estimate_s', 0) * 1e3:.3f} ms within 1% of the simulated "
           f"{sim.get('step_s', 0) * 1e3:.3f} ms", sim and abs(sim["step_s"] / sim["estimate_s"] - 1) < 0.01, r.stderr)
 
+# Context parallelism where dp could take more of the batch: Llama 3 8B at 131,072 tokens on one
+# DGX H100 node, four sequences a step. One sequence's activations over the node's 8 devices
+# outgrow a device, so dp and tp alone do not fit; --auto tried cp only where dp could not take
+# more of the batch (else cp 2 in zigzag order), and planned cp 2 x tp 4 at 51.7 s where the
+# template --cp 8 with full recompute plans 43.6 s. It now searches cp beside dp there (long_seq).
+common = ["models/llama3-8b-128k.json", "--cluster", "dgx-h100", "--devices", "8", "--global-batch", "4", "--bf16",
+          "--attention", "flash", "--estimate-only", "--json"]
+e = subprocess.run([plancc, *common, "--auto"], capture_output=True, text=True, cwd=root)
+t = subprocess.run([plancc, *common, "--micro-batch-size", "1", "--cp", "8", "--zero", "3", "--recompute", "full"],
+                   capture_output=True, text=True, cwd=root)
+a = json.loads(e.stdout) if e.returncode == 0 else None
+tm = json.loads(t.stdout) if t.returncode == 0 else None
+check(f"llama3-8b-128k on 8 H100s: --auto ({a and a['estimate']['step_s']:.2f} s, cp {a and a.get('cp')}) at least as fast as "
+      f"the template --cp 8 --recompute full ({tm and tm['estimate']['step_s']:.2f} s)",
+      a is not None and tm is not None and a["estimate"]["step_s"] <= tm["estimate"]["step_s"], e.stderr + t.stderr)
+
 print(f"{passes} passed, {fails} failed")
 sys.exit(1 if fails else 0)
