@@ -10,7 +10,9 @@ spells them out:
               attention dropout: plancc draws its own mask, as it does for every dropout). A bias
               that is a causal mask (a constant over the query and key positions, 0 on and below
               the diagonal and at most -1e9 above it, as `torch.full((s, s), -1e9).triu(1)`
-              builds it) becomes causal true with no bias: the same softmax, exp of the masked
+              builds it), or a masked_fill of the scores with -inf (at most -1e9) where a constant
+              marks exactly the entries above the diagonal (nanoGPT's tril(ones) == 0),
+              becomes causal true with no bias: the same softmax, exp of the masked
               scores being 0 either way, without an s x s constant (which a 128k-token model
               cannot hold) and with attention's causal kernels and cost
 
@@ -125,28 +127,33 @@ def transposed(g, v, before, copy):
 MASKED = -1e9  # at most this above the diagonal: exp(score + mask) is 0 in f32 and f64
 
 
-def causal_mask(bias, axes, s):
-    """Whether attention's bias (its axes of the scores [b, n, s, t]: axes) is a causal mask over
-    s query and key positions: a constant whose values show it (bias.tensor), or one the
-    importer saw built as one (bias.causal: fxmap.py's causal_built, for a model on the meta
-    device, whose values are not known)."""
-    if s < 2 or bias.kind != "const" or axes is None:
+def causal_values(v, axes, s, fill):
+    """Whether constant v, over the scores' axes `axes` [b, n, s, t], is s x s and marks what a
+    causal attention masks: with fill None, an additive mask (0 on and below the diagonal, at
+    most MASKED above it); else masked_fill's mask (nonzero exactly above the diagonal). Its
+    values show it (v.tensor), or the importer saw it built as an additive one (v.causal:
+    fxmap.py's causal_built, on the meta device, where there are no values)."""
+    r = producer(v, "reshape")  # the importer squeezes a broadcast operand's size-1 axes with a reshape
+    src = r.ins[0] if r is not None and r.ins[0].kind == "const" else v
+    if s < 2 or src.kind != "const" or axes is None:
         return False
-    big = [(a, n) for a, n in zip(axes, bias.shape) if n != 1]
-    if [a for a, _ in big] != [2, 3] or [n for _, n in big] != [s, s]:
+    big = [(a, n) for a, n in zip(axes, v.shape) if n != 1]
+    if [a for a, _ in big] != [2, 3] or [n for _, n in big] != [s, s] or [n for n in src.shape if n != 1] != [s, s]:
         return False
-    if getattr(bias, "causal", False):
+    if fill is None and getattr(src, "causal", False):
         return True
-    t = bias.tensor
+    t = src.tensor
     if t is None or t.device.type == "meta":
         return False
     t = t.detach().reshape(s, s).double()
     above = torch.ones(s, s, dtype=torch.bool).triu(1)
-    return bool((t[~above] == 0).all()) and bool((t[above] <= MASKED).all())
+    if fill is None:
+        return bool((t[~above] == 0).all()) and bool((t[above] <= MASKED).all())
+    return bool((t[~above] == 0).all()) and bool((t[above] != 0).all())
 
 
 def fuse_attention(g, use, sm):
-    """sm = softmax(z); z = [add(u, bias)]; u = [scale(s) | div(s, c) | mul(s, c)]; s = bmm(qh, kT);
+    """sm = softmax(z); z = [add(u, bias) | masked_fill(u, causal mask, -inf)]; u = [scale(s) | div(s, c) | mul(s, c)]; s = bmm(qh, kT);
     p = [dropout(sm)]; o = bmm(p, vh);
     the output of the transpose of o (or o)."""
     if sm.type != "softmax" or len(sm.ins[0].shape) != 4:
@@ -162,6 +169,13 @@ def fuse_attention(g, use, sm):
     pv = pv[0]
     z, bias, scale = sm.ins[0], None, 1.0
     ad, bias_axes = producer(z, "add"), None
+    mf = producer(z, "masked_fill")  # nanoGPT's att.masked_fill(tril == 0, -inf): causal, or no fusion
+    if mf is not None and only_use(use, z, sm) and mf.attrs.get("value", 0) <= MASKED and len(mf.ins[0].shape) == 4 and \
+            causal_values(mf.ins[1], axis_map(mf, mf.ins[0], mf.ins[1]), mf.ins[0].shape[2], mf.attrs["value"]) and \
+            mf.ins[0].shape[2] == mf.ins[0].shape[3]:
+        z, ad = mf.ins[0], None
+    else:
+        mf = None
     if ad is not None and only_use(use, z, sm):
         scores, bias = ad.ins
         if producer(scores, "scale") is None and producer(scores, "bmm") is None:
@@ -174,11 +188,11 @@ def fuse_attention(g, use, sm):
     if sc is not None and sc.type != "scale":  # a division or product by a scalar constant (ONNX's Div)
         c = scalar_value(sc.ins[1]) if len(sc.ins) == 2 else None
         sc = None if not c else sc
-    if sc is not None and only_use(use, z, ad or sm):
+    if sc is not None and only_use(use, z, ad or mf or sm):
         c = sc.attrs["scale"] if sc.type == "scale" else scalar_value(sc.ins[1])
         scale, z = (1 / c if sc.type == "div" else c), sc.ins[0]
     qk = producer(z, "bmm")
-    if qk is None or not only_use(use, z, sc or ad or sm):
+    if qk is None or not only_use(use, z, sc or ad or mf or sm):
         return False
     qh, kt = qk.ins
     kh = untransposed(g, kt, (0, 1, 3, 2))
@@ -194,7 +208,7 @@ def fuse_attention(g, use, sm):
     q = untransposed(g, qh) or transposed(g, qh, anchor, copy)
     k = ks or untransposed(g, kh) or transposed(g, kh, anchor, copy)
     v = untransposed(g, vh) or transposed(g, vh, anchor, copy)
-    causal = bias is not None and q.shape[1] == k.shape[1] and causal_mask(bias, bias_axes, q.shape[1])
+    causal = mf is not None or (bias is not None and q.shape[1] == k.shape[1] and causal_values(bias, bias_axes, q.shape[1], None))
     if causal:
         bias, bias_axes = None, None
     ins = [q, k, v] + ([bias] if bias is not None else [])
