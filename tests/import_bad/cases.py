@@ -29,6 +29,15 @@ def control_flow():
     return _net(body)
 
 
+def loop_over_rows():
+    def body(s, x):
+        total = 0
+        for row in s.lin(x):  # iterating a traced tensor (not unpacking it into names)
+            total = total + row.sum()
+        return total
+    return _net(body)
+
+
 def unsupported_function():
     return _net(lambda s, x: torch.cumsum(s.lin(x), dim=1).mean())
 

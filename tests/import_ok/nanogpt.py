@@ -1,9 +1,11 @@
 """nanoGPT's model (Karpathy, github.com/karpathy/nanoGPT, model.py), its slow attention path as
 written there: q, k, v from one c_attn product split in three, the scores masked with
 masked_fill(bias == 0, -inf) where `bias` is a buffer of tril(ones), exact GELU,
-pre-LayerNorm blocks, learned positions, and the LM head tied to the token embedding; sizes
-are read and the split's pieces taken one at a time, and the positions and the mask span the
-block (torch.fx cannot unpack a traced x.size() or split, or slice or arange by a traced size). The tests import it (tests/import_causal.py): the masked_fill becomes attention's causal attribute.
+pre-LayerNorm blocks, learned positions, and the LM head tied to the token embedding. The
+positions and the mask span the block, where nanoGPT cuts them to the sequence (torch.fx cannot
+slice a buffer or end an arange at a traced size). The tests import it (tests/import_causal.py):
+the masked_fill becomes attention's causal attribute, and q, k, v = split(...) and
+B, T, C = x.size() unpack (fxmap.py's Tracer.iter).
 
 Factories: make  (2 layers, 4 heads, embedding 32, block size 8, vocabulary 64, batch 2);
            make_window  the same with each query seeing itself and the 3 keys before it only (a
@@ -28,9 +30,8 @@ class CausalSelfAttention(nn.Module):
         self.register_buffer("bias", seen.view(1, 1, block_size, block_size))
 
     def forward(self, x):
-        B, T, C = x.size(0), x.size(1), x.size(2)
-        qkv = self.c_attn(x).split(self.n_embd, dim=2)
-        q, k, v = qkv[0], qkv[1], qkv[2]
+        B, T, C = x.size()
+        q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
         k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
         q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
         v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)

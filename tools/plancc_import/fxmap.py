@@ -29,6 +29,8 @@ of constant subgraphs), and maps each node to model operators:
 Anything else (an unsupported function, data-dependent control flow, a dynamic shape) is an
 ImportError_ naming the construct, the fx node and its source line (plancc-import exits 2).
 """
+import dis
+import inspect
 import math
 import operator
 import traceback
@@ -68,6 +70,28 @@ class Tracer(fx.Tracer):
         n = super().create_node(*args, **kwargs)
         n.meta["module_stack"] = list(self.stack)
         return n
+
+    def proxy(self, node):
+        return _Proxy(node, self)
+
+    def iter(self, obj):
+        """A traced value unpacked (`q, k, v = x.split(d, dim=2)`, `B, T, C = x.size()`): one item
+        per target, as torch.fx does before Python 3.11, whose Proxy.__iter__ looks for the
+        UNPACK_SEQUENCE at index f_lasti / 2 of the code's instructions, which no longer holds
+        once 3.11 leaves its inline caches out of that list (a wrong instruction, or an index
+        past its end); here it is found by its offset. Any other iteration is torch.fx's error."""
+        frame = inspect.currentframe().f_back.f_back  # _Proxy.__iter__'s caller: the model's code
+        inst = next((i for i in dis.get_instructions(frame.f_code) if i.offset == frame.f_lasti), None)
+        if inst is not None and inst.opname == "UNPACK_SEQUENCE":
+            return iter([obj[i] for i in range(inst.argval)])
+        return super().iter(obj)
+
+
+class _Proxy(fx.Proxy):
+    """torch.fx's Proxy, its iteration left to Tracer.iter."""
+
+    def __iter__(self):
+        return self.tracer.iter(self)
 
 
 def source_line(node):
