@@ -87,7 +87,9 @@ static bool *shared_names(const pcc_graph *g) {
 // A block's tensor whose name another tensor has too is named in the plan with its block's
 // ("stage1.ln1_g"), so that the parameters and optimizer state planrun's files hold (--save,
 // --load, --compare) have a name each. Inputs along the sequence in zigzag order (pr->zigzag
-// chunks) say so: planrun feeds them so.
+// chunks) say so: planrun feeds them so; and so do constants along it (rotary embeddings' cos
+// and sin tables), which planrun fills and loads by logical position (search.c's zigzag_blocker
+// lets no other parameter carry the sequence, nor a constant carry it twice).
 static void emit_tensors(plan *p, const pcc_graph *g, const pcc_programs *pr) {
     p->n_tensors = (uint32_t)g->n_tensors;
     p->tensors = plan_alloc(p, sizeof(plan_tensor) * (size_t)(g->n_tensors + 1));
@@ -103,7 +105,8 @@ static void emit_tensors(plan *p, const pcc_graph *g, const pcc_programs *pr) {
         pt->copies = (uint32_t)tensor_copies(g, T);
         for (int i = 0; i < T->rank; i++) pt->shape[i] = g->dims[T->dims[i]].size;
         fill_source(T, pt);
-        for (int i = 0; pr->zigzag && T->kind == PCC_T_INPUT && i < T->rank; i++)
+        bool along = T->kind == PCC_T_INPUT || (T->kind == PCC_T_PARAM && T->frozen);
+        for (int i = 0; pr->zigzag && along && i < T->rank; i++)
             if (T->dims[i] == pr->zigzag_dim) pt->zigzag = (uint16_t)pr->zigzag, pt->zigzag_dim = (uint8_t)i;
     }
 }

@@ -513,10 +513,13 @@ static bool auto_mesh_ok(const pcc_space *S, int tp, int pp, int cp) {
 // Ring attention over the sequence in zigzag order (--cp-form zigzag): the plan's inputs hold
 // the sequence permuted (chunks c and 2 cp - 1 - c on cp rank c; emit.c marks them), every
 // operator but attention runs per position or sums over positions, and attention's steps mask
-// by the logical positions (preserve.c). That holds unless a parameter carries the sequence cp
-// splits beside an activation's positions (a table of positions added element-wise would meet
-// its rows permuted; an optimizer step on such a table is fine: rows against rows; an embedding
-// looks its rows up by the position ids' values, which are inputs, and is fine), or an operator
+// by the logical positions (preserve.c). That holds unless a trained parameter carries the
+// sequence cp splits beside an activation's positions (a table of positions added element-wise
+// would meet its rows permuted; an optimizer step on such a table is fine: rows against rows; an
+// embedding looks its rows up by the position ids' values, which are inputs, and is fine; a
+// constant, rotary embeddings' cos and sin, is held in zigzag order too, emit.c marking it and
+// planrun filling and loading it by logical position, unless it carries the sequence twice), or
+// a block reads such a tensor through its inputs (looked through to the model's), or an operator
 // picks positions along it (slice, concat, split, gather, index_select along that axis), or
 // dropout runs over a tensor that carries it twice ([S, S]: emit_zigzag_dropout names one
 // dimension of zigzag order; dropout along one is fine: its attrs give the kernels the dimension
@@ -527,6 +530,17 @@ static bool seq_twice(const pcc_graph *g, int x, int d) {
     int n = 0;
     for (int i = 0; i < g->tensors[x].rank; i++) n += g->tensors[x].dims[i] == d;
     return n > 1;
+}
+
+// The tensor a block's input x is bound to (through every block that binds it), or x.
+static int bound_outer(const pcc_graph *g, int x) {
+    for (bool again = true; again;) {
+        again = false;
+        for (int b = 0; b < g->n_blocks && !again; b++)
+            for (int i = 0; i < g->blocks[b].n_in && !again; i++)
+                if (g->blocks[b].in[i].inner == x) x = g->blocks[b].in[i].outer, again = true;
+    }
+    return x;
 }
 
 static int zigzag_blocker(const pcc_graph *g, int sdim, int cp, int *t) {
@@ -545,9 +559,11 @@ static int zigzag_blocker(const pcc_graph *g, int sdim, int cp, int *t) {
         int param = -1;
         bool act = false;
         for (int j = 0; j < op->nin + op->nout && !lookup; j++) {
-            int x = j < op->nin ? op->in[j] : op->out[j - op->nin];
+            int x = j < op->nin ? op->in[j] : op->out[j - op->nin], o = bound_outer(g, x);
             if (l[li].axis[j] < 0) continue;
-            if (g->tensors[x].kind == PCC_T_PARAM || graph_is_param_grad(g, x) || g->tensors[x].kind == PCC_T_STATE) param = x;
+            const pcc_tensor *T = &g->tensors[o];
+            if (T->kind == PCC_T_PARAM && T->frozen && !seq_twice(g, o, sdim)) continue; // marked: in zigzag order too
+            if (T->kind == PCC_T_PARAM || graph_is_param_grad(g, o) || T->kind == PCC_T_STATE) param = o;
             else act = true;
         }
         if (param >= 0 && act) return *t = param, i;

@@ -106,15 +106,18 @@ static inline void put(const rt_view *v, int64_t li, double x) {
     else ((float *)v->data)[li] = (float)x;
 }
 
+// A parameter in zigzag order (a constant table along the sequence) draws each element by its
+// logical index, as an input does (rt_logical_index).
 void rt_init_param(const plan_tensor *t, uint64_t seed, uint32_t copy, const rt_view *v) {
     uint64_t base = rt_key(rt_key(rt_key(seed, DOMAIN_INIT), name_hash(t->name)), copy);
     switch (t->source) {
     case PLAN_INIT_ONES: RT_FOR_EACH_ELEMENT(v, gi, li, put(v, li, 1)); break;
     case PLAN_INIT_NORMAL:
-        RT_FOR_EACH_ELEMENT(v, gi, li, put(v, li, t->a + t->b * rt_normal(rt_key(base, (uint64_t)gi))));
+        RT_FOR_EACH_ELEMENT(v, gi, li, put(v, li, t->a + t->b * rt_normal(rt_key(base, (uint64_t)rt_logical_index(t, v, gi)))));
         break;
     case PLAN_INIT_UNIFORM:
-        RT_FOR_EACH_ELEMENT(v, gi, li, put(v, li, t->a + (t->b - t->a) * rt_uniform(rt_key(base, (uint64_t)gi))));
+        RT_FOR_EACH_ELEMENT(v, gi, li,
+                            put(v, li, t->a + (t->b - t->a) * rt_uniform(rt_key(base, (uint64_t)rt_logical_index(t, v, gi)))));
         break;
     default: RT_FOR_EACH_ELEMENT(v, gi, li, put(v, li, 0)); break; // zeros
     }
@@ -126,9 +129,7 @@ static uint32_t corpus_token(const rt_corpus *c, uint64_t seed, uint64_t pos, in
     return (uint32_t)(rt_uniform(rt_key(rt_key(seed, DOMAIN_CORPUS), pos)) * (double)high);
 }
 
-// The logical index of element gi of input t (a row-major index of the tensor as stored): gi
-// itself, or with t's zigzag order the element that stored position holds (plan_zigzag_pos).
-static int64_t logical(const plan_tensor *t, const rt_view *v, int64_t gi) {
+int64_t rt_logical_index(const plan_tensor *t, const rt_view *v, int64_t gi) {
     if (!t->zigzag || t->zigzag_dim >= v->rank) return gi;
     int64_t inner = 1, n = v->full[t->zigzag_dim];
     for (int d = t->zigzag_dim + 1; d < v->rank; d++) inner *= v->full[d];
@@ -153,7 +154,7 @@ static int fill_tokens(const plan_tensor *t, uint64_t seed, uint64_t step, uint3
     int shift = t->source == PLAN_DATA_TARGETS;
     int32_t *x = v->data;
     RT_FOR_EACH_ELEMENT(v, gs, li, {
-        int64_t gi = logical(t, v, gs);
+        int64_t gi = rt_logical_index(t, v, gs);
         uint64_t row = (uint64_t)(gi / len), j = (uint64_t)(gi % len);
         uint64_t off = rt_sample_offset(seed, step, mb, row, n - (uint64_t)len - 1);
         x[li] = (int32_t)corpus_token(c, seed, off + j + (uint64_t)shift, high);
@@ -215,7 +216,7 @@ static void fill_teacher(const plan *p, const plan_tensor *t, uint64_t seed, uin
     double prob = 0, h = 0;
     rt_teacher_stats s = {0};
     RT_FOR_EACH_ELEMENT(v, gs, li, {
-        int64_t gi = logical(t, v, gs), row = gi / len;
+        int64_t gi = rt_logical_index(t, v, gs), row = gi / len;
         if (row != last_row) {
             prob = 1 / (1 + exp(-(t->b + t->a * teacher_z(p, t, seed, step, mb, (uint64_t)row))));
             h = (prob > 0 ? -prob * log(prob) : 0) + (prob < 1 ? -(1 - prob) * log1p(-prob) : 0);
@@ -237,14 +238,16 @@ int rt_fill_input(const plan *p, const plan_tensor *t, uint64_t seed, uint64_t s
     int32_t *i32 = v->data;
     int64_t last = v->rank ? v->full[v->rank - 1] : 1;
     switch (t->source) {
-    case PLAN_DATA_NORMAL: RT_FOR_EACH_ELEMENT(v, gi, li, put(v, li, rt_normal(rt_key(base, (uint64_t)logical(t, v, gi))))); return 0;
+    case PLAN_DATA_NORMAL:
+        RT_FOR_EACH_ELEMENT(v, gi, li, put(v, li, rt_normal(rt_key(base, (uint64_t)rt_logical_index(t, v, gi)))));
+        return 0;
     case PLAN_DATA_BINARY:
-        RT_FOR_EACH_ELEMENT(v, gi, li, put(v, li, rt_uniform(rt_key(base, (uint64_t)logical(t, v, gi))) < 0.5 ? 0 : 1));
+        RT_FOR_EACH_ELEMENT(v, gi, li, put(v, li, rt_uniform(rt_key(base, (uint64_t)rt_logical_index(t, v, gi))) < 0.5 ? 0 : 1));
         return 0;
     case PLAN_DATA_RANDINT:
-        RT_FOR_EACH_ELEMENT(v, gi, li, i32[li] = (int32_t)(rt_uniform(rt_key(base, (uint64_t)logical(t, v, gi))) * t->a));
+        RT_FOR_EACH_ELEMENT(v, gi, li, i32[li] = (int32_t)(rt_uniform(rt_key(base, (uint64_t)rt_logical_index(t, v, gi))) * t->a));
         return 0;
-    case PLAN_DATA_ARANGE: RT_FOR_EACH_ELEMENT(v, gi, li, i32[li] = (int32_t)(logical(t, v, gi) % last)); return 0;
+    case PLAN_DATA_ARANGE: RT_FOR_EACH_ELEMENT(v, gi, li, i32[li] = (int32_t)(rt_logical_index(t, v, gi) % last)); return 0;
     case PLAN_DATA_TOKENS: case PLAN_DATA_TARGETS: return fill_tokens(t, seed, step, mb, c, v, err, err_n);
     case PLAN_DATA_TEACHER: fill_teacher(p, t, seed, step, mb, v); return 0;
     default:

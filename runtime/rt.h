@@ -157,6 +157,10 @@ void rt_teacher_stats_get(rt_teacher_stats *s); // thread-safe; zeros when no te
 uint64_t rt_sample_offset(uint64_t seed, uint64_t step, uint32_t mb, uint64_t row, uint64_t range);
 // Fills a param's or input's piece v (an f32, f64 or i32 view; full/start/shape say which piece).
 void rt_init_param(const plan_tensor *t, uint64_t seed, uint32_t copy, const rt_view *v);
+// The logical index of element gi of tensor t (a row-major index of the whole tensor as stored,
+// v its view): gi itself, or with t's zigzag order the element that stored position holds
+// (plan_zigzag_pos along t's zigzag dimension).
+int64_t rt_logical_index(const plan_tensor *t, const rt_view *v, int64_t gi);
 // -1 with a message when a token file does not fit the tensor (a token outside the vocabulary,
 // a corpus shorter than a row). p is the plan t belongs to (a teacher's features are its inputs).
 int rt_fill_input(const plan *p, const plan_tensor *t, uint64_t seed, uint64_t step, uint32_t mb, const rt_corpus *c,

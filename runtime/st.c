@@ -66,7 +66,9 @@ static int for_each_piece(const rt_run *r, uint32_t ti, uint32_t c, bool load, p
     return 0;
 }
 
-typedef struct { rt_named *t; bool load, f32; uint32_t *seen; uint8_t *mixed; } piece_ctx;
+// pt: the plan's tensor, whose zigzag order (a constant table along the sequence under
+// --cp-form zigzag) maps each stored element to the logical one the whole tensor holds.
+typedef struct { rt_named *t; const plan_tensor *pt; bool load, f32; uint32_t *seen; uint8_t *mixed; } piece_ctx;
 
 // Element gi of the whole tensor gets one more replica's value x: the first is kept; while every
 // replica agrees it stays (bit for bit); from the first that differs, data holds the running sum
@@ -82,15 +84,16 @@ static void gather_one(piece_ctx *p, int64_t gi, double x) {
 // Copies between a piece and the whole tensor (gather: into the whole; load: into the piece).
 static void copy_piece(void *arg, const rt_view *v) {
     piece_ctx *p = arg;
+    const plan_tensor *pt = p->pt;
     if (v->dtype == RT_DTYPE_F64) {
         double *piece = v->data;
-        if (p->load) RT_FOR_EACH_ELEMENT(v, gi, li, piece[li] = p->t->data[gi]);
-        else RT_FOR_EACH_ELEMENT(v, gi, li, gather_one(p, gi, piece[li]));
+        if (p->load) RT_FOR_EACH_ELEMENT(v, gi, li, piece[li] = p->t->data[rt_logical_index(pt, v, gi)]);
+        else RT_FOR_EACH_ELEMENT(v, gi, li, gather_one(p, rt_logical_index(pt, v, gi), piece[li]));
     } else {
         float *piece = v->data;
         p->f32 = true;
-        if (p->load) RT_FOR_EACH_ELEMENT(v, gi, li, piece[li] = (float)p->t->data[gi]);
-        else RT_FOR_EACH_ELEMENT(v, gi, li, gather_one(p, gi, piece[li]));
+        if (p->load) RT_FOR_EACH_ELEMENT(v, gi, li, piece[li] = (float)p->t->data[rt_logical_index(pt, v, gi)]);
+        else RT_FOR_EACH_ELEMENT(v, gi, li, gather_one(p, rt_logical_index(pt, v, gi), piece[li]));
     }
 }
 
@@ -125,7 +128,7 @@ int rt_gather(const rt_run *r, bool state, rt_named **out, int *n, char *err, si
             uint32_t *seen = calloc((size_t)x->n, sizeof *seen);
             uint8_t *mixed = calloc((size_t)x->n, 1);
             if (!x->name || !x->data || !seen || !mixed) { free(seen), free(mixed); rt_named_free(v, k + 1); goto oom; }
-            piece_ctx ctx = {.t = x, .seen = seen, .mixed = mixed};
+            piece_ctx ctx = {.t = x, .pt = t, .seen = seen, .mixed = mixed};
             if (for_each_piece(r, ti, c, false, copy_piece, &ctx, err, err_n)) {
                 free(seen), free(mixed);
                 rt_named_free(v, k + 1);
@@ -388,7 +391,7 @@ int rt_load(rt_run *r, const char *path, char *err, size_t err_n) {
         const plan_tensor *t = &r->p->tensors[ti];
         if (!saved_kind(t, true)) continue;
         for (uint32_t c = 0; c < t->copies && !rc; c++, k++) {
-            piece_ctx ctx = {.t = &v[k], .load = true};
+            piece_ctx ctx = {.t = &v[k], .pt = t, .load = true};
             rc = for_each_piece(r, ti, c, true, copy_piece, &ctx, err, err_n);
         }
     }

@@ -137,10 +137,11 @@ static plan_status validate_tensors(vctx *v) {
         if (t->copies < 1) return bad(v, "tensor %u: copies 0, at least 1", i);
         plan_status st = validate_source(v, i, t);
         if (st) return st;
-        if (t->zigzag && (t->kind != PLAN_T_INPUT || t->zigzag % 2 || t->zigzag < 4 || t->zigzag_dim >= t->rank ||
-                          t->shape[t->zigzag_dim] % t->zigzag))
-            return bad(v, "tensor %u \"%s\": zigzag %u %u: only an input takes a zigzag order, of an even number of chunks from 4 "
-                       "that divides its dimension (rank %u)", i, check_name_or(t->name, "?"), t->zigzag_dim, t->zigzag, t->rank);
+        if (t->zigzag && ((t->kind != PLAN_T_INPUT && t->kind != PLAN_T_PARAM) || t->zigzag % 2 || t->zigzag < 4 ||
+                          t->zigzag_dim >= t->rank || t->shape[t->zigzag_dim] % t->zigzag))
+            return bad(v, "tensor %u \"%s\": zigzag %u %u: only an input or a parameter takes a zigzag order, of an even number of "
+                       "chunks from 4 that divides its dimension (rank %u)", i, check_name_or(t->name, "?"), t->zigzag_dim, t->zigzag,
+                       t->rank);
     }
     if (p->meta.loss != PLAN_NONE && p->meta.loss >= p->n_tensors)
         return bad(v, "the loss tensor %u is out of range (%u tensors)", p->meta.loss, p->n_tensors);
