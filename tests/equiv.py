@@ -682,6 +682,10 @@ def main():
         if flash:
             c.ref_opts = "" if PRECISION == "f64" else "--attention flash"
             fm = args[3:] or ["gpt-tiny"]
+            for i, model in enumerate(fm):
+                if model.endswith(".json"):  # a model file outside models/ (tests/models/...)
+                    fm[i] = os.path.splitext(os.path.basename(model))[0]
+                    c.paths[fm[i]] = model if os.path.isabs(model) else os.path.join(root, model)
             for model in fm + ([with_attention_dropout(c)] if "gpt-tiny" in fm else []):
                 for n in (1, 2, 4, 8):
                     for opts in FLASH[n]:
