@@ -1,13 +1,14 @@
 """nanoGPT's model (Karpathy, github.com/karpathy/nanoGPT, model.py), its slow attention path as
 written there: q, k, v from one c_attn product split in three, the scores masked with
-masked_fill(bias == 0, -inf) where `bias` is a buffer of tril(ones), exact GELU,
-pre-LayerNorm blocks, learned positions, and the LM head tied to the token embedding. The
-positions and the mask span the block, where nanoGPT cuts them to the sequence (torch.fx cannot
-slice a buffer or end an arange at a traced size). The tests import it (tests/import_causal.py):
-the masked_fill becomes attention's causal attribute, and q, k, v = split(...) and
-B, T, C = x.size() unpack (fxmap.py's Tracer.iter).
+masked_fill(bias[:, :, :T, :T] == 0, -inf) where `bias` is a buffer of tril(ones), exact GELU,
+pre-LayerNorm blocks, learned positions, and the LM head tied to the token embedding, its forward
+as nanoGPT writes it (b, t = idx.size(); assert t <= block_size; arange(0, t, device=...); the
+mask buffer sliced to the sequence), at a sequence shorter than the block. The tests import it
+(tests/import_causal.py): the masked_fill becomes attention's causal attribute, the unpacking
+traces (fxmap.py's Tracer.iter), and the sizes are numbers (Tracer.shape_of).
 
-Factories: make  (2 layers, 4 heads, embedding 32, block size 8, vocabulary 64, batch 2);
+Factories: make  (2 layers, 4 heads, embedding 32, block size 16, sequence 8, vocabulary 64,
+                 batch 2);
            make_window  the same with each query seeing itself and the 3 keys before it only (a
                         band, not a causal mask: it must stay a masked_fill of the scores).
 """
@@ -36,7 +37,7 @@ class CausalSelfAttention(nn.Module):
         q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
         v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
         att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
-        att = att.masked_fill(self.bias == 0, float("-inf"))  # nanoGPT: bias[:, :, :T, :T], T the block here
+        att = att.masked_fill(self.bias[:, :, :T, :T] == 0, float("-inf"))
         att = F.softmax(att, dim=-1)
         y = att @ v
         y = y.transpose(1, 2).contiguous().view(B, T, C)
@@ -69,7 +70,10 @@ class GPT(nn.Module):
         self.lm_head.weight = self.wte.weight  # weight tying, as nanoGPT does
 
     def forward(self, idx, targets):
-        pos = torch.arange(0, self.block_size, dtype=torch.long)  # nanoGPT: arange(0, t) of idx's t
+        device = idx.device
+        b, t = idx.size()
+        assert t <= self.block_size, f"Cannot forward sequence of length {t}, block size is only {self.block_size}"
+        pos = torch.arange(0, t, dtype=torch.long, device=device)
         x = self.wte(idx) + self.wpe(pos)
         for block in self.h:
             x = block(x)
@@ -79,7 +83,7 @@ class GPT(nn.Module):
 
 def make(window=None):
     torch.manual_seed(0)
-    m = GPT(vocab=64, block_size=8, n_layer=2, n_head=4, n_embd=32, window=window)
+    m = GPT(vocab=64, block_size=16, n_layer=2, n_head=4, n_embd=32, window=window)
     idx = torch.randint(0, 64, (2, 8))
     targets = torch.randint(0, 64, (2, 8))
     return m, (idx, targets)

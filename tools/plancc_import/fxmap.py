@@ -44,17 +44,70 @@ import stdlayers
 from graph import Graph, ImportError_
 
 
+# Methods and attributes of a traced tensor that say its shape (and dtype): the tracer answers them
+# with what the example inputs give (Tracer.shape_of), so that model code may compute with sizes
+# (b, t = idx.size(); assert t <= block; arange(0, t); a buffer sliced [:t]) as it runs; and
+# x.device is the example inputs' device (the model's).
+SIZE_METHODS = {"size", "dim", "numel"}
+SIZE_ATTRS = {"shape", "ndim", "dtype"}
+
+
 class Tracer(fx.Tracer):
     """Traces into every module; each node remembers the module path it was made in. torch.nn's
     transformer layers are traced through stdlayers.py's rewrites of their forward (theirs test
     their inputs' ranks and dtypes, which torch.fx cannot trace); examples: the example inputs,
-    which tell those rewrites a mask's dtype."""
+    which tell those rewrites a mask's dtype, and every traced tensor its shape: x.size(),
+    x.shape, x.dim() and x.numel() are plain numbers, as the model's code has them when it runs
+    (the importer's shapes are static), computed on the meta device (shape_of)."""
 
     def __init__(self, examples=None):
         super().__init__()
         self.stack = []
         self.record_stack_traces = True
         self.examples = examples
+        self.metas = {}  # fx node -> its value on meta copies of the examples (None: not known)
+
+    def shape_of(self, node):
+        """Node's value computed on the meta device from meta copies of the example inputs and the
+        module's tensors (shapes and dtypes, no data: nothing real runs or changes), or None where
+        that cannot be known (an operator the meta device lacks)."""
+        if node in self.metas:
+            return self.metas[node]
+        self.metas[node] = None
+        meta = lambda t: torch.empty_like(t, device="meta") if isinstance(t, torch.Tensor) else t
+        val = lambda a: fx.node.map_aggregate(a, lambda x: self.shape_of(x) if isinstance(x, fx.Node) else x)
+        try:
+            if node.op == "placeholder":
+                k = [p for p in node.graph.nodes if p.op == "placeholder"].index(node)
+                out = meta(self.examples[k]) if self.examples is not None and k < len(self.examples) else None
+            elif node.op == "get_attr":
+                obj = self.root
+                for part in node.target.split("."):  # not getattr: while tracing, torch.fx answers it with proxies
+                    d = [getattr(obj, k, {}) for k in ("_modules", "_parameters", "_buffers")] + [vars(obj)]
+                    obj = next(x[part] for x in d if part in x)
+                out = meta(obj)
+            else:
+                args, kwargs = val(node.args), val(node.kwargs)
+                if node.op == "call_function":
+                    out = node.target(*args, **kwargs)
+                elif node.op == "call_method":
+                    out = getattr(args[0], node.target)(*args[1:], **kwargs)
+                else:
+                    out = None
+        except Exception:  # noqa: BLE001 - not known: the proxy stays a proxy
+            out = None
+        self.metas[node] = out
+        return out
+
+    def create_proxy(self, kind, target, args, kwargs, *rest, **kw):
+        if kind == "call_method" and target in SIZE_METHODS and isinstance(args[0], fx.Proxy):
+            x = self.shape_of(args[0].node)
+            if isinstance(x, torch.Tensor):
+                try:
+                    return getattr(x, target)(*args[1:], **kwargs)
+                except Exception:  # noqa: BLE001 - a bad dimension: torch.fx's node reports it
+                    pass
+        return super().create_proxy(kind, target, args, kwargs, *rest, **kw)
 
     def is_leaf_module(self, m, qualname):
         return False
@@ -88,10 +141,20 @@ class Tracer(fx.Tracer):
 
 
 class _Proxy(fx.Proxy):
-    """torch.fx's Proxy, its iteration left to Tracer.iter."""
+    """torch.fx's Proxy, its iteration left to Tracer.iter and its shape known (Tracer.shape_of)."""
 
     def __iter__(self):
         return self.tracer.iter(self)
+
+    def __getattr__(self, k):
+        if k in SIZE_ATTRS:
+            x = self.tracer.shape_of(self.node)
+            if isinstance(x, torch.Tensor):
+                return getattr(x, k)
+        ex = self.tracer.examples
+        if k == "device" and ex and all(isinstance(t, torch.Tensor) and t.device == ex[0].device for t in ex):
+            return ex[0].device
+        return super().__getattr__(k)
 
 
 def source_line(node):
