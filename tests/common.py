@@ -11,6 +11,26 @@ Each check prints one line, "ok   NAME" or "FAIL NAME: DETAIL", as meson's log s
 _tally = {"passed": 0, "failed": 0}
 
 
+def lacks(*modules):
+    """Whether a Python module the test needs is missing: prints the skip and says so (the
+    caller returns 77, meson's skip)."""
+    import importlib
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except ImportError as e:
+            print(f"SKIP: {e}")
+            return True
+    return False
+
+
+def walk_ops(ops):
+    """Every operator of a model file's op list, blocks' operators included, in order."""
+    for o in ops:
+        yield o
+        yield from walk_ops(o.get("ops", []))
+
+
 def check(name, ok, detail=""):
     """Counts and prints one check; returns ok, so that a caller can stop on a failure."""
     if ok:

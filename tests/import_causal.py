@@ -27,13 +27,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import check, plancc_import, summary  # noqa: E402
-
-
-def walk(ops):
-    for o in ops:
-        yield o
-        yield from walk(o.get("ops", []))
+from common import check, lacks, plancc_import, summary, walk_ops as walk  # noqa: E402
 
 
 def load(path):
@@ -84,10 +78,7 @@ def zigzag_load(plancc, planrun, root, tmp):
 
 def main():
     plancc, planrun, root = sys.argv[1:4]
-    try:
-        import torch  # noqa: F401
-    except ImportError as e:
-        print(f"SKIP: {e}")
+    if lacks("torch"):
         return 77
     ok_dir = os.path.join(root, "tests", "import_ok")
     with tempfile.TemporaryDirectory() as tmp:

@@ -22,22 +22,12 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import check, onnx_export, plancc_import, summary  # noqa: E402
-
-
-def walk(ops):
-    for o in ops:
-        yield o
-        yield from walk(o.get("ops", []))
+from common import check, onnx_export, plancc_import, lacks, summary, walk_ops as walk  # noqa: E402
 
 
 def main():
     plancc, planrun, root = sys.argv[1:4]
-    try:
-        import onnx  # noqa: F401
-        import torch  # noqa: F401
-    except ImportError as e:
-        print(f"SKIP: {e}")
+    if lacks("onnx", "torch"):
         return 77
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "m.json")
