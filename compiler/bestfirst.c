@@ -54,7 +54,8 @@
  * budget is spent it drops the ILP probes too, not only the hard solves.
  *
  * Progress: the search updates the progress line (glpk.c) with what it has searched, the best
- * estimate found so far and the bound.
+ * estimate of a strategy built so far (whether it fits is the memory planner's word, later: the
+ * answer may be slower) and the bound.
  */
 #include "plancc.h"
 
@@ -127,8 +128,8 @@ static bool same_but_recompute(const pcc_config *a, const pcc_config *b) {
 }
 
 static void progress(const bf *B, double bound) {
-    char best[48] = "";
-    if (isfinite(B->best_s)) snprintf(best, sizeof best, ", best so far %.4g s", B->best_s);
+    char best[64] = "";
+    if (isfinite(B->best_s)) snprintf(best, sizeof best, ", best estimate so far %.4g s (fit unchecked)", B->best_s);
     const pcc_ilp_counts *n = mip_counts();
     progress_phase("phase 2: searched %d of %d candidates%s, bound %.4g s; %d ILPs solved, %d reused", B->r->expanded,
                    B->r->configs, best, bound, n->solves, n->reused + n->relaxed);
