@@ -35,7 +35,9 @@ plan_time(), which is where a simulator's time (plandump --sim) plugs in. TFLOP/
 counts the model's FLOPs (forward + backward as plancc --check counts them, no recompute) over
 the step. For the GPT rows of ../shared/data/megatron_sc21_a100.csv the published throughput
 is turned into a step time with the paper's own FLOP formula ("paper" column) and the paper's
-configuration is compiled as a template too ("paper cfg").
+configuration is compiled as a template too ("paper cfg"). The Llama-3-8B-128k row's "paper"
+column is nnScaler's published step (examples/llama/README.rst), its plan not published; a row's
+"extra" options (there: --attention flash) go to every configuration of the row.
 
 The search is cheap first: plancc --estimate-only --json gives every configuration's estimate
 without building a plan; then configurations are compiled in the order of their estimates
