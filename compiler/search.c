@@ -532,14 +532,12 @@ static bool seq_twice(const pcc_graph *g, int x, int d) {
     return n > 1;
 }
 
-// The tensor a block's input x is bound to (through every block that binds it), or x.
+// The model's tensor that x, a block's input, is bound to (graph_check: an in-binding reads a
+// top-level tensor into its own block), or x.
 static int bound_outer(const pcc_graph *g, int x) {
-    for (bool again = true; again;) {
-        again = false;
-        for (int b = 0; b < g->n_blocks && !again; b++)
-            for (int i = 0; i < g->blocks[b].n_in && !again; i++)
-                if (g->blocks[b].in[i].inner == x) x = g->blocks[b].in[i].outer, again = true;
-    }
+    int b = g->tensors[x].block;
+    for (int i = 0; b >= 0 && i < g->blocks[b].n_in; i++)
+        if (g->blocks[b].in[i].inner == x) return g->blocks[b].in[i].outer;
     return x;
 }
 
