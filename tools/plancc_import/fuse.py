@@ -127,10 +127,10 @@ def transposed(g, v, before, copy):
 MASKED = -1e9  # at most this above the diagonal: exp(score + mask) is 0 in f32 and f64
 
 
-def causal_values(v, axes, s, fill):
+def causal_values(v, axes, s, filled):
     """Whether constant v, over the scores' axes `axes` [b, n, s, t], is s x s and marks what a
-    causal attention masks: with fill None, an additive mask (0 on and below the diagonal, at
-    most MASKED above it); else masked_fill's mask (nonzero exactly above the diagonal). Its
+    causal attention masks: an additive mask (0 on and below the diagonal, at most MASKED above
+    it), or with filled, masked_fill's mask (nonzero exactly above the diagonal). Its
     values show it (v.tensor), or the importer saw it built as an additive one (v.causal:
     fxmap.py's causal_built, on the meta device, where there are no values)."""
     r = producer(v, "reshape")  # the importer squeezes a broadcast operand's size-1 axes with a reshape
@@ -140,16 +140,15 @@ def causal_values(v, axes, s, fill):
     big = [(a, n) for a, n in zip(axes, v.shape) if n != 1]
     if [a for a, _ in big] != [2, 3] or [n for _, n in big] != [s, s] or [n for n in src.shape if n != 1] != [s, s]:
         return False
-    if fill is None and getattr(src, "causal", False):
+    if not filled and getattr(src, "causal", False):
         return True
     t = src.tensor
     if t is None or t.device.type == "meta":
         return False
     t = t.detach().reshape(s, s).double()
     above = torch.ones(s, s, dtype=torch.bool).triu(1)
-    if fill is None:
-        return bool((t[~above] == 0).all()) and bool((t[above] <= MASKED).all())
-    return bool((t[~above] == 0).all()) and bool((t[above] != 0).all())
+    masked = t[above] != 0 if filled else t[above] <= MASKED
+    return bool((t[~above] == 0).all()) and bool(masked.all())
 
 
 def fuse_attention(g, use, sm):
@@ -170,9 +169,8 @@ def fuse_attention(g, use, sm):
     z, bias, scale = sm.ins[0], None, 1.0
     ad, bias_axes = producer(z, "add"), None
     mf = producer(z, "masked_fill")  # nanoGPT's att.masked_fill(tril == 0, -inf): causal, or no fusion
-    if mf is not None and only_use(use, z, sm) and mf.attrs.get("value", 0) <= MASKED and len(mf.ins[0].shape) == 4 and \
-            causal_values(mf.ins[1], axis_map(mf, mf.ins[0], mf.ins[1]), mf.ins[0].shape[2], mf.attrs["value"]) and \
-            mf.ins[0].shape[2] == mf.ins[0].shape[3]:
+    if mf is not None and only_use(use, z, sm) and mf.attrs["value"] <= MASKED and \
+            causal_values(mf.ins[1], axis_map(mf, z, mf.ins[1]), z.shape[2], True):  # z: [b, n, s, s] (s x s axes 2 and 3)
         z, ad = mf.ins[0], None
     else:
         mf = None
@@ -208,7 +206,7 @@ def fuse_attention(g, use, sm):
     q = untransposed(g, qh) or transposed(g, qh, anchor, copy)
     k = ks or untransposed(g, kh) or transposed(g, kh, anchor, copy)
     v = untransposed(g, vh) or transposed(g, vh, anchor, copy)
-    causal = mf is not None or (bias is not None and q.shape[1] == k.shape[1] and causal_values(bias, bias_axes, q.shape[1], None))
+    causal = mf is not None or (bias is not None and q.shape[1] == k.shape[1] and causal_values(bias, bias_axes, q.shape[1], False))
     if causal:
         bias, bias_axes = None, None
     ins = [q, k, v] + ([bias] if bias is not None else [])

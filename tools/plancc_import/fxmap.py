@@ -67,6 +67,21 @@ class Tracer(fx.Tracer):
         self.examples = examples
         self.metas = {}  # fx node -> its value on meta copies of the examples (None: not known)
 
+    def example(self, node):
+        """The value of a placeholder (the example input) or a get_attr node (the module's tensor,
+        read from the modules' dictionaries: while tracing, torch.fx answers getattr on a module
+        with proxies), or None."""
+        if node.op == "placeholder":
+            k = [p for p in node.graph.nodes if p.op == "placeholder"].index(node)
+            return self.examples[k] if self.examples is not None and k < len(self.examples) else None
+        if node.op == "get_attr":
+            obj = self.root
+            for part in node.target.split("."):
+                d = [getattr(obj, k, {}) for k in ("_modules", "_parameters", "_buffers")] + [vars(obj)]
+                obj = next((x[part] for x in d if part in x), None)
+            return obj
+        return None
+
     def shape_of(self, node):
         """Node's value computed on the meta device from meta copies of the example inputs and the
         module's tensors (shapes and dtypes, no data: nothing real runs or changes), or None where
@@ -77,15 +92,8 @@ class Tracer(fx.Tracer):
         meta = lambda t: torch.empty_like(t, device="meta") if isinstance(t, torch.Tensor) else t
         val = lambda a: fx.node.map_aggregate(a, lambda x: self.shape_of(x) if isinstance(x, fx.Node) else x)
         try:
-            if node.op == "placeholder":
-                k = [p for p in node.graph.nodes if p.op == "placeholder"].index(node)
-                out = meta(self.examples[k]) if self.examples is not None and k < len(self.examples) else None
-            elif node.op == "get_attr":
-                obj = self.root
-                for part in node.target.split("."):  # not getattr: while tracing, torch.fx answers it with proxies
-                    d = [getattr(obj, k, {}) for k in ("_modules", "_parameters", "_buffers")] + [vars(obj)]
-                    obj = next(x[part] for x in d if part in x)
-                out = meta(obj)
+            if node.op in ("placeholder", "get_attr"):
+                out = meta(self.example(node))
             else:
                 args, kwargs = val(node.args), val(node.kwargs)
                 if node.op == "call_function":

@@ -62,16 +62,9 @@ def example_of(tracer, x):
     model input (from the example inputs); anything else cannot be known and is refused."""
     if isinstance(x, torch.Tensor):
         return x
-    n = x.node if isinstance(x, fx.Proxy) else None
-    if n is not None and n.op == "get_attr":
-        obj = tracer.root
-        for part in n.target.split("."):
-            obj = getattr(obj, part)
-        return obj
-    if n is not None and n.op == "placeholder" and tracer.examples is not None:
-        k = [p for p in n.graph.nodes if p.op == "placeholder"].index(n)
-        if k < len(tracer.examples) and isinstance(tracer.examples[k], torch.Tensor):
-            return tracer.examples[k]
+    ex = tracer.example(x.node) if isinstance(x, fx.Proxy) else None
+    if isinstance(ex, torch.Tensor):
+        return ex
     raise Unsupported("a MultiheadAttention mask computed in the model (its dtype and rank decide what it means): "
                       "pass it as a model input or a buffer")
 
