@@ -52,6 +52,44 @@ def summary():
     return 1 if _tally["failed"] else 0
 
 
+class Forkserver:
+    """Runs a tool's cases as children of one process, tests/forkserver.c built around the tool
+    (plancc-fork, plandump-fork), started under WRAPPER (valgrind ...) once: run(args) returns what
+    subprocess.run(capture_output=True) would of WRAPPER TOOL ARGS, with the memory checker's
+    start-up paid once for the whole corpus. The server's children run in ROOT with ENV. The
+    checker's reports go to this process's stderr, each line marked ==PID== with the case's child
+    (the result's .pid), not to the result's stderr: its exit code still fails the case."""
+
+    def __init__(self, server, wrapper, root, env):
+        import subprocess
+        import tempfile
+        self._tmp = tempfile.TemporaryDirectory()
+        self._proc = subprocess.Popen([*wrapper, server], cwd=root, env=env, stdin=subprocess.PIPE,
+                                      stdout=subprocess.PIPE)
+
+    def run(self, args):
+        import os
+        import subprocess
+        out, err = (os.path.join(self._tmp.name, n) for n in ("out", "err"))
+        fields = [out, err, str(len(args)), *args]
+        self._proc.stdin.write(b"".join(os.fsencode(f) + b"\0" for f in fields))
+        self._proc.stdin.flush()
+        reply = self._proc.stdout.readline().decode().split()
+        if len(reply) != 3 or reply[0] not in ("exit", "signal"):
+            raise RuntimeError(f"forkserver: {reply!r} (it exited {self._proc.poll()})")
+        code = int(reply[1]) if reply[0] == "exit" else -int(reply[1])
+        with open(out, "rb") as o, open(err, "rb") as e:
+            p = subprocess.CompletedProcess(args, code, o.read(), e.read())
+        p.pid = int(reply[2])
+        return p
+
+    def close(self):
+        self._proc.stdin.close()
+        rc = self._proc.wait()
+        self._tmp.cleanup()
+        return rc
+
+
 def onnx_export(model, inputs, path):
     """torch.onnx.export of a module that computes the loss, as plancc-import onnx takes one:
     training mode, opset 14, nothing folded (the exporter's warnings silenced)."""

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """plandump on the plan corpora: good plans round-trip, broken plans are refused as expected.
 
-usage: run_plans.py [--good | --bad | --cli] PLANDUMP SOURCE_ROOT [WRAPPER ...]
+usage: run_plans.py [--good | --bad | --cli] [--forkserver] PLANDUMP SOURCE_ROOT [WRAPPER ...]
 
 --good (tests/plans/*.plan.txt): each assembles (exit 0, nothing on stderr); the plan passes its
   check (summary "check ... ok", --check-only exit 0 and silent); --text prints the file (but for
@@ -19,6 +19,8 @@ usage: run_plans.py [--good | --bad | --cli] PLANDUMP SOURCE_ROOT [WRAPPER ...]
 --cli: --help, --version, usage errors and their exit codes.
 Without a mode, all three. WRAPPER (valgrind -q --error-exitcode=97 ...) runs plandump under a
 memory checker, whose reports change the exit code or add to stderr and so fail the case.
+--forkserver: PLANDUMP is plandump-fork (tests/forkserver.c), started once under WRAPPER; each run
+is a child of it, checked as alone but without the memory checker's start-up each time.
 """
 import glob
 import json
@@ -27,6 +29,8 @@ import shutil
 import subprocess
 import sys
 import tempfile
+
+from common import Forkserver
 
 passed = failed = 0
 
@@ -40,17 +44,22 @@ def check(name, ok, p=None, detail=""):
     failed += 1
     print(f"FAIL {name}{': ' + detail if detail else ''}")
     if p is not None:
-        print(f"     exit {p.returncode}\n     stdout: {p.stdout[:800]!r}\n     stderr: {p.stderr[:800]!r}")
+        child = f" (child {p.pid} of the fork server: look for =={p.pid}== on stderr)" if hasattr(p, "pid") else ""
+        print(f"     exit {p.returncode}{child}\n     stdout: {p.stdout[:800]!r}\n     stderr: {p.stderr[:800]!r}")
     return False
 
 
 class Runner:
-    def __init__(self, plandump, root, wrapper):
+    def __init__(self, plandump, root, wrapper, forkserver=False):
         self.plandump, self.root, self.wrapper = plandump, root, wrapper
         self.env = dict(os.environ, ASAN_OPTIONS="detect_leaks=1:exitcode=99", UBSAN_OPTIONS="halt_on_error=1:exitcode=98")
+        self.server = Forkserver(plandump, wrapper, root, self.env) if forkserver else None
 
     def __call__(self, *args):
-        p = subprocess.run([*self.wrapper, self.plandump, *args], cwd=self.root, capture_output=True, env=self.env)
+        if self.server:
+            p = self.server.run(list(args))
+        else:
+            p = subprocess.run([*self.wrapper, self.plandump, *args], cwd=self.root, capture_output=True, env=self.env)
         p.stdout = p.stdout.decode("utf-8", "replace")
         p.stderr = p.stderr.decode("utf-8", "replace")
         return p
@@ -270,13 +279,18 @@ def run_cli(run):
 def main():
     args = sys.argv[1:]
     mode = args.pop(0) if args and args[0] in ("--good", "--bad", "--cli") else None
-    run = Runner(os.path.abspath(args[0]), os.path.abspath(args[1]), args[2:])
+    forkserver = bool(args) and args[0] == "--forkserver"
+    if forkserver:
+        args.pop(0)
+    run = Runner(os.path.abspath(args[0]), os.path.abspath(args[1]), args[2:], forkserver)
     if mode in (None, "--good"):
         run_good(run)
     if mode in (None, "--bad"):
         run_bad(run)
     if mode in (None, "--cli"):
         run_cli(run)
+    if run.server:
+        check("the fork server (under the wrapper) exits 0", run.server.close() == 0)
     print(f"{passed} passed, {failed} failed")
     return 1 if failed else 0
 

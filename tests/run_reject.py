@@ -8,7 +8,7 @@ containing FRAGMENT (POINTER may be "LINE:COL" for syntax errors). No crash, no 
 a run under ASan/UBSan shows its report on stderr and a different exit code, and fails here.
 Every file in tests/bad/ must be listed, so nothing in the corpus goes unchecked.
 
-usage: run_reject.py [--cluster | --config | --policy] PLANCC SOURCE_ROOT [WRAPPER ...]
+usage: run_reject.py [--cluster | --config | --policy] [--forkserver] PLANCC SOURCE_ROOT [WRAPPER ...]
 --cluster: the corpus is tests/bad_cluster/ (same expect.tsv format), each case run as
 plancc --check models/mlp.json --cluster tests/bad_cluster/FILE.
 --config: the corpus is tests/bad_config/ (plancc --config files), each case run as
@@ -16,11 +16,15 @@ plancc --check models/mlp.json --config tests/bad_config/FILE.
 --policy: the corpus is tests/bad_policy/ (plancc --policy files), each case run as
 plancc models/gpt-tiny.json --cluster cpu --devices 8 --estimate-only --policy tests/bad_policy/FILE.
 WRAPPER (e.g. valgrind -q --error-exitcode=97) runs plancc under a memory checker: its reports
-go to stderr and change the exit code, so they fail the case.
+go to stderr and change the exit code, so they fail the case. --forkserver: PLANCC is plancc-fork
+(tests/forkserver.c), started once under WRAPPER, and each case runs in a child of it, checked as
+alone but without the memory checker's start-up each time.
 """
 import os
 import subprocess
 import sys
+
+from common import Forkserver
 
 
 def main():
@@ -28,6 +32,9 @@ def main():
     mode = args[0] if args and args[0] in ("--cluster", "--config", "--policy") else None
     cluster = mode == "--cluster"
     if mode:
+        args = args[1:]
+    forkserver = args[0] == "--forkserver"
+    if forkserver:
         args = args[1:]
     plancc, root = os.path.abspath(args[0]), os.path.abspath(args[1])
     wrapper = args[2:]
@@ -51,6 +58,7 @@ def main():
         print(f"FAIL {extra}: in tests/{corpus}/ but not in expect.tsv")
         failed += 1
     env = dict(os.environ, ASAN_OPTIONS="detect_leaks=1:exitcode=99", UBSAN_OPTIONS="halt_on_error=1:exitcode=98")
+    server = Forkserver(plancc, wrapper, root, env) if forkserver else None
     for name, pointer, fragment in cases:
         path = os.path.join("tests", corpus, name)
         if not os.path.exists(os.path.join(root, path)):
@@ -60,7 +68,10 @@ def main():
         check = ["--check", "models/mlp.json", mode, path] if mode else ["--check", path]
         if mode == "--policy":
             check = ["models/gpt-tiny.json", "--cluster", "cpu", "--devices", "8", "--estimate-only", mode, path]
-        p = subprocess.run([*wrapper, plancc, *check], cwd=root, capture_output=True, env=env)
+        if server:
+            p = server.run(check)
+        else:
+            p = subprocess.run([*wrapper, plancc, *check], cwd=root, capture_output=True, env=env)
         try:
             stderr = p.stderr.decode("utf-8")
         except UnicodeDecodeError as e:  # garbage in a diagnostic: uninitialized memory, say
@@ -75,8 +86,12 @@ def main():
             print(f"ok   {name}: {lines[0][len('plancc: '):]}")
         else:
             failed += 1
-            print(f"FAIL {name}: exit {p.returncode}, want 2 and a line starting {want!r} containing {fragment!r}; stderr:")
+            child = f" (child {p.pid} of the fork server: look for =={p.pid}== on stderr)" if server else ""
+            print(f"FAIL {name}: exit {p.returncode}{child}, want 2 and a line starting {want!r} containing {fragment!r}; stderr:")
             print("     " + stderr.replace("\n", "\n     "))
+    if server and server.close():
+        print("FAIL the fork server (under the wrapper) exited with a failure")
+        failed += 1
     print(f"{passed} passed, {failed} failed")
     return 1 if failed else 0
 
