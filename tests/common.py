@@ -61,10 +61,11 @@ class Forkserver:
     (the result's .pid), not to the result's stderr: its exit code still fails the case."""
 
     def __init__(self, server, wrapper, root, env):
+        import os
         import subprocess
         import tempfile
         self._tmp = tempfile.TemporaryDirectory()
-        self._proc = subprocess.Popen([*wrapper, server], cwd=root, env=env, stdin=subprocess.PIPE,
+        self._proc = subprocess.Popen([*wrapper, os.path.abspath(server)], cwd=root, env=env, stdin=subprocess.PIPE,
                                       stdout=subprocess.PIPE)
 
     def run(self, args):
