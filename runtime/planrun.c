@@ -960,6 +960,10 @@ static int run_cuda(const options *o, const plan *p, const plan *bg, rt_launch *
     // fail after the rendezvous (its peers then stop at the rendezvous's timeout, naming it).
     rt_cuda_config cfg = {.rank = l->rank, .world = l->world, .tf32 = o->tf32};
     rt_cuda_device dev;
+    if (rt_cuda_load(err, sizeof err)) {
+        fprintf(stderr, "planrun: --backend cuda, rank %d: %s; stopping before the rendezvous\n", l->rank, err);
+        return EXIT_BACKEND;
+    }
     if (rt_cuda_device_open(l->local_rank, &dev, err, sizeof err)) {
         fprintf(stderr, "planrun: --backend cuda, rank %d (local rank %d): %s; stopping before the rendezvous (its peers will "
                 "time out waiting for rank %d)\n", l->rank, l->local_rank, err, l->rank);

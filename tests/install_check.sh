@@ -47,6 +47,16 @@ fi
 "$bin/plancc" gpt-tiny.json --cluster "$top/share/plancc/clusters/cpu.json" --devices 2 -q -o cpu.plan && ok "--cluster by path" || bad "--cluster by path"
 "$bin/planrun" cpu.plan --steps 2 --quiet && ok "installed planrun runs the plan" || bad "installed planrun"
 "$bin/plandump" --sim --json cpu.plan | grep -q '"step_s"' && ok "installed plandump simulates it" || bad "installed plandump"
+# planrun's cuda module (built with the cuda backend) is installed under LIBDIR/plancc, and the
+# installed planrun finds it there, relative to its own folder (the install moved by DESTDIR):
+# what stops --backend cuda is then the GPU or its absence, never the module.
+if [ -f "$build/planrun-cuda.so" ]; then
+  "$bin/plancc" gpt-tiny.json --cluster "$top/share/plancc/clusters/cpu.json" --devices 1 -q -o one.plan
+  "$bin/planrun" one.plan --backend cuda --steps 1 --quiet >cuda.log 2>&1 || true
+  if find "$top" -path '*/lib*/plancc/planrun-cuda.so' | grep -q . && ! grep -q module cuda.log &&
+     grep -Eq "no GPU|^$" cuda.log; then ok "installed planrun loads its cuda module"
+  else cat cuda.log; bad "installed planrun loads its cuda module"; fi
+fi
 for s in compile sim planrun model cluster plan; do
   [ -f "$top/share/plancc/schemas/$s.schema.json" ] || bad "schema $s installed"
 done

@@ -12,10 +12,11 @@
 #
 # The C library, libstdc++ and the CUDA libraries are not copied: the target needs a glibc at
 # least as new as this machine's, and CUDA libraries of the major versions planrun links.
-# tests/gpu_kernels comes along when BUILD has it.
+# tests/gpu_kernels comes along when BUILD has it, and planrun's cuda module (planrun-cuda.so,
+# beside planrun in bin/, where planrun looks first).
 set -euo pipefail
 if [ $# -ne 2 ] || [ "$1" = -h ] || [ "$1" = --help ]; then
-  sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'
   exit 2
 fi
 build=$1 out=$2
@@ -25,6 +26,7 @@ done
 mkdir -p "$out/bin" "$out/lib"
 bins=("$build/plancc" "$build/planrun" "$build/plandump")
 [ -x "$build/tests/gpu_kernels" ] && bins+=("$build/tests/gpu_kernels")
+[ -f "$build/planrun-cuda.so" ] && bins+=("$build/planrun-cuda.so")
 cp "${bins[@]}" "$out/bin/"
 # Every library a binary resolves here, less the C runtime and CUDA's (the target has its own).
 skip='/(libc|libm|libdl|libpthread|librt|libstdc\+\+|libgcc_s|ld-linux[^/]*)\.so|/libcu|/libnccl|/libcudnn|/libnv'

@@ -11,6 +11,14 @@
  *   rt_cuda_nccl_id       on rank 0: the ncclUniqueId, which the rendezvous hands to all ranks;
  *   rt_run_init           with rt_options.backend "cuda" and backend_config a rt_cuda_config:
  *                         interp.c calls rt_backend_cuda_init.
+ *
+ * The module: planrun does not link the backend. It is a shared module, planrun-cuda.so
+ * (runtime/cuda/module.c; beside planrun in the build, under LIBDIR/plancc installed), which
+ * planrun loads the first time one of the three functions above is called (cuda/loader.c
+ * defines them there and forwards to the module's table), that is, only for --backend cuda.
+ * Linking cuBLAS costs a process about 0.3 s before main (cuBLASLt's static initializers), GPU or
+ * not, and most runs are on the cpu backends. Test programs that want the backend itself
+ * (tests/gpu_kernels.c) link the static library rt-cuda and call the functions directly.
  */
 #ifndef RT_CUDA_H
 #define RT_CUDA_H
@@ -57,5 +65,24 @@ int rt_cuda_nccl_id(uint8_t id[RT_CUDA_ID_BYTES], char *err, size_t err_n);
 // events, cuBLAS and cuDNN handles, and the NCCL communicators (the world's, then one per plan
 // group instance split from it; every rank of the world must call this). NULL with a message.
 rt_backend *rt_backend_cuda_init(const plan *p, const rt_options *o, char *err, size_t err_n);
+
+// The module's one exported symbol, RT_CUDA_MODULE_SYMBOL, is this table. abi and the two sizes
+// let planrun refuse a module built from other sources (an old install) rather than misread it.
+#define RT_CUDA_MODULE_ABI 1 // bump when the table or the rt.h types it passes change
+#define RT_CUDA_MODULE_SYMBOL "rt_cuda_module_table"
+typedef struct rt_cuda_module {
+    int abi;                        // RT_CUDA_MODULE_ABI
+    size_t options_bytes, backend_bytes; // sizeof (rt_options), sizeof (rt_backend) as it was built
+    int (*device_open)(int local_rank, rt_cuda_device *dev, char *err, size_t err_n);
+    int (*nccl_id)(uint8_t id[RT_CUDA_ID_BYTES], char *err, size_t err_n);
+    rt_backend *(*backend_init)(const plan *p, const rt_options *o, char *err, size_t err_n);
+} rt_cuda_module;
+
+// planrun's side (cuda/loader.c): loads the module once: $PLANRUN_CUDA_MODULE where that is set,
+// else planrun-cuda.so beside the executable, else in the installed module folder. -1 with a
+// message naming every path tried and why each failed (planrun's exit code 9). The three
+// functions above call it themselves; planrun calls it first to tell a missing module from a
+// missing GPU.
+int rt_cuda_load(char *err, size_t err_n);
 
 #endif
