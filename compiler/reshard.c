@@ -74,12 +74,14 @@ static int state_find(const rvd_space *s, const pcc_layout *l) {
     return -1;
 }
 
-// All layouts: distribute n over r, v, d[0..rank) (each d[i] dividing its dimension).
+// All layouts: distribute n over r, v, d[0..rank) (each d[i] dividing its dimension). With
+// s->states NULL it only counts them.
 static void enumerate(rvd_space *s, pcc_layout *cur, int slot, int left) {
     if (s->count >= MAX_STATES) return;
     if (slot == s->rank + 1) { // the last slot, r, takes what is left
         cur->r = left;
-        s->states[s->count++] = *cur;
+        if (s->states) s->states[s->count] = *cur;
+        s->count++;
         return;
     }
     for (int f = 1; f <= left; f++) {
@@ -105,6 +107,13 @@ typedef struct edge {
     int dim, dim_to, k;
     pcc_layout to;
 } edge;
+
+// The most steps edges_from finds out of one layout of a tensor of this rank: per dimension an
+// all-gather, a reduce-scatter, a slice and an all-to-all to every other dimension; then an
+// all-reduce and a scale.
+static int edges_most(int rank) {
+    return rank * (rank + 2) + 2;
+}
 
 // The steps out of layout l that move the group's factor n (the essay: what phase 3 emits).
 static int edges_from(const rvd_space *s, const pcc_layout *l, edge *out, int cap) {
@@ -158,7 +167,7 @@ static void shortest(const pcc_cluster *c, const rvd_space *s, int src, pcc_grou
             if (!done[i] && dist[i] < INFINITY && (u < 0 || dist[i] < dist[u])) u = i;
         if (u < 0) return;
         done[u] = true;
-        int ne = edges_from(s, &s->states[u], es, 1024);
+        int ne = edges_from(s, &s->states[u], es, edges_most(s->rank));
         for (int k = 0; k < ne; k++) {
             int w = state_find(s, &es[k].to);
             if (w < 0 || done[w]) continue;
@@ -242,19 +251,24 @@ double reshard_rvd_2d(const pcc_cluster *c, const pcc_graph *g, const pcc_tensor
     if (minor > 1) return reshard_axes(c, g, t, from, to, grp, minor, path);
     if (path) memset(path, 0, sizeof *path);
     if (layout_eq(from, to, t->rank)) return 0;
-    // Scratch for one search, freed before returning: the scheduler asks thousands of times.
+    // Scratch for one search, freed before returning (the scheduler asks thousands of times),
+    // sized by the states counted first, not by the most there may be (MAX_STATES): a few
+    // dozen, where the largest size took 0.5 MB a call.
     rvd_space s = {.g = g, .t = t, .n = grp.size, .rank = t->rank};
-    s.states = malloc(sizeof(pcc_layout) * MAX_STATES);
-    double *dist = malloc(sizeof(double) * MAX_STATES);
-    int *prev = malloc(sizeof(int) * MAX_STATES);
-    edge *via = malloc(sizeof(edge) * MAX_STATES), *es = malloc(sizeof(edge) * 1024);
-    bool *done = calloc(MAX_STATES, sizeof(bool));
+    pcc_layout cur = {0};
+    for (int i = 0; i < PCC_MAX_RANK; i++) cur.d[i] = 1;
+    enumerate(&s, &cur, 0, grp.size);
+    size_t n = (size_t)s.count;
+    s.count = 0;
+    s.states = malloc(sizeof(pcc_layout) * n);
+    double *dist = malloc(sizeof(double) * n);
+    int *prev = malloc(sizeof(int) * n);
+    edge *via = malloc(sizeof(edge) * n), *es = malloc(sizeof(edge) * (size_t)edges_most(s.rank));
+    bool *done = calloc(n, sizeof(bool));
     if (!s.states || !dist || !prev || !via || !es || !done) {
         fprintf(stderr, "%s: out of memory\n", pcc_progname);
         exit(PCC_ERR_INTERNAL);
     }
-    pcc_layout cur = {0};
-    for (int i = 0; i < PCC_MAX_RANK; i++) cur.d[i] = 1;
     enumerate(&s, &cur, 0, grp.size);
     int src = state_find(&s, from), dst = state_find(&s, to);
     double seconds = -1;
