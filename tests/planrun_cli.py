@@ -83,6 +83,16 @@ def launch_and_cuda(pr, plancc, cpu, mlp, j):
         expect("cuda without the cuda backend", prx({}, j("mlp1.plan"), "--backend", "cuda", "--steps", 1), 9,
                "built without the cuda backend")
         return
+    # The backend is a module planrun loads for --backend cuda only (runtime/cuda/loader.c):
+    # one that is missing, or a library that is not it, is refused naming the path and why.
+    expect("cuda: the module missing (PLANRUN_CUDA_MODULE)",
+           prx({"PLANRUN_CUDA_MODULE": j("no-such-module.so")}, j("mlp1.plan"), "--backend", "cuda", "--steps", 1), 9,
+           "cannot load the cuda backend's module", "no-such-module.so")
+    expect("cuda: a library that is not the module",
+           prx({"PLANRUN_CUDA_MODULE": "libm.so.6"}, j("mlp1.plan"), "--backend", "cuda", "--steps", 1), 9,
+           "libm.so.6: it has no rt_cuda_module_table")
+    expect("cpu runs do not load the module", prx({"PLANRUN_CUDA_MODULE": j("no-such-module.so")}, j("mlp1.plan"),
+                                                  "--steps", 1), 0, "1/1")
     gpu = has_gpu()
     if gpu:
         expect("cuda on a GPU", prx({}, j("mlp1.plan"), "--backend", "cuda", "--steps", 1), 0, "1/1", "GPU 0")
