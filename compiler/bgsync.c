@@ -175,6 +175,12 @@ const char *sync_str(pcc_arena *a, const pcc_sync_opts *o) {
 
 /* ---- the background program ---- */
 
+// The arrays the background program appends to, and the room each has in the plan's arena
+// (0: exactly what phase 3 left there).
+typedef struct bg_room {
+    size_t tensors, buffers, insns, args, attrs;
+} bg_room;
+
 typedef struct bg {
     plan *p;
     plan_program *pr;
@@ -182,22 +188,32 @@ typedef struct bg {
     uint64_t end;               // the arena's end so far
     const pcc_cluster *c;       // the cost model of a chunk: an all-reduce of its bytes over the replicas
     pcc_group_shape replicas;
+    bg_room room;
 } bg;
 
-static void *grow_copy(plan *p, const void *old, size_t n_old, size_t n_new, size_t size) {
-    void *v = plan_alloc(p, size * (n_new ? n_new : 1));
+// Array old of n_old elements with room for n_new, in the plan's arena: old itself where *room
+// holds n_new, else a copy with twice the room (the arena frees nothing, so growing by one
+// element at a time cost a copy of the whole array each time: 3.5 GB and 11 s for dlrm-small's
+// chunked rounds on 4 ranks).
+static void *grow(plan *p, void *old, size_t n_old, size_t n_new, size_t size, size_t *room) {
+    if (n_new <= *room) return old;
+    size_t r = *room > n_old ? *room : n_old;
+    while (r < n_new) r = r ? 2 * r : 16;
+    void *v = plan_alloc(p, size * r);
     PCC_ASSERT(v);
     if (n_old) memcpy(v, old, size * n_old);
+    *room = r;
     return v;
 }
 
 // The state tensor "NAME<suffix>" shaped as tensor t (appended once for the whole plan).
-static uint32_t state_tensor(plan *p, uint32_t t, const char *suffix) {
+static uint32_t state_tensor(bg *B, uint32_t t, const char *suffix) {
+    plan *p = B->p;
     char name[256];
     snprintf(name, sizeof name, "%s%s", p->tensors[t].name ? p->tensors[t].name : "", suffix);
     for (uint32_t i = 0; i < p->n_tensors; i++)
         if (p->tensors[i].name && !strcmp(p->tensors[i].name, name)) return i;
-    p->tensors = grow_copy(p, p->tensors, p->n_tensors, p->n_tensors + 1, sizeof *p->tensors);
+    p->tensors = grow(p, p->tensors, p->n_tensors, p->n_tensors + 1, sizeof *p->tensors, &B->room.tensors);
     plan_tensor *s = &p->tensors[p->n_tensors];
     *s = p->tensors[t];
     s->kind = PLAN_T_STATE, s->source = 0, s->a = s->b = 0;
@@ -216,7 +232,7 @@ static uint32_t bg_buffer_at(bg *B, uint32_t like, uint32_t t, bool persist, boo
     PCC_ASSERT(b.mb_slots == 1 && b.layer_slots == 1);
     b.tensor = t, b.offset = B->end, b.flags = persist ? PLAN_BUF_PERSIST : 0, b.mb_stride = b.layer_stride = 0;
     B->end = packed ? B->end + b.bytes : (B->end + b.bytes + BG_ALIGN - 1) / BG_ALIGN * BG_ALIGN;
-    pr->buffers = grow_copy(B->p, pr->buffers, pr->n_buffers, pr->n_buffers + 1, sizeof b);
+    pr->buffers = grow(B->p, pr->buffers, pr->n_buffers, pr->n_buffers + 1, sizeof b, &B->room.buffers);
     pr->buffers[pr->n_buffers] = b;
     return pr->n_buffers++;
 }
@@ -225,8 +241,8 @@ static uint32_t bg_buffer(bg *B, uint32_t like, uint32_t t, bool persist) { retu
 
 static plan_insn *bg_insn(bg *B, plan_insn_kind kind, const uint32_t *args, int nargs, float t_s) {
     plan_program *pr = B->pr;
-    pr->insns = grow_copy(B->p, pr->insns, pr->n_insns, pr->n_insns + 1, sizeof *pr->insns);
-    pr->args = grow_copy(B->p, pr->args, pr->n_args, pr->n_args + (uint32_t)nargs, sizeof *pr->args);
+    pr->insns = grow(B->p, pr->insns, pr->n_insns, pr->n_insns + 1, sizeof *pr->insns, &B->room.insns);
+    pr->args = grow(B->p, pr->args, pr->n_args, pr->n_args + (uint32_t)nargs, sizeof *pr->args, &B->room.args);
     plan_insn *in = &pr->insns[pr->n_insns++];
     memset(in, 0, sizeof *in);
     in->kind = (uint8_t)kind, in->stream = (uint8_t)B->stream, in->nargs = (uint16_t)nargs, in->args = pr->n_args;
@@ -243,7 +259,7 @@ static void bg_add(bg *B, uint32_t a, uint32_t b, uint32_t out, float t_s) {
 
 static void bg_scale(bg *B, uint32_t in, uint32_t out, double k, float t_s) {
     plan_program *pr = B->pr;
-    pr->attrs = grow_copy(B->p, pr->attrs, pr->n_attrs, pr->n_attrs + 1, sizeof *pr->attrs);
+    pr->attrs = grow(B->p, pr->attrs, pr->n_attrs, pr->n_attrs + 1, sizeof *pr->attrs, &B->room.attrs);
     memset(&pr->attrs[pr->n_attrs], 0, sizeof pr->attrs[0]);
     pr->attrs[pr->n_attrs].f[PLAN_AF_SCALE] = k;
     plan_insn *x = bg_insn(B, PLAN_I_COMPUTE, (uint32_t[]){in, out}, 2, t_s);
@@ -280,7 +296,7 @@ static void bg_allreduce_chunked(bg *B, uint32_t buf, float t_s, int64_t chunk) 
     }
     for (uint64_t lo = 0; lo < n; lo += per) {
         uint64_t hi = lo + per < n ? lo + per : n;
-        pr->attrs = grow_copy(B->p, pr->attrs, pr->n_attrs, pr->n_attrs + 1, sizeof *pr->attrs);
+        pr->attrs = grow(B->p, pr->attrs, pr->n_attrs, pr->n_attrs + 1, sizeof *pr->attrs, &B->room.attrs);
         memset(&pr->attrs[pr->n_attrs], 0, sizeof pr->attrs[0]);
         pr->attrs[pr->n_attrs].i[PLAN_AI_START] = (int64_t)lo, pr->attrs[pr->n_attrs].i[PLAN_AI_END] = (int64_t)hi;
         double bytes = (double)((hi - lo) * eb);
@@ -307,14 +323,14 @@ static void bg_pre(bg *B, bg_slot *z) {
     if (o->algo == PCC_SYNC_MA) {
         bg_scale(B, S, A, 1.0 / z->q->replicas.size, e);
     } else if (o->algo == PCC_SYNC_EASGD) {
-        uint32_t C = z->C = bg_buffer(B, X, state_tensor(B->p, t, ":easgd_center"), true);
+        uint32_t C = z->C = bg_buffer(B, X, state_tensor(B, t, ":easgd_center"), true);
         bg_scale(B, C, A, -1, e);
         bg_add(B, S, A, A, e);
         bg_scale(B, A, A, o->alpha, e); // d = alpha (s - c)
         bg_copy(B, A, S, e);            // keep d
     } else {
-        z->W = bg_buffer(B, X, state_tensor(B->p, t, ":bmuf_global"), true);
-        z->M = bg_buffer(B, X, state_tensor(B->p, t, ":bmuf_delta"), true);
+        z->W = bg_buffer(B, X, state_tensor(B, t, ":bmuf_global"), true);
+        z->M = bg_buffer(B, X, state_tensor(B, t, ":bmuf_delta"), true);
         z->T = bg_buffer(B, X, t, false);
         bg_scale(B, S, A, 1.0 / z->q->replicas.size, e);
     }
@@ -416,7 +432,7 @@ void bgsync_emit(plan *p, plan_program *pr, const pcc_sync_opts *o, const pcc_bg
     }
     B.group = stop_group;
     if (o->period == 0) { // the stop flag: a 4-byte f32 scratch, filled, set by the runtime, all-reduced
-        pr->buffers = grow_copy(p, pr->buffers, pr->n_buffers, pr->n_buffers + 1, sizeof *pr->buffers);
+        pr->buffers = grow(p, pr->buffers, pr->n_buffers, pr->n_buffers + 1, sizeof *pr->buffers, &B.room.buffers);
         plan_buffer *f = &pr->buffers[pr->n_buffers];
         memset(f, 0, sizeof *f);
         f->tensor = PLAN_NONE, f->dtype = 0, f->offset = B.end, f->bytes = 4;
