@@ -175,10 +175,10 @@ const char *sync_str(pcc_arena *a, const pcc_sync_opts *o) {
 
 /* ---- the background program ---- */
 
-// The arrays the background program appends to, and the room each has in the plan's arena
-// (0: exactly what phase 3 left there).
+// The room each array the background program appends to has in the plan's arena (plan_grow;
+// 0: exactly what phase 3 left there).
 typedef struct bg_room {
-    size_t tensors, buffers, insns, args, attrs;
+    uint32_t tensors, buffers, insns, args, attrs;
 } bg_room;
 
 typedef struct bg {
@@ -191,18 +191,12 @@ typedef struct bg {
     bg_room room;
 } bg;
 
-// Array old of n_old elements with room for n_new, in the plan's arena: old itself where *room
-// holds n_new, else a copy with twice the room (the arena frees nothing, so growing by one
-// element at a time cost a copy of the whole array each time: 3.5 GB and 11 s for dlrm-small's
-// chunked rounds on 4 ranks).
-static void *grow(plan *p, void *old, size_t n_old, size_t n_new, size_t size, size_t *room) {
-    if (n_new <= *room) return old;
-    size_t r = *room > n_old ? *room : n_old;
-    while (r < n_new) r = r ? 2 * r : 16;
-    void *v = plan_alloc(p, size * r);
+// Room for n_new items in array old of n_old (plan_grow, asserted: the background program
+// appends an item at a time, and a copy each time cost 3.5 GB and 11 s for dlrm-small's chunked
+// rounds on 4 ranks).
+static void *grow(plan *p, void *old, uint32_t n_old, uint32_t n_new, size_t size, uint32_t *room) {
+    void *v = plan_grow(p, old, n_old, n_new, room, size);
     PCC_ASSERT(v);
-    if (n_old) memcpy(v, old, size * n_old);
-    *room = r;
     return v;
 }
 

@@ -311,6 +311,29 @@ static void test_free(void) {
     EXPECT(!z.owner);
 }
 
+// plan_grow: the same array while its room holds the items asked for, else a copy with the items
+// kept and the room doubled; an array left exactly full (room 0) grows from its count; past
+// UINT32_MAX items it refuses.
+static void test_grow(void) {
+    plan z;
+    memset(&z, 0, sizeof(z));
+    uint32_t cap = 0, *a = NULL;
+    for (uint32_t n = 0; n < 100; n++) {
+        uint32_t *was = a, old = cap;
+        a = plan_grow(&z, a, n, n + 1, &cap, sizeof *a);
+        EXPECT(a && cap > n && (n < old ? a == was && cap == old : cap == (old ? 2 * old : 8)));
+        a[n] = 7 * n;
+    }
+    bool kept = true;
+    for (uint32_t n = 0; n < 100; n++) kept = kept && a[n] == 7 * n;
+    EXPECT(kept && cap == 128);
+    uint32_t exact = 0, *b = plan_grow(&z, a, 100, 103, &exact, sizeof *b);
+    EXPECT(b && b != a && exact == 200 && b[99] == 693);
+    uint32_t big = 1u << 31;
+    EXPECT(!plan_grow(&z, b, 3, big + 1, &big, sizeof *b));
+    plan_free(&z);
+}
+
 // Strings that need escapes and doubles that %g cannot show survive the text form exactly.
 static void test_text_edges(void) {
     plan p, q;
@@ -761,6 +784,7 @@ int main(int argc, char **argv) {
     test_truncation_magic_version();
     test_rank_read();
     test_free();
+    test_grow();
     test_text_edges();
     test_shard_geometry();
     test_coll_shards();

@@ -288,16 +288,9 @@ static plan_status get_index(parser *ps, const char *what, uint32_t want) {
     return st;
 }
 
-// Room for one more item in an array the plan owns (doubling; old copies stay with the plan).
+// Room for one more item in an array the plan owns (plan_grow: doubling; old copies stay with the plan).
 static void *grow(parser *ps, void *arr, uint32_t n, uint32_t *cap, size_t elem) {
-    if (n < *cap) return arr;
-    if (*cap > UINT32_MAX / 2) return NULL;
-    uint32_t nc = *cap ? *cap * 2 : 8;
-    void *v = plan_alloc(ps->p, (size_t)nc * elem);
-    if (!v) return NULL;
-    if (n) memcpy(v, arr, (size_t)n * elem);
-    *cap = nc;
-    return v;
+    return n == UINT32_MAX ? NULL : plan_grow(ps->p, arr, n, n + 1, cap, elem);
 }
 
 /* Header lines. */

@@ -45,6 +45,18 @@ void *plan_alloc(plan *p, size_t n) {
     return b + 1;
 }
 
+void *plan_grow(plan *p, void *arr, uint32_t n, uint32_t need, uint32_t *cap, size_t elem) {
+    if (need <= *cap) return arr;
+    uint64_t room = *cap > n ? *cap : n;
+    while (room < need) room = room ? 2 * room : 8;
+    if (room > UINT32_MAX || (elem && room > SIZE_MAX / elem)) return NULL;
+    void *v = plan_alloc(p, (size_t)room * elem);
+    if (!v) return NULL;
+    if (n) memcpy(v, arr, (size_t)n * elem);
+    *cap = (uint32_t)room;
+    return v;
+}
+
 void plan_free(plan *p) {
     if (!p) return;
     plan_block *b = p->owner;

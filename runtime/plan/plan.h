@@ -327,6 +327,12 @@ typedef struct plan {
 // n zeroed bytes (aligned for any type) that p owns: plan_free releases them. NULL when out of
 // memory. plan_decode and plan_parse allocate this way; a compiler may too.
 void *plan_alloc(plan *p, size_t n);
+// Room for `need` items of elem bytes in arr, an array of n items that p owns with room for *cap
+// (a count below n, 0 say, means exactly n): arr itself where *cap holds them, else a copy of its
+// n items, from plan_alloc, with the room doubled until it does (the old block stays p's until
+// plan_free), *cap updated. NULL when out of memory or past UINT32_MAX items. Appending one item
+// at a time so costs O(items), where a copy a time cost O(items^2).
+void *plan_grow(plan *p, void *arr, uint32_t n, uint32_t need, uint32_t *cap, size_t elem);
 // Releases what plan_alloc gave p (plan_decode, plan_read and plan_parse allocate this way) and
 // zeroes *p; accepts a zeroed plan and NULL.
 void plan_free(plan *p);
