@@ -91,6 +91,13 @@ class Forkserver:
         return rc
 
 
+def forkserver_child(p):
+    """Where a run's memory-checker report is when the run was a fork server's child (Forkserver.run
+    sets p.pid): ' (child PID ...)', to follow its exit code in a FAIL line; '' for a plain run."""
+    pid = getattr(p, "pid", None)
+    return f" (child {pid} of the fork server: look for =={pid}== on stderr)" if pid is not None else ""
+
+
 def onnx_export(model, inputs, path):
     """torch.onnx.export of a module that computes the loss, as plancc-import onnx takes one:
     training mode, opset 14, nothing folded (the exporter's warnings silenced)."""

@@ -30,7 +30,7 @@ import subprocess
 import sys
 import tempfile
 
-from common import Forkserver
+from common import Forkserver, forkserver_child
 
 passed = failed = 0
 
@@ -44,8 +44,7 @@ def check(name, ok, p=None, detail=""):
     failed += 1
     print(f"FAIL {name}{': ' + detail if detail else ''}")
     if p is not None:
-        child = f" (child {p.pid} of the fork server: look for =={p.pid}== on stderr)" if hasattr(p, "pid") else ""
-        print(f"     exit {p.returncode}{child}\n     stdout: {p.stdout[:800]!r}\n     stderr: {p.stderr[:800]!r}")
+        print(f"     exit {p.returncode}{forkserver_child(p)}\n     stdout: {p.stdout[:800]!r}\n     stderr: {p.stderr[:800]!r}")
     return False
 
 

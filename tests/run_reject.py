@@ -24,7 +24,7 @@ import os
 import subprocess
 import sys
 
-from common import Forkserver
+from common import Forkserver, forkserver_child
 
 
 def main():
@@ -86,8 +86,7 @@ def main():
             print(f"ok   {name}: {lines[0][len('plancc: '):]}")
         else:
             failed += 1
-            child = f" (child {p.pid} of the fork server: look for =={p.pid}== on stderr)" if server else ""
-            print(f"FAIL {name}: exit {p.returncode}{child}, want 2 and a line starting {want!r} containing {fragment!r}; stderr:")
+            print(f"FAIL {name}: exit {p.returncode}{forkserver_child(p)}, want 2 and a line starting {want!r} containing {fragment!r}; stderr:")
             print("     " + stderr.replace("\n", "\n     "))
     if server and server.close():
         print("FAIL the fork server (under the wrapper) exited with a failure")
