@@ -111,8 +111,9 @@ static void op_shards(pcc_values *E, int o) {
     if (f < 0 || op->phase == PCC_PHASE_OPT) return; // decided later, from the tensors
     pcc_letter fl[PCC_MAX_LETTERS], bl[PCC_MAX_LETTERS];
     int nfl = op_letters(g, &g->ops[f], fl), nbl = f == o ? nfl : op_letters(g, op, bl);
-    for (int a = PCC_AX_DP; a < PCC_AXES; a++) {
-        int li = E->s->letter[a][f];
+    bool il = E->s->interlaced && op->block < 0 && E->s->interlaced[f]; // its tp letter over pp too
+    for (int a = il ? PCC_AX_PP : PCC_AX_DP; a < PCC_AXES; a++) {
+        int li = E->s->letter[a == PCC_AX_PP ? PCC_AX_TP : a][f];
         if (li < 0) continue;
         PCC_ASSERT(li < nfl);
         const pcc_letter *l = f == o ? &fl[li] : match_letter(g, op, bl, nbl, &g->ops[f], &fl[li]);
@@ -161,11 +162,11 @@ int layout_block_regs(const pcc_block *bl) { return bl->n_carry + (bl->fwd >= 0 
 static int top_stage(const pcc_values *E, int o) {
     const pcc_graph *g = E->g;
     const pcc_op *op = &g->ops[o];
-    if (op->phase == PCC_PHASE_FWD) return E->s->op_stage[o];
-    if (op->fwd >= 0) return E->s->op_stage[op->fwd];
+    int f = op->phase == PCC_PHASE_FWD ? o : op->fwd;
+    if (f >= 0) return E->s->interlaced && E->s->interlaced[f] ? PCC_STAGE_ALL : E->s->op_stage[f];
     int t = op->phase == PCC_PHASE_OPT ? op->in[0] : op->out[0];
     if (op->phase == PCC_PHASE_BWD && g->tensors[t].of >= 0) t = g->tensors[t].of;
-    return E->tstage[t] >= 0 ? E->tstage[t] : 0;
+    return E->tstage[t] >= 0 || E->tstage[t] == PCC_STAGE_ALL ? E->tstage[t] : 0;
 }
 
 // Stages: forward tensors where they are made; parameters where first used; gradients where
@@ -177,7 +178,7 @@ static void place(pcc_values *E) {
     for (int t = 0; t < g->n_tensors; t++) E->tstage[t] = -1;
     for (int o = 0; o < g->n_fwd_ops; o++) {
         const pcc_op *op = &g->ops[o];
-        int st = op->block < 0 ? E->s->op_stage[o] : -2;
+        int st = op->block < 0 ? top_stage(E, o) : -2;
         for (int i = 0; i < op->nin; i++) {
             int t = op->in[i];
             if (g->tensors[t].kind == PCC_T_PARAM && E->tstage[t] == -1) E->tstage[t] = op->block < 0 ? st : -2;
@@ -597,6 +598,7 @@ int layout_transfers(const pcc_values *E, int stage, bool bwd, bool send, bool l
         const pcc_op *op = &g->ops[o];
         if (op->block >= 0 || op->phase == PCC_PHASE_OPT || (op->phase == PCC_PHASE_BWD) != bwd) continue;
         int rs = E->ostage[o];
+        if (rs == PCC_STAGE_ALL) continue; // interlaced: the stage that holds what it reads sends it to every other (preserve.c)
         for (int i = 0; i < op->nin; i++) {
             int t = op->in[i], hs = E->tstage[t];
             pcc_tensor_kind k = g->tensors[t].kind;
@@ -717,6 +719,99 @@ static pcc_status block_limits(const pcc_values *E) {
 }
 
 // Every value's stage and layout, and what the step does with it (keep, defer, synchronize).
+/* ---- interlaced operators ---- */
+
+// An interlaced operator (a policy's "stage": "all", nnScaler's interlaced pipeline for a large
+// vocabulary's embedding and LM head) runs on every stage, split over pp x tp, in one of three
+// phases around GPipe's passes: before the forward passes (what reads only the step's inputs and
+// parameters: the token embedding), between the forward and backward passes (what reads a
+// stage's forward output: the LM head and its loss, forward and backward), after the backward
+// passes (the embedding's backward). On the step's clock: 1 PRE, 2 the stages' forward passes,
+// 3 MID, 4 the backward passes, 5 POST.
+static int il_clock(int phase) { return 2 * phase - 1; }
+
+static const char *op_label(const pcc_graph *g, const pcc_op *op) {
+    return op->nout ? g->tensors[op->out[0]].name : op->ptr;
+}
+
+// Reader of t at clock r (a stage's op or block binding: want is its layout of t): t is made
+// at clock tm[t]. Marks what crosses and refuses what the phases cannot order.
+static pcc_status il_read(pcc_values *E, const int *tm, int t, int r, const plan_shard *want, const char *reader) {
+    const pcc_graph *g = E->g;
+    pcc_tensor_kind k = g->tensors[t].kind;
+    if (k == PCC_T_INPUT || k == PCC_T_STATE) return PCC_OK;
+    bool il_reader = r % 2 == 1, il_value = E->tstage[t] == PCC_STAGE_ALL;
+    if (k == PCC_T_PARAM) {
+        if (il_reader == il_value) return PCC_OK;
+        if (!pcc_trial) fprintf(stderr, "%s: parameter \"%s\" is read by %s on %s and by an operator %s: an interlaced operator's parameter "
+                        "is split over every stage, a stage's lives on that stage (interlace both readers, or neither)\n",
+                pcc_progname, g->tensors[t].name, reader, il_reader ? "every stage (interlaced)" : "a stage",
+                il_reader ? "of a stage" : "on every stage");
+        return PCC_ERR_INPUT;
+    }
+    if (tm[t] > r) {
+        if (!pcc_trial) fprintf(stderr, "%s: %s reads \"%s\", which %s makes later in the step: an interlaced operator runs before the "
+                        "pipeline's forward passes (reading only inputs and parameters), between them and the backward passes, "
+                        "or after those; interlace the reader too, or fewer operators\n",
+                pcc_progname, reader, g->tensors[t].name, il_value ? "an interlaced operator" : "a stage");
+        return PCC_ERR_INPUT;
+    }
+    if (tm[t] == r) return PCC_OK;
+    E->xil[t] = true;
+    if (il_value && !il_reader && !E->has_xsh[t]) E->has_xsh[t] = true, E->xsh[t] = *want;
+    return PCC_OK;
+}
+
+static pcc_status interlace(pcc_values *E) {
+    const pcc_graph *g = E->g;
+    const pcc_strategy *s = E->s;
+    const char *why = s->virtual_stages > 1 ? "interleaved stages (--virtual-stages)" : s->schedule != PCC_PIPE_GPIPE ? "1F1B (GPipe only: --schedule gpipe)"
+                    : E->cp > 1 ? "context parallelism (--cp)" : s->mesh[PCC_AX_TQ] > 1 ? "a 2-D tp group (--tp2)"
+                    : s->zero > 0 ? "ZeRO (--zero 0)" : E->bg ? "--sync background" : NULL;
+    if (why) {
+        if (!pcc_trial) fprintf(stderr, "%s: interlaced operators (a policy's \"stage\": \"all\") do not go with %s yet\n", pcc_progname, why);
+        return PCC_ERR_INPUT;
+    }
+    E->ilphase = arena_alloc(g->arena, (size_t)(g->n_ops + 1));
+    E->xil = arena_alloc(g->arena, sizeof(bool) * (size_t)(g->n_tensors + 1));
+    E->has_xsh = arena_alloc(g->arena, sizeof(bool) * (size_t)(g->n_tensors + 1));
+    E->xsh = arena_alloc(g->arena, sizeof(plan_shard) * (size_t)(g->n_tensors + 1));
+    int *tm = arena_alloc(g->arena, sizeof(int) * (size_t)(g->n_tensors + 1));
+    pcc_status st = PCC_OK;
+    for (int o = 0; o < g->n_ops && !st; o++) {
+        const pcc_op *op = &g->ops[o];
+        if (op->phase == PCC_PHASE_OPT) continue;
+        bool bwd = op->phase == PCC_PHASE_BWD;
+        char reader[160];
+        if (op->block >= 0) { // a block runs on its stages: its bindings are what it reads and makes
+            const pcc_block *bl = &g->blocks[op->block];
+            int r = bwd ? 4 : 2;
+            snprintf(reader, sizeof reader, "repeated block \"%s\"", bl->name);
+            for (int i = 0; i < bl->n_in && !st; i++) st = il_read(E, tm, bl->in[i].outer, r, &E->home_sh[bl->in[i].inner], reader);
+            for (int i = 0; i < bl->n_out; i++) tm[bl->out[i].outer] = r;
+            for (int i = 0; i < bl->n_acc; i++) tm[bl->acc[i].outer] = r;
+            for (int k = bl->first_op; k < bl->first_op + bl->n_ops; k++)
+                for (int i = 0; i < g->ops[k].nout; i++) tm[g->ops[k].out[i]] = r;
+            o = bl->first_op + bl->n_ops - 1;
+            continue;
+        }
+        int r;
+        if (E->ostage[o] == PCC_STAGE_ALL) {
+            int m = bwd ? 2 : 0;
+            for (int i = 0; i < op->nin; i++) m = tm[op->in[i]] > m ? tm[op->in[i]] : m;
+            E->ilphase[o] = (uint8_t)(m <= 1 ? PCC_IL_PRE : m <= 3 ? PCC_IL_MID : PCC_IL_POST);
+            r = il_clock(E->ilphase[o]);
+            snprintf(reader, sizeof reader, "interlaced operator %s (%s)", op_label(g, op), op->ptr);
+        } else {
+            r = bwd ? 4 : 2;
+            snprintf(reader, sizeof reader, "operator %s (%s)%s", op_label(g, op), op->ptr, bwd ? "'s backward" : "");
+        }
+        for (int i = 0; i < op->nin && !st; i++) st = il_read(E, tm, op->in[i], r, &E->sh[o][i], reader);
+        for (int i = 0; i < op->nout; i++) tm[op->out[i]] = r;
+    }
+    return st;
+}
+
 static pcc_status analyse(pcc_values *E, const pcc_preserve_opts *o) {
     place(E);
     keep(E);
@@ -727,6 +822,7 @@ static pcc_status analyse(pcc_values *E, const pcc_preserve_opts *o) {
     pcc_status st = background_params(E);
     if (st) return st;
     zero2_grads(E);
+    if (E->s->interlaced && (st = interlace(E))) return st;
     if (E->V > 1 && E->pp > 2 && !interleaved_adjacent(E)) return PCC_ERR_INPUT;
     return PCC_OK;
 }

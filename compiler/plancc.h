@@ -959,6 +959,9 @@ typedef struct pcc_estimate {
 // minor axis TQ after it). A plan without cp (tp2) leaves that axis out of its mesh (handoff.c, hand_off).
 enum { PCC_AX_PP, PCC_AX_DP, PCC_AX_CP, PCC_AX_TP, PCC_AX_TQ, PCC_AXES };
 
+#define PCC_STAGE_ALL (-3) // an interlaced operator's stage: every stage (pcc_strategy.interlaced)
+enum { PCC_IL_PRE = 1, PCC_IL_MID, PCC_IL_POST }; // the phases of interlaced operators (pcc_values.ilphase)
+
 typedef struct pcc_strategy {
     int mesh[PCC_AXES];         // pp, dp, cp, tp, tq (tp's group: mesh[TP] x mesh[TQ], strategy_tp)
     int micro_batches;          // the graph's
@@ -974,6 +977,10 @@ typedef struct pcc_strategy {
     // Pipeline stages: per forward top-level op its stage; per forward block, per copy. With
     // virtual stages these are model chunks, 0..pp*V-1, chunk c on pipeline device c mod pp.
     int *op_stage;              // per op (forward ops only; -1 for block ops)
+    // Per forward op: interlaced (a policy's "stage": "all"): a top-level operator that runs on
+    // every pipeline stage, its tp letter split over pp x tp, outside the stages' schedule
+    // (layout.c, preserve.c's interlaced); NULL: none.
+    bool *interlaced;
     int **copy_stage;           // per block (forward blocks), [repeat]
     int virtual_stages;         // model chunks per device (1: plain GPipe/1F1B; > 1: interleaved)
     bool bg_dense;              // planned for --sync background (the ILP and estimate leave dense syncs out)
@@ -1219,12 +1226,22 @@ typedef struct pcc_values {
     bool *zero2;        // per param grad tensor: ZeRO-2, reduce-scattered per micro-batch into its shard
     const pcc_sync_opts *bg; // --sync background (NULL: the all-reduce in every step)
     uint8_t *local;     // per param grad tensor: the mesh axes (bits) it is trained per replica along, averaged in the background
-    int *tstage;        // per tensor: the stage that holds it (-1: inputs, every stage; -2: per block copy)
+    int *tstage;        // per tensor: the stage that holds it (-1: inputs, every stage; -2: per block copy; PCC_STAGE_ALL: interlaced)
     bool *kept;         // per tensor: read in the backward pass (keep a slot per micro-batch)
     bool *deferred;     // per tensor: a gradient contribution sent to another stage once per step
     bool *xchunk;       // per tensor: interleaved, written and read by two chunks of one device
     bool *recomp;       // per op: a forward op re-run in the backward pass
-    int *ostage;        // per op: stage (block ops: -2, by copy)
+    int *ostage;        // per op: stage (block ops: -2, by copy; PCC_STAGE_ALL: interlaced)
+    // Interlaced operators (strategy.interlaced; NULL when none): per op its phase (0: staged;
+    // PCC_IL_PRE, _MID, _POST: before the pipeline's forward passes, between them and the backward
+    // passes, after those); per tensor whether it crosses between the interlaced phases and the
+    // stages or from one phase to another (a slot per micro-batch), and for a value an interlaced
+    // operator makes and a stage reads, the layout that reader wants, which every stage makes at
+    // once (the pp axis reduced or gathered in one collective of all stages; has_xsh).
+    uint8_t *ilphase;
+    bool *xil;
+    bool *has_xsh;
+    plan_shard *xsh;
     int **copy_lo, **copy_hi; // per forward block, per stage: its copies [lo, hi)
 } pcc_values;
 

@@ -134,9 +134,16 @@ static pcc_status read_rule_pins(pcc_jreader *r, const pcc_json *v, const char *
     }
     if (!st && (x = json_get(v, "stage"))) {
         int64_t s;
+        const char *all;
         u->stage_ptr = json_ptr_key(r, ptr, "stage");
-        st = json_int(r, x, u->stage_ptr, 0, 1 << 24, &s);
-        u->stage = (int)s;
+        if (json_type(x) == PCC_J_STRING) {
+            if (!(st = json_str(r, x, u->stage_ptr, &all)) && strcmp(all, "all"))
+                return diag(r->file, u->stage_ptr, "is \"%s\": a stage is a number, or \"all\" (interlaced: on every stage)", all);
+            u->all_stages = true;
+        } else {
+            st = json_int(r, x, u->stage_ptr, 0, 1 << 24, &s);
+            u->stage = (int)s;
+        }
     }
     if (!st && (x = json_get(v, "coshard"))) {
         int64_t k;
@@ -172,7 +179,7 @@ static pcc_status read_rule(pcc_jreader *r, const pcc_json *v, const char *ptr, 
     if (st) return st;
     if (!u->ops && !u->params && u->kind < 0)
         return diag(r->file, ptr, "selects no operator: give \"ops\" (a name pattern), \"params\" or \"type\"");
-    if (!u->split && u->recompute < 0 && u->stage < 0 && !u->coshard)
+    if (!u->split && u->recompute < 0 && u->stage < 0 && !u->all_stages && !u->coshard)
         return diag(r->file, ptr, "pins nothing: give \"split\", \"recompute\", \"stage\" or \"coshard\"");
     return PCC_OK;
 }
@@ -358,6 +365,9 @@ static pcc_status check_pins(const pcc_policy *p, const pcc_graph *g, const pcc_
     if (u->stage >= 0 && op->block >= 0)
         return diag(p->file, u->stage_ptr, "operator %s (%s:%s) is inside repeated block \"%s\", whose copies are layers of their "
                     "own: give the stages' layer counts in /stages", name, g->file, op->ptr, g->blocks[op->block].name);
+    if (u->all_stages && op->block >= 0)
+        return diag(p->file, u->stage_ptr, "operator %s (%s:%s) is inside repeated block \"%s\": only a top-level operator runs on "
+                    "every stage (interlaced)", name, g->file, op->ptr, g->blocks[op->block].name);
     return PCC_OK;
 }
 
@@ -416,7 +426,8 @@ static pcc_status check_stages(const pcc_policy *p, const pcc_graph *g, const pc
 
 // Whether op's pinned split (rule u) leaves whole pieces over tp devices (the batch letter over
 // dp x tp: dp splits it too).
-static bool split_divides(const pcc_graph *g, const pcc_op *op, const pcc_policy_rule *u, int dp, int tp, int bdim) {
+static bool split_divides(const pcc_graph *g, const pcc_op *op, const pcc_policy_rule *u, int dp, int tp, int pp, int bdim) {
+    if (u->all_stages && pp > 1) tp *= pp; // interlaced: its letter over pp x tp
     if (!u->split || !*u->split || tp <= 1) return true;
     pcc_letter l[PCC_MAX_LETTERS];
     int n = op_letters(g, op, l);
@@ -436,10 +447,13 @@ static pcc_status check_template(const pcc_policy *p, const pcc_graph *g, const 
         const pcc_policy_rule *u = p->rule[i] >= 0 ? &p->rules[p->rule[i]] : NULL;
         if (u && u->split2 && o->tq <= 1)
             return diag(p->file, u->split2_ptr, "splits a second letter over a 2-D tp group's second axis: it needs --tp2");
-        if (u && !u->split2 && !split_divides(g, &g->ops[i], u, dp, tp, bdim))
-            return diag(p->file, u->split_ptr, "operator %s (%s:%s): tp %d%s does not divide letter \"%s\" into whole pieces",
-                        op_name(g->arena, g, &g->ops[i]), g->file, g->ops[i].ptr, tp, dp > 1 ? " (x dp, on the batch)" : "",
-                        u->split);
+        if (u && u->all_stages && (u->split2 || o->tq > 1))
+            return diag(p->file, u->stage_ptr, "interlaces operator %s (%s:%s) on a 2-D tp group (--tp2): an interlaced operator "
+                        "splits one letter over pp x tp", op_name(g->arena, g, &g->ops[i]), g->file, g->ops[i].ptr);
+        if (u && !u->split2 && !split_divides(g, &g->ops[i], u, dp, tp, pp, bdim))
+            return diag(p->file, u->split_ptr ? u->split_ptr : u->stage_ptr, "operator %s (%s:%s): %s %d%s does not divide letter \"%s\" into whole pieces",
+                        op_name(g->arena, g, &g->ops[i]), g->file, g->ops[i].ptr, u->all_stages && pp > 1 ? "pp x tp" : "tp",
+                        u->all_stages && pp > 1 ? pp * tp : tp, dp > 1 ? " (x dp, on the batch)" : "", u->split);
     }
     pcc_status st = check_stages(p, g, L, nl, chunks);
     if (st) return st;
@@ -495,6 +509,8 @@ bool policy_keeps(const pcc_policy *p, int op, const pcc_cand *cd, int tp) {
 }
 
 int policy_recompute(const pcc_policy *p, int op) { return p && p->rule[op] >= 0 ? p->rules[p->rule[op]].recompute : -1; }
+
+bool policy_interlaced(const pcc_policy *p, int op) { return p && p->rule[op] >= 0 && p->rules[p->rule[op]].all_stages; }
 
 bool policy_splits(const pcc_policy *p, int op, const char *bname) {
     const pcc_policy_rule *u = p && p->rule[op] >= 0 ? &p->rules[p->rule[op]] : NULL;
@@ -557,7 +573,7 @@ bool policy_config_ok(const pcc_policy *p, const pcc_graph *g, const pcc_config 
         if (p->mesh[i] >= 0 && pins[i] >= 0 && p->mesh[i] != pins[i]) return false;
     int bdim = graph_batch_dim(g);
     for (int i = 0; i < g->n_fwd_ops; i++)
-        if (p->rule[i] >= 0 && !split_divides(g, &g->ops[i], &p->rules[p->rule[i]], k->dp, k->tp, bdim)) return false;
+        if (p->rule[i] >= 0 && !split_divides(g, &g->ops[i], &p->rules[p->rule[i]], k->dp, k->tp, k->pp, bdim)) return false;
     int *chunk = arena_alloc(g->arena, sizeof(int) * (size_t)(nl + 1));
     return policy_stages(p, L, flops, nl, k->pp * k->v, chunk) >= 0;
 }

@@ -21,6 +21,7 @@ typedef struct pcc_policy_rule {
     const char *split2, *split2_ptr; // with --tp2: split over its major axis, this letter over its minor; NULL: none
     int recompute;              // 0 or 1; -1: open
     int stage;                  // the stage (model chunk with virtual stages); -1: open
+    bool all_stages;            // "stage": "all": interlaced, on every stage (pcc_strategy.interlaced)
     int coshard;                // co-shard ways (coshard.c); 0: none
     const char *coshard_letter; // its letter, NULL: coshard.c chooses
     const char *split_ptr, *recompute_ptr, *stage_ptr, *coshard_ptr;
@@ -55,6 +56,8 @@ pcc_status policy_resolve(const pcc_options *o, const pcc_graph *g);
 bool policy_keeps(const pcc_policy *p, int op, const pcc_cand *cd, int tp);
 // The op's recompute pin: 0, 1, or -1 (open, or no policy).
 int policy_recompute(const pcc_policy *p, int op);
+// Whether the policy interlaces forward op `op` ("stage": "all"): false for an op no rule holds.
+bool policy_interlaced(const pcc_policy *p, int op);
 // Whether the policy lets the op's tp candidates split the batch letter bname.
 bool policy_splits(const pcc_policy *p, int op, const char *bname);
 // Whether --auto's configuration k keeps the policy's mesh pins, divisions and stages.

@@ -46,6 +46,16 @@
  * (acc_reg); the stage of copy 0 holds the sum. With 1F1B, a backward message between stages
  * that are not neighbours is passed on by each stage between (layout.c's relayed; relay_buf).
  *
+ * Interlaced operators (layout.c's interlace: on every stage, split over pp x tp) run in three
+ * phases that every program holds at the same place, each a loop over the micro-batches: before
+ * the first forward unit (the token embedding), before the first backward unit (with GPipe, after
+ * every forward: the LM head and its loss, forward and backward) and after the last backward
+ * unit (the embedding's backward). A stage value they read is sent by its stage to every other
+ * (the last stage's hidden states, stage 0's gradient of the embedding's output); what they make
+ * for a stage goes into that reader's layout in one chain of collectives of all stages (the
+ * embedding's partial sums all-reduced over pp, the hidden states' gradient likewise), each kept
+ * per micro-batch until the stage's pass reads it.
+ *
  * --sync background (ShadowSync): the dense parameters (not embedding tables) replicated over an
  * axis on which their gradient holds partial sums, dp, or tp where the ILP split their operator
  * along the batch (ShadowSync's own layout: tables sharded over the tp group with all-to-all
@@ -178,7 +188,7 @@ static int home(builder *E, prog *P, int t) {
             layers = 2, base = (uint32_t)E->v->copy_lo[fb][P->stage];
         }
     }
-    if (T->kind == PCC_T_INPUT || t == g->loss) mb = (uint32_t)E->M;
+    if (T->kind == PCC_T_INPUT || t == g->loss || (E->v->xil && E->v->xil[t])) mb = (uint32_t)E->M;
     else if (E->v->kept[t] && T->block < 0 && E->V > 1) mb = (uint32_t)device_in_flight(E, P->stage);
     else if (E->v->kept[t]) mb = (uint32_t)in_flight(E, P->stage);
     else if (E->v->xchunk[t] && !E->v->deferred[t] && !graph_is_param_grad(g, t)) mb = (uint32_t)E->M;
@@ -1255,7 +1265,7 @@ static void optimizer(builder *E, prog *P) {
         const pcc_op *op = &g->ops[o];
         if (op->phase != PCC_PHASE_OPT) continue;
         if (op->block < 0) {
-            if (on_stage(E, o, P->stage)) emit_op(E, P, o, false);
+            if (on_stage(E, o, P->stage) || E->v->ostage[o] == PCC_STAGE_ALL) emit_op(E, P, o, false);
             continue;
         }
         const pcc_block *bl = &g->blocks[op->block];
@@ -1281,13 +1291,14 @@ static void share_params(builder *E, prog *P) {
     for (int t = 0; t < g->n_tensors; t++) {
         if (g->tensors[t].kind != PCC_T_PARAM || g->tensors[t].block >= 0) continue;
         int owner = E->v->tstage[t];
+        if (owner < 0) continue; // an interlaced operator's: a shard on every stage
         memset(users, 0, sizeof(bool) * (size_t)E->ns);
         memset(dev, 0, sizeof(bool) * (size_t)E->pp);
         for (int o = 0; o < g->n_ops; o++) {
             const pcc_op *op = &g->ops[o];
             if (op->block >= 0 || op->phase == PCC_PHASE_OPT) continue;
             for (int i = 0; i < op->nin; i++)
-                if (op->in[i] == t) users[E->v->ostage[o]] = true;
+                if (op->in[i] == t && E->v->ostage[o] >= 0) users[E->v->ostage[o]] = true;
         }
         // Once per device that uses it (interleaved: its chunks share the buffer).
         int od = owner % E->pp, me = P->stage % E->pp;
@@ -1406,13 +1417,112 @@ static void deferred_sends(builder *E, prog *P, int d) {
     E->delta = 0;
 }
 
+/* ---- interlaced operators (layout.c's interlace) ---- */
+
+// One micro-batch of interlaced phase ph on this stage: the stage values its operators read,
+// sent by the stage that holds them to every other (in tensor order, each stage's in turn);
+// the operators; and each value they make that a stage reads, made in that reader's layout by
+// every stage at once (the collective over pp that sums or gathers it) into xbuf.
+static void il_body(builder *E, prog *P, int ph, int delta, bool last_mb, const int *xbuf) {
+    const pcc_graph *g = E->g;
+    const pcc_values *v = E->v;
+    E->delta = delta;
+    P->n_cache = 0;
+    E->phase = PLAN_PHASE_FWD;
+    for (int t = 0; t < g->n_tensors; t++) {
+        int s = v->tstage[t];
+        if (s < 0 || !v->xil[t]) continue;
+        bool read = false;
+        for (int o = 0; o < g->n_ops && !read; o++)
+            if (v->ilphase[o] == ph)
+                for (int i = 0; i < g->ops[o].nin; i++) read |= g->ops[o].in[i] == t;
+        if (!read) continue;
+        E->phase = g->tensors[t].kind == PCC_T_GRAD ? PLAN_PHASE_BWD : PLAN_PHASE_FWD;
+        if (P->stage != s && P->home[t] < 0) P->home[t] = new_buf(E, P, t, v->home_sh[t], (uint32_t)E->M, 1, 0);
+        int buf = home(E, P, t);
+        for (int d = 0; d < E->pp; d++) {
+            if (d == s || (P->stage != s && P->stage != d)) continue;
+            plan_insn *in = insn(E, P, P->stage == s ? PLAN_I_SEND : PLAN_I_RECV, STREAM_MAIN, &buf, 1);
+            in->a = PCC_AX_PP;
+            in->b = P->stage == s ? d - s : s - d;
+            in->t_s = transfer_s(E, P, buf, in->b);
+            if (P->stage != s) forget(P, buf);
+        }
+    }
+    for (int o = 0; o < g->n_ops; o++) {
+        const pcc_op *op = &g->ops[o];
+        if (v->ilphase[o] != ph) continue;
+        E->phase = op->phase == PCC_PHASE_BWD ? PLAN_PHASE_BWD : PLAN_PHASE_FWD;
+        emit_op(E, P, o, last_mb);
+        for (int i = 0; i < op->nout; i++)
+            if (xbuf[op->out[i]] >= 0) reshard_to(E, P, home(E, P, op->out[i]), v->xsh[op->out[i]], xbuf[op->out[i]]);
+    }
+    bucket_flush(E, P);
+    P->n_cache = 0;
+    E->phase = PLAN_PHASE_NONE;
+}
+
+// Whether an operator or a block copy of this stage reads tensor t.
+static bool stage_reads(const builder *E, const prog *P, int t) {
+    const pcc_graph *g = E->g;
+    for (int o = 0; o < g->n_ops; o++) {
+        const pcc_op *op = &g->ops[o];
+        if (op->block >= 0 || op->phase == PCC_PHASE_OPT || E->v->ostage[o] != P->stage) continue;
+        for (int i = 0; i < op->nin; i++)
+            if (op->in[i] == t) return true;
+    }
+    for (int b = 0; b < g->n_blocks; b++) {
+        const pcc_block *bl = &g->blocks[b];
+        int fb = graph_block_family(g, b), lo = E->v->copy_lo[fb][P->stage], hi = E->v->copy_hi[fb][P->stage];
+        if (hi <= lo) continue;
+        for (int i = 0; i < bl->n_in; i++) // a carried input only where the first copy runs (block_range)
+            if (bl->in[i].outer == t && (graph_carry_of(bl, bl->in[i].inner, true) < 0 || (bl->fwd >= 0 ? hi == (int)bl->repeat : lo == 0)))
+                return true;
+    }
+    return false;
+}
+
+// Interlaced phase ph (PCC_IL_PRE, _MID, _POST) on this stage, as every stage runs it: a loop over
+// the micro-batches, the last one apart (its parameter gradients are final: synchronized as
+// they are made). Then the values it made for a stage live in their reader's layout.
+static void interlaced(builder *E, prog *P, int ph) {
+    const pcc_graph *g = E->g;
+    const pcc_values *v = E->v;
+    bool any = false;
+    for (int o = 0; v->ilphase && o < g->n_ops; o++) any |= v->ilphase[o] == ph;
+    if (!any) return;
+    int *xbuf = arena_alloc(g->arena, sizeof(int) * (size_t)(g->n_tensors + 1));
+    for (int t = 0; t < g->n_tensors; t++) xbuf[t] = -1;
+    for (int o = 0; o < g->n_ops; o++)
+        for (int i = 0; v->ilphase[o] == ph && i < g->ops[o].nout; i++) {
+            int t = g->ops[o].out[i];
+            if (v->has_xsh[t]) xbuf[t] = new_buf(E, P, t, v->xsh[t], stage_reads(E, P, t) ? (uint32_t)E->M : 1, 1, 0);
+        }
+    if (E->M > 1) {
+        loop_open(E, P, PLAN_LOOP_MB, E->M - 1);
+        il_body(E, P, ph, 0, false, xbuf);
+        loop_close(E, P);
+    }
+    il_body(E, P, ph, E->M - 1, true, xbuf);
+    E->delta = 0;
+    for (int t = 0; t < g->n_tensors; t++)
+        if (xbuf[t] >= 0 && P->buf[xbuf[t]].mb_slots == (uint32_t)E->M) P->home[t] = xbuf[t]; // where a stage reads it
+}
+
 // The device's units in the schedule's order (pipeline.c), each a pass of one micro-batch on one
-// chunk, the plain schedules' in loops over micro-batches.
+// chunk, the plain schedules' in loops over micro-batches; interlaced operators before the first
+// forward unit, before the first backward unit (GPipe's: after every forward) and after the last.
 static void schedule(builder *E, prog *P, int d) {
     pcc_pipeline pl = {.pp = E->pp, .V = E->V, .M = E->M, .schedule = E->s->schedule};
     pcc_unit *u;
     int n = pipeline_units(E->g->arena, &pl, d, &u);
+    bool mid = false;
+    interlaced(E, P, PCC_IL_PRE);
     for (int i = 0; i < n; i++) {
+        if (!mid && (u[i].kind == PCC_UNIT_BWD || (u[i].kind == PCC_UNIT_LOOP && i + 1 < n && u[i + 1].kind == PCC_UNIT_BWD))) {
+            interlaced(E, P, PCC_IL_MID);
+            mid = true;
+        }
         switch (u[i].kind) {
         case PCC_UNIT_LOOP: loop_open(E, P, PLAN_LOOP_MB, u[i].count); break;
         case PCC_UNIT_END: loop_close(E, P); break;
@@ -1424,6 +1534,7 @@ static void schedule(builder *E, prog *P, int d) {
             break;
         }
     }
+    interlaced(E, P, PCC_IL_POST);
 }
 
 void p3_program(builder *E, prog *P) {

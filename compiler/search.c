@@ -367,6 +367,11 @@ static pcc_strategy *make(const pcc_graph *g, const pcc_cluster *c, const pcc_se
         s->cause[i] = policy_cause(o->policy, i, sc->cause[i]);
     }
     s->op_stage = arena_alloc(g->arena, sizeof(int) * (size_t)(g->n_ops + 1));
+    for (int i = 0; i < n && pp > 1; i++)
+        if (policy_interlaced(o->policy, i)) {
+            if (!s->interlaced) s->interlaced = arena_alloc(g->arena, sizeof(bool) * (size_t)(n + 1));
+            s->interlaced[i] = true;
+        }
     s->copy_stage = arena_alloc(g->arena, sizeof(int *) * (size_t)(g->n_blocks + 1));
     for (int i = 0; i < g->n_ops; i++) s->op_stage[i] = -1;
     for (int b = 0; b < g->n_blocks; b++)

@@ -7,6 +7,7 @@ usage: equiv.py [--backend B] [--precision f64] [--seed S] [--quick] PLANCC PLAN
        equiv.py [--precision f64] --coshard PLANCC PLANRUN SOURCE_ROOT
        equiv.py [--precision f64] --t5 PLANCC PLANRUN SOURCE_ROOT
        equiv.py [--precision f64] --folded PLANCC PLANRUN SOURCE_ROOT
+       equiv.py [--precision f64] --interlaced PLANCC PLANRUN SOURCE_ROOT
 
 --flash: attention in the FlashAttention form (plancc --attention flash) under dp, tp, pp, cp and
 sequence parallelism (FLASH below). With --precision f64 against the one-device plan in the
@@ -24,6 +25,10 @@ micro-batch count given where the policy leaves it open, so that the reference m
 --coshard: gpt-tiny's MLP, attention and LM head with its loss co-sharded (--coshard, COSHARD
 below), alone and with dp, tp, pp, recompute and --auto; and the co-shard --auto chooses itself
 on a memory-tight variant (auto_coshard); a co-shard plancc refuses is a failure.
+
+--interlaced: operators on every pipeline stage (a policy's "stage": "all"), split over pp x tp
+while the blocks pipeline with GPipe (INTERLACED below): gpt-tiny's tied embedding and LM head
+with its loss, and the imported llama-tiny's untied embedding and head, together and apart.
 
 --t5: T5 pipelines whose repeated blocks sum a gradient over their copies (the relative position
 bias and the encoder's output, which every copy reads) with the copies on several stages, so that
@@ -339,6 +344,35 @@ COSHARD = [(1, CS_MLP_S), (1, CS_MLP_F), (1, CS_ATTN), (1, CS_HEAD), (1, f"{CS_M
            (4, f"{CS_HEAD} --auto")]
 
 
+# --interlaced: operators on every pipeline stage, split over pp x tp, while the blocks pipeline
+# with GPipe (a policy's "stage": "all"; layout.c's interlace, preserve.c's interlaced phases):
+# gpt-tiny's token embedding and the LM head that shares its table, with the loss (IL_ALL); the
+# imported llama-tiny's untied embedding (LL_EMB), LM head and its loss's four operators (LL_HEAD),
+# together and apart. (model, devices, dp, tp, pp, micro-batches, rules).
+IL_EMB = {"ops": "tok_emb", "split": "v", "stage": "all"}
+IL_ALL = [IL_EMB, {"ops": "logits", "split": "n", "stage": "all"}, {"ops": "loss", "split": "b.1", "stage": "all"}]
+LL_EMB = {"ops": "embedding", "split": "v", "stage": "all"}
+LL_HEAD = [{"ops": "linear_14", "split": "n", "stage": "all"}, {"ops": "cross_entropy*", "stage": "all"}]
+INTERLACED = [("gpt-tiny", 8, 1, 2, 4, 4, IL_ALL), ("gpt-tiny", 8, 4, 1, 2, 2, IL_ALL), ("gpt-tiny", 4, 1, 1, 4, 1, IL_ALL),
+              ("gpt-tiny", 4, 1, 2, 2, 4, [dict(r, split="replicate") if r["ops"] == "loss" else r for r in IL_ALL]),
+              ("llama-tiny", 8, 2, 2, 2, 4, [LL_EMB] + LL_HEAD), ("llama-tiny", 4, 1, 2, 2, 3, LL_HEAD),
+              ("llama-tiny", 4, 2, 1, 2, 2, [LL_EMB])]
+
+
+def interlaced(c):
+    """Writes INTERLACED's policies to the run's folder: (model, devices, options) of each."""
+    import json
+    c.paths["llama-tiny"] = os.path.join(c.root, "tests", "models", "llama-tiny.json")
+    out = []
+    for i, (model, n, dp, tp, pp, mb, rules) in enumerate(INTERLACED):
+        path = os.path.join(c.tmp, f"interlaced-{i}.json")
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump({"version": 1, "mesh": {"dp": dp, "tp": tp, "pp": pp, "micro_batches": mb, "schedule": "gpipe"},
+                       "rules": rules}, f)
+        out.append((model, n, f"--policy {path} --micro-batches {mb}"))
+    return out
+
+
 # --t5: (model, devices, options); t5-tiny-deep is tests/models/t5-tiny.json with 1 encoder and 6
 # decoder layers, whose decoder the pipelines cut.
 T5 = [("t5-tiny-deep", 2, "--pp 2 --micro-batches 4"), ("t5-tiny-deep", 2, "--pp 2 --micro-batches 1"),
@@ -642,12 +676,12 @@ def main():
     args = sys.argv[1:]
     backend = "cpu"
     global quick, few
-    pol = cs = t5 = folded = False
+    pol = cs = t5 = folded = il = False
     global flash
     while args[:1] in (["--backend"], ["--precision"], ["--seed"], ["--quick"], ["--few"], ["--policies"], ["--coshard"],
-                       ["--flash"], ["--t5"], ["--folded"]) and len(args) > 1:
-        if args[0] in ("--t5", "--folded"):
-            t5, folded = t5 or args[0] == "--t5", folded or args[0] == "--folded"
+                       ["--flash"], ["--t5"], ["--folded"], ["--interlaced"]) and len(args) > 1:
+        if args[0] in ("--t5", "--folded", "--interlaced"):
+            t5, folded, il = t5 or args[0] == "--t5", folded or args[0] == "--folded", il or args[0] == "--interlaced"
             args = args[1:]
             continue
         if args[0] == "--flash":
@@ -692,6 +726,8 @@ def main():
                         c.check(model, n, opts)
             print(f"{passed} passed, {failed} failed, {skipped} skipped")
             return 1 if failed or not passed else 0
+        for model, n, opts in interlaced(c) if il else []:
+            c.check(model, n, opts, refuse_fails=True)
         for n, opts in COSHARD if cs else []:
             c.check("gpt-tiny", n, opts, refuse_fails=True)
         if t5 and not t5_pipelines(c):
@@ -708,7 +744,7 @@ def main():
                   "(the plan before --auto's tp layouts too); checked in f64")
         elif cs:
             c.check(*auto_coshard(c), refuse_fails=True)
-        for model in [] if pol or cs or t5 or folded else models:
+        for model in [] if pol or cs or t5 or folded or il else models:
             if model.endswith(".json"):  # a model file outside models/ (tests/models/...)
                 name = os.path.splitext(os.path.basename(model))[0]
                 c.paths[name] = model if os.path.isabs(model) else os.path.join(root, model)
