@@ -30,7 +30,7 @@ static char *notes(builder *E) {
         }
         int st = op->block >= 0 ? -1 : E->s->op_stage[o];
         if (st >= 0 && E->s->interlaced && E->s->interlaced[o]) k += snprintf(line + k, sizeof line - (size_t)k, " every stage (interlaced), pp=%s",
-                                                                             E->s->letter[PCC_AX_TP][o] >= 0 && E->s->letter[PCC_AX_TP][o] < nl ? l[E->s->letter[PCC_AX_TP][o]].name : "replicate");
+                                                                             E->s->letter[PCC_AX_PP][o] >= 0 && E->s->letter[PCC_AX_PP][o] < nl ? l[E->s->letter[PCC_AX_PP][o]].name : "replicate");
         else if (st >= 0 && E->V > 1) k += snprintf(line + k, sizeof line - (size_t)k, " chunk %d (stage %d)", st, st % E->pp);
         else if (st >= 0 && E->pp > 1) k += snprintf(line + k, sizeof line - (size_t)k, " stage %d", st);
         else if (op->block >= 0 && E->pp > 1) k += snprintf(line + k, sizeof line - (size_t)k, " block %s", g->blocks[op->block].name);

@@ -111,9 +111,9 @@ static void op_shards(pcc_values *E, int o) {
     if (f < 0 || op->phase == PCC_PHASE_OPT) return; // decided later, from the tensors
     pcc_letter fl[PCC_MAX_LETTERS], bl[PCC_MAX_LETTERS];
     int nfl = op_letters(g, &g->ops[f], fl), nbl = f == o ? nfl : op_letters(g, op, bl);
-    bool il = E->s->interlaced && op->block < 0 && E->s->interlaced[f]; // its tp letter over pp too
+    bool il = E->s->interlaced && op->block < 0 && E->s->interlaced[f]; // split over pp too
     for (int a = il ? PCC_AX_PP : PCC_AX_DP; a < PCC_AXES; a++) {
-        int li = E->s->letter[a == PCC_AX_PP ? PCC_AX_TP : a][f];
+        int li = E->s->letter[a][f];
         if (li < 0) continue;
         PCC_ASSERT(li < nfl);
         const pcc_letter *l = f == o ? &fl[li] : match_letter(g, op, bl, nbl, &g->ops[f], &fl[li]);

@@ -205,6 +205,7 @@ static pcc_status read_root(pcc_jreader *r, const pcc_json *root, pcc_policy *p)
         st = read_rule(r, json_at(rules, i), json_ptr_idx(r, "/rules", i), &p->rules[i]);
         p->pins_stage |= !st && p->rules[i].stage >= 0;
         p->coshards |= !st && p->rules[i].coshard > 0;
+        p->interlaces |= !st && p->rules[i].all_stages;
     }
     return st;
 }
@@ -447,9 +448,6 @@ static pcc_status check_template(const pcc_policy *p, const pcc_graph *g, const 
         const pcc_policy_rule *u = p->rule[i] >= 0 ? &p->rules[p->rule[i]] : NULL;
         if (u && u->split2 && o->tq <= 1)
             return diag(p->file, u->split2_ptr, "splits a second letter over a 2-D tp group's second axis: it needs --tp2");
-        if (u && u->all_stages && (u->split2 || o->tq > 1))
-            return diag(p->file, u->stage_ptr, "interlaces operator %s (%s:%s) on a 2-D tp group (--tp2): an interlaced operator "
-                        "splits one letter over pp x tp", op_name(g->arena, g, &g->ops[i]), g->file, g->ops[i].ptr);
         if (u && !u->split2 && !split_divides(g, &g->ops[i], u, dp, tp, pp, bdim))
             return diag(p->file, u->split_ptr ? u->split_ptr : u->stage_ptr, "operator %s (%s:%s): %s %d%s does not divide letter \"%s\" into whole pieces",
                         op_name(g->arena, g, &g->ops[i]), g->file, g->ops[i].ptr, u->all_stages && pp > 1 ? "pp x tp" : "tp",
@@ -461,6 +459,68 @@ static pcc_status check_template(const pcc_policy *p, const pcc_graph *g, const 
     double *w = arena_alloc(g->arena, sizeof(double) * (size_t)(nl + 1));
     if (p->pins_stage && policy_stages(p, L, w, nl, chunks, chunk) < 0)
         return diag(p->file, "/rules", "the stage pins leave a stage of the %d without a layer: every stage needs one", chunks);
+    return PCC_OK;
+}
+
+// Interlaced operators ("stage": "all"; layout.c's interlace) run in phases around GPipe's passes:
+// before the forward passes (reading only inputs, parameters and one another), between them and
+// the backward passes (reading a stage's forward output too), and their backward after. The mesh
+// options they go with, the parameters they share with a stage's operators (none), and the order
+// of those phases against the stages' forward passes (a stage may not read what an interlaced
+// operator makes from a stage's output).
+static pcc_status check_interlaced(const pcc_policy *p, const pcc_graph *g, const pcc_search_opts *o) {
+    if (!p->interlaces) return PCC_OK;
+    const pcc_policy_rule *first = NULL;
+    for (int r = 0; r < p->n_rules && !first; r++)
+        if (p->rules[r].all_stages) first = &p->rules[r];
+    const char *mesh = o->schedule != PCC_PIPE_GPIPE && o->pp != 1 ? "GPipe's schedule: give \"schedule\": \"gpipe\" in /mesh (or --schedule gpipe)"
+                     : o->virtual_stages > 1 ? "no interleaving (virtual_stages 1)" : o->cp > 1 ? "no context parallelism (--cp)"
+                     : o->tq > 1 ? "one tp axis (no tp2)" : o->zero > 0 ? "no ZeRO (zero 0)" : o->bg_dense ? "the all-reduce in the step (no --sync background)" : NULL;
+    if (mesh)
+        return diag(p->file, first->stage_ptr, "interlaces an operator (on every stage, in phases around the pipeline's passes), which "
+                    "plancc plans with %s", mesh);
+    int8_t *il = arena_alloc(g->arena, (size_t)(g->n_tensors + 1)); // per param: its first reader 1 staged, 2 interlaced
+    int *by = arena_alloc(g->arena, sizeof(int) * (size_t)(g->n_tensors + 1)), *tm = arena_alloc(g->arena, sizeof(int) * (size_t)(g->n_tensors + 1));
+    for (int i = 0; i < g->n_fwd_ops; i++) {
+        const pcc_op *op = &g->ops[i];
+        bool x = policy_interlaced(p, i);
+        int m = 0;
+        if (op->block >= 0 && i == g->blocks[op->block].first_op) { // a block reads its bindings
+            const pcc_block *bl = &g->blocks[op->block];
+            for (int k = 0; k < bl->n_in; k++) {
+                int t = bl->in[k].outer, pr = g->tensors[t].producer;
+                if (tm[t] == 3)
+                    return diag(p->file, pr >= 0 && p->rule[pr] >= 0 ? p->rules[p->rule[pr]].stage_ptr : first->stage_ptr,
+                                "interlaces operator %s (%s:%s), which reads a stage's output and so runs after the stages' forward "
+                                "passes, but repeated block \"%s\" reads what it makes (\"%s\")", pr >= 0 ? op_name(g->arena, g, &g->ops[pr]) : "?",
+                                g->file, pr >= 0 ? g->ops[pr].ptr : "?", bl->name, g->tensors[t].name);
+            }
+        }
+        for (int k = 0; k < op->nin; k++) {
+            int t = op->in[k];
+            if (g->tensors[t].kind == PCC_T_PARAM) {
+                if (!il[t]) il[t] = x ? 2 : 1, by[t] = i;
+                if (il[t] != (x ? 2 : 1)) {
+                    int j = x ? by[t] : i, xi = x ? i : by[t];
+                    return diag(p->file, p->rules[p->rule[xi]].stage_ptr, "interlaces operator %s (%s:%s), which reads parameter \"%s\", "
+                                "as does operator %s (%s:%s) of a stage: a parameter lives on every stage (interlaced) or on one; "
+                                "interlace both, or neither", op_name(g->arena, g, &g->ops[xi]), g->file, g->ops[xi].ptr,
+                                g->tensors[t].name, op_name(g->arena, g, &g->ops[j]), g->file, g->ops[j].ptr);
+                }
+            }
+            if (tm[t] > m) m = tm[t];
+            if (!x && tm[t] == 3) {
+                int pr = g->tensors[t].producer;
+                return diag(p->file, pr >= 0 && p->rule[pr] >= 0 ? p->rules[p->rule[pr]].stage_ptr : first->stage_ptr,
+                            "interlaces operator %s (%s:%s), which reads a stage's output and so runs after the stages' forward "
+                            "passes, but operator %s (%s:%s) of a stage reads what it makes (\"%s\"): interlace that one too",
+                            pr >= 0 ? op_name(g->arena, g, &g->ops[pr]) : "?", g->file, pr >= 0 ? g->ops[pr].ptr : "?",
+                            op_name(g->arena, g, op), g->file, op->ptr, g->tensors[t].name);
+            }
+        }
+        int clock = x ? (m <= 1 ? 1 : 3) : 2; // 1: before the forward passes, 2: a stage's, 3: after them
+        for (int k = 0; k < op->nout; k++) tm[op->out[k]] = clock;
+    }
     return PCC_OK;
 }
 
@@ -484,6 +544,7 @@ pcc_status policy_resolve(const pcc_options *opt, const pcc_graph *g) {
             return diag(p->file, p->rules[r].ptr, "selects no operator of %s%s", g->file,
                         r > 0 ? " (or only operators an earlier rule holds: the first rule that selects an operator holds it)" : "");
     pcc_status st = check_stage_order(p, L, nl);
+    if (!st) st = check_interlaced(p, g, o);
     if (!st) st = check_stages(p, g, L, nl, 0);
     if (!st && !o->auto_mesh) st = check_template(p, g, o, L, nl);
     return st;
@@ -511,6 +572,11 @@ bool policy_keeps(const pcc_policy *p, int op, const pcc_cand *cd, int tp) {
 int policy_recompute(const pcc_policy *p, int op) { return p && p->rule[op] >= 0 ? p->rules[p->rule[op]].recompute : -1; }
 
 bool policy_interlaced(const pcc_policy *p, int op) { return p && p->rule[op] >= 0 && p->rules[p->rule[op]].all_stages; }
+
+const char *policy_split_letter(const pcc_policy *p, int op) {
+    const char *l = p && p->rule[op] >= 0 ? p->rules[p->rule[op]].split : NULL;
+    return l && *l ? l : NULL;
+}
 
 bool policy_splits(const pcc_policy *p, int op, const char *bname) {
     const pcc_policy_rule *u = p && p->rule[op] >= 0 ? &p->rules[p->rule[op]] : NULL;
@@ -571,6 +637,7 @@ bool policy_config_ok(const pcc_policy *p, const pcc_graph *g, const pcc_config 
     int pins[PCC_POL_KEYS] = {k->dp, k->tp, k->pp, -1, k->zero, k->v, (int)k->rc, -1, k->tq > 1 ? k->tq : -1};
     for (int i = 0; i < PCC_POL_KEYS; i++)
         if (p->mesh[i] >= 0 && pins[i] >= 0 && p->mesh[i] != pins[i]) return false;
+    if (p->interlaces && (k->v > 1 || k->cp > 1 || k->tq > 1 || k->zero > 0)) return false; // check_interlaced's mesh
     int bdim = graph_batch_dim(g);
     for (int i = 0; i < g->n_fwd_ops; i++)
         if (p->rule[i] >= 0 && !split_divides(g, &g->ops[i], &p->rules[p->rule[i]], k->dp, k->tp, k->pp, bdim)) return false;

@@ -39,6 +39,7 @@ typedef struct pcc_policy {
     int *rule;                  // per forward op: the rule that holds it, -1 none (policy_resolve)
     bool pins_stage;            // a rule pins a stage
     bool coshards;              // a rule co-shards
+    bool interlaces;            // a rule interlaces ("stage": "all")
     uint64_t hash;              // of the file's bytes (the plan's recorded options)
 } pcc_policy;
 
@@ -58,6 +59,8 @@ bool policy_keeps(const pcc_policy *p, int op, const pcc_cand *cd, int tp);
 int policy_recompute(const pcc_policy *p, int op);
 // Whether the policy interlaces forward op `op` ("stage": "all"): false for an op no rule holds.
 bool policy_interlaced(const pcc_policy *p, int op);
+// The letter the policy splits forward op `op` along ("split"): NULL when open or replicated.
+const char *policy_split_letter(const pcc_policy *p, int op);
 // Whether the policy lets the op's tp candidates split the batch letter bname.
 bool policy_splits(const pcc_policy *p, int op, const char *bname);
 // Whether --auto's configuration k keeps the policy's mesh pins, divisions and stages.

@@ -368,9 +368,11 @@ static pcc_strategy *make(const pcc_graph *g, const pcc_cluster *c, const pcc_se
     }
     s->op_stage = arena_alloc(g->arena, sizeof(int) * (size_t)(g->n_ops + 1));
     for (int i = 0; i < n && pp > 1; i++)
-        if (policy_interlaced(o->policy, i)) {
+        if (policy_interlaced(o->policy, i)) { // its pinned letter over pp (also where tp is 1), else its tp letter
             if (!s->interlaced) s->interlaced = arena_alloc(g->arena, sizeof(bool) * (size_t)(n + 1));
             s->interlaced[i] = true;
+            const char *pin = policy_split_letter(o->policy, i);
+            s->letter[PCC_AX_PP][i] = pin ? letter_by_name(g, &g->ops[i], pin) : s->letter[PCC_AX_TP][i];
         }
     s->copy_stage = arena_alloc(g->arena, sizeof(int *) * (size_t)(g->n_blocks + 1));
     for (int i = 0; i < g->n_ops; i++) s->op_stage[i] = -1;

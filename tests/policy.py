@@ -127,6 +127,31 @@ def pinned_stage(plancc, plandump, root, tmp):
           "stage 1" in st.get("h_in", "") and "stage 0" in st.get("pos_emb", ""), p.stdout[:300] + str(st))
 
 
+def interlaced(plancc, plandump, root, tmp):
+    """interlaced-gpt-tiny.json: the embedding, the LM head and the loss on every stage, split over
+    pp x tp (the notes say so, every program runs them); under --auto too, where tp may be 1 and the
+    pinned letter still splits over pp."""
+    model, out = os.path.join(root, "models", "gpt-tiny.json"), os.path.join(tmp, "interlaced.plan")
+    p = run(plancc, model, "--cluster", "cpu", "--devices", 8, "--policy",
+            os.path.join(root, "models", "policies", "interlaced-gpt-tiny.json"), "-o", out, "-q")
+    n = {l.split(":")[0].split()[-1]: l for l in notes(plandump, out)}
+    want = {"tok_emb": "pp=v", "logits": "pp=n", "loss": "pp=b.1"}
+    check("interlaced-gpt-tiny.json: the embedding, head and loss on every stage, split over pp",
+          p.returncode == 0 and all("every stage (interlaced), " + v in n.get(t, "") for t, v in want.items()), str(n)[:600])
+    text = run(plandump, "--text", out).stdout.split("\nprogram ")[1:]
+    check("interlaced-gpt-tiny.json: both programs run the token embedding and the LM head",
+          len(text) == 2 and all(" compute embedding " in t and t.count(" compute linear ") > 0 for t in text), str(len(text)))
+    pol = os.path.join(tmp, "auto-interlaced.json")
+    with open(pol, "w", encoding="utf-8") as f:
+        json.dump({"version": 1, "mesh": {"pp": 2, "schedule": "gpipe"}, "rules": [
+            {"ops": "tok_emb", "split": "v", "stage": "all"}, {"ops": "logits", "split": "n", "stage": "all"},
+            {"ops": "loss", "stage": "all"}]}, f)
+    p = run(plancc, model, "--cluster", "cpu", "--devices", 8, "--policy", pol, "-o", out, "-q")
+    n = {l.split(":")[0].split()[-1]: l for l in notes(plandump, out)}
+    check("--auto under an interlaced policy: the pinned letters split over pp",
+          p.returncode == 0 and "pp=v" in n.get("tok_emb", "") and "pp=n" in n.get("logits", ""), p.stderr[-300:] + str(n)[:300])
+
+
 def command_line(plancc, root, tmp):
     model = os.path.join(root, "models", "gpt-tiny.json")
     pol = os.path.join(root, "models", "policies", "megatron-gpt-tiny.json")
@@ -175,6 +200,7 @@ def main():
         megatron_equals_template(plancc, plandump, root, tmp)
         pins_reach_the_plan(plancc, plandump, root, tmp)
         pinned_stage(plancc, plandump, root, tmp)
+        interlaced(plancc, plandump, root, tmp)
         command_line(plancc, root, tmp)
         infeasible(plancc, root, tmp)
     return summary()
