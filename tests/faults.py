@@ -3,8 +3,8 @@
 
 usage: faults.py [--per-kind N] [--seed S] [--plans a,b] PLANCC PLANDUMP PLANRUN SOURCE_ROOT
 
-A handful of compiled plans (dp, tp, dp x tp, pp x dp, ZeRO-3, interleaved 1F1B, burst, a
-background-synchronized plan, and a CNN for window attributes) are printed in their text form
+A handful of compiled plans (dp, tp, dp x tp, pp x dp, ZeRO-3, interleaved 1F1B, interlaced
+operators, burst, a background-synchronized plan, and a CNN for window attributes) are printed in their text form
 and mutated by this script's own mutator, one structural fault at a time, of these kinds:
 
   swap-colls       one rank (its program cloned) issues two same-size collectives of one group
@@ -50,6 +50,7 @@ PLANS = [
     ("pp-x-dp", "gpt-tiny", "--devices 4 --pp 2 --dp 2 --micro-batches 4"),
     ("zero3", "gpt-tiny", "--devices 2 --dp 2 --zero 3"),
     ("interleaved", "gpt-tiny", "--devices 2 --pp 2 --micro-batches 4 --virtual-stages 2"),
+    ("interlaced", "gpt-tiny", "--devices 8 --policy {root}/models/policies/interlaced-gpt-tiny.json"),
     ("burst", "mlp", "--devices 4 --burst"),
     ("bgsync", "mlp", "--devices 2 --dp 2 --sync background:algo=ma,period=1"),
     ("cnn-dp", "cnn-small", "--devices 2 --dp 2"),
@@ -414,7 +415,7 @@ def main():
         for pname, model, opts in PLANS:
             if a.plans and pname not in a.plans.split(","):
                 continue
-            p = run(a.plancc, os.path.join(a.root, "models", model + ".json"), "--cluster", cpu, *opts.split(), "-o",
+            p = run(a.plancc, os.path.join(a.root, "models", model + ".json"), "--cluster", cpu, *opts.format(root=a.root).split(), "-o",
                     j(pname + ".plan"))
             if p.returncode != 0:
                 print(f"FAIL compile {pname}: {p.stderr.strip()}")
