@@ -88,7 +88,10 @@ typedef struct est {
     pcc_pipe_link *links; // the messages between chunks per micro-batch (est_message)
     int n_links, cap_links;
     double *chf, *chb;  // per chunk and micro-batch: its layers' forward and backward seconds (compute and tp)
+    double ilc, ilm, ilp; // interlaced operators, per micro-batch: compute, tp and pp collectives, messages (est_interlaced)
 } est;
+
+static bool est_il(const est *E, int i) { return E->s->interlaced && E->g->ops[i].block < 0 && E->s->interlaced[i]; }
 
 static double *zeros(const pcc_graph *g, int n) { return arena_alloc(g->arena, sizeof(double) * (size_t)(n + 1)); }
 
@@ -569,10 +572,13 @@ static void est_layers(est *E, const pcc_layer *L, int nl, const int *chunk) {
     int nc = pp * E->v;
     for (int t = 0; t < 2 * g->n_tensors; t++) tchunk[t] = -1;
     E->chf = zeros(g, nc), E->chb = zeros(g, nc);
+    int prev = -1; // the layer before, on a stage
     for (int l = 0; l < nl; l++) {
         int d = chunk[l] % pp;
+        if (L[l].op >= 0 && est_il(E, L[l].op)) continue; // on every stage, apart from the pipeline (est_interlaced)
         E->layers[d]++;
-        if (l > 0) est_chunk_add(E, chunk[l - 1], &span);
+        if (prev >= 0) est_chunk_add(E, chunk[prev], &span);
+        prev = l;
         span = (struct est_span){E->Fc[d] + E->Fm[d], E->Bc[d] + E->Bm[d], d};
         est_reads(E, L, l, chunk, tchunk, tbytes, sent);
         if (L[l].op >= 0) {
@@ -602,9 +608,10 @@ static void est_layers(est *E, const pcc_layer *L, int nl, const int *chunk) {
         for (int k = 0; k < bl->n_out; k++)
             tchunk[bl->out[k].outer] = chunk[l], tbytes[bl->out[k].outer] = est_held_bytes(E, bl->out[k].inner);
     }
-    est_on(E, chunk[nl - 1] % pp);
-    E->Bc[chunk[nl - 1] % pp] += E->orphan_top;
-    est_chunk_add(E, chunk[nl - 1], &span);
+    if (prev < 0) prev = nl - 1;
+    est_on(E, chunk[prev] % pp);
+    E->Bc[chunk[prev] % pp] += E->orphan_top;
+    est_chunk_add(E, chunk[prev], &span);
     // A chunk's sends after a forward pass go with the receives of the backward pass that follows
     // in 1F1B's steady state, and its backward sends with the next forward pass's receives; a
     // device's chunks run apart.
@@ -653,6 +660,7 @@ static double est_param_bytes(const est *E, int p, int i, bool *bucketed) {
     const int *w = est_ways_of(E, i, p);
     double bytes = tensor_bytes(E->g, t);
     for (int r = 0; r < t->rank; r++) bytes /= w[r];
+    if (est_il(E, i) && E->s->letter[PCC_AX_PP][i] >= 0) bytes /= E->pp; // interlaced: a slice on every stage (an upper bound where its letter is not the parameter's)
     bool sharded = E->zw > 1 && est_zero_ways(E, p, i, NULL) > 1;
     *bucketed = (E->dp > 1 || est_cp_partial(E, i)) &&
                 (sharded ? !layout_zero_per_micro_batch(E->s) : graph_step_synced(E->g, p, E->s->bg_dense));
@@ -773,7 +781,8 @@ static void est_params(est *E) {
         bool bucketed;
         if (g->tensors[p].kind != PCC_T_PARAM || i < 0) continue;
         double bytes = est_param_bytes(E, p, i, &bucketed);
-        if (bucketed) *est_pool(E, i, est_device(E, i, 0)) += bytes;
+        for (int d = 0; bucketed && d < E->pp; d++)
+            if (d == est_device(E, i, 0) || est_il(E, i)) *est_pool(E, i, d) += bytes;
     }
     for (int p = 0; p < g->n_tensors; p++) {
         const pcc_tensor *t = &g->tensors[p];
@@ -781,7 +790,9 @@ static void est_params(est *E) {
         if (t->kind != PCC_T_PARAM || i < 0) continue;
         int64_t n = g->ops[i].block >= 0 ? g->blocks[g->ops[i].block].repeat : 1;
         for (int64_t k = 0; k < n; k++) est_param(E, p, i, est_device(E, i, (int)k), opt[p]);
-        if (g->ops[i].block >= 0) continue;
+        for (int d = 0; est_il(E, i) && d < E->pp; d++) // interlaced: every stage holds a slice
+            if (d != est_device(E, i, 0)) est_param(E, p, i, d, opt[p]);
+        if (g->ops[i].block >= 0 || est_il(E, i)) continue;
         int home = est_device(E, i, 0);
         for (int j = i + 1; j < E->nf; j++) {
             bool reads = false;
@@ -902,6 +913,76 @@ static double est_top_rs_exposed(est *E, int d) {
 }
 
 // k collectives of `kind`, one per block copy, over `bytes` in all (preserve.c's buckets).
+// Interlaced operators (layout.c's interlace): on every stage, outside the pipeline, in phases
+// that all stages run together (preserve.c's interlaced), per micro-batch: each operator's
+// forward and backward at its shape split over pp as well (compute), its tp resharding, and for
+// each value that crosses between them and a stage, the collective over pp that makes what they
+// make in a stage's layout (an all-reduce: the embedding's partial sums; the gradient of the
+// hidden states), or the holder stage's sends to every other (the hidden states; the gradient of
+// the embedding's output), one after another. The step adds the phases to the pipeline.
+// How interlaced op i splits operand o over pp: its axis (dimension index), -1 whole, -2 partial sums.
+static int est_pp_axis(const est *E, int i, int o) {
+    int li = E->s->letter[PCC_AX_PP][i];
+    if (li < 0) return -1;
+    pcc_letter l[PCC_MAX_LETTERS];
+    op_letters(E->g, &E->g->ops[i], l);
+    if (l[li].axis[o] >= 0) return l[li].axis[o];
+    return o >= E->g->ops[i].nin && l[li].reduce ? -2 : -1;
+}
+
+static void est_interlaced(est *E) {
+    const pcc_graph *g = E->g;
+    if (!E->s->interlaced) return;
+    int pp = E->pp;
+    pcc_group_shape ppg = {pp, E->dp * E->cp * E->tp};
+    est_on(E, 0);
+    const pcc_cluster *c = E->view[0];
+    double launch = cost_launch_s(c);
+    bool *done = arena_alloc(g->arena, sizeof(bool) * (size_t)(g->n_tensors + 1));
+    for (int i = 0; i < E->nf; i++) {
+        const pcc_op *op = &g->ops[i];
+        if (!est_il(E, i)) continue;
+        E->ilc += (E->f[i] + E->b[i]) / (E->s->letter[PCC_AX_PP][i] >= 0 ? pp : 1);
+        E->ilm += E->fc[i] + E->bc[i] + 2 * E->xc[i] + E->xin[i];
+        for (int k = 0; k < op->nin + op->nout; k++) {
+            int t = tensor_of_op(op, k), pr = g->tensors[t].producer;
+            if (g->tensors[t].kind != PCC_T_ACT) continue;
+            if (k < op->nin && pr >= 0 && est_il(E, pr)) { // between two interlaced operators: over pp, forward and back
+                int po = 0;
+                while (g->ops[pr].out[po] != t) po++;
+                int a = est_pp_axis(E, pr, g->ops[pr].nin + po), b = est_pp_axis(E, i, k);
+                double bytes = est_held_bytes(E, t);
+                pcc_coll kind = a == b ? PCC_COLL_SEND_RECV : a == -2 ? PCC_COLL_ALL_REDUCE : a < 0 ? PCC_COLL_SEND_RECV
+                              : b < 0 ? PCC_COLL_ALL_GATHER : PCC_COLL_ALL_TO_ALL;
+                if (kind != PCC_COLL_SEND_RECV) // backward: the gradient of a whole value sliced locally; an all-to-all back
+                    E->ilm += (kind == PCC_COLL_ALL_TO_ALL ? 2 : 1) *
+                              (cost_collective_s(c, kind, kind == PCC_COLL_ALL_TO_ALL ? bytes / pp : bytes, ppg) + launch);
+                continue;
+            }
+            if (done[t]) continue;
+            bool made_here = k >= op->nin, crosses = false;
+            if (made_here) { // read by an operator of a stage?
+                for (int j = 0; j < E->nf && !crosses; j++)
+                    for (int r = 0; r < g->ops[j].nin; r++) crosses |= g->ops[j].in[r] == t && !est_il(E, j);
+                for (int b = 0; b < g->n_blocks && !crosses; b++)
+                    for (int r = 0; r < g->blocks[b].n_in; r++) crosses |= g->blocks[b].in[r].outer == t;
+            } else {
+                crosses = !(pr >= 0 && est_il(E, pr));
+            }
+            if (!crosses) continue;
+            done[t] = true;
+            double bytes = est_held_bytes(E, t), sends = 0, reduce = cost_collective_s(c, PCC_COLL_ALL_REDUCE, bytes, ppg) + launch;
+            int holder = pr >= 0 && g->ops[pr].block < 0 && !est_il(E, pr) ? est_device(E, pr, 0) : pp - 1;
+            for (int d = 0; d < pp; d++)
+                if (d != holder) sends += est_send_s(E, bytes, holder, d);
+            // made here: reduced over pp forward, its gradient sent back; read here: sent forward,
+            // its gradient reduced over pp
+            E->ilm += reduce * (made_here || g->tensors[t].grad >= 0 ? 1 : 0);
+            E->ilp += sends * (!made_here || g->tensors[t].grad >= 0 ? 1 : 0);
+        }
+    }
+}
+
 static double est_per_copy_s(const est *E, int d, pcc_coll kind, double bytes, double k, pcc_group_shape grp) {
     return bytes > 0 && k > 0 ? k * (cost_collective_s(E->view[d], kind, bytes / k, grp) + cost_launch_s(E->view[d])) : 0;
 }
@@ -949,10 +1030,13 @@ static void est_step(est *E) {
         ct[c] = (pcc_chunk_times){E->chf[c] + restf[d] / E->v, E->chb[c] + restb[d] / E->v};
     }
     x->pipeline_s = pipeline_makespan(&(pcc_pipeline){pp, E->v, E->m, E->s->schedule}, ct, E->links, E->n_links, done);
-    x->bubble_s = fmax(0, x->pipeline_s - E->m * (F[busy] + B[busy])); // (the walk overlaps messages the sum does not)
-    x->compute_s = E->m * (E->Fc[busy] + E->Bc[busy]);
-    x->tp_comm_s = E->m * (E->Fm[busy] + E->Bm[busy]);
-    x->p2p_s = E->m * (E->Fp[busy] + E->Bp[busy]);
+    double il = E->m * (E->ilc + E->ilm + E->ilp); // interlaced phases: every stage at once
+    x->pipeline_s += il;
+    for (int d = 0; d < pp; d++) done[d] += il;
+    x->bubble_s = fmax(0, x->pipeline_s - il - E->m * (F[busy] + B[busy])); // (the walk overlaps messages the sum does not)
+    x->compute_s = E->m * (E->Fc[busy] + E->Bc[busy] + E->ilc);
+    x->tp_comm_s = E->m * (E->Fm[busy] + E->Bm[busy] + E->ilm);
+    x->p2p_s = E->m * (E->Fp[busy] + E->Bp[busy] + E->ilp);
     x->step_s = 0;
     for (int d = 0; d < pp; d++) {
         double per_layer = E->layers[d] > 0 ? (double)E->v / E->layers[d] : 1;
@@ -985,6 +1069,7 @@ void estimate_step(const pcc_graph *g, const pcc_cluster *c, const pcc_intra *sc
     est_groups(&E);
     est_cp_comm(&E);
     est_layers(&E, L, nl, chunk);
+    est_interlaced(&E);
     est_params(&E);
     est_last_bucket(&E);
     est_step(&E);
@@ -1017,6 +1102,7 @@ double *estimate_layer_seconds(const pcc_graph *g, const pcc_cluster *c, const p
             continue;
         }
         double t0 = E.Fc[0] + E.Fm[0] + E.Bc[0] + E.Bm[0];
+        if (L[l].op >= 0 && est_il(&E, L[l].op)) continue; // interlaced: on no stage (0 s to the cut)
         if (L[l].op >= 0) {
             est_add_op(&E, L[l].op, 0);
         } else {
