@@ -58,7 +58,7 @@ def cases(root):
 
     def add(model, n, opts, cluster=cpu, path=None):
         path = path or os.path.join(root, "models", model + ".json")
-        out.append((f"{model} {os.path.basename(cluster)[:-5]} {n}: {opts}",
+        out.append((f"{model} {os.path.basename(cluster)[:-5]} {n}: {opts.replace(root + os.sep, '')}",
                     [path, "--cluster", cluster, "--devices", str(n), *opts.split()]))
 
     for model in ["mlp", "gpt-tiny", "cnn-small", "dlrm"]:
@@ -74,6 +74,10 @@ def cases(root):
     for s in BACKGROUND:
         add("dlrm-small", 4, s)
     add("mlp", 1, "--sync background:algo=ma,period=1")
+    pol = os.path.join(root, "models", "policies")  # interlaced operators (their phases, sends and collectives over pp)
+    add("gpt-tiny", 8, "--policy " + os.path.join(pol, "interlaced-gpt-tiny.json"))
+    add("mt5-large", 32, "--global-batch 1024 --bf16 --policy " + os.path.join(pol, "interlaced-mt5-large.json"),
+        os.path.join(root, "models", "clusters", "dgx-a100.json"))
     for model, cluster, n, opts in LARGE:
         add(model, n, opts, os.path.join(root, "models", "clusters", cluster + ".json"))
     return out

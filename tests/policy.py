@@ -53,7 +53,7 @@ def examples(plancc, plandump, root, tmp):
     check("models/policies/ holds a README and at least four examples",
           os.path.exists(os.path.join(d, "README.md")) and len(names) >= 4, str(names))
     for name in names:
-        m = re.match(r"(.+)-(gpt-tiny|llama-tiny|gpt3-175b|megatron-[0-9.]+b|llama2-7b|t5-small)\.json$", name)
+        m = re.match(r"(.+)-(gpt-tiny|llama-tiny|gpt3-175b|megatron-[0-9.]+b|llama2-7b|t5-small|mt5-large)\.json$", name)
         if not check(f"{name} names its model", m is not None):
             continue
         model, path = m.group(2), os.path.join(d, name)
@@ -62,8 +62,12 @@ def examples(plancc, plandump, root, tmp):
             mesh = json.load(open(path, encoding="utf-8")).get("mesh", {})
             n = mesh["dp"] * mesh["tp"] * mesh["pp"] if all(k in mesh for k in ("dp", "tp", "pp")) else 8
             p = run(plancc, mpath, "--cluster", "cpu", "--devices", n, "--policy", path, "-o", os.path.join(tmp, name + ".plan"), "-q")
-        else:
-            p = run(plancc, os.path.join(root, "models", model + ".json"), "--cluster", "dgx-a100", "--nodes", 16, "--policy", path, "--estimate-only", "-q")
+        else:  # on the DGX A100 nodes its mesh fills (16 where it leaves one open)
+            mesh = json.load(open(path, encoding="utf-8")).get("mesh", {})
+            nodes = mesh["dp"] * mesh["tp"] * mesh["pp"] // 8 if all(k in mesh for k in ("dp", "tp", "pp")) else 16
+            extra = {"mt5-large": ["--global-batch", 1024, "--bf16"]}.get(model, [])  # as pre-trained (its file's batch is 2)
+            p = run(plancc, os.path.join(root, "models", model + ".json"), "--cluster", "dgx-a100", "--nodes", nodes, "--policy", path,
+                    *extra, "--estimate-only", "-q")
         check(f"plancc {model} --policy {name}", p.returncode == 0, p.stderr[-800:])
 
 
