@@ -767,7 +767,7 @@ static pcc_status interlace(pcc_values *E) {
     const pcc_strategy *s = E->s;
     const char *why = s->virtual_stages > 1 ? "interleaved stages (--virtual-stages)" : s->schedule != PCC_PIPE_GPIPE ? "1F1B (GPipe only: --schedule gpipe)"
                     : E->cp > 1 ? "context parallelism (--cp)" : s->mesh[PCC_AX_TQ] > 1 ? "a 2-D tp group (--tp2)"
-                    : s->zero > 0 ? "ZeRO (--zero 0)" : E->bg ? "--sync background" : NULL;
+                    : E->bg ? "--sync background" : NULL;
     if (why) {
         if (!pcc_trial) fprintf(stderr, "%s: interlaced operators (a policy's \"stage\": \"all\") do not go with %s yet\n", pcc_progname, why);
         return PCC_ERR_INPUT;

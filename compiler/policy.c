@@ -475,7 +475,7 @@ static pcc_status check_interlaced(const pcc_policy *p, const pcc_graph *g, cons
         if (p->rules[r].all_stages) first = &p->rules[r];
     const char *mesh = o->schedule != PCC_PIPE_GPIPE && o->pp != 1 ? "GPipe's schedule: give \"schedule\": \"gpipe\" in /mesh (or --schedule gpipe)"
                      : o->virtual_stages > 1 ? "no interleaving (virtual_stages 1)" : o->cp > 1 ? "no context parallelism (--cp)"
-                     : o->tq > 1 ? "one tp axis (no tp2)" : o->zero > 0 ? "no ZeRO (zero 0)" : o->bg_dense ? "the all-reduce in the step (no --sync background)" : NULL;
+                     : o->tq > 1 ? "one tp axis (no tp2)" : o->bg_dense ? "the all-reduce in the step (no --sync background)" : NULL;
     if (mesh)
         return diag(p->file, first->stage_ptr, "interlaces an operator (on every stage, in phases around the pipeline's passes), which "
                     "plancc plans with %s", mesh);
@@ -637,7 +637,7 @@ bool policy_config_ok(const pcc_policy *p, const pcc_graph *g, const pcc_config 
     int pins[PCC_POL_KEYS] = {k->dp, k->tp, k->pp, -1, k->zero, k->v, (int)k->rc, -1, k->tq > 1 ? k->tq : -1};
     for (int i = 0; i < PCC_POL_KEYS; i++)
         if (p->mesh[i] >= 0 && pins[i] >= 0 && p->mesh[i] != pins[i]) return false;
-    if (p->interlaces && (k->v > 1 || k->cp > 1 || k->tq > 1 || k->zero > 0)) return false; // check_interlaced's mesh
+    if (p->interlaces && (k->v > 1 || k->cp > 1 || k->tq > 1)) return false; // check_interlaced's mesh
     int bdim = graph_batch_dim(g);
     for (int i = 0; i < g->n_fwd_ops; i++)
         if (p->rule[i] >= 0 && !split_divides(g, &g->ops[i], &p->rules[p->rule[i]], k->dp, k->tp, k->pp, bdim)) return false;

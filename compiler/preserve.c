@@ -953,7 +953,7 @@ static void zero2_accumulators(builder *E, prog *P) {
         if (T->block >= 0) {
             int fb = graph_block_family(g, T->block);
             lo = E->v->copy_lo[fb][P->stage], hi = E->v->copy_hi[fb][P->stage];
-        } else if (E->v->tstage[t] != P->stage) {
+        } else if (E->v->tstage[t] != P->stage && E->v->tstage[t] != PCC_STAGE_ALL) { // interlaced: on every stage
             continue;
         }
         if (hi <= lo) continue;

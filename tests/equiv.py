@@ -348,7 +348,7 @@ COSHARD = [(1, CS_MLP_S), (1, CS_MLP_F), (1, CS_ATTN), (1, CS_HEAD), (1, f"{CS_M
 # with GPipe (a policy's "stage": "all"; layout.c's interlace, preserve.c's interlaced phases):
 # gpt-tiny's token embedding and the LM head that shares its table, with the loss (IL_ALL); the
 # imported llama-tiny's untied embedding (LL_EMB), LM head and its loss's four operators (LL_HEAD),
-# together and apart. (model, devices, dp, tp, pp, micro-batches, rules).
+# together and apart; with ZeRO 1, 2 and 3. (model, devices, dp, tp, pp, micro-batches, rules[, more mesh keys]).
 IL_EMB = {"ops": "tok_emb", "split": "v", "stage": "all"}
 IL_ALL = [IL_EMB, {"ops": "logits", "split": "n", "stage": "all"}, {"ops": "loss", "split": "b.1", "stage": "all"}]
 LL_EMB = {"ops": "embedding", "split": "v", "stage": "all"}
@@ -356,7 +356,9 @@ LL_HEAD = [{"ops": "linear_14", "split": "n", "stage": "all"}, {"ops": "cross_en
 INTERLACED = [("gpt-tiny", 8, 1, 2, 4, 4, IL_ALL), ("gpt-tiny", 8, 4, 1, 2, 2, IL_ALL), ("gpt-tiny", 4, 1, 1, 4, 1, IL_ALL),
               ("gpt-tiny", 4, 1, 2, 2, 4, [dict(r, split="replicate") if r["ops"] == "loss" else r for r in IL_ALL]),
               ("llama-tiny", 8, 2, 2, 2, 4, [LL_EMB] + LL_HEAD), ("llama-tiny", 4, 1, 2, 2, 3, LL_HEAD),
-              ("llama-tiny", 4, 2, 1, 2, 2, [LL_EMB])]
+              ("llama-tiny", 4, 2, 1, 2, 2, [LL_EMB]), ("gpt-tiny", 8, 2, 2, 2, 4, IL_ALL, {"zero": 1}),
+              ("gpt-tiny", 8, 2, 2, 2, 4, IL_ALL, {"zero": 2}), ("gpt-tiny", 8, 4, 1, 2, 2, IL_ALL, {"zero": 3}),
+              ("llama-tiny", 8, 2, 2, 2, 4, [LL_EMB] + LL_HEAD, {"zero": 3})]
 
 
 def interlaced(c):
@@ -364,11 +366,11 @@ def interlaced(c):
     import json
     c.paths["llama-tiny"] = os.path.join(c.root, "tests", "models", "llama-tiny.json")
     out = []
-    for i, (model, n, dp, tp, pp, mb, rules) in enumerate(INTERLACED):
+    for i, (model, n, dp, tp, pp, mb, rules, *more) in enumerate(INTERLACED):
         path = os.path.join(c.tmp, f"interlaced-{i}.json")
         with open(path, "w", encoding="utf-8") as f:
-            json.dump({"version": 1, "mesh": {"dp": dp, "tp": tp, "pp": pp, "micro_batches": mb, "schedule": "gpipe"},
-                       "rules": rules}, f)
+            json.dump({"version": 1, "mesh": {"dp": dp, "tp": tp, "pp": pp, "micro_batches": mb, "schedule": "gpipe",
+                                              **(more[0] if more else {})}, "rules": rules}, f)
         out.append((model, n, f"--policy {path} --micro-batches {mb}"))
     return out
 
