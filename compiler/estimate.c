@@ -89,6 +89,7 @@ typedef struct est {
     int n_links, cap_links;
     double *chf, *chb;  // per chunk and micro-batch: its layers' forward and backward seconds (compute and tp)
     double ilc, ilm, ilp; // interlaced operators, per micro-batch: compute, tp and pp collectives, messages (est_interlaced)
+    double il_mid;        // ... of which the phase between the passes (the LM head's; 1F1B: per micro-batch, all devices together)
 } est;
 
 static bool est_il(const est *E, int i) { return E->s->interlaced && E->g->ops[i].block < 0 && E->s->interlaced[i]; }
@@ -938,10 +939,16 @@ static void est_interlaced(est *E) {
     est_on(E, 0);
     const pcc_cluster *c = E->view[0];
     double launch = cost_launch_s(c);
-    bool *done = arena_alloc(g->arena, sizeof(bool) * (size_t)(g->n_tensors + 1));
+    bool *done = arena_alloc(g->arena, sizeof(bool) * (size_t)(g->n_tensors + 1)), *pre = arena_alloc(g->arena, (size_t)(E->nf + 1));
     for (int i = 0; i < E->nf; i++) {
         const pcc_op *op = &g->ops[i];
         if (!est_il(E, i)) continue;
+        pre[i] = true; // before the forward passes: it reads no stage's value (layout.c's interlace)
+        for (int k = 0; k < op->nin; k++) {
+            int t = op->in[k], pr = g->tensors[t].producer;
+            pre[i] &= g->tensors[t].kind != PCC_T_ACT || (pr >= 0 && est_il(E, pr) && pre[pr]);
+        }
+        double c0 = E->ilc, m0 = E->ilm, p0 = E->ilp, rest = 0; // rest: what goes before or after the passes
         E->ilc += (E->f[i] + E->b[i]) / (E->s->letter[PCC_AX_PP][i] >= 0 ? pp : 1);
         E->ilm += E->fc[i] + E->bc[i] + 2 * E->xc[i] + E->xin[i];
         for (int k = 0; k < op->nin + op->nout; k++) {
@@ -975,11 +982,13 @@ static void est_interlaced(est *E) {
             int holder = pr >= 0 && g->ops[pr].block < 0 && !est_il(E, pr) ? est_device(E, pr, 0) : pp - 1;
             for (int d = 0; d < pp; d++)
                 if (d != holder) sends += est_send_s(E, bytes, holder, d);
-            // made here: reduced over pp forward, its gradient sent back; read here: sent forward,
-            // its gradient reduced over pp
-            E->ilm += reduce * (made_here || g->tensors[t].grad >= 0 ? 1 : 0);
-            E->ilp += sends * (!made_here || g->tensors[t].grad >= 0 ? 1 : 0);
+            // made here: reduced over pp forward, its gradient sent back (both outside the passes);
+            // read here: sent forward, its gradient reduced over pp
+            double x = reduce * (made_here || g->tensors[t].grad >= 0 ? 1 : 0), y = sends * (!made_here || g->tensors[t].grad >= 0 ? 1 : 0);
+            E->ilm += x, E->ilp += y;
+            if (made_here) rest += x + y;
         }
+        if (!pre[i]) E->il_mid += (E->ilc - c0) + (E->ilm - m0) + (E->ilp - p0) - rest;
     }
 }
 
@@ -1029,8 +1038,12 @@ static void est_step(est *E) {
         int d = c % pp;
         ct[c] = (pcc_chunk_times){E->chf[c] + restf[d] / E->v, E->chb[c] + restb[d] / E->v};
     }
-    x->pipeline_s = pipeline_makespan(&(pcc_pipeline){pp, E->v, E->m, E->s->schedule}, ct, E->links, E->n_links, done);
-    double il = E->m * (E->ilc + E->ilm + E->ilp); // interlaced phases: every stage at once
+    // Interlaced phases: every stage at once, before, between and after the passes; with 1F1B the
+    // one between them per micro-batch inside the schedule (pipeline.c's mid), which its walk times.
+    bool per_mb = E->il_mid > 0 && E->s->schedule != PCC_PIPE_GPIPE && E->v == 1;
+    x->pipeline_s = pipeline_makespan(&(pcc_pipeline){.pp = pp, .V = E->v, .M = E->m, .schedule = E->s->schedule, .mid = per_mb,
+                                                      .mid_s = E->il_mid}, ct, E->links, E->n_links, done);
+    double il = E->m * (E->ilc + E->ilm + E->ilp - (per_mb ? E->il_mid : 0));
     x->pipeline_s += il;
     for (int d = 0; d < pp; d++) done[d] += il;
     x->bubble_s = fmax(0, x->pipeline_s - il - E->m * (F[busy] + B[busy])); // (the walk overlaps messages the sum does not)

@@ -765,8 +765,7 @@ static pcc_status il_read(pcc_values *E, const int *tm, int t, int r, const plan
 static pcc_status interlace(pcc_values *E) {
     const pcc_graph *g = E->g;
     const pcc_strategy *s = E->s;
-    const char *why = s->virtual_stages > 1 ? "interleaved stages (--virtual-stages)" : s->schedule != PCC_PIPE_GPIPE ? "1F1B (GPipe only: --schedule gpipe)"
-                    : E->cp > 1 ? "context parallelism (--cp)" : s->mesh[PCC_AX_TQ] > 1 ? "a 2-D tp group (--tp2)"
+    const char *why = s->virtual_stages > 1 ? "interleaved stages (--virtual-stages)" : E->cp > 1 ? "context parallelism (--cp)" : s->mesh[PCC_AX_TQ] > 1 ? "a 2-D tp group (--tp2)"
                     : E->bg ? "--sync background" : NULL;
     if (why) {
         if (!pcc_trial) fprintf(stderr, "%s: interlaced operators (a policy's \"stage\": \"all\") do not go with %s yet\n", pcc_progname, why);
@@ -808,6 +807,17 @@ static pcc_status interlace(pcc_values *E) {
         }
         for (int i = 0; i < op->nin && !st; i++) st = il_read(E, tm, op->in[i], r, &E->sh[o][i], reader);
         for (int i = 0; i < op->nout; i++) tm[op->out[i]] = r;
+    }
+    // With 1F1B the middle phase goes per micro-batch into the steady state (pipeline.c's mid),
+    // where every stage must meet it between the same messages: a stage whose warm-up runs two
+    // forward passes or more sends a later micro-batch's activations before it receives an
+    // earlier one's gradient, so with pp > 2 no place works when sends wait to be received.
+    bool mid = false;
+    for (int o = 0; o < g->n_ops; o++) mid |= E->ilphase[o] == PCC_IL_MID;
+    if (!st && mid && s->schedule != PCC_PIPE_GPIPE && E->pp > 2) {
+        if (!pcc_trial) fprintf(stderr, "%s: interlaced operators between the pipeline's passes (the LM head: what reads a stage's "
+                                        "output) go with 1F1B on 2 stages only; on %d: --schedule gpipe\n", pcc_progname, E->pp);
+        return PCC_ERR_INPUT;
     }
     return st;
 }

@@ -50,6 +50,7 @@ typedef struct units {
     pcc_arena *a;
     pcc_unit *v;
     int n, cap;
+    bool mid; // pcc_pipeline.mid
 } units;
 
 static void push(units *U, pcc_unit u) { *VEC_PUSH(U->a, U->v, U->n, U->cap) = u; }
@@ -59,6 +60,16 @@ static void end(units *U) { push(U, (pcc_unit){.kind = PCC_UNIT_END}); }
 
 static void pass(units *U, bool bwd, int chunk, int mb, bool last) {
     push(U, (pcc_unit){.kind = bwd ? PCC_UNIT_BWD : PCC_UNIT_FWD, .chunk = chunk, .mb = mb, .part = PCC_PART_ALL, .last = last});
+}
+
+// 1F1B with interlaced operators: their phase for micro-batch mb (layout.c's interlace), which
+// every stage runs together: on the last stage between F(mb) and B(mb), on stage s before
+// F(mb + w) (w its warm-up's forward passes; before B(mb) where none follows). Each stage then
+// meets it between the same pairs of grouped messages with its neighbours (F(mb + w)'s send with
+// B(mb)'s receive on one side, B(mb)'s send with F(mb + w)'s receive on the other), so no message
+// waits across it.
+static void mid(units *U, int mb, bool last) {
+    if (U->mid) push(U, (pcc_unit){.kind = PCC_UNIT_MID, .mb = mb, .last = last});
 }
 
 static void gpipe(units *U, int s, int M) {
@@ -84,24 +95,29 @@ static void one_f_one_b(units *U, int s, int pp, int M) {
         if (steady > 1) {
             loop(U, steady - 1);
             pass(U, false, s, w, false);
+            mid(U, 0, false);
             pass(U, true, s, 0, false);
             end(U);
         }
         pass(U, false, s, M - 1, false);
+        mid(U, M - 1, true);
         pass(U, true, s, M - 1, true);
         return;
     }
     if (steady > 0) {
         loop(U, steady);
+        mid(U, 0, false);
         pass(U, false, s, w, false);
         pass(U, true, s, 0, false);
         end(U);
     }
     if (w > 1) {
         loop(U, w - 1);
+        mid(U, M - w, false);
         pass(U, true, s, M - w, false);
         end(U);
     }
+    mid(U, M - 1, true);
     pass(U, true, s, M - 1, true);
 }
 
@@ -138,7 +154,7 @@ static void interleaved(units *U, const pcc_pipeline *p, int d) {
 }
 
 int pipeline_units(pcc_arena *a, const pcc_pipeline *p, int d, pcc_unit **out) {
-    units U = {.a = a};
+    units U = {.a = a, .mid = p->mid && p->V == 1 && p->schedule != PCC_PIPE_GPIPE};
     if (p->V > 1) interleaved(&U, p, d);
     else if (p->schedule == PCC_PIPE_GPIPE && p->pp > 1) gpipe(&U, d, p->M);
     else one_f_one_b(&U, d, p->pp, p->M);
@@ -189,8 +205,8 @@ typedef struct member {
 } member;
 
 typedef struct item {
-    int first, n;       // a group: members[first, first + n); n < 0: compute for `s` seconds
-    double s;
+    int first, n;       // a group: members[first, first + n); n -1: compute for `s` seconds; -2: a phase every
+    double s;           // device runs together (interlaced operators' PCC_UNIT_MID), `s` seconds once all are there
 } item;
 
 typedef struct sched {
@@ -226,6 +242,10 @@ static void device_items(sched *S, const pcc_pipeline *p, const pcc_chunk_times 
         for (int it = 0; it < count; it++)
             for (int j = from; j < to; j++) {
                 const pcc_unit *x = &u[j];
+                if (x->kind == PCC_UNIT_MID) {
+                    flush(S);
+                    *VEC_PUSH(S->a, S->it, S->n_it, S->cap_it) = (item){0, -2, p->mid_s};
+                }
                 if (x->kind != PCC_UNIT_FWD && x->kind != PCC_UNIT_BWD) continue;
                 bool bwd = x->kind == PCC_UNIT_BWD;
                 int k = 2 * x->chunk + bwd, mb = x->mb + it;
@@ -290,6 +310,9 @@ double pipeline_makespan(const pcc_pipeline *p, const pcc_chunk_times *c, const 
     double *posted = arena_alloc(S.a, sizeof(double) * (size_t)(2 * nmsg + 1)), end = 0; // per message: sender's, receiver's
     double *t = arena_alloc(S.a, sizeof(double) * (size_t)(pp + 1));
     bool *in = arena_alloc(S.a, sizeof(bool) * (size_t)(pp + 1)); // device d has posted its current group
+    // Phases every device runs together, in order on each: the latest arrival and the arrivals so far.
+    int *nb = arena_alloc(S.a, sizeof(int) * (size_t)(pp + 1)), *bar_n = arena_alloc(S.a, sizeof(int) * (size_t)(p->M + 1));
+    double *bar_t = arena_alloc(S.a, sizeof(double) * (size_t)(p->M + 1));
     for (int i = 0; i < 2 * nmsg; i++) posted[i] = -1;
     for (int d = 0; d < pp; d++) at[d] = first[d];
     for (bool moved = true; moved || eager_sends(&S, first, at, in, posted, pp);) {
@@ -297,8 +320,16 @@ double pipeline_makespan(const pcc_pipeline *p, const pcc_chunk_times *c, const 
         for (int d = 0; d < pp; d++)
             for (; at[d] < first[d + 1]; at[d]++, in[d] = false, moved = true) {
                 const item *x = &S.it[at[d]];
-                if (x->n < 0) {
+                if (x->n == -1) {
                     t[d] += x->s;
+                    continue;
+                }
+                if (x->n == -2) {
+                    int b = nb[d];
+                    PCC_ASSERT(b < p->M);
+                    if (!in[d]) bar_t[b] = fmax(bar_t[b], t[d]), bar_n[b]++, in[d] = moved = true;
+                    if (bar_n[b] < pp) break;
+                    t[d] = bar_t[b] + x->s, nb[d]++;
                     continue;
                 }
                 if (!in[d]) {

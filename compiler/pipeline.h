@@ -17,6 +17,7 @@ typedef enum pcc_unit_kind {
     PCC_UNIT_FWD,       // the forward pass of micro-batch `mb` on model chunk `chunk`
     PCC_UNIT_BWD,       // its backward pass
     PCC_UNIT_DEFERRED,  // interleaved, last: the once-a-step gradient sends of device `chunk`'s chunks
+    PCC_UNIT_MID,       // 1F1B with interlaced operators: their phase between the passes for micro-batch `mb`
 } pcc_unit_kind;
 enum { PCC_PART_RECV = 1, PCC_PART_COMPUTE = 2, PCC_PART_SEND = 4, PCC_PART_ALL = 7 };
 typedef struct pcc_unit {
@@ -25,12 +26,14 @@ typedef struct pcc_unit {
     int mb;             // FWD, BWD: the micro-batch, counted from the enclosing loop's iteration
     int count;          // LOOP: iterations
     int part;           // FWD, BWD: which parts of the pass (PCC_PART_*; plain schedules: all)
-    bool last;          // BWD: the last micro-batch's (its gradients are final there)
+    bool last;          // BWD, MID: the last micro-batch's (its gradients are final there)
 } pcc_unit;
 
 typedef struct pcc_pipeline {
     int pp, V, M;               // pipeline devices, model chunks per device, micro-batches
     pcc_pipe_sched schedule;    // GPipe or 1F1B (interleaved when V > 1)
+    bool mid;                   // 1F1B: interlaced operators' phase between the passes, per micro-batch (PCC_UNIT_MID)
+    double mid_s;               // ... its seconds, which every device runs together (pipeline_makespan)
 } pcc_pipeline;
 
 // The units of pipeline device d in the order it runs them, into *out (in arena a); returns their count. Can't fail.

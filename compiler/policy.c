@@ -473,8 +473,7 @@ static pcc_status check_interlaced(const pcc_policy *p, const pcc_graph *g, cons
     const pcc_policy_rule *first = NULL;
     for (int r = 0; r < p->n_rules && !first; r++)
         if (p->rules[r].all_stages) first = &p->rules[r];
-    const char *mesh = o->schedule != PCC_PIPE_GPIPE && o->pp != 1 ? "GPipe's schedule: give \"schedule\": \"gpipe\" in /mesh (or --schedule gpipe)"
-                     : o->virtual_stages > 1 ? "no interleaving (virtual_stages 1)" : o->cp > 1 ? "no context parallelism (--cp)"
+    const char *mesh = o->virtual_stages > 1 ? "no interleaving (virtual_stages 1)" : o->cp > 1 ? "no context parallelism (--cp)"
                      : o->tq > 1 ? "one tp axis (no tp2)" : o->bg_dense ? "the all-reduce in the step (no --sync background)" : NULL;
     if (mesh)
         return diag(p->file, first->stage_ptr, "interlaces an operator (on every stage, in phases around the pipeline's passes), which "
@@ -519,6 +518,10 @@ static pcc_status check_interlaced(const pcc_policy *p, const pcc_graph *g, cons
             }
         }
         int clock = x ? (m <= 1 ? 1 : 3) : 2; // 1: before the forward passes, 2: a stage's, 3: after them
+        if (clock == 3 && o->schedule != PCC_PIPE_GPIPE && o->pp > 2)
+            return diag(p->file, p->rules[p->rule[i]].stage_ptr, "interlaces operator %s (%s:%s), which reads a stage's output and so "
+                        "runs between the pipeline's passes: with 1F1B only on 2 stages (pp %d here: \"schedule\": \"gpipe\" in /mesh, "
+                        "or --schedule gpipe)", op_name(g->arena, g, op), g->file, op->ptr, o->pp);
         for (int k = 0; k < op->nout; k++) tm[op->out[k]] = clock;
     }
     return PCC_OK;

@@ -1419,13 +1419,22 @@ static void deferred_sends(builder *E, prog *P, int d) {
 
 /* ---- interlaced operators (layout.c's interlace) ---- */
 
+// Whether interlaced phase ph has operators.
+static bool il_any(const builder *E, int ph) {
+    for (int o = 0; E->v->ilphase && o < E->g->n_ops; o++)
+        if (E->v->ilphase[o] == ph) return true;
+    return false;
+}
+
 // One micro-batch of interlaced phase ph on this stage: the stage values its operators read,
 // sent by the stage that holds them to every other (in tensor order, each stage's in turn);
 // the operators; and each value they make that a stage reads, made in that reader's layout by
-// every stage at once (the collective over pp that sums or gathers it) into xbuf.
-static void il_body(builder *E, prog *P, int ph, int delta, bool last_mb, const int *xbuf) {
+// every stage at once (the collective over pp that sums or gathers it) into its xbuf, which the
+// stage's passes then read (its home where a stage reads it: P->home swaps between the two).
+static void il_body(builder *E, prog *P, int ph, int delta, bool last_mb) {
     const pcc_graph *g = E->g;
     const pcc_values *v = E->v;
+    int *xbuf = P->il_xbuf[ph], *ihome = P->il_home[ph];
     E->delta = delta;
     P->n_cache = 0;
     E->phase = PLAN_PHASE_FWD;
@@ -1453,9 +1462,16 @@ static void il_body(builder *E, prog *P, int ph, int delta, bool last_mb, const 
         const pcc_op *op = &g->ops[o];
         if (v->ilphase[o] != ph) continue;
         E->phase = op->phase == PCC_PHASE_BWD ? PLAN_PHASE_BWD : PLAN_PHASE_FWD;
-        emit_op(E, P, o, last_mb);
         for (int i = 0; i < op->nout; i++)
-            if (xbuf[op->out[i]] >= 0) reshard_to(E, P, home(E, P, op->out[i]), v->xsh[op->out[i]], xbuf[op->out[i]]);
+            if (xbuf[op->out[i]] >= 0) P->home[op->out[i]] = ihome[op->out[i]];
+        emit_op(E, P, o, last_mb);
+        for (int i = 0; i < op->nout; i++) {
+            int t = op->out[i];
+            if (xbuf[t] < 0) continue;
+            ihome[t] = home(E, P, t);
+            reshard_to(E, P, ihome[t], v->xsh[t], xbuf[t]);
+            if (P->buf[xbuf[t]].mb_slots == (uint32_t)E->M) P->home[t] = xbuf[t]; // where a stage reads it
+        }
     }
     bucket_flush(E, P);
     P->n_cache = 0;
@@ -1482,48 +1498,56 @@ static bool stage_reads(const builder *E, const prog *P, int t) {
     return false;
 }
 
-// Interlaced phase ph (PCC_IL_PRE, _MID, _POST) on this stage, as every stage runs it: a loop over
-// the micro-batches, the last one apart (its parameter gradients are final: synchronized as
-// they are made). Then the values it made for a stage live in their reader's layout.
-static void interlaced(builder *E, prog *P, int ph) {
+// Before interlaced phase ph's first micro-batch: the buffers its values for a stage go into
+// (one slot per micro-batch where a stage reads them, else one).
+static void il_begin(builder *E, prog *P, int ph) {
     const pcc_graph *g = E->g;
     const pcc_values *v = E->v;
-    bool any = false;
-    for (int o = 0; v->ilphase && o < g->n_ops; o++) any |= v->ilphase[o] == ph;
-    if (!any) return;
-    int *xbuf = arena_alloc(g->arena, sizeof(int) * (size_t)(g->n_tensors + 1));
-    for (int t = 0; t < g->n_tensors; t++) xbuf[t] = -1;
+    P->il_xbuf[ph] = arena_alloc(g->arena, sizeof(int) * (size_t)(g->n_tensors + 1));
+    P->il_home[ph] = arena_alloc(g->arena, sizeof(int) * (size_t)(g->n_tensors + 1));
+    for (int t = 0; t < g->n_tensors; t++) P->il_xbuf[ph][t] = P->il_home[ph][t] = -1;
     for (int o = 0; o < g->n_ops; o++)
         for (int i = 0; v->ilphase[o] == ph && i < g->ops[o].nout; i++) {
             int t = g->ops[o].out[i];
-            if (v->has_xsh[t]) xbuf[t] = new_buf(E, P, t, v->xsh[t], stage_reads(E, P, t) ? (uint32_t)E->M : 1, 1, 0);
+            if (v->has_xsh[t]) P->il_xbuf[ph][t] = new_buf(E, P, t, v->xsh[t], stage_reads(E, P, t) ? (uint32_t)E->M : 1, 1, 0);
         }
+}
+
+// Interlaced phase ph (PCC_IL_PRE, _MID, _POST) on this stage, as every stage runs it: a loop over
+// the micro-batches, the last one apart (its parameter gradients are final: synchronized as they
+// are made). With 1F1B the middle phase goes per micro-batch instead (PCC_UNIT_MID, schedule).
+static void interlaced(builder *E, prog *P, int ph) {
+    if (!il_any(E, ph)) return;
+    il_begin(E, P, ph);
     if (E->M > 1) {
         loop_open(E, P, PLAN_LOOP_MB, E->M - 1);
-        il_body(E, P, ph, 0, false, xbuf);
+        il_body(E, P, ph, 0, false);
         loop_close(E, P);
     }
-    il_body(E, P, ph, E->M - 1, true, xbuf);
+    il_body(E, P, ph, E->M - 1, true);
     E->delta = 0;
-    for (int t = 0; t < g->n_tensors; t++)
-        if (xbuf[t] >= 0 && P->buf[xbuf[t]].mb_slots == (uint32_t)E->M) P->home[t] = xbuf[t]; // where a stage reads it
 }
 
 // The device's units in the schedule's order (pipeline.c), each a pass of one micro-batch on one
 // chunk, the plain schedules' in loops over micro-batches; interlaced operators before the first
 // forward unit, before the first backward unit (GPipe's: after every forward) and after the last.
 static void schedule(builder *E, prog *P, int d) {
-    pcc_pipeline pl = {.pp = E->pp, .V = E->V, .M = E->M, .schedule = E->s->schedule};
+    bool per_mb = E->s->schedule != PCC_PIPE_GPIPE && il_any(E, PCC_IL_MID); // 1F1B: PCC_UNIT_MID
+    pcc_pipeline pl = {.pp = E->pp, .V = E->V, .M = E->M, .schedule = E->s->schedule, .mid = per_mb};
     pcc_unit *u;
     int n = pipeline_units(E->g->arena, &pl, d, &u);
-    bool mid = false;
+    bool mid = per_mb;
     interlaced(E, P, PCC_IL_PRE);
+    if (per_mb) il_begin(E, P, PCC_IL_MID);
     for (int i = 0; i < n; i++) {
         if (!mid && (u[i].kind == PCC_UNIT_BWD || (u[i].kind == PCC_UNIT_LOOP && i + 1 < n && u[i + 1].kind == PCC_UNIT_BWD))) {
             interlaced(E, P, PCC_IL_MID);
             mid = true;
         }
         switch (u[i].kind) {
+        case PCC_UNIT_MID:
+            il_body(E, P, PCC_IL_MID, u[i].mb, u[i].last);
+            break;
         case PCC_UNIT_LOOP: loop_open(E, P, PLAN_LOOP_MB, u[i].count); break;
         case PCC_UNIT_END: loop_close(E, P); break;
         case PCC_UNIT_DEFERRED: deferred_sends(E, P, u[i].chunk); break;

@@ -75,6 +75,8 @@ typedef struct prog {
     int *bucket;        int n_bucket, cap_bucket; // final gradients waiting for their bucket's collective
     int (*post)[2];     int n_post, cap_post; // ZeRO-1/2: updated shards (buffer) waiting to be gathered into their home (post_flush)
     int *shard_acc;     // per tensor: ZeRO-2, the buffer its gradient shard accumulates in, -1
+    int *il_xbuf[4];    // per interlaced phase, per tensor: where it goes in a stage reader's layout, -1 (preserve.c's il_begin)
+    int *il_home[4];    // ... and its home as the interlaced operator that makes it holds it, -1
     uint64_t bucket_bytes;                        // their bytes on this rank
     const bool **waits[2]; // forward, backward, per stage (model chunk): per op, whether it waits for its run (p3_run_plan)
     p3_held held;       // the run being held (runs.c), its arrays made once

@@ -27,7 +27,7 @@ below), alone and with dp, tp, pp, recompute and --auto; and the co-shard --auto
 on a memory-tight variant (auto_coshard); a co-shard plancc refuses is a failure.
 
 --interlaced: operators on every pipeline stage (a policy's "stage": "all"), split over pp x tp
-while the blocks pipeline with GPipe (INTERLACED below): gpt-tiny's tied embedding and LM head
+while the blocks pipeline with GPipe or 1F1B (INTERLACED below): gpt-tiny's tied embedding and LM head
 with its loss, and the imported llama-tiny's untied embedding and head, together and apart.
 
 --t5: T5 pipelines whose repeated blocks sum a gradient over their copies (the relative position
@@ -348,17 +348,22 @@ COSHARD = [(1, CS_MLP_S), (1, CS_MLP_F), (1, CS_ATTN), (1, CS_HEAD), (1, f"{CS_M
 # with GPipe (a policy's "stage": "all"; layout.c's interlace, preserve.c's interlaced phases):
 # gpt-tiny's token embedding and the LM head that shares its table, with the loss (IL_ALL); the
 # imported llama-tiny's untied embedding (LL_EMB), LM head and its loss's four operators (LL_HEAD),
-# together and apart; with ZeRO 1, 2 and 3. (model, devices, dp, tp, pp, micro-batches, rules[, more mesh keys]).
+# together and apart; with ZeRO 1, 2 and 3; GPipe, and 1F1B (on 2 stages the head's phase per micro-batch in the
+# steady state, with one micro-batch and more; on 4, the embedding alone, whose phases stay outside the schedule). (model, devices, dp, tp, pp, micro-batches, rules[, more mesh keys]).
 IL_EMB = {"ops": "tok_emb", "split": "v", "stage": "all"}
 IL_ALL = [IL_EMB, {"ops": "logits", "split": "n", "stage": "all"}, {"ops": "loss", "split": "b.1", "stage": "all"}]
 LL_EMB = {"ops": "embedding", "split": "v", "stage": "all"}
 LL_HEAD = [{"ops": "linear_14", "split": "n", "stage": "all"}, {"ops": "cross_entropy*", "stage": "all"}]
+F1B = {"schedule": "1f1b"}
 INTERLACED = [("gpt-tiny", 8, 1, 2, 4, 4, IL_ALL), ("gpt-tiny", 8, 4, 1, 2, 2, IL_ALL), ("gpt-tiny", 4, 1, 1, 4, 1, IL_ALL),
               ("gpt-tiny", 4, 1, 2, 2, 4, [dict(r, split="replicate") if r["ops"] == "loss" else r for r in IL_ALL]),
               ("llama-tiny", 8, 2, 2, 2, 4, [LL_EMB] + LL_HEAD), ("llama-tiny", 4, 1, 2, 2, 3, LL_HEAD),
               ("llama-tiny", 4, 2, 1, 2, 2, [LL_EMB]), ("gpt-tiny", 8, 2, 2, 2, 4, IL_ALL, {"zero": 1}),
               ("gpt-tiny", 8, 2, 2, 2, 4, IL_ALL, {"zero": 2}), ("gpt-tiny", 8, 4, 1, 2, 2, IL_ALL, {"zero": 3}),
-              ("llama-tiny", 8, 2, 2, 2, 4, [LL_EMB] + LL_HEAD, {"zero": 3})]
+              ("llama-tiny", 8, 2, 2, 2, 4, [LL_EMB] + LL_HEAD, {"zero": 3}),
+              ("gpt-tiny", 8, 2, 2, 2, 4, IL_ALL, F1B), ("gpt-tiny", 4, 2, 1, 2, 1, IL_ALL, F1B), ("gpt-tiny", 4, 1, 2, 2, 2, IL_ALL, F1B),
+              ("gpt-tiny", 8, 4, 1, 2, 3, IL_ALL, dict(F1B, zero=1)), ("llama-tiny", 8, 2, 2, 2, 4, [LL_EMB] + LL_HEAD, F1B),
+              ("llama-tiny", 4, 2, 1, 2, 3, LL_HEAD, F1B), ("llama-tiny", 8, 2, 1, 4, 4, [LL_EMB], F1B)]
 
 
 def interlaced(c):

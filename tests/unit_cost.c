@@ -137,7 +137,7 @@ static double makespan_msg(int pp, int v, int m, pcc_pipe_sched sched, const pcc
     pcc_pipe_link l[64];
     int n = 0;
     for (int k = 0; k + 1 < pp * v; k++) l[n++] = (pcc_pipe_link){k, k + 1, false, f}, l[n++] = (pcc_pipe_link){k + 1, k, true, b};
-    return pipeline_makespan(&(pcc_pipeline){pp, v, m, sched}, c, l, n, done);
+    return pipeline_makespan(&(pcc_pipeline){.pp = pp, .V = v, .M = m, .schedule = sched}, c, l, n, done);
 }
 
 static double makespan(int pp, int v, int m, pcc_pipe_sched sched, const pcc_chunk_times *c, double *done) {
@@ -201,7 +201,7 @@ static void test_makespan_shapes(void) {
                             all += M * (r[2] + j * r[3]) / 4;
                         }
                     }
-                    double t = pipeline_makespan(&(pcc_pipeline){pp, V, M, sched ? PCC_PIPE_GPIPE : PCC_PIPE_1F1B}, c, l, nl, done), busiest = 0;
+                    double t = pipeline_makespan(&(pcc_pipeline){.pp = pp, .V = V, .M = M, .schedule = sched ? PCC_PIPE_GPIPE : PCC_PIPE_1F1B}, c, l, nl, done), busiest = 0;
                     for (int d = 0; d < pp; d++) {
                         busiest = work[d] > busiest ? work[d] : busiest;
                         bad += done[d] < work[d] * (1 - 1e-12) || done[d] > t;
@@ -211,6 +211,29 @@ static void test_makespan_shapes(void) {
                 }
             }
     EXPECT(bad == 0 && runs == 456);
+}
+
+// 1F1B with interlaced operators between the passes (pipeline.c's mid): every device meets their
+// phase of each micro-batch together. pp 2, 2 micro-batches, forward 1 s, backward 2 s, the phase
+// 1 s, no messages: stage 0 runs F0 | mid0 | F1 B0 | mid1 | B1, stage 1 F0 | mid0 | B0 F1 | mid1 |
+// B1: both end at 8 s (6 s without the phases); with the neighbours' messages the walk still ends
+// and each phase adds its second. And on 2 stages with any count of micro-batches the walk never
+// stops short (pipeline.c asserts it reaches every unit).
+static void test_makespan_mid(void) {
+    pcc_chunk_times c[2] = {{1, 2}, {1, 2}};
+    double done[2];
+    pcc_pipeline p = {.pp = 2, .V = 1, .M = 2, .schedule = PCC_PIPE_1F1B, .mid = true, .mid_s = 1};
+    EXPECT(pipeline_makespan(&p, c, NULL, 0, done) == 8 && done[0] == 8 && done[1] == 8);
+    p.mid = false;
+    EXPECT(pipeline_makespan(&p, c, NULL, 0, done) == 6);
+    pcc_pipe_link l[2] = {{0, 1, false, 0.25}, {1, 0, true, 0.25}};
+    for (int M = 1; M <= 9; M++) {
+        pcc_pipeline q = {.pp = 2, .V = 1, .M = M, .schedule = PCC_PIPE_1F1B, .mid = true, .mid_s = 0.5};
+        double with = pipeline_makespan(&q, c, l, 2, done);
+        q.mid = false;
+        double without = pipeline_makespan(&q, c, l, 2, done);
+        EXPECT(with >= without + M * 0.5 - 1e-12 && with <= without + M * (0.5 + 3.5) + 1e-12);
+    }
 }
 
 static const pcc_op *find_op(const pcc_graph *g, const char *out, pcc_op_kind k) {
@@ -369,6 +392,7 @@ int main(int argc, char **argv) {
     test_buckets();
     test_overlap_and_pipeline();
     test_makespan_shapes();
+    test_makespan_mid();
     test_ops(a);
     test_conv(a);
     test_profile(a);
