@@ -109,6 +109,31 @@ float p3_memory_s(const builder *E, const prog *P, double bytes, int b);
 // Builds stage P->stage's program (preserve.c).
 void p3_program(builder *E, prog *P);
 
+// preserve.c's helpers for interlace.c: a buffer of tensor t (one layer slot), t's home on this
+// stage, an instruction on the compute stream, a transfer's time, a buffer's cached layouts
+// forgotten, an operator (its inputs resharded), a reshard into dst, the open gradient bucket
+// closed, a loop over micro-batches opened and closed.
+int p3_new_buf(builder *E, prog *P, int t, plan_shard s, uint32_t mb_slots);
+int p3_home(builder *E, prog *P, int t);
+plan_insn *p3_insn(builder *E, prog *P, plan_insn_kind k, const int *args, int nargs);
+float p3_transfer_s(const builder *E, const prog *P, int b, int offset);
+void p3_forget(prog *P, int buf);
+void p3_emit_op(builder *E, prog *P, int o, bool last_mb);
+void p3_reshard_to(builder *E, prog *P, int src, plan_shard want, int dst);
+void p3_bucket_flush(builder *E, prog *P);
+void p3_loop(builder *E, prog *P, int count);
+void p3_loop_end(builder *E, prog *P);
+
+/* interlace.c: interlaced operators' phases */
+
+// Whether interlaced phase ph (PCC_IL_PRE, _MID, _POST) has operators.
+bool p3_il_any(const builder *E, int ph);
+// Phase ph on this stage as every stage runs it: a loop over the micro-batches (its last apart).
+void p3_interlaced(builder *E, prog *P, int ph);
+// 1F1B's per-micro-batch middle phase: p3_il_begin once before the schedule, p3_il_unit per unit.
+void p3_il_begin(builder *E, prog *P, int ph);
+void p3_il_unit(builder *E, prog *P, int ph, int delta, bool last_mb);
+
 /* runs.c: one bucket for the input collectives of several top-level operators */
 
 // Per op of this stage's forward (bwd false) or backward pass: whether it waits for its run.
