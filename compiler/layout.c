@@ -771,6 +771,17 @@ static pcc_status interlace(pcc_values *E) {
         if (!pcc_trial) fprintf(stderr, "%s: interlaced operators (a policy's \"stage\": \"all\") do not go with %s yet\n", pcc_progname, why);
         return PCC_ERR_INPUT;
     }
+    // Every stage runs a layer of its own (the cut counts interlaced operators as layers too).
+    for (int st = 0; st < E->pp; st++) {
+        bool any = false;
+        for (int o = 0; o < g->n_fwd_ops && !any; o++) any |= g->ops[o].block < 0 && E->ostage[o] == st;
+        for (int b = 0; b < g->n_blocks && !any; b++) any |= g->blocks[b].fwd < 0 && E->copy_hi[b][st] > E->copy_lo[b][st];
+        if (any) continue;
+        if (!pcc_trial) fprintf(stderr, "%s: pipeline stage %d holds only interlaced operators, which run on every stage: the "
+                                        "other layers make fewer than %d stages (fewer stages, or /stages in the policy)\n",
+                                pcc_progname, st, E->pp);
+        return PCC_ERR_INPUT;
+    }
     E->ilphase = arena_alloc(g->arena, (size_t)(g->n_ops + 1));
     E->xil = arena_alloc(g->arena, sizeof(bool) * (size_t)(g->n_tensors + 1));
     E->has_xsh = arena_alloc(g->arena, sizeof(bool) * (size_t)(g->n_tensors + 1));

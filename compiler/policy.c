@@ -478,6 +478,12 @@ static pcc_status check_interlaced(const pcc_policy *p, const pcc_graph *g, cons
     if (mesh)
         return diag(p->file, first->stage_ptr, "interlaces an operator (on every stage, in phases around the pipeline's passes), which "
                     "plancc plans with %s", mesh);
+    int nl, staged = 0;
+    const pcc_layer *L = graph_layers(g, &nl);
+    for (int l = 0; l < nl; l++) staged += L[l].op < 0 || !policy_interlaced(p, L[l].op);
+    if (o->pp > staged)
+        return diag(p->file, first->stage_ptr, "interlaces operators that leave %d layers of %s to the pipeline's %d stages: every "
+                    "stage needs one (fewer stages)", staged, g->file, o->pp);
     int8_t *il = arena_alloc(g->arena, (size_t)(g->n_tensors + 1)); // per param: its first reader 1 staged, 2 interlaced
     int *by = arena_alloc(g->arena, sizeof(int) * (size_t)(g->n_tensors + 1)), *tm = arena_alloc(g->arena, sizeof(int) * (size_t)(g->n_tensors + 1));
     for (int i = 0; i < g->n_fwd_ops; i++) {
