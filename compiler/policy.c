@@ -500,6 +500,8 @@ static pcc_status check_interlaced(const pcc_policy *p, const pcc_graph *g, cons
                                 "passes, but repeated block \"%s\" reads what it makes (\"%s\")", pr >= 0 ? op_name(g->arena, g, &g->ops[pr]) : "?",
                                 g->file, pr >= 0 ? g->ops[pr].ptr : "?", bl->name, g->tensors[t].name);
             }
+            for (int k = 0; k < bl->n_out; k++) tm[bl->out[k].outer] = 2; // made by a stage
+            for (int k = 0; k < bl->n_acc; k++) tm[bl->acc[k].outer] = 2;
         }
         for (int k = 0; k < op->nin; k++) {
             int t = op->in[k];

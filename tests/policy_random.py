@@ -5,7 +5,8 @@ usage: policy_random.py [--seed S] [--count N] PLANCC PLANDUMP PLANRUN SOURCE_RO
 
 Draws N policies (default 12, seed 1): a mesh of 8 CPU ranks (some with keys left open for
 --auto), and rules that pin 1 to 8 operators of gpt-tiny to a random letter of theirs (or
-replicate), some block operators' recompute on or off. The operators' names come from the model,
+replicate), some block operators' recompute on or off, sets of top-level operators interlaced
+("stage": "all": INTERLACE, under GPipe or 1F1B). The operators' names come from the model,
 their letters from plancc itself (the diagnostic of a probe policy lists them). For each:
   - plancc exits 0, 2 (a split that does not divide over the mesh, a recompute pin on an
     operator phase 1 offers no recompute of, recompute false under recompute full: the
@@ -28,6 +29,11 @@ import subprocess
 import sys
 import tempfile
 
+# Sets of gpt-tiny's top-level operators to interlace: the tied embedding and LM head with the loss,
+# the position embedding (alone, with those, and with the sum of the two), the final norm with the head.
+INTERLACE = [["tok_emb", "logits", "loss"], ["pos_emb"], ["tok_emb", "logits", "loss", "pos_emb"],
+             ["tok_emb", "logits", "loss", "pos_emb", "h_in"], ["tok_emb", "logits", "loss", "xf"]]
+IL_SPLIT = {"tok_emb": "v", "logits": "n", "loss": "b.1", "pos_emb": "b.0", "h_in": "x1", "xf": "b.1"}  # along V or S
 MESHES = [{"dp": 2, "tp": 2, "pp": 2}, {"dp": 2, "tp": 2, "pp": 2, "recompute": "full"}, {"dp": 1, "tp": 4, "pp": 2}, {"dp": 2, "tp": 4, "pp": 1}, {"tp": 2}, {"dp": 1, "tp": 8, "pp": 1}]
 
 
@@ -84,6 +90,7 @@ def main():
         if p.returncode or q.returncode:
             print(f"FAIL the one-device reference: {p.stderr}{q.stderr}")
             return 1
+        irng = random.Random(seed + 1000)  # interlacing's draws, apart from the rest's
         for i in range(count):
             rules = []
             for name in rng.sample(sorted(ops), rng.randint(1, 8)):
@@ -92,13 +99,24 @@ def main():
                 if block and rng.random() < 0.3:
                     r["recompute"] = rng.random() < 0.5
                 rules.append(r)
+            if irng.random() < 0.4:  # interlace a set of top-level operators that phase 3 can order
+                for name in irng.choice(INTERLACE):
+                    r = next((r for r in rules if r["ops"] == name), None)
+                    if r is None:
+                        r = {"ops": name, "split": IL_SPLIT[name]}
+                        rules.append(r)
+                    r["stage"] = "all"
             pol = {"version": 1, "mesh": rng.choice(MESHES), "rules": rules}
+            if any(r.get("stage") == "all" for r in rules) and irng.random() < 0.5:
+                pol["mesh"] = dict(pol["mesh"], schedule="gpipe")
             path, plan = os.path.join(tmp, f"p{i}.json"), os.path.join(tmp, f"p{i}.plan")
             with open(path, "w", encoding="utf-8") as f:
                 json.dump(pol, f)
             p = run(plancc, model, "--cluster", "cpu", "--devices", 8, "--micro-batches", 2, "--policy", path, "-o", plan, "-q")
             what = f"policy {i} {json.dumps(pol)}"
-            if p.returncode == 2 and re.search(r":/rules/\d+/(split: .* does not divide|recompute: .* (no recompute candidate|recomputes every block operator))", p.stderr):
+            if p.returncode == 2 and re.search(r":/rules/\d+/(split: .* does not divide|recompute: .* (no recompute candidate|recomputes every block operator)"
+                                               r"|stage: interlaces .*(interlace both, or neither|interlace that one too|with 1F1B only on 2 stages"
+                                               r"|every stage needs one|reads what it makes))", p.stderr):
                 passed += 1
                 print(f"ok   {what}: refused: {p.stderr.strip().splitlines()[-1]}")
                 continue
@@ -122,6 +140,8 @@ def main():
                 want = "tp=replicate" if r["split"] == "replicate" else f"tp={r['split']}("
                 if want not in line or f"(/rules/{k})" not in line:
                     lost.append(f"{r['ops']} wants {want} by /rules/{k}: {line!r}")
+                if r.get("stage") == "all" and "pp" in line.split(":")[1] and "every stage (interlaced)" not in line:
+                    lost.append(f"{r['ops']} wants every stage by /rules/{k}: {line!r}")
                 if "recompute" in r and (" recompute " in line) != r["recompute"]:
                     lost.append(f"{r['ops']} wants recompute {r['recompute']}: {line!r}")
             q = run(planrun, plan, "--steps", 3, "--quiet", "--compare", ref + ".st", "--rtol", "1e-10", "--atol", "1e-12",
