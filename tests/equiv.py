@@ -28,7 +28,9 @@ on a memory-tight variant (auto_coshard); a co-shard plancc refuses is a failure
 
 --interlaced: operators on every pipeline stage (a policy's "stage": "all"), split over pp x tp
 while the blocks pipeline with GPipe or 1F1B (INTERLACED below): gpt-tiny's tied embedding and LM head
-with its loss, and the imported llama-tiny's untied embedding and head, together and apart.
+with its loss, the imported llama-tiny's untied embedding and head, together and apart, and
+t5-tiny's shared embedding (read by the encoder and the decoder) with its head: mT5's interlaced
+pipeline in miniature.
 
 --t5: T5 pipelines whose repeated blocks sum a gradient over their copies (the relative position
 bias and the encoder's output, which every copy reads) with the copies on several stages, so that
@@ -355,6 +357,9 @@ IL_ALL = [IL_EMB, {"ops": "logits", "split": "n", "stage": "all"}, {"ops": "loss
 LL_EMB = {"ops": "embedding", "split": "v", "stage": "all"}
 LL_HEAD = [{"ops": "linear_14", "split": "n", "stage": "all"}, {"ops": "cross_entropy*", "stage": "all"}]
 F1B = {"schedule": "1f1b"}
+# T5's shared token embedding (read by the encoder and the decoder), its LM head and its loss.
+T5_ALL = [{"ops": "embedding_[13]", "split": "v", "stage": "all"}, {"ops": "linear_32", "split": "n", "stage": "all"},
+          {"ops": "cross_entropy*", "stage": "all"}]
 INTERLACED = [("gpt-tiny", 8, 1, 2, 4, 4, IL_ALL), ("gpt-tiny", 8, 4, 1, 2, 2, IL_ALL), ("gpt-tiny", 4, 1, 1, 4, 1, IL_ALL),
               ("gpt-tiny", 4, 1, 2, 2, 4, [dict(r, split="replicate") if r["ops"] == "loss" else r for r in IL_ALL]),
               ("llama-tiny", 8, 2, 2, 2, 4, [LL_EMB] + LL_HEAD), ("llama-tiny", 4, 1, 2, 2, 3, LL_HEAD),
@@ -363,13 +368,15 @@ INTERLACED = [("gpt-tiny", 8, 1, 2, 4, 4, IL_ALL), ("gpt-tiny", 8, 4, 1, 2, 2, I
               ("llama-tiny", 8, 2, 2, 2, 4, [LL_EMB] + LL_HEAD, {"zero": 3}),
               ("gpt-tiny", 8, 2, 2, 2, 4, IL_ALL, F1B), ("gpt-tiny", 4, 2, 1, 2, 1, IL_ALL, F1B), ("gpt-tiny", 4, 1, 2, 2, 2, IL_ALL, F1B),
               ("gpt-tiny", 8, 4, 1, 2, 3, IL_ALL, dict(F1B, zero=1)), ("llama-tiny", 8, 2, 2, 2, 4, [LL_EMB] + LL_HEAD, F1B),
-              ("llama-tiny", 4, 2, 1, 2, 3, LL_HEAD, F1B), ("llama-tiny", 8, 2, 1, 4, 4, [LL_EMB], F1B)]
+              ("llama-tiny", 4, 2, 1, 2, 3, LL_HEAD, F1B), ("llama-tiny", 8, 2, 1, 4, 4, [LL_EMB], F1B),
+              ("t5-tiny", 4, 2, 1, 2, 2, T5_ALL), ("t5-tiny", 4, 1, 2, 2, 4, T5_ALL, F1B), ("t5-tiny", 8, 2, 1, 4, 4, T5_ALL)]
 
 
 def interlaced(c):
     """Writes INTERLACED's policies to the run's folder: (model, devices, options) of each."""
     import json
-    c.paths["llama-tiny"] = os.path.join(c.root, "tests", "models", "llama-tiny.json")
+    for m in ("llama-tiny", "t5-tiny"):
+        c.paths[m] = os.path.join(c.root, "tests", "models", m + ".json")
     out = []
     for i, (model, n, dp, tp, pp, mb, rules, *more) in enumerate(INTERLACED):
         path = os.path.join(c.tmp, f"interlaced-{i}.json")
