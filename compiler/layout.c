@@ -718,12 +718,11 @@ static pcc_status block_limits(const pcc_values *E) {
     return PCC_OK;
 }
 
-// Every value's stage and layout, and what the step does with it (keep, defer, synchronize).
 /* ---- interlaced operators ---- */
 
 // An interlaced operator (a policy's "stage": "all", nnScaler's interlaced pipeline for a large
 // vocabulary's embedding and LM head) runs on every stage, split over pp x tp, in one of three
-// phases around GPipe's passes: before the forward passes (what reads only the step's inputs and
+// phases around the pipeline's passes: before the forward passes (what reads only the step's inputs and
 // parameters: the token embedding), between the forward and backward passes (what reads a
 // stage's forward output: the LM head and its loss, forward and backward), after the backward
 // passes (the embedding's backward). On the step's clock: 1 PRE, 2 the stages' forward passes,
@@ -762,6 +761,8 @@ static pcc_status il_read(pcc_values *E, const int *tm, int t, int r, const plan
     return PCC_OK;
 }
 
+// The phase of every interlaced operator and what crosses between them and the stages (E->ilphase,
+// xil, has_xsh, xsh); refuses the meshes and orders phase 3 cannot make (preserve.c's list).
 static pcc_status interlace(pcc_values *E) {
     const pcc_graph *g = E->g;
     const pcc_strategy *s = E->s;
@@ -833,6 +834,7 @@ static pcc_status interlace(pcc_values *E) {
     return st;
 }
 
+// Every value's stage and layout, and what the step does with it (keep, defer, synchronize).
 static pcc_status analyse(pcc_values *E, const pcc_preserve_opts *o) {
     place(E);
     keep(E);

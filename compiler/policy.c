@@ -18,7 +18,8 @@
  *     For the operators it selects a rule pins "split" (the annotation letter split over the tp
  *     group, or "replicate"), "recompute" (true/false, block operators only: phase 3 recomputes
  *     inside blocks) and "stage" (top-level operators only: a block's operators share their
- *     copy's stage, which "stages" gives). The first rule that selects an operator holds it;
+ *     copy's stage, which "stages" gives; "all" interlaces the operator: on every stage, its
+ *     split over pp x tp, check_interlaced). The first rule that selects an operator holds it;
  *     later rules do not add to it (a firewall's order, so a specific rule goes before a
  *     general one), and a rule that holds no operator is refused (a typo would otherwise pass).
  *
@@ -462,7 +463,7 @@ static pcc_status check_template(const pcc_policy *p, const pcc_graph *g, const 
     return PCC_OK;
 }
 
-// Interlaced operators ("stage": "all"; layout.c's interlace) run in phases around GPipe's passes:
+// Interlaced operators ("stage": "all"; layout.c's interlace) run in phases around the pipeline's passes:
 // before the forward passes (reading only inputs, parameters and one another), between them and
 // the backward passes (reading a stage's forward output too), and their backward after. The mesh
 // options they go with, the parameters they share with a stage's operators (none), and the order
