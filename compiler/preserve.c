@@ -21,9 +21,9 @@
  *   wait for the synchronization; the optimizer (ZeRO-1 and 2: its updated shards gathered one
  *   collective per block copy); parameter copies to the stages that share them
  *
- * handoff.c is phase 3's entry: it makes the builder (its types are in preserve.h), has this
- * file build each stage's program (p3_program) and turns them into phase 3's output (META,
- * groups, ranks).
+ * handoff.c is phase 3's entry: it makes the builder (its types are in preserve.h), has
+ * schedule.c build each stage's program in its order (p3_program) from this file's parts, and
+ * turns them into phase 3's output (META, groups, ranks).
  *
  * Resharding. Where the buffer that holds a value has another layout than a reader wants,
  * reshard() emits reshard.c's chain (reshard_steps): collectives over mesh axes,
@@ -49,7 +49,7 @@
  * Interlaced operators (layout.c's interlace: on every stage, split over pp x tp) run in three
  * phases that every program holds at the same place: before the first forward unit, before the
  * first backward unit (with 1F1B on 2 stages, per micro-batch inside the steady state) and after
- * the last backward unit; interlace.c builds them.
+ * the last backward unit; schedule.c places them among the passes.
  *
  * --sync background (ShadowSync): the dense parameters (not embedding tables) replicated over an
  * axis on which their gradient holds partial sums, dp, or tp where the ILP split their operator
@@ -1412,7 +1412,7 @@ static void deferred_sends(builder *E, prog *P, int d) {
     E->delta = 0;
 }
 
-/* ---- phase 3's vocabulary for interlace.c ---- */
+/* ---- phase 3's vocabulary for schedule.c ---- */
 
 int p3_new_buf(builder *E, prog *P, int t, plan_shard s, uint32_t mb_slots) { return new_buf(E, P, t, s, mb_slots, 1, 0); }
 int p3_home(builder *E, prog *P, int t) { return home(E, P, t); }
@@ -1425,40 +1425,9 @@ void p3_bucket_flush(builder *E, prog *P) { bucket_flush(E, P); }
 void p3_loop(builder *E, prog *P, int count) { loop_open(E, P, PLAN_LOOP_MB, count); }
 void p3_loop_end(builder *E, prog *P) { loop_close(E, P); }
 
-// The device's units in the schedule's order (pipeline.c), each a pass of one micro-batch on one
-// chunk, the plain schedules' in loops over micro-batches; interlaced operators before the first
-// forward unit, before the first backward unit (GPipe's: after every forward) and after the last.
-static void schedule(builder *E, prog *P, int d) {
-    bool per_mb = E->s->schedule != PCC_PIPE_GPIPE && p3_il_any(E, PCC_IL_MID); // 1F1B: PCC_UNIT_MID
-    pcc_pipeline pl = {.pp = E->pp, .V = E->V, .M = E->M, .schedule = E->s->schedule, .mid = per_mb};
-    pcc_unit *u;
-    int n = pipeline_units(E->g->arena, &pl, d, &u);
-    bool mid = per_mb;
-    p3_interlaced(E, P, PCC_IL_PRE);
-    if (per_mb) p3_il_begin(E, P, PCC_IL_MID);
-    for (int i = 0; i < n; i++) {
-        if (!mid && (u[i].kind == PCC_UNIT_BWD || (u[i].kind == PCC_UNIT_LOOP && i + 1 < n && u[i + 1].kind == PCC_UNIT_BWD))) {
-            p3_interlaced(E, P, PCC_IL_MID);
-            mid = true;
-        }
-        switch (u[i].kind) {
-        case PCC_UNIT_MID:
-            p3_il_unit(E, P, PCC_IL_MID, u[i].mb, u[i].last);
-            break;
-        case PCC_UNIT_LOOP: loop_open(E, P, PLAN_LOOP_MB, u[i].count); break;
-        case PCC_UNIT_END: loop_close(E, P); break;
-        case PCC_UNIT_DEFERRED: deferred_sends(E, P, u[i].chunk); break;
-        case PCC_UNIT_FWD:
-        case PCC_UNIT_BWD:
-            if (E->V > 1) chunk_enter(E, P, u[i].chunk);
-            pass_part(E, P, u[i].mb, u[i].kind == PCC_UNIT_BWD, u[i].last, u[i].part);
-            break;
-        }
-    }
-    p3_interlaced(E, P, PCC_IL_POST);
-}
-
-void p3_program(builder *E, prog *P) {
+// A stage's program up to its schedule: its tables of buffers, the ZeRO-2 accumulators, what it
+// zeroes at the start of the step (schedule.c's p3_program runs this, the schedule, p3_epilogue).
+void p3_begin(builder *E, prog *P) {
     const pcc_graph *g = E->g;
     int d = P->stage;
     E->phase = PLAN_PHASE_NONE;
@@ -1478,6 +1447,9 @@ void p3_program(builder *E, prog *P) {
         zero2_accumulators(E, P);
         stage_prologue(E, P);
     }
-    schedule(E, P, d);
-    epilogue(E, P);
 }
+
+void p3_epilogue(builder *E, prog *P) { epilogue(E, P); }
+void p3_pass(builder *E, prog *P, int delta, bool bwd, bool last_mb, int part) { pass_part(E, P, delta, bwd, last_mb, part); }
+void p3_chunk_enter(builder *E, prog *P, int c) { chunk_enter(E, P, c); }
+void p3_deferred_sends(builder *E, prog *P, int d) { deferred_sends(E, P, d); }

@@ -106,10 +106,10 @@ int p3_group(builder *E, int axes, int stream);
 pcc_group_shape p3_axes_group(const builder *E, unsigned axes);
 // A memory-bound kernel's time over `bytes` touching buffer b.
 float p3_memory_s(const builder *E, const prog *P, double bytes, int b);
-// Builds stage P->stage's program (preserve.c).
+// Builds stage P->stage's program (schedule.c, from preserve.c's parts).
 void p3_program(builder *E, prog *P);
 
-// preserve.c's helpers for interlace.c: a buffer of tensor t (one layer slot), t's home on this
+// preserve.c's helpers for schedule.c: a buffer of tensor t (one layer slot), t's home on this
 // stage, an instruction on the compute stream, a transfer's time, a buffer's cached layouts
 // forgotten, an operator (its inputs resharded), a reshard into dst, the open gradient bucket
 // closed, a loop over micro-batches opened and closed.
@@ -123,16 +123,14 @@ void p3_reshard_to(builder *E, prog *P, int src, plan_shard want, int dst);
 void p3_bucket_flush(builder *E, prog *P);
 void p3_loop(builder *E, prog *P, int count);
 void p3_loop_end(builder *E, prog *P);
-
-/* interlace.c: interlaced operators' phases */
-
-// Whether interlaced phase ph (PCC_IL_PRE, _MID, _POST) has operators.
-bool p3_il_any(const builder *E, int ph);
-// Phase ph on this stage as every stage runs it: a loop over the micro-batches (its last apart).
-void p3_interlaced(builder *E, prog *P, int ph);
-// 1F1B's per-micro-batch middle phase: p3_il_begin once before the schedule, p3_il_unit per unit.
-void p3_il_begin(builder *E, prog *P, int ph);
-void p3_il_unit(builder *E, prog *P, int ph, int delta, bool last_mb);
+// ... and a program's parts: what it makes before its schedule, one unit's part of a pass of
+// micro-batch `delta` (PCC_PART_*), interleaved model chunk c entered, the deferred gradient sends
+// after the device's last unit, the epilogue (the sync's wait, the optimizer, shared parameters).
+void p3_begin(builder *E, prog *P);
+void p3_pass(builder *E, prog *P, int delta, bool bwd, bool last_mb, int part);
+void p3_chunk_enter(builder *E, prog *P, int c);
+void p3_deferred_sends(builder *E, prog *P, int d);
+void p3_epilogue(builder *E, prog *P);
 
 /* runs.c: one bucket for the input collectives of several top-level operators */
 

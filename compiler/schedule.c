@@ -1,20 +1,25 @@
 /*
- * interlace.c: phase 3's interlaced operators (a policy's "stage": "all"; layout.c's interlace
- * decides where their values live and in which phase each runs). Every program holds the three
- * phases at the same place (preserve.c's schedule): before the first forward unit (the token
- * embedding), before the first backward unit (the LM head and its loss, forward and backward;
- * with GPipe once after every forward pass, with 1F1B on 2 stages per micro-batch in the steady
- * state, pipeline.c's mid) and after the last backward unit (the embedding's backward). A stage
- * value they read is sent by its stage to every other (the last stage's hidden states, stage 0's
- * gradient of the embedding's output); what they make for a stage goes into that reader's layout
- * in one chain of collectives of all stages (the embedding's partial sums all-reduced over pp, the
- * hidden states' gradient likewise), kept per micro-batch until the stage's pass reads it.
+ * schedule.c: phase 3's order of a stage's program (handoff.c asks for each): what preserve.c
+ * makes first (p3_begin), the units of the pipeline's schedule (pipeline.c) as preserve.c builds
+ * each pass (p3_pass), with the interlaced operators' phases among them, then the epilogue
+ * (p3_epilogue: the gradient synchronization's wait, the optimizer, shared parameters).
+ *
+ * Interlaced operators (a policy's "stage": "all"; layout.c's interlace decides where their
+ * values live and in which phase each runs): every program holds their three phases at the same
+ * place: before the first forward unit (the token embedding), before the first backward unit
+ * (the LM head and its loss, forward and backward; with GPipe once after every forward pass, with
+ * 1F1B on 2 stages per micro-batch in the steady state, pipeline.c's mid) and after the last
+ * backward unit (the embedding's backward). A stage value they read is sent by its stage to every
+ * other (the last stage's hidden states, stage 0's gradient of the embedding's output); what they
+ * make for a stage goes into that reader's layout in one chain of collectives of all stages (the
+ * embedding's partial sums all-reduced over pp, the hidden states' gradient likewise), kept per
+ * micro-batch until the stage's pass reads it.
  */
 #include "pipeline.h"
 #include "preserve.h"
 
 // Whether interlaced phase ph has operators.
-bool p3_il_any(const builder *E, int ph) {
+static bool il_any(const builder *E, int ph) {
     for (int o = 0; E->v->ilphase && o < E->g->n_ops; o++)
         if (E->v->ilphase[o] == ph) return true;
     return false;
@@ -25,7 +30,7 @@ bool p3_il_any(const builder *E, int ph) {
 // the operators; and each value they make that a stage reads, made in that reader's layout by
 // every stage at once (the collective over pp that sums or gathers it) into its xbuf, which the
 // stage's passes then read (its home where a stage reads it: P->home swaps between the two).
-void p3_il_unit(builder *E, prog *P, int ph, int delta, bool last_mb) {
+static void il_unit(builder *E, prog *P, int ph, int delta, bool last_mb) {
     const pcc_graph *g = E->g;
     const pcc_values *v = E->v;
     int *xbuf = P->il_xbuf[ph], *ihome = P->il_home[ph];
@@ -94,7 +99,7 @@ static bool stage_reads(const builder *E, const prog *P, int t) {
 
 // Before interlaced phase ph's first micro-batch: the buffers its values for a stage go into
 // (one slot per micro-batch where a stage reads them, else one).
-void p3_il_begin(builder *E, prog *P, int ph) {
+static void il_begin(builder *E, prog *P, int ph) {
     const pcc_graph *g = E->g;
     const pcc_values *v = E->v;
     P->il_xbuf[ph] = arena_alloc(g->arena, sizeof(int) * (size_t)(g->n_tensors + 1));
@@ -110,14 +115,54 @@ void p3_il_begin(builder *E, prog *P, int ph) {
 // Interlaced phase ph (PCC_IL_PRE, _MID, _POST) on this stage, as every stage runs it: a loop over
 // the micro-batches, the last one apart (its parameter gradients are final: synchronized as they
 // are made). With 1F1B the middle phase goes per micro-batch instead (PCC_UNIT_MID, schedule).
-void p3_interlaced(builder *E, prog *P, int ph) {
-    if (!p3_il_any(E, ph)) return;
-    p3_il_begin(E, P, ph);
+static void interlaced(builder *E, prog *P, int ph) {
+    if (!il_any(E, ph)) return;
+    il_begin(E, P, ph);
     if (E->M > 1) {
         p3_loop(E, P, E->M - 1);
-        p3_il_unit(E, P, ph, 0, false);
+        il_unit(E, P, ph, 0, false);
         p3_loop_end(E, P);
     }
-    p3_il_unit(E, P, ph, E->M - 1, true);
+    il_unit(E, P, ph, E->M - 1, true);
     E->delta = 0;
+}
+
+// The device's units in the schedule's order (pipeline.c), each a pass of one micro-batch on one
+// chunk, the plain schedules' in loops over micro-batches; interlaced operators before the first
+// forward unit, before the first backward unit (GPipe's: after every forward) and after the last.
+static void schedule(builder *E, prog *P, int d) {
+    bool per_mb = E->s->schedule != PCC_PIPE_GPIPE && il_any(E, PCC_IL_MID); // 1F1B: PCC_UNIT_MID
+    pcc_pipeline pl = {.pp = E->pp, .V = E->V, .M = E->M, .schedule = E->s->schedule, .mid = per_mb};
+    pcc_unit *u;
+    int n = pipeline_units(E->g->arena, &pl, d, &u);
+    bool mid = per_mb;
+    interlaced(E, P, PCC_IL_PRE);
+    if (per_mb) il_begin(E, P, PCC_IL_MID);
+    for (int i = 0; i < n; i++) {
+        if (!mid && (u[i].kind == PCC_UNIT_BWD || (u[i].kind == PCC_UNIT_LOOP && i + 1 < n && u[i + 1].kind == PCC_UNIT_BWD))) {
+            interlaced(E, P, PCC_IL_MID);
+            mid = true;
+        }
+        switch (u[i].kind) {
+        case PCC_UNIT_MID:
+            il_unit(E, P, PCC_IL_MID, u[i].mb, u[i].last);
+            break;
+        case PCC_UNIT_LOOP: p3_loop(E, P, u[i].count); break;
+        case PCC_UNIT_END: p3_loop_end(E, P); break;
+        case PCC_UNIT_DEFERRED: p3_deferred_sends(E, P, u[i].chunk); break;
+        case PCC_UNIT_FWD:
+        case PCC_UNIT_BWD:
+            if (E->V > 1) p3_chunk_enter(E, P, u[i].chunk);
+            p3_pass(E, P, u[i].mb, u[i].kind == PCC_UNIT_BWD, u[i].last, u[i].part);
+            break;
+        }
+    }
+    interlaced(E, P, PCC_IL_POST);
+}
+
+void p3_program(builder *E, prog *P) {
+    int d = P->stage; // the device (p3_begin enters each of its model chunks in turn)
+    p3_begin(E, P);
+    schedule(E, P, d);
+    p3_epilogue(E, P);
 }
