@@ -51,6 +51,7 @@ PLANS = [
     ("zero3", "gpt-tiny", "--devices 2 --dp 2 --zero 3"),
     ("interleaved", "gpt-tiny", "--devices 2 --pp 2 --micro-batches 4 --virtual-stages 2"),
     ("interlaced", "gpt-tiny", "--devices 8 --policy {root}/models/policies/interlaced-gpt-tiny.json"),
+    ("interlaced-1f1b", "gpt-tiny", "--devices 8 --policy {root}/models/policies/interlaced-1f1b-gpt-tiny.json"),
     ("burst", "mlp", "--devices 4 --burst"),
     ("bgsync", "mlp", "--devices 2 --dp 2 --sync background:algo=ma,period=1"),
     ("cnn-dp", "cnn-small", "--devices 2 --dp 2"),

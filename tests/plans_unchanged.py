@@ -76,6 +76,7 @@ def cases(root):
     add("mlp", 1, "--sync background:algo=ma,period=1")
     pol = os.path.join(root, "models", "policies")  # interlaced operators (their phases, sends and collectives over pp)
     add("gpt-tiny", 8, "--policy " + os.path.join(pol, "interlaced-gpt-tiny.json"))
+    add("gpt-tiny", 8, "--policy " + os.path.join(pol, "interlaced-1f1b-gpt-tiny.json"))
     add("mt5-large", 32, "--global-batch 1024 --bf16 --policy " + os.path.join(pol, "interlaced-mt5-large.json"),
         os.path.join(root, "models", "clusters", "dgx-a100.json"))
     for model, cluster, n, opts in LARGE:
