@@ -4,8 +4,8 @@ model and the plan simulator.
 
 usage: bench_policy.py [--plancc PATH] [--root DIR] [--only SUBSTRING]
 
-For every models/policies/X-MODEL.json (gpt-tiny and llama-tiny on CPU ranks, the others on 16
-DGX A100 nodes): the plan of `plancc MODEL --policy FILE`, and every template of the grid on the
+For every models/policies/X-MODEL.json (gpt-tiny and llama-tiny on CPU ranks, the others on the
+DGX A100 nodes their mesh fills, 16 where it leaves one open): the plan of `plancc MODEL --policy FILE`, and every template of the grid on the
 same devices and micro-batch count - each factorization dp x tp x pp (tp inside a node), ZeRO 0,
 1 and 3 (with dp > 1), recompute auto and full - compiled (refused or infeasible ones left out).
 Prints the policy's estimated and simulated step (plancc --json's estimate.step_s and
@@ -30,6 +30,11 @@ def compile_json(plancc, model, cluster, devs, opts, out):
     return d, p
 
 
+# Options a model's examples compile with besides the policy (tests/policy.py's): mT5-Large as
+# pre-trained (its file's batch is 2).
+EXTRA = {"mt5-large": ["--global-batch", "1024", "--bf16"]}
+
+
 def where(root, name):
     """(model path, cluster, device options, devices) an example goes with."""
     for m in ("gpt-tiny", "llama-tiny"):
@@ -38,8 +43,11 @@ def where(root, name):
             n = mesh["dp"] * mesh["tp"] * mesh["pp"] if all(k in mesh for k in ("dp", "tp", "pp")) else 8
             path = os.path.join(root, "models" if m == "gpt-tiny" else "tests/models", m + ".json")
             return path, "cpu", ["--devices", str(n)], n, n
-    model = name.split("-", 1)[1][:-len(".json")]
-    return os.path.join(root, "models", model + ".json"), "dgx-a100", ["--nodes", "16"], 128, 8
+    model = next(m for m in ("gpt3-175b", "mt5-large") if name.endswith(f"-{m}.json"))
+    mesh = json.load(open(os.path.join(root, "models", "policies", name), encoding="utf-8")).get("mesh", {})
+    nodes = mesh["dp"] * mesh["tp"] * mesh["pp"] // 8 if all(k in mesh for k in ("dp", "tp", "pp")) else 16
+    extra = EXTRA.get(model, [])
+    return os.path.join(root, "models", model + ".json"), "dgx-a100", ["--nodes", str(nodes)] + extra, 8 * nodes, 8
 
 
 def grid(n, per_node, mb):
