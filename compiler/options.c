@@ -531,7 +531,7 @@ static pcc_status check_strategy(pcc_options *o, const given *gv) {
                         "it needs --dp, --tp or --pp\n");
         return PCC_ERR_INPUT;
     }
-    if (o->search.sequence_parallel && (!gv->template_ || o->search.tp < 2)) {
+    if (o->search.sequence_parallel && !o->policy && (!gv->template_ || o->search.tp < 2)) { // with a policy: its mesh (policy.c)
         fprintf(stderr, "plancc: --sequence-parallel splits the norms, residual adds and dropout along the sequence over the "
                         "tensor-parallel group: it needs --tp 2 or more\n");
         return PCC_ERR_INPUT;

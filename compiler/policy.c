@@ -261,6 +261,9 @@ static pcc_status apply_mesh(pcc_policy *p, pcc_options *o) {
     if (p->mesh[PCC_POL_TQ] > 1 && (!known || o->search.tp % o->search.tq || o->search.tp < 2 * o->search.tq))
         return diag(p->file, p->mesh_ptr[PCC_POL_TQ], "cuts the tp group into tp/%d x %d: it wants dp, tp and pp known (a template), "
                     "tp a multiple of %d, at least %d", o->search.tq, o->search.tq, o->search.tq, 2 * o->search.tq);
+    if (o->search.sequence_parallel && (!known || o->search.tp < 2))
+        return diag(p->file, "/mesh", "with --sequence-parallel, which splits the norms, residual adds and dropout along the sequence "
+                    "over the tp group, wants dp, tp and pp known (a template) and tp 2 or more");
     if (o->search.auto_mesh) o->search.dp = o->search.tp = 0;
     o->batch.dp = o->search.dp;
     return PCC_OK;

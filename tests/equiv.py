@@ -350,13 +350,16 @@ COSHARD = [(1, CS_MLP_S), (1, CS_MLP_F), (1, CS_ATTN), (1, CS_HEAD), (1, f"{CS_M
 # with GPipe (a policy's "stage": "all"; layout.c's interlace, preserve.c's interlaced phases):
 # gpt-tiny's token embedding and the LM head that shares its table, with the loss (IL_ALL); the
 # imported llama-tiny's untied embedding (LL_EMB), LM head and its loss's four operators (LL_HEAD),
-# together and apart; with ZeRO 1, 2 and 3; GPipe, and 1F1B (on 2 stages the head's phase per micro-batch in the
-# steady state, with one micro-batch and more; on 4, the embedding alone, whose phases stay outside the schedule). (model, devices, dp, tp, pp, micro-batches, rules[, more mesh keys]).
+# together and apart; with ZeRO 1, 2 and 3; with sequence parallelism; GPipe, and 1F1B (on 2 stages the head's phase per
+# micro-batch in the steady state, with one micro-batch and more; on 4, the embedding alone, whose phases stay outside
+# the schedule). (model, devices, dp, tp, pp, micro-batches, rules[, more mesh keys[, more options]]).
 IL_EMB = {"ops": "tok_emb", "split": "v", "stage": "all"}
 IL_ALL = [IL_EMB, {"ops": "logits", "split": "n", "stage": "all"}, {"ops": "loss", "split": "b.1", "stage": "all"}]
 LL_EMB = {"ops": "embedding", "split": "v", "stage": "all"}
 LL_HEAD = [{"ops": "linear_14", "split": "n", "stage": "all"}, {"ops": "cross_entropy*", "stage": "all"}]
 F1B = {"schedule": "1f1b"}
+SP = "--sequence-parallel"
+IL_SP = IL_ALL[:2] + [{"ops": "loss", "stage": "all"}]  # the loss's split the ILP's (b.1 is not among its candidates with SP)
 # T5's shared token embedding (read by the encoder and the decoder), its LM head and its loss.
 T5_ALL = [{"ops": "embedding_[13]", "split": "v", "stage": "all"}, {"ops": "linear_32", "split": "n", "stage": "all"},
           {"ops": "cross_entropy*", "stage": "all"}]
@@ -369,7 +372,9 @@ INTERLACED = [("gpt-tiny", 8, 1, 2, 4, 4, IL_ALL), ("gpt-tiny", 8, 4, 1, 2, 2, I
               ("gpt-tiny", 8, 2, 2, 2, 4, IL_ALL, F1B), ("gpt-tiny", 4, 2, 1, 2, 1, IL_ALL, F1B), ("gpt-tiny", 4, 1, 2, 2, 2, IL_ALL, F1B),
               ("gpt-tiny", 8, 4, 1, 2, 3, IL_ALL, dict(F1B, zero=1)), ("llama-tiny", 8, 2, 2, 2, 4, [LL_EMB] + LL_HEAD, F1B),
               ("llama-tiny", 4, 2, 1, 2, 3, LL_HEAD, F1B), ("llama-tiny", 8, 2, 1, 4, 4, [LL_EMB], F1B),
-              ("t5-tiny", 4, 2, 1, 2, 2, T5_ALL), ("t5-tiny", 4, 1, 2, 2, 4, T5_ALL, F1B), ("t5-tiny", 8, 2, 1, 4, 4, T5_ALL)]
+              ("t5-tiny", 4, 2, 1, 2, 2, T5_ALL), ("t5-tiny", 4, 1, 2, 2, 4, T5_ALL, F1B), ("t5-tiny", 8, 2, 1, 4, 4, T5_ALL),
+              ("gpt-tiny", 8, 2, 2, 2, 4, IL_SP, {}, SP), ("gpt-tiny", 4, 1, 2, 2, 2, IL_SP, F1B, SP),
+              ("llama-tiny", 8, 2, 2, 2, 4, [LL_EMB] + LL_HEAD, {}, SP)]
 
 
 def interlaced(c):
@@ -383,7 +388,7 @@ def interlaced(c):
         with open(path, "w", encoding="utf-8") as f:
             json.dump({"version": 1, "mesh": {"dp": dp, "tp": tp, "pp": pp, "micro_batches": mb, "schedule": "gpipe",
                                               **(more[0] if more else {})}, "rules": rules}, f)
-        out.append((model, n, f"--policy {path} --micro-batches {mb}"))
+        out.append((model, n, f"--policy {path} --micro-batches {mb}" + (" " + more[1] if len(more) > 1 else "")))
     return out
 
 

@@ -175,6 +175,16 @@ def command_line(plancc, root, tmp):
         check(f"--policy with {what}: exit 2", p.returncode == 2 and "--policy" in p.stderr, p.stderr)
     p = run(*base, "--policy", os.path.join(root, "tests"))
     check("a policy that is a directory: exit 2", p.returncode == 2, p.stderr)
+    # --sequence-parallel wants a template's tp of 2 or more: the policy's mesh counts
+    p = run(*base, "--policy", pol, "--sequence-parallel")
+    check("--sequence-parallel with the policy's tp 2", p.returncode == 0 and "sequence parallel" in p.stdout, p.stderr + p.stdout[:300])
+    for mesh in ({"dp": 8, "tp": 1, "pp": 1}, {"tp": 2}):
+        bad = os.path.join(tmp, "sp.json")
+        with open(bad, "w", encoding="utf-8") as f:
+            json.dump({"version": 1, "mesh": mesh}, f)
+        p = run(*base, "--policy", bad, "--sequence-parallel")
+        check(f"--sequence-parallel with a policy's mesh {mesh}: exit 2 at /mesh",
+              p.returncode == 2 and f"plancc: {bad}:/mesh: " in p.stderr, p.stderr)
 
 
 def infeasible(plancc, root, tmp):
