@@ -8,34 +8,9 @@
  */
 #include "plancc.h"
 #include "fuzz_common.h"
+#include "fuzz_phases.h"
 
 #include <getopt.h>
-#include <stdlib.h>
-
-static pcc_status compile(pcc_arena *a, pcc_options *o, pcc_graph *g, pcc_cluster *c) {
-    int *sizes, n_sizes, n = 0;
-    pcc_strategy **cand = NULL;
-    const pcc_strategy *s;
-    pcc_fit fit;
-    pcc_emit_opts eo;
-    pcc_programs *pr;
-    pcc_emitted e = {0};
-    sizes = search_group_sizes(g, c, &o->search, &n_sizes);
-    pcc_transforms *t = transform_all(g, sizes, n_sizes, 1);
-    pcc_status st = search(g, c, t, &o->search, &cand, &n);
-    if (st) return st;
-    options_emit(a, c, o, &eo);
-    driver_fit_init(&fit, g, c, t, o, cand, n);
-    while (!st && (s = driver_fit_next(&fit, &st))) {
-        st = preserve(g, c, s, &o->preserve, &pr);
-        if (!st) memplan(pr);
-        if (!st) emit_plan(g, c, pr, &eo, &e);
-        if (!st && check_plan(e.p)) abort(); // the compiler emitted a plan its verifier refuses
-        if (driver_fit_done(&fit, &st, &e)) break;
-    }
-    if (e.p) plan_free(e.p), free(e.p);
-    return st;
-}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t n) {
     if (n > (1u << 16) || !fuzz_write(data, n)) return 0;
@@ -57,7 +32,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t n) {
     if (!st) st = autodiff(g);
     if (!st) st = graph_check(g);
     if (!st) st = cluster_load(a, o.cluster, o.nodes, o.devices, &c);
-    if (!st) compile(a, &o, g, c);
+    if (!st) fuzz_phases(a, &o, g, c);
     arena_free(a);
     return 0;
 }
