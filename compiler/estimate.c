@@ -913,14 +913,6 @@ static double est_top_rs_exposed(est *E, int d) {
     return fmax(0, s1 - t);
 }
 
-// k collectives of `kind`, one per block copy, over `bytes` in all (preserve.c's buckets).
-// Interlaced operators (layout.c's interlace): on every stage, outside the pipeline, in phases
-// that all stages run together (preserve.c's interlaced), per micro-batch: each operator's
-// forward and backward at its shape split over pp as well (compute), its tp resharding, and for
-// each value that crosses between them and a stage, the collective over pp that makes what they
-// make in a stage's layout (an all-reduce: the embedding's partial sums; the gradient of the
-// hidden states), or the holder stage's sends to every other (the hidden states; the gradient of
-// the embedding's output), one after another. The step adds the phases to the pipeline.
 // How interlaced op i splits operand o over pp: its axis (dimension index), -1 whole, -2 partial sums.
 static int est_pp_axis(const est *E, int i, int o) {
     int li = E->s->letter[PCC_AX_PP][i];
@@ -931,6 +923,13 @@ static int est_pp_axis(const est *E, int i, int o) {
     return o >= E->g->ops[i].nin && l[li].reduce ? -2 : -1;
 }
 
+// Interlaced operators (layout.c's interlace): on every stage, outside the pipeline, in phases
+// that all stages run together (schedule.c), per micro-batch: each operator's forward and
+// backward at its shape split over pp as well (compute), its tp resharding, and for each value
+// that crosses between them and a stage, the collective over pp that makes what they make in a
+// stage's layout (an all-reduce: the embedding's partial sums; the gradient of the hidden
+// states), or the holder stage's sends to every other (the hidden states; the gradient of the
+// embedding's output), one after another. The step adds the phases to the pipeline (est_step).
 static void est_interlaced(est *E) {
     const pcc_graph *g = E->g;
     if (!E->s->interlaced) return;
@@ -992,6 +991,7 @@ static void est_interlaced(est *E) {
     }
 }
 
+// k collectives of `kind`, one per block copy, over `bytes` in all (preserve.c's buckets).
 static double est_per_copy_s(const est *E, int d, pcc_coll kind, double bytes, double k, pcc_group_shape grp) {
     return bytes > 0 && k > 0 ? k * (cost_collective_s(E->view[d], kind, bytes / k, grp) + cost_launch_s(E->view[d])) : 0;
 }
