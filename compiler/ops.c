@@ -39,7 +39,7 @@ const pcc_op_info pcc_ops[PCC_OP_COUNT] = {
 #undef INPLACE
 #undef BCAST
 #undef RNG
-_Static_assert(PCC_OP_COUNT == 102, "operator count changed: update the tests' operator list");
+_Static_assert(PCC_OP_COUNT == 105, "operator count changed: update the tests' operator list");
 
 int op_lookup(const char *name) {
     for (int i = 0; i < PCC_OP_COUNT; i++)
@@ -862,6 +862,16 @@ static int letters_ghost(const pcc_op *op, pcc_letter *out, int n) {
     return n;
 }
 
+// cross_entropy's classes v: split only by phase 3's vocabulary-parallel form (compiler/vocab.c:
+// each piece's statistics, gathered), never as the operator itself, which needs the whole row
+// (ops.def marks it "^" for plan_check, whose vocab-ce rule says so).
+static int letters_vocab(const pcc_op *op, pcc_letter *out, int n) {
+    if (op->kind != PCC_OP_CROSS_ENTROPY && op->kind != PCC_OP_CROSS_ENTROPY_GRAD) return n;
+    for (int i = 0; i < n; i++)
+        if (strcmp(out[i].name, "v") == 0) out[i].nosplit = false;
+    return n;
+}
+
 int op_letters(const pcc_graph *g, const pcc_op *op, pcc_letter *out) {
     PCC_ASSERT(op->nin + op->nout <= PCC_MAX_OPERANDS);
     switch (op->kind) {
@@ -882,7 +892,7 @@ int op_letters(const pcc_graph *g, const pcc_op *op, pcc_letter *out) {
     }
     const ann *a = ann_get(op->kind);
     PCC_ASSERT(!a->custom);
-    return letters_ghost(op, out, letters_annotated(g, op, a, out));
+    return letters_vocab(op, out, letters_ghost(op, out, letters_annotated(g, op, a, out)));
 }
 
 /* ---- costs ---- */

@@ -668,12 +668,15 @@ static void emit_op(builder *E, prog *P, int o, bool last_mb) {
         args[op->nin + i] = home(E, P, op->out[i]);
         PCC_ASSERT(P->buf[args[op->nin + i]].bytes == shard_bytes(E, op->out[i], E->v->sh[o][op->nin + i]));
     }
-    plan_insn *in = insn(E, P, PLAN_I_COMPUTE, STREAM_MAIN, args, op->nin + op->nout);
-    in->code = (uint16_t)op->kind;
-    in->t_s = op_time_s(E, o);
     bool defers = false, sharded = false; // its output goes to another stage once per step: sum it here first
     for (int i = 0; i < op->nout; i++) defers |= E->v->deferred[op->out[i]], sharded |= E->v->zero2[op->out[i]];
-    in->attrs = attrs_of(E, P, op, defers, sharded);
+    uint32_t attrs = attrs_of(E, P, op, defers, sharded);
+    if (p3_vocab_axes(E, o)) {
+        p3_vocab_ce(E, P, o, args, attrs);
+    } else {
+        plan_insn *in = insn(E, P, PLAN_I_COMPUTE, STREAM_MAIN, args, op->nin + op->nout);
+        in->code = (uint16_t)op->kind, in->t_s = op_time_s(E, o), in->attrs = attrs;
+    }
     for (int i = 0; i < op->nout; i++) forget(P, args[op->nin + i]);
     if (pcc_ops[op->kind].flags & PCC_OPF_INPLACE) {
         // The update lands in the buffers it was given; carry it back to where the values live
@@ -1419,6 +1422,14 @@ int p3_home(builder *E, prog *P, int t) { return home(E, P, t); }
 plan_insn *p3_insn(builder *E, prog *P, plan_insn_kind k, const int *args, int nargs) { return insn(E, P, k, STREAM_MAIN, args, nargs); }
 float p3_transfer_s(const builder *E, const prog *P, int b, int offset) { return transfer_s(E, P, b, offset); }
 void p3_forget(prog *P, int buf) { forget(P, buf); }
+int p3_scratch(builder *E, prog *P, pcc_dtype dt, uint64_t bytes) {
+    int b = new_buf(E, P, -1, shard_r(), 1, 1, 0);
+    P->buf[b].dtype = (uint8_t)dt, P->buf[b].bytes = bytes;
+    return b;
+}
+void p3_coll(builder *E, prog *P, pcc_coll kind, unsigned axes, int in, int out) { coll(E, P, kind, axes, STREAM_MAIN, in, out); }
+uint32_t p3_intern_attrs(builder *E, prog *P, const plan_attrs *pa) { return intern_attrs(E, P, pa); }
+float p3_op_time_s(const builder *E, int o) { return op_time_s(E, o); }
 void p3_emit_op(builder *E, prog *P, int o, bool last_mb) { emit_op(E, P, o, last_mb); }
 void p3_reshard_to(builder *E, prog *P, int src, plan_shard want, int dst) { reshard_to(E, P, src, want, dst); }
 void p3_bucket_flush(builder *E, prog *P) { bucket_flush(E, P); }

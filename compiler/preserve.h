@@ -150,5 +150,18 @@ void p3_run_credit(builder *E, prog *P, const pcc_reshard_step *step, const int 
                    const int *to, int n);
 // Whether op o is attention (or its gradient) that runs as ring attention.
 bool p3_ring_op(const builder *E, int o);
+// ... a scratch buffer of `bytes` in dtype dt, a collective on the compute stream, attrs added to
+// P's table, op o's kernel time on its shard.
+int p3_scratch(builder *E, prog *P, pcc_dtype dt, uint64_t bytes);
+void p3_coll(builder *E, prog *P, pcc_coll kind, unsigned axes, int in, int out);
+uint32_t p3_intern_attrs(builder *E, prog *P, const plan_attrs *pa);
+float p3_op_time_s(const builder *E, int o);
+/* vocab.c: vocabulary-parallel cross_entropy */
+// The mesh axes (bits) that split the classes of cross_entropy (or its gradient) o; 0 for any
+// other op, or classes whole.
+unsigned p3_vocab_axes(const builder *E, int o);
+// Op o, whose classes are split, as its vocabulary-parallel steps over args (the op's inputs in
+// its layouts, then its outputs' homes); attrs: the op's.
+void p3_vocab_ce(builder *E, prog *P, int o, const int *args, uint32_t attrs);
 
 #endif

@@ -8,6 +8,7 @@ usage: equiv.py [--backend B] [--precision f64] [--seed S] [--quick] PLANCC PLAN
        equiv.py [--precision f64] --t5 PLANCC PLANRUN SOURCE_ROOT
        equiv.py [--precision f64] --folded PLANCC PLANRUN SOURCE_ROOT
        equiv.py [--precision f64] --interlaced PLANCC PLANRUN SOURCE_ROOT
+       equiv.py [--precision f64] --vocab PLANCC PLANRUN SOURCE_ROOT
 
 --flash: attention in the FlashAttention form (plancc --attention flash) under dp, tp, pp, cp and
 sequence parallelism (FLASH below). With --precision f64 against the one-device plan in the
@@ -31,6 +32,12 @@ while the blocks pipeline with GPipe or 1F1B (INTERLACED below): gpt-tiny's tied
 with its loss, the imported llama-tiny's untied embedding and head, together and apart, and
 t5-tiny's shared embedding (read by the encoder and the decoder) with its head: mT5's interlaced
 pipeline in miniature.
+
+--vocab: vocabulary-parallel cross-entropy (compiler/vocab.c): the LM head's logits split along
+the vocabulary over tp and the loss computed on the pieces (a policy's "split": "v" on the loss),
+under tp, dp x tp, pp with GPipe and 1F1B, ZeRO 1 and 3 and sequence parallelism, over pp x tp for
+an interlaced head (GPipe and 1F1B), for the imported llama-tiny (its loss sums with an
+ignore_index) and t5-tiny (VOCAB below).
 
 --t5: T5 pipelines whose repeated blocks sum a gradient over their copies (the relative position
 bias and the encoder's output, which every copy reads) with the copies on several stages, so that
@@ -376,15 +383,28 @@ INTERLACED = [("gpt-tiny", 8, 1, 2, 4, 4, IL_ALL), ("gpt-tiny", 8, 4, 1, 2, 2, I
               ("gpt-tiny", 8, 2, 2, 2, 4, IL_SP, {}, SP), ("gpt-tiny", 4, 1, 2, 2, 2, IL_SP, F1B, SP),
               ("llama-tiny", 8, 2, 2, 2, 4, [LL_EMB] + LL_HEAD, {}, SP)]
 
+# --vocab: the loss split along the vocabulary (its letter v), the LM head's logits split so over
+# tp (V_TP: gpt-tiny's; LL_V: llama-tiny's; T5_V: t5-tiny's), or over pp x tp for an interlaced
+# head (IL_V). As INTERLACED.
+V_TP = [{"ops": "logits", "split": "n"}, {"ops": "loss", "split": "v"}]
+IL_V = IL_ALL[:2] + [{"ops": "loss", "split": "v", "stage": "all"}]
+LL_V = [{"ops": "linear_14", "split": "n"}, {"ops": "cross_entropy", "split": "v"}]
+T5_V = [{"ops": "linear_32", "split": "n"}, {"ops": "cross_entropy", "split": "v"}]
+VOCAB = [("gpt-tiny", 2, 1, 2, 1, 1, V_TP), ("gpt-tiny", 4, 2, 2, 1, 2, V_TP), ("gpt-tiny", 4, 1, 4, 1, 1, V_TP),
+         ("gpt-tiny", 4, 1, 2, 2, 2, V_TP), ("gpt-tiny", 4, 1, 2, 2, 4, V_TP, F1B), ("gpt-tiny", 8, 2, 2, 2, 2, V_TP, {"zero": 1}),
+         ("gpt-tiny", 4, 2, 2, 1, 1, V_TP, {"zero": 3}), ("gpt-tiny", 4, 2, 2, 1, 2, V_TP, {}, SP),
+         ("gpt-tiny", 8, 1, 2, 4, 4, IL_V), ("gpt-tiny", 4, 2, 1, 2, 2, IL_V, F1B), ("gpt-tiny", 8, 2, 2, 2, 4, IL_V, F1B),
+         ("llama-tiny", 4, 2, 2, 1, 1, LL_V), ("llama-tiny", 4, 1, 2, 2, 2, LL_V, F1B), ("t5-tiny", 4, 2, 2, 1, 1, T5_V)]
 
-def interlaced(c):
-    """Writes INTERLACED's policies to the run's folder: (model, devices, options) of each."""
+
+def interlaced(c, cases=None, prefix="interlaced"):
+    """Writes the policies of INTERLACED (or cases) to the run's folder: (model, devices, options) of each."""
     import json
     for m in ("llama-tiny", "t5-tiny"):
         c.paths[m] = os.path.join(c.root, "tests", "models", m + ".json")
     out = []
-    for i, (model, n, dp, tp, pp, mb, rules, *more) in enumerate(INTERLACED):
-        path = os.path.join(c.tmp, f"interlaced-{i}.json")
+    for i, (model, n, dp, tp, pp, mb, rules, *more) in enumerate(INTERLACED if cases is None else cases):
+        path = os.path.join(c.tmp, f"{prefix}-{i}.json")
         with open(path, "w", encoding="utf-8") as f:
             json.dump({"version": 1, "mesh": {"dp": dp, "tp": tp, "pp": pp, "micro_batches": mb, "schedule": "gpipe",
                                               **(more[0] if more else {})}, "rules": rules}, f)
@@ -649,7 +669,8 @@ class Case:
         self.refs[key] = ref
         return ref
 
-    def check(self, model, n, opts, refuse_fails=False, seed=None):
+    def check(self, model, n, opts, refuse_fails=False, seed=None, must_run=None):
+        """must_run: an operator the plan must run (plandump's text form names it), else a failure."""
         global passed, failed, skipped
         seed = seed or SEED
         name = f"{model} on {n}: {opts}"
@@ -664,6 +685,12 @@ class Case:
             failed += 1
             print(f"FAIL {name}: plancc exits {p.returncode}\n{p.stderr[-1500:]}")
             return
+        if must_run:
+            d = run(os.path.join(os.path.dirname(self.plancc), "plandump"), base + ".plan", "--text")
+            if f"compute {must_run} " not in d.stdout:
+                failed += 1
+                print(f"FAIL {name}: the plan runs no {must_run} (plandump --text exits {d.returncode})")
+                return
         ref = self.reference(model, micro_batches(opts), seed)
         if ref is None:
             failed += 1
@@ -695,12 +722,13 @@ def main():
     args = sys.argv[1:]
     backend = "cpu"
     global quick, few
-    pol = cs = t5 = folded = il = False
+    pol = cs = t5 = folded = il = vocab = False
     global flash
     while args[:1] in (["--backend"], ["--precision"], ["--seed"], ["--quick"], ["--few"], ["--policies"], ["--coshard"],
-                       ["--flash"], ["--t5"], ["--folded"], ["--interlaced"]) and len(args) > 1:
-        if args[0] in ("--t5", "--folded", "--interlaced"):
+                       ["--flash"], ["--t5"], ["--folded"], ["--interlaced"], ["--vocab"]) and len(args) > 1:
+        if args[0] in ("--t5", "--folded", "--interlaced", "--vocab"):
             t5, folded, il = t5 or args[0] == "--t5", folded or args[0] == "--folded", il or args[0] == "--interlaced"
+            vocab = vocab or args[0] == "--vocab"
             args = args[1:]
             continue
         if args[0] == "--flash":
@@ -747,6 +775,8 @@ def main():
             return 1 if failed or not passed else 0
         for model, n, opts in interlaced(c) if il else []:
             c.check(model, n, opts, refuse_fails=True)
+        for model, n, opts in interlaced(c, VOCAB, "vocab") if vocab else []:
+            c.check(model, n, opts, refuse_fails=True, must_run="vocab_ce_grad")
         for n, opts in COSHARD if cs else []:
             c.check("gpt-tiny", n, opts, refuse_fails=True)
         if t5 and not t5_pipelines(c):
@@ -763,7 +793,7 @@ def main():
                   "(the plan before --auto's tp layouts too); checked in f64")
         elif cs:
             c.check(*auto_coshard(c), refuse_fails=True)
-        for model in [] if pol or cs or t5 or folded or il else models:
+        for model in [] if pol or cs or t5 or folded or il or vocab else models:
             if model.endswith(".json"):  # a model file outside models/ (tests/models/...)
                 name = os.path.splitext(os.path.basename(model))[0]
                 c.paths[name] = model if os.path.isabs(model) else os.path.join(root, model)

@@ -480,6 +480,36 @@ static void ring_attention_steps(int cp, bool zigzag) {
     }
 }
 
+// Vocabulary-parallel cross_entropy (vocab_ce_stats, vocab_ce, vocab_ce_grad; compiler/vocab.c)
+// on k ranks simulated in turn, each holding classes [c V/k, (c+1) V/k) of the logits: the
+// pieces' statistics laid rank-major as the all_gather leaves them give cross_entropy's loss, and
+// each rank's gradient is its columns of cross_entropy_grad's (ignore_index and the sum too).
+static void vocab_ce_pieces(int k, int64_t mode) {
+    enum { B = 2, S = 3, V = 12 };
+    plan_attrs a = {.f[PLAN_AF_SCALE] = -100, .i[PLAN_AI_MODE] = mode};
+    tensor *logits = randu(3, B, S, V), *lab = ids(V, 2, B, S), *loss = zeros(0), *dy = randu(0), *dl = zeros_like(logits);
+    for (int64_t e = 0; e < logits->n; e++) logits->d[e] *= 8; // rows whose max is far from the others'
+    if (mode & 1) lab->i[2] = -100;
+    run(&(call){.op = OP_CROSS_ENTROPY, .a = a, .nin = 2, .in = {logits, lab}, .nout = 1, .out = {loss}});
+    run(&(call){.op = OP_CROSS_ENTROPY_GRAD, .a = a, .nin = 3, .in = {dy, logits, lab}, .nout = 1, .out = {dl}});
+    const int64_t w = V / k, rows = B * S;
+    tensor *all = zeros(1, (int)(3 * rows * k));
+    for (int c = 0; c < k; c++) {
+        tensor *st = zeros(1, (int)(3 * rows));
+        run(&(call){.op = OP_VOCAB_CE_STATS, .a = a, .nin = 2, .in = {piece(logits, 2, c * w, c * w + w), lab}, .nout = 1, .out = {st}});
+        memcpy(all->d + c * 3 * rows, st->d, sizeof(double) * (size_t)(3 * rows));
+    }
+    tensor *vl = zeros(0);
+    run(&(call){.op = OP_VOCAB_CE, .a = a, .nin = 2, .in = {all, lab}, .nout = 1, .out = {vl}});
+    EXPECT(close_to(vl, loss, 1e-12));
+    for (int c = 0; c < k; c++) {
+        tensor *x = piece(logits, 2, c * w, c * w + w), *g = zeros_like(x);
+        memcpy(g->start, x->start, sizeof g->start), memcpy(g->full, x->full, sizeof g->full);
+        run(&(call){.op = OP_VOCAB_CE_GRAD, .a = a, .nin = 4, .in = {dy, x, lab, all}, .nout = 1, .out = {g}});
+        EXPECT(close_to(g, piece(dl, 2, c * w, c * w + w), 1e-12));
+    }
+}
+
 static void attention_dropout_mask(void) {
     const double p = 0.25;
     plan_attrs a = {.f[PLAN_AF_P] = p, .i[PLAN_AI_SEED] = 3};
@@ -669,6 +699,9 @@ static void gradients(void) {
     ring_attention_steps(4, false);
     ring_attention_steps(2, true);
     ring_attention_steps(4, true);
+    vocab_ce_pieces(2, 0);
+    vocab_ce_pieces(3, 1);
+    vocab_ce_pieces(4, 3);
     grad_embedding(false);
     grad_embedding(true);
     grad_concat_split();

@@ -364,6 +364,9 @@ int CPU_KERNEL(attention_grad_bias)(kctx *c);
 // attention_ring.c: ring attention's steps
 int CPU_KERNEL(attention_block)(kctx *c);
 int CPU_KERNEL(attention_block_grad)(kctx *c);
+int CPU_KERNEL(vocab_ce_stats)(kctx *c);
+int CPU_KERNEL(vocab_ce)(kctx *c);
+int CPU_KERNEL(vocab_ce_grad)(kctx *c);
 
 // embedding.c: embeddings
 int CPU_KERNEL(embedding)(kctx *c);

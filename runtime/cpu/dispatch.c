@@ -133,6 +133,9 @@ static kernel_fn *const kernels[CPU_OP_COUNT] = {
     [CPU_OP_INDEX_SELECT_GRAD] = CPU_KERNEL(gather_grad),
     [CPU_OP_ATTENTION_BLOCK] = CPU_KERNEL(attention_block),
     [CPU_OP_ATTENTION_BLOCK_GRAD] = CPU_KERNEL(attention_block_grad),
+    [CPU_OP_VOCAB_CE_STATS] = CPU_KERNEL(vocab_ce_stats),
+    [CPU_OP_VOCAB_CE] = CPU_KERNEL(vocab_ce),
+    [CPU_OP_VOCAB_CE_GRAD] = CPU_KERNEL(vocab_ce_grad),
 };
 
 static const struct op_row {
@@ -149,7 +152,8 @@ static bool int_operand(uint32_t op, uint32_t j) {
     switch (op) {
     case CPU_OP_EMBEDDING: case CPU_OP_EMBEDDING_BAG: return j == 0;
     case CPU_OP_CROSS_ENTROPY: case CPU_OP_EMBEDDING_GRAD: case CPU_OP_EMBEDDING_BAG_GRAD: return j == 1;
-    case CPU_OP_CROSS_ENTROPY_GRAD: return j == 2;
+    case CPU_OP_CROSS_ENTROPY_GRAD: case CPU_OP_VOCAB_CE_GRAD: return j == 2;
+    case CPU_OP_VOCAB_CE_STATS: case CPU_OP_VOCAB_CE: return j == 1;
     case CPU_OP_NE: case CPU_OP_ONE_HOT: return j == 0;
     case CPU_OP_TOPK: return j == 2;          // its indices (output 1)
     case CPU_OP_TOPK_GRAD: return j == 1;

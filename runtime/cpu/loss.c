@@ -92,6 +92,112 @@ int CPU_KERNEL(cross_entropy_grad)(kctx *c) {
     return 0;
 }
 
+/* ---- vocabulary-parallel cross_entropy (runtime/ops.def's last rows; compiler/vocab.c) ----
+ * Each rank holds a piece of the classes, [*b, v/k] at view start `lo` of the last dimension.
+ * vocab_ce_stats writes three numbers a row (its max over the piece, the sum of exp(x - max),
+ * the label's logit where the piece holds the label, else 0); an all_gather brings every
+ * piece's, rank-major; vocab_ce combines them into cross_entropy's loss, and vocab_ce_grad
+ * into the piece's gradient. The rows and labels are the same on every rank of the group. */
+
+// Logits [*b, v piece] and labels [*b], as cross_entropy's but over the whole classes (full).
+static int vce_check(kctx *c, const rt_view *x, const char *xname, const rt_view *lab, const char *lname) {
+    if (x->rank < 1) return cpu_fail(c, "%s is a scalar; it needs [*b,v]", xname);
+    kshape want = cpu_shape_of(x);
+    want.rank--;
+    if (cpu_expect(c, lname, lab, want)) return -1;
+    int64_t v = x->full[x->rank - 1], n = cpu_numel(lab);
+    const int32_t *y = cpu_i(lab);
+    ce_mode m = ce_mode_of(c);
+    for (int64_t i = 0; i < n; i++)
+        if ((y[i] < 0 || y[i] >= v) && !ce_skip(&m, y[i]))
+            return cpu_fail(c, "%s holds label %d at element %lld, outside [0, %lld)", lname, y[i], (long long)i, (long long)v);
+    return 0;
+}
+
+// The pieces' statistics of every row (stats, rows x 3 reals each) gathered: k pieces.
+static int vce_pieces(kctx *c, const rt_view *st, const char *what, int64_t rows, int64_t *k) {
+    int64_t n = cpu_numel(st);
+    if (rows > 0 && n > 0 && n % (3 * rows) == 0) {
+        *k = n / (3 * rows);
+        return 0;
+    }
+    return cpu_fail(c, "%s holds %lld elements: not 3 per row (%lld rows) for each piece of the classes", what, (long long)n, (long long)rows);
+}
+
+// Row r's max and log of its sum of exponentials over the whole classes, from the k pieces'
+// statistics (piece p's row r at st[(p * rows + r) * 3]); *label its label's logit.
+static double vce_row(const real *st, int64_t rows, int64_t k, int64_t r, double *label) {
+    double m = -INFINITY, s = 0, t = 0;
+    for (int64_t p = 0; p < k; p++) m = fmax(m, (double)st[(p * rows + r) * 3]);
+    for (int64_t p = 0; p < k; p++) {
+        const real *q = &st[(p * rows + r) * 3];
+        s += (double)q[1] * exp((double)q[0] - m), t += (double)q[2];
+    }
+    *label = t;
+    return m + log(s);
+}
+
+// (logits piece [*b,v/k], labels [*b]) -> stats [*b, 3] (scratch).
+int CPU_KERNEL(vocab_ce_stats)(kctx *c) {
+    const rt_view *x = &c->in[0], *lab = &c->in[1];
+    if (vce_check(c, x, "input 0", lab, "input 1")) return -1;
+    int64_t v = cpu_dim(x, -1), lo = x->start[x->rank - 1], rows = cpu_numel(lab);
+    if (cpu_numel(&c->out[0]) != 3 * rows)
+        return cpu_fail(c, "output 0 holds %lld elements; it needs 3 per row (%lld rows)", (long long)cpu_numel(&c->out[0]), (long long)rows);
+    const real *X = cpu_r(x);
+    const int32_t *y = cpu_i(lab);
+    real *S = cpu_r(&c->out[0]);
+    for (int64_t r = 0; r < rows; r++) {
+        const real *row = X + r * v;
+        real m = row[0];
+        for (int64_t j = 1; j < v; j++) m = row[j] > m ? row[j] : m;
+        double s = 0;
+        for (int64_t j = 0; j < v; j++) s += R_EXP(row[j] - m);
+        S[3 * r] = m, S[3 * r + 1] = (real)s;
+        S[3 * r + 2] = y[r] >= lo && y[r] < lo + v ? row[y[r] - lo] : 0;
+    }
+    return 0;
+}
+
+// (every piece's stats [k, *b, 3], labels [*b]) -> cross_entropy's loss.
+int CPU_KERNEL(vocab_ce)(kctx *c) {
+    const rt_view *st = &c->in[0], *lab = &c->in[1];
+    if (scalar_check(c, "output 0", &c->out[0])) return -1;
+    int64_t rows = cpu_numel(lab), k = 0;
+    if (rows && vce_pieces(c, st, "input 0 (the pieces' statistics)", rows, &k)) return -1;
+    const int32_t *y = cpu_i(lab);
+    ce_mode md = ce_mode_of(c);
+    double sum = 0, t;
+    for (int64_t r = 0; r < rows; r++)
+        if (!ce_skip(&md, y[r])) sum += vce_row(cpu_r(st), rows, k, r, &t) - t;
+    cpu_put(cpu_r(&c->out[0]), (real)(md.sum ? sum : sum / (double)cpu_full_numel(lab)), c->acc);
+    return 0;
+}
+
+// (dy, logits piece [*b,v/k], labels [*b], every piece's stats [k, *b, 3]) -> the piece's
+// dy (softmax(logits) - onehot(label)) / count.
+int CPU_KERNEL(vocab_ce_grad)(kctx *c) {
+    const rt_view *x = &c->in[1], *lab = &c->in[2], *st = &c->in[3];
+    if (scalar_check(c, "input 0", &c->in[0]) || vce_check(c, x, "input 1", lab, "input 2") || cpu_like(c, "output 0", &c->out[0], x))
+        return -1;
+    int64_t v = cpu_dim(x, -1), lo = x->start[x->rank - 1], rows = cpu_numel(lab), k = 0;
+    if (rows && vce_pieces(c, st, "input 3 (the pieces' statistics)", rows, &k)) return -1;
+    ce_mode md = ce_mode_of(c);
+    double dk = (double)*cpu_r(&c->in[0]) / (md.sum ? 1 : (double)cpu_full_numel(lab)), t;
+    const real *X = cpu_r(x);
+    const int32_t *y = cpu_i(lab);
+    real *DX = cpu_r(&c->out[0]);
+    for (int64_t r = 0; r < rows; r++) {
+        if (ce_skip(&md, y[r])) {
+            for (int64_t j = 0; j < v; j++) cpu_put(&DX[r * v + j], 0, c->acc);
+            continue;
+        }
+        real lse = (real)vce_row(cpu_r(st), rows, k, r, &t), kr = (real)dk;
+        for (int64_t j = 0; j < v; j++) cpu_put(&DX[r * v + j], kr * (R_EXP(X[r * v + j] - lse) - (real)(lo + j == y[r])), c->acc);
+    }
+    return 0;
+}
+
 // (a, b) -> mean((a - b)^2), or (x, labels) -> the mean of BCE with logits:
 //   max(x, 0) - x y + log(1 + exp(-|x|)).
 int CPU_KERNEL(pointwise_loss)(kctx *c) {

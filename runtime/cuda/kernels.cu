@@ -403,6 +403,94 @@ extern "C" cudaError_t ck_ce_grad(cudaStream_t st, int64_t rows, int64_t v, cons
     return cudaGetLastError();
 }
 
+/* ---- vocabulary-parallel cross_entropy (runtime/cpu/loss.c says what each computes) ---- */
+
+// Per row of the piece [rows, v] whose classes start at lo: its max, sum of exp(x - max) and the
+// label's logit where the piece holds it (else 0) into st[3r..3r+2].
+__global__ void k_vce_stats(int64_t rows, int64_t v, int64_t lo, int64_t vfull, const void *x, int xdt, const int32_t *labels,
+                            int64_t ignore, void *st, int stdt, int *flag) {
+    __shared__ double sh[CK_THREADS];
+    __shared__ float shf[CK_THREADS];
+    CK_FOR_EACH_ROW(r, rows) {
+        int64_t off = r * v;
+        float m = -INFINITY;
+        for (int64_t j = threadIdx.x; j < v; j += CK_THREADS) m = fmaxf(m, ld(x, off + j, xdt));
+        m = block_max(m, shf);
+        double s = 0;
+        for (int64_t j = threadIdx.x; j < v; j += CK_THREADS) s += expf(ld(x, off + j, xdt) - m);
+        s = block_sum(s, sh);
+        if (threadIdx.x == 0) {
+            int32_t y = labels[r];
+            if (y != ignore && (y < 0 || y >= vfull)) raise_flag(flag, CK_FLAG_LABEL);
+            put(st, 3 * r, stdt, m, false);
+            put(st, 3 * r + 1, stdt, (float)s, false);
+            put(st, 3 * r + 2, stdt, y >= lo && y < lo + v ? ld(x, off + y - lo, xdt) : 0.0f, false);
+        }
+    }
+}
+
+extern "C" cudaError_t ck_vce_stats(cudaStream_t st, int64_t rows, int64_t v, int64_t lo, int64_t vfull, const void *x, int xdt,
+                                    const int32_t *labels, int64_t ignore, void *stats, int stdt, int *flag) {
+    if (rows <= 0 || v <= 0) return cudaSuccess;
+    k_vce_stats<<<ck_row_grid(rows), CK_THREADS, 0, st>>>(rows, v, lo, vfull, x, xdt, labels, ignore, stats, stdt, flag);
+    return cudaGetLastError();
+}
+
+// Row r's lse over the whole classes from the k pieces' stats (piece p's row r at 3 (p rows + r)),
+// *t its label's logit.
+static __device__ double vce_lse(const void *st, int stdt, int64_t rows, int64_t k, int64_t r, double *t) {
+    double m = -INFINITY, s = 0;
+    *t = 0;
+    for (int64_t p = 0; p < k; p++) m = fmax(m, (double)ld(st, 3 * (p * rows + r), stdt));
+    for (int64_t p = 0; p < k; p++) {
+        int64_t q = 3 * (p * rows + r);
+        s += (double)ld(st, q + 1, stdt) * exp((double)ld(st, q, stdt) - m), *t += ld(st, q + 2, stdt);
+    }
+    return m + log(s);
+}
+
+__global__ void k_vce_rows(int64_t rows, int64_t k, const void *st, int stdt, const int32_t *labels, int64_t ignore, double *out) {
+    CK_FOR_EACH(r, rows) {
+        double t, lse = vce_lse(st, stdt, rows, k, r, &t);
+        out[r] = labels[r] == ignore ? 0 : lse - t;
+    }
+}
+
+extern "C" cudaError_t ck_vce_rows(cudaStream_t st, int64_t rows, int64_t k, const void *stats, int stdt, const int32_t *labels,
+                                   int64_t ignore, double *out) {
+    if (rows <= 0 || k <= 0) return cudaSuccess;
+    k_vce_rows<<<ck_grid(rows), CK_THREADS, 0, st>>>(rows, k, stats, stdt, labels, ignore, out);
+    return cudaGetLastError();
+}
+
+__global__ void k_vce_grad(int64_t rows, int64_t v, int64_t lo, int64_t k, const void *dy, int dydt, double count, const void *x,
+                           int xdt, const int32_t *labels, int64_t ignore, const void *st, int stdt, void *dx, int dxdt, bool acc) {
+    __shared__ float lse_sh;
+    float kr = (float)((double)ld(dy, 0, dydt) / count);
+    CK_FOR_EACH_ROW(r, rows) {
+        if (threadIdx.x == 0) {
+            double t;
+            lse_sh = (float)vce_lse(st, stdt, rows, k, r, &t);
+        }
+        __syncthreads();
+        float lse = lse_sh;
+        int32_t y = labels[r];
+        float kk = y == ignore ? 0.0f : kr; // an ignored row gets no gradient
+        for (int64_t j = threadIdx.x; j < v; j += CK_THREADS)
+            put(dx, r * v + j, dxdt, kk == 0 ? 0.0f : kk * (expf(ld(x, r * v + j, xdt) - lse) - (float)(lo + j == y)), acc);
+        __syncthreads();
+    }
+}
+
+extern "C" cudaError_t ck_vce_grad(cudaStream_t st, int64_t rows, int64_t v, int64_t lo, int64_t k, const void *dy, int dydt,
+                                   double count, const void *x, int xdt, const int32_t *labels, int64_t ignore, const void *stats,
+                                   int stdt, void *dx, int dxdt, bool acc) {
+    if (rows <= 0 || v <= 0) return cudaSuccess;
+    k_vce_grad<<<ck_row_grid(rows), CK_THREADS, 0, st>>>(rows, v, lo, k, dy, dydt, count, x, xdt, labels, ignore, stats, stdt, dx,
+                                                         dxdt, acc);
+    return cudaGetLastError();
+}
+
 __global__ void k_loss_terms(bool bce, int64_t n, const void *a, int adt, const void *b, int bdt, double *partial) {
     __shared__ double sh[CK_THREADS];
     double s = 0;

@@ -108,6 +108,16 @@ cudaError_t ck_ce_rows(cudaStream_t st, int64_t rows, int64_t v, const void *x, 
 // dx = (*dy / count) (softmax(x) - onehot(label)); 0 on a row labelled `ignore`.
 cudaError_t ck_ce_grad(cudaStream_t st, int64_t rows, int64_t v, const void *dy, int dydt, double count, const void *x,
                        int xdt, const int32_t *labels, int64_t ignore, void *dx, int dxdt, bool acc, int *flag);
+// Vocabulary-parallel cross_entropy (runtime/ops.def's vocab_ce rows): a piece's stats per row
+// (max, sum of exp(x - max), the label's logit where lo <= label < lo + v; flag on a label
+// outside [0, vfull)); per row the loss from k pieces' stats (ignored rows 0); the piece's gradient.
+cudaError_t ck_vce_stats(cudaStream_t st, int64_t rows, int64_t v, int64_t lo, int64_t vfull, const void *x, int xdt,
+                         const int32_t *labels, int64_t ignore, void *stats, int stdt, int *flag);
+cudaError_t ck_vce_rows(cudaStream_t st, int64_t rows, int64_t k, const void *stats, int stdt, const int32_t *labels, int64_t ignore,
+                        double *out);
+cudaError_t ck_vce_grad(cudaStream_t st, int64_t rows, int64_t v, int64_t lo, int64_t k, const void *dy, int dydt, double count,
+                        const void *x, int xdt, const int32_t *labels, int64_t ignore, const void *stats, int stdt, void *dx, int dxdt,
+                        bool acc);
 // Pointwise loss terms into `partial` (one double per block of the launch, at most
 // CK_LOSS_BLOCKS): mse (a - b)^2, bce max(a, 0) - a b + log1p(exp(-|a|)).
 #define CK_LOSS_BLOCKS 256

@@ -552,6 +552,51 @@ static int op_cross_entropy_grad(oc *c, char *err, size_t err_n) {
     return 0;
 }
 
+// Vocabulary-parallel cross_entropy (runtime/ops.def's vocab_ce rows): the piece's classes start
+// at its view's start; the stats of k pieces lie rank-major, 3 per row.
+static int vce_pieces(oc *c, char *err, size_t err_n, const char *what, const rt_view *st, int64_t rows, int64_t *k) {
+    int64_t n = numel(st);
+    *k = rows > 0 ? n / (3 * rows) : 0;
+    if (rows == 0 || (n > 0 && n % (3 * rows) == 0)) return 0;
+    return fail(c, err, err_n, "%s holds %lld elements: not 3 per row (%lld rows) for each piece of the classes", what, (long long)n,
+                (long long)rows);
+}
+
+static int op_vocab_ce_stats(oc *c, char *err, size_t err_n) {
+    const rt_view *x = &c->in[0], *lab = &c->in[1], *st = &c->out[0];
+    if (ce_check(c, err, err_n, x, "input 0", lab, "input 1")) return -1;
+    int64_t v = dim(x, -1), rows = numel(lab);
+    if (numel(st) != 3 * rows)
+        return fail(c, err, err_n, "output 0 holds %lld elements; it needs 3 per row (%lld rows)", (long long)numel(st), (long long)rows);
+    CUDA_CHECK(ck_vce_stats(c->st, rows, v, x->start[x->rank - 1], x->full[x->rank - 1], x->data, x->dtype, lab->data, ce_ignore(c),
+                            st->data, st->dtype, c->cu->flag));
+    return 0;
+}
+
+static int op_vocab_ce(oc *c, char *err, size_t err_n) {
+    const rt_view *st = &c->in[0], *lab = &c->in[1], *y = &c->out[0];
+    int64_t rows = numel(lab), k;
+    if (scalar(c, err, err_n, "output 0", y) || vce_pieces(c, err, err_n, "input 0 (the pieces' statistics)", st, rows, &k)) return -1;
+    double *terms = NULL;
+    CU_TRY(scratch(c, (size_t)(rows ? rows : 1) * sizeof(double), (void **)&terms, err, err_n));
+    cudaError_t e = ck_vce_rows(c->st, rows, k, st->data, st->dtype, lab->data, ce_ignore(c), terms);
+    if (e == cudaSuccess) e = ck_sum_into(c->st, rows, terms, ce_count(c, lab), y->data, y->dtype, c->acc);
+    cu_scratch_free(c->st, terms);
+    CUDA_CHECK(e);
+    return 0;
+}
+
+static int op_vocab_ce_grad(oc *c, char *err, size_t err_n) {
+    const rt_view *dy = &c->in[0], *x = &c->in[1], *lab = &c->in[2], *st = &c->in[3], *dx = &c->out[0];
+    int64_t rows = numel(lab), k;
+    if (scalar(c, err, err_n, "input 0", dy) || ce_check(c, err, err_n, x, "input 1", lab, "input 2") ||
+        like(c, err, err_n, "output 0", dx, x) || vce_pieces(c, err, err_n, "input 3 (the pieces' statistics)", st, rows, &k))
+        return -1;
+    CUDA_CHECK(ck_vce_grad(c->st, rows, dim(x, -1), x->start[x->rank - 1], k, dy->data, dy->dtype, ce_count(c, lab), x->data,
+                           x->dtype, lab->data, ce_ignore(c), st->data, st->dtype, dx->data, dx->dtype, c->acc));
+    return 0;
+}
+
 static int op_pointwise_loss(oc *c, char *err, size_t err_n) {
     const rt_view *a = &c->in[0], *b = &c->in[1], *y = &c->out[0];
     if (like(c, err, err_n, "input 1", b, a) || scalar(c, err, err_n, "output 0", y)) return -1;
@@ -1326,6 +1371,7 @@ static op_fn *const ops[OP_COUNT] = {
     [OP_SIN_GRAD] = op_ext, [OP_COS_GRAD] = op_ext, [OP_POW_GRAD] = op_ext, [OP_MAX_GRAD] = op_ext, [OP_TOPK] = op_ext,
     [OP_TOPK_GRAD] = op_ext, [OP_ATTENTION_GRAD_BIAS] = op_ext, [OP_ERF] = op_ext, [OP_ERF_GRAD] = op_ext,
     [OP_GATHER] = op_ext, [OP_INDEX_SELECT] = op_ext, [OP_GATHER_GRAD] = op_ext, [OP_INDEX_SELECT_GRAD] = op_ext,
+    [OP_VOCAB_CE_STATS] = op_vocab_ce_stats, [OP_VOCAB_CE] = op_vocab_ce, [OP_VOCAB_CE_GRAD] = op_vocab_ce_grad,
 };
 
 // Operand j (inputs, then outputs) holds int32 ids or labels (the CPU kernels' int_operand).
@@ -1333,7 +1379,8 @@ static bool int_operand(uint32_t op, uint32_t j) {
     switch (op) {
     case OP_EMBEDDING: case OP_EMBEDDING_BAG: return j == 0;
     case OP_CROSS_ENTROPY: case OP_EMBEDDING_GRAD: case OP_EMBEDDING_BAG_GRAD: return j == 1;
-    case OP_CROSS_ENTROPY_GRAD: return j == 2;
+    case OP_CROSS_ENTROPY_GRAD: case OP_VOCAB_CE_GRAD: return j == 2;
+    case OP_VOCAB_CE_STATS: case OP_VOCAB_CE: return j == 1;
     case OP_NE: case OP_ONE_HOT: return j == 0;
     case OP_TOPK: return j == 2;
     case OP_TOPK_GRAD: return j == 1;
