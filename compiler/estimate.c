@@ -238,6 +238,32 @@ static void est_ring(est *E) {
     }
 }
 
+// Vocabulary-parallel cross_entropy (compiler/vocab.c): where op i's classes are split k ways
+// (over tp; an interlaced loss over pp too), its forward and its gradient each gather every
+// piece's statistics (3 f32 a row) over the axes that split them, and the gradient reads its
+// piece of the logits once more to make them.
+static void est_vocab(est *E) {
+    const pcc_graph *g = E->g;
+    for (int i = 0; i < E->nf; i++) {
+        const pcc_op *op = &g->ops[i];
+        if (op->kind != PCC_OP_CROSS_ENTROPY) continue;
+        const pcc_tensor *x = &g->tensors[op->in[0]];
+        int last = x->rank - 1, lp = E->s->interlaced && E->s->interlaced[i] ? E->s->letter[PCC_AX_PP][i] : -1;
+        pcc_letter l[PCC_MAX_LETTERS];
+        int nl = lp >= 0 ? op_letters(g, op, l) : 0;
+        bool over_pp = lp >= 0 && lp < nl && l[lp].axis[0] == last;
+        double k = E->ways[i][0][last] * (over_pp ? E->pp : 1), piece = tensor_bytes(g, x) / k, rows = (double)tensor_numel(g, x);
+        if (k < 2) continue;
+        for (int a = 0; a < x->rank; a++) rows /= a == last ? (double)g->dims[x->dims[a]].size : E->ways[i][0][a];
+        for (int a = 0; a < last; a++) piece /= E->ways[i][0][a];
+        double st = 3 * rows * pcc_dtype_bytes(PCC_F32);
+        pcc_group_shape grp = {(int)k, over_pp ? E->dp * E->cp * E->tp : 1};
+        double gather = cost_collective_s(E->c, PCC_COLL_ALL_GATHER, cost_coll_bytes(PCC_COLL_ALL_GATHER, st, k * st), grp) + cost_launch_s(E->c);
+        E->fc[i] += gather, E->bc[i] += gather;
+        E->b[i] += cost_compute_s(E->c, 0, piece, x->dtype, false);
+    }
+}
+
 // A parameter read by two forward ops (a tied embedding: the token embedding, then the LM head)
 // lives in its first reader's layout (layout.c); a later reader that wants another one reshards
 // it before its forward and again before a backward op that reads it (the LM head's gradient of
@@ -353,6 +379,7 @@ static void est_ops(est *E) {
     }
     est_dp_reshard(E);
     est_ring(E);
+    est_vocab(E);
 }
 
 // Context parallelism: op i's all-to-alls over cp in its forward pass, where its cp letter is

@@ -4,8 +4,8 @@
 usage: faults.py [--per-kind N] [--seed S] [--plans a,b] PLANCC PLANDUMP PLANRUN SOURCE_ROOT
 
 A handful of compiled plans (dp, tp, dp x tp, pp x dp, ZeRO-3, interleaved 1F1B, interlaced
-operators, burst, a background-synchronized plan, and a CNN for window attributes) are printed in their text form
-and mutated by this script's own mutator, one structural fault at a time, of these kinds:
+operators, a vocabulary-parallel loss, burst, a background-synchronized plan, and a CNN for window
+attributes) are printed in their text form and mutated by this script's own mutator, one structural fault at a time, of these kinds:
 
   swap-colls       one rank (its program cloned) issues two same-size collectives of one group
                    in the other order
@@ -52,6 +52,7 @@ PLANS = [
     ("interleaved", "gpt-tiny", "--devices 2 --pp 2 --micro-batches 4 --virtual-stages 2"),
     ("interlaced", "gpt-tiny", "--devices 8 --policy {root}/models/policies/interlaced-gpt-tiny.json"),
     ("interlaced-1f1b", "gpt-tiny", "--devices 8 --policy {root}/models/policies/interlaced-1f1b-gpt-tiny.json"),
+    ("vocab", "gpt-tiny", "--devices 8 --policy {root}/models/policies/vocab-gpt-tiny.json"),
     ("burst", "mlp", "--devices 4 --burst"),
     ("bgsync", "mlp", "--devices 2 --dp 2 --sync background:algo=ma,period=1"),
     ("cnn-dp", "cnn-small", "--devices 2 --dp 2"),

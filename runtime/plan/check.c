@@ -4,7 +4,8 @@
  * file runs them in order: plan_validate (check_struct.c: every index and enum value, so that
  * the layers after it may index freely), the tensors' shapes, then per program its buffers
  * (check_flow.c), its background loop (check_loops.c), its instructions one by one
- * (check_insn.c), its ring attention (check_ring.c) and its data flow (check_flow.c), then the communication between programs
+ * (check_insn.c), its ring attention (check_ring.c), its cross-entropy (check_vocab.c) and its data flow (check_flow.c), then
+ * the communication between programs
  * (check_comm.c). A program is checked once, not once per rank: every rank that runs it runs
  * the same instructions. A program that was not loaded (a plan read for one rank) is skipped,
  * and so are its channels and groups.
@@ -40,6 +41,7 @@ static plan_status check_program(checker *c, uint32_t k) {
     if (!st) st = check_background(c, k);
     if (!st) st = check_insns(c, k);
     if (!st) st = check_ring(c, k);
+    if (!st) st = check_vocab(c, k);
     return st;
 }
 

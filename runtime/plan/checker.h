@@ -108,6 +108,12 @@ plan_status check_insns(checker *c, uint32_t k);
 // (the dropout-zigzag rule).
 plan_status check_ring(checker *c, uint32_t k);
 
+/* ---- check_vocab.c ---- */
+
+// Program k's cross-entropy: cross_entropy sees whole rows of classes, and the vocabulary-parallel
+// form's statistics are gathered over exactly the axes that split the classes (the vocab-ce rule).
+plan_status check_vocab(checker *c, uint32_t k);
+
 /* ---- check_attrs.c ---- */
 
 // Instruction i of program k (its arity checked): the shapes, windows and axes of its attrs
