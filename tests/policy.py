@@ -139,12 +139,13 @@ def interlaced(plancc, plandump, root, tmp):
     p = run(plancc, model, "--cluster", "cpu", "--devices", 8, "--policy",
             os.path.join(root, "models", "policies", "interlaced-gpt-tiny.json"), "-o", out, "-q")
     n = {l.split(":")[0].split()[-1]: l for l in notes(plandump, out)}
-    want = {"tok_emb": "pp=v", "logits": "pp=n", "loss": "pp=b.1"}
+    want = {"tok_emb": "pp=v", "logits": "pp=n", "loss": "pp=v"}
     check("interlaced-gpt-tiny.json: the embedding, head and loss on every stage, split over pp",
           p.returncode == 0 and all("every stage (interlaced), " + v in n.get(t, "") for t, v in want.items()), str(n)[:600])
     text = run(plandump, "--text", out).stdout.split("\nprogram ")[1:]
-    check("interlaced-gpt-tiny.json: both programs run the token embedding and the LM head",
-          len(text) == 2 and all(" compute embedding " in t and t.count(" compute linear ") > 0 for t in text), str(len(text)))
+    check("interlaced-gpt-tiny.json: both programs run the token embedding, the LM head and the loss on its vocabulary pieces",
+          len(text) == 2 and all(" compute embedding " in t and t.count(" compute linear ") > 0 and " compute vocab_ce " in t
+                                 for t in text), str(len(text)))
     pol = os.path.join(tmp, "auto-interlaced.json")
     with open(pol, "w", encoding="utf-8") as f:
         json.dump({"version": 1, "mesh": {"pp": 2, "schedule": "gpipe"}, "rules": [

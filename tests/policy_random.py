@@ -33,7 +33,7 @@ import tempfile
 # the position embedding (alone, with those, and with the sum of the two), the final norm with the head.
 INTERLACE = [["tok_emb", "logits", "loss"], ["pos_emb"], ["tok_emb", "logits", "loss", "pos_emb"],
              ["tok_emb", "logits", "loss", "pos_emb", "h_in"], ["tok_emb", "logits", "loss", "xf"]]
-IL_SPLIT = {"tok_emb": "v", "logits": "n", "loss": "b.1", "pos_emb": "b.0", "h_in": "x1", "xf": "b.1"}  # along V or S
+IL_SPLIT = {"tok_emb": "v", "logits": "n", "loss": "v", "pos_emb": "b.0", "h_in": "x1", "xf": "b.1"}  # along V (the loss: vocabulary-parallel) or S
 MESHES = [{"dp": 2, "tp": 2, "pp": 2}, {"dp": 2, "tp": 2, "pp": 2, "recompute": "full"}, {"dp": 1, "tp": 4, "pp": 2}, {"dp": 2, "tp": 4, "pp": 1}, {"tp": 2}, {"dp": 1, "tp": 8, "pp": 1}]
 
 
