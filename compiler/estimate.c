@@ -252,13 +252,18 @@ static void est_vocab(est *E) {
         pcc_letter l[PCC_MAX_LETTERS];
         int nl = lp >= 0 ? op_letters(g, op, l) : 0;
         bool over_pp = lp >= 0 && lp < nl && l[lp].axis[0] == last;
-        double k = E->ways[i][0][last] * (over_pp ? E->pp : 1), piece = tensor_bytes(g, x) / k, rows = (double)tensor_numel(g, x);
-        if (k < 2) continue;
+        int kt = E->ways[i][0][last], kp = over_pp ? E->pp : 1; // the pieces over tp, and over pp
+        double piece = tensor_bytes(g, x) / kt, rows = (double)tensor_numel(g, x);
+        if (kt * kp < 2) continue;
         for (int a = 0; a < x->rank; a++) rows /= a == last ? (double)g->dims[x->dims[a]].size : E->ways[i][0][a];
         for (int a = 0; a < last; a++) piece /= E->ways[i][0][a];
-        double st = 3 * rows * pcc_dtype_bytes(PCC_F32);
-        pcc_group_shape grp = {(int)k, over_pp ? E->dp * E->cp * E->tp : 1};
-        double gather = cost_collective_s(E->c, PCC_COLL_ALL_GATHER, cost_coll_bytes(PCC_COLL_ALL_GATHER, st, k * st), grp) + cost_launch_s(E->c);
+        // one gather over the tp and pp axes together, charged as one over tp (a node's links),
+        // then one of those over pp (across stages)
+        double st = 3 * rows * pcc_dtype_bytes(PCC_F32), gather = cost_launch_s(E->c);
+        if (kt > 1) gather += cost_collective_s(E->c, PCC_COLL_ALL_GATHER, cost_coll_bytes(PCC_COLL_ALL_GATHER, st, kt * st), (pcc_group_shape){kt, 1});
+        if (kp > 1)
+            gather += cost_collective_s(E->c, PCC_COLL_ALL_GATHER, cost_coll_bytes(PCC_COLL_ALL_GATHER, kt * st, kp * kt * st),
+                                        (pcc_group_shape){kp, E->dp * E->cp * E->tp});
         E->fc[i] += gather, E->bc[i] += gather;
         E->b[i] += cost_compute_s(E->c, 0, piece, x->dtype, false);
     }

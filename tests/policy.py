@@ -5,7 +5,8 @@ usage: policy.py PLANCC PLANDUMP SOURCE_ROOT
 
   - every example in models/policies/ compiles with `plancc MODEL --policy FILE` (MODEL from the
     file's name: X-gpt-tiny.json goes with models/gpt-tiny.json on 8 CPU ranks; the others with
-    their model on 16 nodes of dgx-a100, --estimate-only), and the plan passes plan_check;
+    their model on 16 nodes of dgx-a100, --estimate-only), the plan passes plan_check, and its
+    estimate (--json) is a finite step;
   - Megatron's policy for gpt-tiny compiles to the template's plan (--dp 2 --tp 2 --pp 2): the
     same text form (plandump --text) but for the recorded options and hashes (the plan records
     the policy) and the notes (which name the rule that pinned a split);
@@ -61,14 +62,20 @@ def examples(plancc, plandump, root, tmp):
             mpath = os.path.join(root, "models" if model == "gpt-tiny" else "tests/models", model + ".json")
             mesh = json.load(open(path, encoding="utf-8")).get("mesh", {})
             n = mesh["dp"] * mesh["tp"] * mesh["pp"] if all(k in mesh for k in ("dp", "tp", "pp")) else 8
-            p = run(plancc, mpath, "--cluster", "cpu", "--devices", n, "--policy", path, "-o", os.path.join(tmp, name + ".plan"), "-q")
+            p = run(plancc, mpath, "--cluster", "cpu", "--devices", n, "--policy", path, "-o", os.path.join(tmp, name + ".plan"), "--json")
         else:  # on the DGX A100 nodes its mesh fills (16 where it leaves one open)
             mesh = json.load(open(path, encoding="utf-8")).get("mesh", {})
             nodes = mesh["dp"] * mesh["tp"] * mesh["pp"] // 8 if all(k in mesh for k in ("dp", "tp", "pp")) else 16
             extra = {"mt5-large": ["--global-batch", 1024, "--bf16"]}.get(model, [])  # as pre-trained (its file's batch is 2)
             p = run(plancc, os.path.join(root, "models", model + ".json"), "--cluster", "dgx-a100", "--nodes", nodes, "--policy", path,
-                    *extra, "--estimate-only", "-q")
-        check(f"plancc {model} --policy {name}", p.returncode == 0, p.stderr[-800:])
+                    *extra, "--estimate-only", "--json")
+        if not check(f"plancc {model} --policy {name}", p.returncode == 0, p.stderr[-800:]):
+            continue
+        try:  # a finite estimate, as valid JSON (an infinite cost once printed "inf" here)
+            step = json.loads(p.stdout)["estimate"]["step_s"]
+        except (ValueError, KeyError) as e:
+            step = f"{e}: {p.stdout[:300]}"
+        check(f"... its estimate is a finite step", isinstance(step, float) and 0 < step < float("inf"), str(step))
 
 
 def megatron_equals_template(plancc, plandump, root, tmp):
