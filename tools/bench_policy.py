@@ -2,7 +2,7 @@
 """Each example policy of models/policies/ against the best template of plancc's grid, on the cost
 model and the plan simulator.
 
-usage: bench_policy.py [--plancc PATH] [--root DIR] [--only SUBSTRING]
+usage: bench_policy.py [--plancc PATH] [--root DIR] [--only SUBSTRING[,SUBSTRING...]]
 
 For every models/policies/X-MODEL.json (gpt-tiny and llama-tiny on CPU ranks, the others on the
 DGX A100 nodes their mesh fills, 16 where it leaves one open): the plan of `plancc MODEL --policy FILE`, and every template of the grid on the
@@ -78,7 +78,7 @@ def main():
     print(f"{'policy':28} {'strategy':44} {'est s':>10} {'sim s':>10}   {'best template (by simulated step)':48} {'sim s':>10} {'tmpl/policy':>11}")
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "x.plan")
-        for name in sorted(f for f in os.listdir(d) if f.endswith(".json") and only in f):
+        for name in sorted(f for f in os.listdir(d) if f.endswith(".json") and any(o in f for o in only.split(","))):
             model, cluster, devs, n, per_node = where(root, name)
             pol, p = compile_json(plancc, model, cluster, devs, ["--policy", os.path.join(d, name)], out)
             if pol is None or "simulation" not in pol:
