@@ -233,6 +233,16 @@ static inline real *cpu_scratch(kctx *c, int64_t n) {
 
 static inline real cpu_sigmoid(real x) { return 1 / (1 + R_EXP(-x)); }
 
+// The sum of exp(x - max) over a row of v (v >= 1), its maximum into *max (softmax, the losses).
+static inline double cpu_sum_exp(const real *x, int64_t v, real *max) {
+    real m = x[0];
+    for (int64_t j = 1; j < v; j++) m = x[j] > m ? x[j] : m;
+    double s = 0;
+    for (int64_t j = 0; j < v; j++) s += R_EXP(x[j] - m);
+    *max = m;
+    return s;
+}
+
 // The axis map of a broadcast or a reduction (attrs perm, runtime/ops.def's last section: perm[j]
 // is 1 + the axis of `big` that axis j of `small` is; all zeros: small is big's last axes). Sets
 // st[i] to the stride in `small` of big's axis i (0 where small lacks it) and returns 0, or -1

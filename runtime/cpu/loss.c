@@ -43,14 +43,17 @@ static int ce_check(kctx *c, const rt_view *logits, const char *lname, const rt_
     return 0;
 }
 
-// log(sum(exp(x))) of one row, and the row's maximum.
-static double logsumexp(const real *x, int64_t v, real *max) {
-    real m = x[0];
-    for (int64_t j = 1; j < v; j++) m = x[j] > m ? x[j] : m;
-    double s = 0;
-    for (int64_t j = 0; j < v; j++) s += R_EXP(x[j] - m);
-    *max = m;
+// log(sum(exp(x))) of one row.
+static double logsumexp(const real *x, int64_t v) {
+    real m;
+    double s = cpu_sum_exp(x, v, &m);
     return (double)m + log(s);
+}
+
+// One row's gradient, k (softmax - onehot(label)), over its classes lo .. lo + v (x and dx the
+// row's piece) from the row's lse; 0 on an ignored row.
+static void ce_grad_row(const real *x, real *dx, int64_t v, int64_t lo, int32_t label, bool skip, real k, real lse, bool acc) {
+    for (int64_t j = 0; j < v; j++) cpu_put(&dx[j], skip ? 0 : k * (R_EXP(x[j] - lse) - (real)(lo + j == label)), acc);
 }
 
 // (logits [*b,v], labels [*b]) -> the mean over *b of -log softmax(logits)[label].
@@ -62,10 +65,8 @@ int CPU_KERNEL(cross_entropy)(kctx *c) {
     const int32_t *y = cpu_i(lab);
     double sum = 0;
     ce_mode md = ce_mode_of(c);
-    for (int64_t r = 0; r < rows; r++) {
-        real m;
-        if (!ce_skip(&md, y[r])) sum += logsumexp(X + r * v, v, &m) - X[r * v + y[r]];
-    }
+    for (int64_t r = 0; r < rows; r++)
+        if (!ce_skip(&md, y[r])) sum += logsumexp(X + r * v, v) - X[r * v + y[r]];
     cpu_put(cpu_r(&c->out[0]), (real)(md.sum ? sum : sum / (double)cpu_full_numel(lab)), c->acc);
     return 0;
 }
@@ -82,12 +83,8 @@ int CPU_KERNEL(cross_entropy_grad)(kctx *c) {
     const int32_t *y = cpu_i(lab);
     real *DX = cpu_r(&c->out[0]);
     for (int64_t r = 0; r < rows; r++) {
-        if (ce_skip(&md, y[r])) {
-            for (int64_t j = 0; j < v; j++) cpu_put(&DX[r * v + j], 0, c->acc);
-            continue;
-        }
-        real m, lse = (real)logsumexp(X + r * v, v, &m), kr = (real)k;
-        for (int64_t j = 0; j < v; j++) cpu_put(&DX[r * v + j], kr * (R_EXP(X[r * v + j] - lse) - (real)(j == y[r])), c->acc);
+        bool skip = ce_skip(&md, y[r]);
+        ce_grad_row(X + r * v, DX + r * v, v, 0, y[r], skip, (real)k, skip ? 0 : (real)logsumexp(X + r * v, v), c->acc);
     }
     return 0;
 }
@@ -149,11 +146,8 @@ int CPU_KERNEL(vocab_ce_stats)(kctx *c) {
     real *S = cpu_r(&c->out[0]);
     for (int64_t r = 0; r < rows; r++) {
         const real *row = X + r * v;
-        real m = row[0];
-        for (int64_t j = 1; j < v; j++) m = row[j] > m ? row[j] : m;
-        double s = 0;
-        for (int64_t j = 0; j < v; j++) s += R_EXP(row[j] - m);
-        S[3 * r] = m, S[3 * r + 1] = (real)s;
+        real m;
+        S[3 * r + 1] = (real)cpu_sum_exp(row, v, &m), S[3 * r] = m;
         S[3 * r + 2] = y[r] >= lo && y[r] < lo + v ? row[y[r] - lo] : 0;
     }
     return 0;
@@ -188,12 +182,8 @@ int CPU_KERNEL(vocab_ce_grad)(kctx *c) {
     const int32_t *y = cpu_i(lab);
     real *DX = cpu_r(&c->out[0]);
     for (int64_t r = 0; r < rows; r++) {
-        if (ce_skip(&md, y[r])) {
-            for (int64_t j = 0; j < v; j++) cpu_put(&DX[r * v + j], 0, c->acc);
-            continue;
-        }
-        real lse = (real)vce_row(cpu_r(st), rows, k, r, &t), kr = (real)dk;
-        for (int64_t j = 0; j < v; j++) cpu_put(&DX[r * v + j], kr * (R_EXP(X[r * v + j] - lse) - (real)(lo + j == y[r])), c->acc);
+        bool skip = ce_skip(&md, y[r]);
+        ce_grad_row(X + r * v, DX + r * v, v, lo, y[r], skip, (real)dk, skip ? 0 : (real)vce_row(cpu_r(st), rows, k, r, &t), c->acc);
     }
     return 0;
 }

@@ -15,11 +15,8 @@ int CPU_KERNEL(softmax)(kctx *c) {
     real *Y = cpu_r(&c->out[0]);
     for (int64_t r = 0; r < rows; r++) {
         const real *xr = X + r * n;
-        real m = xr[0];
-        for (int64_t j = 1; j < n; j++) m = xr[j] > m ? xr[j] : m;
-        double s = 0;
-        for (int64_t j = 0; j < n; j++) s += R_EXP(xr[j] - m);
-        real inv = (real)(1 / s);
+        real m;
+        real inv = (real)(1 / cpu_sum_exp(xr, n, &m));
         for (int64_t j = 0; j < n; j++) cpu_put(&Y[r * n + j], R_EXP(xr[j] - m) * inv, c->acc);
     }
     return 0;

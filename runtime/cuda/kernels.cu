@@ -296,17 +296,24 @@ extern "C" cudaError_t ck_sum_leading(cudaStream_t st, int64_t outer, int64_t in
 
 /* ---- softmax ---- */
 
+// The sum of exp(x - max) over a row (in double), its max into *max (in float), as the CPU's sum_exp.
+static __device__ double row_sum_exp(const void *x, int xdt, int64_t off, int64_t v, double *sh, float *shf, float *max) {
+    float m = -INFINITY;
+    for (int64_t j = threadIdx.x; j < v; j += CK_THREADS) m = fmaxf(m, ld(x, off + j, xdt));
+    m = block_max(m, shf);
+    double s = 0;
+    for (int64_t j = threadIdx.x; j < v; j += CK_THREADS) s += expf(ld(x, off + j, xdt) - m);
+    *max = m;
+    return block_sum(s, sh);
+}
+
 __global__ void k_softmax(int64_t rows, int64_t n, const void *x, int xdt, void *y, int ydt, bool acc) {
     __shared__ double sh[CK_THREADS];
     __shared__ float shf[CK_THREADS];
     CK_FOR_EACH_ROW(r, rows) {
         int64_t off = r * n;
-        float m = -INFINITY;
-        for (int64_t j = threadIdx.x; j < n; j += CK_THREADS) m = fmaxf(m, ld(x, off + j, xdt));
-        m = block_max(m, shf);
-        double s = 0;
-        for (int64_t j = threadIdx.x; j < n; j += CK_THREADS) s += expf(ld(x, off + j, xdt) - m);
-        s = block_sum(s, sh);
+        float m;
+        double s = row_sum_exp(x, xdt, off, n, sh, shf, &m);
         float inv = (float)(1 / s);
         for (int64_t j = threadIdx.x; j < n; j += CK_THREADS) put(y, off + j, ydt, expf(ld(x, off + j, xdt) - m) * inv, acc);
     }
@@ -340,14 +347,10 @@ extern "C" cudaError_t ck_softmax_grad(cudaStream_t st, int64_t rows, int64_t n,
 
 /* ---- losses ---- */
 
-// log(sum(exp(x))) of a row, as the CPU's logsumexp: the max in float, the sum in double.
+// log(sum(exp(x))) of a row, as the CPU's logsumexp.
 static __device__ double row_lse(const void *x, int xdt, int64_t off, int64_t v, double *sh, float *shf) {
-    float m = -INFINITY;
-    for (int64_t j = threadIdx.x; j < v; j += CK_THREADS) m = fmaxf(m, ld(x, off + j, xdt));
-    m = block_max(m, shf);
-    double s = 0;
-    for (int64_t j = threadIdx.x; j < v; j += CK_THREADS) s += expf(ld(x, off + j, xdt) - m);
-    s = block_sum(s, sh);
+    float m;
+    double s = row_sum_exp(x, xdt, off, v, sh, shf, &m);
     return (double)m + log(s);
 }
 
@@ -413,12 +416,8 @@ __global__ void k_vce_stats(int64_t rows, int64_t v, int64_t lo, int64_t vfull, 
     __shared__ float shf[CK_THREADS];
     CK_FOR_EACH_ROW(r, rows) {
         int64_t off = r * v;
-        float m = -INFINITY;
-        for (int64_t j = threadIdx.x; j < v; j += CK_THREADS) m = fmaxf(m, ld(x, off + j, xdt));
-        m = block_max(m, shf);
-        double s = 0;
-        for (int64_t j = threadIdx.x; j < v; j += CK_THREADS) s += expf(ld(x, off + j, xdt) - m);
-        s = block_sum(s, sh);
+        float m;
+        double s = row_sum_exp(x, xdt, off, v, sh, shf, &m);
         if (threadIdx.x == 0) {
             int32_t y = labels[r];
             if (y != ignore && (y < 0 || y >= vfull)) raise_flag(flag, CK_FLAG_LABEL);

@@ -69,19 +69,9 @@ static bool ring_step_of(const plan_program *pg, uint32_t i, ring_step *s) {
     return true;
 }
 
-// The last instruction before i that writes buffer b, or UINT32_MAX.
-static uint32_t last_writer(const plan_program *pg, uint32_t i, uint32_t b) {
-    while (i-- > 0) {
-        const plan_insn *in = &pg->insns[i];
-        for (uint32_t x = 0; x < in->nargs; x++)
-            if (pg->args[in->args + x] == b && (plan_arg_role(pg, in, x) & PLAN_ARG_WRITE)) return i;
-    }
-    return UINT32_MAX;
-}
-
 // Whether buffer b (read at instruction i) is buffer from passed on by a shift; *n its group's size.
 static bool shifted(const checker *c, const plan_program *pg, uint32_t i, uint32_t b, uint32_t from, uint64_t *n) {
-    uint32_t w = last_writer(pg, i, b);
+    uint32_t w = check_last_writer(pg, i, b);
     if (w == UINT32_MAX) return false;
     const plan_insn *in = &pg->insns[w];
     if (in->kind != PLAN_I_COLL || in->code != PLAN_COLL_SHIFT || in->nargs != 2 || pg->args[in->args] != from) return false;

@@ -21,16 +21,6 @@
 
 #include <string.h>
 
-// The last instruction before i that writes buffer b, or UINT32_MAX.
-static uint32_t writer_before(const plan_program *pg, uint32_t i, uint32_t b) {
-    while (i-- > 0) {
-        const plan_insn *in = &pg->insns[i];
-        for (uint32_t x = 0; x < in->nargs; x++)
-            if (pg->args[in->args + x] == b && (plan_arg_role(pg, in, x) & PLAN_ARG_WRITE)) return i;
-    }
-    return UINT32_MAX;
-}
-
 static bool is_op(const plan_insn *in, const char *name) {
     const char *op = in->kind == PLAN_I_COMPUTE ? plan_op_name(in->code) : NULL;
     return op && strcmp(op, name) == 0;
@@ -41,10 +31,7 @@ static uint32_t class_axes(const plan *p, const plan_program *pg, uint32_t b) {
     const plan_buffer *bf = &pg->buffers[b];
     if (bf->tensor == PLAN_NONE) return 0;
     int last = p->tensors[bf->tensor].rank - 1;
-    uint32_t axes = 0;
-    for (uint32_t a = 0; a < p->meta.n_axes; a++)
-        if (last >= 0 && bf->shard.map[a] == PLAN_SHARD_D(last)) axes |= 1u << a;
-    return axes;
+    return last >= 0 ? check_split_axes(p, bf->shard, last) : 0;
 }
 
 // vocab_ce (grad false: stats a[0], labels a[1]) or vocab_ce_grad (stats a[3], logits a[1],
@@ -56,12 +43,12 @@ static plan_status check_combine(checker *c, uint32_t k, uint32_t i, bool grad) 
     const uint32_t *a = &pg->args[in->args];
     uint32_t st = grad ? a[3] : a[0], lab = grad ? a[2] : a[1];
     const char *op = grad ? "vocab_ce_grad" : "vocab_ce";
-    uint32_t g = writer_before(pg, i, st);
+    uint32_t g = check_last_writer(pg, i, st);
     const plan_insn *gi = g == UINT32_MAX ? NULL : &pg->insns[g];
     if (!gi || gi->kind != PLAN_I_COLL || gi->code != PLAN_COLL_ALL_GATHER || gi->nargs != 2)
         return check_ifail(c, k, i, "vocab-ce: %s reads statistics (buffer %u) that no all_gather brought: it would combine one "
                            "piece of the vocabulary's, not every piece's", op, st);
-    uint32_t piece = pg->args[gi->args], w = writer_before(pg, g, piece);
+    uint32_t piece = pg->args[gi->args], w = check_last_writer(pg, g, piece);
     const plan_insn *wi = w == UINT32_MAX ? NULL : &pg->insns[w];
     if (!wi || !is_op(wi, "vocab_ce_stats") || wi->nargs != 3)
         return check_ifail(c, k, i, "vocab-ce: the all_gather (insn %u) that brings %s's statistics gathers buffer %u, which no "
