@@ -80,39 +80,6 @@
 
 #include "preserve.h"
 
-/* ---- small helpers ---- */
-
-static bool shard_eq(plan_shard a, plan_shard b) { return memcmp(a.map, b.map, sizeof a.map) == 0; }
-
-static plan_shard shard_r(void) {
-    plan_shard s;
-    memset(&s, 0, sizeof s);
-    return s;
-}
-
-static uint64_t shard_bytes(const builder *E, int t, plan_shard s) {
-    const pcc_tensor *T = &E->g->tensors[t];
-    int ways[PCC_MAX_RANK] = {0};
-    for (int i = 0; i < T->rank; i++) ways[i] = 1;
-    for (int a = 0; a < PCC_AXES; a++)
-        if (s.map[a] >= 2) ways[s.map[a] - 2] *= E->s->mesh[a];
-    uint64_t n = (uint64_t)pcc_dtype_bytes(T->dtype);
-    for (int i = 0; i < T->rank; i++) {
-        int64_t d = E->g->dims[T->dims[i]].size;
-        PCC_ASSERT(d % ways[i] == 0);
-        n *= (uint64_t)(d / ways[i]);
-    }
-    return n;
-}
-
-int p3_group(builder *E, int axes, int stream) {
-    for (int i = 0; i < E->n_groups; i++)
-        if (E->groups[i][0] == axes && E->groups[i][1] == stream) return i;
-    int *g = *VEC_PUSH(E->g->arena, E->groups, E->n_groups, E->cap_groups);
-    g[0] = axes, g[1] = stream;
-    return E->n_groups - 1;
-}
-
 /* ---- building a program ---- */
 
 static int in_flight(const builder *E, int stage) { return E->v->inflight[stage]; }
@@ -123,27 +90,6 @@ static int device_in_flight(const builder *E, int stage) {
     int most = 1;
     for (int c = stage % E->pp; c < E->ns; c += E->pp) most = E->v->inflight[c] > most ? E->v->inflight[c] : most;
     return most;
-}
-
-static int new_buf(builder *E, prog *P, int t, plan_shard s, uint32_t mb_slots, uint32_t layer_slots, uint32_t base) {
-    ebuf *b = VEC_PUSH(E->g->arena, P->buf, P->n_buf, P->cap_buf);
-    b->tensor = t >= 0 ? (uint32_t)t : PLAN_NONE;
-    b->dtype = (uint8_t)(t >= 0 ? E->g->tensors[t].dtype : PCC_F32);
-    b->shard = s;
-    b->bytes = t >= 0 ? shard_bytes(E, t, s) : 0;
-    // A block tensor's buffer of one layer slot (an activation not kept, a resharding step) is
-    // reused by each copy the stage runs: its layer_base is still the stage's first copy, so that
-    // layer_base + the layer loop's variable names the copy at work (the runtime keys dropout's
-    // masks on it; the verifier matches collectives by it).
-    const pcc_tensor *T = t >= 0 ? &E->g->tensors[t] : NULL;
-    if (T && T->block >= 0 && layer_slots == 1 && base == 0) {
-        int fb = graph_block_family(E->g, T->block);
-        if (E->v->copy_hi[fb][P->stage] > E->v->copy_lo[fb][P->stage]) base = (uint32_t)E->v->copy_lo[fb][P->stage];
-    }
-    b->mb_slots = mb_slots, b->layer_slots = layer_slots, b->layer_base = base;
-    b->first = b->last = -1;
-    b->bucket_next = -1;
-    return P->n_buf - 1;
 }
 
 // A parameter's gradient contribution summed inside the block copy that makes it (co-shard's
@@ -187,7 +133,7 @@ static int home(builder *E, prog *P, int t) {
     else if (E->v->kept[t] && T->block < 0 && E->V > 1) mb = (uint32_t)device_in_flight(E, P->stage);
     else if (E->v->kept[t]) mb = (uint32_t)in_flight(E, P->stage);
     else if (E->v->xchunk[t] && !E->v->deferred[t] && !graph_is_param_grad(g, t)) mb = (uint32_t)E->M;
-    int b = new_buf(E, P, t, E->v->home_sh[t], mb, layers, base);
+    int b = p3_buf(E, P, t, E->v->home_sh[t], mb, layers, base);
     P->buf[b].persist = T->kind == PCC_T_PARAM || T->kind == PCC_T_STATE || T->kind == PCC_T_INPUT;
     P->buf[b].whole = P->buf[b].persist || t == g->loss || (graph_is_final_param_grad(g, t) && !E->v->zero2[t]) || E->v->deferred[t];
     P->home[t] = b;
@@ -195,80 +141,6 @@ static int home(builder *E, prog *P, int t) {
 }
 
 /* ---- times (plan_insn.t_s): the cost model's, per execution ---- */
-
-// As the cost model takes a group: the ranks along mesh axis `axis` (dist 0), or two ranks
-// `dist` apart along it (a transfer). Neighbours on an axis are the product of the later axes'
-// sizes apart (tp varies fastest).
-static pcc_group_shape axis_group(const builder *E, int axis, int dist) {
-    int stride = 1;
-    for (int a = axis + 1; a < PCC_AXES; a++) stride *= E->s->mesh[a];
-    if (dist > 0) return (pcc_group_shape){2, dist * stride};
-    return (pcc_group_shape){E->s->mesh[axis], stride};
-}
-
-// The ranks of one group over the mesh axes in `axes` (bits), as the cost model sees them: how
-// many, and the rank stride of the fastest of them (dp and tp together are contiguous).
-pcc_group_shape p3_axes_group(const builder *E, unsigned axes) {
-    pcc_group_shape sh = {1, 1};
-    for (int a = 0; a < PCC_AXES; a++) {
-        if (!(axes >> a & 1u)) continue;
-        pcc_group_shape one = axis_group(E, a, 0);
-        sh.size *= one.size, sh.stride = one.stride;
-    }
-    return sh;
-}
-
-// A send or receive of buffer b to or from the stage `offset` away.
-static float transfer_s(const builder *E, const prog *P, int b, int offset) {
-    double bytes = (double)P->buf[b].bytes;
-    int peer = ((P->stage + offset) % E->pp + E->pp) % E->pp;
-    const pcc_cluster *c = cluster_stage_view(E->all, E->pp, peer) == E->c ? E->c : E->all; // between groups: the slower
-    int w = axis_group(E, PCC_AX_PP, 1).stride; // the ranks of a stage
-    return (float)(cost_collective_s(c, PCC_COLL_SEND_RECV, bytes, cost_pair_shape(c, (int64_t)(P->stage % E->pp) * w, (int64_t)peer * w, w)) +
-                   cost_launch_s(c));
-}
-
-// A memory-bound kernel moving `bytes` in the dtype of buffer b.
-float p3_memory_s(const builder *E, const prog *P, double bytes, int b) {
-    return (float)cost_compute_s(E->c, 0, bytes, (pcc_dtype)P->buf[b].dtype, false);
-}
-
-// One execution of op o on a rank: the cost model's time for the op at the per-device shape of
-// its operands' layouts (the scheduler's estimate costs ops the same way).
-static float op_time_s(const builder *E, int o) {
-    const pcc_op *op = &E->g->ops[o];
-    int ways[PCC_MAX_OPERANDS + 1][PCC_MAX_RANK];
-    const int *per_operand[PCC_MAX_OPERANDS + 1];
-    for (int k = 0; k < op->nin + op->nout; k++) {
-        const pcc_tensor *T = &E->g->tensors[k < op->nin ? op->in[k] : op->out[k - op->nin]];
-        for (int d = 0; d < T->rank; d++) {
-            ways[k][d] = 1;
-            for (int a = 0; a < PCC_AXES; a++)
-                if (E->v->sh[o][k].map[a] == PLAN_SHARD_D(d)) ways[k][d] *= E->s->mesh[a];
-        }
-        per_operand[k] = ways[k];
-    }
-    return (float)cost_op_s(E->c, E->g, op, per_operand);
-}
-
-static void forget(prog *P, int buf) {
-    for (int i = 0; i < P->n_cache; i++)
-        if (P->cache[i].src == buf || P->cache[i].buf == buf) P->cache[i--] = P->cache[--P->n_cache];
-}
-
-static plan_insn *insn(builder *E, prog *P, plan_insn_kind k, int stream, const int *args, int nargs) {
-    plan_insn *in = emit_insn(E->g->arena, &P->insn, &P->n_insn, &P->cap_insn, &P->args, &P->n_args, &P->cap_args, k, stream,
-                              E->phase, args, nargs);
-    in->mb_delta = (int16_t)E->delta;
-    return in;
-}
-
-static void event(builder *E, prog *P, plan_insn_kind k, int stream, int ev) {
-    int saved = E->delta;
-    E->delta = 0;
-    insn(E, P, k, stream, NULL, 0)->a = ev;
-    E->delta = saved;
-}
 
 static void bucket_flush(builder *E, prog *P);
 static void sharded_wait(builder *E, prog *P);
@@ -283,7 +155,7 @@ static void loop_open(builder *E, prog *P, plan_loop_var var, int count) {
     P->n_cache = 0;
     int saved = E->delta;
     E->delta = 0;
-    plan_insn *in = insn(E, P, PLAN_I_LOOP, 0, NULL, 0);
+    plan_insn *in = p3_insn(E, P, PLAN_I_LOOP, 0, NULL, 0);
     E->delta = saved;
     in->code = (uint16_t)var;
     in->a = count;
@@ -300,43 +172,23 @@ static void loop_close(builder *E, prog *P) {
     PCC_ASSERT(P->insn[l].b > 0);
     if (P->rs_loop) { // the last copy's reduce-scatters (zero2_flush)
         P->rs_loop = false;
-        event(E, P, PLAN_I_WAIT, STREAM_MAIN, EV_SYNCED);
+        p3_event(E, P, PLAN_I_WAIT, STREAM_MAIN, EV_SYNCED);
     }
 }
 
 // The sync stream goes on from here once the compute stream has reached it.
 static void sync_follows(builder *E, prog *P) {
-    event(E, P, PLAN_I_RECORD, STREAM_MAIN, EV_GRAD);
-    event(E, P, PLAN_I_WAIT, STREAM_SYNC, EV_GRAD);
+    p3_event(E, P, PLAN_I_RECORD, STREAM_MAIN, EV_GRAD);
+    p3_event(E, P, PLAN_I_WAIT, STREAM_SYNC, EV_GRAD);
     P->used_sync = true;
 }
-
-// One collective over the mesh axes in `axes` (bits).
-static void coll(builder *E, prog *P, pcc_coll kind, unsigned axes, int stream, int in, int out) {
-    int args[2] = {in, out};
-    plan_insn *i = insn(E, P, PLAN_I_COLL, stream, args, 2);
-    i->code = (uint16_t)kind;
-    i->a = p3_group(E, (int)axes, stream);
-    // A collective is a kernel too: its launch, as the estimate's resharding charges it (reshard.c).
-    i->t_s = (float)(cost_collective_s(E->c, kind, cost_coll_bytes(kind, (double)P->buf[in].bytes, (double)P->buf[out].bytes), p3_axes_group(E, axes)) + cost_launch_s(E->c));
-    forget(P, out);
-}
-
-static void copy_on(builder *E, prog *P, int src, int dst, int stream) {
-    int args[2] = {src, dst};
-    plan_insn *in = insn(E, P, PLAN_I_COPY, stream, args, 2);
-    in->t_s = p3_memory_s(E, P, 2 * (double)P->buf[dst].bytes, dst);
-    forget(P, dst);
-}
-
-static void copy(builder *E, prog *P, int src, int dst) { copy_on(E, P, src, dst, STREAM_MAIN); }
 
 /* ---- phase 3: resharding (reshard.c's chain of steps, emitted) ---- */
 
 // The buffer that already holds buffer src's value in layout want, -1.
 static int cached(const prog *P, int src, plan_shard want) {
     for (int i = 0; i < P->n_cache; i++)
-        if (P->cache[i].src == src && shard_eq(P->cache[i].want, want)) return P->cache[i].buf;
+        if (P->cache[i].src == src && p3_shard_eq(P->cache[i].want, want)) return P->cache[i].buf;
     return -1;
 }
 
@@ -344,9 +196,9 @@ static int cached(const prog *P, int src, plan_shard want) {
 // into buffer dst (>= 0, which has layout want) or a new buffer. Returns the buffer written.
 static int reshard_on(builder *E, prog *P, int src, plan_shard want, int dst, int stream) {
     ebuf *sb = &P->buf[src];
-    if (shard_eq(sb->shard, want)) {
+    if (p3_shard_eq(sb->shard, want)) {
         if (dst < 0 || dst == src) return src;
-        copy(E, P, src, dst);
+        p3_copy(E, P, src, dst);
         return dst;
     }
     int hit = dst < 0 ? cached(P, src, want) : -1;
@@ -355,9 +207,9 @@ static int reshard_on(builder *E, prog *P, int src, plan_shard want, int dst, in
     pcc_reshard_step step[PCC_AXES + 1];
     int n = reshard_steps(sb->shard, want, E->g->tensors[t].rank, step), b = src;
     for (int k = 0; k < n; k++) {
-        int nb = k == n - 1 && dst >= 0 ? dst : new_buf(E, P, t, step[k].after, 1, 1, 0);
-        if (step[k].kind < 0) copy_on(E, P, b, nb, stream);
-        else coll(E, P, (pcc_coll)step[k].kind, step[k].axes, stream, b, nb);
+        int nb = k == n - 1 && dst >= 0 ? dst : p3_buf(E, P, t, step[k].after, 1, 1, 0);
+        if (step[k].kind < 0) p3_copy_on(E, P, b, nb, stream);
+        else p3_coll(E, P, (pcc_coll)step[k].kind, step[k].axes, stream, b, nb);
         b = nb;
     }
     if (dst < 0) *VEC_PUSH(E->g->arena, P->cache, P->n_cache, P->cap_cache) = (cache_entry){src, want, b};
@@ -368,21 +220,6 @@ static int reshard_to(builder *E, prog *P, int src, plan_shard want, int dst) { 
 static int reshard(builder *E, prog *P, int src, plan_shard want) { return reshard_to(E, P, src, want, -1); }
 
 /* ---- operators ---- */
-
-// The attrs of op; accumulate: it adds into its outputs; sharded: it does not, though it makes a
-// gradient summed over micro-batches (ZeRO-2 sums the gradient's shard instead). Dropout along
-// a sequence in zigzag order carries its dimension and chunks (emit_zigzag_dropout).
-static uint32_t attrs_of(builder *E, prog *P, const pcc_op *op, bool accumulate, bool sharded) {
-    pcc_op o = *op;
-    if (sharded) o.accumulate = false;
-    if (E->cp > 1 && E->s->config.cp_zigzag) emit_zigzag_dropout(E->g, &o, E->s->seq_dim, 2 * E->cp); // mask by logical positions
-    return emit_attrs(E->g->arena, &P->attrs, &P->n_attrs, &P->cap_attrs, &o, accumulate);
-}
-
-// The index of attrs a in P's table (added if new), or PLAN_NONE when all zero.
-static uint32_t intern_attrs(builder *E, prog *P, const plan_attrs *pa) {
-    return emit_attrs_add(E->g->arena, &P->attrs, &P->n_attrs, &P->cap_attrs, pa);
-}
 
 static void sync_grad(builder *E, prog *P, int gp);
 static void zero2_grad(builder *E, prog *P, int gp);
@@ -398,7 +235,7 @@ static void step_buckets(builder *E, prog *P, const pcc_reshard_step *step, cons
     for (int k = 0; k < n; k++) {
         if (done[k]) continue;
         if (step[k].kind < 0) {
-            copy_on(E, P, in[k], out[k], stream);
+            p3_copy_on(E, P, in[k], out[k], stream);
         } else {
             int m = 0;
             for (int j = k; j < n; j++) {
@@ -434,9 +271,9 @@ static void prefetch_add(builder *E, prog *P, int o, int i) {
     if (g->tensors[t].kind != PCC_T_PARAM) return;
     int src = home(E, P, t);
     plan_shard want = E->v->sh[o][i];
-    if (shard_eq(P->buf[src].shard, want)) return;
+    if (p3_shard_eq(P->buf[src].shard, want)) return;
     for (int k = 0; k < P->n_pref; k++)
-        if (P->pref[k].src == src && shard_eq(P->pref[k].want, want)) return;
+        if (P->pref[k].src == src && p3_shard_eq(P->pref[k].want, want)) return;
     prefetch *e = VEC_PUSH(E->g->arena, P->pref, P->n_pref, P->cap_pref);
     memset(e, 0, sizeof *e);
     e->src = src, e->want = want;
@@ -464,13 +301,13 @@ static void prefetch_list(builder *E, prog *P, int b) {
 static void prefetch_bufs(builder *E, prog *P, prefetch *e, int slots, int base) {
     for (int k = 0; k < P->n_gath; k++) {
         const prefetch *x = &P->gath[k];
-        if (x->src != e->src || !shard_eq(x->want, e->want)) continue;
+        if (x->src != e->src || !p3_shard_eq(x->want, e->want)) continue;
         PCC_ASSERT(x->n == e->n && P->buf[x->buf[0]].layer_slots == (uint32_t)slots);
         memcpy(e->buf, x->buf, sizeof e->buf);
         return;
     }
     int t = (int)P->buf[e->src].tensor;
-    for (int s = 0; s < e->n; s++) e->buf[s] = new_buf(E, P, t, e->step[s].after, 1, (uint32_t)slots, (uint32_t)base);
+    for (int s = 0; s < e->n; s++) e->buf[s] = p3_buf(E, P, t, e->step[s].after, 1, (uint32_t)slots, (uint32_t)base);
     *VEC_PUSH(E->g->arena, P->gath, P->n_gath, P->cap_gath) = *e;
 }
 
@@ -499,7 +336,7 @@ static void prefetch_gather(builder *E, prog *P, int slots, int base, int d) {
         }
         step_buckets(E, P, step, in, out, done, n, STREAM_SYNC, d);
     }
-    event(E, P, PLAN_I_RECORD, STREAM_SYNC, EV_PREFETCH);
+    p3_event(E, P, PLAN_I_RECORD, STREAM_SYNC, EV_PREFETCH);
 }
 
 // Before the loop over block b's copies lo..hi-1 on this stage: the first copy's gathers. With
@@ -515,7 +352,7 @@ static void prefetch_first(builder *E, prog *P, int b, int lo, int hi) {
 static void prefetch_next(builder *E, prog *P, int b, int lo, int hi) {
     if (!P->n_pref) return;
     if (E->s->zero3_late) prefetch_gather(E, P, 1, lo, 0);
-    event(E, P, PLAN_I_WAIT, STREAM_MAIN, EV_PREFETCH);
+    p3_event(E, P, PLAN_I_WAIT, STREAM_MAIN, EV_PREFETCH);
     if (hi - lo > 1 && !E->s->zero3_late) prefetch_gather(E, P, 2, lo, E->g->blocks[b].fwd >= 0 ? -1 : 1);
     // The operators find this copy's gathered values in the cache (the gathers above write the
     // other slot; added after them, as a collective forgets what its output held).
@@ -529,7 +366,7 @@ static uint32_t scale_attrs(builder *E, prog *P, double k) {
     plan_attrs a;
     memset(&a, 0, sizeof a);
     a.f[PLAN_AF_SCALE] = k;
-    return intern_attrs(E, P, &a);
+    return p3_intern_attrs(E, P, &a);
 }
 
 /* ---- ring attention (--cp N --cp-form ring) ----
@@ -552,17 +389,12 @@ static uint32_t scale_attrs(builder *E, prog *P, double k) {
  * gradient's dk and dv travel on the compute stream, after the step that adds to them. */
 
 // A scratch buffer of `bytes` in tensor t's dtype.
-static int ring_scratch(builder *E, prog *P, int t, uint64_t bytes) {
-    int b = new_buf(E, P, -1, shard_r(), 1, 1, 0);
-    P->buf[b].dtype = (uint8_t)E->g->tensors[t].dtype;
-    P->buf[b].bytes = bytes;
-    return b;
-}
+static int ring_scratch(builder *E, prog *P, int t, uint64_t bytes) { return p3_scratch(E, P, E->g->tensors[t].dtype, bytes); }
 
 // Buffer b passed one step around the ring on `stream`: the buffer that receives the previous rank's.
 static int ring_shift(builder *E, prog *P, int t, int b, int stream) {
     int nb = ring_scratch(E, P, t, P->buf[b].bytes);
-    coll(E, P, PCC_COLL_SHIFT, 1u << PCC_AX_CP, stream, b, nb);
+    p3_coll(E, P, PCC_COLL_SHIFT, 1u << PCC_AX_CP, stream, b, nb);
     return nb;
 }
 
@@ -573,32 +405,32 @@ static int ring_shift(builder *E, prog *P, int t, int b, int stream) {
 // the reduce-scatters of the last, and the ring's steps wait for them (GPT-3 175B, dp 512 x cp 2,
 // ZeRO-3: 4.5 s of 19.5 s a step).
 static void ring_pass(builder *E, prog *P, int kt, int vt, int *kb, int *vb) {
-    event(E, P, PLAN_I_RECORD, STREAM_MAIN, EV_RING_GO);
-    event(E, P, PLAN_I_WAIT, STREAM_RING, EV_RING_GO);
+    p3_event(E, P, PLAN_I_RECORD, STREAM_MAIN, EV_RING_GO);
+    p3_event(E, P, PLAN_I_WAIT, STREAM_RING, EV_RING_GO);
     P->used_ring = true;
     *kb = ring_shift(E, P, kt, *kb, STREAM_RING), *vb = ring_shift(E, P, vt, *vb, STREAM_RING);
-    event(E, P, PLAN_I_RECORD, STREAM_RING, EV_RING);
+    p3_event(E, P, PLAN_I_RECORD, STREAM_RING, EV_RING);
 }
 
-static void ring_arrive(builder *E, prog *P) { event(E, P, PLAN_I_WAIT, STREAM_MAIN, EV_RING); }
+static void ring_arrive(builder *E, prog *P) { p3_event(E, P, PLAN_I_WAIT, STREAM_MAIN, EV_RING); }
 
 // One ring step: op `code` at ring step j over args, with op's attrs.
 static void ring_step(builder *E, prog *P, int o, pcc_op_kind code, int j, const int *args, int n, int nout) {
-    plan_insn *in = insn(E, P, PLAN_I_COMPUTE, STREAM_MAIN, args, n);
+    plan_insn *in = p3_insn(E, P, PLAN_I_COMPUTE, STREAM_MAIN, args, n);
     in->code = (uint16_t)code;
     // zigzag, causal: half a whole block per step, where the op's time is a whole one (unfused;
     // the flash form's causal time is half a block already): estimate.c's est_ring
     const pcc_op *fo = &E->g->ops[E->g->ops[o].phase == PCC_PHASE_FWD ? o : E->g->ops[o].fwd];
     bool half = E->s->config.cp_zigzag && fo->attrs.causal && fo->attrs.mode != PLAN_ATTN_FLASH;
-    in->t_s = op_time_s(E, o) * (half ? 0.5f : 1.0f);
+    in->t_s = p3_op_time_s(E, o) * (half ? 0.5f : 1.0f);
     plan_attrs pa;
-    uint32_t a = attrs_of(E, P, &E->g->ops[o], false, false);
+    uint32_t a = p3_attrs_of(E, P, &E->g->ops[o], false, false);
     if (a == PLAN_NONE) memset(&pa, 0, sizeof pa);
     else pa = P->attrs[a];
     pa.i[PLAN_AI_START] = j;
     pa.i[PLAN_AI_END] = E->s->config.cp_zigzag ? 2 * E->cp : 0; // the zigzag chunks: the step masks by logical positions
-    in->attrs = intern_attrs(E, P, &pa);
-    for (int i = n - nout; i < n; i++) forget(P, args[i]);
+    in->attrs = p3_intern_attrs(E, P, &pa);
+    for (int i = n - nout; i < n; i++) p3_forget(P, args[i]);
 }
 
 // The forward ring of attention op f (the forward op) on the rank's q, k, v buffers: writes the
@@ -651,8 +483,8 @@ static void ring_attention(builder *E, prog *P, int o) {
         kb = nk, vb = nv;
     }
     // home: the block and its sums are back on the rank that owns them
-    copy(E, P, ring_shift(E, P, op->in[2], dk, STREAM_MAIN), out[1]);
-    copy(E, P, ring_shift(E, P, op->in[3], dv, STREAM_MAIN), out[2]);
+    p3_copy(E, P, ring_shift(E, P, op->in[2], dk, STREAM_MAIN), out[1]);
+    p3_copy(E, P, ring_shift(E, P, op->in[3], dv, STREAM_MAIN), out[2]);
 }
 
 static void emit_op(builder *E, prog *P, int o, bool last_mb) {
@@ -666,22 +498,22 @@ static void emit_op(builder *E, prog *P, int o, bool last_mb) {
     for (int i = 0; i < op->nin; i++) args[i] = reshard(E, P, home(E, P, op->in[i]), E->v->sh[o][i]);
     for (int i = 0; i < op->nout; i++) {
         args[op->nin + i] = home(E, P, op->out[i]);
-        PCC_ASSERT(P->buf[args[op->nin + i]].bytes == shard_bytes(E, op->out[i], E->v->sh[o][op->nin + i]));
+        PCC_ASSERT(P->buf[args[op->nin + i]].bytes == p3_shard_bytes(E, op->out[i], E->v->sh[o][op->nin + i]));
     }
     bool defers = false, sharded = false; // its output goes to another stage once per step: sum it here first
     for (int i = 0; i < op->nout; i++) defers |= E->v->deferred[op->out[i]], sharded |= E->v->zero2[op->out[i]];
-    uint32_t attrs = attrs_of(E, P, op, defers, sharded);
+    uint32_t attrs = p3_attrs_of(E, P, op, defers, sharded);
     if (p3_vocab_axes(E, o)) {
         p3_vocab_ce(E, P, o, args, attrs);
     } else {
-        plan_insn *in = insn(E, P, PLAN_I_COMPUTE, STREAM_MAIN, args, op->nin + op->nout);
-        in->code = (uint16_t)op->kind, in->t_s = op_time_s(E, o), in->attrs = attrs;
+        plan_insn *in = p3_insn(E, P, PLAN_I_COMPUTE, STREAM_MAIN, args, op->nin + op->nout);
+        in->code = (uint16_t)op->kind, in->t_s = p3_op_time_s(E, o), in->attrs = attrs;
     }
-    for (int i = 0; i < op->nout; i++) forget(P, args[op->nin + i]);
+    for (int i = 0; i < op->nout; i++) p3_forget(P, args[op->nin + i]);
     if (pcc_ops[op->kind].flags & PCC_OPF_INPLACE) {
         // The update lands in the buffers it was given; carry it back to where the values live
         // (ZeRO 1 and 2: the parameter's shard is all-gathered into the whole parameter).
-        for (int i = 0; i < op->nin; i++) forget(P, args[i]);
+        for (int i = 0; i < op->nin; i++) p3_forget(P, args[i]);
         for (int i = 0; i < op->nin; i++) {
             int hb = home(E, P, op->in[i]);
             if (args[i] == hb || i == 1) continue;
@@ -708,9 +540,9 @@ static int local_grad(builder *E, prog *P, int gp, int b, unsigned axes, int str
     plan_shard next = P->buf[b].shard;
     for (int a = 0; a < PCC_AXES; a++)
         if (axes >> a & 1u) next.map[a] = PLAN_SHARD_R;
-    int nb = new_buf(E, P, gp, next, 1, P->buf[b].layer_slots, P->buf[b].layer_base);
+    int nb = p3_buf(E, P, gp, next, 1, P->buf[b].layer_slots, P->buf[b].layer_base);
     P->buf[nb].whole = true;
-    plan_insn *in = insn(E, P, PLAN_I_COMPUTE, stream, (int[]){b, nb}, 2);
+    plan_insn *in = p3_insn(E, P, PLAN_I_COMPUTE, stream, (int[]){b, nb}, 2);
     in->code = PCC_OP_SCALE;
     in->attrs = scale_attrs(E, P, (double)p3_axes_group(E, axes).size);
     in->t_s = p3_memory_s(E, P, 2.0 * (double)P->buf[nb].bytes, nb);
@@ -741,12 +573,12 @@ static void sync_grad_local(builder *E, prog *P, int gp) {
         if (want.map[a] >= 2 && P->buf[b].shard.map[a] == PLAN_SHARD_V) {
             plan_shard next = P->buf[b].shard;
             next.map[a] = want.map[a];
-            int nb = new_buf(E, P, gp, next, 1, P->buf[hb].layer_slots, P->buf[hb].layer_base);
+            int nb = p3_buf(E, P, gp, next, 1, P->buf[hb].layer_slots, P->buf[hb].layer_base);
             P->buf[nb].whole = true;
-            coll(E, P, PCC_COLL_REDUCE_SCATTER, 1u << a, STREAM_SYNC, b, nb);
+            p3_coll(E, P, PCC_COLL_REDUCE_SCATTER, 1u << a, STREAM_SYNC, b, nb);
             b = nb;
         } else {
-            coll(E, P, PCC_COLL_ALL_REDUCE, 1u << a, STREAM_SYNC, b, b);
+            p3_coll(E, P, PCC_COLL_ALL_REDUCE, 1u << a, STREAM_SYNC, b, b);
         }
     }
     P->home[gp] = b; // the optimizer reads the synchronized gradient
@@ -782,11 +614,11 @@ static void coll_bucket(builder *E, prog *P, pcc_coll kind, unsigned axes, int s
         args[j] = in[j], args[n + j] = out[j];
         bytes += cost_coll_bytes(kind, (double)P->buf[in[j]].bytes, (double)P->buf[out[j]].bytes);
     }
-    plan_insn *i = insn(E, P, PLAN_I_COLL, stream, args, 2 * n);
+    plan_insn *i = p3_insn(E, P, PLAN_I_COLL, stream, args, 2 * n);
     i->code = (uint16_t)kind;
     i->a = p3_group(E, (int)axes, stream);
     i->t_s = (float)(cost_collective_s(E->c, kind, bytes, p3_axes_group(E, axes)) + cost_launch_s(E->c));
-    for (int j = 0; j < n; j++) forget(P, out[j]);
+    for (int j = 0; j < n; j++) p3_forget(P, out[j]);
 }
 
 // Issues the open bucket: stream 1 waits for the gradients, then runs one collective per step
@@ -810,7 +642,7 @@ static void bucket_flush(builder *E, prog *P) {
             const ebuf *hb = &P->buf[cur[j]];
             pcc_reshard_step mine[PCC_AXES]; // the same kinds and axes as step; its own layouts
             layout_sync_steps(E->v, P->bucket[j], mine);
-            next[j] = new_buf(E, P, P->bucket[j], mine[k].after, 1, hb->layer_slots, hb->layer_base);
+            next[j] = p3_buf(E, P, P->bucket[j], mine[k].after, 1, hb->layer_slots, hb->layer_base);
             P->buf[next[j]].whole = true;
         }
         coll_bucket(E, P, (pcc_coll)step[k].kind, step[k].axes, STREAM_SYNC, cur, next, n);
@@ -874,7 +706,7 @@ static void zero2_sync(builder *E, prog *P, const int *gp, int n, int stream) {
             if (done[j]) continue;
             step[j] = steps[j][k];
             if (step[j].kind == PCC_COLL_REDUCE_SCATTER)
-                next[j] = direct[j] && k == ns[j] - 1 ? P->shard_acc[gp[j]] : new_buf(E, P, gp[j], step[j].after, 1, 1, 0);
+                next[j] = direct[j] && k == ns[j] - 1 ? P->shard_acc[gp[j]] : p3_buf(E, P, gp[j], step[j].after, 1, 1, 0);
         }
         step_buckets(E, P, step, cur, next, done, n, stream, 0);
         memcpy(cur, next, sizeof(int) * (size_t)n);
@@ -884,7 +716,7 @@ static void zero2_sync(builder *E, prog *P, const int *gp, int n, int stream) {
         int acc = P->shard_acc[gp[j]];
         PCC_ASSERT(acc >= 0 && P->buf[acc].bytes == P->buf[cur[j]].bytes);
         int args[3] = {acc, cur[j], acc};
-        plan_insn *in = insn(E, P, PLAN_I_COMPUTE, stream, args, 3);
+        plan_insn *in = p3_insn(E, P, PLAN_I_COMPUTE, stream, args, 3);
         in->code = PCC_OP_ADD;
         in->t_s = p3_memory_s(E, P, 3 * (double)P->buf[acc].bytes, acc);
     }
@@ -920,10 +752,10 @@ static void zero2_flush(builder *E, prog *P) {
     int n = P->n_zpend;
     if (!n) return;
     P->n_zpend = 0;
-    event(E, P, PLAN_I_WAIT, STREAM_MAIN, EV_SYNCED);
+    p3_event(E, P, PLAN_I_WAIT, STREAM_MAIN, EV_SYNCED);
     sync_follows(E, P);
     zero2_sync(E, P, P->zpend, n, STREAM_SYNC);
-    event(E, P, PLAN_I_RECORD, STREAM_SYNC, EV_SYNCED);
+    p3_event(E, P, PLAN_I_RECORD, STREAM_SYNC, EV_SYNCED);
     P->rs_loop = true;
 }
 
@@ -931,8 +763,8 @@ static void zero2_flush(builder *E, prog *P) {
 static void sharded_wait(builder *E, prog *P) {
     if (!P->sharding) return;
     P->sharding = false;
-    event(E, P, PLAN_I_RECORD, STREAM_SYNC, EV_SYNCED);
-    event(E, P, PLAN_I_WAIT, STREAM_MAIN, EV_SYNCED);
+    p3_event(E, P, PLAN_I_RECORD, STREAM_SYNC, EV_SYNCED);
+    p3_event(E, P, PLAN_I_WAIT, STREAM_MAIN, EV_SYNCED);
 }
 
 /* ---- ZeRO-2 ---- */
@@ -957,12 +789,12 @@ static void zero2_accumulators(builder *E, prog *P) {
         if (hi <= lo) continue;
         pcc_reshard_step step[PCC_AXES];
         int n = layout_sync_steps(E->v, t, step);
-        int acc = new_buf(E, P, t, step[n - 1].after, 1, (uint32_t)(hi - lo), T->block >= 0 ? (uint32_t)lo : 0);
+        int acc = p3_buf(E, P, t, step[n - 1].after, 1, (uint32_t)(hi - lo), T->block >= 0 ? (uint32_t)lo : 0);
         P->buf[acc].whole = true;
         P->shard_acc[t] = acc;
         if (shard_direct(E, step, n)) continue;
         if (hi - lo > 1) loop_open(E, P, PLAN_LOOP_LAYER, hi - lo);
-        plan_insn *in = insn(E, P, PLAN_I_COMPUTE, STREAM_MAIN, &acc, 1);
+        plan_insn *in = p3_insn(E, P, PLAN_I_COMPUTE, STREAM_MAIN, &acc, 1);
         in->code = PCC_OP_FILL;
         in->t_s = p3_memory_s(E, P, (double)P->buf[acc].bytes, acc);
         if (hi - lo > 1) loop_close(E, P);
@@ -997,10 +829,10 @@ static int carry_reg(builder *E, prog *P, int b, int k) {
         // and interleaved (consecutive units of one chunk have consecutive micro-batches).
         bool two = E->V > 1 || carry_passes_through(E, b, P->stage);
         if (k < bl->n_carry) {
-            P->carry[b][k] = new_buf(E, P, -1, shard_r(), two ? 2 : 1, 1, 0);
-            P->buf[P->carry[b][k]].bytes = shard_bytes(E, src, E->v->home_sh[src]);
+            P->carry[b][k] = p3_buf(E, P, -1, p3_shard_r(), two ? 2 : 1, 1, 0);
+            P->buf[P->carry[b][k]].bytes = p3_shard_bytes(E, src, E->v->home_sh[src]);
         } else {
-            P->carry[b][k] = new_buf(E, P, src, E->v->home_sh[src], two ? 2 : 1, 1, 0); // the operators add into it
+            P->carry[b][k] = p3_buf(E, P, src, E->v->home_sh[src], two ? 2 : 1, 1, 0); // the operators add into it
         }
     }
     return P->carry[b][k];
@@ -1027,7 +859,7 @@ static void block_body(builder *E, prog *P, int b, bool last_mb) {
     // is unspecified, and buffer numbers must not depend on the C compiler.)
     for (int i = 0; i < bl->n_carry; i++) {
         int dst = home(E, P, bl->carry[i].inner);
-        copy(E, P, carry_reg(E, P, b, i), dst);
+        p3_copy(E, P, carry_reg(E, P, b, i), dst);
     }
     int fam = graph_block_family(g, b);
     prefetch_next(E, P, b, E->v->copy_lo[fam][P->stage], E->v->copy_hi[fam][P->stage]);
@@ -1045,13 +877,13 @@ static void block_body(builder *E, prog *P, int b, bool last_mb) {
         if (G < 0) G = home(E, P, bl->acc[i].outer);
         int dx = reshard(E, P, home(E, P, bl->acc[i].inner), E->v->home_sh[bl->acc[i].outer]);
         int args[3] = {G, dx, G};
-        plan_insn *in = insn(E, P, PLAN_I_COMPUTE, STREAM_MAIN, args, 3);
+        plan_insn *in = p3_insn(E, P, PLAN_I_COMPUTE, STREAM_MAIN, args, 3);
         in->code = PCC_OP_ADD;
         in->t_s = p3_memory_s(E, P, 3 * (double)P->buf[G].bytes, G);
     }
     for (int i = 0; i < bl->n_carry; i++) {
         int reg = carry_reg(E, P, b, i);
-        copy(E, P, home(E, P, bl->carry[i].outer), reg);
+        p3_copy(E, P, home(E, P, bl->carry[i].outer), reg);
     }
     zero2_flush(E, P);
 }
@@ -1077,11 +909,11 @@ static void acc_start(builder *E, prog *P, int b, int i, bool first) {
     }
     int G = reg >= 0 ? reg : home(E, P, t);
     if (first) {
-        plan_insn *in = insn(E, P, PLAN_I_COMPUTE, STREAM_MAIN, &G, 1);
+        plan_insn *in = p3_insn(E, P, PLAN_I_COMPUTE, STREAM_MAIN, &G, 1);
         in->code = PCC_OP_FILL;
         in->t_s = p3_memory_s(E, P, (double)P->buf[G].bytes, G);
     } else if (reg < 0) {
-        copy(E, P, carry_reg(E, P, b, E->g->blocks[b].n_carry + i), G);
+        p3_copy(E, P, carry_reg(E, P, b, E->g->blocks[b].n_carry + i), G);
     }
 }
 
@@ -1099,7 +931,7 @@ static void block_range(builder *E, prog *P, int b, bool last_mb) {
         int inner = bl->in[i].inner, k = graph_carry_of(bl, inner, true);
         if (k < 0) continue;
         int ob = reshard(E, P, home(E, P, bl->in[i].outer), E->v->home_sh[inner]);
-        copy(E, P, ob, carry_reg(E, P, b, k));
+        p3_copy(E, P, ob, carry_reg(E, P, b, k));
     }
     for (int i = 0; i < bl->n_in; i++) {
         int inner = bl->in[i].inner;
@@ -1107,14 +939,14 @@ static void block_range(builder *E, prog *P, int b, bool last_mb) {
     }
     for (int i = 0; i < bl->n_acc; i++) acc_start(E, P, b, i, first);
     prefetch_first(E, P, b, lo, hi);
-    if (block_shards(E, b) && !P->sharding) event(E, P, PLAN_I_RECORD, STREAM_SYNC, EV_SYNCED); // zero2_flush's first wait (else sharded_wait's)
+    if (block_shards(E, b) && !P->sharding) p3_event(E, P, PLAN_I_RECORD, STREAM_SYNC, EV_SYNCED); // zero2_flush's first wait (else sharded_wait's)
     loop_open(E, P, bwd ? PLAN_LOOP_REVERSE_LAYER : PLAN_LOOP_LAYER, hi - lo);
     block_body(E, P, b, last_mb);
     loop_close(E, P);
     if ((bwd ? lo == 0 : hi == R))
         for (int i = 0; i < bl->n_out; i++) {
             int ob = home(E, P, bl->out[i].outer), k = graph_carry_of(bl, bl->out[i].inner, false);
-            copy(E, P, k >= 0 ? carry_reg(E, P, b, k) : home(E, P, bl->out[i].inner), ob);
+            p3_copy(E, P, k >= 0 ? carry_reg(E, P, b, k) : home(E, P, bl->out[i].inner), ob);
         }
 }
 
@@ -1124,7 +956,7 @@ static void block_range(builder *E, prog *P, int b, bool last_mb) {
 // since the send of one micro-batch and the receive of the next may fall in one group of sends
 // and receives (1F1B's cool-down), whose receives may land before its sends read.
 static int relay_buf(builder *E, prog *P, int t) {
-    if (P->home[t] < 0) P->home[t] = new_buf(E, P, t, E->v->home_sh[t], 2, 1, 0);
+    if (P->home[t] < 0) P->home[t] = p3_buf(E, P, t, E->v->home_sh[t], 2, 1, 0);
     return P->home[t];
 }
 
@@ -1145,12 +977,12 @@ static void p2p(builder *E, prog *P, bool bwd, bool send, bool last_mb) {
         } else {
             buf = home(E, P, x[i].key);
         }
-        plan_insn *in = insn(E, P, send ? PLAN_I_SEND : PLAN_I_RECV, STREAM_MAIN, &buf, 1);
+        plan_insn *in = p3_insn(E, P, send ? PLAN_I_SEND : PLAN_I_RECV, STREAM_MAIN, &buf, 1);
         in->a = PCC_AX_PP;
         in->b = off;
         in->tag = (uint8_t)(E->V == 1 ? 0 : dfr ? TAG_DEFERRED : bwd ? TAG_BWD : TAG_FWD);
-        in->t_s = transfer_s(E, P, buf, in->b);
-        if (!send) forget(P, buf);
+        in->t_s = p3_transfer_s(E, P, buf, in->b);
+        if (!send) p3_forget(P, buf);
     }
 }
 
@@ -1172,14 +1004,14 @@ static void run_release(builder *E, prog *P, p3_held *h, bool last_mb) {
             int src = home(E, P, op->in[i]), k = 0;
             plan_shard w = E->v->sh[h->op[j]][i];
             pcc_reshard_step st[PCC_AXES + 1];
-            if (shard_eq(P->buf[src].shard, w) || cached(P, src, w) >= 0) continue;
+            if (p3_shard_eq(P->buf[src].shard, w) || cached(P, src, w) >= 0) continue;
             if (reshard_steps(P->buf[src].shard, w, g->tensors[op->in[i]].rank, st) != 1 || st[0].kind < 0 ||
                 (st[0].axes & ~(1u << PCC_AX_TP | 1u << PCC_AX_TQ)))
                 continue;
-            while (k < n && !(in[k] == src && shard_eq(want[k], w))) k++;
+            while (k < n && !(in[k] == src && p3_shard_eq(want[k], w))) k++;
             if (k < n) continue;
             in[n] = src, want[n] = w, step[n] = st[0], to[n] = p3_charged_to(g, h->op[j], i);
-            out[n++] = new_buf(E, P, op->in[i], st[0].after, 1, 1, 0);
+            out[n++] = p3_buf(E, P, op->in[i], st[0].after, 1, 1, 0);
         }
     }
     bool *done = arena_alloc(g->arena, (size_t)(n ? n : 1));
@@ -1306,11 +1138,11 @@ static void share_params(builder *E, prog *P) {
             dev[d] = true;
             if (me != od && me != d) continue;
             int buf = home(E, P, t);
-            plan_insn *in = insn(E, P, me == od ? PLAN_I_SEND : PLAN_I_RECV, STREAM_MAIN, &buf, 1);
+            plan_insn *in = p3_insn(E, P, me == od ? PLAN_I_SEND : PLAN_I_RECV, STREAM_MAIN, &buf, 1);
             in->a = PCC_AX_PP;
             in->b = me == od ? d - od : od - d;
             in->tag = (uint8_t)(E->V > 1 ? TAG_SHARE : 0);
-            in->t_s = transfer_s(E, P, buf, in->b);
+            in->t_s = p3_transfer_s(E, P, buf, in->b);
         }
     }
 }
@@ -1355,7 +1187,7 @@ static void stage_prologue(builder *E, prog *P) {
             if (!graph_is_param_grad(g, t)) continue;
             if (E->v->copy_hi[fb][P->stage] <= E->v->copy_lo[fb][P->stage]) continue;
             int G = home(E, P, t);
-            plan_insn *in = insn(E, P, PLAN_I_COMPUTE, STREAM_MAIN, &G, 1);
+            plan_insn *in = p3_insn(E, P, PLAN_I_COMPUTE, STREAM_MAIN, &G, 1);
             in->code = PCC_OP_FILL;
             in->t_s = p3_memory_s(E, P, (double)P->buf[G].bytes, G);
         }
@@ -1366,7 +1198,7 @@ static void stage_prologue(builder *E, prog *P) {
             for (int i = 0; i < g->ops[o].nin; i++) here |= g->ops[o].in[i] == t && E->v->ostage[o] == P->stage;
         if (!here) continue;
         int G = home(E, P, t);
-        plan_insn *in = insn(E, P, PLAN_I_COMPUTE, STREAM_MAIN, &G, 1);
+        plan_insn *in = p3_insn(E, P, PLAN_I_COMPUTE, STREAM_MAIN, &G, 1);
         in->code = PCC_OP_FILL;
         in->t_s = p3_memory_s(E, P, (double)P->buf[G].bytes, G);
     }
@@ -1382,8 +1214,8 @@ static void epilogue(builder *E, prog *P) {
         if (P->shard_acc[t] >= 0) P->home[t] = P->shard_acc[t]; // ZeRO-2: the optimizer reads the summed shard
     E->delta = 0;
     if (P->used_sync) {
-        event(E, P, PLAN_I_RECORD, STREAM_SYNC, EV_SYNCED);
-        event(E, P, PLAN_I_WAIT, STREAM_MAIN, EV_SYNCED);
+        p3_event(E, P, PLAN_I_RECORD, STREAM_SYNC, EV_SYNCED);
+        p3_event(E, P, PLAN_I_WAIT, STREAM_MAIN, EV_SYNCED);
     }
     if (E->V == 1) {
         optimizer(E, P);
@@ -1417,19 +1249,7 @@ static void deferred_sends(builder *E, prog *P, int d) {
 
 /* ---- phase 3's vocabulary for schedule.c ---- */
 
-int p3_new_buf(builder *E, prog *P, int t, plan_shard s, uint32_t mb_slots) { return new_buf(E, P, t, s, mb_slots, 1, 0); }
 int p3_home(builder *E, prog *P, int t) { return home(E, P, t); }
-plan_insn *p3_insn(builder *E, prog *P, plan_insn_kind k, const int *args, int nargs) { return insn(E, P, k, STREAM_MAIN, args, nargs); }
-float p3_transfer_s(const builder *E, const prog *P, int b, int offset) { return transfer_s(E, P, b, offset); }
-void p3_forget(prog *P, int buf) { forget(P, buf); }
-int p3_scratch(builder *E, prog *P, pcc_dtype dt, uint64_t bytes) {
-    int b = new_buf(E, P, -1, shard_r(), 1, 1, 0);
-    P->buf[b].dtype = (uint8_t)dt, P->buf[b].bytes = bytes;
-    return b;
-}
-void p3_coll(builder *E, prog *P, pcc_coll kind, unsigned axes, int in, int out) { coll(E, P, kind, axes, STREAM_MAIN, in, out); }
-uint32_t p3_intern_attrs(builder *E, prog *P, const plan_attrs *pa) { return intern_attrs(E, P, pa); }
-float p3_op_time_s(const builder *E, int o) { return op_time_s(E, o); }
 void p3_emit_op(builder *E, prog *P, int o, bool last_mb) { emit_op(E, P, o, last_mb); }
 void p3_reshard_to(builder *E, prog *P, int src, plan_shard want, int dst) { reshard_to(E, P, src, want, dst); }
 void p3_bucket_flush(builder *E, prog *P) { bucket_flush(E, P); }

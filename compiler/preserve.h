@@ -1,7 +1,8 @@
 /*
- * preserve.h: phase 3's builder (compiler/preserve.c), private to preserve.c and handoff.c (which
- * makes one and hands on what it built): the programs being built, one per pipeline stage, and
- * what every step of building them reads.
+ * preserve.h: phase 3's builder, private to phase 3's files (preserve.c builds the programs from
+ * p3base.c's primitives; schedule.c orders their parts; vocab.c and runs.c add their forms;
+ * handoff.c makes the builder and hands on what it built): the programs being built, one per
+ * pipeline stage, and what every step of building them reads.
  */
 #ifndef PLANCC_PRESERVE_H
 #define PLANCC_PRESERVE_H
@@ -100,24 +101,44 @@ typedef struct builder {
     double *run_credit[2]; // per forward op: what one pass's bucket saves (forward, backward; run_release)
 } builder;
 
+/* p3base.c: the builder's primitives */
+// Layouts: equal; all R; the bytes of tensor t's piece in layout s.
+bool p3_shard_eq(plan_shard a, plan_shard b);
+plan_shard p3_shard_r(void);
+uint64_t p3_shard_bytes(const builder *E, int t, plan_shard s);
 // The plan group over the mesh axes in `axes` for collectives on `stream` (made on first use).
 int p3_group(builder *E, int axes, int stream);
-// The shape of the group over those axes, for the cost model.
+// A buffer of tensor t (-1: scratch) in layout s with its slots; a scratch buffer of `bytes` in dtype dt.
+int p3_buf(builder *E, prog *P, int t, plan_shard s, uint32_t mb_slots, uint32_t layer_slots, uint32_t base);
+int p3_scratch(builder *E, prog *P, pcc_dtype dt, uint64_t bytes);
+// Instructions: buffer buf's cached layouts forgotten; an instruction on `stream`; an event
+// (record or wait); a collective over the mesh axes in `axes`; a local copy (on `stream`, or
+// the compute stream).
+void p3_forget(prog *P, int buf);
+plan_insn *p3_insn(builder *E, prog *P, plan_insn_kind k, int stream, const int *args, int nargs);
+void p3_event(builder *E, prog *P, plan_insn_kind k, int stream, int ev);
+void p3_coll(builder *E, prog *P, pcc_coll kind, unsigned axes, int stream, int in, int out);
+void p3_copy_on(builder *E, prog *P, int src, int dst, int stream);
+void p3_copy(builder *E, prog *P, int src, int dst);
+// The attrs of op (accumulate: it adds into its outputs; sharded: ZeRO-2 sums its gradient's
+// shard instead), and attrs pa, as indices into P's table.
+uint32_t p3_attrs_of(builder *E, prog *P, const pcc_op *op, bool accumulate, bool sharded);
+uint32_t p3_intern_attrs(builder *E, prog *P, const plan_attrs *pa);
+// Times: the shape of the group over mesh axes `axes` for the cost model; a send or receive of
+// buffer b to or from the stage `offset` away; a memory-bound kernel over `bytes` touching
+// buffer b; op o on its operands' shards.
 pcc_group_shape p3_axes_group(const builder *E, unsigned axes);
-// A memory-bound kernel's time over `bytes` touching buffer b.
+float p3_transfer_s(const builder *E, const prog *P, int b, int offset);
 float p3_memory_s(const builder *E, const prog *P, double bytes, int b);
+float p3_op_time_s(const builder *E, int o);
+/* preserve.c */
 // Builds stage P->stage's program (schedule.c, from preserve.c's parts).
 void p3_program(builder *E, prog *P);
 
-// preserve.c's helpers for schedule.c: a buffer of tensor t (one layer slot), t's home on this
-// stage, an instruction on the compute stream, a transfer's time, a buffer's cached layouts
-// forgotten, an operator (its inputs resharded), a reshard into dst, the open gradient bucket
-// closed, a loop over micro-batches opened and closed.
-int p3_new_buf(builder *E, prog *P, int t, plan_shard s, uint32_t mb_slots);
+// preserve.c's helpers for schedule.c: t's home on this stage, an operator (its inputs
+// resharded), a reshard into dst, the open gradient bucket closed, a loop over micro-batches
+// opened and closed.
 int p3_home(builder *E, prog *P, int t);
-plan_insn *p3_insn(builder *E, prog *P, plan_insn_kind k, const int *args, int nargs);
-float p3_transfer_s(const builder *E, const prog *P, int b, int offset);
-void p3_forget(prog *P, int buf);
 void p3_emit_op(builder *E, prog *P, int o, bool last_mb);
 void p3_reshard_to(builder *E, prog *P, int src, plan_shard want, int dst);
 void p3_bucket_flush(builder *E, prog *P);
@@ -150,12 +171,6 @@ void p3_run_credit(builder *E, prog *P, const pcc_reshard_step *step, const int 
                    const int *to, int n);
 // Whether op o is attention (or its gradient) that runs as ring attention.
 bool p3_ring_op(const builder *E, int o);
-// ... a scratch buffer of `bytes` in dtype dt, a collective on the compute stream, attrs added to
-// P's table, op o's kernel time on its shard.
-int p3_scratch(builder *E, prog *P, pcc_dtype dt, uint64_t bytes);
-void p3_coll(builder *E, prog *P, pcc_coll kind, unsigned axes, int in, int out);
-uint32_t p3_intern_attrs(builder *E, prog *P, const plan_attrs *pa);
-float p3_op_time_s(const builder *E, int o);
 /* vocab.c: vocabulary-parallel cross_entropy */
 // The mesh axes (bits) that split the classes of cross_entropy (or its gradient) o; 0 for any
 // other op, or classes whole.

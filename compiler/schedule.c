@@ -46,11 +46,11 @@ static void il_unit(builder *E, prog *P, int ph, int delta, bool last_mb) {
                 for (int i = 0; i < g->ops[o].nin; i++) read |= g->ops[o].in[i] == t;
         if (!read) continue;
         E->phase = g->tensors[t].kind == PCC_T_GRAD ? PLAN_PHASE_BWD : PLAN_PHASE_FWD;
-        if (P->stage != s && P->home[t] < 0) P->home[t] = p3_new_buf(E, P, t, v->home_sh[t], (uint32_t)E->M);
+        if (P->stage != s && P->home[t] < 0) P->home[t] = p3_buf(E, P, t, v->home_sh[t], (uint32_t)E->M, 1, 0);
         int buf = p3_home(E, P, t);
         for (int d = 0; d < E->pp; d++) {
             if (d == s || (P->stage != s && P->stage != d)) continue;
-            plan_insn *in = p3_insn(E, P, P->stage == s ? PLAN_I_SEND : PLAN_I_RECV, &buf, 1);
+            plan_insn *in = p3_insn(E, P, P->stage == s ? PLAN_I_SEND : PLAN_I_RECV, STREAM_MAIN, &buf, 1);
             in->a = PCC_AX_PP;
             in->b = P->stage == s ? d - s : s - d;
             in->t_s = p3_transfer_s(E, P, buf, in->b);
@@ -108,7 +108,7 @@ static void il_begin(builder *E, prog *P, int ph) {
     for (int o = 0; o < g->n_ops; o++)
         for (int i = 0; v->ilphase[o] == ph && i < g->ops[o].nout; i++) {
             int t = g->ops[o].out[i];
-            if (v->has_xsh[t]) P->il_xbuf[ph][t] = p3_new_buf(E, P, t, v->xsh[t], stage_reads(E, P, t) ? (uint32_t)E->M : 1);
+            if (v->has_xsh[t]) P->il_xbuf[ph][t] = p3_buf(E, P, t, v->xsh[t], stage_reads(E, P, t) ? (uint32_t)E->M : 1, 1, 0);
         }
 }
 

@@ -52,12 +52,12 @@ static int gathered_stats(builder *E, prog *P, int x, int lab, unsigned axes, ui
     if (attrs == PLAN_NONE) memset(&pa, 0, sizeof pa);
     else pa = P->attrs[attrs];
     pa.i[PLAN_AI_ACCUMULATE] = 0; // a scratch buffer, written whole
-    plan_insn *in = p3_insn(E, P, PLAN_I_COMPUTE, (int[]){x, lab, st}, 3);
+    plan_insn *in = p3_insn(E, P, PLAN_I_COMPUTE, STREAM_MAIN, (int[]){x, lab, st}, 3);
     in->code = PCC_OP_VOCAB_CE_STATS;
     in->attrs = p3_intern_attrs(E, P, &pa);
     in->t_s = p3_memory_s(E, P, (double)P->buf[x].bytes, x);
     p3_forget(P, st);
-    p3_coll(E, P, PCC_COLL_ALL_GATHER, axes, st, all);
+    p3_coll(E, P, PCC_COLL_ALL_GATHER, axes, STREAM_MAIN, st, all);
     return all;
 }
 
@@ -67,14 +67,14 @@ void p3_vocab_ce(builder *E, prog *P, int o, const int *args, uint32_t attrs) {
     PCC_ASSERT(axes);
     if (op->kind == PCC_OP_CROSS_ENTROPY) {
         int all = gathered_stats(E, P, args[0], args[1], axes, attrs);
-        plan_insn *in = p3_insn(E, P, PLAN_I_COMPUTE, (int[]){all, args[1], args[2]}, 3);
+        plan_insn *in = p3_insn(E, P, PLAN_I_COMPUTE, STREAM_MAIN, (int[]){all, args[1], args[2]}, 3);
         in->code = PCC_OP_VOCAB_CE;
         in->attrs = attrs;
         in->t_s = p3_memory_s(E, P, (double)P->buf[all].bytes, all);
         return;
     }
     int all = gathered_stats(E, P, args[1], args[2], axes, attrs);
-    plan_insn *in = p3_insn(E, P, PLAN_I_COMPUTE, (int[]){args[0], args[1], args[2], all, args[3]}, 5);
+    plan_insn *in = p3_insn(E, P, PLAN_I_COMPUTE, STREAM_MAIN, (int[]){args[0], args[1], args[2], all, args[3]}, 5);
     in->code = PCC_OP_VOCAB_CE_GRAD;
     in->attrs = attrs;
     in->t_s = p3_op_time_s(E, o);

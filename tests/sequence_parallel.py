@@ -100,7 +100,8 @@ def sp_plan(name, text, shapes):
     colls = [i for i in fwd if i["kind"] == "coll" and i["group"] in tp]
     ar = [i for i in colls if i["name"] == "all_reduce"]
     check(f"{name}: no all-reduce on tp in the forward pass", not ar, f"{len(ar)} all_reduce")
-    block = [i for i in colls if tensors[buffers[i["in"][0]][0]] in ("a", "c", "p", "z")]  # the block's four reshardings
+    # the block's four reshardings (a scratch buffer, as the loss's statistics on the vocabulary pieces, has no tensor)
+    block = [i for i in colls if i["in"][0] in buffers and tensors[buffers[i["in"][0]][0]] in ("a", "c", "p", "z")]
     rs = [i for i in block if i["name"] == "reduce_scatter" and seq_split(i["out"][0], buffers, tensors, shapes)]
     ag = [i for i in block if i["name"] == "all_gather" and seq_split(i["in"][0], buffers, tensors, shapes)]
     check(f"{name}: the block's tp collectives are 2 reduce-scatters onto S and 2 all-gathers from S",

@@ -224,12 +224,3 @@ plan_status check_pfail(checker *c, uint32_t k, const char *fmt, ...) {
     va_end(ap);
     return check_fail(c, "%s: %s", label, msg);
 }
-
-uint32_t check_last_writer(const plan_program *pg, uint32_t i, uint32_t b) {
-    while (i-- > 0) {
-        const plan_insn *in = &pg->insns[i];
-        for (uint32_t x = 0; x < in->nargs; x++)
-            if (pg->args[in->args + x] == b && (plan_arg_role(pg, in, x) & PLAN_ARG_WRITE)) return i;
-    }
-    return UINT32_MAX;
-}

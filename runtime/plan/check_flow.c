@@ -882,6 +882,15 @@ static plan_status flow_end(flow *f) {
     return PLAN_OK;
 }
 
+uint32_t check_last_writer(const plan_program *pg, uint32_t i, uint32_t b) {
+    while (i-- > 0) {
+        const plan_insn *in = &pg->insns[i];
+        for (uint32_t x = 0; x < in->nargs; x++)
+            if (pg->args[in->args + x] == b && (plan_arg_role(pg, in, x) & PLAN_ARG_WRITE)) return i;
+    }
+    return UINT32_MAX;
+}
+
 plan_status check_flow(checker *c, uint32_t k) {
     flow f = {.c = c, .k = k, .pg = &c->p->programs[k]};
     plan_status st = flow_slots(&f);

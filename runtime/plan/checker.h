@@ -72,9 +72,6 @@ const char *check_shard_value(uint8_t v, char buf[8]);                          
 void check_buffer_desc(const plan *p, const plan_program *pg, uint32_t b, char *buf, size_t n);
 // The mesh axes on which s splits dimension d, as a mask.
 uint32_t check_split_axes(const plan *p, plan_shard s, int d);
-// The last instruction of program pg before i that writes buffer b (program order, loops as
-// written), or UINT32_MAX (check_ring.c, check_vocab.c).
-uint32_t check_last_writer(const plan_program *pg, uint32_t i, uint32_t b);
 
 /* ---- check_struct.c (plan_validate is in plan.h) ---- */
 
@@ -130,6 +127,9 @@ plan_status check_attrs_shapes(checker *c, uint32_t k, uint32_t i);
 plan_status check_buffer(checker *c, uint32_t k, uint32_t b);
 // The data flow of program k, loops expanded (see check_flow.c).
 plan_status check_flow(checker *c, uint32_t k);
+// The last instruction of program pg before i that writes buffer b (program order, loops as
+// written), or UINT32_MAX (check_ring.c, check_vocab.c).
+uint32_t check_last_writer(const plan_program *pg, uint32_t i, uint32_t b);
 
 /* ---- check_comm.c ---- */
 
