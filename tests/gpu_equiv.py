@@ -30,8 +30,10 @@ gpt-tiny on the GPU with a cnn-small background replica beside it (planrun --bac
 pieces in flight): both within the same tolerances of their cpu runs.
 
 With two or more GPUs (nvidia-smi -L), gpt-tiny on 2 ranks (dp 2, and tp 2) runs as two planrun
-processes (torchrun's variables, tcp rendezvous) against the same plan on the cpu backend.
+processes (torchrun's variables, tcp rendezvous) against the same plan on the cpu backend, and a
+tp 2 policy whose loss runs on the LM head's pieces of the vocabulary (vocab_ce over NCCL).
 """
+import json
 import os
 import socket
 import subprocess
@@ -151,7 +153,10 @@ def bf16(plancc, planrun, root, tmp):
 
 
 def two_ranks(plancc, planrun, root, tmp):
-    for opts in ("--dp 2", "--tp 2"):
+    vocab = os.path.join(tmp, "vocab-tp2.json")  # the loss on the LM head's vocabulary pieces over tp (compiler/vocab.c)
+    with open(vocab, "w") as f:
+        json.dump({"version": 1, "mesh": {"dp": 1, "tp": 2, "pp": 1}, "rules": [{"ops": "logits", "split": "n"}, {"ops": "loss", "split": "v"}]}, f)
+    for opts in ("--dp 2", "--tp 2", f"--policy {vocab}"):
         name = f"gpt-tiny on 2 GPUs, {opts}"
         base = os.path.join(tmp, "two")
         p = run(plancc, os.path.join(root, "models", "gpt-tiny.json"), "--cluster", os.path.join(root, "models", "clusters", "cpu.json"),
