@@ -134,7 +134,6 @@ def launcher_paths(planrun, tmp):
 
 
 def bf16(plancc, planrun, root, tmp):
-    import json
     base = os.path.join(tmp, "gpt-tiny")
     with open(os.path.join(root, "models", "gpt-tiny.json")) as f:
         m = json.load(f)
