@@ -38,7 +38,7 @@ unsigned p3_vocab_axes(const builder *E, int o) {
     int last = E->g->tensors[op->in[li]].rank - 1;
     unsigned axes = 0;
     for (int a = 0; a < PCC_AXES; a++)
-        if (E->v->sh[o][li].map[a] == 2 + last) axes |= 1u << a;
+        if (E->v->sh[o][li].map[a] == PLAN_SHARD_D(last)) axes |= 1u << a;
     return axes;
 }
 
