@@ -418,6 +418,18 @@ static void json_num_or_null(FILE *f, double x) {
     else fprintf(f, "null");
 }
 
+// The step-time estimate as a JSON object (a term that is not finite is null: valid JSON whatever
+// the cost model says).
+static void json_estimate(FILE *f, const pcc_estimate *x) {
+    const char *const key[] = {"step_s", "pipeline_s", "bubble_s", "compute_s", "tp_comm_s", "p2p_s", "sync_s", "sync_exposed_s", "optimizer_s"};
+    const double v[] = {x->step_s, x->pipeline_s, x->bubble_s, x->compute_s, x->tp_comm_s, x->p2p_s, x->sync_s, x->sync_exposed_s, x->optimizer_s};
+    for (int i = 0; i < 9; i++) {
+        fprintf(f, "%s\"%s\": ", i ? ", " : "{", key[i]);
+        json_num_or_null(f, v[i]);
+    }
+    fprintf(f, "}");
+}
+
 // The operators coshard.c rewrote: a JSON array and the key "coshard_over_s" (the estimate of the
 // plan --auto's co-shard round beat, or null), or one text line (nothing when none).
 static void report_coshard(FILE *f, const pcc_options *o, bool json) {
@@ -458,16 +470,13 @@ void report_estimate(FILE *f, const pcc_graph *g, const pcc_cluster *c, const pc
     if (o->report.json) {
         fprintf(f, "{\"model\": \"%s\", \"cluster\": \"%s\", \"devices\": %d, \"pp\": %d, \"dp\": %d, \"cp\": %d, \"cp_form\": \"%s\", "
                "\"tp\": %d, \"tp2\": %d, \"virtual_stages\": %d, \"micro_batches\": %d, \"batch\": %lld, \"global_batch\": %lld, \"zero\": %d, "
-               "\"prefetch\": \"%s\", \"sequence_parallel\": %s, \"attention\": \"%s\", \"candidates\": %d, \"estimate\": {\"step_s\": %.9g, \"pipeline_s\": %.9g, \"bubble_s\": %.9g, "
-               "\"compute_s\": %.9g, \"tp_comm_s\": %.9g, \"p2p_s\": %.9g, \"sync_s\": %.9g, \"sync_exposed_s\": %.9g, "
-               "\"optimizer_s\": %.9g}, \"memory_bytes\": %.9g, \"micro_batch_counts_searched\": %d, \"seconds\": %.6f, ",
+               "\"prefetch\": \"%s\", \"sequence_parallel\": %s, \"attention\": \"%s\", \"candidates\": %d, \"estimate\": ",
                g->name, c->name, c->n_devices, s->mesh[PCC_AX_PP], s->mesh[PCC_AX_DP], s->mesh[PCC_AX_CP],
                s->config.cp_zigzag ? "zigzag" : s->config.cp_ring ? "ring" : "ulysses", strategy_tp(s), s->mesh[PCC_AX_TQ], s->virtual_stages,
                s->micro_batches, (long long)batch, (long long)batch * s->micro_batches, s->zero,
-               s->zero == 3 && s->zero3_late ? "none" : "layer", s->config.sp ? "true" : "false",
-               attn_form(g), n, x->step_s, x->pipeline_s,
-               x->bubble_s, x->compute_s, x->tp_comm_s, x->p2p_s, x->sync_s, x->sync_exposed_s, x->optimizer_s,
-               peak_bytes, o->mb_searched, seconds);
+               s->zero == 3 && s->zero3_late ? "none" : "layer", s->config.sp ? "true" : "false", attn_form(g), n);
+        json_estimate(f, x);
+        fprintf(f, ", \"memory_bytes\": %.9g, \"micro_batch_counts_searched\": %d, \"seconds\": %.6f, ", peak_bytes, o->mb_searched, seconds);
         fprintf(f, "\"coshard\": ");
         report_coshard(f, o, true);
         fprintf(f, ", ");
@@ -616,9 +625,9 @@ static void json_compile(FILE *f, const pcc_graph *g, const pcc_cluster *c, cons
     json_num_or_null(f, r->gap);
     fprintf(f, ", \"seconds\": %.6f},\n", r->seconds);
     json_compile_programs(f, e, c->memory_bytes);
-    fprintf(f, " \"estimate\": {\"step_s\": %.9g, \"pipeline_s\": %.9g, \"bubble_s\": %.9g, \"compute_s\": %.9g, "
-               "\"tp_comm_s\": %.9g, \"p2p_s\": %.9g, \"sync_s\": %.9g, \"sync_exposed_s\": %.9g, \"optimizer_s\": %.9g},\n",
-            x->step_s, x->pipeline_s, x->bubble_s, x->compute_s, x->tp_comm_s, x->p2p_s, x->sync_s, x->sync_exposed_s, x->optimizer_s);
+    fprintf(f, " \"estimate\": ");
+    json_estimate(f, x);
+    fprintf(f, ",\n");
     json_compile_sim(f, e->p, s->est_step_s);
     json_compile_warnings(f);
     fprintf(f, ",\n ");
