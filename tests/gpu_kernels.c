@@ -654,15 +654,15 @@ static void imported(void) {
     c = mk("cross_entropy_grad, ignore_index 3", "cross_entropy_grad", 1e-5), SCALAR_IN(&c), IN(&c, 6, 10), ids(IN(&c, 6), 10);
     OUT(&c, 6, 10), c.attrs.f[PLAN_AF_SCALE] = 3, c.attrs.i[PLAN_AI_MODE] = 1, push(c);
     // vocabulary-parallel cross_entropy (compiler/vocab.c): classes 3..6 of 10 on this rank, the
-    // statistics of 2 pieces (each row's max, a positive sum of exponentials, a logit); the plan
-    // keeps the statistics in f32 whatever the logits' dtype, which this harness cannot mix
-    c = mk("vocab_ce_stats, classes 3..6 of 10", "vocab_ce_stats", 1e-5), IN(&c, 6, 4), ids(IN(&c, 6), 10), OUT(&c, 18);
-    c.v[0].start[1] = 3, c.v[0].full[1] = 10, c.no_acc = c.no16 = true, push(c);
-    c = mk("vocab_ce, 2 pieces, ignore_index 3", "vocab_ce", 1e-5), IN(&c, 36), ids(IN(&c, 6), 10), SCALAR_OUT(&c);
-    c.v[0].lo = 0.5, c.v[0].hi = 2, c.attrs.f[PLAN_AF_SCALE] = 3, c.attrs.i[PLAN_AI_MODE] = 1, c.no16 = true, push(c);
-    c = mk("vocab_ce_grad, classes 3..6 of 10", "vocab_ce_grad", 1e-5), SCALAR_IN(&c), IN(&c, 6, 4), ids(IN(&c, 6), 10), IN(&c, 36);
-    OUT(&c, 6, 4), c.v[1].start[1] = c.v[4].start[1] = 3, c.v[1].full[1] = c.v[4].full[1] = 10, c.v[3].lo = 0.5, c.v[3].hi = 2;
-    c.attrs.f[PLAN_AF_SCALE] = 3, c.attrs.i[PLAN_AI_MODE] = 1, c.no16 = true, push(c);
+    // statistics of 2 pieces (each row's max, a positive sum of exponentials, a logit), in f32
+    // whatever the logits' dtype, as the plans keep them (operand `state`: f32 in every variant)
+    c = mk("vocab_ce_stats, classes 3..6 of 10", "vocab_ce_stats", 1e-5), IN(&c, 6, 4), ids(IN(&c, 6), 10), OUT(&c, 18)->state = true;
+    c.v[0].start[1] = 3, c.v[0].full[1] = 10, c.no_acc = true, push(c);
+    c = mk("vocab_ce, 2 pieces, ignore_index 3", "vocab_ce", 1e-5), IN(&c, 36)->state = true, ids(IN(&c, 6), 10), SCALAR_OUT(&c);
+    c.v[0].lo = 0.5, c.v[0].hi = 2, c.attrs.f[PLAN_AF_SCALE] = 3, c.attrs.i[PLAN_AI_MODE] = 1, push(c);
+    c = mk("vocab_ce_grad, classes 3..6 of 10", "vocab_ce_grad", 1e-5), SCALAR_IN(&c), IN(&c, 6, 4), ids(IN(&c, 6), 10);
+    IN(&c, 36)->state = true, OUT(&c, 6, 4), c.v[1].start[1] = c.v[4].start[1] = 3, c.v[1].full[1] = c.v[4].full[1] = 10;
+    c.v[3].lo = 0.5, c.v[3].hi = 2, c.attrs.f[PLAN_AF_SCALE] = 3, c.attrs.i[PLAN_AI_MODE] = 1, push(c);
 }
 
 int main(int argc, char **argv) {
