@@ -7,7 +7,8 @@ usage: mpi.py PLANCC PLANRUN SOURCE_ROOT
     tells every float32 apart) on gpt-tiny's 4-rank --auto plan and on plans with every kind of
     communication: dp 2 x tp 2 (all-reduce, all-gather, reduce-scatter), pp 2 x dp 2 with 4
     micro-batches (sends and receives), pp 2 x tp 2, ZeRO-3 over dp 4, interlaced operators (GPipe
-    and 1F1B: collectives over pp between the pipeline's messages); on the shipped corpus; and
+    and 1F1B: collectives over pp between the pipeline's messages), the loss on the LM head's
+    vocabulary pieces (over tp, and interlaced over pp x tp); on the shipped corpus; and
     once over TCP (--mca btl tcp,self), the transport between machines, instead of shared memory;
   - a rank that is killed (SIGKILL) ends the job within the timeout, and the job's output names it;
   - a rank that hangs (SIGSTOP) makes the others give up after --timeout, each naming it, exit 11;
@@ -180,6 +181,15 @@ def main():
             with open(pol, "w", encoding="utf-8") as f:
                 json.dump({"version": 1, "mesh": dict(mesh, micro_batches=4), "rules": rules}, f)
             same_losses(tmp, f"interlaced embedding and head, {name}", ["--policy", pol], steps=6)
+        # The loss on the LM head's vocabulary pieces (vocab_ce: the statistics all-gathered over tp),
+        # interlaced over pp x tp too.
+        for name, mesh, stage in (("dp 2 x tp 2", {"dp": 2, "tp": 2, "pp": 1}, {}),
+                                  ("interlaced, GPipe, tp 2 x pp 2", {"dp": 1, "tp": 2, "pp": 2, "schedule": "gpipe"}, {"stage": "all"})):
+            pol = os.path.join(tmp, "vocab.json")
+            vr = [dict({"ops": "logits", "split": "n"}, **stage), dict({"ops": "loss", "split": "v"}, **stage)]
+            with open(pol, "w", encoding="utf-8") as f:
+                json.dump({"version": 1, "mesh": dict(mesh, micro_batches=4), "rules": ([dict(rules[0])] if stage else []) + vr}, f)
+            same_losses(tmp, f"vocabulary-parallel loss, {name}", ["--policy", pol], steps=6)
         # Over TCP, as between machines, instead of shared memory.
         same_losses(tmp, "dp 2 x tp 2 over TCP (--mca btl tcp,self)", ["--dp", 2, "--tp", 2], steps=6, mca=("--mca", "btl", "tcp,self"))
         failures(tmp)
