@@ -146,7 +146,7 @@ static bool chained(const cs *C, const pcc_op *op, const pcc_letter *l, int k) {
 // Why l cannot co-shard op k ways (NULL: it can).
 static const char *refuse(const pcc_graph *g, const pcc_op *op, const pcc_letter *l, int k) {
     if (l->nosplit) return "the annotation marks it unsplittable";
-    if ((op->kind == PCC_OP_CROSS_ENTROPY || op->kind == PCC_OP_CROSS_ENTROPY_GRAD) && strcmp(l->name, "v") == 0)
+    if (op_vocab_letter(op, l))
         return "each piece of the classes needs every piece's row statistics (only devices split it: vocabulary parallelism)";
     if (l->dim == graph_batch_dim(g)) return "it is the batch, data parallelism's";
     if (g->dims[l->dim].size % ((int64_t)k * l->grain) != 0) return "its size does not divide";

@@ -865,10 +865,13 @@ static int letters_ghost(const pcc_op *op, pcc_letter *out, int n) {
 // cross_entropy's classes v: split only by phase 3's vocabulary-parallel form (compiler/vocab.c:
 // each piece's statistics, gathered), never as the operator itself, which needs the whole row
 // (ops.def marks it "^" for plan_check, whose vocab-ce rule says so).
+bool op_vocab_letter(const pcc_op *op, const pcc_letter *l) {
+    return (op->kind == PCC_OP_CROSS_ENTROPY || op->kind == PCC_OP_CROSS_ENTROPY_GRAD) && strcmp(l->name, "v") == 0;
+}
+
 static int letters_vocab(const pcc_op *op, pcc_letter *out, int n) {
-    if (op->kind != PCC_OP_CROSS_ENTROPY && op->kind != PCC_OP_CROSS_ENTROPY_GRAD) return n;
     for (int i = 0; i < n; i++)
-        if (strcmp(out[i].name, "v") == 0) out[i].nosplit = false;
+        if (op_vocab_letter(op, &out[i])) out[i].nosplit = false;
     return n;
 }
 

@@ -402,6 +402,9 @@ typedef struct pcc_letter {
     signed char axis[PCC_MAX_OPERANDS];
 } pcc_letter;
 int op_letters(const pcc_graph *g, const pcc_op *op, pcc_letter *out);
+// Whether l is cross_entropy's (or its gradient's) classes, which only phase 3's vocabulary-parallel
+// form splits (compiler/vocab.c).
+bool op_vocab_letter(const pcc_op *op, const pcc_letter *l);
 // Axis maps (attrs perm of broadcasting and reducing ops, runtime/ops.def's last section): the
 // axis of the larger operand (rank big_rank) that axis j of the smaller one (small_rank) is.
 int op_map_axis(const pcc_attrs *a, int big_rank, int small_rank, int j);

@@ -28,13 +28,14 @@ static ce_mode ce_mode_of(const kctx *c) {
 
 static bool ce_skip(const ce_mode *m, int32_t label) { return m->ignoring && label == m->ignore; }
 
-// logits [*b,v] and labels [*b] (int32, each in [0, v) or the ignore_index).
-static int ce_check(kctx *c, const rt_view *logits, const char *lname, const rt_view *labels, const char *yname) {
+// logits [*b,v] and labels [*b] (int32, each in [0, classes) or the ignore_index): classes is
+// v for cross_entropy, the whole vocabulary (the view's full size) for a piece of it.
+static int ce_check(kctx *c, const rt_view *logits, const char *lname, const rt_view *labels, const char *yname, int64_t classes) {
     if (logits->rank < 1) return cpu_fail(c, "%s is a scalar; it needs [*b,v]", lname);
     kshape want = cpu_shape_of(logits);
     want.rank--;
     if (cpu_expect(c, yname, labels, want)) return -1;
-    int64_t v = cpu_dim(logits, -1), n = cpu_numel(labels);
+    int64_t v = classes, n = cpu_numel(labels);
     const int32_t *y = cpu_i(labels);
     ce_mode m = ce_mode_of(c);
     for (int64_t i = 0; i < n; i++)
@@ -59,7 +60,7 @@ static void ce_grad_row(const real *x, real *dx, int64_t v, int64_t lo, int32_t 
 // (logits [*b,v], labels [*b]) -> the mean over *b of -log softmax(logits)[label].
 int CPU_KERNEL(cross_entropy)(kctx *c) {
     const rt_view *x = &c->in[0], *lab = &c->in[1];
-    if (ce_check(c, x, "input 0", lab, "input 1") || scalar_check(c, "output 0", &c->out[0])) return -1;
+    if (ce_check(c, x, "input 0", lab, "input 1", cpu_dim(x, -1)) || scalar_check(c, "output 0", &c->out[0])) return -1;
     int64_t v = cpu_dim(x, -1), rows = v ? cpu_numel(lab) : 0;
     const real *X = cpu_r(x);
     const int32_t *y = cpu_i(lab);
@@ -74,7 +75,8 @@ int CPU_KERNEL(cross_entropy)(kctx *c) {
 // (dy, logits, labels) -> dy (softmax(logits) - onehot(label)) / count.
 int CPU_KERNEL(cross_entropy_grad)(kctx *c) {
     const rt_view *x = &c->in[1], *lab = &c->in[2];
-    if (scalar_check(c, "input 0", &c->in[0]) || ce_check(c, x, "input 1", lab, "input 2") || cpu_like(c, "output 0", &c->out[0], x))
+    if (scalar_check(c, "input 0", &c->in[0]) || ce_check(c, x, "input 1", lab, "input 2", cpu_dim(x, -1)) ||
+        cpu_like(c, "output 0", &c->out[0], x))
         return -1;
     int64_t v = cpu_dim(x, -1), rows = v ? cpu_numel(lab) : 0;
     ce_mode md = ce_mode_of(c);
@@ -96,19 +98,9 @@ int CPU_KERNEL(cross_entropy_grad)(kctx *c) {
  * piece's, rank-major; vocab_ce combines them into cross_entropy's loss, and vocab_ce_grad
  * into the piece's gradient. The rows and labels are the same on every rank of the group. */
 
-// Logits [*b, v piece] and labels [*b], as cross_entropy's but over the whole classes (full).
+// Logits [*b, v piece] and labels [*b], as cross_entropy's but over the whole classes.
 static int vce_check(kctx *c, const rt_view *x, const char *xname, const rt_view *lab, const char *lname) {
-    if (x->rank < 1) return cpu_fail(c, "%s is a scalar; it needs [*b,v]", xname);
-    kshape want = cpu_shape_of(x);
-    want.rank--;
-    if (cpu_expect(c, lname, lab, want)) return -1;
-    int64_t v = x->full[x->rank - 1], n = cpu_numel(lab);
-    const int32_t *y = cpu_i(lab);
-    ce_mode m = ce_mode_of(c);
-    for (int64_t i = 0; i < n; i++)
-        if ((y[i] < 0 || y[i] >= v) && !ce_skip(&m, y[i]))
-            return cpu_fail(c, "%s holds label %d at element %lld, outside [0, %lld)", lname, y[i], (long long)i, (long long)v);
-    return 0;
+    return ce_check(c, x, xname, lab, lname, x->rank ? x->full[x->rank - 1] : 0);
 }
 
 // The pieces' statistics of every row (stats, rows x 3 reals each) gathered: k pieces.
