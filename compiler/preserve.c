@@ -503,8 +503,9 @@ static void emit_op(builder *E, prog *P, int o, bool last_mb) {
     bool defers = false, sharded = false; // its output goes to another stage once per step: sum it here first
     for (int i = 0; i < op->nout; i++) defers |= E->v->deferred[op->out[i]], sharded |= E->v->zero2[op->out[i]];
     uint32_t attrs = p3_attrs_of(E, P, op, defers, sharded);
-    if (p3_vocab_axes(E, o)) {
-        p3_vocab_ce(E, P, o, args, attrs);
+    unsigned vocab = p3_vocab_axes(E, o);
+    if (vocab) {
+        p3_vocab_ce(E, P, o, vocab, args, attrs);
     } else {
         plan_insn *in = p3_insn(E, P, PLAN_I_COMPUTE, STREAM_MAIN, args, op->nin + op->nout);
         in->code = (uint16_t)op->kind, in->t_s = p3_op_time_s(E, o), in->attrs = attrs;

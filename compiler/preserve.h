@@ -175,8 +175,8 @@ bool p3_ring_op(const builder *E, int o);
 // The mesh axes (bits) that split the classes of cross_entropy (or its gradient) o; 0 for any
 // other op, or classes whole.
 unsigned p3_vocab_axes(const builder *E, int o);
-// Op o, whose classes are split, as its vocabulary-parallel steps over args (the op's inputs in
-// its layouts, then its outputs' homes); attrs: the op's.
-void p3_vocab_ce(builder *E, prog *P, int o, const int *args, uint32_t attrs);
+// Op o, whose classes are split over `axes` (p3_vocab_axes), as its vocabulary-parallel steps
+// over args (the op's inputs in its layouts, then its outputs' homes); attrs: the op's.
+void p3_vocab_ce(builder *E, prog *P, int o, unsigned axes, const int *args, uint32_t attrs);
 
 #endif

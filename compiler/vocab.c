@@ -56,14 +56,12 @@ static int gathered_stats(builder *E, prog *P, int x, int lab, unsigned axes, ui
     in->code = PCC_OP_VOCAB_CE_STATS;
     in->attrs = p3_intern_attrs(E, P, &pa);
     in->t_s = p3_memory_s(E, P, (double)P->buf[x].bytes, x);
-    p3_forget(P, st);
     p3_coll(E, P, PCC_COLL_ALL_GATHER, axes, STREAM_MAIN, st, all);
     return all;
 }
 
-void p3_vocab_ce(builder *E, prog *P, int o, const int *args, uint32_t attrs) {
+void p3_vocab_ce(builder *E, prog *P, int o, unsigned axes, const int *args, uint32_t attrs) {
     const pcc_op *op = &E->g->ops[o];
-    unsigned axes = p3_vocab_axes(E, o);
     PCC_ASSERT(axes);
     if (op->kind == PCC_OP_CROSS_ENTROPY) {
         int all = gathered_stats(E, P, args[0], args[1], axes, attrs);
