@@ -238,6 +238,16 @@ static void est_ring(est *E) {
     }
 }
 
+// How interlaced op i splits operand o over pp: its axis (dimension index), -1 whole, -2 partial sums.
+static int est_pp_axis(const est *E, int i, int o) {
+    int li = E->s->letter[PCC_AX_PP][i];
+    if (li < 0) return -1;
+    pcc_letter l[PCC_MAX_LETTERS];
+    op_letters(E->g, &E->g->ops[i], l);
+    if (l[li].axis[o] >= 0) return l[li].axis[o];
+    return o >= E->g->ops[i].nin && l[li].reduce ? -2 : -1;
+}
+
 // Vocabulary-parallel cross_entropy (compiler/vocab.c): where op i's classes are split k ways
 // (over tp; an interlaced loss over pp too), its forward and its gradient each gather every
 // piece's statistics (3 f32 a row) over the axes that split them, and the gradient reads its
@@ -248,10 +258,8 @@ static void est_vocab(est *E) {
         const pcc_op *op = &g->ops[i];
         if (op->kind != PCC_OP_CROSS_ENTROPY) continue;
         const pcc_tensor *x = &g->tensors[op->in[0]];
-        int last = x->rank - 1, lp = E->s->interlaced && E->s->interlaced[i] ? E->s->letter[PCC_AX_PP][i] : -1;
-        pcc_letter l[PCC_MAX_LETTERS];
-        int nl = lp >= 0 ? op_letters(g, op, l) : 0;
-        bool over_pp = lp >= 0 && lp < nl && l[lp].axis[0] == last;
+        int last = x->rank - 1;
+        bool over_pp = E->s->interlaced && E->s->interlaced[i] && est_pp_axis(E, i, 0) == last;
         int kt = E->ways[i][0][last], kp = over_pp ? E->pp : 1; // the pieces over tp, and over pp
         double piece = tensor_bytes(g, x) / kt, rows = (double)tensor_numel(g, x);
         if (kt * kp < 2) continue;
@@ -943,16 +951,6 @@ static double est_top_rs_exposed(est *E, int d) {
         if (E->rs_top[i] > 0) s1 = fmax(s1, t) + E->rs_top[i];
     }
     return fmax(0, s1 - t);
-}
-
-// How interlaced op i splits operand o over pp: its axis (dimension index), -1 whole, -2 partial sums.
-static int est_pp_axis(const est *E, int i, int o) {
-    int li = E->s->letter[PCC_AX_PP][i];
-    if (li < 0) return -1;
-    pcc_letter l[PCC_MAX_LETTERS];
-    op_letters(E->g, &E->g->ops[i], l);
-    if (l[li].axis[o] >= 0) return l[li].axis[o];
-    return o >= E->g->ops[i].nin && l[li].reduce ? -2 : -1;
 }
 
 // Interlaced operators (layout.c's interlace): on every stage, outside the pipeline, in phases
