@@ -12,10 +12,16 @@
  * check_plan runs the plan's own verifier, plan_check (the plan library's, runtime/plan/check*.c:
  * every buffer written before it is read, live buffers never overlapping, every send matched,
  * every group's collectives in one order), on each plan the emitter writes, before the driver
- * decides whether it fits; a failure there is plancc's bug too.
+ * decides whether it fits; a failure there is plancc's bug too. It then simulates one step
+ * (runtime/sim.h), which runs the programs together as planrun does: a step that cannot finish
+ * (ranks that wait on each other through several channels, collectives and groups, which
+ * plan_check's rules, one channel at a time, do not see) is plancc's bug as well, refused
+ * rather than written for planrun to find. The simulation is kept for the report.
  */
 #include "plancc.h"
+#include "sim.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 static pcc_status bad(const pcc_graph *g, const char *what, int idx) {
@@ -106,9 +112,31 @@ pcc_status graph_check(const pcc_graph *g) {
     return PCC_OK;
 }
 
-pcc_status check_plan(const plan *p) {
+pcc_status check_plan(pcc_emitted *e) {
     char err[1024];
-    if (plan_check(p, err, sizeof err) == PLAN_OK) return PCC_OK;
-    fprintf(stderr, "%s: internal error: the emitted plan fails plan_check: %s\n", pcc_progname, err);
-    return PCC_ERR_INTERNAL;
+    if (plan_check(e->p, err, sizeof err) != PLAN_OK) {
+        fprintf(stderr, "%s: internal error: the emitted plan fails plan_check: %s\n", pcc_progname, err);
+        return PCC_ERR_INTERNAL;
+    }
+    sim_result *r = calloc(1, sizeof *r);
+    plan_status st = r ? sim_run(e->p, NULL, r, err, sizeof err) : PLAN_ERR_IO;
+    if (st == PLAN_OK) {
+        e->sim = r;
+        return PCC_OK;
+    }
+    bool oom = !r;
+    sim_free(r);
+    free(r);
+    if (st == PLAN_ERR_INVALID && strncmp(err, "deadlock", 8) == 0) {
+        fprintf(stderr, "%s: internal error: the emitted plan cannot finish a step: %s\n", pcc_progname, err);
+        return PCC_ERR_INTERNAL;
+    }
+    snprintf(e->sim_err, sizeof e->sim_err, "%s", oom ? "out of memory" : err);
+    return PCC_OK;
+}
+
+void emitted_free(pcc_emitted *e) {
+    if (e->p) plan_free(e->p), free(e->p);
+    if (e->sim) sim_free(e->sim), free(e->sim);
+    e->p = NULL, e->sim = NULL, e->sim_err[0] = 0;
 }

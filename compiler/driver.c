@@ -334,8 +334,7 @@ bool driver_fit_done(pcc_fit *f, pcc_status *st, pcc_emitted *e) {
         return true;
     }
     if (!*st) *st = PCC_ERR_INFEASIBLE; // it does not fit
-    if (e->p) plan_free(e->p), free(e->p);
-    e->p = NULL;
+    emitted_free(e);
     if (f->mode == FIT_EXPLAIN) {
         if (fits) {
             fprintf(stderr, "plancc: it fits with %s\n", f->fix);

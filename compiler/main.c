@@ -88,7 +88,7 @@ static pcc_status compile_burst(pcc_arena *a, const pcc_graph *g, const pcc_clus
     pcc_programs *pr = burst_programs(g, c, b, &o->preserve);                   // phase 3
     memplan(pr);                                                                // the memory planner
     emit_plan(g, c, pr, &eo, &e);                                               // the plan
-    st = check_plan(e.p);                                                       // the verifier
+    st = check_plan(&e);                                                        // the verifier
     progress_done();
     char b1[32], b2[32];
     if (!st && e.peak_bytes > c->memory_bytes) {
@@ -99,7 +99,7 @@ static pcc_status compile_burst(pcc_arena *a, const pcc_graph *g, const pcc_clus
     const char *out = options_output(a, o);
     if (!st) st = write_plan(e.p, out);
     if (!st) report_burst(stdout, g, c, o, b, &e, out, clock_s() - t0);
-    if (e.p) plan_free(e.p), free(e.p);
+    emitted_free(&e);
     return st;
 }
 
@@ -108,7 +108,7 @@ static const pcc_options *finish_opts;
 // The end of a run: the report flushed (a full disk is an error), everything freed.
 static int finish(pcc_arena *a, pcc_emitted *e, pcc_status st) {
     st = policy_blame(finish_opts, st);                                         // exit 3 under --policy names it
-    if (e->p) plan_free(e->p), free(e->p);
+    emitted_free(e);
     if (!st && fflush(stdout) != 0) {
         fprintf(stderr, "plancc: cannot write the report\n");
         st = PCC_ERR_INTERNAL;
@@ -213,7 +213,7 @@ static pcc_status compile(pcc_options *op) {
         if (!st) estimate_runs(g, c, fit.cand[fit.next - 1], pr);               // phase 3's buckets in the estimate
         if (!st) memplan(pr);                                                   // the memory planner
         if (!st) emit_plan(g, c, pr, &eo, &e);                                  // the plan
-        if (!st && !o.estimate_only) st = check_plan(e.p);                      // the verifier
+        if (!st && !o.estimate_only) st = check_plan(&e);                       // the verifier
         if (driver_fit_done(&fit, &st, &e)) break;
     }
     if (coshard_next(a, op, &o, c, g, &fit, &st)) {                           // --auto's co-shard: compile again

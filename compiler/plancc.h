@@ -435,9 +435,6 @@ void graph_totals(const pcc_graph *g, pcc_totals *t);
 // alike. Returns PCC_ERR_INTERNAL with a message on a broken IR (input errors were caught in
 // model.c already, so a failure here is plancc's bug).
 pcc_status graph_check(const pcc_graph *g);
-// plan_check (runtime/plan/check*.c) on a plan the compiler emitted: PCC_ERR_INTERNAL with a
-// message when it fails (a plancc bug), else PCC_OK.
-pcc_status check_plan(const plan *p);
 
 /* ---------------------------------------------------------------- model.c */
 
@@ -1342,16 +1339,22 @@ typedef struct pcc_emit_opts {
 } pcc_emit_opts;
 
 typedef struct pcc_emitted {
-    plan *p;                    // malloc'd via plan_alloc; plan_free it
+    plan *p;                    // malloc'd via plan_alloc; emitted_free frees it
     double peak_bytes;          // the largest program's arena
     int peak_stage;
     double live_bound_bytes;    // the largest sum of buffers live at one instruction (a lower bound)
+    struct sim_result *sim;     // check_plan's simulation of a step (NULL: not run, or not possible: sim_err)
+    char sim_err[1024];
 } pcc_emitted;
 
 // The plan of phase 3's programs, placed by the memory planner (and with --sync background,
 // their background rounds appended by bgsync.c), into *e with its peak. Whether it fits the
 // device and passes plan_check is the caller's to ask. Can't fail.
 void emit_plan(const pcc_graph *g, const pcc_cluster *c, const pcc_programs *pr, const pcc_emit_opts *o, pcc_emitted *e);
+// check.c: plan_check on e->p, then a step simulated into e->sim (NULL if too large: e->sim_err).
+// PCC_ERR_INTERNAL with a message where either fails (a deadlock: a plancc bug), else PCC_OK.
+pcc_status check_plan(pcc_emitted *e);
+void emitted_free(pcc_emitted *e); // frees e's plan and simulation (either may be absent), clears them
 // Appends an instruction of kind k on stream to a program being built (*insns, *n_insn, *cap_insn
 // its VEC_PUSH vector) and its arguments to *argv: attrs PLAN_NONE, and phase (of its micro-batch's
 // pass) only where the kind takes one (compute, coll, send, recv, copy). Returns it for the rest.

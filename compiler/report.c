@@ -502,21 +502,19 @@ void report_estimate(FILE *f, const pcc_graph *g, const pcc_cluster *c, const pc
     report_search(f, g, o);
 }
 
-// The emitted plan simulated (runtime/sim.h) next to the scheduler's estimate: the two come from
-// one cost model, the simulation from the plan's own instructions, streams and events.
-static void report_simulation(FILE *f, const plan *p, double est_s) {
-    sim_result r;
-    char err[512];
-    if (sim_run(p, NULL, &r, err, sizeof err) != PLAN_OK) {
-        warn("the simulator cannot run the plan: %s", err);
-        sim_free(&r);
+// The emitted plan simulated (runtime/sim.h; check_plan ran it) next to the scheduler's estimate:
+// the two come from one cost model, the simulation from the plan's own instructions, streams and
+// events.
+static void report_simulation(FILE *f, const pcc_emitted *e, double est_s) {
+    const sim_result *r = e->sim;
+    if (!r) {
+        warn("the simulator cannot run the plan: %s", e->sim_err);
         return;
     }
-    fprintf(f, "  simulated step %.6g s (%.3f x the estimate)", r.step_s, est_s > 0 ? r.step_s / est_s : 0);
-    if (r.tflops_per_gpu > 0) fprintf(f, ", %.3g TFLOP/s per GPU", r.tflops_per_gpu);
-    if (r.mfu > 0) fprintf(f, ", MFU %.1f%%", 100 * r.mfu);
-    fprintf(f, ", bubble %.1f%%, exposed communication %.3g s per rank (plandump --sim, --trace)\n", 100 * r.bubble, r.exposed_comm_s);
-    sim_free(&r);
+    fprintf(f, "  simulated step %.6g s (%.3f x the estimate)", r->step_s, est_s > 0 ? r->step_s / est_s : 0);
+    if (r->tflops_per_gpu > 0) fprintf(f, ", %.3g TFLOP/s per GPU", r->tflops_per_gpu);
+    if (r->mfu > 0) fprintf(f, ", MFU %.1f%%", 100 * r->mfu);
+    fprintf(f, ", bubble %.1f%%, exposed communication %.3g s per rank (plandump --sim, --trace)\n", 100 * r->bubble, r->exposed_comm_s);
 }
 
 // One line per program: its arena, buffers and instructions.
@@ -570,19 +568,17 @@ static void json_compile_programs(FILE *f, const pcc_emitted *e, double device_b
     fprintf(f, "],\n");
 }
 
-static void json_compile_sim(FILE *f, const plan *p, double est_s) {
-    sim_result r;
-    char err[512];
+static void json_compile_sim(FILE *f, const pcc_emitted *e, double est_s) {
+    const sim_result *r = e->sim;
     fprintf(f, " \"simulation\": ");
-    if (sim_run(p, NULL, &r, err, sizeof err) != PLAN_OK) {
-        warn("the simulator cannot run the plan: %s", err);
+    if (!r) {
+        warn("the simulator cannot run the plan: %s", e->sim_err);
         fprintf(f, "null,\n");
-    } else {
-        fprintf(f, "{\"step_s\": %.9g, \"ratio_to_estimate\": %.9g, \"tflops_per_gpu\": %.9g, \"mfu\": %.9g, \"bubble\": %.9g, "
-                   "\"exposed_comm_s\": %.9g, \"peak_bytes\": %llu},\n", r.step_s, est_s > 0 ? r.step_s / est_s : 0, r.tflops_per_gpu,
-                r.mfu, r.bubble, r.exposed_comm_s, (unsigned long long)r.peak_bytes);
+        return;
     }
-    sim_free(&r);
+    fprintf(f, "{\"step_s\": %.9g, \"ratio_to_estimate\": %.9g, \"tflops_per_gpu\": %.9g, \"mfu\": %.9g, \"bubble\": %.9g, "
+               "\"exposed_comm_s\": %.9g, \"peak_bytes\": %llu},\n", r->step_s, est_s > 0 ? r->step_s / est_s : 0, r->tflops_per_gpu,
+            r->mfu, r->bubble, r->exposed_comm_s, (unsigned long long)r->peak_bytes);
 }
 
 static void json_compile_warnings(FILE *f) {
@@ -628,7 +624,7 @@ static void json_compile(FILE *f, const pcc_graph *g, const pcc_cluster *c, cons
     fprintf(f, " \"estimate\": ");
     json_estimate(f, x);
     fprintf(f, ",\n");
-    json_compile_sim(f, e->p, s->est_step_s);
+    json_compile_sim(f, e, s->est_step_s);
     json_compile_warnings(f);
     fprintf(f, ",\n ");
     json_calibration(f, g, c);
@@ -659,7 +655,7 @@ void report_compile(FILE *f, const pcc_graph *g, const pcc_cluster *c, const pcc
     fprintf(f, "  peak memory per device %s of %s (stage %d; live-buffer bound %s); estimated step %.6g s\n",
             fmt_bytes(b1, sizeof b1, e->peak_bytes), fmt_bytes(b2, sizeof b2, c->memory_bytes), e->peak_stage,
             fmt_bytes(b3, sizeof b3, e->live_bound_bytes), s->est_step_s);
-    report_simulation(f, e->p, s->est_step_s);
+    report_simulation(f, e, s->est_step_s);
     text_calibration(f, g, c);
     fprintf(f, "  wrote %s: %s, plan_check passed; compiled in %.3f s\n", out, fmt_bytes(b1, sizeof b1, nbytes), seconds);
 }
@@ -673,7 +669,7 @@ void report_burst(FILE *f, const pcc_graph *g, const pcc_cluster *c, const pcc_o
                 o->amp_limit, b->dp_step_s);
         json_compile_programs(f, e, c->memory_bytes);
         fprintf(f, " \"estimate\": {\"step_s\": %.9g},\n", b->est_step_s);
-        json_compile_sim(f, e->p, b->est_step_s);
+        json_compile_sim(f, e, b->est_step_s);
         json_compile_warnings(f);
         fprintf(f, ",\n ");
         json_calibration(f, g, c);
@@ -690,7 +686,7 @@ void report_burst(FILE *f, const pcc_graph *g, const pcc_cluster *c, const pcc_o
     fprintf(f, "  peak memory per device %s of %s; estimated step %.6g s (data parallelism on the same cost model %.6g s, "
                "%.3f x)\n", fmt_bytes(b1, sizeof b1, e->peak_bytes), fmt_bytes(b2, sizeof b2, c->memory_bytes), b->est_step_s,
             b->dp_step_s, b->est_step_s > 0 ? b->dp_step_s / b->est_step_s : 0);
-    report_simulation(f, e->p, b->est_step_s);
+    report_simulation(f, e, b->est_step_s);
     text_calibration(f, g, c);
     fprintf(f, "  wrote %s, plan_check passed; compiled in %.3f s\n", out, seconds);
 }

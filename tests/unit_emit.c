@@ -15,12 +15,14 @@
  *    micro-batch's backward is marked, out of any loop; the in-flight counts are the most
  *    micro-batches between forward and backward in that order.
  *  - The memory planner: plans from phase 3, the planner and emit_plan pass plan_check (no two live buffers overlap),
+ *    and check_plan, which also simulates a step (and refuses a plan whose step deadlocks),
  *    every buffer lies inside the arena, the arena is reached (it is the exact peak), buffers
  *    share memory (the arena is below the sum of the buffers), and the same input gives the
  *    same bytes.
  */
 #include "plancc.h"
 #include "pipeline.h"
+#include "sim.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -284,9 +286,26 @@ static void planner(const char *model, int dp, int tp, int pp, int mb, int zero)
     EXPECT(n1 == n2 && memcmp(b1, b2, n1) == 0);
     printf("%s dp %d tp %d pp %d, %d micro-batches, zero %d: %u programs, peak %.0f bytes, live bound %.0f, %zu-byte plan\n",
            model, dp, tp, pp, mb, zero, e.p->n_programs, e.peak_bytes, e.live_bound_bytes, n1);
+    EXPECT(check_plan(&e) == PCC_OK && e.sim && e.sim->step_s > 0); // and one step simulated, kept
     free(b1), free(b2);
-    plan_free(e.p), free(e.p), plan_free(e2.p), free(e2.p);
+    emitted_free(&e), emitted_free(&e2);
     arena_free(a);
+}
+
+// check_plan refuses a plan whose step cannot finish though plan_check passes it (two stages that
+// each receive from the other before sending: every channel matches on its own).
+static void deadlock_refused(void) {
+    char path[1024], err[512];
+    snprintf(path, sizeof path, "%s/tests/run_bad/deadlock.plan.txt", root);
+    size_t n;
+    char *text = test_slurp(path, &n);
+    pcc_emitted e = {.p = calloc(1, sizeof(plan))};
+    EXPECT(text && e.p && plan_parse(text, n, path, e.p, err, sizeof err) == PLAN_OK);
+    if (!text || !e.p) return;
+    EXPECT(plan_check(e.p, err, sizeof err) == PLAN_OK);
+    EXPECT(check_plan(&e) == PCC_ERR_INTERNAL && !e.sim);
+    emitted_free(&e);
+    free(text);
 }
 
 /* ---- gradient buckets ---- */
@@ -515,5 +534,6 @@ int main(int argc, char **argv) {
     planner("cnn-small.json", 4, 1, 1, 2, 1);
     buckets();
     zero_stages();
+    deadlock_refused();
     return test_summary();
 }

@@ -34,10 +34,10 @@ static pcc_status fuzz_phases(pcc_arena *a, pcc_options *o, pcc_graph *g, pcc_cl
         }
         if (!st) memplan(pr);
         if (!st) emit_plan(g, c, pr, &eo, &e);
-        if (!st && check_plan(e.p)) abort(); // the compiler emitted a plan its verifier refuses
+        if (!st && check_plan(&e)) abort(); // the compiler emitted a plan its verifier refuses, or one that deadlocks
         if (driver_fit_done(&fit, &st, &e)) break;
     }
-    if (e.p) plan_free(e.p), free(e.p);
+    emitted_free(&e);
     return st;
 }
 

@@ -8,6 +8,7 @@
  * (an abort here) is a bug. Seeds: the example policies of gpt-tiny and the bad-policy corpus.
  */
 #include "plancc.h"
+#include "coshard.h"
 #include "policy.h"
 #include "fuzz_common.h"
 #include "fuzz_phases.h"
