@@ -565,10 +565,13 @@ static void xfer_add(const pcc_graph *g, pcc_xfer **v, int *n, int *cap, pcc_xfe
 // neighbour, each stage between passing it on in its own backward pass of that micro-batch. Sent
 // straight, it deadlocks with blocking sends: the receiver, still in its warm-up, sends forward
 // passes that the sender takes only after its backward sends are taken. Hops between neighbours
-// keep to the order of the pipeline's own messages.
+// keep to the order of the pipeline's own messages. With interlaced operators between the passes
+// (il_mid) forward messages go so too: the sender's warm-up is longer than the receiver's by more
+// than one forward pass, and every stage meets the interlaced phase of each micro-batch between
+// the same messages with its neighbours only (pipeline.c's mid).
 static bool relayed(const pcc_values *E, int key, bool bwd, int from, int to) {
     bool dfr = key < E->g->n_tensors && E->deferred[key];
-    return bwd && E->V == 1 && E->s->schedule != PCC_PIPE_GPIPE && abs(from - to) > 1 && !dfr;
+    return (bwd || E->il_mid) && E->V == 1 && E->s->schedule != PCC_PIPE_GPIPE && abs(from - to) > 1 && !dfr;
 }
 
 // Adds to `stage`'s sends (send) or receives the message of `key` from stage `from` to `to`, or
@@ -819,17 +822,7 @@ static pcc_status interlace(pcc_values *E) {
         }
         for (int i = 0; i < op->nin && !st; i++) st = il_read(E, tm, op->in[i], r, &E->sh[o][i], reader);
         for (int i = 0; i < op->nout; i++) tm[op->out[i]] = r;
-    }
-    // With 1F1B the middle phase goes per micro-batch into the steady state (pipeline.c's mid),
-    // where every stage must meet it between the same messages: a stage whose warm-up runs two
-    // forward passes or more sends a later micro-batch's activations before it receives an
-    // earlier one's gradient, so with pp > 2 no place works when sends wait to be received.
-    bool mid = false;
-    for (int o = 0; o < g->n_ops; o++) mid |= E->ilphase[o] == PCC_IL_MID;
-    if (!st && mid && s->schedule != PCC_PIPE_GPIPE && E->pp > 2) {
-        if (!pcc_trial) fprintf(stderr, "%s: interlaced operators between the pipeline's passes (the LM head: what reads a stage's "
-                                        "output) go with 1F1B on 2 stages only; on %d: --schedule gpipe\n", pcc_progname, E->pp);
-        return PCC_ERR_INPUT;
+        E->il_mid |= E->ilphase[o] == PCC_IL_MID && s->schedule != PCC_PIPE_GPIPE;
     }
     return st;
 }

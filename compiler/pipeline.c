@@ -13,6 +13,9 @@
  *           in one loop (steady state), then the last w backward passes (cool-down); the last
  *           micro-batch's backward always stands alone, out of any loop, so that its gradients
  *           are final there and their synchronization overlaps the rest of the backward pass.
+ *           With interlaced operators between the passes (mid below), their phase for each
+ *           micro-batch runs on every stage, and a stage between the first and the last
+ *           receives F(mb + w + 1)'s input right after B(mb)'s send, a pass early.
  *
  * Interleaved 1F1B (Narayanan et al. SC21 section 2.2). Forward unit k (0 <= k < M V) runs local
  * chunk v = (k mod pV) / p for micro-batch (k / pV) p + k mod p: the micro-batches go in groups
@@ -58,16 +61,21 @@ static void push(units *U, pcc_unit u) { *VEC_PUSH(U->a, U->v, U->n, U->cap) = u
 static void loop(units *U, int count) { push(U, (pcc_unit){.kind = PCC_UNIT_LOOP, .count = count}); }
 static void end(units *U) { push(U, (pcc_unit){.kind = PCC_UNIT_END}); }
 
-static void pass(units *U, bool bwd, int chunk, int mb, bool last) {
-    push(U, (pcc_unit){.kind = bwd ? PCC_UNIT_BWD : PCC_UNIT_FWD, .chunk = chunk, .mb = mb, .part = PCC_PART_ALL, .last = last});
+// Parts `part` (PCC_PART_*) of micro-batch mb's forward or backward pass on a chunk.
+static void pass_parts(units *U, bool bwd, int chunk, int mb, int part, bool last) {
+    push(U, (pcc_unit){.kind = bwd ? PCC_UNIT_BWD : PCC_UNIT_FWD, .chunk = chunk, .mb = mb, .part = part, .last = last});
 }
+
+static void pass(units *U, bool bwd, int chunk, int mb, bool last) { pass_parts(U, bwd, chunk, mb, PCC_PART_ALL, last); }
 
 // 1F1B with interlaced operators: their phase for micro-batch mb (layout.c's interlace), which
 // every stage runs together: on the last stage between F(mb) and B(mb), on stage s before
-// F(mb + w) (w its warm-up's forward passes; before B(mb) where none follows). Each stage then
-// meets it between the same pairs of grouped messages with its neighbours (F(mb + w)'s send with
-// B(mb)'s receive on one side, B(mb)'s send with F(mb + w)'s receive on the other), so no message
-// waits across it.
+// F(mb + w) (w its warm-up's forward passes; before B(mb) where none follows). A stage between
+// the first and the last then receives its forward passes' inputs a pass early, as Megatron-LM's
+// 1F1B does (B(mb)'s send with F(mb + w + 1)'s receive, the one before the steady state after the
+// warm-up's last send), so that each stage meets the phase between the same pairs of grouped
+// messages with its neighbours (F(mb + w)'s send with B(mb)'s receive on one side, B(mb - 1)'s
+// send with F(mb + w)'s receive on the other): no message waits across it, on any number of stages.
 static void mid(units *U, int mb, bool last) {
     if (U->mid) push(U, (pcc_unit){.kind = PCC_UNIT_MID, .mb = mb, .last = last});
 }
@@ -82,6 +90,24 @@ static void gpipe(units *U, int s, int M) {
         end(U);
     }
     pass(U, true, s, M - 1, true);
+}
+
+// The steady state of a stage that receives its forward inputs a pass early (mid above): F(w)'s
+// receive, then per micro-batch mb its phase, F(mb + w) and B(mb), and F(mb + w + 1)'s receive
+// but after the last.
+static void steady_early(units *U, int s, int w, int steady) {
+    pass_parts(U, false, s, w, PCC_PART_RECV, false);
+    if (steady > 1) {
+        loop(U, steady - 1);
+        mid(U, 0, false);
+        pass_parts(U, false, s, w, PCC_PART_COMPUTE | PCC_PART_SEND, false);
+        pass(U, true, s, 0, false);
+        pass_parts(U, false, s, w + 1, PCC_PART_RECV, false);
+        end(U);
+    }
+    mid(U, steady - 1, false);
+    pass_parts(U, false, s, steady - 1 + w, PCC_PART_COMPUTE | PCC_PART_SEND, false);
+    pass(U, true, s, steady - 1, false);
 }
 
 static void one_f_one_b(units *U, int s, int pp, int M) {
@@ -104,7 +130,9 @@ static void one_f_one_b(units *U, int s, int pp, int M) {
         pass(U, true, s, M - 1, true);
         return;
     }
-    if (steady > 0) {
+    if (steady > 0 && U->mid && s > 0) {
+        steady_early(U, s, w, steady);
+    } else if (steady > 0) {
         loop(U, steady);
         mid(U, 0, false);
         pass(U, false, s, w, false);

@@ -1239,6 +1239,7 @@ typedef struct pcc_values {
     // operator makes and a stage reads, the layout that reader wants, which every stage makes at
     // once (the pp axis reduced or gathered in one collective of all stages; has_xsh).
     uint8_t *ilphase;
+    bool il_mid;        // 1F1B with interlaced operators between the passes (per micro-batch: layout.c's relayed)
     bool *xil;
     bool *has_xsh;
     plan_shard *xsh;

@@ -530,10 +530,6 @@ static pcc_status check_interlaced(const pcc_policy *p, const pcc_graph *g, cons
             }
         }
         int clock = x ? (m <= 1 ? 1 : 3) : 2; // 1: before the forward passes, 2: a stage's, 3: after them
-        if (clock == 3 && o->schedule != PCC_PIPE_GPIPE && o->pp > 2)
-            return diag(p->file, p->rules[p->rule[i]].stage_ptr, "interlaces operator %s (%s:%s), which reads a stage's output and so "
-                        "runs between the pipeline's passes: with 1F1B only on 2 stages (pp %d here: \"schedule\": \"gpipe\" in /mesh, "
-                        "or --schedule gpipe)", op_name(g->arena, g, op), g->file, op->ptr, o->pp);
         for (int k = 0; k < op->nout; k++) tm[op->out[k]] = clock;
     }
     return PCC_OK;

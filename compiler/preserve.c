@@ -44,11 +44,12 @@
  * reads), with the copies on several stages: each stage adds its copies' part to the partial sum
  * that arrives from the stage after and sends it on with its backward pass, like a carry
  * (acc_reg); the stage of copy 0 holds the sum. With 1F1B, a backward message between stages
- * that are not neighbours is passed on by each stage between (layout.c's relayed; relay_buf).
+ * that are not neighbours is passed on by each stage between (layout.c's relayed; relay_buf),
+ * and with interlaced operators between the passes a forward one too.
  *
  * Interlaced operators (layout.c's interlace: on every stage, split over pp x tp) run in three
  * phases that every program holds at the same place: before the first forward unit, before the
- * first backward unit (with 1F1B on 2 stages, per micro-batch inside the steady state) and after
+ * first backward unit (with 1F1B, per micro-batch inside the steady state) and after
  * the last backward unit; schedule.c places them among the passes.
  *
  * --sync background (ShadowSync): the dense parameters (not embedding tables) replicated over an
@@ -955,8 +956,11 @@ static void block_range(builder *E, prog *P, int b, bool last_mb) {
 
 // The buffer a stage passes a relayed message on from (layout_transfers): two micro-batch slots,
 // since the send of one micro-batch and the receive of the next may fall in one group of sends
-// and receives (1F1B's cool-down), whose receives may land before its sends read.
+// and receives (1F1B's cool-down), whose receives may land before its sends read. A value kept
+// for the backward pass (a forward message relayed, layout.c's il_mid, that this stage may read
+// too: T5's encoder output) lives in its home, a slot per micro-batch in flight.
 static int relay_buf(builder *E, prog *P, int t) {
+    if (E->v->kept[t]) return home(E, P, t);
     if (P->home[t] < 0) P->home[t] = p3_buf(E, P, t, E->v->home_sh[t], 2, 1, 0);
     return P->home[t];
 }

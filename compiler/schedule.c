@@ -8,7 +8,7 @@
  * values live and in which phase each runs): every program holds their three phases at the same
  * place: before the first forward unit (the token embedding), before the first backward unit
  * (the LM head and its loss, forward and backward; with GPipe once after every forward pass, with
- * 1F1B on 2 stages per micro-batch in the steady state, pipeline.c's mid) and after the last
+ * 1F1B per micro-batch in the steady state, pipeline.c's mid) and after the last
  * backward unit (the embedding's backward). A stage value they read is sent by its stage to every
  * other (the last stage's hidden states, stage 0's gradient of the embedding's output); what they
  * make for a stage goes into that reader's layout in one chain of collectives of all stages (the

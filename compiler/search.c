@@ -161,9 +161,25 @@ static void stages(const pcc_policy *pol, const pcc_layer *L, const double *flop
     int st = policy_stages(pol, L, flops, n, chunks, stage);
     PCC_ASSERT(st >= 0); // the template's check and --auto's configurations keep the policy's stages feasible
     if (st > 0) return;
-    if (group_s) hetero_partition(c, group_s, n, pp, v, stage); // node groups: balance each group's seconds
-    else if (sec) partition(sec, n, chunks, 1e-15, stage);
-    else partition(flops, n, chunks, 1, stage);
+    if (group_s) {
+        hetero_partition(c, group_s, n, pp, v, stage); // node groups: balance each group's seconds
+        return;
+    }
+    // Interlaced layers (a policy's "stage": "all") run on every stage: the cut is over the others
+    // (check_interlaced leaves at least one a stage), each interlaced layer taking the stage of the
+    // layer before it (the first stage before any).
+    const double *w = sec ? sec : flops;
+    double *ws = calloc((size_t)n + 1, sizeof(double));
+    int *at = malloc(sizeof(int) * (size_t)(n + 1)), m = 0;
+    PCC_ASSERT(ws && at);
+    for (int i = 0; i < n; i++)
+        if (L[i].op < 0 || !policy_interlaced(pol, L[i].op)) ws[m++] = w[i];
+    partition(ws, m, chunks, sec ? 1e-15 : 1, at);
+    for (int i = 0, k = 0; i < n; i++) {
+        bool own = L[i].op < 0 || !policy_interlaced(pol, L[i].op);
+        stage[i] = own ? at[k++] : k ? at[k - 1] : 0;
+    }
+    free(ws), free(at);
 }
 
 /* ---- one mesh ---- */

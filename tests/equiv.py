@@ -357,8 +357,9 @@ COSHARD = [(1, CS_MLP_S), (1, CS_MLP_F), (1, CS_ATTN), (1, CS_HEAD), (1, f"{CS_M
 # with GPipe (a policy's "stage": "all"; layout.c's interlace, preserve.c's interlaced phases):
 # gpt-tiny's token embedding and the LM head that shares its table, with the loss (IL_ALL); the
 # imported llama-tiny's untied embedding (LL_EMB), LM head and its loss's four operators (LL_HEAD),
-# together and apart; with ZeRO 1, 2 and 3; with sequence parallelism; GPipe, and 1F1B (on 2 stages the head's phase per
-# micro-batch in the steady state, with one micro-batch and more; on 4, the embedding alone, whose phases stay outside
+# together and apart; with ZeRO 1, 2 and 3; with sequence parallelism; GPipe, and 1F1B (the head's phase per micro-batch
+# in the steady state, on 2 stages with one micro-batch and more, on 4 with fewer micro-batches than stages and more,
+# where the stages between receive their inputs a pass early; on 4 the embedding alone too, whose phases stay outside
 # the schedule). (model, devices, dp, tp, pp, micro-batches, rules[, more mesh keys[, more options]]).
 IL_EMB = {"ops": "tok_emb", "split": "v", "stage": "all"}
 IL_ALL = [IL_EMB, {"ops": "logits", "split": "n", "stage": "all"}, {"ops": "loss", "split": "b.1", "stage": "all"}]
@@ -381,7 +382,10 @@ INTERLACED = [("gpt-tiny", 8, 1, 2, 4, 4, IL_ALL), ("gpt-tiny", 8, 4, 1, 2, 2, I
               ("llama-tiny", 4, 2, 1, 2, 3, LL_HEAD, F1B), ("llama-tiny", 8, 2, 1, 4, 4, [LL_EMB], F1B),
               ("t5-tiny", 4, 2, 1, 2, 2, T5_ALL), ("t5-tiny", 4, 1, 2, 2, 4, T5_ALL, F1B), ("t5-tiny", 8, 2, 1, 4, 4, T5_ALL),
               ("gpt-tiny", 8, 2, 2, 2, 4, IL_SP, {}, SP), ("gpt-tiny", 4, 1, 2, 2, 2, IL_SP, F1B, SP),
-              ("llama-tiny", 8, 2, 2, 2, 4, [LL_EMB] + LL_HEAD, {}, SP)]
+              ("llama-tiny", 8, 2, 2, 2, 4, [LL_EMB] + LL_HEAD, {}, SP),
+              ("gpt-tiny", 8, 1, 2, 4, 8, IL_ALL, F1B), ("gpt-tiny", 4, 1, 1, 4, 3, IL_ALL, F1B),
+              ("gpt-tiny", 8, 2, 1, 4, 5, IL_ALL, dict(F1B, zero=1)), ("llama-tiny", 6, 2, 1, 3, 4, [{"ops": "linear_14", "stage": "all"}, LL_HEAD[1]], F1B),
+              ("t5-tiny", 8, 2, 1, 4, 4, T5_ALL, F1B)]
 
 # --vocab: the loss split along the vocabulary (its letter v), the LM head's logits split so over
 # tp (V_TP: gpt-tiny's; LL_V: llama-tiny's; T5_V: t5-tiny's), or over pp x tp for an interlaced
@@ -394,6 +398,7 @@ VOCAB = [("gpt-tiny", 2, 1, 2, 1, 1, V_TP), ("gpt-tiny", 4, 2, 2, 1, 2, V_TP), (
          ("gpt-tiny", 4, 1, 2, 2, 2, V_TP), ("gpt-tiny", 4, 1, 2, 2, 4, V_TP, F1B), ("gpt-tiny", 8, 2, 2, 2, 2, V_TP, {"zero": 1}),
          ("gpt-tiny", 4, 2, 2, 1, 1, V_TP, {"zero": 3}), ("gpt-tiny", 4, 2, 2, 1, 2, V_TP, {}, SP),
          ("gpt-tiny", 8, 1, 2, 4, 4, IL_V), ("gpt-tiny", 4, 2, 1, 2, 2, IL_V, F1B), ("gpt-tiny", 8, 2, 2, 2, 4, IL_V, F1B),
+         ("gpt-tiny", 8, 1, 2, 4, 8, IL_V, F1B),
          ("llama-tiny", 4, 2, 2, 1, 1, LL_V), ("llama-tiny", 4, 1, 2, 2, 2, LL_V, F1B), ("t5-tiny", 4, 2, 2, 1, 1, T5_V)]
 
 

@@ -6,8 +6,8 @@ usage: mpi.py PLANCC PLANRUN SOURCE_ROOT
   - bit for bit: `mpirun -np 4 planrun PLAN` gives the threaded run's losses (--losses, %.9g, which
     tells every float32 apart) on gpt-tiny's 4-rank --auto plan and on plans with every kind of
     communication: dp 2 x tp 2 (all-reduce, all-gather, reduce-scatter), pp 2 x dp 2 with 4
-    micro-batches (sends and receives), pp 2 x tp 2, ZeRO-3 over dp 4, interlaced operators (GPipe
-    and 1F1B: collectives over pp between the pipeline's messages), the loss on the LM head's
+    micro-batches (sends and receives), pp 2 x tp 2, ZeRO-3 over dp 4, interlaced operators (GPipe,
+    and 1F1B on 2 and 4 stages: collectives over pp between the pipeline's messages), the loss on the LM head's
     vocabulary pieces (over tp, and interlaced over pp x tp); on the shipped corpus; and
     once over TCP (--mca btl tcp,self), the transport between machines, instead of shared memory;
   - a rank that is killed (SIGKILL) ends the job within the timeout, and the job's output names it;
@@ -171,15 +171,17 @@ def main():
         same_losses(tmp, "pp 2 x dp 2, 4 micro-batches", ["--pp", 2, "--dp", 2, "--micro-batches", 4])
         same_losses(tmp, "pp 2 x tp 2, 2 micro-batches", ["--pp", 2, "--tp", 2, "--micro-batches", 2], steps=6)
         same_losses(tmp, "ZeRO-3 over dp 4", ["--dp", 4, "--zero", 3], steps=6)
-        # Interlaced: the embedding, the LM head and the loss on both stages (collectives over pp
-        # between the pipeline's messages), GPipe on tp 2 x pp 2 and 1F1B on dp 2 x pp 2.
+        # Interlaced: the embedding, the LM head and the loss on every stage (collectives over pp
+        # between the pipeline's messages), GPipe on tp 2 x pp 2, 1F1B on dp 2 x pp 2 and on pp 4
+        # (whose stages between receive their forward inputs a pass early).
         rules = [{"ops": "tok_emb", "split": "v", "stage": "all"}, {"ops": "logits", "split": "n", "stage": "all"},
                  {"ops": "loss", "split": "b.1", "stage": "all"}]
         for name, mesh in (("GPipe, tp 2 x pp 2", {"dp": 1, "tp": 2, "pp": 2, "schedule": "gpipe"}),
-                           ("1F1B, dp 2 x pp 2", {"dp": 2, "tp": 1, "pp": 2, "schedule": "1f1b"})):
+                           ("1F1B, dp 2 x pp 2", {"dp": 2, "tp": 1, "pp": 2, "schedule": "1f1b"}),
+                           ("1F1B, pp 4, 6 micro-batches", {"dp": 1, "tp": 1, "pp": 4, "schedule": "1f1b", "micro_batches": 6})):
             pol = os.path.join(tmp, "interlaced.json")
             with open(pol, "w", encoding="utf-8") as f:
-                json.dump({"version": 1, "mesh": dict(mesh, micro_batches=4), "rules": rules}, f)
+                json.dump({"version": 1, "mesh": dict({"micro_batches": 4}, **mesh), "rules": rules}, f)
             same_losses(tmp, f"interlaced embedding and head, {name}", ["--policy", pol], steps=6)
         # The loss on the LM head's vocabulary pieces (vocab_ce: the statistics all-gathered over tp),
         # interlaced over pp x tp too.

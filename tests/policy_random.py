@@ -34,7 +34,7 @@ import tempfile
 INTERLACE = [["tok_emb", "logits", "loss"], ["pos_emb"], ["tok_emb", "logits", "loss", "pos_emb"],
              ["tok_emb", "logits", "loss", "pos_emb", "h_in"], ["tok_emb", "logits", "loss", "xf"]]
 IL_SPLIT = {"tok_emb": "v", "logits": "n", "loss": "v", "pos_emb": "b.0", "h_in": "x1", "xf": "b.1"}  # along V (the loss: vocabulary-parallel) or S
-MESHES = [{"dp": 2, "tp": 2, "pp": 2}, {"dp": 2, "tp": 2, "pp": 2, "recompute": "full"}, {"dp": 1, "tp": 4, "pp": 2}, {"dp": 2, "tp": 4, "pp": 1}, {"tp": 2}, {"dp": 1, "tp": 8, "pp": 1}]
+MESHES = [{"dp": 2, "tp": 2, "pp": 2}, {"dp": 1, "tp": 2, "pp": 4}, {"dp": 2, "tp": 2, "pp": 2, "recompute": "full"}, {"dp": 1, "tp": 4, "pp": 2}, {"dp": 2, "tp": 4, "pp": 1}, {"tp": 2}, {"dp": 1, "tp": 8, "pp": 1}]
 
 
 def run(*args):
@@ -115,7 +115,7 @@ def main():
             p = run(plancc, model, "--cluster", "cpu", "--devices", 8, "--micro-batches", 2, "--policy", path, "-o", plan, "-q")
             what = f"policy {i} {json.dumps(pol)}"
             if p.returncode == 2 and re.search(r":/rules/\d+/(split: .* does not divide|recompute: .* (no recompute candidate|recomputes every block operator)"
-                                               r"|stage: interlaces .*(interlace both, or neither|interlace that one too|with 1F1B only on 2 stages"
+                                               r"|stage: interlaces .*(interlace both, or neither|interlace that one too"
                                                r"|every stage needs one|reads what it makes))", p.stderr):
                 passed += 1
                 print(f"ok   {what}: refused: {p.stderr.strip().splitlines()[-1]}")

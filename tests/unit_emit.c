@@ -457,13 +457,20 @@ static int unroll(const pcc_unit *u, int n, int base, bool top, pcc_unit *out, b
     return at;
 }
 
-static void schedule_check(int pp, int nv, int M, pcc_pipe_sched sched) {
+// The schedule of pp devices, nv chunks each, M micro-batches; mid: with interlaced operators'
+// phase per micro-batch (1F1B), which every device runs once per micro-batch, in order, after its
+// forward pass and before its backward pass (on the last stage right after the forward pass).
+static void schedule_check(int pp, int nv, int M, pcc_pipe_sched sched, bool mid) {
     pcc_arena *a = arena_init();
-    pcc_pipeline pl = {.pp = pp, .V = nv, .M = M, .schedule = sched};
+    pcc_pipeline pl = {.pp = pp, .V = nv, .M = M, .schedule = sched, .mid = mid};
     int ns = pp * nv, *inflight = pipeline_in_flight(a, &pl);
     int *most = calloc((size_t)ns, sizeof(int)), *now = calloc((size_t)ns, sizeof(int));
-    bool ok = true, order = true, parts = true, last = true, warm = true;
+    bool ok = true, order = true, parts = true, last = true, warm = true, mids = true, meet = true;
+    // per device and interlaced phase: the forward messages it has sent and received, and the
+    // backward ones, before it (every device must meet the phase between the same messages)
+    int *msgs = calloc((size_t)(4 * pp * M), sizeof(int));
     for (int d = 0; d < pp; d++) {
+        int sent_f = 0, recv_f = 0, sent_b = 0, recv_b = 0;
         pcc_unit *u, *x = calloc((size_t)(8 * M * nv + 16), sizeof *x);
         bool *top = calloc((size_t)(8 * M * nv + 16), 1);
         int n = unroll(u, pipeline_units(a, &pl, d, &u), 0, true, x, top, 0);
@@ -473,12 +480,23 @@ static void schedule_check(int pp, int nv, int M, pcc_pipe_sched sched) {
         // warm-up and one more (1F1B: pp - d - 1; Megatron-LM's interleaved: (pp - d - 1) 2 +
         // (V - 1) pp).
         int w = nv > 1 ? (pp - d - 1) * 2 + (nv - 1) * pp : pp > 1 && sched == PCC_PIPE_GPIPE ? M : pp - d - 1;
-        int want = w + 1 < M * nv ? w + 1 : M * nv, before = 0;
+        int want = w + 1 < M * nv ? w + 1 : M * nv, before = 0, next_mid = 0;
         bool backward_seen = false;
         for (int i = 0; i < n; i++) {
+            if (x[i].kind == PCC_UNIT_MID) { // in order, after its forward pass, before its backward pass
+                int *m = &msgs[4 * (d * M + x[i].mb)];
+                m[0] = sent_f, m[1] = recv_f, m[2] = sent_b, m[3] = recv_b;
+                mids &= mid && x[i].mb == next_mid++ && fwd[d * M + x[i].mb] == 1 && bwd[d * M + x[i].mb] == 0;
+                mids &= x[i].last == (x[i].mb == M - 1);
+                if (d == pp - 1) mids &= i > 0 && x[i - 1].kind == PCC_UNIT_FWD && x[i - 1].mb == x[i].mb;
+                continue;
+            }
+            if (x[i].kind == PCC_UNIT_BWD && (x[i].part & PCC_PART_COMPUTE)) mids &= !mid || next_mid > x[i].mb;
             if (x[i].kind != PCC_UNIT_FWD && x[i].kind != PCC_UNIT_BWD) continue;
             bool b = x[i].kind == PCC_UNIT_BWD;
             int c = x[i].chunk, mb = x[i].mb, k = c * M + mb;
+            if (nv == 1 && (x[i].part & PCC_PART_SEND)) *(b ? &sent_b : &sent_f) += b ? d > 0 : d < pp - 1;
+            if (nv == 1 && (x[i].part & PCC_PART_RECV)) *(b ? &recv_b : &recv_f) += b ? d < pp - 1 : d > 0;
             ok &= c % pp == d && mb >= 0 && mb < M;
             if (!ok) break;
             int *seen = &part[(b ? ns * M : 0) + k];
@@ -496,17 +514,31 @@ static void schedule_check(int pp, int nv, int M, pcc_pipe_sched sched) {
             if (now[c] > most[c]) most[c] = now[c];
         }
         warm &= before == want;
+        mids &= next_mid == (mid ? M : 0);
         for (int v = 0; v < nv; v++)
-            for (int mb = 0; mb < M; mb++) ok &= fwd[(v * pp + d) * M + mb] == 1 && bwd[(v * pp + d) * M + mb] == 1;
+            for (int mb = 0; mb < M; mb++) {
+                int k = (v * pp + d) * M + mb;
+                ok &= fwd[k] == 1 && bwd[k] == 1;
+                parts &= part[k] == PCC_PART_ALL && part[ns * M + k] == PCC_PART_ALL; // every pass whole
+            }
         free(x), free(top), free(fwd), free(bwd), free(part);
     }
+    for (int d = 0; mid && d + 1 < pp; d++) // link d -> d + 1: what one side sent, the other received
+        for (int mb = 0; mb < M; mb++) {
+            const int *m = &msgs[4 * (d * M + mb)], *n = &msgs[4 * ((d + 1) * M + mb)];
+            meet &= m[0] == n[1] && m[3] == n[2];
+        }
+    free(msgs);
     for (int c = 0; c < ns; c++) ok &= inflight[c] == most[c];
     EXPECT(ok);
     EXPECT(order);
     EXPECT(parts);
     EXPECT(last);
     EXPECT(warm);
-    if (!(ok && order && parts && last && warm)) printf("schedule pp %d V %d M %d %s\n", pp, nv, M, sched == PCC_PIPE_GPIPE ? "gpipe" : "1f1b");
+    EXPECT(mids);
+    EXPECT(meet);
+    if (!(ok && order && parts && last && warm && mids && meet))
+        printf("schedule pp %d V %d M %d %s%s\n", pp, nv, M, sched == PCC_PIPE_GPIPE ? "gpipe" : "1f1b", mid ? " with interlaced phases" : "");
     free(most), free(now);
     arena_free(a);
 }
@@ -518,7 +550,12 @@ static void schedules(void) {
                                    {2, 2, 4, PCC_PIPE_1F1B},  {2, 4, 6, PCC_PIPE_1F1B},  {4, 2, 8, PCC_PIPE_1F1B},
                                    {3, 3, 9, PCC_PIPE_1F1B}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
-        schedule_check(cases[i][0], cases[i][1], cases[i][2], (pcc_pipe_sched)cases[i][3]);
+        schedule_check(cases[i][0], cases[i][1], cases[i][2], (pcc_pipe_sched)cases[i][3], false);
+    // 1F1B with interlaced operators between the passes (pp, M): the stages between the first and
+    // the last receive their forward inputs a pass early (pipeline.c's mid)
+    static const int mid_cases[][2] = {{2, 1}, {2, 4}, {3, 1}, {3, 5}, {4, 2}, {4, 3}, {4, 8}, {5, 3}, {6, 12}};
+    for (size_t i = 0; i < sizeof mid_cases / sizeof mid_cases[0]; i++)
+        schedule_check(mid_cases[i][0], 1, mid_cases[i][1], PCC_PIPE_1F1B, true);
 }
 
 int main(int argc, char **argv) {
