@@ -90,12 +90,28 @@ typedef struct builder {
 
 /* ---- per-candidate costs ---- */
 
+// Vocabulary-parallel cross-entropy (compiler/vocab.c) where candidate c splits a cross_entropy's
+// classes: each pass gathers three f32 numbers a row over the group, and the backward pass reads
+// its piece of the logits once more to make them again (estimate.c's est_vocab, over tp).
+static double cand_vocab_s(const builder *B, const pcc_op *op, const pcc_cand *c) {
+    const pcc_graph *g = B->g;
+    if (op->kind != PCC_OP_CROSS_ENTROPY || c->dim < 0) return 0;
+    const pcc_tensor *x = &g->tensors[op->in[0]];
+    if (c->dim != x->dims[x->rank - 1] || c->ways * c->ways2 < 2) return 0;
+    double rows = (double)tensor_numel(g, x) / (double)g->dims[c->dim].size, st = 3 * rows * pcc_dtype_bytes(PCC_F32);
+    double gather = cost_launch_s(B->c) + cost_collective_s(B->c, PCC_COLL_ALL_GATHER, cost_coll_bytes(PCC_COLL_ALL_GATHER, st, c->ways * st),
+                                                            (pcc_group_shape){c->ways, B->o->group.stride});
+    return 2 * gather + cost_compute_s(B->c, 0, tensor_bytes(g, x) / c->ways, x->dtype, false);
+}
+
+// The candidate's own work: its kernels, and the collectives inside its form (cand_vocab_s).
 static double cand_compute_s(const builder *B, const pcc_op *op, const pcc_cand *c) {
     double bytes = 3 * op_bytes(B->g, op) / c->ways / c->ways2; // forward once, backward about twice
     pcc_dtype dt = B->g->tensors[op->out[0]].dtype;
     double t = cost_compute_s(B->c, c->flops_matmul, 0, dt, true);
     // A recomputed forward runs its kernels again: one more launch.
-    return t + cost_compute_s(B->c, c->flops - c->flops_matmul, bytes, dt, false) + (c->recompute ? cost_launch_s(B->c) : 0);
+    return t + cost_compute_s(B->c, c->flops - c->flops_matmul, bytes, dt, false) + (c->recompute ? cost_launch_s(B->c) : 0) +
+           cand_vocab_s(B, op, c);
 }
 
 // Whether op's input i is a parameter whose gradient the step synchronizes where it is replicated.
