@@ -4,7 +4,7 @@
 usage: faults.py [--per-kind N] [--seed S] [--plans a,b] PLANCC PLANDUMP PLANRUN SOURCE_ROOT
 
 A handful of compiled plans (dp, tp, dp x tp, pp x dp, ZeRO-3, interleaved 1F1B, interlaced
-operators, a vocabulary-parallel loss, burst, a background-synchronized plan, and a CNN for window
+operators under GPipe and 1F1B on 2 and 4 stages, a vocabulary-parallel loss, burst, a background-synchronized plan, and a CNN for window
 attributes) are printed in their text form and mutated by this script's own mutator, one structural fault at a time, of these kinds:
 
   swap-colls       one rank (its program cloned) issues two same-size collectives of one group
@@ -32,6 +32,7 @@ In the test suite a seeded sample (--per-kind 1: one site per kind and plan) kee
 benchmark runs up to --per-kind 8.
 """
 import argparse
+import json
 import os
 import random
 import re
@@ -52,11 +53,18 @@ PLANS = [
     ("interleaved", "gpt-tiny", "--devices 2 --pp 2 --micro-batches 4 --virtual-stages 2"),
     ("interlaced", "gpt-tiny", "--devices 8 --policy {root}/models/policies/interlaced-gpt-tiny.json"),
     ("interlaced-1f1b", "gpt-tiny", "--devices 8 --policy {root}/models/policies/interlaced-1f1b-gpt-tiny.json"),
+    ("interlaced-1f1b-pp4", "gpt-tiny", "--devices 8 --policy {tmp}/interlaced-1f1b-pp4.json"),
     ("vocab", "gpt-tiny", "--devices 8 --policy {root}/models/policies/vocab-gpt-tiny.json"),
     ("burst", "mlp", "--devices 4 --burst"),
     ("bgsync", "mlp", "--devices 2 --dp 2 --sync background:algo=ma,period=1"),
     ("cnn-dp", "cnn-small", "--devices 2 --dp 2"),
 ]
+# Policies of PLANS that are not examples, written to the run's folder ({tmp}): the interlaced head
+# under 1F1B on 4 stages, whose stages between receive their inputs a pass early.
+POLICIES = {"interlaced-1f1b-pp4.json": {
+    "version": 1, "mesh": {"dp": 1, "tp": 2, "pp": 4, "schedule": "1f1b", "micro_batches": 6},
+    "rules": [{"ops": "tok_emb", "split": "v", "stage": "all"}, {"ops": "logits", "split": "n", "stage": "all"},
+              {"ops": "loss", "split": "v", "stage": "all"}]}}
 
 
 def run(*args, env=None, timeout=120):
@@ -414,10 +422,13 @@ def main():
     bad = []
     with tempfile.TemporaryDirectory() as t:
         j = lambda n: os.path.join(t, n)
+        for name, pol in POLICIES.items():
+            with open(j(name), "w", encoding="utf-8") as f:
+                json.dump(pol, f)
         for pname, model, opts in PLANS:
             if a.plans and pname not in a.plans.split(","):
                 continue
-            p = run(a.plancc, os.path.join(a.root, "models", model + ".json"), "--cluster", cpu, *opts.format(root=a.root).split(), "-o",
+            p = run(a.plancc, os.path.join(a.root, "models", model + ".json"), "--cluster", cpu, *opts.format(root=a.root, tmp=t).split(), "-o",
                     j(pname + ".plan"))
             if p.returncode != 0:
                 print(f"FAIL compile {pname}: {p.stderr.strip()}")
