@@ -42,6 +42,7 @@
  * tables, is each stage's own from the plan's initializer, never updated), an interleaved message that skips a chunk when
  * pp > 2, a background-synced parameter in a repeated block.
  */
+#include "layout.h"
 #include "pipeline.h"
 
 #include <stdlib.h>

@@ -7,7 +7,7 @@
 #ifndef PLANCC_PRESERVE_H
 #define PLANCC_PRESERVE_H
 
-#include "plancc.h"
+#include "layout.h"
 
 #define STREAM_MAIN 0
 #define STREAM_SYNC 1
