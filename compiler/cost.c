@@ -418,6 +418,11 @@ double cost_coll_bytes(pcc_coll kind, double in_bytes, double out_bytes) {
     return kind == PCC_COLL_ALL_REDUCE || kind == PCC_COLL_ALL_GATHER || kind == PCC_COLL_BROADCAST ? out_bytes : in_bytes;
 }
 
+double cost_vocab_stats_s(const pcc_cluster *c, double rows, int ways, pcc_group_shape g) {
+    double st = 3 * rows * pcc_dtype_bytes(PCC_F32);
+    return cost_collective_s(c, PCC_COLL_ALL_GATHER, cost_coll_bytes(PCC_COLL_ALL_GATHER, st, ways * st), g);
+}
+
 double cost_collective_s(const pcc_cluster *c, pcc_coll kind, double bytes, pcc_group_shape g) {
     int n = g.size;
     if (n <= 1 || bytes <= 0) return 0;

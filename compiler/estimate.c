@@ -267,11 +267,9 @@ static void est_vocab(est *E) {
         for (int a = 0; a < last; a++) piece /= E->ways[i][0][a];
         // one gather over the tp and pp axes together, charged as one over tp (a node's links),
         // then one of those over pp (across stages)
-        double st = 3 * rows * pcc_dtype_bytes(PCC_F32), gather = cost_launch_s(E->c);
-        if (kt > 1) gather += cost_collective_s(E->c, PCC_COLL_ALL_GATHER, cost_coll_bytes(PCC_COLL_ALL_GATHER, st, kt * st), (pcc_group_shape){kt, 1});
-        if (kp > 1)
-            gather += cost_collective_s(E->c, PCC_COLL_ALL_GATHER, cost_coll_bytes(PCC_COLL_ALL_GATHER, kt * st, kp * kt * st),
-                                        (pcc_group_shape){kp, E->dp * E->cp * E->tp});
+        double gather = cost_launch_s(E->c);
+        if (kt > 1) gather += cost_vocab_stats_s(E->c, rows, kt, (pcc_group_shape){kt, 1});
+        if (kp > 1) gather += cost_vocab_stats_s(E->c, kt * rows, kp, (pcc_group_shape){kp, E->dp * E->cp * E->tp});
         E->fc[i] += gather, E->bc[i] += gather;
         E->b[i] += cost_compute_s(E->c, 0, piece, x->dtype, false);
     }

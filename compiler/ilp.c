@@ -98,9 +98,8 @@ static double cand_vocab_s(const builder *B, const pcc_op *op, const pcc_cand *c
     if (op->kind != PCC_OP_CROSS_ENTROPY || c->dim < 0) return 0;
     const pcc_tensor *x = &g->tensors[op->in[0]];
     if (c->dim != x->dims[x->rank - 1] || c->ways * c->ways2 < 2) return 0;
-    double rows = (double)tensor_numel(g, x) / (double)g->dims[c->dim].size, st = 3 * rows * pcc_dtype_bytes(PCC_F32);
-    double gather = cost_launch_s(B->c) + cost_collective_s(B->c, PCC_COLL_ALL_GATHER, cost_coll_bytes(PCC_COLL_ALL_GATHER, st, c->ways * st),
-                                                            (pcc_group_shape){c->ways, B->o->group.stride});
+    double rows = (double)tensor_numel(g, x) / (double)g->dims[c->dim].size;
+    double gather = cost_launch_s(B->c) + cost_vocab_stats_s(B->c, rows, c->ways, (pcc_group_shape){c->ways, B->o->group.stride});
     return 2 * gather + cost_compute_s(B->c, 0, tensor_bytes(g, x) / c->ways, x->dtype, false);
 }
 

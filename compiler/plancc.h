@@ -624,6 +624,9 @@ double cost_collective_s(const pcc_cluster *c, pcc_coll kind, double bytes, pcc_
 // The bytes cost_collective_s takes for a collective from in_bytes to out_bytes per rank: the
 // whole value an all-reduce, all-gather or broadcast ends with, else the piece it starts from.
 double cost_coll_bytes(pcc_coll kind, double in_bytes, double out_bytes);
+// Vocabulary-parallel cross-entropy's statistics (compiler/vocab.c: 3 f32 numbers a row), `rows`
+// rows on each of `ways` ranks, all-gathered over group g (no launch).
+double cost_vocab_stats_s(const pcc_cluster *c, double rows, int ways, pcc_group_shape g);
 // One gradient's share of a bucketed collective (preserve.c's --bucket-mb buckets): `bytes` of it
 // travel with others, `pool` bytes in all being ready to share buckets of up to bucket_bytes,
 // so that each bucket's time (latency and launch included) is split by bytes among its members.
