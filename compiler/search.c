@@ -166,20 +166,18 @@ static void stages(const pcc_policy *pol, const pcc_layer *L, const double *flop
         return;
     }
     // Interlaced layers (a policy's "stage": "all") run on every stage: the cut is over the others
-    // (check_interlaced leaves at least one a stage), each interlaced layer taking the stage of the
+    // (check_interlaced leaves every stage one), each interlaced layer taking the stage of the
     // layer before it (the first stage before any).
     const double *w = sec ? sec : flops;
     double *ws = calloc((size_t)n + 1, sizeof(double));
     int *at = malloc(sizeof(int) * (size_t)(n + 1)), m = 0;
-    PCC_ASSERT(ws && at);
+    bool *own = malloc((size_t)n + 1);
+    PCC_ASSERT(ws && at && own);
     for (int i = 0; i < n; i++)
-        if (L[i].op < 0 || !policy_interlaced(pol, L[i].op)) ws[m++] = w[i];
+        if ((own[i] = L[i].op < 0 || !policy_interlaced(pol, L[i].op))) ws[m++] = w[i];
     partition(ws, m, chunks, sec ? 1e-15 : 1, at);
-    for (int i = 0, k = 0; i < n; i++) {
-        bool own = L[i].op < 0 || !policy_interlaced(pol, L[i].op);
-        stage[i] = own ? at[k++] : k ? at[k - 1] : 0;
-    }
-    free(ws), free(at);
+    for (int i = 0, k = 0; i < n; i++) stage[i] = own[i] ? at[k++] : k ? at[k - 1] : 0;
+    free(ws), free(at), free(own);
 }
 
 /* ---- one mesh ---- */
