@@ -4,8 +4,8 @@
 usage: faults.py [--per-kind N] [--seed S] [--plans a,b] PLANCC PLANDUMP PLANRUN SOURCE_ROOT
 
 A handful of compiled plans (dp, tp, dp x tp, pp x dp, ZeRO-3, interleaved 1F1B, interlaced
-operators under GPipe and 1F1B on 2 and 4 stages, a vocabulary-parallel loss, burst, a background-synchronized plan, and a CNN for window
-attributes) are printed in their text form and mutated by this script's own mutator, one structural fault at a time, of these kinds:
+operators under GPipe and 1F1B on 2 and 4 stages, a vocabulary-parallel loss, burst, a
+background-synchronized plan, and a CNN for window attributes) are printed in their text form and mutated by this script's own mutator, one structural fault at a time, of these kinds:
 
   swap-colls       one rank (its program cloned) issues two same-size collectives of one group
                    in the other order
