@@ -461,7 +461,7 @@ def torch_side(a, cfg, init, dtype, halves=False):
     micro-batch's rows go through as two parts whose gradients add up (the same mathematics,
     other float32 sums: a second sample of float32's rounding)."""
     import torch
-    torch.set_num_threads(2)
+    torch.set_num_threads(1)  # gpt-tiny is small: a second thread only spins (3x slower beside a busy core)
     torch.use_deterministic_algorithms(True)
     model = build_torch(cfg).to(dtype)
     names = st_names(cfg)
