@@ -84,6 +84,18 @@ class Forkserver:
         p.pid = int(reply[2])
         return p
 
+    def warm(self, args):
+        """Runs the tool on ARGS in the server itself, its output discarded (forkserver.c: a
+        warm-up, for a tool that keeps no state between runs): every later case starts with that
+        code translated by the memory checker. Returns the tool's exit status."""
+        import os
+        self._proc.stdin.write(b"".join(os.fsencode(f) + b"\0" for f in ["", "", str(len(args)), *args]))
+        self._proc.stdin.flush()
+        reply = self._proc.stdout.readline().decode().split()
+        if len(reply) != 2 or reply[0] != "warm":
+            raise RuntimeError(f"forkserver: {reply!r} (it exited {self._proc.poll()})")
+        return int(reply[1])
+
     def close(self):
         self._proc.stdin.close()
         rc = self._proc.wait()

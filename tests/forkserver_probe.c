@@ -6,6 +6,8 @@
  *   args       prints its arguments, each in brackets, and exits 0
  *   leak       loses a block and exits 2
  *   uninit     branches on uninitialised heap memory and exits 2 or 3
+ *   uninit set the same code on memory it set first (clean): run as a warm-up, it leaves the
+ *              branch translated in the server, where a child's uninit must still be caught
  *   overflow   reads one past a heap block and exits 2
  *   segv       dies of SIGSEGV
  */
@@ -32,6 +34,7 @@ int tool_main(int argc, char **argv) {
     }
     if (!strcmp(what, "uninit")) {
         sink = malloc(4 * sizeof *sink);
+        if (argc > 2 && !strcmp(argv[2], "set")) memset(sink, 0, 4 * sizeof *sink);
         int r = sink[1] > 3 ? 2 : 3;
         free(sink);
         return r;

@@ -18,13 +18,25 @@ plancc models/gpt-tiny.json --cluster cpu --devices 8 --estimate-only --policy t
 WRAPPER (e.g. valgrind -q --error-exitcode=97) runs plancc under a memory checker: its reports
 go to stderr and change the exit code, so they fail the case. --forkserver: PLANCC is plancc-fork
 (tests/forkserver.c), started once under WRAPPER, and each case runs in a child of it, checked as
-alone but without the memory checker's start-up each time.
+alone but without the memory checker's start-up each time, and with the loaders already run once
+in the server (WARM_UP).
 """
 import os
 import subprocess
 import sys
 
 from common import Forkserver, forkserver_child
+
+# What the fork server runs itself before the cases (forkserver.c's warm-up: under valgrind a case
+# then finds the code it shares with these translated, most of its time): good models and clusters
+# checked, and a policy refused as it loads. Only runs that end in the loaders, with no warning:
+# plancc keeps its warnings and its search's counters process-wide, and no search runs here.
+WARM_UP = [(["--check", m], 0) for m in ("models/gpt-tiny.json", "tests/models/ops-mix.json", "models/dlrm-small.json",
+                                         "models/cnn-small.json", "models/t5-small.json", "models/evoformer.json")] + [
+    (["--check", "models/mlp.json", "--cluster", c], 0) for c in ("models/clusters/dgx-h100.json",
+                                                                  "models/clusters/a100-h100.json")] + [
+    (["models/gpt-tiny.json", "--cluster", "cpu", "--devices", "8", "--estimate-only", "--policy",
+      "tests/bad_policy/split2-same-letter.json"], 2)]
 
 
 def main():
@@ -59,6 +71,11 @@ def main():
         failed += 1
     env = dict(os.environ, ASAN_OPTIONS="detect_leaks=1:exitcode=99", UBSAN_OPTIONS="halt_on_error=1:exitcode=98")
     server = Forkserver(plancc, wrapper, root, env) if forkserver else None
+    for args, code in WARM_UP if server else []:
+        got = server.warm(args)
+        if got != code:
+            print(f"FAIL warm-up: plancc {' '.join(args)}: exit {got}, want {code}")
+            failed += 1
     for name, pointer, fragment in cases:
         path = os.path.join("tests", corpus, name)
         if not os.path.exists(os.path.join(root, path)):
