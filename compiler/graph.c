@@ -135,6 +135,23 @@ bool graph_is_final_param_grad(const pcc_graph *g, int t) {
     return graph_is_param_grad(g, t) && g->tensors[g->tensors[t].of].grad == t;
 }
 
+bool graph_grad_deferrable(const pcc_graph *g, int t) {
+    const pcc_tensor *T = &g->tensors[t];
+    if (!graph_is_param_grad(g, t) || graph_is_final_param_grad(g, t) || T->producer < 0) return false;
+    const pcc_op *prod = &g->ops[T->producer];
+    if (prod->block >= 0 || prod->phase != PCC_PHASE_BWD || prod->accumulate) return false;
+    bool read = false;
+    for (int o = 0; o < g->n_ops; o++) {
+        const pcc_op *op = &g->ops[o];
+        for (int i = 0; i < op->nin; i++) {
+            if (op->in[i] != t) continue;
+            if (op->block >= 0 || op->phase != PCC_PHASE_BWD || !op->accumulate) return false;
+            read = true;
+        }
+    }
+    return read;
+}
+
 int graph_batch_dim(const pcc_graph *g) {
     for (int t = 0; t < g->n_tensors; t++)
         if (g->tensors[t].kind == PCC_T_INPUT && g->tensors[t].rank > 0) return g->tensors[t].dims[0];

@@ -269,26 +269,17 @@ static void cross_chunk(pcc_values *E) {
 }
 
 // Gradient contributions to a parameter made on one stage and summed on another, where that is
-// safe to do once per step: made by one top-level backward op that does not accumulate, read only
-// by accumulating sums on other stages (which add zeros until the sum arrives).
+// safe to do once per step (graph_grad_deferrable): its sums on other stages add zeros until it
+// arrives.
 static void defer(pcc_values *E) {
     const pcc_graph *g = E->g;
     E->deferred = arena_alloc(g->arena, sizeof(bool) * (size_t)(g->n_tensors + 1));
     for (int t = 0; t < g->n_tensors; t++) {
-        const pcc_tensor *T = &g->tensors[t];
-        if (!graph_is_param_grad(g, t) || graph_is_final_param_grad(g, t) || T->producer < 0 || E->tstage[t] < 0) continue;
-        const pcc_op *prod = &g->ops[T->producer];
-        if (prod->block >= 0 || prod->phase != PCC_PHASE_BWD || prod->accumulate) continue;
-        bool ok = true, read = false;
-        for (int o = 0; o < g->n_ops && ok; o++) {
-            const pcc_op *op = &g->ops[o];
-            for (int i = 0; i < op->nin; i++) {
-                if (op->in[i] != t) continue;
-                read = true;
-                ok = op->block < 0 && op->phase == PCC_PHASE_BWD && op->accumulate && E->ostage[o] != E->tstage[t];
-            }
-        }
-        E->deferred[t] = ok && read;
+        if (E->tstage[t] < 0 || !graph_grad_deferrable(g, t)) continue;
+        bool apart = true;
+        for (int o = 0; o < g->n_ops; o++)
+            for (int i = 0; i < g->ops[o].nin; i++) apart &= g->ops[o].in[i] != t || E->ostage[o] != E->tstage[t];
+        E->deferred[t] = apart;
     }
 }
 

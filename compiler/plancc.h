@@ -361,6 +361,10 @@ uint64_t *graph_backward_reads(const pcc_graph *g);
 // Whether tensor t is a gradient of a parameter (a contribution to it, or the sum itself), and whether its optimizer reads it.
 bool graph_is_param_grad(const pcc_graph *g, int t);
 bool graph_is_final_param_grad(const pcc_graph *g, int t);
+// Whether gradient contribution t to a parameter may be summed once per step, where its readers
+// run on another stage (layout.c's deferred): made by one top-level backward op that does not
+// accumulate, read only by accumulating top-level backward sums (which add zeros until it comes).
+bool graph_grad_deferrable(const pcc_graph *g, int t);
 // The batch: axis 0 of the first input with a shape (-1: none). graph_batch_dims: per dimension
 // whether dp cuts it, the batch or one a reshape makes of it as its major axis (Swin's windows).
 int graph_batch_dim(const pcc_graph *g);
