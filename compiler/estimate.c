@@ -549,17 +549,22 @@ static void est_message(est *E, bool bwd, double bytes, int a, int b) {
     *VEC_PUSH(E->g->arena, E->links, E->n_links, E->cap_links) = (pcc_pipe_link){a, b, bwd, t};
 }
 
+// A gradient of `bytes` per micro-batch from chunk c back to chunk a: straight, or with 1F1B
+// between neighbours, each stage between passing it on (layout.c's relayed).
+static void est_grad_back(est *E, double bytes, int c, int a) {
+    if (E->v > 1 || E->s->schedule == PCC_PIPE_GPIPE || c - a < 2) {
+        est_message(E, true, bytes, c, a);
+        return;
+    }
+    for (int k = c; k > a; k--) est_message(E, true, bytes, k, k - 1);
+}
+
 // Value t (bytes on a device) made on chunk a and read on chunk c: sent forward, and its gradient
 // (gbytes: in the reader's layout of it, which phase 3 sends) back (with 1F1B, between neighbours,
 // each stage between passing it on: layout.c's relayed).
 static void est_crossing(est *E, int t, double bytes, double gbytes, int a, int c) {
     est_message(E, false, bytes, a, c);
-    if (E->g->tensors[t].grad < 0) return;
-    if (E->v > 1 || E->s->schedule == PCC_PIPE_GPIPE || c - a < 2) {
-        est_message(E, true, gbytes, c, a);
-        return;
-    }
-    for (int k = c; k > a; k--) est_message(E, true, gbytes, k, k - 1);
+    if (E->g->tensors[t].grad >= 0) est_grad_back(E, gbytes, c, a);
 }
 
 // The bytes on a device of the gradient of op's input i as its backward pass makes it (a split
@@ -567,6 +572,17 @@ static void est_crossing(est *E, int t, double bytes, double gbytes, int a, int 
 static double est_grad_in_bytes(const est *E, int o, int i) {
     pcc_layout l = transform_grad_in(&E->sc->t->ops[o].c[E->sc->choice[o]], i);
     return est_layout_bytes(E, E->g->ops[o].in[i], &l);
+}
+
+// Whether the backward of block b sums the gradient of its input t over its copies (T5's relative
+// position bias): the partial sum then travels back with the carries (est_partial_sum_bytes), and
+// only copy 0's stage, which holds the sum, sends it on to t's maker (layout.c).
+static bool est_block_sums(const est *E, int b, int t) {
+    const pcc_graph *g = E->g;
+    for (int k = 0; k < g->n_blocks; k++)
+        for (int i = 0; g->blocks[k].fwd == b && i < g->blocks[k].n_acc; i++)
+            if (g->tensors[g->blocks[k].acc[i].outer].of == t) return true;
+    return false;
 }
 
 // The values layer l reads that another chunk made (tchunk, the chunk that made each; tbytes,
@@ -586,6 +602,10 @@ static void est_reads(est *E, const pcc_layer *L, int l, const int *chunk, const
         }
         if (tchunk[t] < 0 || tchunk[t] == chunk[l] || sent[t] == chunk[l]) continue;
         sent[t] = chunk[l];
+        if (L[l].op < 0 && L[l].copy > 0 && est_block_sums(E, L[l].block, t)) {
+            est_message(E, false, tbytes[t], tchunk[t], chunk[l]); // its gradient goes back summed
+            continue;
+        }
         est_crossing(E, t, tbytes[t], L[l].op >= 0 ? est_grad_in_bytes(E, L[l].op, i) : tbytes[t], tchunk[t], chunk[l]);
     }
 }
@@ -640,6 +660,12 @@ static void est_layers(est *E, const pcc_layer *L, int nl, const int *chunk) {
             double copy = 2 * cost_memory_s(E->view[d], 2 * est_held_bytes(E, bl->carry[k].outer));
             E->Fc[d] += copy, E->Bc[d] += copy;
         }
+        // A gradient the backward sums over the copies: each copy adds its part into the sum
+        // (preserve.c's block_body; T5's relative position bias, 3.6 ms a micro-batch per stage
+        // of mT5-Large's encoder).
+        for (int b = 0; b < g->n_blocks; b++)
+            for (int k = 0; g->blocks[b].fwd == L[l].block && k < g->blocks[b].n_acc; k++)
+                E->Bc[d] += cost_memory_s(E->view[d], 3 * est_held_bytes(E, g->tensors[g->blocks[b].acc[k].outer].of));
         E->cf[d] += E->Fc[d] - f0, E->cb[d] += E->Bc[d] - b0;
         E->copies[d] += 1;
         est_on(E, d);
@@ -651,9 +677,14 @@ static void est_layers(est *E, const pcc_layer *L, int nl, const int *chunk) {
     est_on(E, chunk[prev] % pp);
     E->Bc[chunk[prev] % pp] += E->orphan_top;
     est_chunk_add(E, chunk[prev], &span);
-    // A chunk's sends after a forward pass go with the receives of the backward pass that follows
-    // in 1F1B's steady state, and its backward sends with the next forward pass's receives; a
-    // device's chunks run apart.
+}
+
+// The pipeline's messages per pass on each device (Fp, Bp). A chunk's sends after a forward pass
+// go with the receives of the backward pass that follows in 1F1B's steady state, and its backward
+// sends with the next forward pass's receives; a device's chunks run apart.
+static void est_link_passes(est *E) {
+    int pp = E->pp, nc = pp * E->v;
+    const pcc_graph *g = E->g;
     double *fs = zeros(g, nc), *fr = zeros(g, nc), *bs = zeros(g, nc), *br = zeros(g, nc); // per chunk, the longest
     for (int i = 0; i < E->n_links; i++) {
         const pcc_pipe_link *k = &E->links[i];
@@ -806,9 +837,19 @@ static void est_param(est *E, int p, int i, int d, const pcc_op *opt) {
     E->opt[d] += zw > 1 ? (t - launch) / zw + launch : t; // a shard's work, a whole launch
 }
 
+// The contribution to parameter p's gradient that forward op j's backward makes (-1: none).
+static int est_contribution(const est *E, int p, int j) {
+    for (int t = 0; t < E->g->n_tensors; t++) {
+        int prod = E->g->tensors[t].producer;
+        if (E->g->tensors[t].of == p && graph_is_param_grad(E->g, t) && prod >= 0 && E->g->ops[prod].fwd == j) return t;
+    }
+    return -1;
+}
+
 // Every parameter: sync and optimizer on its owner's device(s); tied parameters' gradients sent
-// to the owner once per step from each other stage that uses them. First the bytes that share
-// buckets, per device and segment.
+// to the owner from each other stage that uses them: once per step where phase 3 defers the
+// contribution (layout.c), else with every micro-batch's backward pass. First the bytes that
+// share buckets, per device and segment.
 static void est_params(est *E) {
     const pcc_graph *g = E->g;
     const pcc_op **opt = arena_alloc(g->arena, sizeof(pcc_op *) * (size_t)(g->n_tensors + 1));
@@ -840,7 +881,11 @@ static void est_params(est *E) {
             const int *w = est_ways_of(E, j, p);
             double bytes = tensor_bytes(g, t);
             for (int r = 0; r < t->rank; r++) bytes /= w[r];
-            E->tied[home] += est_send_s(E, bytes, est_device(E, j, 0), home);
+            int part = est_contribution(E, p, j);
+            if (part >= 0 && !graph_grad_deferrable(g, part)) // summed with another part first: sent every micro-batch
+                est_grad_back(E, bytes, E->s->op_stage[j], E->s->op_stage[i]);
+            else
+                E->tied[home] += est_send_s(E, bytes, est_device(E, j, 0), home);
         }
     }
 }
@@ -1112,6 +1157,7 @@ void estimate_step(const pcc_graph *g, const pcc_cluster *c, const pcc_intra *sc
     est_layers(&E, L, nl, chunk);
     est_interlaced(&E);
     est_params(&E);
+    est_link_passes(&E);
     est_last_bucket(&E);
     est_step(&E);
 }
