@@ -426,6 +426,15 @@ static pcc_status check_stages(const pcc_policy *p, const pcc_graph *g, const pc
             return diag(p->file, u->stage_ptr, "pins stage %d, but /stages puts that layer (layer %d) in stage %d: the pins "
                         "contradict each other", u->stage, i, given[i]);
     }
+    // Interlaced operators run on every stage, apart from the passes: each stage needs a layer of
+    // its own besides them (layout.c's interlace).
+    for (int k = 0; given && p->interlaces && k < p->n_stages; k++) {
+        bool own = false;
+        for (int i = 0; i < nl && !own; i++) own = given[i] == k && (L[i].op < 0 || !policy_interlaced(p, L[i].op));
+        if (!own)
+            return diag(p->file, arena_printf(g->arena, "%s/%d", p->stages_ptr, k), "gives stage %d only interlaced operators "
+                        "(\"stage\": \"all\"), which run apart from the pipeline's passes: every stage needs a layer of its own", k);
+    }
     return PCC_OK;
 }
 
