@@ -360,7 +360,8 @@ COSHARD = [(1, CS_MLP_S), (1, CS_MLP_F), (1, CS_ATTN), (1, CS_HEAD), (1, f"{CS_M
 # together and apart; with ZeRO 1, 2 and 3; with sequence parallelism; GPipe, and 1F1B (the head's phase per micro-batch
 # in the steady state, on 2 stages with one micro-batch and more, on 4 with fewer micro-batches than stages and more,
 # where the stages between receive their inputs a pass early; on 4 the embedding alone too, whose phases stay outside
-# the schedule). (model, devices, dp, tp, pp, micro-batches, rules[, more mesh keys[, more options]]).
+# the schedule); t5-tiny's position biases replicated on every stage (T5_BIAS). (model, devices, dp, tp, pp,
+# micro-batches, rules[, more mesh keys[, more options]]).
 IL_EMB = {"ops": "tok_emb", "split": "v", "stage": "all"}
 IL_ALL = [IL_EMB, {"ops": "logits", "split": "n", "stage": "all"}, {"ops": "loss", "split": "b.1", "stage": "all"}]
 LL_EMB = {"ops": "embedding", "split": "v", "stage": "all"}
@@ -371,6 +372,11 @@ IL_SP = IL_ALL[:2] + [{"ops": "loss", "stage": "all"}]  # the loss's split the I
 # T5's shared token embedding (read by the encoder and the decoder), its LM head and its loss.
 T5_ALL = [{"ops": "embedding_[13]", "split": "v", "stage": "all"}, {"ops": "linear_32", "split": "n", "stage": "all"},
           {"ops": "cross_entropy*", "stage": "all"}]
+# T5's relative position biases (the encoder's with the attention mask, the decoder's with its
+# causal mask), computed on every stage, replicated, where the blocks that read them are: no
+# stage sends them, and the gradient the blocks sum over their copies meets their backward there.
+T5_BIAS = [{"ops": o, "stage": "all"} for o in ("getitem", "sub", "sub_2", "mul", "embedding", "permute", "add", "add_2", "add_3",
+                                                  "embedding_2", "permute_1", "getitem_2", "add_12")]
 INTERLACED = [("gpt-tiny", 8, 1, 2, 4, 4, IL_ALL), ("gpt-tiny", 8, 4, 1, 2, 2, IL_ALL), ("gpt-tiny", 4, 1, 1, 4, 1, IL_ALL),
               ("gpt-tiny", 4, 1, 2, 2, 4, [dict(r, split="replicate") if r["ops"] == "loss" else r for r in IL_ALL]),
               ("llama-tiny", 8, 2, 2, 2, 4, [LL_EMB] + LL_HEAD), ("llama-tiny", 4, 1, 2, 2, 3, LL_HEAD),
@@ -385,7 +391,7 @@ INTERLACED = [("gpt-tiny", 8, 1, 2, 4, 4, IL_ALL), ("gpt-tiny", 8, 4, 1, 2, 2, I
               ("llama-tiny", 8, 2, 2, 2, 4, [LL_EMB] + LL_HEAD, {}, SP),
               ("gpt-tiny", 8, 1, 2, 4, 8, IL_ALL, F1B), ("gpt-tiny", 4, 1, 1, 4, 3, IL_ALL, F1B),
               ("gpt-tiny", 8, 2, 1, 4, 5, IL_ALL, dict(F1B, zero=1)), ("llama-tiny", 6, 2, 1, 3, 4, [{"ops": "linear_14", "stage": "all"}, LL_HEAD[1]], F1B),
-              ("t5-tiny", 8, 2, 1, 4, 4, T5_ALL, F1B)]
+              ("t5-tiny", 8, 2, 1, 4, 4, T5_ALL, F1B), ("t5-tiny", 4, 1, 1, 4, 4, T5_BIAS), ("t5-tiny", 8, 2, 1, 4, 4, T5_BIAS, F1B)]
 
 # --vocab: the loss split along the vocabulary (its letter v), the LM head's logits split so over
 # tp (V_TP: gpt-tiny's; LL_V: llama-tiny's; T5_V: t5-tiny's), or over pp x tp for an interlaced
