@@ -508,17 +508,28 @@ static double est_carry_bytes(const est *E, const pcc_layer *l) {
     return bytes;
 }
 
+// The gradients forward block b's backward sums over its copies (T5's relative position bias),
+// each the size of the value it is the gradient of (t >= 0: input t's only): their bytes, and on
+// device d (d >= 0) the seconds one copy takes to add its part into each sum (preserve.c's
+// block_body, an add apiece: two reads and a write; 3.6 ms a micro-batch on each stage of
+// mT5-Large's encoder).
+static double est_summed(const est *E, int b, int t, int d) {
+    const pcc_graph *g = E->g;
+    double x = 0;
+    for (int k = 0; k < g->n_blocks; k++)
+        for (int i = 0; g->blocks[k].fwd == b && i < g->blocks[k].n_acc; i++) {
+            int of = g->tensors[g->blocks[k].acc[i].outer].of;
+            double bytes = t < 0 || of == t ? est_held_bytes(E, of) : 0;
+            if (bytes > 0) x += d < 0 ? bytes : cost_memory_s(E->view[d], 3 * bytes);
+        }
+    return x;
+}
+
 // What the backward pass hands back from copy l+1 of a block to copy l on another stage besides
 // the gradients of its carries: the partial sums of the gradients its backward sums over the
 // copies (preserve.c's acc_reg), each the size of the value it is the gradient of.
 static double est_partial_sum_bytes(const est *E, const pcc_layer *l, const pcc_layer *next) {
-    const pcc_graph *g = E->g;
-    if (l->op >= 0 || next->op >= 0 || next->block != l->block) return 0;
-    double bytes = 0;
-    for (int b = 0; b < g->n_blocks; b++)
-        for (int i = 0; g->blocks[b].fwd == l->block && i < g->blocks[b].n_acc; i++)
-            bytes += est_held_bytes(E, g->tensors[g->blocks[b].acc[i].outer].of);
-    return bytes;
+    return l->op >= 0 || next->op >= 0 || next->block != l->block ? 0 : est_summed(E, l->block, -1, -1);
 }
 
 // A send from pipeline device a to b: on their group's links, or between two groups on the
@@ -574,17 +585,6 @@ static double est_grad_in_bytes(const est *E, int o, int i) {
     return est_layout_bytes(E, E->g->ops[o].in[i], &l);
 }
 
-// Whether the backward of block b sums the gradient of its input t over its copies (T5's relative
-// position bias): the partial sum then travels back with the carries (est_partial_sum_bytes), and
-// only copy 0's stage, which holds the sum, sends it on to t's maker (layout.c).
-static bool est_block_sums(const est *E, int b, int t) {
-    const pcc_graph *g = E->g;
-    for (int k = 0; k < g->n_blocks; k++)
-        for (int i = 0; g->blocks[k].fwd == b && i < g->blocks[k].n_acc; i++)
-            if (g->tensors[g->blocks[k].acc[i].outer].of == t) return true;
-    return false;
-}
-
 // The values layer l reads that another chunk made (tchunk, the chunk that made each; tbytes,
 // their bytes on a device), each sent once to a chunk (sent: the last chunk it went to).
 static void est_reads(est *E, const pcc_layer *L, int l, const int *chunk, const int *tchunk,
@@ -602,8 +602,11 @@ static void est_reads(est *E, const pcc_layer *L, int l, const int *chunk, const
         }
         if (tchunk[t] < 0 || tchunk[t] == chunk[l] || sent[t] == chunk[l]) continue;
         sent[t] = chunk[l];
-        if (L[l].op < 0 && L[l].copy > 0 && est_block_sums(E, L[l].block, t)) {
-            est_message(E, false, tbytes[t], tchunk[t], chunk[l]); // its gradient goes back summed
+        // A gradient the block sums over its copies travels back with the carries (the partial
+        // sum, est_partial_sum_bytes): only copy 0's stage, which holds the sum, sends it on to
+        // t's maker (layout.c).
+        if (L[l].op < 0 && L[l].copy > 0 && est_summed(E, L[l].block, t, -1) > 0) {
+            est_message(E, false, tbytes[t], tchunk[t], chunk[l]);
             continue;
         }
         est_crossing(E, t, tbytes[t], L[l].op >= 0 ? est_grad_in_bytes(E, L[l].op, i) : tbytes[t], tchunk[t], chunk[l]);
@@ -660,12 +663,7 @@ static void est_layers(est *E, const pcc_layer *L, int nl, const int *chunk) {
             double copy = 2 * cost_memory_s(E->view[d], 2 * est_held_bytes(E, bl->carry[k].outer));
             E->Fc[d] += copy, E->Bc[d] += copy;
         }
-        // A gradient the backward sums over the copies: each copy adds its part into the sum
-        // (preserve.c's block_body; T5's relative position bias, 3.6 ms a micro-batch per stage
-        // of mT5-Large's encoder).
-        for (int b = 0; b < g->n_blocks; b++)
-            for (int k = 0; g->blocks[b].fwd == L[l].block && k < g->blocks[b].n_acc; k++)
-                E->Bc[d] += cost_memory_s(E->view[d], 3 * est_held_bytes(E, g->tensors[g->blocks[b].acc[k].outer].of));
+        E->Bc[d] += est_summed(E, L[l].block, -1, d);
         E->cf[d] += E->Fc[d] - f0, E->cb[d] += E->Bc[d] - b0;
         E->copies[d] += 1;
         est_on(E, d);
@@ -1195,7 +1193,7 @@ double *estimate_layer_seconds(const pcc_graph *g, const pcc_cluster *c, const p
         } else {
             const pcc_block *bl = &g->blocks[L[l].block];
             for (int i = bl->first_op; i < bl->first_op + bl->n_ops; i++) est_add_op(&E, i, 0);
-            E.Bc[0] += E.orphan[L[l].block];
+            E.Bc[0] += E.orphan[L[l].block] + est_summed(&E, L[l].block, -1, 0);
         }
         sec[l] = E.Fc[0] + E.Fm[0] + E.Bc[0] + E.Bm[0] - t0;
     }
