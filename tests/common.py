@@ -68,16 +68,22 @@ class Forkserver:
         self._proc = subprocess.Popen([*wrapper, os.path.abspath(server)], cwd=root, env=env, stdin=subprocess.PIPE,
                                       stdout=subprocess.PIPE)
 
+    def _request(self, out, err, args, kinds, words):
+        """Sends one request (forkserver.c's protocol) and returns its reply line's words, which
+        must be `words` many and start with one of `kinds`."""
+        import os
+        self._proc.stdin.write(b"".join(os.fsencode(f) + b"\0" for f in [out, err, str(len(args)), *args]))
+        self._proc.stdin.flush()
+        reply = self._proc.stdout.readline().decode().split()
+        if len(reply) != words or reply[0] not in kinds:
+            raise RuntimeError(f"forkserver: {reply!r} (it exited {self._proc.poll()})")
+        return reply
+
     def run(self, args):
         import os
         import subprocess
         out, err = (os.path.join(self._tmp.name, n) for n in ("out", "err"))
-        fields = [out, err, str(len(args)), *args]
-        self._proc.stdin.write(b"".join(os.fsencode(f) + b"\0" for f in fields))
-        self._proc.stdin.flush()
-        reply = self._proc.stdout.readline().decode().split()
-        if len(reply) != 3 or reply[0] not in ("exit", "signal"):
-            raise RuntimeError(f"forkserver: {reply!r} (it exited {self._proc.poll()})")
+        reply = self._request(out, err, args, ("exit", "signal"), 3)
         code = int(reply[1]) if reply[0] == "exit" else -int(reply[1])
         with open(out, "rb") as o, open(err, "rb") as e:
             p = subprocess.CompletedProcess(args, code, o.read(), e.read())
@@ -88,13 +94,7 @@ class Forkserver:
         """Runs the tool on ARGS in the server itself, its output discarded (forkserver.c: a
         warm-up, for a tool that keeps no state between runs): every later case starts with that
         code translated by the memory checker. Returns the tool's exit status."""
-        import os
-        self._proc.stdin.write(b"".join(os.fsencode(f) + b"\0" for f in ["", "", str(len(args)), *args]))
-        self._proc.stdin.flush()
-        reply = self._proc.stdout.readline().decode().split()
-        if len(reply) != 2 or reply[0] != "warm":
-            raise RuntimeError(f"forkserver: {reply!r} (it exited {self._proc.poll()})")
-        return int(reply[1])
+        return int(self._request("", "", args, ("warm",), 2)[1])
 
     def close(self):
         self._proc.stdin.close()

@@ -134,23 +134,20 @@ int main(void) {
         argv[argc++] = TOOL_NAME;
         for (int k = 0; k < nargs; k++, s += strlen(s) + 1) argv[argc++] = s;
         argv[argc] = NULL;
-        if (!*out) {
-            char line[32];
-            int n = snprintf(line, sizeof line, "warm %d\n", warm_up(argv, argc));
-            if (write(1, line, (size_t)n) != n) die("write");
-            memmove(req, req + len, have - len);
-            have -= len;
-            continue;
-        }
-        pid_t pid = fork();
-        if (pid < 0) die("fork");
-        if (pid == 0) run_child(argv, argc, out, err);
-        int status;
-        while (waitpid(pid, &status, 0) < 0)
-            if (errno != EINTR) die("waitpid");
         char line[48];
-        int n = WIFSIGNALED(status) ? snprintf(line, sizeof line, "signal %d %ld\n", WTERMSIG(status), (long)pid)
+        int n;
+        if (!*out) {
+            n = snprintf(line, sizeof line, "warm %d\n", warm_up(argv, argc));
+        } else {
+            pid_t pid = fork();
+            if (pid < 0) die("fork");
+            if (pid == 0) run_child(argv, argc, out, err);
+            int status;
+            while (waitpid(pid, &status, 0) < 0)
+                if (errno != EINTR) die("waitpid");
+            n = WIFSIGNALED(status) ? snprintf(line, sizeof line, "signal %d %ld\n", WTERMSIG(status), (long)pid)
                                     : snprintf(line, sizeof line, "exit %d %ld\n", WEXITSTATUS(status), (long)pid);
+        }
         if (write(1, line, (size_t)n) != n) die("write");
         memmove(req, req + len, have - len);
         have -= len;
