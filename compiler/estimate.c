@@ -1052,9 +1052,12 @@ static void est_interlaced(est *E) {
             int holder = pr >= 0 && g->ops[pr].block < 0 && !est_il(E, pr) ? est_device(E, pr, 0) : pp - 1;
             for (int d = 0; d < pp; d++)
                 if (d != holder) sends += est_send_s(E, bytes, holder, d);
-            // made here: reduced over pp forward, its gradient sent back (both outside the passes);
-            // read here: sent forward, its gradient reduced over pp
-            double x = reduce * (made_here || g->tensors[t].grad >= 0 ? 1 : 0), y = sends * (!made_here || g->tensors[t].grad >= 0 ? 1 : 0);
+            // made here: reduced over pp forward (not where the operator runs whole on every stage),
+            // its gradient sent back (both outside the passes); read here: sent forward, its
+            // gradient reduced over pp
+            bool whole = made_here && E->s->letter[PCC_AX_PP][i] < 0;
+            double x = reduce * (!whole && (made_here || g->tensors[t].grad >= 0) ? 1 : 0);
+            double y = sends * (!made_here || g->tensors[t].grad >= 0 ? 1 : 0);
             E->ilm += x, E->ilp += y;
             if (made_here) rest += x + y;
         }
