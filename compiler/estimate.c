@@ -543,17 +543,16 @@ static double est_send_s(const est *E, double bytes, int a, int b) {
     return cost_collective_s(c, PCC_COLL_SEND_RECV, bytes, pair) + cost_launch_s(c);
 }
 
-// The messages of one micro-batch between chunks, per chunk: the longest it sends and receives,
-// forward and backward (a group of sends and receives moves its messages at once).
 // A message per micro-batch from chunk a to chunk b; several values between one pair in one pass
-// go in one group of sends and receives, at the longest.
+// go in one group of sends and receives, one after another over the link they share (the
+// pipeline's walk has the messages of a group to other chunks wait likewise: pipeline.c).
 static void est_message(est *E, bool bwd, double bytes, int a, int b) {
     if (a % E->pp == b % E->pp) return; // two chunks of one device
     double t = est_send_s(E, bytes, a % E->pp, b % E->pp);
     for (int i = 0; i < E->n_links; i++) {
         pcc_pipe_link *k = &E->links[i];
         if (k->from == a && k->to == b && k->bwd == bwd) {
-            k->s = fmax(k->s, t);
+            k->s += t;
             return;
         }
     }

@@ -244,16 +244,26 @@ typedef struct sched {
     item *it;
     int n_it, cap_it;
     int open;           // first member of the group being collected
+    double ahead[2];    // ... the seconds of its receives and sends so far
+    double *wait;       // per message and side (2 msg + !send): the seconds of its side's earlier messages in its group
     int **in, **out;    // per chunk and pass (2 k + bwd): the links to it, from it, -1 ended
 } sched;
 
 static void flush(sched *S) {
     if (S->n_m > S->open) *VEC_PUSH(S->a, S->it, S->n_it, S->cap_it) = (item){S->open, S->n_m - S->open, 0};
     S->open = S->n_m;
+    S->ahead[0] = S->ahead[1] = 0;
 }
 
+// A device's sends go one after another over its link, as do its receives (sim.c's msg_post): a
+// message waits for those before it in its group on either side.
 static void members(sched *S, const int *links, const pcc_pipe_link *l, int M, int mb, bool send) {
-    for (; *links >= 0; links++) *VEC_PUSH(S->a, S->m, S->n_m, S->cap_m) = (member){*links * M + mb, send, l[*links].s};
+    for (; *links >= 0; links++) {
+        int msg = *links * M + mb;
+        *VEC_PUSH(S->a, S->m, S->n_m, S->cap_m) = (member){msg, send, l[*links].s};
+        S->wait[2 * msg + !send] = S->ahead[send];
+        S->ahead[send] += l[*links].s;
+    }
 }
 
 // Device d's items: its units with their loops unrolled (loops do not nest), cut into groups of
@@ -331,6 +341,7 @@ double pipeline_makespan(const pcc_pipeline *p, const pcc_chunk_times *c, const 
     }
     int pp = p->pp, nmsg = n_links * p->M;
     sched S = {.a = arena_init()};
+    S.wait = arena_alloc(S.a, sizeof(double) * (size_t)(2 * nmsg + 1));
     S.in = link_lists(S.a, p, links, n_links, true), S.out = link_lists(S.a, p, links, n_links, false);
     int *first = arena_alloc(S.a, sizeof(int) * (size_t)(pp + 1)), *at = arena_alloc(S.a, sizeof(int) * (size_t)(pp + 1));
     for (int d = 0; d < pp; d++) first[d] = S.n_it, device_items(&S, p, c, links, d);
@@ -367,9 +378,9 @@ double pipeline_makespan(const pcc_pipeline *p, const pcc_chunk_times *c, const 
                 double e = t[d];
                 bool all = true;
                 for (int k = x->first; k < x->first + x->n && all; k++) {
-                    double other = posted[2 * S.m[k].msg + S.m[k].send];
-                    all = other >= 0;
-                    e = fmax(e, fmax(other, t[d]) + S.m[k].s);
+                    int msg = S.m[k].msg;
+                    all = posted[2 * msg + S.m[k].send] >= 0;
+                    e = fmax(e, fmax(posted[2 * msg] + S.wait[2 * msg], posted[2 * msg + 1] + S.wait[2 * msg + 1]) + S.m[k].s);
                 }
                 if (!all) break;
                 t[d] = e;

@@ -20,7 +20,9 @@
  * Limits: the class split assumes that ranks with the same program and the same kinds of peers
  * take the same time, which holds because times live in the program; one rank's interval lists
  * stand for its whole class. Streams of a rank do not slow each other down (no contention for
- * SMs or memory bandwidth), and messages and collectives do not contend for links. The
+ * SMs or memory bandwidth); collectives do not contend for links, with each other or with
+ * messages, and messages contend only with messages along the same mesh axis (msg_post), which
+ * stands for the link they share (the plan does not say which ranks share a node). The
  * live-bytes curve is by instruction index, not by time.
  */
 #include "sim.h"
@@ -356,6 +358,7 @@ typedef struct cstate {
     double last_t;
     mark *marks; uint64_t n_marks, cap_marks; // pending ends, a min-heap
     uint64_t cap_iv[8];
+    double out_free[PLAN_MAX_AXES], in_free[PLAN_MAX_AXES]; // its link along each mesh axis: busy until
 } cstate;
 
 typedef struct party {
@@ -734,7 +737,13 @@ static void msg_post(sim *S, cstate *c, uint32_t s, const item *x) {
     rdv *d = rdv_get(S, &k, 2);
     if (!d || !rdv_add(S, d, (party){c->cls, s, *x, in->t_s})) return;
     if (d->n < 2) return;
-    double t = d->m[0].t_s > d->m[1].t_s ? d->m[0].t_s : d->m[1].t_s, end = S->now + t;
+    // It moves once the sender's link along the axis is free of the sender's earlier messages and
+    // the receiver's of its earlier receipts (one NIC or NVLink port each way, as the cost model's
+    // time has the whole link).
+    cstate *sc = &S->cs[from], *rc = &S->cs[to];
+    double t = d->m[0].t_s > d->m[1].t_s ? d->m[0].t_s : d->m[1].t_s;
+    double end = fmax(S->now, fmax(sc->out_free[in->a], rc->in_free[in->a])) + t;
+    sc->out_free[in->a] = rc->in_free[in->a] = end;
     uint32_t msg = ++S->msgs;
     for (int i = 0; i < 2; i++) run(S, &S->cs[d->m[i].cls], d->m[i].stream, &d->m[i].it, end, msg);
     party a = d->m[0], b = d->m[1];

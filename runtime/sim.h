@@ -14,8 +14,11 @@
  *     all at once, after the longest of the members' times (the slowest member bounds it);
  *   - a maximal run of send and recv on one stream is one NCCL group: all of them are posted at
  *     once; the k-th message from a rank to a peer pairs with the peer's k-th receive from it and
- *     moves when both are posted, for the longer of the two sides' times; the stream is free when
- *     every message of its run has moved;
+ *     moves when both are posted, for the longer of the two sides' times, once the sender's link
+ *     along the message's mesh axis has carried the sender's earlier messages along it and the
+ *     receiver's link its earlier receipts (a rank's sends to three peers along one axis take three
+ *     times one; a send and a receive do not wait for each other); the stream is free when every
+ *     message of its run has moved;
  *   - record, wait and loop take no time.
  * Ranks that run alike are simulated once: the ranks are split into classes (first by program,
  * then until every rank of a class has its peers and its group instances in the same classes),

@@ -6,7 +6,7 @@
  * each (m + p - 1)(tf + tb), with and without data parallelism, whose ranks must fold into one
  * class per stage), the intervals and messages of one pipeline, and deadlocks (the pipeline of
  * tests/run_bad/deadlock.plan.txt; two groups taken in opposite orders) reported as errors
- * that name the waiting ranks, and a background round beside the step (tests/plans/sim-bg.plan.txt:
+ * that name the waiting ranks, messages that share a link (test_links), and a background round beside the step (tests/plans/sim-bg.plan.txt:
  * the step without the round, the round alone and beside the steps, staleness against the period). The source root is argv[1].
  */
 #include "plan.h"
@@ -253,6 +253,68 @@ static void test_classes(void) {
     free(txt);
 }
 
+/* ---- links ---- */
+
+// Messages along one mesh axis share their ranks' links: rank 0's sends to its three peers along
+// pp move one after another, as three receipts at one rank do; a send and a receive, or two
+// sends along different axes, move together.
+static void test_links(void) {
+    text t = {0};
+    put(&t, "plan 4\nmesh dp 2 pp 4\n");
+    for (int r = 0; r < 8; r++) put(&t, "ranks %d program %d\n", r, r);
+    for (int r = 0; r < 8; r++) {
+        int dp = r / 4, pp = r % 4;
+        put(&t, "program %d \"r%d\" arena 256 streams 1 priority 0 events 0\n  buffer 0 scratch f32 at 0 bytes 64\n"
+                "  buffer 1 scratch f32 at 128 bytes 64\n  0: compute fill s0 args -> 0 t=0\n", r, r);
+        int i = 1;
+        if (dp == 0 && pp == 0) { // to pp +1, +2, +3 and dp +1; from pp +1
+            for (int k = 1; k < 4; k++) put(&t, "  %d: send s0 pp +%d args 0 t=1\n", i++, k);
+            put(&t, "  %d: send s0 dp +1 args 0 t=1\n  %d: recv s0 pp +1 tag 1 args 1 t=1\n", i, i + 1);
+            i += 2;
+        } else if (dp == 0) { // from pp -k; stage 1 also to pp -1
+            put(&t, "  %d: recv s0 pp -%d args 1 t=1\n", i++, pp);
+            if (pp == 1) put(&t, "  %d: send s0 pp -1 tag 1 args 0 t=1\n", i++);
+        } else if (pp == 0) {
+            put(&t, "  %d: recv s0 dp -1 args 1 t=1\n", i++);
+        }
+        if (r != 5 && r != 6 && r != 7) put(&t, "  %d: compute scale s0 args 1 -> 1 t=0\n", i++); // reads what it received
+    }
+    plan p;
+    sim_result r;
+    EXPECT(parse(t.s, "links", &p));
+    EXPECT(plan_check(&p, err, sizeof(err)) == PLAN_OK);
+    sim_opts o = {.intervals = true, .rank_lo = 0, .rank_hi = 7};
+    EXPECT(sim_run(&p, &o, &r, err, sizeof(err)) == PLAN_OK);
+    EXPECT(near(r.step_s, 3));
+    for (int q = 1; q < 4; q++) { // rank q's receipt ends at q s
+        const sim_class *c = &r.classes[r.rank_class[q]];
+        EXPECT(c->n_iv[0] >= 2 && near(c->iv[0][1].end, q));
+    }
+    const sim_class *d = &r.classes[r.rank_class[4]];
+    EXPECT(d->n_iv[0] == 3 && near(d->iv[0][1].end, 1));
+    sim_free(&r);
+    plan_free(&p);
+    free(t.s);
+    // Three ranks that send to one at once: its receipts move one after another.
+    text u = {0};
+    put(&u, "plan 4\nmesh pp 4\n");
+    for (int q = 0; q < 4; q++) put(&u, "ranks %d program %d\n", q, q);
+    put(&u, "program 0 \"sink\" arena 256 streams 1 priority 0 events 0\n");
+    for (int k = 1; k < 4; k++) put(&u, "  buffer %d scratch f32 at %d bytes 64\n", k - 1, 64 * (k - 1));
+    for (int k = 1; k < 4; k++) put(&u, "  %d: recv s0 pp +%d args %d t=1\n", k - 1, k, k - 1);
+    for (int k = 0; k < 3; k++) put(&u, "  %d: compute scale s0 args %d -> %d t=0\n", 3 + k, k, k);
+    for (int q = 1; q < 4; q++)
+        put(&u, "program %d \"src%d\" arena 256 streams 1 priority 0 events 0\n  buffer 0 scratch f32 at 0 bytes 64\n"
+                "  0: compute fill s0 args -> 0 t=0\n  1: send s0 pp -%d args 0 t=1\n", q, q, q);
+    EXPECT(parse(u.s, "fan-in", &p));
+    EXPECT(plan_check(&p, err, sizeof(err)) == PLAN_OK);
+    EXPECT(sim_run(&p, NULL, &r, err, sizeof(err)) == PLAN_OK);
+    EXPECT(near(r.step_s, 3));
+    sim_free(&r);
+    plan_free(&p);
+    free(u.s);
+}
+
 /* ---- deadlocks ---- */
 
 static void test_deadlocks(void) {
@@ -311,6 +373,7 @@ int main(int argc, char **argv) {
     test_background_round();
     test_generated_pipelines();
     test_classes();
+    test_links();
     test_deadlocks();
     test_no_times();
     return test_summary();
