@@ -45,7 +45,7 @@
  * solved and reused.
  *
  * The time budget (--time-limit, for the whole search) shortens every ILP's own limit to the
- * time left; once spent, level-2 configurations are dropped instead of solved (the hard solves)
+ * time left, and to a twelfth of the budget (search.c's tp_schedule); once spent, level-2 configurations are dropped instead of solved (the hard solves)
  * and the search finishes on what is cheap, with a warning that says so. Ties break by level,
  * slot, configuration and round, so the result is deterministic unless the budget runs out.
  *
