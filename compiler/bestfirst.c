@@ -45,8 +45,9 @@
  * solved and reused.
  *
  * The time budget (--time-limit, for the whole search) shortens every ILP's own limit to the
- * time left, and to a twelfth of the budget (search.c's tp_schedule); once spent, level-2 configurations are dropped instead of solved (the hard solves)
- * and the search finishes on what is cheap, with a warning that says so. Ties break by level,
+ * time left, and to a twelfth of the budget (search.c's tp_schedule); once spent, level-2
+ * configurations are dropped instead of solved (the hard solves) and the search finishes on
+ * what is cheap, with a warning that says so. Ties break by level,
  * slot, configuration and round, so the result is deterministic unless the budget runs out.
  *
  * The co-shard round (driver.c, driver_coshard) searches co-sharded graphs against a plan it has

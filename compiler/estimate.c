@@ -678,15 +678,16 @@ static void est_layers(est *E, const pcc_layer *L, int nl, const int *chunk) {
 
 // The pipeline's messages per pass on each device (Fp, Bp). A chunk's sends after a forward pass
 // go with the receives of the backward pass that follows in 1F1B's steady state, and its backward
-// sends with the next forward pass's receives; a device's chunks run apart.
+// sends with the next forward pass's receives; a device's chunks run apart. A chunk's sends go
+// one after another over its link, as do its receives (the pipeline's walk, sim.c's msg_post).
 static void est_link_passes(est *E) {
     int pp = E->pp, nc = pp * E->v;
     const pcc_graph *g = E->g;
-    double *fs = zeros(g, nc), *fr = zeros(g, nc), *bs = zeros(g, nc), *br = zeros(g, nc); // per chunk, the longest
+    double *fs = zeros(g, nc), *fr = zeros(g, nc), *bs = zeros(g, nc), *br = zeros(g, nc); // per chunk, the sum
     for (int i = 0; i < E->n_links; i++) {
         const pcc_pipe_link *k = &E->links[i];
         double *snd = k->bwd ? bs : fs, *rcv = k->bwd ? br : fr;
-        snd[k->from] = fmax(snd[k->from], k->s), rcv[k->to] = fmax(rcv[k->to], k->s);
+        snd[k->from] += k->s, rcv[k->to] += k->s;
     }
     for (int k = 0; k < nc; k++) E->Fp[k % pp] += fmax(fs[k], br[k]), E->Bp[k % pp] += fmax(bs[k], fr[k]);
 }

@@ -6,8 +6,9 @@
  * each (m + p - 1)(tf + tb), with and without data parallelism, whose ranks must fold into one
  * class per stage), the intervals and messages of one pipeline, and deadlocks (the pipeline of
  * tests/run_bad/deadlock.plan.txt; two groups taken in opposite orders) reported as errors
- * that name the waiting ranks, messages that share a link (test_links), and a background round beside the step (tests/plans/sim-bg.plan.txt:
- * the step without the round, the round alone and beside the steps, staleness against the period). The source root is argv[1].
+ * that name the waiting ranks, messages that share a link (test_links), and a background round
+ * beside the step (tests/plans/sim-bg.plan.txt: the step without the round, the round alone and
+ * beside the steps, staleness against the period). The source root is argv[1].
  */
 #include "plan.h"
 #include "sim.h"
