@@ -28,10 +28,12 @@
  *     (m + (pp-1)/V) stage-times, and where one stage is the busiest the stages after it fill
  *     and drain while it works through its queue;
  *   - per stage, the gradient synchronization (all-reduce over dp, reduce-scatter with ZeRO,
- *     the tp group's all-reduce of parameters it replicates) on the second stream behind the
- *     last micro-batch's backward pass (what is not hidden counts), then the optimizer and,
- *     with ZeRO, the all-gather of the updated parameters. A stage that finishes its last
- *     backward early (1F1B drains toward stage 0) has that much more time to hide its sync.
+ *     the tp group's all-reduce of gradients its replicas hold partial sums of) in phase 3's
+ *     buckets on the second stream, each issued as the last micro-batch's backward pass makes
+ *     its gradients and run behind the bucket before (est_bucket_walk; what outlasts the
+ *     backward pass counts), then the optimizer and, with ZeRO, the all-gather of the updated
+ *     parameters. A stage that finishes its last backward early (1F1B drains toward stage 0)
+ *     has that much more time to hide its sync.
  * Interleaving (--virtual-stages V): the layers are cut into pp * V chunks, chunk c on device
  * c mod pp (the strategy's op_stage and copy_stage hold the chunk).
  *
@@ -66,13 +68,14 @@ typedef struct est {
     double *xc, *xin;         // per forward op, one copy: cp's all-to-alls of its forward; of its inputs alone
     double *orphan;           // per block, one copy: backward ops of no forward op
     double orphan_top;
+    double *after;            // per parameter: its owner's backward operator seconds after its gradient is made (est_bucket_walk)
     struct est_times {
-        double *f, *b, *fc, *bc, *sy, *orphan, orphan_top;
+        double *f, *b, *fc, *bc, *sy, *orphan, orphan_top, *after;
     } *T;
     const pcc_cluster **view; // per pipeline device: its group's view (the cluster itself with one group)
     int *vi;                  // per pipeline device: its T
     // Per device: per micro-batch compute, tp communication, p2p (forward, backward); per step
-    // sync, optimizer, post-optimizer all-gather, tied parameters' gradients received; layers.
+    // sync, optimizer, post-optimizer all-gather, tied parameters' gradients received.
     double *Fc, *Fm, *Fp, *Bc, *Bm, *Bp, *sync, *opt, *post, *tied;
     double *rs; // ZeRO-2/3: per micro-batch, the block copies' gradients' reduce-scatters on stream 1 (est_gathers_exposed_s)
     double *rsb;        // ZeRO-2/3: their bytes (all copies), per device
@@ -83,8 +86,7 @@ typedef struct est {
     double *cf, *cb;      // ... and the compute of those copies, forward and backward, per micro-batch
     double *postb, *postt; // ZeRO-1/2: the bytes gathered after the optimizer, of block parameters (all copies) and top-level ones
     double *pool;       // per device and bucket segment: the bytes that share gradient buckets (est_pool)
-    double *last;       // per device: its last bucket's collective (est_last_bucket)
-    int *layers;
+    double *wait;       // per device: what its step waits for of its buckets after the backward pass (est_bucket_walk)
     pcc_pipe_link *links; // the messages between chunks per micro-batch (est_message)
     int n_links, cap_links;
     double *chf, *chb;  // per chunk and micro-batch: its layers' forward and backward seconds (compute and tp)
@@ -367,7 +369,8 @@ static void est_dp_reshard(est *E) {
 static void est_ops(est *E) {
     const pcc_graph *g = E->g;
     E->orphan_top = 0;
-    E->f = zeros(g, E->nf), E->b = zeros(g, E->nf), E->orphan = zeros(g, g->n_blocks);
+    E->f = zeros(g, E->nf), E->b = zeros(g, E->nf), E->orphan = zeros(g, g->n_blocks), E->after = zeros(g, g->n_tensors);
+    for (int p = 0; p < g->n_tensors; p++) E->after[p] = -1;
     for (int i = 0; i < E->nf; i++) E->f[i] = cost_op_s(E->c, g, &g->ops[i], (const int *const *)E->ways[i]);
     for (int o = E->nf; o < g->n_ops; o++) {
         const pcc_op *op = &g->ops[o];
@@ -376,7 +379,13 @@ static void est_ops(est *E) {
         if (op->fwd >= 0) E->b[op->fwd] += t;
         else if (op->block >= 0) E->orphan[g->blocks[op->block].fwd] += t;
         else E->orphan_top += t;
+        for (int k = 0; op->fwd >= 0 && k < op->nout; k++) { // the owner's part of a parameter's gradient made
+            int p = g->tensors[op->out[k]].of;
+            if (graph_is_param_grad(g, op->out[k]) && E->owner[p] == op->fwd) E->after[p] = E->b[op->fwd];
+        }
     }
+    for (int p = 0; p < g->n_tensors; p++)
+        E->after[p] = E->after[p] >= 0 ? E->b[E->owner[p]] - E->after[p] : 0;
     E->fc = zeros(g, E->nf), E->bc = zeros(g, E->nf), E->sy = zeros(g, E->nf);
     pcc_intra_opts so = {.group = {E->tp, 1}, .group_minor = E->s->mesh[PCC_AX_TQ], .memory_bytes = E->c->memory_bytes, .quiet = true, .bg_dense = E->s->bg_dense,
                          .bucket_bytes = E->s->bucket_bytes};
@@ -451,7 +460,7 @@ static void est_groups(est *E) {
         if (E->vi[d] < nv) continue;
         E->c = E->view[d];
         est_ops(E);
-        E->T[nv++] = (struct est_times){E->f, E->b, E->fc, E->bc, E->sy, E->orphan, E->orphan_top};
+        E->T[nv++] = (struct est_times){E->f, E->b, E->fc, E->bc, E->sy, E->orphan, E->orphan_top, E->after};
     }
     E->c = all;
 }
@@ -460,6 +469,7 @@ static void est_groups(est *E) {
 static void est_on(est *E, int d) {
     const struct est_times *t = &E->T[E->vi[d]];
     E->f = t->f, E->b = t->b, E->fc = t->fc, E->bc = t->bc, E->sy = t->sy, E->orphan = t->orphan, E->orphan_top = t->orphan_top;
+    E->after = t->after;
 }
 
 // The device of forward op i in copy k of its block (k ignored at the top level).
@@ -637,7 +647,6 @@ static void est_layers(est *E, const pcc_layer *L, int nl, const int *chunk) {
     for (int l = 0; l < nl; l++) {
         int d = chunk[l] % pp;
         if (L[l].op >= 0 && est_il(E, L[l].op)) continue; // on every stage, apart from the pipeline (est_interlaced)
-        E->layers[d]++;
         if (prev >= 0) est_chunk_add(E, chunk[prev], &span);
         prev = l;
         span = (struct est_span){E->Fc[d] + E->Fm[d], E->Bc[d] + E->Bm[d], d};
@@ -784,22 +793,34 @@ static void est_top_gathers(est *E, int p, int i, pcc_group_shape zg) {
     }
 }
 
+// The collective that synchronizes parameter p's gradient (owner op i) in the buckets: ZeRO's
+// reduce-scatter over its shards' group (dp x cp: its sums over cp included); else an all-reduce
+// over dp x cp of sums over both, over the one axis of a sum over one (layout_sync_steps). False
+// where it needs none.
+static bool est_bucket_coll(const est *E, int p, int i, pcc_coll *kind, pcc_group_shape *grp) {
+    pcc_group_shape zg;
+    bool cps = est_cp_partial(E, i);
+    if (est_zero_ways(E, p, i, &zg) > 1) {
+        *kind = PCC_COLL_REDUCE_SCATTER, *grp = zg;
+        return true;
+    }
+    *kind = PCC_COLL_ALL_REDUCE;
+    *grp = cps && E->dp > 1 ? E->zg : cps ? (pcc_group_shape){E->cp, E->tp} : (pcc_group_shape){E->dp, E->cp * E->tp};
+    return cps || E->dp > 1;
+}
+
 // Gradient synchronization and the optimizer of parameter p's instance on device d (owner op i).
 static void est_param(est *E, int p, int i, int d, const pcc_op *opt) {
     const pcc_graph *g = E->g;
     bool bucketed;
     double bytes = est_param_bytes(E, p, i, &bucketed), pool = *est_pool(E, i, d), cap = E->s->bucket_bytes;
-    pcc_group_shape dpg = {E->dp, E->cp * E->tp}, cpg = {E->cp, E->tp};
     const pcc_cluster *c = E->view[d];
     double launch = cost_launch_s(c);
     pcc_group_shape zg;
     int zw = est_zero_ways(E, p, i, &zg), zero = zw > 1 ? E->s->zero : 0;
-    // ZeRO reduce-scatters over its shards' group (dp x cp: its sums over cp included); else an all-reduce
-    // over dp x cp of sums over both, over the one axis of a sum over one (layout_sync_steps).
-    bool cps = est_cp_partial(E, i);
-    if (bucketed && zw > 1) E->sync[d] += cost_bucketed_s(c, PCC_COLL_REDUCE_SCATTER, bytes, pool, cap, zg);
-    else if (bucketed && (cps || E->dp > 1))
-        E->sync[d] += cost_bucketed_s(c, PCC_COLL_ALL_REDUCE, bytes, pool, cap, cps && E->dp > 1 ? E->zg : cps ? cpg : dpg);
+    pcc_coll kind;
+    pcc_group_shape grp;
+    if (bucketed && est_bucket_coll(E, p, i, &kind, &grp)) E->sync[d] += cost_bucketed_s(c, kind, bytes, pool, cap, grp);
     if (zw > 1) {
         // Reduce-scattered per micro-batch (preserve.c's zero2_grad), and summed into the shard. A
         // block copy's together on stream 1, behind the compute (est_step); the others (and a
@@ -907,54 +928,121 @@ static int est_tp_replicas(const est *E, int i, int k) {
     return cd->in[k].r;
 }
 
-// The last bucket each device issues: the gradients of its earliest segment that the backward
-// pass finishes after the previous bucket closed (filled as preserve.c fills them, in the backward
-// pass's order), all-reduced over tp (the ILP's replicas) and dp. It starts when the backward
-// pass is over: nothing hides it.
-static void est_last_bucket(est *E) {
+// The replicas over the tp group that hold partial sums of op i's input k's gradient (a
+// parameter), 1: none. The ILP's cand_sync_s charges every replica; phase 3 sums them only where
+// the op's split cuts an output, so that each replica's gradient sees a piece of the output's
+// gradient (an output of partial sums gets its gradient whole on every rank).
+static int est_tp_partial(const est *E, int i, int k) {
+    const pcc_cand *cd = &E->sc->t->ops[i].c[E->sc->choice[i]];
+    int r = est_tp_replicas(E, i, k);
+    for (int o = 0; r > 1 && o < E->g->ops[i].nout; o++)
+        for (int a = 0; a < E->g->tensors[E->g->ops[i].out[o]].rank; a++)
+            if (cd->out[o].d[a] > 1) return r;
+    return 1;
+}
+
+// One bucket of gradients as the walk fills it (est_bucket_walk).
+struct est_bucket {
+    double bytes;          // every gradient in it
+    double dp_bytes;       // those synchronized over dp (and cp): est_bucket_coll
+    double tp_bytes;       // those summed over replicas in the tp group (est_tp_partial)
+    int r;                 // ... the most replicas
+    bool coll;             // whether dp_bytes' collective is set
+    pcc_coll kind;
+    pcc_group_shape grp;
+};
+
+// The seconds of bucket b's collectives on device d's view, and b emptied.
+static double est_bucket_s(const est *E, int d, struct est_bucket *b) {
+    const pcc_cluster *c = E->view[d];
+    double x = 0;
+    if (b->coll && b->dp_bytes > 0) x += cost_collective_s(c, b->kind, b->dp_bytes, b->grp) + cost_launch_s(c);
+    if (b->r > 1 && b->tp_bytes > 0)
+        x += cost_collective_s(c, PCC_COLL_ALL_REDUCE, b->tp_bytes, (pcc_group_shape){b->r, 1}) + cost_launch_s(c);
+    *b = (struct est_bucket){.r = 1};
+    return x;
+}
+
+// What each device's step waits for of its gradient buckets after its backward pass (E->wait).
+// As preserve.c fills them: in the order the backward pass makes the gradients final, a bucket
+// issued on stream 1 once it holds --bucket-mb's bytes or its segment ends (a block copy, a
+// stretch of top-level operators between blocks), and run once the bucket before is done. The
+// walk times the last micro-batch's backward pass of the device's last chunk (chunk d: its other
+// chunks finish theirs earlier), operator by operator; each bucket's collectives are over its own
+// bytes, over dp (and cp) as est_bucket_coll says and over tp where the ILP's split leaves partial
+// sums of a gradient on its replicas (est_tp_partial). What the device synchronizes of its other
+// chunks and its interlaced operators (E->sync[d] beyond the walk's share) waits ahead of the first
+// bucket.
+static void est_bucket_walk(est *E, const pcc_layer *L, int nl, const int *chunk) {
     const pcc_graph *g = E->g;
-    int *first = arena_alloc(g->arena, sizeof(int) * (size_t)E->pp);
-    for (int d = 0; d < E->pp; d++) first[d] = -1;
-    for (int i = 0; i < E->nf; i++)
-        for (int k = 0; k < g->ops[i].nin; k++) {
-            bool bucketed;
-            if (!est_owns(E, i, k)) continue;
-            est_param_bytes(E, g->ops[i].in[k], i, &bucketed);
-            bucketed |= est_tp_replicas(E, i, k) > 1;
-            for (int64_t c = 0; bucketed && c < op_copies(g, &g->ops[i]); c++)
-                if (first[est_device(E, i, (int)c)] < 0) first[est_device(E, i, (int)c)] = i;
-        }
-    E->last = zeros(g, E->pp);
-    pcc_group_shape dpg = {E->dp, E->cp * E->tp}, cpg = {E->cp, E->tp};
+    int most = 1;
+    for (int i = 0; i < E->nf; i++) most = g->ops[i].nin > most ? g->ops[i].nin : most;
+    int *order = arena_alloc(g->arena, sizeof(int) * (size_t)most);
+    E->wait = zeros(g, E->pp);
     for (int d = 0; d < E->pp; d++) {
-        if (first[d] < 0) continue;
-        int seg = graph_bucket_segment(g, first[d]);
-        bool top = g->ops[first[d]].block < 0;
-        double open = 0, last = 0;
-        int r = 1, last_r = 1; // the tp replicas of the open bucket's gradients
-        for (int i = E->nf - 1; i >= 0; i--) {
-            if (graph_bucket_segment(g, i) != seg || (top && est_device(E, i, 0) != d)) continue;
-            for (int k = 0; k < g->ops[i].nin; k++) {
-                bool bucketed;
-                if (!est_owns(E, i, k)) continue;
-                double bytes = est_param_bytes(E, g->ops[i].in[k], i, &bucketed);
-                int rk = est_tp_replicas(E, i, k);
-                if (!bucketed && rk <= 1) continue;
-                open += bytes;
-                if (rk > r) r = rk;
-                if (open >= E->s->bucket_bytes) last = open, last_r = r, open = 0, r = 1;
+        if (E->sync[d] <= 0) continue;
+        est_on(E, d);
+        const pcc_cluster *c = E->view[d];
+        struct est_bucket b = {.r = 1};
+        // t: the backward pass so far; q: the queue's end with nothing ahead of it; all: its
+        // buckets' seconds; share: their share of E->sync[d] (cost_bucketed_s's pro rata).
+        double t = 0, q = 0, all = 0, share = 0;
+        int seg = -1;
+        for (int l = nl - 1; l >= 0; l--) {
+            if (chunk[l] != d || (L[l].op >= 0 && est_il(E, L[l].op))) continue;
+            const pcc_block *bl = L[l].op >= 0 ? NULL : &g->blocks[L[l].block];
+            int first = bl ? bl->first_op : L[l].op, last = bl ? bl->first_op + bl->n_ops - 1 : L[l].op;
+            if (bl || graph_bucket_segment(g, first) != seg) { // a loop's boundary closes the bucket
+                double x = est_bucket_s(E, d, &b);
+                if (x > 0) q = fmax(q, t) + x, all += x;
+            }
+            seg = graph_bucket_segment(g, first);
+            if (bl) { // the copy's carries' gradients copied in, its summed values, its orphans
+                for (int k = 0; k < bl->n_carry; k++) t += 2 * cost_memory_s(c, 2 * est_held_bytes(E, bl->carry[k].outer));
+                t += est_summed(E, L[l].block, -1, d) + E->orphan[L[l].block];
+            }
+            for (int i = last; i >= first; i--) {
+                const pcc_op *op = &g->ops[i];
+                double bc, bm;
+                est_bwd(E, i, &bc, &bm);
+                t += bc + bm;
+                share += E->sy[i];
+                // Its inputs in the order their gradients are made (E->after: the backward
+                // operators left after each).
+                int n = 0;
+                for (int k = 0; k < op->nin; k++) {
+                    int j = n++;
+                    for (; j > 0 && E->after[op->in[order[j - 1]]] < E->after[op->in[k]]; j--) order[j] = order[j - 1];
+                    order[j] = k;
+                }
+                for (int j = 0; j < n; j++) {
+                    bool bucketed;
+                    int k = order[j];
+                    if (!est_owns(E, i, k)) continue;
+                    int p = op->in[k], rk = est_tp_partial(E, i, k);
+                    double bytes = est_param_bytes(E, p, i, &bucketed);
+                    pcc_coll kind;
+                    pcc_group_shape grp;
+                    bool coll = bucketed && est_bucket_coll(E, p, i, &kind, &grp);
+                    if (!coll && rk <= 1) continue;
+                    if (coll) {
+                        share += cost_bucketed_s(c, kind, bytes, *est_pool(E, i, d), E->s->bucket_bytes, grp);
+                        if (!b.coll) b.coll = true, b.kind = kind, b.grp = grp;
+                        b.dp_bytes += bytes;
+                    }
+                    if (rk > 1) b.tp_bytes += bytes, b.r = rk > b.r ? rk : b.r;
+                    b.bytes += bytes;
+                    if (b.bytes >= E->s->bucket_bytes) {
+                        double x = est_bucket_s(E, d, &b);
+                        q = fmax(q, t - E->after[p]) + x, all += x;
+                    }
+                }
             }
         }
-        if (open > 0) last = open, last_r = r;
-        const pcc_cluster *c = E->view[d];
-        double launch = cost_launch_s(c);
-        // ZeRO's buckets reduce-scatter; where it reduce-scatters each gradient by itself, the
-        // buckets hold the parameters it leaves whole (est_zero_ways), all-reduced.
-        if (E->zw > 1 && !layout_zero_per_micro_batch(E->s))
-            E->last[d] += cost_collective_s(c, PCC_COLL_REDUCE_SCATTER, last, E->zg) + launch;
-        else if (E->dp > 1 || E->cp > 1)
-            E->last[d] += cost_collective_s(c, PCC_COLL_ALL_REDUCE, last, E->dp > 1 && E->cp > 1 ? E->zg : E->dp > 1 ? dpg : cpg) + launch;
-        if (last_r > 1) E->last[d] += cost_collective_s(c, PCC_COLL_ALL_REDUCE, last, (pcc_group_shape){last_r, 1}) + launch;
+        double x = est_bucket_s(E, d, &b);
+        if (x > 0) q = fmax(q, t) + x, all += x;
+        // With s seconds queued ahead the queue ends at max(s + all, q).
+        E->wait[d] = fmax(0, fmax(fmax(0, E->sync[d] - share) + all, q) - t);
     }
 }
 
@@ -1126,11 +1214,7 @@ static void est_step(est *E) {
     x->p2p_s = E->m * (E->Fp[busy] + E->Bp[busy] + E->ilp);
     x->step_s = 0;
     for (int d = 0; d < pp; d++) {
-        double per_layer = E->layers[d] > 0 ? (double)E->v / E->layers[d] : 1;
-        double window = B[d] / E->v * (per_layer < 1 ? 1 - per_layer : 0);
-        double exposed = cost_exposed_s(E->sync[d], window);
-        double tail = E->last[d] < E->sync[d] ? E->last[d] : E->sync[d];
-        if (tail > exposed) exposed = tail;
+        double exposed = E->wait[d];
         double end = done[d] + E->tied[d] + exposed + E->rs_last[d] + E->opt[d] + E->post[d];
         if (end > x->step_s || d == 0)
             x->step_s = end, x->sync_s = E->sync[d], x->sync_exposed_s = exposed, x->optimizer_s = E->opt[d] + E->post[d];
@@ -1148,7 +1232,6 @@ void estimate_step(const pcc_graph *g, const pcc_cluster *c, const pcc_intra *sc
     E.rsb = zeros(g, pp), E.rsn = zeros(g, pp);
     E.zw = s->zero > 0 ? E.dp * E.cp : 1, E.zg = (pcc_group_shape){E.dp * E.cp, E.tp};
     E.cf = zeros(g, pp), E.cb = zeros(g, pp), E.agb = zeros(g, pp), E.postb = zeros(g, pp), E.postt = zeros(g, pp);
-    E.layers = arena_alloc(g->arena, sizeof(int) * (size_t)(pp + 1));
     const pcc_layer *L = graph_layers(g, &nl);
     int *chunk = arena_alloc(g->arena, sizeof(int) * (size_t)(nl + 1));
     for (int l = 0; l < nl; l++) chunk[l] = L[l].op >= 0 ? s->op_stage[L[l].op] : s->copy_stage[L[l].block][L[l].copy];
@@ -1159,7 +1242,7 @@ void estimate_step(const pcc_graph *g, const pcc_cluster *c, const pcc_intra *sc
     est_interlaced(&E);
     est_params(&E);
     est_link_passes(&E);
-    est_last_bucket(&E);
+    est_bucket_walk(&E, L, nl, chunk);
     est_step(&E);
 }
 
