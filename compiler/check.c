@@ -16,7 +16,9 @@
  * (runtime/sim.h), which runs the programs together as planrun does: a step that cannot finish
  * (ranks that wait on each other through several channels, collectives and groups, which
  * plan_check's rules, one channel at a time, do not see) is plancc's bug as well, refused
- * rather than written for planrun to find. The simulation is kept for the report.
+ * rather than written for planrun to find (sim_run's PLAN_ERR_INVALID: a deadlock, a message or
+ * collective without its peers). The simulation is kept for the report; one it cannot run (more
+ * instructions than it simulates, out of memory) is a line of the report instead.
  */
 #include "plancc.h"
 #include "sim.h"
@@ -114,7 +116,12 @@ pcc_status graph_check(const pcc_graph *g) {
 
 pcc_status check_plan(pcc_emitted *e) {
     char err[1024];
-    if (plan_check(e->p, err, sizeof err) != PLAN_OK) {
+    plan_status ck = plan_check(e->p, err, sizeof err);
+    if (ck == PLAN_ERR_LIMIT) { // not written unverified
+        fprintf(stderr, "%s: the plan is too large for plan_check to verify, so it is not written: %s\n", pcc_progname, err);
+        return PCC_ERR_LIMIT;
+    }
+    if (ck != PLAN_OK) {
         fprintf(stderr, "%s: internal error: the emitted plan fails plan_check: %s\n", pcc_progname, err);
         return PCC_ERR_INTERNAL;
     }
@@ -127,7 +134,7 @@ pcc_status check_plan(pcc_emitted *e) {
     bool oom = !r;
     sim_free(r);
     free(r);
-    if (st == PLAN_ERR_INVALID && strncmp(err, "deadlock", 8) == 0) {
+    if (st == PLAN_ERR_INVALID) { // a deadlock, a collective or message without its peers
         fprintf(stderr, "%s: internal error: the emitted plan cannot finish a step: %s\n", pcc_progname, err);
         return PCC_ERR_INTERNAL;
     }

@@ -48,6 +48,7 @@ typedef enum pcc_status {
     PCC_ERR_INPUT = 2,      // invalid input: model, cluster, options, unreadable file
     PCC_ERR_INFEASIBLE = 3, // nothing fits
     PCC_ERR_OUTPUT = 8,     // the plan file cannot be written (runtime/cli.h's table: an unusable output file)
+    PCC_ERR_LIMIT = 14,     // beyond a limit of the tool: a plan too large to verify
 } pcc_status;
 
 #define PCC_ASSERT(x)                                                                              \

@@ -76,7 +76,7 @@
 enum { EXIT_USAGE = CLI_EXIT_INPUT, EXIT_READ = CLI_EXIT_NOT_PLAN, EXIT_INVALID = CLI_EXIT_CHECK, EXIT_STALE = CLI_EXIT_STALE,
        EXIT_BACKEND = CLI_EXIT_BACKEND, EXIT_RUN = CLI_EXIT_STEP, EXIT_DIFFER = CLI_EXIT_DIFFER, EXIT_FILE = CLI_EXIT_FILE,
        EXIT_NO_GPU = CLI_EXIT_BACKEND, EXIT_LAUNCH = CLI_EXIT_LAUNCH, EXIT_BACKGROUND = CLI_EXIT_BACKGROUND,
-       EXIT_NONFINITE = CLI_EXIT_NONFINITE };
+       EXIT_NONFINITE = CLI_EXIT_NONFINITE, EXIT_LIMIT = CLI_EXIT_LIMIT };
 
 // Where the human lines go: stdout, or stderr when --json keeps stdout for JSON lines.
 static FILE *text_out;
@@ -364,7 +364,13 @@ static int load_plan(const options *o, plan *p) {
         plan_free(p);
         return EXIT_STALE;
     }
-    if (plan_check(p, err, sizeof err) != PLAN_OK) {
+    plan_status ck = plan_check(p, err, sizeof err);
+    if (ck == PLAN_ERR_LIMIT) {
+        fprintf(stderr, "planrun: %s: %s\n", o->plan, err);
+        plan_free(p);
+        return EXIT_LIMIT;
+    }
+    if (ck != PLAN_OK) {
         // PLANRUN_UNCHECKED=1: tests/faults.py measures what a fault the verifier refuses would
         // do at run time (planrun's own checks still stand); nothing else sets it.
         const char *unchecked = getenv("PLANRUN_UNCHECKED");

@@ -977,7 +977,7 @@ static plan_status sim_check(const plan *p, char *err, size_t err_n) {
     for (uint32_t r = 0; r < p->n_ranks; r++) {
         const plan_program *pg = &p->programs[p->ranks[r].program];
         if (!pg->name)
-            return plan_errorf(PLAN_ERR_INVALID, err, err_n, "program %u (rank %u) is not loaded: the simulation needs every program",
+            return plan_errorf(PLAN_ERR_FORMAT, err, err_n, "program %u (rank %u) is not loaded: the simulation needs every program",
                         p->ranks[r].program, r);
     }
     for (uint32_t k = 0; k < p->n_programs; k++) {
@@ -985,7 +985,7 @@ static plan_status sim_check(const plan *p, char *err, size_t err_n) {
         total = total + e < total ? UINT64_MAX : total + e;
     }
     if (total > SIM_MAX_EXECUTED)
-        return plan_errorf(PLAN_ERR_INVALID, err, err_n, "the programs run more than %llu instructions per step: too many to simulate",
+        return plan_errorf(PLAN_ERR_LIMIT, err, err_n, "the programs run more than %llu instructions per step: too many to simulate",
                     (unsigned long long)SIM_MAX_EXECUTED);
     return PLAN_OK;
 }

@@ -128,11 +128,12 @@ typedef struct sim_opts {
 // Simulates one step of p (o NULL: figures only, no intervals). p must have every program
 // loaded (not a plan read for one rank) and pass plan_validate; plan_check is not needed, but a
 // plan that fails it may deadlock or have no peer for a message, which is an error here too.
-// Returns PLAN_OK, PLAN_ERR_FORMAT (plan_validate's message), PLAN_ERR_INVALID (a program not
-// loaded, a deadlock, a message with no peer, a collective on a group the rank is not in), or
-// PLAN_ERR_IO (out of memory), with a message in err (a deadlock's begins "deadlock:", which
-// the compiler's check_plan refuses). *r is filled on PLAN_OK and zeroed
-// otherwise; sim_free releases it either way.
+// Returns PLAN_OK, PLAN_ERR_FORMAT (plan_validate's message, or a program not loaded),
+// PLAN_ERR_INVALID (a deadlock, a message with no peer, a collective on a group the rank is not
+// in: the plan's fault, which the compiler's check_plan refuses), PLAN_ERR_LIMIT (more
+// instructions per step than it simulates) or PLAN_ERR_IO (out of memory), with a message in err
+// (a deadlock's begins "deadlock:"). *r is filled on PLAN_OK and zeroed otherwise; sim_free
+// releases it either way.
 plan_status sim_run(const plan *p, const sim_opts *o, sim_result *r, char *err, size_t err_n);
 void sim_free(sim_result *r); // accepts NULL and a zeroed result
 

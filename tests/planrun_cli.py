@@ -232,6 +232,10 @@ def main():
                                                     j("mlp1.plan"), "--background-steps", 1000000, timeout=100), 11, "deadlock")
         p = run(plandump, "--assemble", os.path.join(bad, "grouped.plan.txt"), "-o", j("grouped.plan"))
         check("assemble the grouped plan", p.returncode == 0, p)
+        # a plan past plan_check's bounds: refused as beyond a limit (14), not as a faulty plan (5)
+        p = run(plandump, "--assemble", os.path.join(bad, "unchecked.plan.txt"), "-o", j("unchecked.plan"), "--force")
+        check("assemble --force the plan too large to check", p.returncode == 0 and "too large to check" in p.stderr, p)
+        expect("a plan too large to check", pr(j("unchecked.plan")), 14, "too large to check")
         expect("a send/recv group does not deadlock", pr(j("grouped.plan"), "--steps", 2), 0, "2 steps")
 
         # data files

@@ -131,6 +131,17 @@ with tempfile.TemporaryDirectory() as tmp:
                               (["--svg", os.path.join(tmp, "no", "such.svg"), gpt], 8, "cannot open for writing")]:
         p = run(*args)
         check(f"plandump {' '.join(args[:-1])}: exit {code}", p.returncode == code and words in p.stderr, (p.returncode, p.stderr))
+    # Beyond a limit, not a fault: a plan plan_check passes but the simulator will not run (more
+    # than 2^32 instructions a step over five programs), and one past plan_check's own bound.
+    huge = os.path.join(tmp, "huge.plan")
+    p = run("--assemble", "tests/run_bad/huge.plan.txt", "-o", huge)
+    check("a plan too large to simulate passes plan_check", p.returncode == 0, (p.returncode, p.stderr))
+    p = run("--sim", huge)
+    check("a plan too large to simulate: exit 14, not 5", p.returncode == 14 and "too many to simulate" in p.stderr, (p.returncode, p.stderr))
+    unchecked = os.path.join(tmp, "unchecked.plan")
+    p = run("--assemble", "tests/run_bad/unchecked.plan.txt", "-o", unchecked)
+    check("a plan too large to check: --assemble exits 14 and writes nothing", p.returncode == 14 and "too large to check" in p.stderr
+          and not os.path.exists(unchecked), (p.returncode, p.stderr))
     dead = os.path.join(tmp, "dead.plan")
     run("--assemble", "tests/run_bad/deadlock.plan.txt", "-o", dead)
     p = run("--sim", dead)

@@ -8,7 +8,8 @@
  * tests/run_bad/deadlock.plan.txt; two groups taken in opposite orders) reported as errors
  * that name the waiting ranks, messages that share a link (test_links), and a background round
  * beside the step (tests/plans/sim-bg.plan.txt: the step without the round, the round alone and
- * beside the steps, staleness against the period). The source root is argv[1].
+ * beside the steps, staleness against the period), and plans beyond the simulator's and the
+ * checker's bounds (PLAN_ERR_LIMIT). The source root is argv[1].
  */
 #include "plan.h"
 #include "sim.h"
@@ -347,7 +348,7 @@ static void test_deadlocks(void) {
     plan one;
     EXPECT(plan_encode(&p, &bytes, &n, err, sizeof(err)) == PLAN_OK);
     EXPECT(plan_decode(bytes, n, 0, &one, err, sizeof(err)) == PLAN_OK);
-    EXPECT(sim_run(&one, NULL, &r, err, sizeof(err)) == PLAN_ERR_INVALID && strstr(err, "program 1 (rank 1) is not loaded"));
+    EXPECT(sim_run(&one, NULL, &r, err, sizeof(err)) == PLAN_ERR_FORMAT && strstr(err, "program 1 (rank 1) is not loaded"));
     free(bytes);
     plan_free(&one);
     plan_free(&p);
@@ -366,6 +367,21 @@ static void test_no_times(void) {
     plan_free(&p);
 }
 
+// Beyond a limit, not a fault (PLAN_ERR_LIMIT): a plan plan_check passes whose five programs run
+// more than the simulator's 2^32 instructions a step, and a program past plan_check's own bound.
+static void test_limits(void) {
+    plan p;
+    sim_result r;
+    EXPECT(load("tests/run_bad/huge.plan.txt", &p));
+    EXPECT(plan_check(&p, err, sizeof(err)) == PLAN_OK);
+    EXPECT(sim_run(&p, NULL, &r, err, sizeof(err)) == PLAN_ERR_LIMIT && strstr(err, "too many to simulate"));
+    sim_free(&r);
+    plan_free(&p);
+    EXPECT(load("tests/run_bad/unchecked.plan.txt", &p));
+    EXPECT(plan_check(&p, err, sizeof(err)) == PLAN_ERR_LIMIT && strstr(err, "too large to check"));
+    plan_free(&p);
+}
+
 int main(int argc, char **argv) {
     root = argc > 1 ? argv[1] : ".";
     test_pipeline_files();
@@ -377,5 +393,6 @@ int main(int argc, char **argv) {
     test_links();
     test_deadlocks();
     test_no_times();
+    test_limits();
     return test_summary();
 }

@@ -57,7 +57,7 @@
 #endif
 
 enum { EXIT_OK = CLI_EXIT_OK, EXIT_INTERNAL = CLI_EXIT_INTERNAL, EXIT_USAGE = CLI_EXIT_INPUT, EXIT_FORMAT = CLI_EXIT_NOT_PLAN,
-       EXIT_INVALID = CLI_EXIT_CHECK, EXIT_STALE = CLI_EXIT_STALE, EXIT_OUTPUT = CLI_EXIT_FILE };
+       EXIT_INVALID = CLI_EXIT_CHECK, EXIT_STALE = CLI_EXIT_STALE, EXIT_OUTPUT = CLI_EXIT_FILE, EXIT_LIMIT = CLI_EXIT_LIMIT };
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -984,6 +984,11 @@ static int show_one(const options *o, const plan *p, const sim_result *r, bool s
 
 static int exit_for(plan_status st, const char *err);
 
+// The exit code for a simulation's status (sim_run: PLAN_ERR_IO is out of memory).
+static int sim_exit(plan_status st) {
+    return st == PLAN_ERR_IO ? EXIT_INTERNAL : st == PLAN_ERR_FORMAT ? EXIT_FORMAT : st == PLAN_ERR_LIMIT ? EXIT_LIMIT : EXIT_INVALID;
+}
+
 // --background: packs that plan into the idle time of p's simulation r and prints the figures.
 static int show_mux(const options *o, const plan *p, const sim_result *r) {
     plan bg;
@@ -999,7 +1004,7 @@ static int show_mux(const options *o, const plan *p, const sim_result *r) {
     plan_free(&bg);
     if (st) {
         fprintf(stderr, "plandump: %s: %s\n", o->background, err);
-        return st == PLAN_ERR_IO ? EXIT_INTERNAL : st == PLAN_ERR_FORMAT ? EXIT_FORMAT : EXIT_INVALID;
+        return sim_exit(st);
     }
     printf("multiplexed with %s (one GPU's plan, packed into every rank's idle time)\n", o->background);
     sim_mux_print(stdout, &m, "  ");
@@ -1048,7 +1053,7 @@ static int show_sim(const options *o, const plan *p) {
     cli_progress_work(NULL, NULL, 0);
     if (st) {
         fprintf(stderr, "plandump: %s: %s\n", o->plan, err);
-        return st == PLAN_ERR_IO ? EXIT_INTERNAL : st == PLAN_ERR_FORMAT ? EXIT_FORMAT : EXIT_INVALID;
+        return sim_exit(st);
     }
     const plan_meta *m = &p->meta;
     if (o->mode == OUT_SIM && o->sim_json) {
@@ -1073,7 +1078,7 @@ static int show_sim(const options *o, const plan *p) {
 // as PLAN_ERR_IO, which is an internal error here, not a file's fault).
 static int exit_for(plan_status st, const char *err) {
     if (st == PLAN_ERR_IO && strcmp(err, "out of memory") == 0) return EXIT_INTERNAL;
-    return st == PLAN_OK ? EXIT_OK : st == PLAN_ERR_IO ? EXIT_FORMAT : st == PLAN_ERR_FORMAT ? EXIT_FORMAT : EXIT_INVALID;
+    return st == PLAN_OK ? EXIT_OK : st == PLAN_ERR_IO ? EXIT_FORMAT : st == PLAN_ERR_FORMAT ? EXIT_FORMAT : st == PLAN_ERR_LIMIT ? EXIT_LIMIT : EXIT_INVALID;
 }
 
 static int flush_stdout(void) {
@@ -1152,7 +1157,7 @@ static int assemble(const options *o) {
     st = plan_check(&p, err, sizeof(err));
     if (st) {
         fprintf(stderr, "plandump: %s: %s%s\n", o->assemble, o->force ? "warning: " : "", err);
-        rc = EXIT_INVALID;
+        rc = st == PLAN_ERR_LIMIT ? EXIT_LIMIT : EXIT_INVALID;
     }
     if (!st || o->force) {
         st = plan_write(&p, o->output, err, sizeof(err));

@@ -224,3 +224,13 @@ plan_status check_pfail(checker *c, uint32_t k, const char *fmt, ...) {
     va_end(ap);
     return check_fail(c, "%s: %s", label, msg);
 }
+
+plan_status check_plimit(checker *c, uint32_t k, const char *fmt, ...) {
+    char label[160], msg[700];
+    prog_label(c->p, k, label, sizeof(label));
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    return plan_errorf(PLAN_ERR_LIMIT, c->err, c->err_n, "%s: %s", label, msg);
+}

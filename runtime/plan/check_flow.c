@@ -49,7 +49,7 @@
  * of a block's gradient that the next stage sent it instead of adding to it).
  *
  * The walk is bounded (slots, overlapping pairs, steps), so a plan too large to check is
- * refused with a message rather than checked for hours.
+ * refused (PLAN_ERR_LIMIT) with a message rather than checked for hours.
  */
 #include "checker.h"
 
@@ -276,7 +276,7 @@ static plan_status flow_slots(flow *f) {
         f->layer_n[b] = bf->layer_slots < lmax ? bf->layer_slots : lmax;
         f->base[b + 1] = f->base[b] + mn * f->layer_n[b];
         if (f->base[b + 1] > MAX_SLOTS)
-            return check_pfail(f->c, f->k, "more than %u buffer slots: too many to check", MAX_SLOTS);
+            return check_plimit(f->c, f->k, "more than %u buffer slots: too many to check", MAX_SLOTS);
     }
     f->n_slots = f->base[pg->n_buffers];
     size_t n = (size_t)f->n_slots + 1;
@@ -312,7 +312,7 @@ static plan_status overlap_pass(flow *f, const span *v, uint64_t m, bool fill, u
     uint64_t total = 0;
     for (uint64_t i = 0; i < m; i++)
         for (uint64_t j = i + 1; j < m && v[j].lo < v[i].hi; j++) {
-            if (++total > MAX_OVERLAPS) return check_pfail(f->c, f->k, "more than %llu overlapping pairs of buffer slots: too many to check", MAX_OVERLAPS);
+            if (++total > MAX_OVERLAPS) return check_plimit(f->c, f->k, "more than %llu overlapping pairs of buffer slots: too many to check", MAX_OVERLAPS);
             if (fill) {
                 f->ov[at[v[i].slot]++] = v[j].slot;
                 f->ov[at[v[j].slot]++] = v[i].slot;
@@ -779,7 +779,7 @@ static plan_status flow_insn(flow *f, uint32_t i) {
     f->time++;
     f->steps += 1 + (uint64_t)in->nargs * in->nargs;
     if (f->steps > MAX_STEPS)
-        return check_pfail(f->c, f->k, "more than %llu steps after expanding its loops: too large to check", MAX_STEPS);
+        return check_plimit(f->c, f->k, "more than %llu steps after expanding its loops: too large to check", MAX_STEPS);
     plan_status st = flow_group(f, i);
     if (in->kind != PLAN_I_LOOP) f->vc[in->stream][in->stream]++;
     hb_event(f, in);

@@ -440,7 +440,7 @@ plan_status check_insns(checker *c, uint32_t k) {
         if (!st && in->kind != PLAN_I_LOOP) st = check_layer_delta(c, k, i, layer_loop);
         executed += mult;
         if (!st && executed > MAX_EXECUTED)
-            st = check_pfail(c, k, "executes more than %llu instructions per step (loops multiplied out): too large to check",
+            st = check_plimit(c, k, "executes more than %llu instructions per step (loops multiplied out): too large to check",
                              MAX_EXECUTED);
         if (in->kind == PLAN_I_LOOP) {
             uint64_t m = mult * (uint64_t)plan_loop_trips(in); // mult <= 2^30, count < 2^31: no overflow

@@ -22,7 +22,8 @@
  *   check_common.c  what they all use: the checker, fault messages that name the program, the
  *                   instruction or the buffer, and the operators' arities from ops.def.
  * check.c runs them (plan_check). Every fault is PLAN_ERR_INVALID (plan_validate's:
- * PLAN_ERR_FORMAT) with a message; the first fault found ends the check.
+ * PLAN_ERR_FORMAT) with a message; a plan past the walks' bounds is PLAN_ERR_LIMIT (check_plimit);
+ * the first fault found ends the check.
  */
 #ifndef PLAN_CHECKER_H
 #define PLAN_CHECKER_H
@@ -59,6 +60,8 @@ bool check_op_sums_away(uint32_t op, uint32_t q, int rank_q, int d, uint32_t ran
 // 'insn i (name): ', check_bfail that and 'buffer b: '.
 plan_status check_fail(checker *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 plan_status check_pfail(checker *c, uint32_t k, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+// As check_pfail, for program k past a bound of the check (too large to check): PLAN_ERR_LIMIT.
+plan_status check_plimit(checker *c, uint32_t k, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 plan_status check_ifail(checker *c, uint32_t k, uint32_t i, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 plan_status check_bfail(checker *c, uint32_t k, uint32_t b, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 

@@ -72,6 +72,7 @@ typedef enum plan_status {
     PLAN_ERR_FORMAT = 2,    // not a plan, truncated, bad CRC, other version, index out of range
     PLAN_ERR_INVALID = 3,   // well-formed but fails plan_check (a deadlock, an overlap, ...)
     PLAN_ERR_STALE = 4,     // the hashes do not match the model/cluster/options given
+    PLAN_ERR_LIMIT = 5,     // a valid plan beyond a limit of the call (too many instructions to simulate)
 } plan_status;
 
 typedef enum plan_section_kind {
@@ -507,7 +508,8 @@ unsigned plan_arg_role(const plan_program *pg, const plan_insn *in, uint32_t j);
 // runtime/PLAN_FORMAT.md); no two buffers that are live at once overlap; every buffer written
 // before it is read; every send has its matching receive on the peer, into the same tensor and
 // shard; every member of a group issues that group's collectives in the same order (no
-// deadlock); loops well nested. Returns PLAN_ERR_INVALID with a message naming the rank, program, instruction.
+// deadlock); loops well nested. Returns PLAN_ERR_INVALID with a message naming the rank, program, instruction,
+// or PLAN_ERR_LIMIT for a plan too large to check (its loops multiplied out past the walks' bounds).
 plan_status plan_check(const plan *p, char *err, size_t err_n);
 
 #endif
