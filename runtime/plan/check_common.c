@@ -225,12 +225,13 @@ plan_status check_pfail(checker *c, uint32_t k, const char *fmt, ...) {
     return check_fail(c, "%s: %s", label, msg);
 }
 
+// check_pfail's message, PLAN_ERR_LIMIT's status.
 plan_status check_plimit(checker *c, uint32_t k, const char *fmt, ...) {
-    char label[160], msg[700];
-    prog_label(c->p, k, label, sizeof(label));
+    char msg[700];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
-    return plan_errorf(PLAN_ERR_LIMIT, c->err, c->err_n, "%s: %s", label, msg);
+    check_pfail(c, k, "%s", msg);
+    return PLAN_ERR_LIMIT;
 }
