@@ -79,6 +79,7 @@ typedef struct est {
     double *Fc, *Fm, *Fp, *Bc, *Bm, *Bp, *sync, *opt, *post, *tied;
     double *rs; // ZeRO-2/3: per micro-batch, the block copies' gradients' reduce-scatters on stream 1 (est_gathers_exposed_s)
     double *rsb;        // ZeRO-2/3: their bytes (all copies), per device
+    double *rsbt, *rsr; // ... of which those summed over tp replicas first (an all-reduce), and the most replicas
     double *rsn;        // ZeRO-3 with --prefetch none: how many (each gradient's own, as it is made)
     double *rs_top;  // ZeRO-3: per top-level forward op before the blocks, its gradients' reduce-scatters (est_top_rs_exposed)
     double *rs_last; // ZeRO-3 with one micro-batch: what the step's end waits for of those
@@ -793,6 +794,36 @@ static void est_top_gathers(est *E, int p, int i, pcc_group_shape zg) {
     }
 }
 
+// The replicas over the tp group whose gradients op i's input k (a parameter) sums in the step
+// (the ILP's choice splits the op along a letter it does not carry: ilp.c's cand_sync_s), 1: none.
+static int est_tp_replicas(const est *E, int i, int k) {
+    const pcc_cand *cd = &E->sc->t->ops[i].c[E->sc->choice[i]];
+    int p = E->g->ops[i].in[k];
+    if (cd->dim < 0 || !graph_step_synced(E->g, p, E->s->bg_dense)) return 1;
+    return cd->in[k].r;
+}
+
+// The replicas over the tp group that hold partial sums of op i's input k's gradient (a
+// parameter), 1: none. The ILP's cand_sync_s charges every replica; phase 3 sums them only where
+// the op's split cuts an output, so that each replica's gradient sees a piece of the output's
+// gradient (an output of partial sums gets its gradient whole on every rank).
+static int est_tp_partial(const est *E, int i, int k) {
+    const pcc_cand *cd = &E->sc->t->ops[i].c[E->sc->choice[i]];
+    int r = est_tp_replicas(E, i, k);
+    for (int o = 0; r > 1 && o < E->g->ops[i].nout; o++)
+        for (int a = 0; a < E->g->tensors[E->g->ops[i].out[o]].rank; a++)
+            if (cd->out[o].d[a] > 1) return r;
+    return 1;
+}
+
+// Whether op i's input k, a parameter, is trained per replica with --sync background (layout.c's
+// background_params): a dense parameter (not an embedding table) whose gradient holds sums over
+// dp or over tp replicas, synchronized by itself (preserve.c's sync_grad_local), in no bucket.
+static bool est_bg_local(const est *E, int i, int k) {
+    int p = E->g->ops[i].in[k];
+    return E->s->bg_dense && !graph_is_table(E->g, p) && (E->dp > 1 || est_tp_partial(E, i, k) > 1);
+}
+
 // The collective that synchronizes parameter p's gradient (owner op i) in the buckets: ZeRO's
 // reduce-scatter over its shards' group (dp x cp: its sums over cp included); else an all-reduce
 // over dp x cp of sums over both, over the one axis of a sum over one (layout_sync_steps). False
@@ -821,6 +852,9 @@ static void est_param(est *E, int p, int i, int d, const pcc_op *opt) {
     pcc_coll kind;
     pcc_group_shape grp;
     if (bucketed && est_bucket_coll(E, p, i, &kind, &grp)) E->sync[d] += cost_bucketed_s(c, kind, bytes, pool, cap, grp);
+    int k = 0;
+    while (g->ops[i].in[k] != p) k++;
+    int rt = est_tp_partial(E, i, k); // the tp replicas whose partial sums an all-reduce adds first (layout_sync_steps)
     if (zw > 1) {
         // Reduce-scattered per micro-batch (preserve.c's zero2_grad), and summed into the shard. A
         // block copy's together on stream 1, behind the compute (est_step); the others (and a
@@ -830,6 +864,7 @@ static void est_param(est *E, int p, int i, int d, const pcc_op *opt) {
         bool behind = !bucketed && g->ops[i].block >= 0 && !(zero == 3 && E->s->zero3_late);
         if (behind) {
             E->rsb[d] += bytes;
+            if (rt > 1) E->rsbt[d] += bytes, E->rsr[d] = fmax(E->rsr[d], rt);
             if (E->m > 1) E->rs[d] += cost_memory_s(c, 3 * bytes / zw);
         } else if (!bucketed) {
             double *to = zero < 3 ? &E->Bm[d] : g->ops[i].block >= 0 ? &E->rs[d] : est_grad_after_blocks(E, opt) ? &E->rs_top[i] : &E->Bm[d];
@@ -837,6 +872,7 @@ static void est_param(est *E, int p, int i, int d, const pcc_op *opt) {
             // ... and each added into the shard's sum over the micro-batches, on the same stream
             // (with one, the reduce-scatter writes the shard itself).
             *to += cost_collective_s(c, PCC_COLL_REDUCE_SCATTER, bytes, zg) + launch + (E->m > 1 ? cost_memory_s(c, 3 * bytes / zw) : 0);
+            if (rt > 1) *to += cost_collective_s(c, PCC_COLL_ALL_REDUCE, bytes, (pcc_group_shape){rt, 1}) + launch;
         }
         // With micro-batches the shard sums them, from zero (preserve.c's zero2_accumulators).
         if (!bucketed && E->m > 1) E->opt[d] += cost_memory_s(c, bytes / zw);
@@ -851,6 +887,9 @@ static void est_param(est *E, int p, int i, int d, const pcc_op *opt) {
         if (zero == 3 && g->ops[i].block >= 0) E->agb[d] += bytes;
         else if (zero == 3) est_top_gathers(E, p, i, zg);
     }
+    // --sync background: a gradient trained per replica is scaled to the replica's mean once a
+    // step (preserve.c's local_grad); on CPU ranks on the compute stream.
+    if (c->cpu && est_bg_local(E, i, k)) E->opt[d] += cost_memory_s(c, 2 * bytes);
     if (!opt) return;
     double t = cost_op_s(c, g, opt, est_ways(E, opt, i));
     E->opt[d] += zw > 1 ? (t - launch) / zw + launch : t; // a shard's work, a whole launch
@@ -919,46 +958,24 @@ static bool est_owns(const est *E, int i, int k) {
     return true;
 }
 
-// The replicas over the tp group whose gradients op i's input k (a parameter) sums in the step
-// (the ILP's choice splits the op along a letter it does not carry: ilp.c's cand_sync_s), 1: none.
-static int est_tp_replicas(const est *E, int i, int k) {
-    const pcc_cand *cd = &E->sc->t->ops[i].c[E->sc->choice[i]];
-    int p = E->g->ops[i].in[k];
-    if (cd->dim < 0 || !graph_step_synced(E->g, p, E->s->bg_dense)) return 1;
-    return cd->in[k].r;
-}
-
-// The replicas over the tp group that hold partial sums of op i's input k's gradient (a
-// parameter), 1: none. The ILP's cand_sync_s charges every replica; phase 3 sums them only where
-// the op's split cuts an output, so that each replica's gradient sees a piece of the output's
-// gradient (an output of partial sums gets its gradient whole on every rank).
-static int est_tp_partial(const est *E, int i, int k) {
-    const pcc_cand *cd = &E->sc->t->ops[i].c[E->sc->choice[i]];
-    int r = est_tp_replicas(E, i, k);
-    for (int o = 0; r > 1 && o < E->g->ops[i].nout; o++)
-        for (int a = 0; a < E->g->tensors[E->g->ops[i].out[o]].rank; a++)
-            if (cd->out[o].d[a] > 1) return r;
-    return 1;
-}
-
 // One bucket of gradients as the walk fills it (est_bucket_walk).
+// Its gradients are synchronized alike (preserve.c closes a bucket at a gradient synchronized
+// otherwise): over dp (and cp) by one collective where coll (est_bucket_coll), over r > 1
+// replicas in the tp group where the ILP's split leaves partial sums (est_tp_partial).
 struct est_bucket {
-    double bytes;          // every gradient in it
-    double dp_bytes;       // those synchronized over dp (and cp): est_bucket_coll
-    double tp_bytes;       // those summed over replicas in the tp group (est_tp_partial)
-    int r;                 // ... the most replicas
-    bool coll;             // whether dp_bytes' collective is set
+    double bytes;
+    bool coll;
     pcc_coll kind;
     pcc_group_shape grp;
+    int r;
 };
 
 // The seconds of bucket b's collectives on device d's view, and b emptied.
 static double est_bucket_s(const est *E, int d, struct est_bucket *b) {
     const pcc_cluster *c = E->view[d];
     double x = 0;
-    if (b->coll && b->dp_bytes > 0) x += cost_collective_s(c, b->kind, b->dp_bytes, b->grp) + cost_launch_s(c);
-    if (b->r > 1 && b->tp_bytes > 0)
-        x += cost_collective_s(c, PCC_COLL_ALL_REDUCE, b->tp_bytes, (pcc_group_shape){b->r, 1}) + cost_launch_s(c);
+    if (b->bytes > 0 && b->coll) x += cost_collective_s(c, b->kind, b->bytes, b->grp) + cost_launch_s(c);
+    if (b->bytes > 0 && b->r > 1) x += cost_collective_s(c, PCC_COLL_ALL_REDUCE, b->bytes, (pcc_group_shape){b->r, 1}) + cost_launch_s(c);
     *b = (struct est_bucket){.r = 1};
     return x;
 }
@@ -1021,16 +1038,23 @@ static void est_bucket_walk(est *E, const pcc_layer *L, int nl, const int *chunk
                     if (!est_owns(E, i, k)) continue;
                     int p = op->in[k], rk = est_tp_partial(E, i, k);
                     double bytes = est_param_bytes(E, p, i, &bucketed);
-                    pcc_coll kind;
-                    pcc_group_shape grp;
+                    pcc_coll kind = PCC_COLL_ALL_REDUCE;
+                    pcc_group_shape grp = {1, 1};
                     bool coll = bucketed && est_bucket_coll(E, p, i, &kind, &grp);
-                    if (!coll && rk <= 1) continue;
-                    if (coll) {
-                        share += cost_bucketed_s(c, kind, bytes, *est_pool(E, i, d), E->s->bucket_bytes, grp);
-                        if (!b.coll) b.coll = true, b.kind = kind, b.grp = grp;
-                        b.dp_bytes += bytes;
+                    if (est_bg_local(E, i, k)) { // synchronized by itself: the open bucket goes first
+                        double x = est_bucket_s(E, d, &b);
+                        if (x > 0) q = fmax(q, t - E->after[p]) + x, all += x;
+                        continue;
                     }
-                    if (rk > 1) b.tp_bytes += bytes, b.r = rk > b.r ? rk : b.r;
+                    if (!coll && (rk <= 1 || est_zero_ways(E, p, i, NULL) > 1)) continue; // ZeRO's: with its reduce-scatters
+                    if (coll) share += cost_bucketed_s(c, kind, bytes, *est_pool(E, i, d), E->s->bucket_bytes, grp);
+                    // A gradient synchronized otherwise closes the open bucket first.
+                    if (b.bytes > 0 && (coll != b.coll || rk != b.r ||
+                                        (coll && (kind != b.kind || grp.size != b.grp.size || grp.stride != b.grp.stride)))) {
+                        double x = est_bucket_s(E, d, &b);
+                        q = fmax(q, t - E->after[p]) + x, all += x;
+                    }
+                    b.coll = coll, b.kind = kind, b.grp = grp, b.r = rk;
                     b.bytes += bytes;
                     if (b.bytes >= E->s->bucket_bytes) {
                         double x = est_bucket_s(E, d, &b);
@@ -1172,6 +1196,7 @@ static void est_step(est *E) {
         double ag = est_per_copy_s(E, d, PCC_COLL_ALL_GATHER, E->agb[d], k, E->zg); // per micro-batch, each pass
         // A copy's gradients: one collective per step (preserve.c's zero2_flush).
         E->rs[d] += est_per_copy_s(E, d, PCC_COLL_REDUCE_SCATTER, E->rsb[d], k, E->zg);
+        E->rs[d] += est_per_copy_s(E, d, PCC_COLL_ALL_REDUCE, E->rsbt[d], k, (pcc_group_shape){(int)E->rsr[d], 1});
         E->post[d] += est_per_copy_s(E, d, PCC_COLL_ALL_GATHER, E->postb[d], k, E->zg);
         if (E->postt[d] > 0) E->post[d] += cost_collective_s(E->view[d], PCC_COLL_ALL_GATHER, E->postt[d], E->zg) + cost_launch_s(E->view[d]);
         if (k < 1) {
@@ -1229,7 +1254,7 @@ void estimate_step(const pcc_graph *g, const pcc_cluster *c, const pcc_intra *sc
     E.Fc = zeros(g, pp), E.Fm = zeros(g, pp), E.Fp = zeros(g, pp), E.Bc = zeros(g, pp), E.Bm = zeros(g, pp);
     E.Bp = zeros(g, pp), E.sync = zeros(g, pp), E.opt = zeros(g, pp), E.post = zeros(g, pp), E.tied = zeros(g, pp);
     E.rs = zeros(g, pp), E.rs_last = zeros(g, pp), E.rs_top = zeros(g, g->n_fwd_ops), E.copies = zeros(g, pp);
-    E.rsb = zeros(g, pp), E.rsn = zeros(g, pp);
+    E.rsb = zeros(g, pp), E.rsn = zeros(g, pp), E.rsbt = zeros(g, pp), E.rsr = zeros(g, pp);
     E.zw = s->zero > 0 ? E.dp * E.cp : 1, E.zg = (pcc_group_shape){E.dp * E.cp, E.tp};
     E.cf = zeros(g, pp), E.cb = zeros(g, pp), E.agb = zeros(g, pp), E.postb = zeros(g, pp), E.postt = zeros(g, pp);
     const pcc_layer *L = graph_layers(g, &nl);
