@@ -12,7 +12,8 @@
  * gradients accumulate over the micro-batches) before the graph is checked and differentiated.
  * A ghost batch norm (statistics over groups of G samples) needs whole groups in a micro-batch:
  * batch_apply refuses a batch that cuts one, and batch_grain tells the micro-batch search
- * (driver.c) which batches it may try.
+ * (driver.c) which batches it may try. batch_dims says which dimensions hold the batch's samples
+ * (the batch, and those reshapes make of it), which data parallelism cuts.
  */
 #include "plancc.h"
 
@@ -183,4 +184,29 @@ pcc_status batch_apply(pcc_graph *g, pcc_batch_opts *o) {
     st = ghost_check(g, b, o->global_batch);
     if (!st && !o->global_batch) o->global_batch = batch * o->micro_batches; // what the plan records
     return st;
+}
+
+// The dimensions data parallelism splits: the batch, and every dimension a reshape makes of it
+// as the major axis of a group (Swin's windows B x nW, the Evoformer's MSA rows B x Ns, tokens
+// B x S), both ways, until none is added. Cut into dp contiguous pieces, such a dimension holds
+// the same samples as the batch's pieces, so phase 3 finds the layouts agree across the reshape
+// and an operator over it runs on its replica's samples only, not on all of them.
+bool *batch_dims(const pcc_graph *g, int bdim) {
+    bool *m = arena_alloc(g->arena, sizeof(bool) * (size_t)(g->n_dims + 1));
+    if (bdim < 0) return m;
+    m[bdim] = true;
+    for (bool again = true; again;) {
+        again = false;
+        for (int o = 0; o < g->n_fwd_ops; o++) {
+            const pcc_op *op = &g->ops[o];
+            pcc_letter l[PCC_MAX_LETTERS];
+            int n = op->kind == PCC_OP_RESHAPE ? op_letters(g, op, l) : 0;
+            for (int k = 0; k < n; k++) {
+                if (l[k].nosplit || l[k].axis[0] < 0 || l[k].axis[1] < 0) continue;
+                int a = l[k].dim, b = g->tensors[op->out[0]].dims[(int)l[k].axis[1]];
+                if (m[a] != m[b]) m[a] = m[b] = true, again = true;
+            }
+        }
+    }
+    return m;
 }

@@ -27,7 +27,7 @@
  * carries, else any, the largest first; never the batch (data parallelism's) or a letter the
  * annotation marks unsplittable, and only where k divides its size on every operand (a
  * reshape's letter joins dimensions of two sizes). A dimension a reshape made of the batch
- * (Swin's windows, graph_batch_dims) comes last: dp cuts it as it cuts the batch, and pieces
+ * (Swin's windows, batch_dims) comes last: dp cuts it as it cuts the batch, and pieces
  * along it would run whole on every replica (no dp letter of their own).
  *
  * Limits: operators that draw random numbers (dropout) would draw another stream per piece and
@@ -61,7 +61,7 @@ typedef struct cs {
     pcc_op *old;
     want *want;             // per old op
     pcc_letter *letter;     // per old op: the chosen letter (when want.ways)
-    const bool *folded;     // per dimension: made of the batch (graph_batch_dims), which dp cuts
+    const bool *folded;     // per dimension: made of the batch (batch_dims), which dp cuts
     int **pieces;           // per tensor: its k pieces along piece_axis, or NULL
     int *piece_axis, *piece_ways;
     bool *joined;           // per tensor: some reader needs the whole (the concat stays)
@@ -385,7 +385,7 @@ pcc_status coshard_apply(pcc_graph *g, pcc_options *o) {
     size_t nt = (size_t)g->n_tensors + 1;
     C.want = arena_alloc(g->arena, sizeof(want) * (size_t)(g->n_ops + 1));
     C.letter = arena_alloc(g->arena, sizeof(pcc_letter) * (size_t)(g->n_ops + 1));
-    C.folded = graph_batch_dims(g, graph_batch_dim(g));
+    C.folded = batch_dims(g, graph_batch_dim(g));
     C.pieces = arena_alloc(g->arena, sizeof(int *) * nt);
     C.piece_axis = arena_alloc(g->arena, sizeof(int) * nt);
     C.piece_ways = arena_alloc(g->arena, sizeof(int) * nt);

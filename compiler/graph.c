@@ -158,31 +158,6 @@ int graph_batch_dim(const pcc_graph *g) {
     return -1;
 }
 
-// The dimensions data parallelism splits: the batch, and every dimension a reshape makes of it
-// as the major axis of a group (Swin's windows B x nW, the Evoformer's MSA rows B x Ns, tokens
-// B x S), both ways, until none is added. Cut into dp contiguous pieces, such a dimension holds
-// the same samples as the batch's pieces, so phase 3 finds the layouts agree across the reshape
-// and an operator over it runs on its replica's samples only, not on all of them.
-bool *graph_batch_dims(const pcc_graph *g, int bdim) {
-    bool *m = arena_alloc(g->arena, sizeof(bool) * (size_t)(g->n_dims + 1));
-    if (bdim < 0) return m;
-    m[bdim] = true;
-    for (bool again = true; again;) {
-        again = false;
-        for (int o = 0; o < g->n_fwd_ops; o++) {
-            const pcc_op *op = &g->ops[o];
-            pcc_letter l[PCC_MAX_LETTERS];
-            int n = op->kind == PCC_OP_RESHAPE ? op_letters(g, op, l) : 0;
-            for (int k = 0; k < n; k++) {
-                if (l[k].nosplit || l[k].axis[0] < 0 || l[k].axis[1] < 0) continue;
-                int a = l[k].dim, b = g->tensors[op->out[0]].dims[(int)l[k].axis[1]];
-                if (m[a] != m[b]) m[a] = m[b] = true, again = true;
-            }
-        }
-    }
-    return m;
-}
-
 pcc_layer *graph_layers(const pcc_graph *g, int *n_out) {
     pcc_layer *v = NULL;
     int n = 0, cap = 0;

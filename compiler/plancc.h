@@ -366,10 +366,8 @@ bool graph_is_final_param_grad(const pcc_graph *g, int t);
 // run on another stage (layout.c's deferred): made by one top-level backward op that does not
 // accumulate, read only by accumulating top-level backward sums (which add zeros until it comes).
 bool graph_grad_deferrable(const pcc_graph *g, int t);
-// The batch: axis 0 of the first input with a shape (-1: none). graph_batch_dims: per dimension
-// whether dp cuts it, the batch or one a reshape makes of it as its major axis (Swin's windows).
+// The batch: axis 0 of the first input with a shape (-1: none).
 int graph_batch_dim(const pcc_graph *g);
-bool *graph_batch_dims(const pcc_graph *g, int bdim);
 // The layers of the forward program, in order: every top-level forward op, and every copy of
 // every forward block (what pipeline stages cut and the estimate walks). Can't fail.
 typedef struct pcc_layer {
@@ -471,6 +469,9 @@ pcc_status batch_apply(pcc_graph *g, pcc_batch_opts *o);
 // The batch a micro-batch holds must be a multiple of this: the least common multiple of the
 // ghost batch norms' groups over the batch dimension (1 if none). Can't fail.
 int64_t batch_grain(const pcc_graph *g);
+// Per dimension whether dp cuts it: bdim, the batch (graph_batch_dim), or one a reshape makes of
+// it as its major axis (Swin's windows, the Evoformer's MSA rows). Can't fail.
+bool *batch_dims(const pcc_graph *g, int bdim);
 
 /* ---------------------------------------------------------------- autodiff.c */
 

@@ -27,7 +27,7 @@
  *     demand (space_build). bestfirst.c searches them; the driver's search over micro-batch
  *     counts hands the compile the one it chose (o->pick), which is built alone.
  * The split along dp is the batch dimension wherever an operator has it, else a dimension a
- * reshape made of it (graph_batch_dims: Swin's windows, the Evoformer's MSA rows). Stages cut the
+ * reshape made of it (batch_dims: Swin's windows, the Evoformer's MSA rows). Stages cut the
  * sequence of layers (graph_layers: top-level operators and the copies of repeated blocks)
  * into pp contiguous runs that balance the seconds the estimate charges each on a device, as the
  * ILP split its operators (the smallest largest run, by bisection over the answer with a greedy
@@ -70,7 +70,7 @@ static bool letter_cuts(const pcc_graph *g, const pcc_op *op, const pcc_letter *
     return g->dims[l->dim].size % (ways * l->grain) == 0;
 }
 
-// Op's letter that dp cuts: the batch's, else the first of a dimension made of it (graph_batch_dims)
+// Op's letter that dp cuts: the batch's, else the first of a dimension made of it (batch_dims)
 // that dp cuts into whole grains; -1: the op runs whole on every replica.
 static int dp_letter(const pcc_graph *g, const pcc_op *op, int bdim, const bool *bm, int dp) {
     int li = letter_of_dim(g, op, bdim, dp);
@@ -426,7 +426,7 @@ struct pcc_space {
     const pcc_transforms *t;
     const pcc_search_opts *o;
     int N, bdim, nl;            // devices; the batch dimension; layers
-    const bool *bm;             // per model dimension: made of the batch (graph_batch_dims)
+    const bool *bm;             // per model dimension: made of the batch (batch_dims)
     int64_t bsize;              // the batch dimension's size (1 when none)
     const pcc_layer *L;
     const double *flops;        // per layer
@@ -507,7 +507,7 @@ static void search_init(pcc_space *S, const pcc_graph *g, const pcc_cluster *c, 
                         const pcc_search_opts *o) {
     *S = (pcc_space){.g = g, .c = c, .t = t, .o = o, .N = c->n_devices, .bdim = graph_batch_dim(g)};
     S->bsize = S->bdim >= 0 ? g->dims[S->bdim].size : 1;
-    S->bm = graph_batch_dims(g, S->bdim);
+    S->bm = batch_dims(g, S->bdim);
     S->L = graph_layers(g, &S->nl);
     S->flops = layer_flops(g, S->L, S->nl);
     S->group_s = hetero_layer_seconds(g, c, S->L, S->nl);
