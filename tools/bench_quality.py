@@ -14,7 +14,8 @@ training step), every strategy trains on the same G samples per step:
               pp a power of two or the paper's (every divisor with --full-grid) up to the
               number of layers, dp = N / (tp pp) dividing G, micro-batch per replica a power of
               two (or G / dp), 1F1B when pp > 1, recompute none or full (and on rows with
-              causal self-attention Megatron-LM's selective, plancc's auto), ZeRO 0, 1 or 3, and
+              causal self-attention, and on the transformers marked "selective" (mT5, the MoE),
+              Megatron-LM's selective, plancc's auto), ZeRO 0, 1 or 3, and
               with tp > 1 on a model with attention with and without Megatron-LM's
               --sequence-parallel (as its users run tensor parallelism since Korthikanti et al.
               2022; the paper's configuration below stays without it, as published); on the
@@ -75,7 +76,9 @@ GLOBAL_BATCH_OPTION = "--global-batch"
 # communication; neither saves time): (recompute, zero).
 VARIANTS = [("none", 0), ("none", 1), ("none", 3), ("full", 0), ("full", 1), ("full", 3)]
 # Megatron-LM's selective recompute (--recompute-granularity selective, which plancc reads as
-# --recompute auto: the ILP picks what to recompute where memory binds), on the GPT-style rows.
+# --recompute auto: the ILP picks what to recompute where memory binds), on the GPT-style rows and
+# the rows marked "selective": Megatron-Core offers it for any transformer layer (not on the
+# Evoformer's row, whose recompute-auto ILPs would take the grid past 17 minutes on that row alone).
 SELECTIVE = [("auto", 0), ("auto", 1), ("auto", 3)]
 
 
@@ -283,7 +286,7 @@ class Bench:
         zigzag order (Megatron-Core's load-balanced ring), where the ring skips the blocks above
         the diagonal."""
         out = []
-        if variants is VARIANTS and f["zigzag"]:
+        if variants is VARIANTS and (f["zigzag"] or row.get("selective")):
             variants = VARIANTS + SELECTIVE
         cps = [1 << k for k in range(row["gpus"].bit_length()) if row["gpus"] % (1 << k) == 0] if row.get("cp") else \
             [1, 2] if f["zigzag"] and f["seq"] and f["seq"] % 4 == 0 else [1]
@@ -424,12 +427,12 @@ def rows(root, data):
     # 1024 sequences per step as mT5 pre-trained (Xue et al. 2021), on four DGX A100 nodes (the
     # largest of nnScaler's T5 runs, 4 to 32 GPUs), in bf16.
     out.append({"name": "mT5-Large", "model": os.path.join(root, "models", "mt5-large.json"), "cluster": a100,
-                "gpus": 32, "G": 1024, "dtype": "bf16"})
+                "gpus": 32, "G": 1024, "dtype": "bf16", "selective": True})
     # The mixture of experts: Mixtral 8x7B routed (each expert computes on its slots only; 46.7 B
     # parameters, 747 GB of bf16 weights, f32 gradients and Adam state: more than nine A100s
     # hold) on eight DGX A100 nodes, 512 sequences of 4096 tokens (2 M tokens) per step, in bf16.
     out.append({"name": "Mixtral-8x7B", "model": os.path.join(root, "models", "mixtral-8x7b-routed.json"),
-                "cluster": a100, "gpus": 64, "G": 512, "dtype": "bf16"})
+                "cluster": a100, "gpus": 64, "G": 512, "dtype": "bf16", "selective": True})
     # Llama 3 8B at 131,072 tokens on one DGX H100 node, four sequences per step in bf16 with
     # FlashAttention-2, as nnScaler's example trained it (its examples/llama/README.rst: 41.12 s a
     # step, with recompute per decoder layer and a plan of its own search, not given): the
