@@ -668,8 +668,11 @@ static void est_layers(est *E, const pcc_layer *L, int nl, const int *chunk) {
         for (int i = bl->first_op; i < bl->first_op + bl->n_ops; i++) est_add_op(E, i, d);
         // Each carried value is copied in from its carry register and out to it, forward, and its
         // gradient likewise backward (preserve.c's block_body): memory-bound copies.
+        // And into its register before the first copy, out of it after the last (preserve.c's
+        // block_range), forward and backward: once at each end of the block.
+        int ends = (L[l].copy == 0) + (L[l].copy == bl->repeat - 1);
         for (int k = 0; k < bl->n_carry; k++) {
-            double copy = 2 * cost_memory_s(E->view[d], 2 * est_held_bytes(E, bl->carry[k].outer));
+            double copy = (2 + ends) * cost_memory_s(E->view[d], 2 * est_held_bytes(E, bl->carry[k].outer));
             E->Fc[d] += copy, E->Bc[d] += copy;
         }
         E->Bc[d] += est_summed(E, L[l].block, -1, d);
