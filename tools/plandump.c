@@ -984,11 +984,6 @@ static int show_one(const options *o, const plan *p, const sim_result *r, bool s
 
 static int exit_for(plan_status st, const char *err);
 
-// The exit code for a simulation's status (sim_run: PLAN_ERR_IO is out of memory).
-static int sim_exit(plan_status st) {
-    return st == PLAN_ERR_IO ? EXIT_INTERNAL : st == PLAN_ERR_FORMAT ? EXIT_FORMAT : st == PLAN_ERR_LIMIT ? EXIT_LIMIT : EXIT_INVALID;
-}
-
 // --background: packs that plan into the idle time of p's simulation r and prints the figures.
 static int show_mux(const options *o, const plan *p, const sim_result *r) {
     plan bg;
@@ -1004,7 +999,7 @@ static int show_mux(const options *o, const plan *p, const sim_result *r) {
     plan_free(&bg);
     if (st) {
         fprintf(stderr, "plandump: %s: %s\n", o->background, err);
-        return sim_exit(st);
+        return exit_for(st, err);
     }
     printf("multiplexed with %s (one GPU's plan, packed into every rank's idle time)\n", o->background);
     sim_mux_print(stdout, &m, "  ");
@@ -1053,7 +1048,7 @@ static int show_sim(const options *o, const plan *p) {
     cli_progress_work(NULL, NULL, 0);
     if (st) {
         fprintf(stderr, "plandump: %s: %s\n", o->plan, err);
-        return sim_exit(st);
+        return exit_for(st, err);
     }
     const plan_meta *m = &p->meta;
     if (o->mode == OUT_SIM && o->sim_json) {
