@@ -35,7 +35,7 @@
     X(11, STEP, "a step failed (deadlock, timeout, kernel error, a dead peer)")                             \
     X(12, NONFINITE, "non-finite loss or gradient")                                                         \
     X(13, BACKGROUND, "unusable --background plan")                                                         \
-    X(14, LIMIT, "beyond a limit of the tool (a plan too large to simulate)")
+    X(14, LIMIT, "beyond a limit of the tool (a plan too large to check or simulate)")
 
 enum cli_exit {
 #define CLI_EXIT_ENUM(code, name, text) CLI_EXIT_##name = code,
