@@ -983,6 +983,13 @@ static double est_bucket_s(const est *E, int d, struct est_bucket *b) {
     return x;
 }
 
+// Issues bucket b, its last gradient made at `at`, behind the queue that ends at *q; *all adds
+// its seconds.
+static void est_issue(const est *E, int d, struct est_bucket *b, double at, double *q, double *all) {
+    double x = est_bucket_s(E, d, b);
+    if (x > 0) *q = fmax(*q, at) + x, *all += x;
+}
+
 // What each device's step waits for of its gradient buckets after its backward pass (E->wait).
 // As preserve.c fills them: in the order the backward pass makes the gradients final, a bucket
 // issued on stream 1 once it holds --bucket-mb's bytes or its segment ends (a block copy, a
@@ -1012,10 +1019,7 @@ static void est_bucket_walk(est *E, const pcc_layer *L, int nl, const int *chunk
             if (chunk[l] != d || (L[l].op >= 0 && est_il(E, L[l].op))) continue;
             const pcc_block *bl = L[l].op >= 0 ? NULL : &g->blocks[L[l].block];
             int first = bl ? bl->first_op : L[l].op, last = bl ? bl->first_op + bl->n_ops - 1 : L[l].op;
-            if (bl || graph_bucket_segment(g, first) != seg) { // a loop's boundary closes the bucket
-                double x = est_bucket_s(E, d, &b);
-                if (x > 0) q = fmax(q, t) + x, all += x;
-            }
+            if (bl || graph_bucket_segment(g, first) != seg) est_issue(E, d, &b, t, &q, &all); // a loop's boundary closes the bucket
             seg = graph_bucket_segment(g, first);
             if (bl) { // the copy's carries' gradients copied in, its summed values, its orphans
                 for (int k = 0; k < bl->n_carry; k++) t += 2 * cost_memory_s(c, 2 * est_held_bytes(E, bl->carry[k].outer));
@@ -1045,29 +1049,22 @@ static void est_bucket_walk(est *E, const pcc_layer *L, int nl, const int *chunk
                     pcc_group_shape grp = {1, 1};
                     bool coll = bucketed && est_bucket_coll(E, p, i, &kind, &grp);
                     if (est_bg_local(E, i, k)) { // synchronized by itself: the open bucket goes first
-                        double x = est_bucket_s(E, d, &b);
-                        if (x > 0) q = fmax(q, t - E->after[p]) + x, all += x;
+                        est_issue(E, d, &b, t - E->after[p], &q, &all);
                         continue;
                     }
                     if (!coll && (rk <= 1 || est_zero_ways(E, p, i, NULL) > 1)) continue; // ZeRO's: with its reduce-scatters
                     if (coll) share += cost_bucketed_s(c, kind, bytes, *est_pool(E, i, d), E->s->bucket_bytes, grp);
                     // A gradient synchronized otherwise closes the open bucket first.
                     if (b.bytes > 0 && (coll != b.coll || rk != b.r ||
-                                        (coll && (kind != b.kind || grp.size != b.grp.size || grp.stride != b.grp.stride)))) {
-                        double x = est_bucket_s(E, d, &b);
-                        q = fmax(q, t - E->after[p]) + x, all += x;
-                    }
+                                        (coll && (kind != b.kind || grp.size != b.grp.size || grp.stride != b.grp.stride))))
+                        est_issue(E, d, &b, t - E->after[p], &q, &all);
                     b.coll = coll, b.kind = kind, b.grp = grp, b.r = rk;
                     b.bytes += bytes;
-                    if (b.bytes >= E->s->bucket_bytes) {
-                        double x = est_bucket_s(E, d, &b);
-                        q = fmax(q, t - E->after[p]) + x, all += x;
-                    }
+                    if (b.bytes >= E->s->bucket_bytes) est_issue(E, d, &b, t - E->after[p], &q, &all);
                 }
             }
         }
-        double x = est_bucket_s(E, d, &b);
-        if (x > 0) q = fmax(q, t) + x, all += x;
+        est_issue(E, d, &b, t, &q, &all);
         // With s seconds queued ahead the queue ends at max(s + all, q).
         E->wait[d] = fmax(0, fmax(fmax(0, E->sync[d] - share) + all, q) - t);
     }
