@@ -151,7 +151,7 @@ static void usage(FILE *f) {
             "  --time-limit S     the search's time budget: every ILP gets what is left (with --auto at\n"
             "                     most a twelfth of it), and the search says what it left unsolved\n"
             "                     when it runs out (default 60)\n"
-            "  --mip-gap G        an ILP stops within relative gap G of its bound (default 1e-4)\n"
+            "  --mip-gap G        an ILP stops within relative gap G of its bound (default 0.005)\n"
             "  --dump-ilp FILE    write the ILP as CPLEX LP text\n"
             "  --estimate-only    plan the strategy and print the cost model's estimate of a step and its\n"
             "                     parts (with --json, as JSON); write no plan\n"
@@ -799,7 +799,7 @@ static pcc_status parse_words(int argc, char **argv, const char **from, pcc_opti
 pcc_status options_parse(int argc, char **argv, pcc_options *o, bool *done) {
     memset(o, 0, sizeof *o);
     *done = false;
-    o->search.ilp = (pcc_mip_opts){.time_limit_s = 60, .mip_gap = 1e-4, .progress = true};
+    o->search.ilp = (pcc_mip_opts){.time_limit_s = 60, .mip_gap = 5e-3, .progress = true};
     o->search.recompute = PCC_RECOMPUTE_AUTO;
     o->batch.micro_batches = 1;
     o->bucket_mb = 25;

@@ -333,10 +333,6 @@ static pcc_status tp_schedule(const pcc_graph *g, const pcc_cluster *c, const pc
     memory_scales(g, k->pp, k->dp, cp, k->dp * cp > 1 ? k->zero : 0, o->schedule ? o->schedule : PCC_PIPE_1F1B, &so);
     so.ilp.progress = false;
     so.ilp.relax_only = mode == PROBE;
-    // --auto's ILPs stop within 0.5% of their bound: GLPK can spend tens of seconds closing the
-    // last tenths of a percent on a configuration that does not win (the Evoformer's tp meshes
-    // under their memory row), and the objective is only the cost model's anyway.
-    if (o->auto_mesh) so.ilp.mip_gap = fmax(so.ilp.mip_gap, 0.005);
     // One solve may take a twelfth of the budget (5 s of the default 60): GLPK can spend tens of
     // seconds closing the last percent of one configuration's ILP under its memory row (Mixtral
     // 8x7B on 64 A100s: one of 2,358 rows took 20 s to reach 1.0%, its incumbent 2.4 times the
