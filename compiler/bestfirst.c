@@ -56,7 +56,10 @@
  *
  * Progress: the search updates the progress line (glpk.c) with what it has searched, the best
  * estimate of a strategy built so far (whether it fits is the memory planner's word, later: the
- * answer may be slower) and the bound.
+ * answer may be slower) and the bound. *
+ * search(), phase 2's entry, is here too: it runs this search over one graph's configurations for
+ * --auto, and hands everything else (a template, the driver's pick, --check -d s) to search.c's
+ * space_one, so that search.c never calls back up into this file.
  */
 #include "plancc.h"
 
@@ -339,3 +342,21 @@ pcc_status bestfirst(pcc_bf_slot *slots, int ns, const pcc_search_opts *o, pcc_b
 }
 
 const pcc_search_counts *bestfirst_counts(void) { return &counts; }
+
+// Phase 2's entry (plancc.h): --auto without the driver's pick searches best first over one
+// graph's configurations; a template, the pick and --check -d s are one configuration each.
+pcc_status search(const pcc_graph *g, const pcc_cluster *c, const pcc_transforms *t, const pcc_search_opts *o,
+                  pcc_strategy ***out, int *n_out) {
+    *out = NULL, *n_out = 0;
+    if (!o->quiet && !o->whole) progress_phase("phase 2: the device mesh and the splits (%s)", o->auto_mesh ? "--auto" : "template");
+    if (o->whole || !o->auto_mesh || o->pick) return space_one(g, c, t, o, out, n_out);
+    pcc_space *S = space_init(g, c, t, o);
+    if (space_count(S) == 0) return space_no_fit(S, PCC_OK);
+    pcc_bf_slot slot = {.space = S, .m = g->micro_batches};
+    pcc_bf_result r;
+    pcc_status st = bestfirst(&slot, 1, o, &r);
+    if (st) return st;
+    if (r.n == 0) return space_no_fit(S, PCC_ERR_INFEASIBLE);
+    *out = r.ranked, *n_out = r.n;
+    return PCC_OK;
+}

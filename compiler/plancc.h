@@ -1012,14 +1012,6 @@ static inline int strategy_tp(const pcc_strategy *s) { return s->mesh[PCC_AX_TP]
 // o->whole; in ascending order, *n of them (0 for a template that does not multiply out to the
 // devices: the search says why). Can't fail.
 int *search_group_sizes(const pcc_graph *g, const pcc_cluster *c, const pcc_search_opts *o, int *n);
-// The candidate strategies for the options, from phase 1's candidates t (search_group_sizes'
-// sizes): one for a template, all that the search finds for --auto, best first (by
-// est_step_s); with o->whole, one whose only parts are the mesh (tp = all devices) and intra.
-// PCC_ERR_INPUT (with a message) when a template does not fit the devices or the model (dp not
-// dividing the batch, pp above the number of layers, ...); PCC_ERR_INFEASIBLE when no
-// factorization is possible or nothing fits (with a message unless o->quiet).
-pcc_status search(const pcc_graph *g, const pcc_cluster *c, const pcc_transforms *t, const pcc_search_opts *o,
-                  pcc_strategy ***out, int *n);
 // "pp 2 x dp 2 x tp 2, 1f1b, 4 micro-batches" into buf.
 char *strategy_str(const pcc_strategy *s, char *buf, size_t n);
 
@@ -1039,6 +1031,13 @@ double space_bound(const pcc_space *s, int i);
 // the mesh (estimate_floor, computed once per dp and tp). Can't fail.
 double space_floor(pcc_space *s, const pcc_config *k);
 pcc_status space_build(const pcc_space *s, const pcc_config *k, bool probe, pcc_strategy **out);
+// What search() returns when --auto has nothing (last: PCC_OK when no factorization is possible,
+// else the search's status): PCC_ERR_INFEASIBLE, with a message unless o->quiet.
+pcc_status space_no_fit(const pcc_space *s, pcc_status last);
+// search() for everything but --auto's own search (o->whole, a template, or the driver's pick):
+// one strategy, built alone.
+pcc_status space_one(const pcc_graph *g, const pcc_cluster *c, const pcc_transforms *t, const pcc_search_opts *o,
+                     pcc_strategy ***out, int *n);
 
 /* ---------------------------------------------------------------- hetero.c */
 
@@ -1084,6 +1083,14 @@ typedef struct pcc_search_counts {
     double seconds, bound, least_peak; // the last search's: bound, the least peak found too large (INFINITY: none)
 } pcc_search_counts;
 const pcc_search_counts *bestfirst_counts(void);
+// Phase 2: the candidate strategies for the options, from phase 1's candidates t (search_group_sizes'
+// sizes): one for a template, all that the search finds for --auto, best first (by
+// est_step_s); with o->whole, one whose only parts are the mesh (tp = all devices) and intra.
+// PCC_ERR_INPUT (with a message) when a template does not fit the devices or the model (dp not
+// dividing the batch, pp above the number of layers, ...); PCC_ERR_INFEASIBLE when no
+// factorization is possible or nothing fits (with a message unless o->quiet).
+pcc_status search(const pcc_graph *g, const pcc_cluster *c, const pcc_transforms *t, const pcc_search_opts *o,
+                  pcc_strategy ***out, int *n);
 
 /* ---------------------------------------------------------------- estimate.c */
 

@@ -24,8 +24,9 @@
  *     cannot take more of the batch or a sample's activations outgrow a node (long_seq), or cp 2
  *     in zigzag order over causal attention (auto_cp_ok)
  *     - each with two lower bounds on its step (space_bound, space_floor) and its strategy on
- *     demand (space_build). bestfirst.c searches them; the driver's search over micro-batch
- *     counts hands the compile the one it chose (o->pick), which is built alone.
+ *     demand (space_build). bestfirst.c searches them (its search() is phase 2's entry, and
+ *     comes here through space_one for everything but that search); the driver's search over
+ *     micro-batch counts hands the compile the one it chose (o->pick), which is built alone.
  * The split along dp is the batch dimension wherever an operator has it, else a dimension a
  * reshape made of it (batch_dims: Swin's windows, the Evoformer's MSA rows). Stages cut the
  * sequence of layers (graph_layers: top-level operators and the copies of repeated blocks)
@@ -925,8 +926,7 @@ pcc_status space_build(const pcc_space *S, const pcc_config *k, bool probe, pcc_
     return build(S, all, k, probe ? PROBE : SOLVE, out);
 }
 
-// --auto: nothing fits; say why (unless asked quietly, as the driver's tighter rounds do).
-static pcc_status no_fit(const pcc_space *S, pcc_status last) {
+pcc_status space_no_fit(const pcc_space *S, pcc_status last) {
     const pcc_graph *g = S->g;
     const pcc_cluster *c = S->c;
     if (S->o->quiet) return PCC_ERR_INFEASIBLE;
@@ -942,28 +942,15 @@ static pcc_status no_fit(const pcc_space *S, pcc_status last) {
     return PCC_ERR_INFEASIBLE;
 }
 
-// --auto: the best-first search over the configurations (bestfirst.c), or the one the driver's
-// search over micro-batch counts picked (o->pick).
-static pcc_status search_auto(pcc_space *S, pcc_strategy ***out, int *n_out) {
-    if (S->o->pick) {
-        const pcc_transform *all = transform_find(S->t, S->o->pick->tp);
-        pcc_strategy *s;
-        PCC_ASSERT(all);
-        pcc_status st = build(S, all, S->o->pick, SOLVE, &s);
-        if (st) return st;
-        *out = arena_alloc(S->g->arena, sizeof(pcc_strategy *));
-        (*out)[0] = s, *n_out = 1;
-        return PCC_OK;
-    }
-    space_floors(S);
-    space_enumerate(S);
-    if (S->n == 0) return no_fit(S, PCC_OK);
-    pcc_bf_slot slot = {.space = S, .m = S->g->micro_batches};
-    pcc_bf_result r;
-    pcc_status st = bestfirst(&slot, 1, S->o, &r);
+// --auto: the configuration the driver's search over micro-batch counts picked (o->pick), alone.
+static pcc_status search_pick(pcc_space *S, pcc_strategy ***out, int *n_out) {
+    const pcc_transform *all = transform_find(S->t, S->o->pick->tp);
+    pcc_strategy *s;
+    PCC_ASSERT(all);
+    pcc_status st = build(S, all, S->o->pick, SOLVE, &s);
     if (st) return st;
-    if (r.n == 0) return no_fit(S, PCC_ERR_INFEASIBLE);
-    *out = r.ranked, *n_out = r.n;
+    *out = arena_alloc(S->g->arena, sizeof(pcc_strategy *));
+    (*out)[0] = s, *n_out = 1;
     return PCC_OK;
 }
 
@@ -1009,13 +996,13 @@ int *search_group_sizes(const pcc_graph *g, const pcc_cluster *c, const pcc_sear
     return v;
 }
 
-pcc_status search(const pcc_graph *g, const pcc_cluster *c, const pcc_transforms *t, const pcc_search_opts *o,
-                  pcc_strategy ***out, int *n_out) {
+pcc_status space_one(const pcc_graph *g, const pcc_cluster *c, const pcc_transforms *t, const pcc_search_opts *o,
+                     pcc_strategy ***out, int *n_out) {
+    PCC_ASSERT(o->whole || !o->auto_mesh || o->pick);
     *out = NULL, *n_out = 0;
-    if (!o->quiet && !o->whole) progress_phase("phase 2: the device mesh and the splits (%s)", o->auto_mesh ? "--auto" : "template");
     pcc_space S;
     search_init(&S, g, c, t, o);
-    return o->whole ? search_whole(&S, out, n_out) : o->auto_mesh ? search_auto(&S, out, n_out) : search_template(&S, out, n_out);
+    return o->whole ? search_whole(&S, out, n_out) : o->auto_mesh ? search_pick(&S, out, n_out) : search_template(&S, out, n_out);
 }
 
 char *strategy_str(const pcc_strategy *s, char *buf, size_t n) {
