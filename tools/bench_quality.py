@@ -14,7 +14,7 @@ training step), every strategy trains on the same G samples per step:
               pp a power of two or the paper's (every divisor with --full-grid) up to the
               number of layers, dp = N / (tp pp) dividing G, micro-batch per replica a power of
               two (or G / dp), 1F1B when pp > 1, recompute none or full (and on rows with
-              causal self-attention, and on the transformers marked "selective" (mT5, the MoE),
+              causal self-attention, and on the rows marked "selective" (mT5, the MoE, the Evoformer),
               Megatron-LM's selective, plancc's auto), ZeRO 0, 1 or 3, and
               with tp > 1 on a model with attention with and without Megatron-LM's
               --sequence-parallel (as its users run tensor parallelism since Korthikanti et al.
@@ -77,8 +77,8 @@ GLOBAL_BATCH_OPTION = "--global-batch"
 VARIANTS = [("none", 0), ("none", 1), ("none", 3), ("full", 0), ("full", 1), ("full", 3)]
 # Megatron-LM's selective recompute (--recompute-granularity selective, which plancc reads as
 # --recompute auto: the ILP picks what to recompute where memory binds), on the GPT-style rows and
-# the rows marked "selective": Megatron-Core offers it for any transformer layer (not on the
-# Evoformer's row, whose recompute-auto ILPs would take the grid past 17 minutes on that row alone).
+# the rows marked "selective": Megatron-Core offers it for any transformer layer, and the
+# Evoformer's blocks are attention and transitions as well.
 SELECTIVE = [("auto", 0), ("auto", 1), ("auto", 3)]
 
 
@@ -409,7 +409,7 @@ def rows(root, data):
     out.append({"name": "LLaMA-2-7B", "model": os.path.join(root, "models", "llama2-7b.json"), "cluster": a100,
                 "gpus": 64, "G": 1024, "dtype": "bf16"})
     out.append({"name": "Evoformer", "model": os.path.join(root, "models", "evoformer.json"), "cluster": a100,
-                "gpus": 64, "G": 128})
+                "gpus": 64, "G": 128, "selective": True})
     # Long context (issue 27): a 7B-class GPT on one sequence of 32k tokens on two DGX A100 nodes
     # and of 128k on four, where --auto may split the sequence; the template grid has context
     # parallelism on these rows, as Megatron-Core and DeepSpeed do.
