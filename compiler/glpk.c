@@ -213,7 +213,10 @@ static void on_tree(glp_tree *T, void *info) {
     int best = glp_ios_best_node(T);
     if (best) pr->bound = glp_ios_node_bound(T, best);
     if (!isfinite(pr->bound)) pr->bound = NAN; // GLPK's -DBL_MAX before the relaxation has one
-    if (reason == GLP_IBINGO) pr->incumbent = glp_mip_obj_val(glp_ios_get_prob(T));
+    // The incumbent, however it was found: by the search (GLP_IBINGO), or given (fix_and_solve's
+    // start, which GLPK takes without a GLP_IBINGO) or by a heuristic.
+    glp_prob *P = glp_ios_get_prob(T);
+    if (glp_mip_status(P) == GLP_FEAS || glp_mip_status(P) == GLP_OPT) pr->incumbent = glp_mip_obj_val(P);
     if (!pr->show) return;
     if (isnan(pr->incumbent) && isnan(pr->bound))
         snprintf(line.detail, sizeof line.detail, "ILP %d x %d, no incumbent or bound yet", pr->rows, pr->cols);
