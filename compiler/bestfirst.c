@@ -56,7 +56,8 @@
  *
  * Progress: the search updates the progress line (glpk.c) with what it has searched, the best
  * estimate of a strategy built so far (whether it fits is the memory planner's word, later: the
- * answer may be slower) and the bound. *
+ * answer may be slower) and the bound.
+ *
  * search(), phase 2's entry, is here too: it runs this search over one graph's configurations for
  * --auto, and hands everything else (a template, the driver's pick, --check -d s) to search.c's
  * space_one, so that search.c never calls back up into this file.
