@@ -281,10 +281,11 @@ static void est_vocab(est *E) {
 // A parameter read by two forward ops (a tied embedding: the token embedding, then the LM head)
 // lives in its first reader's layout (layout.c); a later reader that wants another one reshards
 // it before its forward and again before a backward op that reads it (the LM head's gradient of
-// its input), and its gradient back, each micro-batch. ZeRO-3 gathers every parameter anyway (est_params).
+// its input), and its gradient back, each micro-batch. ZeRO-3 gathers every parameter in its
+// reader's layout anyway (est_top_gathers), but the gradients are still summed in one layout.
 static void est_shared_params(est *E, const pcc_intra_opts *so) {
     const pcc_graph *g = E->g;
-    if (E->s->zero >= 3) return;
+    bool z3 = E->s->zero >= 3;
     const uint64_t *rd = NULL; // made on the first such parameter: most graphs have none
     for (int i = 0; i < E->nf; i++) {
         const pcc_op *op = &g->ops[i];
@@ -299,9 +300,9 @@ static void est_shared_params(est *E, const pcc_intra_opts *so) {
             double t = reshard_rvd_2d(E->c, &E->gv, &g->tensors[p], &cf->in[kf], &ci->in[k], so->group, so->group_minor, NULL);
             if (t <= 0) continue;
             double n = (double)op_copies(g, op);
-            E->fc[i] += n * t;
             if (!rd) rd = graph_backward_reads(g);
-            if (k < 64 && (rd[i] >> k & 1)) E->bc[i] += n * t;
+            if (!z3) E->fc[i] += n * t;
+            if (!z3 && k < 64 && (rd[i] >> k & 1)) E->bc[i] += n * t;
             // Its gradient goes back to the first reader's layout, where the two are summed.
             pcc_layout gi = transform_grad_in(ci, k), gh = transform_grad_in(cf, kf);
             double h = reshard_rvd_2d(E->c, &E->gv, &g->tensors[p], &gi, &gh, so->group, so->group_minor, NULL);
