@@ -513,6 +513,13 @@ static double est_held_bytes(const est *E, int t) {
     return est_layout_bytes(E, t, l);
 }
 
+// One copy of block bl's carried value k, or of its gradient, on device d: a memory pass
+// (preserve.c copies it to and from its carry register: block_body in every copy, block_range
+// at the block's ends).
+static double est_carry_copy_s(const est *E, const pcc_block *bl, int k, int d) {
+    return cost_memory_s(E->view[d], 2 * est_held_bytes(E, bl->carry[k].outer));
+}
+
 // What copy l of a block hands to the next one: its carried values.
 static double est_carry_bytes(const est *E, const pcc_layer *l) {
     double bytes = 0;
@@ -673,7 +680,7 @@ static void est_layers(est *E, const pcc_layer *L, int nl, const int *chunk) {
         // block_range), forward and backward: once at each end of the block.
         int ends = (L[l].copy == 0) + (L[l].copy == bl->repeat - 1);
         for (int k = 0; k < bl->n_carry; k++) {
-            double copy = (2 + ends) * cost_memory_s(E->view[d], 2 * est_held_bytes(E, bl->carry[k].outer));
+            double copy = (2 + ends) * est_carry_copy_s(E, bl, k, d);
             E->Fc[d] += copy, E->Bc[d] += copy;
         }
         E->Bc[d] += est_summed(E, L[l].block, -1, d);
@@ -1023,7 +1030,7 @@ static void est_bucket_walk(est *E, const pcc_layer *L, int nl, const int *chunk
             if (bl || graph_bucket_segment(g, first) != seg) est_issue(E, d, &b, t, &q, &all); // a loop's boundary closes the bucket
             seg = graph_bucket_segment(g, first);
             if (bl) { // the copy's carries' gradients copied in, its summed values, its orphans
-                for (int k = 0; k < bl->n_carry; k++) t += 2 * cost_memory_s(c, 2 * est_held_bytes(E, bl->carry[k].outer));
+                for (int k = 0; k < bl->n_carry; k++) t += 2 * est_carry_copy_s(E, bl, k, d);
                 t += est_summed(E, L[l].block, -1, d) + E->orphan[L[l].block];
             }
             for (int i = last; i >= first; i--) {

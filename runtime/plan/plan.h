@@ -72,7 +72,7 @@ typedef enum plan_status {
     PLAN_ERR_FORMAT = 2,    // not a plan, truncated, bad CRC, other version, index out of range
     PLAN_ERR_INVALID = 3,   // well-formed but fails plan_check (a deadlock, an overlap, ...)
     PLAN_ERR_STALE = 4,     // the hashes do not match the model/cluster/options given
-    PLAN_ERR_LIMIT = 5,     // a valid plan beyond a limit of the call (too many instructions to simulate)
+    PLAN_ERR_LIMIT = 5,     // a plan beyond a limit of the call, not a fault: too large to check, or to simulate
 } plan_status;
 
 typedef enum plan_section_kind {
